@@ -1,0 +1,468 @@
+//! The routing table: one immutable value that says, for every frontend, which requests go to
+//! which entry and which endpoints serve it; held in a single `ArcSwap` split into a
+//! `TableWriter` (control side) and a `TableReader` (data side).
+//!
+//! Per-endpoint state (in-flight count, passive-health mark) and per-entry state (round-robin
+//! cursor, client-IP affinity pins) live behind `Shared`, which the translator carries from the
+//! previous table by key, so counters survive a rebuild. `Shared` is not part of a table's
+//! identity: two tables that route the same way compare equal, and an equal rebuild is not
+//! swapped in. This module must not know about Kubernetes, Pingora or tokio.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::balance::{Algorithm, Candidate, fnv1a};
+use crate::matcher::{PathRules, Router};
+use crate::sticky::AffinityTable;
+
+/// Index of an entry in `RoutingTable::entries`.
+pub type EntryId = u32;
+
+/// Runtime state shared across table generations. Equality ignores it on purpose.
+pub struct Shared<T>(pub Arc<T>);
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(Arc::clone(&self.0))
+    }
+}
+impl<T: Default> Default for Shared<T> {
+    fn default() -> Self {
+        Shared(Arc::default())
+    }
+}
+impl<T> PartialEq for Shared<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl<T> Eq for Shared<T> {}
+impl<T> fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Shared(..)")
+    }
+}
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Identifies the Service port an entry came from; the key that carries entry state over.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct EntryKey {
+    pub namespace: String,
+    pub service: String,
+    pub port: u16,
+}
+
+impl fmt::Display for EntryKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}:{}", self.namespace, self.service, self.port)
+    }
+}
+
+/// Which listener serves an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Frontend {
+    /// The plain HTTP port.
+    Http,
+    /// The TLS port (`lb.sslTerm: "true"`).
+    Https,
+    /// A raw TCP port of its own (`--tcp-services`).
+    Tcp(u16),
+}
+
+/// One balanced destination: a Service port and its endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// `svc` for port 80, else `svc:port`; `ns/` in front outside the home namespace.
+    pub name: Box<str>,
+    pub key: EntryKey,
+    pub frontend: Frontend,
+    pub algorithm: Algorithm,
+    /// Insert and honour the `SERVERID` cookie.
+    pub cookie_sticky: bool,
+    /// Client-IP affinity with this idle timeout.
+    pub client_ip_affinity: Option<Duration>,
+    /// Per-endpoint connection limit (`first` uses it to move on).
+    pub maxconn: Option<u32>,
+    /// Sorted by address, deduplicated; only endpoints that take new traffic.
+    pub endpoints: Vec<Endpoint>,
+    pub state: Shared<EntryState>,
+}
+
+/// Per-entry runtime state.
+#[derive(Debug, Default)]
+pub struct EntryState {
+    pub cursor: AtomicUsize,
+    pub affinity: AffinityTable,
+}
+
+impl Entry {
+    /// The endpoint whose cookie id is `id`.
+    pub fn endpoint_by_cookie(&self, id: &[u8]) -> Option<usize> {
+        self.endpoints
+            .iter()
+            .position(|e| e.cookie_id.as_bytes() == id)
+    }
+
+    /// The endpoint at `addr`.
+    pub fn endpoint_by_addr(&self, addr: &SocketAddr) -> Option<usize> {
+        self.endpoints.binary_search_by(|e| e.addr.cmp(addr)).ok()
+    }
+}
+
+/// One backend address of an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    /// The opaque `SERVERID` value for this endpoint.
+    pub cookie_id: Box<str>,
+    /// Stable hash of the address (`source` balancing).
+    pub hash: u64,
+    pub state: Shared<EndpointState>,
+}
+
+impl Endpoint {
+    pub fn new(addr: SocketAddr, state: Shared<EndpointState>) -> Self {
+        Endpoint {
+            cookie_id: crate::sticky::cookie_id(&addr).into(),
+            hash: fnv1a(addr.to_string().as_bytes()),
+            addr,
+            state,
+        }
+    }
+}
+
+impl Candidate for Endpoint {
+    fn in_flight(&self) -> u32 {
+        self.state.in_flight.load(Ordering::Relaxed)
+    }
+    fn hash_key(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// Live counters of one endpoint address, shared by every entry that uses the address and
+/// carried across table generations.
+#[derive(Debug, Default)]
+pub struct EndpointState {
+    pub in_flight: AtomicU32,
+    /// Passive health: milliseconds since `clock_origin()` until which the endpoint gets no new
+    /// traffic (0: never marked).
+    down_until_ms: AtomicU64,
+}
+
+/// The monotonic origin that `down_until_ms` counts from.
+fn clock_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+fn millis_since_origin(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(clock_origin()).as_millis()).unwrap_or(u64::MAX)
+}
+
+impl EndpointState {
+    /// Marks the endpoint down for `period` from `now` (a failed connect).
+    pub fn mark_down(&self, now: Instant, period: Duration) {
+        let until = millis_since_origin(now + period).max(1);
+        self.down_until_ms.store(until, Ordering::Relaxed);
+    }
+
+    /// Whether a passive-health mark keeps the endpoint out at `now`.
+    pub fn is_down(&self, now: Instant) -> bool {
+        let until = self.down_until_ms.load(Ordering::Relaxed);
+        until != 0 && millis_since_origin(now) < until
+    }
+
+    /// Counts one request in flight until the guard drops.
+    pub fn enter(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(self))
+    }
+}
+
+/// Decrements an endpoint's in-flight count on drop, whatever way the request ends.
+#[derive(Debug)]
+pub struct InFlight(Arc<EndpointState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A TCP frontend: a port of its own that forwards raw bytes to an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TcpFrontend {
+    pub port: u16,
+    pub entry: EntryId,
+}
+
+/// The whole routing state, built by `translate` and never mutated after.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingTable {
+    /// Counts rebuilds that were swapped in; not part of equality.
+    pub generation: u64,
+    pub entries: Vec<Entry>,
+    /// Routes on the plain HTTP port.
+    pub http: Router<EntryId>,
+    /// Routes on the TLS port.
+    pub https: Router<EntryId>,
+    /// Raw TCP frontends, sorted by port.
+    pub tcp: Vec<TcpFrontend>,
+}
+
+impl PartialEq for RoutingTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+            && self.http == other.http
+            && self.https == other.https
+            && self.tcp == other.tcp
+    }
+}
+impl Eq for RoutingTable {}
+
+impl RoutingTable {
+    pub fn entry(&self, id: EntryId) -> Option<&Entry> {
+        self.entries.get(id as usize)
+    }
+
+    pub fn router(&self, frontend: Frontend) -> Option<&Router<EntryId>> {
+        match frontend {
+            Frontend::Http => Some(&self.http),
+            Frontend::Https => Some(&self.https),
+            Frontend::Tcp(_) => None,
+        }
+    }
+
+    /// A stable, sorted JSON rendering for `--dry-run` and debugging: routes name their entry,
+    /// maps are ordered, runtime state is left out.
+    pub fn to_json(&self) -> Value {
+        let name = |id: &EntryId| {
+            self.entry(*id)
+                .map(|e| e.name.to_string())
+                .unwrap_or_default()
+        };
+        let rules = |r: &PathRules<EntryId>| -> Value {
+            let m: BTreeMap<&str, Value> = r
+                .iter()
+                .map(|rule| {
+                    (
+                        &*rule.prefix,
+                        json!({ "entry": name(&rule.target), "strip_prefix": rule.strip }),
+                    )
+                })
+                .collect();
+            json!(m)
+        };
+        let router = |r: &Router<EntryId>| -> Value {
+            let exact: BTreeMap<&str, Value> =
+                r.exact.iter().map(|(h, p)| (&**h, rules(p))).collect();
+            let wildcard: BTreeMap<String, Value> = r
+                .wildcard
+                .iter()
+                .map(|(s, p)| (format!("*{s}"), rules(p)))
+                .collect();
+            json!({ "hosts": exact, "wildcard_hosts": wildcard, "any_host": rules(&r.any_host) })
+        };
+        let entries: BTreeMap<&str, Value> = self
+            .entries
+            .iter()
+            .map(|e| {
+                (
+                    &*e.name,
+                    json!({
+                        "service": format!("{}/{}", e.key.namespace, e.key.service),
+                        "port": e.key.port,
+                        "frontend": e.frontend,
+                        "algorithm": e.algorithm,
+                        "cookie_sticky": e.cookie_sticky,
+                        "client_ip_affinity_seconds": e.client_ip_affinity.map(|d| d.as_secs()),
+                        "maxconn": e.maxconn,
+                        "endpoints": e.endpoints.iter().map(|ep| json!({
+                            "address": ep.addr.to_string(),
+                            "cookie_id": &*ep.cookie_id,
+                        })).collect::<Vec<_>>(),
+                    }),
+                )
+            })
+            .collect();
+        let tcp: BTreeMap<String, Value> = self
+            .tcp
+            .iter()
+            .map(|t| (t.port.to_string(), json!({ "entry": name(&t.entry) })))
+            .collect();
+        json!({
+            "generation": self.generation,
+            "entries": entries,
+            "http": router(&self.http),
+            "https": router(&self.https),
+            "tcp": tcp,
+        })
+    }
+}
+
+/// Creates the one handle pair around an initial (empty, unpublished) table.
+pub fn handle(initial: RoutingTable) -> (TableWriter, TableReader) {
+    let swap = Arc::new(ArcSwap::from_pointee(initial));
+    let published = Arc::new(AtomicBool::new(false));
+    (
+        TableWriter {
+            swap: Arc::clone(&swap),
+            published: Arc::clone(&published),
+        },
+        TableReader { swap, published },
+    )
+}
+
+/// The control side: the only thing that stores a table.
+#[derive(Debug)]
+pub struct TableWriter {
+    swap: Arc<ArcSwap<RoutingTable>>,
+    published: Arc<AtomicBool>,
+}
+
+impl TableWriter {
+    /// The table serving now (the `previous` input of the next translation).
+    pub fn current(&self) -> Arc<RoutingTable> {
+        self.swap.load_full()
+    }
+
+    /// Swaps `table` in unless it routes exactly like the current one. Either way the first
+    /// call opens the readiness latch. Returns whether a swap happened.
+    pub fn publish(&self, table: RoutingTable) -> bool {
+        let swapped = if self.published.load(Ordering::Acquire) && **self.swap.load() == table {
+            false
+        } else {
+            self.swap.store(Arc::new(table));
+            true
+        };
+        self.published.store(true, Ordering::Release);
+        swapped
+    }
+
+    pub fn reader(&self) -> TableReader {
+        TableReader {
+            swap: Arc::clone(&self.swap),
+            published: Arc::clone(&self.published),
+        }
+    }
+}
+
+/// The data side: cheap to clone, loads the current table.
+#[derive(Debug, Clone)]
+pub struct TableReader {
+    swap: Arc<ArcSwap<RoutingTable>>,
+    published: Arc<AtomicBool>,
+}
+
+impl TableReader {
+    /// The current table; hold the `Arc` for the whole request, never a guard across an await.
+    pub fn load(&self) -> Arc<RoutingTable> {
+        self.swap.load_full()
+    }
+
+    /// Whether the first complete table has been published.
+    pub fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(addr: &str) -> Endpoint {
+        Endpoint::new(addr.parse().unwrap(), Shared::default())
+    }
+
+    fn entry(eps: Vec<Endpoint>) -> Entry {
+        Entry {
+            name: "svc".into(),
+            key: EntryKey {
+                namespace: "default".into(),
+                service: "svc".into(),
+                port: 80,
+            },
+            frontend: Frontend::Http,
+            algorithm: Algorithm::RoundRobin,
+            cookie_sticky: false,
+            client_ip_affinity: None,
+            maxconn: None,
+            endpoints: eps,
+            state: Shared::default(),
+        }
+    }
+
+    #[test]
+    fn equality_ignores_runtime_state_and_generation() {
+        let a = RoutingTable {
+            generation: 1,
+            entries: vec![entry(vec![ep("10.0.0.1:80")])],
+            ..Default::default()
+        };
+        let b = RoutingTable {
+            generation: 2,
+            entries: vec![entry(vec![ep("10.0.0.1:80")])],
+            ..Default::default()
+        };
+        assert_eq!(a, b);
+        let c = RoutingTable {
+            entries: vec![entry(vec![ep("10.0.0.2:80")])],
+            ..Default::default()
+        };
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn publish_skips_equal_tables_and_latches_ready() {
+        let (w, r) = handle(RoutingTable::default());
+        assert!(!r.is_published());
+        assert!(
+            w.publish(RoutingTable::default()),
+            "first publish always swaps"
+        );
+        assert!(r.is_published());
+        assert!(!w.publish(RoutingTable::default()));
+        let t = RoutingTable {
+            entries: vec![entry(vec![])],
+            ..Default::default()
+        };
+        assert!(w.publish(t));
+        assert_eq!(r.load().entries.len(), 1);
+    }
+
+    #[test]
+    fn in_flight_guard_counts() {
+        let s = Arc::new(EndpointState::default());
+        let g1 = s.enter();
+        let g2 = s.enter();
+        assert_eq!(s.in_flight.load(Ordering::Relaxed), 2);
+        drop(g1);
+        drop(g2);
+        assert_eq!(s.in_flight.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn passive_health_mark_expires() {
+        let s = EndpointState::default();
+        let now = Instant::now();
+        assert!(!s.is_down(now));
+        s.mark_down(now, Duration::from_secs(2));
+        assert!(s.is_down(now + Duration::from_secs(1)));
+        assert!(!s.is_down(now + Duration::from_secs(3)));
+    }
+}

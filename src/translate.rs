@@ -1,0 +1,788 @@
+//! PURE translation: (Services, EndpointSlices, options, previous table) -> (RoutingTable,
+//! warnings).
+//!
+//! This is the whole of the routing policy, and the only place that reads Kubernetes objects.
+//! It is deterministic (the same objects in any order give the same table and warnings), it
+//! never fails as a whole (a bad object yields a warning and a default for that object alone),
+//! and it carries runtime state over from the previous table by key. It must not do I/O: no
+//! async, no client, no clock, no logging; the caller logs the warnings it returns.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
+
+use crate::balance::Algorithm;
+use crate::matcher::{HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix};
+use crate::table::{
+    Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend, RoutingTable, Shared,
+    TcpFrontend,
+};
+
+/// Annotation keys, as the original named them.
+pub mod annotation {
+    pub const ALGORITHM: &str = "serviceloadbalancer/lb.algorithm";
+    pub const HOST: &str = "serviceloadbalancer/lb.host";
+    pub const SSL_TERM: &str = "serviceloadbalancer/lb.sslTerm";
+    pub const ACL_MATCH: &str = "serviceloadbalancer/lb.aclMatch";
+    pub const COOKIE_STICKY: &str = "serviceloadbalancer/lb.cookie-sticky-session";
+    pub const MAXCONN: &str = "serviceloadbalancer/lb.maxconn";
+}
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Client-IP affinity timeout when the Service does not set one (the Kubernetes default).
+pub const DEFAULT_AFFINITY_TIMEOUT: Duration = Duration::from_secs(10_800);
+
+/// Longest annotation value we accept; longer ones are a warning.
+const MAX_ANNOTATION_LEN: usize = 4096;
+
+/// How to translate; built from flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `--balance-algorithm`: for Services without a valid `lb.algorithm`.
+    pub default_algorithm: Algorithm,
+    /// `--target-service`: keep only this Service (`name` in any namespace, or `ns/name`).
+    pub target_service: Option<String>,
+    /// `--forward-services`: the single endpoint is `clusterIP:port`.
+    pub forward_services: bool,
+    /// `--tcp-services`: these Service ports become raw TCP frontends.
+    pub tcp_services: Vec<TcpService>,
+    /// Entries of Services in this namespace are named without a `ns/` prefix.
+    pub home_namespace: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            default_algorithm: Algorithm::RoundRobin,
+            target_service: None,
+            forward_services: false,
+            tcp_services: Vec::new(),
+            home_namespace: "default".into(),
+        }
+    }
+}
+
+/// One `--tcp-services` item: `name:port` or `ns/name:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpService {
+    pub namespace: Option<String>,
+    pub name: String,
+    pub port: u16,
+}
+
+impl TcpService {
+    fn matches(&self, namespace: &str, name: &str, port: u16) -> bool {
+        self.name == name
+            && self.port == port
+            && self.namespace.as_deref().is_none_or(|n| n == namespace)
+    }
+}
+
+/// The object a warning is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ObjectRef {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Why a warning was raised; a bounded set, usable as a metric label and an Event reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum WarningReason {
+    /// An annotation value was invalid; its default applies.
+    InvalidAnnotation,
+    /// Two routes claimed the same host and path (or TCP port); the lower key won.
+    RouteConflict,
+    /// A Service or port was deliberately not served (UDP, LoadBalancer, ExternalName).
+    Skipped,
+    /// A field of an object could not be used (bad address, missing name).
+    InvalidObject,
+    /// The same object appeared twice in the input.
+    DuplicateObject,
+}
+
+impl WarningReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarningReason::InvalidAnnotation => "InvalidAnnotation",
+            WarningReason::RouteConflict => "RouteConflict",
+            WarningReason::Skipped => "Skipped",
+            WarningReason::InvalidObject => "InvalidObject",
+            WarningReason::DuplicateObject => "DuplicateObject",
+        }
+    }
+}
+
+/// Something the user should know about one object; the rest of the table is unaffected.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Warning {
+    pub object: ObjectRef,
+    pub reason: WarningReason,
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}",
+            self.object,
+            self.reason.as_str(),
+            self.message
+        )
+    }
+}
+
+/// Builds the routing table. Never fails; see the module doc for its guarantees.
+pub fn translate(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    options: &Options,
+    previous: Option<&RoutingTable>,
+) -> (RoutingTable, Vec<Warning>) {
+    let mut b = Builder::new(options, previous);
+    let slices_by_service = index_slices(slices, &mut b.warnings);
+    for svc in dedup_services(services, &mut b.warnings) {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        let svc_slices = slices_by_service
+            .get(&(ns, name))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        b.add_service(svc, svc_slices);
+    }
+    b.finish()
+}
+
+fn meta_key<'a>(namespace: &'a Option<String>, name: &'a Option<String>) -> (&'a str, &'a str) {
+    (
+        namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default"),
+        name.as_deref().unwrap_or(""),
+    )
+}
+
+fn object(kind: &'static str, namespace: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+}
+
+/// Sorts Services by key and keeps one per key, chosen by content so that input order does
+/// not matter.
+fn dedup_services<'a>(services: &'a [Service], warnings: &mut Vec<Warning>) -> Vec<&'a Service> {
+    let mut by_key: BTreeMap<(&str, &str), Vec<&Service>> = BTreeMap::new();
+    for svc in services {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        if name.is_empty() {
+            warnings.push(Warning {
+                object: object("Service", ns, "<unnamed>"),
+                reason: WarningReason::InvalidObject,
+                message: "Service has no metadata.name; ignored".into(),
+            });
+            continue;
+        }
+        by_key.entry((ns, name)).or_default().push(svc);
+    }
+    by_key
+        .into_iter()
+        .map(|((ns, name), mut group)| {
+            if group.len() > 1 {
+                group.sort_by_cached_key(|s| serde_json::to_string(s).unwrap_or_default());
+                group.dedup_by(|a, b| a == b);
+                if group.len() > 1 {
+                    warnings.push(Warning {
+                        object: object("Service", ns, name),
+                        reason: WarningReason::DuplicateObject,
+                        message: format!(
+                            "{} different definitions of this Service; using one chosen by content",
+                            group.len()
+                        ),
+                    });
+                }
+            }
+            group[group.len() - 1]
+        })
+        .collect()
+}
+
+fn index_slices<'a>(
+    slices: &'a [EndpointSlice],
+    warnings: &mut Vec<Warning>,
+) -> HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>> {
+    let mut map: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+    for slice in slices {
+        let (ns, slice_name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
+        let Some(svc) = slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        else {
+            continue;
+        };
+        match slice.address_type.as_str() {
+            "IPv4" | "IPv6" => map.entry((ns, svc.as_str())).or_default().push(slice),
+            other => warnings.push(Warning {
+                object: object("EndpointSlice", ns, slice_name),
+                reason: WarningReason::Skipped,
+                message: format!("addressType {other:?} is not served (only IPv4 and IPv6)"),
+            }),
+        }
+    }
+    map
+}
+
+/// Parsed annotations and spec settings of one Service.
+struct Settings {
+    algorithm: Algorithm,
+    host: Option<HostPattern>,
+    acl: Vec<String>,
+    ssl_term: bool,
+    cookie_sticky: bool,
+    maxconn: Option<u32>,
+    affinity: Option<Duration>,
+}
+
+/// Go's `strconv.ParseBool`, which the original used.
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim() {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// A shortened, escaped rendering of a bad value for a warning message.
+fn show(v: &str) -> String {
+    let short: String = v.chars().take(80).collect();
+    let ellipsis = if short.len() < v.len() { "…" } else { "" };
+    format!("{short:?}{ellipsis}")
+}
+
+/// Reads one Service's annotations, turning bad values into warnings.
+struct Annotations<'a> {
+    map: Option<&'a BTreeMap<String, String>>,
+    who: &'a ObjectRef,
+    warnings: &'a mut Vec<Warning>,
+}
+
+impl<'a> Annotations<'a> {
+    fn warn(&mut self, key: &str, value: &str, why: &str) {
+        self.warnings.push(Warning {
+            object: self.who.clone(),
+            reason: WarningReason::InvalidAnnotation,
+            message: format!("{key}: {} {why}", show(value)),
+        });
+    }
+
+    fn get(&mut self, key: &str) -> Option<&'a str> {
+        let v = self.map?.get(key)?;
+        if v.len() > MAX_ANNOTATION_LEN {
+            self.warn(key, v, "is too long; ignored");
+            return None;
+        }
+        Some(v.as_str())
+    }
+
+    fn flag(&mut self, key: &str) -> bool {
+        let Some(v) = self.get(key) else {
+            return false;
+        };
+        parse_bool(v).unwrap_or_else(|| {
+            self.warn(key, v, "is not a boolean; using false");
+            false
+        })
+    }
+}
+
+fn settings(
+    svc: &Service,
+    options: &Options,
+    who: &ObjectRef,
+    warnings: &mut Vec<Warning>,
+) -> Settings {
+    let mut ann = Annotations {
+        map: svc.metadata.annotations.as_ref(),
+        who,
+        warnings,
+    };
+    let algorithm = match ann.get(annotation::ALGORITHM) {
+        None => options.default_algorithm,
+        Some(v) => v.parse::<Algorithm>().unwrap_or_else(|_| {
+            let why = format!(
+                "is not roundrobin, leastconn, first or source; using {}",
+                options.default_algorithm
+            );
+            ann.warn(annotation::ALGORITHM, v, &why);
+            options.default_algorithm
+        }),
+    };
+    let host = ann
+        .get(annotation::HOST)
+        .and_then(|v| match validate_host(v) {
+            Ok(h) => Some(h),
+            Err(why) => {
+                ann.warn(
+                    annotation::HOST,
+                    v,
+                    &format!("is not a valid host ({why}); host rule ignored"),
+                );
+                None
+            }
+        });
+    let mut acl = BTreeSet::new();
+    for p in ann
+        .get(annotation::ACL_MATCH)
+        .unwrap_or("")
+        .split_ascii_whitespace()
+    {
+        match validate_prefix(p) {
+            Ok(()) => {
+                acl.insert(p.to_string());
+            }
+            Err(why) => ann.warn(
+                annotation::ACL_MATCH,
+                p,
+                &format!("is not a valid path prefix ({why}); ignored"),
+            ),
+        }
+    }
+    let acl: Vec<String> = acl.into_iter().collect();
+    let ssl_term = ann.flag(annotation::SSL_TERM);
+    let cookie_sticky = ann.flag(annotation::COOKIE_STICKY);
+    let maxconn = ann
+        .get(annotation::MAXCONN)
+        .and_then(|v| match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                ann.warn(
+                    annotation::MAXCONN,
+                    v,
+                    "is not a positive integer; no limit",
+                );
+                None
+            }
+        });
+
+    let spec = svc.spec.as_ref();
+    let affinity = match spec.and_then(|s| s.session_affinity.as_deref()) {
+        Some("ClientIP") => {
+            let t = spec
+                .and_then(|s| s.session_affinity_config.as_ref())
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds);
+            Some(match t {
+                Some(secs) if secs > 0 => Duration::from_secs(secs.unsigned_abs().into()),
+                Some(secs) => {
+                    warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::InvalidObject,
+                        message: format!(
+                            "sessionAffinityConfig.clientIP.timeoutSeconds {secs} is not positive; using {}",
+                            DEFAULT_AFFINITY_TIMEOUT.as_secs()
+                        ),
+                    });
+                    DEFAULT_AFFINITY_TIMEOUT
+                }
+                None => DEFAULT_AFFINITY_TIMEOUT,
+            })
+        }
+        _ => None,
+    };
+    Settings {
+        algorithm,
+        host,
+        acl,
+        ssl_term,
+        cookie_sticky,
+        maxconn,
+        affinity,
+    }
+}
+
+/// Where a route lives: frontend, host level, prefix. Ordered so conflicts resolve stably.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct RouteKey {
+    frontend: Frontend,
+    host: Option<HostPattern>,
+    prefix: String,
+}
+
+struct RouteClaim {
+    key: EntryKey,
+    entry: EntryId,
+    strip: bool,
+}
+
+struct Builder<'a> {
+    options: &'a Options,
+    prev_endpoints: HashMap<SocketAddr, Shared<EndpointState>>,
+    prev_entries: HashMap<EntryKey, Shared<EntryState>>,
+    generation: u64,
+    entries: Vec<Entry>,
+    routes: BTreeMap<RouteKey, Vec<RouteClaim>>,
+    tcp: BTreeMap<u16, Vec<(EntryKey, EntryId)>>,
+    warnings: Vec<Warning>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(options: &'a Options, previous: Option<&RoutingTable>) -> Self {
+        let mut prev_endpoints = HashMap::new();
+        let mut prev_entries = HashMap::new();
+        if let Some(prev) = previous {
+            for e in &prev.entries {
+                prev_entries.insert(e.key.clone(), e.state.clone());
+                for ep in &e.endpoints {
+                    prev_endpoints.insert(ep.addr, ep.state.clone());
+                }
+            }
+        }
+        Builder {
+            options,
+            prev_endpoints,
+            prev_entries,
+            generation: previous.map_or(1, |p| p.generation + 1),
+            entries: Vec::new(),
+            routes: BTreeMap::new(),
+            tcp: BTreeMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn skip(&mut self, who: &ObjectRef, message: String) {
+        self.warnings.push(Warning {
+            object: who.clone(),
+            reason: WarningReason::Skipped,
+            message,
+        });
+    }
+
+    fn add_service(&mut self, svc: &Service, slices: &[&EndpointSlice]) {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        if let Some(target) = &self.options.target_service {
+            let wanted = match target.split_once('/') {
+                Some((tns, tname)) => tns == ns && tname == name,
+                None => target == name,
+            };
+            if !wanted {
+                return;
+            }
+        }
+        let who = object("Service", ns, name);
+        let spec = svc.spec.as_ref();
+        match spec.and_then(|s| s.type_.as_deref()) {
+            Some("LoadBalancer") => {
+                return self.skip(&who, "type LoadBalancer already has a load balancer".into());
+            }
+            Some("ExternalName") => {
+                return self.skip(&who, "type ExternalName has no endpoints to balance".into());
+            }
+            _ => {}
+        }
+        let settings = settings(svc, self.options, &who, &mut self.warnings);
+        for sp in spec.and_then(|s| s.ports.as_deref()).unwrap_or(&[]) {
+            let protocol = sp.protocol.as_deref().unwrap_or("TCP");
+            if protocol != "TCP" {
+                self.skip(
+                    &who,
+                    format!("port {} is {protocol}; only TCP is served", sp.port),
+                );
+                continue;
+            }
+            let Ok(port) = u16::try_from(sp.port) else {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidObject,
+                    message: format!("port {} is out of range", sp.port),
+                });
+                continue;
+            };
+            self.add_port(svc, &who, &settings, sp, port, slices);
+        }
+    }
+
+    fn add_port(
+        &mut self,
+        svc: &Service,
+        who: &ObjectRef,
+        s: &Settings,
+        sp: &ServicePort,
+        port: u16,
+        slices: &[&EndpointSlice],
+    ) {
+        let (ns, name) = (who.namespace.as_str(), who.name.as_str());
+        let key = EntryKey {
+            namespace: ns.to_string(),
+            service: name.to_string(),
+            port,
+        };
+        let addrs = if self.options.forward_services {
+            self.cluster_ip_endpoint(svc, who, port)
+        } else {
+            endpoint_addrs(sp, slices, &mut self.warnings)
+        };
+        let endpoints = addrs
+            .into_iter()
+            .map(|addr| {
+                let state = self.prev_endpoints.get(&addr).cloned().unwrap_or_default();
+                Endpoint::new(addr, state)
+            })
+            .collect();
+        let base = if port == 80 {
+            name.to_string()
+        } else {
+            format!("{name}:{port}")
+        };
+        let entry_name = if ns == self.options.home_namespace {
+            base
+        } else {
+            format!("{ns}/{base}")
+        };
+        let is_tcp = self
+            .options
+            .tcp_services
+            .iter()
+            .any(|t| t.matches(ns, name, port));
+        let frontend = if is_tcp {
+            Frontend::Tcp(port)
+        } else if s.ssl_term {
+            Frontend::Https
+        } else {
+            Frontend::Http
+        };
+        let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
+        self.entries.push(Entry {
+            name: entry_name.clone().into(),
+            state: self.prev_entries.get(&key).cloned().unwrap_or_default(),
+            key: key.clone(),
+            frontend,
+            algorithm: s.algorithm,
+            // Cookies are an HTTP feature; on a TCP frontend client-IP affinity is what applies.
+            cookie_sticky: s.cookie_sticky && !is_tcp,
+            client_ip_affinity: s.affinity,
+            maxconn: s.maxconn,
+            endpoints,
+        });
+        if is_tcp {
+            self.tcp.entry(port).or_default().push((key, id));
+            return;
+        }
+        let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
+            (_, false) => s.acl.iter().map(|p| (p.clone(), false)).collect(),
+            (Some(_), true) => vec![("/".into(), false)],
+            (None, true) => vec![(format!("/{entry_name}"), true)],
+        };
+        for (prefix, strip) in prefixes {
+            let rk = RouteKey {
+                frontend,
+                host: s.host.clone(),
+                prefix,
+            };
+            self.routes.entry(rk).or_default().push(RouteClaim {
+                key: key.clone(),
+                entry: id,
+                strip,
+            });
+        }
+    }
+
+    fn cluster_ip_endpoint(
+        &mut self,
+        svc: &Service,
+        who: &ObjectRef,
+        port: u16,
+    ) -> Vec<SocketAddr> {
+        let ip = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
+        match ip.map(str::parse::<IpAddr>) {
+            Some(Ok(ip)) => vec![SocketAddr::new(ip, port)],
+            _ => {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidObject,
+                    message: format!(
+                        "--forward-services needs a clusterIP, found {}; no endpoints",
+                        show(ip.unwrap_or(""))
+                    ),
+                });
+                Vec::new()
+            }
+        }
+    }
+
+    fn finish(mut self) -> (RoutingTable, Vec<Warning>) {
+        let mut http = Router::default();
+        let mut https = Router::default();
+        let routes = std::mem::take(&mut self.routes);
+        for (rk, mut claims) in routes {
+            claims.sort_by(|a, b| a.key.cmp(&b.key));
+            let winner = &claims[0];
+            for loser in &claims[1..] {
+                self.warnings.push(Warning {
+                    object: object("Service", &loser.key.namespace, &loser.key.service),
+                    reason: WarningReason::RouteConflict,
+                    message: format!(
+                        "port {} claims {}{} which {} also claims; {} wins",
+                        loser.key.port,
+                        describe_host(&rk.host),
+                        rk.prefix,
+                        winner.key,
+                        winner.key
+                    ),
+                });
+            }
+            let router = if rk.frontend == Frontend::Https {
+                &mut https
+            } else {
+                &mut http
+            };
+            let rules: &mut PathRules<EntryId> = match &rk.host {
+                None => &mut router.any_host,
+                Some(HostPattern::Exact(h)) => router.exact.entry(h.as_str().into()).or_default(),
+                Some(HostPattern::Wildcard(suffix)) => {
+                    match router.wildcard.iter().position(|(s, _)| **s == **suffix) {
+                        Some(i) => &mut router.wildcard[i].1,
+                        None => {
+                            router
+                                .wildcard
+                                .push((suffix.as_str().into(), PathRules::default()));
+                            let last = router.wildcard.len() - 1;
+                            &mut router.wildcard[last].1
+                        }
+                    }
+                }
+            };
+            rules.insert(PathRule {
+                prefix: rk.prefix.into(),
+                strip: winner.strip,
+                target: winner.entry,
+            });
+        }
+        http.finish();
+        https.finish();
+
+        let mut tcp = Vec::new();
+        for (port, mut claims) in std::mem::take(&mut self.tcp) {
+            claims.sort();
+            for (loser, _) in &claims[1..] {
+                self.warnings.push(Warning {
+                    object: object("Service", &loser.namespace, &loser.service),
+                    reason: WarningReason::RouteConflict,
+                    message: format!(
+                        "TCP port {port} is also claimed by {}; {} wins",
+                        claims[0].0, claims[0].0
+                    ),
+                });
+            }
+            tcp.push(TcpFrontend {
+                port,
+                entry: claims[0].1,
+            });
+        }
+
+        self.warnings.sort();
+        self.warnings.dedup();
+        let table = RoutingTable {
+            generation: self.generation,
+            entries: self.entries,
+            http,
+            https,
+            tcp,
+        };
+        (table, self.warnings)
+    }
+}
+
+fn describe_host(host: &Option<HostPattern>) -> String {
+    match host {
+        None => String::new(),
+        Some(HostPattern::Exact(h)) => h.clone(),
+        Some(HostPattern::Wildcard(s)) => format!("*{s}"),
+    }
+}
+
+/// The ready endpoint addresses of one Service port, from its EndpointSlices: sorted and
+/// deduplicated.
+fn endpoint_addrs(
+    sp: &ServicePort,
+    slices: &[&EndpointSlice],
+    warnings: &mut Vec<Warning>,
+) -> Vec<SocketAddr> {
+    let want_name = sp.name.as_deref().unwrap_or("");
+    let target_number = match &sp.target_port {
+        Some(IntOrString::Int(n)) => Some(*n),
+        Some(IntOrString::String(_)) => None,
+        None => Some(sp.port),
+    };
+    let mut out = BTreeSet::new();
+    for slice in slices {
+        let ports = slice.ports.as_deref().unwrap_or(&[]);
+        let by_name = ports
+            .iter()
+            .find(|p| p.name.as_deref().unwrap_or("") == want_name);
+        // An unnamed Service port may meet a hand-written slice whose port is named: fall back
+        // to the number.
+        let matched = by_name.or_else(|| {
+            (want_name.is_empty())
+                .then(|| {
+                    ports
+                        .iter()
+                        .find(|p| p.port.is_some() && p.port == target_number)
+                })
+                .flatten()
+        });
+        // A slice without a matching port has no endpoints for this Service port; a matching
+        // port without a number means the target port itself.
+        let Some(matched) = matched else {
+            continue;
+        };
+        if matched.protocol.as_deref().is_some_and(|pr| pr != "TCP") {
+            continue;
+        }
+        let Some(Ok(number)) = matched.port.or(target_number).map(u16::try_from) else {
+            continue;
+        };
+        for ep in slice.endpoints.as_deref().unwrap_or(&[]) {
+            // An unset `ready` means ready (the API's documented meaning).
+            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                continue;
+            }
+            for a in &ep.addresses {
+                match a.parse::<IpAddr>() {
+                    Ok(ip) => {
+                        out.insert(SocketAddr::new(ip, number));
+                    }
+                    Err(_) => {
+                        let (ns, name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
+                        warnings.push(Warning {
+                            object: object("EndpointSlice", ns, name),
+                            reason: WarningReason::InvalidObject,
+                            message: format!("address {} is not an IP address; skipped", show(a)),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,783 @@
+//! Translation rules, one behaviour per test, built from fixture helpers; plus property tests.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ClientIPConfig, Service, ServicePort, ServiceSpec, SessionAffinityConfig,
+};
+use k8s_openapi::api::discovery::v1::{
+    Endpoint as SliceEndpoint, EndpointConditions, EndpointPort, EndpointSlice,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use proptest::prelude::*;
+
+use super::*;
+
+// === fixtures ===
+
+fn mk_service(ns: &str, name: &str, ports: &[u16]) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|&p| ServicePort {
+                        name: Some(format!("p{p}")),
+                        port: p.into(),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            cluster_ip: Some("10.96.0.10".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn annotate(mut svc: Service, key: &str, value: &str) -> Service {
+    svc.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key.into(), value.into());
+    svc
+}
+
+fn mk_slice(ns: &str, svc: &str, port_name: &str, port: u16, addrs: &[&str]) -> EndpointSlice {
+    mk_slice_with(
+        ns,
+        svc,
+        port_name,
+        port,
+        addrs.iter().map(|a| (*a, None)).collect(),
+    )
+}
+
+fn mk_slice_with(
+    ns: &str,
+    svc: &str,
+    port_name: &str,
+    port: u16,
+    eps: Vec<(&str, Option<bool>)>,
+) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{svc}-{port_name}-{}", eps.len())),
+            namespace: Some(ns.into()),
+            labels: Some(BTreeMap::from([(
+                SERVICE_NAME_LABEL.to_string(),
+                svc.to_string(),
+            )])),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: Some(
+            eps.into_iter()
+                .map(|(a, ready)| SliceEndpoint {
+                    addresses: vec![a.to_string()],
+                    conditions: Some(EndpointConditions {
+                        ready,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ports: Some(vec![EndpointPort {
+            name: Some(port_name.into()),
+            port: Some(port.into()),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+    }
+}
+
+fn run(svcs: &[Service], slices: &[EndpointSlice]) -> (RoutingTable, Vec<Warning>) {
+    translate(svcs, slices, &Options::default(), None)
+}
+
+fn entry<'t>(t: &'t RoutingTable, name: &str) -> &'t Entry {
+    t.entries
+        .iter()
+        .find(|e| &*e.name == name)
+        .unwrap_or_else(|| panic!("no entry {name}"))
+}
+
+fn addrs(e: &Entry) -> Vec<String> {
+    e.endpoints.iter().map(|ep| ep.addr.to_string()).collect()
+}
+
+/// Which entry a request on the HTTP frontend reaches, and whether the prefix is stripped.
+fn route(t: &RoutingTable, host: &str, path: &str) -> Option<(String, bool)> {
+    let host = (!host.is_empty()).then_some(host.as_bytes());
+    t.http
+        .lookup(host, path)
+        .map(|r| (t.entries[r.target as usize].name.to_string(), r.strip))
+}
+
+fn reasons(w: &[Warning]) -> Vec<WarningReason> {
+    w.iter().map(|w| w.reason).collect()
+}
+
+// === entries and names ===
+
+#[test]
+fn port_80_is_named_after_the_service() {
+    let (t, _) = run(&[mk_service("default", "web", &[80, 8080])], &[]);
+    let names: Vec<_> = t.entries.iter().map(|e| e.name.to_string()).collect();
+    assert_eq!(names, ["web", "web:8080"]);
+}
+
+#[test]
+fn other_namespaces_are_prefixed_so_names_never_collide() {
+    let (t, w) = run(
+        &[
+            mk_service("default", "web", &[80]),
+            mk_service("shop", "web", &[80]),
+        ],
+        &[
+            mk_slice("default", "web", "p80", 8000, &["10.0.0.1"]),
+            mk_slice("shop", "web", "p80", 8000, &["10.0.1.1"]),
+        ],
+    );
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(route(&t, "", "/web"), Some(("web".into(), true)));
+    assert_eq!(
+        route(&t, "", "/shop/web/x"),
+        Some(("shop/web".into(), true))
+    );
+    assert_eq!(addrs(entry(&t, "shop/web")), ["10.0.1.1:8000"]);
+    assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:8000"]);
+}
+
+#[test]
+fn home_namespace_is_configurable() {
+    let opts = Options {
+        home_namespace: "shop".into(),
+        ..Default::default()
+    };
+    let (t, _) = translate(&[mk_service("shop", "web", &[80])], &[], &opts, None);
+    assert_eq!(&*t.entries[0].name, "web");
+}
+
+#[test]
+fn udp_ports_are_skipped_with_a_notice() {
+    let mut svc = mk_service("default", "dns", &[53, 80]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+    let (t, w) = run(&[svc], &[]);
+    assert_eq!(t.entries.len(), 1);
+    assert_eq!(reasons(&w), [WarningReason::Skipped]);
+}
+
+#[test]
+fn load_balancer_services_are_skipped() {
+    let mut svc = mk_service("default", "lb", &[80]);
+    svc.spec.as_mut().unwrap().type_ = Some("LoadBalancer".into());
+    let (t, w) = run(&[svc], &[]);
+    assert!(t.entries.is_empty());
+    assert_eq!(reasons(&w), [WarningReason::Skipped]);
+}
+
+#[test]
+fn target_service_keeps_only_that_service() {
+    let opts = Options {
+        target_service: Some("b".into()),
+        ..Default::default()
+    };
+    let (t, _) = translate(
+        &[
+            mk_service("default", "a", &[80]),
+            mk_service("default", "b", &[80]),
+        ],
+        &[],
+        &opts,
+        None,
+    );
+    assert_eq!(t.entries.len(), 1);
+    assert_eq!(&*t.entries[0].name, "b");
+}
+
+// === endpoints ===
+
+#[test]
+fn endpoints_match_the_port_by_name_and_are_deduplicated() {
+    let (t, _) = run(
+        &[mk_service("default", "web", &[80, 81])],
+        &[
+            mk_slice("default", "web", "p80", 8080, &["10.0.0.2", "10.0.0.1"]),
+            mk_slice("default", "web", "p80", 8080, &["10.0.0.1"]),
+            mk_slice("default", "web", "p81", 9090, &["10.0.0.3"]),
+        ],
+    );
+    assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:8080", "10.0.0.2:8080"]);
+    assert_eq!(addrs(entry(&t, "web:81")), ["10.0.0.3:9090"]);
+}
+
+#[test]
+fn unnamed_ports_match_unnamed_slice_ports() {
+    let mut svc = mk_service("default", "web", &[80]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].name = None;
+    let mut slice = mk_slice("default", "web", "", 8080, &["10.0.0.1"]);
+    slice.ports.as_mut().unwrap()[0].name = None;
+    let (t, _) = run(&[svc], &[slice]);
+    assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:8080"]);
+}
+
+#[test]
+fn unnamed_port_falls_back_to_the_target_port_number() {
+    let mut svc = mk_service("default", "web", &[80]);
+    let port = &mut svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0];
+    port.name = None;
+    port.target_port = Some(IntOrString::Int(8080));
+    let (t, _) = run(
+        &[svc],
+        &[mk_slice("default", "web", "http", 8080, &["10.0.0.1"])],
+    );
+    assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:8080"]);
+}
+
+#[test]
+fn only_ready_endpoints_and_unset_ready_counts_as_ready() {
+    let (t, _) = run(
+        &[mk_service("default", "web", &[80])],
+        &[mk_slice_with(
+            "default",
+            "web",
+            "p80",
+            80,
+            vec![
+                ("10.0.0.1", Some(true)),
+                ("10.0.0.2", Some(false)),
+                ("10.0.0.3", None),
+            ],
+        )],
+    );
+    assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:80", "10.0.0.3:80"]);
+}
+
+#[test]
+fn slices_of_other_namespaces_do_not_leak() {
+    let (t, _) = run(
+        &[mk_service("default", "web", &[80])],
+        &[mk_slice("other", "web", "p80", 80, &["10.0.0.1"])],
+    );
+    assert!(entry(&t, "web").endpoints.is_empty());
+}
+
+#[test]
+fn zero_endpoints_still_route_so_the_proxy_can_answer_503() {
+    let (t, _) = run(&[mk_service("default", "web", &[80])], &[]);
+    assert!(entry(&t, "web").endpoints.is_empty());
+    assert_eq!(route(&t, "", "/web"), Some(("web".into(), true)));
+}
+
+#[test]
+fn forward_services_uses_the_cluster_ip() {
+    let opts = Options {
+        forward_services: true,
+        ..Default::default()
+    };
+    let (t, _) = translate(
+        &[mk_service("default", "web", &[80])],
+        &[mk_slice("default", "web", "p80", 8080, &["10.0.0.1"])],
+        &opts,
+        None,
+    );
+    assert_eq!(addrs(entry(&t, "web")), ["10.96.0.10:80"]);
+}
+
+#[test]
+fn forward_services_without_cluster_ip_warns() {
+    let opts = Options {
+        forward_services: true,
+        ..Default::default()
+    };
+    let mut svc = mk_service("default", "web", &[80]);
+    svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+    let (t, w) = translate(&[svc], &[], &opts, None);
+    assert!(entry(&t, "web").endpoints.is_empty());
+    assert_eq!(reasons(&w), [WarningReason::InvalidObject]);
+}
+
+#[test]
+fn bad_addresses_and_fqdn_slices_warn_and_are_skipped() {
+    let mut fqdn = mk_slice("default", "web", "p80", 80, &["db.example.com"]);
+    fqdn.address_type = "FQDN".into();
+    let (t, w) = run(
+        &[mk_service("default", "web", &[80])],
+        &[
+            fqdn,
+            mk_slice("default", "web", "p80", 80, &["10.0.0.1", "not-an-ip"]),
+        ],
+    );
+    assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:80"]);
+    assert_eq!(
+        reasons(&w),
+        [WarningReason::Skipped, WarningReason::InvalidObject]
+    );
+}
+
+// === routes ===
+
+#[test]
+fn path_route_strips_and_respects_segments() {
+    let (t, _) = run(
+        &[
+            mk_service("default", "svc-1", &[80]),
+            mk_service("default", "svc-10", &[80]),
+        ],
+        &[],
+    );
+    assert_eq!(route(&t, "any", "/svc-1/x"), Some(("svc-1".into(), true)));
+    assert_eq!(route(&t, "any", "/svc-10"), Some(("svc-10".into(), true)));
+    assert_eq!(route(&t, "any", "/svc-100"), None);
+}
+
+#[test]
+fn host_annotation_routes_any_path_unstripped() {
+    let svc = annotate(
+        mk_service("default", "web", &[80]),
+        annotation::HOST,
+        "Foo.Example.com",
+    );
+    let (t, _) = run(&[svc], &[]);
+    assert_eq!(
+        route(&t, "foo.example.com:8080", "/anything"),
+        Some(("web".into(), false))
+    );
+    assert_eq!(
+        route(&t, "other.com", "/web"),
+        None,
+        "a host rule replaces /<name>"
+    );
+}
+
+#[test]
+fn wildcard_host_matches_one_or_more_labels() {
+    let svc = annotate(
+        mk_service("default", "web", &[80]),
+        annotation::HOST,
+        "*.example.com",
+    );
+    let (t, _) = run(&[svc], &[]);
+    assert!(route(&t, "a.example.com", "/").is_some());
+    assert!(route(&t, "a.b.example.com", "/").is_some());
+    assert!(route(&t, "example.com", "/").is_none());
+}
+
+#[test]
+fn acl_match_replaces_the_name_route() {
+    let svc = annotate(
+        mk_service("default", "api", &[80]),
+        annotation::ACL_MATCH,
+        "/api  /v2",
+    );
+    let (t, _) = run(&[svc], &[]);
+    assert_eq!(route(&t, "", "/api/x"), Some(("api".into(), false)));
+    assert_eq!(route(&t, "", "/v2"), Some(("api".into(), false)));
+    assert_eq!(route(&t, "", "/apix"), None);
+}
+
+#[test]
+fn acl_match_with_host_narrows_that_host() {
+    let svc = annotate(
+        annotate(
+            mk_service("default", "api", &[80]),
+            annotation::ACL_MATCH,
+            "/api",
+        ),
+        annotation::HOST,
+        "foo.com",
+    );
+    let (t, _) = run(&[svc], &[]);
+    assert_eq!(route(&t, "foo.com", "/api/x"), Some(("api".into(), false)));
+    assert_eq!(route(&t, "foo.com", "/other"), None);
+    assert_eq!(route(&t, "bar.com", "/api"), None);
+}
+
+#[test]
+fn precedence_is_by_specificity_not_name() {
+    let a = annotate(
+        mk_service("default", "a", &[80]),
+        annotation::ACL_MATCH,
+        "/api/admin",
+    );
+    let z = annotate(
+        mk_service("default", "z", &[80]),
+        annotation::ACL_MATCH,
+        "/api",
+    );
+    let host = annotate(
+        mk_service("default", "h", &[80]),
+        annotation::HOST,
+        "foo.com",
+    );
+    let wild = annotate(mk_service("default", "w", &[80]), annotation::HOST, "*.com");
+    let (t, w) = run(&[z, a, host, wild], &[]);
+    assert!(w.is_empty());
+    assert_eq!(route(&t, "", "/api/admin/x").unwrap().0, "a");
+    assert_eq!(route(&t, "", "/api/other").unwrap().0, "z");
+    assert_eq!(
+        route(&t, "foo.com", "/api").unwrap().0,
+        "h",
+        "exact host beats host-less"
+    );
+    assert_eq!(
+        route(&t, "bar.com", "/api").unwrap().0,
+        "w",
+        "wildcard beats host-less"
+    );
+}
+
+#[test]
+fn conflicts_are_broken_deterministically_and_reported() {
+    let a = annotate(
+        mk_service("default", "a", &[80]),
+        annotation::ACL_MATCH,
+        "/same",
+    );
+    let b = annotate(
+        mk_service("default", "b", &[80]),
+        annotation::ACL_MATCH,
+        "/same",
+    );
+    let (t1, w1) = run(&[a.clone(), b.clone()], &[]);
+    let (t2, w2) = run(&[b, a], &[]);
+    assert_eq!(route(&t1, "", "/same").unwrap().0, "a");
+    assert_eq!(t1, t2);
+    assert_eq!(w1, w2);
+    assert_eq!(reasons(&w1), [WarningReason::RouteConflict]);
+    assert_eq!(w1[0].object.name, "b", "the loser is the one warned about");
+}
+
+// === annotations ===
+
+#[test]
+fn algorithm_annotation_and_default() {
+    let a = annotate(
+        mk_service("default", "a", &[80]),
+        annotation::ALGORITHM,
+        "leastconn",
+    );
+    let b = mk_service("default", "b", &[80]);
+    let opts = Options {
+        default_algorithm: Algorithm::Source,
+        ..Default::default()
+    };
+    let (t, _) = translate(&[a, b], &[], &opts, None);
+    assert_eq!(entry(&t, "a").algorithm, Algorithm::LeastConn);
+    assert_eq!(entry(&t, "b").algorithm, Algorithm::Source);
+}
+
+#[test]
+fn invalid_algorithm_warns_and_falls_back_for_that_service_only() {
+    let bad = annotate(
+        mk_service("default", "bad", &[80]),
+        annotation::ALGORITHM,
+        "bogus\nbackend x",
+    );
+    let good = annotate(
+        mk_service("default", "good", &[80]),
+        annotation::ALGORITHM,
+        "first",
+    );
+    let (t, w) = run(
+        &[bad, good],
+        &[mk_slice("default", "bad", "p80", 80, &["10.0.0.1"])],
+    );
+    assert_eq!(entry(&t, "bad").algorithm, Algorithm::RoundRobin);
+    assert_eq!(
+        entry(&t, "bad").endpoints.len(),
+        1,
+        "the entry still serves"
+    );
+    assert_eq!(entry(&t, "good").algorithm, Algorithm::First);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+    assert!(
+        w[0].message.contains("\\n"),
+        "the bad value is escaped: {}",
+        w[0].message
+    );
+}
+
+#[test]
+fn invalid_host_and_prefix_warn_and_are_ignored() {
+    let svc = annotate(
+        annotate(
+            mk_service("default", "web", &[80]),
+            annotation::HOST,
+            "bad host",
+        ),
+        annotation::ACL_MATCH,
+        "/ok nope",
+    );
+    let (t, w) = run(&[svc], &[]);
+    assert_eq!(
+        reasons(&w),
+        [
+            WarningReason::InvalidAnnotation,
+            WarningReason::InvalidAnnotation
+        ]
+    );
+    assert_eq!(route(&t, "bad host", "/ok"), Some(("web".into(), false)));
+}
+
+#[test]
+fn booleans_parse_like_go_and_bad_ones_warn() {
+    let yes = annotate(
+        mk_service("default", "yes", &[80]),
+        annotation::COOKIE_STICKY,
+        "True",
+    );
+    let bad = annotate(
+        mk_service("default", "bad", &[80]),
+        annotation::COOKIE_STICKY,
+        "yes please",
+    );
+    let (t, w) = run(&[yes, bad], &[]);
+    assert!(entry(&t, "yes").cookie_sticky);
+    assert!(!entry(&t, "bad").cookie_sticky);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+}
+
+#[test]
+fn ssl_term_moves_the_entry_to_the_tls_frontend() {
+    let svc = annotate(
+        mk_service("default", "secure", &[80]),
+        annotation::SSL_TERM,
+        "true",
+    );
+    let (t, _) = run(&[svc], &[]);
+    assert_eq!(entry(&t, "secure").frontend, Frontend::Https);
+    assert!(t.http.is_empty());
+    assert!(t.https.lookup(None, "/secure").is_some());
+}
+
+#[test]
+fn maxconn_parses_and_rejects_nonsense() {
+    let ok = annotate(
+        mk_service("default", "ok", &[80]),
+        annotation::MAXCONN,
+        "10",
+    );
+    let neg = annotate(
+        mk_service("default", "neg", &[80]),
+        annotation::MAXCONN,
+        "-1",
+    );
+    let huge = annotate(
+        mk_service("default", "huge", &[80]),
+        annotation::MAXCONN,
+        "99999999999999",
+    );
+    let (t, w) = run(&[ok, neg, huge], &[]);
+    assert_eq!(entry(&t, "ok").maxconn, Some(10));
+    assert_eq!(entry(&t, "neg").maxconn, None);
+    assert_eq!(entry(&t, "huge").maxconn, None);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation; 2]);
+}
+
+#[test]
+fn overlong_annotation_is_a_warning() {
+    let svc = annotate(
+        mk_service("default", "web", &[80]),
+        annotation::HOST,
+        &"a".repeat(10_000),
+    );
+    let (t, w) = run(&[svc], &[]);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+    assert!(w[0].message.len() < 300);
+    assert!(route(&t, "", "/web").is_some());
+}
+
+#[test]
+fn client_ip_affinity_only_for_client_ip() {
+    let mut a = mk_service("default", "a", &[80]);
+    a.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+    let mut b = mk_service("default", "b", &[80]);
+    b.spec.as_mut().unwrap().session_affinity = Some("None".into());
+    let mut c = mk_service("default", "c", &[80]);
+    let spec = c.spec.as_mut().unwrap();
+    spec.session_affinity = Some("ClientIP".into());
+    spec.session_affinity_config = Some(SessionAffinityConfig {
+        client_ip: Some(ClientIPConfig {
+            timeout_seconds: Some(60),
+        }),
+    });
+    let (t, _) = run(&[a, b, c], &[]);
+    assert_eq!(
+        entry(&t, "a").client_ip_affinity,
+        Some(DEFAULT_AFFINITY_TIMEOUT)
+    );
+    assert_eq!(entry(&t, "b").client_ip_affinity, None);
+    assert_eq!(
+        entry(&t, "c").client_ip_affinity,
+        Some(Duration::from_secs(60))
+    );
+}
+
+#[test]
+fn tcp_services_get_their_own_frontend() {
+    let opts = Options {
+        tcp_services: vec![TcpService {
+            namespace: None,
+            name: "db".into(),
+            port: 5432,
+        }],
+        ..Default::default()
+    };
+    let (t, _) = translate(
+        &[mk_service("default", "db", &[5432, 80])],
+        &[],
+        &opts,
+        None,
+    );
+    assert_eq!(t.tcp.len(), 1);
+    assert_eq!(t.tcp[0].port, 5432);
+    assert_eq!(entry(&t, "db:5432").frontend, Frontend::Tcp(5432));
+    assert!(route(&t, "", "/db:5432").is_none());
+    assert!(route(&t, "", "/db").is_some());
+}
+
+// === state carried across rebuilds ===
+
+#[test]
+fn endpoint_and_entry_state_survive_a_rebuild() {
+    let svcs = [mk_service("default", "web", &[80])];
+    let (t1, _) = run(
+        &svcs,
+        &[mk_slice("default", "web", "p80", 80, &["10.0.0.1"])],
+    );
+    let ep_state = t1.entries[0].endpoints[0].state.0.clone();
+    let entry_state = t1.entries[0].state.0.clone();
+    let (t2, _) = translate(
+        &svcs,
+        &[mk_slice(
+            "default",
+            "web",
+            "p80",
+            80,
+            &["10.0.0.1", "10.0.0.2"],
+        )],
+        &Options::default(),
+        Some(&t1),
+    );
+    assert!(Arc::ptr_eq(&t2.entries[0].endpoints[0].state.0, &ep_state));
+    assert!(Arc::ptr_eq(&t2.entries[0].state.0, &entry_state));
+    assert_eq!(t2.generation, t1.generation + 1);
+}
+
+#[test]
+fn duplicate_definitions_pick_by_content() {
+    let a = annotate(
+        mk_service("default", "web", &[80]),
+        annotation::ALGORITHM,
+        "first",
+    );
+    let b = annotate(
+        mk_service("default", "web", &[80]),
+        annotation::ALGORITHM,
+        "source",
+    );
+    let (t1, w1) = run(&[a.clone(), b.clone()], &[]);
+    let (t2, _) = run(&[b, a], &[]);
+    assert_eq!(t1, t2);
+    assert_eq!(reasons(&w1), [WarningReason::DuplicateObject]);
+}
+
+use std::sync::Arc;
+
+// === properties ===
+
+fn world() -> impl Strategy<Value = (Vec<Service>, Vec<EndpointSlice>)> {
+    let svc = (
+        0u8..3,
+        0u8..6,
+        prop::collection::vec(prop::sample::select(vec![80u16, 81, 443]), 1..3),
+        0u8..4,
+    );
+    prop::collection::vec(svc, 1..8).prop_flat_map(|specs| {
+        let mut services = Vec::new();
+        let mut slices = Vec::new();
+        for (ns, n, ports, ann) in &specs {
+            let ns = format!("ns{ns}");
+            let name = format!("s{n}");
+            let mut s = mk_service(&ns, &name, ports);
+            s = match ann {
+                0 => s,
+                1 => annotate(s, annotation::HOST, &format!("{name}.example.com")),
+                2 => annotate(s, annotation::ACL_MATCH, "/shared"),
+                _ => annotate(s, annotation::ALGORITHM, "nonsense"),
+            };
+            services.push(s);
+            for &p in ports {
+                slices.push(mk_slice_with(
+                    &ns,
+                    &name,
+                    &format!("p{p}"),
+                    8000 + p,
+                    (0..3)
+                        .map(|i| (["10.1.0.1", "10.1.0.2", "10.1.0.3"][i], Some(i != 2)))
+                        .collect(),
+                ));
+            }
+        }
+        let n_s = services.len();
+        let n_e = slices.len();
+        (Just(services), Just(slices), Just(n_s), Just(n_e))
+            .prop_flat_map(|(s, e, n_s, n_e)| {
+                (
+                    Just(s),
+                    Just(e),
+                    Just((0..n_s).collect::<Vec<_>>()).prop_shuffle(),
+                    Just((0..n_e).collect::<Vec<_>>()).prop_shuffle(),
+                )
+            })
+            .prop_map(|(s, e, ps, pe)| {
+                (
+                    ps.iter()
+                        .map(|&i| s[i].clone())
+                        .chain(s.iter().cloned())
+                        .collect::<Vec<_>>(),
+                    pe.iter().map(|&i| e[i].clone()).collect(),
+                )
+            })
+    })
+}
+
+proptest! {
+    /// The table and the warnings do not depend on the order of the input objects.
+    #[test]
+    fn permutation_invariant((services, slices) in world(), seed in any::<u64>()) {
+        let (t1, w1) = run(&services, &slices);
+        let mut rs = services.clone();
+        let mut re = slices.clone();
+        let k = (seed as usize) % rs.len().max(1);
+        rs.rotate_left(k);
+        rs.reverse();
+        re.reverse();
+        let (t2, w2) = run(&rs, &re);
+        prop_assert_eq!(&t1, &t2);
+        prop_assert_eq!(t1.to_json(), t2.to_json());
+        prop_assert_eq!(w1, w2);
+    }
+
+    /// Every ready endpoint of every served port appears exactly once in its entry.
+    #[test]
+    fn every_ready_endpoint_once((services, slices) in world()) {
+        let (t, _) = run(&services, &slices);
+        for e in &t.entries {
+            let got = addrs(e);
+            let mut want: Vec<String> = ["10.1.0.1", "10.1.0.2"].iter().map(|a| format!("{a}:{}", 8000 + e.key.port)).collect();
+            want.sort();
+            prop_assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,874 @@
+//! Shared helpers for the end-to-end tests: test backends, manifest builders,
+//! a switchyard subprocess guard and small HTTP client helpers.
+//!
+//! Everything listens on / talks to 127.0.0.1 only, and every wait or loop is
+//! bounded in time.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::TcpListener as StdTcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+/// Upper bound for a single HTTP exchange made by the helpers.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------
+// Ports
+// ---------------------------------------------------------------------------
+
+/// A port that was free a moment ago (bind 127.0.0.1:0, read, drop).
+pub fn free_port() -> u16 {
+    let l = StdTcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+// ---------------------------------------------------------------------------
+// Test backend
+// ---------------------------------------------------------------------------
+
+/// One request as a backend received it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    /// Path and query exactly as received on the request line.
+    pub uri: String,
+    /// Lowercased header names, in arrival order.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<String> {
+        let vals: Vec<&str> = self
+            .headers
+            .iter()
+            .filter(|(k, _)| k == &name.to_ascii_lowercase())
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if vals.is_empty() {
+            None
+        } else if name.eq_ignore_ascii_case("cookie") {
+            Some(vals.join("; "))
+        } else {
+            Some(vals.join(", "))
+        }
+    }
+}
+
+/// A tiny HTTP/1.1 keep-alive server on 127.0.0.1:0 that answers every request
+/// `200` with `{"backend","method","uri","headers"}` and echoes WebSocket
+/// messages on `/ws`.
+pub struct Backend {
+    pub name: String,
+    pub port: u16,
+    log: Arc<Mutex<Vec<Seen>>>,
+    stop_tx: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Backend {
+    pub async fn start(name: &str) -> Backend {
+        Self::start_with_delay(name, Duration::ZERO).await
+    }
+
+    /// Every request to this backend is held for `delay` before it is
+    /// answered (requests whose path contains `/slow` are held 1 s on any
+    /// backend).
+    pub async fn start_with_delay(name: &str, delay: Duration) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind backend");
+        let port = listener.local_addr().expect("backend addr").port();
+        let log: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+        let name_s = name.to_string();
+        let log2 = log.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let name = name_s.clone();
+                        let log = log2.clone();
+                        conns.spawn(async move {
+                            let svc = service_fn(move |req| {
+                                handle(req, name.clone(), log.clone(), delay)
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .keep_alive(true)
+                                .serve_connection(TokioIo::new(stream), svc)
+                                .with_upgrades()
+                                .await;
+                        });
+                    }
+                }
+            }
+            // Close the listener first, then kill every open connection.
+            drop(listener);
+            conns.shutdown().await;
+        });
+        Backend {
+            name: name.to_string(),
+            port,
+            log,
+            stop_tx: Some(stop_tx),
+            task: Some(task),
+        }
+    }
+
+    /// Simulate a dead backend: close the listening socket and every open
+    /// connection (keep-alive connections from the proxy included).
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.stop_tx.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+
+    pub fn requests(&self) -> Vec<Seen> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
+    pub fn last(&self) -> Option<Seen> {
+        self.log.lock().unwrap().last().cloned()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop_tx.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn handle(
+    req: Request<Incoming>,
+    name: String,
+    log: Arc<Mutex<Vec<Seen>>>,
+    delay: Duration,
+) -> Result<Response<BoxBody>, Infallible> {
+    let uri = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_string())
+        .unwrap_or_else(|| req.uri().to_string());
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_ascii_lowercase(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let seen = Seen {
+        method: req.method().to_string(),
+        uri: uri.clone(),
+        headers: headers.clone(),
+    };
+    log.lock().unwrap().push(seen.clone());
+
+    // WebSocket upgrade: echo every text/binary message.
+    let is_upgrade = req
+        .headers()
+        .get(http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if is_upgrade && req.uri().path() == "/ws" {
+        let key = req
+            .headers()
+            .get("sec-websocket-key")
+            .map(|k| derive_accept_key(k.as_bytes()));
+        let Some(accept) = key else {
+            return Ok(simple(StatusCode::BAD_REQUEST, "missing sec-websocket-key"));
+        };
+        let mut req = req;
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            let Ok(upgraded) = on_upgrade.await else {
+                return;
+            };
+            let mut ws =
+                WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                let Ok(Some(Ok(msg))) =
+                    tokio::time::timeout(Duration::from_secs(30), ws.next()).await
+                else {
+                    break;
+                };
+                match msg {
+                    Message::Text(_) | Message::Binary(_) => {
+                        if ws.send(msg).await.is_err() {
+                            break;
+                        }
+                    }
+                    Message::Close(_) => break,
+                    _ => {}
+                }
+            }
+        });
+        let resp = Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, "websocket")
+            .header("sec-websocket-accept", accept)
+            .header("x-backend", name.as_str())
+            .body(Empty::new().boxed())
+            .expect("101 response");
+        return Ok(resp);
+    }
+
+    let mut wait = delay;
+    if req.uri().path().contains("/slow") {
+        wait = wait.max(Duration::from_secs(1));
+    }
+    // Drain the request body so keep-alive stays usable.
+    let _ = req.into_body().collect().await;
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+
+    let mut hmap: BTreeMap<String, String> = BTreeMap::new();
+    for (k, _) in &headers {
+        if !hmap.contains_key(k) {
+            hmap.insert(k.clone(), seen.header(k).unwrap_or_default());
+        }
+    }
+    let body = json!({
+        "backend": name,
+        "method": seen.method,
+        "uri": uri,
+        "headers": hmap,
+    });
+    let resp = Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header("x-backend", name.as_str())
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .expect("200 response");
+    Ok(resp)
+}
+
+fn simple(status: StatusCode, text: &'static str) -> Response<BoxBody> {
+    Response::builder()
+        .status(status)
+        .body(Full::new(Bytes::from_static(text.as_bytes())).boxed())
+        .expect("response")
+}
+
+// ---------------------------------------------------------------------------
+// Manifest builders
+// ---------------------------------------------------------------------------
+
+pub const ANN_HOST: &str = "serviceloadbalancer/lb.host";
+pub const ANN_ACL: &str = "serviceloadbalancer/lb.aclMatch";
+pub const ANN_ALGO: &str = "serviceloadbalancer/lb.algorithm";
+pub const ANN_STICKY: &str = "serviceloadbalancer/lb.cookie-sticky-session";
+pub const ANN_MAXCONN: &str = "serviceloadbalancer/lb.maxconn";
+
+/// A v1 Service with one port. `port_name == ""` means an unnamed port.
+#[derive(Clone, Debug)]
+pub struct Svc {
+    name: String,
+    ns: Option<String>,
+    annotations: BTreeMap<String, String>,
+    ports: Vec<(String, u16)>,
+    affinity: Option<String>,
+}
+
+/// `svc(name, port)`: a Service with a single unnamed TCP port.
+pub fn svc(name: &str, port: u16) -> Svc {
+    Svc {
+        name: name.into(),
+        ns: None,
+        annotations: BTreeMap::new(),
+        ports: vec![(String::new(), port)],
+        affinity: None,
+    }
+}
+
+impl Svc {
+    pub fn ns(mut self, ns: &str) -> Self {
+        self.ns = Some(ns.into());
+        self
+    }
+    pub fn ann(mut self, k: &str, v: &str) -> Self {
+        self.annotations.insert(k.into(), v.into());
+        self
+    }
+    pub fn host(self, h: &str) -> Self {
+        self.ann(ANN_HOST, h)
+    }
+    pub fn acl(self, paths: &str) -> Self {
+        self.ann(ANN_ACL, paths)
+    }
+    pub fn algo(self, a: &str) -> Self {
+        self.ann(ANN_ALGO, a)
+    }
+    pub fn sticky(self) -> Self {
+        self.ann(ANN_STICKY, "true")
+    }
+    pub fn client_ip_affinity(mut self) -> Self {
+        self.affinity = Some("ClientIP".into());
+        self
+    }
+    /// Replace the port list with named ports.
+    pub fn named_ports(mut self, ports: &[(&str, u16)]) -> Self {
+        self.ports = ports.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+        self
+    }
+    pub fn to_value(&self) -> Value {
+        let ports: Vec<Value> = self
+            .ports
+            .iter()
+            .map(|(n, p)| {
+                let mut v = json!({"port": p, "targetPort": p, "protocol": "TCP"});
+                if !n.is_empty() {
+                    v["name"] = json!(n);
+                }
+                v
+            })
+            .collect();
+        let mut meta = json!({"name": self.name});
+        if let Some(ns) = &self.ns {
+            meta["namespace"] = json!(ns);
+        }
+        if !self.annotations.is_empty() {
+            meta["annotations"] = json!(self.annotations);
+        }
+        let mut spec = json!({"type": "ClusterIP", "clusterIP": "10.0.0.10", "ports": ports});
+        if let Some(a) = &self.affinity {
+            spec["sessionAffinity"] = json!(a);
+            spec["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 10800}});
+        } else {
+            spec["sessionAffinity"] = json!("None");
+        }
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec})
+    }
+}
+
+impl From<Svc> for Value {
+    fn from(s: Svc) -> Value {
+        s.to_value()
+    }
+}
+
+/// `slice(svc, port_name, port)`: an EndpointSlice in `default` with one
+/// ready endpoint 127.0.0.1 and one port. `port_name == ""` = unnamed port.
+pub fn slice(svc: &str, port_name: &str, port: u16) -> Value {
+    slice_ns("default", svc, port_name, port)
+}
+
+pub fn slice_ns(ns: &str, svc: &str, port_name: &str, port: u16) -> Value {
+    let mut p = json!({"port": port, "protocol": "TCP"});
+    if !port_name.is_empty() {
+        p["name"] = json!(port_name);
+    }
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("{svc}-{port}"),
+            "namespace": ns,
+            "labels": {"kubernetes.io/service-name": svc},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+        "ports": [p],
+    })
+}
+
+/// One EndpointSlice per backend for an unnamed-port Service in `default`.
+pub fn slices(svc: &str, backends: &[&Backend]) -> Vec<Value> {
+    backends.iter().map(|b| slice(svc, "", b.port)).collect()
+}
+
+/// Render objects as a multi-document YAML stream (each document is JSON,
+/// which is valid YAML).
+pub fn multi_doc(objs: &[Value]) -> String {
+    let docs: Vec<String> = objs
+        .iter()
+        .map(|o| serde_json::to_string_pretty(o).expect("json"))
+        .collect();
+    format!("---\n{}\n", docs.join("\n---\n"))
+}
+
+/// Render objects as one `kind: List` JSON document.
+pub fn list_doc(objs: &[Value]) -> String {
+    serde_json::to_string_pretty(&json!({"apiVersion": "v1", "kind": "List", "items": objs}))
+        .expect("json")
+}
+
+/// Replace `path` atomically: write a temp file in the same directory, rename.
+pub fn write_atomic(path: &Path, contents: &str) {
+    let dir = path.parent().expect("manifest dir");
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("m")
+    ));
+    std::fs::write(&tmp, contents).expect("write temp manifest");
+    std::fs::rename(&tmp, path).expect("rename manifest");
+}
+
+// ---------------------------------------------------------------------------
+// switchyard subprocess
+// ---------------------------------------------------------------------------
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_switchyard")
+}
+
+pub struct SwitchyardBuilder {
+    objs: Vec<Value>,
+    args: Vec<String>,
+}
+
+pub fn switchyard(objs: Vec<Value>) -> SwitchyardBuilder {
+    SwitchyardBuilder { objs, args: vec![] }
+}
+
+impl SwitchyardBuilder {
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn args(mut self, a: &[&str]) -> Self {
+        self.args.extend(a.iter().map(|s| s.to_string()));
+        self
+    }
+    /// Write the manifests to `<tmp>/manifests.yaml`, start the binary and
+    /// wait (≤ 20 s) until `/readyz` answers 200.
+    pub async fn start(self) -> Switchyard {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manifest = dir.path().join("manifests.yaml");
+        write_atomic(&manifest, &multi_doc(&self.objs));
+        Switchyard::spawn(dir, manifest, self.args).await
+    }
+}
+
+/// A running switchyard; killed on drop.
+pub struct Switchyard {
+    pub child: Child,
+    pub http_port: u16,
+    pub admin_port: u16,
+    pub manifest: PathBuf,
+    pub stderr_path: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Switchyard {
+    async fn spawn(dir: tempfile::TempDir, manifest: PathBuf, extra: Vec<String>) -> Switchyard {
+        // Ports are picked by bind-and-drop, so another process may grab one
+        // before switchyard binds it: retry a failed start (at most 3 times).
+        let mut last_err = String::new();
+        let mut dir = Some(dir);
+        for attempt in 0..3 {
+            let http_port = free_port();
+            let mut admin_port = free_port();
+            while admin_port == http_port {
+                admin_port = free_port();
+            }
+            let stderr_path = dir
+                .as_ref()
+                .unwrap()
+                .path()
+                .join(format!("switchyard.{attempt}.stderr"));
+            let stdout_path = dir
+                .as_ref()
+                .unwrap()
+                .path()
+                .join(format!("switchyard.{attempt}.stdout"));
+            let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+            let stdout = std::fs::File::create(&stdout_path).expect("stdout file");
+            let child = Command::new(bin())
+                .arg("--manifests")
+                .arg(&manifest)
+                .args(["--bind-address", "127.0.0.1"])
+                .args(["--http-port", &http_port.to_string()])
+                .args(["--admin-port", &admin_port.to_string()])
+                .args(&extra)
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(stdout))
+                .stderr(Stdio::from(stderr))
+                .spawn()
+                .expect("spawn switchyard");
+            let mut sy = Switchyard {
+                child,
+                http_port,
+                admin_port,
+                manifest: manifest.clone(),
+                stderr_path,
+                dir: dir.take().unwrap(),
+            };
+            match sy.wait_ready(Duration::from_secs(20)).await {
+                Ok(()) => return sy,
+                Err((early, msg)) => {
+                    last_err = msg;
+                    if !early {
+                        panic!("{last_err}");
+                    }
+                    // Take the temp dir back and try again with fresh ports.
+                    let _ = sy.child.kill();
+                    let _ = sy.child.wait();
+                    let placeholder = tempfile::tempdir().expect("tempdir");
+                    dir = Some(std::mem::replace(&mut sy.dir, placeholder));
+                }
+            }
+        }
+        panic!("switchyard did not start after 3 attempts; last: {last_err}");
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Err((exited_early, message)).
+    async fn wait_ready(&mut self, limit: Duration) -> Result<(), (bool, String)> {
+        let deadline = Instant::now() + limit;
+        let mut last = String::from("no attempt");
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err((
+                    true,
+                    format!(
+                        "switchyard exited early with {status}; stderr:\n{}",
+                        self.stderr()
+                    ),
+                ));
+            }
+            match try_request(self.admin_port, "GET", "/readyz", &[]).await {
+                Ok(r) if r.status == 200 => return Ok(()),
+                Ok(r) => last = format!("status {}", r.status),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err((
+            false,
+            format!(
+                "switchyard /readyz not 200 within {limit:?} (last: {last}); stderr:\n{}",
+                self.stderr()
+            ),
+        ))
+    }
+
+    /// Replace the manifest file atomically with new objects.
+    pub fn rewrite(&self, objs: &[Value]) {
+        write_atomic(&self.manifest, &multi_doc(objs));
+    }
+
+    pub fn rewrite_raw(&self, contents: &str) {
+        write_atomic(&self.manifest, contents);
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        get(self.http_port, path, &[]).await
+    }
+
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        get(self.http_port, path, headers).await
+    }
+
+    pub async fn get_host(&self, host: &str, path: &str) -> Resp {
+        get(self.http_port, path, &[("host", host)]).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.http_port, path)
+    }
+}
+
+impl Drop for Switchyard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run the binary to completion with the given args (bounded to 30 s).
+pub fn run_to_exit(args: &[&str]) -> std::process::Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn switchyard");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => break,
+            None if Instant::now() > deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("wait");
+                panic!(
+                    "switchyard {args:?} did not exit within 30 s; stderr:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    child.wait_with_output().expect("wait_with_output")
+}
+
+// ---------------------------------------------------------------------------
+// HTTP client helpers
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
+    }
+    /// Name of the backend that answered (None if the body is not ours).
+    pub fn backend(&self) -> Option<String> {
+        serde_json::from_str::<Value>(&self.body)
+            .ok()?
+            .get("backend")?
+            .as_str()
+            .map(str::to_string)
+    }
+    /// Path + query the backend saw.
+    pub fn uri(&self) -> String {
+        self.json()["uri"].as_str().unwrap_or_default().to_string()
+    }
+    /// A request header as the backend saw it.
+    pub fn seen_header(&self, name: &str) -> Option<String> {
+        self.json()["headers"][name.to_ascii_lowercase()]
+            .as_str()
+            .map(str::to_string)
+    }
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    }
+    pub fn header_all(&self, name: &str) -> Vec<String> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// One request over a fresh connection; panics on transport errors.
+pub async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Resp {
+    try_request(port, "GET", path, headers)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} {headers:?} failed: {e}"))
+}
+
+/// One request over a fresh TCP connection (closed afterwards). A `host`
+/// entry in `headers` overrides the default `Host: 127.0.0.1:<port>`.
+pub async fn try_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Resp, String> {
+    let fut = async {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        let conn_task = tokio::spawn(conn);
+        let req = build_request(port, method, path, headers)?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        let r = read_resp(resp).await;
+        conn_task.abort();
+        r
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, fut)
+        .await
+        .map_err(|_| format!("timeout after {REQUEST_TIMEOUT:?}"))?
+}
+
+fn build_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Request<Empty<Bytes>>, String> {
+    let mut b = Request::builder().method(method).uri(path);
+    let has_host = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host"));
+    if !has_host {
+        b = b.header(http::header::HOST, format!("127.0.0.1:{port}"));
+    }
+    for (k, v) in headers {
+        b = b.header(*k, HeaderValue::from_str(v).map_err(|e| e.to_string())?);
+    }
+    b.body(Empty::new()).map_err(|e| format!("request: {e}"))
+}
+
+async fn read_resp(resp: Response<Incoming>) -> Result<Resp, String> {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    Ok(Resp {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// A single client connection that is reused for every request (no
+/// reconnects: if the server closes it, the next request fails).
+pub struct OneConn {
+    port: u16,
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    task: JoinHandle<()>,
+}
+
+impl OneConn {
+    pub async fn open(port: u16) -> OneConn {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        let task = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        OneConn { port, sender, task }
+    }
+
+    pub async fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Result<Resp, String> {
+        let fut = async {
+            self.sender
+                .ready()
+                .await
+                .map_err(|e| format!("connection not reusable: {e}"))?;
+            let req = build_request(self.port, "GET", path, headers)?;
+            let resp = self
+                .sender
+                .send_request(req)
+                .await
+                .map_err(|e| format!("send: {e}"))?;
+            read_resp(resp).await
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, fut)
+            .await
+            .map_err(|_| "timeout".to_string())?
+    }
+}
+
+impl Drop for OneConn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A pooled keep-alive client (hyper-util legacy client).
+pub type PooledClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Empty<Bytes>,
+>;
+
+pub fn pooled_client() -> PooledClient {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build_http()
+}
+
+pub async fn pooled_get(client: &PooledClient, url: &str) -> Result<Resp, String> {
+    let fut = async {
+        let req = Request::get(url)
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        read_resp(resp).await
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, fut)
+        .await
+        .map_err(|_| "timeout".to_string())?
+}
+
+/// Poll `f` every 100 ms until it returns true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if f().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Count answering backends for `n` sequential requests (fresh connection
+/// each); panics on any non-200.
+pub async fn spread(sy: &Switchyard, path: &str, n: usize) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for i in 0..n {
+        let r = sy.get(path).await;
+        assert_eq!(r.status, 200, "request #{i} to {path}: {r:?}");
+        let b = r.backend().unwrap_or_else(|| panic!("no backend in {r:?}"));
+        *counts.entry(b).or_insert(0) += 1;
+    }
+    counts
+}

@@ -1,0 +1,1077 @@
+//! End-to-end tests: the real `switchyard` binary in front of real HTTP
+//! backends, everything on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Assert that `path` (with optional Host) reaches backend `b` and that the
+/// backend saw `uri`.
+async fn expect_route(sy: &Switchyard, host: Option<&str>, path: &str, b: &Backend, uri: &str) {
+    let r = match host {
+        Some(h) => sy.get_host(h, path).await,
+        None => sy.get(path).await,
+    };
+    assert_eq!(r.status, 200, "host={host:?} path={path}: {r:?}");
+    assert_eq!(
+        r.backend().as_deref(),
+        Some(b.name.as_str()),
+        "host={host:?} path={path} went to the wrong backend: {r:?}"
+    );
+    assert_eq!(
+        r.uri(),
+        uri,
+        "host={host:?} path={path}: backend saw the wrong URI"
+    );
+}
+
+/// Assert that the request does NOT reach any of our backends and gets 404.
+async fn expect_404(sy: &Switchyard, host: Option<&str>, path: &str) {
+    let r = match host {
+        Some(h) => sy.get_host(h, path).await,
+        None => sy.get(path).await,
+    };
+    assert_eq!(
+        r.status, 404,
+        "host={host:?} path={path} should be unmatched: {r:?}"
+    );
+    assert_eq!(r.backend(), None, "host={host:?} path={path}: {r:?}");
+}
+
+fn objs(svcs: Vec<Svc>, slices: Vec<Vec<Value>>) -> Vec<Value> {
+    let mut v: Vec<Value> = svcs.into_iter().map(Value::from).collect();
+    v.extend(slices.into_iter().flatten());
+    v
+}
+
+// 1 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_routing_strips_prefix_on_segment_boundary() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let b3 = Backend::start("b3").await;
+    let b4 = Backend::start("b4").await;
+    let b5 = Backend::start("b5").await;
+    let b6 = Backend::start("b6").await;
+    let sy = switchyard(objs(
+        vec![
+            svc("svc-1", 80),
+            svc("svc-10", 80),
+            svc("web", 80).ns("shop"),
+            svc("web", 80),
+            svc("multi", 80).named_ports(&[("http", 80), ("alt", 8080)]),
+        ],
+        vec![
+            slices("svc-1", &[&b1]),
+            slices("svc-10", &[&b2]),
+            vec![slice_ns("shop", "web", "", b3.port)],
+            slices("web", &[&b4]),
+            vec![
+                slice("multi", "http", b5.port),
+                slice("multi", "alt", b6.port),
+            ],
+        ],
+    ))
+    .start()
+    .await;
+
+    expect_route(&sy, None, "/svc-1", &b1, "/").await;
+    expect_route(&sy, None, "/svc-1/", &b1, "/").await;
+    expect_route(&sy, None, "/svc-1/a?b", &b1, "/a?b").await;
+    expect_route(&sy, None, "/svc-1?x=1", &b1, "/?x=1").await;
+    expect_route(
+        &sy,
+        Some("anything.test"),
+        "/svc-1/deep/path",
+        &b1,
+        "/deep/path",
+    )
+    .await;
+    expect_route(&sy, None, "/svc-10", &b2, "/").await;
+    expect_route(&sy, None, "/svc-10/a?b", &b2, "/a?b").await;
+    expect_404(&sy, None, "/svc-1x").await;
+    expect_404(&sy, None, "/svc-100").await;
+    expect_route(&sy, None, "/shop/web/x", &b3, "/x").await;
+    expect_route(&sy, None, "/web/x", &b4, "/x").await;
+    expect_route(&sy, None, "/multi/p", &b5, "/p").await;
+    expect_route(&sy, None, "/multi:8080/q?z=1", &b6, "/q?z=1").await;
+}
+
+// 2 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_routing_case_insensitive_wildcard_and_exact_precedence() {
+    let exact = Backend::start("exact").await;
+    let wild = Backend::start("wild").await;
+    let other = Backend::start("other").await;
+    let sy = switchyard(objs(
+        vec![
+            svc("web", 80).host("foo.example.com"),
+            svc("wild", 80).host("*.example.com"),
+            svc("other", 80),
+        ],
+        vec![
+            slices("web", &[&exact]),
+            slices("wild", &[&wild]),
+            slices("other", &[&other]),
+        ],
+    ))
+    .start()
+    .await;
+
+    // Exact host, case-insensitive, port ignored, any path, unstripped.
+    expect_route(
+        &sy,
+        Some("FOO.example.com:8080"),
+        "/web/a",
+        &exact,
+        "/web/a",
+    )
+    .await;
+    expect_route(&sy, Some("foo.example.com"), "/", &exact, "/").await;
+    expect_route(&sy, Some("foo.EXAMPLE.com"), "/x/y?z", &exact, "/x/y?z").await;
+    // Host rule beats the host-less /other path rule.
+    expect_route(&sy, Some("foo.example.com"), "/other/a", &exact, "/other/a").await;
+    // Wildcard.
+    expect_route(&sy, Some("a.example.com"), "/p", &wild, "/p").await;
+    expect_route(&sy, Some("a.b.example.com:81"), "/p", &wild, "/p").await;
+    expect_route(&sy, Some("A.Example.Com"), "/web/a", &wild, "/web/a").await;
+    // The apex does not match the wildcard.
+    expect_404(&sy, Some("example.com"), "/p").await;
+    // Unrelated host still gets host-less path routing.
+    expect_route(&sy, Some("unrelated.test"), "/other/a", &other, "/a").await;
+}
+
+// 3 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_match_routes_listed_paths_unstripped() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let sy = switchyard(objs(
+        vec![
+            svc("acl", 80).acl("/api /v2"),
+            svc("hosted", 80).host("h.example.com").acl("/only"),
+        ],
+        vec![slices("acl", &[&b1]), slices("hosted", &[&b2])],
+    ))
+    .start()
+    .await;
+
+    expect_route(&sy, None, "/api/x", &b1, "/api/x").await;
+    expect_route(&sy, None, "/api", &b1, "/api").await;
+    expect_route(&sy, None, "/v2", &b1, "/v2").await;
+    expect_route(&sy, Some("any.test"), "/v2/z?q=1", &b1, "/v2/z?q=1").await;
+    // The entry name no longer routes.
+    expect_404(&sy, None, "/acl").await;
+    expect_404(&sy, None, "/acl/api").await;
+
+    // lb.host + aclMatch: only that host AND those paths.
+    expect_route(&sy, Some("h.example.com"), "/only/x", &b2, "/only/x").await;
+    expect_route(&sy, Some("H.EXAMPLE.COM:9999"), "/only", &b2, "/only").await;
+    expect_404(&sy, Some("h.example.com"), "/other").await;
+    expect_404(&sy, Some("x.example.com"), "/only").await;
+    expect_404(&sy, None, "/only").await;
+    expect_404(&sy, None, "/hosted").await;
+}
+
+// 4 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn longest_prefix_wins_and_host_rule_beats_hostless() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let c = Backend::start("c").await;
+    let sy = switchyard(objs(
+        vec![
+            svc("svc-a", 80).acl("/api"),
+            svc("svc-b", 80).acl("/api/admin"),
+            svc("svc-c", 80).host("p.example.com").acl("/api"),
+        ],
+        vec![
+            slices("svc-a", &[&a]),
+            slices("svc-b", &[&b]),
+            slices("svc-c", &[&c]),
+        ],
+    ))
+    .start()
+    .await;
+
+    expect_route(&sy, None, "/api/admin/x", &b, "/api/admin/x").await;
+    expect_route(&sy, None, "/api/admin", &b, "/api/admin").await;
+    expect_route(&sy, None, "/api/other", &a, "/api/other").await;
+    expect_route(&sy, None, "/api", &a, "/api").await;
+    // Host rule (shorter path) beats host-less rule (longer path).
+    expect_route(
+        &sy,
+        Some("p.example.com"),
+        "/api/admin/x",
+        &c,
+        "/api/admin/x",
+    )
+    .await;
+    expect_route(&sy, Some("p.example.com"), "/api/other", &c, "/api/other").await;
+}
+
+// 5 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roundrobin_spreads_evenly() {
+    let bs = [
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80)],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .start()
+    .await;
+    let counts = spread(&sy, "/web/x", 30).await;
+    let expected: BTreeMap<String, usize> = [
+        ("b1".to_string(), 10),
+        ("b2".to_string(), 10),
+        ("b3".to_string(), 10),
+    ]
+    .into();
+    assert_eq!(counts, expected);
+}
+
+fn lowest_port<'a>(bs: &'a [Backend]) -> &'a Backend {
+    bs.iter().min_by_key(|b| b.port).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_algorithm_flag_sends_all_to_lowest_port() {
+    let bs = vec![
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80)],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .args(&["--balance-algorithm", "first"])
+    .start()
+    .await;
+    let counts = spread(&sy, "/web", 20).await;
+    let first = lowest_port(&bs);
+    assert_eq!(
+        counts,
+        [(first.name.clone(), 20)].into(),
+        "ports: {:?}",
+        bs.iter().map(|b| (&b.name, b.port)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn algorithm_annotation_per_service() {
+    let f = vec![
+        Backend::start("f1").await,
+        Backend::start("f2").await,
+        Backend::start("f3").await,
+    ];
+    let r = vec![
+        Backend::start("r1").await,
+        Backend::start("r2").await,
+        Backend::start("r3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("firsty", 80).algo("first"), svc("rr", 80)],
+        vec![
+            slices("firsty", &[&f[0], &f[1], &f[2]]),
+            slices("rr", &[&r[0], &r[1], &r[2]]),
+        ],
+    ))
+    .start()
+    .await;
+    let counts = spread(&sy, "/firsty", 20).await;
+    assert_eq!(counts, [(lowest_port(&f).name.clone(), 20)].into());
+    // The default (roundrobin) still applies to the other service.
+    let counts = spread(&sy, "/rr", 30).await;
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        vec![10, 10, 10],
+        "{counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_algorithm_annotation_falls_back_to_roundrobin() {
+    let bs = [
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80).algo("bogus")],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .start()
+    .await;
+    let counts = spread(&sy, "/web", 30).await;
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        vec![10, 10, 10],
+        "{counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_algorithm_pins_client() {
+    let bs = [
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80).algo("source")],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .start()
+    .await;
+    let counts = spread(&sy, "/web", 20).await;
+    assert_eq!(
+        counts.len(),
+        1,
+        "source hashing must pin 127.0.0.1 to one backend: {counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_algorithm_flag_pins_client() {
+    let bs = [
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80)],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .args(&["--balance-algorithm", "source"])
+    .start()
+    .await;
+    let counts = spread(&sy, "/web", 20).await;
+    assert_eq!(counts.len(), 1, "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leastconn_prefers_idle_backend() {
+    let slow = Backend::start_with_delay("slow", Duration::from_millis(1000)).await;
+    let fast = Backend::start("fast").await;
+    let sy = switchyard(objs(
+        vec![svc("web", 80).algo("leastconn")],
+        vec![slices("web", &[&slow, &fast])],
+    ))
+    .start()
+    .await;
+    let port = sy.http_port;
+    // 4 concurrent sequential clients for ~2.5 s.
+    let deadline = Instant::now() + Duration::from_millis(2500);
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        tasks.push(tokio::spawn(async move {
+            let mut got: Vec<String> = Vec::new();
+            for _ in 0..500 {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                let r = get(port, "/web", &[]).await;
+                assert_eq!(r.status, 200, "{r:?}");
+                got.push(r.backend().unwrap());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            got
+        }));
+    }
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for t in tasks {
+        for b in t.await.unwrap() {
+            *counts.entry(b).or_insert(0) += 1;
+        }
+    }
+    let s = counts.get("slow").copied().unwrap_or(0);
+    let f = counts.get("fast").copied().unwrap_or(0);
+    assert!(
+        f >= 20 && f > 3 * s,
+        "leastconn should favour the idle backend: {counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leastconn_sequential_requests_use_all_backends() {
+    let bs = [
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80)],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .args(&["--balance-algorithm", "leastconn"])
+    .start()
+    .await;
+    let counts = spread(&sy, "/web", 30).await;
+    assert_eq!(counts.len(), 3, "all backends should get some: {counts:?}");
+}
+
+// 6 ---------------------------------------------------------------------------
+
+fn serverid_cookie(r: &Resp) -> Option<(String, Vec<String>)> {
+    let sc = r
+        .header_all("set-cookie")
+        .into_iter()
+        .find(|c| c.trim_start().starts_with("SERVERID="))?;
+    let mut parts = sc.split(';').map(|p| p.trim().to_string());
+    let id = parts.next()?.trim_start_matches("SERVERID=").to_string();
+    Some((id, parts.collect()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_sticky_session() {
+    let bs = [
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80).sticky()],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .start()
+    .await;
+
+    // Without a cookie: every response sets one; ids map 1:1 to backends.
+    let mut id_to_backend: BTreeMap<String, String> = BTreeMap::new();
+    for i in 0..6 {
+        let r = sy.get("/web").await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let (id, attrs) = serverid_cookie(&r)
+            .unwrap_or_else(|| panic!("request #{i}: no SERVERID Set-Cookie: {r:?}"));
+        assert!(!id.is_empty(), "empty SERVERID: {r:?}");
+        assert!(
+            attrs.iter().any(|a| a == "Path=/"),
+            "Set-Cookie lacks Path=/: {r:?}"
+        );
+        assert!(
+            attrs.iter().any(|a| a.eq_ignore_ascii_case("HttpOnly")),
+            "Set-Cookie lacks HttpOnly: {r:?}"
+        );
+        assert_eq!(
+            r.header("cache-control").as_deref(),
+            Some("no-cache=\"set-cookie\""),
+            "{r:?}"
+        );
+        let b = r.backend().unwrap();
+        if let Some(prev) = id_to_backend.insert(id.clone(), b.clone()) {
+            assert_eq!(prev, b, "SERVERID {id} was issued by two backends");
+        }
+    }
+    let backends: BTreeSet<&String> = id_to_backend.values().collect();
+    assert!(
+        backends.len() >= 2,
+        "roundrobin should have spread the first requests: {id_to_backend:?}"
+    );
+
+    // With a valid cookie: always the same backend, cookie stripped, not re-set.
+    for (id, backend) in &id_to_backend {
+        let cookie = format!("a=1; SERVERID={id}; b=2");
+        for i in 0..10 {
+            let r = sy.get_with("/web/p", &[("cookie", &cookie)]).await;
+            assert_eq!(r.status, 200, "{r:?}");
+            assert_eq!(
+                r.backend().as_ref(),
+                Some(backend),
+                "request #{i} with {cookie}"
+            );
+            let seen = r.seen_header("cookie").unwrap_or_default();
+            assert!(!seen.contains("SERVERID"), "backend saw SERVERID: {seen:?}");
+            assert!(
+                seen.contains("a=1") && seen.contains("b=2"),
+                "other cookies lost: {seen:?}"
+            );
+            assert!(serverid_cookie(&r).is_none(), "cookie set again: {r:?}");
+        }
+        // Only the SERVERID cookie: the backend sees no SERVERID at all.
+        let r = sy
+            .get_with("/web", &[("cookie", &format!("SERVERID={id}"))])
+            .await;
+        assert_eq!(r.backend().as_ref(), Some(backend));
+        assert!(
+            !r.seen_header("cookie")
+                .unwrap_or_default()
+                .contains("SERVERID"),
+            "{r:?}"
+        );
+    }
+
+    // Unknown id: fresh Set-Cookie with a valid id.
+    let r = sy
+        .get_with("/web", &[("cookie", "SERVERID=does-not-exist")])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let (id, _) = serverid_cookie(&r).unwrap_or_else(|| panic!("no fresh cookie: {r:?}"));
+    assert_ne!(id, "does-not-exist");
+    assert!(
+        !r.seen_header("cookie")
+            .unwrap_or_default()
+            .contains("SERVERID"),
+        "{r:?}"
+    );
+}
+
+// 7 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ip_session_affinity() {
+    let bs = [
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    ];
+    let sy = switchyard(objs(
+        vec![svc("web", 80).client_ip_affinity()],
+        vec![slices("web", &[&bs[0], &bs[1], &bs[2]])],
+    ))
+    .args(&["--balance-algorithm", "roundrobin"])
+    .start()
+    .await;
+    let counts = spread(&sy, "/web", 20).await;
+    assert_eq!(
+        counts.len(),
+        1,
+        "ClientIP affinity must pin 127.0.0.1: {counts:?}"
+    );
+}
+
+// 8 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_without_endpoints_answers_503() {
+    let b = Backend::start("b1").await;
+    let sy = switchyard(objs(
+        vec![svc("empty", 80), svc("web", 80)],
+        vec![slices("web", &[&b])],
+    ))
+    .start()
+    .await;
+    for path in ["/empty", "/empty/x"] {
+        let r = sy.get(path).await;
+        assert_eq!(r.status, 503, "{path}: {r:?}");
+    }
+    expect_route(&sy, None, "/web", &b, "/").await;
+}
+
+// 9 ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmatched_request_default_404() {
+    let b = Backend::start("b1").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b])]))
+        .start()
+        .await;
+    for path in ["/nothing-here", "/", "/webx"] {
+        let r = sy.get(path).await;
+        assert_eq!(r.status, 404, "{path}: {r:?}");
+        assert!(!r.body.is_empty(), "{path}: 404 body is empty");
+        assert_eq!(r.backend(), None, "{path} reached a backend: {r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmatched_request_custom_code_and_error_page() {
+    let b = Backend::start("b1").await;
+    let page_dir = tempfile::tempdir().unwrap();
+    let page = page_dir.path().join("x.html");
+    let html = "<html><body>custom switchyard error page 7f3a</body></html>\n";
+    std::fs::write(&page, html).unwrap();
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b])]))
+        .args(&["--default-return-code", "403"])
+        .args(&["--error-page", &format!("file://{}", page.display())])
+        .start()
+        .await;
+    let r = sy.get("/nothing-here").await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(r.body, html);
+    // Matched requests are unaffected.
+    expect_route(&sy, None, "/web/ok", &b, "/ok").await;
+}
+
+// 10 --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_succeed_after_a_backend_dies() {
+    let mut b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b1, &b2])]))
+        .start()
+        .await;
+    // Warm up: both backends answer (and the proxy may pool connections).
+    let counts = spread(&sy, "/web", 4).await;
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    b1.stop().await;
+    for i in 0..20 {
+        let r = try_request(sy.http_port, "GET", "/web/after", &[]).await;
+        let r = r.unwrap_or_else(|e| panic!("request #{i} after b1 died: {e}"));
+        assert_eq!(r.status, 200, "request #{i} after b1 died: {r:?}");
+        assert_eq!(r.backend().as_deref(), Some("b2"), "request #{i}: {r:?}");
+    }
+}
+
+// 11 --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_reach_backend() {
+    let b = Backend::start("b1").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b])]))
+        .start()
+        .await;
+    let r = sy.get("/web/h").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let xff = r.seen_header("x-forwarded-for").unwrap_or_default();
+    assert!(
+        xff.contains("127.0.0.1"),
+        "X-Forwarded-For = {xff:?}; {r:?}"
+    );
+    assert_eq!(
+        r.seen_header("x-forwarded-proto").as_deref(),
+        Some("http"),
+        "{r:?}"
+    );
+    // Same through the backend's own record.
+    let seen = b.last().unwrap();
+    assert!(
+        seen.header("x-forwarded-for")
+            .unwrap_or_default()
+            .contains("127.0.0.1")
+    );
+}
+
+// 12 --------------------------------------------------------------------------
+
+async fn ws_echo(url: &str) {
+    let (mut ws, resp) = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_tungstenite::connect_async(url),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("websocket handshake to {url} timed out"))
+    .unwrap_or_else(|e| panic!("websocket handshake to {url} failed: {e}"));
+    assert_eq!(resp.status(), 101);
+    for text in ["hello switchyard", "second message"] {
+        ws.send(Message::text(text)).await.expect("ws send");
+        let got = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("echo timed out")
+            .expect("stream ended")
+            .expect("ws error");
+        assert_eq!(got, Message::text(text));
+    }
+    let _ = ws.close(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrade_via_acl_match() {
+    let b = Backend::start("b1").await;
+    let sy = switchyard(objs(
+        vec![svc("chat", 80).acl("/ws")],
+        vec![slices("chat", &[&b])],
+    ))
+    .start()
+    .await;
+    ws_echo(&format!("ws://127.0.0.1:{}/ws", sy.http_port)).await;
+    assert_eq!(b.last().map(|s| s.uri).as_deref(), Some("/ws"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrade_via_path_prefix() {
+    let b = Backend::start("b1").await;
+    let sy = switchyard(objs(vec![svc("chat", 80)], vec![slices("chat", &[&b])]))
+        .start()
+        .await;
+    ws_echo(&format!("ws://127.0.0.1:{}/chat/ws", sy.http_port)).await;
+    assert_eq!(b.last().map(|s| s.uri).as_deref(), Some("/ws"));
+}
+
+// 13 --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_manifest_edit_without_failed_requests() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let b3 = Backend::start("b3").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b1])]))
+        .start()
+        .await;
+    expect_404(&sy, None, "/api").await;
+
+    // Sequential keep-alive load on /web, bounded to 8 s / 3000 requests.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let url = sy.url("/web/load");
+    let load = {
+        let (stop, ok) = (stop.clone(), ok.clone());
+        tokio::spawn(async move {
+            let client = pooled_client();
+            let deadline = Instant::now() + Duration::from_secs(8);
+            let mut failures = Vec::new();
+            let mut seen = BTreeSet::new();
+            for i in 0..3000 {
+                if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                    break;
+                }
+                match pooled_get(&client, &url).await {
+                    Ok(r) if r.status == 200 => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                        seen.insert(r.backend().unwrap_or_default());
+                    }
+                    Ok(r) => failures.push(format!("#{i}: status {} body {:?}", r.status, r.body)),
+                    Err(e) => failures.push(format!("#{i}: {e}")),
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            (failures, seen)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    sy.rewrite(&objs(
+        vec![svc("web", 80), svc("api", 80)],
+        vec![slices("web", &[&b1, &b2]), slices("api", &[&b3])],
+    ));
+    let changed = Instant::now();
+    let api_live = eventually(Duration::from_secs(5), || async {
+        let r = sy.get("/api/x").await;
+        r.status == 200 && r.backend().as_deref() == Some("b3")
+    })
+    .await;
+    let took = changed.elapsed();
+    // Let the load see the new table for a while (b2 must get traffic).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (failures, seen) = load.await.unwrap();
+
+    assert!(
+        api_live,
+        "new route /api did not answer within 5 s of the edit"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} load requests failed: {failures:?}",
+        failures.len()
+    );
+    assert!(
+        ok.load(Ordering::Relaxed) > 50,
+        "load made too few requests: {}",
+        ok.load(Ordering::Relaxed)
+    );
+    assert!(
+        seen.contains("b2"),
+        "new backend b2 never got load traffic: {seen:?} (route took {took:?})"
+    );
+    expect_route(&sy, None, "/api/y?z", &b3, "/y?z").await;
+}
+
+// 14 --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_manifest_keeps_last_good_table() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b1])]))
+        .start()
+        .await;
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
+
+    sy.rewrite_raw(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: [unclosed\n  : : :\n\t- nope\n",
+    );
+    let until = Instant::now() + Duration::from_millis(2500);
+    let mut n = 0;
+    while Instant::now() < until && n < 100 {
+        expect_route(&sy, None, "/web/a", &b1, "/a").await;
+        let ready = get(sy.admin_port, "/healthz", &[]).await;
+        assert_eq!(
+            ready.status, 200,
+            "healthz during broken manifest: {ready:?}"
+        );
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(n >= 10);
+
+    // Fix it, with a change: a second service.
+    sy.rewrite(&objs(
+        vec![svc("web", 80), svc("api", 80)],
+        vec![slices("web", &[&b1]), slices("api", &[&b2])],
+    ));
+    let live = eventually(Duration::from_secs(5), || async {
+        sy.get("/api").await.backend().as_deref() == Some("b2")
+    })
+    .await;
+    assert!(
+        live,
+        "fixed manifest not applied within 5 s; stderr:\n{}",
+        sy.stderr()
+    );
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
+}
+
+// 15 --------------------------------------------------------------------------
+
+#[test]
+fn dry_run_prints_json_with_entry_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.json");
+    let objects = objs(
+        vec![
+            svc("web", 80),
+            svc("api", 8080),
+            svc("web", 80).ns("shop"),
+            svc("cart", 9090).ns("shop"),
+        ],
+        vec![
+            vec![slice("web", "", 18080), slice("api", "", 18081)],
+            vec![
+                slice_ns("shop", "web", "", 18082),
+                slice_ns("shop", "cart", "", 18083),
+            ],
+        ],
+    );
+    std::fs::write(&file, list_doc(&objects)).unwrap();
+    let out = run_to_exit(&["--dry-run", "--manifests", file.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}; stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("dry-run stdout is not JSON ({e}):\n{stdout}"));
+    let text = v.to_string();
+    for name in [
+        "\"web\"",
+        "\"api:8080\"",
+        "\"shop/web\"",
+        "\"shop/cart:9090\"",
+    ] {
+        assert!(
+            text.contains(name),
+            "dry-run JSON lacks entry {name}:\n{stdout}"
+        );
+    }
+    // Stable: a second run prints exactly the same thing.
+    let again = run_to_exit(&["--dry-run", "--manifests", file.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), stdout);
+}
+
+#[test]
+fn dry_run_reads_a_directory_of_manifests() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        multi_doc(&[svc("alpha", 80).into(), slice("alpha", "", 18090)]),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        multi_doc(&[svc("beta", 81).into(), slice("beta", "", 18091)]),
+    )
+    .unwrap();
+    let out = run_to_exit(&["--dry-run", "--manifests", dir.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"));
+    let text = v.to_string();
+    assert!(
+        text.contains("\"alpha\"") && text.contains("\"beta:81\""),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bogus_flag_exits_2_with_one_line_error() {
+    let out = run_to_exit(&["--bogus-flag"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr:\n{stderr}");
+    let lines: Vec<&str> = stderr.trim().lines().collect();
+    assert_eq!(lines.len(), 1, "stderr should be one line, got:\n{stderr}");
+    assert!(!lines[0].trim().is_empty());
+}
+
+#[test]
+fn version_flag_prints_version() {
+    let out = run_to_exit(&["--version"]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_endpoints_objects_are_accepted() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let endpoints = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": "legacy"},
+        "subsets": [
+            {"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": b1.port, "protocol": "TCP"}]},
+            {"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": b2.port, "protocol": "TCP"}]},
+        ],
+    });
+    let sy = switchyard(vec![svc("legacy", 80).into(), endpoints])
+        .start()
+        .await;
+    let counts = spread(&sy, "/legacy/e", 10).await;
+    assert_eq!(
+        counts,
+        [("b1".to_string(), 5), ("b2".to_string(), 5)].into()
+    );
+}
+
+// 16 --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_serves_many_requests_on_one_connection() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let sy = switchyard(objs(
+        vec![svc("web", 80), svc("api", 80)],
+        vec![slices("web", &[&b1]), slices("api", &[&b2])],
+    ))
+    .start()
+    .await;
+    let mut conn = OneConn::open(sy.http_port).await;
+    for i in 0..10 {
+        let (path, want, uri) = if i % 2 == 0 {
+            ("/web/k", "b1", "/k")
+        } else {
+            ("/api/k", "b2", "/k")
+        };
+        let r = conn
+            .get(&format!("{path}?i={i}"), &[])
+            .await
+            .unwrap_or_else(|e| panic!("request #{i} on the same connection failed: {e}"));
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.backend().as_deref(), Some(want));
+        assert_eq!(r.uri(), format!("{uri}?i={i}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_survives_unmatched_request() {
+    let b1 = Backend::start("b1").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b1])]))
+        .start()
+        .await;
+    let mut conn = OneConn::open(sy.http_port).await;
+    assert_eq!(
+        conn.get("/web", &[]).await.expect("first request").status,
+        200
+    );
+    let r = conn
+        .get("/nope", &[])
+        .await
+        .expect("404 on keep-alive conn");
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = conn
+        .get("/web/again", &[])
+        .await
+        .expect("request after a 404 on the same connection");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.uri(), "/again");
+}
+
+#[test]
+fn keep_alive_with_curl_reuses_connection() {
+    // Uses a plain std runtime for the backend.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let b = Backend::start("b1").await;
+        let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b])]))
+            .start()
+            .await;
+        let urls: Vec<String> = (0..3).map(|i| sy.url(&format!("/web/c{i}"))).collect();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args([
+                    "-sS",
+                    "-v",
+                    "--max-time",
+                    "10",
+                    "-o",
+                    "/dev/null",
+                    "-o",
+                    "/dev/null",
+                    "-o",
+                    "/dev/null",
+                ])
+                .args(&urls)
+                .output()
+                .expect("run curl")
+        })
+        .await
+        .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "curl failed:\n{err}");
+        assert!(
+            err.contains("Re-using existing connection") || err.contains("Reusing existing"),
+            "curl did not reuse the connection:\n{err}"
+        );
+        let uris: Vec<String> = b.requests().into_iter().map(|s| s.uri).collect();
+        assert_eq!(uris, vec!["/c0", "/c1", "/c2"]);
+    });
+}
+
+// Harness self-check (no switchyard): the test backend itself behaves as the
+// other tests assume, so a failure above is switchyard's, not the harness's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_backend_self_check() {
+    let mut b = Backend::start("b1").await;
+    let r = get(b.port, "/a/b?c=d&e", &[("x-test", "1"), ("cookie", "a=1")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.backend().as_deref(), Some("b1"));
+    assert_eq!(r.uri(), "/a/b?c=d&e");
+    assert_eq!(r.seen_header("X-Test").as_deref(), Some("1"));
+    assert_eq!(r.seen_header("cookie").as_deref(), Some("a=1"));
+    let mut conn = OneConn::open(b.port).await;
+    for _ in 0..3 {
+        assert_eq!(conn.get("/k", &[]).await.unwrap().status, 200);
+    }
+    ws_echo(&format!("ws://127.0.0.1:{}/ws", b.port)).await;
+    assert_eq!(b.count(), 5);
+    b.stop().await;
+    assert!(
+        conn.get("/k", &[]).await.is_err(),
+        "keep-alive conn survived stop()"
+    );
+    assert!(
+        try_request(b.port, "GET", "/", &[]).await.is_err(),
+        "listener survived stop()"
+    );
+}
