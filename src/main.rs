@@ -1,1 +1,52 @@
-fn main() {}
+//! The `switchyard` binary: parse flags, set up logging, hand over to the library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+use switchyard::config::{Args, Config};
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line, as users of a load balancer expect from a bad flag.
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!(
+                "switchyard: {} (see --help)",
+                first.trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let config = match Config::from_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("switchyard: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing();
+    match switchyard::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let e = anyhow::Error::from(e);
+            eprintln!("switchyard: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,318 @@
+//! Command-line flags (clap, each with an environment variable) and their validation into a
+//! plain `Config`.
+//!
+//! External forms are parsed here, at the edge: `--tcp-services` into `TcpService`s, the
+//! algorithm into `Algorithm`, URLs into `ErrorPageSource`. Nothing here does I/O beyond what
+//! clap does; loading files is the job of the modules that use them.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::balance::Algorithm;
+use crate::translate::{Options, TcpService};
+
+/// A Kubernetes service load balancer: one immutable routing table, swapped atomically, served
+/// by an embedded Pingora proxy.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "switchyard", version, about, max_term_width = 100)]
+pub struct Args {
+    /// Kubernetes manifests (YAML or JSON, multi-document or `kind: List`) holding Services and
+    /// EndpointSlices (or v1 Endpoints); a file or a directory. Repeatable. Files are watched
+    /// and edits applied live. Without it, the cluster is watched [cluster watch: not yet
+    /// implemented].
+    #[arg(
+        long = "manifests",
+        value_name = "PATH",
+        env = "SWITCHYARD_MANIFESTS",
+        value_delimiter = ','
+    )]
+    pub manifests: Vec<PathBuf>,
+
+    /// Run the bundled example: two demo backends on 127.0.0.1:9001 and :9002 and
+    /// examples/demo.yaml, served on --http-port (default 8080 in this mode).
+    #[arg(long, env = "SWITCHYARD_DEMO")]
+    pub demo: bool,
+
+    /// Build the table once from the source, print it as sorted JSON on stdout, exit.
+    #[arg(long = "dry-run", visible_alias = "dry")]
+    pub dry_run: bool,
+
+    /// Address the listeners bind to.
+    #[arg(
+        long,
+        value_name = "IP",
+        default_value = "0.0.0.0",
+        env = "SWITCHYARD_BIND_ADDRESS"
+    )]
+    pub bind_address: IpAddr,
+
+    /// Port for plain HTTP services [default: 80; 8080 with --demo].
+    #[arg(long, value_name = "PORT", env = "SWITCHYARD_HTTP_PORT")]
+    pub http_port: Option<u16>,
+
+    /// Port of the admin server: /healthz (liveness) and /readyz (ready after the first table).
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 8081,
+        env = "SWITCHYARD_ADMIN_PORT"
+    )]
+    pub admin_port: u16,
+
+    /// Port of the stats page [not yet implemented: accepted and ignored].
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 1936,
+        env = "SWITCHYARD_STATS_PORT"
+    )]
+    pub stats_port: u16,
+
+    /// Default balance algorithm for Services without a valid lb.algorithm annotation.
+    #[arg(long, value_name = "ALGORITHM", default_value = "roundrobin", value_parser = parse_algorithm,
+          env = "SWITCHYARD_BALANCE_ALGORITHM")]
+    pub balance_algorithm: Algorithm,
+
+    /// Status code for requests that match no route.
+    #[arg(long, value_name = "CODE", default_value_t = 404, value_parser = clap::value_parser!(u16).range(200..=599),
+          env = "SWITCHYARD_DEFAULT_RETURN_CODE")]
+    pub default_return_code: u16,
+
+    /// Body for unmatched requests: a file:// or http(s):// URL, loaded once at startup (the URL
+    /// must answer 200). A failed load is a warning and the built-in page is used.
+    #[arg(long, value_name = "URL", env = "SWITCHYARD_ERROR_PAGE")]
+    pub error_page: Option<String>,
+
+    /// Serve only this Service (`name`, or `namespace/name`).
+    #[arg(long, value_name = "NAME", env = "SWITCHYARD_TARGET_SERVICE")]
+    pub target_service: Option<String>,
+
+    /// Forward to the Service's clusterIP:port instead of its endpoints (kube-proxy balances).
+    #[arg(long, env = "SWITCHYARD_FORWARD_SERVICES")]
+    pub forward_services: bool,
+
+    /// Comma-separated `name:port` or `namespace/name:port` Service ports to serve as raw TCP
+    /// frontends on that port [listeners not yet implemented: the table lists them].
+    #[arg(long, value_name = "LIST", value_parser = parse_tcp_service, value_delimiter = ',',
+          env = "SWITCHYARD_TCP_SERVICES")]
+    pub tcp_services: Vec<TcpService>,
+
+    /// PEM certificate chain and key for TLS termination [not yet implemented].
+    #[arg(long, value_name = "PATH", env = "SWITCHYARD_SSL_CERT")]
+    pub ssl_cert: Option<PathBuf>,
+
+    /// CA bundle to verify client certificates against [not yet implemented].
+    #[arg(long, value_name = "PATH", env = "SWITCHYARD_SSL_CA_CERT")]
+    pub ssl_ca_cert: Option<PathBuf>,
+
+    /// Watch only this namespace (absent: all). Entries of Services in this namespace (or in
+    /// `default` when absent) are named without a `namespace/` prefix.
+    #[arg(long, value_name = "NS", env = "SWITCHYARD_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Kubeconfig file for the cluster watch [not yet implemented].
+    #[arg(long, value_name = "PATH", env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Use the in-cluster service account for the cluster watch [not yet implemented].
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          env = "SWITCHYARD_USE_KUBERNETES_CLUSTER_SERVICE")]
+    pub use_kubernetes_cluster_service: bool,
+
+    /// Worker threads of the data plane (0: one per core).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        env = "SWITCHYARD_THREADS"
+    )]
+    pub threads: usize,
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    s.parse::<Algorithm>().map_err(|e| e.to_string())
+}
+
+fn parse_tcp_service(s: &str) -> Result<TcpService, String> {
+    let (svc, port) = s
+        .trim()
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} is not name:port or namespace/name:port"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("{s:?}: port must be 1-65535"))?;
+    let (namespace, name) = match svc.split_once('/') {
+        Some((ns, name)) => (Some(ns.to_string()), name),
+        None => (None, svc),
+    };
+    if name.is_empty() || namespace.as_deref() == Some("") {
+        return Err(format!("{s:?}: empty service or namespace name"));
+    }
+    Ok(TcpService {
+        namespace,
+        name: name.to_string(),
+        port,
+    })
+}
+
+/// Where the routing objects come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Files and directories, watched.
+    Manifests(Vec<PathBuf>),
+    /// The Kubernetes API (the cluster watcher).
+    Cluster,
+}
+
+/// Timeouts of the HTTP data plane; the original HAProxy template's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub request_headers: Duration,
+    pub client_idle: Duration,
+    pub server_idle: Duration,
+    pub keep_alive: Duration,
+    pub tunnel: Duration,
+    /// How long a failed connect keeps an endpoint out of rotation.
+    pub passive_down: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            request_headers: Duration::from_secs(5),
+            client_idle: Duration::from_secs(50),
+            server_idle: Duration::from_secs(50),
+            keep_alive: Duration::from_secs(60),
+            tunnel: Duration::from_secs(3600),
+            passive_down: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub source: Source,
+    pub demo: bool,
+    pub dry_run: bool,
+    pub bind_address: IpAddr,
+    pub http_port: u16,
+    pub admin_port: u16,
+    pub default_return_code: u16,
+    pub error_page: Option<String>,
+    pub translate: Options,
+    pub timeouts: Timeouts,
+    /// Tries per request on connect failure (HAProxy `retries 3` + `option redispatch`).
+    pub connect_tries: usize,
+    pub threads: usize,
+}
+
+/// A configuration that parsed but cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "no source of Services: pass --manifests PATH or --demo (the cluster watcher is not implemented yet)"
+    )]
+    NoSource,
+}
+
+impl Config {
+    pub fn from_args(args: Args) -> Result<Config, ConfigError> {
+        let mut manifests = args.manifests;
+        if args.demo && manifests.is_empty() {
+            manifests.push(PathBuf::from(crate::demo::MANIFEST_PATH));
+        }
+        let source = if manifests.is_empty() {
+            return Err(ConfigError::NoSource);
+        } else {
+            Source::Manifests(manifests)
+        };
+        let threads = if args.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            args.threads
+        };
+        Ok(Config {
+            source,
+            demo: args.demo,
+            dry_run: args.dry_run,
+            bind_address: args.bind_address,
+            http_port: args.http_port.unwrap_or(if args.demo { 8080 } else { 80 }),
+            admin_port: args.admin_port,
+            default_return_code: args.default_return_code,
+            error_page: args.error_page,
+            translate: Options {
+                default_algorithm: args.balance_algorithm,
+                target_service: args.target_service,
+                forward_services: args.forward_services,
+                tcp_services: args.tcp_services,
+                home_namespace: args.namespace.unwrap_or_else(|| "default".into()),
+            },
+            timeouts: Timeouts::default(),
+            connect_tries: 3,
+            threads,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("switchyard").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn tcp_services_parse() {
+        let a = parse(&["--tcp-services", "mysql:3306,db/pg:5432"]).unwrap();
+        assert_eq!(a.tcp_services.len(), 2);
+        assert_eq!(a.tcp_services[1].namespace.as_deref(), Some("db"));
+        assert!(parse(&["--tcp-services", "mysql"]).is_err());
+        assert!(parse(&["--tcp-services", "mysql:0"]).is_err());
+        assert!(parse(&["--tcp-services", "/x:1"]).is_err());
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(parse(&["--balance-algorithm", "bogus"]).is_err());
+        assert!(parse(&["--default-return-code", "99"]).is_err());
+        assert!(parse(&["--http-port", "70000"]).is_err());
+        assert!(parse(&["--bind-address", "nope"]).is_err());
+    }
+
+    #[test]
+    fn defaults_follow_the_original() {
+        let c = Config::from_args(parse(&["--manifests", "x.yaml"]).unwrap()).unwrap();
+        assert_eq!(c.http_port, 80);
+        assert_eq!(c.admin_port, 8081);
+        assert_eq!(c.default_return_code, 404);
+        assert_eq!(c.translate.default_algorithm, Algorithm::RoundRobin);
+        assert_eq!(c.timeouts.connect, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn demo_defaults_to_port_8080_and_the_bundled_manifest() {
+        let c = Config::from_args(parse(&["--demo"]).unwrap()).unwrap();
+        assert_eq!(c.http_port, 8080);
+        assert_eq!(
+            c.source,
+            Source::Manifests(vec![PathBuf::from(crate::demo::MANIFEST_PATH)])
+        );
+    }
+
+    #[test]
+    fn no_source_is_an_error() {
+        assert!(matches!(
+            Config::from_args(parse(&[]).unwrap()),
+            Err(ConfigError::NoSource)
+        ));
+    }
+}

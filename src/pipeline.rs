@@ -1,0 +1,115 @@
+//! The publish path shared by every source (manifest files now, the cluster watcher next):
+//! translate against the current table, skip the swap when nothing changed, store once, and
+//! report warnings.
+//!
+//! Warnings are logged when they first appear, not on every rebuild, so a bad object does not
+//! flood the log. This module owns no I/O besides logging and reading the clock for the build
+//! duration; it must not touch the data plane.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::table::TableWriter;
+use crate::translate::{Options, Warning, WarningReason, translate};
+
+/// What one `apply` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// A new table was swapped in.
+    pub swapped: bool,
+    /// Generation of the table now serving.
+    pub generation: u64,
+    pub warnings: usize,
+}
+
+/// Translates and publishes; one per source.
+pub struct Pipeline {
+    writer: TableWriter,
+    options: Options,
+    /// Warnings already reported.
+    reported: HashSet<Warning>,
+}
+
+impl Pipeline {
+    pub fn new(writer: TableWriter, options: Options) -> Self {
+        Pipeline {
+            writer,
+            options,
+            reported: HashSet::new(),
+        }
+    }
+
+    /// Builds a table from a complete set of objects and publishes it.
+    pub fn apply(&mut self, services: &[Service], slices: &[EndpointSlice]) -> Applied {
+        let started = Instant::now();
+        let current = self.writer.current();
+        let (table, warnings) = translate(services, slices, &self.options, Some(&current));
+        let built = started.elapsed();
+        let (entries, endpoints) = (
+            table.entries.len(),
+            table
+                .entries
+                .iter()
+                .map(|e| e.endpoints.len())
+                .sum::<usize>(),
+        );
+        let generation = table.generation;
+        let swapped = self.writer.publish(table);
+        let now = self.writer.current().generation;
+        if swapped {
+            tracing::info!(
+                generation,
+                entries,
+                endpoints,
+                build_ms = built.as_secs_f64() * 1e3,
+                "routing table swapped"
+            );
+        } else {
+            tracing::debug!(generation = now, "routing table unchanged");
+        }
+        self.report(&warnings);
+        Applied {
+            swapped,
+            generation: now,
+            warnings: warnings.len(),
+        }
+    }
+
+    fn report(&mut self, warnings: &[Warning]) {
+        let current: HashSet<Warning> = warnings.iter().cloned().collect();
+        for w in warnings {
+            if self.reported.contains(w) {
+                continue;
+            }
+            match w.reason {
+                WarningReason::Skipped => tracing::info!(object = %w.object, "{}", w.message),
+                reason => {
+                    tracing::warn!(object = %w.object, reason = reason.as_str(), "{}", w.message)
+                }
+            }
+        }
+        // Forget warnings that went away, so they are reported again if they come back.
+        self.reported = current;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table;
+
+    #[test]
+    fn equal_rebuilds_do_not_swap() {
+        let (w, r) = table::handle(Default::default());
+        let mut p = Pipeline::new(w, Options::default());
+        let a = p.apply(&[], &[]);
+        assert!(a.swapped);
+        assert!(r.is_published());
+        let b = p.apply(&[], &[]);
+        assert!(!b.swapped);
+        assert_eq!(a.generation, b.generation);
+    }
+}
