@@ -108,8 +108,8 @@ pub struct Args {
     #[arg(long, value_name = "PATH", env = "SWITCHYARD_SSL_CA_CERT")]
     pub ssl_ca_cert: Option<PathBuf>,
 
-    /// Watch only this namespace (absent: all). Entries of Services in this namespace (or in
-    /// `default` when absent) are named without a `namespace/` prefix.
+    /// Serve only Services of this namespace (absent: all namespaces). Entries of Services in
+    /// this namespace (or in `default` when absent) are named without a `namespace/` prefix.
     #[arg(long, value_name = "NS", env = "SWITCHYARD_NAMESPACE")]
     pub namespace: Option<String>,
 
@@ -253,7 +253,8 @@ impl Config {
                 target_service: args.target_service,
                 forward_services: args.forward_services,
                 tcp_services: args.tcp_services,
-                home_namespace: args.namespace.unwrap_or_else(|| "default".into()),
+                home_namespace: args.namespace.clone().unwrap_or_else(|| "default".into()),
+                only_namespace: args.namespace,
             },
             timeouts: Timeouts::default(),
             connect_tries: 3,

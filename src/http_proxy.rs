@@ -204,10 +204,10 @@ impl ProxyHttp for HttpProxy {
         let endpoint = &entry.endpoints[i];
         let addr = endpoint.addr;
         let guard = endpoint.state.0.enter();
-        if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
-            if ctx.pinned != Some(i) {
-                entry.state.affinity.set(ip, addr, now, timeout);
-            }
+        if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip)
+            && ctx.pinned != Some(i)
+        {
+            entry.state.affinity.set(ip, addr, now, timeout);
         }
         if ctx.n_tried < MAX_TRIES {
             ctx.tried[ctx.n_tried] = i;

@@ -72,15 +72,15 @@ impl<T> PathRules<T> {
         let mut end = bytes.len();
         while let Some(slash) = bytes[..end].iter().rposition(|&b| b == b'/') {
             // "/a/b/c": try "/a/b/" then "/a/b", then "/a/" and "/a", then "/".
-            if slash + 1 < bytes.len() {
-                if let Some(rule) = self.rules.get(&path[..=slash]) {
-                    return Some(rule);
-                }
+            if slash + 1 < bytes.len()
+                && let Some(rule) = self.rules.get(&path[..=slash])
+            {
+                return Some(rule);
             }
-            if slash > 0 {
-                if let Some(rule) = self.rules.get(&path[..slash]) {
-                    return Some(rule);
-                }
+            if slash > 0
+                && let Some(rule) = self.rules.get(&path[..slash])
+            {
+                return Some(rule);
             }
             end = slash;
         }
@@ -155,16 +155,15 @@ impl<T> Router<T> {
     pub fn lookup(&self, host: Option<&[u8]>, path: &str) -> Option<&PathRule<T>> {
         let mut buf = [0u8; MAX_HOST_LEN];
         if let Some(host) = host.and_then(|h| normalize_host(h, &mut buf)) {
-            if let Some(rules) = self.exact.get(host) {
-                if let Some(rule) = rules.lookup(path) {
-                    return Some(rule);
-                }
+            if let Some(rule) = self.exact.get(host).and_then(|rules| rules.lookup(path)) {
+                return Some(rule);
             }
             for (suffix, rules) in &self.wildcard {
-                if host.len() > suffix.len() && host.ends_with(&**suffix) {
-                    if let Some(rule) = rules.lookup(path) {
-                        return Some(rule);
-                    }
+                if host.len() > suffix.len()
+                    && host.ends_with(&**suffix)
+                    && let Some(rule) = rules.lookup(path)
+                {
+                    return Some(rule);
                 }
             }
         }

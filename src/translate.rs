@@ -56,6 +56,8 @@ pub struct Options {
     pub tcp_services: Vec<TcpService>,
     /// Entries of Services in this namespace are named without a `ns/` prefix.
     pub home_namespace: String,
+    /// `--namespace`: serve only Services of this namespace.
+    pub only_namespace: Option<String>,
 }
 
 impl Default for Options {
@@ -66,6 +68,7 @@ impl Default for Options {
             forward_services: false,
             tcp_services: Vec::new(),
             home_namespace: "default".into(),
+            only_namespace: None,
         }
     }
 }
@@ -477,6 +480,14 @@ impl<'a> Builder<'a> {
 
     fn add_service(&mut self, svc: &Service, slices: &[&EndpointSlice]) {
         let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        if self
+            .options
+            .only_namespace
+            .as_deref()
+            .is_some_and(|only| only != ns)
+        {
+            return;
+        }
         if let Some(target) = &self.options.target_service {
             let wanted = match target.split_once('/') {
                 Some((tns, tname)) => tns == ns && tname == name,

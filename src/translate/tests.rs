@@ -168,6 +168,26 @@ fn home_namespace_is_configurable() {
 }
 
 #[test]
+fn namespace_option_keeps_only_that_namespace() {
+    let opts = Options {
+        only_namespace: Some("shop".into()),
+        home_namespace: "shop".into(),
+        ..Default::default()
+    };
+    let (t, _) = translate(
+        &[
+            mk_service("default", "a", &[80]),
+            mk_service("shop", "b", &[80]),
+        ],
+        &[],
+        &opts,
+        None,
+    );
+    let names: Vec<_> = t.entries.iter().map(|e| e.name.to_string()).collect();
+    assert_eq!(names, ["b"]);
+}
+
+#[test]
 fn udp_ports_are_skipped_with_a_notice() {
     let mut svc = mk_service("default", "dns", &[53, 80]);
     svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
