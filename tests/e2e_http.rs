@@ -63,6 +63,7 @@ async fn path_routing_strips_prefix_on_segment_boundary() {
     let b4 = Backend::start("b4").await;
     let b5 = Backend::start("b5").await;
     let b6 = Backend::start("b6").await;
+    let b7 = Backend::start("b7").await;
     let sy = switchyard(objs(
         vec![
             svc("svc-1", 80),
@@ -70,8 +71,10 @@ async fn path_routing_strips_prefix_on_segment_boundary() {
             svc("web", 80).ns("shop"),
             svc("web", 80),
             svc("multi", 80).named_ports(&[("http", 80), ("alt", 8080)]),
+            svc("cart", 9090).ns("shop"),
         ],
         vec![
+            vec![slice_ns("shop", "cart", "", b7.port)],
             slices("svc-1", &[&b1]),
             slices("svc-10", &[&b2]),
             vec![slice_ns("shop", "web", "", b3.port)],
@@ -105,6 +108,8 @@ async fn path_routing_strips_prefix_on_segment_boundary() {
     expect_route(&sy, None, "/web/x", &b4, "/x").await;
     expect_route(&sy, None, "/multi/p", &b5, "/p").await;
     expect_route(&sy, None, "/multi:8080/q?z=1", &b6, "/q?z=1").await;
+    expect_route(&sy, None, "/shop/cart:9090/c", &b7, "/c").await;
+    expect_404(&sy, None, "/cart:9090/c").await;
 }
 
 // 2 ---------------------------------------------------------------------------
@@ -248,7 +253,7 @@ async fn roundrobin_spreads_evenly() {
     assert_eq!(counts, expected);
 }
 
-fn lowest_port<'a>(bs: &'a [Backend]) -> &'a Backend {
+fn lowest_port(bs: &[Backend]) -> &Backend {
     bs.iter().min_by_key(|b| b.port).unwrap()
 }
 
@@ -283,7 +288,7 @@ async fn algorithm_annotation_per_service() {
         Backend::start("f2").await,
         Backend::start("f3").await,
     ];
-    let r = vec![
+    let r = [
         Backend::start("r1").await,
         Backend::start("r2").await,
         Backend::start("r3").await,
@@ -403,6 +408,7 @@ async fn leastconn_prefers_idle_backend() {
             *counts.entry(b).or_insert(0) += 1;
         }
     }
+    eprintln!("leastconn counts: {counts:?}");
     let s = counts.get("slow").copied().unwrap_or(0);
     let f = counts.get("fast").copied().unwrap_or(0);
     assert!(
@@ -563,13 +569,23 @@ async fn client_ip_session_affinity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_without_endpoints_answers_503() {
     let b = Backend::start("b1").await;
+    let stray = Backend::start("stray").await;
     let sy = switchyard(objs(
-        vec![svc("empty", 80), svc("web", 80)],
-        vec![slices("web", &[&b])],
+        vec![
+            svc("empty", 80),
+            svc("web", 80),
+            svc("mismatch", 80).named_ports(&[("http", 80)]),
+        ],
+        // The slice's port name must equal the Service port's name: "other"
+        // is not "http", so `mismatch` has no endpoints either.
+        vec![
+            slices("web", &[&b]),
+            vec![slice("mismatch", "other", stray.port)],
+        ],
     ))
     .start()
     .await;
-    for path in ["/empty", "/empty/x"] {
+    for path in ["/empty", "/empty/x", "/mismatch"] {
         let r = sy.get(path).await;
         assert_eq!(r.status, 503, "{path}: {r:?}");
     }
@@ -764,6 +780,10 @@ async fn live_manifest_edit_without_failed_requests() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.store(true, Ordering::Relaxed);
     let (failures, seen) = load.await.unwrap();
+    eprintln!(
+        "live edit: {} ok, route after {took:?}, backends {seen:?}",
+        ok.load(Ordering::Relaxed)
+    );
 
     assert!(
         api_live,
@@ -831,6 +851,78 @@ async fn broken_manifest_keeps_last_good_table() {
     expect_route(&sy, None, "/web/a", &b1, "/a").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_json_manifest_keeps_last_good_table() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b1])]))
+        .layout(Layout::JsonFile)
+        .start()
+        .await;
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
+
+    sy.rewrite_raw("{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [ {\"kind\": ");
+    let until = Instant::now() + Duration::from_millis(2500);
+    let mut n = 0;
+    while Instant::now() < until && n < 100 {
+        expect_route(&sy, None, "/web/a", &b1, "/a").await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(n >= 10);
+
+    sy.rewrite(&objs(
+        vec![svc("web", 80), svc("api", 80)],
+        vec![slices("web", &[&b1]), slices("api", &[&b2])],
+    ));
+    let live = eventually(Duration::from_secs(5), || async {
+        sy.get("/api").await.backend().as_deref() == Some("b2")
+    })
+    .await;
+    assert!(
+        live,
+        "fixed JSON manifest not applied within 5 s; stderr:\n{}",
+        sy.stderr()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_directory_picks_up_new_and_removed_files() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b1])]))
+        .layout(Layout::Dir)
+        .start()
+        .await;
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
+    expect_404(&sy, None, "/api").await;
+
+    // A new file in the directory adds a service...
+    sy.write_dir_file(
+        "extra.yaml",
+        &objs(vec![svc("api", 80)], vec![slices("api", &[&b2])]),
+    );
+    let added = eventually(Duration::from_secs(5), || async {
+        sy.get("/api/x").await.backend().as_deref() == Some("b2")
+    })
+    .await;
+    assert!(
+        added,
+        "new file in the manifest directory not applied within 5 s"
+    );
+    expect_route(&sy, None, "/api/x", &b2, "/x").await;
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
+
+    // ...and removing it removes the service again.
+    std::fs::remove_file(sy.manifest.join("extra.yaml")).unwrap();
+    let removed = eventually(Duration::from_secs(5), || async {
+        sy.get("/api/x").await.status == 404
+    })
+    .await;
+    assert!(removed, "removed file still routed after 5 s");
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
+}
+
 // 15 --------------------------------------------------------------------------
 
 #[test]
@@ -843,9 +935,13 @@ fn dry_run_prints_json_with_entry_names() {
             svc("api", 8080),
             svc("web", 80).ns("shop"),
             svc("cart", 9090).ns("shop"),
+            svc("dnsy", 80)
+                .named_ports(&[("http", 80)])
+                .udp_port("dns", 53),
         ],
         vec![
             vec![slice("web", "", 18080), slice("api", "", 18081)],
+            vec![slice("dnsy", "http", 18084)],
             vec![
                 slice_ns("shop", "web", "", 18082),
                 slice_ns("shop", "cart", "", 18083),
@@ -875,6 +971,12 @@ fn dry_run_prints_json_with_entry_names() {
             "dry-run JSON lacks entry {name}:\n{stdout}"
         );
     }
+    // Only TCP ports become entries.
+    assert!(text.contains("\"dnsy\""), "{stdout}");
+    assert!(
+        !text.contains("dnsy:53"),
+        "UDP port became an entry:\n{stdout}"
+    );
     // Stable: a second run prints exactly the same thing.
     let again = run_to_exit(&["--dry-run", "--manifests", file.to_str().unwrap()]);
     assert_eq!(String::from_utf8_lossy(&again.stdout), stdout);
@@ -948,6 +1050,18 @@ async fn v1_endpoints_objects_are_accepted() {
         counts,
         [("b1".to_string(), 5), ("b2".to_string(), 5)].into()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_health_and_readiness() {
+    let b = Backend::start("b1").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b])]))
+        .start()
+        .await;
+    assert_eq!(get(sy.admin_port, "/healthz", &[]).await.status, 200);
+    assert_eq!(get(sy.admin_port, "/readyz", &[]).await.status, 200);
+    // The admin server is not the data plane.
+    expect_route(&sy, None, "/web", &b, "/").await;
 }
 
 // 16 --------------------------------------------------------------------------
@@ -1073,5 +1187,136 @@ async fn harness_backend_self_check() {
     assert!(
         try_request(b.port, "GET", "/", &[]).await.is_err(),
         "listener survived stop()"
+    );
+}
+
+// Added with the core issue: flags and readiness ---------------------------------------------
+
+/// A manifest that is broken at startup keeps /readyz at 503 (nothing is served half-built);
+/// fixing the file makes the first table live and the process ready, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_until_a_good_manifest_loads() {
+    let b1 = Backend::start("b1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("m.yaml");
+    write_atomic(&manifest, "kind: Service\nmetadata: {name: [broken\n");
+    let (http_port, admin_port) = (free_port(), free_port());
+    let mut child = std::process::Command::new(bin())
+        .arg("--manifests")
+        .arg(&manifest)
+        .args(["--bind-address", "127.0.0.1"])
+        .args(["--http-port", &http_port.to_string()])
+        .args(["--admin-port", &admin_port.to_string()])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready_status = || async {
+        try_request(admin_port, "GET", "/readyz", &[])
+            .await
+            .map(|r| r.status)
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            ready_status().await == Ok(503)
+        })
+        .await,
+        "admin should answer 503 while no table is live"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        ready_status().await,
+        Ok(503),
+        "still not ready after several polls"
+    );
+    write_atomic(
+        &manifest,
+        &multi_doc(&objs(vec![svc("web", 80)], vec![slices("web", &[&b1])])),
+    );
+    let ready = eventually(Duration::from_secs(10), || async {
+        ready_status().await == Ok(200)
+    })
+    .await;
+    let routed = get(http_port, "/web", &[]).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ready, "fixing the manifest should make switchyard ready");
+    assert_eq!(routed.backend().as_deref(), Some("b1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_service_serves_only_that_service() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let sy = switchyard(objs(
+        vec![svc("a", 80), svc("b", 80)],
+        vec![slices("a", &[&a]), slices("b", &[&b])],
+    ))
+    .args(&["--target-service", "b"])
+    .start()
+    .await;
+    expect_404(&sy, None, "/a").await;
+    expect_route(&sy, None, "/b/x", &b, "/x").await;
+}
+
+/// `--forward-services` sends to clusterIP:port (kube-proxy would balance from there), ignoring
+/// the EndpointSlices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_services_uses_the_cluster_ip() {
+    let vip = Backend::start("vip").await;
+    let pod = Backend::start("pod").await;
+    let mut service = svc("web", vip.port).to_value();
+    service["spec"]["clusterIP"] = serde_json::json!("127.0.0.1");
+    let mut all = vec![service];
+    all.extend(slices("web", &[&pod]));
+    let sy = switchyard(all).arg("--forward-services").start().await;
+    let path = format!("/web:{}/x", vip.port);
+    for _ in 0..4 {
+        expect_route(&sy, None, &path, &vip, "/x").await;
+    }
+    assert_eq!(pod.count(), 0);
+}
+
+/// `first` with `lb.maxconn: 1`: while the first endpoint holds one request, the next goes to
+/// the second endpoint; once it is free, traffic returns to the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_moves_on_when_maxconn_is_reached() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    // `first` orders endpoints by address: the lower port is first.
+    let (lo, hi) = if b1.port < b2.port {
+        (&b1, &b2)
+    } else {
+        (&b2, &b1)
+    };
+    let sy = switchyard(objs(
+        vec![
+            svc("web", 80)
+                .algo("first")
+                .ann("serviceloadbalancer/lb.maxconn", "1"),
+        ],
+        vec![slices("web", &[lo, hi])],
+    ))
+    .start()
+    .await;
+    let port = sy.http_port;
+    // Any backend holds a `/slow` request for 1 s.
+    let held = tokio::spawn(async move { get(port, "/web/slow", &[]).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let during = sy.get("/web").await;
+    let held = held.await.unwrap();
+    assert_eq!(held.backend().as_deref(), Some(lo.name.as_str()));
+    assert_eq!(
+        during.backend().as_deref(),
+        Some(hi.name.as_str()),
+        "the first endpoint was full"
+    );
+    let after = sy.get("/web").await;
+    assert_eq!(
+        after.backend().as_deref(),
+        Some(lo.name.as_str()),
+        "back to the first once free"
     );
 }

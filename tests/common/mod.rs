@@ -25,7 +25,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
@@ -231,14 +230,11 @@ async fn handle(
                 else {
                     break;
                 };
-                match msg {
-                    Message::Text(_) | Message::Binary(_) => {
-                        if ws.send(msg).await.is_err() {
-                            break;
-                        }
-                    }
-                    Message::Close(_) => break,
-                    _ => {}
+                if msg.is_close() {
+                    break;
+                }
+                if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+                    break;
                 }
             }
         });
@@ -308,6 +304,7 @@ pub struct Svc {
     ns: Option<String>,
     annotations: BTreeMap<String, String>,
     ports: Vec<(String, u16)>,
+    udp_ports: Vec<(String, u16)>,
     affinity: Option<String>,
 }
 
@@ -318,6 +315,7 @@ pub fn svc(name: &str, port: u16) -> Svc {
         ns: None,
         annotations: BTreeMap::new(),
         ports: vec![(String::new(), port)],
+        udp_ports: vec![],
         affinity: None,
     }
 }
@@ -352,12 +350,18 @@ impl Svc {
         self.ports = ports.iter().map(|(n, p)| (n.to_string(), *p)).collect();
         self
     }
+    /// Add a named UDP port (switchyard must not turn it into an entry).
+    pub fn udp_port(mut self, name: &str, port: u16) -> Self {
+        self.udp_ports.push((name.into(), port));
+        self
+    }
     pub fn to_value(&self) -> Value {
-        let ports: Vec<Value> = self
-            .ports
-            .iter()
-            .map(|(n, p)| {
-                let mut v = json!({"port": p, "targetPort": p, "protocol": "TCP"});
+        let tcp = self.ports.iter().map(|(n, p)| (n, p, "TCP"));
+        let udp = self.udp_ports.iter().map(|(n, p)| (n, p, "UDP"));
+        let ports: Vec<Value> = tcp
+            .chain(udp)
+            .map(|(n, p, proto)| {
+                let mut v = json!({"port": p, "targetPort": p, "protocol": proto});
                 if !n.is_empty() {
                     v["name"] = json!(n);
                 }
@@ -453,13 +457,29 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_switchyard")
 }
 
+/// How the manifests are laid out on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `<tmp>/manifests.yaml`, multi-document YAML.
+    YamlFile,
+    /// `<tmp>/manifests.json`, one `kind: List`.
+    JsonFile,
+    /// `--manifests <tmp>/manifests.d`, objects in `manifests.d/base.yaml`.
+    Dir,
+}
+
 pub struct SwitchyardBuilder {
     objs: Vec<Value>,
     args: Vec<String>,
+    layout: Layout,
 }
 
 pub fn switchyard(objs: Vec<Value>) -> SwitchyardBuilder {
-    SwitchyardBuilder { objs, args: vec![] }
+    SwitchyardBuilder {
+        objs,
+        args: vec![],
+        layout: Layout::YamlFile,
+    }
 }
 
 impl SwitchyardBuilder {
@@ -471,13 +491,33 @@ impl SwitchyardBuilder {
         self.args.extend(a.iter().map(|s| s.to_string()));
         self
     }
-    /// Write the manifests to `<tmp>/manifests.yaml`, start the binary and
-    /// wait (≤ 20 s) until `/readyz` answers 200.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+    /// Write the manifests (see [`Layout`]), start the binary and wait
+    /// (≤ 20 s) until `/readyz` answers 200.
     pub async fn start(self) -> Switchyard {
         let dir = tempfile::tempdir().expect("tempdir");
-        let manifest = dir.path().join("manifests.yaml");
-        write_atomic(&manifest, &multi_doc(&self.objs));
-        Switchyard::spawn(dir, manifest, self.args).await
+        let manifest = match self.layout {
+            Layout::YamlFile => dir.path().join("manifests.yaml"),
+            Layout::JsonFile => dir.path().join("manifests.json"),
+            Layout::Dir => {
+                let d = dir.path().join("manifests.d");
+                std::fs::create_dir(&d).expect("mkdir manifests.d");
+                d
+            }
+        };
+        write_layout(self.layout, &manifest, &self.objs);
+        Switchyard::spawn(dir, manifest, self.args, self.layout).await
+    }
+}
+
+fn write_layout(layout: Layout, manifest: &Path, objs: &[Value]) {
+    match layout {
+        Layout::YamlFile => write_atomic(manifest, &multi_doc(objs)),
+        Layout::JsonFile => write_atomic(manifest, &list_doc(objs)),
+        Layout::Dir => write_atomic(&manifest.join("base.yaml"), &multi_doc(objs)),
     }
 }
 
@@ -486,13 +526,20 @@ pub struct Switchyard {
     pub child: Child,
     pub http_port: u16,
     pub admin_port: u16,
+    /// The `--manifests` argument (a file, or a directory for `Layout::Dir`).
     pub manifest: PathBuf,
+    pub layout: Layout,
     pub stderr_path: PathBuf,
     pub dir: tempfile::TempDir,
 }
 
 impl Switchyard {
-    async fn spawn(dir: tempfile::TempDir, manifest: PathBuf, extra: Vec<String>) -> Switchyard {
+    async fn spawn(
+        dir: tempfile::TempDir,
+        manifest: PathBuf,
+        extra: Vec<String>,
+        layout: Layout,
+    ) -> Switchyard {
         // Ports are picked by bind-and-drop, so another process may grab one
         // before switchyard binds it: retry a failed start (at most 3 times).
         let mut last_err = String::new();
@@ -533,6 +580,7 @@ impl Switchyard {
                 http_port,
                 admin_port,
                 manifest: manifest.clone(),
+                layout,
                 stderr_path,
                 dir: dir.take().unwrap(),
             };
@@ -589,12 +637,24 @@ impl Switchyard {
     }
 
     /// Replace the manifest file atomically with new objects.
+    /// Replace the manifests atomically (temp file + rename) with new
+    /// objects, in the layout the process was started with.
     pub fn rewrite(&self, objs: &[Value]) {
-        write_atomic(&self.manifest, &multi_doc(objs));
+        write_layout(self.layout, &self.manifest, objs);
     }
 
+    /// Replace the manifest file (or `base.yaml` in a directory) with raw text.
     pub fn rewrite_raw(&self, contents: &str) {
-        write_atomic(&self.manifest, contents);
+        match self.layout {
+            Layout::Dir => write_atomic(&self.manifest.join("base.yaml"), contents),
+            _ => write_atomic(&self.manifest, contents),
+        }
+    }
+
+    /// Directory layout only: add or replace another file in the directory.
+    pub fn write_dir_file(&self, name: &str, objs: &[Value]) {
+        assert_eq!(self.layout, Layout::Dir, "write_dir_file needs Layout::Dir");
+        write_atomic(&self.manifest.join(name), &multi_doc(objs));
     }
 
     pub async fn get(&self, path: &str) -> Resp {
