@@ -21,8 +21,8 @@ use crate::translate::{Options, TcpService};
 pub struct Args {
     /// Kubernetes manifests (YAML or JSON, multi-document or `kind: List`) holding Services and
     /// EndpointSlices (or v1 Endpoints); a file or a directory. Repeatable. Files are watched
-    /// and edits applied live. Without it, the cluster is watched [cluster watch: not yet
-    /// implemented].
+    /// and edits applied live. Without it, the cluster's Services and EndpointSlices are
+    /// watched. Takes precedence over --kubeconfig.
     #[arg(
         long = "manifests",
         value_name = "PATH",
@@ -113,14 +113,26 @@ pub struct Args {
     #[arg(long, value_name = "NS", env = "SWITCHYARD_NAMESPACE")]
     pub namespace: Option<String>,
 
-    /// Kubeconfig file for the cluster watch [not yet implemented].
+    /// Kubeconfig file for the cluster watch (takes precedence over the in-cluster service
+    /// account).
     #[arg(long, value_name = "PATH", env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Use the in-cluster service account for the cluster watch [not yet implemented].
+    /// Use the in-cluster service account for the cluster watch when no kubeconfig is given;
+    /// `false` reads ~/.kube/config instead.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
           env = "SWITCHYARD_USE_KUBERNETES_CLUSTER_SERVICE")]
     pub use_kubernetes_cluster_service: bool,
+
+    /// On SIGTERM: how long to keep serving while not ready, so endpoint removal can spread.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration,
+          env = "SWITCHYARD_SHUTDOWN_DELAY")]
+    pub shutdown_delay: Duration,
+
+    /// On SIGTERM, after the delay: the longest in-flight requests may drain before exit.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration,
+          env = "SWITCHYARD_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Duration,
 
     /// Worker threads of the data plane (0: one per core).
     #[arg(
@@ -130,6 +142,28 @@ pub struct Args {
         env = "SWITCHYARD_THREADS"
     )]
     pub threads: usize,
+}
+
+/// `250ms`, `5s`, `2m`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 5s or 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s or m)")),
+    };
+    if !secs.is_finite() || !(0.0..=3600.0).contains(&secs) {
+        return Err(format!("{s:?} must be between 0 and 1 hour"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
@@ -166,7 +200,10 @@ pub enum Source {
     /// Files and directories, watched.
     Manifests(Vec<PathBuf>),
     /// The Kubernetes API (the cluster watcher).
-    Cluster,
+    Cluster {
+        kubeconfig: Option<PathBuf>,
+        in_cluster: bool,
+    },
 }
 
 /// Timeouts of the HTTP data plane; the original HAProxy template's values.
@@ -212,15 +249,15 @@ pub struct Config {
     /// Tries per request on connect failure (HAProxy `retries 3` + `option redispatch`).
     pub connect_tries: usize,
     pub threads: usize,
+    pub shutdown_delay: Duration,
+    pub shutdown_grace: Duration,
 }
 
 /// A configuration that parsed but cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error(
-        "no source of Services: pass --manifests PATH or --demo (the cluster watcher is not implemented yet)"
-    )]
-    NoSource,
+    #[error("--http-port and --admin-port are both {0}; each listener needs its own port")]
+    PortClash(u16),
 }
 
 impl Config {
@@ -229,11 +266,19 @@ impl Config {
         if args.demo && manifests.is_empty() {
             manifests.push(PathBuf::from(crate::demo::MANIFEST_PATH));
         }
+        // `KUBECONFIG` is often set in a shell; explicit manifests still win over it.
         let source = if manifests.is_empty() {
-            return Err(ConfigError::NoSource);
+            Source::Cluster {
+                kubeconfig: args.kubeconfig,
+                in_cluster: args.use_kubernetes_cluster_service,
+            }
         } else {
             Source::Manifests(manifests)
         };
+        let http_port = args.http_port.unwrap_or(if args.demo { 8080 } else { 80 });
+        if http_port == args.admin_port {
+            return Err(ConfigError::PortClash(http_port));
+        }
         let threads = if args.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -244,7 +289,7 @@ impl Config {
             demo: args.demo,
             dry_run: args.dry_run,
             bind_address: args.bind_address,
-            http_port: args.http_port.unwrap_or(if args.demo { 8080 } else { 80 }),
+            http_port,
             admin_port: args.admin_port,
             default_return_code: args.default_return_code,
             error_page: args.error_page,
@@ -259,6 +304,8 @@ impl Config {
             timeouts: Timeouts::default(),
             connect_tries: 3,
             threads,
+            shutdown_delay: args.shutdown_delay,
+            shutdown_grace: args.shutdown_grace,
         })
     }
 }
@@ -310,10 +357,35 @@ mod tests {
     }
 
     #[test]
-    fn no_source_is_an_error() {
+    fn without_manifests_the_cluster_is_watched() {
+        let c = Config::from_args(parse(&["--kubeconfig", "/k"]).unwrap()).unwrap();
+        assert_eq!(
+            c.source,
+            Source::Cluster {
+                kubeconfig: Some(PathBuf::from("/k")),
+                in_cluster: true
+            }
+        );
+        let c =
+            Config::from_args(parse(&["--kubeconfig", "/k", "--manifests", "m"]).unwrap()).unwrap();
+        assert_eq!(c.source, Source::Manifests(vec![PathBuf::from("m")]));
         assert!(matches!(
-            Config::from_args(parse(&[]).unwrap()),
-            Err(ConfigError::NoSource)
+            Config::from_args(
+                parse(&["--manifests", "m", "--http-port", "9", "--admin-port", "9"]).unwrap()
+            ),
+            Err(ConfigError::PortClash(9))
         ));
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("2h").is_err());
     }
 }

@@ -22,6 +22,7 @@ use pingora::{Error, ErrorType, Result};
 use crate::balance::{self, Pick};
 use crate::config::Timeouts;
 use crate::error_page::ErrorPage;
+use crate::lifecycle::{Active, Lifecycle};
 use crate::matcher;
 use crate::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, InFlight, RoutingTable, TableReader};
@@ -39,6 +40,7 @@ pub struct HttpProxy {
     tries: usize,
     not_found: ErrorPage,
     unavailable: ErrorPage,
+    lifecycle: Arc<Lifecycle>,
 }
 
 impl HttpProxy {
@@ -61,7 +63,14 @@ impl HttpProxy {
             tries: tries.clamp(1, MAX_TRIES),
             not_found,
             unavailable: ErrorPage::builtin(503),
+            lifecycle: Lifecycle::new(),
         }
+    }
+
+    /// Counts this proxy's requests in `lifecycle`, so a graceful shutdown waits for them.
+    pub fn with_lifecycle(mut self, lifecycle: Arc<Lifecycle>) -> Self {
+        self.lifecycle = lifecycle;
+        self
     }
 }
 
@@ -81,6 +90,8 @@ pub struct Ctx {
     tried: [usize; MAX_TRIES],
     n_tried: usize,
     in_flight: Option<InFlight>,
+    /// Keeps a graceful shutdown waiting until this request ends.
+    _active: Option<Active>,
 }
 
 impl Ctx {
@@ -106,7 +117,10 @@ impl ProxyHttp for HttpProxy {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx::default()
+        Ctx {
+            _active: Some(self.lifecycle.enter()),
+            ..Ctx::default()
+        }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
@@ -127,10 +141,6 @@ impl ProxyHttp for HttpProxy {
         let Some(entry) = table.entry(rule.target) else {
             return Err(internal("route names a missing entry"));
         };
-        if entry.endpoints.is_empty() {
-            self.unavailable.respond(session).await?;
-            return Ok(true);
-        }
         if rule.strip {
             let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
             let stripped = matcher::strip_prefix(pq, &rule.prefix);
@@ -162,6 +172,12 @@ impl ProxyHttp for HttpProxy {
                 .and_then(|addr| entry.endpoint_by_addr(&addr))
                 .filter(|&i| !entry.endpoints[i].state.is_down(now));
         }
+        // No endpoint takes new sessions (none, or all draining) and this client is not pinned
+        // to a draining one: the app is visibly down.
+        if ctx.pinned.is_none() && !entry.endpoints.iter().any(|e| e.takes_new()) {
+            self.unavailable.respond(session).await?;
+            return Ok(true);
+        }
         ctx.entry = Some(rule.target);
         ctx.table = Some(table);
 
@@ -188,11 +204,11 @@ impl ProxyHttp for HttpProxy {
                     client_hash: ctx.client_ip.as_ref().map_or(0, sticky::client_hash),
                     maxconn: entry.maxconn,
                 };
-                balance::pick(&entry.endpoints, &pick, |i| {
-                    !ctx.was_tried(i) && !entry.endpoints[i].state.is_down(now)
-                })
-                // Every untried endpoint is marked down: the marks are a guess, so try one.
-                .or_else(|| balance::pick(&entry.endpoints, &pick, |i| !ctx.was_tried(i)))
+                let eps = &entry.endpoints;
+                let fresh = |i: usize| !ctx.was_tried(i) && eps[i].takes_new();
+                balance::pick(eps, &pick, |i| fresh(i) && !eps[i].state.is_down(now))
+                    // Every untried endpoint is marked down: the marks are a guess, so try one.
+                    .or_else(|| balance::pick(eps, &pick, fresh))
             }
         };
         let Some(i) = chosen else {
@@ -249,7 +265,8 @@ impl ProxyHttp for HttpProxy {
             }
         }
         // Redispatch: nothing was sent yet, so any method may go to another endpoint.
-        let untried = (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i));
+        let untried =
+            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.endpoints[i].takes_new());
         e.set_retry(ctx.n_tried < self.tries && untried);
         ctx.in_flight = None;
         e

@@ -2,13 +2,15 @@
 //!
 //! Crate map (data flows one way, top to bottom):
 //! - `config`: command-line flags -> validated `Config`.
+//! - `watch`: the cluster source (Services and EndpointSlices from the API); feeds `pipeline`.
 //! - `manifests`: the offline source (Kubernetes YAML/JSON files), watched; feeds `pipeline`.
 //! - `pipeline`: translate, skip if equal, swap once, log warnings; shared by every source.
 //! - `translate`: PURE (Services, EndpointSlices, options, previous table) -> (table, warnings).
 //! - `table`: the immutable `RoutingTable` and its one `ArcSwap` (writer / reader halves).
 //! - `matcher`, `balance`, `sticky`: pure host/path matching, endpoint selection, stickiness.
 //! - `http_proxy`: the Pingora data plane; lookups only.
-//! - `admin`: `/healthz` and `/readyz`.
+//! - `admin`: `/healthz`, `/readyz`, `/metrics`; `metrics`: the one Prometheus registry.
+//! - `lifecycle`: readiness while shutting down, the graceful-shutdown sequence.
 //! - `error_page`: the body for unmatched requests, loaded once at startup.
 //! - `demo`: two tiny backends for the bundled example.
 //!
@@ -21,26 +23,31 @@ pub mod config;
 pub mod demo;
 pub mod error_page;
 pub mod http_proxy;
+pub mod lifecycle;
 pub mod manifests;
 pub mod matcher;
+pub mod metrics;
 pub mod pipeline;
 pub mod sticky;
 pub mod table;
 pub mod translate;
+pub mod watch;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use pingora::apps::HttpServerOptions;
 use pingora::server::configuration::ServerConf;
-use pingora::server::{Server, ShutdownWatch};
+use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
 use pingora::services::listening::Service as ListeningService;
 
 use crate::config::{Config, Source};
 use crate::error_page::ErrorPage;
+use crate::lifecycle::{Lifecycle, Signals};
+use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::table::{Frontend, RoutingTable};
 
@@ -55,8 +62,10 @@ pub enum RunError {
         what: &'static str,
         source: std::io::Error,
     },
-    #[error("the cluster watcher is not implemented yet; use --manifests")]
-    ClusterUnsupported,
+    #[error("Kubernetes client configuration: {0}")]
+    KubeConfig(String),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
     #[error("starting a runtime: {0}")]
     Runtime(std::io::Error),
     #[error("writing the table: {0}")]
@@ -65,36 +74,45 @@ pub enum RunError {
 
 /// Runs switchyard until it is told to stop (or, with `--dry-run`, prints the table and returns).
 pub fn run(config: Config) -> Result<(), RunError> {
-    let Source::Manifests(paths) = &config.source else {
-        return Err(RunError::ClusterUnsupported);
+    // One short-lived runtime for startup work: loading the kubeconfig and the error page.
+    let startup = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    let kube_config = match &config.source {
+        Source::Cluster {
+            kubeconfig,
+            in_cluster,
+        } => Some(startup.block_on(kube_config(kubeconfig.as_deref(), *in_cluster))?),
+        Source::Manifests(_) => None,
     };
     if config.dry_run {
-        return dry_run(paths, &config);
+        return startup.block_on(dry_run(&config, kube_config));
     }
     let http_addr = SocketAddr::new(config.bind_address, config.http_port);
     let admin_addr = SocketAddr::new(config.bind_address, config.admin_port);
     check_bind(http_addr, "--http-port")?;
     check_bind(admin_addr, "--admin-port")?;
+    let not_found = startup.block_on(ErrorPage::load_or_builtin(
+        config.error_page.as_deref(),
+        config.default_return_code,
+    ));
+    drop(startup);
 
-    let not_found = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(RunError::Runtime)?
-        .block_on(ErrorPage::load_or_builtin(
-            config.error_page.as_deref(),
-            config.default_return_code,
-        ));
-
+    let metrics = Arc::new(Metrics::new());
+    let lifecycle = Lifecycle::new();
     let (writer, reader) = table::handle(RoutingTable::default());
+    let pipeline = Pipeline::new(writer, config.translate.clone(), Arc::clone(&metrics));
 
     let mut conf = ServerConf {
         threads: config.threads,
         max_retries: config.connect_tries.max(1),
         ..Default::default()
     };
-    // Connection-draining on SIGTERM belongs to the cluster issue; until then stop promptly.
-    conf.grace_period_seconds = Some(0);
-    conf.graceful_shutdown_timeout_seconds = Some(5);
+    // Our signal handler has already waited out --shutdown-delay and its drain watcher exits
+    // as soon as nothing is in flight; Pingora's grace period is only the upper bound.
+    conf.grace_period_seconds = Some(config.shutdown_grace.as_secs().max(1));
+    conf.graceful_shutdown_timeout_seconds = Some(1);
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
@@ -104,7 +122,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
         config.timeouts,
         config.connect_tries,
         not_found,
-    );
+    )
+    .with_lifecycle(Arc::clone(&lifecycle));
     let mut http =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, proxy, "http");
     http.add_tcp(&http_addr.to_string());
@@ -115,29 +134,93 @@ pub fn run(config: Config) -> Result<(), RunError> {
     }
     server.add_service(http);
 
-    let mut admin = ListeningService::new("admin".into(), admin::Admin { table: reader });
+    let admin_app = admin::Admin {
+        table: reader,
+        lifecycle: Arc::clone(&lifecycle),
+        metrics: Arc::clone(&metrics),
+    };
+    let mut admin = ListeningService::new("admin".into(), admin_app);
     admin.add_tcp(&admin_addr.to_string());
     server.add_service(admin);
 
-    server.add_service(background_service(
-        "manifests",
-        ManifestSource {
-            paths: paths.clone(),
-            pipeline: Mutex::new(Some(Pipeline::new(writer, config.translate.clone()))),
-        },
-    ));
+    match (&config.source, kube_config) {
+        (Source::Manifests(paths), _) => server.add_service(background_service(
+            "manifests",
+            ManifestSource {
+                paths: paths.clone(),
+                pipeline: Mutex::new(Some(pipeline)),
+            },
+        )),
+        (Source::Cluster { .. }, Some(kube_config)) => server.add_service(background_service(
+            "cluster watch",
+            ClusterWatch {
+                config: kube_config,
+                namespace: config.translate.only_namespace.clone(),
+                metrics,
+                pipeline: Mutex::new(Some(pipeline)),
+            },
+        )),
+        (Source::Cluster { .. }, None) => {
+            return Err(RunError::KubeConfig("no client configuration".into()));
+        }
+    };
     if config.demo {
         server.add_service(background_service("demo backends", demo::DemoBackends));
     }
     tracing::info!(http = %http_addr, admin = %admin_addr, "switchyard starting");
-    server.run(Default::default());
+    server.run(RunArgs {
+        shutdown_signal: Box::new(Signals {
+            lifecycle,
+            delay: config.shutdown_delay,
+            grace: config.shutdown_grace,
+        }),
+    });
     Ok(())
 }
 
-fn dry_run(paths: &[PathBuf], config: &Config) -> Result<(), RunError> {
-    let objects = manifests::load(paths)?;
-    let (table, warnings) =
-        translate::translate(&objects.services, &objects.slices, &config.translate, None);
+/// The client configuration: an explicit kubeconfig, else the in-cluster service account, else
+/// the default kubeconfig (`--use-kubernetes-cluster-service=false`).
+async fn kube_config(
+    kubeconfig: Option<&Path>,
+    in_cluster: bool,
+) -> Result<kube::Config, RunError> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions::default();
+    match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| RunError::KubeConfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| RunError::KubeConfig(format!("{}: {e}", path.display())))
+        }
+        None if in_cluster => kube::Config::incluster().map_err(|e| {
+            RunError::KubeConfig(format!(
+                "not running in a cluster ({e}); pass --manifests PATH, --kubeconfig PATH or \
+                 --use-kubernetes-cluster-service=false"
+            ))
+        }),
+        None => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| RunError::KubeConfig(e.to_string())),
+    }
+}
+
+async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(), RunError> {
+    let (services, slices) = match (&config.source, kube_config) {
+        (Source::Manifests(paths), _) => {
+            let objects = manifests::load(paths)?;
+            (objects.services, objects.slices)
+        }
+        (Source::Cluster { .. }, Some(kc)) => {
+            let client = kube::Client::try_from(kc)?;
+            watch::snapshot(&client, config.translate.only_namespace.as_deref()).await?
+        }
+        (Source::Cluster { .. }, None) => {
+            return Err(RunError::KubeConfig("no client configuration".into()));
+        }
+    };
+    let (table, warnings) = translate::translate(&services, &slices, &config.translate, None);
     for w in &warnings {
         eprintln!("warning: {w}");
     }
@@ -173,5 +256,45 @@ impl BackgroundService for ManifestSource {
         if let Some(pipeline) = pipeline {
             manifests::watch(self.paths.clone(), pipeline, shutdown).await;
         }
+    }
+}
+
+/// The cluster watcher as a Pingora background service (the client is created inside its
+/// runtime, which kube's connection pool needs).
+struct ClusterWatch {
+    config: kube::Config,
+    namespace: Option<String>,
+    metrics: Arc<Metrics>,
+    pipeline: Mutex<Option<Pipeline>>,
+}
+
+#[async_trait]
+impl BackgroundService for ClusterWatch {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let Some(pipeline) = self
+            .pipeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let client = match kube::Client::try_from(self.config.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot create the Kubernetes client; nothing will be served");
+                return;
+            }
+        };
+        watch::ClusterSource {
+            client,
+            namespace: self.namespace.clone(),
+            coalesce: watch::Coalesce::default(),
+            pipeline,
+            metrics: Arc::clone(&self.metrics),
+            events: true,
+        }
+        .run(shutdown)
+        .await;
     }
 }

@@ -32,6 +32,9 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    // Pingora and kube both build rustls configs; with one process-wide provider installed up
+    // front, no library can pick a second one and panic.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match switchyard::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

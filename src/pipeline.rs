@@ -6,12 +6,15 @@
 //! flood the log. This module owns no I/O besides logging and reading the clock for the build
 //! duration; it must not touch the data plane.
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use crate::metrics::Metrics;
 use crate::table::TableWriter;
 use crate::translate::{Options, Warning, WarningReason, translate};
 
@@ -23,31 +26,42 @@ pub struct Applied {
     /// Generation of the table now serving.
     pub generation: u64,
     pub warnings: usize,
+    /// Warnings that were not present after the previous apply (just logged).
+    pub new_warnings: Vec<Warning>,
 }
 
 /// Translates and publishes; one per source.
 pub struct Pipeline {
     writer: TableWriter,
     options: Options,
+    metrics: Arc<Metrics>,
     /// Warnings already reported.
     reported: HashSet<Warning>,
 }
 
 impl Pipeline {
-    pub fn new(writer: TableWriter, options: Options) -> Self {
+    pub fn new(writer: TableWriter, options: Options, metrics: Arc<Metrics>) -> Self {
         Pipeline {
             writer,
             options,
+            metrics,
             reported: HashSet::new(),
         }
     }
 
     /// Builds a table from a complete set of objects and publishes it.
-    pub fn apply(&mut self, services: &[Service], slices: &[EndpointSlice]) -> Applied {
+    pub fn apply<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
+        &mut self,
+        services: &[S],
+        slices: &[E],
+    ) -> Applied {
         let started = Instant::now();
         let current = self.writer.current();
         let (table, warnings) = translate(services, slices, &self.options, Some(&current));
         let built = started.elapsed();
+        self.metrics
+            .table_build_seconds
+            .observe(built.as_secs_f64());
         let (entries, endpoints) = (
             table.entries.len(),
             table
@@ -59,7 +73,11 @@ impl Pipeline {
         let generation = table.generation;
         let swapped = self.writer.publish(table);
         let now = self.writer.current().generation;
+        self.metrics
+            .table_generation
+            .set(i64::try_from(now).unwrap_or(i64::MAX));
         if swapped {
+            self.metrics.table_swaps_total.inc();
             tracing::info!(
                 generation,
                 entries,
@@ -70,20 +88,28 @@ impl Pipeline {
         } else {
             tracing::debug!(generation = now, "routing table unchanged");
         }
-        self.report(&warnings);
+        let new_warnings = self.report(&warnings);
         Applied {
             swapped,
             generation: now,
             warnings: warnings.len(),
+            new_warnings,
         }
     }
 
-    fn report(&mut self, warnings: &[Warning]) {
+    /// Logs and counts the warnings not reported before; returns them.
+    fn report(&mut self, warnings: &[Warning]) -> Vec<Warning> {
         let current: HashSet<Warning> = warnings.iter().cloned().collect();
+        let mut new = Vec::new();
         for w in warnings {
             if self.reported.contains(w) {
                 continue;
             }
+            new.push(w.clone());
+            self.metrics
+                .translate_warnings_total
+                .with_label_values(&[w.reason.as_str()])
+                .inc();
             match w.reason {
                 WarningReason::Skipped => tracing::info!(object = %w.object, "{}", w.message),
                 reason => {
@@ -93,6 +119,7 @@ impl Pipeline {
         }
         // Forget warnings that went away, so they are reported again if they come back.
         self.reported = current;
+        new
     }
 }
 
@@ -104,11 +131,11 @@ mod tests {
     #[test]
     fn equal_rebuilds_do_not_swap() {
         let (w, r) = table::handle(Default::default());
-        let mut p = Pipeline::new(w, Options::default());
-        let a = p.apply(&[], &[]);
+        let mut p = Pipeline::new(w, Options::default(), Arc::new(Metrics::new()));
+        let a = p.apply::<Service, EndpointSlice>(&[], &[]);
         assert!(a.swapped);
         assert!(r.is_published());
-        let b = p.apply(&[], &[]);
+        let b = p.apply::<Service, EndpointSlice>(&[], &[]);
         assert!(!b.swapped);
         assert_eq!(a.generation, b.generation);
     }

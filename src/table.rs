@@ -131,6 +131,9 @@ pub struct Endpoint {
     pub cookie_id: Box<str>,
     /// Stable hash of the address (`source` balancing).
     pub hash: u64,
+    /// Terminating but still serving: no new sessions, only requests pinned to it by cookie or
+    /// client-IP affinity (drain-aware stickiness).
+    pub draining: bool,
     pub state: Shared<EndpointState>,
 }
 
@@ -139,9 +142,15 @@ impl Endpoint {
         Endpoint {
             cookie_id: crate::sticky::cookie_id(&addr).into(),
             hash: fnv1a(addr.to_string().as_bytes()),
+            draining: false,
             addr,
             state,
         }
+    }
+
+    /// Whether new sessions may start here.
+    pub fn takes_new(&self) -> bool {
+        !self.draining
     }
 }
 
@@ -295,6 +304,7 @@ impl RoutingTable {
                         "endpoints": e.endpoints.iter().map(|ep| json!({
                             "address": ep.addr.to_string(),
                             "cookie_id": &*ep.cookie_id,
+                            "draining": ep.draining,
                         })).collect::<Vec<_>>(),
                     }),
                 )

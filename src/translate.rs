@@ -7,6 +7,7 @@
 //! and it carries runtime state over from the previous table by key. It must not do I/O: no
 //! async, no client, no clock, no logging; the caller logs the warnings it returns.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -151,15 +152,18 @@ impl fmt::Display for Warning {
 }
 
 /// Builds the routing table. Never fails; see the module doc for its guarantees.
-pub fn translate(
-    services: &[Service],
-    slices: &[EndpointSlice],
+///
+/// Objects are taken by anything that borrows them (`&[Service]`, or `&[&Service]` from a
+/// watcher's store), so a rebuild never clones the world.
+pub fn translate<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
+    services: &[S],
+    slices: &[E],
     options: &Options,
     previous: Option<&RoutingTable>,
 ) -> (RoutingTable, Vec<Warning>) {
     let mut b = Builder::new(options, previous);
-    let slices_by_service = index_slices(slices, &mut b.warnings);
-    for svc in dedup_services(services, &mut b.warnings) {
+    let slices_by_service = index_slices(slices.iter().map(Borrow::borrow), &mut b.warnings);
+    for svc in dedup_services(services.iter().map(Borrow::borrow), &mut b.warnings) {
         let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
         let svc_slices = slices_by_service
             .get(&(ns, name))
@@ -190,7 +194,10 @@ fn object(kind: &'static str, namespace: &str, name: &str) -> ObjectRef {
 
 /// Sorts Services by key and keeps one per key, chosen by content so that input order does
 /// not matter.
-fn dedup_services<'a>(services: &'a [Service], warnings: &mut Vec<Warning>) -> Vec<&'a Service> {
+fn dedup_services<'a>(
+    services: impl Iterator<Item = &'a Service>,
+    warnings: &mut Vec<Warning>,
+) -> Vec<&'a Service> {
     let mut by_key: BTreeMap<(&str, &str), Vec<&Service>> = BTreeMap::new();
     for svc in services {
         let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
@@ -227,7 +234,7 @@ fn dedup_services<'a>(services: &'a [Service], warnings: &mut Vec<Warning>) -> V
 }
 
 fn index_slices<'a>(
-    slices: &'a [EndpointSlice],
+    slices: impl Iterator<Item = &'a EndpointSlice>,
     warnings: &mut Vec<Warning>,
 ) -> HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>> {
     let mut map: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
@@ -547,14 +554,20 @@ impl<'a> Builder<'a> {
         };
         let addrs = if self.options.forward_services {
             self.cluster_ip_endpoint(svc, who, port)
+                .into_iter()
+                .map(|a| (a, false))
+                .collect()
         } else {
             endpoint_addrs(sp, slices, &mut self.warnings)
         };
         let endpoints = addrs
             .into_iter()
-            .map(|addr| {
+            .map(|(addr, draining)| {
                 let state = self.prev_endpoints.get(&addr).cloned().unwrap_or_default();
-                Endpoint::new(addr, state)
+                Endpoint {
+                    draining,
+                    ..Endpoint::new(addr, state)
+                }
             })
             .collect();
         let base = if port == 80 {
@@ -729,20 +742,22 @@ fn describe_host(host: &Option<HostPattern>) -> String {
     }
 }
 
-/// The ready endpoint addresses of one Service port, from its EndpointSlices: sorted and
-/// deduplicated.
+/// The endpoint addresses of one Service port, from its EndpointSlices, sorted and
+/// deduplicated, each with whether it is draining: ready endpoints take new traffic; endpoints
+/// that are not ready but `serving` and `terminating` only keep their sticky clients; all others
+/// are left out. An address listed both ways counts as ready.
 fn endpoint_addrs(
     sp: &ServicePort,
     slices: &[&EndpointSlice],
     warnings: &mut Vec<Warning>,
-) -> Vec<SocketAddr> {
+) -> Vec<(SocketAddr, bool)> {
     let want_name = sp.name.as_deref().unwrap_or("");
     let target_number = match &sp.target_port {
         Some(IntOrString::Int(n)) => Some(*n),
         Some(IntOrString::String(_)) => None,
         None => Some(sp.port),
     };
-    let mut out = BTreeSet::new();
+    let mut out: BTreeMap<SocketAddr, bool> = BTreeMap::new();
     for slice in slices {
         let ports = slice.ports.as_deref().unwrap_or(&[]);
         let by_name = ports
@@ -771,14 +786,21 @@ fn endpoint_addrs(
             continue;
         };
         for ep in slice.endpoints.as_deref().unwrap_or(&[]) {
-            // An unset `ready` means ready (the API's documented meaning).
-            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
-                continue;
-            }
+            // Unset conditions mean ready, and serving when ready (the API's documented meaning).
+            let c = ep.conditions.as_ref();
+            let ready = c.and_then(|c| c.ready) != Some(false);
+            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            let draining = match (ready, serving && terminating) {
+                (true, _) => false,
+                (false, true) => true,
+                (false, false) => continue,
+            };
             for a in &ep.addresses {
                 match a.parse::<IpAddr>() {
                     Ok(ip) => {
-                        out.insert(SocketAddr::new(ip, number));
+                        let d = out.entry(SocketAddr::new(ip, number)).or_insert(draining);
+                        *d = *d && draining;
                     }
                     Err(_) => {
                         let (ns, name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);

@@ -1,58 +1,218 @@
-//! Keeps `deploy/` true to the code: the flags the Deployment passes parse, and the routing
-//! objects its ConfigMap carries load and translate without a warning.
+//! Keeps `deploy/` true to the code: every manifest parses into its k8s-openapi type and
+//! survives a round trip unchanged (so a misspelled field fails here, not in a cluster), the
+//! flags the workloads pass are flags switchyard accepts, RBAC grants exactly what the watcher
+//! uses, the termination grace period covers the shutdown sequence, and the offline example's
+//! routing objects translate without a warning.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use switchyard::config::{Args, Config};
 use switchyard::manifests::{Objects, parse_into};
 use switchyard::translate::translate;
 
-fn documents() -> Vec<serde_json::Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/offline.yaml");
-    let text = std::fs::read_to_string(path).expect("deploy/offline.yaml");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde_json::Value::deserialize(d).expect("valid YAML"))
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            yaml_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(path);
+        }
+    }
+    out.sort();
+}
+
+/// Every document of every manifest under deploy/, with its file.
+fn documents() -> Vec<(PathBuf, Value)> {
+    let mut files = Vec::new();
+    yaml_files(&deploy_dir(), &mut files);
+    assert!(files.len() >= 6, "deploy/ lost files: {files:?}");
+    let mut docs = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for d in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v = Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            if !v.is_null() {
+                docs.push((f.clone(), v));
+            }
+        }
+    }
+    docs
+}
+
+/// Parses into `T` and back; any field the type does not know is lost, and so detected.
+fn round_trip<T: DeserializeOwned + serde::Serialize>(file: &Path, v: &Value) -> T {
+    let typed: T =
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let back = serde_json::to_value(&typed).unwrap();
+    assert_eq!(
+        &back,
+        v,
+        "{}: a field was not understood (typo?)",
+        file.display()
+    );
+    typed
+}
+
+#[test]
+fn every_manifest_parses_into_its_type() {
+    for (file, v) in documents() {
+        let kind = v["kind"].as_str().unwrap_or_default().to_string();
+        match kind.as_str() {
+            "Namespace" => drop(round_trip::<Namespace>(&file, &v)),
+            "ServiceAccount" => drop(round_trip::<ServiceAccount>(&file, &v)),
+            "ClusterRole" => drop(round_trip::<ClusterRole>(&file, &v)),
+            "ClusterRoleBinding" => drop(round_trip::<ClusterRoleBinding>(&file, &v)),
+            "Role" => drop(round_trip::<Role>(&file, &v)),
+            "RoleBinding" => drop(round_trip::<RoleBinding>(&file, &v)),
+            "Deployment" => drop(round_trip::<Deployment>(&file, &v)),
+            "DaemonSet" => drop(round_trip::<DaemonSet>(&file, &v)),
+            "Service" => drop(round_trip::<Service>(&file, &v)),
+            "ConfigMap" => drop(round_trip::<ConfigMap>(&file, &v)),
+            "Kustomization" => {
+                for r in v["resources"].as_array().unwrap() {
+                    let path = file.parent().unwrap().join(r.as_str().unwrap());
+                    assert!(
+                        path.exists(),
+                        "{}: lists missing {}",
+                        file.display(),
+                        path.display()
+                    );
+                }
+            }
+            other => panic!("{}: unexpected kind {other:?}", file.display()),
+        }
+    }
+}
+
+fn pod_specs() -> Vec<(PathBuf, PodSpec)> {
+    documents()
+        .into_iter()
+        .filter_map(|(f, v)| match v["kind"].as_str() {
+            Some("Deployment") => serde_json::from_value::<Deployment>(v)
+                .ok()?
+                .spec
+                .template
+                .spec
+                .map(|s| (f, s)),
+            Some("DaemonSet") => serde_json::from_value::<DaemonSet>(v)
+                .ok()?
+                .spec
+                .template
+                .spec
+                .map(|s| (f, s)),
+            _ => None,
+        })
         .collect()
 }
 
-fn kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> &'a serde_json::Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind}"))
+#[test]
+fn workload_flags_parse_and_grace_period_covers_shutdown() {
+    let specs = pod_specs();
+    assert!(
+        specs.len() >= 3,
+        "Deployment, DaemonSet and the offline Deployment"
+    );
+    for (file, spec) in specs {
+        let c = &spec.containers[0];
+        let args = c.args.clone().unwrap_or_default();
+        let parsed = Args::try_parse_from(std::iter::once("switchyard".to_string()).chain(args))
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let config = Config::from_args(parsed).unwrap();
+        let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+        let needed = (config.shutdown_delay + config.shutdown_grace).as_secs();
+        assert!(
+            needed < u64::try_from(grace).unwrap(),
+            "{}: delay + grace {needed}s must fit in terminationGracePeriodSeconds {grace}",
+            file.display()
+        );
+        let probe = c
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .map(|h| h.path.clone());
+        assert_eq!(probe, Some(Some("/readyz".into())), "{}", file.display());
+        let live = c
+            .liveness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .map(|h| h.path.clone());
+        assert_eq!(live, Some(Some("/healthz".into())), "{}", file.display());
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(
+            sc.read_only_root_filesystem,
+            Some(true),
+            "{}",
+            file.display()
+        );
+        assert_eq!(
+            spec.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+    }
+}
+
+fn rules_of(kind: &str) -> Vec<Vec<PolicyRule>> {
+    documents()
+        .into_iter()
+        .filter(|(_, v)| v["kind"] == kind)
+        .map(|(_, v)| v["rules"].clone())
+        .map(|r| serde_json::from_value(r).unwrap())
+        .collect()
 }
 
 #[test]
-fn deployment_args_parse() {
-    let docs = documents();
-    let container = &kind(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0];
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
-    let parsed =
-        Args::try_parse_from(std::iter::once("switchyard").chain(args)).expect("flags parse");
-    let config = Config::from_args(parsed).expect("valid config");
-    assert_eq!(config.http_port, 8080);
-    assert_eq!(config.admin_port, 8081);
-    let probe_path = container["readinessProbe"]["httpGet"]["path"].as_str();
-    assert_eq!(probe_path, Some("/readyz"));
+fn rbac_is_exactly_what_the_watcher_uses() {
+    let expected = [
+        ("", "services", vec!["get", "list", "watch"]),
+        (
+            "discovery.k8s.io",
+            "endpointslices",
+            vec!["get", "list", "watch"],
+        ),
+        ("events.k8s.io", "events", vec!["create", "patch"]),
+    ];
+    for kind in ["ClusterRole", "Role"] {
+        let all = rules_of(kind);
+        assert!(!all.is_empty(), "no {kind}");
+        for rules in all {
+            assert_eq!(rules.len(), expected.len(), "{kind}: extra rules");
+            for (group, resource, verbs) in &expected {
+                let r = rules
+                    .iter()
+                    .find(|r| r.resources.as_deref() == Some(&[resource.to_string()][..]))
+                    .unwrap_or_else(|| panic!("{kind}: no rule for {resource}"));
+                assert_eq!(r.api_groups.as_deref(), Some(&[group.to_string()][..]));
+                assert_eq!(&r.verbs, verbs, "{kind}: {resource}");
+            }
+        }
+    }
 }
 
 #[test]
-fn configmap_routes_translate_cleanly() {
-    let docs = documents();
-    let routes = kind(&docs, "ConfigMap")["data"]["routes.yaml"]
-        .as_str()
-        .expect("routes.yaml");
+fn offline_configmap_routes_translate_cleanly() {
+    let (_, cm) = documents()
+        .into_iter()
+        .find(|(_, v)| v["kind"] == "ConfigMap")
+        .expect("ConfigMap");
+    let routes = cm["data"]["routes.yaml"].as_str().expect("routes.yaml");
     let mut objects = Objects::default();
     parse_into(routes, Path::new("routes.yaml"), &mut objects).expect("routes parse");
     let config =
-        Config::from_args(Args::try_parse_from(["switchyard", "--manifests", "x"]).expect("args"))
-            .expect("config");
+        Config::from_args(Args::try_parse_from(["switchyard", "--manifests", "x"]).unwrap())
+            .unwrap();
     let (table, warnings) = translate(&objects.services, &objects.slices, &config.translate, None);
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(table.entries.len(), 1);

@@ -16,6 +16,16 @@ use super::*;
 
 // === fixtures ===
 
+/// The function under test with concrete input types, so `&[]` needs no annotation.
+fn translate(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    options: &Options,
+    previous: Option<&RoutingTable>,
+) -> (RoutingTable, Vec<Warning>) {
+    super::translate(services, slices, options, previous)
+}
+
 fn mk_service(ns: &str, name: &str, ports: &[u16]) -> Service {
     Service {
         metadata: ObjectMeta {
@@ -280,6 +290,66 @@ fn only_ready_endpoints_and_unset_ready_counts_as_ready() {
         )],
     );
     assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:80", "10.0.0.3:80"]);
+}
+
+#[test]
+fn terminating_serving_endpoints_are_kept_as_draining() {
+    let mut slice = mk_slice_with(
+        "default",
+        "web",
+        "p80",
+        80,
+        vec![
+            ("10.0.0.1", Some(true)),
+            ("10.0.0.2", Some(false)),
+            ("10.0.0.3", Some(false)),
+        ],
+    );
+    let eps = slice.endpoints.as_mut().unwrap();
+    for (ep, (serving, terminating)) in
+        eps.iter_mut()
+            .zip([(true, false), (true, true), (false, true)])
+    {
+        let c = ep.conditions.as_mut().unwrap();
+        c.serving = Some(serving);
+        c.terminating = Some(terminating);
+    }
+    let (t, _) = run(&[mk_service("default", "web", &[80])], &[slice]);
+    let e = entry(&t, "web");
+    assert_eq!(
+        addrs(e),
+        ["10.0.0.1:80", "10.0.0.2:80"],
+        "terminating and not serving: gone"
+    );
+    assert!(!e.endpoints[0].draining);
+    assert!(
+        e.endpoints[1].draining,
+        "serving and terminating: sticky clients only"
+    );
+}
+
+#[test]
+fn an_address_ready_in_one_slice_is_not_draining() {
+    let ready = mk_slice_with("default", "web", "p80", 80, vec![("10.0.0.1", Some(true))]);
+    let mut term = mk_slice_with(
+        "default",
+        "web",
+        "p80",
+        80,
+        vec![("10.0.0.1", Some(false)), ("10.0.0.9", Some(false))],
+    );
+    for ep in term.endpoints.as_mut().unwrap() {
+        let c = ep.conditions.as_mut().unwrap();
+        c.serving = Some(true);
+        c.terminating = Some(true);
+    }
+    let (t1, _) = run(
+        &[mk_service("default", "web", &[80])],
+        &[ready.clone(), term.clone()],
+    );
+    let (t2, _) = run(&[mk_service("default", "web", &[80])], &[term, ready]);
+    assert_eq!(t1, t2);
+    assert!(!entry(&t1, "web").endpoints[0].draining);
 }
 
 #[test]

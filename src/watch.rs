@@ -1,0 +1,473 @@
+//! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices, keeps one
+//! store of each, coalesces events, and publishes through the same `Pipeline` as the offline
+//! source.
+//!
+//! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
+//! side buffer that replaces the store whole at `InitDone`, so a half-listed store is never
+//! translated. Nothing is published until both stores have completed their first list. Events
+//! are coalesced with a short debounce and a maximum wait. Watch errors back off and retry (a
+//! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
+//! Services become Kubernetes Events, rate-limited. This module must not touch the data plane.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch_stream};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+use crate::metrics::Metrics;
+use crate::pipeline::Pipeline;
+use crate::translate::{Warning, WarningReason};
+
+/// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// How events are batched into rebuilds.
+#[derive(Debug, Clone, Copy)]
+pub struct Coalesce {
+    /// Rebuild once no event has arrived for this long...
+    pub debounce: Duration,
+    /// ...or once the oldest unpublished event is this old, whichever is first.
+    pub max_wait: Duration,
+}
+
+impl Default for Coalesce {
+    fn default() -> Self {
+        Coalesce {
+            debounce: Duration::from_millis(75),
+            max_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the cluster source needs.
+pub struct ClusterSource {
+    pub client: Client,
+    /// Watch one namespace; `None` for all.
+    pub namespace: Option<String>,
+    pub coalesce: Coalesce,
+    pub pipeline: Pipeline,
+    pub metrics: Arc<Metrics>,
+    /// Publish Events about Services (off in tests that do not want them).
+    pub events: bool,
+}
+
+/// One watched resource's objects by (namespace, name), with the re-list buffer.
+struct Store<K> {
+    live: BTreeMap<(String, String), K>,
+    relist: Option<BTreeMap<(String, String), K>>,
+    /// The first complete list has arrived.
+    synced: bool,
+    lists: u64,
+}
+
+impl<K: Resource> Store<K> {
+    fn new() -> Self {
+        Store {
+            live: BTreeMap::new(),
+            relist: None,
+            synced: false,
+            lists: 0,
+        }
+    }
+
+    fn key(obj: &K) -> (String, String) {
+        (obj.namespace().unwrap_or_default(), obj.name_any())
+    }
+
+    /// Applies one event; returns whether the live set changed.
+    fn apply(&mut self, event: Event<K>) -> bool {
+        match event {
+            Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(obj) => {
+                let key = Self::key(&obj);
+                self.relist
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key, obj);
+                false
+            }
+            Event::InitDone => {
+                self.live = self.relist.take().unwrap_or_default();
+                self.synced = true;
+                self.lists += 1;
+                true
+            }
+            Event::Apply(obj) => {
+                self.live.insert(Self::key(&obj), obj);
+                true
+            }
+            Event::Delete(obj) => self.live.remove(&Self::key(&obj)).is_some(),
+        }
+    }
+}
+
+/// Drops what routing never reads, to keep the stores small.
+fn slim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(ann) = meta.annotations.as_mut() {
+        ann.remove(LAST_APPLIED);
+    }
+}
+
+fn stream<K>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    watch_stream(api, watcher::Config::default())
+        .modify(slim)
+        .backoff(RetryBackoff::default())
+}
+
+/// Watch retry delays: 100 ms doubling to 30 s, with jitter, reset by the next success. kube's
+/// default starts at 800 ms, which would make every re-list after a 410 Gone take most of a
+/// second; a load balancer wants the first retry fast and the storm case still bounded.
+#[derive(Debug, Clone)]
+struct RetryBackoff {
+    next: Duration,
+}
+
+impl RetryBackoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(30);
+}
+
+impl Default for RetryBackoff {
+    fn default() -> Self {
+        RetryBackoff { next: Self::FIRST }
+    }
+}
+
+impl Iterator for RetryBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        // Up to 25 % jitter so that many replicas do not retry in lockstep.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Some(base + base.mul_f64(f64::from(nanos % 1000) / 4000.0))
+    }
+}
+
+impl Backoff for RetryBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+impl ClusterSource {
+    /// Runs until `shutdown` turns true.
+    pub async fn run(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let ns = self.namespace.as_deref();
+        let mut services = Box::pin(stream::<Service>(&self.client, ns));
+        let mut slices = Box::pin(stream::<EndpointSlice>(&self.client, ns));
+        let mut svc_store: Store<Service> = Store::new();
+        let mut eps_store: Store<EndpointSlice> = Store::new();
+        let events = self
+            .events
+            .then(|| spawn_event_sink(self.client.clone(), Arc::clone(&self.metrics)));
+        // The first event not yet in a published table, and the latest event.
+        let mut pending: Option<(Instant, Instant)> = None;
+        loop {
+            let deadline = match pending {
+                Some((first, last)) if svc_store.synced && eps_store.synced => {
+                    Some((last + self.coalesce.debounce).min(first + self.coalesce.max_wait))
+                }
+                _ => None,
+            };
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ev = services.next() => {
+                    if self.on_event(ev, "services", &mut svc_store) {
+                        let now = Instant::now();
+                        pending = Some((pending.map_or(now, |(first, _)| first), now));
+                    }
+                }
+                ev = slices.next() => {
+                    if self.on_event(ev, "endpointslices", &mut eps_store) {
+                        let now = Instant::now();
+                        pending = Some((pending.map_or(now, |(first, _)| first), now));
+                    }
+                }
+                _ = sleep => {
+                    let first = pending.map(|(first, _)| first);
+                    pending = None;
+                    let svcs: Vec<&Service> = svc_store.live.values().collect();
+                    let eps: Vec<&EndpointSlice> = eps_store.live.values().collect();
+                    let applied = self.pipeline.apply(&svcs, &eps);
+                    if let Some(first) = first {
+                        let latency = first.elapsed();
+                        self.metrics.propagation_latency_seconds.observe(latency.as_secs_f64());
+                        tracing::debug!(latency_ms = latency.as_secs_f64() * 1e3, generation = applied.generation, "watch event to live table");
+                    }
+                    if let Some(tx) = &events {
+                        for w in &applied.new_warnings {
+                            if let Some(reference) = service_reference(&svc_store, w) {
+                                // Never block publishing on the API server: drop when full.
+                                if tx.try_send((w.clone(), reference)).is_err() {
+                                    self.metrics.kube_events_total.with_label_values(&["dropped"]).inc();
+                                }
+                            }
+                        }
+                    }
+                }
+                _ = shutdown.changed() => {
+                    if *shutdown.borrow() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles one item of a watch stream; returns whether the store changed.
+    fn on_event<K: Resource>(
+        &self,
+        ev: Option<Result<Event<K>, watcher::Error>>,
+        resource: &str,
+        store: &mut Store<K>,
+    ) -> bool {
+        match ev {
+            Some(Ok(event)) => {
+                let was_listed = store.lists;
+                let changed = store.apply(event);
+                if store.lists > 1 && store.lists != was_listed {
+                    self.metrics
+                        .relists_total
+                        .with_label_values(&[resource])
+                        .inc();
+                    tracing::info!(resource, objects = store.live.len(), "re-listed");
+                } else if store.lists == 1 && was_listed == 0 {
+                    tracing::info!(resource, objects = store.live.len(), "first list complete");
+                }
+                changed
+            }
+            Some(Err(e)) => {
+                self.metrics
+                    .watch_errors_total
+                    .with_label_values(&[resource])
+                    .inc();
+                tracing::warn!(resource, error = %e, "watch error; backing off, the last table keeps serving");
+                false
+            }
+            None => {
+                tracing::error!(resource, "watch stream ended");
+                false
+            }
+        }
+    }
+}
+
+/// The reference an Event about a warning is attached to (Services only).
+fn service_reference(store: &Store<Service>, w: &Warning) -> Option<ObjectReference> {
+    if w.object.kind != "Service"
+        || !matches!(
+            w.reason,
+            WarningReason::InvalidAnnotation | WarningReason::RouteConflict
+        )
+    {
+        return None;
+    }
+    let svc = store
+        .live
+        .get(&(w.object.namespace.clone(), w.object.name.clone()))?;
+    Some(svc.object_ref(&()))
+}
+
+/// Events in flight to the API server at most.
+const EVENT_QUEUE: usize = 256;
+/// Global rate: one Event per this interval, with a burst of `EVENT_BURST`.
+const EVENT_INTERVAL: Duration = Duration::from_millis(500);
+const EVENT_BURST: u32 = 10;
+/// The same (object version, reason, message) is published once.
+const EVENT_MEMORY: usize = 10_000;
+
+fn spawn_event_sink(
+    client: Client,
+    metrics: Arc<Metrics>,
+) -> mpsc::Sender<(Warning, ObjectReference)> {
+    let (tx, mut rx) = mpsc::channel::<(Warning, ObjectReference)>(EVENT_QUEUE);
+    let reporter = Reporter {
+        controller: "switchyard".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let recorder = Recorder::new(client, reporter);
+    tokio::spawn(async move {
+        let mut seen: HashSet<(String, String, String, String)> = HashSet::new();
+        let mut tokens = EVENT_BURST;
+        let mut refill = Instant::now();
+        while let Some((w, reference)) = rx.recv().await {
+            let key = (
+                reference.uid.clone().unwrap_or_default(),
+                reference.resource_version.clone().unwrap_or_default(),
+                w.reason.as_str().to_string(),
+                w.message.clone(),
+            );
+            if seen.contains(&key) {
+                continue;
+            }
+            let earned = (refill.elapsed().as_millis() / EVENT_INTERVAL.as_millis()) as u32;
+            if earned > 0 {
+                tokens = (tokens + earned).min(EVENT_BURST);
+                refill = Instant::now();
+            }
+            if tokens == 0 {
+                metrics
+                    .kube_events_total
+                    .with_label_values(&["rate_limited"])
+                    .inc();
+                continue;
+            }
+            tokens -= 1;
+            if seen.len() >= EVENT_MEMORY {
+                seen.clear();
+            }
+            seen.insert(key);
+            let event = KubeEvent {
+                type_: EventType::Warning,
+                reason: w.reason.as_str().to_string(),
+                note: Some(w.message.chars().take(1000).collect()),
+                action: "Route".into(),
+                secondary: None,
+            };
+            match recorder.publish(&event, &reference).await {
+                Ok(()) => metrics
+                    .kube_events_total
+                    .with_label_values(&["published"])
+                    .inc(),
+                Err(e) => {
+                    metrics
+                        .kube_events_total
+                        .with_label_values(&["failed"])
+                        .inc();
+                    tracing::warn!(error = %e, "could not publish a Kubernetes Event");
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// Lists Services and EndpointSlices once (for `--dry-run` against a cluster).
+pub async fn snapshot(
+    client: &Client,
+    namespace: Option<&str>,
+) -> Result<(Vec<Service>, Vec<EndpointSlice>), kube::Error> {
+    let lp = kube::api::ListParams::default();
+    let (svc_api, eps_api): (Api<Service>, Api<EndpointSlice>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let services = svc_api.list(&lp).await?.items;
+    let slices = eps_api.list(&lp).await?.items;
+    Ok((services, slices))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn svc(name: &str) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn relist_replaces_the_store_only_when_done() {
+        let mut s: Store<Service> = Store::new();
+        assert!(!s.apply(Event::Init));
+        assert!(!s.apply(Event::InitApply(svc("a"))));
+        assert!(!s.synced, "not synced before InitDone");
+        assert!(s.apply(Event::InitDone));
+        assert!(s.synced);
+        assert!(s.apply(Event::Apply(svc("b"))));
+        assert_eq!(s.live.len(), 2);
+        // A re-list without `a`: the live set keeps both until the re-list completes, then
+        // loses the deleted object even though no Delete event was seen.
+        s.apply(Event::Init);
+        s.apply(Event::InitApply(svc("b")));
+        assert_eq!(s.live.len(), 2);
+        s.apply(Event::InitDone);
+        assert_eq!(
+            s.live.keys().map(|k| k.1.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+        assert_eq!(s.lists, 2);
+        assert!(s.apply(Event::Delete(svc("b"))));
+        assert!(
+            !s.apply(Event::Delete(svc("b"))),
+            "deleting twice changes nothing"
+        );
+    }
+
+    #[test]
+    fn retry_backoff_grows_caps_and_resets() {
+        let mut b = RetryBackoff::default();
+        let first = b.next().unwrap();
+        assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(125));
+        let delays: Vec<Duration> = (0..20).filter_map(|_| b.next()).collect();
+        assert!(delays.iter().all(|d| *d <= Duration::from_millis(37_500)));
+        assert!(delays.last().unwrap() >= &Duration::from_secs(30));
+        b.reset();
+        assert!(b.next().unwrap() <= Duration::from_millis(125));
+    }
+
+    #[test]
+    fn slim_drops_managed_fields_and_last_applied() {
+        let mut s = svc("a");
+        s.metadata.managed_fields = Some(vec![Default::default()]);
+        s.metadata.annotations = Some(BTreeMap::from([
+            (LAST_APPLIED.to_string(), "{...}".to_string()),
+            (
+                "serviceloadbalancer/lb.host".to_string(),
+                "x.com".to_string(),
+            ),
+        ]));
+        slim(&mut s);
+        assert!(s.metadata.managed_fields.is_none());
+        assert_eq!(s.metadata.annotations.unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,470 @@
+//! End-to-end tests of the cluster source: the real `switchyard` binary started with
+//! `--kubeconfig` against an in-process fake API server (real HTTP, list + watch), real
+//! backends and a real client, all on 127.0.0.1. Also the graceful shutdown on SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod kube_api;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube_api::{FakeApi, Kind, service, slice};
+use tokio::sync::Mutex;
+
+/// How long a change may take to show in routing before a test fails. The requirement is
+/// "within 1 s"; the bound is looser so a loaded CI machine does not flake, and the measured
+/// figures are printed.
+const CHANGE_LIMIT: Duration = Duration::from_secs(3);
+
+/// switchyard running against the fake API; killed on drop.
+struct Cluster {
+    child: Child,
+    http_port: u16,
+    admin_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Cluster {
+    fn start(api: &FakeApi, extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = api.kubeconfig(dir.path());
+        let (http_port, admin_port) = (free_port(), free_port());
+        let child = Command::new(bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--bind-address", "127.0.0.1"])
+            .args(["--http-port", &http_port.to_string()])
+            .args(["--admin-port", &admin_port.to_string()])
+            .args(extra)
+            .env("RUST_LOG", "warn,switchyard=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.path().join("stderr")).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        Cluster {
+            child,
+            http_port,
+            admin_port,
+            _dir: dir,
+        }
+    }
+
+    async fn ready_status(&self) -> Option<u16> {
+        try_request(self.admin_port, "GET", "/readyz", &[])
+            .await
+            .ok()
+            .map(|r| r.status)
+    }
+
+    async fn wait_ready(&self) {
+        let ok = eventually(Duration::from_secs(20), || async {
+            self.ready_status().await == Some(200)
+        })
+        .await;
+        assert!(ok, "switchyard did not become ready against the fake API");
+    }
+
+    async fn get(&self, path: &str) -> Option<Resp> {
+        try_request(self.http_port, "GET", path, &[]).await.ok()
+    }
+
+    /// Waits until `check` holds for a response to `path`; returns how long it took.
+    async fn until(&self, path: &str, check: impl Fn(&Resp) -> bool) -> Duration {
+        let started = Instant::now();
+        while started.elapsed() < CHANGE_LIMIT {
+            if self.get(path).await.as_ref().is_some_and(&check) {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{path}: change not reflected within {CHANGE_LIMIT:?}");
+    }
+}
+
+/// A client that keeps sending keep-alive requests to `path` until stopped, counting failures
+/// (anything but 200) and which backend answered.
+struct Load {
+    stop: Arc<AtomicBool>,
+    failures: Arc<AtomicUsize>,
+    total: Arc<AtomicUsize>,
+    backends: Arc<Mutex<BTreeMap<String, usize>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(port: u16, path: &str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let failures = Arc::new(AtomicUsize::new(0));
+        let total = Arc::new(AtomicUsize::new(0));
+        let backends = Arc::new(Mutex::new(BTreeMap::new()));
+        let url = format!("http://127.0.0.1:{port}{path}");
+        let (s, f, t, b) = (
+            stop.clone(),
+            failures.clone(),
+            total.clone(),
+            backends.clone(),
+        );
+        let task = tokio::spawn(async move {
+            let client = pooled_client();
+            // Bounded: at most 60 s or 100k requests.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !s.load(Ordering::Relaxed)
+                && Instant::now() < deadline
+                && t.load(Ordering::Relaxed) < 100_000
+            {
+                t.fetch_add(1, Ordering::Relaxed);
+                match pooled_get(&client, &url).await {
+                    Ok(r) if r.status == 200 => {
+                        *b.lock()
+                            .await
+                            .entry(r.backend().unwrap_or_default())
+                            .or_default() += 1;
+                    }
+                    Ok(r) => {
+                        eprintln!("load: status {} {}", r.status, r.body);
+                        f.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        eprintln!("load: {e}");
+                        f.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        Load {
+            stop,
+            failures,
+            total,
+            backends,
+            task,
+        }
+    }
+
+    async fn finish(self) -> (usize, usize, BTreeMap<String, usize>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let backends = self.backends.lock().await.clone();
+        (
+            self.failures.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+            backends,
+        )
+    }
+}
+
+fn from(b: &Backend) -> impl Fn(&Resp) -> bool + '_ {
+    move |r: &Resp| r.status == 200 && r.backend().as_deref() == Some(b.name.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_both_first_lists() {
+    let b1 = Backend::start("b1").await;
+    let api = FakeApi::start().await;
+    api.apply(service("web", &[]));
+    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    api.hold_lists(Kind::EndpointSlice);
+    let sy = Cluster::start(&api, &[]);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            sy.ready_status().await == Some(503)
+        })
+        .await,
+        "admin should answer 503 before the first lists"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        sy.ready_status().await,
+        Some(503),
+        "Services listed but EndpointSlices not: not ready"
+    );
+    assert_eq!(
+        sy.get("/web").await.map(|r| r.status),
+        Some(404),
+        "nothing is served half-listed"
+    );
+    api.release_lists();
+    sy.wait_ready().await;
+    assert!(from(&b1)(&sy.get("/web").await.unwrap()));
+}
+
+/// Scale up, scale down, an endpoint turning terminating, an annotation change and a Service
+/// deletion, each reflected in routing while a client keeps sending without a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_changes_reach_routing_without_failed_requests() {
+    let (b1, b2, b3) = (
+        Backend::start("b1").await,
+        Backend::start("b2").await,
+        Backend::start("b3").await,
+    );
+    let api = FakeApi::start().await;
+    api.apply(service("web", &[]));
+    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    let load = Load::start(sy.http_port, "/web");
+    let mut took = Vec::new();
+
+    api.apply(slice("web", "web-2", b2.port, true, true, false));
+    took.push(("scale up", sy.until("/web", from(&b2)).await));
+
+    api.delete(Kind::EndpointSlice, "default", "web-1");
+    let t = Instant::now();
+    // Scaled down: a run of responses only from b2.
+    let mut streak = 0;
+    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
+        streak = if from(&b2)(&sy.get("/web").await.unwrap()) {
+            streak + 1
+        } else {
+            0
+        };
+    }
+    assert_eq!(
+        streak, 10,
+        "b1 still receives traffic after its slice was deleted"
+    );
+    took.push(("scale down", t.elapsed()));
+
+    api.apply(slice("web", "web-3", b3.port, true, true, false));
+    sy.until("/web", from(&b3)).await;
+    api.apply(slice("web", "web-2", b2.port, false, true, true));
+    let t = Instant::now();
+    let mut streak = 0;
+    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
+        streak = if from(&b3)(&sy.get("/web").await.unwrap()) {
+            streak + 1
+        } else {
+            0
+        };
+    }
+    assert_eq!(
+        streak, 10,
+        "a terminating endpoint still takes new sessions"
+    );
+    took.push(("terminating", t.elapsed()));
+
+    assert_eq!(sy.get("/other").await.map(|r| r.status), Some(404));
+    api.apply(service(
+        "web",
+        &[("serviceloadbalancer/lb.aclMatch", "/web /other")],
+    ));
+    took.push(("annotation", sy.until("/other", from(&b3)).await));
+
+    let (failures, total, backends) = load.finish().await;
+    eprintln!("changes took: {took:?}; load: {total} requests, {failures} failed, {backends:?}");
+    assert_eq!(failures, 0, "requests failed while the cluster changed");
+    assert!(total > 50, "the load ran ({total} requests)");
+    assert!(
+        backends.contains_key("b1") && backends.contains_key("b2") && backends.contains_key("b3")
+    );
+
+    api.delete(Kind::Service, "default", "web");
+    took.push(("delete", sy.until("/web", |r| r.status == 404).await));
+    for (what, d) in &took {
+        assert!(*d < CHANGE_LIMIT, "{what} took {d:?}");
+    }
+}
+
+/// A broken watch whose history was compacted gets 410 Gone, re-lists, and catches a delete it
+/// never saw as an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_watch_relists_and_catches_missed_deletes() {
+    let (b1, b2) = (Backend::start("b1").await, Backend::start("b2").await);
+    let api = FakeApi::start().await;
+    api.apply(service("web", &[]));
+    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    api.apply(slice("web", "web-2", b2.port, true, true, false));
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    let lists_before = api.lists(Kind::EndpointSlice);
+    let load = Load::start(sy.http_port, "/web");
+
+    api.break_watches(true);
+    api.delete(Kind::EndpointSlice, "default", "web-1");
+    let t = Instant::now();
+    let mut streak = 0;
+    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
+        streak = if from(&b2)(&sy.get("/web").await.unwrap()) {
+            streak + 1
+        } else {
+            0
+        };
+    }
+    let took = t.elapsed();
+    let (failures, total, _) = load.finish().await;
+    eprintln!("re-list reflected the delete in {took:?}; {total} requests, {failures} failed");
+    assert_eq!(
+        streak, 10,
+        "the delete missed during the broken watch was not applied"
+    );
+    assert!(
+        api.lists(Kind::EndpointSlice) > lists_before,
+        "no re-list after 410 Gone"
+    );
+    assert_eq!(failures, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_annotation_becomes_a_kubernetes_event() {
+    let b1 = Backend::start("b1").await;
+    let api = FakeApi::start().await;
+    api.apply(service(
+        "web",
+        &[("serviceloadbalancer/lb.algorithm", "bogus")],
+    ));
+    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    assert!(
+        from(&b1)(&sy.get("/web").await.unwrap()),
+        "the Service is served with the default"
+    );
+    let found = eventually(Duration::from_secs(10), || async {
+        api.events().iter().any(|e| {
+            e["reason"] == "InvalidAnnotation"
+                && e["regarding"]["name"] == "web"
+                && e["regarding"]["kind"] == "Service"
+        })
+    })
+    .await;
+    assert!(
+        found,
+        "no InvalidAnnotation Event reached the API: {:?}",
+        api.events()
+    );
+    let events_now = api.events().len();
+    // Rebuilds caused by other changes must not repeat the Event.
+    api.apply(slice("web", "web-2", b1.port, true, true, false));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        api.events().len(),
+        events_now,
+        "the same warning was published twice"
+    );
+}
+
+/// Many objects: the first list of a few thousand, then how long single changes take to be
+/// live. Prints the measured figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagation_with_thousands_of_objects() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let api = FakeApi::start().await;
+    const N: usize = 2000;
+    for i in 0..N {
+        api.apply(service(&format!("svc-{i}"), &[]));
+        api.apply(slice(
+            &format!("svc-{i}"),
+            &format!("svc-{i}-1"),
+            b1.port,
+            true,
+            true,
+            false,
+        ));
+    }
+    let started = Instant::now();
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    let ready_in = started.elapsed();
+    let mut took = Vec::new();
+    for k in 0..10 {
+        let name = format!("svc-{}", k * 97 % N);
+        api.apply(slice(
+            &name,
+            &format!("{name}-2"),
+            b2.port,
+            true,
+            true,
+            false,
+        ));
+        took.push(sy.until(&format!("/{name}"), from(&b2)).await);
+    }
+    took.sort();
+    eprintln!(
+        "{N} Services + {N} EndpointSlices: ready in {ready_in:?}; change to live: median {:?}, max {:?}",
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+    let metrics = try_request(sy.admin_port, "GET", "/metrics", &[])
+        .await
+        .unwrap()
+        .body;
+    assert!(
+        metrics.contains("switchyard_propagation_latency_seconds_count"),
+        "{metrics}"
+    );
+}
+
+/// SIGTERM under load: not ready at once, still serving during --shutdown-delay, in-flight
+/// requests complete, and the process exits within delay + grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests() {
+    let b1 = Backend::start("b1").await;
+    let mut sy = switchyard(vec![svc("web", 80).into(), slices("web", &[&b1]).remove(0)])
+        .args(&["--shutdown-delay", "1s", "--shutdown-grace", "5s"])
+        .start()
+        .await;
+    let port = sy.http_port;
+    // Held 1 s by the backend: in flight across the whole delay.
+    let slow = tokio::spawn(async move { try_request(port, "GET", "/web/slow", &[]).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = sy.child.id().to_string();
+    let signalled = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            try_request(sy.admin_port, "GET", "/readyz", &[])
+                .await
+                .map(|r| r.status)
+                == Ok(503)
+        })
+        .await,
+        "not-ready must come at once"
+    );
+    let during = try_request(port, "GET", "/web", &[])
+        .await
+        .expect("served during the delay");
+    assert_eq!(during.status, 200);
+    let slow = slow.await.unwrap().expect("in-flight request completed");
+    assert_eq!(slow.status, 200);
+    let exited = loop {
+        if let Some(status) = sy.child.try_wait().unwrap() {
+            break Some((status, signalled.elapsed()));
+        }
+        if signalled.elapsed() > Duration::from_secs(10) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (status, after) = exited.expect("process did not exit within delay + grace");
+    eprintln!("exited {status} {after:?} after SIGTERM");
+    assert!(status.success(), "{status}");
+    assert!(
+        after >= Duration::from_millis(900),
+        "exited before the shutdown delay: {after:?}"
+    );
+    assert!(
+        after < Duration::from_secs(7),
+        "took longer than delay + grace: {after:?}"
+    );
+}
