@@ -219,6 +219,11 @@ async fn cluster_changes_reach_routing_without_failed_requests() {
     let load = Load::start(sy.http_port, "/web");
     let mut took = Vec::new();
 
+    assert_eq!(sy.get("/api").await.map(|r| r.status), Some(404));
+    api.apply(service("api", &[]));
+    api.apply(slice("api", "api-1", b3.port, true, true, false));
+    took.push(("create", sy.until("/api", from(&b3)).await));
+
     api.apply(slice("web", "web-2", b2.port, true, true, false));
     took.push(("scale up", sy.until("/web", from(&b2)).await));
 
@@ -466,5 +471,113 @@ async fn sigterm_drains_in_flight_requests() {
     assert!(
         after < Duration::from_secs(7),
         "took longer than delay + grace: {after:?}"
+    );
+}
+
+/// Drain-aware stickiness: a client pinned by cookie to an endpoint that turns terminating (but
+/// still serving) keeps reaching it; new clients do not; once it stops serving, the pinned
+/// client moves and gets a new cookie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_clients_follow_a_draining_endpoint_until_it_stops_serving() {
+    let (b1, b2) = (Backend::start("b1").await, Backend::start("b2").await);
+    let api = FakeApi::start().await;
+    api.apply(service(
+        "web",
+        &[("serviceloadbalancer/lb.cookie-sticky-session", "true")],
+    ));
+    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    api.apply(slice("web", "web-2", b2.port, true, true, false));
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    // Find b1's cookie.
+    let mut cookie = None;
+    for _ in 0..10 {
+        let r = sy.get("/web").await.unwrap();
+        if from(&b1)(&r) {
+            let set = r.header("set-cookie").expect("Set-Cookie");
+            cookie = Some(set.split(';').next().unwrap().to_string());
+            break;
+        }
+    }
+    let cookie = cookie.expect("b1 answered within 10 requests");
+    let pinned = || async {
+        try_request(sy.http_port, "GET", "/web", &[("cookie", &cookie)])
+            .await
+            .unwrap()
+    };
+
+    api.apply(slice("web", "web-1", b1.port, false, true, true));
+    // New clients: only b2 from now on.
+    sy.until("/web", from(&b2)).await;
+    let t = Instant::now();
+    let mut streak = 0;
+    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
+        streak = if from(&b2)(&sy.get("/web").await.unwrap()) {
+            streak + 1
+        } else {
+            0
+        };
+    }
+    assert_eq!(streak, 10, "the draining endpoint still takes new sessions");
+    for _ in 0..5 {
+        let r = pinned().await;
+        assert!(
+            from(&b1)(&r),
+            "a pinned client left its draining endpoint: {r:?}"
+        );
+        assert_eq!(
+            r.header("set-cookie"),
+            None,
+            "the pin is kept, not re-issued"
+        );
+    }
+
+    api.apply(slice("web", "web-1", b1.port, false, false, true));
+    let t = Instant::now();
+    let moved = loop {
+        let r = pinned().await;
+        if from(&b2)(&r) {
+            break Some(r);
+        }
+        if t.elapsed() > CHANGE_LIMIT {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let moved = moved.expect("the pinned client never moved off the stopped endpoint");
+    assert!(
+        moved
+            .header("set-cookie")
+            .is_some_and(|c| c.starts_with("SERVERID="))
+    );
+}
+
+/// `--dry-run` against the cluster lists once and prints the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_lists_the_cluster() {
+    let api = FakeApi::start().await;
+    api.apply(service("web", &[]));
+    api.apply(slice("web", "web-1", 9999, true, true, false));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = api.kubeconfig(dir.path());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--dry-run")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        table["entries"]["web"]["endpoints"][0]["address"],
+        "127.0.0.1:9999"
     );
 }
