@@ -79,9 +79,23 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     ("src/manifests.rs", &["pingora::", "crate::http_proxy"]),
     ("src/pipeline.rs", &["pingora::", "crate::http_proxy"]),
-    ("src/watch.rs", &["pingora::", "crate::http_proxy", "crate::table"]),
-    ("src/metrics.rs", &["kube::", "k8s_openapi::", "pingora::", "tokio::", "crate::"]),
-    ("src/lifecycle.rs", &["kube::", "k8s_openapi::", "crate::table", "crate::translate"]),
+    (
+        "src/watch.rs",
+        &["pingora::", "crate::http_proxy", "crate::table"],
+    ),
+    (
+        "src/metrics.rs",
+        &["kube::", "k8s_openapi::", "pingora::", "tokio::", "crate::"],
+    ),
+    (
+        "src/lifecycle.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "crate::table",
+            "crate::translate",
+        ],
+    ),
 ];
 
 fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
