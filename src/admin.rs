@@ -1,9 +1,11 @@
 //! The admin server: `/healthz` (liveness: this process answers HTTP), `/readyz` (ready once
 //! the first complete table is published, and not while shutting down) and `/metrics`
-//! (Prometheus text format).
+//! (Prometheus text format), and `/explain?host=H&path=P[&client=IP][&cookie=C]` (JSON: where
+//! such a request would go and why, from the pure `explain` module).
 //!
-//! It reads only the readiness latch, the lifecycle and the metrics; it must not touch routing,
-//! and it runs on its own port so probes never compete with proxied traffic for a route.
+//! It reads only the readiness latch, the lifecycle, the metrics and (for `/explain`) the
+//! current table; it must not change routing state, and it runs on its own port so probes never
+//! compete with proxied traffic for a route.
 
 use std::sync::Arc;
 
@@ -21,9 +23,29 @@ pub struct Admin {
     pub table: TableReader,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
+    /// `--health-fail-open`, so `/explain` decides as the data plane does.
+    pub fail_open: bool,
 }
 
 impl Admin {
+    /// `/explain`: status and JSON body for a query string.
+    pub fn explain(&self, query: &str) -> (StatusCode, String) {
+        match crate::explain::Query::from_query_string(query) {
+            Ok(q) => {
+                let table = self.table.load();
+                let x =
+                    crate::explain::explain(&table, &q, std::time::Instant::now(), self.fail_open);
+                let body = serde_json::to_string_pretty(&x)
+                    .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+                (StatusCode::OK, body + "\n")
+            }
+            Err(why) => (
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({ "error": why }).to_string() + "\n",
+            ),
+        }
+    }
+
     /// Status and body for a request path.
     pub fn answer(&self, path: &str) -> (StatusCode, String) {
         match path {
@@ -43,7 +65,7 @@ impl Admin {
             "/metrics" => (StatusCode::OK, self.metrics.render()),
             _ => (
                 StatusCode::NOT_FOUND,
-                "not found: try /healthz, /readyz or /metrics\n".into(),
+                "not found: try /healthz, /readyz, /metrics or /explain?host=H&path=P\n".into(),
             ),
         }
     }
@@ -52,13 +74,18 @@ impl Admin {
 #[async_trait]
 impl ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let path = session.req_header().uri.path();
-        let content_type = if path == "/metrics" {
-            "text/plain; version=0.0.4; charset=utf-8"
-        } else {
-            "text/plain; charset=utf-8"
+        let uri = &session.req_header().uri;
+        let path = uri.path();
+        let content_type = match path {
+            "/metrics" => "text/plain; version=0.0.4; charset=utf-8",
+            "/explain" => "application/json",
+            _ => "text/plain; charset=utf-8",
         };
-        let (status, body) = self.answer(path);
+        let (status, body) = if path == "/explain" {
+            self.explain(uri.query().unwrap_or(""))
+        } else {
+            self.answer(path)
+        };
         let len = body.len();
         let mut resp = Response::new(body.into_bytes());
         *resp.status_mut() = status;
@@ -88,8 +115,15 @@ mod tests {
             table: r,
             lifecycle: Lifecycle::new(),
             metrics: Arc::new(Metrics::new()),
+            fail_open: true,
         };
         assert_eq!(admin.answer("/healthz").0, StatusCode::OK);
+        assert_eq!(
+            admin.explain("path=/nowhere").0,
+            StatusCode::OK,
+            "explain answers even for no route"
+        );
+        assert_eq!(admin.explain("path=relative").0, StatusCode::BAD_REQUEST);
         assert_eq!(admin.answer("/readyz").0, StatusCode::SERVICE_UNAVAILABLE);
         w.publish(Default::default());
         assert_eq!(admin.answer("/readyz").0, StatusCode::OK);

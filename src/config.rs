@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::balance::Algorithm;
+use crate::tls::{ClientVerify, TlsOptions};
 use crate::translate::{Options, TcpService};
 
 /// A Kubernetes service load balancer: one immutable routing table, swapped atomically, served
@@ -40,6 +41,12 @@ pub struct Args {
     #[arg(long = "dry-run", visible_alias = "dry")]
     pub dry_run: bool,
 
+    /// With --dry-run: instead of the table, explain where a request for HOST/PATH goes (route,
+    /// precedence, entry, endpoint, stickiness) as JSON. `/PATH` means no Host header;
+    /// an `https://` prefix asks about the TLS frontend.
+    #[arg(long, value_name = "HOST/PATH", requires = "dry_run")]
+    pub explain: Option<String>,
+
     /// Address the listeners bind to.
     #[arg(
         long,
@@ -53,7 +60,8 @@ pub struct Args {
     #[arg(long, value_name = "PORT", env = "SWITCHYARD_HTTP_PORT")]
     pub http_port: Option<u16>,
 
-    /// Port of the admin server: /healthz (liveness) and /readyz (ready after the first table).
+    /// Port of the admin server: /healthz (liveness), /readyz (ready after the first table),
+    /// /metrics (Prometheus) and /explain?host=H&path=P (where a request would go, and why).
     #[arg(
         long,
         value_name = "PORT",
@@ -62,7 +70,8 @@ pub struct Args {
     )]
     pub admin_port: u16,
 
-    /// Port of the stats page [not yet implemented: accepted and ignored].
+    /// Port of the stats page (HTML, auto-refreshing; `?csv` and `?json` give the same data);
+    /// 0 turns it off.
     #[arg(
         long,
         value_name = "PORT",
@@ -70,6 +79,40 @@ pub struct Args {
         env = "SWITCHYARD_STATS_PORT"
     )]
     pub stats_port: u16,
+
+    /// One structured line per request (and per TCP connection) on stdout: `json` or
+    /// `logfmt`. Off when absent.
+    #[arg(long, value_name = "FORMAT", value_parser = parse_access_log,
+          env = "SWITCHYARD_ACCESS_LOG")]
+    pub access_log: Option<crate::access_log::Format>,
+
+    /// Active health checks: how often each endpoint is checked (TCP connect, or HTTP GET with
+    /// the lb.check-path annotation); 0 turns checks off except for Services whose
+    /// lb.check-interval annotation asks for them.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration,
+          env = "SWITCHYARD_CHECK_INTERVAL")]
+    pub check_interval: Duration,
+
+    /// Active health checks: how long one check may take before it counts as failed.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration,
+          env = "SWITCHYARD_CHECK_TIMEOUT")]
+    pub check_timeout: Duration,
+
+    /// Active health checks: passed checks in a row that bring a down endpoint back.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100),
+          env = "SWITCHYARD_CHECK_RISE")]
+    pub check_rise: u32,
+
+    /// Active health checks: failed checks in a row that take an endpoint out.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100),
+          env = "SWITCHYARD_CHECK_FALL")]
+    pub check_fall: u32,
+
+    /// When every endpoint of an entry is marked down by health checks, send traffic to all of
+    /// them anyway (the checks may be what is broken); `false` answers 503 instead.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          env = "SWITCHYARD_HEALTH_FAIL_OPEN")]
+    pub health_fail_open: bool,
 
     /// Default balance algorithm for Services without a valid lb.algorithm annotation.
     #[arg(long, value_name = "ALGORITHM", default_value = "roundrobin", value_parser = parse_algorithm,
@@ -95,18 +138,49 @@ pub struct Args {
     pub forward_services: bool,
 
     /// Comma-separated `name:port` or `namespace/name:port` Service ports to serve as raw TCP
-    /// frontends on that port [listeners not yet implemented: the table lists them].
+    /// frontends, each on --bind-address:<port>, opened and closed as the Services come and go.
     #[arg(long, value_name = "LIST", value_parser = parse_tcp_service, value_delimiter = ',',
           env = "SWITCHYARD_TCP_SERVICES")]
     pub tcp_services: Vec<TcpService>,
 
-    /// PEM certificate chain and key for TLS termination [not yet implemented].
+    /// Port for TLS-terminated services (lb.sslTerm); opened only with --ssl-cert.
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 443,
+        env = "SWITCHYARD_HTTPS_PORT"
+    )]
+    pub https_port: u16,
+
+    /// PEM file holding a certificate chain and its key (HAProxy style), or a directory of
+    /// such files chosen by SNI. Watched: changes apply to new handshakes.
     #[arg(long, value_name = "PATH", env = "SWITCHYARD_SSL_CERT")]
     pub ssl_cert: Option<PathBuf>,
 
-    /// CA bundle to verify client certificates against [not yet implemented].
+    /// The certificate for clients without SNI or with an unknown name: a PEM file, or a file
+    /// name in the --ssl-cert directory [default: the first file in sorted order].
+    #[arg(long, value_name = "PATH", env = "SWITCHYARD_SSL_DEFAULT_CERT")]
+    pub ssl_default_cert: Option<PathBuf>,
+
+    /// CA bundle (PEM) to verify client certificates against; turns on mTLS. Watched.
     #[arg(long, value_name = "PATH", env = "SWITCHYARD_SSL_CA_CERT")]
     pub ssl_ca_cert: Option<PathBuf>,
+
+    /// With --ssl-ca-cert: `required` fails handshakes without a valid client certificate;
+    /// `optional` lets them through with X-Client-Verify: NONE.
+    #[arg(long, value_name = "MODE", default_value = "required", value_parser = parse_verify,
+          env = "SWITCHYARD_SSL_VERIFY")]
+    pub ssl_verify: ClientVerify,
+
+    /// max-age of the Strict-Transport-Security header on TLS responses (0: no header).
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::tls::DEFAULT_HSTS_MAX_AGE,
+          env = "SWITCHYARD_HSTS_MAX_AGE")]
+    pub hsts_max_age: u64,
+
+    /// Idle timeout of raw TCP connections and upgraded (WebSocket) tunnels.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..), env = "SWITCHYARD_TUNNEL_TIMEOUT")]
+    pub tunnel_timeout: u64,
 
     /// Serve only Services of this namespace (absent: all namespaces). Entries of Services in
     /// this namespace (or in `default` when absent) are named without a `namespace/` prefix.
@@ -164,6 +238,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} must be between 0 and 1 hour"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_access_log(s: &str) -> Result<crate::access_log::Format, String> {
+    s.parse()
+}
+
+fn parse_verify(s: &str) -> Result<ClientVerify, String> {
+    s.parse()
 }
 
 fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
@@ -233,6 +315,29 @@ impl Default for Timeouts {
     }
 }
 
+/// Active health-check settings (the flags; Services refine them by annotation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthChecks {
+    /// Zero: only Services that ask by annotation are checked.
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+    pub fail_open: bool,
+}
+
+impl Default for HealthChecks {
+    fn default() -> Self {
+        HealthChecks {
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            rise: 2,
+            fall: 3,
+            fail_open: true,
+        }
+    }
+}
+
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -242,6 +347,15 @@ pub struct Config {
     pub bind_address: IpAddr,
     pub http_port: u16,
     pub admin_port: u16,
+    pub https_port: u16,
+    /// TLS termination; `None` without `--ssl-cert` (the TLS port is not opened).
+    pub tls: Option<TlsOptions>,
+    /// 0: no stats page.
+    pub stats_port: u16,
+    /// `--explain HOST/PATH` (with `--dry-run`).
+    pub explain: Option<String>,
+    pub access_log: Option<crate::access_log::Format>,
+    pub health: HealthChecks,
     pub default_return_code: u16,
     pub error_page: Option<String>,
     pub translate: Options,
@@ -258,6 +372,14 @@ pub struct Config {
 pub enum ConfigError {
     #[error("--http-port and --admin-port are both {0}; each listener needs its own port")]
     PortClash(u16),
+    #[error("--stats-port {0} is also the HTTP or admin port; each listener needs its own port")]
+    StatsPortClash(u16),
+    #[error(
+        "--https-port {0} is also the HTTP, admin or stats port; each listener needs its own port"
+    )]
+    HttpsPortClash(u16),
+    #[error("{0} needs --ssl-cert")]
+    NeedsSslCert(&'static str),
 }
 
 impl Config {
@@ -279,6 +401,31 @@ impl Config {
         if http_port == args.admin_port {
             return Err(ConfigError::PortClash(http_port));
         }
+        if args.stats_port != 0
+            && (args.stats_port == http_port || args.stats_port == args.admin_port)
+        {
+            return Err(ConfigError::StatsPortClash(args.stats_port));
+        }
+        let tls = match args.ssl_cert {
+            Some(cert) => Some(TlsOptions {
+                cert,
+                default_cert: args.ssl_default_cert,
+                client_ca: args.ssl_ca_cert,
+                verify: args.ssl_verify,
+                hsts_max_age: (args.hsts_max_age > 0).then_some(args.hsts_max_age),
+            }),
+            None if args.ssl_ca_cert.is_some() => {
+                return Err(ConfigError::NeedsSslCert("--ssl-ca-cert"));
+            }
+            None if args.ssl_default_cert.is_some() => {
+                return Err(ConfigError::NeedsSslCert("--ssl-default-cert"));
+            }
+            None => None,
+        };
+        let others = [http_port, args.admin_port, args.stats_port];
+        if tls.is_some() && others.contains(&args.https_port) {
+            return Err(ConfigError::HttpsPortClash(args.https_port));
+        }
         let threads = if args.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -291,6 +438,18 @@ impl Config {
             bind_address: args.bind_address,
             http_port,
             admin_port: args.admin_port,
+            https_port: args.https_port,
+            tls,
+            stats_port: args.stats_port,
+            explain: args.explain,
+            access_log: args.access_log,
+            health: HealthChecks {
+                interval: args.check_interval,
+                timeout: args.check_timeout,
+                rise: args.check_rise,
+                fall: args.check_fall,
+                fail_open: args.health_fail_open,
+            },
             default_return_code: args.default_return_code,
             error_page: args.error_page,
             translate: Options {
@@ -301,7 +460,10 @@ impl Config {
                 home_namespace: args.namespace.clone().unwrap_or_else(|| "default".into()),
                 only_namespace: args.namespace,
             },
-            timeouts: Timeouts::default(),
+            timeouts: Timeouts {
+                tunnel: Duration::from_secs(args.tunnel_timeout),
+                ..Timeouts::default()
+            },
             connect_tries: 3,
             threads,
             shutdown_delay: args.shutdown_delay,
@@ -344,6 +506,41 @@ mod tests {
         assert_eq!(c.default_return_code, 404);
         assert_eq!(c.translate.default_algorithm, Algorithm::RoundRobin);
         assert_eq!(c.timeouts.connect, Duration::from_secs(5));
+        assert_eq!(c.stats_port, 1936);
+        assert_eq!(c.health, HealthChecks::default());
+        assert_eq!(c.access_log, None);
+    }
+
+    #[test]
+    fn observability_flags_parse() {
+        let c = Config::from_args(
+            parse(&[
+                "--manifests=m",
+                "--access-log=logfmt",
+                "--check-interval=500ms",
+                "--check-rise=1",
+                "--health-fail-open=false",
+                "--stats-port=0",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.access_log, Some(crate::access_log::Format::Logfmt));
+        assert_eq!(c.health.interval, Duration::from_millis(500));
+        assert_eq!(c.health.rise, 1);
+        assert!(!c.health.fail_open);
+        assert_eq!(c.stats_port, 0);
+        assert!(parse(&["--access-log=xml"]).is_err());
+        assert!(parse(&["--check-fall=0"]).is_err());
+        assert!(
+            parse(&["--explain=a/b"]).is_err(),
+            "--explain needs --dry-run"
+        );
+        assert!(parse(&["--dry-run", "--explain=a/b"]).is_ok());
+        assert!(matches!(
+            Config::from_args(parse(&["--manifests=m", "--stats-port=8081"]).unwrap()),
+            Err(ConfigError::StatsPortClash(8081))
+        ));
     }
 
     #[test]
@@ -374,6 +571,55 @@ mod tests {
                 parse(&["--manifests", "m", "--http-port", "9", "--admin-port", "9"]).unwrap()
             ),
             Err(ConfigError::PortClash(9))
+        ));
+    }
+
+    #[test]
+    fn tls_flags() {
+        let c = Config::from_args(parse(&["--manifests", "x"]).unwrap()).unwrap();
+        assert_eq!(c.tls, None);
+        assert_eq!(c.https_port, 443);
+        assert_eq!(c.timeouts.tunnel, Duration::from_secs(3600));
+        let a = parse(&[
+            "--manifests",
+            "x",
+            "--ssl-cert",
+            "certs/",
+            "--ssl-ca-cert",
+            "ca.pem",
+            "--ssl-verify",
+            "optional",
+            "--hsts-max-age",
+            "0",
+            "--tunnel-timeout",
+            "60",
+        ])
+        .unwrap();
+        let c = Config::from_args(a).unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.verify, ClientVerify::Optional);
+        assert_eq!(tls.hsts_max_age, None);
+        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(c.timeouts.tunnel, Duration::from_secs(60));
+        assert!(parse(&["--ssl-verify", "sometimes"]).is_err());
+        assert!(parse(&["--tunnel-timeout", "0"]).is_err());
+        let a = parse(&["--manifests", "x", "--ssl-ca-cert", "ca.pem"]).unwrap();
+        assert!(matches!(
+            Config::from_args(a),
+            Err(ConfigError::NeedsSslCert("--ssl-ca-cert"))
+        ));
+        let a = parse(&[
+            "--manifests",
+            "x",
+            "--ssl-cert",
+            "c",
+            "--https-port",
+            "8081",
+        ])
+        .unwrap();
+        assert!(matches!(
+            Config::from_args(a),
+            Err(ConfigError::HttpsPortClash(8081))
         ));
     }
 

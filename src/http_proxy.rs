@@ -1,31 +1,42 @@
-//! The HTTP data plane: Pingora's `ProxyHttp` for one frontend (the plain port, or later the
-//! TLS port).
+//! The HTTP data plane: Pingora's `ProxyHttp` for one frontend (the plain port or the TLS
+//! port; `tls::HttpsPolicy` adds the TLS port's headers).
 //!
 //! Per request it loads the current table once (an `Arc` kept in the context, never a guard
 //! across an await), matches host and path, honours stickiness, picks an endpoint and hands
 //! Pingora a peer built from a socket address that is already in the table. It must stay thin:
 //! lookups only, no DNS, no locks held across an await, no `unwrap`, no per-request logging
-//! above debug; routing policy belongs to `translate`, selection to `balance`.
+//! above debug; routing policy belongs to `translate`, selection to `balance` and
+//! `Entry::choose`. Metrics and the access log are recorded once per request, in `logging`,
+//! through pre-resolved handles.
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, COOKIE, HOST, SET_COOKIE};
 use http::{HeaderValue, Uri};
+use pingora::apps::ServerApp;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, ProxyHttp, Session};
+use pingora::protocols::Digest;
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorType, Result};
+use prometheus::{IntCounter, IntGauge};
 
-use crate::balance::{self, Pick};
+use crate::access_log::{AccessLog, HttpRecord};
+use crate::balance::Pick;
 use crate::config::Timeouts;
 use crate::error_page::ErrorPage;
 use crate::lifecycle::{Active, Lifecycle};
 use crate::matcher;
+use crate::metrics::{Metrics, OpenConnection};
 use crate::sticky::{self, COOKIE_NAME};
-use crate::table::{Entry, EntryId, Frontend, InFlight, RoutingTable, TableReader};
+use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, TableReader};
+use crate::tls::HttpsPolicy;
 
 /// Most endpoints a request may try (the configured tries are capped to this).
 const MAX_TRIES: usize = 8;
@@ -41,6 +52,16 @@ pub struct HttpProxy {
     not_found: ErrorPage,
     unavailable: ErrorPage,
     lifecycle: Arc<Lifecycle>,
+    /// `--health-fail-open`.
+    fail_open: bool,
+    metrics: Arc<Metrics>,
+    /// `http_unmatched_requests_total` of this frontend, resolved once.
+    unmatched: IntCounter,
+    /// The frontend's metric label (`http`, `https`).
+    label: String,
+    access_log: Arc<AccessLog>,
+    /// The TLS port's extra headers (HSTS, client certificate).
+    https: Option<HttpsPolicy>,
 }
 
 impl HttpProxy {
@@ -51,6 +72,8 @@ impl HttpProxy {
         tries: usize,
         not_found: ErrorPage,
     ) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let label = frontend.label();
         HttpProxy {
             table,
             scheme: if frontend == Frontend::Https {
@@ -64,6 +87,12 @@ impl HttpProxy {
             not_found,
             unavailable: ErrorPage::builtin(503),
             lifecycle: Lifecycle::new(),
+            fail_open: true,
+            unmatched: metrics.data.unmatched(&label),
+            label,
+            metrics,
+            access_log: Arc::new(AccessLog::off()),
+            https: None,
         }
     }
 
@@ -71,6 +100,32 @@ impl HttpProxy {
     pub fn with_lifecycle(mut self, lifecycle: Arc<Lifecycle>) -> Self {
         self.lifecycle = lifecycle;
         self
+    }
+
+    /// Records into `metrics` and `access_log` (without this, into a private registry and no
+    /// log).
+    pub fn with_observability(mut self, metrics: Arc<Metrics>, access_log: Arc<AccessLog>) -> Self {
+        self.unmatched = metrics.data.unmatched(&self.label);
+        self.metrics = metrics;
+        self.access_log = access_log;
+        self
+    }
+
+    /// `--health-fail-open`: when every endpoint is marked down, use them all (default) rather
+    /// than answer 503.
+    pub fn with_fail_open(mut self, fail_open: bool) -> Self {
+        self.fail_open = fail_open;
+        self
+    }
+
+    /// Adds the TLS port's headers to requests and responses.
+    pub fn with_https(mut self, policy: HttpsPolicy) -> Self {
+        self.https = Some(policy);
+        self
+    }
+
+    fn hsts(&self) -> Option<&HeaderValue> {
+        self.https.as_ref().and_then(HttpsPolicy::hsts)
     }
 }
 
@@ -92,6 +147,16 @@ pub struct Ctx {
     in_flight: Option<InFlight>,
     /// Keeps a graceful shutdown waiting until this request ends.
     _active: Option<Active>,
+    /// When the request header had been read.
+    started: Option<Instant>,
+    /// The health gate of this request's entry, decided once.
+    gate: Option<HealthGate>,
+    /// When the current upstream connection was asked for.
+    connect_started: Option<Instant>,
+    /// Time to open the upstream connection (none when a pooled one was reused).
+    connect_time: Option<Duration>,
+    /// The last try failed to connect (so a final error is not a response error).
+    connect_failed: bool,
 }
 
 impl Ctx {
@@ -119,6 +184,7 @@ impl ProxyHttp for HttpProxy {
     fn new_ctx(&self) -> Ctx {
         Ctx {
             _active: Some(self.lifecycle.enter()),
+            started: Some(Instant::now()),
             ..Ctx::default()
         }
     }
@@ -135,7 +201,7 @@ impl ProxyHttp for HttpProxy {
             .router(self.frontend)
             .and_then(|r| r.lookup(host, req.uri.path()))
         else {
-            self.not_found.respond(session).await?;
+            self.not_found.respond_with(session, self.hsts()).await?;
             return Ok(true);
         };
         let Some(entry) = table.entry(rule.target) else {
@@ -154,6 +220,8 @@ impl ProxyHttp for HttpProxy {
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
         let now = Instant::now();
+        let gate = entry.health_gate(self.fail_open);
+        ctx.gate = Some(gate);
         if entry.cookie_sticky {
             let pinned = req
                 .headers
@@ -161,7 +229,7 @@ impl ProxyHttp for HttpProxy {
                 .iter()
                 .find_map(|v| sticky::find_cookie(v.as_bytes(), COOKIE_NAME))
                 .and_then(|id| entry.endpoint_by_cookie(id))
-                .filter(|&i| !entry.endpoints[i].state.is_down(now));
+                .filter(|&i| entry.pin_allowed(i, now, gate));
             ctx.valid_cookie = pinned.is_some();
             ctx.pinned = pinned;
         } else if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
@@ -170,15 +238,18 @@ impl ProxyHttp for HttpProxy {
                 .affinity
                 .get(&ip, now, timeout)
                 .and_then(|addr| entry.endpoint_by_addr(&addr))
-                .filter(|&i| !entry.endpoints[i].state.is_down(now));
+                .filter(|&i| entry.pin_allowed(i, now, gate));
         }
-        // No endpoint takes new sessions (none, or all draining) and this client is not pinned
-        // to a draining one: the app is visibly down.
-        if ctx.pinned.is_none() && !entry.endpoints.iter().any(|e| e.takes_new()) {
-            self.unavailable.respond(session).await?;
+        // No endpoint takes new sessions (none, all draining, or all down without fail-open)
+        // and this client is not pinned to one that still serves it: the app is visibly down.
+        let none_new = !entry.endpoints.iter().any(|e| e.takes_new());
+        let target = rule.target;
+        ctx.entry = Some(target);
+        if ctx.pinned.is_none() && (none_new || gate == HealthGate::Closed) {
+            ctx.table = Some(table);
+            self.unavailable.respond_with(session, self.hsts()).await?;
             return Ok(true);
         }
-        ctx.entry = Some(rule.target);
         ctx.table = Some(table);
 
         let upgrade = session.is_upgrade_req();
@@ -204,11 +275,8 @@ impl ProxyHttp for HttpProxy {
                     client_hash: ctx.client_ip.as_ref().map_or(0, sticky::client_hash),
                     maxconn: entry.maxconn,
                 };
-                let eps = &entry.endpoints;
-                let fresh = |i: usize| !ctx.was_tried(i) && eps[i].takes_new();
-                balance::pick(eps, &pick, |i| fresh(i) && !eps[i].state.is_down(now))
-                    // Every untried endpoint is marked down: the marks are a guess, so try one.
-                    .or_else(|| balance::pick(eps, &pick, fresh))
+                let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
+                entry.choose(&pick, gate, now, &ctx.tried[..ctx.n_tried])
             }
         };
         let Some(i) = chosen else {
@@ -230,6 +298,8 @@ impl ProxyHttp for HttpProxy {
             ctx.n_tried += 1;
         }
         ctx.in_flight = Some(guard);
+        ctx.connect_started = Some(Instant::now());
+        ctx.connect_failed = false;
 
         let mut peer = HttpPeer::new(addr, false, String::new());
         let o = &mut peer.options;
@@ -256,20 +326,53 @@ impl ProxyHttp for HttpProxy {
             return e;
         };
         let now = Instant::now();
+        let mut ejected = false;
         if let Some(i) = ctx.current() {
-            entry.endpoints[i]
-                .state
-                .mark_down(now, self.timeouts.passive_down);
+            let state = &entry.endpoints[i].state;
+            ejected = !state.is_down(now);
+            state.mark_down(now, self.timeouts.passive_down);
+            state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
             if let (Some(_), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
                 entry.state.affinity.forget(&ip);
             }
         }
         // Redispatch: nothing was sent yet, so any method may go to another endpoint.
+        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
         let untried =
-            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.endpoints[i].takes_new());
-        e.set_retry(ctx.n_tried < self.tries && untried);
+            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
+        let retry = ctx.n_tried < self.tries && untried;
+        e.set_retry(retry);
+        if let (Some(table), Some(id)) = (&ctx.table, ctx.entry) {
+            self.metrics
+                .data
+                .with_entry(table.generation, id as usize, &entry.name, |h| {
+                    if ejected {
+                        h.ejections.inc();
+                    }
+                    if retry {
+                        h.retries.inc();
+                    }
+                });
+        }
         ctx.in_flight = None;
+        ctx.connect_failed = true;
         e
+    }
+
+    async fn connected_to_upstream(
+        &self,
+        _session: &mut Session,
+        reused: bool,
+        _peer: &HttpPeer,
+        #[cfg(unix)] _fd: std::os::unix::io::RawFd,
+        #[cfg(windows)] _sock: std::os::windows::io::RawSocket,
+        _digest: Option<&Digest>,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if !reused {
+            ctx.connect_time = ctx.connect_started.map(|t| t.elapsed());
+        }
+        Ok(())
     }
 
     async fn upstream_request_filter(
@@ -292,7 +395,9 @@ impl ProxyHttp for HttpProxy {
             req.insert_header("x-forwarded-for", xff)?;
         }
         req.insert_header("x-forwarded-proto", self.scheme)?;
-        let _ = session;
+        if let Some(https) = &self.https {
+            https.request_headers(session.digest(), req)?;
+        }
         Ok(())
     }
 
@@ -302,6 +407,9 @@ impl ProxyHttp for HttpProxy {
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let Some(https) = &self.https {
+            https.response_headers(resp)?;
+        }
         let Some(entry) = ctx.entry() else {
             return Ok(());
         };
@@ -316,7 +424,7 @@ impl ProxyHttp for HttpProxy {
         }
         resp.append_header(
             SET_COOKIE,
-            sticky::set_cookie_value(&entry.endpoints[i].cookie_id),
+            sticky::set_cookie_value(entry.endpoints[i].cookie_id),
         )?;
         // `nocache`: a shared cache must not hand this cookie to other clients.
         let cc = match resp.headers.get(CACHE_CONTROL).map(|v| v.to_str()) {
@@ -327,8 +435,107 @@ impl ProxyHttp for HttpProxy {
         Ok(())
     }
 
-    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
         ctx.in_flight = None;
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let duration = ctx.started.map_or(Duration::ZERO, |t| t.elapsed());
+        let bytes_in = session.body_bytes_read() as u64;
+        let bytes_out = session.body_bytes_sent() as u64;
+        let mut endpoint = None;
+        match (&ctx.table, ctx.entry) {
+            (Some(table), Some(id)) => {
+                let Some(entry) = table.entry(id) else {
+                    return;
+                };
+                self.metrics
+                    .data
+                    .with_entry(table.generation, id as usize, &entry.name, |h| {
+                        h.requests(status).inc();
+                        h.duration.observe(duration.as_secs_f64());
+                        if let Some(c) = ctx.connect_time {
+                            h.connect.observe(c.as_secs_f64());
+                        }
+                        h.request_bytes.inc_by(bytes_in);
+                        h.response_bytes.inc_by(bytes_out);
+                    });
+                if let Some(ep) = ctx.current().and_then(|i| entry.endpoints.get(i)) {
+                    let t = &ep.state.totals;
+                    t.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+                    t.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+                    if e.is_some() && !ctx.connect_failed {
+                        t.response_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    endpoint = Some(ep.addr);
+                }
+            }
+            _ => self.unmatched.inc(),
+        }
+        if !self.access_log.enabled() {
+            return;
+        }
+        let req = session.req_header();
+        let host = req
+            .headers
+            .get(HOST)
+            .map(HeaderValue::as_bytes)
+            .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
+            .unwrap_or_default();
+        let host = String::from_utf8_lossy(&host[..host.len().min(255)]);
+        let entry = ctx.entry().map_or("", |e| &e.name);
+        self.access_log.http(&HttpRecord {
+            time: SystemTime::now(),
+            client: session
+                .client_addr()
+                .and_then(|a| a.as_inet())
+                .map(|a| std::net::SocketAddr::new(a.ip(), a.port())),
+            frontend: &self.label,
+            host: &host,
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            status,
+            entry,
+            endpoint,
+            bytes_in,
+            bytes_out,
+            duration,
+            connect: ctx.connect_time,
+            generation: ctx.table.as_ref().map_or(0, |t| t.generation),
+            retries: u32::try_from(ctx.n_tried.saturating_sub(1)).unwrap_or(0),
+        });
+    }
+}
+
+// === impl CountConnections ===
+
+/// Wraps a Pingora server application so that `downstream_open_connections` counts the client
+/// connections it is serving (one `process_new` call lasts as long as its connection).
+pub struct CountConnections<A> {
+    inner: Arc<A>,
+    open: IntGauge,
+}
+
+impl<A> CountConnections<A> {
+    pub fn new(inner: A, open: IntGauge) -> Self {
+        CountConnections {
+            inner: Arc::new(inner),
+            open,
+        }
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> ServerApp for CountConnections<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let _open = OpenConnection::new(self.open.clone());
+        self.inner.process_new(stream, shutdown).await
+    }
+
+    async fn cleanup(&self) {
+        self.inner.cleanup().await;
     }
 }
 
@@ -361,10 +568,22 @@ fn strip_our_cookie(req: &mut RequestHeader) -> Result<()> {
 impl ErrorPage {
     /// Writes this page as the whole response.
     pub async fn respond(&self, session: &mut Session) -> Result<()> {
-        let mut resp = ResponseHeader::build(self.status, Some(4))?;
+        self.respond_with(session, None).await
+    }
+
+    /// Writes this page, with `Strict-Transport-Security` when given (the TLS port).
+    pub async fn respond_with(
+        &self,
+        session: &mut Session,
+        hsts: Option<&HeaderValue>,
+    ) -> Result<()> {
+        let mut resp = ResponseHeader::build(self.status, Some(5))?;
         resp.insert_header(CONTENT_TYPE, self.content_type.as_str())?;
         resp.insert_header(CONTENT_LENGTH, self.body.len().to_string())?;
         resp.insert_header(CACHE_CONTROL, "no-cache")?;
+        if let Some(v) = hsts {
+            resp.insert_header(http::header::STRICT_TRANSPORT_SECURITY, v.clone())?;
+        }
         session.write_response_header(Box::new(resp), false).await?;
         session
             .write_response_body(Some(Bytes::clone(&self.body)), true)

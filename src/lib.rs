@@ -9,7 +9,14 @@
 //! - `table`: the immutable `RoutingTable` and its one `ArcSwap` (writer / reader halves).
 //! - `matcher`, `balance`, `sticky`: pure host/path matching, endpoint selection, stickiness.
 //! - `http_proxy`: the Pingora data plane; lookups only.
-//! - `admin`: `/healthz`, `/readyz`, `/metrics`; `metrics`: the one Prometheus registry.
+//! - `tls`: certificates by SNI, client-certificate verification, rotation; the TLS port's headers.
+//! - `tcp_proxy`: raw TCP frontends (`--tcp-services`), opened and closed as the table says.
+//! - `admin`: `/healthz`, `/readyz`, `/metrics`, `/explain`; `metrics`: the one Prometheus
+//!   registry.
+//! - `health`: active health checks (a background service writing each endpoint's health).
+//! - `stats`: the stats page on `--stats-port` (HTML, CSV, JSON).
+//! - `access_log`: one structured line per request, on stdout, off by default.
+//! - `explain`: PURE where-would-this-request-go, for `/explain` and `--dry-run --explain`.
 //! - `lifecycle`: readiness while shutting down, the graceful-shutdown sequence.
 //! - `error_page`: the body for unmatched requests, loaded once at startup.
 //! - `demo`: two tiny backends for the bundled example.
@@ -17,19 +24,25 @@
 //! `run` wires them: one Pingora server with the HTTP proxy service, the admin service and the
 //! source as a background service.
 
+pub mod access_log;
 pub mod admin;
 pub mod balance;
 pub mod config;
 pub mod demo;
 pub mod error_page;
+pub mod explain;
+pub mod health;
 pub mod http_proxy;
 pub mod lifecycle;
 pub mod manifests;
 pub mod matcher;
 pub mod metrics;
 pub mod pipeline;
+pub mod stats;
 pub mod sticky;
 pub mod table;
+pub mod tcp_proxy;
+pub mod tls;
 pub mod translate;
 pub mod watch;
 
@@ -44,6 +57,7 @@ use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
 use pingora::services::listening::Service as ListeningService;
 
+use crate::access_log::AccessLog;
 use crate::config::{Config, Source};
 use crate::error_page::ErrorPage;
 use crate::lifecycle::{Lifecycle, Signals};
@@ -62,6 +76,8 @@ pub enum RunError {
         what: &'static str,
         source: std::io::Error,
     },
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
     #[error("Kubernetes client configuration: {0}")]
     KubeConfig(String),
     #[error("Kubernetes API: {0}")]
@@ -70,6 +86,10 @@ pub enum RunError {
     Runtime(std::io::Error),
     #[error("writing the table: {0}")]
     Output(std::io::Error),
+    #[error("starting the access log: {0}")]
+    AccessLog(std::io::Error),
+    #[error("--explain: {0}")]
+    Explain(String),
 }
 
 /// Runs switchyard until it is told to stop (or, with `--dry-run`, prints the table and returns).
@@ -93,6 +113,19 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let admin_addr = SocketAddr::new(config.bind_address, config.admin_port);
     check_bind(http_addr, "--http-port")?;
     check_bind(admin_addr, "--admin-port")?;
+    let https_addr = SocketAddr::new(config.bind_address, config.https_port);
+    let tls = match &config.tls {
+        Some(options) => {
+            check_bind(https_addr, "--https-port")?;
+            Some(tls::Tls::load(options)?)
+        }
+        None => None,
+    };
+    let stats_addr =
+        (config.stats_port != 0).then(|| SocketAddr::new(config.bind_address, config.stats_port));
+    if let Some(addr) = stats_addr {
+        check_bind(addr, "--stats-port")?;
+    }
     let not_found = startup.block_on(ErrorPage::load_or_builtin(
         config.error_page.as_deref(),
         config.default_return_code,
@@ -102,6 +135,14 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new());
     let lifecycle = Lifecycle::new();
     let (writer, reader) = table::handle(RoutingTable::default());
+    metrics.register_endpoints(Box::new(stats::TableEndpoints(reader.clone())));
+    let access_log = Arc::new(
+        AccessLog::start(
+            config.access_log,
+            metrics.data.access_log_dropped_total.clone(),
+        )
+        .map_err(RunError::AccessLog)?,
+    );
     let pipeline = Pipeline::new(writer, config.translate.clone(), Arc::clone(&metrics));
 
     let mut conf = ServerConf {
@@ -121,27 +162,95 @@ pub fn run(config: Config) -> Result<(), RunError> {
         Frontend::Http,
         config.timeouts,
         config.connect_tries,
-        not_found,
+        not_found.clone(),
     )
-    .with_lifecycle(Arc::clone(&lifecycle));
-    let mut http =
-        pingora::proxy::http_proxy_service_with_name(&server.configuration, proxy, "http");
+    .with_lifecycle(Arc::clone(&lifecycle))
+    .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
+    .with_fail_open(config.health.fail_open);
+    let mut http_app = pingora::proxy::http_proxy(&server.configuration, proxy);
+    let mut options = HttpServerOptions::default();
+    options.h2c = true;
+    http_app.server_options = Some(options);
+    let counted = http_proxy::CountConnections::new(
+        http_app,
+        metrics.data.open_connections(&Frontend::Http.label()),
+    );
+    let mut http = ListeningService::new("http".into(), counted);
     http.add_tcp(&http_addr.to_string());
-    if let Some(app) = http.app_logic_mut() {
-        let mut options = HttpServerOptions::default();
-        options.h2c = true;
-        app.server_options = Some(options);
-    }
     server.add_service(http);
 
+    let tls = tls.map(|t| t.with_metrics(Arc::clone(&metrics)));
+    if let Some(tls) = &tls {
+        let proxy = http_proxy::HttpProxy::new(
+            reader.clone(),
+            Frontend::Https,
+            config.timeouts,
+            config.connect_tries,
+            not_found,
+        )
+        .with_lifecycle(Arc::clone(&lifecycle))
+        .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
+        .with_fail_open(config.health.fail_open)
+        .with_https(tls.https_policy());
+        let https_app = pingora::proxy::http_proxy(&server.configuration, proxy);
+        let counted = http_proxy::CountConnections::new(
+            https_app,
+            metrics.data.open_connections(&Frontend::Https.label()),
+        );
+        let mut https = ListeningService::new("https".into(), counted);
+        https.add_tls_with_settings(&https_addr.to_string(), None, tls.listener_settings()?);
+        server.add_service(https);
+        server.add_service(background_service("certificates", tls.watcher()));
+    }
+    if !config.translate.tcp_services.is_empty() {
+        let frontends = tcp_proxy::TcpFrontends::new(
+            reader.clone(),
+            config.bind_address,
+            config.timeouts,
+            config.connect_tries,
+        )
+        .with_lifecycle(Arc::clone(&lifecycle))
+        .with_fail_open(config.health.fail_open)
+        .with_observability(Arc::clone(&metrics), Arc::clone(&access_log));
+        let mut tcp = background_service("tcp frontends", frontends);
+        // Background services get one thread by default; TCP relaying is data-plane work.
+        tcp.threads = Some(config.threads);
+        server.add_service(tcp);
+    }
+
     let admin_app = admin::Admin {
-        table: reader,
+        table: reader.clone(),
         lifecycle: Arc::clone(&lifecycle),
         metrics: Arc::clone(&metrics),
+        fail_open: config.health.fail_open,
     };
     let mut admin = ListeningService::new("admin".into(), admin_app);
     admin.add_tcp(&admin_addr.to_string());
     server.add_service(admin);
+
+    if let Some(addr) = stats_addr {
+        let page = stats::StatsPage {
+            table: reader.clone(),
+            metrics: Arc::clone(&metrics),
+            listeners: stats::Listeners {
+                bind: config.bind_address,
+                http_port: config.http_port,
+                https_port: tls.as_ref().map(|_| config.https_port),
+            },
+            started: std::time::Instant::now(),
+        };
+        let mut stats_service = ListeningService::new("stats".into(), page);
+        stats_service.add_tcp(&addr.to_string());
+        server.add_service(stats_service);
+    }
+    server.add_service(background_service(
+        "health checks",
+        health::Checker {
+            table: reader,
+            config: config.health,
+            metrics: Arc::clone(&metrics),
+        },
+    ));
 
     match (&config.source, kube_config) {
         (Source::Manifests(paths), _) => server.add_service(background_service(
@@ -167,7 +276,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
     if config.demo {
         server.add_service(background_service("demo backends", demo::DemoBackends));
     }
-    tracing::info!(http = %http_addr, admin = %admin_addr, "switchyard starting");
+    tracing::info!(http = %http_addr, admin = %admin_addr,
+        https = ?tls.as_ref().map(|_| https_addr), "switchyard starting");
     server.run(RunArgs {
         shutdown_signal: Box::new(Signals {
             lifecycle,
@@ -224,8 +334,21 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let json =
-        serde_json::to_string_pretty(&table.to_json()).map_err(|e| RunError::Output(e.into()))?;
+    let json = match &config.explain {
+        None => serde_json::to_string_pretty(&table.to_json()),
+        Some(target) => {
+            let q = explain::Query::from_target(target).map_err(RunError::Explain)?;
+            let x = explain::explain(
+                &table,
+                &q,
+                std::time::Instant::now(),
+                config.health.fail_open,
+            );
+            // The struct's own field order reads top-down: request, route, entry, decision.
+            serde_json::to_string_pretty(&x)
+        }
+    }
+    .map_err(|e| RunError::Output(e.into()))?;
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{json}").map_err(RunError::Output)

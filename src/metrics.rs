@@ -1,12 +1,23 @@
 //! Prometheus metrics: one `Metrics` value holding one registry, created at startup and shared
-//! by `Arc`. Label sets are bounded (warning reasons, resource kinds), never object names, paths
-//! or addresses.
+//! by `Arc`. Label sets are bounded: warning reasons, resource kinds, frontends, status
+//! classes, entry names (series dropped when the entry leaves the table) and endpoint
+//! addresses (produced at scrape time from the live table, so they vanish with the endpoint);
+//! never paths or client addresses.
 //!
-//! This module knows only `prometheus`; the modules that observe things call its methods.
+//! The request path records through pre-resolved per-entry handles (`with_entry`), so it does
+//! not hash label strings. This module knows only `prometheus` and `arc-swap`; the modules that
+//! observe things call its methods.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every metric of the control plane.
@@ -21,6 +32,8 @@ pub struct Metrics {
     pub watch_errors_total: IntCounterVec,
     pub relists_total: IntCounterVec,
     pub kube_events_total: IntCounterVec,
+    /// The data plane's metrics (requests, connections, health, TCP, TLS).
+    pub data: DataMetrics,
 }
 
 impl Default for Metrics {
@@ -94,6 +107,7 @@ impl Metrics {
                 &["outcome"],
             )
             .unwrap_or_else(|_| unreachable_metric()),
+            data: DataMetrics::new(&registry),
             registry,
         };
         let collectors: [Box<dyn prometheus::core::Collector>; 8] = [
@@ -124,6 +138,591 @@ impl Metrics {
     }
 }
 
+// === data plane ===
+
+/// The `class` label values of `http_requests_total`, indexed by `status_class`.
+pub const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+
+/// Index into `STATUS_CLASSES` for an HTTP status (0: no response was written).
+pub fn status_class(status: u16) -> usize {
+    match status {
+        100..=599 => usize::from(status / 100) - 1,
+        _ => 5,
+    }
+}
+
+/// Why a TLS handshake failed: the bounded `reason` label of `tls_handshake_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFailure {
+    /// No certificate for the requested server name (or no SNI and no default certificate).
+    NoCertificate,
+    /// The client certificate was missing or did not verify against `--ssl-ca-cert`.
+    BadClientCertificate,
+    /// A protocol error: no common version or cipher suite, a malformed message, not TLS.
+    Protocol,
+    /// The handshake did not finish in time.
+    Timeout,
+    /// The connection failed or closed during the handshake.
+    Io,
+    Other,
+}
+
+impl TlsFailure {
+    pub const ALL: [TlsFailure; 6] = [
+        TlsFailure::NoCertificate,
+        TlsFailure::BadClientCertificate,
+        TlsFailure::Protocol,
+        TlsFailure::Timeout,
+        TlsFailure::Io,
+        TlsFailure::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsFailure::NoCertificate => "no_certificate",
+            TlsFailure::BadClientCertificate => "bad_client_certificate",
+            TlsFailure::Protocol => "protocol",
+            TlsFailure::Timeout => "timeout",
+            TlsFailure::Io => "io",
+            TlsFailure::Other => "other",
+        }
+    }
+}
+
+/// The handles of one entry's series, resolved once per table generation so that a request
+/// records without hashing label strings.
+pub struct EntryMetrics {
+    requests: [IntCounter; 6],
+    pub duration: Histogram,
+    pub connect: Histogram,
+    pub request_bytes: IntCounter,
+    pub response_bytes: IntCounter,
+    pub retries: IntCounter,
+    pub ejections: IntCounter,
+}
+
+impl EntryMetrics {
+    /// The request counter for a response status.
+    pub fn requests(&self, status: u16) -> &IntCounter {
+        &self.requests[status_class(status)]
+    }
+}
+
+/// Per-entry handles of one table generation, indexed by entry id.
+struct EntryView {
+    generation: u64,
+    handles: Vec<Arc<EntryMetrics>>,
+    by_name: HashMap<Box<str>, usize>,
+}
+
+/// One endpoint of one entry, as a scrape sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSample {
+    pub entry: String,
+    pub endpoint: String,
+    /// Requests (HTTP) or connections (TCP) in flight.
+    pub in_flight: u32,
+    /// Takes new traffic as far as health goes (active checks and passive marks).
+    pub up: bool,
+}
+
+/// Where the per-endpoint series come from at scrape time: the live table. Reading them from
+/// the table means an endpoint's series disappear exactly when the endpoint leaves it.
+pub trait EndpointSource: Send + Sync {
+    fn endpoint_samples(&self) -> Vec<EndpointSample>;
+}
+
+/// A TCP frontend's handles (see `DataMetrics::tcp_frontend`).
+#[derive(Clone)]
+pub struct TcpFrontendMetrics {
+    connections: IntCounter,
+    open: IntGauge,
+    received: IntCounter,
+    sent: IntCounter,
+}
+
+impl TcpFrontendMetrics {
+    /// Counts an accepted connection; it is open in `downstream_open_connections` until the
+    /// returned guard drops.
+    pub fn accepted(&self) -> OpenConnection {
+        self.connections.inc();
+        OpenConnection::new(self.open.clone())
+    }
+
+    /// Adds copied bytes (as they flow, or once at close).
+    pub fn add_bytes(&self, from_client: u64, to_client: u64) {
+        self.received.inc_by(from_client);
+        self.sent.inc_by(to_client);
+    }
+}
+
+/// One open downstream connection; decrements its frontend's gauge on drop.
+pub struct OpenConnection(IntGauge);
+
+impl OpenConnection {
+    pub fn new(gauge: IntGauge) -> OpenConnection {
+        gauge.inc();
+        OpenConnection(gauge)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Every metric of the data plane.
+pub struct DataMetrics {
+    pub http_requests_total: IntCounterVec,
+    pub http_unmatched_requests_total: IntCounterVec,
+    pub http_request_duration_seconds: HistogramVec,
+    pub upstream_connect_duration_seconds: HistogramVec,
+    pub http_request_bytes_total: IntCounterVec,
+    pub http_response_bytes_total: IntCounterVec,
+    pub http_retries_total: IntCounterVec,
+    pub passive_ejections_total: IntCounterVec,
+    pub downstream_open_connections: IntGaugeVec,
+    pub health_checks_total: IntCounterVec,
+    pub health_transitions_total: IntCounterVec,
+    pub tcp_connections_total: IntCounterVec,
+    pub tcp_received_bytes_total: IntCounterVec,
+    pub tcp_sent_bytes_total: IntCounterVec,
+    pub tls_handshakes_total: IntCounterVec,
+    pub tls_handshake_failures_total: IntCounterVec,
+    pub tls_certificate_not_after_seconds: IntGaugeVec,
+    pub access_log_dropped_total: IntCounter,
+    view: ArcSwap<EntryView>,
+    /// A request created series for an entry outside the current view (see `with_entry`).
+    strays: AtomicBool,
+}
+
+fn register(registry: &Registry, c: Box<dyn Collector>) {
+    if let Err(e) = registry.register(c) {
+        tracing::error!(error = %e, "metric registration failed");
+    }
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let v =
+        IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|_| unreachable_metric());
+    register(registry, Box::new(v.clone()));
+    v
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let v =
+        IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|_| unreachable_metric());
+    register(registry, Box::new(v.clone()));
+    v
+}
+
+fn histogram_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+    labels: &[&str],
+) -> HistogramVec {
+    let v = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .unwrap_or_else(|_| unreachable_metric());
+    register(registry, Box::new(v.clone()));
+    v
+}
+
+impl DataMetrics {
+    fn new(r: &Registry) -> DataMetrics {
+        let request_buckets = [
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            60.0,
+        ];
+        let connect_buckets = [
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+        ];
+        let dropped = IntCounter::new(
+            "access_log_dropped_total",
+            "Access-log lines dropped because stdout could not keep up",
+        )
+        .unwrap_or_else(|_| unreachable_metric());
+        register(r, Box::new(dropped.clone()));
+        DataMetrics {
+            http_requests_total: counter_vec(
+                r,
+                "http_requests_total",
+                "HTTP requests that matched a route, by entry and status class",
+                &["entry", "class"],
+            ),
+            http_unmatched_requests_total: counter_vec(
+                r,
+                "http_unmatched_requests_total",
+                "HTTP requests that matched no route (answered --default-return-code)",
+                &["frontend"],
+            ),
+            http_request_duration_seconds: histogram_vec(
+                r,
+                "http_request_duration_seconds",
+                "Time from a request's header being read to its response being sent, by entry",
+                &request_buckets,
+                &["entry"],
+            ),
+            upstream_connect_duration_seconds: histogram_vec(
+                r,
+                "upstream_connect_duration_seconds",
+                "Time to open a new connection to an endpoint (reused connections are not counted), by entry",
+                &connect_buckets,
+                &["entry"],
+            ),
+            http_request_bytes_total: counter_vec(
+                r,
+                "http_request_bytes_total",
+                "Request body bytes received from clients, by entry",
+                &["entry"],
+            ),
+            http_response_bytes_total: counter_vec(
+                r,
+                "http_response_bytes_total",
+                "Response body bytes sent to clients, by entry",
+                &["entry"],
+            ),
+            http_retries_total: counter_vec(
+                r,
+                "http_retries_total",
+                "Requests sent to another endpoint after a failed connect, by entry",
+                &["entry"],
+            ),
+            passive_ejections_total: counter_vec(
+                r,
+                "passive_ejections_total",
+                "Endpoints taken out of rotation for a while after a failed connect, by entry",
+                &["entry"],
+            ),
+            downstream_open_connections: gauge_vec(
+                r,
+                "downstream_open_connections",
+                "Client connections open now, by frontend",
+                &["frontend"],
+            ),
+            health_checks_total: counter_vec(
+                r,
+                "health_checks_total",
+                "Active health checks run, by result (passed, failed)",
+                &["result"],
+            ),
+            health_transitions_total: counter_vec(
+                r,
+                "health_transitions_total",
+                "Endpoints marked up or down by active health checks, by new state",
+                &["state"],
+            ),
+            tcp_connections_total: counter_vec(
+                r,
+                "tcp_connections_total",
+                "Connections accepted by a raw TCP frontend",
+                &["frontend"],
+            ),
+            tcp_received_bytes_total: counter_vec(
+                r,
+                "tcp_received_bytes_total",
+                "Bytes received from clients by a raw TCP frontend",
+                &["frontend"],
+            ),
+            tcp_sent_bytes_total: counter_vec(
+                r,
+                "tcp_sent_bytes_total",
+                "Bytes sent to clients by a raw TCP frontend",
+                &["frontend"],
+            ),
+            tls_handshakes_total: counter_vec(
+                r,
+                "tls_handshakes_total",
+                "Completed TLS handshakes, by frontend",
+                &["frontend"],
+            ),
+            tls_handshake_failures_total: counter_vec(
+                r,
+                "tls_handshake_failures_total",
+                "Failed TLS handshakes, by reason",
+                &["reason"],
+            ),
+            tls_certificate_not_after_seconds: gauge_vec(
+                r,
+                "tls_certificate_not_after_seconds",
+                "Expiry (notAfter) of each served certificate, as a Unix time",
+                &["certificate"],
+            ),
+            access_log_dropped_total: dropped,
+            view: ArcSwap::from_pointee(EntryView {
+                generation: 0,
+                handles: Vec::new(),
+                by_name: HashMap::new(),
+            }),
+            strays: AtomicBool::new(false),
+        }
+    }
+
+    fn resolve(&self, entry: &str) -> EntryMetrics {
+        EntryMetrics {
+            requests: STATUS_CLASSES
+                .map(|class| self.http_requests_total.with_label_values(&[entry, class])),
+            duration: self
+                .http_request_duration_seconds
+                .with_label_values(&[entry]),
+            connect: self
+                .upstream_connect_duration_seconds
+                .with_label_values(&[entry]),
+            request_bytes: self.http_request_bytes_total.with_label_values(&[entry]),
+            response_bytes: self.http_response_bytes_total.with_label_values(&[entry]),
+            retries: self.http_retries_total.with_label_values(&[entry]),
+            ejections: self.passive_ejections_total.with_label_values(&[entry]),
+        }
+    }
+
+    /// After a table swap: resolves the handles of table `generation`, whose entries are
+    /// `names` in entry-id order, and drops the series of entries that are gone.
+    pub fn set_entries(&self, generation: u64, names: &[&str]) {
+        let old = self.view.load_full();
+        // Entries that stay keep their handles: a swap that only moves endpoints costs one
+        // name lookup per entry, not a label lookup per series.
+        let handles = names
+            .iter()
+            .map(
+                |n| match old.by_name.get(*n).and_then(|&i| old.handles.get(i)) {
+                    Some(h) => Arc::clone(h),
+                    None => Arc::new(self.resolve(n)),
+                },
+            )
+            .collect();
+        let by_name = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (Box::<str>::from(*n), i))
+            .collect();
+        self.view.store(Arc::new(EntryView {
+            generation,
+            handles,
+            by_name,
+        }));
+        let keep: HashSet<&str> = names.iter().copied().collect();
+        let removed = old.by_name.keys().any(|n| !keep.contains(&**n));
+        if removed || self.strays.swap(false, Ordering::Relaxed) {
+            self.drop_entries_except(&keep);
+        }
+    }
+
+    /// Removes every per-entry series whose entry is not in `keep` (including series a late
+    /// request of an older table re-created).
+    fn drop_entries_except(&self, keep: &HashSet<&str>) {
+        fn stale(families: Vec<MetricFamily>, keep: &HashSet<&str>) -> Vec<Vec<(String, String)>> {
+            let mut out = Vec::new();
+            for mf in &families {
+                for m in mf.get_metric() {
+                    let labels: Vec<(String, String)> = m
+                        .get_label()
+                        .iter()
+                        .map(|l| (l.name().to_string(), l.value().to_string()))
+                        .collect();
+                    let gone = labels
+                        .iter()
+                        .any(|(k, v)| k == "entry" && !keep.contains(v.as_str()));
+                    if gone {
+                        out.push(labels);
+                    }
+                }
+            }
+            out
+        }
+        fn remove<C: Collector>(
+            collector: &C,
+            keep: &HashSet<&str>,
+            remove: impl Fn(&HashMap<&str, &str>),
+        ) {
+            for labels in stale(collector.collect(), keep) {
+                let map: HashMap<&str, &str> = labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                remove(&map);
+            }
+        }
+        remove(&self.http_requests_total, keep, |l| {
+            let _ = self.http_requests_total.remove(l);
+        });
+        for v in [
+            &self.http_request_bytes_total,
+            &self.http_response_bytes_total,
+            &self.http_retries_total,
+            &self.passive_ejections_total,
+        ] {
+            remove(v, keep, |l| {
+                let _ = v.remove(l);
+            });
+        }
+        for v in [
+            &self.http_request_duration_seconds,
+            &self.upstream_connect_duration_seconds,
+        ] {
+            remove(v, keep, |l| {
+                let _ = v.remove(l);
+            });
+        }
+    }
+
+    /// Runs `f` with the handles of entry `id` of table `generation` (named `name`). The
+    /// handles are pre-resolved for the current table; a request still holding an older (or
+    /// newer) table falls back to a lookup by name.
+    pub fn with_entry<R>(
+        &self,
+        generation: u64,
+        id: usize,
+        name: &str,
+        f: impl FnOnce(&EntryMetrics) -> R,
+    ) -> R {
+        let view = self.view.load();
+        if view.generation == generation
+            && let Some(h) = view.handles.get(id)
+        {
+            return f(h);
+        }
+        if let Some(h) = view.by_name.get(name).and_then(|&i| view.handles.get(i)) {
+            return f(h);
+        }
+        // An entry of an older table that is gone, or of a newer one not in the view yet: count
+        // it, and have the next swap sweep the series if the entry is gone by then.
+        self.strays.store(true, Ordering::Relaxed);
+        f(&self.resolve(name))
+    }
+
+    /// The open-connections gauge of a frontend (`http`, `https`, `tcp:PORT`).
+    pub fn open_connections(&self, frontend: &str) -> IntGauge {
+        self.downstream_open_connections
+            .with_label_values(&[frontend])
+    }
+
+    /// The unmatched-requests counter of a frontend.
+    pub fn unmatched(&self, frontend: &str) -> IntCounter {
+        self.http_unmatched_requests_total
+            .with_label_values(&[frontend])
+    }
+
+    /// The handles of a TCP frontend (`tcp:PORT`); resolve once per listener.
+    pub fn tcp_frontend(&self, frontend: &str) -> TcpFrontendMetrics {
+        TcpFrontendMetrics {
+            connections: self.tcp_connections_total.with_label_values(&[frontend]),
+            open: self.open_connections(frontend),
+            received: self.tcp_received_bytes_total.with_label_values(&[frontend]),
+            sent: self.tcp_sent_bytes_total.with_label_values(&[frontend]),
+        }
+    }
+
+    /// Counts one completed TLS handshake on `frontend`.
+    pub fn tls_handshake_ok(&self, frontend: &str) {
+        self.tls_handshakes_total
+            .with_label_values(&[frontend])
+            .inc();
+    }
+
+    /// Counts one failed TLS handshake.
+    pub fn tls_handshake_failed(&self, reason: TlsFailure) {
+        self.tls_handshake_failures_total
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    /// Publishes the certificates served now (name, notAfter as Unix seconds), replacing the
+    /// previous set: certificates no longer served lose their series.
+    pub fn set_certificates(&self, certificates: &[(&str, i64)]) {
+        self.tls_certificate_not_after_seconds.reset();
+        for (name, not_after) in certificates {
+            self.tls_certificate_not_after_seconds
+                .with_label_values(&[name])
+                .set(*not_after);
+        }
+    }
+
+    /// Counts one active health check.
+    pub fn health_check(&self, passed: bool) {
+        let result = if passed { "passed" } else { "failed" };
+        self.health_checks_total.with_label_values(&[result]).inc();
+    }
+
+    /// Counts one endpoint marked up or down by active checks.
+    pub fn health_transition(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        self.health_transitions_total
+            .with_label_values(&[state])
+            .inc();
+    }
+}
+
+/// Produces `endpoint_in_flight` and `endpoint_up` from an `EndpointSource` at scrape time.
+struct EndpointCollector {
+    source: Box<dyn EndpointSource>,
+    in_flight: IntGaugeVec,
+    up: IntGaugeVec,
+    /// Two scrapes at once must not interleave reset and fill.
+    scrape: Mutex<()>,
+}
+
+impl Collector for EndpointCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        let mut d = self.in_flight.desc();
+        d.extend(self.up.desc());
+        d
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let _one = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        self.in_flight.reset();
+        self.up.reset();
+        for s in self.source.endpoint_samples() {
+            let labels = [s.entry.as_str(), s.endpoint.as_str()];
+            self.in_flight
+                .with_label_values(&labels)
+                .set(i64::from(s.in_flight));
+            self.up.with_label_values(&labels).set(i64::from(s.up));
+        }
+        let mut out = self.in_flight.collect();
+        out.extend(self.up.collect());
+        out
+    }
+}
+
+impl Metrics {
+    /// Adds the per-endpoint series (`endpoint_in_flight`, `endpoint_up`), read from `source`
+    /// at every scrape. Call once.
+    pub fn register_endpoints(&self, source: Box<dyn EndpointSource>) {
+        let labels = ["entry", "endpoint"];
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                "endpoint_in_flight",
+                "Requests (HTTP) or connections (TCP) in flight to an endpoint",
+            ),
+            &labels,
+        )
+        .unwrap_or_else(|_| unreachable_metric());
+        let up = IntGaugeVec::new(
+            Opts::new(
+                "endpoint_up",
+                "1 when an endpoint takes new traffic as far as health goes (active checks and passive marks), else 0",
+            ),
+            &labels,
+        )
+        .unwrap_or_else(|_| unreachable_metric());
+        register(
+            &self.registry,
+            Box::new(EndpointCollector {
+                source,
+                in_flight,
+                up,
+                scrape: Mutex::new(()),
+            }),
+        );
+    }
+}
+
 /// Metric constructors only fail on invalid names or label sets, which are constants here; a
 /// test below builds every metric, so this is never reached at run time.
 #[track_caller]
@@ -149,5 +748,104 @@ mod tests {
             text.contains("switchyard_translate_warnings_total{reason=\"InvalidAnnotation\"} 1")
         );
         assert!(text.contains("switchyard_propagation_latency_seconds_count 1"));
+    }
+
+    #[test]
+    fn entry_handles_follow_the_table_and_gone_entries_lose_their_series() {
+        let m = Metrics::new();
+        m.data.set_entries(1, &["web", "api"]);
+        m.data.with_entry(1, 0, "web", |h| h.requests(200).inc());
+        m.data.with_entry(1, 1, "api", |h| h.requests(503).inc());
+        // A request that still holds another generation is counted by name.
+        m.data.with_entry(7, 5, "web", |h| h.requests(404).inc());
+        let text = m.render();
+        assert!(text.contains(r#"switchyard_http_requests_total{class="2xx",entry="web"} 1"#));
+        assert!(text.contains(r#"switchyard_http_requests_total{class="4xx",entry="web"} 1"#));
+        assert!(text.contains(r#"switchyard_http_requests_total{class="5xx",entry="api"} 1"#));
+        m.data.set_entries(2, &["web"]);
+        let text = m.render();
+        assert!(!text.contains(r#"entry="api""#), "{text}");
+        assert!(text.contains(r#"switchyard_http_requests_total{class="2xx",entry="web"} 1"#));
+        // A late request of generation 1 re-creates `api`; the next swap sweeps it even though
+        // it removes no entry itself.
+        m.data.with_entry(1, 1, "api", |h| h.requests(200).inc());
+        assert!(m.render().contains(r#"entry="api""#));
+        m.data.set_entries(3, &["web"]);
+        assert!(!m.render().contains(r#"entry="api""#));
+        assert!(
+            m.render()
+                .contains(r#"switchyard_http_requests_total{class="2xx",entry="web"} 1"#)
+        );
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(STATUS_CLASSES[status_class(101)], "1xx");
+        assert_eq!(STATUS_CLASSES[status_class(204)], "2xx");
+        assert_eq!(STATUS_CLASSES[status_class(599)], "5xx");
+        assert_eq!(STATUS_CLASSES[status_class(0)], "other");
+        assert_eq!(STATUS_CLASSES[status_class(600)], "other");
+    }
+
+    struct Fixed(Mutex<Vec<EndpointSample>>);
+    impl EndpointSource for Fixed {
+        fn endpoint_samples(&self) -> Vec<EndpointSample> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    #[test]
+    fn endpoint_series_come_and_go_with_the_source() {
+        let m = Metrics::new();
+        let samples = Arc::new(Fixed(Mutex::new(vec![EndpointSample {
+            entry: "web".into(),
+            endpoint: "10.0.0.1:80".into(),
+            in_flight: 3,
+            up: true,
+        }])));
+        struct Shared(Arc<Fixed>);
+        impl EndpointSource for Shared {
+            fn endpoint_samples(&self) -> Vec<EndpointSample> {
+                self.0.endpoint_samples()
+            }
+        }
+        m.register_endpoints(Box::new(Shared(Arc::clone(&samples))));
+        let text = m.render();
+        assert!(
+            text.contains(r#"switchyard_endpoint_in_flight{endpoint="10.0.0.1:80",entry="web"} 3"#)
+        );
+        assert!(text.contains(r#"switchyard_endpoint_up{endpoint="10.0.0.1:80",entry="web"} 1"#));
+        samples.0.lock().unwrap().clear();
+        assert!(!m.render().contains("10.0.0.1:80"));
+    }
+
+    #[test]
+    fn tcp_and_tls_recorders() {
+        let m = Metrics::new();
+        let tcp = m.data.tcp_frontend("tcp:3306");
+        let conn = tcp.accepted();
+        tcp.add_bytes(10, 20);
+        assert!(
+            m.render()
+                .contains(r#"switchyard_downstream_open_connections{frontend="tcp:3306"} 1"#)
+        );
+        drop(conn);
+        m.data.tls_handshake_ok("https");
+        m.data.tls_handshake_failed(TlsFailure::NoCertificate);
+        m.data.set_certificates(&[("a.example.com", 1_900_000_000)]);
+        m.data.set_certificates(&[("b.example.com", 1_900_000_001)]);
+        let text = m.render();
+        for want in [
+            r#"switchyard_downstream_open_connections{frontend="tcp:3306"} 0"#,
+            r#"switchyard_tcp_connections_total{frontend="tcp:3306"} 1"#,
+            r#"switchyard_tcp_received_bytes_total{frontend="tcp:3306"} 10"#,
+            r#"switchyard_tcp_sent_bytes_total{frontend="tcp:3306"} 20"#,
+            r#"switchyard_tls_handshakes_total{frontend="https"} 1"#,
+            r#"switchyard_tls_handshake_failures_total{reason="no_certificate"} 1"#,
+            r#"switchyard_tls_certificate_not_after_seconds{certificate="b.example.com"} 1900000001"#,
+        ] {
+            assert!(text.contains(want), "missing {want}:\n{text}");
+        }
+        assert!(!text.contains("a.example.com"));
     }
 }

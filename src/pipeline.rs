@@ -72,7 +72,13 @@ impl Pipeline {
         );
         let generation = table.generation;
         let swapped = self.writer.publish(table);
-        let now = self.writer.current().generation;
+        let current = self.writer.current();
+        let now = current.generation;
+        if swapped {
+            // Per-entry metric handles for the new table; series of removed entries go.
+            let names: Vec<&str> = current.entries.iter().map(|e| &*e.name).collect();
+            self.metrics.data.set_entries(now, &names);
+        }
         self.metrics
             .table_generation
             .set(i64::try_from(now).unwrap_or(i64::MAX));

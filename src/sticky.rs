@@ -19,11 +19,45 @@ pub const COOKIE_NAME: &str = "SERVERID";
 /// Length of a cookie id: 16 hex digits.
 pub const COOKIE_ID_LEN: usize = 16;
 
+/// A stable 64-bit identity of an endpoint address: FNV-1a over the IP octets and the port,
+/// the same in every process and build (no allocation: tables hold hundreds of thousands).
+pub fn addr_hash(addr: &SocketAddr) -> u64 {
+    let mut buf = [0u8; 18];
+    let n = match addr.ip() {
+        IpAddr::V4(v4) => {
+            buf[..4].copy_from_slice(&v4.octets());
+            4
+        }
+        IpAddr::V6(v6) => {
+            buf[..16].copy_from_slice(&v6.octets());
+            16
+        }
+    };
+    buf[n..n + 2].copy_from_slice(&addr.port().to_be_bytes());
+    fnv1a(&buf[..n + 2])
+}
+
 /// The opaque, stable cookie id of an endpoint.
-pub fn cookie_id(addr: &SocketAddr) -> String {
+pub fn cookie_id(addr: &SocketAddr) -> u64 {
     // A fixed salt keeps the id from being a bare FNV of the address.
-    let h = mix64(fnv1a(addr.to_string().as_bytes()) ^ 0x5357_4954_4348_5944);
-    format!("{h:016x}")
+    mix64(addr_hash(addr) ^ 0x5357_4954_4348_5944)
+}
+
+/// A cookie id as it appears in the cookie: 16 lower-case hex digits.
+pub fn format_cookie_id(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// The id in a cookie value, if it is one (exactly 16 lower-case hex digits).
+pub fn parse_cookie_id(value: &[u8]) -> Option<u64> {
+    if value.len() != COOKIE_ID_LEN
+        || !value
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(value).ok()?, 16).ok()
 }
 
 /// The value of cookie `name` in one `Cookie` header value, if present.
@@ -61,8 +95,8 @@ pub fn strip_cookie(header: &[u8], name: &str) -> Option<Vec<u8>> {
 }
 
 /// The `Set-Cookie` value that pins a client to the endpoint with `id`.
-pub fn set_cookie_value(id: &str) -> String {
-    format!("{COOKIE_NAME}={id}; Path=/; HttpOnly")
+pub fn set_cookie_value(id: u64) -> String {
+    format!("{COOKIE_NAME}={id:016x}; Path=/; HttpOnly")
 }
 
 fn trim_ascii(s: &[u8]) -> &[u8] {
@@ -135,6 +169,13 @@ impl AffinityTable {
         Some(pin.endpoint)
     }
 
+    /// Like `get`, but changes nothing (no refresh, no expiry): for explaining a decision.
+    pub fn peek(&self, ip: &IpAddr, now: Instant, timeout: Duration) -> Option<SocketAddr> {
+        let shard = self.shard(ip).lock().unwrap_or_else(|e| e.into_inner());
+        let pin = shard.map.get(ip)?;
+        (now.saturating_duration_since(pin.last_seen) <= timeout).then_some(pin.endpoint)
+    }
+
     /// Pins `ip` to `endpoint`.
     pub fn set(&self, ip: IpAddr, endpoint: SocketAddr, now: Instant, timeout: Duration) {
         let mut shard = self.shard(&ip).lock().unwrap_or_else(|e| e.into_inner());
@@ -184,8 +225,23 @@ mod tests {
         let b: SocketAddr = "10.0.0.2:8080".parse().unwrap();
         assert_eq!(cookie_id(&a), cookie_id(&a));
         assert_ne!(cookie_id(&a), cookie_id(&b));
-        assert_eq!(cookie_id(&a).len(), COOKIE_ID_LEN);
-        assert!(!cookie_id(&a).contains("10.0.0.1"));
+        let text = format_cookie_id(cookie_id(&a));
+        assert_eq!(text.len(), COOKIE_ID_LEN);
+        assert_eq!(parse_cookie_id(text.as_bytes()), Some(cookie_id(&a)));
+        // Pinned: replicas and restarts must agree on this value forever.
+        assert_eq!(
+            text,
+            format_cookie_id(mix64(addr_hash(&a) ^ 0x5357_4954_4348_5944))
+        );
+        assert_ne!(addr_hash(&a), addr_hash(&"10.0.0.1:8081".parse().unwrap()));
+        for bad in [
+            &b"0123"[..],
+            b"0123456789ABCDEF",
+            b"0123456789abcdeg",
+            b"0123456789abcdef0",
+        ] {
+            assert_eq!(parse_cookie_id(bad), None);
+        }
     }
 
     #[test]
@@ -215,7 +271,10 @@ mod tests {
 
     #[test]
     fn set_cookie_has_path_and_httponly() {
-        assert_eq!(set_cookie_value("ab"), "SERVERID=ab; Path=/; HttpOnly");
+        assert_eq!(
+            set_cookie_value(0xab),
+            "SERVERID=00000000000000ab; Path=/; HttpOnly"
+        );
     }
 
     #[test]

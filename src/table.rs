@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::balance::{Algorithm, Candidate, fnv1a};
+use crate::balance::{Algorithm, Candidate};
 use crate::matcher::{PathRules, Router};
 use crate::sticky::AffinityTable;
 
@@ -83,6 +83,17 @@ pub enum Frontend {
     Tcp(u16),
 }
 
+impl Frontend {
+    /// The metric label and stats-page name: `http`, `https`, `tcp:PORT`.
+    pub fn label(&self) -> String {
+        match self {
+            Frontend::Http => "http".into(),
+            Frontend::Https => "https".into(),
+            Frontend::Tcp(port) => format!("tcp:{port}"),
+        }
+    }
+}
+
 /// One balanced destination: a Service port and its endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -99,7 +110,30 @@ pub struct Entry {
     pub maxconn: Option<u32>,
     /// Sorted by address, deduplicated; only endpoints that take new traffic.
     pub endpoints: Vec<Endpoint>,
+    /// Active health-check settings from annotations (`None` fields: the flags' defaults).
+    pub check: CheckSpec,
     pub state: Shared<EntryState>,
+}
+
+/// Per-Service active health-check settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckSpec {
+    /// `lb.check-interval`; zero turns checks off for this Service.
+    pub interval: Option<Duration>,
+    /// `lb.check-path`: an HTTP GET of this path (2xx/3xx passes) instead of a TCP connect.
+    pub path: Option<Box<str>>,
+}
+
+/// How active health checks gate one request's choice of endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthGate {
+    /// Endpoints that checks marked down get no new traffic.
+    SkipDown,
+    /// Every endpoint that takes new sessions is down and fail-open is on: ignore the checks.
+    FailOpen,
+    /// Every endpoint that takes new sessions is down and fail-open is off: none is eligible.
+    Closed,
 }
 
 /// Per-entry runtime state.
@@ -111,15 +145,68 @@ pub struct EntryState {
 
 impl Entry {
     /// The endpoint whose cookie id is `id`.
-    pub fn endpoint_by_cookie(&self, id: &[u8]) -> Option<usize> {
-        self.endpoints
-            .iter()
-            .position(|e| e.cookie_id.as_bytes() == id)
+    pub fn endpoint_by_cookie(&self, value: &[u8]) -> Option<usize> {
+        let id = crate::sticky::parse_cookie_id(value)?;
+        self.endpoints.iter().position(|e| e.cookie_id == id)
     }
 
     /// The endpoint at `addr`.
     pub fn endpoint_by_addr(&self, addr: &SocketAddr) -> Option<usize> {
         self.endpoints.binary_search_by(|e| e.addr.cmp(addr)).ok()
+    }
+
+    // === selection: one definition shared by the data plane and `explain` ===
+
+    /// The health gate for a request now: usually `SkipDown`; when every endpoint that takes
+    /// new sessions is marked down, `FailOpen` or `Closed` as configured.
+    pub fn health_gate(&self, fail_open: bool) -> HealthGate {
+        let mut any_new = false;
+        for e in &self.endpoints {
+            if e.takes_new() {
+                if e.state.health.is_up() {
+                    return HealthGate::SkipDown;
+                }
+                any_new = true;
+            }
+        }
+        match (any_new, fail_open) {
+            (false, _) => HealthGate::SkipDown,
+            (true, true) => HealthGate::FailOpen,
+            (true, false) => HealthGate::Closed,
+        }
+    }
+
+    /// Whether a client pinned (cookie or affinity) to endpoint `i` may stay there.
+    pub fn pin_allowed(&self, i: usize, now: Instant, gate: HealthGate) -> bool {
+        let s = &self.endpoints[i].state;
+        !s.is_down(now) && (gate == HealthGate::FailOpen || s.health.is_up())
+    }
+
+    /// Whether endpoint `i` may take a new session under `gate` (ignoring passive marks).
+    pub fn eligible(&self, i: usize, gate: HealthGate) -> bool {
+        let e = &self.endpoints[i];
+        e.takes_new()
+            && match gate {
+                HealthGate::SkipDown => e.state.health.is_up(),
+                HealthGate::FailOpen => true,
+                HealthGate::Closed => false,
+            }
+    }
+
+    /// The endpoint for a new session, skipping `tried`: the algorithm's pick among eligible
+    /// endpoints that are not passively marked down, else among all eligible ones (the marks
+    /// are a guess, so one is tried anyway).
+    pub fn choose(
+        &self,
+        pick: &crate::balance::Pick<'_>,
+        gate: HealthGate,
+        now: Instant,
+        tried: &[usize],
+    ) -> Option<usize> {
+        let eps = &self.endpoints;
+        let fresh = |i: usize| !tried.contains(&i) && self.eligible(i, gate);
+        crate::balance::pick(eps, pick, |i| fresh(i) && !eps[i].state.is_down(now))
+            .or_else(|| crate::balance::pick(eps, pick, fresh))
     }
 }
 
@@ -127,8 +214,8 @@ impl Entry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     pub addr: SocketAddr,
-    /// The opaque `SERVERID` value for this endpoint.
-    pub cookie_id: Box<str>,
+    /// The opaque `SERVERID` value for this endpoint (written as 16 hex digits).
+    pub cookie_id: u64,
     /// Stable hash of the address (`source` balancing).
     pub hash: u64,
     /// Terminating but still serving: no new sessions, only requests pinned to it by cookie or
@@ -140,8 +227,8 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(addr: SocketAddr, state: Shared<EndpointState>) -> Self {
         Endpoint {
-            cookie_id: crate::sticky::cookie_id(&addr).into(),
-            hash: fnv1a(addr.to_string().as_bytes()),
+            cookie_id: crate::sticky::cookie_id(&addr),
+            hash: crate::sticky::addr_hash(&addr),
             draining: false,
             addr,
             state,
@@ -171,6 +258,142 @@ pub struct EndpointState {
     /// Passive health: milliseconds since `clock_origin()` until which the endpoint gets no new
     /// traffic (0: never marked).
     down_until_ms: AtomicU64,
+    /// Active health checks (written by the checker only).
+    pub health: HealthState,
+    /// Totals for the stats page.
+    pub totals: Totals,
+}
+
+/// Running totals of one endpoint address (the stats page reads them; Prometheus gets
+/// per-entry counters instead, whose labels are bounded).
+#[derive(Debug, Default)]
+pub struct Totals {
+    /// Sessions started (HTTP: tries, connect failures included; TCP: connections).
+    pub sessions: AtomicU64,
+    /// Highest in-flight count seen.
+    pub max_in_flight: AtomicU32,
+    /// Body bytes received from clients for this endpoint.
+    pub bytes_in: AtomicU64,
+    /// Body bytes sent to clients from this endpoint.
+    pub bytes_out: AtomicU64,
+    /// Failed connects.
+    pub connect_errors: AtomicU64,
+    /// Requests that failed after connecting (upstream or proxy error).
+    pub response_errors: AtomicU64,
+}
+
+/// The result of one active check, in HAProxy's vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckResult {
+    /// Not checked yet.
+    None,
+    /// TCP connect succeeded (`L4OK`).
+    Connected,
+    /// HTTP check answered this status (`L7OK` for 2xx/3xx, else `L7STS`).
+    Status(u16),
+    /// Connect refused or failed (`L4CON`).
+    ConnectFailed,
+    /// No answer within the timeout (`L4TOUT`).
+    Timeout,
+    /// Connected, but the answer was not HTTP (`L7RSP`).
+    BadResponse,
+}
+
+impl CheckResult {
+    pub fn passed(self) -> bool {
+        match self {
+            CheckResult::Connected => true,
+            CheckResult::Status(s) => (200..400).contains(&s),
+            _ => false,
+        }
+    }
+
+    /// HAProxy's short code, with the HTTP status when there is one.
+    pub fn code(self) -> String {
+        match self {
+            CheckResult::None => "-".into(),
+            CheckResult::Connected => "L4OK".into(),
+            CheckResult::Status(s) if self.passed() => format!("L7OK {s}"),
+            CheckResult::Status(s) => format!("L7STS {s}"),
+            CheckResult::ConnectFailed => "L4CON".into(),
+            CheckResult::Timeout => "L4TOUT".into(),
+            CheckResult::BadResponse => "L7RSP".into(),
+        }
+    }
+
+    fn pack(self) -> u32 {
+        match self {
+            CheckResult::None => 0,
+            CheckResult::Connected => 1,
+            CheckResult::Status(s) => 2 | (u32::from(s) << 8),
+            CheckResult::ConnectFailed => 3,
+            CheckResult::Timeout => 4,
+            CheckResult::BadResponse => 5,
+        }
+    }
+
+    fn unpack(v: u32) -> CheckResult {
+        match v & 0xff {
+            1 => CheckResult::Connected,
+            2 => CheckResult::Status(u16::try_from(v >> 8).unwrap_or(0)),
+            3 => CheckResult::ConnectFailed,
+            4 => CheckResult::Timeout,
+            5 => CheckResult::BadResponse,
+            _ => CheckResult::None,
+        }
+    }
+}
+
+/// Active health of one endpoint address: starts up (Kubernetes already found it ready), goes
+/// down after `fall` failed checks in a row and up again after `rise` passed ones.
+#[derive(Debug, Default)]
+pub struct HealthState {
+    down: AtomicBool,
+    passes: AtomicU32,
+    failures: AtomicU32,
+    last: AtomicU32,
+    checks: AtomicU64,
+}
+
+impl HealthState {
+    pub fn is_up(&self) -> bool {
+        !self.down.load(Ordering::Relaxed)
+    }
+
+    pub fn last(&self) -> CheckResult {
+        CheckResult::unpack(self.last.load(Ordering::Relaxed))
+    }
+
+    /// Checks run so far.
+    pub fn checks(&self) -> u64 {
+        self.checks.load(Ordering::Relaxed)
+    }
+
+    /// Records one check (one writer per address: the checker); returns the new state when it
+    /// changed (`Some(true)`: rose, `Some(false)`: fell).
+    pub fn record(&self, result: CheckResult, rise: u32, fall: u32) -> Option<bool> {
+        self.last.store(result.pack(), Ordering::Relaxed);
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        let up = self.is_up();
+        if result.passed() {
+            self.failures.store(0, Ordering::Relaxed);
+            let n = self.passes.load(Ordering::Relaxed).saturating_add(1);
+            self.passes.store(n, Ordering::Relaxed);
+            if !up && n >= rise.max(1) {
+                self.down.store(false, Ordering::Relaxed);
+                return Some(true);
+            }
+        } else {
+            self.passes.store(0, Ordering::Relaxed);
+            let n = self.failures.load(Ordering::Relaxed).saturating_add(1);
+            self.failures.store(n, Ordering::Relaxed);
+            if up && n >= fall.max(1) {
+                self.down.store(true, Ordering::Relaxed);
+                return Some(false);
+            }
+        }
+        None
+    }
 }
 
 /// The monotonic origin that `down_until_ms` counts from.
@@ -198,8 +421,18 @@ impl EndpointState {
 
     /// Counts one request in flight until the guard drops.
     pub fn enter(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.totals.sessions.fetch_add(1, Ordering::Relaxed);
+        // Read first: the common case writes nothing more to the shared line.
+        if now > self.totals.max_in_flight.load(Ordering::Relaxed) {
+            self.totals.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        }
         InFlight(Arc::clone(self))
+    }
+
+    /// Whether new traffic may come here as far as health goes (active and passive).
+    pub fn is_up(&self, now: Instant) -> bool {
+        self.health.is_up() && !self.is_down(now)
     }
 }
 
@@ -301,9 +534,11 @@ impl RoutingTable {
                         "cookie_sticky": e.cookie_sticky,
                         "client_ip_affinity_seconds": e.client_ip_affinity.map(|d| d.as_secs()),
                         "maxconn": e.maxconn,
+                        "check_interval_ms": e.check.interval.map(|d| d.as_millis() as u64),
+                        "check_path": e.check.path.as_deref(),
                         "endpoints": e.endpoints.iter().map(|ep| json!({
                             "address": ep.addr.to_string(),
-                            "cookie_id": &*ep.cookie_id,
+                            "cookie_id": crate::sticky::format_cookie_id(ep.cookie_id),
                             "draining": ep.draining,
                         })).collect::<Vec<_>>(),
                     }),
@@ -413,6 +648,7 @@ mod tests {
             client_ip_affinity: None,
             maxconn: None,
             endpoints: eps,
+            check: CheckSpec::default(),
             state: Shared::default(),
         }
     }
@@ -474,5 +710,69 @@ mod tests {
         s.mark_down(now, Duration::from_secs(2));
         assert!(s.is_down(now + Duration::from_secs(1)));
         assert!(!s.is_down(now + Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn active_health_falls_and_rises_on_streaks() {
+        let h = HealthState::default();
+        assert!(h.is_up(), "starts up");
+        assert_eq!(h.record(CheckResult::ConnectFailed, 2, 3), None);
+        assert_eq!(h.record(CheckResult::Timeout, 2, 3), None);
+        assert_eq!(
+            h.record(CheckResult::Connected, 2, 3),
+            None,
+            "streak broken"
+        );
+        for _ in 0..2 {
+            assert_eq!(h.record(CheckResult::ConnectFailed, 2, 3), None);
+        }
+        assert_eq!(h.record(CheckResult::Status(503), 2, 3), Some(false));
+        assert!(!h.is_up());
+        assert_eq!(h.last().code(), "L7STS 503");
+        assert_eq!(h.record(CheckResult::Status(302), 2, 3), None);
+        assert_eq!(h.record(CheckResult::Status(200), 2, 3), Some(true));
+        assert!(h.is_up());
+        assert_eq!(h.checks(), 8);
+    }
+
+    #[test]
+    fn choose_skips_down_endpoints_and_fails_open_when_all_are_down() {
+        let e = entry(vec![ep("10.0.0.1:80"), ep("10.0.0.2:80")]);
+        let down = |i: usize| {
+            for _ in 0..3 {
+                e.endpoints[i]
+                    .state
+                    .health
+                    .record(CheckResult::ConnectFailed, 2, 3);
+            }
+        };
+        let cursor = std::sync::atomic::AtomicUsize::new(0);
+        let pick = crate::balance::Pick {
+            algorithm: Algorithm::RoundRobin,
+            cursor: &cursor,
+            client_hash: 0,
+            maxconn: None,
+        };
+        let now = Instant::now();
+        down(0);
+        let gate = e.health_gate(true);
+        assert_eq!(gate, HealthGate::SkipDown);
+        for _ in 0..4 {
+            assert_eq!(e.choose(&pick, gate, now, &[]), Some(1));
+        }
+        assert!(
+            !e.pin_allowed(0, now, gate),
+            "a pin to a down endpoint is re-pinned"
+        );
+        down(1);
+        assert_eq!(e.health_gate(false), HealthGate::Closed);
+        assert_eq!(e.choose(&pick, HealthGate::Closed, now, &[]), None);
+        let gate = e.health_gate(true);
+        assert_eq!(gate, HealthGate::FailOpen);
+        let picked: std::collections::BTreeSet<_> = (0..4)
+            .filter_map(|_| e.choose(&pick, gate, now, &[]))
+            .collect();
+        assert_eq!(picked.len(), 2, "fail-open spreads over all endpoints");
+        assert!(e.pin_allowed(0, now, gate));
     }
 }

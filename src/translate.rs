@@ -8,7 +8,10 @@
 //! async, no client, no clock, no logging; the caller logs the warnings it returns.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// aHash keyed per process: fast, and object names chosen by tenants cannot aim at collisions.
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -21,8 +24,8 @@ use serde::Serialize;
 use crate::balance::Algorithm;
 use crate::matcher::{HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix};
 use crate::table::{
-    Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend, RoutingTable, Shared,
-    TcpFrontend,
+    CheckSpec, Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend,
+    RoutingTable, Shared, TcpFrontend,
 };
 
 /// Annotation keys, as the original named them.
@@ -33,6 +36,8 @@ pub mod annotation {
     pub const ACL_MATCH: &str = "serviceloadbalancer/lb.aclMatch";
     pub const COOKIE_STICKY: &str = "serviceloadbalancer/lb.cookie-sticky-session";
     pub const MAXCONN: &str = "serviceloadbalancer/lb.maxconn";
+    pub const CHECK_INTERVAL: &str = "serviceloadbalancer/lb.check-interval";
+    pub const CHECK_PATH: &str = "serviceloadbalancer/lb.check-path";
 }
 
 /// The label that ties an EndpointSlice to its Service.
@@ -237,7 +242,7 @@ fn index_slices<'a>(
     slices: impl Iterator<Item = &'a EndpointSlice>,
     warnings: &mut Vec<Warning>,
 ) -> HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>> {
-    let mut map: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+    let mut map: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::default();
     for slice in slices {
         let (ns, slice_name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
         let Some(svc) = slice
@@ -269,6 +274,54 @@ struct Settings {
     cookie_sticky: bool,
     maxconn: Option<u32>,
     affinity: Option<Duration>,
+    check: CheckSpec,
+}
+
+/// Longest check interval accepted, and the shortest non-zero one (the original's `inter 5`
+/// meant 5 ms, a check storm; a unit is required so that cannot happen by accident).
+const CHECK_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+
+/// `lb.check-interval`: `0` (off), or a number with `ms`, `s` or `m` between 100 ms and 1 h.
+fn parse_check_interval(v: &str) -> Result<Duration, &'static str> {
+    let v = v.trim();
+    if v == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| "is not a duration like 5s or 500ms")?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "" => return Err("needs a unit (ms, s or m)"),
+        _ => return Err("has an unknown unit (use ms, s or m)"),
+    };
+    let (min, max) = CHECK_INTERVAL_RANGE;
+    if d.is_zero() {
+        Ok(d)
+    } else if d < min || d > max {
+        Err("must be 0 (off) or between 100ms and 60m")
+    } else {
+        Ok(d)
+    }
+}
+
+/// `lb.check-path`: an absolute path (query allowed) of visible ASCII, at most 1 KiB.
+fn validate_check_path(v: &str) -> Result<(), &'static str> {
+    if !v.starts_with('/') {
+        return Err("must start with '/'");
+    }
+    if v.len() > 1024 {
+        return Err("is longer than 1024 characters");
+    }
+    if !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("may only hold visible ASCII characters");
+    }
+    Ok(())
 }
 
 /// Go's `strconv.ParseBool`, which the original used.
@@ -391,6 +444,33 @@ fn settings(
                 None
             }
         });
+    let interval =
+        ann.get(annotation::CHECK_INTERVAL)
+            .and_then(|v| match parse_check_interval(v) {
+                Ok(d) => Some(d),
+                Err(why) => {
+                    ann.warn(
+                        annotation::CHECK_INTERVAL,
+                        v,
+                        &format!("{why}; using the default interval"),
+                    );
+                    None
+                }
+            });
+    let path = ann
+        .get(annotation::CHECK_PATH)
+        .and_then(|v| match validate_check_path(v.trim()) {
+            Ok(()) => Some(v.trim().into()),
+            Err(why) => {
+                ann.warn(
+                    annotation::CHECK_PATH,
+                    v,
+                    &format!("{why}; using a TCP connect check"),
+                );
+                None
+            }
+        });
+    let check = CheckSpec { interval, path };
 
     let spec = svc.spec.as_ref();
     let affinity = match spec.and_then(|s| s.session_affinity.as_deref()) {
@@ -425,6 +505,7 @@ fn settings(
         cookie_sticky,
         maxconn,
         affinity,
+        check,
     }
 }
 
@@ -455,8 +536,8 @@ struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     fn new(options: &'a Options, previous: Option<&RoutingTable>) -> Self {
-        let mut prev_endpoints = HashMap::new();
-        let mut prev_entries = HashMap::new();
+        let mut prev_endpoints = HashMap::default();
+        let mut prev_entries = HashMap::default();
         if let Some(prev) = previous {
             for e in &prev.entries {
                 prev_entries.insert(e.key.clone(), e.state.clone());
@@ -563,7 +644,9 @@ impl<'a> Builder<'a> {
         let endpoints = addrs
             .into_iter()
             .map(|(addr, draining)| {
-                let state = self.prev_endpoints.get(&addr).cloned().unwrap_or_default();
+                // Inserting a new address's state makes every entry of this build that uses the
+                // address share it, as later builds do (health checks rely on one per address).
+                let state = self.prev_endpoints.entry(addr).or_default().clone();
                 Endpoint {
                     draining,
                     ..Endpoint::new(addr, state)
@@ -604,6 +687,7 @@ impl<'a> Builder<'a> {
             client_ip_affinity: s.affinity,
             maxconn: s.maxconn,
             endpoints,
+            check: s.check.clone(),
         });
         if is_tcp {
             self.tcp.entry(port).or_default().push((key, id));
@@ -757,7 +841,9 @@ fn endpoint_addrs(
         Some(IntOrString::String(_)) => None,
         None => Some(sp.port),
     };
-    let mut out: BTreeMap<SocketAddr, bool> = BTreeMap::new();
+    // A handful per port: a sorted Vec beats a map, and (addr, false) sorts before (addr, true),
+    // so after dedup by address the ready flavour of a doubly listed address is the one kept.
+    let mut out: Vec<(SocketAddr, bool)> = Vec::new();
     for slice in slices {
         let ports = slice.ports.as_deref().unwrap_or(&[]);
         let by_name = ports
@@ -799,8 +885,7 @@ fn endpoint_addrs(
             for a in &ep.addresses {
                 match a.parse::<IpAddr>() {
                     Ok(ip) => {
-                        let d = out.entry(SocketAddr::new(ip, number)).or_insert(draining);
-                        *d = *d && draining;
+                        out.push((SocketAddr::new(ip, number), draining));
                     }
                     Err(_) => {
                         let (ns, name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
@@ -814,7 +899,9 @@ fn endpoint_addrs(
             }
         }
     }
-    out.into_iter().collect()
+    out.sort_unstable();
+    out.dedup_by_key(|(addr, _)| *addr);
+    out
 }
 
 #[cfg(test)]

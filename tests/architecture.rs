@@ -77,6 +77,27 @@ const RULES: &[(&str, &[&str])] = &[
             "crate::pipeline",
         ],
     ),
+    (
+        "src/tcp_proxy.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "crate::translate",
+            "crate::manifests",
+            "crate::pipeline",
+        ],
+    ),
+    (
+        "src/tls.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "crate::translate",
+            "crate::manifests",
+            "crate::pipeline",
+            "crate::table",
+        ],
+    ),
     ("src/manifests.rs", &["pingora::", "crate::http_proxy"]),
     ("src/pipeline.rs", &["pingora::", "crate::http_proxy"]),
     (
@@ -94,6 +115,47 @@ const RULES: &[(&str, &[&str])] = &[
             "k8s_openapi::",
             "crate::table",
             "crate::translate",
+        ],
+    ),
+    (
+        "src/health.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "crate::translate",
+            "crate::http_proxy",
+        ],
+    ),
+    (
+        "src/stats.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "crate::translate",
+            "crate::http_proxy",
+        ],
+    ),
+    (
+        "src/access_log.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "crate::translate",
+            "crate::table",
+        ],
+    ),
+    (
+        "src/explain.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "pingora::",
+            "tokio::",
+            "prometheus::",
+            "crate::translate",
+            "crate::http_proxy",
+            "crate::metrics",
+            "SystemTime",
         ],
     ),
 ];

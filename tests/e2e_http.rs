@@ -1207,6 +1207,7 @@ async fn not_ready_until_a_good_manifest_loads() {
         .args(["--bind-address", "127.0.0.1"])
         .args(["--http-port", &http_port.to_string()])
         .args(["--admin-port", &admin_port.to_string()])
+        .args(["--stats-port", "0"])
         .env("RUST_LOG", "error")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

@@ -47,6 +47,7 @@ impl Cluster {
             .args(["--bind-address", "127.0.0.1"])
             .args(["--http-port", &http_port.to_string()])
             .args(["--admin-port", &admin_port.to_string()])
+            .args(["--stats-port", "0"])
             .args(extra)
             .env("RUST_LOG", "warn,switchyard=info")
             .stdin(Stdio::null())

@@ -675,6 +675,53 @@ fn maxconn_parses_and_rejects_nonsense() {
 }
 
 #[test]
+fn check_annotations_parse_and_bad_values_warn_for_that_service_only() {
+    let svc = |name: &str, interval: Option<&str>, path: Option<&str>| {
+        let mut s = mk_service("default", name, &[80]);
+        if let Some(v) = interval {
+            s = annotate(s, annotation::CHECK_INTERVAL, v);
+        }
+        if let Some(v) = path {
+            s = annotate(s, annotation::CHECK_PATH, v);
+        }
+        s
+    };
+    let (t, w) = run(
+        &[
+            svc("plain", None, None),
+            svc("fast", Some("500ms"), Some("/healthz?deep=1")),
+            svc("off", Some("0"), None),
+            svc("mins", Some(" 2m "), None),
+            svc("bare", Some("5"), None),
+            svc("tiny", Some("5ms"), None),
+            svc("long", Some("2h"), None),
+            svc("badpath", None, Some("healthz")),
+            svc("spaces", None, Some("/a b")),
+        ],
+        &[],
+    );
+    assert_eq!(entry(&t, "plain").check, CheckSpec::default());
+    assert_eq!(
+        entry(&t, "fast").check,
+        CheckSpec {
+            interval: Some(Duration::from_millis(500)),
+            path: Some("/healthz?deep=1".into()),
+        }
+    );
+    assert_eq!(entry(&t, "off").check.interval, Some(Duration::ZERO));
+    assert_eq!(
+        entry(&t, "mins").check.interval,
+        Some(Duration::from_secs(120))
+    );
+    for name in ["bare", "tiny", "long", "badpath", "spaces"] {
+        assert_eq!(entry(&t, name).check, CheckSpec::default(), "{name}");
+    }
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation; 5]);
+    let objects: Vec<&str> = w.iter().map(|w| w.object.name.as_str()).collect();
+    assert_eq!(objects, ["badpath", "bare", "long", "spaces", "tiny"]);
+}
+
+#[test]
 fn overlong_annotation_is_a_warning() {
     let svc = annotate(
         mk_service("default", "web", &[80]),
@@ -762,6 +809,23 @@ fn endpoint_and_entry_state_survive_a_rebuild() {
     assert!(Arc::ptr_eq(&t2.entries[0].endpoints[0].state.0, &ep_state));
     assert!(Arc::ptr_eq(&t2.entries[0].state.0, &entry_state));
     assert_eq!(t2.generation, t1.generation + 1);
+}
+
+#[test]
+fn entries_sharing_an_address_share_its_state_from_the_first_build() {
+    let svcs = [
+        mk_service("default", "a", &[80]),
+        mk_service("default", "b", &[80]),
+    ];
+    let slices = [
+        mk_slice("default", "a", "p80", 80, &["10.0.0.1"]),
+        mk_slice("default", "b", "p80", 80, &["10.0.0.1"]),
+    ];
+    let (t, _) = run(&svcs, &slices);
+    assert!(Arc::ptr_eq(
+        &entry(&t, "a").endpoints[0].state.0,
+        &entry(&t, "b").endpoints[0].state.0
+    ));
 }
 
 #[test]

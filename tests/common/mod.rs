@@ -526,6 +526,8 @@ pub struct Switchyard {
     pub child: Child,
     pub http_port: u16,
     pub admin_port: u16,
+    /// The stats page (`--stats-port`, a free port per process).
+    pub stats_port: u16,
     /// The `--manifests` argument (a file, or a directory for `Layout::Dir`).
     pub manifest: PathBuf,
     pub layout: Layout,
@@ -550,6 +552,10 @@ impl Switchyard {
             while admin_port == http_port {
                 admin_port = free_port();
             }
+            let mut stats_port = free_port();
+            while stats_port == http_port || stats_port == admin_port {
+                stats_port = free_port();
+            }
             let stderr_path = dir
                 .as_ref()
                 .unwrap()
@@ -568,6 +574,7 @@ impl Switchyard {
                 .args(["--bind-address", "127.0.0.1"])
                 .args(["--http-port", &http_port.to_string()])
                 .args(["--admin-port", &admin_port.to_string()])
+                .args(["--stats-port", &stats_port.to_string()])
                 .args(&extra)
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::null())
@@ -579,6 +586,7 @@ impl Switchyard {
                 child,
                 http_port,
                 admin_port,
+                stats_port,
                 manifest: manifest.clone(),
                 layout,
                 stderr_path,
@@ -931,4 +939,79 @@ pub async fn spread(sy: &Switchyard, path: &str, n: usize) -> BTreeMap<String, u
         *counts.entry(b).or_insert(0) += 1;
     }
     counts
+}
+
+// ---------------------------------------------------------------------------
+// Observability helpers (issue 5)
+// ---------------------------------------------------------------------------
+
+impl Backend {
+    /// Like `start`, on a given port (to bring a stopped backend back at the
+    /// same address). Retries the bind for up to 5 s.
+    pub async fn start_on(name: &str, port: u16) -> Backend {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(l) => break l,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("rebind 127.0.0.1:{port}: {e}"),
+            }
+        };
+        let log: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+        let name_s = name.to_string();
+        let log2 = log.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let name = name_s.clone();
+                        let log = log2.clone();
+                        conns.spawn(async move {
+                            let svc = service_fn(move |req| {
+                                handle(req, name.clone(), log.clone(), Duration::ZERO)
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .keep_alive(true)
+                                .serve_connection(TokioIo::new(stream), svc)
+                                .with_upgrades()
+                                .await;
+                        });
+                    }
+                }
+            }
+            drop(listener);
+            conns.shutdown().await;
+        });
+        Backend {
+            name: name.to_string(),
+            port,
+            log,
+            stop_tx: Some(stop_tx),
+            task: Some(task),
+        }
+    }
+}
+
+impl Switchyard {
+    /// What the process wrote to stdout so far (access log lines).
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.stderr_path.with_extension("stdout")).unwrap_or_default()
+    }
+
+    /// GET on the admin port.
+    pub async fn admin(&self, path: &str) -> Resp {
+        get(self.admin_port, path, &[]).await
+    }
+
+    /// GET on the stats port.
+    pub async fn stats(&self, path: &str) -> Resp {
+        get(self.stats_port, path, &[]).await
+    }
 }

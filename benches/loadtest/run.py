@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Side-by-side load benchmark: switchyard against HAProxy 2.6, same machine, same run.
+
+Question: does switchyard do at least as much work per CPU as HAProxy configured the way the
+original service-loadbalancer template configured it, and keep tail latency as low?
+
+What runs: three nginx backends (one worker, `return 200 "ok"`) on 127.0.0.1; then, interleaved
+(A B A B ...), HAProxy with haproxy.cfg (keep-alive both sides, forwardfor, roundrobin, the /svc
+prefix strip, the template's `check inter 5`) and switchyard in offline mode with manifests.yaml
+(the same routing). A direct run against one backend gives the ceiling. The proxy is pinned to
+core 0, load generator and backends to core 1. Only 127.0.0.1 is used; every loop is bounded;
+every process started is stopped, also on Ctrl-C.
+
+Scenarios: keep-alive (wrk -c64), Connection: close (wrk, a new client connection per request),
+fixed rate (h2load --rps, latency at equal, unsaturated load). Per run: requests/s, p50/p99/p99.9
+latency, proxy CPU seconds per 100k requests (from /proc), proxy peak RSS (VmHWM). The table
+printed at the end holds medians over the repetitions and switchyard/HAProxy ratios.
+
+Usage: python3 benches/loadtest/run.py [--reps 3] [--duration 8] [--switchyard PATH]
+Needs: haproxy, nginx, wrk, h2load (nghttp2-client), taskset; a release build of switchyard
+(`cargo build --release`), which it builds if missing.
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+BACKEND_PORTS = [18081, 18082, 18083]
+HAPROXY_PORT = 18090
+SWITCHYARD_PORT = 18091
+SWITCHYARD_ADMIN = 18092
+PROXY_CORE = "0"
+LOAD_CORE = "1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+WRK_LUA = """
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT %d %d %d %d %d %d %d\\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    latency:percentile(99.9), e.connect + e.read + e.write + e.timeout, e.status))
+end
+"""
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/nginx-error.log crit;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 120s;
+  {servers}
+}}
+"""
+
+
+class Procs:
+    """Every process started, so that all of them are stopped whatever happens."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, cmd, core, log):
+        p = subprocess.Popen(["taskset", "-c", core] + cmd, stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def stop(self, p):
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait(timeout=10)
+        if p in self.procs:
+            self.procs.remove(p)
+
+    def stop_all(self):
+        for p in list(self.procs):
+            self.stop(p)
+
+
+def wait_port(port, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_http_ok(url, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "1", url],
+                           capture_output=True, text=True)
+        if r.stdout == "200":
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout}s")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the comm field.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def run_wrk(url, duration, conns, close, lua):
+    cmd = ["taskset", "-c", LOAD_CORE, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--timeout", "5s",
+           "-s", lua, url]
+    if close:
+        cmd[5:5] = ["-H", "Connection: close"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            req, dur_us, p50, p99, p999, errors, non2xx = map(int, line.split()[1:])
+            return {"requests": req, "rps": req / (dur_us / 1e6), "p50_ms": p50 / 1000, "p99_ms": p99 / 1000,
+                    "p999_ms": p999 / 1000, "errors": errors + non2xx}
+    raise RuntimeError(f"wrk printed no result:\n{out}")
+
+
+def run_h2load(url, duration, clients, rps, logdir):
+    log = os.path.join(logdir, "h2load.log")
+    cmd = ["taskset", "-c", LOAD_CORE, "h2load", "--h1", f"-c{clients}", f"--rps={rps}", f"-D{duration}",
+           f"--log-file={log}", url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    lat = []
+    errors = 0
+    with open(log) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3:
+                status, micros = int(parts[1]), int(parts[2])
+                lat.append(micros)
+                if status != 200:
+                    errors += 1
+    os.remove(log)
+    if not lat:
+        raise RuntimeError(f"h2load logged no request:\n{out}")
+    lat.sort()
+    pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
+    return {"requests": len(lat), "rps": len(lat) / duration, "p50_ms": pick(0.5), "p99_ms": pick(0.99),
+            "p999_ms": pick(0.999), "errors": errors}
+
+
+SCENARIOS = [
+    # (name, kind, options)
+    ("keep-alive", "wrk", {"conns": 64, "close": False}),
+    ("new connection per request", "wrk", {"conns": 64, "close": True}),
+    ("fixed 5k req/s (latency)", "h2load", {"clients": 10, "rps": 500}),
+]
+
+
+def measure(kind, opts, url, duration, pid, tmp, lua):
+    before = cpu_seconds(pid) if pid else 0.0
+    if kind == "wrk":
+        r = run_wrk(url, duration, opts["conns"], opts["close"], lua)
+    else:
+        r = run_h2load(url, duration, opts["clients"], opts["rps"], tmp)
+    if pid:
+        r["cpu_per_100k"] = (cpu_seconds(pid) - before) / max(r["requests"], 1) * 100_000
+        r["rss_mib"] = peak_rss_mib(pid)
+    return r
+
+
+def start_proxy(name, procs, tmp, switchyard, logs):
+    if name == "haproxy":
+        p = procs.start(["haproxy", "-db", "-f", os.path.join(tmp, "haproxy.cfg")], PROXY_CORE, logs)
+        port = HAPROXY_PORT
+    else:
+        p = procs.start([switchyard, "--manifests", os.path.join(tmp, "manifests.yaml"), "--bind-address",
+                         "127.0.0.1", "--http-port", str(SWITCHYARD_PORT), "--admin-port", str(SWITCHYARD_ADMIN),
+                         "--threads", "1"], PROXY_CORE, logs)
+        port = SWITCHYARD_PORT
+    wait_http_ok(f"http://127.0.0.1:{port}/svc/")
+    return p, port
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=8, help="seconds per run")
+    ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
+    ap.add_argument("--only", help="comma-separated scenario names to run")
+    args = ap.parse_args()
+    for tool in ["haproxy", "nginx", "wrk", "h2load", "taskset", "curl"]:
+        if not shutil.which(tool):
+            sys.exit(f"loadtest: {tool} is not installed (apt-get install haproxy nginx-light wrk nghttp2-client curl)")
+    if not os.path.exists(args.switchyard):
+        subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
+    scenarios = [s for s in SCENARIOS if not args.only or s[0] in args.only.split(",")]
+
+    procs = Procs()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    tmp = tempfile.mkdtemp(prefix="switchyard-loadtest-")
+    logs = open(os.path.join(tmp, "processes.log"), "w")
+    results = {}  # (scenario, target) -> [runs]
+    try:
+        servers = "\n  ".join(f'server {{ listen 127.0.0.1:{p}; location / {{ return 200 "ok"; }} }}'
+                              for p in BACKEND_PORTS)
+        with open(os.path.join(tmp, "nginx.conf"), "w") as f:
+            f.write(NGINX_CONF.format(dir=tmp, servers=servers))
+        with open(os.path.join(HERE, "haproxy.cfg")) as f:
+            cfg = f.read().replace("@PORT@", str(HAPROXY_PORT))
+        for i, p in enumerate(BACKEND_PORTS):
+            cfg = cfg.replace(f"@BACKEND{i + 1}@", str(p))
+        with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
+            f.write(cfg)
+        with open(os.path.join(HERE, "manifests.yaml")) as f:
+            man = f.read()
+        for i, p in enumerate(BACKEND_PORTS):
+            man = man.replace(f"@BACKEND{i + 1}@", str(p))
+        with open(os.path.join(tmp, "manifests.yaml"), "w") as f:
+            f.write(man)
+        lua = os.path.join(tmp, "report.lua")
+        with open(lua, "w") as f:
+            f.write(WRK_LUA)
+
+        procs.start(["nginx", "-c", os.path.join(tmp, "nginx.conf")], LOAD_CORE, logs)
+        for p in BACKEND_PORTS:
+            wait_port(p)
+
+        for name, kind, opts in scenarios:
+            r = measure(kind, opts, f"http://127.0.0.1:{BACKEND_PORTS[0]}/", args.duration, None, tmp, lua)
+            results.setdefault((name, "direct"), []).append(r)
+            print(f"direct     {name:28} {r['rps']:10.0f} req/s", flush=True)
+
+        for rep in range(args.reps):
+            for target in ["haproxy", "switchyard"]:
+                p, port = start_proxy(target, procs, tmp, args.switchyard, logs)
+                try:
+                    for name, kind, opts in scenarios:
+                        r = measure(kind, opts, f"http://127.0.0.1:{port}/svc/", args.duration, p.pid, tmp, lua)
+                        results.setdefault((name, target), []).append(r)
+                        print(f"{target:10} {name:28} {r['rps']:10.0f} req/s  p99 {r['p99_ms']:.2f} ms  "
+                              f"cpu/100k {r['cpu_per_100k']:.2f} s  errors {r['errors']}  (rep {rep + 1})",
+                              flush=True)
+                finally:
+                    procs.stop(p)
+    finally:
+        procs.stop_all()
+        logs.close()
+
+    print()
+    print(f"Medians of {args.reps} interleaved runs, {args.duration} s each; proxy on core {PROXY_CORE}, "
+          f"load and backends on core {LOAD_CORE}.")
+    print()
+    print("| scenario | metric | direct | HAProxy | switchyard | switchyard / HAProxy |")
+    print("|---|---|---|---|---|---|")
+    for name, _, _ in scenarios:
+        for metric, fmt in [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999_ms", "{:.2f}"),
+                            ("cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"), ("errors", "{:.0f}")]:
+            cells = []
+            vals = {}
+            for target in ["direct", "haproxy", "switchyard"]:
+                runs = results.get((name, target), [])
+                v = median([r[metric] for r in runs if metric in r])
+                vals[target] = v
+                cells.append("" if v != v else fmt.format(v))
+            ratio = vals["switchyard"] / vals["haproxy"] if vals["haproxy"] else float("nan")
+            ratio_cell = "" if ratio != ratio or metric == "errors" else f"{ratio:.2f}x"
+            print(f"| {name} | {metric} | " + " | ".join(cells) + f" | {ratio_cell} |")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

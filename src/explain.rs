@@ -1,0 +1,729 @@
+//! Explain: where would a request go, and why? A pure function over the routing table that
+//! walks the same steps as the data plane (host and path match with its precedence level,
+//! entry, stickiness, health gate, endpoint choice) and reports each decision as JSON.
+//!
+//! It calls the very functions the data plane calls (`Router::lookup`, `Entry::health_gate`,
+//! `Entry::pin_allowed`, `Entry::choose`), so the answer cannot drift from what a request
+//! does. It changes nothing: the round-robin cursor is copied, not advanced, and affinity pins
+//! are peeked, not refreshed. It must not do I/O or know about Pingora, tokio or Kubernetes;
+//! `admin` serves it at `/explain` and `--dry-run --explain` prints it.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::balance::Pick;
+use crate::matcher::{self, PathRule, PathRules};
+use crate::sticky::{self, COOKIE_NAME};
+use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
+
+/// The request to explain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub frontend: Frontend,
+    /// The Host header (any case, optional port); `None`: no Host.
+    pub host: Option<String>,
+    /// Path, optionally with `?query`.
+    pub path: String,
+    pub client: Option<IpAddr>,
+    /// A whole `Cookie` header value, or just the `SERVERID` value.
+    pub cookie: Option<String>,
+}
+
+impl Query {
+    /// From a URL query string: `host=H&path=P[&client=IP][&cookie=C][&frontend=F]`
+    /// (percent-encoded; `frontend` is `http`, `https` or `tcp:PORT`).
+    pub fn from_query_string(qs: &str) -> Result<Query, String> {
+        let mut q = Query {
+            frontend: Frontend::Http,
+            host: None,
+            path: "/".into(),
+            client: None,
+            cookie: None,
+        };
+        for pair in qs.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_decode(v).ok_or_else(|| format!("{k}: bad percent-encoding"))?;
+            match k {
+                "host" => q.host = (!v.is_empty()).then_some(v),
+                "path" => q.path = v,
+                "client" => {
+                    q.client = Some(
+                        v.parse()
+                            .map_err(|_| format!("client: {v:?} is not an IP address"))?,
+                    );
+                }
+                "cookie" => q.cookie = (!v.is_empty()).then_some(v),
+                "frontend" => q.frontend = parse_frontend(&v)?,
+                other => return Err(format!("unknown parameter {other:?}")),
+            }
+        }
+        if !q.path.starts_with('/') {
+            return Err(format!("path: {:?} must start with '/'", q.path));
+        }
+        Ok(q)
+    }
+
+    /// From `HOST/PATH`, `/PATH` (no Host), optionally led by `http://` or `https://` (which
+    /// picks the frontend).
+    pub fn from_target(target: &str) -> Result<Query, String> {
+        let (frontend, rest) = if let Some(r) = target.strip_prefix("https://") {
+            (Frontend::Https, r)
+        } else {
+            (
+                Frontend::Http,
+                target.strip_prefix("http://").unwrap_or(target),
+            )
+        };
+        let (host, path) = match rest.find('/') {
+            Some(0) => (None, rest.to_string()),
+            Some(i) => (Some(rest[..i].to_string()), rest[i..].to_string()),
+            None if rest.is_empty() => return Err("empty target; use HOST/PATH or /PATH".into()),
+            None => (Some(rest.to_string()), "/".to_string()),
+        };
+        Ok(Query {
+            frontend,
+            host,
+            path,
+            client: None,
+            cookie: None,
+        })
+    }
+}
+
+fn parse_frontend(v: &str) -> Result<Frontend, String> {
+    match v {
+        "http" => Ok(Frontend::Http),
+        "https" => Ok(Frontend::Https),
+        _ => v
+            .strip_prefix("tcp:")
+            .and_then(|p| p.parse().ok())
+            .map(Frontend::Tcp)
+            .ok_or_else(|| format!("frontend: {v:?} is not http, https or tcp:PORT")),
+    }
+}
+
+/// `%XX` and `+` decoding of one query-string value.
+fn percent_decode(v: &str) -> Option<String> {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Everything `explain` found, ready for JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    pub generation: u64,
+    pub request: RequestView,
+    /// The levels looked at, most specific first, up to the one that matched.
+    pub precedence: Vec<Step>,
+    pub route: Option<RouteView>,
+    pub entry: Option<EntryView>,
+    pub stickiness: Stickiness,
+    /// The endpoint a request would go to now.
+    pub endpoint: Option<String>,
+    /// The `Set-Cookie` the response would carry.
+    pub set_cookie: Option<String>,
+    /// `proxy`, `no_route` (answered with `--default-return-code`) or `unavailable` (503).
+    pub outcome: &'static str,
+    pub summary: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestView {
+    pub frontend: String,
+    pub host: Option<String>,
+    /// The host as matched: lower case, without port or trailing dot.
+    pub normalized_host: Option<String>,
+    pub path: String,
+    pub client: Option<String>,
+    pub cookie: Option<String>,
+}
+
+/// One precedence level that was considered.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    /// `exact_host`, `wildcard_host`, `any_host` or `tcp_port`.
+    pub level: &'static str,
+    /// The rule's host (`shop.example.com`, `*.example.com`); absent for any host.
+    pub host: Option<String>,
+    /// The longest matching prefix at this level, if any.
+    pub matched_prefix: Option<String>,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteView {
+    pub level: &'static str,
+    pub host: Option<String>,
+    pub prefix: String,
+    pub strip_prefix: bool,
+    /// The request target the endpoint receives.
+    pub forwarded_path: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EntryView {
+    pub name: String,
+    pub service: String,
+    pub port: u16,
+    pub algorithm: &'static str,
+    pub cookie_sticky: bool,
+    pub client_ip_affinity_seconds: Option<u64>,
+    pub health_gate: HealthGate,
+    pub endpoints: Vec<EndpointView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EndpointView {
+    pub address: String,
+    /// `up`, `down` (active checks), `ejected` (failed connect, for a while), `draining`.
+    pub state: &'static str,
+    pub in_flight: u32,
+    pub cookie_id: String,
+    pub last_check: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Stickiness {
+    /// `none`, `cookie` or `client_ip`.
+    pub mode: &'static str,
+    pub pinned: Option<String>,
+    pub decision: String,
+}
+
+/// The state of endpoint `i` in words.
+pub fn endpoint_state(entry: &Entry, i: usize, now: Instant) -> &'static str {
+    let e = &entry.endpoints[i];
+    if e.draining {
+        "draining"
+    } else if !e.state.health.is_up() {
+        "down"
+    } else if e.state.is_down(now) {
+        "ejected"
+    } else {
+        "up"
+    }
+}
+
+/// Explains `q` against `table` at `now` (`fail_open`: `--health-fail-open`).
+pub fn explain(table: &RoutingTable, q: &Query, now: Instant, fail_open: bool) -> Explanation {
+    let (path, query) = match q.path.split_once('?') {
+        Some((p, qs)) => (p, Some(qs)),
+        None => (q.path.as_str(), None),
+    };
+    let mut host_buf = [0u8; 255];
+    let normalized = q
+        .host
+        .as_deref()
+        .and_then(|h| matcher::normalize_host(h.as_bytes(), &mut host_buf))
+        .map(str::to_string);
+    let mut x = Explanation {
+        generation: table.generation,
+        request: RequestView {
+            frontend: q.frontend.label(),
+            host: q.host.clone(),
+            normalized_host: normalized.clone(),
+            path: q.path.clone(),
+            client: q.client.map(|c| c.to_string()),
+            cookie: q.cookie.clone(),
+        },
+        precedence: Vec::new(),
+        route: None,
+        entry: None,
+        stickiness: Stickiness {
+            mode: "none",
+            pinned: None,
+            decision: "no stickiness".into(),
+        },
+        endpoint: None,
+        set_cookie: None,
+        outcome: "no_route",
+        summary: String::new(),
+    };
+
+    let target = match q.frontend {
+        Frontend::Tcp(port) => {
+            let hit = table.tcp.iter().find(|t| t.port == port);
+            x.precedence.push(Step {
+                level: "tcp_port",
+                host: None,
+                matched_prefix: None,
+                note: match hit {
+                    Some(_) => format!("TCP port {port} forwards every connection to its entry"),
+                    None => format!("no TCP frontend on port {port}"),
+                },
+            });
+            hit.map(|t| t.entry)
+        }
+        Frontend::Http | Frontend::Https => {
+            route_http(table, q, normalized.as_deref(), path, query, &mut x)
+        }
+    };
+    let Some(entry) = target.and_then(|id| table.entry(id)) else {
+        x.summary = match q.frontend {
+            Frontend::Tcp(_) => "no TCP frontend on that port".into(),
+            _ => "no route matches: the request is answered with --default-return-code".into(),
+        };
+        return x;
+    };
+    x.entry = Some(entry_view(entry, now, fail_open));
+    choose(entry, q, now, fail_open, &mut x);
+    x
+}
+
+/// Host and path matching, with the levels considered; returns the matched entry.
+fn route_http(
+    table: &RoutingTable,
+    q: &Query,
+    normalized: Option<&str>,
+    path: &str,
+    query: Option<&str>,
+    x: &mut Explanation,
+) -> Option<EntryId> {
+    let router = table.router(q.frontend)?;
+    // The decision itself is the data plane's own lookup; the steps only describe it.
+    let rule = router.lookup(q.host.as_deref().map(str::as_bytes), path);
+    let mut level = None;
+    let mut consider = |lvl: &'static str, host: Option<String>, rules: &PathRules<EntryId>| {
+        if level.is_some() {
+            return;
+        }
+        let hit = rules.lookup(path);
+        let note = match hit {
+            Some(r) => format!(
+                "prefix {} matches (longest matching prefix at this level)",
+                r.prefix
+            ),
+            None if lvl == "any_host" => format!(
+                "none of the {} host-less prefixes matches {path}",
+                rules.len()
+            ),
+            None => format!(
+                "this host has {} rule(s), none matches {path}: falls through to the next level",
+                rules.len()
+            ),
+        };
+        x.precedence.push(Step {
+            level: lvl,
+            host: host.clone(),
+            matched_prefix: hit.map(|r| r.prefix.to_string()),
+            note,
+        });
+        if let Some(r) = hit
+            && rule.is_some_and(|chosen| std::ptr::eq(chosen, r))
+        {
+            level = Some((lvl, host));
+        }
+    };
+    if let Some(h) = normalized {
+        if let Some(rules) = router.exact.get(h) {
+            consider("exact_host", Some(h.to_string()), rules);
+        }
+        for (suffix, rules) in &router.wildcard {
+            if h.len() > suffix.len() && h.ends_with(&**suffix) {
+                consider("wildcard_host", Some(format!("*{suffix}")), rules);
+            }
+        }
+    }
+    consider("any_host", None, &router.any_host);
+    let rule: &PathRule<EntryId> = rule?;
+    let (lvl, host) = level.unwrap_or(("any_host", None));
+    let pq = match query {
+        Some(qs) => format!("{path}?{qs}"),
+        None => path.to_string(),
+    };
+    let forwarded = if rule.strip {
+        matcher::strip_prefix(&pq, &rule.prefix)
+    } else {
+        pq
+    };
+    x.route = Some(RouteView {
+        level: lvl,
+        host,
+        prefix: rule.prefix.to_string(),
+        strip_prefix: rule.strip,
+        forwarded_path: forwarded,
+    });
+    Some(rule.target)
+}
+
+fn entry_view(entry: &Entry, now: Instant, fail_open: bool) -> EntryView {
+    EntryView {
+        name: entry.name.to_string(),
+        service: format!("{}/{}", entry.key.namespace, entry.key.service),
+        port: entry.key.port,
+        algorithm: entry.algorithm.as_str(),
+        cookie_sticky: entry.cookie_sticky,
+        client_ip_affinity_seconds: entry.client_ip_affinity.map(|d| d.as_secs()),
+        health_gate: entry.health_gate(fail_open),
+        endpoints: (0..entry.endpoints.len())
+            .map(|i| {
+                let e = &entry.endpoints[i];
+                EndpointView {
+                    address: e.addr.to_string(),
+                    state: endpoint_state(entry, i, now),
+                    in_flight: e.state.in_flight.load(Ordering::Relaxed),
+                    cookie_id: sticky::format_cookie_id(e.cookie_id),
+                    last_check: e.state.health.last().code(),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Stickiness and the endpoint choice, as `HttpProxy::request_filter` and `upstream_peer`
+/// make them.
+fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Explanation) {
+    let gate = entry.health_gate(fail_open);
+    let addr = |i: usize| entry.endpoints[i].addr.to_string();
+    let mut valid_cookie = false;
+    let pinned = if entry.cookie_sticky {
+        x.stickiness.mode = "cookie";
+        let value = q.cookie.as_deref().and_then(|c| {
+            if c.contains('=') {
+                sticky::find_cookie(c.as_bytes(), COOKIE_NAME)
+            } else {
+                Some(c.as_bytes())
+            }
+        });
+        let named = value.and_then(|v| entry.endpoint_by_cookie(v));
+        let pinned = named.filter(|&i| entry.pin_allowed(i, now, gate));
+        x.stickiness.decision = match (value, named, pinned) {
+            (None, _, _) => {
+                "no SERVERID cookie: a new endpoint is picked and pinned by Set-Cookie".into()
+            }
+            (Some(_), None, _) => {
+                "SERVERID names no endpoint of this entry (gone, or not ours): re-pinned".into()
+            }
+            (Some(_), Some(i), None) => format!(
+                "SERVERID names {}, which is {}: re-pinned",
+                addr(i),
+                endpoint_state(entry, i, now)
+            ),
+            (Some(_), Some(i), Some(_)) if entry.endpoints[i].draining => format!(
+                "SERVERID pins the client to {} (draining: it still serves its pinned clients)",
+                addr(i)
+            ),
+            (Some(_), Some(i), Some(_)) => format!("SERVERID pins the client to {}", addr(i)),
+        };
+        valid_cookie = pinned.is_some();
+        pinned
+    } else if let Some(timeout) = entry.client_ip_affinity {
+        x.stickiness.mode = "client_ip";
+        match q.client {
+            None => {
+                x.stickiness.decision =
+                    "client-IP affinity, but no client given: pass client=IP to see its pin".into();
+                None
+            }
+            Some(ip) => {
+                let named = entry
+                    .state
+                    .affinity
+                    .peek(&ip, now, timeout)
+                    .map(|a| (a, entry.endpoint_by_addr(&a)));
+                let pinned = named
+                    .and_then(|(_, i)| i)
+                    .filter(|&i| entry.pin_allowed(i, now, gate));
+                x.stickiness.decision = match (named, pinned) {
+                    (None, _) => format!(
+                        "no live pin for {ip}: a new endpoint is picked and pinned for {} s idle",
+                        timeout.as_secs()
+                    ),
+                    (Some((a, None)), _) => {
+                        format!("{ip} was pinned to {a}, which left the table: re-pinned")
+                    }
+                    (Some((a, Some(i))), None) => format!(
+                        "{ip} is pinned to {a}, which is {}: re-pinned",
+                        endpoint_state(entry, i, now)
+                    ),
+                    (Some((a, Some(_))), Some(_)) => format!("{ip} is pinned to {a}"),
+                };
+                pinned
+            }
+        }
+    } else {
+        None
+    };
+    x.stickiness.pinned = pinned.map(addr);
+
+    let takes_new = entry.endpoints.iter().any(|e| e.takes_new());
+    if pinned.is_none() && (!takes_new || gate == HealthGate::Closed) {
+        x.outcome = "unavailable";
+        x.summary = if entry.endpoints.is_empty() {
+            format!("entry {} has no endpoints: 503", entry.name)
+        } else if !takes_new {
+            format!(
+                "every endpoint of {} is draining and the client is not pinned: 503",
+                entry.name
+            )
+        } else {
+            format!(
+                "every endpoint of {} is down and --health-fail-open is false: 503",
+                entry.name
+            )
+        };
+        return;
+    }
+    let chosen = pinned.or_else(|| {
+        // A copy of the cursor: explaining must not move the next request's round-robin turn.
+        let cursor = AtomicUsize::new(entry.state.cursor.load(Ordering::Relaxed));
+        let pick = Pick {
+            algorithm: entry.algorithm,
+            cursor: &cursor,
+            client_hash: q.client.as_ref().map_or(0, sticky::client_hash),
+            maxconn: entry.maxconn,
+        };
+        entry.choose(&pick, gate, now, &[])
+    });
+    let Some(i) = chosen else {
+        x.outcome = "unavailable";
+        x.summary = format!("no endpoint of {} is eligible: 503", entry.name);
+        return;
+    };
+    x.outcome = "proxy";
+    x.endpoint = Some(addr(i));
+    if entry.cookie_sticky && !(valid_cookie && pinned == Some(i)) {
+        x.set_cookie = Some(sticky::set_cookie_value(entry.endpoints[i].cookie_id));
+    }
+    let how = if pinned.is_some() {
+        "the pinned endpoint".to_string()
+    } else {
+        let gate_note = match gate {
+            HealthGate::FailOpen => " (every endpoint is down: fail-open ignores the checks)",
+            _ => "",
+        };
+        format!("{} picks it{gate_note}", entry.algorithm)
+    };
+    let route = x
+        .route
+        .as_ref()
+        .map(|r| format!(" via {} {}", r.level.replace('_', " "), r.prefix))
+        .unwrap_or_default();
+    x.summary = format!("entry {}{route}; endpoint {} ({how})", entry.name, addr(i));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::Algorithm;
+    use crate::matcher::Router;
+    use crate::table::{CheckResult, CheckSpec, Endpoint, EntryKey, Shared};
+
+    fn entry(name: &str, addrs: &[&str]) -> Entry {
+        Entry {
+            name: name.into(),
+            key: EntryKey {
+                namespace: "default".into(),
+                service: name.into(),
+                port: 80,
+            },
+            frontend: Frontend::Http,
+            algorithm: Algorithm::RoundRobin,
+            cookie_sticky: false,
+            client_ip_affinity: None,
+            maxconn: None,
+            endpoints: addrs
+                .iter()
+                .map(|a| Endpoint::new(a.parse().unwrap(), Shared::default()))
+                .collect(),
+            check: CheckSpec::default(),
+            state: Shared::default(),
+        }
+    }
+
+    fn rules(list: &[(&str, bool, EntryId)]) -> PathRules<EntryId> {
+        let mut r = PathRules::default();
+        for &(prefix, strip, target) in list {
+            r.insert(PathRule {
+                prefix: prefix.into(),
+                strip,
+                target,
+            });
+        }
+        r
+    }
+
+    /// web (path route /web, two endpoints), shop (exact host, /api only), wild (*.example.com)
+    fn table() -> RoutingTable {
+        let mut shop = entry("shop", &["10.0.0.9:80"]);
+        shop.cookie_sticky = true;
+        let mut http = Router {
+            any_host: rules(&[("/web", true, 0)]),
+            ..Router::default()
+        };
+        http.exact
+            .insert("shop.example.com".into(), rules(&[("/api", false, 1)]));
+        http.wildcard
+            .push((".example.com".into(), rules(&[("/", false, 2)])));
+        http.finish();
+        RoutingTable {
+            generation: 4,
+            entries: vec![
+                entry("web", &["10.0.0.1:80", "10.0.0.2:80"]),
+                shop,
+                entry("wild", &["10.0.0.5:80"]),
+            ],
+            http,
+            ..Default::default()
+        }
+    }
+
+    fn q(host: Option<&str>, path: &str) -> Query {
+        Query {
+            frontend: Frontend::Http,
+            host: host.map(str::to_string),
+            path: path.into(),
+            client: None,
+            cookie: None,
+        }
+    }
+
+    #[test]
+    fn levels_and_fall_through_are_explained() {
+        let t = table();
+        let now = Instant::now();
+        let x = explain(&t, &q(Some("Shop.Example.com:80"), "/api/x?y=1"), now, true);
+        let r = x.route.as_ref().unwrap();
+        assert_eq!((r.level, r.prefix.as_str()), ("exact_host", "/api"));
+        assert_eq!(r.forwarded_path, "/api/x?y=1");
+        assert_eq!(x.entry.as_ref().unwrap().name, "shop");
+        assert_eq!(x.generation, 4);
+
+        let x = explain(&t, &q(Some("shop.example.com"), "/web/a"), now, true);
+        let levels: Vec<_> = x.precedence.iter().map(|s| s.level).collect();
+        assert_eq!(levels, ["exact_host", "wildcard_host"]);
+        assert!(x.precedence[0].note.contains("falls through"));
+        assert_eq!(x.route.as_ref().unwrap().level, "wildcard_host");
+        assert_eq!(x.entry.as_ref().unwrap().name, "wild");
+
+        let x = explain(&t, &q(None, "/web/a?b"), now, true);
+        let r = x.route.as_ref().unwrap();
+        assert_eq!((r.level, r.strip_prefix), ("any_host", true));
+        assert_eq!(r.forwarded_path, "/a?b");
+
+        let x = explain(&t, &q(None, "/nothing"), now, true);
+        assert_eq!(x.outcome, "no_route");
+        assert!(x.route.is_none() && x.entry.is_none());
+    }
+
+    #[test]
+    fn explaining_does_not_consume_the_round_robin_turn() {
+        let t = table();
+        let now = Instant::now();
+        let first = explain(&t, &q(None, "/web"), now, true).endpoint;
+        assert_eq!(explain(&t, &q(None, "/web"), now, true).endpoint, first);
+        // The data plane's own choice agrees, and then the turn moves on.
+        let web = &t.entries[0];
+        let pick = Pick {
+            algorithm: web.algorithm,
+            cursor: &web.state.cursor,
+            client_hash: 0,
+            maxconn: None,
+        };
+        let i = web.choose(&pick, web.health_gate(true), now, &[]).unwrap();
+        assert_eq!(Some(web.endpoints[i].addr.to_string()), first);
+        assert_ne!(explain(&t, &q(None, "/web"), now, true).endpoint, first);
+    }
+
+    #[test]
+    fn cookie_decisions() {
+        let t = table();
+        let now = Instant::now();
+        let shop = &t.entries[1];
+        let id = sticky::format_cookie_id(shop.endpoints[0].cookie_id);
+        let mut query = q(Some("shop.example.com"), "/api");
+        let x = explain(&t, &query, now, true);
+        assert_eq!(x.stickiness.mode, "cookie");
+        assert!(x.set_cookie.is_some(), "no cookie: one is set");
+        query.cookie = Some(format!("a=b; SERVERID={id}"));
+        let x = explain(&t, &query, now, true);
+        assert_eq!(x.stickiness.pinned.as_deref(), Some("10.0.0.9:80"));
+        assert!(x.set_cookie.is_none(), "valid cookie: nothing set");
+        query.cookie = Some("0123456789abcdef".into());
+        let x = explain(&t, &query, now, true);
+        assert!(x.stickiness.decision.contains("re-pinned"), "{x:?}");
+    }
+
+    #[test]
+    fn health_shows_in_the_choice() {
+        let t = table();
+        let now = Instant::now();
+        for _ in 0..3 {
+            t.entries[0].endpoints[0]
+                .state
+                .health
+                .record(CheckResult::ConnectFailed, 2, 3);
+        }
+        for _ in 0..3 {
+            let x = explain(&t, &q(None, "/web"), now, true);
+            assert_eq!(x.endpoint.as_deref(), Some("10.0.0.2:80"));
+            assert_eq!(x.entry.as_ref().unwrap().endpoints[0].state, "down");
+        }
+        for _ in 0..3 {
+            t.entries[0].endpoints[1]
+                .state
+                .health
+                .record(CheckResult::Timeout, 2, 3);
+        }
+        let x = explain(&t, &q(None, "/web"), now, false);
+        assert_eq!(x.outcome, "unavailable");
+        let x = explain(&t, &q(None, "/web"), now, true);
+        assert_eq!(x.outcome, "proxy");
+        assert!(x.summary.contains("fail-open"), "{}", x.summary);
+    }
+
+    #[test]
+    fn queries_parse() {
+        let q = Query::from_query_string(
+            "host=a.example.com&path=%2Fx%3Fy%3D1&client=10.1.2.3&cookie=SERVERID%3Dab&frontend=https",
+        )
+        .unwrap();
+        assert_eq!(q.host.as_deref(), Some("a.example.com"));
+        assert_eq!(q.path, "/x?y=1");
+        assert_eq!(q.client, Some("10.1.2.3".parse().unwrap()));
+        assert_eq!(q.cookie.as_deref(), Some("SERVERID=ab"));
+        assert_eq!(q.frontend, Frontend::Https);
+        assert!(Query::from_query_string("path=x").is_err());
+        assert!(Query::from_query_string("client=nope").is_err());
+        assert!(Query::from_query_string("bogus=1").is_err());
+        assert_eq!(
+            Query::from_query_string("frontend=tcp:3306")
+                .unwrap()
+                .frontend,
+            Frontend::Tcp(3306)
+        );
+
+        let t = Query::from_target("shop.example.com/api/x").unwrap();
+        assert_eq!(
+            (t.host.as_deref(), t.path.as_str()),
+            (Some("shop.example.com"), "/api/x")
+        );
+        let t = Query::from_target("/web").unwrap();
+        assert_eq!((t.host, t.path.as_str()), (None, "/web"));
+        let t = Query::from_target("https://a.com").unwrap();
+        assert_eq!((t.frontend, t.path.as_str()), (Frontend::Https, "/"));
+        assert!(Query::from_target("").is_err());
+    }
+}

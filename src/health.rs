@@ -1,0 +1,338 @@
+//! Active health checks: a Pingora background service that, on its own schedule, opens a TCP
+//! connection to every distinct endpoint address of the current table (or sends an HTTP GET
+//! when the Service sets `lb.check-path`, where 2xx/3xx passes) and records the result in the
+//! endpoint's `HealthState`, which the data plane reads when it picks an endpoint.
+//!
+//! The state lives in the table's per-address `EndpointState`, so it survives table swaps.
+//! Checks run with bounded concurrency, each bounded by the check timeout; the loop re-reads
+//! the table at least four times a second and stops on shutdown. This module only reads the
+//! table; it must not route, and it must not know about Kubernetes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+use crate::config::HealthChecks;
+use crate::metrics::Metrics;
+use crate::table::{CheckResult, EndpointState, RoutingTable, Shared, TableReader};
+
+/// Most checks in flight at once.
+const MAX_CONCURRENT: usize = 64;
+/// Longest the loop sleeps before looking at the table again.
+const MAX_IDLE: Duration = Duration::from_millis(250);
+/// Shortest sleep, so a burst of due checks cannot spin the loop.
+const MIN_IDLE: Duration = Duration::from_millis(10);
+/// Bytes read looking for the HTTP status line.
+const STATUS_LINE_MAX: usize = 1024;
+
+/// What to check at one address.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub interval: Duration,
+    /// HTTP GET this path; `None`: TCP connect.
+    pub path: Option<Box<str>>,
+    /// The first entry that uses the address (for logs).
+    pub entry: Box<str>,
+    /// The address's state (translate gives every entry of a table the same one; distinct
+    /// ones are all kept so none is left unchecked).
+    pub states: Vec<Shared<EndpointState>>,
+}
+
+/// The distinct addresses of `table` to check, with their settings: the shortest interval of
+/// the entries that use the address (an entry whose interval is zero does not ask for checks),
+/// and the first check path among them (an HTTP check is the stricter one).
+pub fn targets(table: &RoutingTable, default_interval: Duration) -> Vec<Target> {
+    let mut by_addr: BTreeMap<SocketAddr, Target> = BTreeMap::new();
+    for entry in &table.entries {
+        let interval = entry.check.interval.unwrap_or(default_interval);
+        if interval.is_zero() {
+            continue;
+        }
+        for ep in &entry.endpoints {
+            let t = by_addr.entry(ep.addr).or_insert_with(|| Target {
+                addr: ep.addr,
+                interval,
+                path: None,
+                entry: entry.name.clone(),
+                states: Vec::new(),
+            });
+            if !t.states.iter().any(|s| Arc::ptr_eq(&s.0, &ep.state.0)) {
+                t.states.push(ep.state.clone());
+            }
+            t.interval = t.interval.min(interval);
+            if t.path.is_none() {
+                t.path.clone_from(&entry.check.path);
+            }
+        }
+    }
+    by_addr.into_values().collect()
+}
+
+/// Runs one check of `addr` within `timeout`.
+pub async fn check(addr: SocketAddr, path: Option<&str>, timeout: Duration) -> CheckResult {
+    tokio::time::timeout(timeout, check_unbounded(addr, path))
+        .await
+        .unwrap_or(CheckResult::Timeout)
+}
+
+async fn check_unbounded(addr: SocketAddr, path: Option<&str>) -> CheckResult {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return CheckResult::ConnectFailed;
+    };
+    let Some(path) = path else {
+        return CheckResult::Connected;
+    };
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: switchyard-health-check\r\n\
+         Accept: */*\r\nConnection: close\r\n\r\n"
+    );
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return CheckResult::BadResponse;
+    }
+    let mut buf = [0u8; STATUS_LINE_MAX];
+    let mut n = 0;
+    while n < buf.len() && !buf[..n].contains(&b'\n') {
+        match stream.read(&mut buf[n..]).await {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    parse_status(&buf[..n]).map_or(CheckResult::BadResponse, CheckResult::Status)
+}
+
+/// The status code of an HTTP/1.x status line.
+fn parse_status(head: &[u8]) -> Option<u16> {
+    let rest = head.strip_prefix(b"HTTP/1.")?;
+    let code = rest.get(2..5)?;
+    if rest.get(1) != Some(&b' ') || !code.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(code).ok()?.parse().ok()
+}
+
+/// The checker as a Pingora background service.
+pub struct Checker {
+    pub table: TableReader,
+    pub config: HealthChecks,
+    pub metrics: Arc<Metrics>,
+}
+
+#[async_trait]
+impl BackgroundService for Checker {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        self.run(shutdown).await;
+    }
+}
+
+impl Checker {
+    /// Checks until shutdown.
+    pub async fn run(&self, mut shutdown: ShutdownWatch) {
+        let mut generation = None;
+        let mut targets: Vec<Target> = Vec::new();
+        let mut due: HashMap<SocketAddr, Instant> = HashMap::new();
+        let mut running: JoinSet<(Target, CheckResult)> = JoinSet::new();
+        let mut in_progress: HashSet<SocketAddr> = HashSet::new();
+        let timeout = self.config.timeout;
+        while !*shutdown.borrow() {
+            let table = self.table.load();
+            if generation != Some(table.generation) {
+                targets = self::targets(&table, self.config.interval);
+                generation = Some(table.generation);
+                let live: HashSet<SocketAddr> = targets.iter().map(|t| t.addr).collect();
+                due.retain(|a, _| live.contains(a));
+            }
+            drop(table);
+            let now = Instant::now();
+            for t in &targets {
+                if running.len() >= MAX_CONCURRENT {
+                    break;
+                }
+                if in_progress.contains(&t.addr) {
+                    continue;
+                }
+                let next = due.entry(t.addr).or_insert(now);
+                if *next > now {
+                    continue;
+                }
+                *next = now + t.interval;
+                in_progress.insert(t.addr);
+                let t = t.clone();
+                running.spawn(async move {
+                    let result = check(t.addr, t.path.as_deref(), timeout).await;
+                    (t, result)
+                });
+            }
+            let idle = due
+                .values()
+                .min()
+                .map_or(MAX_IDLE, |d| d.saturating_duration_since(now))
+                .clamp(MIN_IDLE, MAX_IDLE);
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(idle) => {}
+                Some(done) = running.join_next(), if !running.is_empty() => {
+                    if let Ok((t, result)) = done {
+                        in_progress.remove(&t.addr);
+                        self.record(&t, result);
+                    }
+                }
+            }
+            while let Some(done) = running.try_join_next() {
+                if let Ok((t, result)) = done {
+                    in_progress.remove(&t.addr);
+                    self.record(&t, result);
+                }
+            }
+        }
+        running.shutdown().await;
+    }
+
+    fn record(&self, t: &Target, result: CheckResult) {
+        self.metrics.data.health_check(result.passed());
+        let mut changed = None;
+        for state in &t.states {
+            let c = state
+                .health
+                .record(result, self.config.rise, self.config.fall);
+            changed = changed.or(c);
+        }
+        let Some(up) = changed else {
+            return;
+        };
+        self.metrics.data.health_transition(up);
+        let check = result.code();
+        if up {
+            tracing::info!(endpoint = %t.addr, entry = %t.entry, %check, "endpoint up: active health checks pass again");
+        } else {
+            tracing::warn!(endpoint = %t.addr, entry = %t.entry, %check, "endpoint down: active health checks fail; it gets no new traffic");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::Algorithm;
+    use crate::table::{CheckSpec, Endpoint, Entry, EntryKey, Frontend};
+
+    fn entry(name: &str, addrs: &[&str], check: CheckSpec) -> Entry {
+        Entry {
+            name: name.into(),
+            key: EntryKey {
+                namespace: "default".into(),
+                service: name.into(),
+                port: 80,
+            },
+            frontend: Frontend::Http,
+            algorithm: Algorithm::RoundRobin,
+            cookie_sticky: false,
+            client_ip_affinity: None,
+            maxconn: None,
+            endpoints: addrs
+                .iter()
+                .map(|a| Endpoint::new(a.parse().unwrap(), Shared::default()))
+                .collect(),
+            check,
+            state: Shared::default(),
+        }
+    }
+
+    #[test]
+    fn targets_are_distinct_addresses_with_the_strictest_settings() {
+        let table = RoutingTable {
+            entries: vec![
+                entry("a", &["10.0.0.1:80", "10.0.0.2:80"], CheckSpec::default()),
+                entry(
+                    "b",
+                    &["10.0.0.2:80"],
+                    CheckSpec {
+                        interval: Some(Duration::from_secs(1)),
+                        path: Some("/healthz".into()),
+                    },
+                ),
+                entry(
+                    "off",
+                    &["10.0.0.3:80"],
+                    CheckSpec {
+                        interval: Some(Duration::ZERO),
+                        path: None,
+                    },
+                ),
+            ],
+            ..Default::default()
+        };
+        let t = targets(&table, Duration::from_secs(5));
+        let got: Vec<_> = t
+            .iter()
+            .map(|t| (t.addr.to_string(), t.interval, t.path.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.1:80".to_string(), Duration::from_secs(5), None),
+                (
+                    "10.0.0.2:80".to_string(),
+                    Duration::from_secs(1),
+                    Some("/healthz")
+                ),
+            ]
+        );
+        assert!(
+            targets(&table, Duration::ZERO).len() == 1,
+            "flag off: only b"
+        );
+    }
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(parse_status(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(
+            parse_status(b"HTTP/1.0 503 Service Unavailable\r\n"),
+            Some(503)
+        );
+        assert_eq!(parse_status(b"HTTP/1.1 20"), None);
+        assert_eq!(parse_status(b"SSH-2.0-OpenSSH\r\n"), None);
+        assert_eq!(parse_status(b""), None);
+    }
+
+    #[tokio::test]
+    async fn tcp_and_http_checks_against_real_sockets() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            for status in ["200 OK", "302 Found", "500 Oops"] {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 512];
+                let _ = s.read(&mut buf).await;
+                let resp = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                let _ = s.write_all(resp.as_bytes()).await;
+            }
+        });
+        let t = Duration::from_secs(2);
+        assert_eq!(check(addr, Some("/h"), t).await, CheckResult::Status(200));
+        assert_eq!(check(addr, Some("/h"), t).await, CheckResult::Status(302));
+        assert_eq!(check(addr, Some("/h"), t).await, CheckResult::Status(500));
+        server.await.unwrap();
+        // Nobody listens any more.
+        assert_eq!(check(addr, None, t).await, CheckResult::ConnectFailed);
+
+        // A listener that accepts but never answers: the HTTP check times out.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent_addr = silent.local_addr().unwrap();
+        assert_eq!(check(silent_addr, None, t).await, CheckResult::Connected);
+        assert_eq!(
+            check(silent_addr, Some("/"), Duration::from_millis(200)).await,
+            CheckResult::Timeout
+        );
+        drop(silent);
+    }
+}

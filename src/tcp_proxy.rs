@@ -1,0 +1,621 @@
+//! Raw TCP frontends (`--tcp-services`): a listener per port that the table lists, opened and
+//! closed at runtime as tables are swapped, forwarding bytes to an endpoint chosen the way the
+//! HTTP data plane chooses one (`Entry::choose`: the entry's algorithm, health, client-IP
+//! affinity, passive marks, in-flight counting).
+//!
+//! A reconciler polls the table (the table module stays free of tokio) and makes the set of
+//! open listeners match it. Every accepted connection is a task of its own that keeps the
+//! endpoint it connected to: neither a table swap nor its listener closing cuts it; only its
+//! peers or the idle (tunnel) timeout end it. Metrics and the access log are recorded once per
+//! connection, when it closes. This module must not know about Kubernetes or translation, and
+//! reads the table only through `TableReader`.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::access_log::{AccessLog, TcpRecord};
+use crate::balance::Pick;
+use crate::config::Timeouts;
+use crate::lifecycle::Lifecycle;
+use crate::metrics::{Metrics, TcpFrontendMetrics};
+use crate::sticky;
+use crate::table::{Entry, EntryKey, Frontend, RoutingTable, TableReader};
+
+/// How often the table is checked for a swap.
+const POLL_INTERVAL: Duration = Duration::from_millis(150);
+
+/// How long a port that could not be bound waits before the next try.
+const BIND_RETRY: Duration = Duration::from_secs(5);
+
+/// Most endpoints one connection may try (the configured tries are capped to this).
+const MAX_TRIES: usize = 8;
+
+/// Bytes buffered per direction of a connection.
+const BUFFER: usize = 16 * 1024;
+
+/// The TCP frontends, as one Pingora background service.
+pub struct TcpFrontends {
+    bind: IpAddr,
+    conn: Arc<ConnSettings>,
+}
+
+/// What every connection needs.
+#[derive(Clone)]
+struct ConnSettings {
+    table: TableReader,
+    timeouts: Timeouts,
+    tries: usize,
+    /// `--health-fail-open`.
+    fail_open: bool,
+    /// Counts open connections, so a graceful shutdown waits for them (up to its grace).
+    lifecycle: Arc<Lifecycle>,
+    metrics: Arc<Metrics>,
+    access_log: Arc<AccessLog>,
+}
+
+impl TcpFrontends {
+    pub fn new(table: TableReader, bind: IpAddr, timeouts: Timeouts, tries: usize) -> Self {
+        TcpFrontends {
+            conn: Arc::new(ConnSettings {
+                table,
+                timeouts,
+                tries: tries.clamp(1, MAX_TRIES),
+                fail_open: true,
+                lifecycle: Lifecycle::new(),
+                metrics: Arc::new(Metrics::new()),
+                access_log: Arc::new(AccessLog::off()),
+            }),
+            bind,
+        }
+    }
+
+    /// Counts this frontend's connections in `lifecycle`.
+    pub fn with_lifecycle(mut self, lifecycle: Arc<Lifecycle>) -> Self {
+        Arc::make_mut(&mut self.conn).lifecycle = lifecycle;
+        self
+    }
+
+    /// `--health-fail-open`: when every endpoint is marked down, use them all (default) rather
+    /// than refuse the connection.
+    pub fn with_fail_open(mut self, fail_open: bool) -> Self {
+        Arc::make_mut(&mut self.conn).fail_open = fail_open;
+        self
+    }
+
+    /// Records into `metrics` and `access_log` (without this, into a private registry and no
+    /// log).
+    pub fn with_observability(mut self, metrics: Arc<Metrics>, access_log: Arc<AccessLog>) -> Self {
+        let c = Arc::make_mut(&mut self.conn);
+        c.metrics = metrics;
+        c.access_log = access_log;
+        self
+    }
+}
+
+/// The ports that should be listening: every TCP frontend whose entry has endpoints. An entry
+/// without endpoints gets no listener, so clients are refused at once (the TCP form of 503).
+fn wanted(table: &RoutingTable) -> BTreeMap<u16, &Entry> {
+    table
+        .tcp
+        .iter()
+        .filter_map(|f| {
+            let e = table.entry(f.entry)?;
+            (!e.endpoints.is_empty()).then_some((f.port, e))
+        })
+        .collect()
+}
+
+/// An open listener and the accept loop that owns it.
+struct Open {
+    /// The Service it was opened for (for logs; connections look the port up at accept time).
+    service: EntryKey,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Open {
+    /// Stops the accept loop and waits until it has dropped the listener, so the port is free
+    /// again when this returns (a Service re-added at once can bind it).
+    async fn close(self) {
+        drop(self.stop);
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
+    }
+}
+
+/// When a port that could not be bound was last tried; it is retried every `BIND_RETRY`.
+struct Failed {
+    at: Instant,
+}
+
+#[async_trait]
+impl BackgroundService for TcpFrontends {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut open: BTreeMap<u16, Open> = BTreeMap::new();
+        let mut failed: BTreeMap<u16, Failed> = BTreeMap::new();
+        let mut last: Option<Arc<RoutingTable>> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+            if !self.conn.table.is_published() {
+                continue;
+            }
+            let table = self.conn.table.load();
+            let swapped = last.as_ref().is_none_or(|l| !Arc::ptr_eq(l, &table));
+            let retry_due = failed.values().any(|f| f.at.elapsed() >= BIND_RETRY);
+            if !swapped && !retry_due {
+                continue;
+            }
+            let wanted = wanted(&table);
+            let gone: Vec<u16> = open
+                .keys()
+                .filter(|p| !wanted.contains_key(p))
+                .copied()
+                .collect();
+            for port in gone {
+                if let Some(o) = open.remove(&port) {
+                    tracing::info!(port, service = %o.service, "TCP frontend closed");
+                    o.close().await;
+                }
+            }
+            // A port that stays but changes Service keeps its listener: it serves whatever the
+            // table says at each accept.
+            for (port, o) in open.iter_mut() {
+                if let Some(e) = wanted.get(port) {
+                    o.service.clone_from(&e.key);
+                }
+            }
+            failed.retain(|port, _| wanted.contains_key(port));
+            for (&port, entry) in &wanted {
+                if open.contains_key(&port)
+                    || failed
+                        .get(&port)
+                        .is_some_and(|f| f.at.elapsed() < BIND_RETRY)
+                {
+                    continue;
+                }
+                let addr = SocketAddr::new(self.bind, port);
+                match TcpListener::bind(addr).await {
+                    Ok(listener) => {
+                        tracing::info!(port, service = %entry.key, "TCP frontend listening");
+                        let (stop, stopped) = oneshot::channel();
+                        let task = tokio::spawn(accept_loop(
+                            listener,
+                            port,
+                            Arc::clone(&self.conn),
+                            stopped,
+                        ));
+                        failed.remove(&port);
+                        open.insert(
+                            port,
+                            Open {
+                                service: entry.key.clone(),
+                                stop,
+                                task,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        // Once per episode: the retries stay quiet until it works or goes away.
+                        if !failed.contains_key(&port) {
+                            tracing::warn!(
+                                port,
+                                service = %entry.key,
+                                error = %e,
+                                "cannot listen for TCP service; retrying every {}s",
+                                BIND_RETRY.as_secs()
+                            );
+                        }
+                        failed.insert(port, Failed { at: Instant::now() });
+                    }
+                }
+            }
+            last = Some(table);
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    port: u16,
+    conn: Arc<ConnSettings>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let frontend: Arc<str> = Frontend::Tcp(port).label().into();
+    let metrics = conn.metrics.data.tcp_frontend(&frontend);
+    loop {
+        tokio::select! {
+            // Fires when the sender is dropped: the port left the table.
+            _ = &mut stop => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let accepted = Accepted {
+                        port,
+                        peer,
+                        frontend: Arc::clone(&frontend),
+                        metrics: metrics.clone(),
+                    };
+                    tokio::spawn(serve(stream, accepted, Arc::clone(&conn)));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::debug!(port, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+/// One accepted client connection and its listener's handles.
+struct Accepted {
+    port: u16,
+    peer: SocketAddr,
+    /// `tcp:PORT`.
+    frontend: Arc<str>,
+    metrics: TcpFrontendMetrics,
+}
+
+/// How a connection went, for the access log.
+#[derive(Default)]
+struct Outcome {
+    endpoint: Option<SocketAddr>,
+    connect: Option<Duration>,
+    bytes: Bytes,
+    tries: usize,
+    error: Option<&'static str>,
+}
+
+/// One client connection: pick an endpoint (retrying failed connects on others), relay, record.
+async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
+    let _active = conn.lifecycle.enter();
+    let _open = accepted.metrics.accepted();
+    let started = Instant::now();
+    // The table of the moment of accept is kept for this connection's whole life.
+    let table = conn.table.load();
+    let port = accepted.port;
+    let Some((id, entry)) = table
+        .tcp
+        .binary_search_by_key(&port, |f| f.port)
+        .ok()
+        .and_then(|i| Some((table.tcp[i].entry, table.entry(table.tcp[i].entry)?)))
+    else {
+        return;
+    };
+    let outcome = connect_and_relay(client, accepted.peer, entry, &table, id, &conn).await;
+    accepted
+        .metrics
+        .add_bytes(outcome.bytes.from_client, outcome.bytes.to_client);
+    if let Some(ep) = outcome.endpoint.and_then(|a| entry.endpoint_by_addr(&a)) {
+        let t = &entry.endpoints[ep].state.totals;
+        t.bytes_in
+            .fetch_add(outcome.bytes.from_client, Ordering::Relaxed);
+        t.bytes_out
+            .fetch_add(outcome.bytes.to_client, Ordering::Relaxed);
+    }
+    tracing::debug!(port, endpoint = ?outcome.endpoint, error = ?outcome.error, "TCP connection ended");
+    if conn.access_log.enabled() {
+        conn.access_log.tcp(&TcpRecord {
+            time: SystemTime::now(),
+            client: Some(accepted.peer),
+            frontend: &accepted.frontend,
+            entry: &entry.name,
+            endpoint: outcome.endpoint,
+            bytes_in: outcome.bytes.from_client,
+            bytes_out: outcome.bytes.to_client,
+            duration: started.elapsed(),
+            connect: outcome.connect,
+            generation: table.generation,
+            retries: u32::try_from(outcome.tries.saturating_sub(1)).unwrap_or(0),
+            error: outcome.error,
+        });
+    }
+}
+
+async fn connect_and_relay(
+    client: TcpStream,
+    peer: SocketAddr,
+    entry: &Entry,
+    table: &RoutingTable,
+    id: u32,
+    conn: &ConnSettings,
+) -> Outcome {
+    let mut outcome = Outcome::default();
+    let ip = peer.ip();
+    let affinity = entry.client_ip_affinity;
+    let now = Instant::now();
+    let gate = entry.health_gate(conn.fail_open);
+    let pinned = affinity
+        .and_then(|timeout| entry.state.affinity.get(&ip, now, timeout))
+        .and_then(|addr| entry.endpoint_by_addr(&addr))
+        .filter(|&i| entry.pin_allowed(i, now, gate));
+    let pick = Pick {
+        algorithm: entry.algorithm,
+        cursor: &entry.state.cursor,
+        client_hash: sticky::client_hash(&ip),
+        maxconn: entry.maxconn,
+    };
+    let mut tried = [0usize; MAX_TRIES];
+    let mut n_tried = 0;
+    while n_tried < conn.tries {
+        let now = Instant::now();
+        let chosen = pinned
+            .filter(|i| !tried[..n_tried].contains(i))
+            // Draining or down endpoints keep the clients pinned to them but take no new ones.
+            .or_else(|| entry.choose(&pick, gate, now, &tried[..n_tried]));
+        let Some(i) = chosen else {
+            outcome.error.get_or_insert("no endpoint");
+            break;
+        };
+        tried[n_tried] = i;
+        n_tried += 1;
+        outcome.tries = n_tried;
+        let endpoint = &entry.endpoints[i];
+        let in_flight = endpoint.state.0.enter();
+        let connect =
+            tokio::time::timeout(conn.timeouts.connect, TcpStream::connect(endpoint.addr)).await;
+        match connect {
+            Ok(Ok(upstream)) => {
+                outcome.endpoint = Some(endpoint.addr);
+                outcome.connect = Some(now.elapsed());
+                outcome.error = None;
+                if let Some(timeout) = affinity
+                    && pinned != Some(i)
+                {
+                    entry.state.affinity.set(ip, endpoint.addr, now, timeout);
+                }
+                // Small writes of interactive protocols must not wait for Nagle.
+                let _ = client.set_nodelay(true);
+                let _ = upstream.set_nodelay(true);
+                let (ended, bytes) = relay(client, upstream, conn.timeouts.tunnel).await;
+                outcome.bytes = bytes;
+                outcome.error = ended.error();
+                drop(in_flight);
+                return outcome;
+            }
+            failure => {
+                let timed_out = failure.is_err();
+                tracing::debug!(port = entry.key.port, endpoint = %endpoint.addr, timed_out,
+                    "TCP connect failed");
+                outcome.error = Some(if timed_out {
+                    "connect timeout"
+                } else {
+                    "connect failed"
+                });
+                let state = &endpoint.state;
+                let ejected = !state.is_down(now);
+                state.mark_down(Instant::now(), conn.timeouts.passive_down);
+                state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
+                if affinity.is_some() {
+                    entry.state.affinity.forget(&ip);
+                }
+                let untried = (0..entry.endpoints.len())
+                    .any(|k| !tried[..n_tried].contains(&k) && entry.eligible(k, gate));
+                let retry = n_tried < conn.tries && untried;
+                conn.metrics
+                    .data
+                    .with_entry(table.generation, id as usize, &entry.name, |h| {
+                        if ejected {
+                            h.ejections.inc();
+                        }
+                        if retry {
+                            h.retries.inc();
+                        }
+                    });
+            }
+        }
+    }
+    outcome
+}
+
+/// Why a relay ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// Both sides closed their half.
+    Closed,
+    /// No byte in either direction for the idle timeout.
+    Idle,
+    /// A read or write failed (reset, broken pipe).
+    Error(io::ErrorKind),
+}
+
+impl Ended {
+    /// The access log's short phrase (a bounded set).
+    fn error(&self) -> Option<&'static str> {
+        match self {
+            Ended::Closed => None,
+            Ended::Idle => Some("idle timeout"),
+            Ended::Error(io::ErrorKind::ConnectionReset) => Some("connection reset"),
+            Ended::Error(io::ErrorKind::BrokenPipe) => Some("broken pipe"),
+            Ended::Error(_) => Some("i/o error"),
+        }
+    }
+}
+
+/// Bytes a relay copied.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Bytes {
+    from_client: u64,
+    to_client: u64,
+}
+
+/// Copies bytes both ways until both sides have closed, one fails, or nothing moves for
+/// `idle`. An EOF on one side is passed on as a half-close (FIN) to the other, whose direction
+/// keeps flowing.
+async fn relay(client: TcpStream, upstream: TcpStream, idle: Duration) -> (Ended, Bytes) {
+    let origin = Instant::now();
+    let last_activity = AtomicU64::new(0);
+    let (from_client, to_client) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (client_r, client_w) = client.into_split();
+    let (upstream_r, upstream_w) = upstream.into_split();
+    let ended = {
+        let mut up = pin!(pump(
+            client_r,
+            upstream_w,
+            &from_client,
+            &last_activity,
+            origin
+        ));
+        let mut down = pin!(pump(
+            upstream_r,
+            client_w,
+            &to_client,
+            &last_activity,
+            origin
+        ));
+        let (mut up_done, mut down_done) = (false, false);
+        loop {
+            if up_done && down_done {
+                break Ended::Closed;
+            }
+            let last = Duration::from_millis(last_activity.load(Ordering::Relaxed));
+            tokio::select! {
+                r = &mut up, if !up_done => match r {
+                    Ok(()) => up_done = true,
+                    Err(e) => break Ended::Error(e.kind()),
+                },
+                r = &mut down, if !down_done => match r {
+                    Ok(()) => down_done = true,
+                    Err(e) => break Ended::Error(e.kind()),
+                },
+                _ = tokio::time::sleep_until((origin + last + idle).into()) => {
+                    let last = Duration::from_millis(last_activity.load(Ordering::Relaxed));
+                    if origin.elapsed() >= last + idle {
+                        break Ended::Idle;
+                    }
+                }
+            }
+        }
+    };
+    let bytes = Bytes {
+        from_client: from_client.load(Ordering::Relaxed),
+        to_client: to_client.load(Ordering::Relaxed),
+    };
+    (ended, bytes)
+}
+
+/// One direction: read until EOF, then half-close the writer.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    copied: &AtomicU64,
+    last_activity: &AtomicU64,
+    origin: Instant,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let n = from.read(&mut buf).await?;
+        last_activity.store(
+            u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        to.write_all(&buf[..n]).await?;
+        copied.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (b, _) = l.accept().await.unwrap();
+        (a, b)
+    }
+
+    #[tokio::test]
+    async fn relay_passes_half_closes_both_ways() {
+        // client <-> (c_in | relay | u_out) <-> upstream
+        let (mut client, c_in) = pair().await;
+        let (u_out, mut upstream) = pair().await;
+        let relay = tokio::spawn(relay(c_in, u_out, Duration::from_secs(10)));
+        client.write_all(b"request").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), upstream.read_to_end(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, b"request");
+        // The client's half-close did not close the other direction.
+        upstream.write_all(b"response").await.unwrap();
+        upstream.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut back))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, b"response");
+        let ended = tokio::time::timeout(Duration::from_secs(5), relay)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ended.0, Ended::Closed);
+        assert_eq!(
+            ended.1,
+            Bytes {
+                from_client: 7,
+                to_client: 8
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn relay_times_out_when_idle() {
+        let (mut client, c_in) = pair().await;
+        let (u_out, _upstream) = pair().await;
+        let started = Instant::now();
+        let relay = tokio::spawn(relay(c_in, u_out, Duration::from_millis(300)));
+        let ended = tokio::time::timeout(Duration::from_secs(5), relay)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ended.0, Ended::Idle);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // The client sees the connection closed.
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+    }
+
+    #[tokio::test]
+    async fn traffic_keeps_a_relay_alive() {
+        let (mut client, c_in) = pair().await;
+        let (u_out, mut upstream) = pair().await;
+        let relay = tokio::spawn(relay(c_in, u_out, Duration::from_millis(400)));
+        let mut buf = [0u8; 4];
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            client.write_all(b"ping").await.unwrap();
+            upstream.read_exact(&mut buf).await.unwrap();
+        }
+        assert!(
+            !relay.is_finished(),
+            "1 s of traffic outlived a 400 ms idle timeout"
+        );
+        relay.abort();
+    }
+}

@@ -1,0 +1,394 @@
+//! End-to-end checks of the raw TCP frontends (`--tcp-services`): real sockets on 127.0.0.1,
+//! a switchyard subprocess, echo backends. Every wait is bounded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A TCP backend that greets every connection with `<name>\n`, then echoes every byte, and
+/// closes its side only after the client closed its own (so a half-close must get through).
+struct Echo {
+    port: u16,
+    task: JoinHandle<()>,
+}
+
+impl Echo {
+    async fn start(name: &str) -> Echo {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let name = name.to_string();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let name = name.clone();
+                tokio::spawn(async move {
+                    let _ = s.write_all(format!("{name}\n").as_bytes()).await;
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(30),
+                        tokio::io::copy(&mut r, &mut w),
+                    )
+                    .await;
+                    let _ = w.shutdown().await;
+                });
+            }
+        });
+        Echo { port, task }
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A connected client that has read the backend's greeting.
+struct Conn {
+    backend: String,
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    async fn open(port: u16) -> Result<Conn, String> {
+        let fut = async {
+            let s = TcpStream::connect(("127.0.0.1", port))
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            let mut reader = BufReader::new(s);
+            let mut line = String::new();
+            reader
+                .read_line(&mut line)
+                .await
+                .map_err(|e| format!("greeting: {e}"))?;
+            if line.is_empty() {
+                return Err("closed before the greeting".to_string());
+            }
+            Ok(Conn {
+                backend: line.trim().to_string(),
+                reader,
+            })
+        };
+        tokio::time::timeout(IO_TIMEOUT, fut)
+            .await
+            .map_err(|_| "timeout".to_string())?
+    }
+
+    /// Sends `msg` and reads the same number of bytes back.
+    async fn echo(&mut self, msg: &str) -> Result<String, String> {
+        let fut = async {
+            self.reader
+                .get_mut()
+                .write_all(msg.as_bytes())
+                .await
+                .map_err(|e| format!("write: {e}"))?;
+            let mut buf = vec![0u8; msg.len()];
+            self.reader
+                .read_exact(&mut buf)
+                .await
+                .map_err(|e| format!("read: {e}"))?;
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        };
+        tokio::time::timeout(IO_TIMEOUT, fut)
+            .await
+            .map_err(|_| "timeout".to_string())?
+    }
+}
+
+fn refused(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(1),
+    )
+    .is_err()
+}
+
+fn tcp_objs(port: u16, backends: &[&Echo]) -> Vec<Value> {
+    let mut objs = vec![svc("db", port).into()];
+    objs.extend(backends.iter().map(|b| slice("db", "", b.port)));
+    objs
+}
+
+fn http_objs(web: &Backend) -> Vec<Value> {
+    let mut objs = vec![svc("web", 80).into()];
+    objs.extend(slices("web", &[web]));
+    objs
+}
+
+#[tokio::test]
+async fn tcp_service_appears_is_balanced_and_goes_away() {
+    let web = Backend::start("web").await;
+    let (e1, e2) = (Echo::start("echo-1").await, Echo::start("echo-2").await);
+    let port = free_port();
+    let tcp_flag = format!("db:{port}");
+    let sy = switchyard(http_objs(&web))
+        .args(&["--tcp-services", &tcp_flag])
+        .start()
+        .await;
+    assert!(refused(port), "no db Service yet, so nothing listens");
+
+    // The Service appears: the port opens.
+    let mut objs = http_objs(&web);
+    objs.extend(tcp_objs(port, &[&e1, &e2]));
+    sy.rewrite(&objs);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            Conn::open(port).await.is_ok()
+        })
+        .await,
+        "TCP port {port} never opened; stderr:\n{}",
+        sy.stderr()
+    );
+
+    // Raw echo works and round-robin alternates.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..6 {
+        let mut c = Conn::open(port).await.unwrap();
+        let msg = format!("hello {i}\n");
+        assert_eq!(c.echo(&msg).await.unwrap(), msg);
+        *seen.entry(c.backend).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 2, "both endpoints serve: {seen:?}");
+    assert!(seen.values().all(|&n| n == 3), "round-robin: {seen:?}");
+
+    // A half-close reaches the backend, and its answer still comes back.
+    let mut c = Conn::open(port).await.unwrap();
+    c.reader.get_mut().write_all(b"last words").await.unwrap();
+    c.reader.get_mut().shutdown().await.unwrap();
+    let mut rest = String::new();
+    tokio::time::timeout(IO_TIMEOUT, c.reader.read_to_string(&mut rest))
+        .await
+        .expect("the backend closes after our FIN")
+        .unwrap();
+    assert_eq!(rest, "last words");
+
+    // HTTP traffic during the removal sees no error, on a kept-alive connection too; a TCP
+    // connection open during the removal is not cut either.
+    let mut open_tcp = Conn::open(port).await.unwrap();
+    assert_eq!(open_tcp.echo("before\n").await.unwrap(), "before\n");
+    let mut kept = OneConn::open(sy.http_port).await;
+    assert_eq!(kept.get("/web", &[]).await.unwrap().status, 200);
+    sy.rewrite(&http_objs(&web));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut closed = false;
+    let mut requests = 0;
+    while Instant::now() < deadline {
+        let r = kept
+            .get("/web", &[])
+            .await
+            .expect("kept-alive HTTP connection");
+        assert_eq!(r.status, 200);
+        assert_eq!(sy.get("/web").await.status, 200);
+        requests += 2;
+        if refused(port) {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        closed,
+        "TCP port {port} still open after the Service went away"
+    );
+    assert!(requests >= 2);
+    assert_eq!(kept.get("/web", &[]).await.unwrap().status, 200);
+    assert_eq!(
+        open_tcp.echo("after\n").await.unwrap(),
+        "after\n",
+        "an established connection outlives its listener"
+    );
+
+    // The Service comes back: the port opens again at once.
+    sy.rewrite(&objs);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            Conn::open(port).await.is_ok()
+        })
+        .await,
+        "TCP port {port} did not reopen; stderr:\n{}",
+        sy.stderr()
+    );
+    assert!(!sy.stderr().contains("cannot listen"), "{}", sy.stderr());
+}
+
+#[tokio::test]
+async fn an_in_flight_stream_survives_ten_table_swaps() {
+    let web = Backend::start("web").await;
+    let e1 = Echo::start("echo-1").await;
+    let port = free_port();
+    let tcp_flag = format!("db:{port}");
+    let mut objs = http_objs(&web);
+    objs.extend(tcp_objs(port, &[&e1]));
+    let sy = switchyard(objs.clone())
+        .args(&["--tcp-services", &tcp_flag])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            Conn::open(port).await.is_ok()
+        })
+        .await,
+        "TCP port never opened; stderr:\n{}",
+        sy.stderr()
+    );
+    let mut stream = Conn::open(port).await.unwrap();
+    assert_eq!(stream.echo("before\n").await.unwrap(), "before\n");
+    for i in 0..10 {
+        // Each edit adds a Service; seeing its route proves the table was swapped.
+        let name = format!("swap-{i}");
+        objs.push(svc(&name, 80).into());
+        objs.extend(slices(&name, &[&web]));
+        sy.rewrite(&objs);
+        let path = format!("/{name}");
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                sy.get(&path).await.status == 200
+            })
+            .await,
+            "swap {i} never applied"
+        );
+        let msg = format!("after swap {i}\n");
+        assert_eq!(
+            stream.echo(&msg).await.unwrap(),
+            msg,
+            "stream cut by swap {i}"
+        );
+    }
+    // New connections still work too.
+    let mut fresh = Conn::open(port).await.unwrap();
+    assert_eq!(fresh.echo("fresh\n").await.unwrap(), "fresh\n");
+}
+
+#[tokio::test]
+async fn a_failed_connect_is_retried_on_another_endpoint() {
+    let live = Echo::start("live").await;
+    // An endpoint nothing listens on: every connect to it is refused.
+    let dead_port = free_port();
+    let port = free_port();
+    let tcp_flag = format!("db:{port}");
+    let mut objs = vec![svc("db", port).into()];
+    objs.push(slice("db", "", live.port));
+    objs.push(slice("db", "", dead_port));
+    let sy = switchyard(objs)
+        .args(&["--tcp-services", &tcp_flag])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            Conn::open(port).await.is_ok()
+        })
+        .await,
+        "TCP port never opened; stderr:\n{}",
+        sy.stderr()
+    );
+    for i in 0..6 {
+        let mut c = Conn::open(port)
+            .await
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        assert_eq!(c.backend, "live");
+        assert_eq!(c.echo("x").await.unwrap(), "x");
+    }
+}
+
+#[tokio::test]
+async fn client_ip_affinity_pins_tcp_connections() {
+    let (e1, e2) = (Echo::start("echo-1").await, Echo::start("echo-2").await);
+    let port = free_port();
+    let tcp_flag = format!("db:{port}");
+    let mut objs = vec![svc("db", port).client_ip_affinity().into()];
+    objs.extend([slice("db", "", e1.port), slice("db", "", e2.port)]);
+    let sy = switchyard(objs)
+        .args(&["--tcp-services", &tcp_flag])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            Conn::open(port).await.is_ok()
+        })
+        .await,
+        "TCP port never opened; stderr:\n{}",
+        sy.stderr()
+    );
+    let first = Conn::open(port).await.unwrap().backend;
+    for _ in 0..6 {
+        assert_eq!(Conn::open(port).await.unwrap().backend, first);
+    }
+}
+
+#[tokio::test]
+async fn a_port_that_cannot_be_bound_is_a_warning_and_the_rest_works() {
+    let web = Backend::start("web").await;
+    let e1 = Echo::start("echo-1").await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let port = free_port();
+    let tcp_flag = format!("db:{port},busy:{taken_port}");
+    let mut objs = http_objs(&web);
+    objs.extend(tcp_objs(port, &[&e1]));
+    objs.push(svc("busy", taken_port).into());
+    objs.push(slice("busy", "", e1.port));
+    let sy = switchyard(objs)
+        .args(&["--tcp-services", &tcp_flag])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            Conn::open(port).await.is_ok()
+        })
+        .await,
+        "TCP port never opened; stderr:\n{}",
+        sy.stderr()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            sy.stderr().contains("default/busy")
+        })
+        .await,
+        "no warning naming the service; stderr:\n{}",
+        sy.stderr()
+    );
+    assert_eq!(sy.get("/web").await.status, 200);
+    let mut c = Conn::open(port).await.unwrap();
+    assert_eq!(c.echo("ok").await.unwrap(), "ok");
+    drop(taken);
+}
+
+#[tokio::test]
+async fn idle_tcp_connections_time_out() {
+    let e1 = Echo::start("echo-1").await;
+    let port = free_port();
+    let tcp_flag = format!("db:{port}");
+    let sy = switchyard(tcp_objs(port, &[&e1]))
+        .args(&["--tcp-services", &tcp_flag, "--tunnel-timeout", "1"])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            Conn::open(port).await.is_ok()
+        })
+        .await,
+        "TCP port never opened; stderr:\n{}",
+        sy.stderr()
+    );
+    let mut c = Conn::open(port).await.unwrap();
+    let started = Instant::now();
+    let mut buf = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), c.reader.read_to_end(&mut buf))
+        .await
+        .expect("an idle connection is closed within the tunnel timeout")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "nothing was sent, nothing comes back");
+    assert!(started.elapsed() >= Duration::from_millis(800));
+}
