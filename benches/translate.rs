@@ -44,6 +44,9 @@ fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
                 name: Some(name.clone()),
                 namespace: Some(format!("ns-{}", i % 20)),
                 annotations: Some(ann),
+                // As every object read from the API server has: what incremental rebuilds key on.
+                resource_version: Some(format!("{}", 100_000 + i)),
+                uid: Some(format!("svc-{i}")),
                 ..Default::default()
             },
             spec: Some(ServiceSpec {
@@ -66,6 +69,8 @@ fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
                 metadata: ObjectMeta {
                     name: Some(format!("{name}-{p}")),
                     namespace: Some(format!("ns-{}", i % 20)),
+                    resource_version: Some(format!("{}", 500_000 + i * 3 + p as usize % 3)),
+                    uid: Some(format!("{name}-{p}")),
                     labels: Some(BTreeMap::from([(
                         SERVICE_NAME_LABEL.to_string(),
                         name.clone(),
@@ -89,6 +94,10 @@ fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
             });
         }
     }
+    // The cluster source hands Services over sorted by (namespace, name), as its store keeps them.
+    services.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
     (services, slices)
 }
 
@@ -120,6 +129,7 @@ fn bench_translate(c: &mut Criterion) {
     let (services, mut slices) = world(10_000);
     let options = Options::default();
     let (previous, _) = translate(&services, &slices, &options, None);
+    slices[4_242].metadata.resource_version = Some("999999".into());
     if let Some(eps) = slices[4_242].endpoints.as_mut() {
         eps.push(Endpoint {
             addresses: vec!["10.250.0.1".into()],

@@ -182,6 +182,47 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1..), env = "SWITCHYARD_TUNNEL_TIMEOUT")]
     pub tunnel_timeout: u64,
 
+    /// How long a backend may take to start its response, and at most between two reads of
+    /// it (HAProxy `timeout server`); past it the request fails with 504 Gateway Timeout.
+    #[arg(long, value_name = "DURATION", default_value = "50s", value_parser = parse_timeout,
+          env = "SWITCHYARD_SERVER_TIMEOUT")]
+    pub server_timeout: Duration,
+
+    /// The cluster watcher's debounce (default 75ms). Hidden and without an environment
+    /// variable: only the churn tests lower it, to turn every API change into a swap.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide = true)]
+    pub watch_debounce: Option<Duration>,
+
+    /// The cluster watcher's maximum wait (default 1s). Hidden, like --watch-debounce.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide = true)]
+    pub watch_max_wait: Option<Duration>,
+
+    /// A client must send a whole request header within this time (counted from the
+    /// connection's accept for its first request, from the first byte for later ones), and
+    /// finish a TLS handshake within it; otherwise it gets 408 and is disconnected.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout,
+          env = "SWITCHYARD_REQUEST_HEADER_TIMEOUT")]
+    pub request_header_timeout: Duration,
+
+    /// Longest request header (request line and header fields) on the HTTP and TLS ports; a
+    /// longer one gets 431 and the connection is closed.
+    #[arg(long, value_name = "BYTES", default_value_t = 65536,
+          value_parser = clap::value_parser!(u32).range(1024..=1_048_575),
+          env = "SWITCHYARD_MAX_REQUEST_HEADER_BYTES")]
+    pub max_request_header_bytes: u32,
+
+    /// Most client connections open at once on the HTTP and TLS ports together; a connection
+    /// beyond it is closed at once, without a response, and counted.
+    #[arg(long, value_name = "N", default_value_t = 10000,
+          value_parser = clap::value_parser!(u32).range(1..),
+          env = "SWITCHYARD_MAX_CONNECTIONS")]
+    pub max_connections: u32,
+
+    /// Address the admin and stats servers bind to [default: --bind-address, itself 0.0.0.0].
+    /// `127.0.0.1` keeps them off the network; kubelet probes need the pod IP.
+    #[arg(long, value_name = "IP", env = "SWITCHYARD_ADMIN_BIND_ADDRESS")]
+    pub admin_bind_address: Option<IpAddr>,
+
     /// Serve only Services of this namespace (absent: all namespaces). Entries of Services in
     /// this namespace (or in `default` when absent) are named without a `namespace/` prefix.
     #[arg(long, value_name = "NS", env = "SWITCHYARD_NAMESPACE")]
@@ -238,6 +279,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} must be between 0 and 1 hour"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// A duration that must not be zero (a zero timeout would fail every request at once).
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: a timeout must be above zero")),
+        d => Ok(d),
+    }
 }
 
 fn parse_access_log(s: &str) -> Result<crate::access_log::Format, String> {
@@ -345,9 +394,13 @@ pub struct Config {
     pub demo: bool,
     pub dry_run: bool,
     pub bind_address: IpAddr,
+    /// `--admin-bind-address`: the admin and stats servers.
+    pub admin_bind_address: IpAddr,
     pub http_port: u16,
     pub admin_port: u16,
     pub https_port: u16,
+    /// `--max-connections`, `--max-request-header-bytes` (with `timeouts.request_headers`).
+    pub downstream: crate::downstream::Limits,
     /// TLS termination; `None` without `--ssl-cert` (the TLS port is not opened).
     pub tls: Option<TlsOptions>,
     /// 0: no stats page.
@@ -365,6 +418,9 @@ pub struct Config {
     pub threads: usize,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
+    /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
+    pub watch_debounce: Option<Duration>,
+    pub watch_max_wait: Option<Duration>,
 }
 
 /// A configuration that parsed but cannot run.
@@ -436,6 +492,12 @@ impl Config {
             demo: args.demo,
             dry_run: args.dry_run,
             bind_address: args.bind_address,
+            admin_bind_address: args.admin_bind_address.unwrap_or(args.bind_address),
+            downstream: crate::downstream::Limits {
+                max_connections: args.max_connections as usize,
+                max_header_bytes: args.max_request_header_bytes as usize,
+                header_timeout: args.request_header_timeout,
+            },
             http_port,
             admin_port: args.admin_port,
             https_port: args.https_port,
@@ -462,12 +524,16 @@ impl Config {
             },
             timeouts: Timeouts {
                 tunnel: Duration::from_secs(args.tunnel_timeout),
+                server_idle: args.server_timeout,
+                request_headers: args.request_header_timeout,
                 ..Timeouts::default()
             },
             connect_tries: 3,
             threads,
             shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
+            watch_debounce: args.watch_debounce,
+            watch_max_wait: args.watch_max_wait,
         })
     }
 }
@@ -506,6 +572,8 @@ mod tests {
         assert_eq!(c.default_return_code, 404);
         assert_eq!(c.translate.default_algorithm, Algorithm::RoundRobin);
         assert_eq!(c.timeouts.connect, Duration::from_secs(5));
+        assert_eq!(c.timeouts.server_idle, Duration::from_secs(50));
+        assert_eq!(c.watch_debounce, None);
         assert_eq!(c.stats_port, 1936);
         assert_eq!(c.health, HealthChecks::default());
         assert_eq!(c.access_log, None);
@@ -633,5 +701,33 @@ mod tests {
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("2h").is_err());
+        assert!(parse(&["--server-timeout", "0s"]).is_err());
+        let c = Config::from_args(parse(&["--manifests=m"]).unwrap()).unwrap();
+        assert_eq!(c.admin_bind_address, IpAddr::from([0, 0, 0, 0]));
+        assert_eq!(c.downstream, crate::downstream::Limits::default());
+        assert_eq!(c.timeouts.request_headers, Duration::from_secs(5));
+        let c = Config::from_args(
+            parse(&[
+                "--manifests=m",
+                "--bind-address=0.0.0.0",
+                "--admin-bind-address=127.0.0.1",
+                "--request-header-timeout=1500ms",
+                "--max-request-header-bytes=4096",
+                "--max-connections=3",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.admin_bind_address, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(c.bind_address, IpAddr::from([0, 0, 0, 0]));
+        assert_eq!(c.downstream.max_header_bytes, 4096);
+        assert_eq!(c.downstream.max_connections, 3);
+        assert_eq!(c.timeouts.request_headers, Duration::from_millis(1500));
+        assert!(parse(&["--max-request-header-bytes=100"]).is_err());
+        assert!(parse(&["--max-connections=0"]).is_err());
+        assert!(parse(&["--request-header-timeout=0"]).is_err());
+        let c = Config::from_args(parse(&["--manifests=m", "--server-timeout=1500ms"]).unwrap())
+            .unwrap();
+        assert_eq!(c.timeouts.server_idle, Duration::from_millis(1500));
     }
 }

@@ -580,12 +580,15 @@ mod tests {
         http.finish();
         RoutingTable {
             generation: 4,
-            entries: vec![
+            entries: [
                 entry("web", &["10.0.0.1:80", "10.0.0.2:80"]),
                 shop,
                 entry("wild", &["10.0.0.5:80"]),
-            ],
-            http,
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
+            http: std::sync::Arc::new(http),
             ..Default::default()
         }
     }

@@ -267,7 +267,10 @@ mod tests {
                         path: None,
                     },
                 ),
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             ..Default::default()
         };
         let t = targets(&table, Duration::from_secs(5));

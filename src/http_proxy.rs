@@ -23,8 +23,9 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, ProxyHttp, Session};
 use pingora::protocols::Digest;
 use pingora::protocols::Stream;
+use pingora::proxy::FailToProxy;
 use pingora::server::ShutdownWatch;
-use pingora::{Error, ErrorType, Result};
+use pingora::{Error, ErrorSource, ErrorType, Result};
 use prometheus::{IntCounter, IntGauge};
 
 use crate::access_log::{AccessLog, HttpRecord};
@@ -177,6 +178,21 @@ fn internal(why: &'static str) -> Box<Error> {
     Error::explain(ErrorType::InternalError, why)
 }
 
+/// The status for an upstream failure (see `fail_to_proxy`).
+fn upstream_status(t: &ErrorType) -> u16 {
+    match t {
+        ErrorType::ConnectTimedout
+        | ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::ConnectProxyFailure
+        | ErrorType::SocketError
+        | ErrorType::BindError => 503,
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout => 504,
+        _ => 502,
+    }
+}
+
 #[async_trait]
 impl ProxyHttp for HttpProxy {
     type CTX = Ctx;
@@ -190,6 +206,14 @@ impl ProxyHttp for HttpProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        if let Err(why) = crate::downstream::check_request(session.req_header(), || {
+            session.as_downstream().to_h1_raw()
+        }) {
+            tracing::debug!(why, "bad request");
+            session.set_keepalive(None);
+            session.respond_error(400).await?;
+            return Ok(true);
+        }
         let table = self.table.load();
         let req = session.req_header();
         let host = req
@@ -359,6 +383,114 @@ impl ProxyHttp for HttpProxy {
         e
     }
 
+    /// A failure after connecting. The endpoint is ejected for the passive-health period
+    /// (HAProxy `observe layer4` with `on-error mark-down`); when nothing has reached the
+    /// client yet, an idempotent request whose body is still buffered is replayed on another
+    /// endpoint
+    /// (HAProxy `retry-on empty-response`); a timeout is not replayed, as the backend may
+    /// still be working on it and the client's wait is already spent. A pooled connection the
+    /// backend had closed while idle is stale, not a fault: replayed, possibly on the same
+    /// endpoint, without an ejection.
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        ctx: &mut Ctx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        let replayable = session.req_header().method.is_idempotent()
+            && !session.as_ref().retry_buffer_truncated()
+            && session.response_written().is_none();
+        let upstream = *e.esource() == ErrorSource::Upstream;
+        let timed_out = matches!(
+            e.etype(),
+            ErrorType::ReadTimedout | ErrorType::WriteTimedout
+        );
+        let stale = upstream
+            && client_reused
+            && !timed_out
+            && matches!(
+                e.etype(),
+                ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+            );
+        ctx.in_flight = None;
+        if stale {
+            // Let the same endpoint be picked again.
+            ctx.n_tried = ctx.n_tried.saturating_sub(1);
+            e.set_retry(replayable);
+            return e;
+        }
+        let Some(entry) = ctx.entry() else {
+            e.set_retry(false);
+            return e;
+        };
+        // A tunnel (101) that ends abruptly says nothing about the endpoint's health.
+        let tunnel = session
+            .response_written()
+            .is_some_and(|r| r.status == http::StatusCode::SWITCHING_PROTOCOLS);
+        if !upstream || tunnel {
+            e.set_retry(false);
+            return e;
+        }
+        let now = Instant::now();
+        let mut ejected = false;
+        if let Some(i) = ctx.current() {
+            let state = &entry.endpoints[i].state;
+            ejected = !state.is_down(now);
+            state.mark_down(now, self.timeouts.passive_down);
+        }
+        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
+        let untried =
+            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
+        let retry = replayable && !timed_out && ctx.n_tried < self.tries && untried;
+        e.set_retry(retry);
+        if let (Some(table), Some(id)) = (&ctx.table, ctx.entry) {
+            self.metrics
+                .data
+                .with_entry(table.generation, id as usize, &entry.name, |h| {
+                    if ejected {
+                        h.ejections.inc();
+                    }
+                    if retry {
+                        h.retries.inc();
+                    }
+                });
+        }
+        e
+    }
+
+    /// The final answer when proxying failed, in HAProxy's terms: no connection to any
+    /// endpoint is 503 (`sC`/`SC`), no response within --server-timeout is 504 (`sH`), a
+    /// connection closed or reset before a complete response header, or an invalid one, is
+    /// 502 (`SH`/`PH`). Once a response header went out nothing can be said any more: the
+    /// client connection is closed, so a truncated body is never mistaken for a whole one.
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, _ctx: &mut Ctx) -> FailToProxy
+    where
+        Ctx: Send + Sync,
+    {
+        let code = match (e.etype(), e.esource()) {
+            (ErrorType::HTTPStatus(code), _) => *code,
+            (t, ErrorSource::Upstream) => upstream_status(t),
+            (
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed,
+                ErrorSource::Downstream,
+            ) => 0,
+            (_, ErrorSource::Downstream) => 400,
+            _ => 500,
+        };
+        if code > 0 {
+            session.respond_error(code).await.unwrap_or_else(|err| {
+                tracing::debug!(error = %err, "cannot send the error response");
+            });
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
     async fn connected_to_upstream(
         &self,
         _session: &mut Session,
@@ -383,6 +515,13 @@ impl ProxyHttp for HttpProxy {
     ) -> Result<()> {
         if let Some(uri) = ctx.rewrite.clone() {
             req.set_uri(uri);
+        }
+        // Pingora accepts identical duplicate lengths (RFC 9110 §8.6) but forwards them all;
+        // the backend gets one.
+        if req.headers.get_all(CONTENT_LENGTH).iter().nth(1).is_some()
+            && let Some(first) = req.headers.get(CONTENT_LENGTH).cloned()
+        {
+            req.insert_header(CONTENT_LENGTH, first)?;
         }
         if ctx.entry().is_some_and(|e| e.cookie_sticky) {
             strip_our_cookie(req)?;

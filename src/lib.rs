@@ -9,6 +9,8 @@
 //! - `table`: the immutable `RoutingTable` and its one `ArcSwap` (writer / reader halves).
 //! - `matcher`, `balance`, `sticky`: pure host/path matching, endpoint selection, stickiness.
 //! - `http_proxy`: the Pingora data plane; lookups only.
+//! - `downstream`: guards on client connections of the HTTP and TLS ports (connection limit,
+//!   TLS handshake with failure metrics, request-header deadline and size).
 //! - `tls`: certificates by SNI, client-certificate verification, rotation; the TLS port's headers.
 //! - `tcp_proxy`: raw TCP frontends (`--tcp-services`), opened and closed as the table says.
 //! - `admin`: `/healthz`, `/readyz`, `/metrics`, `/explain`; `metrics`: the one Prometheus
@@ -29,6 +31,7 @@ pub mod admin;
 pub mod balance;
 pub mod config;
 pub mod demo;
+pub mod downstream;
 pub mod error_page;
 pub mod explain;
 pub mod health;
@@ -110,7 +113,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         return startup.block_on(dry_run(&config, kube_config));
     }
     let http_addr = SocketAddr::new(config.bind_address, config.http_port);
-    let admin_addr = SocketAddr::new(config.bind_address, config.admin_port);
+    let admin_addr = SocketAddr::new(config.admin_bind_address, config.admin_port);
     check_bind(http_addr, "--http-port")?;
     check_bind(admin_addr, "--admin-port")?;
     let https_addr = SocketAddr::new(config.bind_address, config.https_port);
@@ -121,8 +124,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
         }
         None => None,
     };
-    let stats_addr =
-        (config.stats_port != 0).then(|| SocketAddr::new(config.bind_address, config.stats_port));
+    let stats_addr = (config.stats_port != 0)
+        .then(|| SocketAddr::new(config.admin_bind_address, config.stats_port));
     if let Some(addr) = stats_addr {
         check_bind(addr, "--stats-port")?;
     }
@@ -171,8 +174,16 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let mut options = HttpServerOptions::default();
     options.h2c = true;
     http_app.server_options = Some(options);
-    let counted = http_proxy::CountConnections::new(
+    // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
+    let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
+    let guarded = downstream::Guard::new(
         http_app,
+        config.downstream,
+        Arc::clone(&limit),
+        downstream::Counters::new(&metrics, &Frontend::Http.label()),
+    );
+    let counted = http_proxy::CountConnections::new(
+        guarded,
         metrics.data.open_connections(&Frontend::Http.label()),
     );
     let mut http = ListeningService::new("http".into(), counted);
@@ -193,12 +204,21 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .with_fail_open(config.health.fail_open)
         .with_https(tls.https_policy());
         let https_app = pingora::proxy::http_proxy(&server.configuration, proxy);
-        let counted = http_proxy::CountConnections::new(
+        // A plain TCP listener: the guard runs the handshake itself, with a deadline and
+        // failure metrics.
+        let guarded = downstream::Guard::new(
             https_app,
+            config.downstream,
+            Arc::clone(&limit),
+            downstream::Counters::new(&metrics, &Frontend::Https.label()),
+        )
+        .with_tls(tls.acceptor(config.downstream.header_timeout)?);
+        let counted = http_proxy::CountConnections::new(
+            guarded,
             metrics.data.open_connections(&Frontend::Https.label()),
         );
         let mut https = ListeningService::new("https".into(), counted);
-        https.add_tls_with_settings(&https_addr.to_string(), None, tls.listener_settings()?);
+        https.add_tcp(&https_addr.to_string());
         server.add_service(https);
         server.add_service(background_service("certificates", tls.watcher()));
     }
@@ -265,6 +285,13 @@ pub fn run(config: Config) -> Result<(), RunError> {
             ClusterWatch {
                 config: kube_config,
                 namespace: config.translate.only_namespace.clone(),
+                coalesce: {
+                    let d = watch::Coalesce::default();
+                    watch::Coalesce {
+                        debounce: config.watch_debounce.unwrap_or(d.debounce),
+                        max_wait: config.watch_max_wait.unwrap_or(d.max_wait),
+                    }
+                },
                 metrics,
                 pipeline: Mutex::new(Some(pipeline)),
             },
@@ -387,6 +414,7 @@ impl BackgroundService for ManifestSource {
 struct ClusterWatch {
     config: kube::Config,
     namespace: Option<String>,
+    coalesce: watch::Coalesce,
     metrics: Arc<Metrics>,
     pipeline: Mutex<Option<Pipeline>>,
 }
@@ -412,7 +440,7 @@ impl BackgroundService for ClusterWatch {
         watch::ClusterSource {
             client,
             namespace: self.namespace.clone(),
-            coalesce: watch::Coalesce::default(),
+            coalesce: self.coalesce,
             pipeline,
             metrics: Arc::clone(&self.metrics),
             events: true,

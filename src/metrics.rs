@@ -291,6 +291,7 @@ pub struct DataMetrics {
     pub tls_handshakes_total: IntCounterVec,
     pub tls_handshake_failures_total: IntCounterVec,
     pub tls_certificate_not_after_seconds: IntGaugeVec,
+    pub downstream_rejected_connections_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
     view: ArcSwap<EntryView>,
     /// A request created series for an entry outside the current view (see `with_entry`).
@@ -452,6 +453,12 @@ impl DataMetrics {
                 "tls_certificate_not_after_seconds",
                 "Expiry (notAfter) of each served certificate, as a Unix time",
                 &["certificate"],
+            ),
+            downstream_rejected_connections_total: counter_vec(
+                r,
+                "downstream_rejected_connections_total",
+                "Client connections closed by a guard, by frontend and reason (connection_limit, header_timeout, header_too_large)",
+                &["frontend", "reason"],
             ),
             access_log_dropped_total: dropped,
             view: ArcSwap::from_pointee(EntryView {
@@ -622,6 +629,13 @@ impl DataMetrics {
         self.tls_handshakes_total
             .with_label_values(&[frontend])
             .inc();
+    }
+
+    /// The counter of client connections a guard closed on `frontend` for `reason`
+    /// (`connection_limit`, `header_timeout`, `header_too_large`); resolve once per listener.
+    pub fn downstream_rejected(&self, frontend: &str, reason: &str) -> IntCounter {
+        self.downstream_rejected_connections_total
+            .with_label_values(&[frontend, reason])
     }
 
     /// Counts one failed TLS handshake.

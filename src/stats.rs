@@ -198,7 +198,12 @@ pub fn snapshot(
             last_check: String::new(),
             generation,
         });
-        let mut entries: Vec<&Entry> = table.entries.iter().filter(|e| e.frontend == fe).collect();
+        let mut entries: Vec<&Entry> = table
+            .entries
+            .iter()
+            .map(|e| &**e)
+            .filter(|e| e.frontend == fe)
+            .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         for entry in entries {
             let eps: Vec<Row> = (0..entry.endpoints.len())
@@ -562,7 +567,10 @@ mod tests {
         db.endpoints[0].draining = true;
         RoutingTable {
             generation: 9,
-            entries: vec![web, db, entry("empty", Frontend::Http, &[])],
+            entries: [web, db, entry("empty", Frontend::Http, &[])]
+                .into_iter()
+                .map(std::sync::Arc::new)
+                .collect(),
             tcp: vec![TcpFrontend {
                 port: 5432,
                 entry: 1,

@@ -454,21 +454,28 @@ pub struct TcpFrontend {
 }
 
 /// The whole routing state, built by `translate` and never mutated after.
+///
+/// Entries and routers sit behind `Arc`s so that a rebuild in which most Services did not
+/// change shares them with the previous table instead of copying them.
 #[derive(Debug, Clone, Default)]
 pub struct RoutingTable {
     /// Counts rebuilds that were swapped in; not part of equality.
     pub generation: u64,
-    pub entries: Vec<Entry>,
+    pub entries: Vec<Arc<Entry>>,
     /// Routes on the plain HTTP port.
-    pub http: Router<EntryId>,
+    pub http: Arc<Router<EntryId>>,
     /// Routes on the TLS port.
-    pub https: Router<EntryId>,
+    pub https: Arc<Router<EntryId>>,
     /// Raw TCP frontends, sorted by port.
     pub tcp: Vec<TcpFrontend>,
+    /// What the translator remembers about the inputs of this table, to rebuild the next one
+    /// incrementally. Opaque here, and not part of equality.
+    pub memo: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl PartialEq for RoutingTable {
     fn eq(&self, other: &Self) -> bool {
+        // `Arc<T: Eq>` compares pointers first, so shared parts cost nothing to compare.
         self.entries == other.entries
             && self.http == other.http
             && self.https == other.https
@@ -479,13 +486,13 @@ impl Eq for RoutingTable {}
 
 impl RoutingTable {
     pub fn entry(&self, id: EntryId) -> Option<&Entry> {
-        self.entries.get(id as usize)
+        self.entries.get(id as usize).map(|e| &**e)
     }
 
     pub fn router(&self, frontend: Frontend) -> Option<&Router<EntryId>> {
         match frontend {
-            Frontend::Http => Some(&self.http),
-            Frontend::Https => Some(&self.https),
+            Frontend::Http => Some(&*self.http),
+            Frontend::Https => Some(&*self.https),
             Frontend::Tcp(_) => None,
         }
     }
@@ -657,17 +664,17 @@ mod tests {
     fn equality_ignores_runtime_state_and_generation() {
         let a = RoutingTable {
             generation: 1,
-            entries: vec![entry(vec![ep("10.0.0.1:80")])],
+            entries: vec![Arc::new(entry(vec![ep("10.0.0.1:80")]))],
             ..Default::default()
         };
         let b = RoutingTable {
             generation: 2,
-            entries: vec![entry(vec![ep("10.0.0.1:80")])],
+            entries: vec![Arc::new(entry(vec![ep("10.0.0.1:80")]))],
             ..Default::default()
         };
         assert_eq!(a, b);
         let c = RoutingTable {
-            entries: vec![entry(vec![ep("10.0.0.2:80")])],
+            entries: vec![Arc::new(entry(vec![ep("10.0.0.2:80")]))],
             ..Default::default()
         };
         assert_ne!(a, c);
@@ -684,7 +691,7 @@ mod tests {
         assert!(r.is_published());
         assert!(!w.publish(RoutingTable::default()));
         let t = RoutingTable {
-            entries: vec![entry(vec![])],
+            entries: vec![Arc::new(entry(vec![]))],
             ..Default::default()
         };
         assert!(w.publish(t));

@@ -25,9 +25,9 @@ use http::HeaderValue;
 use http::header::STRICT_TRANSPORT_SECURITY;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::listeners::TlsAccept;
-use pingora::listeners::tls::TlsSettings;
-use pingora::protocols::Digest;
-use pingora::protocols::tls::TlsRef;
+use pingora::listeners::tls::{Acceptor, TlsSettings};
+use pingora::protocols::tls::{TlsRef, TlsStream};
+use pingora::protocols::{Digest, IO};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use rustls::client::danger::HandshakeSignatureValid;
@@ -40,7 +40,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use x509_parser::objects::{oid_registry, oid2abbrev};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TlsFailure};
 use x509_parser::prelude::{GeneralName, X509Certificate, parse_x509_certificate};
 
 /// The TLS frontend's metric label.
@@ -800,6 +800,17 @@ impl Tls {
         Ok(settings)
     }
 
+    /// The handshake for the TLS port, run by `downstream::Guard` on each accepted TCP
+    /// connection, so that a failed or slow handshake is seen, classified and counted (Pingora's
+    /// own TLS listener drops it silently) and bounded by `timeout`.
+    pub fn acceptor(&self, timeout: Duration) -> Result<HandshakeAcceptor, TlsError> {
+        Ok(HandshakeAcceptor {
+            acceptor: self.listener_settings()?.build(),
+            timeout,
+            metrics: self.metrics.clone(),
+        })
+    }
+
     pub fn https_policy(&self) -> HttpsPolicy {
         HttpsPolicy::new(self.options.hsts_max_age, self.client_auth.is_some())
     }
@@ -813,6 +824,79 @@ impl Tls {
             seen: Mutex::new(self.seen.clone()),
             metrics: self.metrics.clone(),
         }
+    }
+}
+
+// === impl HandshakeAcceptor ===
+
+/// Runs server handshakes with a deadline and counts the failures by reason.
+pub struct HandshakeAcceptor {
+    acceptor: Acceptor,
+    timeout: Duration,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl HandshakeAcceptor {
+    /// The TLS stream, or `None` when the handshake failed or timed out (the connection is
+    /// then dropped; rustls has already sent its alert where there was one to send).
+    pub async fn accept<S: IO + 'static>(&self, stream: S) -> Option<TlsStream<S>> {
+        let failure =
+            match tokio::time::timeout(self.timeout, self.acceptor.tls_handshake(stream)).await {
+                Ok(Ok(tls)) => return Some(tls),
+                Ok(Err(e)) => {
+                    let reason = handshake_failure(&e.to_string());
+                    tracing::debug!(error = %e, reason = reason.as_str(), "TLS handshake failed");
+                    reason
+                }
+                Err(_) => TlsFailure::Timeout,
+            };
+        if let Some(m) = &self.metrics {
+            m.data.tls_handshake_failed(failure);
+        }
+        None
+    }
+}
+
+/// Classifies a failed handshake by its message. Pingora keeps only the text of the rustls
+/// (or I/O) error, so the text is what there is; `handshake_failures_are_classified` pins the
+/// rustls messages this relies on.
+pub fn handshake_failure(message: &str) -> TlsFailure {
+    const NO_CERT: &[&str] = &["no server certificate chain resolved"];
+    const CLIENT_CERT: &[&str] = &[
+        "invalid peer certificate",
+        "peer sent no certificates",
+        "CertificateRequired",
+    ];
+    const PROTOCOL: &[&str] = &[
+        "received corrupt message",
+        "received unexpected",
+        "peer is incompatible",
+        "peer misbehaved",
+        "received fatal alert",
+        "cannot decrypt",
+        "excess record size",
+        "doesn't support any known protocol",
+        "presented server name type",
+    ];
+    const IO: &[&str] = &[
+        "handshake eof",
+        "end of file",
+        "os error",
+        "reset by peer",
+        "connection reset",
+        "broken pipe",
+    ];
+    let has = |list: &[&str]| list.iter().any(|m| message.contains(m));
+    if has(NO_CERT) {
+        TlsFailure::NoCertificate
+    } else if has(CLIENT_CERT) {
+        TlsFailure::BadClientCertificate
+    } else if has(PROTOCOL) {
+        TlsFailure::Protocol
+    } else if has(IO) {
+        TlsFailure::Io
+    } else {
+        TlsFailure::Other
     }
 }
 
@@ -1194,6 +1278,61 @@ mod tests {
         assert!(ClientAuth::from_pem(b"not pem", ClientVerify::Optional, now).is_err());
         let later = now + Duration::from_secs(3600 * 24 * 365 * 5000);
         assert!(ClientAuth::from_pem(ca.as_bytes(), ClientVerify::Required, later).is_err());
+    }
+
+    #[test]
+    fn handshake_failures_are_classified() {
+        use rustls::{CertificateError, Error, InvalidMessage, PeerIncompatible};
+        use std::io::{Error as IoError, ErrorKind};
+        // As Pingora words them: its context, then tokio-rustls' io::Error around the rustls
+        // error (or a plain I/O error).
+        let pingora = |e: IoError| format!("TLSHandshakeFailure context: tls connect error: {e}");
+        let tls = |e: Error| pingora(IoError::new(ErrorKind::InvalidData, e));
+        let cases = [
+            (
+                tls(Error::General(
+                    "no server certificate chain resolved".into(),
+                )),
+                TlsFailure::NoCertificate,
+            ),
+            (
+                tls(Error::NoCertificatesPresented),
+                TlsFailure::BadClientCertificate,
+            ),
+            (
+                tls(Error::InvalidCertificate(CertificateError::Expired)),
+                TlsFailure::BadClientCertificate,
+            ),
+            (
+                tls(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+                TlsFailure::BadClientCertificate,
+            ),
+            (
+                tls(Error::InvalidMessage(InvalidMessage::InvalidContentType)),
+                TlsFailure::Protocol,
+            ),
+            (
+                tls(Error::PeerIncompatible(PeerIncompatible::Tls12NotOffered)),
+                TlsFailure::Protocol,
+            ),
+            (
+                tls(Error::AlertReceived(rustls::AlertDescription::UnknownCA)),
+                TlsFailure::Protocol,
+            ),
+            (
+                pingora(IoError::new(ErrorKind::UnexpectedEof, "tls handshake eof")),
+                TlsFailure::Io,
+            ),
+            (
+                pingora(IoError::from(ErrorKind::ConnectionReset)),
+                TlsFailure::Io,
+            ),
+            (pingora(IoError::from_raw_os_error(104)), TlsFailure::Io),
+            ("something new".to_string(), TlsFailure::Other),
+        ];
+        for (message, want) in cases {
+            assert_eq!(handshake_failure(&message), want, "{message}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
@@ -166,17 +167,178 @@ pub fn translate<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
     options: &Options,
     previous: Option<&RoutingTable>,
 ) -> (RoutingTable, Vec<Warning>) {
+    let mut input_warnings = Vec::new();
+    let slices_by_service = index_slices(slices.iter().map(Borrow::borrow), &mut input_warnings);
+    let services = dedup_services(services.iter().map(Borrow::borrow), &mut input_warnings);
+    if let Some(prev) = previous
+        && let Some(done) = incremental(
+            &services,
+            &slices_by_service,
+            options,
+            prev,
+            &input_warnings,
+        )
+    {
+        return done;
+    }
     let mut b = Builder::new(options, previous);
-    let slices_by_service = index_slices(slices.iter().map(Borrow::borrow), &mut b.warnings);
-    for svc in dedup_services(services.iter().map(Borrow::borrow), &mut b.warnings) {
-        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
-        let svc_slices = slices_by_service
-            .get(&(ns, name))
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+    b.warnings = input_warnings;
+    for svc in services {
+        let before = b.warnings.len();
+        let first = b.entries.len();
+        let svc_slices = slices_for(&slices_by_service, svc);
         b.add_service(svc, svc_slices);
+        b.remember(svc, svc_slices, first, before);
     }
     b.finish()
+}
+
+/// EndpointSlices by (namespace, Service name).
+type SliceIndex<'a> = HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>;
+
+fn slices_for<'m, 'a>(index: &'m SliceIndex<'a>, svc: &'a Service) -> &'m [&'a EndpointSlice] {
+    let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+    index.get(&(ns, name)).map(Vec::as_slice).unwrap_or(&[])
+}
+
+// === incremental rebuilds ===
+
+/// What a table remembers of its inputs, per Service in build order, so that the next build can
+/// reuse the entries of Services whose objects did not change. Only objects that carry a
+/// `resourceVersion` (everything read from the API server) take part; manifests without one
+/// are always translated in full.
+struct Memo {
+    options: u64,
+    services: Vec<ServiceMemo>,
+    /// Conflict warnings, which depend on the Services only.
+    route_warnings: Vec<Warning>,
+}
+
+struct ServiceMemo {
+    /// (namespace, name), shared between the memos of successive tables.
+    key: Arc<(String, String)>,
+    /// Of the Service object; `None` when it has no resourceVersion.
+    service: Option<u64>,
+    /// Of its EndpointSlices, independent of their order.
+    slices: Option<u64>,
+    /// Its entries are `first..first + count` of the table.
+    first: usize,
+    count: usize,
+    /// Warnings raised while translating this Service (annotations, endpoints).
+    warnings: Vec<Warning>,
+}
+
+/// Fingerprints only ever meet fingerprints of the same process, so a fixed-seed aHash will do
+/// (several times faster than SipHash on these short strings).
+fn hash_one<T: std::hash::Hash>(t: &T) -> u64 {
+    ahash::RandomState::with_seeds(0x5357, 0x4954, 0x4348, 0x5944).hash_one(t)
+}
+
+fn options_fingerprint(options: &Options) -> u64 {
+    hash_one(&format!("{options:?}"))
+}
+
+fn version_fingerprint(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<u64> {
+    let rv = meta.resource_version.as_deref()?;
+    Some(hash_one(&(rv, meta.uid.as_deref())))
+}
+
+fn slices_fingerprint(slices: &[&EndpointSlice]) -> Option<u64> {
+    // A sum of per-slice hashes: the order the slices come in does not matter.
+    slices.iter().try_fold(0u64, |acc, s| {
+        Some(acc.wrapping_add(crate::balance::mix64(version_fingerprint(&s.metadata)?)))
+    })
+}
+
+/// Rebuilds from `prev` when no Service changed (same keys, same versions, same options), so
+/// that routes and conflicts are those of `prev`: entries of Services whose EndpointSlices did
+/// not change either are shared, the others are rebuilt. `None`: do a full build.
+fn incremental(
+    services: &[&Service],
+    slices_index: &SliceIndex<'_>,
+    options: &Options,
+    prev: &RoutingTable,
+    input_warnings: &[Warning],
+) -> Option<(RoutingTable, Vec<Warning>)> {
+    let memo = prev.memo.as_ref()?.downcast_ref::<Memo>()?;
+    if memo.options != options_fingerprint(options) || memo.services.len() != services.len() {
+        return None;
+    }
+    let mut entries = Vec::with_capacity(prev.entries.len());
+    let mut memos = Vec::with_capacity(services.len());
+    let mut warnings: Vec<Warning> = input_warnings.to_vec();
+    warnings.extend(memo.route_warnings.iter().cloned());
+    let mut changed = false;
+    for (svc, m) in services.iter().zip(&memo.services) {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        let service = version_fingerprint(&svc.metadata);
+        if m.key.0 != ns || m.key.1 != name || service.is_none() || service != m.service {
+            return None;
+        }
+        let svc_slices = slices_for(slices_index, svc);
+        let slices = slices_fingerprint(svc_slices);
+        let first = entries.len();
+        if slices.is_some() && slices == m.slices {
+            entries.extend(
+                prev.entries
+                    .get(m.first..m.first + m.count)?
+                    .iter()
+                    .cloned(),
+            );
+            warnings.extend(m.warnings.iter().cloned());
+            memos.push(ServiceMemo {
+                key: Arc::clone(&m.key),
+                service,
+                slices,
+                first,
+                count: m.count,
+                warnings: m.warnings.clone(),
+            });
+            continue;
+        }
+        // The Service is unchanged, so it yields the same entries in the same order and the
+        // routes still point at them; only their endpoints are built again. Endpoint state is
+        // looked up among this Service's previous entries (an address new to the Service starts
+        // fresh; a full build later shares it with other entries that use the address).
+        changed = true;
+        let mut b = Builder::new_scoped(options, prev.entries.get(m.first..m.first + m.count)?);
+        b.add_service(svc, svc_slices);
+        if b.entries.len() != m.count {
+            return None;
+        }
+        let own = b.warnings;
+        warnings.extend(own.iter().cloned());
+        entries.extend(b.entries.into_iter().map(Arc::new));
+        memos.push(ServiceMemo {
+            key: Arc::clone(&m.key),
+            service,
+            slices,
+            first,
+            count: m.count,
+            warnings: own,
+        });
+    }
+    warnings.sort();
+    warnings.dedup();
+    let table = RoutingTable {
+        generation: if changed {
+            prev.generation + 1
+        } else {
+            prev.generation
+        },
+        entries,
+        http: Arc::clone(&prev.http),
+        https: Arc::clone(&prev.https),
+        tcp: prev.tcp.clone(),
+        memo: Some(Arc::new(Memo {
+            options: memo.options,
+            services: memos,
+            route_warnings: memo.route_warnings.clone(),
+        })),
+    };
+    Some((table, warnings))
 }
 
 fn meta_key<'a>(namespace: &'a Option<String>, name: &'a Option<String>) -> (&'a str, &'a str) {
@@ -203,9 +365,20 @@ fn dedup_services<'a>(
     services: impl Iterator<Item = &'a Service>,
     warnings: &mut Vec<Warning>,
 ) -> Vec<&'a Service> {
+    let services: Vec<&Service> = services.collect();
+    // The cluster source hands its store over sorted by key and without duplicates: keep that
+    // order as it is instead of sorting it again.
+    fn key(s: &Service) -> (&str, &str) {
+        meta_key(&s.metadata.namespace, &s.metadata.name)
+    }
+    if services.iter().all(|s| !key(s).1.is_empty())
+        && services.windows(2).all(|w| key(w[0]) < key(w[1]))
+    {
+        return services;
+    }
     let mut by_key: BTreeMap<(&str, &str), Vec<&Service>> = BTreeMap::new();
     for svc in services {
-        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        let (ns, name) = key(svc);
         if name.is_empty() {
             warnings.push(Warning {
                 object: object("Service", ns, "<unnamed>"),
@@ -241,8 +414,8 @@ fn dedup_services<'a>(
 fn index_slices<'a>(
     slices: impl Iterator<Item = &'a EndpointSlice>,
     warnings: &mut Vec<Warning>,
-) -> HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>> {
-    let mut map: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::default();
+) -> SliceIndex<'a> {
+    let mut map: SliceIndex<'a> = HashMap::default();
     for slice in slices {
         let (ns, slice_name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
         let Some(svc) = slice
@@ -509,16 +682,16 @@ fn settings(
     }
 }
 
-/// Where a route lives: frontend, host level, prefix. Ordered so conflicts resolve stably.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// Where a route lives: frontend, host level, prefix.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct RouteKey {
     frontend: Frontend,
     host: Option<HostPattern>,
     prefix: String,
 }
 
+/// A claim on a route key; the entry's `EntryKey` orders claims when several collide.
 struct RouteClaim {
-    key: EntryKey,
     entry: EntryId,
     strip: bool,
 }
@@ -529,9 +702,13 @@ struct Builder<'a> {
     prev_entries: HashMap<EntryKey, Shared<EntryState>>,
     generation: u64,
     entries: Vec<Entry>,
-    routes: BTreeMap<RouteKey, Vec<RouteClaim>>,
-    tcp: BTreeMap<u16, Vec<(EntryKey, EntryId)>>,
+    // Hash maps: the order routes are inserted in does not matter (conflicts are resolved by
+    // entry key, warnings sorted at the end), and tens of thousands of long, alike prefixes make
+    // an ordered map spend its time in string comparisons.
+    routes: HashMap<RouteKey, Vec<RouteClaim>>,
+    tcp: BTreeMap<u16, Vec<EntryId>>,
     warnings: Vec<Warning>,
+    memo: Vec<ServiceMemo>,
 }
 
 impl<'a> Builder<'a> {
@@ -552,10 +729,42 @@ impl<'a> Builder<'a> {
             prev_entries,
             generation: previous.map_or(1, |p| p.generation + 1),
             entries: Vec::new(),
-            routes: BTreeMap::new(),
+            routes: HashMap::default(),
             tcp: BTreeMap::new(),
             warnings: Vec::new(),
+            memo: Vec::new(),
         }
+    }
+
+    /// A builder for one Service whose state comes from its own previous entries only.
+    fn new_scoped(options: &'a Options, prev_entries: &[Arc<Entry>]) -> Self {
+        let mut b = Builder::new(options, None);
+        for e in prev_entries {
+            b.prev_entries.insert(e.key.clone(), e.state.clone());
+            for ep in &e.endpoints {
+                b.prev_endpoints.insert(ep.addr, ep.state.clone());
+            }
+        }
+        b
+    }
+
+    /// Records what `svc` contributed (entries from `first`, warnings from `warnings_before`).
+    fn remember(
+        &mut self,
+        svc: &Service,
+        slices: &[&EndpointSlice],
+        first: usize,
+        warnings_before: usize,
+    ) {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        self.memo.push(ServiceMemo {
+            key: Arc::new((ns.to_string(), name.to_string())),
+            service: version_fingerprint(&svc.metadata),
+            slices: slices_fingerprint(slices),
+            first,
+            count: self.entries.len() - first,
+            warnings: self.warnings[warnings_before..].to_vec(),
+        });
     }
 
     fn skip(&mut self, who: &ObjectRef, message: String) {
@@ -690,7 +899,7 @@ impl<'a> Builder<'a> {
             check: s.check.clone(),
         });
         if is_tcp {
-            self.tcp.entry(port).or_default().push((key, id));
+            self.tcp.entry(port).or_default().push(id);
             return;
         }
         let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
@@ -704,11 +913,10 @@ impl<'a> Builder<'a> {
                 host: s.host.clone(),
                 prefix,
             };
-            self.routes.entry(rk).or_default().push(RouteClaim {
-                key: key.clone(),
-                entry: id,
-                strip,
-            });
+            self.routes
+                .entry(rk)
+                .or_default()
+                .push(RouteClaim { entry: id, strip });
         }
     }
 
@@ -736,23 +944,29 @@ impl<'a> Builder<'a> {
     }
 
     fn finish(mut self) -> (RoutingTable, Vec<Warning>) {
+        let route_warnings_from = self.warnings.len();
         let mut http = Router::default();
         let mut https = Router::default();
+        // Wildcard suffix -> index in its router's list, so building stays linear.
+        let mut wildcard_at: HashMap<(Frontend, String), usize> = HashMap::default();
         let routes = std::mem::take(&mut self.routes);
+        let entries = &self.entries;
+        let key_of = |id: EntryId| &entries[id as usize].key;
         for (rk, mut claims) in routes {
-            claims.sort_by(|a, b| a.key.cmp(&b.key));
+            if claims.len() > 1 {
+                claims.sort_by(|a, b| key_of(a.entry).cmp(key_of(b.entry)));
+            }
             let winner = &claims[0];
             for loser in &claims[1..] {
+                let (lk, wk) = (key_of(loser.entry), key_of(winner.entry));
                 self.warnings.push(Warning {
-                    object: object("Service", &loser.key.namespace, &loser.key.service),
+                    object: object("Service", &lk.namespace, &lk.service),
                     reason: WarningReason::RouteConflict,
                     message: format!(
-                        "port {} claims {}{} which {} also claims; {} wins",
-                        loser.key.port,
+                        "port {} claims {}{} which {wk} also claims; {wk} wins",
+                        lk.port,
                         describe_host(&rk.host),
                         rk.prefix,
-                        winner.key,
-                        winner.key
                     ),
                 });
             }
@@ -765,16 +979,15 @@ impl<'a> Builder<'a> {
                 None => &mut router.any_host,
                 Some(HostPattern::Exact(h)) => router.exact.entry(h.as_str().into()).or_default(),
                 Some(HostPattern::Wildcard(suffix)) => {
-                    match router.wildcard.iter().position(|(s, _)| **s == **suffix) {
-                        Some(i) => &mut router.wildcard[i].1,
-                        None => {
+                    let i = *wildcard_at
+                        .entry((rk.frontend, suffix.clone()))
+                        .or_insert_with(|| {
                             router
                                 .wildcard
                                 .push((suffix.as_str().into(), PathRules::default()));
-                            let last = router.wildcard.len() - 1;
-                            &mut router.wildcard[last].1
-                        }
-                    }
+                            router.wildcard.len() - 1
+                        });
+                    &mut router.wildcard[i].1
                 }
             };
             rules.insert(PathRule {
@@ -788,31 +1001,36 @@ impl<'a> Builder<'a> {
 
         let mut tcp = Vec::new();
         for (port, mut claims) in std::mem::take(&mut self.tcp) {
-            claims.sort();
-            for (loser, _) in &claims[1..] {
+            claims.sort_by(|a, b| key_of(*a).cmp(key_of(*b)));
+            let wk = key_of(claims[0]);
+            for loser in &claims[1..] {
+                let lk = key_of(*loser);
                 self.warnings.push(Warning {
-                    object: object("Service", &loser.namespace, &loser.service),
+                    object: object("Service", &lk.namespace, &lk.service),
                     reason: WarningReason::RouteConflict,
-                    message: format!(
-                        "TCP port {port} is also claimed by {}; {} wins",
-                        claims[0].0, claims[0].0
-                    ),
+                    message: format!("TCP port {port} is also claimed by {wk}; {wk} wins"),
                 });
             }
             tcp.push(TcpFrontend {
                 port,
-                entry: claims[0].1,
+                entry: claims[0],
             });
         }
 
+        let memo = Memo {
+            options: options_fingerprint(self.options),
+            route_warnings: self.warnings[route_warnings_from..].to_vec(),
+            services: std::mem::take(&mut self.memo),
+        };
         self.warnings.sort();
         self.warnings.dedup();
         let table = RoutingTable {
             generation: self.generation,
-            entries: self.entries,
-            http,
-            https,
+            entries: self.entries.into_iter().map(Arc::new).collect(),
+            http: Arc::new(http),
+            https: Arc::new(https),
             tcp,
+            memo: Some(Arc::new(memo)),
         };
         (table, self.warnings)
     }

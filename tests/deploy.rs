@@ -161,6 +161,34 @@ fn workload_flags_parse_and_grace_period_covers_shutdown() {
             spec.security_context.as_ref().unwrap().run_as_non_root,
             Some(true)
         );
+        // No capability beyond binding low ports, no way to gain more, nothing shared with
+        // the node beyond the DaemonSet's host port.
+        let caps = sc.capabilities.as_ref();
+        let drop = caps.and_then(|c| c.drop.clone()).unwrap_or_default();
+        let add = caps.and_then(|c| c.add.clone()).unwrap_or_default();
+        assert_eq!(drop, ["ALL"], "{}: capabilities.drop", file.display());
+        assert!(
+            add.iter().all(|c| c == "NET_BIND_SERVICE"),
+            "{}: capabilities.add {add:?}",
+            file.display()
+        );
+        assert_eq!(
+            sc.allow_privilege_escalation,
+            Some(false),
+            "{}",
+            file.display()
+        );
+        assert_ne!(sc.privileged, Some(true), "{}", file.display());
+        assert_ne!(sc.run_as_user, Some(0), "{}", file.display());
+        assert_ne!(
+            spec.security_context.as_ref().unwrap().run_as_user,
+            Some(0),
+            "{}",
+            file.display()
+        );
+        assert_ne!(spec.host_network, Some(true), "{}", file.display());
+        assert_ne!(spec.host_pid, Some(true), "{}", file.display());
+        assert_ne!(spec.host_ipc, Some(true), "{}", file.display());
     }
 }
 

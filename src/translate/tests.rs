@@ -935,3 +935,215 @@ proptest! {
         }
     }
 }
+
+// === incremental rebuilds ===
+
+fn versioned(
+    mut svcs: Vec<Service>,
+    mut slices: Vec<EndpointSlice>,
+) -> (Vec<Service>, Vec<EndpointSlice>) {
+    for (i, s) in svcs.iter_mut().enumerate() {
+        s.metadata.resource_version = Some(format!("{}", 1000 + i));
+        s.metadata.uid = Some(format!("svc-uid-{i}"));
+    }
+    for (i, s) in slices.iter_mut().enumerate() {
+        s.metadata.name = Some(format!("slice-{i}"));
+        s.metadata.resource_version = Some(format!("{}", 5000 + i));
+        s.metadata.uid = Some(format!("slice-uid-{i}"));
+    }
+    (svcs, slices)
+}
+
+fn world_small() -> (Vec<Service>, Vec<EndpointSlice>) {
+    versioned(
+        vec![
+            mk_service("default", "a", &[80, 81]),
+            annotate(
+                mk_service("default", "b", &[80]),
+                annotation::ALGORITHM,
+                "bogus",
+            ),
+            annotate(
+                mk_service("shop", "c", &[80]),
+                annotation::HOST,
+                "c.example.com",
+            ),
+        ],
+        vec![
+            mk_slice("default", "a", "p80", 8080, &["10.0.0.1", "10.0.0.2"]),
+            mk_slice("default", "a", "p81", 8081, &["10.0.0.1"]),
+            mk_slice("default", "b", "p80", 8080, &["10.0.1.1"]),
+            mk_slice("shop", "c", "p80", 8080, &["10.0.2.1", "not-an-ip"]),
+        ],
+    )
+}
+
+#[test]
+fn a_slice_change_rebuilds_only_its_service_and_equals_a_full_build() {
+    let (svcs, mut slices) = world_small();
+    let (t1, _) = translate(&svcs, &slices, &Options::default(), None);
+    slices[0] = mk_slice("default", "a", "p80", 8080, &["10.0.0.1", "10.0.0.3"]);
+    slices[0].metadata.name = Some("slice-0".into());
+    slices[0].metadata.resource_version = Some("9999".into());
+    slices[0].metadata.uid = Some("slice-uid-0".into());
+    let (t2, w2) = translate(&svcs, &slices, &Options::default(), Some(&t1));
+    let (t3, w3) = translate(&svcs, &slices, &Options::default(), None);
+    assert_eq!(t2, t3, "incremental and full builds agree");
+    assert_eq!(w2, w3);
+    assert_eq!(t2.to_json()["entries"], t3.to_json()["entries"]);
+    assert!(
+        Arc::ptr_eq(&t1.http, &t2.http),
+        "routes are shared, not rebuilt"
+    );
+    assert!(
+        Arc::ptr_eq(&t1.entries[2], &t2.entries[2]),
+        "an unchanged Service's entries are shared"
+    );
+    assert!(!Arc::ptr_eq(&t1.entries[0], &t2.entries[0]));
+    assert!(
+        Arc::ptr_eq(
+            &t1.entries[0].endpoints[0].state.0,
+            &t2.entries[0].endpoints[0].state.0
+        ),
+        "endpoint state survives the incremental rebuild"
+    );
+    assert_eq!(t2.generation, t1.generation + 1);
+}
+
+#[test]
+fn nothing_changed_gives_an_equal_table() {
+    let (svcs, slices) = world_small();
+    let (t1, w1) = translate(&svcs, &slices, &Options::default(), None);
+    let (t2, w2) = translate(&svcs, &slices, &Options::default(), Some(&t1));
+    assert_eq!(t1, t2);
+    assert_eq!(w1, w2);
+    assert!(
+        t1.entries
+            .iter()
+            .zip(&t2.entries)
+            .all(|(a, b)| Arc::ptr_eq(a, b))
+    );
+}
+
+#[test]
+fn a_service_change_or_new_options_take_the_full_path() {
+    let (mut svcs, slices) = world_small();
+    let (t1, _) = translate(&svcs, &slices, &Options::default(), None);
+    svcs[0] = annotate(svcs[0].clone(), annotation::ACL_MATCH, "/new");
+    svcs[0].metadata.resource_version = Some("7777".into());
+    let (t2, w2) = translate(&svcs, &slices, &Options::default(), Some(&t1));
+    let (t3, w3) = translate(&svcs, &slices, &Options::default(), None);
+    assert_eq!(t2, t3);
+    assert_eq!(w2, w3);
+    assert!(route(&t2, "", "/new").is_some());
+    let opts = Options {
+        default_algorithm: Algorithm::Source,
+        ..Default::default()
+    };
+    let (t4, _) = translate(&svcs, &slices, &opts, Some(&t2));
+    assert_eq!(entry(&t4, "a").algorithm, Algorithm::Source);
+}
+
+#[test]
+fn objects_without_versions_are_always_translated_in_full() {
+    let svcs = vec![mk_service("default", "a", &[80])];
+    let slices = vec![mk_slice("default", "a", "p80", 80, &["10.0.0.1"])];
+    let (t1, _) = translate(&svcs, &slices, &Options::default(), None);
+    let slices2 = vec![mk_slice("default", "a", "p80", 80, &["10.0.0.2"])];
+    let (t2, _) = translate(&svcs, &slices2, &Options::default(), Some(&t1));
+    assert_eq!(
+        addrs(entry(&t2, "a")),
+        ["10.0.0.2:80"],
+        "an unversioned change is never missed"
+    );
+}
+
+proptest! {
+    /// Whatever endpoints change, the incremental build equals a full one.
+    #[test]
+    fn incremental_equals_full((services, slices) in world(), edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..4), 1..6)) {
+        let (services, mut slices) = versioned(services, slices);
+        if slices.is_empty() {
+            return Ok(());
+        }
+        let (t1, _) = translate(&services, &slices, &Options::default(), None);
+        for (k, (idx, what)) in edits.iter().enumerate() {
+            let i = idx.index(slices.len());
+            let s = &mut slices[i];
+            s.metadata.resource_version = Some(format!("{}", 90_000 + k));
+            let eps = s.endpoints.get_or_insert_with(Vec::new);
+            match what {
+                0 => eps.clear(),
+                1 => eps.push(SliceEndpoint { addresses: vec![format!("10.9.{k}.1")], ..Default::default() }),
+                2 => if let Some(e) = eps.first_mut() {
+                    e.conditions = Some(EndpointConditions { ready: Some(false), serving: Some(true), terminating: Some(true) });
+                },
+                _ => eps.truncate(1),
+            }
+        }
+        let (t2, w2) = translate(&services, &slices, &Options::default(), Some(&t1));
+        let (t3, w3) = translate(&services, &slices, &Options::default(), None);
+        prop_assert_eq!(&t2, &t3);
+        prop_assert_eq!(t2.to_json()["entries"].clone(), t3.to_json()["entries"].clone());
+        prop_assert_eq!(w2, w3);
+    }
+}
+
+// === hostile annotations ===
+
+const ANNOTATION_KEYS: &[&str] = &[
+    "serviceloadbalancer/lb.host",
+    "serviceloadbalancer/lb.aclMatch",
+    "serviceloadbalancer/lb.algorithm",
+    "serviceloadbalancer/lb.maxconn",
+    "serviceloadbalancer/lb.cookie-sticky-session",
+    "serviceloadbalancer/lb.sslTerm",
+    "serviceloadbalancer/lb.check-interval",
+    "serviceloadbalancer/lb.check-path",
+];
+
+/// What the good Service (`good`, host `good.test`) becomes in a table.
+fn good_part(t: &RoutingTable) -> (serde_json::Value, serde_json::Value) {
+    let j = t.to_json();
+    (
+        j["entries"]["good"].clone(),
+        j["http"]["hosts"]["good.test"].clone(),
+    )
+}
+
+fn good_world() -> (Service, EndpointSlice) {
+    let good = annotate(
+        mk_service("default", "good", &[80]),
+        "serviceloadbalancer/lb.host",
+        "good.test",
+    );
+    (good, mk_slice("default", "good", "p80", 80, &["10.9.0.1"]))
+}
+
+proptest! {
+    /// Any annotation values on other Services (named to sort after `good`, so a claim on the
+    /// same host is theirs to lose) never panic and never change the good Service's routing.
+    #[test]
+    fn hostile_annotations_stay_local(
+        hostile in prop::collection::vec(
+            (0..ANNOTATION_KEYS.len(), prop_oneof![
+                any::<String>(),
+                "[ -~\n\r\t\"'\\\\]{0,40}",
+                "(/|\\*\\.|-|[0-9]{1,30}|[a-z.]{1,10}|good\\.test|ms|s|m| ){0,8}",
+            ]),
+            1..12,
+        )
+    ) {
+        let (good, good_slice) = good_world();
+        let (alone, _) = run(std::slice::from_ref(&good), std::slice::from_ref(&good_slice));
+        let mut services = vec![good];
+        let mut slices = vec![good_slice];
+        for (i, (k, v)) in hostile.iter().enumerate() {
+            let name = format!("zz-hostile-{i}");
+            services.push(annotate(mk_service("default", &name, &[80]), ANNOTATION_KEYS[*k], v));
+            slices.push(mk_slice("default", &name, "p80", 80, &["10.9.0.2"]));
+        }
+        let (mixed, _) = run(&services, &slices);
+        prop_assert_eq!(good_part(&alone), good_part(&mixed));
+    }
+}

@@ -65,6 +65,9 @@ struct State {
     events: Vec<Value>,
     /// While set, list requests for this kind wait (to observe readiness before a full list).
     hold_lists: Option<Kind>,
+    /// Bumped by `break_watches`, under the same lock as the log, so a watch never sends an
+    /// event recorded after it was broken.
+    epoch: u64,
 }
 
 /// A running fake API server.
@@ -169,9 +172,12 @@ impl FakeApi {
     /// Closes every open watch. With `compact`, the history so far is forgotten, so a client
     /// that resumes from its last resourceVersion gets 410 Gone and has to re-list.
     pub fn break_watches(&self, compact: bool) {
-        if compact {
+        {
             let mut st = self.state.lock().unwrap();
-            st.compacted_below = st.rv + 1;
+            if compact {
+                st.compacted_below = st.rv + 1;
+            }
+            st.epoch += 1;
         }
         self.kill.send_modify(|n| *n += 1);
     }
@@ -339,7 +345,11 @@ fn watch_stream(
     let state = ctx.state.clone();
     tokio::spawn(async move {
         let line = |v: Value| Bytes::from(format!("{v}\n"));
-        if from < state.lock().unwrap().compacted_below {
+        let (compacted_below, epoch) = {
+            let st = state.lock().unwrap();
+            (st.compacted_below, st.epoch)
+        };
+        if from < compacted_below {
             let gone = json!({"type": "ERROR", "object": {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "too old resource version", "reason": "Expired", "code": 410}});
@@ -356,6 +366,9 @@ fn watch_stream(
             }
             let pending: Vec<(u64, Value)> = {
                 let st = state.lock().unwrap();
+                if st.epoch != epoch {
+                    return;
+                }
                 st.log
                     .iter()
                     .filter(|(rv, _, k, obj)| {
@@ -384,7 +397,12 @@ fn watch_stream(
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = tick.tick() => {
                     if bookmarks {
-                        let rv = state.lock().unwrap().rv;
+                        // A bookmark promises every event up to its version was sent: only
+                        // what this stream has delivered qualifies.
+                        if state.lock().unwrap().epoch != epoch {
+                            return;
+                        }
+                        let rv = sent;
                         let bm = json!({"type": "BOOKMARK", "object": {
                             "kind": kind.name(), "apiVersion": kind.api_version(),
                             "metadata": {"resourceVersion": rv.to_string()}}});

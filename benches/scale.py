@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Scale and memory: how much memory does switchyard hold for a large cluster, how long does the
+first table take, and what does an idle keep-alive client connection cost?
+
+What runs: a manifest with N Services (default 10,000) of one port and 10 endpoints each, loaded
+by a release build of switchyard in offline mode on 127.0.0.1; then C idle keep-alive client
+connections (default 10,000) opened to its HTTP port, each having sent one request. Reports RSS
+after start, RSS with the table, the table build time (from /metrics), and RSS per idle
+connection. Every process and socket is closed at the end; every wait is bounded.
+
+Usage: python3 benches/scale.py [--services 10000] [--connections 10000] [--switchyard PATH]
+"""
+
+import argparse
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+HTTP_PORT, ADMIN_PORT, STATS_PORT, BACKEND_PORT = 18191, 18192, 18193, 18194
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def wait_ready(timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if get(f"http://127.0.0.1:{ADMIN_PORT}/readyz", 1)[0] == 200:
+                return True
+        except Exception:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def manifest(n):
+    items = []
+    for i in range(n):
+        name = f"svc-{i}"
+        items.append({"apiVersion": "v1", "kind": "Service",
+                      "metadata": {"name": name, "namespace": f"ns-{i % 20}"},
+                      "spec": {"ports": [{"name": "http", "port": 80}]}})
+        items.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                      "metadata": {"name": f"{name}-1", "namespace": f"ns-{i % 20}",
+                                   "labels": {"kubernetes.io/service-name": name}},
+                      "addressType": "IPv4",
+                      "endpoints": [{"addresses": [f"10.{i // 256 % 256}.{i % 256}.{e + 1}"]} for e in range(10)],
+                      "ports": [{"name": "http", "port": 8080}]})
+    # One reachable service so that idle connections can send a real request first.
+    items.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "live"},
+                  "spec": {"ports": [{"name": "http", "port": 80}]}})
+    items.append({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "live"},
+                  "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "http", "port": BACKEND_PORT}]}]})
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--services", type=int, default=10_000)
+    ap.add_argument("--connections", type=int, default=10_000)
+    ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
+    args = ap.parse_args()
+    if not os.path.exists(args.switchyard):
+        subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.connections + 1000)), hard))
+
+    tmp = tempfile.mkdtemp(prefix="switchyard-scale-")
+    path = os.path.join(tmp, "world.json")
+    with open(path, "w") as f:
+        json.dump(manifest(args.services), f)
+    backend = subprocess.Popen([sys.executable, "-m", "http.server", str(BACKEND_PORT), "--bind", "127.0.0.1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+    sy = subprocess.Popen([args.switchyard, "--manifests", path, "--bind-address", "127.0.0.1",
+                           "--http-port", str(HTTP_PORT), "--admin-port", str(ADMIN_PORT),
+                           "--stats-port", str(STATS_PORT), "--check-interval", "0", "--threads", "2"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    conns = []
+    try:
+        time.sleep(0.3)
+        rss_start = rss_mib(sy.pid)
+        started = time.time()
+        if not wait_ready(120):
+            sys.exit("switchyard did not become ready")
+        ready_s = time.time() - started
+        time.sleep(1.0)
+        rss_table = rss_mib(sy.pid)
+        metrics = get(f"http://127.0.0.1:{ADMIN_PORT}/metrics")[1]
+        build = [l for l in metrics.splitlines() if l.startswith("switchyard_table_build_seconds_sum")]
+        build_s = float(build[0].split()[1]) if build else float("nan")
+
+        request = b"GET /live/ HTTP/1.1\r\nHost: x\r\n\r\n"
+        deadline = time.time() + 120
+        for _ in range(args.connections):
+            if time.time() > deadline:
+                break
+            s = socket.create_connection(("127.0.0.1", HTTP_PORT), timeout=10)
+            s.sendall(request)
+            s.recv(65536)
+            conns.append(s)
+        time.sleep(1.0)
+        rss_conns = rss_mib(sy.pid)
+        per_conn_kib = (rss_conns - rss_table) * 1024 / max(len(conns), 1)
+
+        print(f"| Services x endpoints | {args.services} x 10 |")
+        print(f"| RSS at start | {rss_start:.1f} MiB |")
+        print(f"| RSS with the table | {rss_table:.1f} MiB |")
+        print(f"| first table: build time (table_build_seconds) | {build_s * 1000:.0f} ms |")
+        print(f"| first table: process start to ready (parse + build) | {ready_s:.2f} s |")
+        print(f"| idle keep-alive connections | {len(conns)} |")
+        print(f"| RSS with the connections | {rss_conns:.1f} MiB ({per_conn_kib:.1f} KiB per connection) |")
+    finally:
+        for s in conns:
+            s.close()
+        for p in (sy, backend):
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,682 @@
+//! Guards on client connections of the HTTP and TLS ports, in front of Pingora's HTTP
+//! application: the connection limit (`--max-connections`), the TLS handshake (run here so that
+//! failures are seen and counted, see `tls::HandshakeAcceptor`), and the request-header
+//! deadline and size limit (`--request-header-timeout`, `--max-request-header-bytes`).
+//!
+//! Pingora reads a request header with a 60 s timeout per read and accepts up to 1 MiB of it,
+//! both fixed, so a client trickling one byte a minute holds a connection forever. The guard
+//! wraps the accepted stream instead: while a request header is being read it scans the bytes
+//! for the blank line that ends it, and answers 408 (too slow) or 431 (too large) itself,
+//! then closes. It also owns the HTTP/1 keep-alive loop (as Pingora's own `ServerApp` does) so
+//! that it can re-arm the header guard between requests, once the previous request, body
+//! included, is completely done. HTTP/2 connections get the guard for their preface only.
+//! This module does no routing and knows nothing of the table.
+
+use std::fmt;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::apps::{HttpServerApp, ServerApp};
+use pingora::protocols::http::ServerSession;
+use pingora::protocols::tls::{SslDigest, TlsRef};
+use pingora::protocols::{
+    ALPN, GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl,
+    Stream, TimingDigest, UniqueID, UniqueIDType,
+};
+use pingora::server::ShutdownWatch;
+use prometheus::IntCounter;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::metrics::Metrics;
+use crate::tls::HandshakeAcceptor;
+
+/// `--max-connections`, `--max-request-header-bytes`, `--request-header-timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub header_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            max_header_bytes: 64 * 1024,
+            header_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const TIMEOUT_RESPONSE: &[u8] =
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+const TOO_LARGE_RESPONSE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+// === impl ConnectionLimit ===
+
+/// Client connections open on the frontends that share it. At the limit a new connection is
+/// closed at once (Pingora has already accepted it; nothing is read or written), which keeps
+/// memory and file descriptors bounded without queueing.
+#[derive(Debug)]
+pub struct ConnectionLimit {
+    open: AtomicUsize,
+    max: usize,
+}
+
+/// One admitted connection; frees its place when dropped.
+pub struct Admitted(Arc<ConnectionLimit>);
+
+impl ConnectionLimit {
+    pub fn new(max: usize) -> Arc<ConnectionLimit> {
+        Arc::new(ConnectionLimit {
+            open: AtomicUsize::new(0),
+            max: max.max(1),
+        })
+    }
+
+    pub fn try_admit(self: &Arc<Self>) -> Option<Admitted> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Admitted(Arc::clone(self)))
+    }
+
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+// === header scanning ===
+
+/// Finds the end of a request header: a line feed, an optional carriage return, a line feed
+/// (`\r\n\r\n` and the bare-LF forms the parser also accepts). Blank lines before the request
+/// line do not count, so they cannot switch the guard off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeaderEnd {
+    /// 0: inside a line; 1: after LF; 2: after LF CR.
+    state: u8,
+    started: bool,
+}
+
+impl HeaderEnd {
+    /// Feeds `bytes`; returns how many of them belong to the header when it ends among them.
+    pub fn feed(&mut self, bytes: &[u8]) -> Option<usize> {
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'\n' if self.started && self.state > 0 => return Some(i + 1),
+                b'\n' => self.state = 1,
+                b'\r' if self.state == 1 => self.state = 2,
+                b'\r' => {}
+                _ => {
+                    self.started = true;
+                    self.state = 0;
+                }
+            }
+        }
+        None
+    }
+}
+
+// === impl GuardedStream ===
+
+/// Counters of the guards' closes, resolved once per frontend.
+#[derive(Clone)]
+pub struct Counters {
+    limit: IntCounter,
+    timeout: IntCounter,
+    too_large: IntCounter,
+}
+
+impl Counters {
+    pub fn new(metrics: &Metrics, frontend: &str) -> Counters {
+        let c = |reason| metrics.data.downstream_rejected(frontend, reason);
+        Counters {
+            limit: c("connection_limit"),
+            timeout: c("header_timeout"),
+            too_large: c("header_too_large"),
+        }
+    }
+}
+
+enum Phase {
+    /// Reading a request header; the deadline runs once armed.
+    Header,
+    /// Past the header (body, response, tunnel, HTTP/2 frames): no guard until re-armed.
+    Body,
+    /// Writing the canned response, then failing every read.
+    Reject {
+        response: &'static [u8],
+        written: usize,
+    },
+    Closed,
+}
+
+struct HeaderGuard {
+    limits: Limits,
+    counters: Counters,
+    phase: Phase,
+    deadline: Pin<Box<Sleep>>,
+    armed: bool,
+    read: usize,
+    end: HeaderEnd,
+}
+
+impl HeaderGuard {
+    fn arm(&mut self) {
+        self.deadline
+            .as_mut()
+            .reset(Instant::now() + self.limits.header_timeout);
+        self.armed = true;
+    }
+
+    fn reject(&mut self, response: &'static [u8]) {
+        if response == TIMEOUT_RESPONSE {
+            self.counters.timeout.inc();
+        } else {
+            self.counters.too_large.inc();
+        }
+        self.phase = Phase::Reject {
+            response,
+            written: 0,
+        };
+    }
+}
+
+/// A client stream; with a header guard when it carries HTTP (above TLS on the TLS port),
+/// a plain pass-through below TLS.
+pub struct GuardedStream {
+    inner: Stream,
+    header: Option<Box<HeaderGuard>>,
+}
+
+impl fmt::Debug for GuardedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedStream")
+            .field("inner", &self.inner)
+            .field("guarded", &self.header.is_some())
+            .finish()
+    }
+}
+
+impl GuardedStream {
+    /// No guard: lets a `Stream` be handed to code that wants a concrete `IO` type.
+    pub fn plain(inner: Stream) -> GuardedStream {
+        GuardedStream {
+            inner,
+            header: None,
+        }
+    }
+
+    /// Guards the first request header, whose deadline runs from now.
+    pub fn guarded(inner: Stream, limits: Limits, counters: Counters) -> GuardedStream {
+        let mut guard = HeaderGuard {
+            limits,
+            counters,
+            phase: Phase::Header,
+            deadline: Box::pin(tokio::time::sleep(limits.header_timeout)),
+            armed: false,
+            read: 0,
+            end: HeaderEnd::default(),
+        };
+        guard.arm();
+        GuardedStream {
+            inner,
+            header: Some(Box::new(guard)),
+        }
+    }
+
+    /// Guards the next request header on a kept-alive connection; its deadline runs from its
+    /// first byte (waiting for it is the keep-alive timeout's business).
+    pub fn rearm(&mut self) {
+        if let Some(h) = &mut self.header {
+            h.phase = Phase::Header;
+            h.armed = false;
+            h.read = 0;
+            h.end = HeaderEnd::default();
+        }
+    }
+
+    fn poll_reject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(h) = self.header.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            match &mut h.phase {
+                Phase::Reject { response, written } if *written < response.len() => {
+                    let n =
+                        ready!(Pin::new(&mut self.inner).poll_write(cx, &response[*written..]))?;
+                    if n == 0 {
+                        h.phase = Phase::Closed;
+                    } else {
+                        *written += n;
+                    }
+                }
+                Phase::Reject { .. } => {
+                    ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+                    h.phase = Phase::Closed;
+                }
+                _ => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "request header rejected by the guard",
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let Some(h) = this.header.as_mut() else {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        };
+        match h.phase {
+            Phase::Header => {}
+            Phase::Body => return Pin::new(&mut this.inner).poll_read(cx, buf),
+            Phase::Reject { .. } | Phase::Closed => return this.poll_reject(cx),
+        }
+        if h.armed && h.deadline.is_elapsed() {
+            h.reject(TIMEOUT_RESPONSE);
+            return this.poll_reject(cx);
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let new = &buf.filled()[before..];
+                if new.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                if !h.armed {
+                    h.arm();
+                }
+                let (len, done) = match h.end.feed(new) {
+                    Some(n) => (n, true),
+                    None => (new.len(), false),
+                };
+                h.read += len;
+                if h.read > h.limits.max_header_bytes {
+                    buf.set_filled(before);
+                    h.reject(TOO_LARGE_RESPONSE);
+                    return this.poll_reject(cx);
+                }
+                if done {
+                    h.phase = Phase::Body;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                if h.armed && h.deadline.as_mut().poll(cx).is_ready() {
+                    h.reject(TIMEOUT_RESPONSE);
+                    return this.poll_reject(cx);
+                }
+                Poll::Pending
+            }
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[async_trait]
+impl Shutdown for GuardedStream {
+    async fn shutdown(&mut self) {
+        self.inner.shutdown().await;
+    }
+}
+
+impl UniqueID for GuardedStream {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for GuardedStream {
+    fn get_ssl(&self) -> Option<&TlsRef> {
+        self.inner.get_ssl()
+    }
+
+    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl GetTimingDigest for GuardedStream {
+    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for GuardedStream {
+    fn get_proxy_digest(&self) -> Option<Arc<pingora::protocols::raw_connect::ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+}
+
+impl GetSocketDigest for GuardedStream {
+    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, socket_digest: SocketDigest) {
+        self.inner.set_socket_digest(socket_digest);
+    }
+}
+
+#[async_trait]
+impl Peek for GuardedStream {
+    /// Pingora peeks for the HTTP/2 preface; the header deadline bounds the wait.
+    async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
+        let deadline = self
+            .header
+            .as_ref()
+            .filter(|h| h.armed && matches!(h.phase, Phase::Header))
+            .map(|h| h.deadline.deadline());
+        let Some(deadline) = deadline else {
+            return self.inner.try_peek(buf).await;
+        };
+        match tokio::time::timeout_at(deadline, self.inner.try_peek(buf)).await {
+            Ok(r) => r,
+            Err(_) => {
+                if let Some(h) = &self.header {
+                    h.counters.timeout.inc();
+                }
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "request header timeout",
+                ))
+            }
+        }
+    }
+}
+
+// === impl Guard ===
+
+/// The guarded frontend: admits the connection, runs the TLS handshake when configured,
+/// then serves HTTP through the header guard.
+pub struct Guard<A> {
+    inner: Arc<A>,
+    limits: Limits,
+    limit: Arc<ConnectionLimit>,
+    counters: Counters,
+    tls: Option<HandshakeAcceptor>,
+}
+
+impl<A> Guard<A> {
+    pub fn new(inner: A, limits: Limits, limit: Arc<ConnectionLimit>, counters: Counters) -> Self {
+        Guard {
+            inner: Arc::new(inner),
+            limits,
+            limit,
+            counters,
+            tls: None,
+        }
+    }
+
+    /// Runs this TLS handshake on every accepted connection first.
+    pub fn with_tls(mut self, tls: HandshakeAcceptor) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+}
+
+#[async_trait]
+impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let Some(_admitted) = self.limit.try_admit() else {
+            self.counters.limit.inc();
+            return None;
+        };
+        let stream: Stream = match &self.tls {
+            Some(tls) => Box::new(tls.accept(GuardedStream::plain(stream)).await?),
+            None => stream,
+        };
+        let mut stream = GuardedStream::guarded(stream, self.limits, self.counters.clone());
+        let options = self.inner.server_options();
+        let h2 = if stream.get_ssl_digest().is_some() {
+            matches!(stream.selected_alpn_proto(), Some(ALPN::H2))
+        } else if options.is_some_and(|o| o.h2c) {
+            let mut buf = [0u8; H2_PREFACE.len()];
+            // A failed peek (timeout, close) has consumed bytes: the connection is done.
+            stream.try_peek(&mut buf).await.ok()? && buf == H2_PREFACE
+        } else {
+            false
+        };
+        if h2 {
+            return ServerApp::process_new(&self.inner, Box::new(stream), shutdown).await;
+        }
+        // HTTP/1, as Pingora's own loop does it, with the guard re-armed between requests.
+        let mut session = ServerSession::new_http1(Box::new(stream));
+        session.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
+        session.set_keepalive_reuses_remaining(options.and_then(|o| o.keepalive_request_limit));
+        let mut result = self.inner.process_new_http(session, shutdown).await;
+        while let Some((stream, settings)) = result.map(|r| r.consume()) {
+            let mut stream = stream.into_any().downcast::<GuardedStream>().ok()?;
+            stream.rearm();
+            let mut session = ServerSession::new_http1(stream);
+            if let Some(settings) = settings {
+                settings.apply_to_session(&mut session);
+            }
+            result = self.inner.process_new_http(session, shutdown).await;
+        }
+        None
+    }
+
+    async fn cleanup(&self) {
+        self.inner.http_cleanup().await;
+    }
+}
+
+// === request checks ===
+
+/// What switchyard refuses beyond Pingora's own parser (which already refuses conflicting
+/// `Content-Length`s, a non-chunked final `Transfer-Encoding`, `Transfer-Encoding` on HTTP/1.0,
+/// duplicate `Host`s and control bytes): a request carrying both `Content-Length` and
+/// `Transfer-Encoding` (Pingora drops the length and forwards; RFC 9112 allows refusing it, and
+/// refusing leaves no framing for two parsers to disagree on), an HTTP/1.1 request without
+/// `Host`, and a `Host` that is not a host name or address with an optional port (RFC 9112
+/// §3.2 asks for 400 in both cases). `raw_header` is the header as received, read only when a
+/// `Transfer-Encoding` is present, because Pingora has removed the `Content-Length` by then.
+pub fn check_request(
+    req: &pingora::http::RequestHeader,
+    raw_header: impl FnOnce() -> bytes::Bytes,
+) -> Result<(), &'static str> {
+    use http::header::{HOST, TRANSFER_ENCODING};
+    if req.headers.contains_key(TRANSFER_ENCODING) && has_content_length(&raw_header()) {
+        return Err("both Content-Length and Transfer-Encoding");
+    }
+    let mut hosts = req.headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => Err("more than one Host"),
+        (None, None) if req.version == http::Version::HTTP_11 => Err("no Host"),
+        (None, None) => Ok(()),
+        (Some(h), None) if valid_host(h.as_bytes()) => Ok(()),
+        (Some(_), None) => Err("invalid Host"),
+    }
+}
+
+fn has_content_length(raw: &[u8]) -> bool {
+    const NAME: &[u8] = b"\ncontent-length";
+    raw.windows(NAME.len())
+        .any(|w| w.eq_ignore_ascii_case(NAME))
+}
+
+/// `uri-host [":" port]`, or empty (allowed when the target has no authority).
+pub fn valid_host(h: &[u8]) -> bool {
+    h.is_empty()
+        || (!h.contains(&b'@')
+            && http::uri::Authority::try_from(h)
+                .is_ok_and(|a| a.port().is_some() || !a.as_str().ends_with(':')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end_of(chunks: &[&[u8]]) -> Option<usize> {
+        let mut e = HeaderEnd::default();
+        let mut total = 0;
+        for c in chunks {
+            if let Some(n) = e.feed(c) {
+                return Some(total + n);
+            }
+            total += c.len();
+        }
+        None
+    }
+
+    #[test]
+    fn header_end_is_found_across_chunks_and_line_endings() {
+        assert_eq!(
+            end_of(&[b"GET / HTTP/1.1\r\nHost: a\r\n\r\nbody"]),
+            Some(27)
+        );
+        assert_eq!(
+            end_of(&[b"GET / HTTP/1.1\r\nHost: a\r", b"\n", b"\r", b"\nx"]),
+            Some(27)
+        );
+        assert_eq!(end_of(&[b"GET / HTTP/1.1\nHost: a\n\nbody"]), Some(24));
+        assert_eq!(end_of(&[b"GET / HTTP/1.1\r\nHost: a\r\n"]), None);
+        // Blank lines before the request line cannot end the guard early.
+        assert_eq!(end_of(&[b"\r\n\r\n\n\n", b"GET"]), None);
+        assert_eq!(end_of(&[H2_PREFACE]), Some(18));
+    }
+
+    #[test]
+    fn requests_with_ambiguous_framing_or_host_are_refused() {
+        use pingora::http::RequestHeader;
+        let req = |version, headers: &[(&str, &[u8])]| {
+            let mut r = RequestHeader::build("GET", b"/", None).unwrap();
+            r.set_version(version);
+            for (k, v) in headers {
+                r.append_header(k.to_string(), *v).unwrap();
+            }
+            r
+        };
+        let v11 = http::Version::HTTP_11;
+        let raw = |s: &'static str| move || bytes::Bytes::from_static(s.as_bytes());
+        let ok = req(v11, &[("host", b"a.test:8080")]);
+        assert_eq!(check_request(&ok, raw("")), Ok(()));
+        let te = req(v11, &[("host", b"a"), ("transfer-encoding", b"chunked")]);
+        assert_eq!(
+            check_request(&te, raw("POST / HTTP/1.1\r\nHost: a\r\n")),
+            Ok(())
+        );
+        assert!(check_request(&te, raw("POST / HTTP/1.1\r\nCONTENT-length: 4\r\n")).is_err());
+        assert!(check_request(&te, raw("POST / HTTP/1.1\nContent-Length: 4\n")).is_err());
+        assert!(check_request(&req(v11, &[]), raw("")).is_err());
+        assert_eq!(
+            check_request(&req(http::Version::HTTP_10, &[]), raw("")),
+            Ok(())
+        );
+        assert_eq!(
+            check_request(&req(http::Version::HTTP_2, &[]), raw("")),
+            Ok(())
+        );
+        for bad in [
+            &b"a b"[..],
+            b"a/b",
+            b"user@a",
+            b"a:b:c",
+            b"a:",
+            b"[::1",
+            b"a?b",
+            b"a#b",
+        ] {
+            assert!(
+                check_request(&req(v11, &[("host", bad)]), raw("")).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        for good in [
+            &b""[..],
+            b"a.test",
+            b"A.Test.:80",
+            b"127.0.0.1:1",
+            b"[::1]:8080",
+            b"xn--bcher-kva.example",
+        ] {
+            assert!(valid_host(good), "{}", String::from_utf8_lossy(good));
+        }
+        let two = req(v11, &[("host", b"a"), ("host", b"b")]);
+        assert!(check_request(&two, raw("")).is_err());
+    }
+
+    #[test]
+    fn the_limit_admits_up_to_max() {
+        let limit = ConnectionLimit::new(2);
+        let a = limit.try_admit();
+        let b = limit.try_admit();
+        assert!(a.is_some() && b.is_some());
+        assert!(limit.try_admit().is_none());
+        drop(a);
+        assert_eq!(limit.open(), 1);
+        assert!(limit.try_admit().is_some());
+    }
+}
