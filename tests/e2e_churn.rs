@@ -15,6 +15,7 @@
 
 mod common;
 mod kube_api;
+mod tls_client;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
@@ -30,9 +31,8 @@ use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use kube_api::{FakeApi, Kind, service, slice};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -1083,44 +1083,6 @@ async fn slow_backend_within_the_timeout_is_served_and_kept() {
 
 // === 4. long-lived connections ===
 
-/// Accepts any server certificate: the test compares what is presented byte for byte.
-#[derive(Debug)]
-struct AnyServerCert;
-
-impl ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::ring::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;
 
 async fn tls_connect(port: u16) -> TlsStream {
@@ -1129,7 +1091,7 @@ async fn tls_connect(port: u16) -> TlsStream {
         .with_safe_default_protocol_versions()
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServerCert))
+        .with_custom_certificate_verifier(Arc::new(tls_client::AnyServerCert))
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod tls_client;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -675,43 +676,6 @@ mod pki {
     }
 }
 
-#[derive(Debug)]
-struct AnyServerCert;
-
-impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        rustls::crypto::ring::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 fn client_config(cert: Option<&pki::Leaf>) -> Arc<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -720,7 +684,7 @@ fn client_config(cert: Option<&pki::Leaf>) -> Arc<rustls::ClientConfig> {
     .with_safe_default_protocol_versions()
     .unwrap()
     .dangerous()
-    .with_custom_certificate_verifier(Arc::new(AnyServerCert));
+    .with_custom_certificate_verifier(Arc::new(tls_client::AnyServerCert));
     let mut config = match cert {
         Some(l) => builder
             .with_client_auth_cert(

@@ -95,6 +95,18 @@ impl Cluster {
         }
         panic!("{path}: change not reflected within {CHANGE_LIMIT:?}");
     }
+
+    /// Waits until ten responses in a row to `path` come from `b` (so no other endpoint gets
+    /// new requests any more); returns how long it took, or `None` past the limit.
+    async fn only_from(&self, path: &str, b: &Backend) -> Option<Duration> {
+        let started = Instant::now();
+        let mut streak = 0;
+        while streak < 10 && started.elapsed() < CHANGE_LIMIT {
+            let hit = self.get(path).await.as_ref().is_some_and(from(b));
+            streak = if hit { streak + 1 } else { 0 };
+        }
+        (streak == 10).then(|| started.elapsed())
+    }
 }
 
 /// A client that keeps sending keep-alive requests to `path` until stopped, counting failures
@@ -229,39 +241,17 @@ async fn cluster_changes_reach_routing_without_failed_requests() {
     took.push(("scale up", sy.until("/web", from(&b2)).await));
 
     api.delete(Kind::EndpointSlice, "default", "web-1");
-    let t = Instant::now();
     // Scaled down: a run of responses only from b2.
-    let mut streak = 0;
-    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
-        streak = if from(&b2)(&sy.get("/web").await.unwrap()) {
-            streak + 1
-        } else {
-            0
-        };
-    }
-    assert_eq!(
-        streak, 10,
-        "b1 still receives traffic after its slice was deleted"
-    );
-    took.push(("scale down", t.elapsed()));
+    let took_only = sy.only_from("/web", &b2).await;
+    let scaled = took_only.expect("b1 still receives traffic after its slice was deleted");
+    took.push(("scale down", scaled));
 
     api.apply(slice("web", "web-3", b3.port, true, true, false));
     sy.until("/web", from(&b3)).await;
     api.apply(slice("web", "web-2", b2.port, false, true, true));
-    let t = Instant::now();
-    let mut streak = 0;
-    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
-        streak = if from(&b3)(&sy.get("/web").await.unwrap()) {
-            streak + 1
-        } else {
-            0
-        };
-    }
-    assert_eq!(
-        streak, 10,
-        "a terminating endpoint still takes new sessions"
-    );
-    took.push(("terminating", t.elapsed()));
+    let took_only = sy.only_from("/web", &b3).await;
+    let drained = took_only.expect("a terminating endpoint still takes new sessions");
+    took.push(("terminating", drained));
 
     assert_eq!(sy.get("/other").await.map(|r| r.status), Some(404));
     api.apply(service(
@@ -301,20 +291,11 @@ async fn broken_watch_relists_and_catches_missed_deletes() {
 
     api.break_watches(true);
     api.delete(Kind::EndpointSlice, "default", "web-1");
-    let t = Instant::now();
-    let mut streak = 0;
-    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
-        streak = if from(&b2)(&sy.get("/web").await.unwrap()) {
-            streak + 1
-        } else {
-            0
-        };
-    }
-    let took = t.elapsed();
+    let took_only = sy.only_from("/web", &b2).await;
     let (failures, total, _) = load.finish().await;
-    eprintln!("re-list reflected the delete in {took:?}; {total} requests, {failures} failed");
-    assert_eq!(
-        streak, 10,
+    eprintln!("re-list reflected the delete in {took_only:?}; {total} requests, {failures} failed");
+    assert!(
+        took_only.is_some(),
         "the delete missed during the broken watch was not applied"
     );
     assert!(
@@ -510,16 +491,11 @@ async fn sticky_clients_follow_a_draining_endpoint_until_it_stops_serving() {
     api.apply(slice("web", "web-1", b1.port, false, true, true));
     // New clients: only b2 from now on.
     sy.until("/web", from(&b2)).await;
-    let t = Instant::now();
-    let mut streak = 0;
-    while streak < 10 && t.elapsed() < CHANGE_LIMIT {
-        streak = if from(&b2)(&sy.get("/web").await.unwrap()) {
-            streak + 1
-        } else {
-            0
-        };
-    }
-    assert_eq!(streak, 10, "the draining endpoint still takes new sessions");
+    let took_only = sy.only_from("/web", &b2).await;
+    assert!(
+        took_only.is_some(),
+        "the draining endpoint still takes new sessions"
+    );
     for _ in 0..5 {
         let r = pinned().await;
         assert!(
