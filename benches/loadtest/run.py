@@ -12,7 +12,9 @@ core 0, load generator and backends to core 1. Only 127.0.0.1 is used; every loo
 every process started is stopped, also on Ctrl-C.
 
 Scenarios: keep-alive (wrk -c64), Connection: close (wrk, a new client connection per request),
-fixed rate (h2load --rps, latency at equal, unsaturated load). Per run: requests/s, p50/p99/p99.9
+fixed rate (h2load --rps, latency at equal, unsaturated load), the same two wrk runs over TLS
+(ECDSA P-256, full handshakes in the Connection: close case), and HTTP keep-alive through a raw
+TCP frontend (L4 throughput for small messages). Per run: requests/s, p50/p99/p99.9
 latency, proxy CPU seconds per 100k requests (from /proc), proxy peak RSS (VmHWM). The table
 printed at the end holds medians over the repetitions and switchyard/HAProxy ratios.
 
@@ -38,6 +40,10 @@ BACKEND_PORTS = [18081, 18082, 18083]
 HAPROXY_PORT = 18090
 SWITCHYARD_PORT = 18091
 SWITCHYARD_ADMIN = 18092
+SWITCHYARD_STATS = 18093
+# Only one proxy runs at a time, so both use these.
+HTTPS_PORT = 18097
+TCP_PORT = 18098
 PROXY_CORE = "0"
 LOAD_CORE = "1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -169,11 +175,22 @@ def run_h2load(url, duration, clients, rps, logdir):
 
 
 SCENARIOS = [
-    # (name, kind, options)
-    ("keep-alive", "wrk", {"conns": 64, "close": False}),
-    ("new connection per request", "wrk", {"conns": 64, "close": True}),
-    ("fixed 5k req/s (latency)", "h2load", {"clients": 10, "rps": 500}),
+    # (name, kind, options, frontend)
+    ("keep-alive", "wrk", {"conns": 64, "close": False}, "http"),
+    ("new connection per request", "wrk", {"conns": 64, "close": True}, "http"),
+    ("fixed 5k req/s (latency)", "h2load", {"clients": 10, "rps": 500}, "http"),
+    ("TLS keep-alive", "wrk", {"conns": 64, "close": False}, "https"),
+    ("TLS new connection per request", "wrk", {"conns": 64, "close": True}, "https"),
+    ("raw TCP (HTTP keep-alive through it)", "wrk", {"conns": 64, "close": False}, "tcp"),
 ]
+
+
+def url_for(frontend, http_port):
+    return {
+        "http": f"http://127.0.0.1:{http_port}/svc/",
+        "https": f"https://127.0.0.1:{HTTPS_PORT}/svc-tls/",
+        "tcp": f"http://127.0.0.1:{TCP_PORT}/",
+    }[frontend]
 
 
 def measure(kind, opts, url, duration, pid, tmp, lua):
@@ -195,9 +212,13 @@ def start_proxy(name, procs, tmp, switchyard, logs):
     else:
         p = procs.start([switchyard, "--manifests", os.path.join(tmp, "manifests.yaml"), "--bind-address",
                          "127.0.0.1", "--http-port", str(SWITCHYARD_PORT), "--admin-port", str(SWITCHYARD_ADMIN),
+                         "--stats-port", str(SWITCHYARD_STATS), "--https-port", str(HTTPS_PORT),
+                         "--ssl-cert", os.path.join(tmp, "cert.pem"), "--tcp-services", f"tcpsvc:{TCP_PORT}",
                          "--threads", "1"], PROXY_CORE, logs)
         port = SWITCHYARD_PORT
     wait_http_ok(f"http://127.0.0.1:{port}/svc/")
+    wait_port(HTTPS_PORT)
+    wait_port(TCP_PORT)
     return p, port
 
 
@@ -229,14 +250,23 @@ def main():
                               for p in BACKEND_PORTS)
         with open(os.path.join(tmp, "nginx.conf"), "w") as f:
             f.write(NGINX_CONF.format(dir=tmp, servers=servers))
+        # An ECDSA P-256 certificate, chain and key in one PEM (both proxies read that form).
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", os.path.join(tmp, "key.pem"), "-out", os.path.join(tmp, "crt.pem"),
+                        "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
+        with open(os.path.join(tmp, "cert.pem"), "w") as out:
+            for part in ("crt.pem", "key.pem"):
+                with open(os.path.join(tmp, part)) as f:
+                    out.write(f.read())
         with open(os.path.join(HERE, "haproxy.cfg")) as f:
-            cfg = f.read().replace("@PORT@", str(HAPROXY_PORT))
+            cfg = (f.read().replace("@PORT@", str(HAPROXY_PORT)).replace("@HTTPS_PORT@", str(HTTPS_PORT))
+                   .replace("@TCP_PORT@", str(TCP_PORT)).replace("@CERT@", os.path.join(tmp, "cert.pem")))
         for i, p in enumerate(BACKEND_PORTS):
             cfg = cfg.replace(f"@BACKEND{i + 1}@", str(p))
         with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
             f.write(cfg)
         with open(os.path.join(HERE, "manifests.yaml")) as f:
-            man = f.read()
+            man = f.read().replace("@TCP_PORT@", str(TCP_PORT))
         for i, p in enumerate(BACKEND_PORTS):
             man = man.replace(f"@BACKEND{i + 1}@", str(p))
         with open(os.path.join(tmp, "manifests.yaml"), "w") as f:
@@ -249,7 +279,9 @@ def main():
         for p in BACKEND_PORTS:
             wait_port(p)
 
-        for name, kind, opts in scenarios:
+        for name, kind, opts, frontend in scenarios:
+            if frontend != "http":
+                continue  # the ceiling is plain HTTP to one backend
             r = measure(kind, opts, f"http://127.0.0.1:{BACKEND_PORTS[0]}/", args.duration, None, tmp, lua)
             results.setdefault((name, "direct"), []).append(r)
             print(f"direct     {name:28} {r['rps']:10.0f} req/s", flush=True)
@@ -258,8 +290,8 @@ def main():
             for target in ["haproxy", "switchyard"]:
                 p, port = start_proxy(target, procs, tmp, args.switchyard, logs)
                 try:
-                    for name, kind, opts in scenarios:
-                        r = measure(kind, opts, f"http://127.0.0.1:{port}/svc/", args.duration, p.pid, tmp, lua)
+                    for name, kind, opts, frontend in scenarios:
+                        r = measure(kind, opts, url_for(frontend, port), args.duration, p.pid, tmp, lua)
                         results.setdefault((name, target), []).append(r)
                         print(f"{target:10} {name:28} {r['rps']:10.0f} req/s  p99 {r['p99_ms']:.2f} ms  "
                               f"cpu/100k {r['cpu_per_100k']:.2f} s  errors {r['errors']}  (rep {rep + 1})",
@@ -276,7 +308,7 @@ def main():
     print()
     print("| scenario | metric | direct | HAProxy | switchyard | switchyard / HAProxy |")
     print("|---|---|---|---|---|---|")
-    for name, _, _ in scenarios:
+    for name, _, _, _ in scenarios:
         for metric, fmt in [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999_ms", "{:.2f}"),
                             ("cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"), ("errors", "{:.0f}")]:
             cells = []
