@@ -1321,3 +1321,62 @@ async fn first_moves_on_when_maxconn_is_reached() {
         "back to the first once free"
     );
 }
+
+/// HTTP/2 (cleartext, prior knowledge) carries the host in `:authority`, with no Host header:
+/// host rules must match it all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_authority_is_matched_like_host() {
+    let byhost = Backend::start("byhost").await;
+    let other = Backend::start("other").await;
+    let sy = switchyard(objs(
+        vec![svc("web", 80).host("foo.example.com"), svc("other", 80)],
+        vec![slices("web", &[&byhost]), slices("other", &[&other])],
+    ))
+    .start()
+    .await;
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let mut seen = Vec::new();
+    for uri in [
+        "http://FOO.example.com:8080/a?b",
+        "http://elsewhere.example.org/other/x",
+    ] {
+        let req = http::Request::get(uri)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        assert!(req.headers().get("host").is_none());
+        let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.status(), 200, "{uri}");
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        seen.push((
+            v["backend"].as_str().unwrap_or("").to_string(),
+            v["uri"].as_str().unwrap_or("").to_string(),
+        ));
+    }
+    assert_eq!(
+        seen[0],
+        ("byhost".to_string(), "/a?b".to_string()),
+        "routed by :authority, unstripped"
+    );
+    assert_eq!(
+        seen[1],
+        ("other".to_string(), "/x".to_string()),
+        "no host rule: path route"
+    );
+}
