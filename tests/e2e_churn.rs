@@ -19,13 +19,13 @@ mod tls_client;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Backend, bin, eventually, free_port, try_request};
+use common::{Backend, eventually, free_port, try_request};
 use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
@@ -50,55 +50,11 @@ const PASSIVE_DOWN: Duration = Duration::from_secs(5);
 
 // === switchyard against the fake API ===
 
-struct Sy {
-    child: Child,
-    http_port: u16,
-    admin_port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Sy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use kube_api::Watching as Sy;
 
 impl Sy {
     fn start(api: &FakeApi, extra: &[&str]) -> Sy {
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = api.kubeconfig(dir.path());
-        let http_port = free_port();
-        let mut admin_port = free_port();
-        while admin_port == http_port {
-            admin_port = free_port();
-        }
-        let child = Command::new(bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--bind-address", "127.0.0.1"])
-            .args(["--http-port", &http_port.to_string()])
-            .args(["--admin-port", &admin_port.to_string()])
-            .args(["--stats-port", "0"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.path().join("stderr")).unwrap(),
-            ))
-            .spawn()
-            .unwrap();
-        Sy {
-            child,
-            http_port,
-            admin_port,
-            dir,
-        }
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+        api.spawn_switchyard(extra, "warn")
     }
 
     async fn wait_ready(&mut self) {

@@ -7,7 +7,7 @@ mod common;
 mod kube_api;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -21,48 +21,12 @@ use tokio::sync::Mutex;
 /// figures are printed.
 const CHANGE_LIMIT: Duration = Duration::from_secs(3);
 
-/// switchyard running against the fake API; killed on drop.
-struct Cluster {
-    child: Child,
-    http_port: u16,
-    admin_port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// switchyard running against the fake API.
+use kube_api::Watching as Cluster;
 
 impl Cluster {
     fn start(api: &FakeApi, extra: &[&str]) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = api.kubeconfig(dir.path());
-        let (http_port, admin_port) = (free_port(), free_port());
-        let child = Command::new(bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--bind-address", "127.0.0.1"])
-            .args(["--http-port", &http_port.to_string()])
-            .args(["--admin-port", &admin_port.to_string()])
-            .args(["--stats-port", "0"])
-            .args(extra)
-            .env("RUST_LOG", "warn,switchyard=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.path().join("stderr")).unwrap(),
-            ))
-            .spawn()
-            .unwrap();
-        Cluster {
-            child,
-            http_port,
-            admin_port,
-            _dir: dir,
-        }
+        api.spawn_switchyard(extra, "warn,switchyard=info")
     }
 
     async fn ready_status(&self) -> Option<u16> {

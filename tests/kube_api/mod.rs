@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -455,4 +456,61 @@ pub fn slice(
                        "conditions": {"ready": ready, "serving": serving, "terminating": terminating}}],
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
     })
+}
+
+/// A switchyard process watching a fake API through a kubeconfig, on free 127.0.0.1 ports with
+/// the stats page off; killed on drop. Test files add the helpers they need with `impl`.
+pub struct Watching {
+    pub child: Child,
+    pub http_port: u16,
+    pub admin_port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl FakeApi {
+    /// Starts switchyard against this server with `extra` flags and `RUST_LOG=rust_log`.
+    pub fn spawn_switchyard(&self, extra: &[&str], rust_log: &str) -> Watching {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = self.kubeconfig(dir.path());
+        let http_port = crate::common::free_port();
+        let mut admin_port = crate::common::free_port();
+        while admin_port == http_port {
+            admin_port = crate::common::free_port();
+        }
+        let child = Command::new(crate::common::bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--bind-address", "127.0.0.1"])
+            .args(["--http-port", &http_port.to_string()])
+            .args(["--admin-port", &admin_port.to_string()])
+            .args(["--stats-port", "0"])
+            .args(extra)
+            .env("RUST_LOG", rust_log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.path().join("stderr")).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        Watching {
+            child,
+            http_port,
+            admin_port,
+            dir,
+        }
+    }
+}
+
+impl Watching {
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
 }
