@@ -527,30 +527,11 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::Algorithm;
     use crate::matcher::Router;
-    use crate::table::{CheckResult, CheckSpec, Endpoint, EntryKey, Shared};
+    use crate::table::CheckResult;
 
     fn entry(name: &str, addrs: &[&str]) -> Entry {
-        Entry {
-            name: name.into(),
-            key: EntryKey {
-                namespace: "default".into(),
-                service: name.into(),
-                port: 80,
-            },
-            frontend: Frontend::Http,
-            algorithm: Algorithm::RoundRobin,
-            cookie_sticky: false,
-            client_ip_affinity: None,
-            maxconn: None,
-            endpoints: addrs
-                .iter()
-                .map(|a| Endpoint::new(a.parse().unwrap(), Shared::default()))
-                .collect(),
-            check: CheckSpec::default(),
-            state: Shared::default(),
-        }
+        Entry::fixture(name, Frontend::Http, addrs)
     }
 
     fn rules(list: &[(&str, bool, EntryId)]) -> PathRules<EntryId> {

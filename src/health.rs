@@ -221,28 +221,12 @@ impl Checker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::Algorithm;
-    use crate::table::{CheckSpec, Endpoint, Entry, EntryKey, Frontend};
+    use crate::table::{CheckSpec, Entry, Frontend};
 
     fn entry(name: &str, addrs: &[&str], check: CheckSpec) -> Entry {
         Entry {
-            name: name.into(),
-            key: EntryKey {
-                namespace: "default".into(),
-                service: name.into(),
-                port: 80,
-            },
-            frontend: Frontend::Http,
-            algorithm: Algorithm::RoundRobin,
-            cookie_sticky: false,
-            client_ip_affinity: None,
-            maxconn: None,
-            endpoints: addrs
-                .iter()
-                .map(|a| Endpoint::new(a.parse().unwrap(), Shared::default()))
-                .collect(),
             check,
-            state: Shared::default(),
+            ..Entry::fixture(name, Frontend::Http, addrs)
         }
     }
 

@@ -528,29 +528,10 @@ impl EndpointSource for TableEndpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::Algorithm;
-    use crate::table::{CheckResult, CheckSpec, Endpoint, EntryKey, Shared, TcpFrontend};
+    use crate::table::{CheckResult, TcpFrontend};
 
     fn entry(name: &str, frontend: Frontend, addrs: &[&str]) -> Entry {
-        Entry {
-            name: name.into(),
-            key: EntryKey {
-                namespace: "default".into(),
-                service: name.into(),
-                port: 80,
-            },
-            frontend,
-            algorithm: Algorithm::RoundRobin,
-            cookie_sticky: false,
-            client_ip_affinity: None,
-            maxconn: None,
-            endpoints: addrs
-                .iter()
-                .map(|a| Endpoint::new(a.parse().unwrap(), Shared::default()))
-                .collect(),
-            check: CheckSpec::default(),
-            state: Shared::default(),
-        }
+        Entry::fixture(name, frontend, addrs)
     }
 
     fn table() -> RoutingTable {

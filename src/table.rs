@@ -144,6 +144,31 @@ pub struct EntryState {
 }
 
 impl Entry {
+    /// A plain HTTP entry in `default` on port 80 over `addrs`, for module tests.
+    #[cfg(test)]
+    pub(crate) fn fixture(name: &str, frontend: Frontend, addrs: &[&str]) -> Entry {
+        Entry {
+            name: name.into(),
+            key: EntryKey {
+                namespace: "default".into(),
+                service: name.into(),
+                port: 80,
+            },
+            frontend,
+            algorithm: Algorithm::RoundRobin,
+            cookie_sticky: false,
+            client_ip_affinity: None,
+            maxconn: None,
+            endpoints: addrs
+                .iter()
+                .filter_map(|a| a.parse().ok())
+                .map(|a| Endpoint::new(a, Shared::default()))
+                .collect(),
+            check: CheckSpec::default(),
+            state: Shared::default(),
+        }
+    }
+
     /// The endpoint whose cookie id is `id`.
     pub fn endpoint_by_cookie(&self, value: &[u8]) -> Option<usize> {
         let id = crate::sticky::parse_cookie_id(value)?;
@@ -643,20 +668,8 @@ mod tests {
 
     fn entry(eps: Vec<Endpoint>) -> Entry {
         Entry {
-            name: "svc".into(),
-            key: EntryKey {
-                namespace: "default".into(),
-                service: "svc".into(),
-                port: 80,
-            },
-            frontend: Frontend::Http,
-            algorithm: Algorithm::RoundRobin,
-            cookie_sticky: false,
-            client_ip_affinity: None,
-            maxconn: None,
             endpoints: eps,
-            check: CheckSpec::default(),
-            state: Shared::default(),
+            ..Entry::fixture("svc", Frontend::Http, &[])
         }
     }
 

@@ -96,6 +96,11 @@ impl Backend {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind backend");
+        Self::serve(name, listener, delay)
+    }
+
+    /// Serves on `listener` until `stop()`.
+    fn serve(name: &str, listener: TcpListener, delay: Duration) -> Backend {
         let port = listener.local_addr().expect("backend addr").port();
         let log: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
@@ -960,42 +965,7 @@ impl Backend {
                 Err(e) => panic!("rebind 127.0.0.1:{port}: {e}"),
             }
         };
-        let log: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
-        let name_s = name.to_string();
-        let log2 = log.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                tokio::select! {
-                    _ = &mut stop_rx => break,
-                    accepted = listener.accept() => {
-                        let Ok((stream, _)) = accepted else { continue };
-                        let name = name_s.clone();
-                        let log = log2.clone();
-                        conns.spawn(async move {
-                            let svc = service_fn(move |req| {
-                                handle(req, name.clone(), log.clone(), Duration::ZERO)
-                            });
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .keep_alive(true)
-                                .serve_connection(TokioIo::new(stream), svc)
-                                .with_upgrades()
-                                .await;
-                        });
-                    }
-                }
-            }
-            drop(listener);
-            conns.shutdown().await;
-        });
-        Backend {
-            name: name.to_string(),
-            port,
-            log,
-            stop_tx: Some(stop_tx),
-            task: Some(task),
-        }
+        Self::serve(name, listener, Duration::ZERO)
     }
 }
 
