@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -457,12 +457,12 @@ struct Bytes {
 /// Copies bytes both ways until both sides have closed, one fails, or nothing moves for
 /// `idle`. An EOF on one side is passed on as a half-close (FIN) to the other, whose direction
 /// keeps flowing.
-async fn relay(client: TcpStream, upstream: TcpStream, idle: Duration) -> (Ended, Bytes) {
+async fn relay(mut client: TcpStream, mut upstream: TcpStream, idle: Duration) -> (Ended, Bytes) {
     let origin = Instant::now();
     let last_activity = AtomicU64::new(0);
     let (from_client, to_client) = (AtomicU64::new(0), AtomicU64::new(0));
-    let (client_r, client_w) = client.into_split();
-    let (upstream_r, upstream_w) = upstream.into_split();
+    let (client_r, client_w) = client.split();
+    let (upstream_r, upstream_w) = upstream.split();
     let ended = {
         let mut up = pin!(pump(
             client_r,
@@ -478,12 +478,14 @@ async fn relay(client: TcpStream, upstream: TcpStream, idle: Duration) -> (Ended
             &last_activity,
             origin
         ));
+        // One timer for the whole relay, moved only when it fires early: re-arming it on every
+        // wake-up would register and cancel a timer per read, the main cost of a busy relay.
+        let mut deadline = pin!(tokio::time::sleep_until((origin + idle).into()));
         let (mut up_done, mut down_done) = (false, false);
         loop {
             if up_done && down_done {
                 break Ended::Closed;
             }
-            let last = Duration::from_millis(last_activity.load(Ordering::Relaxed));
             tokio::select! {
                 r = &mut up, if !up_done => match r {
                     Ok(()) => up_done = true,
@@ -493,11 +495,12 @@ async fn relay(client: TcpStream, upstream: TcpStream, idle: Duration) -> (Ended
                     Ok(()) => down_done = true,
                     Err(e) => break Ended::Error(e.kind()),
                 },
-                _ = tokio::time::sleep_until((origin + last + idle).into()) => {
+                () = &mut deadline => {
                     let last = Duration::from_millis(last_activity.load(Ordering::Relaxed));
                     if origin.elapsed() >= last + idle {
                         break Ended::Idle;
                     }
+                    deadline.as_mut().reset((origin + last + idle).into());
                 }
             }
         }
@@ -511,8 +514,8 @@ async fn relay(client: TcpStream, upstream: TcpStream, idle: Duration) -> (Ended
 
 /// One direction: read until EOF, then half-close the writer.
 async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
+    mut from: ReadHalf<'_>,
+    mut to: WriteHalf<'_>,
     copied: &AtomicU64,
     last_activity: &AtomicU64,
     origin: Instant,
