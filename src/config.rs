@@ -204,6 +204,13 @@ pub struct Args {
           env = "SWITCHYARD_REQUEST_HEADER_TIMEOUT")]
     pub request_header_timeout: Duration,
 
+    /// How long a client connection may sit idle between requests (HTTP/1 keep-alive, and an
+    /// HTTP/2 connection with no open stream) before it is closed (HAProxy `timeout
+    /// http-keep-alive`). Whole seconds, at least one.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_keep_alive,
+          env = "SWITCHYARD_KEEP_ALIVE_TIMEOUT")]
+    pub keep_alive_timeout: Duration,
+
     /// Longest request header (request line and header fields) on the HTTP and TLS ports; a
     /// longer one gets 431 and the connection is closed.
     #[arg(long, value_name = "BYTES", default_value_t = 65536,
@@ -285,6 +292,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn parse_timeout(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err(format!("{s:?}: a timeout must be above zero")),
+        d => Ok(d),
+    }
+}
+
+/// Pingora counts the keep-alive timeout in whole seconds.
+fn parse_keep_alive(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d < Duration::from_secs(1) || d.subsec_nanos() != 0 => Err(format!(
+            "{s:?}: the keep-alive timeout is whole seconds, at least 1s"
+        )),
         d => Ok(d),
     }
 }
@@ -497,6 +514,7 @@ impl Config {
                 max_connections: args.max_connections as usize,
                 max_header_bytes: args.max_request_header_bytes as usize,
                 header_timeout: args.request_header_timeout,
+                keep_alive: args.keep_alive_timeout,
             },
             http_port,
             admin_port: args.admin_port,
@@ -526,6 +544,7 @@ impl Config {
                 tunnel: Duration::from_secs(args.tunnel_timeout),
                 server_idle: args.server_timeout,
                 request_headers: args.request_header_timeout,
+                keep_alive: args.keep_alive_timeout,
                 ..Timeouts::default()
             },
             connect_tries: 3,
@@ -562,6 +581,13 @@ mod tests {
         assert!(parse(&["--default-return-code", "99"]).is_err());
         assert!(parse(&["--http-port", "70000"]).is_err());
         assert!(parse(&["--bind-address", "nope"]).is_err());
+        assert!(parse(&["--keep-alive-timeout", "500ms"]).is_err());
+        assert!(parse(&["--keep-alive-timeout", "1500ms"]).is_err());
+        assert!(parse(&["--keep-alive-timeout", "0s"]).is_err());
+        let c = Config::from_args(parse(&["--manifests=m", "--keep-alive-timeout=2m"]).unwrap());
+        let c = c.unwrap();
+        assert_eq!(c.timeouts.keep_alive, Duration::from_secs(120));
+        assert_eq!(c.downstream.keep_alive, Duration::from_secs(120));
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct Limits {
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
+    /// Idle time allowed between two requests of a connection.
+    pub keep_alive: Duration,
 }
 
 impl Default for Limits {
@@ -50,6 +52,7 @@ impl Default for Limits {
             max_connections: 10_000,
             max_header_bytes: 64 * 1024,
             header_timeout: Duration::from_secs(5),
+            keep_alive: Duration::from_secs(60),
         }
     }
 }
@@ -512,7 +515,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
         }
         // HTTP/1, as Pingora's own loop does it, with the guard re-armed between requests.
         let mut session = ServerSession::new_http1(Box::new(stream));
-        session.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
+        session.set_keepalive(if *shutdown.borrow() {
+            None
+        } else {
+            Some(self.limits.keep_alive.as_secs())
+        });
         session.set_keepalive_reuses_remaining(options.and_then(|o| o.keepalive_request_limit));
         let mut result = self.inner.process_new_http(session, shutdown).await;
         while let Some((stream, settings)) = result.map(|r| r.consume()) {

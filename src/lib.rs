@@ -173,6 +173,9 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let mut http_app = pingora::proxy::http_proxy(&server.configuration, proxy);
     let mut options = HttpServerOptions::default();
     options.h2c = true;
+    // The HTTP/1 keep-alive idle bound, for HTTP/2 connections with no stream open (Pingora
+    // otherwise keeps them for as long as the client wants).
+    options.h2_idle_timeout = Some(config.timeouts.keep_alive);
     http_app.server_options = Some(options);
     // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
     let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
@@ -203,7 +206,10 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
         .with_fail_open(config.health.fail_open)
         .with_https(tls.https_policy());
-        let https_app = pingora::proxy::http_proxy(&server.configuration, proxy);
+        let mut https_app = pingora::proxy::http_proxy(&server.configuration, proxy);
+        let mut options = HttpServerOptions::default();
+        options.h2_idle_timeout = Some(config.timeouts.keep_alive);
+        https_app.server_options = Some(options);
         // A plain TCP listener: the guard runs the handshake itself, with a deadline and
         // failure metrics.
         let guarded = downstream::Guard::new(

@@ -617,6 +617,69 @@ async fn the_connection_limit_bounds_idle_connections() {
     assert!(served);
 }
 
+/// Reads until the peer closes; how long that took, or `None` past `limit`.
+async fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return start.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+#[tokio::test]
+async fn idle_connections_close_at_the_keep_alive_timeout_http1_and_http2() {
+    let backend = Backend::start("b").await;
+    let sy = switchyard(vec![svc("app", 80).into(), slice("app", "", backend.port)])
+        .args(&["--keep-alive-timeout", "1s"])
+        .start()
+        .await;
+    // HTTP/1: one request answered, then nothing.
+    let mut h1 = TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    h1.write_all(b"GET /app/ HTTP/1.1\r\nHost: example.test\r\n\r\n")
+        .await
+        .unwrap();
+    let a = read_answer(&mut h1, ANSWER_WAIT).await;
+    assert_eq!(a.status, Some(200), "{a:?}");
+    let t = closed_within(&mut h1, Duration::from_secs(10)).await;
+    assert!(
+        t.is_some_and(|t| t < Duration::from_secs(5)),
+        "HTTP/1: {t:?}"
+    );
+    // HTTP/2 (h2c): the preface and an empty SETTINGS frame, then no stream at all.
+    let mut h2 = TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let t = closed_within(&mut h2, Duration::from_secs(10)).await;
+    assert!(
+        t.is_some_and(|t| t >= Duration::from_millis(900) && t < Duration::from_secs(5)),
+        "HTTP/2: {t:?}"
+    );
+    // Busy connections are not cut: requests 400 ms apart for 2 s on one connection.
+    let mut busy = TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        busy.write_all(b"GET /app/ HTTP/1.1\r\nHost: example.test\r\n\r\n")
+            .await
+            .unwrap();
+        let a = read_answer(&mut busy, ANSWER_WAIT).await;
+        assert_eq!(a.status, Some(200), "{a:?}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+}
+
 // ---------------------------------------------------------------------------
 // TLS
 // ---------------------------------------------------------------------------
