@@ -120,11 +120,11 @@ impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
     }
 }
 
-/// Which typed object a map is being read into.
+/// Which typed object a map is being read into (boxed: a Service is 800 bytes on the stack).
 enum Partial {
-    Service(Service),
-    Slice(EndpointSlice),
-    Endpoints(Endpoints),
+    Service(Box<Service>),
+    Slice(Box<EndpointSlice>),
+    Endpoints(Box<Endpoints>),
     /// A `List` (or `*List`): only `items` is read.
     List,
     /// Another kind: everything is skipped.
@@ -134,9 +134,9 @@ enum Partial {
 impl Partial {
     fn for_kind(kind: &str) -> Partial {
         match kind {
-            "Service" => Partial::Service(Service::default()),
-            "EndpointSlice" => Partial::Slice(EndpointSlice::default()),
-            "Endpoints" => Partial::Endpoints(Endpoints::default()),
+            "Service" => Partial::Service(Box::default()),
+            "EndpointSlice" => Partial::Slice(Box::default()),
+            "Endpoints" => Partial::Endpoints(Box::default()),
             k if k == "List" || k.ends_with("List") => Partial::List,
             _ => Partial::Other,
         }
@@ -203,11 +203,11 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
         match partial {
             Partial::Service(mut s) => {
                 slim(&mut s.metadata);
-                out.services.push(s);
+                out.services.push(*s);
             }
             Partial::Slice(mut s) => {
                 slim(&mut s.metadata);
-                out.slices.push(s);
+                out.slices.push(*s);
             }
             Partial::Endpoints(ep) => out.slices.extend(slices_from_endpoints(&ep)),
             Partial::List => match items {
