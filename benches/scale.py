@@ -8,6 +8,11 @@ connections (default 10,000) opened to its HTTP port, each having sent one reque
 after start, RSS with the table, the table build time (from /metrics), and RSS per idle
 connection. Every process and socket is closed at the end; every wait is bounded.
 
+RSS is read once it has settled (no change over 3 s, at most 40 s): jemalloc purges freed pages
+in the background over about 10 s, so a reading right after the build still holds its garbage.
+The live heap (`switchyard_heap_allocated_bytes`, jemalloc's count of bytes allocated and not
+freed) is reported next to it: RSS minus heap is allocator slack, thread stacks and code.
+
 Usage: python3 benches/scale.py [--services 10000] [--connections 10000] [--switchyard PATH]
 """
 
@@ -34,6 +39,26 @@ def rss_mib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+def settled_rss(pid, quiet=3.0, limit=40.0):
+    """RSS once it has stopped moving by more than 0.5 MiB for `quiet` seconds."""
+    deadline = time.time() + limit
+    last, since = rss_mib(pid), time.time()
+    while time.time() < deadline:
+        time.sleep(0.5)
+        now = rss_mib(pid)
+        if abs(now - last) > 0.5:
+            last, since = now, time.time()
+        elif time.time() - since >= quiet:
+            break
+    return rss_mib(pid)
+
+
+def metric(name):
+    text = get(f"http://127.0.0.1:{ADMIN_PORT}/metrics")[1]
+    found = [l for l in text.splitlines() if l.startswith(name + " ") or l.startswith(name + "{")]
+    return float(found[0].split()[-1]) if found else float("nan")
 
 
 def get(url, timeout=5):
@@ -104,10 +129,10 @@ def main():
             sys.exit("switchyard did not become ready")
         ready_s = time.time() - started
         time.sleep(1.0)
-        rss_table = rss_mib(sy.pid)
-        metrics = get(f"http://127.0.0.1:{ADMIN_PORT}/metrics")[1]
-        build = [l for l in metrics.splitlines() if l.startswith("switchyard_table_build_seconds_sum")]
-        build_s = float(build[0].split()[1]) if build else float("nan")
+        rss_table_1s = rss_mib(sy.pid)
+        rss_table = settled_rss(sy.pid)
+        heap_table = metric("switchyard_heap_allocated_bytes") / 2**20
+        build_s = metric("switchyard_table_build_seconds_sum")
 
         request = b"GET /live/ HTTP/1.1\r\nHost: x\r\n\r\n"
         deadline = time.time() + 120
@@ -118,17 +143,20 @@ def main():
             s.sendall(request)
             s.recv(65536)
             conns.append(s)
-        time.sleep(1.0)
-        rss_conns = rss_mib(sy.pid)
+        rss_conns = settled_rss(sy.pid)
+        heap_conns = metric("switchyard_heap_allocated_bytes") / 2**20
         per_conn_kib = (rss_conns - rss_table) * 1024 / max(len(conns), 1)
+        heap_per_conn_kib = (heap_conns - heap_table) * 1024 / max(len(conns), 1)
 
         print(f"| Services x endpoints | {args.services} x 10 |")
         print(f"| RSS at start | {rss_start:.1f} MiB |")
-        print(f"| RSS with the table | {rss_table:.1f} MiB |")
+        print(f"| RSS with the table, 1 s after ready | {rss_table_1s:.1f} MiB |")
+        print(f"| RSS with the table, settled | {rss_table:.1f} MiB (heap allocated {heap_table:.1f} MiB) |")
         print(f"| first table: build time (table_build_seconds) | {build_s * 1000:.0f} ms |")
         print(f"| first table: process start to ready (parse + build) | {ready_s:.2f} s |")
         print(f"| idle keep-alive connections | {len(conns)} |")
         print(f"| RSS with the connections | {rss_conns:.1f} MiB ({per_conn_kib:.1f} KiB per connection) |")
+        print(f"| heap with the connections | {heap_conns:.1f} MiB ({heap_per_conn_kib:.1f} KiB per connection) |")
     finally:
         for s in conns:
             s.close()

@@ -9,14 +9,17 @@
 //! data plane.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::Resource;
 use k8s_openapi::api::core::v1::{EndpointAddress, Endpoints, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Deserialize;
+use serde::de::value::MapDeserializer;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::pipeline::Pipeline;
@@ -63,73 +66,293 @@ pub fn load(paths: &[PathBuf]) -> Result<Objects, ManifestError> {
 }
 
 /// Parses one file's text (YAML or JSON by extension) into `objects`.
+///
+/// Objects are deserialized straight into their typed form: a document is never held as a
+/// generic value tree (a `serde_json::Value` costs about 35 bytes of heap per byte of JSON, so
+/// a 7 MB manifest used to peak near 300 MB, and glibc kept most of it). See [`ObjectSeed`].
 pub fn parse_into(text: &str, path: &Path, objects: &mut Objects) -> Result<(), ManifestError> {
-    // Both iterators may repeat an error forever, so stop at the first one.
-    let mut docs: Vec<Result<Value, String>> = Vec::new();
+    let err = |document: usize, reason: String| ManifestError::Parse {
+        path: path.to_path_buf(),
+        document,
+        reason,
+    };
     if path.extension().is_some_and(|e| e == "json") {
-        for doc in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-            let failed = doc.is_err();
-            docs.push(doc.map_err(|e| e.to_string()));
-            if failed {
-                break;
-            }
+        let mut de = serde_json::Deserializer::from_str(text);
+        let mut document = 0;
+        // `end` only skips whitespace: it fails while another document follows.
+        while de.end().is_err() {
+            document += 1;
+            ObjectSeed { out: objects }
+                .deserialize(&mut de)
+                .map_err(|e| err(document, e.to_string()))?;
         }
     } else {
-        for doc in serde_yaml_ng::Deserializer::from_str(text) {
-            let value = Value::deserialize(doc).map_err(|e| e.to_string());
-            let failed = value.is_err();
-            docs.push(value);
-            if failed {
-                break;
-            }
+        // The iterator may repeat an error forever, so stop at the first one.
+        for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+            ObjectSeed { out: objects }
+                .deserialize(doc)
+                .map_err(|e| err(i + 1, e.to_string()))?;
         }
     }
-    for (i, doc) in docs.into_iter().enumerate() {
-        let document = i + 1;
-        let err = |reason: String| ManifestError::Parse {
-            path: path.to_path_buf(),
-            document,
-            reason,
+    Ok(())
+}
+
+// === impl ObjectSeed ===
+
+/// Deserializes one object (a document or a `List` item) into `out`, typed as it is read.
+///
+/// `kind` decides the type, but a map's keys come in any order: `kubectl -o yaml` sorts them,
+/// so an EndpointSlice's `endpoints` and a List's `items` come before `kind`. Keys seen before
+/// `kind` are therefore buffered (one object's worth, as `serde_json::Value`) and replayed with
+/// `kind` first; `items` is the exception: it is read straight into a side `Objects` and kept
+/// only if the object turns out to be a List. Fields routing never reads (`status`,
+/// `metadata.managedFields`, the last-applied annotation) are skipped or dropped here, as the
+/// cluster watcher drops them from its stores.
+struct ObjectSeed<'a> {
+    out: &'a mut Objects,
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+/// Which typed object a map is being read into (boxed: a Service is 800 bytes on the stack).
+enum Partial {
+    Service(Box<Service>),
+    Slice(Box<EndpointSlice>),
+    Endpoints(Box<Endpoints>),
+    /// A `List` (or `*List`): only `items` is read.
+    List,
+    /// Another kind: everything is skipped.
+    Other,
+}
+
+impl Partial {
+    fn for_kind(kind: &str) -> Partial {
+        match kind {
+            "Service" => Partial::Service(Box::default()),
+            "EndpointSlice" => Partial::Slice(Box::default()),
+            "Endpoints" => Partial::Endpoints(Box::default()),
+            k if k == "List" || k.ends_with("List") => Partial::List,
+            _ => Partial::Other,
+        }
+    }
+}
+
+/// What an `items` value turned out to be.
+enum Items {
+    List(Objects),
+    /// Absent or null: an empty list.
+    Null,
+    NotAList,
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    /// An empty document (`---` followed by nothing).
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut kind: Option<(String, Partial)> = None;
+        let mut api_version: Option<String> = None;
+        // Keys read before `kind`, replayed once it is known.
+        let mut early: Vec<(String, Value)> = Vec::new();
+        let mut items: Option<Items> = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match (key.as_str(), kind.as_mut()) {
+                ("kind", None) => {
+                    let k: String = map.next_value()?;
+                    let partial = Partial::for_kind(&k);
+                    kind = Some((k, partial));
+                }
+                ("apiVersion", _) => api_version = Some(map.next_value()?),
+                ("items", None | Some((_, Partial::List))) => {
+                    items = Some(map.next_value_seed(ItemsSeed)?);
+                }
+                (_, None) => early.push((key, map.next_value()?)),
+                (_, Some((k, partial))) => {
+                    field(partial, &key, &mut map).map_err(|e| invalid(k, e))?;
+                }
+            }
+        }
+        let Some((kind, mut partial)) = kind else {
+            return Err(de::Error::custom("not a Kubernetes object: no `kind`"));
         };
-        let value = doc.map_err(err)?;
-        add_value(value, objects).map_err(err)?;
+        for (key, value) in early {
+            replay(&mut partial, &key, value).map_err(|e| invalid(&kind, e))?;
+        }
+        if let Some(v) = &api_version {
+            check_api_version(&partial, v).map_err(|e| invalid(&kind, e))?;
+        }
+        let out = self.out;
+        match partial {
+            Partial::Service(mut s) => {
+                slim(&mut s.metadata);
+                out.services.push(*s);
+            }
+            Partial::Slice(mut s) => {
+                slim(&mut s.metadata);
+                out.slices.push(*s);
+            }
+            Partial::Endpoints(ep) => out.slices.extend(slices_from_endpoints(&ep)),
+            Partial::List => match items {
+                Some(Items::List(objects)) => {
+                    out.services.extend(objects.services);
+                    out.slices.extend(objects.slices);
+                }
+                Some(Items::Null) | None => {}
+                Some(Items::NotAList) => {
+                    return Err(de::Error::custom(format!("{kind}: `items` is not a list")));
+                }
+            },
+            Partial::Other => tracing::debug!(kind, "ignoring object of another kind"),
+        }
+        Ok(())
+    }
+}
+
+fn invalid<E: de::Error>(kind: &str, e: impl fmt::Display) -> E {
+    E::custom(format!("invalid {kind}: {e}"))
+}
+
+/// Reads the value of `key` from `map` into the object being built.
+fn field<'de, A: MapAccess<'de>>(
+    partial: &mut Partial,
+    key: &str,
+    map: &mut A,
+) -> Result<(), A::Error> {
+    match (partial, key) {
+        (Partial::Service(s), "metadata") => s.metadata = map.next_value()?,
+        (Partial::Service(s), "spec") => s.spec = map.next_value()?,
+        (Partial::Slice(s), "metadata") => s.metadata = map.next_value()?,
+        (Partial::Slice(s), "addressType") => s.address_type = map.next_value()?,
+        (Partial::Slice(s), "endpoints") => s.endpoints = map.next_value()?,
+        (Partial::Slice(s), "ports") => s.ports = map.next_value()?,
+        (Partial::Endpoints(e), "metadata") => e.metadata = map.next_value()?,
+        (Partial::Endpoints(e), "subsets") => e.subsets = map.next_value()?,
+        // `status`, a repeated `kind`, other kinds' fields: read past without building them.
+        _ => {
+            map.next_value::<IgnoredAny>()?;
+        }
     }
     Ok(())
 }
 
-fn add_value(value: Value, objects: &mut Objects) -> Result<(), String> {
-    if value.is_null() {
-        return Ok(());
+/// `field` for a key that was buffered before `kind` was known.
+fn replay(partial: &mut Partial, key: &str, value: Value) -> Result<(), serde_json::Error> {
+    let mut one = MapDeserializer::new(std::iter::once((key, value)));
+    if one.next_key::<IgnoredAny>()?.is_some() {
+        field(partial, key, &mut one)?;
     }
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .ok_or("not a Kubernetes object: no `kind`")?
-        .to_string();
-    match kind.as_str() {
-        "Service" => objects.services.push(typed("Service", value)?),
-        "EndpointSlice" => objects.slices.push(typed("EndpointSlice", value)?),
-        "Endpoints" => {
-            let ep: Endpoints = typed("Endpoints", value)?;
-            objects.slices.extend(slices_from_endpoints(&ep));
-        }
-        k if k == "List" || k.ends_with("List") => {
-            let items = match value.get("items") {
-                Some(Value::Array(items)) => items.clone(),
-                Some(Value::Null) | None => Vec::new(),
-                Some(_) => return Err(format!("{k}: `items` is not a list")),
-            };
-            for (j, item) in items.into_iter().enumerate() {
-                add_value(item, objects).map_err(|e| format!("item {}: {e}", j + 1))?;
+    one.end()
+}
+
+/// The `apiVersion` check k8s-openapi makes when it reads an object itself.
+fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
+    let expected = match partial {
+        Partial::Service(_) => Service::API_VERSION,
+        Partial::Slice(_) => EndpointSlice::API_VERSION,
+        Partial::Endpoints(_) => Endpoints::API_VERSION,
+        Partial::List | Partial::Other => return Ok(()),
+    };
+    if version == expected {
+        Ok(())
+    } else {
+        Err(format!("apiVersion {version:?}, expected {expected:?}"))
+    }
+}
+
+/// Drops what routing never reads (as the cluster watcher does for its stores).
+fn slim(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// `kubectl apply`'s copy of the whole object, often larger than the object itself.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Reads a List's `items`, each through `ObjectSeed`.
+struct ItemsSeed;
+
+impl<'de> DeserializeSeed<'de> for ItemsSeed {
+    type Value = Items;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Items, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemsSeed {
+    type Value = Items;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of Kubernetes objects")
+    }
+
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Items, S::Error> {
+        let mut objects = Objects::default();
+        let mut n = 0;
+        loop {
+            n += 1;
+            let item = seq
+                .next_element_seed(ObjectSeed { out: &mut objects })
+                .map_err(|e| de::Error::custom(format!("item {n}: {e}")))?;
+            if item.is_none() {
+                return Ok(Items::List(objects));
             }
         }
-        other => tracing::debug!(kind = other, "ignoring object of another kind"),
     }
-    Ok(())
-}
 
-fn typed<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, String> {
-    serde_json::from_value(value).map_err(|e| format!("invalid {what}: {e}"))
+    fn visit_unit<E: de::Error>(self) -> Result<Items, E> {
+        Ok(Items::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Items, E> {
+        Ok(Items::Null)
+    }
+
+    // Anything else is an error only if the object is a List, which may not be known yet.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Items, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Items::NotAList)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Items, E> {
+        Ok(Items::NotAList)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Items, E> {
+        Ok(Items::NotAList)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Items, E> {
+        Ok(Items::NotAList)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Items, E> {
+        Ok(Items::NotAList)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Items, E> {
+        Ok(Items::NotAList)
+    }
 }
 
 /// Converts hand-written v1 Endpoints into EndpointSlices, one per subset.
@@ -344,6 +567,64 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no `kind`"), "{e}");
+    }
+
+    #[test]
+    fn keys_in_any_order_as_kubectl_sorts_them() {
+        // `kubectl get -o json` order: a List's items and a slice's endpoints before `kind`.
+        let json = r#"{"apiVersion":"v1","items":[
+            {"addressType":"IPv4","apiVersion":"discovery.k8s.io/v1",
+             "endpoints":[{"addresses":["10.0.0.1"]}],"kind":"EndpointSlice",
+             "metadata":{"name":"web-1","labels":{"kubernetes.io/service-name":"web"}},
+             "ports":[{"port":8080}]},
+            {"metadata":{"name":"web"},"spec":{"ports":[{"port":80}]},"kind":"Service"}],
+            "kind":"List","metadata":{}}"#;
+        let o = parse(json, "l.json").unwrap();
+        assert_eq!(o.services.len(), 1);
+        assert_eq!(o.services[0].metadata.name.as_deref(), Some("web"));
+        assert_eq!(o.slices.len(), 1);
+        assert_eq!(o.slices[0].address_type, "IPv4");
+        assert_eq!(o.slices[0].endpoints.as_ref().unwrap().len(), 1);
+        // An object of another kind may have an `items` that is anything.
+        let o = parse(
+            "items: 3\nkind: Deployment\n---\nitems: {a: 1}\nkind: Foo\n",
+            "x.yaml",
+        );
+        assert_eq!(o.unwrap().services.len(), 0);
+        let e = parse("items: 3\nkind: List\n", "x.yaml").unwrap_err();
+        assert!(e.to_string().contains("`items` is not a list"), "{e}");
+    }
+
+    #[test]
+    fn what_routing_never_reads_is_dropped() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  managedFields: \
+                    [{manager: kubectl, fieldsV1: {f:spec: {}}}]\n  annotations:\n    \
+                    kubectl.kubernetes.io/last-applied-configuration: '{}'\n    \
+                    serviceloadbalancer/lb.host: a.test\nspec: {ports: [{port: 80}]}\n\
+                    status: {loadBalancer: {ingress: [{ip: 1.2.3.4}]}}\n";
+        let o = parse(text, "s.yaml").unwrap();
+        let s = &o.services[0];
+        assert!(s.metadata.managed_fields.is_none());
+        assert_eq!(s.metadata.annotations.as_ref().unwrap().len(), 1);
+        assert!(s.status.is_none());
+        assert_eq!(s.spec.as_ref().unwrap().ports.as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn api_version_is_checked_wherever_it_comes() {
+        for text in [
+            "apiVersion: v2\nkind: Service\nmetadata: {name: a}\n",
+            "kind: Service\nmetadata: {name: a}\napiVersion: v2\n",
+            "metadata: {name: a}\napiVersion: v2\nkind: Service\n",
+        ] {
+            let e = parse(text, "v.yaml").unwrap_err().to_string();
+            assert!(e.contains("invalid Service"), "{e}");
+        }
+        // Without an apiVersion the kind alone decides, as before.
+        assert_eq!(
+            parse("kind: Service\n", "k.yaml").unwrap().services.len(),
+            1
+        );
     }
 
     #[test]

@@ -18,6 +18,19 @@ TCP frontend (L4 throughput for small messages). Per run: requests/s, p50/p99/p9
 latency, proxy CPU seconds per 100k requests (from /proc), proxy peak RSS (VmHWM). The table
 printed at the end holds medians over the repetitions and switchyard/HAProxy ratios.
 
+"keep-alive under 100 table swaps/s" (switchyard only; it brings the plain keep-alive scenario
+along, which is its baseline): the same wrk keep-alive run while the routing table is rebuilt
+and swapped about 100 times a second. switchyard watches fake_api.py (a list + watch fake of
+the Kubernetes API, on the load core) through a kubeconfig, with the hidden test flags
+`--watch-debounce 0ms --watch-max-wait 10ms` so that nearly every API change is its own swap;
+fake_api.py adds or removes one endpoint of `svc` every 10 ms (one always stays ready).
+Reported: failed requests, p99 and its ratio to the no-swap keep-alive run of the same
+repetition (`p99_vs_no_swap`, median of the per-repetition ratios), API changes made and swaps
+observed (`switchyard_table_swaps_total` before and after the run). The swap run's proxy CPU
+includes the watch (JSON decoding of events) and the rebuilds; the baseline's source is the
+manifest file. HAProxy has no counterpart (changing its servers takes a reload or its runtime
+API), so its column stays empty.
+
 Usage: python3 benches/loadtest/run.py [--reps 3] [--duration 8] [--switchyard PATH]
 Needs: haproxy, nginx, wrk, h2load (nghttp2-client), taskset; a release build of switchyard
 (`cargo build --release`), which it builds if missing.
@@ -182,7 +195,10 @@ SCENARIOS = [
     ("TLS keep-alive", "wrk", {"conns": 64, "close": False}, "https"),
     ("TLS new connection per request", "wrk", {"conns": 64, "close": True}, "https"),
     ("raw TCP (HTTP keep-alive through it)", "wrk", {"conns": 64, "close": False}, "tcp"),
+    ("keep-alive under 100 table swaps/s", "swap", {"conns": 64, "close": False, "rate": 100}, "http"),
 ]
+SWAP_BASELINE = "keep-alive"
+FAKE_API_PORT = 18099
 
 
 def url_for(frontend, http_port):
@@ -222,6 +238,59 @@ def start_proxy(name, procs, tmp, switchyard, logs):
     return p, port
 
 
+def metric_value(name):
+    """One unlabelled series from switchyard's /metrics."""
+    out = subprocess.run(["curl", "-s", "--max-time", "2", f"http://127.0.0.1:{SWITCHYARD_ADMIN}/metrics"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise RuntimeError(f"{name} not in /metrics")
+
+
+def run_swap_scenario(opts, duration, procs, tmp, switchyard, logs, lua):
+    """Keep-alive wrk against switchyard watching fake_api.py, which churns endpoints."""
+    api = subprocess.Popen(["taskset", "-c", LOAD_CORE, sys.executable, os.path.join(HERE, "fake_api.py"),
+                            "--port", str(FAKE_API_PORT), "--rate", str(opts["rate"]),
+                            "--backends", ",".join(map(str, BACKEND_PORTS))],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs, text=True,
+                           start_new_session=True)
+    procs.procs.append(api)
+    try:
+        if api.stdout.readline().strip() != "LISTENING":
+            raise RuntimeError("fake_api.py did not start")
+        kubeconfig = os.path.join(tmp, "kubeconfig")
+        with open(kubeconfig, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+                    f"clusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{FAKE_API_PORT}\n"
+                    "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
+                    "    namespace: default\nusers:\n- name: fake\n  user:\n    token: fake-token\n")
+        p = procs.start([switchyard, "--kubeconfig", kubeconfig, "--bind-address", "127.0.0.1",
+                         "--http-port", str(SWITCHYARD_PORT), "--admin-port", str(SWITCHYARD_ADMIN),
+                         "--stats-port", str(SWITCHYARD_STATS), "--threads", "1",
+                         "--watch-debounce", "0ms", "--watch-max-wait", "10ms"], PROXY_CORE, logs)
+        try:
+            wait_http_ok(f"http://127.0.0.1:{SWITCHYARD_PORT}/svc/")
+            swaps_before = metric_value("switchyard_table_swaps_total")
+            api.stdin.write("start\n")
+            api.stdin.flush()
+            before = cpu_seconds(p.pid)
+            r = run_wrk(f"http://127.0.0.1:{SWITCHYARD_PORT}/svc/", duration, opts["conns"], opts["close"], lua)
+            r["cpu_per_100k"] = (cpu_seconds(p.pid) - before) / max(r["requests"], 1) * 100_000
+            r["rss_mib"] = peak_rss_mib(p.pid)
+            api.stdin.write("stop\n")
+            api.stdin.flush()
+            line = api.stdout.readline().split()
+            r["api_changes"] = float(line[1]) if len(line) == 2 and line[0] == "CHANGES" else float("nan")
+            r["swaps"] = metric_value("switchyard_table_swaps_total") - swaps_before
+            r["swaps_per_s"] = r["swaps"] / duration
+            return r
+        finally:
+            procs.stop(p)
+    finally:
+        procs.stop(api)
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -232,13 +301,25 @@ def main():
     ap.add_argument("--duration", type=int, default=8, help="seconds per run")
     ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
     ap.add_argument("--only", help="comma-separated scenario names to run")
+    ap.add_argument("--port-offset", type=int, default=0,
+                    help="added to every port used (to run beside another copy of this script)")
     args = ap.parse_args()
+    global BACKEND_PORTS, HAPROXY_PORT, SWITCHYARD_PORT, SWITCHYARD_ADMIN, SWITCHYARD_STATS, HTTPS_PORT, TCP_PORT
+    global FAKE_API_PORT
+    o = args.port_offset
+    BACKEND_PORTS = [p + o for p in BACKEND_PORTS]
+    HAPROXY_PORT, SWITCHYARD_PORT, SWITCHYARD_ADMIN, SWITCHYARD_STATS = (
+        HAPROXY_PORT + o, SWITCHYARD_PORT + o, SWITCHYARD_ADMIN + o, SWITCHYARD_STATS + o)
+    HTTPS_PORT, TCP_PORT, FAKE_API_PORT = HTTPS_PORT + o, TCP_PORT + o, FAKE_API_PORT + o
     for tool in ["haproxy", "nginx", "wrk", "h2load", "taskset", "curl"]:
         if not shutil.which(tool):
             sys.exit(f"loadtest: {tool} is not installed (apt-get install haproxy nginx-light wrk nghttp2-client curl)")
     if not os.path.exists(args.switchyard):
         subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
-    scenarios = [s for s in SCENARIOS if not args.only or s[0] in args.only.split(",")]
+    only = args.only.split(",") if args.only else None
+    if only and any(kind == "swap" and name in only for name, kind, _, _ in SCENARIOS):
+        only.append(SWAP_BASELINE)  # the swap scenario is read against it
+    scenarios = [s for s in SCENARIOS if not only or s[0] in only]
 
     procs = Procs()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -280,7 +361,7 @@ def main():
             wait_port(p)
 
         for name, kind, opts, frontend in scenarios:
-            if frontend != "http":
+            if frontend != "http" or kind == "swap":
                 continue  # the ceiling is plain HTTP to one backend
             r = measure(kind, opts, f"http://127.0.0.1:{BACKEND_PORTS[0]}/", args.duration, None, tmp, lua)
             results.setdefault((name, "direct"), []).append(r)
@@ -291,6 +372,8 @@ def main():
                 p, port = start_proxy(target, procs, tmp, args.switchyard, logs)
                 try:
                     for name, kind, opts, frontend in scenarios:
+                        if kind == "swap":
+                            continue
                         r = measure(kind, opts, url_for(frontend, port), args.duration, p.pid, tmp, lua)
                         results.setdefault((name, target), []).append(r)
                         print(f"{target:10} {name:28} {r['rps']:10.0f} req/s  p99 {r['p99_ms']:.2f} ms  "
@@ -298,6 +381,20 @@ def main():
                               flush=True)
                 finally:
                     procs.stop(p)
+                if target != "switchyard":
+                    continue  # HAProxy has no counterpart of a table swap without a reload
+                for name, kind, opts, frontend in scenarios:
+                    if kind != "swap":
+                        continue
+                    r = run_swap_scenario(opts, args.duration, procs, tmp, args.switchyard, logs, lua)
+                    base = results.get((SWAP_BASELINE, target), [])
+                    if len(base) == rep + 1:
+                        r["p99_vs_no_swap"] = r["p99_ms"] / base[rep]["p99_ms"]
+                    results.setdefault((name, target), []).append(r)
+                    print(f"{target:10} {name:28} {r['rps']:10.0f} req/s  p99 {r['p99_ms']:.2f} ms "
+                          f"({r.get('p99_vs_no_swap', float('nan')):.2f}x no-swap)  errors {r['errors']}  "
+                          f"{r['api_changes']:.0f} API changes -> {r['swaps']:.0f} swaps  (rep {rep + 1})",
+                          flush=True)
     finally:
         procs.stop_all()
         logs.close()
@@ -308,9 +405,13 @@ def main():
     print()
     print("| scenario | metric | direct | HAProxy | switchyard | switchyard / HAProxy |")
     print("|---|---|---|---|---|---|")
-    for name, _, _, _ in scenarios:
-        for metric, fmt in [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999_ms", "{:.2f}"),
-                            ("cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"), ("errors", "{:.0f}")]:
+    for name, kind, _, _ in scenarios:
+        metrics = [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999_ms", "{:.2f}"),
+                   ("cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"), ("errors", "{:.0f}")]
+        if kind == "swap":
+            metrics += [("p99_vs_no_swap", "{:.2f}x"), ("api_changes", "{:.0f}"), ("swaps", "{:.0f}"),
+                        ("swaps_per_s", "{:.0f}")]
+        for metric, fmt in metrics:
             cells = []
             vals = {}
             for target in ["direct", "haproxy", "switchyard"]:
@@ -321,6 +422,10 @@ def main():
             ratio = vals["switchyard"] / vals["haproxy"] if vals["haproxy"] else float("nan")
             ratio_cell = "" if ratio != ratio or metric == "errors" else f"{ratio:.2f}x"
             print(f"| {name} | {metric} | " + " | ".join(cells) + f" | {ratio_cell} |")
+    if any(kind == "swap" for _, kind, _, _ in scenarios):
+        print()
+        print("Table swaps: HAProxy has no counterpart without a reload; target 0 errors and "
+              "p99_vs_no_swap <= 1.1x.")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
