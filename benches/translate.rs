@@ -19,7 +19,9 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use switchyard::balance::{self, Pick};
-use switchyard::translate::{Options, SERVICE_NAME_LABEL, annotation, translate};
+use switchyard::translate::{
+    Changes, Options, SERVICE_NAME_LABEL, Store, annotation, translate, translate_changes,
+};
 
 fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
     let mut services = Vec::with_capacity(n);
@@ -101,11 +103,35 @@ fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
     (services, slices)
 }
 
+/// Objects keyed as the cluster source's stores hold them.
+fn stores(
+    services: &[Service],
+    slices: &[EndpointSlice],
+) -> (Store<Service>, Store<EndpointSlice>) {
+    let key = |m: &ObjectMeta| {
+        (
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        )
+    };
+    (
+        services
+            .iter()
+            .map(|s| (key(&s.metadata), s.clone()))
+            .collect(),
+        slices
+            .iter()
+            .map(|s| (key(&s.metadata), s.clone()))
+            .collect(),
+    )
+}
+
 fn bench_translate(c: &mut Criterion) {
     let mut g = c.benchmark_group("translate");
     g.sample_size(10);
     for n in [100, 1_000, 10_000] {
         let (services, slices) = world(n);
+        let (svc_store, eps_store) = stores(&services, &slices);
         let options = Options::default();
         let (previous, _) = translate(&services, &slices, &options, None);
         // The old table is dropped after the swap, outside the rebuild: leave drops out.
@@ -114,11 +140,14 @@ fn bench_translate(c: &mut Criterion) {
                 translate(black_box(&services), black_box(&slices), &options, None)
             })
         });
+        // What the watcher does after a batch of events that changed nothing routing reads.
+        let nothing = Changes::default();
         g.bench_with_input(BenchmarkId::new("rebuild", n), &n, |b, _| {
             b.iter_with_large_drop(|| {
-                translate(
-                    black_box(&services),
-                    black_box(&slices),
+                translate_changes(
+                    black_box(&svc_store),
+                    black_box(&eps_store),
+                    Some(&nothing),
                     &options,
                     Some(&previous),
                 )
@@ -136,11 +165,22 @@ fn bench_translate(c: &mut Criterion) {
             ..Default::default()
         });
     }
+    let (svc_store, eps_store) = stores(&services, &slices);
+    let m = &slices[4_242].metadata;
+    let changes = Changes {
+        services: Default::default(),
+        slices: [(
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        )]
+        .into(),
+    };
     g.bench_function("10000_one_slice_changed", |b| {
         b.iter_with_large_drop(|| {
-            translate(
-                black_box(&services),
-                black_box(&slices),
+            translate_changes(
+                black_box(&svc_store),
+                black_box(&eps_store),
+                Some(&changes),
                 &options,
                 Some(&previous),
             )

@@ -1,6 +1,6 @@
-//! The publish path shared by every source (manifest files now, the cluster watcher next):
-//! translate against the current table, skip the swap when nothing changed, store once, and
-//! report warnings.
+//! The publish path shared by every source (manifest files, the cluster watcher): translate
+//! against the table built last (whole snapshots, or keyed stores with what changed since),
+//! skip the swap when nothing changed, store once, and report warnings.
 //!
 //! Warnings are logged when they first appear, not on every rebuild, so a bad object does not
 //! flood the log. This module owns no I/O besides logging and reading the clock for the build
@@ -15,8 +15,10 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::metrics::Metrics;
-use crate::table::TableWriter;
-use crate::translate::{Options, Warning, WarningReason, translate};
+use crate::table::{RoutingTable, TableWriter};
+use crate::translate::{
+    Changes, Options, Store, Warning, WarningReason, translate, translate_changes,
+};
 
 /// What one `apply` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,9 @@ pub struct Pipeline {
     metrics: Arc<Metrics>,
     /// Warnings already reported.
     reported: HashSet<Warning>,
+    /// The table built last, swapped in or not (an equal table is not): a change set is
+    /// relative to it, so it is the next build's `previous`.
+    last: Option<Arc<RoutingTable>>,
 }
 
 impl Pipeline {
@@ -46,18 +51,47 @@ impl Pipeline {
             options,
             metrics,
             reported: HashSet::new(),
+            last: None,
         }
     }
 
-    /// Builds a table from a complete set of objects and publishes it.
+    fn previous(&self) -> Arc<RoutingTable> {
+        self.last.clone().unwrap_or_else(|| self.writer.current())
+    }
+
+    /// Builds a table from a complete set of objects, in full, and publishes it.
     pub fn apply<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
         &mut self,
         services: &[S],
         slices: &[E],
     ) -> Applied {
         let started = Instant::now();
-        let current = self.writer.current();
-        let (table, warnings) = translate(services, slices, &self.options, Some(&current));
+        let previous = self.previous();
+        let (table, warnings) = translate(services, slices, &self.options, Some(&previous));
+        self.publish(started, table, &warnings)
+    }
+
+    /// Builds a table from keyed stores and what changed in them since the last `apply*`
+    /// (`None`: unknown, so a full build), and publishes it.
+    pub fn apply_changes(
+        &mut self,
+        services: &Store<Service>,
+        slices: &Store<EndpointSlice>,
+        changes: Option<&Changes>,
+    ) -> Applied {
+        let started = Instant::now();
+        let previous = self.previous();
+        let (table, warnings) =
+            translate_changes(services, slices, changes, &self.options, Some(&previous));
+        self.publish(started, table, &warnings)
+    }
+
+    fn publish(
+        &mut self,
+        started: Instant,
+        mut table: RoutingTable,
+        warnings: &[Warning],
+    ) -> Applied {
         let built = started.elapsed();
         self.metrics
             .table_build_seconds
@@ -70,8 +104,12 @@ impl Pipeline {
                 .map(|e| e.endpoints.len())
                 .sum::<usize>(),
         );
+        // Generations count swaps of the serving table, whatever was built in between.
+        table.generation = self.writer.current().generation + 1;
         let generation = table.generation;
-        let swapped = self.writer.publish(table);
+        let table = Arc::new(table);
+        let swapped = self.writer.publish_shared(Arc::clone(&table));
+        self.last = Some(table);
         let current = self.writer.current();
         let now = current.generation;
         if swapped {
@@ -94,7 +132,7 @@ impl Pipeline {
         } else {
             tracing::debug!(generation = now, "routing table unchanged");
         }
-        let new_warnings = self.report(&warnings);
+        let new_warnings = self.report(warnings);
         Applied {
             swapped,
             generation: now,

@@ -621,10 +621,16 @@ impl TableWriter {
     /// Swaps `table` in unless it routes exactly like the current one. Either way the first
     /// call opens the readiness latch. Returns whether a swap happened.
     pub fn publish(&self, table: RoutingTable) -> bool {
-        let swapped = if self.published.load(Ordering::Acquire) && **self.swap.load() == table {
+        self.publish_shared(Arc::new(table))
+    }
+
+    /// `publish` for a table the caller keeps a handle on (the pipeline keeps the table it
+    /// built last, swapped in or not, as the base of the next incremental build).
+    pub fn publish_shared(&self, table: Arc<RoutingTable>) -> bool {
+        let swapped = if self.published.load(Ordering::Acquire) && **self.swap.load() == *table {
             false
         } else {
-            self.swap.store(Arc::new(table));
+            self.swap.store(table);
             true
         };
         self.published.store(true, Ordering::Release);
