@@ -236,6 +236,9 @@ fn full<'a>(
     let mut index = index_slices(slices, &mut input_warnings);
     let (services, sorted) = dedup_services(services, &mut input_warnings);
     let mut b = Builder::new(options, previous);
+    // Sized up front: growing maps of hundreds of thousands of addresses rehashes them often.
+    b.prev_endpoints.reserve(index.addresses);
+    b.entries.reserve(services.len() * 2);
     b.keyed = index.keyed && sorted;
     b.warnings = input_warnings;
     let input_warnings_len = b.warnings.len();
@@ -639,6 +642,8 @@ struct SliceIndex<'a> {
     /// Slices of an address type that is not served (each with a warning).
     unserved: BTreeSet<ObjectKey>,
     count: usize,
+    /// Endpoint addresses listed, to size maps by.
+    addresses: usize,
     /// Every slice had a namespace and a name.
     keyed: bool,
 }
@@ -652,6 +657,7 @@ fn index_slices<'a>(
         unused: Vec::new(),
         unserved: BTreeSet::new(),
         count: 0,
+        addresses: 0,
         keyed: true,
     };
     for slice in slices {
@@ -665,6 +671,10 @@ fn index_slices<'a>(
             continue;
         };
         if served_address_type(slice) {
+            index.addresses += slice
+                .endpoints
+                .as_ref()
+                .map_or(0, |e| e.iter().map(|e| e.addresses.len()).sum::<usize>());
             index.by_service.entry((ns, svc)).or_default().push(slice);
         } else {
             index
@@ -1128,16 +1138,11 @@ impl<'a> Builder<'a> {
                 }
             })
             .collect();
-        let base = if port == 80 {
-            name.to_string()
-        } else {
-            format!("{name}:{port}")
-        };
-        let entry_name = if ns == self.options.home_namespace {
-            base
-        } else {
-            format!("{ns}/{base}")
-        };
+        let entry_name = entry_name(
+            (ns != self.options.home_namespace).then_some(ns),
+            name,
+            port,
+        );
         let is_tcp = self
             .options
             .tcp_services
@@ -1151,10 +1156,36 @@ impl<'a> Builder<'a> {
             Frontend::Http
         };
         let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
+        // Routes first, so that the name and key move into the entry instead of being copied.
+        if is_tcp {
+            self.tcp.entry(port).or_default().push(id);
+        } else {
+            let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
+                (_, false) => s.acl.iter().map(|p| (p.clone(), false)).collect(),
+                (Some(_), true) => vec![("/".into(), false)],
+                (None, true) => {
+                    let mut prefix = String::with_capacity(entry_name.len() + 1);
+                    prefix.push('/');
+                    prefix.push_str(&entry_name);
+                    vec![(prefix, true)]
+                }
+            };
+            for (prefix, strip) in prefixes {
+                let rk = RouteKey {
+                    frontend,
+                    host: s.host.clone(),
+                    prefix,
+                };
+                self.routes
+                    .entry(rk)
+                    .or_default()
+                    .push(RouteClaim { entry: id, strip });
+            }
+        }
         self.entries.push(Entry {
-            name: entry_name.clone().into(),
+            name: entry_name.into(),
             state: self.prev_entries.get(&key).cloned().unwrap_or_default(),
-            key: key.clone(),
+            key,
             frontend,
             algorithm: s.algorithm,
             // Cookies are an HTTP feature; on a TCP frontend client-IP affinity is what applies.
@@ -1164,26 +1195,6 @@ impl<'a> Builder<'a> {
             endpoints,
             check: s.check.clone(),
         });
-        if is_tcp {
-            self.tcp.entry(port).or_default().push(id);
-            return;
-        }
-        let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
-            (_, false) => s.acl.iter().map(|p| (p.clone(), false)).collect(),
-            (Some(_), true) => vec![("/".into(), false)],
-            (None, true) => vec![(format!("/{entry_name}"), true)],
-        };
-        for (prefix, strip) in prefixes {
-            let rk = RouteKey {
-                frontend,
-                host: s.host.clone(),
-                prefix,
-            };
-            self.routes
-                .entry(rk)
-                .or_default()
-                .push(RouteClaim { entry: id, strip });
-        }
     }
 
     fn cluster_ip_endpoint(
@@ -1315,6 +1326,36 @@ impl<'a> Builder<'a> {
         };
         (table, self.warnings)
     }
+}
+
+/// An entry's name: `svc` for port 80, else `svc:port`, with `ns/` in front when `ns` is
+/// given. Built by hand at its exact length (it becomes a `Box<str>` without reallocating):
+/// `format!` here was a tenth of a large build.
+fn entry_name(ns: Option<&str>, name: &str, port: u16) -> String {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    let mut n = port;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = &digits[at..];
+    let port_len = if port == 80 { 0 } else { 1 + digits.len() };
+    let mut s = String::with_capacity(ns.map_or(0, |n| n.len() + 1) + name.len() + port_len);
+    if let Some(ns) = ns {
+        s.push_str(ns);
+        s.push('/');
+    }
+    s.push_str(name);
+    if port != 80 {
+        s.push(':');
+        s.extend(digits.iter().map(|&d| char::from(d)));
+    }
+    s
 }
 
 fn describe_host(host: &Option<HostPattern>) -> String {

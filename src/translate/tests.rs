@@ -1360,3 +1360,17 @@ proptest! {
         prop_assert_eq!(good_part(&alone), good_part(&mixed));
     }
 }
+
+#[test]
+fn entry_names_are_built_at_their_exact_length() {
+    for (ns, name, port, want) in [
+        (None, "web", 80, "web"),
+        (None, "web", 8080, "web:8080"),
+        (Some("shop"), "web", 0, "shop/web:0"),
+        (Some("shop"), "web", 65535, "shop/web:65535"),
+    ] {
+        let got = super::entry_name(ns, name, port);
+        assert_eq!(got, want);
+        assert_eq!(got.capacity(), got.len());
+    }
+}
