@@ -183,4 +183,73 @@ mod tests {
         assert!(!b.swapped);
         assert_eq!(a.generation, b.generation);
     }
+
+    /// A build that was not swapped in (equal to the serving table) is still the base of the
+    /// next change set, and generations count swaps only.
+    #[test]
+    fn change_sets_follow_the_last_build_swapped_or_not() {
+        use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+        use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        use std::collections::BTreeMap;
+
+        let meta = |name: &str, rv: &str| ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            resource_version: Some(rv.into()),
+            uid: Some(name.into()),
+            labels: Some(BTreeMap::from([(
+                crate::translate::SERVICE_NAME_LABEL.to_string(),
+                "web".to_string(),
+            )])),
+            ..Default::default()
+        };
+        let key = |name: &str| ("default".to_string(), name.to_string());
+        let slice = |rv: &str, addr: &str| EndpointSlice {
+            metadata: meta("web-1", rv),
+            address_type: "IPv4".into(),
+            endpoints: Some(vec![Endpoint {
+                addresses: vec![addr.into()],
+                ..Default::default()
+            }]),
+            ports: Some(vec![EndpointPort {
+                port: Some(80),
+                ..Default::default()
+            }]),
+        };
+        let svc = Service {
+            metadata: meta("web", "1"),
+            spec: Some(ServiceSpec {
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let services: Store<Service> = BTreeMap::from([(key("web"), svc)]);
+        let mut slices: Store<EndpointSlice> =
+            BTreeMap::from([(key("web-1"), slice("1", "10.0.0.1"))]);
+        let (w, r) = table::handle(Default::default());
+        let mut p = Pipeline::new(w, Options::default(), Arc::new(Metrics::new()));
+        let first = p.apply_changes(&services, &slices, None);
+        assert!(first.swapped);
+        let changed = Changes {
+            services: Default::default(),
+            slices: [key("web-1")].into(),
+        };
+        // A new version with the same endpoints: an equal table, not swapped.
+        slices.insert(key("web-1"), slice("2", "10.0.0.1"));
+        let same = p.apply_changes(&services, &slices, Some(&changed));
+        assert!(!same.swapped);
+        assert_eq!(same.generation, first.generation);
+        // The next change is relative to that build.
+        slices.insert(key("web-1"), slice("3", "10.0.0.2"));
+        let moved = p.apply_changes(&services, &slices, Some(&changed));
+        assert!(moved.swapped);
+        assert_eq!(moved.generation, first.generation + 1);
+        let t = r.load();
+        assert_eq!(t.entries[0].endpoints[0].addr.to_string(), "10.0.0.2:80");
+    }
 }
