@@ -1,6 +1,6 @@
-//! The publish path shared by every source (manifest files now, the cluster watcher next):
-//! translate against the current table, skip the swap when nothing changed, store once, and
-//! report warnings.
+//! The publish path shared by every source (manifest files, the cluster watcher): translate
+//! against the table built last (whole snapshots, or keyed stores with what changed since),
+//! skip the swap when nothing changed, store once, and report warnings.
 //!
 //! Warnings are logged when they first appear, not on every rebuild, so a bad object does not
 //! flood the log. This module owns no I/O besides logging and reading the clock for the build
@@ -15,8 +15,10 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::metrics::Metrics;
-use crate::table::TableWriter;
-use crate::translate::{Options, Warning, WarningReason, translate};
+use crate::table::{RoutingTable, TableWriter};
+use crate::translate::{
+    Changes, Options, Store, Warning, WarningReason, translate, translate_changes,
+};
 
 /// What one `apply` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,9 @@ pub struct Pipeline {
     metrics: Arc<Metrics>,
     /// Warnings already reported.
     reported: HashSet<Warning>,
+    /// The table built last, swapped in or not (an equal table is not): a change set is
+    /// relative to it, so it is the next build's `previous`.
+    last: Option<Arc<RoutingTable>>,
 }
 
 impl Pipeline {
@@ -46,18 +51,47 @@ impl Pipeline {
             options,
             metrics,
             reported: HashSet::new(),
+            last: None,
         }
     }
 
-    /// Builds a table from a complete set of objects and publishes it.
+    fn previous(&self) -> Arc<RoutingTable> {
+        self.last.clone().unwrap_or_else(|| self.writer.current())
+    }
+
+    /// Builds a table from a complete set of objects, in full, and publishes it.
     pub fn apply<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
         &mut self,
         services: &[S],
         slices: &[E],
     ) -> Applied {
         let started = Instant::now();
-        let current = self.writer.current();
-        let (table, warnings) = translate(services, slices, &self.options, Some(&current));
+        let previous = self.previous();
+        let (table, warnings) = translate(services, slices, &self.options, Some(&previous));
+        self.publish(started, table, &warnings)
+    }
+
+    /// Builds a table from keyed stores and what changed in them since the last `apply*`
+    /// (`None`: unknown, so a full build), and publishes it.
+    pub fn apply_changes(
+        &mut self,
+        services: &Store<Service>,
+        slices: &Store<EndpointSlice>,
+        changes: Option<&Changes>,
+    ) -> Applied {
+        let started = Instant::now();
+        let previous = self.previous();
+        let (table, warnings) =
+            translate_changes(services, slices, changes, &self.options, Some(&previous));
+        self.publish(started, table, &warnings)
+    }
+
+    fn publish(
+        &mut self,
+        started: Instant,
+        mut table: RoutingTable,
+        warnings: &[Warning],
+    ) -> Applied {
         let built = started.elapsed();
         self.metrics
             .table_build_seconds
@@ -70,8 +104,12 @@ impl Pipeline {
                 .map(|e| e.endpoints.len())
                 .sum::<usize>(),
         );
+        // Generations count swaps of the serving table, whatever was built in between.
+        table.generation = self.writer.current().generation + 1;
         let generation = table.generation;
-        let swapped = self.writer.publish(table);
+        let table = Arc::new(table);
+        let swapped = self.writer.publish_shared(Arc::clone(&table));
+        self.last = Some(table);
         let current = self.writer.current();
         let now = current.generation;
         if swapped {
@@ -94,7 +132,7 @@ impl Pipeline {
         } else {
             tracing::debug!(generation = now, "routing table unchanged");
         }
-        let new_warnings = self.report(&warnings);
+        let new_warnings = self.report(warnings);
         Applied {
             swapped,
             generation: now,
@@ -144,5 +182,74 @@ mod tests {
         let b = p.apply::<Service, EndpointSlice>(&[], &[]);
         assert!(!b.swapped);
         assert_eq!(a.generation, b.generation);
+    }
+
+    /// A build that was not swapped in (equal to the serving table) is still the base of the
+    /// next change set, and generations count swaps only.
+    #[test]
+    fn change_sets_follow_the_last_build_swapped_or_not() {
+        use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+        use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        use std::collections::BTreeMap;
+
+        let meta = |name: &str, rv: &str| ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            resource_version: Some(rv.into()),
+            uid: Some(name.into()),
+            labels: Some(BTreeMap::from([(
+                crate::translate::SERVICE_NAME_LABEL.to_string(),
+                "web".to_string(),
+            )])),
+            ..Default::default()
+        };
+        let key = |name: &str| ("default".to_string(), name.to_string());
+        let slice = |rv: &str, addr: &str| EndpointSlice {
+            metadata: meta("web-1", rv),
+            address_type: "IPv4".into(),
+            endpoints: Some(vec![Endpoint {
+                addresses: vec![addr.into()],
+                ..Default::default()
+            }]),
+            ports: Some(vec![EndpointPort {
+                port: Some(80),
+                ..Default::default()
+            }]),
+        };
+        let svc = Service {
+            metadata: meta("web", "1"),
+            spec: Some(ServiceSpec {
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let services: Store<Service> = BTreeMap::from([(key("web"), svc)]);
+        let mut slices: Store<EndpointSlice> =
+            BTreeMap::from([(key("web-1"), slice("1", "10.0.0.1"))]);
+        let (w, r) = table::handle(Default::default());
+        let mut p = Pipeline::new(w, Options::default(), Arc::new(Metrics::new()));
+        let first = p.apply_changes(&services, &slices, None);
+        assert!(first.swapped);
+        let changed = Changes {
+            services: Default::default(),
+            slices: [key("web-1")].into(),
+        };
+        // A new version with the same endpoints: an equal table, not swapped.
+        slices.insert(key("web-1"), slice("2", "10.0.0.1"));
+        let same = p.apply_changes(&services, &slices, Some(&changed));
+        assert!(!same.swapped);
+        assert_eq!(same.generation, first.generation);
+        // The next change is relative to that build.
+        slices.insert(key("web-1"), slice("3", "10.0.0.2"));
+        let moved = p.apply_changes(&services, &slices, Some(&changed));
+        assert!(moved.swapped);
+        assert_eq!(moved.generation, first.generation + 1);
+        let t = r.load();
+        assert_eq!(t.entries[0].endpoints[0].addr.to_string(), "10.0.0.2:80");
     }
 }

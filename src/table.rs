@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -137,10 +137,21 @@ pub enum HealthGate {
 }
 
 /// Per-entry runtime state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EntryState {
     pub cursor: AtomicUsize,
-    pub affinity: AffinityTable,
+    /// Made on first use: an affinity table is 16 locked shards (about 1 KiB), and most
+    /// entries never pin a client, so building one per entry dominated large table builds.
+    pub affinity: LazyLock<AffinityTable>,
+}
+
+impl Default for EntryState {
+    fn default() -> Self {
+        EntryState {
+            cursor: AtomicUsize::new(0),
+            affinity: LazyLock::new(AffinityTable::default),
+        }
+    }
 }
 
 impl Entry {
@@ -621,10 +632,16 @@ impl TableWriter {
     /// Swaps `table` in unless it routes exactly like the current one. Either way the first
     /// call opens the readiness latch. Returns whether a swap happened.
     pub fn publish(&self, table: RoutingTable) -> bool {
-        let swapped = if self.published.load(Ordering::Acquire) && **self.swap.load() == table {
+        self.publish_shared(Arc::new(table))
+    }
+
+    /// `publish` for a table the caller keeps a handle on (the pipeline keeps the table it
+    /// built last, swapped in or not, as the base of the next incremental build).
+    pub fn publish_shared(&self, table: Arc<RoutingTable>) -> bool {
+        let swapped = if self.published.load(Ordering::Acquire) && **self.swap.load() == *table {
             false
         } else {
-            self.swap.store(Arc::new(table));
+            self.swap.store(table);
             true
         };
         self.published.store(true, Ordering::Release);

@@ -1,11 +1,14 @@
-//! PURE translation: (Services, EndpointSlices, options, previous table) -> (RoutingTable,
-//! warnings).
+//! PURE translation: (Services, EndpointSlices, options, previous table[, change set]) ->
+//! (RoutingTable, warnings).
 //!
 //! This is the whole of the routing policy, and the only place that reads Kubernetes objects.
 //! It is deterministic (the same objects in any order give the same table and warnings), it
 //! never fails as a whole (a bad object yields a warning and a default for that object alone),
-//! and it carries runtime state over from the previous table by key. It must not do I/O: no
-//! async, no client, no clock, no logging; the caller logs the warnings it returns.
+//! and it carries runtime state over from the previous table by key. Given what changed since
+//! the previous table (a `Changes`, just another input), it redoes only the Services that the
+//! change touches and shares the rest by `Arc`; the result is the table a full build would
+//! give (a property test holds it to that). It must not do I/O: no async, no client, no clock,
+//! no logging; the caller logs the warnings it returns.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -157,7 +160,33 @@ impl fmt::Display for Warning {
     }
 }
 
-/// Builds the routing table. Never fails; see the module doc for its guarantees.
+/// An object's key as the cluster source's stores hold it: (namespace, name).
+pub type ObjectKey = (String, String);
+
+/// Objects by key, as the cluster source keeps them.
+pub type Store<K> = BTreeMap<ObjectKey, K>;
+
+/// The keys of the Services and EndpointSlices that were added, modified or deleted since the
+/// previous table was built, as the source saw them.
+///
+/// It is a hint, guarded where that is cheap: a key told in vain costs a look, a Service add or
+/// delete, or an EndpointSlice add or delete, that was not told is caught by counting; only a
+/// modification that was not told goes unseen, so a source that cannot vouch for its change
+/// set passes none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub services: BTreeSet<ObjectKey>,
+    pub slices: BTreeSet<ObjectKey>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty() && self.slices.is_empty()
+    }
+}
+
+/// Builds the routing table from whole snapshots, in full; state is carried over from
+/// `previous` by key. Never fails; see the module doc for its guarantees.
 ///
 /// Objects are taken by anything that borrows them (`&[Service]`, or `&[&Service]` from a
 /// watcher's store), so a rebuild never clones the world.
@@ -167,65 +196,146 @@ pub fn translate<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
     options: &Options,
     previous: Option<&RoutingTable>,
 ) -> (RoutingTable, Vec<Warning>) {
-    let mut input_warnings = Vec::new();
-    let slices_by_service = index_slices(slices.iter().map(Borrow::borrow), &mut input_warnings);
-    let services = dedup_services(services.iter().map(Borrow::borrow), &mut input_warnings);
-    if let Some(prev) = previous
-        && let Some(done) = incremental(
-            &services,
-            &slices_by_service,
-            options,
-            prev,
-            &input_warnings,
-        )
+    full(
+        services.iter().map(Borrow::borrow),
+        slices.iter().map(Borrow::borrow),
+        options,
+        previous,
+    )
+}
+
+/// Builds the routing table from keyed stores and what changed since `previous` was built.
+///
+/// With a change set, only the Services whose EndpointSlices changed are translated again and
+/// everything else is shared with `previous` by `Arc`; the result equals a full build of the
+/// stores. Without one (first build, a re-list), or when the change set touches what an
+/// incremental build cannot redo alone (a Service added, changed or removed; options; slices
+/// of an address type we do not serve), this is a full build.
+pub fn translate_changes(
+    services: &Store<Service>,
+    slices: &Store<EndpointSlice>,
+    changes: Option<&Changes>,
+    options: &Options,
+    previous: Option<&RoutingTable>,
+) -> (RoutingTable, Vec<Warning>) {
+    if let (Some(changes), Some(prev)) = (changes, previous)
+        && let Some(done) = incremental(services, slices, changes, options, prev)
     {
         return done;
     }
+    full(services.values(), slices.values(), options, previous)
+}
+
+fn full<'a>(
+    services: impl Iterator<Item = &'a Service>,
+    slices: impl Iterator<Item = &'a EndpointSlice>,
+    options: &Options,
+    previous: Option<&RoutingTable>,
+) -> (RoutingTable, Vec<Warning>) {
+    let mut input_warnings = Vec::new();
+    let mut index = index_slices(slices, &mut input_warnings);
+    let (services, sorted) = dedup_services(services, &mut input_warnings);
     let mut b = Builder::new(options, previous);
+    // Sized up front: growing maps of hundreds of thousands of addresses rehashes them often.
+    b.prev_endpoints.reserve(index.addresses);
+    b.entries.reserve(services.len() * 2);
+    b.keyed = index.keyed && sorted;
     b.warnings = input_warnings;
+    let input_warnings_len = b.warnings.len();
     for svc in services {
         let before = b.warnings.len();
         let first = b.entries.len();
-        let svc_slices = slices_for(&slices_by_service, svc);
-        b.add_service(svc, svc_slices);
-        b.remember(svc, svc_slices, first, before);
+        let key = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        let svc_slices = index.by_service.remove(&key).unwrap_or_default();
+        b.add_service(svc, &svc_slices);
+        b.remember(svc, &svc_slices, first, before);
     }
-    b.finish()
-}
-
-/// EndpointSlices by (namespace, Service name).
-type SliceIndex<'a> = HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>;
-
-fn slices_for<'m, 'a>(index: &'m SliceIndex<'a>, svc: &'a Service) -> &'m [&'a EndpointSlice] {
-    let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
-    index.get(&(ns, name)).map(Vec::as_slice).unwrap_or(&[])
+    // What is left belongs to no Service: an incremental build needs to know these keys exist.
+    for slice in index.by_service.into_values().flatten() {
+        let (ns, name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
+        index.unused.push((ns.to_string(), name.to_string()));
+    }
+    let inputs = MemoInputs {
+        input_warnings: b.warnings[..input_warnings_len].to_vec(),
+        unused: index.unused,
+        unserved: index.unserved,
+        slice_count: index.count,
+    };
+    b.finish(inputs)
 }
 
 // === incremental rebuilds ===
 
-/// What a table remembers of its inputs, per Service in build order, so that the next build can
-/// reuse the entries of Services whose objects did not change. Only objects that carry a
-/// `resourceVersion` (everything read from the API server) take part; manifests without one
-/// are always translated in full.
+/// What a table remembers of its inputs, so that the next build can redo only the Services a
+/// change set touches: per Service (in build order, which is key order) the versions and keys
+/// of its objects and the entries and warnings it gave, and which Service each EndpointSlice
+/// feeds. The big parts sit behind `Arc`s and are shared by successive memos until they change.
 struct Memo {
     options: u64,
-    services: Vec<ServiceMemo>,
+    /// Every object had a namespace and a name and no key came twice, so the keys of a change
+    /// set name the same objects as this memo; otherwise only full builds follow.
+    keyed: bool,
+    services: Vec<Arc<ServiceMemo>>,
+    /// EndpointSlice key -> index in `services` of the Service it feeds.
+    owner: Arc<HashMap<Arc<ObjectKey>, u32>>,
+    /// EndpointSlices that feed no Service (no label, or no such Service).
+    unused: Arc<BTreeSet<ObjectKey>>,
+    /// EndpointSlices whose address type is not served; each has a warning in `input_warnings`.
+    unserved: Arc<BTreeSet<ObjectKey>>,
+    /// EndpointSlices in the input.
+    slice_count: usize,
+    /// Warnings about the input as a whole (unserved slices, duplicates).
+    input_warnings: Vec<Warning>,
     /// Conflict warnings, which depend on the Services only.
     route_warnings: Vec<Warning>,
+    /// All of the above and the Services' own, as the build returned them: an incremental
+    /// build whose redone Services warn as before returns these without visiting every
+    /// Service.
+    all_warnings: Arc<Vec<Warning>>,
 }
 
 struct ServiceMemo {
-    /// (namespace, name), shared between the memos of successive tables.
-    key: Arc<(String, String)>,
+    key: ObjectKey,
     /// Of the Service object; `None` when it has no resourceVersion.
-    service: Option<u64>,
-    /// Of its EndpointSlices, independent of their order.
-    slices: Option<u64>,
+    version: Option<u64>,
+    /// Its EndpointSlices, sorted by key, with their versions.
+    slices: Vec<(Arc<ObjectKey>, Option<u64>)>,
     /// Its entries are `first..first + count` of the table.
     first: usize,
     count: usize,
     /// Warnings raised while translating this Service (annotations, endpoints).
     warnings: Vec<Warning>,
+}
+
+/// What `full` learnt about its input besides the Services.
+struct MemoInputs {
+    input_warnings: Vec<Warning>,
+    unused: Vec<ObjectKey>,
+    unserved: BTreeSet<ObjectKey>,
+    slice_count: usize,
+}
+
+impl Memo {
+    /// The index of the Service `(ns, name)` in build order.
+    fn slot(&self, ns: &str, name: &str) -> Option<u32> {
+        let i = self
+            .services
+            .binary_search_by(|m| (m.key.0.as_str(), m.key.1.as_str()).cmp(&(ns, name)))
+            .ok()?;
+        u32::try_from(i).ok()
+    }
+
+    /// All warnings of the table this memo describes, sorted as a build returns them.
+    fn collect_warnings(&self) -> Vec<Warning> {
+        let mut w = self.input_warnings.clone();
+        w.extend(self.route_warnings.iter().cloned());
+        for m in &self.services {
+            w.extend(m.warnings.iter().cloned());
+        }
+        w.sort();
+        w.dedup();
+        w
+    }
 }
 
 /// Fingerprints only ever meet fingerprints of the same process, so a fixed-seed aHash will do
@@ -245,98 +355,202 @@ fn version_fingerprint(
     Some(hash_one(&(rv, meta.uid.as_deref())))
 }
 
-fn slices_fingerprint(slices: &[&EndpointSlice]) -> Option<u64> {
-    // A sum of per-slice hashes: the order the slices come in does not matter.
-    slices.iter().try_fold(0u64, |acc, s| {
-        Some(acc.wrapping_add(crate::balance::mix64(version_fingerprint(&s.metadata)?)))
-    })
+/// The Service an EndpointSlice names, if any.
+fn slice_service(slice: &EndpointSlice) -> Option<&str> {
+    let labels = slice.metadata.labels.as_ref()?;
+    labels.get(SERVICE_NAME_LABEL).map(String::as_str)
 }
 
-/// Rebuilds from `prev` when no Service changed (same keys, same versions, same options), so
-/// that routes and conflicts are those of `prev`: entries of Services whose EndpointSlices did
-/// not change either are shared, the others are rebuilt. `None`: do a full build.
+fn served_address_type(slice: &EndpointSlice) -> bool {
+    matches!(slice.address_type.as_str(), "IPv4" | "IPv6")
+}
+
+/// Redoes the Services whose EndpointSlices `changes` touches and shares the rest of `prev`.
+/// `None`: do a full build (no usable memo, a Service changed, or a guard tripped).
 fn incremental(
-    services: &[&Service],
-    slices_index: &SliceIndex<'_>,
+    services: &Store<Service>,
+    slices: &Store<EndpointSlice>,
+    changes: &Changes,
     options: &Options,
     prev: &RoutingTable,
-    input_warnings: &[Warning],
 ) -> Option<(RoutingTable, Vec<Warning>)> {
     let memo = prev.memo.as_ref()?.downcast_ref::<Memo>()?;
-    if memo.options != options_fingerprint(options) || memo.services.len() != services.len() {
+    if !memo.keyed || memo.options != options_fingerprint(options) {
         return None;
     }
-    let mut entries = Vec::with_capacity(prev.entries.len());
-    let mut memos = Vec::with_capacity(services.len());
-    let mut warnings: Vec<Warning> = input_warnings.to_vec();
-    warnings.extend(memo.route_warnings.iter().cloned());
-    let mut changed = false;
-    for (svc, m) in services.iter().zip(&memo.services) {
-        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
-        let service = version_fingerprint(&svc.metadata);
-        if m.key.0 != ns || m.key.1 != name || service.is_none() || service != m.service {
+    // Adding, changing or removing a Service moves entry ids and routes: a full build. A
+    // Service told in vain (same version) is fine; one added or removed untold is caught here.
+    if services.len() != memo.services.len() {
+        return None;
+    }
+    for key in &changes.services {
+        let m = &memo.services[memo.slot(&key.0, &key.1)? as usize];
+        let version = version_fingerprint(&services.get(key)?.metadata);
+        if version.is_none() || version != m.version {
             return None;
         }
-        let svc_slices = slices_for(slices_index, svc);
-        let slices = slices_fingerprint(svc_slices);
-        let first = entries.len();
-        if slices.is_some() && slices == m.slices {
-            entries.extend(
-                prev.entries
-                    .get(m.first..m.first + m.count)?
-                    .iter()
-                    .cloned(),
-            );
-            warnings.extend(m.warnings.iter().cloned());
-            memos.push(ServiceMemo {
-                key: Arc::clone(&m.key),
-                service,
-                slices,
-                first,
-                count: m.count,
-                warnings: m.warnings.clone(),
-            });
-            continue;
+    }
+
+    // Each told slice: which Service it fed, which it feeds now.
+    let mut count = memo.slice_count;
+    let mut affected: BTreeSet<u32> = BTreeSet::new();
+    let mut now_feeds: Vec<(&ObjectKey, u32)> = Vec::new();
+    let mut moved = false;
+    let mut unused_now: Vec<(&ObjectKey, bool)> = Vec::new();
+    for key in &changes.slices {
+        if key.0.is_empty() || key.1.is_empty() || memo.unserved.contains(key) {
+            return None;
         }
+        let old = memo.owner.get(key).copied();
+        let was_unused = old.is_none() && memo.unused.contains(key);
+        let now = slices.get(key);
+        let new = match now.and_then(|s| slice_service(s).map(|svc| (s, svc))) {
+            None => None,
+            Some((s, svc)) => {
+                if !served_address_type(s) {
+                    return None;
+                }
+                memo.slot(&key.0, svc)
+            }
+        };
+        if old.is_some() || was_unused {
+            count -= 1;
+        }
+        if now.is_some() {
+            count += 1;
+        }
+        let unused_after = now.is_some() && new.is_none();
+        if unused_after != was_unused {
+            unused_now.push((key, unused_after));
+        }
+        if let Some(n) = new {
+            now_feeds.push((key, n));
+        }
+        match (old, new) {
+            (None, None) => {}
+            (Some(o), Some(n)) if o == n => {
+                // Same Service: nothing to redo unless the version moved (or is unknown).
+                let m = &memo.services[o as usize];
+                let remembered = m
+                    .slices
+                    .binary_search_by(|(k, _)| (**k).cmp(key))
+                    .ok()
+                    .map(|i| m.slices[i].1);
+                let version = now.and_then(|s| version_fingerprint(&s.metadata));
+                if version.is_none() || remembered != Some(version) {
+                    affected.insert(o);
+                }
+            }
+            (o, n) => {
+                moved = true;
+                affected.extend(o);
+                affected.extend(n);
+            }
+        }
+    }
+    // An EndpointSlice added or removed untold would leave the count off.
+    if count != slices.len() {
+        return None;
+    }
+
+    let owner = if moved {
+        let mut o = (*memo.owner).clone();
+        for key in &changes.slices {
+            o.remove(key);
+        }
+        for (key, n) in &now_feeds {
+            o.insert(Arc::new((*key).clone()), *n);
+        }
+        Arc::new(o)
+    } else {
+        Arc::clone(&memo.owner)
+    };
+    let unused = if unused_now.is_empty() {
+        Arc::clone(&memo.unused)
+    } else {
+        let mut u = (*memo.unused).clone();
+        for (key, present) in unused_now {
+            if present {
+                u.insert(key.clone());
+            } else {
+                u.remove(key);
+            }
+        }
+        Arc::new(u)
+    };
+
+    let mut entries = prev.entries.clone();
+    let mut memos = memo.services.clone();
+    let mut warnings_changed = false;
+    for &slot in &affected {
+        let m = &memo.services[slot as usize];
+        let svc = services.get(&m.key)?;
+        let mut keys: Vec<Arc<ObjectKey>> = m
+            .slices
+            .iter()
+            .filter(|(k, _)| !changes.slices.contains(&**k))
+            .map(|(k, _)| Arc::clone(k))
+            .collect();
+        keys.extend(now_feeds.iter().filter(|(_, n)| *n == slot).map(|(k, _)| {
+            owner
+                .get_key_value(*k)
+                .map_or_else(|| Arc::new((*k).clone()), |(k, _)| Arc::clone(k))
+        }));
+        keys.sort();
+        let objects: Vec<&EndpointSlice> = keys
+            .iter()
+            .map(|k| slices.get(&**k))
+            .collect::<Option<_>>()?;
         // The Service is unchanged, so it yields the same entries in the same order and the
         // routes still point at them; only their endpoints are built again. Endpoint state is
-        // looked up among this Service's previous entries (an address new to the Service starts
-        // fresh; a full build later shares it with other entries that use the address).
-        changed = true;
-        let mut b = Builder::new_scoped(options, prev.entries.get(m.first..m.first + m.count)?);
-        b.add_service(svc, svc_slices);
+        // looked up among this Service's previous entries (an address new to the Service
+        // starts fresh; the health checker copes with one address having several states).
+        let own = prev.entries.get(m.first..m.first + m.count)?;
+        let mut b = Builder::new_scoped(options, own);
+        b.add_service(svc, &objects);
         if b.entries.len() != m.count {
             return None;
         }
-        let own = b.warnings;
-        warnings.extend(own.iter().cloned());
-        entries.extend(b.entries.into_iter().map(Arc::new));
-        memos.push(ServiceMemo {
-            key: Arc::clone(&m.key),
-            service,
-            slices,
-            first,
+        warnings_changed |= b.warnings != m.warnings;
+        for (i, e) in b.entries.into_iter().enumerate() {
+            entries[m.first + i] = Arc::new(e);
+        }
+        memos[slot as usize] = Arc::new(ServiceMemo {
+            key: m.key.clone(),
+            version: m.version,
+            slices: keys
+                .into_iter()
+                .zip(&objects)
+                .map(|(k, s)| (k, version_fingerprint(&s.metadata)))
+                .collect(),
+            first: m.first,
             count: m.count,
-            warnings: own,
+            warnings: b.warnings,
         });
     }
-    warnings.sort();
-    warnings.dedup();
+    let mut next = Memo {
+        options: memo.options,
+        keyed: true,
+        services: memos,
+        owner,
+        unused,
+        unserved: Arc::clone(&memo.unserved),
+        slice_count: count,
+        input_warnings: memo.input_warnings.clone(),
+        route_warnings: memo.route_warnings.clone(),
+        all_warnings: Arc::clone(&memo.all_warnings),
+    };
+    if warnings_changed {
+        next.all_warnings = Arc::new(next.collect_warnings());
+    }
+    let warnings = next.all_warnings.to_vec();
     let table = RoutingTable {
-        generation: if changed {
-            prev.generation + 1
-        } else {
-            prev.generation
-        },
+        generation: prev.generation + u64::from(!affected.is_empty()),
         entries,
         http: Arc::clone(&prev.http),
         https: Arc::clone(&prev.https),
         tcp: prev.tcp.clone(),
-        memo: Some(Arc::new(Memo {
-            options: memo.options,
-            services: memos,
-            route_warnings: memo.route_warnings.clone(),
-        })),
+        memo: Some(Arc::new(next)),
     };
     Some((table, warnings))
 }
@@ -360,12 +574,20 @@ fn object(kind: &'static str, namespace: &str, name: &str) -> ObjectRef {
 }
 
 /// Sorts Services by key and keeps one per key, chosen by content so that input order does
-/// not matter.
+/// not matter. Also says whether every key was there and came once.
 fn dedup_services<'a>(
     services: impl Iterator<Item = &'a Service>,
     warnings: &mut Vec<Warning>,
+) -> (Vec<&'a Service>, bool) {
+    let before = warnings.len();
+    let services = dedup_services_inner(services.collect(), warnings);
+    (services, warnings.len() == before)
+}
+
+fn dedup_services_inner<'a>(
+    services: Vec<&'a Service>,
+    warnings: &mut Vec<Warning>,
 ) -> Vec<&'a Service> {
-    let services: Vec<&Service> = services.collect();
     // The cluster source hands its store over sorted by key and without duplicates: keep that
     // order as it is instead of sorting it again.
     fn key(s: &Service) -> (&str, &str) {
@@ -411,31 +633,64 @@ fn dedup_services<'a>(
         .collect()
 }
 
+/// EndpointSlices by the Service they feed, and what else a memo needs to know about them.
+struct SliceIndex<'a> {
+    /// By (namespace, Service name).
+    by_service: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    /// Slices without a Service label.
+    unused: Vec<ObjectKey>,
+    /// Slices of an address type that is not served (each with a warning).
+    unserved: BTreeSet<ObjectKey>,
+    count: usize,
+    /// Endpoint addresses listed, to size maps by.
+    addresses: usize,
+    /// Every slice had a namespace and a name.
+    keyed: bool,
+}
+
 fn index_slices<'a>(
     slices: impl Iterator<Item = &'a EndpointSlice>,
     warnings: &mut Vec<Warning>,
 ) -> SliceIndex<'a> {
-    let mut map: SliceIndex<'a> = HashMap::default();
+    let mut index = SliceIndex {
+        by_service: HashMap::default(),
+        unused: Vec::new(),
+        unserved: BTreeSet::new(),
+        count: 0,
+        addresses: 0,
+        keyed: true,
+    };
     for slice in slices {
-        let (ns, slice_name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
-        let Some(svc) = slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-        else {
+        index.count += 1;
+        let meta = &slice.metadata;
+        index.keyed &= meta.namespace.as_deref().is_some_and(|n| !n.is_empty())
+            && meta.name.as_deref().is_some_and(|n| !n.is_empty());
+        let (ns, slice_name) = meta_key(&meta.namespace, &meta.name);
+        let Some(svc) = slice_service(slice) else {
+            index.unused.push((ns.to_string(), slice_name.to_string()));
             continue;
         };
-        match slice.address_type.as_str() {
-            "IPv4" | "IPv6" => map.entry((ns, svc.as_str())).or_default().push(slice),
-            other => warnings.push(Warning {
+        if served_address_type(slice) {
+            index.addresses += slice
+                .endpoints
+                .as_ref()
+                .map_or(0, |e| e.iter().map(|e| e.addresses.len()).sum::<usize>());
+            index.by_service.entry((ns, svc)).or_default().push(slice);
+        } else {
+            index
+                .unserved
+                .insert((ns.to_string(), slice_name.to_string()));
+            warnings.push(Warning {
                 object: object("EndpointSlice", ns, slice_name),
                 reason: WarningReason::Skipped,
-                message: format!("addressType {other:?} is not served (only IPv4 and IPv6)"),
-            }),
+                message: format!(
+                    "addressType {:?} is not served (only IPv4 and IPv6)",
+                    slice.address_type
+                ),
+            });
         }
     }
-    map
+    index
 }
 
 /// Parsed annotations and spec settings of one Service.
@@ -708,7 +963,11 @@ struct Builder<'a> {
     routes: HashMap<RouteKey, Vec<RouteClaim>>,
     tcp: BTreeMap<u16, Vec<EntryId>>,
     warnings: Vec<Warning>,
-    memo: Vec<ServiceMemo>,
+    memo: Vec<Arc<ServiceMemo>>,
+    /// EndpointSlice key -> index in `memo` of its Service.
+    owner: HashMap<Arc<ObjectKey>, u32>,
+    /// See `Memo::keyed`.
+    keyed: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -733,6 +992,8 @@ impl<'a> Builder<'a> {
             tcp: BTreeMap::new(),
             warnings: Vec::new(),
             memo: Vec::new(),
+            owner: HashMap::default(),
+            keyed: false,
         }
     }
 
@@ -757,14 +1018,29 @@ impl<'a> Builder<'a> {
         warnings_before: usize,
     ) {
         let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
-        self.memo.push(ServiceMemo {
-            key: Arc::new((ns.to_string(), name.to_string())),
-            service: version_fingerprint(&svc.metadata),
-            slices: slices_fingerprint(slices),
+        self.keyed &= svc
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|n| !n.is_empty());
+        let slot = u32::try_from(self.memo.len()).unwrap_or(u32::MAX);
+        let mut keys = Vec::with_capacity(slices.len());
+        for s in slices {
+            let (sns, sname) = meta_key(&s.metadata.namespace, &s.metadata.name);
+            let key = Arc::new((sns.to_string(), sname.to_string()));
+            // The same slice key twice: keys no longer name one object each.
+            self.keyed &= self.owner.insert(Arc::clone(&key), slot).is_none();
+            keys.push((key, version_fingerprint(&s.metadata)));
+        }
+        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.memo.push(Arc::new(ServiceMemo {
+            key: (ns.to_string(), name.to_string()),
+            version: version_fingerprint(&svc.metadata),
+            slices: keys,
             first,
             count: self.entries.len() - first,
             warnings: self.warnings[warnings_before..].to_vec(),
-        });
+        }));
     }
 
     fn skip(&mut self, who: &ObjectRef, message: String) {
@@ -862,16 +1138,11 @@ impl<'a> Builder<'a> {
                 }
             })
             .collect();
-        let base = if port == 80 {
-            name.to_string()
-        } else {
-            format!("{name}:{port}")
-        };
-        let entry_name = if ns == self.options.home_namespace {
-            base
-        } else {
-            format!("{ns}/{base}")
-        };
+        let entry_name = entry_name(
+            (ns != self.options.home_namespace).then_some(ns),
+            name,
+            port,
+        );
         let is_tcp = self
             .options
             .tcp_services
@@ -885,10 +1156,36 @@ impl<'a> Builder<'a> {
             Frontend::Http
         };
         let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
+        // Routes first, so that the name and key move into the entry instead of being copied.
+        if is_tcp {
+            self.tcp.entry(port).or_default().push(id);
+        } else {
+            let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
+                (_, false) => s.acl.iter().map(|p| (p.clone(), false)).collect(),
+                (Some(_), true) => vec![("/".into(), false)],
+                (None, true) => {
+                    let mut prefix = String::with_capacity(entry_name.len() + 1);
+                    prefix.push('/');
+                    prefix.push_str(&entry_name);
+                    vec![(prefix, true)]
+                }
+            };
+            for (prefix, strip) in prefixes {
+                let rk = RouteKey {
+                    frontend,
+                    host: s.host.clone(),
+                    prefix,
+                };
+                self.routes
+                    .entry(rk)
+                    .or_default()
+                    .push(RouteClaim { entry: id, strip });
+            }
+        }
         self.entries.push(Entry {
-            name: entry_name.clone().into(),
+            name: entry_name.into(),
             state: self.prev_entries.get(&key).cloned().unwrap_or_default(),
-            key: key.clone(),
+            key,
             frontend,
             algorithm: s.algorithm,
             // Cookies are an HTTP feature; on a TCP frontend client-IP affinity is what applies.
@@ -898,26 +1195,6 @@ impl<'a> Builder<'a> {
             endpoints,
             check: s.check.clone(),
         });
-        if is_tcp {
-            self.tcp.entry(port).or_default().push(id);
-            return;
-        }
-        let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
-            (_, false) => s.acl.iter().map(|p| (p.clone(), false)).collect(),
-            (Some(_), true) => vec![("/".into(), false)],
-            (None, true) => vec![(format!("/{entry_name}"), true)],
-        };
-        for (prefix, strip) in prefixes {
-            let rk = RouteKey {
-                frontend,
-                host: s.host.clone(),
-                prefix,
-            };
-            self.routes
-                .entry(rk)
-                .or_default()
-                .push(RouteClaim { entry: id, strip });
-        }
     }
 
     fn cluster_ip_endpoint(
@@ -943,7 +1220,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn finish(mut self) -> (RoutingTable, Vec<Warning>) {
+    fn finish(mut self, inputs: MemoInputs) -> (RoutingTable, Vec<Warning>) {
         let route_warnings_from = self.warnings.len();
         let mut http = Router::default();
         let mut https = Router::default();
@@ -1017,13 +1294,28 @@ impl<'a> Builder<'a> {
             });
         }
 
-        let memo = Memo {
-            options: options_fingerprint(self.options),
-            route_warnings: self.warnings[route_warnings_from..].to_vec(),
-            services: std::mem::take(&mut self.memo),
-        };
+        let mut unused: BTreeSet<ObjectKey> = inputs.unused.into_iter().collect();
+        // A key both unused and fed came twice; the count catches the other repeats.
+        let unused_len = unused.len();
+        unused.retain(|k| !self.owner.contains_key(k) && !inputs.unserved.contains(k));
+        let keyed = self.keyed
+            && unused.len() == unused_len
+            && unused.len() + self.owner.len() + inputs.unserved.len() == inputs.slice_count;
+        let route_warnings = self.warnings[route_warnings_from..].to_vec();
         self.warnings.sort();
         self.warnings.dedup();
+        let memo = Memo {
+            options: options_fingerprint(self.options),
+            keyed,
+            services: std::mem::take(&mut self.memo),
+            owner: Arc::new(std::mem::take(&mut self.owner)),
+            unused: Arc::new(unused),
+            unserved: Arc::new(inputs.unserved),
+            slice_count: inputs.slice_count,
+            input_warnings: inputs.input_warnings,
+            route_warnings,
+            all_warnings: Arc::new(self.warnings.clone()),
+        };
         let table = RoutingTable {
             generation: self.generation,
             entries: self.entries.into_iter().map(Arc::new).collect(),
@@ -1034,6 +1326,36 @@ impl<'a> Builder<'a> {
         };
         (table, self.warnings)
     }
+}
+
+/// An entry's name: `svc` for port 80, else `svc:port`, with `ns/` in front when `ns` is
+/// given. Built by hand at its exact length (it becomes a `Box<str>` without reallocating):
+/// `format!` here was a tenth of a large build.
+fn entry_name(ns: Option<&str>, name: &str, port: u16) -> String {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    let mut n = port;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = &digits[at..];
+    let port_len = if port == 80 { 0 } else { 1 + digits.len() };
+    let mut s = String::with_capacity(ns.map_or(0, |n| n.len() + 1) + name.len() + port_len);
+    if let Some(ns) = ns {
+        s.push_str(ns);
+        s.push('/');
+    }
+    s.push_str(name);
+    if port != 80 {
+        s.push(':');
+        s.extend(digits.iter().map(|&d| char::from(d)));
+    }
+    s
 }
 
 fn describe_host(host: &Option<HostPattern>) -> String {

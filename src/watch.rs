@@ -5,11 +5,13 @@
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
 //! side buffer that replaces the store whole at `InitDone`, so a half-listed store is never
 //! translated. Nothing is published until both stores have completed their first list. Events
-//! are coalesced with a short debounce and a maximum wait. Watch errors back off and retry (a
+//! are coalesced with a short debounce and a maximum wait; the keys they touched go with the
+//! stores to the build as its change set, so a rebuild redoes only the Services they affect (a
+//! list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
 //! Services become Kubernetes Events, rate-limited. This module must not touch the data plane.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::translate::{Warning, WarningReason};
+use crate::translate::{Changes, Warning, WarningReason};
 
 /// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -61,13 +63,18 @@ pub struct ClusterSource {
     pub events: bool,
 }
 
-/// One watched resource's objects by (namespace, name), with the re-list buffer.
+/// One watched resource's objects by (namespace, name), with the re-list buffer, and what
+/// changed since the last build.
 struct Store<K> {
     live: BTreeMap<(String, String), K>,
     relist: Option<BTreeMap<(String, String), K>>,
     /// The first complete list has arrived.
     synced: bool,
     lists: u64,
+    /// Keys added, modified or deleted since `take_changes`.
+    changed: BTreeSet<(String, String)>,
+    /// The live set was replaced whole since `take_changes` (a list): changes are unknown.
+    replaced: bool,
 }
 
 impl<K: Resource> Store<K> {
@@ -77,7 +84,16 @@ impl<K: Resource> Store<K> {
             relist: None,
             synced: false,
             lists: 0,
+            changed: BTreeSet::new(),
+            replaced: false,
         }
+    }
+
+    /// What changed since the last call: the keys, or `None` when the store was replaced whole
+    /// (a re-list after a 410 Gone sends no deletes, so only a full build is safe then).
+    fn take_changes(&mut self) -> Option<BTreeSet<(String, String)>> {
+        let changed = std::mem::take(&mut self.changed);
+        (!std::mem::take(&mut self.replaced)).then_some(changed)
     }
 
     fn key(obj: &K) -> (String, String) {
@@ -102,13 +118,23 @@ impl<K: Resource> Store<K> {
                 self.live = self.relist.take().unwrap_or_default();
                 self.synced = true;
                 self.lists += 1;
+                self.replaced = true;
                 true
             }
             Event::Apply(obj) => {
-                self.live.insert(Self::key(&obj), obj);
+                let key = Self::key(&obj);
+                self.changed.insert(key.clone());
+                self.live.insert(key, obj);
                 true
             }
-            Event::Delete(obj) => self.live.remove(&Self::key(&obj)).is_some(),
+            Event::Delete(obj) => {
+                let key = Self::key(&obj);
+                let gone = self.live.remove(&key).is_some();
+                if gone {
+                    self.changed.insert(key);
+                }
+                gone
+            }
         }
     }
 }
@@ -225,9 +251,12 @@ impl ClusterSource {
                 _ = sleep => {
                     let first = pending.map(|(first, _)| first);
                     pending = None;
-                    let svcs: Vec<&Service> = svc_store.live.values().collect();
-                    let eps: Vec<&EndpointSlice> = eps_store.live.values().collect();
-                    let applied = self.pipeline.apply(&svcs, &eps);
+                    // Both stores' changes are taken, so neither carries stale keys over.
+                    let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
+                        (Some(services), Some(slices)) => Some(Changes { services, slices }),
+                        _ => None,
+                    };
+                    let applied = self.pipeline.apply_changes(&svc_store.live, &eps_store.live, changes.as_ref());
                     if let Some(first) = first {
                         let latency = first.elapsed();
                         self.metrics.propagation_latency_seconds.observe(latency.as_secs_f64());
@@ -441,6 +470,33 @@ mod tests {
             !s.apply(Event::Delete(svc("b"))),
             "deleting twice changes nothing"
         );
+    }
+
+    #[test]
+    fn changes_are_keys_since_the_last_take_and_unknown_after_a_list() {
+        let mut s: Store<Service> = Store::new();
+        s.apply(Event::Init);
+        s.apply(Event::InitApply(svc("a")));
+        s.apply(Event::InitDone);
+        assert_eq!(s.take_changes(), None, "the first list: a full build");
+        s.apply(Event::Apply(svc("b")));
+        s.apply(Event::Delete(svc("a")));
+        s.apply(Event::Delete(svc("zz")));
+        let keys = |names: &[&str]| -> Option<BTreeSet<(String, String)>> {
+            Some(
+                names
+                    .iter()
+                    .map(|n| ("default".to_string(), n.to_string()))
+                    .collect(),
+            )
+        };
+        assert_eq!(s.take_changes(), keys(&["a", "b"]));
+        assert_eq!(s.take_changes(), keys(&[]));
+        s.apply(Event::Apply(svc("c")));
+        s.apply(Event::Init);
+        s.apply(Event::InitDone);
+        assert_eq!(s.take_changes(), None, "a re-list: a full build");
+        assert_eq!(s.take_changes(), keys(&[]));
     }
 
     #[test]

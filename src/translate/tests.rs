@@ -1,6 +1,6 @@
 //! Translation rules, one behaviour per test, built from fixture helpers; plus property tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
     ClientIPConfig, Service, ServicePort, ServiceSpec, SessionAffinityConfig,
@@ -954,6 +954,36 @@ fn versioned(
     (svcs, slices)
 }
 
+/// Objects keyed as the cluster source keeps them.
+fn store<K: Clone>(objects: &[K], meta: impl Fn(&K) -> &ObjectMeta) -> Store<K> {
+    objects
+        .iter()
+        .map(|o| {
+            let m = meta(o);
+            let key = (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            );
+            (key, o.clone())
+        })
+        .collect()
+}
+
+fn stores(svcs: &[Service], slices: &[EndpointSlice]) -> (Store<Service>, Store<EndpointSlice>) {
+    (store(svcs, |s| &s.metadata), store(slices, |s| &s.metadata))
+}
+
+fn key(ns: &str, name: &str) -> ObjectKey {
+    (ns.to_string(), name.to_string())
+}
+
+fn slices_changed(keys: &[ObjectKey]) -> Changes {
+    Changes {
+        services: BTreeSet::new(),
+        slices: keys.iter().cloned().collect(),
+    }
+}
+
 fn world_small() -> (Vec<Service>, Vec<EndpointSlice>) {
     versioned(
         vec![
@@ -981,13 +1011,16 @@ fn world_small() -> (Vec<Service>, Vec<EndpointSlice>) {
 #[test]
 fn a_slice_change_rebuilds_only_its_service_and_equals_a_full_build() {
     let (svcs, mut slices) = world_small();
-    let (t1, _) = translate(&svcs, &slices, &Options::default(), None);
+    let o = Options::default();
+    let (t1, _) = translate(&svcs, &slices, &o, None);
     slices[0] = mk_slice("default", "a", "p80", 8080, &["10.0.0.1", "10.0.0.3"]);
     slices[0].metadata.name = Some("slice-0".into());
     slices[0].metadata.resource_version = Some("9999".into());
     slices[0].metadata.uid = Some("slice-uid-0".into());
-    let (t2, w2) = translate(&svcs, &slices, &Options::default(), Some(&t1));
-    let (t3, w3) = translate(&svcs, &slices, &Options::default(), None);
+    let (ss, es) = stores(&svcs, &slices);
+    let changes = slices_changed(&[key("default", "slice-0")]);
+    let (t2, w2) = translate_changes(&ss, &es, Some(&changes), &o, Some(&t1));
+    let (t3, w3) = translate(&svcs, &slices, &o, None);
     assert_eq!(t2, t3, "incremental and full builds agree");
     assert_eq!(w2, w3);
     assert_eq!(t2.to_json()["entries"], t3.to_json()["entries"]);
@@ -1013,26 +1046,42 @@ fn a_slice_change_rebuilds_only_its_service_and_equals_a_full_build() {
 #[test]
 fn nothing_changed_gives_an_equal_table() {
     let (svcs, slices) = world_small();
-    let (t1, w1) = translate(&svcs, &slices, &Options::default(), None);
-    let (t2, w2) = translate(&svcs, &slices, &Options::default(), Some(&t1));
-    assert_eq!(t1, t2);
-    assert_eq!(w1, w2);
-    assert!(
-        t1.entries
-            .iter()
-            .zip(&t2.entries)
-            .all(|(a, b)| Arc::ptr_eq(a, b))
-    );
+    let (ss, es) = stores(&svcs, &slices);
+    let o = Options::default();
+    let (t1, w1) = translate_changes(&ss, &es, None, &o, None);
+    // Told in vain: the same versions.
+    let told = Changes {
+        services: [key("default", "a")].into(),
+        slices: [key("default", "slice-0")].into(),
+    };
+    for changes in [Changes::default(), told] {
+        let (t2, w2) = translate_changes(&ss, &es, Some(&changes), &o, Some(&t1));
+        assert_eq!(t1, t2);
+        assert_eq!(w1, w2);
+        assert_eq!(t1.generation, t2.generation);
+        assert!(
+            t1.entries
+                .iter()
+                .zip(&t2.entries)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+        );
+    }
 }
 
 #[test]
 fn a_service_change_or_new_options_take_the_full_path() {
     let (mut svcs, slices) = world_small();
-    let (t1, _) = translate(&svcs, &slices, &Options::default(), None);
+    let o = Options::default();
+    let (t1, _) = translate(&svcs, &slices, &o, None);
     svcs[0] = annotate(svcs[0].clone(), annotation::ACL_MATCH, "/new");
     svcs[0].metadata.resource_version = Some("7777".into());
-    let (t2, w2) = translate(&svcs, &slices, &Options::default(), Some(&t1));
-    let (t3, w3) = translate(&svcs, &slices, &Options::default(), None);
+    let (ss, es) = stores(&svcs, &slices);
+    let changes = Changes {
+        services: [key("default", "a")].into(),
+        slices: BTreeSet::new(),
+    };
+    let (t2, w2) = translate_changes(&ss, &es, Some(&changes), &o, Some(&t1));
+    let (t3, w3) = translate(&svcs, &slices, &o, None);
     assert_eq!(t2, t3);
     assert_eq!(w2, w3);
     assert!(route(&t2, "", "/new").is_some());
@@ -1040,17 +1089,39 @@ fn a_service_change_or_new_options_take_the_full_path() {
         default_algorithm: Algorithm::Source,
         ..Default::default()
     };
-    let (t4, _) = translate(&svcs, &slices, &opts, Some(&t2));
+    let (t4, _) = translate_changes(&ss, &es, Some(&Changes::default()), &opts, Some(&t2));
     assert_eq!(entry(&t4, "a").algorithm, Algorithm::Source);
 }
 
 #[test]
-fn objects_without_versions_are_always_translated_in_full() {
+fn untold_adds_and_deletes_are_caught_by_counting() {
+    let (svcs, slices) = world_small();
+    let o = Options::default();
+    let (t1, _) = translate(&svcs, &slices, &o, None);
+    let nothing = Changes::default();
+    // A slice deleted untold.
+    let (ss, es) = stores(&svcs, &slices[1..]);
+    let (t2, _) = translate_changes(&ss, &es, Some(&nothing), &o, Some(&t1));
+    assert_eq!(t2, translate(&svcs, &slices[1..], &o, None).0);
+    // A Service added untold.
+    let mut more = svcs.clone();
+    more.push(mk_service("default", "d", &[80]));
+    let (ss, es) = stores(&more, &slices);
+    let (t3, _) = translate_changes(&ss, &es, Some(&nothing), &o, Some(&t1));
+    assert!(t3.entries.iter().any(|e| &*e.name == "d"));
+}
+
+#[test]
+fn objects_without_versions_are_always_translated_again() {
     let svcs = vec![mk_service("default", "a", &[80])];
     let slices = vec![mk_slice("default", "a", "p80", 80, &["10.0.0.1"])];
-    let (t1, _) = translate(&svcs, &slices, &Options::default(), None);
+    let (ss, es) = stores(&svcs, &slices);
+    let o = Options::default();
+    let (t1, _) = translate_changes(&ss, &es, None, &o, None);
     let slices2 = vec![mk_slice("default", "a", "p80", 80, &["10.0.0.2"])];
-    let (t2, _) = translate(&svcs, &slices2, &Options::default(), Some(&t1));
+    let (_, es2) = stores(&svcs, &slices2);
+    let changes = slices_changed(&[key("default", "a-p80-1")]);
+    let (t2, _) = translate_changes(&ss, &es2, Some(&changes), &o, Some(&t1));
     assert_eq!(
         addrs(entry(&t2, "a")),
         ["10.0.0.2:80"],
@@ -1058,34 +1129,176 @@ fn objects_without_versions_are_always_translated_in_full() {
     );
 }
 
-proptest! {
-    /// Whatever endpoints change, the incremental build equals a full one.
-    #[test]
-    fn incremental_equals_full((services, slices) in world(), edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..4), 1..6)) {
-        let (services, mut slices) = versioned(services, slices);
-        if slices.is_empty() {
-            return Ok(());
-        }
-        let (t1, _) = translate(&services, &slices, &Options::default(), None);
-        for (k, (idx, what)) in edits.iter().enumerate() {
-            let i = idx.index(slices.len());
-            let s = &mut slices[i];
-            s.metadata.resource_version = Some(format!("{}", 90_000 + k));
-            let eps = s.endpoints.get_or_insert_with(Vec::new);
-            match what {
-                0 => eps.clear(),
-                1 => eps.push(SliceEndpoint { addresses: vec![format!("10.9.{k}.1")], ..Default::default() }),
-                2 => if let Some(e) = eps.first_mut() {
-                    e.conditions = Some(EndpointConditions { ready: Some(false), serving: Some(true), terminating: Some(true) });
-                },
-                _ => eps.truncate(1),
+/// One step of a random history of the stores.
+#[derive(Debug, Clone)]
+enum Edit {
+    /// Add or replace Service `n` (ports chosen by `ports`, annotation variant `ann`).
+    PutService {
+        n: u8,
+        ports: u8,
+        ann: u8,
+    },
+    DeleteService {
+        n: u8,
+    },
+    /// Add or replace slice `k`: feeding Service `target` (6 and 7: no such Service, 8: no
+    /// label), port `port`, addresses chosen by `addrs`, FQDN when `fqdn`.
+    PutSlice {
+        k: u8,
+        target: u8,
+        port: u8,
+        addrs: u8,
+        fqdn: bool,
+    },
+    DeleteSlice {
+        k: u8,
+    },
+    /// Tell a key that did not change.
+    Touch {
+        k: u8,
+    },
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    // Mostly slice edits, as in a cluster: a Service edit makes the whole batch a full build.
+    prop_oneof![
+        1 => (0u8..6, 1u8..4, 0u8..4).prop_map(|(n, ports, ann)| Edit::PutService { n, ports, ann }),
+        1 => (0u8..6).prop_map(|n| Edit::DeleteService { n }),
+        8 => (0u8..10, 0u8..9, 0u8..2, any::<u8>(), prop::bool::weighted(0.05)).prop_map(
+            |(k, target, port, addrs, fqdn)| Edit::PutSlice {
+                k,
+                target,
+                port,
+                addrs,
+                fqdn
             }
+        ),
+        2 => (0u8..10).prop_map(|k| Edit::DeleteSlice { k }),
+        2 => (0u8..10).prop_map(|k| Edit::Touch { k }),
+    ]
+}
+
+/// Applies `edit` to the stores as a watcher would, recording what changed in `changes`.
+fn apply_edit(
+    services: &mut Store<Service>,
+    slices: &mut Store<EndpointSlice>,
+    changes: &mut Changes,
+    edit: &Edit,
+    version: u64,
+) {
+    let rv = Some(version.to_string());
+    match *edit {
+        Edit::PutService { n, ports, ann } => {
+            let name = format!("s{n}");
+            let ports: Vec<u16> = [80, 81]
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| ports & (1 << i) != 0)
+                .map(|(_, p)| p)
+                .collect();
+            let mut s = mk_service("default", &name, &ports);
+            s = match ann {
+                0 => s,
+                1 => annotate(s, annotation::HOST, &format!("{name}.example.com")),
+                2 => annotate(s, annotation::ACL_MATCH, "/shared"),
+                _ => annotate(s, annotation::ALGORITHM, "nonsense"),
+            };
+            s.metadata.resource_version = rv;
+            s.metadata.uid = Some(name.clone());
+            services.insert(key("default", &name), s);
+            changes.services.insert(key("default", &name));
         }
-        let (t2, w2) = translate(&services, &slices, &Options::default(), Some(&t1));
-        let (t3, w3) = translate(&services, &slices, &Options::default(), None);
-        prop_assert_eq!(&t2, &t3);
-        prop_assert_eq!(t2.to_json()["entries"].clone(), t3.to_json()["entries"].clone());
-        prop_assert_eq!(w2, w3);
+        Edit::DeleteService { n } => {
+            let k = key("default", &format!("s{n}"));
+            services.remove(&k);
+            changes.services.insert(k);
+        }
+        Edit::PutSlice {
+            k,
+            target,
+            port,
+            addrs,
+            fqdn,
+        } => {
+            let pool = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4", "bogus"];
+            let eps: Vec<(&str, Option<bool>)> = pool
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| addrs & (1 << i) != 0)
+                .map(|(i, a)| (*a, Some(addrs & (0x20 << (i % 3)) == 0)))
+                .collect();
+            let p = [80u16, 81][usize::from(port)];
+            let mut s = mk_slice_with(
+                "default",
+                &format!("s{target}"),
+                &format!("p{p}"),
+                8000 + p,
+                eps,
+            );
+            let name = format!("slice-{k}");
+            s.metadata.name = Some(name.clone());
+            s.metadata.resource_version = rv;
+            s.metadata.uid = Some(name.clone());
+            if target == 8 {
+                s.metadata.labels = None;
+            }
+            if fqdn {
+                s.address_type = "FQDN".into();
+            }
+            slices.insert(key("default", &name), s);
+            changes.slices.insert(key("default", &name));
+        }
+        Edit::DeleteSlice { k } => {
+            let k = key("default", &format!("slice-{k}"));
+            slices.remove(&k);
+            changes.slices.insert(k);
+        }
+        Edit::Touch { k } => {
+            changes.slices.insert(key("default", &format!("slice-{k}")));
+            changes.services.insert(key("default", &format!("s{k}")));
+        }
+    }
+}
+
+/// A table's JSON without its generation, which counts builds and so differs by history.
+fn json_of(t: &RoutingTable) -> serde_json::Value {
+    let mut j = t.to_json();
+    j["generation"] = serde_json::Value::Null;
+    j
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Along any history of adds, modifications and deletes of Services and EndpointSlices,
+    /// built in batches with their change sets, every incremental table equals a cold build of
+    /// the same stores: the table, its JSON and the warnings.
+    #[test]
+    fn incremental_equals_cold(
+        start in prop::collection::vec(edit(), 0..12),
+        batches in prop::collection::vec(prop::collection::vec(edit(), 1..4), 1..8),
+    ) {
+        let o = Options::default();
+        let (mut services, mut slices) = (Store::new(), Store::new());
+        let mut version = 1;
+        let mut ignored = Changes::default();
+        for e in &start {
+            version += 1;
+            apply_edit(&mut services, &mut slices, &mut ignored, e, version);
+        }
+        let (mut table, _) = translate_changes(&services, &slices, None, &o, None);
+        for batch in &batches {
+            let mut changes = Changes::default();
+            for e in batch {
+                version += 1;
+                apply_edit(&mut services, &mut slices, &mut changes, e, version);
+            }
+            let (next, w_inc) = translate_changes(&services, &slices, Some(&changes), &o, Some(&table));
+            let (cold, w_cold) = translate_changes(&services, &slices, None, &o, None);
+            prop_assert_eq!(&next, &cold);
+            prop_assert_eq!(json_of(&next), json_of(&cold));
+            prop_assert_eq!(w_inc, w_cold);
+            table = next;
+        }
     }
 }
 
@@ -1145,5 +1358,19 @@ proptest! {
         }
         let (mixed, _) = run(&services, &slices);
         prop_assert_eq!(good_part(&alone), good_part(&mixed));
+    }
+}
+
+#[test]
+fn entry_names_are_built_at_their_exact_length() {
+    for (ns, name, port, want) in [
+        (None, "web", 80, "web"),
+        (None, "web", 8080, "web:8080"),
+        (Some("shop"), "web", 0, "shop/web:0"),
+        (Some("shop"), "web", 65535, "shop/web:65535"),
+    ] {
+        let got = super::entry_name(ns, name, port);
+        assert_eq!(got, want);
+        assert_eq!(got.capacity(), got.len());
     }
 }

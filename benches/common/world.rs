@@ -1,0 +1,93 @@
+//! The synthetic world the benches share (not a bench target itself: cargo only discovers
+//! `benches/*.rs` and `benches/*/main.rs`).
+//!
+//! N Services with 3 ports and 10 ready endpoints each; a third have `lb.host`, a tenth
+//! `lb.aclMatch`, a tenth a cookie-sticky annotation. Every object carries a resourceVersion,
+//! as objects read from the API server do.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use switchyard::translate::{SERVICE_NAME_LABEL, annotation};
+
+pub fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
+    let mut services = Vec::with_capacity(n);
+    let mut slices = Vec::with_capacity(n * 3);
+    for i in 0..n {
+        let name = format!("svc-{i}");
+        let mut ann = BTreeMap::new();
+        if i % 3 == 0 {
+            ann.insert(annotation::HOST.to_string(), format!("{name}.example.com"));
+        }
+        if i % 10 == 1 {
+            ann.insert(
+                annotation::ACL_MATCH.to_string(),
+                format!("/api/{i} /v2/{i}"),
+            );
+        }
+        if i % 10 == 2 {
+            ann.insert(annotation::COOKIE_STICKY.to_string(), "true".into());
+        }
+        services.push(Service {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(format!("ns-{}", i % 20)),
+                annotations: Some(ann),
+                // As every object read from the API server has: what incremental rebuilds key on.
+                resource_version: Some(format!("{}", 100_000 + i)),
+                uid: Some(format!("svc-{i}")),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                ports: Some(
+                    [80, 8080, 9090]
+                        .iter()
+                        .map(|&p| ServicePort {
+                            name: Some(format!("p{p}")),
+                            port: p,
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        for p in [80, 8080, 9090] {
+            slices.push(EndpointSlice {
+                metadata: ObjectMeta {
+                    name: Some(format!("{name}-{p}")),
+                    namespace: Some(format!("ns-{}", i % 20)),
+                    resource_version: Some(format!("{}", 500_000 + i * 3 + p as usize % 3)),
+                    uid: Some(format!("{name}-{p}")),
+                    labels: Some(BTreeMap::from([(
+                        SERVICE_NAME_LABEL.to_string(),
+                        name.clone(),
+                    )])),
+                    ..Default::default()
+                },
+                address_type: "IPv4".into(),
+                endpoints: Some(
+                    (0..10)
+                        .map(|e| Endpoint {
+                            addresses: vec![format!("10.{}.{}.{}", i / 256 % 256, i % 256, e + 1)],
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ports: Some(vec![EndpointPort {
+                    name: Some(format!("p{p}")),
+                    port: Some(p + 1),
+                    ..Default::default()
+                }]),
+            });
+        }
+    }
+    // The cluster source hands Services over sorted by (namespace, name), as its store keeps them.
+    services.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    (services, slices)
+}
