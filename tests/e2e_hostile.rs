@@ -94,6 +94,15 @@ impl RawBackend {
             .map(|c| c.lock().unwrap().clone())
             .collect()
     }
+
+    /// The connections that carried bytes: health checks (a bare TCP connect every
+    /// `--check-interval`, the first within a second or so of start) and any connection Pingora opened and
+    /// then did not use are left out, so counts do not depend on when a check lands.
+    fn requests(&self) -> Vec<Vec<u8>> {
+        let mut all = self.received();
+        all.retain(|c| !c.is_empty());
+        all
+    }
 }
 
 impl Drop for RawBackend {
@@ -328,8 +337,8 @@ async fn smuggling_and_malformed_requests_are_refused_or_forwarded_unambiguously
     )
     .await;
     assert_eq!(ok.status, Some(200), "{ok:?}; stderr:\n{}", sy.stderr());
-    assert_eq!(backend.received().len(), 1);
-    assert!(ambiguities(&backend.received()[0]).is_empty());
+    assert_eq!(backend.requests().len(), 1);
+    assert!(ambiguities(&backend.requests()[0]).is_empty());
 
     let mut failures = Vec::new();
     let mut outcomes = Vec::new();
@@ -408,7 +417,7 @@ async fn request_header_size_limit_is_the_flag() {
     assert_eq!(a.status, Some(200), "{a:?}");
     let a = send_raw(sy.http_port, &get_with_header_bytes(64 * 1024 + 1)).await;
     assert_eq!(a.status, Some(431), "{a:?}");
-    assert_eq!(backend.received().len(), 1);
+    assert_eq!(backend.requests().len(), 1);
     drop(sy);
 
     let sy = switchyard(raw_objs(&backend))
@@ -420,7 +429,7 @@ async fn request_header_size_limit_is_the_flag() {
     // Byte by byte in one write or many: the limit counts bytes, not reads.
     let a = send_raw(sy.http_port, &get_with_header_bytes(4097)).await;
     assert_eq!(a.status, Some(431), "{a:?}");
-    assert_eq!(backend.received().len(), 2);
+    assert_eq!(backend.requests().len(), 2);
     assert_eq!(
         metric(
             &sy,
