@@ -33,7 +33,7 @@ use crate::balance::Pick;
 use crate::config::Timeouts;
 use crate::error_page::ErrorPage;
 use crate::lifecycle::{Active, Lifecycle};
-use crate::matcher;
+use crate::matcher::Strip;
 use crate::metrics::{Metrics, OpenConnection};
 use crate::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, TableReader};
@@ -214,67 +214,47 @@ impl ProxyHttp for HttpProxy {
             session.respond_error(400).await?;
             return Ok(true);
         }
-        let table = self.table.load();
         let req = session.req_header();
         let host = req
             .headers
             .get(HOST)
             .map(HeaderValue::as_bytes)
             .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()));
-        let Some(rule) = table
-            .router(self.frontend)
-            .and_then(|r| r.lookup(host, req.uri.path()))
-        else {
-            self.not_found.respond_with(session, self.hsts()).await?;
-            return Ok(true);
-        };
-        let Some(entry) = table.entry(rule.target) else {
-            return Err(internal("route names a missing entry"));
-        };
-        if rule.strip {
-            let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
-            let stripped = matcher::strip_prefix(pq, &rule.prefix);
-            ctx.rewrite = Some(
-                Uri::try_from(stripped)
-                    .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad path"))?,
-            );
-        }
         ctx.client_ip = session
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
-        let now = Instant::now();
-        let gate = entry.health_gate(self.fail_open);
-        ctx.gate = Some(gate);
-        if entry.cookie_sticky {
-            let pinned = req
-                .headers
-                .get_all(COOKIE)
-                .iter()
-                .find_map(|v| sticky::find_cookie(v.as_bytes(), COOKIE_NAME))
-                .and_then(|id| entry.endpoint_by_cookie(id))
-                .filter(|&i| entry.pin_allowed(i, now, gate));
-            ctx.valid_cookie = pinned.is_some();
-            ctx.pinned = pinned;
-        } else if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
-            ctx.pinned = entry
-                .state
-                .affinity
-                .get(&ip, now, timeout)
-                .and_then(|addr| entry.endpoint_by_addr(&addr))
-                .filter(|&i| entry.pin_allowed(i, now, gate));
+        let cookies = req
+            .headers
+            .get_all(COOKIE)
+            .iter()
+            .map(HeaderValue::as_bytes);
+        match self.route(ctx, host, req.uri.path(), cookies) {
+            Err(why) => return Err(internal(why)),
+            Ok(Route::NotFound) => {
+                self.not_found.respond_with(session, self.hsts()).await?;
+                return Ok(true);
+            }
+            Ok(Route::Unavailable) => {
+                self.unavailable.respond_with(session, self.hsts()).await?;
+                return Ok(true);
+            }
+            Ok(Route::Proxy { strip: None }) => {}
+            Ok(Route::Proxy { strip: Some(strip) }) => {
+                let req = session.req_header();
+                let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+                let (slash, rest) = strip.apply(pq);
+                let stripped = if slash.is_empty() {
+                    Uri::try_from(rest)
+                } else {
+                    Uri::try_from(format!("{slash}{rest}"))
+                };
+                ctx.rewrite = Some(
+                    stripped
+                        .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad path"))?,
+                );
+            }
         }
-        // No endpoint takes new sessions (none, all draining, or all down without fail-open)
-        // and this client is not pinned to one that still serves it: the app is visibly down.
-        let none_new = !entry.endpoints.iter().any(|e| e.takes_new());
-        let target = rule.target;
-        ctx.entry = Some(target);
-        if ctx.pinned.is_none() && (none_new || gate == HealthGate::Closed) {
-            ctx.table = Some(table);
-            self.unavailable.respond_with(session, self.hsts()).await?;
-            return Ok(true);
-        }
-        ctx.table = Some(table);
 
         let upgrade = session.is_upgrade_req();
         let downstream = session.as_downstream_mut();
@@ -288,42 +268,12 @@ impl ProxyHttp for HttpProxy {
     }
 
     async fn upstream_peer(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        let entry = ctx.entry().ok_or_else(|| internal("no entry chosen"))?;
-        let now = Instant::now();
-        let chosen = match ctx.pinned.filter(|&i| !ctx.was_tried(i)) {
-            Some(i) => Some(i),
-            None => {
-                let pick = Pick {
-                    algorithm: entry.algorithm,
-                    cursor: &entry.state.cursor,
-                    client_hash: ctx.client_ip.as_ref().map_or(0, sticky::client_hash),
-                    maxconn: entry.maxconn,
-                };
-                let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
-                entry.choose(&pick, gate, now, &ctx.tried[..ctx.n_tried])
-            }
-        };
-        let Some(i) = chosen else {
+        let Some(addr) = self.pick(ctx) else {
             return Err(Error::explain(
                 ErrorType::HTTPStatus(503),
                 "no endpoint left to try",
             ));
         };
-        let endpoint = &entry.endpoints[i];
-        let addr = endpoint.addr;
-        let guard = endpoint.state.0.enter();
-        if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip)
-            && ctx.pinned != Some(i)
-        {
-            entry.state.affinity.set(ip, addr, now, timeout);
-        }
-        if ctx.n_tried < MAX_TRIES {
-            ctx.tried[ctx.n_tried] = i;
-            ctx.n_tried += 1;
-        }
-        ctx.in_flight = Some(guard);
-        ctx.connect_started = Some(Instant::now());
-        ctx.connect_failed = false;
 
         let mut peer = HttpPeer::new(addr, false, String::new());
         let o = &mut peer.options;
@@ -346,40 +296,7 @@ impl ProxyHttp for HttpProxy {
         ctx: &mut Ctx,
         mut e: Box<Error>,
     ) -> Box<Error> {
-        let Some(entry) = ctx.entry() else {
-            return e;
-        };
-        let now = Instant::now();
-        let mut ejected = false;
-        if let Some(i) = ctx.current() {
-            let state = &entry.endpoints[i].state;
-            ejected = !state.is_down(now);
-            state.mark_down(now, self.timeouts.passive_down);
-            state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
-            if let (Some(_), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
-                entry.state.affinity.forget(&ip);
-            }
-        }
-        // Redispatch: nothing was sent yet, so any method may go to another endpoint.
-        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
-        let untried =
-            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
-        let retry = ctx.n_tried < self.tries && untried;
-        e.set_retry(retry);
-        if let (Some(table), Some(id)) = (&ctx.table, ctx.entry) {
-            self.metrics
-                .data
-                .with_entry(table.generation, id as usize, &entry.name, |h| {
-                    if ejected {
-                        h.ejections.inc();
-                    }
-                    if retry {
-                        h.retries.inc();
-                    }
-                });
-        }
-        ctx.in_flight = None;
-        ctx.connect_failed = true;
+        e.set_retry(self.connect_failed(ctx));
         e
     }
 
@@ -400,64 +317,26 @@ impl ProxyHttp for HttpProxy {
         client_reused: bool,
     ) -> Box<Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        let replayable = session.req_header().method.is_idempotent()
-            && !session.as_ref().retry_buffer_truncated()
-            && session.response_written().is_none();
-        let upstream = *e.esource() == ErrorSource::Upstream;
-        let timed_out = matches!(
-            e.etype(),
-            ErrorType::ReadTimedout | ErrorType::WriteTimedout
-        );
-        let stale = upstream
-            && client_reused
-            && !timed_out
-            && matches!(
+        let failure = Failure {
+            replayable: session.req_header().method.is_idempotent()
+                && !session.as_ref().retry_buffer_truncated()
+                && session.response_written().is_none(),
+            upstream: *e.esource() == ErrorSource::Upstream,
+            timed_out: matches!(
+                e.etype(),
+                ErrorType::ReadTimedout | ErrorType::WriteTimedout
+            ),
+            closed: matches!(
                 e.etype(),
                 ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
-            );
-        ctx.in_flight = None;
-        if stale {
-            // Let the same endpoint be picked again.
-            ctx.n_tried = ctx.n_tried.saturating_sub(1);
-            e.set_retry(replayable);
-            return e;
-        }
-        let Some(entry) = ctx.entry() else {
-            e.set_retry(false);
-            return e;
+            ),
+            reused: client_reused,
+            // A tunnel (101) that ends abruptly says nothing about the endpoint's health.
+            tunnel: session
+                .response_written()
+                .is_some_and(|r| r.status == http::StatusCode::SWITCHING_PROTOCOLS),
         };
-        // A tunnel (101) that ends abruptly says nothing about the endpoint's health.
-        let tunnel = session
-            .response_written()
-            .is_some_and(|r| r.status == http::StatusCode::SWITCHING_PROTOCOLS);
-        if !upstream || tunnel {
-            e.set_retry(false);
-            return e;
-        }
-        let now = Instant::now();
-        let mut ejected = false;
-        if let Some(i) = ctx.current() {
-            let state = &entry.endpoints[i].state;
-            ejected = !state.is_down(now);
-            state.mark_down(now, self.timeouts.passive_down);
-        }
-        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
-        let untried =
-            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
-        let retry = replayable && !timed_out && ctx.n_tried < self.tries && untried;
-        e.set_retry(retry);
-        if let (Some(table), Some(id)) = (&ctx.table, ctx.entry) {
-            self.metrics
-                .data
-                .with_entry(table.generation, id as usize, &entry.name, |h| {
-                    if ejected {
-                        h.ejections.inc();
-                    }
-                    if retry {
-                        h.retries.inc();
-                    }
-                });
-        }
+        e.set_retry(self.upstream_failed(ctx, &failure));
         e
     }
 
@@ -549,37 +428,278 @@ impl ProxyHttp for HttpProxy {
         if let Some(https) = &self.https {
             https.response_headers(resp)?;
         }
-        let Some(entry) = ctx.entry() else {
-            return Ok(());
-        };
-        if !entry.cookie_sticky {
-            return Ok(());
+        if let Some(id) = self.set_cookie(ctx) {
+            resp.append_header(SET_COOKIE, sticky::set_cookie_value(id))?;
+            let cc =
+                no_cache_set_cookie(resp.headers.get(CACHE_CONTROL).map(HeaderValue::as_bytes));
+            resp.insert_header(CACHE_CONTROL, cc)?;
         }
-        let Some(i) = ctx.current() else {
-            return Ok(());
-        };
-        if ctx.valid_cookie && ctx.pinned == Some(i) {
-            return Ok(());
-        }
-        resp.append_header(
-            SET_COOKIE,
-            sticky::set_cookie_value(entry.endpoints[i].cookie_id),
-        )?;
-        // `nocache`: a shared cache must not hand this cookie to other clients.
-        let cc = match resp.headers.get(CACHE_CONTROL).map(|v| v.to_str()) {
-            Some(Ok(prev)) if !prev.is_empty() => format!("{prev}, no-cache=\"set-cookie\""),
-            _ => "no-cache=\"set-cookie\"".to_string(),
-        };
-        resp.insert_header(CACHE_CONTROL, cc)?;
         Ok(())
     }
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        let req = session.req_header();
+        let host = req
+            .headers
+            .get(HOST)
+            .map(HeaderValue::as_bytes)
+            .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
+            .unwrap_or_default();
+        self.record(
+            ctx,
+            &Finished {
+                status: session.response_written().map_or(0, |r| r.status.as_u16()),
+                bytes_in: session.body_bytes_read() as u64,
+                bytes_out: session.body_bytes_sent() as u64,
+                failed: e.is_some(),
+                client: session
+                    .client_addr()
+                    .and_then(|a| a.as_inet())
+                    .map(|a| std::net::SocketAddr::new(a.ip(), a.port())),
+                host,
+                method: req.method.as_str(),
+                path: req.uri.path(),
+            },
+        );
+    }
+}
+
+// === shared request logic ===
+
+/// What routing decided for a request.
+pub enum Route {
+    /// No rule matched: the not-found page.
+    NotFound,
+    /// No endpoint takes this client: the 503 page.
+    Unavailable,
+    /// Proxy it, with the matched prefix removed from the target when given.
+    Proxy { strip: Option<Strip> },
+}
+
+/// How a try failed after its upstream connection was open.
+pub struct Failure {
+    /// Nothing has reached the client and the request may be sent again.
+    pub replayable: bool,
+    /// The upstream side failed (not the client).
+    pub upstream: bool,
+    pub timed_out: bool,
+    /// The connection was closed or broken (not a protocol error).
+    pub closed: bool,
+    /// The upstream connection came from the pool.
+    pub reused: bool,
+    /// A switched-protocol tunnel was open.
+    pub tunnel: bool,
+}
+
+/// What `record` needs to know of a finished request.
+pub struct Finished<'a> {
+    /// 0 when no response was written.
+    pub status: u16,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub failed: bool,
+    pub client: Option<std::net::SocketAddr>,
+    pub host: &'a [u8],
+    pub method: &'a str,
+    pub path: &'a str,
+}
+
+/// `Cache-Control` with `no-cache="set-cookie"` added (`nocache`: a shared cache must not hand
+/// the load balancer's cookie to other clients).
+pub fn no_cache_set_cookie(prev: Option<&[u8]>) -> String {
+    match prev.map(std::str::from_utf8) {
+        Some(Ok(prev)) if !prev.is_empty() => format!("{prev}, no-cache=\"set-cookie\""),
+        _ => "no-cache=\"set-cookie\"".to_string(),
+    }
+}
+
+/// The decisions both HTTP/1 paths (Pingora's and `fast_path`) share, so that they route,
+/// pick, retry, eject and count alike.
+impl HttpProxy {
+    /// Matches host and path and settles stickiness; fills `ctx` (table, entry, gate, pin).
+    /// `ctx.client_ip` must be set first.
+    pub fn route<'c>(
+        &self,
+        ctx: &mut Ctx,
+        host: Option<&[u8]>,
+        path: &str,
+        mut cookies: impl Iterator<Item = &'c [u8]>,
+    ) -> std::result::Result<Route, &'static str> {
+        let table = self.table.load();
+        let Some(rule) = table
+            .router(self.frontend)
+            .and_then(|r| r.lookup(host, path))
+        else {
+            return Ok(Route::NotFound);
+        };
+        let target = rule.target;
+        let strip = rule.strip.then(|| Strip::of(&rule.prefix));
+        let Some(entry) = table.entry(target) else {
+            return Err("route names a missing entry");
+        };
+        let now = Instant::now();
+        let gate = entry.health_gate(self.fail_open);
+        ctx.gate = Some(gate);
+        if entry.cookie_sticky {
+            let pinned = cookies
+                .find_map(|v| sticky::find_cookie(v, COOKIE_NAME))
+                .and_then(|id| entry.endpoint_by_cookie(id))
+                .filter(|&i| entry.pin_allowed(i, now, gate));
+            ctx.valid_cookie = pinned.is_some();
+            ctx.pinned = pinned;
+        } else if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
+            ctx.pinned = entry
+                .state
+                .affinity
+                .get(&ip, now, timeout)
+                .and_then(|addr| entry.endpoint_by_addr(&addr))
+                .filter(|&i| entry.pin_allowed(i, now, gate));
+        }
+        // No endpoint takes new sessions (none, all draining, or all down without fail-open)
+        // and this client is not pinned to one that still serves it: the app is visibly down.
+        let none_new = !entry.endpoints.iter().any(|e| e.takes_new());
+        let unavailable = ctx.pinned.is_none() && (none_new || gate == HealthGate::Closed);
+        ctx.entry = Some(target);
+        ctx.table = Some(table);
+        Ok(if unavailable {
+            Route::Unavailable
+        } else {
+            Route::Proxy { strip }
+        })
+    }
+
+    /// Picks the endpoint for the next try (the pinned one first, then the algorithm among
+    /// those not tried), counts it in flight and remembers it. `None`: nothing left to try.
+    pub fn pick(&self, ctx: &mut Ctx) -> Option<std::net::SocketAddr> {
+        let entry = ctx.entry()?;
+        let now = Instant::now();
+        let chosen = match ctx.pinned.filter(|&i| !ctx.was_tried(i)) {
+            Some(i) => Some(i),
+            None => {
+                let pick = Pick {
+                    algorithm: entry.algorithm,
+                    cursor: &entry.state.cursor,
+                    client_hash: ctx.client_ip.as_ref().map_or(0, sticky::client_hash),
+                    maxconn: entry.maxconn,
+                };
+                let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
+                entry.choose(&pick, gate, now, &ctx.tried[..ctx.n_tried])
+            }
+        };
+        let i = chosen?;
+        let endpoint = &entry.endpoints[i];
+        let addr = endpoint.addr;
+        let guard = endpoint.state.0.enter();
+        if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip)
+            && ctx.pinned != Some(i)
+        {
+            entry.state.affinity.set(ip, addr, now, timeout);
+        }
+        if ctx.n_tried < MAX_TRIES {
+            ctx.tried[ctx.n_tried] = i;
+            ctx.n_tried += 1;
+        }
+        ctx.in_flight = Some(guard);
+        ctx.connect_started = Some(Instant::now());
+        ctx.connect_failed = false;
+        Some(addr)
+    }
+
+    /// The current try could not connect: ejects the endpoint for the passive-health period
+    /// and says whether to try another (nothing was sent, so any method may go elsewhere).
+    pub fn connect_failed(&self, ctx: &mut Ctx) -> bool {
+        let Some(entry) = ctx.entry() else {
+            return false;
+        };
+        let now = Instant::now();
+        let mut ejected = false;
+        if let Some(i) = ctx.current() {
+            let state = &entry.endpoints[i].state;
+            ejected = !state.is_down(now);
+            state.mark_down(now, self.timeouts.passive_down);
+            state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
+            if let (Some(_), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
+                entry.state.affinity.forget(&ip);
+            }
+        }
+        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
+        let untried =
+            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
+        let retry = ctx.n_tried < self.tries && untried;
+        self.count_failure(ctx, ejected, retry);
         ctx.in_flight = None;
-        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        ctx.connect_failed = true;
+        retry
+    }
+
+    /// A failure after connecting; says whether to replay the request. The endpoint is
+    /// ejected for the passive-health period (HAProxy `observe layer4` with `on-error
+    /// mark-down`); when nothing has reached the client yet, a replayable request goes to
+    /// another endpoint (HAProxy `retry-on empty-response`); a timeout is not replayed, as the
+    /// backend may still be working on it and the client's wait is already spent. A pooled
+    /// connection the backend had closed while idle is stale, not a fault: replayed, possibly
+    /// on the same endpoint, without an ejection.
+    pub fn upstream_failed(&self, ctx: &mut Ctx, f: &Failure) -> bool {
+        ctx.in_flight = None;
+        if f.upstream && f.reused && !f.timed_out && f.closed {
+            // Let the same endpoint be picked again.
+            ctx.n_tried = ctx.n_tried.saturating_sub(1);
+            return f.replayable;
+        }
+        let Some(entry) = ctx.entry() else {
+            return false;
+        };
+        if !f.upstream || f.tunnel {
+            return false;
+        }
+        let now = Instant::now();
+        let mut ejected = false;
+        if let Some(i) = ctx.current() {
+            let state = &entry.endpoints[i].state;
+            ejected = !state.is_down(now);
+            state.mark_down(now, self.timeouts.passive_down);
+        }
+        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
+        let untried =
+            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
+        let retry = f.replayable && !f.timed_out && ctx.n_tried < self.tries && untried;
+        self.count_failure(ctx, ejected, retry);
+        retry
+    }
+
+    fn count_failure(&self, ctx: &Ctx, ejected: bool, retry: bool) {
+        if let (Some(table), Some(id), Some(entry)) = (&ctx.table, ctx.entry, ctx.entry()) {
+            self.metrics
+                .data
+                .with_entry(table.generation, id as usize, &entry.name, |h| {
+                    if ejected {
+                        h.ejections.inc();
+                    }
+                    if retry {
+                        h.retries.inc();
+                    }
+                });
+        }
+    }
+
+    /// The endpoint id for a `Set-Cookie` on this response, when the entry is cookie-sticky
+    /// and the client did not already carry a valid cookie for the endpoint that answered.
+    pub fn set_cookie(&self, ctx: &Ctx) -> Option<u64> {
+        let entry = ctx.entry()?;
+        if !entry.cookie_sticky {
+            return None;
+        }
+        let i = ctx.current()?;
+        if ctx.valid_cookie && ctx.pinned == Some(i) {
+            return None;
+        }
+        Some(entry.endpoints[i].cookie_id)
+    }
+
+    /// Counts a finished request in the metrics and the access log, once.
+    pub fn record(&self, ctx: &mut Ctx, f: &Finished<'_>) {
+        ctx.in_flight = None;
         let duration = ctx.started.map_or(Duration::ZERO, |t| t.elapsed());
-        let bytes_in = session.body_bytes_read() as u64;
-        let bytes_out = session.body_bytes_sent() as u64;
         let mut endpoint = None;
         match (&ctx.table, ctx.entry) {
             (Some(table), Some(id)) => {
@@ -589,19 +709,19 @@ impl ProxyHttp for HttpProxy {
                 self.metrics
                     .data
                     .with_entry(table.generation, id as usize, &entry.name, |h| {
-                        h.requests(status).inc();
+                        h.requests(f.status).inc();
                         h.duration.observe(duration.as_secs_f64());
                         if let Some(c) = ctx.connect_time {
                             h.connect.observe(c.as_secs_f64());
                         }
-                        h.request_bytes.inc_by(bytes_in);
-                        h.response_bytes.inc_by(bytes_out);
+                        h.request_bytes.inc_by(f.bytes_in);
+                        h.response_bytes.inc_by(f.bytes_out);
                     });
                 if let Some(ep) = ctx.current().and_then(|i| entry.endpoints.get(i)) {
                     let t = &ep.state.totals;
-                    t.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
-                    t.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
-                    if e.is_some() && !ctx.connect_failed {
+                    t.bytes_in.fetch_add(f.bytes_in, Ordering::Relaxed);
+                    t.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
+                    if f.failed && !ctx.connect_failed {
                         t.response_errors.fetch_add(1, Ordering::Relaxed);
                     }
                     endpoint = Some(ep.addr);
@@ -612,30 +732,20 @@ impl ProxyHttp for HttpProxy {
         if !self.access_log.enabled() {
             return;
         }
-        let req = session.req_header();
-        let host = req
-            .headers
-            .get(HOST)
-            .map(HeaderValue::as_bytes)
-            .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
-            .unwrap_or_default();
-        let host = String::from_utf8_lossy(&host[..host.len().min(255)]);
+        let host = String::from_utf8_lossy(&f.host[..f.host.len().min(255)]);
         let entry = ctx.entry().map_or("", |e| &e.name);
         self.access_log.http(&HttpRecord {
             time: SystemTime::now(),
-            client: session
-                .client_addr()
-                .and_then(|a| a.as_inet())
-                .map(|a| std::net::SocketAddr::new(a.ip(), a.port())),
+            client: f.client,
             frontend: &self.label,
             host: &host,
-            method: req.method.as_str(),
-            path: req.uri.path(),
-            status,
+            method: f.method,
+            path: f.path,
+            status: f.status,
             entry,
             endpoint,
-            bytes_in,
-            bytes_out,
+            bytes_in: f.bytes_in,
+            bytes_out: f.bytes_out,
             duration,
             connect: ctx.connect_time,
             generation: ctx.table.as_ref().map_or(0, |t| t.generation),

@@ -108,17 +108,39 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 /// The request target after removing `prefix`: `/svc` -> `/`, `/svc/a?b` -> `/a?b`,
 /// `/svc?x` -> `/?x`. `path_and_query` must start with `prefix`.
 pub fn strip_prefix(path_and_query: &str, prefix: &str) -> String {
-    let rest = path_and_query.get(prefix.len()..).unwrap_or("");
-    let keep_slash = prefix.ends_with('/');
-    if rest.starts_with('/') {
-        rest.to_string()
-    } else {
-        let mut out = String::with_capacity(rest.len() + 1);
-        out.push('/');
-        if keep_slash || !rest.is_empty() {
-            out.push_str(rest);
+    let (slash, rest) = Strip::of(prefix).apply(path_and_query);
+    let mut out = String::with_capacity(slash.len() + rest.len());
+    out.push_str(slash);
+    out.push_str(rest);
+    out
+}
+
+/// A prefix to remove, reduced to what removing it needs, so that the data plane can write
+/// the stripped target in two pieces without building it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strip {
+    len: usize,
+    keep_slash: bool,
+}
+
+impl Strip {
+    pub fn of(prefix: &str) -> Strip {
+        Strip {
+            len: prefix.len(),
+            keep_slash: prefix.ends_with('/'),
         }
-        out
+    }
+
+    /// The stripped target as a leading `"/"` (or nothing) and the rest of `path_and_query`.
+    pub fn apply(self, path_and_query: &str) -> (&'static str, &str) {
+        let rest = path_and_query.get(self.len..).unwrap_or("");
+        if rest.starts_with('/') {
+            ("", rest)
+        } else if self.keep_slash || !rest.is_empty() {
+            ("/", rest)
+        } else {
+            ("/", "")
+        }
     }
 }
 
