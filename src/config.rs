@@ -264,6 +264,13 @@ pub struct Args {
         env = "SWITCHYARD_THREADS"
     )]
     pub threads: usize,
+
+    /// Serve plain HTTP/1.1 GET and HEAD requests on switchyard's own lean path, with the
+    /// same routing, retries, metrics and logs; `false` sends every request through Pingora's
+    /// proxy.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          env = "SWITCHYARD_FAST_PATH")]
+    pub fast_path: bool,
 }
 
 /// `250ms`, `5s`, `2m`, or a plain number of seconds.
@@ -433,6 +440,8 @@ pub struct Config {
     /// Tries per request on connect failure (HAProxy `retries 3` + `option redispatch`).
     pub connect_tries: usize,
     pub threads: usize,
+    /// `--fast-path`.
+    pub fast_path: bool,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
     /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
@@ -549,6 +558,7 @@ impl Config {
             },
             connect_tries: 3,
             threads,
+            fast_path: args.fast_path,
             shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
             watch_debounce: args.watch_debounce,

@@ -21,7 +21,8 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pingora::apps::{HttpServerApp, ServerApp};
+use bytes::Bytes;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::tls::{SslDigest, TlsRef};
 use pingora::protocols::{
@@ -33,6 +34,7 @@ use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::http_proxy::{FastPath, Served};
 use crate::metrics::Metrics;
 use crate::tls::HandshakeAcceptor;
 
@@ -205,6 +207,8 @@ impl HeaderGuard {
 pub struct GuardedStream {
     inner: Stream,
     header: Option<Box<HeaderGuard>>,
+    /// Bytes already read that the next reads hand out again (see `unread`).
+    replay: Option<Bytes>,
 }
 
 impl fmt::Debug for GuardedStream {
@@ -222,6 +226,7 @@ impl GuardedStream {
         GuardedStream {
             inner,
             header: None,
+            replay: None,
         }
     }
 
@@ -240,6 +245,7 @@ impl GuardedStream {
         GuardedStream {
             inner,
             header: Some(Box::new(guard)),
+            replay: None,
         }
     }
 
@@ -251,6 +257,21 @@ impl GuardedStream {
             h.armed = false;
             h.read = 0;
             h.end = HeaderEnd::default();
+        }
+    }
+
+    /// Puts back `bytes`, read from this stream as the start of a request header, so that the
+    /// next reader (Pingora's HTTP/1 session, when `fast_path` declines a request) reads them
+    /// first. The header guard scans them again as the start of a new header; its deadline
+    /// keeps running from the header's first byte.
+    pub fn unread(&mut self, bytes: Bytes) {
+        if let Some(h) = &mut self.header {
+            h.phase = Phase::Header;
+            h.read = 0;
+            h.end = HeaderEnd::default();
+        }
+        if !bytes.is_empty() {
+            self.replay = Some(bytes);
         }
     }
 
@@ -292,11 +313,11 @@ impl AsyncRead for GuardedStream {
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         let Some(h) = this.header.as_mut() else {
-            return Pin::new(&mut this.inner).poll_read(cx, buf);
+            return read_from(&mut this.replay, &mut this.inner, cx, buf);
         };
         match h.phase {
             Phase::Header => {}
-            Phase::Body => return Pin::new(&mut this.inner).poll_read(cx, buf),
+            Phase::Body => return read_from(&mut this.replay, &mut this.inner, cx, buf),
             Phase::Reject { .. } | Phase::Closed => return this.poll_reject(cx),
         }
         if h.armed && h.deadline.is_elapsed() {
@@ -304,7 +325,7 @@ impl AsyncRead for GuardedStream {
             return this.poll_reject(cx);
         }
         let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+        match read_from(&mut this.replay, &mut this.inner, cx, buf) {
             Poll::Ready(Ok(())) => {
                 let new = &buf.filled()[before..];
                 if new.is_empty() {
@@ -338,6 +359,24 @@ impl AsyncRead for GuardedStream {
             other => other,
         }
     }
+}
+
+/// Reads the bytes put back first, then from the stream.
+fn read_from(
+    replay: &mut Option<Bytes>,
+    inner: &mut Stream,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    if let Some(r) = replay {
+        let n = r.len().min(buf.remaining());
+        buf.put_slice(&r.split_to(n));
+        if r.is_empty() {
+            *replay = None;
+        }
+        return Poll::Ready(Ok(()));
+    }
+    Pin::new(inner).poll_read(cx, buf)
 }
 
 impl AsyncWrite for GuardedStream {
@@ -464,6 +503,7 @@ pub struct Guard<A> {
     limit: Arc<ConnectionLimit>,
     counters: Counters,
     tls: Option<HandshakeAcceptor>,
+    fast: Option<FastPath>,
 }
 
 impl<A> Guard<A> {
@@ -474,7 +514,15 @@ impl<A> Guard<A> {
             limit,
             counters,
             tls: None,
+            fast: None,
         }
+    }
+
+    /// Serves the HTTP/1 requests it takes through `fast` (see `http_proxy::FastPath`); the
+    /// others go to the inner application.
+    pub fn with_fast_path(mut self, fast: FastPath) -> Self {
+        self.fast = Some(fast);
+        self
     }
 
     /// Runs this TLS handshake on every accepted connection first.
@@ -513,25 +561,46 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
         if h2 {
             return ServerApp::process_new(&self.inner, Box::new(stream), shutdown).await;
         }
-        // HTTP/1, as Pingora's own loop does it, with the guard re-armed between requests.
-        let mut session = ServerSession::new_http1(Box::new(stream));
-        session.set_keepalive(if *shutdown.borrow() {
-            None
-        } else {
-            Some(self.limits.keep_alive.as_secs())
-        });
-        session.set_keepalive_reuses_remaining(options.and_then(|o| o.keepalive_request_limit));
-        let mut result = self.inner.process_new_http(session, shutdown).await;
-        while let Some((stream, settings)) = result.map(|r| r.consume()) {
-            let mut stream = stream.into_any().downcast::<GuardedStream>().ok()?;
-            stream.rearm();
-            let mut session = ServerSession::new_http1(stream);
-            if let Some(settings) = settings {
-                settings.apply_to_session(&mut session);
+        // HTTP/1, as Pingora's own loop does it, with the guard re-armed between requests;
+        // the fast path, when on, takes each request first.
+        let mut stream = Box::new(stream);
+        let mut conn = self.fast.as_ref().map(|f| f.connection(&stream));
+        let mut watch = shutdown.clone();
+        let mut settings: Option<HttpPersistentSettings> = None;
+        loop {
+            if let (Some(fast), Some(conn)) = (&self.fast, &mut conn) {
+                match fast.serve(&mut stream, conn, &mut watch).await {
+                    Served::Closed => {
+                        // As Pingora ends a connection: TLS gets its close_notify.
+                        stream.shutdown().await;
+                        return None;
+                    }
+                    Served::Declined => {}
+                }
             }
-            result = self.inner.process_new_http(session, shutdown).await;
+            let mut session = ServerSession::new_http1(stream);
+            match settings.take() {
+                Some(s) => s.apply_to_session(&mut session),
+                None => {
+                    session.set_keepalive(if *shutdown.borrow() {
+                        None
+                    } else {
+                        Some(self.limits.keep_alive.as_secs())
+                    });
+                    session.set_keepalive_reuses_remaining(
+                        options.and_then(|o| o.keepalive_request_limit),
+                    );
+                }
+            }
+            let result = self.inner.process_new_http(session, shutdown).await?;
+            let (reused, next) = result.consume();
+            stream = reused.into_any().downcast::<GuardedStream>().ok()?;
+            stream.rearm();
+            settings = next;
+            if let Some(conn) = &mut conn {
+                FastPath::served_elsewhere(conn);
+            }
         }
-        None
     }
 
     async fn cleanup(&self) {

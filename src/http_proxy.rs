@@ -42,7 +42,12 @@ use crate::tls::HttpsPolicy;
 /// Most endpoints a request may try (the configured tries are capped to this).
 const MAX_TRIES: usize = 8;
 
+mod fast_path;
+
+pub use fast_path::{Connection, FastPath, Served};
+
 /// The proxy for one frontend.
+#[derive(Clone)]
 pub struct HttpProxy {
     table: TableReader,
     frontend: Frontend,
@@ -161,6 +166,17 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    fn set_client_ip(&mut self, ip: Option<IpAddr>) {
+        self.client_ip = ip;
+    }
+
+    /// The upstream connection of the current try is open (`reused`: from a pool).
+    fn connected(&mut self, reused: bool) {
+        if !reused {
+            self.connect_time = self.connect_started.map(|t| t.elapsed());
+        }
+    }
+
     fn entry(&self) -> Option<&Entry> {
         self.table.as_ref()?.entry(self.entry?)
     }
@@ -380,9 +396,7 @@ impl ProxyHttp for HttpProxy {
         _digest: Option<&Digest>,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if !reused {
-            ctx.connect_time = ctx.connect_started.map(|t| t.elapsed());
-        }
+        ctx.connected(reused);
         Ok(())
     }
 

@@ -170,6 +170,9 @@ pub fn run(config: Config) -> Result<(), RunError> {
     .with_lifecycle(Arc::clone(&lifecycle))
     .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
     .with_fail_open(config.health.fail_open);
+    let fast = config
+        .fast_path
+        .then(|| http_proxy::FastPath::new(proxy.clone()));
     let mut http_app = pingora::proxy::http_proxy(&server.configuration, proxy);
     let mut options = HttpServerOptions::default();
     options.h2c = true;
@@ -179,12 +182,15 @@ pub fn run(config: Config) -> Result<(), RunError> {
     http_app.server_options = Some(options);
     // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
     let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
-    let guarded = downstream::Guard::new(
+    let mut guarded = downstream::Guard::new(
         http_app,
         config.downstream,
         Arc::clone(&limit),
         downstream::Counters::new(&metrics, &Frontend::Http.label()),
     );
+    if let Some(fast) = fast {
+        guarded = guarded.with_fast_path(fast);
+    }
     let counted = http_proxy::CountConnections::new(
         guarded,
         metrics.data.open_connections(&Frontend::Http.label()),
@@ -206,19 +212,25 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
         .with_fail_open(config.health.fail_open)
         .with_https(tls.https_policy());
+        let fast = config
+            .fast_path
+            .then(|| http_proxy::FastPath::new(proxy.clone()));
         let mut https_app = pingora::proxy::http_proxy(&server.configuration, proxy);
         let mut options = HttpServerOptions::default();
         options.h2_idle_timeout = Some(config.timeouts.keep_alive);
         https_app.server_options = Some(options);
         // A plain TCP listener: the guard runs the handshake itself, with a deadline and
         // failure metrics.
-        let guarded = downstream::Guard::new(
+        let mut guarded = downstream::Guard::new(
             https_app,
             config.downstream,
             Arc::clone(&limit),
             downstream::Counters::new(&metrics, &Frontend::Https.label()),
         )
         .with_tls(tls.acceptor(config.downstream.header_timeout)?);
+        if let Some(fast) = fast {
+            guarded = guarded.with_fast_path(fast);
+        }
         let counted = http_proxy::CountConnections::new(
             guarded,
             metrics.data.open_connections(&Frontend::Https.label()),

@@ -26,7 +26,7 @@ use http::header::STRICT_TRANSPORT_SECURITY;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::listeners::TlsAccept;
 use pingora::listeners::tls::{Acceptor, TlsSettings};
-use pingora::protocols::tls::{TlsRef, TlsStream};
+use pingora::protocols::tls::{SslDigest, TlsRef, TlsStream};
 use pingora::protocols::{Digest, IO};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -639,20 +639,29 @@ impl HttpsPolicy {
     ) -> pingora::Result<()> {
         req.remove_header(CLIENT_VERIFY_HEADER);
         req.remove_header(CLIENT_DN_HEADER);
-        if !self.client_headers {
-            return Ok(());
-        }
-        let peer = digest
-            .and_then(|d| d.ssl_digest.as_ref())
-            .and_then(|s| s.extension.get::<PeerCert>());
-        match peer {
-            Some(p) => {
-                req.insert_header(CLIENT_VERIFY_HEADER, "SUCCESS")?;
-                req.insert_header(CLIENT_DN_HEADER, p.subject.as_str())?;
+        let ssl = digest.and_then(|d| d.ssl_digest.as_deref());
+        if let Some((verify, dn)) = self.client_header_values(ssl) {
+            req.insert_header(CLIENT_VERIFY_HEADER, verify)?;
+            if let Some(dn) = dn {
+                req.insert_header(CLIENT_DN_HEADER, dn)?;
             }
-            None => req.insert_header(CLIENT_VERIFY_HEADER, "NONE")?,
         }
         Ok(())
+    }
+
+    /// The values of `x-client-verify` and `x-client-dn` for a connection, when
+    /// `--ssl-ca-cert` asks for them.
+    pub fn client_header_values(
+        &self,
+        ssl: Option<&SslDigest>,
+    ) -> Option<(&'static str, Option<String>)> {
+        if !self.client_headers {
+            return None;
+        }
+        Some(match ssl.and_then(|s| s.extension.get::<PeerCert>()) {
+            Some(p) => ("SUCCESS", Some(p.subject.clone())),
+            None => ("NONE", None),
+        })
     }
 
     /// Adds `Strict-Transport-Security` unless the backend set its own (it may want
