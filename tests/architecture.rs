@@ -78,6 +78,17 @@ const RULES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "src/http_proxy/fast_path.rs",
+        &[
+            "kube::",
+            "k8s_openapi::",
+            "crate::translate",
+            "crate::manifests",
+            "crate::pipeline",
+            "crate::table",
+        ],
+    ),
+    (
         "src/tcp_proxy.rs",
         &[
             "kube::",

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use pingora::prelude::ProxyHttp;
+use pingora::protocols::http::date::get_cached_date;
 use pingora::protocols::{GetSocketDigest, Ssl};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -220,7 +221,11 @@ impl FastPath {
         };
         let strip = match route {
             Ok(Route::Proxy { strip }) => strip,
-            Ok(Route::NotFound) | Ok(Route::Unavailable) | Err(_) => {
+            Err(why) => {
+                tracing::warn!(why, "cannot route");
+                return self.fail(stream, conn, &mut ctx, &mut fin, 500).await;
+            }
+            Ok(Route::NotFound | Route::Unavailable) => {
                 let page = match route {
                     Ok(Route::NotFound) => &self.proxy.not_found,
                     _ => &self.proxy.unavailable,
@@ -245,7 +250,7 @@ impl FastPath {
                 fin.status = page.status;
                 fin.bytes_out = body.len() as u64;
                 let ok = self.write_client(stream, &conn.out).await;
-                fin.failed = !ok || route.is_err();
+                fin.failed = !ok;
                 self.proxy.record(&mut ctx, &fin);
                 return ok;
             }
@@ -264,7 +269,7 @@ impl FastPath {
         );
 
         // Tries: connect, send, read the response header; replay where `HttpProxy` says so.
-        let (mut up, addr, reused, resp) = loop {
+        let (mut up, addr, resp) = loop {
             let Some(addr) = self.proxy.pick(&mut ctx) else {
                 return self.fail(stream, conn, &mut ctx, &mut fin, 503).await;
             };
@@ -291,7 +296,7 @@ impl FastPath {
                 Err(e) => Err(e),
             };
             match outcome {
-                Ok(resp) => break (up, addr, reused, resp),
+                Ok(resp) => break (up, addr, resp),
                 Err(e) => {
                     let failure = Failure {
                         replayable: !e.informed,
@@ -314,7 +319,6 @@ impl FastPath {
                 }
             }
         };
-        let _ = reused;
 
         // The response: its header is in `conn.out`, what followed it in `upstream_buf`.
         fin.status = resp.status;
@@ -485,6 +489,7 @@ impl FastPath {
         let mut other_coding = false;
         let mut upstream_close = version == 0;
         let mut has_hsts = false;
+        let mut has_date = false;
         let mut cache_control: Option<&[u8]> = None;
         for h in resp.headers.iter() {
             match response_kind(h.name) {
@@ -518,6 +523,7 @@ impl FastPath {
                     }
                 }
                 ResponseKind::Hsts => has_hsts = true,
+                ResponseKind::Date => has_date = true,
                 ResponseKind::CacheControl => {
                     cache_control.get_or_insert(h.value);
                 }
@@ -557,6 +563,10 @@ impl FastPath {
                 ResponseKind::CacheControl if set_cookie.is_some() => {}
                 _ => header(out, h.name, h.value),
             }
+        }
+        if !has_date {
+            // RFC 9110 §6.6.1: a recipient with a clock adds the Date an origin left out.
+            header(out, "Date", get_cached_date().as_bytes());
         }
         if matches!(framing, Framing::Chunked | Framing::UntilClose) {
             out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
@@ -970,6 +980,7 @@ enum ResponseKind {
     HopByHop,
     Hsts,
     CacheControl,
+    Date,
     Other,
 }
 
@@ -977,6 +988,7 @@ fn response_kind(name: &str) -> ResponseKind {
     use ResponseKind::*;
     let is = |n: &str| name.eq_ignore_ascii_case(n);
     match name.len() {
+        4 if is("date") => Date,
         10 if is("connection") => Connection,
         10 if is("keep-alive") => HopByHop,
         13 if is("cache-control") => CacheControl,

@@ -1,0 +1,446 @@
+//! The HTTP/1 fast path (`src/http_proxy/fast_path.rs`) through a real switchyard process on
+//! 127.0.0.1, against a scripted raw backend whose responses use every framing a backend may
+//! send: a length, chunked, until close, informational 1xx first, and a broken length. The
+//! client is a raw socket so that keep-alive, pipelining and mixing fast-path requests with
+//! ones it declines (a POST with a body) on one connection are all visible. A parity test
+//! runs the same requests with `--fast-path=false` and compares what client and backend saw.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Answers by path, keeping connections open unless the response is close-delimited, and
+/// records every request header it is sent.
+struct ScriptedBackend {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ScriptedBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn response_for(head: &str, body: &[u8]) -> (Vec<u8>, bool) {
+    let path = head.split(' ').nth(1).unwrap_or("/");
+    let path = path.rsplit('/').next().unwrap_or("");
+    let close_after = path == "close-delimited";
+    let r: Vec<u8> = match path {
+        "chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Kind: chunked\r\n\r\n\
+                       5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+            .to_vec(),
+        "close-delimited" => {
+            b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end".to_vec()
+        }
+        "info" => b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n\
+                    HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nafter"
+            .to_vec(),
+        "bad-length" => {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok".to_vec()
+        }
+        "no-content" => b"HTTP/1.1 204 No Content\r\nX-Kind: empty\r\n\r\n".to_vec(),
+        _ => {
+            let echo = format!("{path}:{}", String::from_utf8_lossy(body));
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Kind: length\r\n\r\n{echo}",
+                echo.len()
+            )
+            .into_bytes()
+        }
+    };
+    (r, close_after)
+}
+
+impl ScriptedBackend {
+    async fn start() -> ScriptedBackend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (c, r) = (connections.clone(), requests.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                c.fetch_add(1, Ordering::SeqCst);
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // Bounded: at most 1,000 requests or 30 s per connection.
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                    for _ in 0..1000 {
+                        let head_end = loop {
+                            if let Some(i) = find(&buf, b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
+                                Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                                _ => return,
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        while buf.len() < head_end + length {
+                            match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
+                                Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                                _ => return,
+                            }
+                        }
+                        let body = buf[head_end..head_end + length].to_vec();
+                        buf.drain(..head_end + length);
+                        r.lock().unwrap().push(head.clone());
+                        let (resp, close) = response_for(&head, &body);
+                        if s.write_all(&resp).await.is_err() || close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        ScriptedBackend {
+            port,
+            connections,
+            requests,
+            task,
+        }
+    }
+
+    fn objs(&self) -> Vec<Value> {
+        vec![svc("fp", 80).into(), slice("fp", "", self.port)]
+    }
+}
+
+/// One response as the client read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    /// Lower-case names, in order, without the framing headers.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    close: bool,
+}
+
+/// Reads one response (skipping 1xx ones, which are returned in `informational`) from `s`,
+/// with `buf` holding what was read past the previous one.
+async fn read_answer(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head_request: bool,
+    informational: &mut Vec<u16>,
+) -> Result<Answer, String> {
+    let mut chunk = [0u8; 8192];
+    let mut more = async |s: &mut TcpStream, buf: &mut Vec<u8>| -> Result<bool, String> {
+        match tokio::time::timeout(WAIT, s.read(&mut chunk)).await {
+            Ok(Ok(0)) => Ok(false),
+            Ok(Ok(n)) => {
+                buf.extend_from_slice(&chunk[..n]);
+                Ok(true)
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("timeout; have {:?}", String::from_utf8_lossy(buf))),
+        }
+    };
+    loop {
+        let head_end = loop {
+            if let Some(i) = find(buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            if !more(s, buf).await? {
+                return Err(format!("closed; have {:?}", String::from_utf8_lossy(buf)));
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        buf.drain(..head_end);
+        let mut lines = head.lines();
+        let status: u16 = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("bad status line in {head:?}"))?;
+        if (100..200).contains(&status) {
+            informational.push(status);
+            continue;
+        }
+        let mut headers = Vec::new();
+        let (mut length, mut chunked, mut close) = (None, false, false);
+        for l in lines.filter(|l| !l.is_empty()) {
+            let (k, v) = l.split_once(':').ok_or_else(|| format!("bad line {l:?}"))?;
+            let (k, v) = (k.to_ascii_lowercase(), v.trim().to_string());
+            match k.as_str() {
+                "content-length" => length = Some(v.parse::<usize>().map_err(|e| e.to_string())?),
+                "transfer-encoding" => chunked = v.eq_ignore_ascii_case("chunked"),
+                "connection" => close = v.eq_ignore_ascii_case("close"),
+                _ => headers.push((k, v)),
+            }
+        }
+        let mut body = Vec::new();
+        if head_request || status == 204 || status == 304 {
+        } else if chunked {
+            loop {
+                let line_end = loop {
+                    if let Some(i) = find(buf, b"\r\n") {
+                        break i;
+                    }
+                    if !more(s, buf).await? {
+                        return Err("closed in a chunk size".into());
+                    }
+                };
+                let size_text = String::from_utf8_lossy(&buf[..line_end]).into_owned();
+                let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+                    .map_err(|e| format!("chunk size {size_text:?}: {e}"))?;
+                buf.drain(..line_end + 2);
+                if size == 0 {
+                    // Trailers up to the blank line.
+                    loop {
+                        if let Some(i) = find(buf, b"\r\n") {
+                            buf.drain(..i + 2);
+                            if i == 0 {
+                                break;
+                            }
+                            continue;
+                        }
+                        if !more(s, buf).await? {
+                            return Err("closed in trailers".into());
+                        }
+                    }
+                    break;
+                }
+                while buf.len() < size + 2 {
+                    if !more(s, buf).await? {
+                        return Err("closed in a chunk".into());
+                    }
+                }
+                body.extend_from_slice(&buf[..size]);
+                buf.drain(..size + 2);
+            }
+        } else if let Some(n) = length {
+            while buf.len() < n {
+                if !more(s, buf).await? {
+                    return Err("closed in the body".into());
+                }
+            }
+            body = buf.drain(..n).collect();
+        } else {
+            while more(s, buf).await? {}
+            body = std::mem::take(buf);
+            close = true;
+        }
+        return Ok(Answer {
+            status,
+            headers,
+            body,
+            close,
+        });
+    }
+}
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET /fp{path} HTTP/1.1\r\nHost: fp.test\r\nX-Case-Kept: Yes\r\n\r\n").into_bytes()
+}
+
+/// The same sequence of requests on one client connection, each answer with its 1xx codes.
+async fn sequence(port: u16) -> Vec<(Vec<u16>, Answer)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let requests: Vec<(Vec<u8>, bool)> = vec![
+        (get("/length"), false),
+        (get("/chunked"), false),
+        (
+            b"HEAD /fp/length HTTP/1.1\r\nHost: fp.test\r\n\r\n".to_vec(),
+            true,
+        ),
+        (
+            b"POST /fp/echo HTTP/1.1\r\nHost: fp.test\r\nContent-Length: 4\r\n\r\nbody".to_vec(),
+            false,
+        ),
+        (get("/close-delimited"), false),
+        (get("/info"), false),
+        (get("/no-content"), false),
+        (get("/length?again=1"), false),
+    ];
+    for (req, head) in requests {
+        s.write_all(&req).await.unwrap();
+        let mut info = Vec::new();
+        let a = read_answer(&mut s, &mut buf, head, &mut info)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&req)));
+        assert!(!a.close, "the client connection stays open: {a:?}");
+        out.push((info, a));
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_response_framing_is_relayed_on_one_kept_alive_connection() {
+    let backend = ScriptedBackend::start().await;
+    let sy = switchyard(backend.objs()).start().await;
+    let answers = sequence(sy.http_port).await;
+    let bodies: Vec<(u16, String)> = answers
+        .iter()
+        .map(|(_, a)| (a.status, String::from_utf8_lossy(&a.body).into_owned()))
+        .collect();
+    assert_eq!(
+        bodies,
+        vec![
+            (200, "length:".to_string()),
+            (200, "hello world".to_string()),
+            (200, String::new()),
+            (200, "echo:body".to_string()),
+            (200, "until the end".to_string()),
+            (200, "after".to_string()),
+            (204, String::new()),
+            (200, "length?again=1:".to_string()),
+        ]
+    );
+    assert_eq!(answers[5].0, vec![103], "the 103 reaches the client first");
+    // Every request reached the backend, with the forwarding headers and the client's own
+    // header lines as they were sent.
+    let seen = backend.requests.lock().unwrap().clone();
+    assert_eq!(seen.len(), 8, "{seen:#?}");
+    for head in seen.iter().filter(|h| h.starts_with("GET")) {
+        assert!(head.contains("X-Case-Kept: Yes\r\n"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("x-forwarded-for: 127.0.0.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("x-forwarded-proto: http\r\n"),
+            "{head}"
+        );
+    }
+    // Backend connections were reused: the close-delimited response ends its own, and the
+    // declined POST goes through Pingora's pool, so a handful at most, not one per request.
+    let conns = backend.connections.load(Ordering::SeqCst);
+    assert!(conns <= 4, "{conns} backend connections for 8 requests");
+}
+
+#[tokio::test]
+async fn both_paths_answer_alike() {
+    let backend = ScriptedBackend::start().await;
+    let fast = switchyard(backend.objs()).start().await;
+    let fast_answers = sequence(fast.http_port).await;
+    let fast_seen = backend.requests.lock().unwrap().split_off(0);
+    let slow = switchyard(backend.objs())
+        .args(&["--fast-path", "false"])
+        .start()
+        .await;
+    let slow_answers = sequence(slow.http_port).await;
+    let slow_seen = backend.requests.lock().unwrap().split_off(0);
+    // Both add a Date the backend left out; its value is the second it was sent.
+    let dated = |answers: Vec<(Vec<u16>, Answer)>| -> Vec<(Vec<u16>, Answer)> {
+        answers
+            .into_iter()
+            .map(|(info, mut a)| {
+                for (k, v) in &mut a.headers {
+                    if k == "date" {
+                        assert!(v.ends_with(" GMT"), "{v}");
+                        *v = "(now)".into();
+                    }
+                }
+                (info, a)
+            })
+            .collect()
+    };
+    assert_eq!(dated(fast_answers), dated(slow_answers));
+    // The backend got the same request lines and the same header set (names compared
+    // without case: Pingora writes the headers it adds in lower case).
+    let norm = |heads: Vec<String>| -> Vec<Vec<String>> {
+        heads
+            .iter()
+            .map(|h| {
+                let mut lines: Vec<String> = h
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(|l| match l.split_once(':') {
+                        Some((k, v)) => format!("{}:{}", k.to_ascii_lowercase(), v.trim()),
+                        None => l.to_string(),
+                    })
+                    .collect();
+                lines[1..].sort();
+                lines
+            })
+            .collect()
+    };
+    assert_eq!(norm(fast_seen), norm(slow_seen));
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let backend = ScriptedBackend::start().await;
+    let sy = switchyard(backend.objs()).start().await;
+    let mut s = TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    for p in ["/a", "/chunked", "/b"] {
+        all.extend_from_slice(&get(p));
+    }
+    s.write_all(&all).await.unwrap();
+    let mut buf = Vec::new();
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        let a = read_answer(&mut s, &mut buf, false, &mut Vec::new())
+            .await
+            .unwrap();
+        bodies.push(String::from_utf8_lossy(&a.body).into_owned());
+    }
+    assert_eq!(bodies, vec!["a:", "hello world", "b:"]);
+}
+
+#[tokio::test]
+async fn a_response_with_conflicting_lengths_is_a_502_and_never_relayed() {
+    let backend = ScriptedBackend::start().await;
+    let sy = switchyard(backend.objs())
+        .args(&["--health-fail-open", "true"])
+        .start()
+        .await;
+    let mut s = TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    s.write_all(&get("/bad-length")).await.unwrap();
+    let a = read_answer(&mut s, &mut Vec::new(), false, &mut Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(a.status, 502, "{a:?}");
+    assert!(a.body.is_empty());
+    // Counted once the request is done, which is just after the client has its answer.
+    let counted = eventually(WAIT, || async {
+        let text = sy.admin("/metrics").await.body;
+        text.lines().any(|l| {
+            l.starts_with("switchyard_http_requests_total")
+                && l.contains("class=\"5xx\"")
+                && l.ends_with(" 1")
+        })
+    })
+    .await;
+    assert!(counted, "{}", sy.admin("/metrics").await.body);
+}
