@@ -9,12 +9,13 @@
 //! one EndpointSlice gaining an endpoint, built from the previous table and its change set.
 //! Per-algorithm lookups and a concurrent swapper are in `benches/lookup.rs`.
 //!
-//! Last result (2026-11-30, 2-vCPU sandbox VM shared with other sessions' builds, load average
-//! 3-4, release profile, `--quick`, medians): cold 100 Services 0.84 ms, 1,000 12.6 ms, 10,000
-//! 192 ms (criterion keeps each batch's tables alive until the batch ends, so this figure
-//! includes first-touch page faults; a loop that drops each table measured 160-170 ms);
-//! rebuild 100 13 µs, 1,000 98 µs, 10,000 2.1 ms; one slice changed in 10,000 1.2 ms;
-//! lookup+pick on the 10,000-Service table 72 ns for a path route, 51 ns for a host route.
+//! Last result (2026-11-30, 2-vCPU sandbox VM, otherwise idle, release profile, jemalloc as in
+//! the binary, `--quick`, medians): cold 100 Services 0.65 ms, 1,000 12.8 ms, 10,000 167 ms
+//! (criterion keeps each batch's tables alive until the batch ends, so this figure includes
+//! first-touch page faults, as a start-up does); rebuild 100 9 µs, 1,000 126 µs, 10,000 0.83 ms;
+//! one slice changed in 10,000 0.88 ms; lookup+pick on the 10,000-Service table 73 ns for a path
+//! route, 53 ns for a host route. Under glibc's malloc (before the benches used the binary's
+//! allocator) cold 10,000 was 160-192 ms and the rebuilds 2.1 / 1.2 ms.
 
 use std::hint::black_box;
 use std::sync::atomic::AtomicUsize;

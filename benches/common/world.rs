@@ -7,6 +7,11 @@
 
 use std::collections::BTreeMap;
 
+// The allocator the binary ships with (src/main.rs): table builds are allocation-heavy, and a
+// figure taken under glibc's malloc would describe a program nobody runs.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
