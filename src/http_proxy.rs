@@ -518,6 +518,12 @@ pub struct Finished<'a> {
     pub path: &'a str,
 }
 
+/// Whether an endpoint of `entry` that this request has not tried may still take it.
+fn any_untried(ctx: &Ctx, entry: &Entry) -> bool {
+    let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
+    (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate))
+}
+
 /// `Cache-Control` with `no-cache="set-cookie"` added (`nocache`: a shared cache must not hand
 /// the load balancer's cookie to other clients).
 pub fn no_cache_set_cookie(prev: Option<&[u8]>) -> String {
@@ -625,21 +631,15 @@ impl HttpProxy {
         let Some(entry) = ctx.entry() else {
             return false;
         };
-        let now = Instant::now();
-        let mut ejected = false;
+        let ejected = self.eject_current(ctx, entry);
         if let Some(i) = ctx.current() {
             let state = &entry.endpoints[i].state;
-            ejected = !state.is_down(now);
-            state.mark_down(now, self.timeouts.passive_down);
             state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
             if let (Some(_), Some(ip)) = (entry.client_ip_affinity, ctx.client_ip) {
                 entry.state.affinity.forget(&ip);
             }
         }
-        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
-        let untried =
-            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
-        let retry = ctx.n_tried < self.tries && untried;
+        let retry = ctx.n_tried < self.tries && any_untried(ctx, entry);
         self.count_failure(ctx, ejected, retry);
         ctx.in_flight = None;
         ctx.connect_failed = true;
@@ -666,33 +666,35 @@ impl HttpProxy {
         if !f.upstream || f.tunnel {
             return false;
         }
-        let now = Instant::now();
-        let mut ejected = false;
-        if let Some(i) = ctx.current() {
-            let state = &entry.endpoints[i].state;
-            ejected = !state.is_down(now);
-            state.mark_down(now, self.timeouts.passive_down);
-        }
-        let gate = ctx.gate.unwrap_or(HealthGate::SkipDown);
-        let untried =
-            (0..entry.endpoints.len()).any(|i| !ctx.was_tried(i) && entry.eligible(i, gate));
-        let retry = f.replayable && !f.timed_out && ctx.n_tried < self.tries && untried;
+        let ejected = self.eject_current(ctx, entry);
+        let retry =
+            f.replayable && !f.timed_out && ctx.n_tried < self.tries && any_untried(ctx, entry);
         self.count_failure(ctx, ejected, retry);
         retry
     }
 
+    /// Marks the current try's endpoint down for the passive-health period; true when it was
+    /// up until now (an ejection to count).
+    fn eject_current(&self, ctx: &Ctx, entry: &Entry) -> bool {
+        let Some(i) = ctx.current() else {
+            return false;
+        };
+        let now = Instant::now();
+        let state = &entry.endpoints[i].state;
+        let ejected = !state.is_down(now);
+        state.mark_down(now, self.timeouts.passive_down);
+        ejected
+    }
+
     fn count_failure(&self, ctx: &Ctx, ejected: bool, retry: bool) {
         if let (Some(table), Some(id), Some(entry)) = (&ctx.table, ctx.entry, ctx.entry()) {
-            self.metrics
-                .data
-                .with_entry(table.generation, id as usize, &entry.name, |h| {
-                    if ejected {
-                        h.ejections.inc();
-                    }
-                    if retry {
-                        h.retries.inc();
-                    }
-                });
+            self.metrics.data.count_failure(
+                table.generation,
+                id as usize,
+                &entry.name,
+                ejected,
+                retry,
+            );
         }
     }
 

@@ -623,6 +623,25 @@ impl DataMetrics {
         f(&self.resolve(name))
     }
 
+    /// Counts a failed try of entry `id`: its endpoint newly ejected, and/or a retry.
+    pub fn count_failure(
+        &self,
+        generation: u64,
+        id: usize,
+        name: &str,
+        ejected: bool,
+        retry: bool,
+    ) {
+        self.with_entry(generation, id, name, |h| {
+            if ejected {
+                h.ejections.inc();
+            }
+            if retry {
+                h.retries.inc();
+            }
+        });
+    }
+
     /// The open-connections gauge of a frontend (`http`, `https`, `tcp:PORT`).
     pub fn open_connections(&self, frontend: &str) -> IntGauge {
         self.downstream_open_connections

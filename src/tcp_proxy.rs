@@ -407,16 +407,13 @@ async fn connect_and_relay(
                 let untried = (0..entry.endpoints.len())
                     .any(|k| !tried[..n_tried].contains(&k) && entry.eligible(k, gate));
                 let retry = n_tried < conn.tries && untried;
-                conn.metrics
-                    .data
-                    .with_entry(table.generation, id as usize, &entry.name, |h| {
-                        if ejected {
-                            h.ejections.inc();
-                        }
-                        if retry {
-                            h.retries.inc();
-                        }
-                    });
+                conn.metrics.data.count_failure(
+                    table.generation,
+                    id as usize,
+                    &entry.name,
+                    ejected,
+                    retry,
+                );
             }
         }
     }
