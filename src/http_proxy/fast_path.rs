@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -45,7 +45,7 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 const READ_SIZE: usize = 16 * 1024;
 /// Idle upstream connections kept per endpoint.
 const MAX_IDLE_PER_ENDPOINT: usize = 128;
-/// How often the pool drops connections idle for longer than `--server-timeout`.
+/// How often the pool drops connections idle for longer than `--server-timeout` or closed.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How a connection left the fast path.
@@ -60,7 +60,7 @@ pub enum Served {
 /// The fast path of one frontend.
 pub struct FastPath {
     proxy: HttpProxy,
-    pool: Pool,
+    pool: Arc<Pool>,
 }
 
 /// Per client connection: buffers reused by every request on it.
@@ -88,7 +88,7 @@ impl FastPath {
     pub fn new(proxy: HttpProxy) -> FastPath {
         FastPath {
             proxy,
-            pool: Pool::default(),
+            pool: Arc::default(),
         }
     }
 
@@ -1204,16 +1204,14 @@ impl Chunks {
 // === impl Pool ===
 
 /// Idle connections to endpoints, newest last. Kept apart from Pingora's pool: each path
-/// reuses its own.
+/// reuses its own. A task started with the first returned connection drops, once a second,
+/// those idle for longer than `--server-timeout`, those the backend closed, and endpoints
+/// with nothing left (including those no longer in the table), so a quiet proxy holds no
+/// dead sockets.
 #[derive(Default)]
 struct Pool {
-    inner: Mutex<PoolInner>,
-}
-
-#[derive(Default)]
-struct PoolInner {
-    idle: HashMap<SocketAddr, Vec<(TcpStream, Instant)>>,
-    swept: Option<Instant>,
+    idle: Mutex<HashMap<SocketAddr, Vec<(TcpStream, Instant)>>>,
+    sweeper: std::sync::OnceLock<()>,
 }
 
 impl Pool {
@@ -1221,8 +1219,8 @@ impl Pool {
     /// `max_idle`.
     fn take(&self, addr: SocketAddr, max_idle: Duration) -> Option<TcpStream> {
         let now = Instant::now();
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let list = inner.idle.get_mut(&addr)?;
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(&addr)?;
         while let Some((up, since)) = list.pop() {
             if now.duration_since(since) < max_idle && idle_and_open(&up) {
                 return Some(up);
@@ -1231,25 +1229,41 @@ impl Pool {
         None
     }
 
-    fn put(&self, addr: SocketAddr, up: TcpStream, max_idle: Duration) {
-        let now = Instant::now();
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let list = inner.idle.entry(addr).or_default();
-        if list.len() < MAX_IDLE_PER_ENDPOINT {
-            list.push((up, now));
-        }
-        // Now and then drop what has idled too long, and endpoints with nothing left
-        // (including those no longer in the table).
-        if inner
-            .swept
-            .is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY)
+    fn put(self: &Arc<Self>, addr: SocketAddr, up: TcpStream, max_idle: Duration) {
         {
-            inner.swept = Some(now);
-            inner.idle.retain(|_, list| {
-                list.retain(|(_, since)| now.duration_since(*since) < max_idle);
-                !list.is_empty()
-            });
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let list = idle.entry(addr).or_default();
+            if list.len() < MAX_IDLE_PER_ENDPOINT {
+                list.push((up, Instant::now()));
+            }
         }
+        self.sweeper.get_or_init(|| {
+            let pool = Arc::downgrade(self);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(SWEEP_EVERY).await;
+                    let Some(pool) = pool.upgrade() else {
+                        return;
+                    };
+                    pool.sweep(max_idle);
+                }
+            });
+        });
+    }
+
+    fn sweep(&self, max_idle: Duration) {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|_, list| {
+            list.retain(|(up, since)| now.duration_since(*since) < max_idle && idle_and_open(up));
+            !list.is_empty()
+        });
+    }
+
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.values().map(Vec::len).sum()
     }
 }
 
@@ -1407,6 +1421,43 @@ mod tests {
         let mut c = Chunks::default();
         assert_eq!(c.feed(b"3\r\nabc\r\n10\r\n"), Ok(None));
         assert_eq!(c.data, 3);
+    }
+
+    #[tokio::test]
+    async fn the_pool_gives_back_live_connections_and_sweeps_the_rest() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = Arc::new(Pool::default());
+        let long = Duration::from_secs(60);
+        let a = TcpStream::connect(addr).await.unwrap();
+        let (server_a, _) = listener.accept().await.unwrap();
+        let b = TcpStream::connect(addr).await.unwrap();
+        let (_server_b, _) = listener.accept().await.unwrap();
+        pool.put(addr, a, long);
+        pool.put(addr, b, long);
+        assert_eq!(pool.idle_count(), 2);
+        // The backend closes the older one: the sweep drops it, the live one stays.
+        drop(server_a);
+        let swept = async {
+            for _ in 0..100 {
+                pool.sweep(long);
+                if pool.idle_count() == 1 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            false
+        };
+        assert!(swept.await, "the closed connection is still pooled");
+        assert!(pool.take(addr, long).is_some());
+        assert!(pool.take(addr, long).is_none());
+        // Idle longer than allowed: neither taken nor kept.
+        let c = TcpStream::connect(addr).await.unwrap();
+        let (_server_c, _) = listener.accept().await.unwrap();
+        pool.put(addr, c, long);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        pool.sweep(Duration::from_millis(10));
+        assert_eq!(pool.idle_count(), 0);
     }
 
     #[test]
