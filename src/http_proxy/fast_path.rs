@@ -1460,6 +1460,164 @@ mod tests {
         assert_eq!(pool.idle_count(), 0);
     }
 
+    mod forwarded {
+        use super::*;
+        use proptest::prelude::*;
+
+        const NAMES: &[&str] = &[
+            "Host",
+            "host",
+            "Connection",
+            "X-Forwarded-For",
+            "x-forwarded-proto",
+            "Cookie",
+            "Content-Length",
+            "Transfer-Encoding",
+            "transfer-encoding",
+            "Upgrade",
+            "X-Other",
+            "Accept",
+            "X-Client-Verify",
+        ];
+        const VALUES: &[&str] = &[
+            "",
+            "a.test",
+            "close",
+            "keep-alive",
+            "Upgrade",
+            "1.2.3.4",
+            "a=1; SERVERID=00000000000000aa; b=2",
+            "SERVERID=1",
+            "chunked",
+            "5",
+            "x y",
+            "a\tb",
+            "caf\u{e9}",
+        ];
+
+        /// Method, target, headers (indexes into NAMES and VALUES), bare LF line endings. Most
+        /// requests get one `Host: a.test` at a random place, so that many are taken.
+        fn request() -> impl Strategy<Value = (String, String, Vec<(usize, usize)>, bool)> {
+            (
+                prop::sample::select(vec!["GET", "GET", "HEAD", "POST"]),
+                prop::sample::select(vec!["/", "/a?b=1", "/svc/x", "/%41", "*", "/a b", "/{x}"]),
+                prop::collection::vec((0..NAMES.len(), 0..VALUES.len()), 0..6),
+                prop::option::weighted(0.9, any::<prop::sample::Index>()),
+                prop::bool::weighted(0.1),
+            )
+                .prop_map(|(m, t, mut h, host_at, lf)| {
+                    if let Some(at) = host_at {
+                        h.insert(at.index(h.len() + 1), (0, 1));
+                    }
+                    (m.to_string(), t.to_string(), h, lf)
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1024))]
+
+            /// Whatever the fast path takes, the backend gets one well-formed request: the
+            /// same method and target, exactly one Host (the client's), no hop-by-hop or
+            /// framing header, one X-Forwarded-For ending with the client, one
+            /// X-Forwarded-Proto, and every other client header unchanged and in order.
+            /// Anything with framing headers, a bad Host or a bare LF is declined.
+            #[test]
+            fn taken_requests_are_forwarded_whole_and_unambiguous(
+                (method, target, headers, bare_lf) in request(),
+                sticky in any::<bool>(),
+            ) {
+                let eol = if bare_lf { "\n" } else { "\r\n" };
+                let mut raw = format!("{method} {target} HTTP/1.1{eol}");
+                for (n, v) in &headers {
+                    raw.push_str(&format!("{}: {}{eol}", NAMES[*n], VALUES[*v]));
+                }
+                raw.push_str(eol);
+                let (mut skip, mut cookies) = (Vec::new(), Vec::new());
+                let parsed = parse_request(raw.as_bytes(), true, &mut skip, &mut cookies);
+                let framing = headers.iter().any(|(n, _)| {
+                    let n = NAMES[*n].to_ascii_lowercase();
+                    n == "content-length" || n == "transfer-encoding" || n == "upgrade"
+                });
+                let hosts: Vec<&str> = headers
+                    .iter()
+                    .filter(|(n, _)| NAMES[*n].eq_ignore_ascii_case("host"))
+                    .map(|(_, v)| VALUES[*v])
+                    .collect();
+                let Parse::Request(req) = parsed else {
+                    return Ok(());
+                };
+                TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                prop_assert!(!framing && !bare_lf && hosts.len() == 1 && method != "POST");
+                let mut conn = Connection {
+                    client: None,
+                    client_ip: Some("10.9.8.7".parse().unwrap()),
+                    fresh: true,
+                    buf: BytesMut::new(),
+                    upstream_buf: BytesMut::new(),
+                    out: Vec::new(),
+                    skip,
+                    cookies,
+                    cert_headers: Some(("NONE", None)),
+                };
+                let head = raw.as_bytes();
+                build_request(&mut conn, head, &req, &method, None, sticky, "https");
+                let mut hs = [httparse::EMPTY_HEADER; 64];
+                let mut out = httparse::Request::new(&mut hs);
+                let n = out.parse(&conn.out);
+                prop_assert_eq!(n, Ok(httparse::Status::Complete(conn.out.len())));
+                prop_assert_eq!(out.method, Some(method.as_str()));
+                prop_assert_eq!(out.path, Some(target.as_str()));
+                let got: Vec<(String, String)> = out
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+                    .collect();
+                let count = |name: &str| got.iter().filter(|(n, _)| n == name).count();
+                prop_assert_eq!(count("host"), 1);
+                prop_assert_eq!(count("connection"), 0);
+                prop_assert_eq!(count("x-forwarded-for"), 1);
+                prop_assert_eq!(count("x-forwarded-proto"), 1);
+                prop_assert_eq!(count("x-client-verify"), 1);
+                let xff = &got.iter().find(|(n, _)| n == "x-forwarded-for").unwrap().1;
+                prop_assert!(xff.ends_with("10.9.8.7"), "{}", xff);
+                if sticky {
+                    prop_assert!(got.iter().all(|(n, v)| n != "cookie" || !v.contains("SERVERID")));
+                }
+                let kept: Vec<(String, String)> = headers
+                    .iter()
+                    .map(|(n, v)| (NAMES[*n].to_ascii_lowercase(), VALUES[*v].to_string()))
+                    .filter(|(n, v)| {
+                        !matches!(
+                            n.as_str(),
+                            "connection" | "x-forwarded-for" | "x-forwarded-proto" | "x-client-verify"
+                        ) && !(sticky && n == "cookie" && v.contains("SERVERID"))
+                    })
+                    .collect();
+                let forwarded: Vec<(String, String)> = got
+                    .iter()
+                    .filter(|(n, v)| {
+                        !matches!(
+                            n.as_str(),
+                            "x-forwarded-for" | "x-forwarded-proto" | "x-client-verify"
+                        ) && !(sticky && n == "cookie" && !kept.iter().any(|k| &k.1 == v))
+                    })
+                    .cloned()
+                    .collect();
+                prop_assert_eq!(forwarded, kept);
+            }
+        }
+
+        static TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+        /// The property above says nothing if nothing is taken: make sure a good share is.
+        #[test]
+        fn the_property_sees_taken_requests() {
+            taken_requests_are_forwarded_whole_and_unambiguous();
+            let taken = TAKEN.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(taken >= 100, "only {taken} of 1,024 requests were taken");
+        }
+    }
+
     #[test]
     fn lengths_must_be_plain_digits() {
         assert_eq!(parse_length(b" 42 "), Some(42));
