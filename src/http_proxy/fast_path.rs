@@ -1587,19 +1587,23 @@ mod tests {
                     .iter()
                     .map(|(n, v)| (NAMES[*n].to_ascii_lowercase(), VALUES[*v].to_string()))
                     .filter(|(n, v)| {
-                        !matches!(
+                        let replaced = matches!(
                             n.as_str(),
                             "connection" | "x-forwarded-for" | "x-forwarded-proto" | "x-client-verify"
-                        ) && !(sticky && n == "cookie" && v.contains("SERVERID"))
+                        );
+                        let ours = sticky && n == "cookie" && v.contains("SERVERID");
+                        !(replaced || ours)
                     })
                     .collect();
                 let forwarded: Vec<(String, String)> = got
                     .iter()
                     .filter(|(n, v)| {
-                        !matches!(
+                        let added = matches!(
                             n.as_str(),
                             "x-forwarded-for" | "x-forwarded-proto" | "x-client-verify"
-                        ) && !(sticky && n == "cookie" && !kept.iter().any(|k| &k.1 == v))
+                        );
+                        let rewritten = sticky && n == "cookie" && !kept.iter().any(|k| &k.1 == v);
+                        !(added || rewritten)
                     })
                     .cloned()
                     .collect();
