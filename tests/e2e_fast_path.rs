@@ -27,6 +27,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// records every request header it is sent.
 struct ScriptedBackend {
     port: u16,
+    /// Connections that carried at least one request.
     connections: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
@@ -80,14 +81,13 @@ impl ScriptedBackend {
                 let Ok((mut s, _)) = listener.accept().await else {
                     return;
                 };
-                c.fetch_add(1, Ordering::SeqCst);
-                let r = r.clone();
+                let (c, r) = (c.clone(), r.clone());
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
                     // Bounded: at most 1,000 requests or 30 s per connection.
                     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-                    for _ in 0..1000 {
+                    for n in 0..1000 {
                         let head_end = loop {
                             if let Some(i) = find(&buf, b"\r\n\r\n") {
                                 break i + 4;
@@ -97,6 +97,11 @@ impl ScriptedBackend {
                                 _ => return,
                             }
                         };
+                        // Counted once a request came: a health check's bare connect is
+                        // not a connection the proxy reused or not.
+                        if n == 0 {
+                            c.fetch_add(1, Ordering::SeqCst);
+                        }
                         let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
                         let length = head
                             .lines()
