@@ -300,7 +300,7 @@ impl FastPath {
                 Err(e) => {
                     let failure = Failure {
                         replayable: !e.informed,
-                        upstream: true,
+                        upstream: !e.client,
                         timed_out: e.timed_out,
                         closed: e.closed,
                         reused,
@@ -1023,6 +1023,8 @@ struct UpstreamError {
     closed: bool,
     /// An informational response already reached the client: nothing can be replayed.
     informed: bool,
+    /// The client failed, not the backend (no ejection).
+    client: bool,
 }
 
 impl UpstreamError {
@@ -1031,6 +1033,7 @@ impl UpstreamError {
             timed_out: false,
             closed: true,
             informed,
+            client: false,
         }
     }
     fn timed_out(informed: bool) -> Self {
@@ -1038,6 +1041,7 @@ impl UpstreamError {
             timed_out: true,
             closed: false,
             informed,
+            client: false,
         }
     }
     fn invalid(informed: bool) -> Self {
@@ -1045,6 +1049,7 @@ impl UpstreamError {
             timed_out: false,
             closed: false,
             informed,
+            client: false,
         }
     }
     /// The client went away while an informational response was written to it.
@@ -1053,6 +1058,7 @@ impl UpstreamError {
             timed_out: false,
             closed: true,
             informed: true,
+            client: true,
         }
     }
 }
