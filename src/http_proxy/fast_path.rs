@@ -106,8 +106,9 @@ impl FastPath {
             client,
             client_ip: client.map(|a| a.ip()),
             fresh: true,
-            buf: BytesMut::with_capacity(READ_SIZE),
-            upstream_buf: BytesMut::with_capacity(READ_SIZE),
+            // Both grow at their first read (`reserve(READ_SIZE)`), not before.
+            buf: BytesMut::new(),
+            upstream_buf: BytesMut::new(),
             out: Vec::with_capacity(1024),
             skip: Vec::new(),
             cookies: Vec::new(),
@@ -503,14 +504,17 @@ impl FastPath {
                     length = Some(n);
                 }
                 ResponseKind::TransferEncoding => {
-                    if !chunked && !other_coding && trim(h.value).eq_ignore_ascii_case(b"chunked") {
+                    if !chunked
+                        && !other_coding
+                        && h.value.trim_ascii().eq_ignore_ascii_case(b"chunked")
+                    {
                         chunked = true;
                     } else {
                         other_coding = true;
                     }
                 }
                 ResponseKind::Connection => {
-                    for token in h.value.split(|&b| b == b',').map(trim) {
+                    for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                         if token.eq_ignore_ascii_case(b"close") {
                             upstream_close = true;
                         } else if token.eq_ignore_ascii_case(b"keep-alive") {
@@ -828,7 +832,7 @@ fn parse_request(
                 host = Some(span(h.value));
             }
             RequestKind::Connection => {
-                let v = trim(h.value);
+                let v = h.value.trim_ascii();
                 if v.eq_ignore_ascii_case(b"close") {
                     close = true;
                 } else if !v.eq_ignore_ascii_case(b"keep-alive") {
@@ -1001,7 +1005,7 @@ fn response_kind(name: &str) -> ResponseKind {
 }
 
 fn parse_length(v: &[u8]) -> Option<u64> {
-    let v = trim(v);
+    let v = v.trim_ascii();
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -1286,10 +1290,6 @@ fn idle_and_open(up: &TcpStream) -> bool {
 fn str_at(head: &[u8], r: Range<usize>) -> &str {
     // The target was checked to be ASCII when parsed.
     std::str::from_utf8(&head[r]).unwrap_or("/")
-}
-
-fn trim(v: &[u8]) -> &[u8] {
-    v.trim_ascii()
 }
 
 fn write_status(out: &mut Vec<u8>, status: u16, reason: &str) {
