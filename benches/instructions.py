@@ -21,7 +21,7 @@ run is the check for that.
 Usage: python3 benches/instructions.py [--n1 2000] [--n2 6000] [--switchyard PATH]
 Needs: valgrind, haproxy, nginx, h2load, curl; a release build (`cargo build --release`).
 Takes about a minute. Last result (2-vCPU VM, 2026-11-30, switchyard with jemalloc):
-see README "Performance".
+see docs/performance.md.
 """
 
 import argparse

@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard::balance::{Algorithm, Pick};
+use switchyard::control::translate::{Options, translate};
+use switchyard::table::balance::{Algorithm, Pick};
 use switchyard::table::{self, RoutingTable, TableReader};
-use switchyard::translate::{Options, translate};
 
 #[path = "common/world.rs"]
 mod common;
@@ -77,7 +77,7 @@ fn tables(algorithm: Algorithm) -> (RoutingTable, RoutingTable) {
 }
 
 fn bench_lookup(c: &mut Criterion) {
-    let client = switchyard::sticky::client_hash(&std::net::IpAddr::from([192, 0, 2, 7]));
+    let client = switchyard::table::sticky::client_hash(&std::net::IpAddr::from([192, 0, 2, 7]));
     for algorithm in [
         Algorithm::RoundRobin,
         Algorithm::LeastConn,

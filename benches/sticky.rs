@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard::sticky::{self, AffinityTable, COOKIE_NAME};
+use switchyard::table::sticky::{self, AffinityTable, COOKIE_NAME};
 use switchyard::table::{Entry, Frontend};
 
 const CLIENTS: u32 = 100_000;
@@ -71,7 +71,7 @@ fn bench_entry() -> Entry {
         }),
         ..Default::default()
     };
-    let (t, _) = switchyard::translate::translate(
+    let (t, _) = switchyard::control::translate::translate(
         &[svc],
         &[] as &[k8s_openapi::api::discovery::v1::EndpointSlice],
         &Default::default(),

@@ -24,8 +24,8 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use switchyard::balance::{self, Pick};
-use switchyard::translate::{Changes, Options, Store, translate, translate_changes};
+use switchyard::control::translate::{Changes, Options, Store, translate, translate_changes};
+use switchyard::table::balance::{self, Pick};
 
 #[path = "common/world.rs"]
 mod common;

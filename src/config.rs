@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::balance::Algorithm;
-use crate::tls::{ClientVerify, TlsOptions};
-use crate::translate::{Options, TcpService};
+use crate::control::translate::{Options, TcpService};
+use crate::data::tls::{ClientVerify, TlsOptions};
+use crate::table::balance::Algorithm;
 
 /// A Kubernetes service load balancer: one immutable routing table, swapped atomically, served
 /// by an embedded Pingora proxy.
@@ -84,7 +84,7 @@ pub struct Args {
     /// `logfmt`. Off when absent.
     #[arg(long, value_name = "FORMAT", value_parser = parse_access_log,
           env = "SWITCHYARD_ACCESS_LOG")]
-    pub access_log: Option<crate::access_log::Format>,
+    pub access_log: Option<crate::ops::access_log::Format>,
 
     /// Active health checks: how often each endpoint is checked (TCP connect, or HTTP GET with
     /// the lb.check-path annotation); 0 turns checks off except for Services whose
@@ -173,7 +173,7 @@ pub struct Args {
     pub ssl_verify: ClientVerify,
 
     /// max-age of the Strict-Transport-Security header on TLS responses (0: no header).
-    #[arg(long, value_name = "SECONDS", default_value_t = crate::tls::DEFAULT_HSTS_MAX_AGE,
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::data::tls::DEFAULT_HSTS_MAX_AGE,
           env = "SWITCHYARD_HSTS_MAX_AGE")]
     pub hsts_max_age: u64,
 
@@ -313,7 +313,7 @@ fn parse_keep_alive(s: &str) -> Result<Duration, String> {
     }
 }
 
-fn parse_access_log(s: &str) -> Result<crate::access_log::Format, String> {
+fn parse_access_log(s: &str) -> Result<crate::ops::access_log::Format, String> {
     s.parse()
 }
 
@@ -424,14 +424,14 @@ pub struct Config {
     pub admin_port: u16,
     pub https_port: u16,
     /// `--max-connections`, `--max-request-header-bytes` (with `timeouts.request_headers`).
-    pub downstream: crate::downstream::Limits,
+    pub downstream: crate::data::listener::Limits,
     /// TLS termination; `None` without `--ssl-cert` (the TLS port is not opened).
     pub tls: Option<TlsOptions>,
     /// 0: no stats page.
     pub stats_port: u16,
     /// `--explain HOST/PATH` (with `--dry-run`).
     pub explain: Option<String>,
-    pub access_log: Option<crate::access_log::Format>,
+    pub access_log: Option<crate::ops::access_log::Format>,
     pub health: HealthChecks,
     pub default_return_code: u16,
     pub error_page: Option<String>,
@@ -519,7 +519,7 @@ impl Config {
             dry_run: args.dry_run,
             bind_address: args.bind_address,
             admin_bind_address: args.admin_bind_address.unwrap_or(args.bind_address),
-            downstream: crate::downstream::Limits {
+            downstream: crate::data::listener::Limits {
                 max_connections: args.max_connections as usize,
                 max_header_bytes: args.max_request_header_bytes as usize,
                 header_timeout: args.request_header_timeout,
@@ -629,7 +629,7 @@ mod tests {
             .unwrap(),
         )
         .unwrap();
-        assert_eq!(c.access_log, Some(crate::access_log::Format::Logfmt));
+        assert_eq!(c.access_log, Some(crate::ops::access_log::Format::Logfmt));
         assert_eq!(c.health.interval, Duration::from_millis(500));
         assert_eq!(c.health.rise, 1);
         assert!(!c.health.fail_open);
@@ -740,7 +740,7 @@ mod tests {
         assert!(parse(&["--server-timeout", "0s"]).is_err());
         let c = Config::from_args(parse(&["--manifests=m"]).unwrap()).unwrap();
         assert_eq!(c.admin_bind_address, IpAddr::from([0, 0, 0, 0]));
-        assert_eq!(c.downstream, crate::downstream::Limits::default());
+        assert_eq!(c.downstream, crate::data::listener::Limits::default());
         assert_eq!(c.timeouts.request_headers, Duration::from_secs(5));
         let c = Config::from_args(
             parse(&[

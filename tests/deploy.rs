@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use switchyard::config::{Args, Config};
-use switchyard::manifests::{Objects, parse_into};
-use switchyard::translate::translate;
+use switchyard::control::manifests::{Objects, parse_into};
+use switchyard::control::translate::translate;
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")

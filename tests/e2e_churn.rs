@@ -10,7 +10,7 @@
 //!
 //! The swap soak runs 15 s here; `SWITCHYARD_SOAK=1 cargo test --test e2e_churn swap_soak`
 //! runs it for 60 s. Every loop is bounded in count and time; the figures are printed
-//! (`--nocapture`) for the README.
+//! (`--nocapture`) for docs/reliability.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -15,7 +15,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use switchyard::translate::{SERVICE_NAME_LABEL, annotation};
+use switchyard::control::translate::{SERVICE_NAME_LABEL, annotation};
 
 pub fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
     let mut services = Vec::with_capacity(n);

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
-use switchyard::manifests::{Objects, parse_into};
+use switchyard::control::manifests::{Objects, parse_into};
 use switchyard::table::{Frontend, RoutingTable};
-use switchyard::translate::{Options, translate};
+use switchyard::control::translate::{Options, translate};
 
 const KEYS: &[&str] = &[
     "serviceloadbalancer/lb.host",

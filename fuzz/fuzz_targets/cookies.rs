@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard::sticky::{COOKIE_NAME, find_cookie, parse_cookie_id, strip_cookie};
+use switchyard::table::sticky::{COOKIE_NAME, find_cookie, parse_cookie_id, strip_cookie};
 
 fuzz_target!(|header: &[u8]| {
     if let Some(v) = find_cookie(header, COOKIE_NAME) {

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use switchyard::manifests::{Objects, parse_into};
-use switchyard::translate::{Options, translate};
+use switchyard::control::manifests::{Objects, parse_into};
+use switchyard::control::translate::{Options, translate};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard::matcher::{
+use switchyard::table::matcher::{
     normalize_host, prefix_matches, strip_prefix, validate_host, validate_prefix,
 };
 

@@ -40,7 +40,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use x509_parser::objects::{oid_registry, oid2abbrev};
 
-use crate::metrics::{Metrics, TlsFailure};
+use crate::ops::metrics::{Metrics, TlsFailure};
 use x509_parser::prelude::{GeneralName, X509Certificate, parse_x509_certificate};
 
 /// The TLS frontend's metric label.

@@ -22,8 +22,8 @@ use serde::de::value::MapDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::pipeline::Pipeline;
-use crate::translate::SERVICE_NAME_LABEL;
+use crate::control::pipeline::Pipeline;
+use crate::control::translate::SERVICE_NAME_LABEL;
 
 /// How often the files are checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);

@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::balance::Pick;
-use crate::matcher::{self, PathRule, PathRules};
-use crate::sticky::{self, COOKIE_NAME};
+use crate::table::balance::Pick;
+use crate::table::matcher::{self, PathRule, PathRules};
+use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
 
 /// The request to explain.
@@ -527,8 +527,8 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matcher::Router;
     use crate::table::CheckResult;
+    use crate::table::matcher::Router;
 
     fn entry(name: &str, addrs: &[&str]) -> Entry {
         Entry::fixture(name, Frontend::Http, addrs)

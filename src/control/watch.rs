@@ -26,9 +26,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use crate::metrics::Metrics;
-use crate::pipeline::Pipeline;
-use crate::translate::{Changes, Warning, WarningReason};
+use crate::control::pipeline::Pipeline;
+use crate::control::translate::{Changes, Warning, WarningReason};
+use crate::ops::metrics::Metrics;
 
 /// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::config::HealthChecks;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::table::{CheckResult, EndpointState, RoutingTable, Shared, TableReader};
 
 /// Most checks in flight at once.

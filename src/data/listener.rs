@@ -34,9 +34,9 @@ use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::http_proxy::{FastPath, Served};
-use crate::metrics::Metrics;
-use crate::tls::HandshakeAcceptor;
+use crate::data::fast::{FastPath, Served};
+use crate::data::tls::HandshakeAcceptor;
+use crate::ops::metrics::Metrics;
 
 /// `--max-connections`, `--max-request-header-bytes`, `--request-header-timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use http::{HeaderValue, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
-use crate::lifecycle::Lifecycle;
-use crate::metrics::Metrics;
+use crate::ops::lifecycle::Lifecycle;
+use crate::ops::metrics::Metrics;
 use crate::table::TableReader;
 
 /// The admin application.
@@ -30,11 +30,15 @@ pub struct Admin {
 impl Admin {
     /// `/explain`: status and JSON body for a query string.
     pub fn explain(&self, query: &str) -> (StatusCode, String) {
-        match crate::explain::Query::from_query_string(query) {
+        match crate::decide::explain::Query::from_query_string(query) {
             Ok(q) => {
                 let table = self.table.load();
-                let x =
-                    crate::explain::explain(&table, &q, std::time::Instant::now(), self.fail_open);
+                let x = crate::decide::explain::explain(
+                    &table,
+                    &q,
+                    std::time::Instant::now(),
+                    self.fail_open,
+                );
                 let body = serde_json::to_string_pretty(&x)
                     .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
                 (StatusCode::OK, body + "\n")

@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::balance::{fnv1a, mix64};
+use crate::table::balance::{fnv1a, mix64};
 
 /// The cookie name the original used.
 pub const COOKIE_NAME: &str = "SERVERID";

@@ -28,46 +28,42 @@ use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use prometheus::{IntCounter, IntGauge};
 
-use crate::access_log::{AccessLog, HttpRecord};
-use crate::balance::Pick;
 use crate::config::Timeouts;
-use crate::error_page::ErrorPage;
-use crate::lifecycle::{Active, Lifecycle};
-use crate::matcher::Strip;
-use crate::metrics::{Metrics, OpenConnection};
-use crate::sticky::{self, COOKIE_NAME};
+use crate::data::tls::HttpsPolicy;
+use crate::decide::error_page::ErrorPage;
+use crate::ops::access_log::{AccessLog, HttpRecord};
+use crate::ops::lifecycle::{Active, Lifecycle};
+use crate::ops::metrics::{Metrics, OpenConnection};
+use crate::table::balance::Pick;
+use crate::table::matcher::Strip;
+use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, TableReader};
-use crate::tls::HttpsPolicy;
 
 /// Most endpoints a request may try (the configured tries are capped to this).
 const MAX_TRIES: usize = 8;
 
-mod fast_path;
-
-pub use fast_path::{Connection, FastPath, Served};
-
 /// The proxy for one frontend.
 #[derive(Clone)]
 pub struct HttpProxy {
-    table: TableReader,
-    frontend: Frontend,
+    pub(crate) table: TableReader,
+    pub(crate) frontend: Frontend,
     /// `X-Forwarded-Proto` value.
-    scheme: &'static str,
-    timeouts: Timeouts,
-    tries: usize,
-    not_found: ErrorPage,
-    unavailable: ErrorPage,
-    lifecycle: Arc<Lifecycle>,
+    pub(crate) scheme: &'static str,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) tries: usize,
+    pub(crate) not_found: ErrorPage,
+    pub(crate) unavailable: ErrorPage,
+    pub(crate) lifecycle: Arc<Lifecycle>,
     /// `--health-fail-open`.
-    fail_open: bool,
-    metrics: Arc<Metrics>,
+    pub(crate) fail_open: bool,
+    pub(crate) metrics: Arc<Metrics>,
     /// `http_unmatched_requests_total` of this frontend, resolved once.
-    unmatched: IntCounter,
+    pub(crate) unmatched: IntCounter,
     /// The frontend's metric label (`http`, `https`).
-    label: String,
-    access_log: Arc<AccessLog>,
+    pub(crate) label: String,
+    pub(crate) access_log: Arc<AccessLog>,
     /// The TLS port's extra headers (HSTS, client certificate).
-    https: Option<HttpsPolicy>,
+    pub(crate) https: Option<HttpsPolicy>,
 }
 
 impl HttpProxy {
@@ -130,7 +126,7 @@ impl HttpProxy {
         self
     }
 
-    fn hsts(&self) -> Option<&HeaderValue> {
+    pub(crate) fn hsts(&self) -> Option<&HeaderValue> {
         self.https.as_ref().and_then(HttpsPolicy::hsts)
     }
 }
@@ -166,26 +162,26 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    fn set_client_ip(&mut self, ip: Option<IpAddr>) {
+    pub(crate) fn set_client_ip(&mut self, ip: Option<IpAddr>) {
         self.client_ip = ip;
     }
 
     /// The upstream connection of the current try is open (`reused`: from a pool).
-    fn connected(&mut self, reused: bool) {
+    pub(crate) fn connected(&mut self, reused: bool) {
         if !reused {
             self.connect_time = self.connect_started.map(|t| t.elapsed());
         }
     }
 
-    fn entry(&self) -> Option<&Entry> {
+    pub(crate) fn entry(&self) -> Option<&Entry> {
         self.table.as_ref()?.entry(self.entry?)
     }
 
-    fn was_tried(&self, i: usize) -> bool {
+    pub(crate) fn was_tried(&self, i: usize) -> bool {
         self.tried[..self.n_tried].contains(&i)
     }
 
-    fn current(&self) -> Option<usize> {
+    pub(crate) fn current(&self) -> Option<usize> {
         self.n_tried.checked_sub(1).map(|k| self.tried[k])
     }
 }
@@ -222,7 +218,7 @@ impl ProxyHttp for HttpProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        if let Err(why) = crate::downstream::check_request(session.req_header(), || {
+        if let Err(why) = crate::data::listener::check_request(session.req_header(), || {
             session.as_downstream().to_h1_raw()
         }) {
             tracing::debug!(why, "bad request");

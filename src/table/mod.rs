@@ -8,6 +8,10 @@
 //! identity: two tables that route the same way compare equal, and an equal rebuild is not
 //! swapped in. This module must not know about Kubernetes, Pingora or tokio.
 
+pub mod balance;
+pub mod matcher;
+pub mod sticky;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -19,9 +23,9 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::balance::{Algorithm, Candidate};
-use crate::matcher::{PathRules, Router};
-use crate::sticky::AffinityTable;
+use crate::table::balance::{Algorithm, Candidate};
+use crate::table::matcher::{PathRules, Router};
+use crate::table::sticky::AffinityTable;
 
 /// Index of an entry in `RoutingTable::entries`.
 pub type EntryId = u32;
@@ -182,7 +186,7 @@ impl Entry {
 
     /// The endpoint whose cookie id is `id`.
     pub fn endpoint_by_cookie(&self, value: &[u8]) -> Option<usize> {
-        let id = crate::sticky::parse_cookie_id(value)?;
+        let id = crate::table::sticky::parse_cookie_id(value)?;
         self.endpoints.iter().position(|e| e.cookie_id == id)
     }
 
@@ -234,15 +238,15 @@ impl Entry {
     /// are a guess, so one is tried anyway).
     pub fn choose(
         &self,
-        pick: &crate::balance::Pick<'_>,
+        pick: &crate::table::balance::Pick<'_>,
         gate: HealthGate,
         now: Instant,
         tried: &[usize],
     ) -> Option<usize> {
         let eps = &self.endpoints;
         let fresh = |i: usize| !tried.contains(&i) && self.eligible(i, gate);
-        crate::balance::pick(eps, pick, |i| fresh(i) && !eps[i].state.is_down(now))
-            .or_else(|| crate::balance::pick(eps, pick, fresh))
+        crate::table::balance::pick(eps, pick, |i| fresh(i) && !eps[i].state.is_down(now))
+            .or_else(|| crate::table::balance::pick(eps, pick, fresh))
     }
 }
 
@@ -263,8 +267,8 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(addr: SocketAddr, state: Shared<EndpointState>) -> Self {
         Endpoint {
-            cookie_id: crate::sticky::cookie_id(&addr),
-            hash: crate::sticky::addr_hash(&addr),
+            cookie_id: crate::table::sticky::cookie_id(&addr),
+            hash: crate::table::sticky::addr_hash(&addr),
             draining: false,
             addr,
             state,
@@ -581,7 +585,7 @@ impl RoutingTable {
                         "check_path": e.check.path.as_deref(),
                         "endpoints": e.endpoints.iter().map(|ep| json!({
                             "address": ep.addr.to_string(),
-                            "cookie_id": crate::sticky::format_cookie_id(ep.cookie_id),
+                            "cookie_id": crate::table::sticky::format_cookie_id(ep.cookie_id),
                             "draining": ep.draining,
                         })).collect::<Vec<_>>(),
                     }),
@@ -784,7 +788,7 @@ mod tests {
             }
         };
         let cursor = std::sync::atomic::AtomicUsize::new(0);
-        let pick = crate::balance::Pick {
+        let pick = crate::table::balance::Pick {
             algorithm: Algorithm::RoundRobin,
             cursor: &cursor,
             client_hash: 0,

@@ -14,11 +14,11 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::metrics::Metrics;
-use crate::table::{RoutingTable, TableWriter};
-use crate::translate::{
+use crate::control::translate::{
     Changes, Options, Store, Warning, WarningReason, translate, translate_changes,
 };
+use crate::ops::metrics::Metrics;
+use crate::table::{RoutingTable, TableWriter};
 
 /// What one `apply` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +199,7 @@ mod tests {
             resource_version: Some(rv.into()),
             uid: Some(name.into()),
             labels: Some(BTreeMap::from([(
-                crate::translate::SERVICE_NAME_LABEL.to_string(),
+                crate::control::translate::SERVICE_NAME_LABEL.to_string(),
                 "web".to_string(),
             )])),
             ..Default::default()

@@ -30,10 +30,10 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Ctx, Failure, Finished, HttpProxy, Route, no_cache_set_cookie};
-use crate::downstream::{GuardedStream, valid_host};
-use crate::sticky::{self, COOKIE_NAME};
-use crate::tls::{CLIENT_DN_HEADER, CLIENT_VERIFY_HEADER};
+use crate::data::listener::{GuardedStream, valid_host};
+use crate::data::proxy::{Ctx, Failure, Finished, HttpProxy, Route, no_cache_set_cookie};
+use crate::data::tls::{CLIENT_DN_HEADER, CLIENT_VERIFY_HEADER};
+use crate::table::sticky::{self, COOKIE_NAME};
 
 /// Most headers a request may have here (Pingora takes the rest and refuses what it must).
 const MAX_REQUEST_HEADERS: usize = 96;
@@ -1380,7 +1380,7 @@ mod tests {
             cert_headers: None,
         };
         let target = str_at(raw.as_bytes(), req.target.clone());
-        let strip = crate::matcher::Strip::of("/svc");
+        let strip = crate::table::matcher::Strip::of("/svc");
         build_request(
             &mut conn,
             raw.as_bytes(),

@@ -21,8 +21,8 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde::Serialize;
 
-use crate::explain::endpoint_state;
-use crate::metrics::{EndpointSample, EndpointSource, Metrics};
+use crate::decide::explain::endpoint_state;
+use crate::ops::metrics::{EndpointSample, EndpointSource, Metrics};
 use crate::table::{Entry, Frontend, RoutingTable, TableReader};
 
 /// Seconds between automatic refreshes of the HTML page.

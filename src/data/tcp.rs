@@ -27,12 +27,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::access_log::{AccessLog, TcpRecord};
-use crate::balance::Pick;
 use crate::config::Timeouts;
-use crate::lifecycle::Lifecycle;
-use crate::metrics::{Metrics, TcpFrontendMetrics};
-use crate::sticky;
+use crate::ops::access_log::{AccessLog, TcpRecord};
+use crate::ops::lifecycle::Lifecycle;
+use crate::ops::metrics::{Metrics, TcpFrontendMetrics};
+use crate::table::balance::Pick;
+use crate::table::sticky;
 use crate::table::{Entry, EntryKey, Frontend, RoutingTable, TableReader};
 
 /// How often the table is checked for a swap.

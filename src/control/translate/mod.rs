@@ -25,8 +25,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
-use crate::balance::Algorithm;
-use crate::matcher::{HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix};
+use crate::table::balance::Algorithm;
+use crate::table::matcher::{
+    HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix,
+};
 use crate::table::{
     CheckSpec, Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend,
     RoutingTable, Shared, TcpFrontend,

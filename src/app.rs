@@ -1,0 +1,427 @@
+//! `run`: builds the server and wires the sources, the table, the engines and the ops
+//! services together. The only reader of `Config`: every other module gets its own options.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use pingora::apps::HttpServerOptions;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server, ShutdownWatch};
+use pingora::services::background::{BackgroundService, background_service};
+use pingora::services::listening::Service as ListeningService;
+
+use crate::config::{Config, Source};
+use crate::control::pipeline::Pipeline;
+use crate::control::{manifests, translate, watch};
+use crate::data::{listener as downstream, proxy as http_proxy, tcp as tcp_proxy, tls};
+use crate::decide::error_page::ErrorPage;
+use crate::decide::explain;
+use crate::demo;
+use crate::ops::access_log::AccessLog;
+use crate::ops::lifecycle::{Lifecycle, Signals};
+use crate::ops::metrics::Metrics;
+use crate::ops::{admin, health, stats};
+use crate::table;
+use crate::table::{Frontend, RoutingTable};
+
+/// Why the load balancer could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Manifest(#[from] manifests::ManifestError),
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        addr: SocketAddr,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("Kubernetes client configuration: {0}")]
+    KubeConfig(String),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("starting a runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("writing the table: {0}")]
+    Output(std::io::Error),
+    #[error("starting the access log: {0}")]
+    AccessLog(std::io::Error),
+    #[error("--explain: {0}")]
+    Explain(String),
+}
+
+/// Runs switchyard until it is told to stop (or, with `--dry-run`, prints the table and returns).
+pub fn run(config: Config) -> Result<(), RunError> {
+    // One short-lived runtime for startup work: loading the kubeconfig and the error page.
+    let startup = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    let kube_config = match &config.source {
+        Source::Cluster {
+            kubeconfig,
+            in_cluster,
+        } => Some(startup.block_on(kube_config(kubeconfig.as_deref(), *in_cluster))?),
+        Source::Manifests(_) => None,
+    };
+    if config.dry_run {
+        return startup.block_on(dry_run(&config, kube_config));
+    }
+    let http_addr = SocketAddr::new(config.bind_address, config.http_port);
+    let admin_addr = SocketAddr::new(config.admin_bind_address, config.admin_port);
+    check_bind(http_addr, "--http-port")?;
+    check_bind(admin_addr, "--admin-port")?;
+    let https_addr = SocketAddr::new(config.bind_address, config.https_port);
+    let tls = match &config.tls {
+        Some(options) => {
+            check_bind(https_addr, "--https-port")?;
+            Some(tls::Tls::load(options)?)
+        }
+        None => None,
+    };
+    let stats_addr = (config.stats_port != 0)
+        .then(|| SocketAddr::new(config.admin_bind_address, config.stats_port));
+    if let Some(addr) = stats_addr {
+        check_bind(addr, "--stats-port")?;
+    }
+    let not_found = startup.block_on(ErrorPage::load_or_builtin(
+        config.error_page.as_deref(),
+        config.default_return_code,
+    ));
+    drop(startup);
+
+    let metrics = Arc::new(Metrics::new());
+    let lifecycle = Lifecycle::new();
+    let (writer, reader) = table::handle(RoutingTable::default());
+    metrics.register_endpoints(Box::new(stats::TableEndpoints(reader.clone())));
+    let access_log = Arc::new(
+        AccessLog::start(
+            config.access_log,
+            metrics.data.access_log_dropped_total.clone(),
+        )
+        .map_err(RunError::AccessLog)?,
+    );
+    let pipeline = Pipeline::new(writer, config.translate.clone(), Arc::clone(&metrics));
+
+    let mut conf = ServerConf {
+        threads: config.threads,
+        max_retries: config.connect_tries.max(1),
+        ..Default::default()
+    };
+    // Our signal handler has already waited out --shutdown-delay and its drain watcher exits
+    // as soon as nothing is in flight; Pingora's grace period is only the upper bound.
+    conf.grace_period_seconds = Some(config.shutdown_grace.as_secs().max(1));
+    conf.graceful_shutdown_timeout_seconds = Some(1);
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let proxy = http_proxy::HttpProxy::new(
+        reader.clone(),
+        Frontend::Http,
+        config.timeouts,
+        config.connect_tries,
+        not_found.clone(),
+    )
+    .with_lifecycle(Arc::clone(&lifecycle))
+    .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
+    .with_fail_open(config.health.fail_open);
+    let fast = config
+        .fast_path
+        .then(|| crate::data::fast::FastPath::new(proxy.clone()));
+    let mut http_app = pingora::proxy::http_proxy(&server.configuration, proxy);
+    let mut options = HttpServerOptions::default();
+    options.h2c = true;
+    // The HTTP/1 keep-alive idle bound, for HTTP/2 connections with no stream open (Pingora
+    // otherwise keeps them for as long as the client wants).
+    options.h2_idle_timeout = Some(config.timeouts.keep_alive);
+    http_app.server_options = Some(options);
+    // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
+    let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
+    let mut guarded = downstream::Guard::new(
+        http_app,
+        config.downstream,
+        Arc::clone(&limit),
+        downstream::Counters::new(&metrics, &Frontend::Http.label()),
+    );
+    if let Some(fast) = fast {
+        guarded = guarded.with_fast_path(fast);
+    }
+    let counted = http_proxy::CountConnections::new(
+        guarded,
+        metrics.data.open_connections(&Frontend::Http.label()),
+    );
+    let mut http = ListeningService::new("http".into(), counted);
+    http.add_tcp(&http_addr.to_string());
+    server.add_service(http);
+
+    let tls = tls.map(|t| t.with_metrics(Arc::clone(&metrics)));
+    if let Some(tls) = &tls {
+        let proxy = http_proxy::HttpProxy::new(
+            reader.clone(),
+            Frontend::Https,
+            config.timeouts,
+            config.connect_tries,
+            not_found,
+        )
+        .with_lifecycle(Arc::clone(&lifecycle))
+        .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
+        .with_fail_open(config.health.fail_open)
+        .with_https(tls.https_policy());
+        let fast = config
+            .fast_path
+            .then(|| crate::data::fast::FastPath::new(proxy.clone()));
+        let mut https_app = pingora::proxy::http_proxy(&server.configuration, proxy);
+        let mut options = HttpServerOptions::default();
+        options.h2_idle_timeout = Some(config.timeouts.keep_alive);
+        https_app.server_options = Some(options);
+        // A plain TCP listener: the guard runs the handshake itself, with a deadline and
+        // failure metrics.
+        let mut guarded = downstream::Guard::new(
+            https_app,
+            config.downstream,
+            Arc::clone(&limit),
+            downstream::Counters::new(&metrics, &Frontend::Https.label()),
+        )
+        .with_tls(tls.acceptor(config.downstream.header_timeout)?);
+        if let Some(fast) = fast {
+            guarded = guarded.with_fast_path(fast);
+        }
+        let counted = http_proxy::CountConnections::new(
+            guarded,
+            metrics.data.open_connections(&Frontend::Https.label()),
+        );
+        let mut https = ListeningService::new("https".into(), counted);
+        https.add_tcp(&https_addr.to_string());
+        server.add_service(https);
+        server.add_service(background_service("certificates", tls.watcher()));
+    }
+    if !config.translate.tcp_services.is_empty() {
+        let frontends = tcp_proxy::TcpFrontends::new(
+            reader.clone(),
+            config.bind_address,
+            config.timeouts,
+            config.connect_tries,
+        )
+        .with_lifecycle(Arc::clone(&lifecycle))
+        .with_fail_open(config.health.fail_open)
+        .with_observability(Arc::clone(&metrics), Arc::clone(&access_log));
+        let mut tcp = background_service("tcp frontends", frontends);
+        // Background services get one thread by default; TCP relaying is data-plane work.
+        tcp.threads = Some(config.threads);
+        server.add_service(tcp);
+    }
+
+    let admin_app = admin::Admin {
+        table: reader.clone(),
+        lifecycle: Arc::clone(&lifecycle),
+        metrics: Arc::clone(&metrics),
+        fail_open: config.health.fail_open,
+    };
+    let mut admin = ListeningService::new("admin".into(), admin_app);
+    admin.add_tcp(&admin_addr.to_string());
+    server.add_service(admin);
+
+    if let Some(addr) = stats_addr {
+        let page = stats::StatsPage {
+            table: reader.clone(),
+            metrics: Arc::clone(&metrics),
+            listeners: stats::Listeners {
+                bind: config.bind_address,
+                http_port: config.http_port,
+                https_port: tls.as_ref().map(|_| config.https_port),
+            },
+            started: std::time::Instant::now(),
+        };
+        let mut stats_service = ListeningService::new("stats".into(), page);
+        stats_service.add_tcp(&addr.to_string());
+        server.add_service(stats_service);
+    }
+    server.add_service(background_service(
+        "health checks",
+        health::Checker {
+            table: reader,
+            config: config.health,
+            metrics: Arc::clone(&metrics),
+        },
+    ));
+
+    match (&config.source, kube_config) {
+        (Source::Manifests(paths), _) => server.add_service(background_service(
+            "manifests",
+            ManifestSource {
+                paths: paths.clone(),
+                pipeline: Mutex::new(Some(pipeline)),
+            },
+        )),
+        (Source::Cluster { .. }, Some(kube_config)) => server.add_service(background_service(
+            "cluster watch",
+            ClusterWatch {
+                config: kube_config,
+                namespace: config.translate.only_namespace.clone(),
+                coalesce: {
+                    let d = watch::Coalesce::default();
+                    watch::Coalesce {
+                        debounce: config.watch_debounce.unwrap_or(d.debounce),
+                        max_wait: config.watch_max_wait.unwrap_or(d.max_wait),
+                    }
+                },
+                metrics,
+                pipeline: Mutex::new(Some(pipeline)),
+            },
+        )),
+        (Source::Cluster { .. }, None) => {
+            return Err(RunError::KubeConfig("no client configuration".into()));
+        }
+    };
+    if config.demo {
+        server.add_service(background_service("demo backends", demo::DemoBackends));
+    }
+    tracing::info!(http = %http_addr, admin = %admin_addr,
+        https = ?tls.as_ref().map(|_| https_addr), "switchyard starting");
+    server.run(RunArgs {
+        shutdown_signal: Box::new(Signals {
+            lifecycle,
+            delay: config.shutdown_delay,
+            grace: config.shutdown_grace,
+        }),
+    });
+    Ok(())
+}
+
+/// The client configuration: an explicit kubeconfig, else the in-cluster service account, else
+/// the default kubeconfig (`--use-kubernetes-cluster-service=false`).
+async fn kube_config(
+    kubeconfig: Option<&Path>,
+    in_cluster: bool,
+) -> Result<kube::Config, RunError> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions::default();
+    match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| RunError::KubeConfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| RunError::KubeConfig(format!("{}: {e}", path.display())))
+        }
+        None if in_cluster => kube::Config::incluster().map_err(|e| {
+            RunError::KubeConfig(format!(
+                "not running in a cluster ({e}); pass --manifests PATH, --kubeconfig PATH or \
+                 --use-kubernetes-cluster-service=false"
+            ))
+        }),
+        None => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| RunError::KubeConfig(e.to_string())),
+    }
+}
+
+async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(), RunError> {
+    let (services, slices) = match (&config.source, kube_config) {
+        (Source::Manifests(paths), _) => {
+            let objects = manifests::load(paths)?;
+            (objects.services, objects.slices)
+        }
+        (Source::Cluster { .. }, Some(kc)) => {
+            let client = kube::Client::try_from(kc)?;
+            watch::snapshot(&client, config.translate.only_namespace.as_deref()).await?
+        }
+        (Source::Cluster { .. }, None) => {
+            return Err(RunError::KubeConfig("no client configuration".into()));
+        }
+    };
+    let (table, warnings) = translate::translate(&services, &slices, &config.translate, None);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    let json = match &config.explain {
+        None => serde_json::to_string_pretty(&table.to_json()),
+        Some(target) => {
+            let q = explain::Query::from_target(target).map_err(RunError::Explain)?;
+            let x = explain::explain(
+                &table,
+                &q,
+                std::time::Instant::now(),
+                config.health.fail_open,
+            );
+            // The struct's own field order reads top-down: request, route, entry, decision.
+            serde_json::to_string_pretty(&x)
+        }
+    }
+    .map_err(|e| RunError::Output(e.into()))?;
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{json}").map_err(RunError::Output)
+}
+
+/// Fails early, with the flag's name, when a listener cannot be bound (Pingora would panic).
+fn check_bind(addr: SocketAddr, what: &'static str) -> Result<(), RunError> {
+    std::net::TcpListener::bind(addr)
+        .map(drop)
+        .map_err(|source| RunError::Bind { addr, what, source })
+}
+
+/// The manifest watcher as a Pingora background service.
+struct ManifestSource {
+    paths: Vec<PathBuf>,
+    /// Taken by the one `start` call.
+    pipeline: Mutex<Option<Pipeline>>,
+}
+
+#[async_trait]
+impl BackgroundService for ManifestSource {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let pipeline = self
+            .pipeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(pipeline) = pipeline {
+            manifests::watch(self.paths.clone(), pipeline, shutdown).await;
+        }
+    }
+}
+
+/// The cluster watcher as a Pingora background service (the client is created inside its
+/// runtime, which kube's connection pool needs).
+struct ClusterWatch {
+    config: kube::Config,
+    namespace: Option<String>,
+    coalesce: watch::Coalesce,
+    metrics: Arc<Metrics>,
+    pipeline: Mutex<Option<Pipeline>>,
+}
+
+#[async_trait]
+impl BackgroundService for ClusterWatch {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let Some(pipeline) = self
+            .pipeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let client = match kube::Client::try_from(self.config.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot create the Kubernetes client; nothing will be served");
+                return;
+            }
+        };
+        watch::ClusterSource {
+            client,
+            namespace: self.namespace.clone(),
+            coalesce: self.coalesce,
+            pipeline,
+            metrics: Arc::clone(&self.metrics),
+            events: true,
+        }
+        .run(shutdown)
+        .await;
+    }
+}

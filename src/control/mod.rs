@@ -1,0 +1,8 @@
+//! The control side: sources of objects (the API server's watch, manifest files) feed the
+//! pipeline, which runs the pure `translate` and swaps the table in once. Nothing here names
+//! the data plane; the only way out is the table writer.
+
+pub mod manifests;
+pub mod pipeline;
+pub mod translate;
+pub mod watch;

@@ -1,0 +1,10 @@
+//! The engines: Pingora's HTTP proxy, the HTTP/1 fast path and the TCP relay, behind the
+//! client-connection guards and TLS. Each applies the decisions of `decide` to its own wire
+//! representation and holds no request policy of its own; nothing here names a Kubernetes
+//! type.
+
+pub mod fast;
+pub mod listener;
+pub mod proxy;
+pub mod tcp;
+pub mod tls;

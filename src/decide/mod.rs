@@ -1,0 +1,8 @@
+//! The decision core: what happens to a request, written once and applied by every engine
+//! (Pingora's HTTP proxy, the fast path, the TCP relay) and by `/explain`. Route, pin, pick,
+//! retry or give up, eject, the header edits and the error pages are decided here as data; an
+//! engine only carries them out. Nothing here names Pingora, tokio or Kubernetes, and nothing
+//! here does I/O.
+
+pub mod error_page;
+pub mod explain;
