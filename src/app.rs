@@ -16,7 +16,6 @@ use crate::config::{Config, Source};
 use crate::control::pipeline::Pipeline;
 use crate::control::{manifests, translate, watch};
 use crate::data::{listener as downstream, proxy as http_proxy, tcp as tcp_proxy, tls};
-use crate::decide::error_page::ErrorPage;
 use crate::decide::explain;
 use crate::demo;
 use crate::ops::access_log::AccessLog;
@@ -87,7 +86,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
     if let Some(addr) = stats_addr {
         check_bind(addr, "--stats-port")?;
     }
-    let not_found = startup.block_on(ErrorPage::load_or_builtin(
+    let not_found = startup.block_on(crate::ops::page_loader::load_or_builtin(
         config.error_page.as_deref(),
         config.default_return_code,
     ));
@@ -169,7 +168,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .with_lifecycle(Arc::clone(&lifecycle))
         .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
         .with_fail_open(config.health.fail_open)
-        .with_https(tls.https_policy());
+        .with_forwarding(tls.forwarding());
         let fast = config
             .fast_path
             .then(|| crate::data::fast::FastPath::new(proxy.clone()));
@@ -342,7 +341,7 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
         Some(target) => {
             let q = explain::Query::from_target(target).map_err(RunError::Explain)?;
             let x = explain::explain(
-                &table,
+                &std::sync::Arc::new(table),
                 &q,
                 std::time::Instant::now(),
                 config.health.fail_open,

@@ -12,7 +12,9 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::control::translate::{Options, TcpService};
+use crate::data::Timeouts;
 use crate::data::tls::{ClientVerify, TlsOptions};
+use crate::ops::health::HealthChecks;
 use crate::table::balance::Algorithm;
 
 /// A Kubernetes service load balancer: one immutable routing table, swapped atomically, served
@@ -359,56 +361,6 @@ pub enum Source {
         kubeconfig: Option<PathBuf>,
         in_cluster: bool,
     },
-}
-
-/// Timeouts of the HTTP data plane; the original HAProxy template's values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    pub connect: Duration,
-    pub request_headers: Duration,
-    pub client_idle: Duration,
-    pub server_idle: Duration,
-    pub keep_alive: Duration,
-    pub tunnel: Duration,
-    /// How long a failed connect keeps an endpoint out of rotation.
-    pub passive_down: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            connect: Duration::from_secs(5),
-            request_headers: Duration::from_secs(5),
-            client_idle: Duration::from_secs(50),
-            server_idle: Duration::from_secs(50),
-            keep_alive: Duration::from_secs(60),
-            tunnel: Duration::from_secs(3600),
-            passive_down: Duration::from_secs(5),
-        }
-    }
-}
-
-/// Active health-check settings (the flags; Services refine them by annotation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthChecks {
-    /// Zero: only Services that ask by annotation are checked.
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub rise: u32,
-    pub fall: u32,
-    pub fail_open: bool,
-}
-
-impl Default for HealthChecks {
-    fn default() -> Self {
-        HealthChecks {
-            interval: Duration::from_secs(5),
-            timeout: Duration::from_secs(2),
-            rise: 2,
-            fall: 3,
-            fail_open: true,
-        }
-    }
 }
 
 /// Validated configuration.

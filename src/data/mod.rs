@@ -6,5 +6,10 @@
 pub mod fast;
 pub mod listener;
 pub mod proxy;
+pub mod record;
 pub mod tcp;
 pub mod tls;
+
+mod timeouts;
+
+pub use timeouts::Timeouts;

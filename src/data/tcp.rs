@@ -27,12 +27,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::config::Timeouts;
+use crate::data::Timeouts;
+use crate::decide::attempt::{Attempt, Failure, Policy, Route};
+use crate::decide::cause::Cause;
 use crate::ops::access_log::{AccessLog, TcpRecord};
 use crate::ops::lifecycle::Lifecycle;
 use crate::ops::metrics::{Metrics, TcpFrontendMetrics};
-use crate::table::balance::Pick;
-use crate::table::sticky;
 use crate::table::{Entry, EntryKey, Frontend, RoutingTable, TableReader};
 
 /// How often the table is checked for a swap.
@@ -40,9 +40,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(150);
 
 /// How long a port that could not be bound waits before the next try.
 const BIND_RETRY: Duration = Duration::from_secs(5);
-
-/// Most endpoints one connection may try (the configured tries are capped to this).
-const MAX_TRIES: usize = 8;
 
 /// Bytes buffered per direction of a connection.
 const BUFFER: usize = 16 * 1024;
@@ -58,9 +55,8 @@ pub struct TcpFrontends {
 struct ConnSettings {
     table: TableReader,
     timeouts: Timeouts,
-    tries: usize,
-    /// `--health-fail-open`.
-    fail_open: bool,
+    /// Tries, passive ejection and `--health-fail-open`, as for HTTP.
+    policy: Policy,
     /// Counts open connections, so a graceful shutdown waits for them (up to its grace).
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
@@ -73,8 +69,7 @@ impl TcpFrontends {
             conn: Arc::new(ConnSettings {
                 table,
                 timeouts,
-                tries: tries.clamp(1, MAX_TRIES),
-                fail_open: true,
+                policy: Policy::new(tries, timeouts.passive_down, true),
                 lifecycle: Lifecycle::new(),
                 metrics: Arc::new(Metrics::new()),
                 access_log: Arc::new(AccessLog::off()),
@@ -92,7 +87,7 @@ impl TcpFrontends {
     /// `--health-fail-open`: when every endpoint is marked down, use them all (default) rather
     /// than refuse the connection.
     pub fn with_fail_open(mut self, fail_open: bool) -> Self {
-        Arc::make_mut(&mut self.conn).fail_open = fail_open;
+        Arc::make_mut(&mut self.conn).policy.fail_open = fail_open;
         self
     }
 
@@ -277,27 +272,29 @@ struct Outcome {
     endpoint: Option<SocketAddr>,
     connect: Option<Duration>,
     bytes: Bytes,
-    tries: usize,
     error: Option<&'static str>,
 }
 
-/// One client connection: pick an endpoint (retrying failed connects on others), relay, record.
+/// One client connection: the attempt picks an endpoint (retrying failed connects on
+/// others), then the bytes are relayed and recorded.
 async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
     let _active = conn.lifecycle.enter();
     let _open = accepted.metrics.accepted();
     let started = Instant::now();
     // The table of the moment of accept is kept for this connection's whole life.
-    let table = conn.table.load();
-    let port = accepted.port;
-    let Some((id, entry)) = table
-        .tcp
-        .binary_search_by_key(&port, |f| f.port)
-        .ok()
-        .and_then(|i| Some((table.tcp[i].entry, table.entry(table.tcp[i].entry)?)))
-    else {
+    let mut attempt = Attempt::new(Some(accepted.peer.ip()));
+    match attempt.route_tcp(conn.table.load(), accepted.port, &conn.policy, started) {
+        Ok(Route::Proxy { .. } | Route::Unavailable) => {}
+        Ok(Route::NotFound) => return,
+        Err(e) => {
+            tracing::warn!(port = accepted.port, error = %e, "cannot route");
+            return;
+        }
+    }
+    let outcome = connect_and_relay(client, &mut attempt, &conn).await;
+    let (Some(table), Some(entry)) = (attempt.table(), attempt.entry()) else {
         return;
     };
-    let outcome = connect_and_relay(client, accepted.peer, entry, &table, id, &conn).await;
     accepted
         .metrics
         .add_bytes(outcome.bytes.from_client, outcome.bytes.to_client);
@@ -308,7 +305,7 @@ async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
         t.bytes_out
             .fetch_add(outcome.bytes.to_client, Ordering::Relaxed);
     }
-    tracing::debug!(port, endpoint = ?outcome.endpoint, error = ?outcome.error, "TCP connection ended");
+    tracing::debug!(port = accepted.port, endpoint = ?outcome.endpoint, error = ?outcome.error, "TCP connection ended");
     if conn.access_log.enabled() {
         conn.access_log.tcp(&TcpRecord {
             time: SystemTime::now(),
@@ -321,7 +318,7 @@ async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
             duration: started.elapsed(),
             connect: outcome.connect,
             generation: table.generation,
-            retries: u32::try_from(outcome.tries.saturating_sub(1)).unwrap_or(0),
+            retries: u32::try_from(attempt.tries().saturating_sub(1)).unwrap_or(0),
             error: outcome.error,
         });
     }
@@ -329,95 +326,60 @@ async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
 
 async fn connect_and_relay(
     client: TcpStream,
-    peer: SocketAddr,
-    entry: &Entry,
-    table: &RoutingTable,
-    id: u32,
+    attempt: &mut Attempt,
     conn: &ConnSettings,
 ) -> Outcome {
     let mut outcome = Outcome::default();
-    let ip = peer.ip();
-    let affinity = entry.client_ip_affinity;
-    let now = Instant::now();
-    let gate = entry.health_gate(conn.fail_open);
-    let pinned = affinity
-        .and_then(|timeout| entry.state.affinity.get(&ip, now, timeout))
-        .and_then(|addr| entry.endpoint_by_addr(&addr))
-        .filter(|&i| entry.pin_allowed(i, now, gate));
-    let pick = Pick {
-        algorithm: entry.algorithm,
-        cursor: &entry.state.cursor,
-        client_hash: sticky::client_hash(&ip),
-        maxconn: entry.maxconn,
-    };
-    let mut tried = [0usize; MAX_TRIES];
-    let mut n_tried = 0;
-    while n_tried < conn.tries {
-        let now = Instant::now();
-        let chosen = pinned
-            .filter(|i| !tried[..n_tried].contains(i))
-            // Draining or down endpoints keep the clients pinned to them but take no new ones.
-            .or_else(|| entry.choose(&pick, gate, now, &tried[..n_tried]));
-        let Some(i) = chosen else {
+    loop {
+        let Some(addr) = attempt.next(Instant::now()) else {
             outcome.error.get_or_insert("no endpoint");
-            break;
+            return outcome;
         };
-        tried[n_tried] = i;
-        n_tried += 1;
-        outcome.tries = n_tried;
-        let endpoint = &entry.endpoints[i];
-        let in_flight = endpoint.state.0.enter();
-        let connect =
-            tokio::time::timeout(conn.timeouts.connect, TcpStream::connect(endpoint.addr)).await;
-        match connect {
+        let connect = tokio::time::timeout(conn.timeouts.connect, TcpStream::connect(addr)).await;
+        let cause = match connect {
             Ok(Ok(upstream)) => {
-                outcome.endpoint = Some(endpoint.addr);
-                outcome.connect = Some(now.elapsed());
+                attempt.connected(false, Instant::now());
+                outcome.endpoint = Some(addr);
+                outcome.connect = attempt.connect_time();
                 outcome.error = None;
-                if let Some(timeout) = affinity
-                    && pinned != Some(i)
-                {
-                    entry.state.affinity.set(ip, endpoint.addr, now, timeout);
-                }
                 // Small writes of interactive protocols must not wait for Nagle.
                 let _ = client.set_nodelay(true);
                 let _ = upstream.set_nodelay(true);
                 let (ended, bytes) = relay(client, upstream, conn.timeouts.tunnel).await;
                 outcome.bytes = bytes;
                 outcome.error = ended.error();
-                drop(in_flight);
+                attempt.finish();
                 return outcome;
             }
-            failure => {
-                let timed_out = failure.is_err();
-                tracing::debug!(port = entry.key.port, endpoint = %endpoint.addr, timed_out,
-                    "TCP connect failed");
-                outcome.error = Some(if timed_out {
-                    "connect timeout"
-                } else {
-                    "connect failed"
-                });
-                let state = &endpoint.state;
-                let ejected = !state.is_down(now);
-                state.mark_down(Instant::now(), conn.timeouts.passive_down);
-                state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
-                if affinity.is_some() {
-                    entry.state.affinity.forget(&ip);
-                }
-                let untried = (0..entry.endpoints.len())
-                    .any(|k| !tried[..n_tried].contains(&k) && entry.eligible(k, gate));
-                let retry = n_tried < conn.tries && untried;
-                conn.metrics.data.count_failure(
-                    table.generation,
-                    id as usize,
-                    &entry.name,
-                    ejected,
-                    retry,
-                );
-            }
+            Err(_) => Cause::ConnectTimedOut,
+            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => Cause::ConnectRefused,
+            Ok(Err(_)) => Cause::ConnectFailed,
+        };
+        tracing::debug!(endpoint = %addr, %cause, "TCP connect failed");
+        outcome.error = Some(match cause {
+            Cause::ConnectTimedOut => "connect timeout",
+            _ => "connect failed",
+        });
+        let failure = Failure {
+            cause,
+            replayable: true,
+        };
+        let verdict = attempt.failed(failure, &conn.policy, Instant::now());
+        if let (Some(table), Some(id), Some(entry)) =
+            (attempt.table(), attempt.entry_id(), attempt.entry())
+        {
+            conn.metrics.data.count_failure(
+                table.generation,
+                id as usize,
+                &entry.name,
+                verdict.ejected,
+                verdict.retry,
+            );
+        }
+        if !verdict.retry {
+            return outcome;
         }
     }
-    outcome
 }
 
 /// Why a relay ended.

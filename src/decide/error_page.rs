@@ -1,21 +1,12 @@
 //! The page served for requests that match no route (`--default-return-code`, `--error-page`)
 //! and for entries without endpoints (503).
 //!
-//! `--error-page` is a `file://` or `http(s)://` URL loaded once at startup; the URL must answer
-//! 200. A failed load is a warning and the built-in page is served instead: a missing page must
-//! never stop the load balancer. This module must not be used on the request path except to
-//! clone the loaded bytes.
-
-use std::time::Duration;
+//! The pages and the answers switchyard writes itself, as data for the engines: status, fields
+//! and body. Loading `--error-page` is `ops::page_loader`'s (startup I/O); nothing here does I/O.
 
 use bytes::Bytes;
-use http::Uri;
-use pingora::connectors::http::Connector;
-use pingora::http::RequestHeader;
-use pingora::prelude::HttpPeer;
 
-/// Largest error page we load.
-const MAX_PAGE_BYTES: usize = 1 << 20;
+use crate::decide::edits::{Edits, Forwarding, answer_fields};
 
 /// A fixed response: status, content type and body.
 #[derive(Debug, Clone)]
@@ -23,24 +14,6 @@ pub struct ErrorPage {
     pub status: u16,
     pub content_type: String,
     pub body: Bytes,
-}
-
-/// Why a configured error page could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ErrorPageError {
-    #[error("{0:?} is not a file://, http:// or https:// URL")]
-    BadUrl(String),
-    #[error("reading {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("fetching {url}: {reason}")]
-    Fetch { url: String, reason: String },
-    #[error("fetching {url}: status {status}, expected 200")]
-    Status { url: String, status: u16 },
-    #[error("{url}: page larger than {MAX_PAGE_BYTES} bytes")]
-    TooLarge { url: String },
 }
 
 impl ErrorPage {
@@ -65,138 +38,41 @@ impl ErrorPage {
             body: Bytes::from(body),
         }
     }
+}
 
-    /// Loads `url` as the body for `status`.
-    pub async fn load(url: &str, status: u16) -> Result<ErrorPage, ErrorPageError> {
-        let (body, content_type) = if let Some(path) = url.strip_prefix("file://") {
-            let body = tokio::fs::read(path)
-                .await
-                .map_err(|source| ErrorPageError::Read {
-                    path: path.to_string(),
-                    source,
-                })?;
-            let ct = if path.ends_with(".html") || path.ends_with(".htm") || path.ends_with(".http")
-            {
-                "text/html; charset=utf-8"
-            } else {
-                "text/plain; charset=utf-8"
-            };
-            (body, ct.to_string())
-        } else if url.starts_with("http://") || url.starts_with("https://") {
-            fetch(url).await?
-        } else {
-            return Err(ErrorPageError::BadUrl(url.to_string()));
-        };
-        if body.len() > MAX_PAGE_BYTES {
-            return Err(ErrorPageError::TooLarge {
-                url: url.to_string(),
-            });
-        }
-        Ok(ErrorPage {
-            status,
-            content_type,
-            body: Bytes::from(body),
-        })
-    }
+/// An answer switchyard writes itself: status, fields and body.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    pub status: u16,
+    pub fields: Edits<'a>,
+    pub body: &'a [u8],
+}
 
-    /// `--error-page` if set and loadable, else the built-in page; a failure is logged.
-    pub async fn load_or_builtin(url: Option<&str>, status: u16) -> ErrorPage {
-        match url {
-            None => ErrorPage::builtin(status),
-            Some(url) => match ErrorPage::load(url, status).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not load --error-page; serving the built-in page");
-                    ErrorPage::builtin(status)
-                }
-            },
+impl ErrorPage {
+    /// This page as an answer on a frontend with `fwd`'s settings.
+    pub fn answer<'a>(&'a self, fwd: &'a Forwarding) -> Answer<'a> {
+        Answer {
+            status: self.status,
+            fields: answer_fields(fwd, Some(&self.content_type), self.body.len(), "no-cache"),
+            body: &self.body,
         }
     }
 }
 
-/// GET `url` once with Pingora's client (startup only: this resolves the host name).
-async fn fetch(url: &str) -> Result<(Vec<u8>, String), ErrorPageError> {
-    let fail = |reason: String| ErrorPageError::Fetch {
-        url: url.to_string(),
-        reason,
-    };
-    let uri: Uri = url
-        .parse()
-        .map_err(|_| ErrorPageError::BadUrl(url.to_string()))?;
-    let tls = uri.scheme_str() == Some("https");
-    let host = uri
-        .host()
-        .ok_or_else(|| ErrorPageError::BadUrl(url.to_string()))?
-        .to_string();
-    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let addr = tokio::net::lookup_host((host.as_str(), port))
-        .await
-        .map_err(|e| fail(format!("resolving {host}: {e}")))?
-        .next()
-        .ok_or_else(|| fail(format!("{host} has no address")))?;
-    let mut peer = HttpPeer::new(addr, tls, host.clone());
-    peer.options.connection_timeout = Some(Duration::from_secs(5));
-    peer.options.read_timeout = Some(Duration::from_secs(10));
-    let connector = Connector::new(None);
-    let (mut session, _) = connector
-        .get_http_session(&peer)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let pq = uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut req =
-        RequestHeader::build("GET", pq.as_bytes(), None).map_err(|e| fail(e.to_string()))?;
-    req.insert_header("host", host.as_str())
-        .map_err(|e| fail(e.to_string()))?;
-    req.insert_header("user-agent", "switchyard")
-        .map_err(|e| fail(e.to_string()))?;
-    session
-        .write_request_header(Box::new(req))
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    session
-        .finish_request_body()
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    session
-        .read_response_header()
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let (status, content_type) = match session.response_header() {
-        Some(h) => (
-            h.status.as_u16(),
-            h.headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("text/html; charset=utf-8")
-                .to_string(),
-        ),
-        None => return Err(fail("no response header".into())),
-    };
-    if status != 200 {
-        return Err(ErrorPageError::Status {
-            url: url.to_string(),
-            status,
-        });
+/// The answer to a request that could not be proxied (`status` from `Cause::status`): an
+/// empty body, never cached. The connection is closed after it.
+pub fn failure_answer(status: u16, fwd: &Forwarding) -> Answer<'_> {
+    Answer {
+        status,
+        fields: answer_fields(fwd, None, 0, "private, no-store"),
+        body: b"",
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = session
-        .read_response_body()
-        .await
-        .map_err(|e| fail(e.to_string()))?
-    {
-        body.extend_from_slice(&chunk);
-        if body.len() > MAX_PAGE_BYTES {
-            return Err(ErrorPageError::TooLarge {
-                url: url.to_string(),
-            });
-        }
-    }
-    Ok((body, content_type))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::edits::{Edit, Value};
 
     #[test]
     fn builtin_page_names_the_status() {
@@ -209,45 +85,23 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn file_url_loads_and_missing_file_falls_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("page.html");
-        std::fs::write(&path, "<p>custom</p>").unwrap();
-        let url = format!("file://{}", path.display());
-        let p = ErrorPage::load(&url, 403).await.unwrap();
-        assert_eq!(&p.body[..], b"<p>custom</p>");
-        assert_eq!(p.status, 403);
-        assert!(ErrorPage::load("file:///nonexistent/x", 404).await.is_err());
-        assert!(ErrorPage::load("ftp://x", 404).await.is_err());
-        let fallback = ErrorPage::load_or_builtin(Some("file:///nonexistent/x"), 404).await;
-        assert_eq!(fallback.body, ErrorPage::builtin(404).body);
-    }
-
-    #[tokio::test]
-    async fn http_url_is_fetched_and_non_200_rejected() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            for status in ["200 OK", "500 Internal Server Error"] {
-                let (mut s, _) = listener.accept().await.unwrap();
-                let mut buf = [0u8; 1024];
-                let _ = s.read(&mut buf).await;
-                let body = "<p>remote</p>";
-                let resp = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                s.write_all(resp.as_bytes()).await.unwrap();
-            }
-        });
-        let url = format!("http://{addr}/page");
-        let p = ErrorPage::load(&url, 404).await.unwrap();
-        assert_eq!(&p.body[..], b"<p>remote</p>");
-        assert!(matches!(
-            ErrorPage::load(&url, 404).await,
-            Err(ErrorPageError::Status { status: 500, .. })
-        ));
+    #[test]
+    fn answers_carry_length_no_cache_and_hsts_on_the_tls_port() {
+        let p = ErrorPage::builtin(503);
+        let tls = Forwarding::tls(Some(5), false);
+        let a = p.answer(&tls);
+        let fields: Vec<_> = a.fields.iter().copied().collect();
+        assert!(fields.contains(&Edit::Add(
+            "content-length",
+            Value::Number(p.body.len() as u64)
+        )));
+        assert!(fields.contains(&Edit::Add(
+            "strict-transport-security",
+            Value::Text("max-age=5")
+        )));
+        let plain = Forwarding::plain();
+        let f = failure_answer(502, &plain);
+        assert_eq!(f.body, b"");
+        assert_eq!(f.fields.iter().count(), 2);
     }
 }

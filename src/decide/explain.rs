@@ -2,19 +2,20 @@
 //! walks the same steps as the data plane (host and path match with its precedence level,
 //! entry, stickiness, health gate, endpoint choice) and reports each decision as JSON.
 //!
-//! It calls the very functions the data plane calls (`Router::lookup`, `Entry::health_gate`,
-//! `Entry::pin_allowed`, `Entry::choose`), so the answer cannot drift from what a request
-//! does. It changes nothing: the round-robin cursor is copied, not advanced, and affinity pins
-//! are peeked, not refreshed. It must not do I/O or know about Pingora, tokio or Kubernetes;
+//! The decisions are a dry run of the data plane's own `Attempt` (route, pin, unavailable,
+//! pick, set-cookie), so the answer cannot drift from what a request does; this module only
+//! describes them. It changes nothing: the round-robin cursor is copied, not advanced, and
+//! affinity pins are peeked, not refreshed. It must not do I/O or know about Pingora, tokio or Kubernetes;
 //! `admin` serves it at `/explain` and `--dry-run --explain` prints it.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::table::balance::Pick;
+use crate::decide::attempt::{Attempt, Policy, Route};
 use crate::table::matcher::{self, PathRule, PathRules};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
@@ -227,7 +228,7 @@ pub fn endpoint_state(entry: &Entry, i: usize, now: Instant) -> &'static str {
 }
 
 /// Explains `q` against `table` at `now` (`fail_open`: `--health-fail-open`).
-pub fn explain(table: &RoutingTable, q: &Query, now: Instant, fail_open: bool) -> Explanation {
+pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, fail_open: bool) -> Explanation {
     let (path, query) = match q.path.split_once('?') {
         Some((p, qs)) => (p, Some(qs)),
         None => (q.path.as_str(), None),
@@ -288,7 +289,30 @@ pub fn explain(table: &RoutingTable, q: &Query, now: Instant, fail_open: bool) -
         return x;
     };
     x.entry = Some(entry_view(entry, now, fail_open));
-    choose(entry, q, now, fail_open, &mut x);
+    // The decisions: a dry run of the attempt every engine makes.
+    let mut attempt = Attempt::dry_run(q.client);
+    let policy = Policy::new(1, Duration::ZERO, fail_open);
+    let cookie = q.cookie.as_deref().map(|c| {
+        if c.contains('=') {
+            c.to_string()
+        } else {
+            format!("{COOKIE_NAME}={c}")
+        }
+    });
+    let cookies = cookie.iter().map(|c| c.as_bytes());
+    let route = match q.frontend {
+        Frontend::Tcp(port) => attempt.route_tcp(Arc::clone(table), port, &policy, now),
+        Frontend::Http | Frontend::Https => attempt.route(
+            Arc::clone(table),
+            q.frontend,
+            q.host.as_deref().map(str::as_bytes),
+            path,
+            cookies,
+            &policy,
+            now,
+        ),
+    };
+    choose(entry, q, now, route, &mut attempt, &mut x);
     x
 }
 
@@ -392,12 +416,16 @@ fn entry_view(entry: &Entry, now: Instant, fail_open: bool) -> EntryView {
     }
 }
 
-/// Stickiness and the endpoint choice, as `HttpProxy::request_filter` and `upstream_peer`
-/// make them.
-fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Explanation) {
-    let gate = entry.health_gate(fail_open);
+/// Describes the attempt's stickiness and endpoint decisions.
+fn choose(
+    entry: &Entry,
+    q: &Query,
+    now: Instant,
+    route: Result<Route, crate::decide::attempt::RouteError>,
+    attempt: &mut Attempt,
+    x: &mut Explanation,
+) {
     let addr = |i: usize| entry.endpoints[i].addr.to_string();
-    let mut valid_cookie = false;
     let pinned = if entry.cookie_sticky {
         x.stickiness.mode = "cookie";
         let value = q.cookie.as_deref().and_then(|c| {
@@ -408,7 +436,7 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
             }
         });
         let named = value.and_then(|v| entry.endpoint_by_cookie(v));
-        let pinned = named.filter(|&i| entry.pin_allowed(i, now, gate));
+        let pinned = attempt.pinned();
         x.stickiness.decision = match (value, named, pinned) {
             (None, _, _) => {
                 "no SERVERID cookie: a new endpoint is picked and pinned by Set-Cookie".into()
@@ -427,7 +455,6 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
             ),
             (Some(_), Some(i), Some(_)) => format!("SERVERID pins the client to {}", addr(i)),
         };
-        valid_cookie = pinned.is_some();
         pinned
     } else if let Some(timeout) = entry.client_ip_affinity {
         x.stickiness.mode = "client_ip";
@@ -443,9 +470,7 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
                     .affinity
                     .peek(&ip, now, timeout)
                     .map(|a| (a, entry.endpoint_by_addr(&a)));
-                let pinned = named
-                    .and_then(|(_, i)| i)
-                    .filter(|&i| entry.pin_allowed(i, now, gate));
+                let pinned = attempt.pinned();
                 x.stickiness.decision = match (named, pinned) {
                     (None, _) => format!(
                         "no live pin for {ip}: a new endpoint is picked and pinned for {} s idle",
@@ -468,8 +493,12 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
     };
     x.stickiness.pinned = pinned.map(addr);
 
+    let gate = x
+        .entry
+        .as_ref()
+        .map_or(HealthGate::SkipDown, |e| e.health_gate);
     let takes_new = entry.endpoints.iter().any(|e| e.takes_new());
-    if pinned.is_none() && (!takes_new || gate == HealthGate::Closed) {
+    if matches!(route, Ok(Route::Unavailable)) {
         x.outcome = "unavailable";
         x.summary = if entry.endpoints.is_empty() {
             format!("entry {} has no endpoints: 503", entry.name)
@@ -486,17 +515,7 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
         };
         return;
     }
-    let chosen = pinned.or_else(|| {
-        // A copy of the cursor: explaining must not move the next request's round-robin turn.
-        let cursor = AtomicUsize::new(entry.state.cursor.load(Ordering::Relaxed));
-        let pick = Pick {
-            algorithm: entry.algorithm,
-            cursor: &cursor,
-            client_hash: q.client.as_ref().map_or(0, sticky::client_hash),
-            maxconn: entry.maxconn,
-        };
-        entry.choose(&pick, gate, now, &[])
-    });
+    let chosen = attempt.next(now).and(attempt.current());
     let Some(i) = chosen else {
         x.outcome = "unavailable";
         x.summary = format!("no endpoint of {} is eligible: 503", entry.name);
@@ -504,9 +523,7 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
     };
     x.outcome = "proxy";
     x.endpoint = Some(addr(i));
-    if entry.cookie_sticky && !(valid_cookie && pinned == Some(i)) {
-        x.set_cookie = Some(sticky::set_cookie_value(entry.endpoints[i].cookie_id));
-    }
+    x.set_cookie = attempt.set_cookie().map(sticky::set_cookie_value);
     let how = if pinned.is_some() {
         "the pinned endpoint".to_string()
     } else {
@@ -528,6 +545,7 @@ fn choose(entry: &Entry, q: &Query, now: Instant, fail_open: bool, x: &mut Expla
 mod tests {
     use super::*;
     use crate::table::CheckResult;
+    use crate::table::balance::Pick;
     use crate::table::matcher::Router;
 
     fn entry(name: &str, addrs: &[&str]) -> Entry {
@@ -586,7 +604,7 @@ mod tests {
 
     #[test]
     fn levels_and_fall_through_are_explained() {
-        let t = table();
+        let t = std::sync::Arc::new(table());
         let now = Instant::now();
         let x = explain(&t, &q(Some("Shop.Example.com:80"), "/api/x?y=1"), now, true);
         let r = x.route.as_ref().unwrap();
@@ -614,7 +632,7 @@ mod tests {
 
     #[test]
     fn explaining_does_not_consume_the_round_robin_turn() {
-        let t = table();
+        let t = std::sync::Arc::new(table());
         let now = Instant::now();
         let first = explain(&t, &q(None, "/web"), now, true).endpoint;
         assert_eq!(explain(&t, &q(None, "/web"), now, true).endpoint, first);
@@ -633,7 +651,7 @@ mod tests {
 
     #[test]
     fn cookie_decisions() {
-        let t = table();
+        let t = std::sync::Arc::new(table());
         let now = Instant::now();
         let shop = &t.entries[1];
         let id = sticky::format_cookie_id(shop.endpoints[0].cookie_id);
@@ -652,7 +670,7 @@ mod tests {
 
     #[test]
     fn health_shows_in_the_choice() {
-        let t = table();
+        let t = std::sync::Arc::new(table());
         let now = Instant::now();
         for _ in 0..3 {
             t.entries[0].endpoints[0]

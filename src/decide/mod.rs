@@ -4,5 +4,8 @@
 //! engine only carries them out. Nothing here names Pingora, tokio or Kubernetes, and nothing
 //! here does I/O.
 
+pub mod attempt;
+pub mod cause;
+pub mod edits;
 pub mod error_page;
 pub mod explain;

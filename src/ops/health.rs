@@ -20,9 +20,31 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use crate::config::HealthChecks;
 use crate::ops::metrics::Metrics;
 use crate::table::{CheckResult, EndpointState, RoutingTable, Shared, TableReader};
+
+/// Active health-check settings (the flags; Services refine them by annotation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthChecks {
+    /// Zero: only Services that ask by annotation are checked.
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+    pub fail_open: bool,
+}
+
+impl Default for HealthChecks {
+    fn default() -> Self {
+        HealthChecks {
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            rise: 2,
+            fall: 3,
+            fail_open: true,
+        }
+    }
+}
 
 /// Most checks in flight at once.
 const MAX_CONCURRENT: usize = 64;

@@ -6,4 +6,5 @@ pub mod admin;
 pub mod health;
 pub mod lifecycle;
 pub mod metrics;
+pub mod page_loader;
 pub mod stats;

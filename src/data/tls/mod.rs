@@ -21,13 +21,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use http::HeaderValue;
-use http::header::STRICT_TRANSPORT_SECURITY;
-use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::listeners::TlsAccept;
 use pingora::listeners::tls::{Acceptor, TlsSettings};
+use pingora::protocols::IO;
 use pingora::protocols::tls::{SslDigest, TlsRef, TlsStream};
-use pingora::protocols::{Digest, IO};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use rustls::client::danger::HandshakeSignatureValid;
@@ -40,6 +37,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use x509_parser::objects::{oid_registry, oid2abbrev};
 
+use crate::decide::edits::{ClientCert, Forwarding};
 use crate::ops::metrics::{Metrics, TlsFailure};
 use x509_parser::prelude::{GeneralName, X509Certificate, parse_x509_certificate};
 
@@ -50,8 +48,6 @@ const FRONTEND_LABEL: &str = "https";
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Request headers the TLS port sets for backends; any the client sent are removed first.
-pub const CLIENT_VERIFY_HEADER: &str = "x-client-verify";
-pub const CLIENT_DN_HEADER: &str = "x-client-dn";
 
 /// The `Strict-Transport-Security` max-age of the original template (half a year).
 pub const DEFAULT_HSTS_MAX_AGE: u64 = 15_768_000;
@@ -612,72 +608,17 @@ impl TlsAccept for RecordPeer {
     }
 }
 
-/// What `HttpProxy` does differently on the TLS port.
-#[derive(Debug, Clone)]
-pub struct HttpsPolicy {
-    hsts: Option<HeaderValue>,
-    /// `--ssl-ca-cert` is set: tell backends the verification result.
-    client_headers: bool,
+/// The verified client certificate's subject on a connection, when it presented one.
+pub fn peer_subject(ssl: Option<&SslDigest>) -> Option<&str> {
+    ssl.and_then(|s| s.extension.get::<PeerCert>())
+        .map(|p| p.subject.as_str())
 }
 
-impl HttpsPolicy {
-    pub fn new(hsts_max_age: Option<u64>, client_headers: bool) -> HttpsPolicy {
-        HttpsPolicy {
-            hsts: hsts_max_age
-                .map(|s| HeaderValue::from_str(&format!("max-age={s}")))
-                .and_then(Result::ok),
-            client_headers,
-        }
-    }
-
-    /// Sets `X-Client-Verify` (`SUCCESS` or `NONE`) and `X-Client-DN` from the downstream TLS
-    /// session. Values a client sent itself are always removed: only we may vouch for them.
-    pub fn request_headers(
-        &self,
-        digest: Option<&Digest>,
-        req: &mut RequestHeader,
-    ) -> pingora::Result<()> {
-        req.remove_header(CLIENT_VERIFY_HEADER);
-        req.remove_header(CLIENT_DN_HEADER);
-        let ssl = digest.and_then(|d| d.ssl_digest.as_deref());
-        if let Some((verify, dn)) = self.client_header_values(ssl) {
-            req.insert_header(CLIENT_VERIFY_HEADER, verify)?;
-            if let Some(dn) = dn {
-                req.insert_header(CLIENT_DN_HEADER, dn)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The values of `x-client-verify` and `x-client-dn` for a connection, when
-    /// `--ssl-ca-cert` asks for them.
-    pub fn client_header_values(
-        &self,
-        ssl: Option<&SslDigest>,
-    ) -> Option<(&'static str, Option<String>)> {
-        if !self.client_headers {
-            return None;
-        }
-        Some(match ssl.and_then(|s| s.extension.get::<PeerCert>()) {
-            Some(p) => ("SUCCESS", Some(p.subject.clone())),
-            None => ("NONE", None),
-        })
-    }
-
-    /// Adds `Strict-Transport-Security` unless the backend set its own (it may want
-    /// `includeSubDomains` or `preload`).
-    pub fn response_headers(&self, resp: &mut ResponseHeader) -> pingora::Result<()> {
-        if let Some(v) = &self.hsts
-            && !resp.headers.contains_key(STRICT_TRANSPORT_SECURITY)
-        {
-            resp.insert_header(STRICT_TRANSPORT_SECURITY, v.clone())?;
-        }
-        Ok(())
-    }
-
-    /// The `Strict-Transport-Security` value, for responses switchyard writes itself.
-    pub fn hsts(&self) -> Option<&HeaderValue> {
-        self.hsts.as_ref()
+/// What a frontend's connection proved, for the request edits (`decide::edits`).
+pub fn client_cert(ssl: Option<&SslDigest>) -> ClientCert<'_> {
+    match peer_subject(ssl) {
+        Some(subject) => ClientCert::Verified { subject },
+        None => ClientCert::Absent,
     }
 }
 
@@ -820,8 +761,8 @@ impl Tls {
         })
     }
 
-    pub fn https_policy(&self) -> HttpsPolicy {
-        HttpsPolicy::new(self.options.hsts_max_age, self.client_auth.is_some())
+    pub fn forwarding(&self) -> Forwarding {
+        Forwarding::tls(self.options.hsts_max_age, self.client_auth.is_some())
     }
 
     /// The background service that reloads changed files.
@@ -1349,41 +1290,6 @@ mod tests {
         assert_eq!("required".parse(), Ok(ClientVerify::Required));
         assert_eq!("optional".parse(), Ok(ClientVerify::Optional));
         assert!("maybe".parse::<ClientVerify>().is_err());
-    }
-
-    #[test]
-    fn https_policy_headers() {
-        let policy = HttpsPolicy::new(Some(60), true);
-        let mut resp = ResponseHeader::build(200, None).unwrap();
-        policy.response_headers(&mut resp).unwrap();
-        assert_eq!(resp.headers[STRICT_TRANSPORT_SECURITY], "max-age=60");
-        let mut own = ResponseHeader::build(200, None).unwrap();
-        own.insert_header(STRICT_TRANSPORT_SECURITY, "max-age=1; preload")
-            .unwrap();
-        policy.response_headers(&mut own).unwrap();
-        assert_eq!(
-            own.headers[STRICT_TRANSPORT_SECURITY], "max-age=1; preload",
-            "the backend's own policy wins"
-        );
-        let mut off = ResponseHeader::build(200, None).unwrap();
-        HttpsPolicy::new(None, false)
-            .response_headers(&mut off)
-            .unwrap();
-        assert!(!off.headers.contains_key(STRICT_TRANSPORT_SECURITY));
-
-        // No TLS digest (or no client certificate): NONE, and forged values are gone.
-        let mut req = RequestHeader::build("GET", b"/", None).unwrap();
-        req.insert_header(CLIENT_VERIFY_HEADER, "SUCCESS").unwrap();
-        req.insert_header(CLIENT_DN_HEADER, "/CN=forged").unwrap();
-        policy.request_headers(None, &mut req).unwrap();
-        assert_eq!(req.headers[CLIENT_VERIFY_HEADER], "NONE");
-        assert!(!req.headers.contains_key(CLIENT_DN_HEADER));
-        let mut req = RequestHeader::build("GET", b"/", None).unwrap();
-        req.insert_header(CLIENT_VERIFY_HEADER, "SUCCESS").unwrap();
-        HttpsPolicy::new(None, false)
-            .request_headers(None, &mut req)
-            .unwrap();
-        assert!(!req.headers.contains_key(CLIENT_VERIFY_HEADER));
     }
 
     impl LoadedCert {

@@ -1,0 +1,354 @@
+//! The fast path's request side: which requests it takes (plain HTTP/1.1 `GET` and `HEAD` in
+//! origin form, exactly one valid `Host`, CRLF line endings, no body, no upgrade, no framing
+//! header), parsed once in place with `httparse`, and the bytes the backend gets: the client's
+//! own header lines with `decide`'s edits carried out. Anything it is not sure of is declined,
+//! never guessed at: Pingora then serves the request, refusing what it must. Pure: no I/O.
+
+use std::io::Write as _;
+use std::ops::Range;
+
+use crate::data::listener::valid_host;
+use crate::decide::edits::{Edit, Edits, extendable, no_cache_set_cookie};
+use crate::table::sticky::{self, COOKIE_NAME};
+
+/// Most headers a request may have here (Pingora takes the rest and refuses what it must).
+pub const MAX_REQUEST_HEADERS: usize = 96;
+
+/// What `parse_request` made of the bytes at the start of a buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parse {
+    Request(Request),
+    /// A request header that is not complete yet.
+    Partial,
+    /// Not for the fast path.
+    Declined,
+}
+
+/// A request header taken by the fast path, as offsets into its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Length of the header, blank line included (and any empty lines before the request
+    /// line, which are not forwarded: RFC 9112 §2.2).
+    pub len: usize,
+    /// `HEAD` (else `GET`).
+    pub head: bool,
+    pub target: Range<usize>,
+    pub host: Range<usize>,
+    /// `Connection: close`.
+    pub close: bool,
+}
+
+impl Request {
+    pub fn method(&self) -> &'static str {
+        if self.head { "HEAD" } else { "GET" }
+    }
+}
+
+/// One header line of a taken request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// The whole line, CRLF included.
+    pub line: Range<usize>,
+    pub name: Range<usize>,
+    pub value: Range<usize>,
+    /// A hop-by-hop field of this connection (`Connection`): never forwarded.
+    pub hop: bool,
+}
+
+/// What a header name means to this engine (its own capabilities, not request policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Host,
+    Connection,
+    /// A header that changes framing or the protocol: Pingora's business.
+    Decline,
+    Other,
+}
+
+fn kind(name: &str) -> Kind {
+    let is = |n: &str| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        2 if is("te") => Kind::Decline,
+        4 if is("host") => Kind::Host,
+        6 if is("expect") => Kind::Decline,
+        7 if is("upgrade") => Kind::Decline,
+        10 if is("connection") => Kind::Connection,
+        10 if is("keep-alive") => Kind::Decline,
+        14 if is("content-length") => Kind::Decline,
+        14 if is("http2-settings") => Kind::Decline,
+        16 if is("proxy-connection") => Kind::Decline,
+        17 if is("transfer-encoding") => Kind::Decline,
+        _ => Kind::Other,
+    }
+}
+
+/// Parses the request header at the start of `buf`; `fields` gets its header lines.
+pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>) -> Parse {
+    fields.clear();
+    let mut headers = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Parse::Partial,
+        Err(_) => return Parse::Declined,
+    };
+    if parsed.version != Some(1) {
+        return Parse::Declined;
+    }
+    let (head, method) = match parsed.method {
+        Some(m @ "GET") => (false, m),
+        Some(m @ "HEAD") => (true, m),
+        _ => return Parse::Declined,
+    };
+    let Some(path) = parsed.path else {
+        return Parse::Declined;
+    };
+    if !path.starts_with('/') || !path.bytes().all(target_byte) {
+        return Parse::Declined;
+    }
+    // Bare line feeds are legal but read differently by some backends: Pingora rewrites
+    // the header; here it would be copied as it is.
+    let head_bytes = &buf[..len];
+    if head_bytes
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head_bytes[i - 1] != b'\r'))
+    {
+        return Parse::Declined;
+    }
+    let base = buf.as_ptr() as usize;
+    let at = |s: &[u8]| s.as_ptr() as usize - base;
+    let span = |s: &[u8]| at(s)..at(s) + s.len();
+    // The request line starts at the method: httparse skips the empty lines a client may
+    // send before it (RFC 9112 §2.2), and so must the copy.
+    let line_start = at(method.as_bytes());
+    let Some(line_end) = buf[line_start..len]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| line_start + i + 1)
+    else {
+        return Parse::Declined;
+    };
+    let mut host = None;
+    let mut hosts = 0;
+    let mut close = false;
+    for h in parsed.headers.iter() {
+        let start = at(h.name.as_bytes());
+        let value_end = at(h.value) + h.value.len();
+        let line = match buf[value_end..len].iter().position(|&b| b == b'\n') {
+            Some(i) => start..value_end + i + 1,
+            None => return Parse::Declined,
+        };
+        let mut hop = false;
+        match kind(h.name) {
+            Kind::Host => {
+                hosts += 1;
+                host = Some(span(h.value));
+            }
+            Kind::Connection => {
+                let v = h.value.trim_ascii();
+                if v.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if !v.eq_ignore_ascii_case(b"keep-alive") {
+                    return Parse::Declined;
+                }
+                hop = true;
+            }
+            Kind::Decline => return Parse::Declined,
+            Kind::Other => {}
+        }
+        fields.push(Field {
+            line,
+            name: span(h.name.as_bytes()),
+            value: span(h.value),
+            hop,
+        });
+    }
+    let Some(host) = host.filter(|h| hosts == 1 && valid_host(&buf[h.clone()])) else {
+        return Parse::Declined;
+    };
+    if fields.first().is_some_and(|f| f.line.start != line_end) {
+        return Parse::Declined;
+    }
+    Parse::Request(Request {
+        len,
+        head,
+        target: span(path.as_bytes()),
+        host,
+        close,
+    })
+}
+
+/// Bytes a request target may hold on this path: visible ASCII that `http::Uri` takes as
+/// it is (anything else goes to Pingora, which percent-encodes it).
+fn target_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~:/?[]@!$&'()*+,;=%".contains(&b)
+}
+
+/// The text at `r` of a head whose bytes `parse_request` checked.
+pub fn str_at(head: &[u8], r: Range<usize>) -> &str {
+    std::str::from_utf8(&head[r]).unwrap_or("/")
+}
+
+/// Writes the request for the backend into `out`: the request line with `target` (the
+/// client's, or the route's stripped one as `(slash, rest)`), the client's header lines with
+/// `edits` carried out, hop-by-hop lines dropped.
+pub fn build_request(
+    out: &mut Vec<u8>,
+    head: &[u8],
+    req: &Request,
+    fields: &[Field],
+    target: Option<(&str, &str)>,
+    edits: &Edits<'_>,
+) {
+    out.clear();
+    out.extend_from_slice(req.method().as_bytes());
+    out.push(b' ');
+    match target {
+        Some((slash, rest)) => {
+            out.extend_from_slice(slash.as_bytes());
+            out.extend_from_slice(rest.as_bytes());
+        }
+        None => out.extend_from_slice(&head[req.target.clone()]),
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut seen = Seen::default();
+    let mut kept_cookies: Vec<Vec<u8>> = Vec::new();
+    // Runs of lines kept as they are go out in one copy.
+    let mut run: Option<Range<usize>> = None;
+    for f in fields {
+        let name = str_at(head, f.name.clone());
+        let value = &head[f.value.clone()];
+        let keep = !f.hop
+            && match edits.touching(name) {
+                None => true,
+                Some(edit) => seen.field(edit, value, f.value.clone(), &mut kept_cookies),
+            };
+        if keep {
+            match &mut run {
+                Some(r) if r.end == f.line.start => r.end = f.line.end,
+                _ => {
+                    if let Some(r) = run.take() {
+                        out.extend_from_slice(&head[r]);
+                    }
+                    run = Some(f.line.clone());
+                }
+            }
+        }
+    }
+    if let Some(r) = run {
+        out.extend_from_slice(&head[r]);
+    }
+    seen.additions(out, head, edits, &kept_cookies);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What the existing fields told the edits that read them, by edit name.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// The first value of the field an `Extend` or `NoCacheSetCookie` reads.
+    first: [Option<Range<usize>>; 2],
+    /// Names an `AddIfAbsent` found.
+    present: [Option<&'static str>; 2],
+}
+
+impl Seen {
+    /// One field an edit touches; says whether its line is kept as it is.
+    pub(super) fn field(
+        &mut self,
+        edit: &Edit<'_>,
+        value: &[u8],
+        at: Range<usize>,
+        kept_cookies: &mut Vec<Vec<u8>>,
+    ) -> bool {
+        match *edit {
+            Edit::Remove(_) => false,
+            Edit::Add(..) => true,
+            Edit::AddIfAbsent(name, _) => {
+                if let Some(slot) = self
+                    .present
+                    .iter_mut()
+                    .find(|s| s.is_none_or(|n| n == name))
+                {
+                    *slot = Some(name);
+                }
+                true
+            }
+            Edit::Extend(..) => {
+                self.first[0].get_or_insert(at);
+                false
+            }
+            Edit::NoCacheSetCookie => {
+                self.first[1].get_or_insert(at);
+                false
+            }
+            Edit::StripCookie => {
+                if sticky::find_cookie(value, COOKIE_NAME).is_none() {
+                    return true;
+                }
+                if let Some(kept) = sticky::strip_cookie(value, COOKIE_NAME) {
+                    kept_cookies.push(kept);
+                }
+                false
+            }
+        }
+    }
+
+    /// Writes the fields the edits add, in their order.
+    pub(super) fn additions(
+        &self,
+        out: &mut Vec<u8>,
+        head: &[u8],
+        edits: &Edits<'_>,
+        kept_cookies: &[Vec<u8>],
+    ) {
+        for edit in edits.iter() {
+            match *edit {
+                Edit::Remove(_) => {}
+                Edit::Add(name, v) => {
+                    field_start(out, name);
+                    v.write_to(out);
+                    out.extend_from_slice(b"\r\n");
+                }
+                Edit::AddIfAbsent(name, v) => {
+                    if !self.present.contains(&Some(name)) {
+                        field_start(out, name);
+                        v.write_to(out);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                }
+                Edit::Extend(name, v) => {
+                    field_start(out, name);
+                    if let Some(prev) = self.first[0].clone().map(|r| &head[r])
+                        && extendable(prev)
+                    {
+                        out.extend_from_slice(prev);
+                        out.extend_from_slice(b", ");
+                    }
+                    v.write_to(out);
+                    out.extend_from_slice(b"\r\n");
+                }
+                Edit::NoCacheSetCookie => {
+                    field_start(out, "cache-control");
+                    let prev = self.first[1].clone().map(|r| &head[r]);
+                    out.extend_from_slice(&no_cache_set_cookie(prev));
+                    out.extend_from_slice(b"\r\n");
+                }
+                Edit::StripCookie => {
+                    for kept in kept_cookies {
+                        field_start(out, "cookie");
+                        out.extend_from_slice(kept);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn field_start(out: &mut Vec<u8>, name: &str) {
+    let _ = write!(out, "{name}: ");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+//! The fast path's response side: a backend's response header parsed and checked (status,
+//! framing, reuse) and rewritten for the client in one pass: hop-by-hop fields dropped, the
+//! framing restated, `decide`'s edits carried out. Framing it is not sure of is invalid (a
+//! 502), never guessed at. Pure: no I/O.
+
+use std::io::Write as _;
+
+use http::StatusCode;
+use pingora::protocols::http::date::get_cached_date;
+
+use crate::data::fast::request::Seen;
+use crate::decide::edits::Edits;
+
+/// Most headers a backend's response may have.
+pub const MAX_RESPONSE_HEADERS: usize = 256;
+/// Largest response header accepted from a backend.
+pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (HEAD, 204, 304).
+    Empty,
+    Length(u64),
+    /// Chunked: relayed as it comes, its end found by `Chunks`.
+    Chunked,
+    /// Ends when the backend closes: relayed chunked to the client, which stays open.
+    UntilClose,
+}
+
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub len: usize,
+    pub status: u16,
+    pub framing: Framing,
+    /// The backend connection may serve another request once the body is read.
+    pub reusable: bool,
+}
+
+pub enum Head {
+    Partial,
+    Invalid,
+    /// A 1xx response of this length, to pass on before the final one.
+    Informational(usize),
+    Final(ResponseHead),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ResponseKind {
+    ContentLength,
+    TransferEncoding,
+    Connection,
+    /// Other hop-by-hop headers, not forwarded.
+    HopByHop,
+    Date,
+    Other,
+}
+
+fn response_kind(name: &str) -> ResponseKind {
+    use ResponseKind::*;
+    let is = |n: &str| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        4 if is("date") => Date,
+        10 if is("connection") => Connection,
+        10 if is("keep-alive") => HopByHop,
+        14 if is("content-length") => ContentLength,
+        16 if is("proxy-connection") => HopByHop,
+        17 if is("transfer-encoding") => TransferEncoding,
+        _ => Other,
+    }
+}
+
+/// Parses the response header at the start of `buf` and writes the client's version of it
+/// into `out`: hop-by-hop headers dropped, the framing restated, a missing `Date` added,
+/// `edits` carried out (`close`: the client connection ends after this response).
+pub fn response_head(
+    buf: &[u8],
+    head_request: bool,
+    close: bool,
+    edits: &Edits<'_>,
+    out: &mut Vec<u8>,
+) -> Head {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Head::Partial,
+        Err(_) => return Head::Invalid,
+    };
+    let (Some(status), Some(version)) = (resp.code, resp.version) else {
+        return Head::Invalid;
+    };
+    if status == 101 || !(100..=599).contains(&status) {
+        return Head::Invalid;
+    }
+    if status < 200 {
+        return Head::Informational(len);
+    }
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut other_coding = false;
+    let mut upstream_close = version == 0;
+    let mut has_date = false;
+    for h in resp.headers.iter() {
+        match response_kind(h.name) {
+            ResponseKind::ContentLength => {
+                let Some(n) = parse_length(h.value) else {
+                    return Head::Invalid;
+                };
+                if length.is_some_and(|l| l != n) {
+                    return Head::Invalid;
+                }
+                length = Some(n);
+            }
+            ResponseKind::TransferEncoding => {
+                if !chunked
+                    && !other_coding
+                    && h.value.trim_ascii().eq_ignore_ascii_case(b"chunked")
+                {
+                    chunked = true;
+                } else {
+                    other_coding = true;
+                }
+            }
+            ResponseKind::Connection => {
+                for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        upstream_close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        upstream_close &= version != 0;
+                    } else if !token.is_empty() {
+                        // A header named in Connection is hop-by-hop; not worth the
+                        // bookkeeping here, and the connection is not reused.
+                        upstream_close = true;
+                    }
+                }
+            }
+            ResponseKind::Date => has_date = true,
+            ResponseKind::HopByHop | ResponseKind::Other => {}
+        }
+    }
+    let framing = if head_request || status == 204 || status == 304 {
+        Framing::Empty
+    } else if chunked && !other_coding {
+        Framing::Chunked
+    } else if other_coding {
+        Framing::UntilClose
+    } else if let Some(n) = length {
+        Framing::Length(n)
+    } else {
+        Framing::UntilClose
+    };
+    // A length beside a transfer coding is ignored (RFC 9112 §6.3), but such a backend
+    // connection is not trusted with another request.
+    let ambiguous = length.is_some() && (chunked || other_coding);
+    let reusable = !upstream_close && !ambiguous && framing != Framing::UntilClose;
+
+    write_status(out, status, resp.reason.unwrap_or(""));
+    let base = buf.as_ptr() as usize;
+    let mut seen = Seen::default();
+    let mut wrote_length = false;
+    for h in resp.headers.iter() {
+        match response_kind(h.name) {
+            ResponseKind::ContentLength => {
+                if matches!(framing, Framing::Length(_) | Framing::Empty) && !wrote_length {
+                    wrote_length = true;
+                    header(out, h.name, h.value);
+                }
+            }
+            ResponseKind::TransferEncoding | ResponseKind::Connection | ResponseKind::HopByHop => {}
+            ResponseKind::Date | ResponseKind::Other => {
+                let keep = match edits.touching(h.name) {
+                    None => true,
+                    Some(edit) => {
+                        let at = h.value.as_ptr() as usize - base;
+                        seen.field(edit, h.value, at..at + h.value.len(), &mut Vec::new())
+                    }
+                };
+                if keep {
+                    header(out, h.name, h.value);
+                }
+            }
+        }
+    }
+    if !has_date {
+        // RFC 9110 §6.6.1: a recipient with a clock adds the Date an origin left out.
+        header(out, "Date", get_cached_date().as_bytes());
+    }
+    if matches!(framing, Framing::Chunked | Framing::UntilClose) {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    }
+    seen.additions(out, buf, edits, &[]);
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Head::Final(ResponseHead {
+        len,
+        status,
+        framing,
+        reusable,
+    })
+}
+
+pub fn parse_length(v: &[u8]) -> Option<u64> {
+    let v = v.trim_ascii();
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+pub fn write_status(out: &mut Vec<u8>, status: u16, reason: &str) {
+    let reason = if reason.is_empty() {
+        StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("")
+    } else {
+        reason
+    };
+    let _ = write!(out, "HTTP/1.1 {status} {reason}\r\n");
+}
+
+pub fn header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_must_be_plain_digits() {
+        assert_eq!(parse_length(b" 42 "), Some(42));
+        for bad in [&b""[..], b"-1", b"4 2", b"0x10", b"99999999999999999999"] {
+            assert_eq!(parse_length(bad), None);
+        }
+    }
+}

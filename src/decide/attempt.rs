@@ -1,0 +1,440 @@
+//! One request's (or TCP connection's) way through the table, the same for every engine:
+//! route -> stickiness -> unavailable? -> pick -> (failed -> eject -> retry or give up) ->
+//! set-cookie. `Attempt` owns the table snapshot, the matched entry, the pin, the endpoints
+//! tried and the in-flight guard; an engine asks it what to do and carries it out on its own
+//! wire. `/explain` runs the same attempt dry (no cursor moved, no pin stored, nothing
+//! counted in flight). It must not do I/O, name an engine, or read a clock itself: callers
+//! pass `now`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::decide::cause::{Cause, Side};
+use crate::table::balance::Pick;
+use crate::table::matcher::Strip;
+use crate::table::sticky::{self, COOKIE_NAME};
+use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable};
+
+/// Most endpoints one request may try (the configured tries are capped to this).
+pub const MAX_TRIES: usize = 8;
+
+/// The retry and ejection settings of a frontend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Endpoints one request may try, 1..=MAX_TRIES.
+    pub tries: usize,
+    /// How long a failing endpoint is marked down (passive health).
+    pub passive_down: Duration,
+    /// `--health-fail-open`: when every endpoint is down, use them all rather than answer 503.
+    pub fail_open: bool,
+}
+
+impl Policy {
+    pub fn new(tries: usize, passive_down: Duration, fail_open: bool) -> Policy {
+        Policy {
+            tries: tries.clamp(1, MAX_TRIES),
+            passive_down,
+            fail_open,
+        }
+    }
+}
+
+/// What routing decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// No rule matched: the not-found page.
+    NotFound,
+    /// No endpoint takes this client: the 503 page.
+    Unavailable,
+    /// Proxy it, with the matched prefix removed from the target when given.
+    Proxy { strip: Option<Strip> },
+}
+
+/// The table is inconsistent (a bug in translate, never a client's fault).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("a route names an entry the table does not have")]
+    MissingEntry,
+}
+
+/// How a try failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    pub cause: Cause,
+    /// Nothing reached the client yet and the request may be sent again (an idempotent
+    /// method whose body is still buffered). Irrelevant before a connection: nothing was sent.
+    pub replayable: bool,
+}
+
+/// What to do after a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Try again (`next`); otherwise give up.
+    pub retry: bool,
+    /// The endpoint was up until this failure marked it down (an ejection to count).
+    pub ejected: bool,
+    /// The failure was the endpoint's (counted against it); not a stale pooled connection,
+    /// a client's failure or an ended tunnel.
+    pub endpoint_fault: bool,
+}
+
+/// One request's attempt.
+#[derive(Default)]
+pub struct Attempt {
+    table: Option<Arc<RoutingTable>>,
+    entry: Option<EntryId>,
+    client_ip: Option<IpAddr>,
+    /// Endpoint the client is pinned to by cookie or affinity (index into the entry).
+    pinned: Option<usize>,
+    /// The request carried a `SERVERID` that named a live endpoint.
+    valid_cookie: bool,
+    /// Endpoints tried so far, in order; the last is the current one.
+    tried: [usize; MAX_TRIES],
+    n_tried: usize,
+    in_flight: Option<InFlight>,
+    /// The health gate of this request's entry, decided once.
+    gate: Option<HealthGate>,
+    /// When the current upstream connection was asked for.
+    connect_started: Option<Instant>,
+    /// Time to open the upstream connection (none when a pooled one was reused).
+    connect_time: Option<Duration>,
+    /// The last try failed to connect (so a final error is not a response error).
+    connect_failed: bool,
+    /// The current try's upstream connection came from a pool.
+    reused: bool,
+    /// `/explain`: decide without touching shared state.
+    dry_run: bool,
+}
+
+impl Attempt {
+    pub fn new(client_ip: Option<IpAddr>) -> Attempt {
+        Attempt {
+            client_ip,
+            ..Attempt::default()
+        }
+    }
+
+    /// An attempt that decides as a real one would but moves no cursor, stores no pin and
+    /// counts nothing in flight (`/explain`).
+    pub fn dry_run(client_ip: Option<IpAddr>) -> Attempt {
+        Attempt {
+            client_ip,
+            dry_run: true,
+            ..Attempt::default()
+        }
+    }
+
+    pub fn set_client_ip(&mut self, ip: Option<IpAddr>) {
+        self.client_ip = ip;
+    }
+
+    /// Matches host and path on `frontend` and settles stickiness from `cookies` (the values
+    /// of the request's `Cookie` fields) or the client's address.
+    pub fn route<'c>(
+        &mut self,
+        table: Arc<RoutingTable>,
+        frontend: Frontend,
+        host: Option<&[u8]>,
+        path: &str,
+        cookies: impl Iterator<Item = &'c [u8]>,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        let Some(rule) = table.router(frontend).and_then(|r| r.lookup(host, path)) else {
+            return Ok(Route::NotFound);
+        };
+        let target = rule.target;
+        let strip = rule.strip.then(|| Strip::of(&rule.prefix));
+        self.settle(table, target, cookies, policy, now)
+            .map(|available| {
+                if available {
+                    Route::Proxy { strip }
+                } else {
+                    Route::Unavailable
+                }
+            })
+    }
+
+    /// The entry behind TCP frontend `port`, with client-IP affinity settled.
+    pub fn route_tcp(
+        &mut self,
+        table: Arc<RoutingTable>,
+        port: u16,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        let Some(target) = table
+            .tcp
+            .binary_search_by_key(&port, |f| f.port)
+            .ok()
+            .map(|i| table.tcp[i].entry)
+        else {
+            return Ok(Route::NotFound);
+        };
+        self.settle(table, target, std::iter::empty(), policy, now)
+            .map(|available| {
+                if available {
+                    Route::Proxy { strip: None }
+                } else {
+                    Route::Unavailable
+                }
+            })
+    }
+
+    /// Keeps `table` and `target`, settles the pin; says whether anything takes this client.
+    fn settle<'c>(
+        &mut self,
+        table: Arc<RoutingTable>,
+        target: EntryId,
+        mut cookies: impl Iterator<Item = &'c [u8]>,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<bool, RouteError> {
+        let entry = table.entry(target).ok_or(RouteError::MissingEntry)?;
+        let gate = entry.health_gate(policy.fail_open);
+        self.gate = Some(gate);
+        if entry.cookie_sticky {
+            let pinned = cookies
+                .find_map(|v| sticky::find_cookie(v, COOKIE_NAME))
+                .and_then(|id| entry.endpoint_by_cookie(id))
+                .filter(|&i| entry.pin_allowed(i, now, gate));
+            self.valid_cookie = pinned.is_some();
+            self.pinned = pinned;
+        } else if let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, self.client_ip) {
+            let pinned_addr = if self.dry_run {
+                entry.state.affinity.peek(&ip, now, timeout)
+            } else {
+                entry.state.affinity.get(&ip, now, timeout)
+            };
+            self.pinned = pinned_addr
+                .and_then(|addr| entry.endpoint_by_addr(&addr))
+                .filter(|&i| entry.pin_allowed(i, now, gate));
+        }
+        // No endpoint takes new sessions (none, all draining, or all down without fail-open)
+        // and this client is not pinned to one that still serves it: the app is visibly down.
+        let none_new = !entry.endpoints.iter().any(|e| e.takes_new());
+        let available = self.pinned.is_some() || !(none_new || gate == HealthGate::Closed);
+        self.entry = Some(target);
+        self.table = Some(table);
+        Ok(available)
+    }
+
+    /// The endpoint for the next try (the pinned one first, then the algorithm among those
+    /// not tried); counts it in flight and remembers it. `None`: nothing left to try.
+    pub fn next(&mut self, now: Instant) -> Option<SocketAddr> {
+        let i = self.choose(now)?;
+        let entry = self.entry()?;
+        let endpoint = &entry.endpoints[i];
+        let addr = endpoint.addr;
+        let guard = (!self.dry_run).then(|| endpoint.state.0.enter());
+        if !self.dry_run
+            && let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, self.client_ip)
+            && self.pinned != Some(i)
+        {
+            entry.state.affinity.set(ip, addr, now, timeout);
+        }
+        if self.n_tried < MAX_TRIES {
+            self.tried[self.n_tried] = i;
+            self.n_tried += 1;
+        }
+        self.in_flight = guard;
+        self.connect_started = Some(now);
+        self.connect_failed = false;
+        self.reused = false;
+        Some(addr)
+    }
+
+    fn choose(&self, now: Instant) -> Option<usize> {
+        let entry = self.entry()?;
+        if let Some(i) = self.pinned.filter(|&i| !self.was_tried(i)) {
+            return Some(i);
+        }
+        // A dry run picks from a copy of the cursor: explaining must not move the next
+        // request's round-robin turn.
+        let copy;
+        let cursor = if self.dry_run {
+            copy = AtomicUsize::new(entry.state.cursor.load(Ordering::Relaxed));
+            &copy
+        } else {
+            &entry.state.cursor
+        };
+        let pick = Pick {
+            algorithm: entry.algorithm,
+            cursor,
+            client_hash: self.client_ip.as_ref().map_or(0, sticky::client_hash),
+            maxconn: entry.maxconn,
+        };
+        entry.choose(&pick, self.gate(), now, &self.tried[..self.n_tried])
+    }
+
+    /// The current try's upstream connection is open (`reused`: it came from a pool).
+    pub fn connected(&mut self, reused: bool, now: Instant) {
+        self.reused = reused;
+        if !reused {
+            self.connect_time = self
+                .connect_started
+                .map(|t| now.saturating_duration_since(t));
+        }
+    }
+
+    /// The current try failed: ejects the endpoint for the passive-health period where the
+    /// failure says something of its health, and says whether to try again.
+    ///
+    /// Before a connection, any method may go elsewhere (nothing was sent). After one, a
+    /// replayable request goes to another endpoint (HAProxy `retry-on empty-response`); a
+    /// timeout is not replayed, as the backend may still be working on it and the client's
+    /// wait is already spent. A pooled connection the backend had closed while idle is stale,
+    /// not a fault: replayed, possibly on the same endpoint, without an ejection. A client's
+    /// failure or an abruptly ended tunnel says nothing of the endpoint.
+    pub fn failed(&mut self, f: Failure, policy: &Policy, now: Instant) -> Verdict {
+        self.in_flight = None;
+        let give_up = Verdict {
+            retry: false,
+            ejected: false,
+            endpoint_fault: false,
+        };
+        if f.cause.before_connect() {
+            self.connect_failed = true;
+            let Some(entry) = self.entry() else {
+                return give_up;
+            };
+            let ejected = self.eject_current(entry, policy, now);
+            if let Some(i) = self.current() {
+                let state = &entry.endpoints[i].state;
+                state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
+                if let (Some(_), Some(ip)) = (entry.client_ip_affinity, self.client_ip) {
+                    entry.state.affinity.forget(&ip);
+                }
+            }
+            let retry = self.n_tried < policy.tries && self.any_untried(entry);
+            return Verdict {
+                retry,
+                ejected,
+                endpoint_fault: true,
+            };
+        }
+        if f.cause == Cause::UpstreamClosed && self.reused {
+            // Let the same endpoint be picked again.
+            self.n_tried = self.n_tried.saturating_sub(1);
+            return Verdict {
+                retry: f.replayable,
+                ejected: false,
+                endpoint_fault: false,
+            };
+        }
+        if f.cause.side() != Side::Upstream || f.cause == Cause::TunnelEnded {
+            return give_up;
+        }
+        let Some(entry) = self.entry() else {
+            return give_up;
+        };
+        let ejected = self.eject_current(entry, policy, now);
+        let retry = f.replayable
+            && f.cause != Cause::UpstreamTimedOut
+            && self.n_tried < policy.tries
+            && self.any_untried(entry);
+        Verdict {
+            retry,
+            ejected,
+            endpoint_fault: true,
+        }
+    }
+
+    /// Marks the current try's endpoint down; true when it was up until now.
+    fn eject_current(&self, entry: &Entry, policy: &Policy, now: Instant) -> bool {
+        let Some(i) = self.current() else {
+            return false;
+        };
+        let state = &entry.endpoints[i].state;
+        let ejected = !state.is_down(now);
+        state.mark_down(now, policy.passive_down);
+        ejected
+    }
+
+    /// Whether an endpoint this request has not tried may still take it.
+    fn any_untried(&self, entry: &Entry) -> bool {
+        let gate = self.gate();
+        (0..entry.endpoints.len()).any(|i| !self.was_tried(i) && entry.eligible(i, gate))
+    }
+
+    /// The endpoint id for a `Set-Cookie` on this response: the entry is cookie-sticky and
+    /// the client did not already carry a valid cookie for the endpoint that answered.
+    pub fn set_cookie(&self) -> Option<u64> {
+        let entry = self.entry()?;
+        if !entry.cookie_sticky {
+            return None;
+        }
+        let i = self.current()?;
+        if self.valid_cookie && self.pinned == Some(i) {
+            return None;
+        }
+        Some(entry.endpoints[i].cookie_id)
+    }
+
+    /// The request is over: it no longer counts in flight.
+    pub fn finish(&mut self) {
+        self.in_flight = None;
+    }
+
+    // === what engines and recorders read ===
+
+    pub fn table(&self) -> Option<&Arc<RoutingTable>> {
+        self.table.as_ref()
+    }
+
+    pub fn entry_id(&self) -> Option<EntryId> {
+        self.entry
+    }
+
+    pub fn entry(&self) -> Option<&Entry> {
+        self.table.as_ref()?.entry(self.entry?)
+    }
+
+    /// The index of the current try's endpoint in the entry.
+    pub fn current(&self) -> Option<usize> {
+        self.n_tried.checked_sub(1).map(|k| self.tried[k])
+    }
+
+    pub fn pinned(&self) -> Option<usize> {
+        self.pinned
+    }
+
+    pub fn valid_cookie(&self) -> bool {
+        self.valid_cookie
+    }
+
+    pub fn client_ip(&self) -> Option<IpAddr> {
+        self.client_ip
+    }
+
+    pub fn connect_time(&self) -> Option<Duration> {
+        self.connect_time
+    }
+
+    /// The last try failed before its connection was open.
+    pub fn connect_failed(&self) -> bool {
+        self.connect_failed
+    }
+
+    pub fn tries(&self) -> usize {
+        self.n_tried
+    }
+
+    /// Whether the entry is cookie-sticky (its cookie is removed from forwarded requests).
+    pub fn cookie_sticky(&self) -> bool {
+        self.entry().is_some_and(|e| e.cookie_sticky)
+    }
+
+    fn gate(&self) -> HealthGate {
+        self.gate.unwrap_or(HealthGate::SkipDown)
+    }
+
+    fn was_tried(&self, i: usize) -> bool {
+        self.tried[..self.n_tried].contains(&i)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,259 @@
+use super::*;
+use crate::table::TcpFrontend;
+use crate::table::matcher::{PathRule, PathRules, Router};
+
+const DOWN_FOR: Duration = Duration::from_secs(5);
+
+/// `/web` (strip) -> entry 0 with `addrs`; TCP port 9000 -> the same entry.
+fn table(addrs: &[&str], sticky: bool) -> Arc<RoutingTable> {
+    let mut entry = Entry::fixture("web", Frontend::Http, addrs);
+    entry.cookie_sticky = sticky;
+    let mut rules = PathRules::default();
+    rules.insert(PathRule {
+        prefix: "/web".into(),
+        strip: true,
+        target: 0,
+    });
+    let mut http = Router {
+        any_host: rules,
+        ..Router::default()
+    };
+    http.finish();
+    Arc::new(RoutingTable {
+        entries: vec![Arc::new(entry)],
+        http: Arc::new(http),
+        tcp: vec![TcpFrontend {
+            port: 9000,
+            entry: 0,
+        }],
+        ..Default::default()
+    })
+}
+
+fn routed(t: &Arc<RoutingTable>, cookie: Option<&str>) -> (Attempt, Route) {
+    let mut a = Attempt::new(Some(IpAddr::from([192, 0, 2, 1])));
+    let cookies = cookie.iter().map(|c| c.as_bytes());
+    let policy = Policy::new(3, DOWN_FOR, true);
+    let r = a
+        .route(
+            Arc::clone(t),
+            Frontend::Http,
+            None,
+            "/web/x",
+            cookies,
+            &policy,
+            Instant::now(),
+        )
+        .unwrap();
+    (a, r)
+}
+
+#[test]
+fn routes_picks_and_counts_in_flight() {
+    let t = table(&["192.0.2.10:80", "192.0.2.11:80"], false);
+    let (mut a, r) = routed(&t, None);
+    assert_eq!(
+        r,
+        Route::Proxy {
+            strip: Some(Strip::of("/web"))
+        }
+    );
+    let addr = a.next(Instant::now()).unwrap();
+    let i = a.current().unwrap();
+    assert_eq!(t.entries[0].endpoints[i].addr, addr);
+    assert_eq!(
+        t.entries[0].endpoints[i]
+            .state
+            .in_flight
+            .load(Ordering::Relaxed),
+        1
+    );
+    a.finish();
+    assert_eq!(
+        t.entries[0].endpoints[i]
+            .state
+            .in_flight
+            .load(Ordering::Relaxed),
+        0
+    );
+    let (_, r) = routed(&t, None);
+    assert_eq!(
+        r,
+        Route::Proxy {
+            strip: Some(Strip::of("/web"))
+        }
+    );
+    let mut miss = Attempt::new(None);
+    let policy = Policy::new(1, DOWN_FOR, true);
+    let r = miss
+        .route(
+            t,
+            Frontend::Http,
+            None,
+            "/other",
+            std::iter::empty(),
+            &policy,
+            Instant::now(),
+        )
+        .unwrap();
+    assert_eq!(r, Route::NotFound);
+}
+
+#[test]
+fn no_endpoint_is_unavailable_and_tcp_routes_by_port() {
+    let t = table(&[], false);
+    let (_, r) = routed(&t, None);
+    assert_eq!(r, Route::Unavailable);
+    let t = table(&["192.0.2.10:80"], false);
+    let policy = Policy::new(1, DOWN_FOR, true);
+    let mut a = Attempt::new(None);
+    let r = a.route_tcp(Arc::clone(&t), 9000, &policy, Instant::now());
+    assert_eq!(r, Ok(Route::Proxy { strip: None }));
+    let mut b = Attempt::new(None);
+    assert_eq!(
+        b.route_tcp(t, 9001, &policy, Instant::now()),
+        Ok(Route::NotFound)
+    );
+}
+
+#[test]
+fn a_connect_failure_ejects_and_retries_elsewhere_until_tries_run_out() {
+    let t = table(&["192.0.2.10:80", "192.0.2.11:80", "192.0.2.12:80"], false);
+    let (mut a, _) = routed(&t, None);
+    let policy = Policy::new(2, DOWN_FOR, true);
+    let now = Instant::now();
+    let first = a.next(now).unwrap();
+    let refused = Failure {
+        cause: Cause::ConnectRefused,
+        replayable: false,
+    };
+    let v = a.failed(refused, &policy, now);
+    assert_eq!(
+        v,
+        Verdict {
+            retry: true,
+            ejected: true,
+            endpoint_fault: true
+        }
+    );
+    assert!(a.connect_failed());
+    let second = a.next(now).unwrap();
+    assert_ne!(first, second);
+    // Two tries allowed: the second failure gives up.
+    let v = a.failed(refused, &policy, now);
+    assert!(!v.retry && v.ejected);
+    let e = &t.entries[0];
+    let down = e
+        .endpoints
+        .iter()
+        .filter(|ep| ep.state.is_down(now))
+        .count();
+    assert_eq!(down, 2);
+}
+
+#[test]
+fn after_connecting_only_replayable_non_timeouts_retry() {
+    let policy = Policy::new(3, DOWN_FOR, true);
+    let now = Instant::now();
+    for (cause, replayable, retry, fault) in [
+        (Cause::UpstreamClosed, true, true, true),
+        (Cause::UpstreamClosed, false, false, true),
+        (Cause::UpstreamTimedOut, true, false, true),
+        (Cause::InvalidResponse, true, true, true),
+        (Cause::ClientGone, true, false, false),
+        (Cause::TunnelEnded, true, false, false),
+    ] {
+        let t = table(&["192.0.2.10:80", "192.0.2.11:80"], false);
+        let (mut a, _) = routed(&t, None);
+        a.next(now).unwrap();
+        a.connected(false, now);
+        let v = a.failed(Failure { cause, replayable }, &policy, now);
+        assert_eq!((v.retry, v.endpoint_fault), (retry, fault), "{cause:?}");
+    }
+}
+
+#[test]
+fn a_stale_pooled_connection_is_replayed_on_the_same_endpoint_without_ejection() {
+    let t = table(&["192.0.2.10:80"], false);
+    let policy = Policy::new(2, DOWN_FOR, true);
+    let now = Instant::now();
+    let (mut a, _) = routed(&t, None);
+    let first = a.next(now).unwrap();
+    a.connected(true, now);
+    let v = a.failed(
+        Failure {
+            cause: Cause::UpstreamClosed,
+            replayable: true,
+        },
+        &policy,
+        now,
+    );
+    assert_eq!(
+        v,
+        Verdict {
+            retry: true,
+            ejected: false,
+            endpoint_fault: false
+        }
+    );
+    assert_eq!(a.next(now), Some(first));
+    assert!(!t.entries[0].endpoints[0].state.is_down(now));
+    // A response cut short is never stale, even on a pooled connection.
+    a.connected(true, now);
+    let v = a.failed(
+        Failure {
+            cause: Cause::ResponseTruncated,
+            replayable: false,
+        },
+        &policy,
+        now,
+    );
+    assert!(v.ejected && !v.retry);
+}
+
+#[test]
+fn the_cookie_pins_and_set_cookie_only_when_it_changes() {
+    let t = table(&["192.0.2.10:80", "192.0.2.11:80"], true);
+    let (mut a, _) = routed(&t, None);
+    a.next(Instant::now()).unwrap();
+    let id = a.set_cookie().unwrap();
+    let i = a.current().unwrap();
+    let cookie = format!("{}", sticky::set_cookie_value(id));
+    let value = cookie.split(';').next().unwrap().to_string();
+    for _ in 0..4 {
+        let (mut b, _) = routed(&t, Some(&value));
+        assert_eq!(b.pinned(), Some(i));
+        b.next(Instant::now()).unwrap();
+        assert_eq!(b.current(), Some(i));
+        assert_eq!(b.set_cookie(), None);
+    }
+}
+
+#[test]
+fn a_dry_run_moves_nothing() {
+    let t = table(&["192.0.2.10:80", "192.0.2.11:80"], false);
+    let before = t.entries[0].state.cursor.load(Ordering::Relaxed);
+    let mut a = Attempt::dry_run(None);
+    let policy = Policy::new(1, DOWN_FOR, true);
+    a.route(
+        Arc::clone(&t),
+        Frontend::Http,
+        None,
+        "/web",
+        std::iter::empty(),
+        &policy,
+        Instant::now(),
+    )
+    .unwrap();
+    let addr = a.next(Instant::now()).unwrap();
+    assert_eq!(t.entries[0].state.cursor.load(Ordering::Relaxed), before);
+    let i = a.current().unwrap();
+    assert_eq!(t.entries[0].endpoints[i].addr, addr);
+    assert_eq!(
+        t.entries[0].endpoints[i]
+            .state
+            .in_flight
+            .load(Ordering::Relaxed),
+        0
+    );
+}

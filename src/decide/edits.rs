@@ -1,0 +1,344 @@
+//! The header rules, written once as data: what switchyard changes in a request before it goes
+//! upstream, in a response before it goes back, and which fields its own answers carry. Each
+//! engine only applies an `Edits` list to its representation (Pingora to its header maps, the
+//! fast path to bytes); a new header rule is a line here, and both engines follow. Nothing here
+//! touches a header map or a socket.
+
+use std::io::Write as _;
+use std::net::IpAddr;
+
+use crate::table::sticky;
+
+pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+pub const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+/// The client-certificate verification result, for backends (the TLS port with
+/// `--ssl-ca-cert`): `SUCCESS` or `NONE`.
+pub const CLIENT_VERIFY_HEADER: &str = "x-client-verify";
+/// The verified client certificate's subject, RFC 4514 style.
+pub const CLIENT_DN_HEADER: &str = "x-client-dn";
+pub const STRICT_TRANSPORT_SECURITY: &str = "strict-transport-security";
+pub const SET_COOKIE: &str = "set-cookie";
+pub const CACHE_CONTROL: &str = "cache-control";
+pub const CONTENT_TYPE: &str = "content-type";
+pub const CONTENT_LENGTH: &str = "content-length";
+pub const COOKIE: &str = "cookie";
+
+/// Request fields switchyard asserts itself. A client's own copies are removed on every
+/// frontend, so that no client can tell a backend what only switchyard may (a backend that
+/// also serves an mTLS route trusts `x-client-verify`).
+pub const ASSERTED: [&str; 3] = [X_FORWARDED_PROTO, CLIENT_VERIFY_HEADER, CLIENT_DN_HEADER];
+
+/// Most edits one list holds.
+const MAX_EDITS: usize = 8;
+
+/// A frontend's forwarding settings, fixed at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forwarding {
+    /// `X-Forwarded-Proto`: `http` or `https`.
+    pub scheme: &'static str,
+    /// `Strict-Transport-Security` for every response (the TLS port with `--hsts-max-age`).
+    pub hsts: Option<String>,
+    /// Tell backends the client-certificate result (the TLS port with `--ssl-ca-cert`).
+    pub client_cert_headers: bool,
+}
+
+impl Forwarding {
+    pub fn plain() -> Forwarding {
+        Forwarding {
+            scheme: "http",
+            hsts: None,
+            client_cert_headers: false,
+        }
+    }
+
+    /// The TLS port: `hsts_max_age` seconds of HSTS when given.
+    pub fn tls(hsts_max_age: Option<u64>, client_cert_headers: bool) -> Forwarding {
+        Forwarding {
+            scheme: "https",
+            hsts: hsts_max_age.map(|s| format!("max-age={s}")),
+            client_cert_headers,
+        }
+    }
+}
+
+/// What the client proved with a certificate on this connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCert<'a> {
+    /// None presented (or the port does not ask).
+    Absent,
+    /// Verified against `--ssl-ca-cert`; its subject.
+    Verified { subject: &'a str },
+}
+
+/// A field value, rendered by `write_to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    Text(&'a str),
+    Ip(IpAddr),
+    Number(u64),
+    /// The stickiness cookie for the endpoint with this id (`Set-Cookie` value).
+    Cookie(u64),
+}
+
+impl Value<'_> {
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Text(t) => out.extend_from_slice(t.as_bytes()),
+            Value::Ip(ip) => {
+                let _ = write!(out, "{ip}");
+            }
+            Value::Number(n) => {
+                let _ = write!(out, "{n}");
+            }
+            Value::Cookie(id) => out.extend_from_slice(sticky::set_cookie_value(*id).as_bytes()),
+        }
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(32);
+        self.write_to(&mut v);
+        v
+    }
+}
+
+/// One change to a message's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edit<'a> {
+    /// Remove every field of this name.
+    Remove(&'static str),
+    /// Add one field (after the message's own).
+    Add(&'static str, Value<'a>),
+    /// Add one field unless the message already has one of this name.
+    AddIfAbsent(&'static str, Value<'a>),
+    /// One field: the first existing value (when it is visible text) with `, value` added,
+    /// or `value` alone; every other field of the name is dropped.
+    Extend(&'static str, Value<'a>),
+    /// The load balancer's cookie removed from every `Cookie` field ("indirect" mode), fields
+    /// left empty dropped, every other cookie kept.
+    StripCookie,
+    /// `Cache-Control`: one field, the first value with `no-cache="set-cookie"` added (a
+    /// shared cache must not hand the load balancer's cookie to other clients).
+    NoCacheSetCookie,
+}
+
+impl Edit<'_> {
+    /// The field name whose existing values this edit reads or replaces (`Add` touches none).
+    pub fn touches(&self) -> Option<&'static str> {
+        match self {
+            Edit::Remove(n) | Edit::AddIfAbsent(n, _) | Edit::Extend(n, _) => Some(n),
+            Edit::StripCookie => Some(COOKIE),
+            Edit::NoCacheSetCookie => Some(CACHE_CONTROL),
+            Edit::Add(..) => None,
+        }
+    }
+}
+
+/// An ordered list of edits, without allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edits<'a> {
+    list: [Option<Edit<'a>>; MAX_EDITS],
+    len: usize,
+}
+
+impl<'a> Edits<'a> {
+    pub fn new() -> Edits<'a> {
+        Edits {
+            list: [None; MAX_EDITS],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, e: Edit<'a>) {
+        // The lists below are fixed by code, never by input: a longer one is a bug a test
+        // catches (`request_edits_fit`).
+        debug_assert!(self.len < MAX_EDITS, "edit list too long");
+        if let Some(slot) = self.list.get_mut(self.len) {
+            *slot = Some(e);
+            self.len += 1;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Edit<'a>> {
+        self.list[..self.len].iter().flatten()
+    }
+
+    /// The edit that reads or replaces fields named `name` (ASCII case-insensitive).
+    pub fn touching(&self, name: &str) -> Option<&Edit<'a>> {
+        self.iter().find(|e| {
+            e.touches()
+                .is_some_and(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+        })
+    }
+}
+
+impl Default for Edits<'_> {
+    fn default() -> Self {
+        Edits::new()
+    }
+}
+
+/// The request as a backend gets it: asserted fields removed, the client appended to
+/// `X-Forwarded-For`, the stickiness cookie hidden, the scheme and the client-certificate
+/// result asserted.
+pub fn request_edits<'a>(
+    fwd: &'a Forwarding,
+    client_ip: Option<IpAddr>,
+    cookie_sticky: bool,
+    cert: ClientCert<'a>,
+) -> Edits<'a> {
+    let mut e = Edits::new();
+    for name in ASSERTED {
+        e.push(Edit::Remove(name));
+    }
+    if let Some(ip) = client_ip {
+        e.push(Edit::Extend(X_FORWARDED_FOR, Value::Ip(ip)));
+    }
+    if cookie_sticky {
+        e.push(Edit::StripCookie);
+    }
+    e.push(Edit::Add(X_FORWARDED_PROTO, Value::Text(fwd.scheme)));
+    if fwd.client_cert_headers {
+        match cert {
+            ClientCert::Absent => e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("NONE"))),
+            ClientCert::Verified { subject } => {
+                e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("SUCCESS")));
+                e.push(Edit::Add(CLIENT_DN_HEADER, Value::Text(subject)));
+            }
+        }
+    }
+    e
+}
+
+/// A backend's response as the client gets it: the stickiness cookie when one is due
+/// (`set_cookie`, from `Attempt::set_cookie`), HSTS unless the backend set its own (it may
+/// want `includeSubDomains` or `preload`).
+pub fn response_edits(fwd: &Forwarding, set_cookie: Option<u64>) -> Edits<'_> {
+    let mut e = Edits::new();
+    if let Some(id) = set_cookie {
+        e.push(Edit::Add(SET_COOKIE, Value::Cookie(id)));
+        e.push(Edit::NoCacheSetCookie);
+    }
+    if let Some(h) = &fwd.hsts {
+        e.push(Edit::AddIfAbsent(STRICT_TRANSPORT_SECURITY, Value::Text(h)));
+    }
+    e
+}
+
+/// The fields of an answer switchyard writes itself (an error page, or a failure with an
+/// empty body): content type and length, no caching, HSTS on the TLS port.
+pub fn answer_fields<'a>(
+    fwd: &'a Forwarding,
+    content_type: Option<&'a str>,
+    body_len: usize,
+    cache_control: &'static str,
+) -> Edits<'a> {
+    let mut e = Edits::new();
+    if let Some(ct) = content_type {
+        e.push(Edit::Add(CONTENT_TYPE, Value::Text(ct)));
+    }
+    e.push(Edit::Add(CONTENT_LENGTH, Value::Number(body_len as u64)));
+    e.push(Edit::Add(CACHE_CONTROL, Value::Text(cache_control)));
+    if let Some(h) = &fwd.hsts {
+        e.push(Edit::Add(STRICT_TRANSPORT_SECURITY, Value::Text(h)));
+    }
+    e
+}
+
+/// `Cache-Control` with `no-cache="set-cookie"` added to `prev`.
+pub fn no_cache_set_cookie(prev: Option<&[u8]>) -> Vec<u8> {
+    match prev {
+        Some(p) if !p.is_empty() && std::str::from_utf8(p).is_ok() => {
+            let mut v = Vec::with_capacity(p.len() + 22);
+            v.extend_from_slice(p);
+            v.extend_from_slice(b", no-cache=\"set-cookie\"");
+            v
+        }
+        _ => b"no-cache=\"set-cookie\"".to_vec(),
+    }
+}
+
+/// The `Extend` result: `prev, value` when `prev` is visible text, else `value` alone.
+pub fn extended(prev: Option<&[u8]>, value: &Value<'_>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    if let Some(p) = prev.filter(|p| extendable(p)) {
+        v.extend_from_slice(p);
+        v.extend_from_slice(b", ");
+    }
+    value.write_to(&mut v);
+    v
+}
+
+/// A value `Extend` keeps: non-empty visible ASCII text (tabs allowed).
+pub fn extendable(v: &[u8]) -> bool {
+    !v.is_empty() && v.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_frontend_removes_the_fields_switchyard_asserts() {
+        let plain = Forwarding::plain();
+        let e = request_edits(&plain, None, false, ClientCert::Absent);
+        for name in ASSERTED {
+            assert_eq!(e.touching(name), Some(&Edit::Remove(name)));
+            assert_eq!(
+                e.touching(&name.to_ascii_uppercase()),
+                Some(&Edit::Remove(name))
+            );
+        }
+        assert!(e.touching("x-forwarded-host").is_none());
+    }
+
+    #[test]
+    fn request_edits_fit() {
+        let tls = Forwarding::tls(Some(10), true);
+        let e = request_edits(
+            &tls,
+            Some(IpAddr::from([192, 0, 2, 1])),
+            true,
+            ClientCert::Verified { subject: "CN=a" },
+        );
+        let n = e.iter().count();
+        assert_eq!(n, 3 + 1 + 1 + 1 + 2);
+        assert_eq!(
+            e.touching("X-Forwarded-For"),
+            Some(&Edit::Extend(
+                X_FORWARDED_FOR,
+                Value::Ip(IpAddr::from([192, 0, 2, 1]))
+            ))
+        );
+        assert_eq!(e.touching("cookie"), Some(&Edit::StripCookie));
+    }
+
+    #[test]
+    fn response_edits_add_the_cookie_and_hsts_only_when_due() {
+        let plain = Forwarding::plain();
+        assert_eq!(response_edits(&plain, None).iter().count(), 0);
+        let tls = Forwarding::tls(Some(60), false);
+        let e = response_edits(&tls, Some(7));
+        assert_eq!(e.touching("Cache-Control"), Some(&Edit::NoCacheSetCookie));
+        assert_eq!(
+            e.touching("strict-transport-security"),
+            Some(&Edit::AddIfAbsent(
+                STRICT_TRANSPORT_SECURITY,
+                Value::Text("max-age=60")
+            ))
+        );
+    }
+
+    #[test]
+    fn extend_keeps_only_visible_text() {
+        let ip = Value::Ip(IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(extended(Some(b"1.2.3.4"), &ip), b"1.2.3.4, 10.0.0.1");
+        assert_eq!(extended(Some(b""), &ip), b"10.0.0.1");
+        assert_eq!(extended(Some(b"a\x01b"), &ip), b"10.0.0.1");
+        assert_eq!(extended(None, &ip), b"10.0.0.1");
+        assert_eq!(
+            no_cache_set_cookie(Some(b"max-age=5")),
+            b"max-age=5, no-cache=\"set-cookie\""
+        );
+        assert_eq!(no_cache_set_cookie(None), b"no-cache=\"set-cookie\"");
+    }
+}
