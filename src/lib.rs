@@ -21,5 +21,3 @@ pub mod decide;
 pub mod demo;
 pub mod ops;
 pub mod table;
-
-pub use app::{RunError, run};

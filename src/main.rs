@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     // Pingora and kube both build rustls configs; with one process-wide provider installed up
     // front, no library can pick a second one and panic.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    match switchyard::run(config) {
+    match switchyard::app::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let e = anyhow::Error::from(e);

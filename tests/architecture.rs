@@ -32,7 +32,14 @@ const WINGS: &[Wing] = &[
     Wing {
         name: "table",
         wings: &[],
-        crates: &["arc_swap", "ahash", "serde", "serde_json", "http"],
+        crates: &[
+            "arc_swap",
+            "ahash",
+            "serde",
+            "serde_json",
+            "http",
+            "thiserror",
+        ],
     },
     Wing {
         name: "decide",
@@ -46,6 +53,7 @@ const WINGS: &[Wing] = &[
             "http",
             "bytes",
             "httparse",
+            "thiserror",
         ],
     },
     Wing {
@@ -111,7 +119,8 @@ const WINGS: &[Wing] = &[
     Wing {
         name: "config",
         // It builds every wing's option structs; only app (and main) read it.
-        wings: &["control", "table", "decide", "data", "ops"],
+        // demo: `--demo` names its manifest.
+        wings: &["control", "table", "decide", "data", "ops", "demo"],
         crates: &["clap", "thiserror", "http", "serde"],
     },
     Wing {
@@ -1426,7 +1435,7 @@ fn the_checker_reports_exactly_the_injected_violations() {
     );
     assert_eq!(
         rules[5],
-        "names crate pingora: WINGS table.crates allows [arc_swap, ahash, serde, serde_json, http]"
+        "names crate pingora: WINGS table.crates allows [arc_swap, ahash, serde, serde_json, http, thiserror]"
     );
 
     let routes: Vec<(&str, String)> = report.cycles.iter().map(|c| (c.kind, c.route())).collect();

@@ -1,4 +1,4 @@
-//! The HTTP/1 fast path (`src/http_proxy/fast_path.rs`) through a real switchyard process on
+//! The HTTP/1 fast path (`src/data/fast/`) through a real switchyard process on
 //! 127.0.0.1, against a scripted raw backend whose responses use every framing a backend may
 //! send: a length, chunked, until close, informational 1xx first, and a broken length. The
 //! client is a raw socket so that keep-alive, pipelining and mixing fast-path requests with
@@ -448,4 +448,41 @@ async fn a_response_with_conflicting_lengths_is_a_502_and_never_relayed() {
     })
     .await;
     assert!(counted, "{}", sy.admin("/metrics").await.body);
+}
+
+/// On both engines: empty lines before a request line are ignored (RFC 9112 §2.2), so the
+/// request line reaches the backend once (the fast path once forwarded it a second time, as a
+/// header line); and the fields switchyard asserts itself never reach a backend from a client,
+/// on the plain port too (a backend that also serves an mTLS route trusts them).
+#[tokio::test]
+async fn leading_empty_lines_and_spoofed_fields_never_reach_the_backend() {
+    let backend = ScriptedBackend::start().await;
+    for engine in [&[][..], &["--fast-path", "false"][..]] {
+        let sy = switchyard(backend.objs()).args(engine).start().await;
+        let mut s = TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        s.write_all(
+            b"\r\n\r\nGET /fp/length HTTP/1.1\r\nHost: fp.test\r\nX-Client-Verify: SUCCESS\r\n\
+              X-Client-DN: CN=forged\r\nX-Forwarded-Proto: https\r\nX-Kept: 1\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let a = read_answer(&mut s, &mut Vec::new(), false, &mut Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(a.status, 200, "{engine:?}: {a:?}");
+        let seen = backend.requests.lock().unwrap().split_off(0);
+        assert_eq!(seen.len(), 1, "{engine:?}: {seen:#?}");
+        let head = seen[0].to_ascii_lowercase();
+        assert_eq!(head.matches("http/1.1").count(), 1, "{engine:?}: {head}");
+        assert!(head.starts_with("get "), "{engine:?}: {head}");
+        assert!(!head.contains("x-client-verify"), "{engine:?}: {head}");
+        assert!(!head.contains("x-client-dn"), "{engine:?}: {head}");
+        assert!(
+            head.contains("x-forwarded-proto: http\r\n"),
+            "{engine:?}: {head}"
+        );
+        assert!(head.contains("x-kept: 1\r\n"), "{engine:?}: {head}");
+    }
 }

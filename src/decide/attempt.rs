@@ -132,6 +132,9 @@ impl Attempt {
 
     /// Matches host and path on `frontend` and settles stickiness from `cookies` (the values
     /// of the request's `Cookie` fields) or the client's address.
+    // Each argument is a distinct fact the caller already holds; a struct would only rename
+    // them at every call.
+    #[allow(clippy::too_many_arguments)]
     pub fn route<'c>(
         &mut self,
         table: Arc<RoutingTable>,

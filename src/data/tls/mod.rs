@@ -47,8 +47,6 @@ const FRONTEND_LABEL: &str = "https";
 /// How often certificate and CA files are checked for changes.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
-/// Request headers the TLS port sets for backends; any the client sent are removed first.
-
 /// The `Strict-Transport-Security` max-age of the original template (half a year).
 pub const DEFAULT_HSTS_MAX_AGE: u64 = 15_768_000;
 

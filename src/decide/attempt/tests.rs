@@ -1,3 +1,6 @@
+//! The attempt's decisions on hand-built tables: routing, pins, retries, ejection, stale
+//! pooled connections and dry runs. No sockets, no clock but `Instant::now` passed in.
+
 use super::*;
 use crate::table::TcpFrontend;
 use crate::table::matcher::{PathRule, PathRules, Router};
@@ -218,7 +221,7 @@ fn the_cookie_pins_and_set_cookie_only_when_it_changes() {
     a.next(Instant::now()).unwrap();
     let id = a.set_cookie().unwrap();
     let i = a.current().unwrap();
-    let cookie = format!("{}", sticky::set_cookie_value(id));
+    let cookie = sticky::set_cookie_value(id);
     let value = cookie.split(';').next().unwrap().to_string();
     for _ in 0..4 {
         let (mut b, _) = routed(&t, Some(&value));

@@ -1,0 +1,812 @@
+//! The invariants of the HTTP/1 fast path's wire code, written once and used twice: by the
+//! cargo-fuzz targets in `fuzz/fuzz_targets/` (`http_request`, `http_response`, `chunked`,
+//! `http1_differential`) and by `tests/fuzz_corpus.rs`, which replays `fuzz/corpus/<target>/`
+//! through them in `cargo test`. Each `check_*` takes the fuzzer's bytes and panics on a
+//! violation. Only `switchyard`, `httparse` and `std` are used, so this file compiles in both
+//! crates.
+//!
+//! Input layout: the first byte holds flags (which frontend, client IP, stickiness, …), the
+//! rest is the wire data. An empty input checks nothing.
+#![allow(dead_code)]
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::ops::Range;
+
+use switchyard::data::fast::chunked::Chunks;
+use switchyard::data::fast::request::{Field, MAX_REQUEST_HEADERS, Parse, Request};
+use switchyard::data::fast::request::{build_request, parse_request};
+use switchyard::data::fast::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
+use switchyard::data::listener::valid_host;
+use switchyard::decide::edits::{ClientCert, Forwarding, request_edits, response_edits};
+use switchyard::table::sticky::{COOKIE_NAME, find_cookie, strip_cookie};
+
+/// The verified client certificate's subject, when the flags ask for one.
+const SUBJECT: &str = "CN=fuzz client,O=Example";
+
+/// A header as httparse sees it: name and value, owned.
+type Header = (String, Vec<u8>);
+
+fn is(name: &str, want: &str) -> bool {
+    name.eq_ignore_ascii_case(want)
+}
+
+fn values<'a>(headers: &'a [Header], name: &str) -> Vec<&'a [u8]> {
+    headers
+        .iter()
+        .filter(|(n, _)| is(n, name))
+        .map(|(_, v)| v.as_slice())
+        .collect()
+}
+
+fn owned(headers: &[httparse::Header<'_>]) -> Vec<Header> {
+    headers
+        .iter()
+        .map(|h| (h.name.to_owned(), h.value.to_vec()))
+        .collect()
+}
+
+fn show(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Every line feed is part of a CRLF.
+fn crlf_only(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b != b'\n' || (i > 0 && bytes[i - 1] == b'\r'))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+/// What the flags byte says about the frontend and the client.
+struct Client {
+    fwd: Forwarding,
+    ip: Option<IpAddr>,
+    sticky: bool,
+    verified: bool,
+}
+
+fn client(flags: u8) -> Client {
+    let fwd = if flags & 2 != 0 {
+        Forwarding::tls(Some(15_768_000), flags & 4 != 0)
+    } else {
+        Forwarding::plain()
+    };
+    let ip = match (flags >> 4) & 3 {
+        0 => None,
+        1 => Some(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))),
+        2 => Some(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1))),
+        _ => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+    };
+    Client {
+        fwd,
+        ip,
+        sticky: flags & 1 != 0,
+        verified: flags & 8 != 0,
+    }
+}
+
+/// A request head as httparse reads it.
+struct RefRequest {
+    len: usize,
+    method: String,
+    path: String,
+    version: u8,
+    headers: Vec<Header>,
+}
+
+enum RefParse {
+    Complete(RefRequest),
+    Partial,
+    Invalid(httparse::Error),
+}
+
+fn httparse_request(buf: &[u8], max_headers: usize) -> RefParse {
+    let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
+    let mut r = httparse::Request::new(&mut headers);
+    match r.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => RefParse::Complete(RefRequest {
+            len,
+            method: r.method.unwrap_or_default().to_owned(),
+            path: r.path.unwrap_or_default().to_owned(),
+            version: r.version.unwrap_or(255),
+            headers: owned(r.headers),
+        }),
+        Ok(httparse::Status::Partial) => RefParse::Partial,
+        Err(e) => RefParse::Invalid(e),
+    }
+}
+
+/// `http_request`: the fast path's verdict on arbitrary bytes, and for a taken request the
+/// bytes the backend gets (see `check_built`). A partial head completed in a few ways must
+/// not panic either (and is checked the same way when taken).
+pub fn check_request(data: &[u8]) {
+    let Some((&flags, buf)) = data.split_first() else {
+        return;
+    };
+    let mut fields = Vec::new();
+    match parse_request(buf, &mut fields) {
+        Parse::Declined => {}
+        Parse::Request(req) => check_built(flags, buf, &req, &fields),
+        Parse::Partial => {
+            for tail in [
+                &b"\r\n\r\n"[..],
+                b"\r\n",
+                b"\n\r\n",
+                b"\r\nHost: example.com\r\n\r\n",
+            ] {
+                let mut more = buf.to_vec();
+                more.extend_from_slice(tail);
+                if let Parse::Request(req) = parse_request(&more, &mut fields) {
+                    check_built(flags, &more, &req, &fields);
+                }
+            }
+        }
+    }
+}
+
+/// A request the fast path took, built for the backend with `request_edits`: it must parse as
+/// exactly one complete request with the client's method, target and Host; framing and
+/// hop-by-hop fields gone; one X-Forwarded-For ending with the client; one X-Forwarded-Proto;
+/// the client-certificate fields only as switchyard asserts them; no SERVERID cookie when
+/// sticky; every other field forwarded once, unchanged, in order.
+fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
+    let c = client(flags);
+    let cert = if c.verified {
+        ClientCert::Verified { subject: SUBJECT }
+    } else {
+        ClientCert::Absent
+    };
+    let edits = request_edits(&c.fwd, c.ip, c.sticky, cert);
+    let mut out = Vec::new();
+    build_request(&mut out, buf, req, fields, None, &edits);
+    let ctx = || format!("input {:?}\noutput {:?}", show(buf), show(&out));
+
+    assert!(req.len <= buf.len(), "len past the input: {}", ctx());
+    let RefParse::Complete(input) = httparse_request(buf, MAX_REQUEST_HEADERS) else {
+        panic!("taken, but httparse does not parse the input: {}", ctx());
+    };
+    assert_eq!(input.len, req.len, "header length: {}", ctx());
+    let output = match httparse_request(&out, MAX_REQUEST_HEADERS + 16) {
+        RefParse::Complete(o) => o,
+        RefParse::Partial => panic!("output is partial: {}", ctx()),
+        RefParse::Invalid(e) => panic!("output does not parse ({e}): {}", ctx()),
+    };
+    assert_eq!(output.len, out.len(), "output is not one request: {}", ctx());
+    assert!(crlf_only(&out), "bare LF in output: {}", ctx());
+    assert!(
+        out.starts_with(req.method().as_bytes()),
+        "output starts with something else than its method: {}",
+        ctx()
+    );
+    assert_eq!(output.version, 1, "{}", ctx());
+    assert_eq!(output.method, input.method, "method: {}", ctx());
+    assert_eq!(output.method, req.method(), "method: {}", ctx());
+    assert_eq!(output.path, input.path, "target: {}", ctx());
+    assert_eq!(output.path.as_bytes(), &buf[req.target.clone()], "{}", ctx());
+
+    let (inh, outh) = (&input.headers, &output.headers);
+    assert_eq!(values(inh, "host"), [&buf[req.host.clone()]], "{}", ctx());
+    assert_eq!(values(outh, "host"), values(inh, "host"), "host: {}", ctx());
+    for gone in [
+        "connection",
+        "content-length",
+        "transfer-encoding",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "te",
+    ] {
+        assert!(values(outh, gone).is_empty(), "{gone} forwarded: {}", ctx());
+    }
+    if let Some(ip) = c.ip {
+        let xff = values(outh, "x-forwarded-for");
+        let ip = ip.to_string();
+        let want = match values(inh, "x-forwarded-for").first() {
+            Some(first) if !first.is_empty() && first.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b)) => {
+                format!("{}, {ip}", show(first)).into_bytes()
+            }
+            _ => ip.into_bytes(),
+        };
+        assert_eq!(xff, [want.as_slice()], "x-forwarded-for: {}", ctx());
+    }
+    assert_eq!(
+        values(outh, "x-forwarded-proto"),
+        [c.fwd.scheme.as_bytes()],
+        "x-forwarded-proto: {}",
+        ctx()
+    );
+    let (verify, dn) = (values(outh, "x-client-verify"), values(outh, "x-client-dn"));
+    if c.fwd.client_cert_headers && c.verified {
+        assert_eq!(verify, [&b"SUCCESS"[..]], "{}", ctx());
+        assert_eq!(dn, [SUBJECT.as_bytes()], "{}", ctx());
+    } else if c.fwd.client_cert_headers {
+        assert_eq!(verify, [&b"NONE"[..]], "{}", ctx());
+        assert!(dn.is_empty(), "client's x-client-dn forwarded: {}", ctx());
+    } else {
+        assert!(verify.is_empty(), "client's x-client-verify forwarded: {}", ctx());
+        assert!(dn.is_empty(), "client's x-client-dn forwarded: {}", ctx());
+    }
+    if c.sticky {
+        let mut want: Vec<Vec<u8>> = Vec::new();
+        for v in values(inh, "cookie") {
+            if find_cookie(v, COOKIE_NAME).is_none() {
+                want.push(v.to_vec());
+            } else if let Some(kept) = strip_cookie(v, COOKIE_NAME) {
+                want.push(kept);
+            }
+        }
+        let mut got: Vec<Vec<u8>> = values(outh, "cookie").iter().map(|v| v.to_vec()).collect();
+        for v in &got {
+            assert!(
+                find_cookie(v, COOKIE_NAME).is_none(),
+                "SERVERID forwarded: {}",
+                ctx()
+            );
+        }
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "cookies: {}", ctx());
+    }
+    // Every field no edit touches: forwarded exactly once, unchanged, in order.
+    let edited = |n: &str| {
+        ["connection", "x-forwarded-proto", "x-client-verify", "x-client-dn"]
+            .iter()
+            .any(|e| is(n, e))
+            || (c.ip.is_some() && is(n, "x-forwarded-for"))
+            || (c.sticky && is(n, "cookie"))
+    };
+    let kept_in: Vec<&Header> = inh.iter().filter(|(n, _)| !edited(n)).collect();
+    let kept_out: Vec<&Header> = outh.iter().filter(|(n, _)| !edited(n)).collect();
+    assert_eq!(kept_out, kept_in, "forwarded fields: {}", ctx());
+}
+
+/// What the fast path must make of a request head, worked out from httparse's view alone
+/// (method, target and fields) and the fast path's documented policy.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Partial,
+    Declined,
+    Take {
+        len: usize,
+        head: bool,
+        target: Range<usize>,
+        host: Range<usize>,
+        close: bool,
+    },
+}
+
+fn reference_request(buf: &[u8]) -> Verdict {
+    // Generous: the field limit is a policy applied below, not a parse error.
+    let mut headers = vec![httparse::EMPTY_HEADER; 4 * MAX_REQUEST_HEADERS];
+    let mut r = httparse::Request::new(&mut headers);
+    let len = match r.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Verdict::Partial,
+        Err(_) => return Verdict::Declined,
+    };
+    let (Some(method), Some(path), Some(1)) = (r.method, r.path, r.version) else {
+        return Verdict::Declined;
+    };
+    let head = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => return Verdict::Declined,
+    };
+    let target_ok = path.starts_with('/')
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~:/?[]@!$&'()*+,;=%".contains(&b));
+    if !target_ok || !crlf_only(&buf[..len]) || r.headers.len() > MAX_REQUEST_HEADERS {
+        return Verdict::Declined;
+    }
+    let offset = |s: &[u8]| s.as_ptr() as usize - buf.as_ptr() as usize;
+    let mut hosts = Vec::new();
+    let mut close = false;
+    for h in r.headers.iter() {
+        let n = h.name;
+        let framing_or_protocol = [
+            "content-length",
+            "transfer-encoding",
+            "te",
+            "upgrade",
+            "expect",
+            "keep-alive",
+            "proxy-connection",
+            "http2-settings",
+        ];
+        if framing_or_protocol.iter().any(|f| is(n, f)) {
+            return Verdict::Declined;
+        }
+        if is(n, "host") {
+            hosts.push(offset(h.value)..offset(h.value) + h.value.len());
+        }
+        if is(n, "connection") {
+            match h.value.trim_ascii().to_ascii_lowercase().as_slice() {
+                b"close" => close = true,
+                b"keep-alive" => {}
+                _ => return Verdict::Declined,
+            }
+        }
+    }
+    match hosts.as_slice() {
+        [host] if valid_host(&buf[host.clone()]) => Verdict::Take {
+            len,
+            head,
+            target: offset(path.as_bytes())..offset(path.as_bytes()) + path.len(),
+            host: host.clone(),
+            close,
+        },
+        _ => Verdict::Declined,
+    }
+}
+
+/// The request half of `http1_differential`: the fast path's verdict equals the one worked
+/// out from httparse's view; a taken request's fields are httparse's fields (each line once,
+/// whole), and the request built from it passes `check_built`.
+fn differential_request(flags: u8, buf: &[u8]) {
+    let mut fields = Vec::new();
+    let fast = parse_request(buf, &mut fields);
+    let reference = reference_request(buf);
+    let ctx = || format!("input {:?}", show(buf));
+    match (&fast, &reference) {
+        (Parse::Partial, Verdict::Partial) | (Parse::Declined, Verdict::Declined) => {}
+        // The fast path's field limit: more than MAX_REQUEST_HEADERS fields are declined
+        // before the head is complete.
+        (Parse::Declined, Verdict::Partial) => assert!(
+            matches!(
+                httparse_request(buf, MAX_REQUEST_HEADERS),
+                RefParse::Invalid(httparse::Error::TooManyHeaders)
+            ),
+            "declined a partial head httparse reads: {}",
+            ctx()
+        ),
+        (
+            Parse::Request(req),
+            Verdict::Take {
+                len,
+                head,
+                target,
+                host,
+                close,
+            },
+        ) => {
+            assert_eq!(
+                (req.len, req.head, &req.target, &req.host, req.close),
+                (*len, *head, target, host, *close),
+                "{}",
+                ctx()
+            );
+            let RefParse::Complete(r) = httparse_request(buf, MAX_REQUEST_HEADERS) else {
+                panic!("taken, but httparse does not parse it: {}", ctx());
+            };
+            assert_eq!(fields.len(), r.headers.len(), "fields: {}", ctx());
+            let mut next_line = None;
+            for (f, (name, value)) in fields.iter().zip(&r.headers) {
+                assert_eq!(&buf[f.name.clone()], name.as_bytes(), "{}", ctx());
+                assert_eq!(&buf[f.value.clone()], value.as_slice(), "{}", ctx());
+                let line = &buf[f.line.clone()];
+                assert!(line.starts_with(name.as_bytes()), "{}", ctx());
+                assert!(line.ends_with(b"\r\n"), "{}", ctx());
+                assert_eq!(f.hop, is(name, "connection"), "{}", ctx());
+                // Lines are contiguous and end at the blank line.
+                if let Some(at) = next_line {
+                    assert_eq!(f.line.start, at, "field lines not contiguous: {}", ctx());
+                }
+                next_line = Some(f.line.end);
+            }
+            if let Some(end) = next_line {
+                assert_eq!(&buf[end..req.len], b"\r\n", "{}", ctx());
+            }
+            check_built(flags, buf, req, &fields);
+        }
+        _ => panic!(
+            "fast path {fast:?}, reference {reference:?}: {}",
+            ctx()
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses
+
+/// `http_response`: a backend's response head through `response_head`. Flags: bit 0 a HEAD
+/// request, bit 1 the client connection closes, bit 2 a stickiness cookie to set (its id in
+/// the high bits), bit 3 the TLS frontend (HSTS). On a final head, the client's version parses
+/// as one complete response with the same status, its framing restated exactly once and
+/// consistently; `len` is httparse's own length of the input; 1xx (not 101) only as
+/// informational.
+pub fn check_response(data: &[u8]) {
+    let Some((&flags, buf)) = data.split_first() else {
+        return;
+    };
+    let head_request = flags & 1 != 0;
+    let close = flags & 2 != 0;
+    let set_cookie = (flags & 4 != 0).then_some(u64::from(flags >> 4));
+    let fwd = if flags & 8 != 0 {
+        Forwarding::tls(Some(600), false)
+    } else {
+        Forwarding::plain()
+    };
+    let edits = response_edits(&fwd, set_cookie);
+    let mut out = Vec::new();
+    let verdict = response_head(buf, head_request, close, &edits, &mut out);
+    let ctx = || format!("input {:?}\noutput {:?}", show(buf), show(&out));
+
+    let mut headers = vec![httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let mut reference = httparse::Response::new(&mut headers);
+    let parsed = reference.parse(buf);
+    let ref_headers = owned(reference.headers);
+    match verdict {
+        Head::Partial => assert!(
+            matches!(parsed, Ok(httparse::Status::Partial)),
+            "partial, httparse says {parsed:?}: {}",
+            ctx()
+        ),
+        Head::Invalid => {}
+        Head::Informational(len) => {
+            assert_eq!(parsed, Ok(httparse::Status::Complete(len)), "{}", ctx());
+            let code = reference.code.unwrap_or(0);
+            assert!((100..200).contains(&code) && code != 101, "{}", ctx());
+        }
+        Head::Final(head) => {
+            assert!(head.len <= buf.len(), "{}", ctx());
+            assert_eq!(parsed, Ok(httparse::Status::Complete(head.len)), "{}", ctx());
+            assert_eq!(reference.code, Some(head.status), "{}", ctx());
+            assert!((200..=599).contains(&head.status), "{}", ctx());
+
+            let mut out_headers = vec![httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS + 16];
+            let mut o = httparse::Response::new(&mut out_headers);
+            let n = match o.parse(&out) {
+                Ok(httparse::Status::Complete(n)) => n,
+                other => panic!("output parses as {other:?}: {}", ctx()),
+            };
+            assert_eq!(n, out.len(), "output is not one head: {}", ctx());
+            assert!(crlf_only(&out), "bare LF in output: {}", ctx());
+            assert_eq!((o.version, o.code), (Some(1), Some(head.status)), "{}", ctx());
+            let oh = owned(o.headers);
+
+            let lengths = values(&oh, "content-length");
+            assert!(lengths.len() <= 1, "content-length twice: {}", ctx());
+            let codings = values(&oh, "transfer-encoding");
+            let restated_chunked = matches!(head.framing, Framing::Chunked | Framing::UntilClose);
+            if restated_chunked {
+                assert_eq!(codings, [&b"chunked"[..]], "{}", ctx());
+                assert!(lengths.is_empty(), "length beside chunked: {}", ctx());
+            } else {
+                assert!(codings.is_empty(), "transfer-encoding forwarded: {}", ctx());
+            }
+            match head.framing {
+                Framing::Length(len) => {
+                    let stated: Vec<Option<u64>> = lengths.iter().map(|v| decimal(v)).collect();
+                    assert_eq!(stated, [Some(len)], "content-length: {}", ctx());
+                }
+                Framing::Empty => {
+                    let no_body = head_request || head.status == 204 || head.status == 304;
+                    assert!(no_body, "empty framing for a body: {}", ctx());
+                    assert!(lengths.iter().all(|v| decimal(v).is_some()), "{}", ctx());
+                }
+                Framing::Chunked => {
+                    let chunked = values(&ref_headers, "transfer-encoding");
+                    assert_eq!(chunked.len(), 1, "{}", ctx());
+                    assert!(chunked[0].trim_ascii().eq_ignore_ascii_case(b"chunked"), "{}", ctx());
+                }
+                Framing::UntilClose => assert!(!head.reusable, "{}", ctx()),
+            }
+            for gone in ["keep-alive", "proxy-connection"] {
+                assert!(values(&oh, gone).is_empty(), "{gone} forwarded: {}", ctx());
+            }
+            let connection = values(&oh, "connection");
+            if close {
+                assert_eq!(connection, [&b"close"[..]], "{}", ctx());
+            } else {
+                assert!(connection.is_empty(), "connection forwarded: {}", ctx());
+            }
+            assert!(!values(&oh, "date").is_empty(), "no date: {}", ctx());
+            if let Some(id) = set_cookie {
+                let theirs = values(&ref_headers, "set-cookie").len();
+                assert_eq!(values(&oh, "set-cookie").len(), theirs + 1, "{}", ctx());
+                let cc = values(&oh, "cache-control");
+                assert_eq!(cc.len(), 1, "cache-control: {}", ctx());
+                assert!(cc[0].ends_with(b"no-cache=\"set-cookie\""), "{id}: {}", ctx());
+            }
+            if fwd.hsts.is_some() {
+                assert!(
+                    !values(&oh, "strict-transport-security").is_empty(),
+                    "{}",
+                    ctx()
+                );
+            }
+        }
+    }
+}
+
+/// A Content-Length value: decimal digits only (surrounding whitespace aside), no overflow.
+fn decimal(v: &[u8]) -> Option<u64> {
+    let v = v.trim_ascii();
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    v.iter()
+        .try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunked bodies
+
+/// Feeds `pieces` in order: `Ok(Some(end))` as an offset into their concatenation.
+fn feed_pieces(pieces: &[&[u8]]) -> (Result<Option<usize>, ()>, u64) {
+    let mut c = Chunks::default();
+    let mut total = 0;
+    for p in pieces {
+        match c.feed(p) {
+            Ok(Some(n)) => {
+                assert!(n <= p.len(), "end past the piece");
+                return (Ok(Some(total + n)), c.data);
+            }
+            Ok(None) => total += p.len(),
+            Err(_) => return (Err(()), c.data),
+        }
+    }
+    (Ok(None), c.data)
+}
+
+/// `chunked`: the first byte is how many split points follow (`% 8`), each two bytes (an
+/// offset modulo the body's length + 1); the rest is a chunked body. Fed whole or split there,
+/// `Chunks` gives the same verdict, the same end and the same data count.
+pub fn check_chunked(data: &[u8]) {
+    let Some((&n, rest)) = data.split_first() else {
+        return;
+    };
+    let n = usize::from(n % 8).min(rest.len() / 2);
+    let (points, body) = rest.split_at(2 * n);
+    let mut cuts: Vec<usize> = points
+        .chunks_exact(2)
+        .map(|p| usize::from(u16::from_le_bytes([p[0], p[1]])) % (body.len() + 1))
+        .collect();
+    cuts.sort_unstable();
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for cut in cuts {
+        pieces.push(&body[at..cut]);
+        at = cut;
+    }
+    pieces.push(&body[at..]);
+    let whole = feed_pieces(&[body]);
+    let split = feed_pieces(&pieces);
+    let ctx = || format!("body {:?} cut {:?}", show(body), pieces.iter().map(|p| p.len()).collect::<Vec<_>>());
+    assert_eq!(whole.0, split.0, "verdict: {}", ctx());
+    if whole.0.is_ok() {
+        assert_eq!(whole.1, split.1, "data count: {}", ctx());
+    }
+    // One byte at a time, too.
+    let bytes: Vec<&[u8]> = body.chunks(1).collect();
+    let single = feed_pieces(&bytes);
+    assert_eq!(whole.0, single.0, "verdict byte by byte: {}", ctx());
+    if whole.0.is_ok() {
+        assert_eq!(whole.1, single.1, "data count byte by byte: {}", ctx());
+    }
+}
+
+/// What a reference decoder makes of a chunked body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    /// Ends after this many bytes, with this many data bytes.
+    End { at: usize, data: u64 },
+    Incomplete,
+    Malformed,
+}
+
+/// Strict reference (RFC 9112 §7.1), built on httparse: each size line through
+/// `httparse::parse_chunk_size` (which takes any bytes in an extension), CRLF after each
+/// chunk's data, the trailer section through `httparse::parse_headers`. Two corrections to
+/// httparse, which RFC 9112 requires: a size has at least one digit (httparse reads an empty
+/// size line as 0), and a size line ends at its first LF (httparse reads on through one in an
+/// extension). Only a well-formed end counts here; `Incomplete` vs `Malformed` is not
+/// compared.
+///
+/// Also says whether the body stays within `Chunks`' two limits (allowed divergences 4 and 5
+/// of `lenient_chunked`): no size line or trailer line longer than `CHUNKS_MAX_LINE`, no size
+/// with more than `CHUNKS_MAX_DIGITS` digits.
+fn strict_chunked(buf: &[u8]) -> (Body, bool) {
+    let mut within = true;
+    (strict_body(buf, &mut within), within)
+}
+
+fn strict_body(buf: &[u8], within: &mut bool) -> Body {
+    let mut pos = 0;
+    let mut data = 0u64;
+    loop {
+        let rest = &buf[pos..];
+        let Some(lf) = rest.iter().position(|&b| b == b'\n') else {
+            return Body::Incomplete;
+        };
+        let line = &rest[..=lf];
+        if !rest.first().is_some_and(u8::is_ascii_hexdigit) || !line.ends_with(b"\r\n") {
+            return Body::Malformed;
+        }
+        let size = match httparse::parse_chunk_size(line) {
+            Ok(httparse::Status::Complete((n, size))) if n == line.len() => size,
+            _ => return Body::Malformed,
+        };
+        let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+        if line.len() - 1 > CHUNKS_MAX_LINE || digits > CHUNKS_MAX_DIGITS {
+            *within = false;
+        }
+        pos += line.len();
+        if size == 0 {
+            let mut trailers = [httparse::EMPTY_HEADER; 64];
+            return match httparse::parse_headers(&buf[pos..], &mut trailers) {
+                Ok(httparse::Status::Complete((n, _))) => {
+                    let section = &buf[pos..pos + n];
+                    if section.split(|&b| b == b'\n').any(|l| l.len() > CHUNKS_MAX_LINE) {
+                        *within = false;
+                    }
+                    Body::End { at: pos + n, data }
+                }
+                Ok(httparse::Status::Partial) => Body::Incomplete,
+                Err(_) => Body::Malformed,
+            };
+        }
+        let Some(end) = usize::try_from(size).ok().and_then(|s| pos.checked_add(s)) else {
+            return Body::Incomplete;
+        };
+        if buf.len() < end + 2 {
+            return Body::Incomplete;
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return Body::Malformed;
+        }
+        data += size;
+        pos = end + 2;
+    }
+}
+
+/// The longest size or trailer line `Chunks` takes (its bytes before the LF).
+const CHUNKS_MAX_LINE: usize = 4096;
+/// The most hex digits `Chunks` takes in a size (leading zeros count).
+const CHUNKS_MAX_DIGITS: usize = 15;
+
+/// Lenient reference: the strict grammar plus the leniencies `Chunks` has on purpose, each
+/// one an **allowed divergence** from `strict_chunked`:
+/// 1. a bare LF ends any line (size line, after data, trailer line, the last line): RFC 9112
+///    §2.2 lets a recipient take one;
+/// 2. after a size, a space, tab or `;` starts an extension that is not checked (`1 x` too;
+///    httparse only takes whitespace before a `;`); no CR but the one before the LF;
+/// 3. trailer lines are not checked as fields: any line not starting with CR;
+/// 4. (stricter) a size has at most 15 digits, leading zeros included (httparse: 16);
+/// 5. (stricter) a size or trailer line is at most 4096 bytes before its LF.
+///
+/// Written line by line, independently of `Chunks`' byte-at-a-time state machine, and
+/// compared with it exactly: same end, same data count, and `Incomplete` vs `Malformed` too.
+fn lenient_chunked(buf: &[u8]) -> Body {
+    let mut pos = 0;
+    let mut data = 0u64;
+    // A line starting at `pos`: `Ok(Some(content))` without its LF (and a CR before it),
+    // `Ok(None)` when its LF has not come yet but the part seen is fine so far.
+    let line = |pos: usize, ok: &dyn Fn(&[u8]) -> bool| -> Result<Option<(Vec<u8>, usize)>, ()> {
+        let rest = &buf[pos..];
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(lf) => {
+                if lf > CHUNKS_MAX_LINE {
+                    return Err(());
+                }
+                let raw = &rest[..lf];
+                let content = raw.strip_suffix(b"\r").unwrap_or(raw);
+                if ok(content) {
+                    Ok(Some((content.to_vec(), lf + 1)))
+                } else {
+                    Err(())
+                }
+            }
+            None => {
+                if rest.len() > CHUNKS_MAX_LINE {
+                    return Err(());
+                }
+                // A CR may be the last byte seen (its LF yet to come).
+                let content = rest.strip_suffix(b"\r").unwrap_or(rest);
+                if ok(content) { Ok(None) } else { Err(()) }
+            }
+        }
+    };
+    let size_line = |l: &[u8]| {
+        let digits = l.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+        let after = &l[digits..];
+        !l.contains(&b'\r')
+            && digits <= CHUNKS_MAX_DIGITS
+            && (digits > 0 || l.is_empty())
+            && (after.is_empty() || b" \t;".contains(&after[0]))
+    };
+    loop {
+        let (content, n) = match line(pos, &size_line) {
+            Err(()) => return Body::Malformed,
+            Ok(None) => return Body::Incomplete,
+            Ok(Some(l)) => l,
+        };
+        let digits = content.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+        if digits == 0 {
+            return Body::Malformed;
+        }
+        let size = content[..digits].iter().fold(0u64, |s, &d| {
+            s * 16 + u64::from((d as char).to_digit(16).unwrap_or(0))
+        });
+        pos += n;
+        if size == 0 {
+            // Trailer lines, then an empty one.
+            let trailer = |l: &[u8]| !l.starts_with(b"\r");
+            loop {
+                match line(pos, &trailer) {
+                    Err(()) => return Body::Malformed,
+                    Ok(None) => return Body::Incomplete,
+                    Ok(Some((content, n))) => {
+                        pos += n;
+                        if content.is_empty() {
+                            return Body::End { at: pos, data };
+                        }
+                    }
+                }
+            }
+        }
+        let Some(end) = usize::try_from(size).ok().and_then(|s| pos.checked_add(s)) else {
+            return Body::Incomplete;
+        };
+        if buf.len() <= end {
+            return Body::Incomplete;
+        }
+        pos = end;
+        data += size;
+        match &buf[pos..] {
+            [b'\n', ..] => pos += 1,
+            [b'\r', b'\n', ..] => pos += 2,
+            [b'\r'] => return Body::Incomplete,
+            _ => return Body::Malformed,
+        }
+    }
+}
+
+fn chunks_verdict(buf: &[u8]) -> Body {
+    let mut c = Chunks::default();
+    match c.feed(buf) {
+        Ok(Some(at)) => Body::End { at, data: c.data },
+        Ok(None) => Body::Incomplete,
+        Err(_) => Body::Malformed,
+    }
+}
+
+/// The body half of `http1_differential`.
+fn differential_chunked(buf: &[u8]) {
+    let chunks = chunks_verdict(buf);
+    let (strict, within_limits) = strict_chunked(buf);
+    let lenient = lenient_chunked(buf);
+    let ctx = || format!("body {:?}", show(buf));
+    // Chunks against the lenient reference: exactly.
+    assert_eq!(chunks, lenient, "Chunks vs lenient reference: {}", ctx());
+    // A well-formed end (strict) is found by both, at the same place with the same data —
+    // but for the two deliberate limits (allowed divergences 4 and 5), where Chunks refuses.
+    if let Body::End { .. } = strict {
+        if within_limits {
+            assert_eq!(chunks, strict, "Chunks vs strict reference: {}", ctx());
+            assert_eq!(lenient, strict, "lenient vs strict reference: {}", ctx());
+        } else {
+            assert_eq!(chunks, Body::Malformed, "{}", ctx());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Differential
+
+/// `http1_differential`: the same bytes (after the flags byte) as a request head, as a
+/// response head and as a chunked body, each against a reference: httparse and the fast
+/// path's documented policy for requests, httparse's parse length for responses, and the
+/// strict and lenient reference decoders above for chunked bodies.
+pub fn check_differential(data: &[u8]) {
+    let Some((&flags, buf)) = data.split_first() else {
+        return;
+    };
+    differential_request(flags, buf);
+    check_response(data);
+    differential_chunked(buf);
+}
