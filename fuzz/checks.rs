@@ -174,7 +174,12 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
         RefParse::Partial => panic!("output is partial: {}", ctx()),
         RefParse::Invalid(e) => panic!("output does not parse ({e}): {}", ctx()),
     };
-    assert_eq!(output.len, out.len(), "output is not one request: {}", ctx());
+    assert_eq!(
+        output.len,
+        out.len(),
+        "output is not one request: {}",
+        ctx()
+    );
     assert!(crlf_only(&out), "bare LF in output: {}", ctx());
     assert!(
         out.starts_with(req.method().as_bytes()),
@@ -185,7 +190,12 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
     assert_eq!(output.method, input.method, "method: {}", ctx());
     assert_eq!(output.method, req.method(), "method: {}", ctx());
     assert_eq!(output.path, input.path, "target: {}", ctx());
-    assert_eq!(output.path.as_bytes(), &buf[req.target.clone()], "{}", ctx());
+    assert_eq!(
+        output.path.as_bytes(),
+        &buf[req.target.clone()],
+        "{}",
+        ctx()
+    );
 
     let (inh, outh) = (&input.headers, &output.headers);
     assert_eq!(values(inh, "host"), [&buf[req.host.clone()]], "{}", ctx());
@@ -205,7 +215,12 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
         let xff = values(outh, "x-forwarded-for");
         let ip = ip.to_string();
         let want = match values(inh, "x-forwarded-for").first() {
-            Some(first) if !first.is_empty() && first.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b)) => {
+            Some(first)
+                if !first.is_empty()
+                    && first
+                        .iter()
+                        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b)) =>
+            {
                 format!("{}, {ip}", show(first)).into_bytes()
             }
             _ => ip.into_bytes(),
@@ -226,7 +241,11 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
         assert_eq!(verify, [&b"NONE"[..]], "{}", ctx());
         assert!(dn.is_empty(), "client's x-client-dn forwarded: {}", ctx());
     } else {
-        assert!(verify.is_empty(), "client's x-client-verify forwarded: {}", ctx());
+        assert!(
+            verify.is_empty(),
+            "client's x-client-verify forwarded: {}",
+            ctx()
+        );
         assert!(dn.is_empty(), "client's x-client-dn forwarded: {}", ctx());
     }
     if c.sticky {
@@ -252,9 +271,14 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
     }
     // Every field no edit touches: forwarded exactly once, unchanged, in order.
     let edited = |n: &str| {
-        ["connection", "x-forwarded-proto", "x-client-verify", "x-client-dn"]
-            .iter()
-            .any(|e| is(n, e))
+        [
+            "connection",
+            "x-forwarded-proto",
+            "x-client-verify",
+            "x-client-dn",
+        ]
+        .iter()
+        .any(|e| is(n, e))
             || (c.ip.is_some() && is(n, "x-forwarded-for"))
             || (c.sticky && is(n, "cookie"))
     };
@@ -402,10 +426,7 @@ fn differential_request(flags: u8, buf: &[u8]) {
             }
             check_built(flags, buf, req, &fields);
         }
-        _ => panic!(
-            "fast path {fast:?}, reference {reference:?}: {}",
-            ctx()
-        ),
+        _ => panic!("fast path {fast:?}, reference {reference:?}: {}", ctx()),
     }
 }
 
@@ -453,7 +474,12 @@ pub fn check_response(data: &[u8]) {
         }
         Head::Final(head) => {
             assert!(head.len <= buf.len(), "{}", ctx());
-            assert_eq!(parsed, Ok(httparse::Status::Complete(head.len)), "{}", ctx());
+            assert_eq!(
+                parsed,
+                Ok(httparse::Status::Complete(head.len)),
+                "{}",
+                ctx()
+            );
             assert_eq!(reference.code, Some(head.status), "{}", ctx());
             assert!((200..=599).contains(&head.status), "{}", ctx());
 
@@ -465,7 +491,12 @@ pub fn check_response(data: &[u8]) {
             };
             assert_eq!(n, out.len(), "output is not one head: {}", ctx());
             assert!(crlf_only(&out), "bare LF in output: {}", ctx());
-            assert_eq!((o.version, o.code), (Some(1), Some(head.status)), "{}", ctx());
+            assert_eq!(
+                (o.version, o.code),
+                (Some(1), Some(head.status)),
+                "{}",
+                ctx()
+            );
             let oh = owned(o.headers);
 
             let lengths = values(&oh, "content-length");
@@ -491,7 +522,11 @@ pub fn check_response(data: &[u8]) {
                 Framing::Chunked => {
                     let chunked = values(&ref_headers, "transfer-encoding");
                     assert_eq!(chunked.len(), 1, "{}", ctx());
-                    assert!(chunked[0].trim_ascii().eq_ignore_ascii_case(b"chunked"), "{}", ctx());
+                    assert!(
+                        chunked[0].trim_ascii().eq_ignore_ascii_case(b"chunked"),
+                        "{}",
+                        ctx()
+                    );
                 }
                 Framing::UntilClose => assert!(!head.reusable, "{}", ctx()),
             }
@@ -510,7 +545,11 @@ pub fn check_response(data: &[u8]) {
                 assert_eq!(values(&oh, "set-cookie").len(), theirs + 1, "{}", ctx());
                 let cc = values(&oh, "cache-control");
                 assert_eq!(cc.len(), 1, "cache-control: {}", ctx());
-                assert!(cc[0].ends_with(b"no-cache=\"set-cookie\""), "{id}: {}", ctx());
+                assert!(
+                    cc[0].ends_with(b"no-cache=\"set-cookie\""),
+                    "{id}: {}",
+                    ctx()
+                );
             }
             if fwd.hsts.is_some() {
                 assert!(
@@ -529,8 +568,9 @@ fn decimal(v: &[u8]) -> Option<u64> {
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    v.iter()
-        .try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+    v.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -576,7 +616,13 @@ pub fn check_chunked(data: &[u8]) {
     pieces.push(&body[at..]);
     let whole = feed_pieces(&[body]);
     let split = feed_pieces(&pieces);
-    let ctx = || format!("body {:?} cut {:?}", show(body), pieces.iter().map(|p| p.len()).collect::<Vec<_>>());
+    let ctx = || {
+        format!(
+            "body {:?} cut {:?}",
+            show(body),
+            pieces.iter().map(|p| p.len()).collect::<Vec<_>>()
+        )
+    };
     assert_eq!(whole.0, split.0, "verdict: {}", ctx());
     if whole.0.is_ok() {
         assert_eq!(whole.1, split.1, "data count: {}", ctx());
@@ -594,7 +640,10 @@ pub fn check_chunked(data: &[u8]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Body {
     /// Ends after this many bytes, with this many data bytes.
-    End { at: usize, data: u64 },
+    End {
+        at: usize,
+        data: u64,
+    },
     Incomplete,
     Malformed,
 }
@@ -641,7 +690,10 @@ fn strict_body(buf: &[u8], within: &mut bool) -> Body {
             return match httparse::parse_headers(&buf[pos..], &mut trailers) {
                 Ok(httparse::Status::Complete((n, _))) => {
                     let section = &buf[pos..pos + n];
-                    if section.split(|&b| b == b'\n').any(|l| l.len() > CHUNKS_MAX_LINE) {
+                    if section
+                        .split(|&b| b == b'\n')
+                        .any(|l| l.len() > CHUNKS_MAX_LINE)
+                    {
                         *within = false;
                     }
                     Body::End { at: pos + n, data }
@@ -653,7 +705,7 @@ fn strict_body(buf: &[u8], within: &mut bool) -> Body {
         let Some(end) = usize::try_from(size).ok().and_then(|s| pos.checked_add(s)) else {
             return Body::Incomplete;
         };
-        if buf.len() < end + 2 {
+        if buf.len() < end.saturating_add(2) {
             return Body::Incomplete;
         }
         if &buf[end..end + 2] != b"\r\n" {
@@ -695,7 +747,7 @@ fn lenient_chunked(buf: &[u8]) -> Body {
                 }
                 let raw = &rest[..lf];
                 let content = raw.strip_suffix(b"\r").unwrap_or(raw);
-                if ok(content) {
+                if ok(raw) {
                     Ok(Some((content.to_vec(), lf + 1)))
                 } else {
                     Err(())
@@ -705,18 +757,19 @@ fn lenient_chunked(buf: &[u8]) -> Body {
                 if rest.len() > CHUNKS_MAX_LINE {
                     return Err(());
                 }
-                // A CR may be the last byte seen (its LF yet to come).
-                let content = rest.strip_suffix(b"\r").unwrap_or(rest);
-                if ok(content) { Ok(None) } else { Err(()) }
+                // The part seen so far (a CR may be its last byte, its LF yet to come).
+                if ok(rest) { Ok(None) } else { Err(()) }
             }
         }
     };
-    let size_line = |l: &[u8]| {
+    // `ok` gets a line's bytes before its LF, the CR included.
+    let size_line = |raw: &[u8]| {
+        let l = raw.strip_suffix(b"\r").unwrap_or(raw);
         let digits = l.iter().take_while(|b| b.is_ascii_hexdigit()).count();
         let after = &l[digits..];
         !l.contains(&b'\r')
             && digits <= CHUNKS_MAX_DIGITS
-            && (digits > 0 || l.is_empty())
+            && (digits > 0 || raw.is_empty())
             && (after.is_empty() || b" \t;".contains(&after[0]))
     };
     loop {
@@ -735,7 +788,7 @@ fn lenient_chunked(buf: &[u8]) -> Body {
         pos += n;
         if size == 0 {
             // Trailer lines, then an empty one.
-            let trailer = |l: &[u8]| !l.starts_with(b"\r");
+            let trailer = |raw: &[u8]| !raw.starts_with(b"\r") || raw == b"\r";
             loop {
                 match line(pos, &trailer) {
                     Err(()) => return Body::Malformed,

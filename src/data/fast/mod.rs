@@ -582,37 +582,19 @@ impl FastPath {
                 bytes = chunks.data;
             }
             if done {
-                if !self.write_client(stream, &conn.out).await {
-                    return Err(Relay {
-                        bytes,
-                        cause: Cause::ClientGone,
-                    });
-                }
-                conn.out.clear();
+                self.flush_out(stream, conn, bytes).await?;
                 return Ok(Body {
                     bytes,
                     clean: conn.upstream_buf.is_empty(),
                 });
             }
             if !conn.out.is_empty() {
-                if !self.write_client(stream, &conn.out).await {
-                    return Err(Relay {
-                        bytes,
-                        cause: Cause::ClientGone,
-                    });
-                }
-                conn.out.clear();
+                self.flush_out(stream, conn, bytes).await?;
             }
             match self.read_upstream(up, conn).await {
                 Ok(0) if framing == Framing::UntilClose => {
                     conn.out.extend_from_slice(b"0\r\n\r\n");
-                    if !self.write_client(stream, &conn.out).await {
-                        return Err(Relay {
-                            bytes,
-                            cause: Cause::ClientGone,
-                        });
-                    }
-                    conn.out.clear();
+                    self.flush_out(stream, conn, bytes).await?;
                     return Ok(Body {
                         bytes,
                         clean: false,
@@ -634,6 +616,24 @@ impl FastPath {
                 Err(cause) => return Err(Relay { bytes, cause }),
             }
         }
+    }
+
+    /// Writes `conn.out` to the client and empties it (`bytes`: the body bytes relayed so far,
+    /// for the error).
+    async fn flush_out(
+        &self,
+        stream: &mut GuardedStream,
+        conn: &mut Connection,
+        bytes: u64,
+    ) -> Result<(), Relay> {
+        if !self.write_client(stream, &conn.out).await {
+            return Err(Relay {
+                bytes,
+                cause: Cause::ClientGone,
+            });
+        }
+        conn.out.clear();
+        Ok(())
     }
 
     /// Writes `bytes` to the client within the client timeout; false when it failed.
