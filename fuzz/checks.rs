@@ -17,7 +17,7 @@ use switchyard::data::fast::request::{Field, MAX_REQUEST_HEADERS, Parse, Request
 use switchyard::data::fast::request::{build_request, parse_request};
 use switchyard::data::fast::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
 use switchyard::data::listener::valid_host;
-use switchyard::decide::edits::{ClientCert, Forwarding, request_edits, response_edits};
+use switchyard::decide::edits::{ASSERTED, ClientCert, Forwarding, request_edits, response_edits};
 use switchyard::table::sticky::{COOKIE_NAME, find_cookie, strip_cookie};
 
 /// The verified client certificate's subject, when the flags ask for one.
@@ -214,6 +214,7 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
     if let Some(ip) = c.ip {
         let xff = values(outh, "x-forwarded-for");
         let ip = ip.to_string();
+        let real_ip = ip.clone();
         let want = match values(inh, "x-forwarded-for").first() {
             Some(first)
                 if !first.is_empty()
@@ -226,6 +227,18 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
             _ => ip.into_bytes(),
         };
         assert_eq!(xff, [want.as_slice()], "x-forwarded-for: {}", ctx());
+        assert_eq!(
+            values(outh, "x-real-ip"),
+            [real_ip.as_bytes()],
+            "x-real-ip: {}",
+            ctx()
+        );
+    } else {
+        assert!(
+            values(outh, "x-real-ip").is_empty(),
+            "client's x-real-ip forwarded: {}",
+            ctx()
+        );
     }
     assert_eq!(
         values(outh, "x-forwarded-proto"),
@@ -271,14 +284,8 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
     }
     // Every field no edit touches: forwarded exactly once, unchanged, in order.
     let edited = |n: &str| {
-        [
-            "connection",
-            "x-forwarded-proto",
-            "x-client-verify",
-            "x-client-dn",
-        ]
-        .iter()
-        .any(|e| is(n, e))
+        is(n, "connection")
+            || ASSERTED.iter().any(|e| is(n, e))
             || (c.ip.is_some() && is(n, "x-forwarded-for"))
             || (c.sticky && is(n, "cookie"))
     };

@@ -464,7 +464,8 @@ async fn leading_empty_lines_and_spoofed_fields_never_reach_the_backend() {
             .unwrap();
         s.write_all(
             b"\r\n\r\nGET /fp/length HTTP/1.1\r\nHost: fp.test\r\nX-Client-Verify: SUCCESS\r\n\
-              X-Client-DN: CN=forged\r\nX-Forwarded-Proto: https\r\nX-Kept: 1\r\n\r\n",
+              X-Client-DN: CN=forged\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 192.0.2.66\r\n\
+              X-Kept: 1\r\n\r\n",
         )
         .await
         .unwrap();
@@ -484,5 +485,11 @@ async fn leading_empty_lines_and_spoofed_fields_never_reach_the_backend() {
             "{engine:?}: {head}"
         );
         assert!(head.contains("x-kept: 1\r\n"), "{engine:?}: {head}");
+        assert!(!head.contains("192.0.2.66"), "{engine:?}: {head}");
+        assert_eq!(
+            head.matches("x-real-ip: 127.0.0.1\r\n").count(),
+            1,
+            "{engine:?}: {head}"
+        );
     }
 }

@@ -11,6 +11,9 @@ use crate::table::sticky;
 
 pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
 pub const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+/// The client's address alone (ingress-nginx sets it; many backends read it rather than parse
+/// `X-Forwarded-For`).
+pub const X_REAL_IP: &str = "x-real-ip";
 /// The client-certificate verification result, for backends (the TLS port with
 /// `--ssl-ca-cert`): `SUCCESS` or `NONE`.
 pub const CLIENT_VERIFY_HEADER: &str = "x-client-verify";
@@ -26,10 +29,15 @@ pub const COOKIE: &str = "cookie";
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
 /// frontend, so that no client can tell a backend what only switchyard may (a backend that
 /// also serves an mTLS route trusts `x-client-verify`).
-pub const ASSERTED: [&str; 3] = [X_FORWARDED_PROTO, CLIENT_VERIFY_HEADER, CLIENT_DN_HEADER];
+pub const ASSERTED: [&str; 4] = [
+    X_FORWARDED_PROTO,
+    X_REAL_IP,
+    CLIENT_VERIFY_HEADER,
+    CLIENT_DN_HEADER,
+];
 
 /// Most edits one list holds.
-const MAX_EDITS: usize = 8;
+const MAX_EDITS: usize = 12;
 
 /// A frontend's forwarding settings, fixed at startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,7 +186,7 @@ impl Default for Edits<'_> {
 }
 
 /// The request as a backend gets it: asserted fields removed, the client appended to
-/// `X-Forwarded-For`, the stickiness cookie hidden, the scheme and the client-certificate
+/// `X-Forwarded-For` and named in `X-Real-IP`, the stickiness cookie hidden, the scheme and the client-certificate
 /// result asserted.
 pub fn request_edits<'a>(
     fwd: &'a Forwarding,
@@ -192,6 +200,7 @@ pub fn request_edits<'a>(
     }
     if let Some(ip) = client_ip {
         e.push(Edit::Extend(X_FORWARDED_FOR, Value::Ip(ip)));
+        e.push(Edit::Add(X_REAL_IP, Value::Ip(ip)));
     }
     if cookie_sticky {
         e.push(Edit::StripCookie);
@@ -301,7 +310,7 @@ mod tests {
             ClientCert::Verified { subject: "CN=a" },
         );
         let n = e.iter().count();
-        assert_eq!(n, 3 + 1 + 1 + 1 + 2);
+        assert_eq!(n, ASSERTED.len() + 2 + 1 + 1 + 2);
         assert_eq!(
             e.touching("X-Forwarded-For"),
             Some(&Edit::Extend(

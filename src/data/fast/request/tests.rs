@@ -74,7 +74,7 @@ fn the_forwarded_request_changes_only_what_it_must() {
     assert_eq!(
         String::from_utf8(out).unwrap(),
         "GET /a?q=1 HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\
-         x-forwarded-for: 10.0.0.1, 127.0.0.9\r\ncookie: a=1; b=2\r\n\
+         x-forwarded-for: 10.0.0.1, 127.0.0.9\r\nx-real-ip: 127.0.0.9\r\ncookie: a=1; b=2\r\n\
          x-forwarded-proto: http\r\n\r\n"
     );
 }
@@ -227,7 +227,8 @@ mod forwarded {
                 .filter(|(n, v)| {
                     let replaced = matches!(
                         n.as_str(),
-                        "connection" | "x-forwarded-for" | "x-forwarded-proto" | "x-client-verify"
+                        "connection" | "x-forwarded-for" | "x-forwarded-proto" | "x-real-ip"
+                        | "x-client-verify"
                     );
                     let ours = sticky && n == "cookie" && v.contains("SERVERID");
                     !(replaced || ours)
@@ -238,7 +239,7 @@ mod forwarded {
                 .filter(|(n, v)| {
                     let added = matches!(
                         n.as_str(),
-                        "x-forwarded-for" | "x-forwarded-proto" | "x-client-verify"
+                        "x-forwarded-for" | "x-forwarded-proto" | "x-real-ip" | "x-client-verify"
                     );
                     let rewritten = sticky && n == "cookie" && !kept.iter().any(|k| &k.1 == v);
                     !(added || rewritten)
