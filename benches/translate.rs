@@ -61,7 +61,7 @@ fn bench_translate(c: &mut Criterion) {
         let (services, slices) = world(n);
         let (svc_store, eps_store) = stores(&services, &slices);
         let options = Options::default();
-        let (previous, _) = translate(&services, &slices, &options, None);
+        let (previous, _) = translate_changes(&svc_store, &eps_store, None, &options, None);
         // The old table is dropped after the swap, outside the rebuild: leave drops out.
         g.bench_with_input(BenchmarkId::new("cold", n), &n, |b, _| {
             b.iter_with_large_drop(|| {
@@ -77,7 +77,7 @@ fn bench_translate(c: &mut Criterion) {
                     black_box(&eps_store),
                     Some(&nothing),
                     &options,
-                    Some(&previous),
+                    Some(previous.previous()),
                 )
             })
         });
@@ -85,7 +85,8 @@ fn bench_translate(c: &mut Criterion) {
     // One EndpointSlice gains an endpoint in a 10,000-Service world (the common watch event).
     let (services, mut slices) = world(10_000);
     let options = Options::default();
-    let (previous, _) = translate(&services, &slices, &options, None);
+    let (svc_before, eps_before) = stores(&services, &slices);
+    let (previous, _) = translate_changes(&svc_before, &eps_before, None, &options, None);
     slices[4_242].metadata.resource_version = Some("999999".into());
     if let Some(eps) = slices[4_242].endpoints.as_mut() {
         eps.push(Endpoint {
@@ -110,7 +111,7 @@ fn bench_translate(c: &mut Criterion) {
                 black_box(&eps_store),
                 Some(&changes),
                 &options,
-                Some(&previous),
+                Some(previous.previous()),
             )
         })
     });

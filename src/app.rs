@@ -332,7 +332,9 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
             return Err(RunError::KubeConfig("no client configuration".into()));
         }
     };
-    let (table, warnings) = translate::translate(&services, &slices, &config.translate, None);
+    let (mut table, warnings) = translate::translate(&services, &slices, &config.translate, None);
+    // Generations count published tables; this one is shown as the first would be.
+    table.generation = 1;
     for w in &warnings {
         eprintln!("warning: {w}");
     }

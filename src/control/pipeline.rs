@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::control::translate::{
-    Changes, Options, Store, Warning, WarningReason, translate, translate_changes,
+    Built, Changes, Memo, Options, Previous, Store, Warning, WarningReason, translate,
+    translate_changes,
 };
 use crate::ops::metrics::Metrics;
 use crate::table::{RoutingTable, TableWriter};
@@ -40,8 +41,11 @@ pub struct Pipeline {
     /// Warnings already reported.
     reported: HashSet<Warning>,
     /// The table built last, swapped in or not (an equal table is not): a change set is
-    /// relative to it, so it is the next build's `previous`.
-    last: Option<Arc<RoutingTable>>,
+    /// relative to it, so it is the next build's `previous`. With the memo of its build when
+    /// that was a keyed one (`apply_changes`), for the next incremental build.
+    last: Option<(Arc<RoutingTable>, Option<Memo>)>,
+    /// The table serving now, when nothing was built yet.
+    current: Arc<RoutingTable>,
 }
 
 impl Pipeline {
@@ -52,11 +56,26 @@ impl Pipeline {
             metrics,
             reported: HashSet::new(),
             last: None,
+            current: Arc::default(),
         }
     }
 
-    fn previous(&self) -> Arc<RoutingTable> {
-        self.last.clone().unwrap_or_else(|| self.writer.current())
+    /// What the next build starts from, and the options to build with.
+    fn previous(&mut self) -> (Previous<'_>, &Options) {
+        let previous = match &self.last {
+            Some((table, memo)) => Previous {
+                table,
+                memo: memo.as_ref(),
+            },
+            None => {
+                self.current = self.writer.current();
+                Previous {
+                    table: &self.current,
+                    memo: None,
+                }
+            }
+        };
+        (previous, &self.options)
     }
 
     /// Builds a table from a complete set of objects, in full, and publishes it.
@@ -66,9 +85,9 @@ impl Pipeline {
         slices: &[E],
     ) -> Applied {
         let started = Instant::now();
-        let previous = self.previous();
-        let (table, warnings) = translate(services, slices, &self.options, Some(&previous));
-        self.publish(started, table, &warnings)
+        let (previous, options) = self.previous();
+        let (table, warnings) = translate(services, slices, options, Some(previous.table));
+        self.publish(started, table, None, &warnings)
     }
 
     /// Builds a table from keyed stores and what changed in them since the last `apply*`
@@ -80,16 +99,17 @@ impl Pipeline {
         changes: Option<&Changes>,
     ) -> Applied {
         let started = Instant::now();
-        let previous = self.previous();
-        let (table, warnings) =
-            translate_changes(services, slices, changes, &self.options, Some(&previous));
-        self.publish(started, table, &warnings)
+        let (previous, options) = self.previous();
+        let (Built { table, memo }, warnings) =
+            translate_changes(services, slices, changes, options, Some(previous));
+        self.publish(started, table, Some(memo), &warnings)
     }
 
     fn publish(
         &mut self,
         started: Instant,
         mut table: RoutingTable,
+        memo: Option<Memo>,
         warnings: &[Warning],
     ) -> Applied {
         let built = started.elapsed();
@@ -109,7 +129,7 @@ impl Pipeline {
         let generation = table.generation;
         let table = Arc::new(table);
         let swapped = self.writer.publish_shared(Arc::clone(&table));
-        self.last = Some(table);
+        self.last = Some((table, memo));
         let current = self.writer.current();
         let now = current.generation;
         if swapped {

@@ -499,7 +499,8 @@ pub struct TcpFrontend {
 /// change shares them with the previous table instead of copying them.
 #[derive(Debug, Clone, Default)]
 pub struct RoutingTable {
-    /// Counts rebuilds that were swapped in; not part of equality.
+    /// Counts tables swapped in, set by the pipeline as it publishes (0 until then); not part
+    /// of equality.
     pub generation: u64,
     pub entries: Vec<Arc<Entry>>,
     /// Routes on the plain HTTP port.
@@ -508,9 +509,6 @@ pub struct RoutingTable {
     pub https: Arc<Router<EntryId>>,
     /// Raw TCP frontends, sorted by port.
     pub tcp: Vec<TcpFrontend>,
-    /// What the translator remembers about the inputs of this table, to rebuild the next one
-    /// incrementally. Opaque here, and not part of equality.
-    pub memo: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl PartialEq for RoutingTable {

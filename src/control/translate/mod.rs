@@ -198,12 +198,37 @@ pub fn translate<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
     options: &Options,
     previous: Option<&RoutingTable>,
 ) -> (RoutingTable, Vec<Warning>) {
-    full(
+    let (built, warnings) = full(
         services.iter().map(Borrow::borrow),
         slices.iter().map(Borrow::borrow),
         options,
         previous,
-    )
+    );
+    (built.table, warnings)
+}
+
+/// A table and what the next incremental build needs to know of the inputs it came from.
+pub struct Built {
+    pub table: RoutingTable,
+    pub memo: Memo,
+}
+
+impl Built {
+    /// This build as the next one's `previous`.
+    pub fn previous(&self) -> Previous<'_> {
+        Previous {
+            table: &self.table,
+            memo: Some(&self.memo),
+        }
+    }
+}
+
+/// What a build starts from: the table before (its per-endpoint state is carried over by key)
+/// and, when it has one, the memo of the build that made it (for incremental builds).
+#[derive(Clone, Copy)]
+pub struct Previous<'a> {
+    pub table: &'a RoutingTable,
+    pub memo: Option<&'a Memo>,
 }
 
 /// Builds the routing table from keyed stores and what changed since `previous` was built.
@@ -218,14 +243,20 @@ pub fn translate_changes(
     slices: &Store<EndpointSlice>,
     changes: Option<&Changes>,
     options: &Options,
-    previous: Option<&RoutingTable>,
-) -> (RoutingTable, Vec<Warning>) {
+    previous: Option<Previous<'_>>,
+) -> (Built, Vec<Warning>) {
     if let (Some(changes), Some(prev)) = (changes, previous)
-        && let Some(done) = incremental(services, slices, changes, options, prev)
+        && let Some(memo) = prev.memo
+        && let Some(done) = incremental(services, slices, changes, options, prev.table, memo)
     {
         return done;
     }
-    full(services.values(), slices.values(), options, previous)
+    full(
+        services.values(),
+        slices.values(),
+        options,
+        previous.map(|p| p.table),
+    )
 }
 
 fn full<'a>(
@@ -233,7 +264,7 @@ fn full<'a>(
     slices: impl Iterator<Item = &'a EndpointSlice>,
     options: &Options,
     previous: Option<&RoutingTable>,
-) -> (RoutingTable, Vec<Warning>) {
+) -> (Built, Vec<Warning>) {
     let mut input_warnings = Vec::new();
     let mut index = index_slices(slices, &mut input_warnings);
     let (services, sorted) = dedup_services(services, &mut input_warnings);
@@ -272,7 +303,9 @@ fn full<'a>(
 /// change set touches: per Service (in build order, which is key order) the versions and keys
 /// of its objects and the entries and warnings it gave, and which Service each EndpointSlice
 /// feeds. The big parts sit behind `Arc`s and are shared by successive memos until they change.
-struct Memo {
+/// Owned by the pipeline next to the table it describes, never inside it: the data plane has
+/// no use for it.
+pub struct Memo {
     options: u64,
     /// Every object had a namespace and a name and no key came twice, so the keys of a change
     /// set name the same objects as this memo; otherwise only full builds follow.
@@ -375,8 +408,8 @@ fn incremental(
     changes: &Changes,
     options: &Options,
     prev: &RoutingTable,
-) -> Option<(RoutingTable, Vec<Warning>)> {
-    let memo = prev.memo.as_ref()?.downcast_ref::<Memo>()?;
+    memo: &Memo,
+) -> Option<(Built, Vec<Warning>)> {
     if !memo.keyed || memo.options != options_fingerprint(options) {
         return None;
     }
@@ -547,14 +580,13 @@ fn incremental(
     }
     let warnings = next.all_warnings.to_vec();
     let table = RoutingTable {
-        generation: prev.generation + u64::from(!affected.is_empty()),
+        generation: 0,
         entries,
         http: Arc::clone(&prev.http),
         https: Arc::clone(&prev.https),
         tcp: prev.tcp.clone(),
-        memo: Some(Arc::new(next)),
     };
-    Some((table, warnings))
+    Some((Built { table, memo: next }, warnings))
 }
 
 fn meta_key<'a>(namespace: &'a Option<String>, name: &'a Option<String>) -> (&'a str, &'a str) {
@@ -957,7 +989,6 @@ struct Builder<'a> {
     options: &'a Options,
     prev_endpoints: HashMap<SocketAddr, Shared<EndpointState>>,
     prev_entries: HashMap<EntryKey, Shared<EntryState>>,
-    generation: u64,
     entries: Vec<Entry>,
     // Hash maps: the order routes are inserted in does not matter (conflicts are resolved by
     // entry key, warnings sorted at the end), and tens of thousands of long, alike prefixes make
@@ -988,7 +1019,6 @@ impl<'a> Builder<'a> {
             options,
             prev_endpoints,
             prev_entries,
-            generation: previous.map_or(1, |p| p.generation + 1),
             entries: Vec::new(),
             routes: HashMap::default(),
             tcp: BTreeMap::new(),
@@ -1222,7 +1252,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn finish(mut self, inputs: MemoInputs) -> (RoutingTable, Vec<Warning>) {
+    fn finish(mut self, inputs: MemoInputs) -> (Built, Vec<Warning>) {
         let route_warnings_from = self.warnings.len();
         let mut http = Router::default();
         let mut https = Router::default();
@@ -1319,14 +1349,13 @@ impl<'a> Builder<'a> {
             all_warnings: Arc::new(self.warnings.clone()),
         };
         let table = RoutingTable {
-            generation: self.generation,
+            generation: 0,
             entries: self.entries.into_iter().map(Arc::new).collect(),
             http: Arc::new(http),
             https: Arc::new(https),
             tcp,
-            memo: Some(Arc::new(memo)),
         };
-        (table, self.warnings)
+        (Built { table, memo }, self.warnings)
     }
 }
 
