@@ -1,0 +1,248 @@
+//! A Service's annotations and spec settings parsed into `Settings`: each bad value is a
+//! warning and a default for that setting alone. Pure.
+
+use super::*;
+
+/// Parsed annotations and spec settings of one Service.
+pub(super) struct Settings {
+    pub(super) algorithm: Algorithm,
+    pub(super) host: Option<HostPattern>,
+    pub(super) acl: Vec<String>,
+    pub(super) ssl_term: bool,
+    pub(super) cookie_sticky: bool,
+    pub(super) maxconn: Option<u32>,
+    pub(super) affinity: Option<Duration>,
+    pub(super) check: CheckSpec,
+}
+
+/// Longest check interval accepted, and the shortest non-zero one (the original's `inter 5`
+/// meant 5 ms, a check storm; a unit is required so that cannot happen by accident).
+pub(super) const CHECK_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+
+/// `lb.check-interval`: `0` (off), or a number with `ms`, `s` or `m` between 100 ms and 1 h.
+pub(super) fn parse_check_interval(v: &str) -> Result<Duration, &'static str> {
+    let v = v.trim();
+    if v == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| "is not a duration like 5s or 500ms")?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "" => return Err("needs a unit (ms, s or m)"),
+        _ => return Err("has an unknown unit (use ms, s or m)"),
+    };
+    let (min, max) = CHECK_INTERVAL_RANGE;
+    if d.is_zero() {
+        Ok(d)
+    } else if d < min || d > max {
+        Err("must be 0 (off) or between 100ms and 60m")
+    } else {
+        Ok(d)
+    }
+}
+
+/// `lb.check-path`: an absolute path (query allowed) of visible ASCII, at most 1 KiB.
+pub(super) fn validate_check_path(v: &str) -> Result<(), &'static str> {
+    if !v.starts_with('/') {
+        return Err("must start with '/'");
+    }
+    if v.len() > 1024 {
+        return Err("is longer than 1024 characters");
+    }
+    if !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("may only hold visible ASCII characters");
+    }
+    Ok(())
+}
+
+/// Go's `strconv.ParseBool`, which the original used.
+pub(super) fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim() {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// A shortened, escaped rendering of a bad value for a warning message.
+pub(super) fn show(v: &str) -> String {
+    let short: String = v.chars().take(80).collect();
+    let ellipsis = if short.len() < v.len() { "…" } else { "" };
+    format!("{short:?}{ellipsis}")
+}
+
+/// Reads one Service's annotations, turning bad values into warnings.
+pub(super) struct Annotations<'a> {
+    pub(super) map: Option<&'a BTreeMap<String, String>>,
+    pub(super) who: &'a ObjectRef,
+    pub(super) warnings: &'a mut Vec<Warning>,
+}
+
+impl<'a> Annotations<'a> {
+    pub(super) fn warn(&mut self, key: &str, value: &str, why: &str) {
+        self.warnings.push(Warning {
+            object: self.who.clone(),
+            reason: WarningReason::InvalidAnnotation,
+            message: format!("{key}: {} {why}", show(value)),
+        });
+    }
+
+    pub(super) fn get(&mut self, key: &str) -> Option<&'a str> {
+        let v = self.map?.get(key)?;
+        if v.len() > MAX_ANNOTATION_LEN {
+            self.warn(key, v, "is too long; ignored");
+            return None;
+        }
+        Some(v.as_str())
+    }
+
+    pub(super) fn flag(&mut self, key: &str) -> bool {
+        let Some(v) = self.get(key) else {
+            return false;
+        };
+        parse_bool(v).unwrap_or_else(|| {
+            self.warn(key, v, "is not a boolean; using false");
+            false
+        })
+    }
+}
+
+pub(super) fn settings(
+    svc: &Service,
+    options: &Options,
+    who: &ObjectRef,
+    warnings: &mut Vec<Warning>,
+) -> Settings {
+    let mut ann = Annotations {
+        map: svc.metadata.annotations.as_ref(),
+        who,
+        warnings,
+    };
+    let algorithm = match ann.get(annotation::ALGORITHM) {
+        None => options.default_algorithm,
+        Some(v) => v.parse::<Algorithm>().unwrap_or_else(|_| {
+            let why = format!(
+                "is not roundrobin, leastconn, first or source; using {}",
+                options.default_algorithm
+            );
+            ann.warn(annotation::ALGORITHM, v, &why);
+            options.default_algorithm
+        }),
+    };
+    let host = ann
+        .get(annotation::HOST)
+        .and_then(|v| match validate_host(v) {
+            Ok(h) => Some(h),
+            Err(why) => {
+                ann.warn(
+                    annotation::HOST,
+                    v,
+                    &format!("is not a valid host ({why}); host rule ignored"),
+                );
+                None
+            }
+        });
+    let mut acl = BTreeSet::new();
+    for p in ann
+        .get(annotation::ACL_MATCH)
+        .unwrap_or("")
+        .split_ascii_whitespace()
+    {
+        match validate_prefix(p) {
+            Ok(()) => {
+                acl.insert(p.to_string());
+            }
+            Err(why) => ann.warn(
+                annotation::ACL_MATCH,
+                p,
+                &format!("is not a valid path prefix ({why}); ignored"),
+            ),
+        }
+    }
+    let acl: Vec<String> = acl.into_iter().collect();
+    let ssl_term = ann.flag(annotation::SSL_TERM);
+    let cookie_sticky = ann.flag(annotation::COOKIE_STICKY);
+    let maxconn = ann
+        .get(annotation::MAXCONN)
+        .and_then(|v| match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                ann.warn(
+                    annotation::MAXCONN,
+                    v,
+                    "is not a positive integer; no limit",
+                );
+                None
+            }
+        });
+    let interval =
+        ann.get(annotation::CHECK_INTERVAL)
+            .and_then(|v| match parse_check_interval(v) {
+                Ok(d) => Some(d),
+                Err(why) => {
+                    ann.warn(
+                        annotation::CHECK_INTERVAL,
+                        v,
+                        &format!("{why}; using the default interval"),
+                    );
+                    None
+                }
+            });
+    let path = ann
+        .get(annotation::CHECK_PATH)
+        .and_then(|v| match validate_check_path(v.trim()) {
+            Ok(()) => Some(v.trim().into()),
+            Err(why) => {
+                ann.warn(
+                    annotation::CHECK_PATH,
+                    v,
+                    &format!("{why}; using a TCP connect check"),
+                );
+                None
+            }
+        });
+    let check = CheckSpec { interval, path };
+
+    let spec = svc.spec.as_ref();
+    let affinity = match spec.and_then(|s| s.session_affinity.as_deref()) {
+        Some("ClientIP") => {
+            let t = spec
+                .and_then(|s| s.session_affinity_config.as_ref())
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds);
+            Some(match t {
+                Some(secs) if secs > 0 => Duration::from_secs(secs.unsigned_abs().into()),
+                Some(secs) => {
+                    warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::InvalidObject,
+                        message: format!(
+                            "sessionAffinityConfig.clientIP.timeoutSeconds {secs} is not positive; using {}",
+                            DEFAULT_AFFINITY_TIMEOUT.as_secs()
+                        ),
+                    });
+                    DEFAULT_AFFINITY_TIMEOUT
+                }
+                None => DEFAULT_AFFINITY_TIMEOUT,
+            })
+        }
+        _ => None,
+    };
+    Settings {
+        algorithm,
+        host,
+        acl,
+        ssl_term,
+        cookie_sticky,
+        maxconn,
+        affinity,
+        check,
+    }
+}

@@ -1,0 +1,430 @@
+//! The full build: entries, routes and their conflicts, TCP frontends and warnings, with
+//! per-endpoint state carried over from the previous table by key. Pure.
+
+use super::*;
+
+/// Where a route lives: frontend, host level, prefix.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct RouteKey {
+    pub(super) frontend: Frontend,
+    pub(super) host: Option<HostPattern>,
+    pub(super) prefix: String,
+}
+
+/// A claim on a route key; the entry's `EntryKey` orders claims when several collide.
+pub(super) struct RouteClaim {
+    pub(super) entry: EntryId,
+    pub(super) strip: bool,
+}
+
+pub(super) struct Builder<'a> {
+    pub(super) options: &'a Options,
+    pub(super) prev_endpoints: HashMap<SocketAddr, Shared<EndpointState>>,
+    pub(super) prev_entries: HashMap<EntryKey, Shared<EntryState>>,
+    pub(super) entries: Vec<Entry>,
+    // Hash maps: the order routes are inserted in does not matter (conflicts are resolved by
+    // entry key, warnings sorted at the end), and tens of thousands of long, alike prefixes make
+    // an ordered map spend its time in string comparisons.
+    pub(super) routes: HashMap<RouteKey, Vec<RouteClaim>>,
+    pub(super) tcp: BTreeMap<u16, Vec<EntryId>>,
+    pub(super) warnings: Vec<Warning>,
+    pub(super) memo: Vec<Arc<ServiceMemo>>,
+    /// EndpointSlice key -> index in `memo` of its Service.
+    pub(super) owner: HashMap<Arc<ObjectKey>, u32>,
+    /// See `Memo::keyed`.
+    pub(super) keyed: bool,
+}
+
+impl<'a> Builder<'a> {
+    pub(super) fn new(options: &'a Options, previous: Option<&RoutingTable>) -> Self {
+        let mut prev_endpoints = HashMap::default();
+        let mut prev_entries = HashMap::default();
+        if let Some(prev) = previous {
+            for e in &prev.entries {
+                prev_entries.insert(e.key.clone(), e.state.clone());
+                for ep in &e.endpoints {
+                    prev_endpoints.insert(ep.addr, ep.state.clone());
+                }
+            }
+        }
+        Builder {
+            options,
+            prev_endpoints,
+            prev_entries,
+            entries: Vec::new(),
+            routes: HashMap::default(),
+            tcp: BTreeMap::new(),
+            warnings: Vec::new(),
+            memo: Vec::new(),
+            owner: HashMap::default(),
+            keyed: false,
+        }
+    }
+
+    /// A builder for one Service whose state comes from its own previous entries only.
+    pub(super) fn new_scoped(options: &'a Options, prev_entries: &[Arc<Entry>]) -> Self {
+        let mut b = Builder::new(options, None);
+        for e in prev_entries {
+            b.prev_entries.insert(e.key.clone(), e.state.clone());
+            for ep in &e.endpoints {
+                b.prev_endpoints.insert(ep.addr, ep.state.clone());
+            }
+        }
+        b
+    }
+
+    /// Records what `svc` contributed (entries from `first`, warnings from `warnings_before`).
+    pub(super) fn remember(
+        &mut self,
+        svc: &Service,
+        slices: &[&EndpointSlice],
+        first: usize,
+        warnings_before: usize,
+    ) {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        self.keyed &= svc
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|n| !n.is_empty());
+        let slot = u32::try_from(self.memo.len()).unwrap_or(u32::MAX);
+        let mut keys = Vec::with_capacity(slices.len());
+        for s in slices {
+            let (sns, sname) = meta_key(&s.metadata.namespace, &s.metadata.name);
+            let key = Arc::new((sns.to_string(), sname.to_string()));
+            // The same slice key twice: keys no longer name one object each.
+            self.keyed &= self.owner.insert(Arc::clone(&key), slot).is_none();
+            keys.push((key, version_fingerprint(&s.metadata)));
+        }
+        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.memo.push(Arc::new(ServiceMemo {
+            key: (ns.to_string(), name.to_string()),
+            version: version_fingerprint(&svc.metadata),
+            slices: keys,
+            first,
+            count: self.entries.len() - first,
+            warnings: self.warnings[warnings_before..].to_vec(),
+        }));
+    }
+
+    pub(super) fn skip(&mut self, who: &ObjectRef, message: String) {
+        self.warnings.push(Warning {
+            object: who.clone(),
+            reason: WarningReason::Skipped,
+            message,
+        });
+    }
+
+    pub(super) fn add_service(&mut self, svc: &Service, slices: &[&EndpointSlice]) {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
+        if self
+            .options
+            .only_namespace
+            .as_deref()
+            .is_some_and(|only| only != ns)
+        {
+            return;
+        }
+        if let Some(target) = &self.options.target_service {
+            let wanted = match target.split_once('/') {
+                Some((tns, tname)) => tns == ns && tname == name,
+                None => target == name,
+            };
+            if !wanted {
+                return;
+            }
+        }
+        let who = object("Service", ns, name);
+        let spec = svc.spec.as_ref();
+        match spec.and_then(|s| s.type_.as_deref()) {
+            Some("LoadBalancer") => {
+                return self.skip(&who, "type LoadBalancer already has a load balancer".into());
+            }
+            Some("ExternalName") => {
+                return self.skip(&who, "type ExternalName has no endpoints to balance".into());
+            }
+            _ => {}
+        }
+        let settings = settings(svc, self.options, &who, &mut self.warnings);
+        for sp in spec.and_then(|s| s.ports.as_deref()).unwrap_or(&[]) {
+            let protocol = sp.protocol.as_deref().unwrap_or("TCP");
+            if protocol != "TCP" {
+                self.skip(
+                    &who,
+                    format!("port {} is {protocol}; only TCP is served", sp.port),
+                );
+                continue;
+            }
+            let Ok(port) = u16::try_from(sp.port) else {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidObject,
+                    message: format!("port {} is out of range", sp.port),
+                });
+                continue;
+            };
+            self.add_port(svc, &who, &settings, sp, port, slices);
+        }
+    }
+
+    pub(super) fn add_port(
+        &mut self,
+        svc: &Service,
+        who: &ObjectRef,
+        s: &Settings,
+        sp: &ServicePort,
+        port: u16,
+        slices: &[&EndpointSlice],
+    ) {
+        let (ns, name) = (who.namespace.as_str(), who.name.as_str());
+        let key = EntryKey {
+            namespace: ns.to_string(),
+            service: name.to_string(),
+            port,
+        };
+        let addrs = if self.options.forward_services {
+            self.cluster_ip_endpoint(svc, who, port)
+                .into_iter()
+                .map(|a| (a, false))
+                .collect()
+        } else {
+            endpoint_addrs(sp, slices, &mut self.warnings)
+        };
+        let endpoints = addrs
+            .into_iter()
+            .map(|(addr, draining)| {
+                // Inserting a new address's state makes every entry of this build that uses the
+                // address share it, as later builds do (health checks rely on one per address).
+                let state = self.prev_endpoints.entry(addr).or_default().clone();
+                Endpoint {
+                    draining,
+                    ..Endpoint::new(addr, state)
+                }
+            })
+            .collect();
+        let entry_name = entry_name(
+            (ns != self.options.home_namespace).then_some(ns),
+            name,
+            port,
+        );
+        let is_tcp = self
+            .options
+            .tcp_services
+            .iter()
+            .any(|t| t.matches(ns, name, port));
+        let frontend = if is_tcp {
+            Frontend::Tcp(port)
+        } else if s.ssl_term {
+            Frontend::Https
+        } else {
+            Frontend::Http
+        };
+        let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
+        // Routes first, so that the name and key move into the entry instead of being copied.
+        if is_tcp {
+            self.tcp.entry(port).or_default().push(id);
+        } else {
+            let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
+                (_, false) => s.acl.iter().map(|p| (p.clone(), false)).collect(),
+                (Some(_), true) => vec![("/".into(), false)],
+                (None, true) => {
+                    let mut prefix = String::with_capacity(entry_name.len() + 1);
+                    prefix.push('/');
+                    prefix.push_str(&entry_name);
+                    vec![(prefix, true)]
+                }
+            };
+            for (prefix, strip) in prefixes {
+                let rk = RouteKey {
+                    frontend,
+                    host: s.host.clone(),
+                    prefix,
+                };
+                self.routes
+                    .entry(rk)
+                    .or_default()
+                    .push(RouteClaim { entry: id, strip });
+            }
+        }
+        self.entries.push(Entry {
+            name: entry_name.into(),
+            state: self.prev_entries.get(&key).cloned().unwrap_or_default(),
+            key,
+            frontend,
+            algorithm: s.algorithm,
+            // Cookies are an HTTP feature; on a TCP frontend client-IP affinity is what applies.
+            cookie_sticky: s.cookie_sticky && !is_tcp,
+            client_ip_affinity: s.affinity,
+            maxconn: s.maxconn,
+            endpoints,
+            check: s.check.clone(),
+        });
+    }
+
+    pub(super) fn cluster_ip_endpoint(
+        &mut self,
+        svc: &Service,
+        who: &ObjectRef,
+        port: u16,
+    ) -> Vec<SocketAddr> {
+        let ip = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
+        match ip.map(str::parse::<IpAddr>) {
+            Some(Ok(ip)) => vec![SocketAddr::new(ip, port)],
+            _ => {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidObject,
+                    message: format!(
+                        "--forward-services needs a clusterIP, found {}; no endpoints",
+                        show(ip.unwrap_or(""))
+                    ),
+                });
+                Vec::new()
+            }
+        }
+    }
+
+    pub(super) fn finish(mut self, inputs: MemoInputs) -> (Built, Vec<Warning>) {
+        let route_warnings_from = self.warnings.len();
+        let mut http = Router::default();
+        let mut https = Router::default();
+        // Wildcard suffix -> index in its router's list, so building stays linear.
+        let mut wildcard_at: HashMap<(Frontend, String), usize> = HashMap::default();
+        let routes = std::mem::take(&mut self.routes);
+        let entries = &self.entries;
+        let key_of = |id: EntryId| &entries[id as usize].key;
+        for (rk, mut claims) in routes {
+            if claims.len() > 1 {
+                claims.sort_by(|a, b| key_of(a.entry).cmp(key_of(b.entry)));
+            }
+            let winner = &claims[0];
+            for loser in &claims[1..] {
+                let (lk, wk) = (key_of(loser.entry), key_of(winner.entry));
+                self.warnings.push(Warning {
+                    object: object("Service", &lk.namespace, &lk.service),
+                    reason: WarningReason::RouteConflict,
+                    message: format!(
+                        "port {} claims {}{} which {wk} also claims; {wk} wins",
+                        lk.port,
+                        describe_host(&rk.host),
+                        rk.prefix,
+                    ),
+                });
+            }
+            let router = if rk.frontend == Frontend::Https {
+                &mut https
+            } else {
+                &mut http
+            };
+            let rules: &mut PathRules<EntryId> = match &rk.host {
+                None => &mut router.any_host,
+                Some(HostPattern::Exact(h)) => router.exact.entry(h.as_str().into()).or_default(),
+                Some(HostPattern::Wildcard(suffix)) => {
+                    let i = *wildcard_at
+                        .entry((rk.frontend, suffix.clone()))
+                        .or_insert_with(|| {
+                            router
+                                .wildcard
+                                .push((suffix.as_str().into(), PathRules::default()));
+                            router.wildcard.len() - 1
+                        });
+                    &mut router.wildcard[i].1
+                }
+            };
+            rules.insert(PathRule {
+                prefix: rk.prefix.into(),
+                strip: winner.strip,
+                target: winner.entry,
+            });
+        }
+        http.finish();
+        https.finish();
+
+        let mut tcp = Vec::new();
+        for (port, mut claims) in std::mem::take(&mut self.tcp) {
+            claims.sort_by(|a, b| key_of(*a).cmp(key_of(*b)));
+            let wk = key_of(claims[0]);
+            for loser in &claims[1..] {
+                let lk = key_of(*loser);
+                self.warnings.push(Warning {
+                    object: object("Service", &lk.namespace, &lk.service),
+                    reason: WarningReason::RouteConflict,
+                    message: format!("TCP port {port} is also claimed by {wk}; {wk} wins"),
+                });
+            }
+            tcp.push(TcpFrontend {
+                port,
+                entry: claims[0],
+            });
+        }
+
+        let mut unused: BTreeSet<ObjectKey> = inputs.unused.into_iter().collect();
+        // A key both unused and fed came twice; the count catches the other repeats.
+        let unused_len = unused.len();
+        unused.retain(|k| !self.owner.contains_key(k) && !inputs.unserved.contains(k));
+        let keyed = self.keyed
+            && unused.len() == unused_len
+            && unused.len() + self.owner.len() + inputs.unserved.len() == inputs.slice_count;
+        let route_warnings = self.warnings[route_warnings_from..].to_vec();
+        self.warnings.sort();
+        self.warnings.dedup();
+        let memo = Memo {
+            options: options_fingerprint(self.options),
+            keyed,
+            services: std::mem::take(&mut self.memo),
+            owner: Arc::new(std::mem::take(&mut self.owner)),
+            unused: Arc::new(unused),
+            unserved: Arc::new(inputs.unserved),
+            slice_count: inputs.slice_count,
+            input_warnings: inputs.input_warnings,
+            route_warnings,
+            all_warnings: Arc::new(self.warnings.clone()),
+        };
+        let table = RoutingTable {
+            generation: 0,
+            entries: self.entries.into_iter().map(Arc::new).collect(),
+            http: Arc::new(http),
+            https: Arc::new(https),
+            tcp,
+        };
+        (Built { table, memo }, self.warnings)
+    }
+}
+
+/// An entry's name: `svc` for port 80, else `svc:port`, with `ns/` in front when `ns` is
+/// given. Built by hand at its exact length (it becomes a `Box<str>` without reallocating):
+/// `format!` here was a tenth of a large build.
+pub(super) fn entry_name(ns: Option<&str>, name: &str, port: u16) -> String {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    let mut n = port;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = &digits[at..];
+    let port_len = if port == 80 { 0 } else { 1 + digits.len() };
+    let mut s = String::with_capacity(ns.map_or(0, |n| n.len() + 1) + name.len() + port_len);
+    if let Some(ns) = ns {
+        s.push_str(ns);
+        s.push('/');
+    }
+    s.push_str(name);
+    if port != 80 {
+        s.push(':');
+        s.extend(digits.iter().map(|&d| char::from(d)));
+    }
+    s
+}
+
+pub(super) fn describe_host(host: &Option<HostPattern>) -> String {
+    match host {
+        None => String::new(),
+        Some(HostPattern::Exact(h)) => h.clone(),
+        Some(HostPattern::Wildcard(s)) => format!("*{s}"),
+    }
+}
