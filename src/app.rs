@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use pingora::apps::HttpServerOptions;
+use pingora::apps::{HttpServerOptions, ServerApp};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
@@ -15,7 +15,10 @@ use pingora::services::listening::Service as ListeningService;
 use crate::config::{Config, Source};
 use crate::control::pipeline::Pipeline;
 use crate::control::{manifests, translate, watch};
-use crate::data::{listener as downstream, proxy as http_proxy, tcp as tcp_proxy, tls};
+use crate::data::tls::{self, HandshakeAcceptor};
+use crate::data::{listener as downstream, proxy as http_proxy, tcp as tcp_proxy};
+use crate::decide::edits::Forwarding;
+use crate::decide::error_page::ErrorPage;
 use crate::decide::explain;
 use crate::demo;
 use crate::ops::access_log::AccessLog;
@@ -23,7 +26,7 @@ use crate::ops::lifecycle::{Lifecycle, Signals};
 use crate::ops::metrics::Metrics;
 use crate::ops::{admin, health, stats};
 use crate::table;
-use crate::table::{Frontend, RoutingTable};
+use crate::table::{Frontend, RoutingTable, TableReader};
 
 /// Why the load balancer could not start.
 #[derive(Debug, thiserror::Error)]
@@ -117,84 +120,44 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let proxy = http_proxy::HttpProxy::new(
-        reader.clone(),
-        Frontend::Http,
-        config.timeouts,
-        config.connect_tries,
-        not_found.clone(),
-    )
-    .with_lifecycle(Arc::clone(&lifecycle))
-    .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
-    .with_fail_open(config.health.fail_open);
-    let fast = config
-        .fast_path
-        .then(|| crate::data::fast::FastPath::new(proxy.clone()));
-    let mut http_app = pingora::proxy::http_proxy(&server.configuration, proxy);
-    let mut options = HttpServerOptions::default();
-    options.h2c = true;
-    // The HTTP/1 keep-alive idle bound, for HTTP/2 connections with no stream open (Pingora
-    // otherwise keeps them for as long as the client wants).
-    options.h2_idle_timeout = Some(config.timeouts.keep_alive);
-    http_app.server_options = Some(options);
     // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
     let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
-    let mut guarded = downstream::Guard::new(
-        http_app,
-        config.downstream,
-        Arc::clone(&limit),
-        downstream::Counters::new(&metrics, &Frontend::Http.label()),
-    );
-    if let Some(fast) = fast {
-        guarded = guarded.with_fast_path(fast);
-    }
-    let counted = http_proxy::CountConnections::new(
-        guarded,
-        metrics.data.open_connections(&Frontend::Http.label()),
-    );
-    let mut http = ListeningService::new("http".into(), counted);
-    http.add_tcp(&http_addr.to_string());
-    server.add_service(http);
+    let server_conf = Arc::clone(&server.configuration);
+    let shared = HttpShared {
+        server_conf: &server_conf,
+        config: &config,
+        table: &reader,
+        lifecycle: &lifecycle,
+        metrics: &metrics,
+        access_log: &access_log,
+        limit: &limit,
+        not_found: &not_found,
+    };
+    server.add_service(http_service(
+        &shared,
+        HttpListener {
+            frontend: Frontend::Http,
+            addr: http_addr,
+            forwarding: None,
+            tls: None,
+            h2c: true,
+        },
+    ));
 
     let tls = tls.map(|t| t.with_metrics(Arc::clone(&metrics)));
     if let Some(tls) = &tls {
-        let proxy = http_proxy::HttpProxy::new(
-            reader.clone(),
-            Frontend::Https,
-            config.timeouts,
-            config.connect_tries,
-            not_found,
-        )
-        .with_lifecycle(Arc::clone(&lifecycle))
-        .with_observability(Arc::clone(&metrics), Arc::clone(&access_log))
-        .with_fail_open(config.health.fail_open)
-        .with_forwarding(tls.forwarding());
-        let fast = config
-            .fast_path
-            .then(|| crate::data::fast::FastPath::new(proxy.clone()));
-        let mut https_app = pingora::proxy::http_proxy(&server.configuration, proxy);
-        let mut options = HttpServerOptions::default();
-        options.h2_idle_timeout = Some(config.timeouts.keep_alive);
-        https_app.server_options = Some(options);
         // A plain TCP listener: the guard runs the handshake itself, with a deadline and
         // failure metrics.
-        let mut guarded = downstream::Guard::new(
-            https_app,
-            config.downstream,
-            Arc::clone(&limit),
-            downstream::Counters::new(&metrics, &Frontend::Https.label()),
-        )
-        .with_tls(tls.acceptor(config.downstream.header_timeout)?);
-        if let Some(fast) = fast {
-            guarded = guarded.with_fast_path(fast);
-        }
-        let counted = http_proxy::CountConnections::new(
-            guarded,
-            metrics.data.open_connections(&Frontend::Https.label()),
-        );
-        let mut https = ListeningService::new("https".into(), counted);
-        https.add_tcp(&https_addr.to_string());
-        server.add_service(https);
+        server.add_service(http_service(
+            &shared,
+            HttpListener {
+                frontend: Frontend::Https,
+                addr: https_addr,
+                forwarding: Some(tls.forwarding()),
+                tls: Some(tls.acceptor(config.downstream.header_timeout)?),
+                h2c: false,
+            },
+        ));
         server.add_service(background_service("certificates", tls.watcher()));
     }
     if !config.translate.tcp_services.is_empty() {
@@ -288,6 +251,81 @@ pub fn run(config: Config) -> Result<(), RunError> {
         }),
     });
     Ok(())
+}
+
+/// What the plain and the TLS HTTP frontend share.
+struct HttpShared<'a> {
+    server_conf: &'a Arc<ServerConf>,
+    config: &'a Config,
+    table: &'a TableReader,
+    lifecycle: &'a Arc<Lifecycle>,
+    metrics: &'a Arc<Metrics>,
+    access_log: &'a Arc<AccessLog>,
+    /// The connection limit both HTTP frontends count against.
+    limit: &'a Arc<downstream::ConnectionLimit>,
+    not_found: &'a ErrorPage,
+}
+
+/// What sets one HTTP frontend apart from the other.
+struct HttpListener {
+    frontend: Frontend,
+    addr: SocketAddr,
+    /// The TLS port's forwarding settings; `None` keeps the frontend's default.
+    forwarding: Option<Forwarding>,
+    /// The handshake the guard runs on each accepted connection; `None`: plain TCP.
+    tls: Option<HandshakeAcceptor>,
+    /// Accept HTTP/2 without TLS (prior knowledge).
+    h2c: bool,
+}
+
+/// One HTTP frontend: the proxy (and the fast path when `--fast-path` is on), Pingora's HTTP
+/// app, the connection guard and counter, and a TCP listener on `listener.addr`.
+fn http_service(
+    shared: &HttpShared<'_>,
+    listener: HttpListener,
+) -> ListeningService<impl ServerApp + Send + Sync + 'static> {
+    let config = shared.config;
+    let label = listener.frontend.label();
+    let mut proxy = http_proxy::HttpProxy::new(
+        shared.table.clone(),
+        listener.frontend,
+        config.timeouts,
+        config.connect_tries,
+        shared.not_found.clone(),
+    )
+    .with_lifecycle(Arc::clone(shared.lifecycle))
+    .with_observability(Arc::clone(shared.metrics), Arc::clone(shared.access_log))
+    .with_fail_open(config.health.fail_open);
+    if let Some(forwarding) = listener.forwarding {
+        proxy = proxy.with_forwarding(forwarding);
+    }
+    let fast = config
+        .fast_path
+        .then(|| crate::data::fast::FastPath::new(proxy.clone()));
+    let mut app = pingora::proxy::http_proxy(shared.server_conf, proxy);
+    let mut options = HttpServerOptions::default();
+    options.h2c = listener.h2c;
+    // The HTTP/1 keep-alive idle bound, for HTTP/2 connections with no stream open (Pingora
+    // otherwise keeps them for as long as the client wants).
+    options.h2_idle_timeout = Some(config.timeouts.keep_alive);
+    app.server_options = Some(options);
+    let mut guarded = downstream::Guard::new(
+        app,
+        config.downstream,
+        Arc::clone(shared.limit),
+        downstream::Counters::new(shared.metrics, &label),
+    );
+    if let Some(tls) = listener.tls {
+        guarded = guarded.with_tls(tls);
+    }
+    if let Some(fast) = fast {
+        guarded = guarded.with_fast_path(fast);
+    }
+    let counted =
+        http_proxy::CountConnections::new(guarded, shared.metrics.data.open_connections(&label));
+    let mut service = ListeningService::new(label, counted);
+    service.add_tcp(&listener.addr.to_string());
+    service
 }
 
 /// The client configuration: an explicit kubeconfig, else the in-cluster service account, else

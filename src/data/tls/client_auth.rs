@@ -1,0 +1,210 @@
+//! Client certificates: `ClientAuth` verifies them against a CA bundle that can be replaced
+//! while serving, `RecordPeer` counts completed handshakes and keeps the verified subject in
+//! Pingora's TLS digest (`PeerCert`), and `peer_subject` / `client_cert` read it back for the
+//! request side. It must not read files or decide what a request does with the subject.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::listeners::TlsAccept;
+use pingora::protocols::tls::{SslDigest, TlsRef};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use x509_parser::prelude::parse_x509_certificate;
+
+use super::certs::{one_line_dn, provider, system_time};
+use super::options::ClientVerify;
+use crate::decide::edits::ClientCert;
+use crate::ops::metrics::Metrics;
+
+/// The TLS frontend's metric label.
+const FRONTEND_LABEL: &str = "https";
+
+/// Client-certificate verification whose CA bundle can be replaced while serving: it delegates
+/// to the verifier built from the last good bundle.
+pub struct ClientAuth {
+    mode: ClientVerify,
+    current: ArcSwap<Arc<dyn ClientCertVerifier>>,
+}
+
+impl fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientAuth")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientAuth {
+    /// Builds the verifier from a PEM CA bundle; fails on an empty or unparsable bundle, or
+    /// one whose every certificate has expired.
+    pub fn from_pem(pem: &[u8], mode: ClientVerify, now: SystemTime) -> Result<ClientAuth, String> {
+        Ok(ClientAuth {
+            mode,
+            current: ArcSwap::from_pointee(verifier_from_pem(pem, mode, now)?),
+        })
+    }
+
+    /// Replaces the CA bundle for the next handshakes.
+    pub fn reload(&self, pem: &[u8], now: SystemTime) -> Result<(), String> {
+        let verifier = verifier_from_pem(pem, self.mode, now)?;
+        self.current.store(Arc::new(verifier));
+        Ok(())
+    }
+}
+
+fn verifier_from_pem(
+    pem: &[u8],
+    mode: ClientVerify,
+    now: SystemTime,
+) -> Result<Arc<dyn ClientCertVerifier>, String> {
+    let mut roots = RootCertStore::empty();
+    let mut current = 0;
+    for der in CertificateDer::pem_slice_iter(pem) {
+        let der = der.map_err(|e| format!("bad PEM: {e}"))?;
+        let (_, cert) =
+            parse_x509_certificate(&der).map_err(|e| format!("bad certificate: {e}"))?;
+        if system_time(cert.validity().not_after.timestamp()) > now {
+            current += 1;
+        }
+        roots
+            .add(der)
+            .map_err(|e| format!("unusable CA certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("no CA certificate in the bundle".into());
+    }
+    if current == 0 {
+        return Err("every CA certificate in the bundle has expired".into());
+    }
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+    let builder = match mode {
+        ClientVerify::Required => builder,
+        ClientVerify::Optional => builder.allow_unauthenticated(),
+    };
+    builder.build().map_err(|e| e.to_string())
+}
+
+impl ClientCertVerifier for ClientAuth {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.mode == ClientVerify::Required
+    }
+
+    /// No CA names are hinted: the hint would have to borrow from one bundle generation, and
+    /// clients send their configured certificate without it.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.current
+            .load()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current
+            .load()
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current
+            .load()
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current.load().supported_verify_schemes()
+    }
+}
+
+/// The verified client certificate of a connection, kept in Pingora's TLS digest.
+#[derive(Debug, Clone)]
+pub struct PeerCert {
+    /// One-line subject DN.
+    pub subject: String,
+}
+
+/// Counts completed handshakes and records the client certificate. rustls only keeps a peer
+/// certificate that the verifier accepted, so its presence means verification succeeded.
+pub(super) struct RecordPeer {
+    pub(super) metrics: Option<Arc<Metrics>>,
+}
+
+#[async_trait]
+impl TlsAccept for RecordPeer {
+    async fn handshake_complete_callback(
+        &self,
+        tls: &TlsRef,
+    ) -> Option<Arc<dyn Any + Send + Sync>> {
+        if let Some(m) = &self.metrics {
+            m.data.tls_handshake_ok(FRONTEND_LABEL);
+        }
+        let der = tls.peer_certificate_der()?;
+        let subject = parse_x509_certificate(der)
+            .map(|(_, cert)| one_line_dn(&cert))
+            .unwrap_or_default();
+        Some(Arc::new(PeerCert { subject }))
+    }
+}
+
+/// The verified client certificate's subject on a connection, when it presented one.
+pub fn peer_subject(ssl: Option<&SslDigest>) -> Option<&str> {
+    ssl.and_then(|s| s.extension.get::<PeerCert>())
+        .map(|p| p.subject.as_str())
+}
+
+/// What a frontend's connection proved, for the request edits (`decide::edits`).
+pub fn client_cert(ssl: Option<&SslDigest>) -> ClientCert<'_> {
+    match peer_subject(ssl) {
+        Some(subject) => ClientCert::Verified { subject },
+        None => ClientCert::Absent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::tls::certs::tests::bundle;
+    use std::time::Duration;
+
+    #[test]
+    fn ca_bundles_are_checked() {
+        let (pem, _) = bundle(&["ca.test"]);
+        let ca = pem.split("-----BEGIN PRIVATE KEY").next().unwrap();
+        let now = SystemTime::now();
+        assert!(ClientAuth::from_pem(ca.as_bytes(), ClientVerify::Required, now).is_ok());
+        assert!(ClientAuth::from_pem(b"", ClientVerify::Required, now).is_err());
+        assert!(ClientAuth::from_pem(b"not pem", ClientVerify::Optional, now).is_err());
+        let later = now + Duration::from_secs(3600 * 24 * 365 * 5000);
+        assert!(ClientAuth::from_pem(ca.as_bytes(), ClientVerify::Required, later).is_err());
+    }
+}

@@ -1,0 +1,144 @@
+//! The handshake on the TLS port (`HandshakeAcceptor`): run with a deadline on each accepted
+//! connection, and a failure classified by reason (`handshake_failure`) and counted. It must
+//! not choose certificates or verify clients (the rustls config it is given does that), and
+//! it never parses a request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::listeners::tls::Acceptor;
+use pingora::protocols::IO;
+use pingora::protocols::tls::TlsStream;
+
+use crate::ops::metrics::{Metrics, TlsFailure};
+
+/// Runs server handshakes with a deadline and counts the failures by reason.
+pub struct HandshakeAcceptor {
+    pub(super) acceptor: Acceptor,
+    pub(super) timeout: Duration,
+    pub(super) metrics: Option<Arc<Metrics>>,
+}
+
+impl HandshakeAcceptor {
+    /// The TLS stream, or `None` when the handshake failed or timed out (the connection is
+    /// then dropped; rustls has already sent its alert where there was one to send).
+    pub async fn accept<S: IO + 'static>(&self, stream: S) -> Option<TlsStream<S>> {
+        let failure =
+            match tokio::time::timeout(self.timeout, self.acceptor.tls_handshake(stream)).await {
+                Ok(Ok(tls)) => return Some(tls),
+                Ok(Err(e)) => {
+                    let reason = handshake_failure(&e.to_string());
+                    tracing::debug!(error = %e, reason = reason.as_str(), "TLS handshake failed");
+                    reason
+                }
+                Err(_) => TlsFailure::Timeout,
+            };
+        if let Some(m) = &self.metrics {
+            m.data.tls_handshake_failed(failure);
+        }
+        None
+    }
+}
+
+/// Classifies a failed handshake by its message. Pingora keeps only the text of the rustls
+/// (or I/O) error, so the text is what there is; `handshake_failures_are_classified` pins the
+/// rustls messages this relies on.
+pub fn handshake_failure(message: &str) -> TlsFailure {
+    const NO_CERT: &[&str] = &["no server certificate chain resolved"];
+    const CLIENT_CERT: &[&str] = &[
+        "invalid peer certificate",
+        "peer sent no certificates",
+        "CertificateRequired",
+    ];
+    const PROTOCOL: &[&str] = &[
+        "received corrupt message",
+        "received unexpected",
+        "peer is incompatible",
+        "peer misbehaved",
+        "received fatal alert",
+        "cannot decrypt",
+        "excess record size",
+        "doesn't support any known protocol",
+        "presented server name type",
+    ];
+    const IO: &[&str] = &[
+        "handshake eof",
+        "end of file",
+        "os error",
+        "reset by peer",
+        "connection reset",
+        "broken pipe",
+    ];
+    let has = |list: &[&str]| list.iter().any(|m| message.contains(m));
+    if has(NO_CERT) {
+        TlsFailure::NoCertificate
+    } else if has(CLIENT_CERT) {
+        TlsFailure::BadClientCertificate
+    } else if has(PROTOCOL) {
+        TlsFailure::Protocol
+    } else if has(IO) {
+        TlsFailure::Io
+    } else {
+        TlsFailure::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshake_failures_are_classified() {
+        use rustls::{CertificateError, Error, InvalidMessage, PeerIncompatible};
+        use std::io::{Error as IoError, ErrorKind};
+        // As Pingora words them: its context, then tokio-rustls' io::Error around the rustls
+        // error (or a plain I/O error).
+        let pingora = |e: IoError| format!("TLSHandshakeFailure context: tls connect error: {e}");
+        let tls = |e: Error| pingora(IoError::new(ErrorKind::InvalidData, e));
+        let cases = [
+            (
+                tls(Error::General(
+                    "no server certificate chain resolved".into(),
+                )),
+                TlsFailure::NoCertificate,
+            ),
+            (
+                tls(Error::NoCertificatesPresented),
+                TlsFailure::BadClientCertificate,
+            ),
+            (
+                tls(Error::InvalidCertificate(CertificateError::Expired)),
+                TlsFailure::BadClientCertificate,
+            ),
+            (
+                tls(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+                TlsFailure::BadClientCertificate,
+            ),
+            (
+                tls(Error::InvalidMessage(InvalidMessage::InvalidContentType)),
+                TlsFailure::Protocol,
+            ),
+            (
+                tls(Error::PeerIncompatible(PeerIncompatible::Tls12NotOffered)),
+                TlsFailure::Protocol,
+            ),
+            (
+                tls(Error::AlertReceived(rustls::AlertDescription::UnknownCA)),
+                TlsFailure::Protocol,
+            ),
+            (
+                pingora(IoError::new(ErrorKind::UnexpectedEof, "tls handshake eof")),
+                TlsFailure::Io,
+            ),
+            (
+                pingora(IoError::from(ErrorKind::ConnectionReset)),
+                TlsFailure::Io,
+            ),
+            (pingora(IoError::from_raw_os_error(104)), TlsFailure::Io),
+            ("something new".to_string(), TlsFailure::Other),
+        ];
+        for (message, want) in cases {
+            assert_eq!(handshake_failure(&message), want, "{message}");
+        }
+    }
+}
