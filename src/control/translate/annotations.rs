@@ -103,6 +103,44 @@ impl<'a> Annotations<'a> {
         Some(v.as_str())
     }
 
+    /// Warns about every key under the annotations' prefix that switchyard does not read (a
+    /// typo like `lb.sticky` would otherwise be silently without effect), naming the nearest
+    /// known key.
+    pub(super) fn unknown_keys(&mut self) {
+        let Some(map) = self.map else {
+            return;
+        };
+        for key in map.keys() {
+            if !key.starts_with(annotation::PREFIX) || annotation::KNOWN.contains(&key.as_str()) {
+                continue;
+            }
+            let typed = key[annotation::PREFIX.len()..].to_ascii_lowercase();
+            // A known key that contains what was typed (`lb.sticky`) is the likelier meaning;
+            // otherwise the closest spelling.
+            let nearest = annotation::KNOWN
+                .iter()
+                .min_by_key(|k| {
+                    let known = k[annotation::PREFIX.len()..].to_ascii_lowercase();
+                    let part = typed.trim_start_matches("lb.");
+                    if !part.is_empty() && known.contains(part) {
+                        0
+                    } else {
+                        1 + edit_distance(&typed, &known)
+                    }
+                })
+                .copied()
+                .unwrap_or(annotation::HOST);
+            self.warnings.push(Warning {
+                object: self.who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!(
+                    "{}: unknown annotation, ignored; did you mean {nearest}?",
+                    show(key)
+                ),
+            });
+        }
+    }
+
     pub(super) fn flag(&mut self, key: &str) -> bool {
         let Some(v) = self.get(key) else {
             return false;
@@ -125,6 +163,7 @@ pub(super) fn settings(
         who,
         warnings,
     };
+    ann.unknown_keys();
     let algorithm = match ann.get(annotation::ALGORITHM) {
         None => options.default_algorithm,
         Some(v) => v.parse::<Algorithm>().unwrap_or_else(|_| {
@@ -245,4 +284,22 @@ pub(super) fn settings(
         affinity,
         check,
     }
+}
+
+/// Levenshtein distance over bytes (keys are short ASCII; a longer key only costs more).
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1)
+                .min(row[j] + 1)
+                .min(diag + usize::from(ca != cb));
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }

@@ -48,6 +48,8 @@ use crate::table::{
 
 /// Annotation keys, as the original named them.
 pub mod annotation {
+    /// The prefix every key below shares; an unknown key under it is a warning.
+    pub const PREFIX: &str = "serviceloadbalancer/";
     pub const ALGORITHM: &str = "serviceloadbalancer/lb.algorithm";
     pub const HOST: &str = "serviceloadbalancer/lb.host";
     pub const SSL_TERM: &str = "serviceloadbalancer/lb.sslTerm";
@@ -56,6 +58,17 @@ pub mod annotation {
     pub const MAXCONN: &str = "serviceloadbalancer/lb.maxconn";
     pub const CHECK_INTERVAL: &str = "serviceloadbalancer/lb.check-interval";
     pub const CHECK_PATH: &str = "serviceloadbalancer/lb.check-path";
+    /// Every key switchyard reads.
+    pub const KNOWN: [&str; 8] = [
+        ALGORITHM,
+        HOST,
+        SSL_TERM,
+        ACL_MATCH,
+        COOKIE_STICKY,
+        MAXCONN,
+        CHECK_INTERVAL,
+        CHECK_PATH,
+    ];
 }
 
 /// The label that ties an EndpointSlice to its Service.

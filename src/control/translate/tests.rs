@@ -1402,3 +1402,38 @@ fn entry_names_are_built_at_their_exact_length() {
         assert_eq!(got.capacity(), got.len());
     }
 }
+
+/// A typo under the annotations' prefix is a warning naming the key it probably meant, and
+/// changes nothing else; keys under other prefixes are not ours to judge.
+#[test]
+fn unknown_annotation_keys_are_warned_about_with_the_nearest_known_key() {
+    let mut svc = mk_service("default", "web", &[80]);
+    for (k, v) in [
+        ("serviceloadbalancer/lb.sticky", "true"),
+        ("serviceloadbalancer/lb.algoritm", "source"),
+        ("serviceloadbalancer/lb.host", "web.example.com"),
+        ("example.com/other", "x"),
+    ] {
+        svc = annotate(svc, k, v);
+    }
+    let slices = vec![mk_slice("default", "web", "p80", 80, &["10.0.0.1"])];
+    let (t, w) = translate(&[svc], &slices, &Options::default(), None);
+    let msgs: Vec<&str> = w
+        .iter()
+        .filter(|w| w.reason == WarningReason::InvalidAnnotation)
+        .map(|w| w.message.as_str())
+        .collect();
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert!(
+        msgs.iter().any(|m| m.contains("lb.sticky")
+            && m.ends_with("did you mean serviceloadbalancer/lb.cookie-sticky-session?")),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs.iter().any(|m| m.contains("lb.algoritm")
+            && m.ends_with("did you mean serviceloadbalancer/lb.algorithm?")),
+        "{msgs:?}"
+    );
+    assert!(!entry(&t, "web").cookie_sticky);
+    assert!(route(&t, "web.example.com", "/").is_some());
+}
