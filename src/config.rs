@@ -135,6 +135,10 @@ pub struct Args {
     #[arg(long, value_name = "NAME", env = "SWITCHYARD_TARGET_SERVICE")]
     pub target_service: Option<String>,
 
+    /// Also serve `default/kubernetes`, the API server's own Service (skipped by default).
+    #[arg(long, env = "SWITCHYARD_SERVE_KUBERNETES_SERVICE")]
+    pub serve_kubernetes_service: bool,
+
     /// Forward to the Service's clusterIP:port instead of its endpoints (kube-proxy balances).
     #[arg(long, env = "SWITCHYARD_FORWARD_SERVICES")]
     pub forward_services: bool,
@@ -500,6 +504,7 @@ impl Config {
                 tcp_services: args.tcp_services,
                 home_namespace: args.namespace.clone().unwrap_or_else(|| "default".into()),
                 only_namespace: args.namespace,
+                serve_kubernetes_service: args.serve_kubernetes_service,
             },
             timeouts: Timeouts {
                 tunnel: Duration::from_secs(args.tunnel_timeout),

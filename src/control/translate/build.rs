@@ -135,6 +135,14 @@ impl<'a> Builder<'a> {
             }
         }
         let who = object("Service", ns, name);
+        let asked_for = self.options.target_service.is_some();
+        if (ns, name) == ("default", "kubernetes")
+            && !self.options.serve_kubernetes_service
+            && !asked_for
+        {
+            let why = "the API server's own Service; --serve-kubernetes-service serves it";
+            return self.skip(&who, why.into());
+        }
         let spec = svc.spec.as_ref();
         match spec.and_then(|s| s.type_.as_deref()) {
             Some("LoadBalancer") => {

@@ -95,6 +95,10 @@ pub struct Options {
     pub home_namespace: String,
     /// `--namespace`: serve only Services of this namespace.
     pub only_namespace: Option<String>,
+    /// `--serve-kubernetes-service`: also serve `default/kubernetes`, the API server's own
+    /// Service (skipped otherwise: exposing the API server through the ingress is never a
+    /// default, and its port is HTTPS that switchyard would speak plain HTTP to).
+    pub serve_kubernetes_service: bool,
 }
 
 impl Default for Options {
@@ -106,6 +110,7 @@ impl Default for Options {
             tcp_services: Vec::new(),
             home_namespace: "default".into(),
             only_namespace: None,
+            serve_kubernetes_service: false,
         }
     }
 }

@@ -1437,3 +1437,39 @@ fn unknown_annotation_keys_are_warned_about_with_the_nearest_known_key() {
     assert!(!entry(&t, "web").cookie_sticky);
     assert!(route(&t, "web.example.com", "/").is_some());
 }
+
+/// `default/kubernetes` (the API server's HTTPS port) is skipped with a warning unless asked
+/// for by flag or by `--target-service`.
+#[test]
+fn the_api_servers_own_service_is_skipped_unless_asked_for() {
+    let svcs = vec![
+        mk_service("default", "kubernetes", &[443]),
+        mk_service("default", "web", &[80]),
+    ];
+    let slices = vec![
+        mk_slice("default", "kubernetes", "p443", 443, &["10.0.0.100"]),
+        mk_slice("default", "web", "p80", 80, &["10.0.0.1"]),
+    ];
+    let (t, w) = translate(&svcs, &slices, &Options::default(), None);
+    assert!(t.entries.iter().all(|e| !e.name.starts_with("kubernetes")));
+    assert!(t.entries.iter().any(|e| &*e.name == "web"));
+    assert!(w.iter().any(|w| w.reason == WarningReason::Skipped
+        && w.object.name == "kubernetes"
+        && w.message.contains("--serve-kubernetes-service")));
+    for o in [
+        Options {
+            serve_kubernetes_service: true,
+            ..Options::default()
+        },
+        Options {
+            target_service: Some("default/kubernetes".into()),
+            ..Options::default()
+        },
+    ] {
+        let (t, _) = translate(&svcs, &slices, &o, None);
+        assert!(
+            t.entries.iter().any(|e| e.name.starts_with("kubernetes")),
+            "{o:?}"
+        );
+    }
+}
