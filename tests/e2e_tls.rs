@@ -14,14 +14,12 @@ use common::*;
 use http::{Request, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{CertificateParams, KeyPair};
 use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
+use tls_client::{Ca, Leaf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -33,75 +31,8 @@ const NO_STATS: &[&str] = &["--stats-port", "0"];
 const ANN_SSL: &str = "serviceloadbalancer/lb.sslTerm";
 
 // ---------------------------------------------------------------------------
-// Certificates
+// Certificates (the CA and its leaves are `tls_client`'s)
 // ---------------------------------------------------------------------------
-
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    fn server(&self, names: &[&str]) -> Leaf {
-        self.leaf(names, names[0], ExtendedKeyUsagePurpose::ServerAuth, false)
-    }
-
-    fn client(&self, cn: &str) -> Leaf {
-        self.leaf(&[], cn, ExtendedKeyUsagePurpose::ClientAuth, false)
-    }
-
-    fn expired_client(&self, cn: &str) -> Leaf {
-        self.leaf(&[], cn, ExtendedKeyUsagePurpose::ClientAuth, true)
-    }
-
-    fn leaf(&self, names: &[&str], cn: &str, eku: ExtendedKeyUsagePurpose, expired: bool) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "Switchyard Tests");
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![eku];
-        if expired {
-            params.not_before = rcgen::date_time_ymd(2001, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2002, 1, 1);
-        }
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            der: cert.der().to_vec(),
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-}
-
-struct Leaf {
-    der: Vec<u8>,
-    cert_pem: String,
-    key_pem: String,
-}
-
-impl Leaf {
-    /// HAProxy style: chain and key in one file.
-    fn bundle(&self) -> String {
-        format!("{}{}", self.cert_pem, self.key_pem)
-    }
-}
 
 /// Writes `contents` to `path` atomically (temp file + rename), as a rotation tool would.
 fn replace(path: &Path, contents: &str) {

@@ -855,7 +855,16 @@ impl OneConn {
         let stream = TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect");
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        Self::over(port, stream).await
+    }
+
+    /// HTTP/1.1 over an already connected stream (a TLS one, say); `port` only makes the
+    /// default `Host`.
+    pub async fn over<T>(port: u16, io: T) -> OneConn
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .expect("handshake");
         let task = tokio::spawn(async move {
@@ -864,13 +873,28 @@ impl OneConn {
         OneConn { port, sender, task }
     }
 
+    /// Whether the connection can carry another request (the server has not closed it).
+    pub fn is_open(&self) -> bool {
+        !self.sender.is_closed()
+    }
+
     pub async fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Result<Resp, String> {
+        self.request("GET", path, headers).await
+    }
+
+    /// Any method, without a body.
+    pub async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Resp, String> {
         let fut = async {
             self.sender
                 .ready()
                 .await
                 .map_err(|e| format!("connection not reusable: {e}"))?;
-            let req = build_request(self.port, "GET", path, headers)?;
+            let req = build_request(self.port, method, path, headers)?;
             let resp = self
                 .sender
                 .send_request(req)
@@ -983,5 +1007,31 @@ impl Switchyard {
     /// GET on the stats port.
     pub async fn stats(&self, path: &str) -> Resp {
         get(self.stats_port, path, &[]).await
+    }
+}
+
+/// A backend that accepts connections and closes them at once, before any response (the
+/// proxy answers 502 for it); stops on drop.
+pub struct Closer {
+    pub port: u16,
+    task: JoinHandle<()>,
+}
+
+impl Closer {
+    pub async fn start() -> Closer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind closer");
+        let port = listener.local_addr().expect("closer addr").port();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        Closer { port, task }
+    }
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
