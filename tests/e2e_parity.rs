@@ -15,9 +15,10 @@
 //! field, log field or metric names it (both apply the same edits of `src/decide/edits.rs`).
 //! So this file does not assert which engine served; it checks that with `--fast-path` left
 //! on the answers are right and identical to Pingora's, and that plain requests did ride one
-//! kept-alive connection, which is what the fast path needs to take them. The one trace today
-//! is a bug this table found (see `DATED`): the fast path's own answers lack `Date`, which
-//! shows it does serve the plain and the TLS frontend's `GET`s here.
+//! kept-alive connection, which is what the fast path needs to take them. (The one trace it
+//! had, a missing `Date` on the fast path's own answers, was a bug this table found: see
+//! `DATED`. Before that fix this table failed on the fast path only, which showed it does
+//! serve the plain and the TLS frontend's `GET`s here.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -136,15 +137,9 @@ const PLAIN_RESPONSE: Fields = &[
     ("cache-control", None),
     ("strict-transport-security", None),
 ];
-/// `Date` on switchyard's own answers (`(now)`: any value, see `Observed`).
-///
-/// KNOWN DIFFERENCE, failing on the fast path: its own answers (the 404 and 503 pages, and
-/// the 502/503/504 failure answers, `write_answer` in `src/data/fast/mod.rs`) carry no `Date`,
-/// while Pingora's carry one. Correct is a `Date`: RFC 9110 §6.6.1 makes it a MUST for an
-/// origin's 2xx–4xx answers, the fast path itself adds one to every relayed response that
-/// lacks it (`src/data/fast/response.rs`), and docs/operations.md has both engines apply the
-/// same answers. So every case below that expects `PAGE_RESPONSE` or `FAILURE_RESPONSE`
-/// fails on the fast path until `write_answer` writes a `Date`.
+/// `Date` on switchyard's own answers (`(now)`: any value, see `Observed`). RFC 9110 §6.6.1;
+/// this matrix found the fast path's own answers (404/503 pages, 502/503/504) without one
+/// while Pingora's had it, fixed in `write_answer` in `src/data/fast/mod.rs`.
 const DATED: (&str, Option<&str>) = ("date", Some("(now)"));
 const PAGE_RESPONSE: Fields = &[
     DATED,
@@ -498,7 +493,7 @@ fn cases() -> Vec<Case> {
                 404,
                 "",
                 &[
-                    DATED, // KNOWN DIFFERENCE: see `DATED`.
+                    DATED,
                     ("strict-transport-security", Some(HSTS)),
                     ("content-type", Some(PAGE_TYPE)),
                     ("cache-control", Some("no-cache")),

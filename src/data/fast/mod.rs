@@ -660,6 +660,10 @@ fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
             out.extend_from_slice(b"\r\n");
         }
     }
+    // RFC 9110 §6.6.1, as Pingora does for every response it writes.
+    out.extend_from_slice(b"Date: ");
+    out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
+    out.extend_from_slice(b"\r\n");
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }
