@@ -19,7 +19,6 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -165,14 +164,55 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    watch_stream(api, watcher::Config::default())
-        .modify(slim)
-        .backoff(RetryBackoff::default())
+    backed_off(watch_stream(api, watcher::Config::default()).modify(slim))
 }
 
-/// Watch retry delays: 100 ms doubling to 30 s, with jitter, reset by the next success. kube's
-/// default starts at 800 ms, which would make every re-list after a 410 Gone take most of a
-/// second; a load balancer wants the first retry fast and the storm case still bounded.
+/// Retries a failing watch with `RetryBackoff`, which only a completed list or a watch event
+/// resets: kube's own `backoff` adapter resets on any event, and its watcher emits `Init`
+/// before every list, so a list that keeps failing (API server down, RBAC removed) was retried
+/// every 100 ms forever. A
+/// 410 Gone (history compacted, as after an API-server restart) re-lists at once: the API
+/// server is there and only the resume point is stale.
+fn backed_off<K: Send + 'static>(
+    inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
+    let state = (Box::pin(inner), RetryBackoff::default(), None::<Duration>);
+    futures::stream::unfold(state, |(mut inner, mut backoff, wait)| async move {
+        if let Some(d) = wait {
+            tokio::time::sleep(d).await;
+        }
+        let item = inner.next().await?;
+        let wait = match &item {
+            // A completed list, or an event of a running watch: the API server answers.
+            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
+                backoff.reset();
+                None
+            }
+            Ok(Event::Init | Event::InitApply(_)) => None,
+            Err(e) if is_gone(e) => {
+                backoff.reset();
+                None
+            }
+            Err(_) => backoff.next(),
+        };
+        Some((item, (inner, backoff, wait)))
+    })
+}
+
+/// A 410 Gone, as a watch `ERROR` event or as the answer to the watch request.
+fn is_gone(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+/// Watch retry delays: 100 ms doubling to 30 s, with jitter, reset when a list completes.
+/// kube's default starts at 800 ms; a load balancer wants the first retry fast and the storm
+/// case still bounded.
 #[derive(Debug, Clone)]
 struct RetryBackoff {
     next: Duration,
@@ -203,7 +243,7 @@ impl Iterator for RetryBackoff {
     }
 }
 
-impl Backoff for RetryBackoff {
+impl RetryBackoff {
     fn reset(&mut self) {
         self.next = Self::FIRST;
     }

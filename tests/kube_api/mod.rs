@@ -69,6 +69,11 @@ struct State {
     /// Bumped by `break_watches`, under the same lock as the log, so a watch never sends an
     /// event recorded after it was broken.
     epoch: u64,
+    /// While set, every list and watch request is answered with this status (a real API
+    /// server answers 403 while it boots, 503 while etcd is away), as a `Status` object.
+    failing: Option<u16>,
+    /// List and watch requests per kind, answered or not.
+    attempts: BTreeMap<Kind, u32>,
 }
 
 /// A running fake API server.
@@ -181,6 +186,26 @@ impl FakeApi {
             st.epoch += 1;
         }
         self.kill.send_modify(|n| *n += 1);
+    }
+
+    /// Answers every list and watch with `status` (`None`: serve again). With a status, open
+    /// watches are closed too, as when the API server goes away.
+    pub fn fail_requests(&self, status: Option<u16>) {
+        self.state.lock().unwrap().failing = status;
+        if status.is_some() {
+            self.break_watches(false);
+        }
+    }
+
+    /// List and watch requests for `kind` so far, failed ones included.
+    pub fn attempts(&self, kind: Kind) -> u32 {
+        self.state
+            .lock()
+            .unwrap()
+            .attempts
+            .get(&kind)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Makes list requests for `kind` wait until `release_lists`.
@@ -296,6 +321,20 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
         );
     };
     let q = query(&req);
+    let failing = {
+        let mut st = ctx.state.lock().unwrap();
+        *st.attempts.entry(kind).or_default() += 1;
+        st.failing
+    };
+    if let Some(code) = failing {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let reason = if code == 403 { "Forbidden" } else { "ServiceUnavailable" };
+        return full(
+            status,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": format!("fake outage ({code})"), "reason": reason, "code": code}),
+        );
+    }
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         return watch_stream(ctx, kind, ns, &q);
     }
