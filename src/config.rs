@@ -40,13 +40,18 @@ pub struct Args {
     pub demo: bool,
 
     /// Build the table once from the source, print it as sorted JSON on stdout, exit.
-    #[arg(long = "dry-run", visible_alias = "dry")]
+    #[arg(long = "dry-run", visible_alias = "dry", env = "SWITCHYARD_DRY_RUN")]
     pub dry_run: bool,
 
     /// With --dry-run: instead of the table, explain where a request for HOST/PATH goes (route,
     /// precedence, entry, endpoint, stickiness) as JSON. `/PATH` means no Host header;
     /// an `https://` prefix asks about the TLS frontend.
-    #[arg(long, value_name = "HOST/PATH", requires = "dry_run")]
+    #[arg(
+        long,
+        value_name = "HOST/PATH",
+        requires = "dry_run",
+        env = "SWITCHYARD_EXPLAIN"
+    )]
     pub explain: Option<String>,
 
     /// Address the listeners bind to.
@@ -525,6 +530,33 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         Args::try_parse_from(std::iter::once("switchyard").chain(args.iter().copied()))
+    }
+
+    /// Every visible flag reads `SWITCHYARD_<FLAG>` (docs/operations.md says so); `--kubeconfig`
+    /// reads the conventional `KUBECONFIG` instead.
+    #[test]
+    fn every_flag_has_its_environment_variable() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let mut missing = Vec::new();
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_hide_set() || ["help", "version"].contains(&long) {
+                continue;
+            }
+            let want = if long == "kubeconfig" {
+                "KUBECONFIG".to_string()
+            } else {
+                format!("SWITCHYARD_{}", long.replace('-', "_").to_ascii_uppercase())
+            };
+            if arg.get_env().and_then(|e| e.to_str()) != Some(want.as_str()) {
+                missing.push(format!("--{long} (want {want}, has {:?})", arg.get_env()));
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "flags without their variable: {missing:#?}"
+        );
     }
 
     #[test]
