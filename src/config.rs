@@ -185,9 +185,9 @@ pub struct Args {
     pub hsts_max_age: u64,
 
     /// Idle timeout of raw TCP connections and upgraded (WebSocket) tunnels.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600,
-          value_parser = clap::value_parser!(u64).range(1..), env = "SWITCHYARD_TUNNEL_TIMEOUT")]
-    pub tunnel_timeout: u64,
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_timeout,
+          env = "SWITCHYARD_TUNNEL_TIMEOUT")]
+    pub tunnel_timeout: Duration,
 
     /// How long a backend may take to start its response, and at most between two reads of
     /// it (HAProxy `timeout server`); past it the request fails with 504 Gateway Timeout.
@@ -280,26 +280,21 @@ pub struct Args {
     pub fast_path: bool,
 }
 
-/// `250ms`, `5s`, `2m`, or a plain number of seconds.
+/// A DURATION flag: `250ms`, `30s`, `5m`, `2h`, `1h30m` (humantime, the syntax annotations use
+/// too), at most a week. A bare number is still read as seconds, as it was before units.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 5s or 2m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s or m)")),
-    };
-    if !secs.is_finite() || !(0.0..=3600.0).contains(&secs) {
-        return Err(format!("{s:?} must be between 0 and 1 hour"));
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        let secs: f64 = s
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 5m or 2h"))?;
+        let max = crate::control::translate::MAX_DURATION.as_secs_f64();
+        if !secs.is_finite() || secs > max {
+            return Err(format!("{s:?} is longer than a week"));
+        }
+        return Ok(Duration::from_secs_f64(secs));
     }
-    Ok(Duration::from_secs_f64(secs))
+    crate::control::translate::parse_duration(s)
 }
 
 /// A duration that must not be zero (a zero timeout would fail every request at once).
@@ -507,7 +502,7 @@ impl Config {
                 only_namespace: args.namespace,
             },
             timeouts: Timeouts {
-                tunnel: Duration::from_secs(args.tunnel_timeout),
+                tunnel: args.tunnel_timeout,
                 server_idle: args.server_timeout,
                 request_headers: args.request_header_timeout,
                 keep_alive: args.keep_alive_timeout,
@@ -717,10 +712,25 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("8days").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("2h").is_err());
+        assert!(parse_duration("5parsecs").is_err());
+        assert!(parse_duration("").is_err());
+        let c = Config::from_args(
+            parse(&[
+                "--manifests=m",
+                "--shutdown-grace=2h",
+                "--tunnel-timeout=1h",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.shutdown_grace, Duration::from_secs(7200));
+        assert_eq!(c.timeouts.tunnel, Duration::from_secs(3600));
         assert!(parse(&["--server-timeout", "0s"]).is_err());
         let c = Config::from_args(parse(&["--manifests=m"]).unwrap()).unwrap();
         assert_eq!(c.admin_bind_address, IpAddr::from([0, 0, 0, 0]));
