@@ -17,10 +17,39 @@ use crate::data::tls::{ClientVerify, TlsOptions};
 use crate::ops::health::HealthChecks;
 use crate::table::balance::Algorithm;
 
+/// `--version`: the crate version, the git commit it was built from and the Pingora version
+/// (build.rs; `unknown` when built outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_GIT_COMMIT"),
+    ", pingora ",
+    env!("SWITCHYARD_PINGORA_VERSION"),
+    ")"
+);
+
+/// How switchyard's own log lines (stderr) are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; coloured only when stderr is a terminal and NO_COLOR is unset.
+    #[default]
+    Text,
+    /// One JSON object per line: timestamp, level, target, fields (with the message), spans.
+    Json,
+}
+
 /// A Kubernetes service load balancer: one immutable routing table, swapped atomically, served
 /// by an embedded Pingora proxy.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "switchyard", version, about, max_term_width = 100)]
+#[command(
+    name = "switchyard",
+    version = VERSION,
+    about,
+    max_term_width = 100,
+    after_help = "DURATION: a number with a unit, or several summed: 500ms, 30s, 5m, 2h, 1h30m \
+                  (at most a week).\nEvery flag also reads SWITCHYARD_<FLAG> (--kubeconfig: \
+                  KUBECONFIG)."
+)]
 pub struct Args {
     /// Kubernetes manifests (YAML or JSON, multi-document or `kind: List`) holding Services and
     /// EndpointSlices (or v1 Endpoints); a file or a directory. Repeatable. Files are watched
@@ -263,6 +292,12 @@ pub struct Args {
           env = "SWITCHYARD_SHUTDOWN_GRACE")]
     pub shutdown_grace: Duration,
 
+    /// Format of switchyard's own log lines on stderr: `text` (coloured only on a terminal,
+    /// never with NO_COLOR set) or `json` (one object per line). RUST_LOG sets the levels.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text,
+          env = "SWITCHYARD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
     /// Worker threads of the data plane (0: one per core).
     #[arg(
         long,
@@ -367,6 +402,8 @@ pub enum Source {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub source: Source,
+    /// `--log-format`; read by main, which sets up logging.
+    pub log_format: LogFormat,
     pub demo: bool,
     pub dry_run: bool,
     pub bind_address: IpAddr,
@@ -467,6 +504,7 @@ impl Config {
         };
         Ok(Config {
             source,
+            log_format: args.log_format,
             demo: args.demo,
             dry_run: args.dry_run,
             bind_address: args.bind_address,
