@@ -262,3 +262,43 @@ fn version_names_the_commit_and_pingora() {
     assert!(v.contains(", pingora 0."), "{v}");
     assert_eq!(v.lines().count(), 1, "{v}");
 }
+
+/// On a terminal (util-linux `script` gives one; skipped without it) the text format is
+/// coloured, unless NO_COLOR is set to anything non-empty.
+#[test]
+fn no_color_turns_colour_off_on_a_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("no `script` here: skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let on_a_tty = |no_color: &str| {
+        let line = format!(
+            "timeout -s KILL 3 {} --manifests {m} --bind-address 127.0.0.1 --stats-port 0 \
+             --http-port {} --admin-port {}",
+            bin(),
+            free_port(),
+            free_port()
+        );
+        let out = Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("NO_COLOR", no_color)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .output()
+            .expect("script");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let coloured = on_a_tty("");
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = on_a_tty("1");
+    assert!(plain.contains("INFO"), "{plain:?}");
+    assert!(
+        !plain.contains('\x1b'),
+        "colour despite NO_COLOR: {plain:?}"
+    );
+}
