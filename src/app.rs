@@ -29,6 +29,10 @@ use crate::table;
 use crate::table::{Frontend, RoutingTable, TableReader};
 
 /// Why the load balancer could not start.
+///
+/// The rule for this and every error it wraps (`ManifestError`, `TlsError`, ...): a Display
+/// is complete on its own, cause included, since runtime warnings print it alone. The one
+/// line `main` prints is [`error_line`], which adds only the causes not already said.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
@@ -53,6 +57,23 @@ pub enum RunError {
     AccessLog(std::io::Error),
     #[error("--explain: {0}")]
     Explain(String),
+}
+
+/// One line for an error and its causes, each cause said once: a link of the `source()` chain
+/// whose text the line already holds (most of ours put their cause in their Display) is left
+/// out; one a library hides (a connect error under a client error) is appended.
+pub fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        next = cause.source();
+    }
+    line
 }
 
 /// Runs switchyard until it is told to stop (or, with `--dry-run`, prints the table and returns).
@@ -462,5 +483,29 @@ impl BackgroundService for ClusterWatch {
         }
         .run(shutdown)
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_line_says_each_cause_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let e = RunError::Bind {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            what: "--http-port",
+            source: io(),
+        };
+        let line = error_line(&e);
+        assert_eq!(line.matches(&io().to_string()).count(), 1, "{line}");
+        let e = RunError::from(tls::TlsError::Read {
+            path: "/nope.pem".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+        let line = error_line(&e);
+        assert_eq!(line.matches("not found").count(), 1, "{line}");
+        assert!(line.starts_with("TLS: /nope.pem"), "{line}");
     }
 }

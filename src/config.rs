@@ -17,10 +17,39 @@ use crate::data::tls::{ClientVerify, TlsOptions};
 use crate::ops::health::HealthChecks;
 use crate::table::balance::Algorithm;
 
+/// `--version`: the crate version, the git commit it was built from and the Pingora version
+/// (build.rs; `unknown` when built outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_GIT_COMMIT"),
+    ", pingora ",
+    env!("SWITCHYARD_PINGORA_VERSION"),
+    ")"
+);
+
+/// How switchyard's own log lines (stderr) are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; coloured only when stderr is a terminal and NO_COLOR is unset.
+    #[default]
+    Text,
+    /// One JSON object per line: timestamp, level, target, fields (with the message), spans.
+    Json,
+}
+
 /// A Kubernetes service load balancer: one immutable routing table, swapped atomically, served
 /// by an embedded Pingora proxy.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "switchyard", version, about, max_term_width = 100)]
+#[command(
+    name = "switchyard",
+    version = VERSION,
+    about,
+    max_term_width = 100,
+    after_help = "DURATION: a number with a unit, or several summed: 500ms, 30s, 5m, 2h, 1h30m \
+                  (at most a week).\nEvery flag also reads SWITCHYARD_<FLAG> (--kubeconfig: \
+                  KUBECONFIG)."
+)]
 pub struct Args {
     /// Kubernetes manifests (YAML or JSON, multi-document or `kind: List`) holding Services and
     /// EndpointSlices (or v1 Endpoints); a file or a directory. Repeatable. Files are watched
@@ -40,13 +69,18 @@ pub struct Args {
     pub demo: bool,
 
     /// Build the table once from the source, print it as sorted JSON on stdout, exit.
-    #[arg(long = "dry-run", visible_alias = "dry")]
+    #[arg(long = "dry-run", visible_alias = "dry", env = "SWITCHYARD_DRY_RUN")]
     pub dry_run: bool,
 
     /// With --dry-run: instead of the table, explain where a request for HOST/PATH goes (route,
     /// precedence, entry, endpoint, stickiness) as JSON. `/PATH` means no Host header;
     /// an `https://` prefix asks about the TLS frontend.
-    #[arg(long, value_name = "HOST/PATH", requires = "dry_run")]
+    #[arg(
+        long,
+        value_name = "HOST/PATH",
+        requires = "dry_run",
+        env = "SWITCHYARD_EXPLAIN"
+    )]
     pub explain: Option<String>,
 
     /// Address the listeners bind to.
@@ -184,9 +218,9 @@ pub struct Args {
     pub hsts_max_age: u64,
 
     /// Idle timeout of raw TCP connections and upgraded (WebSocket) tunnels.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600,
-          value_parser = clap::value_parser!(u64).range(1..), env = "SWITCHYARD_TUNNEL_TIMEOUT")]
-    pub tunnel_timeout: u64,
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_timeout,
+          env = "SWITCHYARD_TUNNEL_TIMEOUT")]
+    pub tunnel_timeout: Duration,
 
     /// How long a backend may take to start its response, and at most between two reads of
     /// it (HAProxy `timeout server`); past it the request fails with 504 Gateway Timeout.
@@ -262,6 +296,12 @@ pub struct Args {
           env = "SWITCHYARD_SHUTDOWN_GRACE")]
     pub shutdown_grace: Duration,
 
+    /// Format of switchyard's own log lines on stderr: `text` (coloured only on a terminal,
+    /// never with NO_COLOR set) or `json` (one object per line). RUST_LOG sets the levels.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text,
+          env = "SWITCHYARD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
     /// Worker threads of the data plane (0: one per core).
     #[arg(
         long,
@@ -279,26 +319,21 @@ pub struct Args {
     pub fast_path: bool,
 }
 
-/// `250ms`, `5s`, `2m`, or a plain number of seconds.
+/// A DURATION flag: `250ms`, `30s`, `5m`, `2h`, `1h30m` (humantime, the syntax annotations use
+/// too), at most a week. A bare number is still read as seconds, as it was before units.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 5s or 2m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s or m)")),
-    };
-    if !secs.is_finite() || !(0.0..=3600.0).contains(&secs) {
-        return Err(format!("{s:?} must be between 0 and 1 hour"));
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        let secs: f64 = s
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration like 500ms, 30s, 5m or 2h"))?;
+        let max = crate::control::translate::MAX_DURATION.as_secs_f64();
+        if !secs.is_finite() || secs > max {
+            return Err(format!("{s:?} is longer than a week"));
+        }
+        return Ok(Duration::from_secs_f64(secs));
     }
-    Ok(Duration::from_secs_f64(secs))
+    crate::control::translate::parse_duration(s)
 }
 
 /// A duration that must not be zero (a zero timeout would fail every request at once).
@@ -371,6 +406,8 @@ pub enum Source {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub source: Source,
+    /// `--log-format`; read by main, which sets up logging.
+    pub log_format: LogFormat,
     pub demo: bool,
     pub dry_run: bool,
     pub bind_address: IpAddr,
@@ -471,6 +508,7 @@ impl Config {
         };
         Ok(Config {
             source,
+            log_format: args.log_format,
             demo: args.demo,
             dry_run: args.dry_run,
             bind_address: args.bind_address,
@@ -507,7 +545,7 @@ impl Config {
                 serve_kubernetes_service: args.serve_kubernetes_service,
             },
             timeouts: Timeouts {
-                tunnel: Duration::from_secs(args.tunnel_timeout),
+                tunnel: args.tunnel_timeout,
                 server_idle: args.server_timeout,
                 request_headers: args.request_header_timeout,
                 keep_alive: args.keep_alive_timeout,
@@ -530,6 +568,33 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         Args::try_parse_from(std::iter::once("switchyard").chain(args.iter().copied()))
+    }
+
+    /// Every visible flag reads `SWITCHYARD_<FLAG>` (docs/operations.md says so); `--kubeconfig`
+    /// reads the conventional `KUBECONFIG` instead.
+    #[test]
+    fn every_flag_has_its_environment_variable() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let mut missing = Vec::new();
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_hide_set() || ["help", "version"].contains(&long) {
+                continue;
+            }
+            let want = if long == "kubeconfig" {
+                "KUBECONFIG".to_string()
+            } else {
+                format!("SWITCHYARD_{}", long.replace('-', "_").to_ascii_uppercase())
+            };
+            if arg.get_env().and_then(|e| e.to_str()) != Some(want.as_str()) {
+                missing.push(format!("--{long} (want {want}, has {:?})", arg.get_env()));
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "flags without their variable: {missing:#?}"
+        );
     }
 
     #[test]
@@ -690,10 +755,25 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("8days").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("2h").is_err());
+        assert!(parse_duration("5parsecs").is_err());
+        assert!(parse_duration("").is_err());
+        let c = Config::from_args(
+            parse(&[
+                "--manifests=m",
+                "--shutdown-grace=2h",
+                "--tunnel-timeout=1h",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.shutdown_grace, Duration::from_secs(7200));
+        assert_eq!(c.timeouts.tunnel, Duration::from_secs(3600));
         assert!(parse(&["--server-timeout", "0s"]).is_err());
         let c = Config::from_args(parse(&["--manifests=m"]).unwrap()).unwrap();
         assert_eq!(c.admin_bind_address, IpAddr::from([0, 0, 0, 0]));

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
-use switchyard::config::{Args, Config};
+use switchyard::config::{Args, Config, LogFormat};
 
 // jemalloc instead of glibc malloc: with background purging it gives freed pages back to the OS
 // (glibc kept the peak of the first table build as RSS: 218 MiB against 123 MiB at 10,000
@@ -38,25 +38,34 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing();
+    init_tracing(config.log_format);
     // Pingora and kube both build rustls configs; with one process-wide provider installed up
     // front, no library can pick a second one and panic.
     let _ = rustls::crypto::ring::default_provider().install_default();
     match switchyard::app::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let e = anyhow::Error::from(e);
-            eprintln!("switchyard: {e:#}");
+            eprintln!("switchyard: {}", switchyard::app::error_line(&e));
             ExitCode::FAILURE
         }
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+        LogFormat::Text => {
+            // Colour codes only for a person at a terminal, and never against NO_COLOR
+            // (no-color.org: any non-empty value).
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            let ansi = std::io::stderr().is_terminal() && !no_color;
+            builder.with_ansi(ansi).init()
+        }
+    }
 }

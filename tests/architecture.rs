@@ -73,6 +73,7 @@ const WINGS: &[Wing] = &[
             "ahash",
             "arc_swap",
             "http",
+            "humantime",
         ],
     },
     Wing {

@@ -20,24 +20,17 @@ pub(super) struct Settings {
 pub(super) const CHECK_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(3600));
 
-/// `lb.check-interval`: `0` (off), or a number with `ms`, `s` or `m` between 100 ms and 1 h.
+/// `lb.check-interval`: `0` (off), or a duration (`500ms`, `5s`, `2m`; see [`parse_duration`])
+/// between 100 ms and 1 h. A bare number other than `0` is refused: `inter 5` meant 5 ms.
 pub(super) fn parse_check_interval(v: &str) -> Result<Duration, &'static str> {
     let v = v.trim();
     if v == "0" {
         return Ok(Duration::ZERO);
     }
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| "is not a duration like 5s or 500ms")?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "" => return Err("needs a unit (ms, s or m)"),
-        _ => return Err("has an unknown unit (use ms, s or m)"),
-    };
+    if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) {
+        return Err("needs a unit (like 500ms, 5s or 2m)");
+    }
+    let d = parse_duration(v).map_err(|_| "is not a duration like 5s or 500ms")?;
     let (min, max) = CHECK_INTERVAL_RANGE;
     if d.is_zero() {
         Ok(d)
@@ -46,6 +39,21 @@ pub(super) fn parse_check_interval(v: &str) -> Result<Duration, &'static str> {
     } else {
         Ok(d)
     }
+}
+
+/// Longest duration any flag or annotation accepts: beyond it a deadline is a typo.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The one duration syntax of switchyard's flags and annotations (humantime): a number with
+/// a unit, several of them summed: `250ms`, `30s`, `5m`, `2h`, `1h30m`. At most a week.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like 500ms, 30s, 5m or 2h ({e})"))?;
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is longer than a week"));
+    }
+    Ok(d)
 }
 
 /// `lb.check-path`: an absolute path (query allowed) of visible ASCII, at most 1 KiB.

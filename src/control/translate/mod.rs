@@ -35,6 +35,7 @@ mod endpoints;
 mod incremental;
 mod inputs;
 
+pub use self::annotations::{MAX_DURATION, parse_duration};
 pub use self::incremental::Memo;
 use self::{annotations::*, build::*, endpoints::*, incremental::*, inputs::*};
 use crate::table::balance::Algorithm;

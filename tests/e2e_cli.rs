@@ -1,0 +1,304 @@
+//! What users hit first, at the command line: log lines on a pipe, error lines, duration
+//! flags, `--version`. Each test runs the real binary to its exit.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// A manifest with one Service whose lb.algorithm is bogus: a dry run succeeds with a warning.
+fn manifest_with_a_warning(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("m.yaml");
+    let objs: Vec<Value> = vec![svc("web", 80).algo("bogus").into(), slice("web", "", 8080)];
+    std::fs::write(&path, multi_doc(&objs)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// `run_to_exit` with the environment controlled: no NO_COLOR from the caller's shell,
+/// RUST_LOG=warn, plus `env`.
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn switchyard");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "switchyard {args:?} did not exit within 30 s: {}",
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("wait_with_output")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Starts switchyard serving the manifest on free loopback ports with stderr going to a file
+/// (not a terminal), waits for its first table swap, kills it, returns what it logged.
+fn serve_briefly(manifest: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    let (http, admin) = (free_port().to_string(), free_port().to_string());
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "--manifests",
+        manifest,
+        "--bind-address=127.0.0.1",
+        "--stats-port=0",
+    ])
+    .args(["--http-port", &http, "--admin-port", &admin])
+    .args(extra)
+    .env_remove("NO_COLOR")
+    .env("RUST_LOG", "info")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn switchyard");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut text = String::new();
+    while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("table swapped") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or(text);
+    assert!(
+        text.contains("table swapped"),
+        "no table swap logged: {text}"
+    );
+    text
+}
+
+#[test]
+fn logs_on_a_pipe_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let err = serve_briefly(&m, &[], &[]);
+    assert!(
+        !err.contains('\x1b'),
+        "colour codes off a terminal: {err:?}"
+    );
+}
+
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    for err in [
+        serve_briefly(&m, &["--log-format", "json"], &[]),
+        serve_briefly(&m, &[], &[("SWITCHYARD_LOG_FORMAT", "json")]),
+    ] {
+        for line in err.lines() {
+            let v: Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+            for key in ["timestamp", "level", "target"] {
+                assert!(v.get(key).is_some(), "no {key}: {line}");
+            }
+            assert!(v["fields"]["message"].is_string(), "no message: {line}");
+        }
+    }
+    let out = run(&["--log-format", "yaml"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn a_port_in_use_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port().to_string();
+    let admin = free_port().to_string();
+    let out = run(
+        &[
+            "--manifests",
+            &m,
+            "--bind-address",
+            "127.0.0.1",
+            "--http-port",
+            &port,
+            "--admin-port",
+            &admin,
+            "--stats-port",
+            "0",
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let cause = "Address already in use";
+    let line = err
+        .lines()
+        .find(|l| l.contains("cannot listen"))
+        .unwrap_or("");
+    assert!(line.contains("--http-port"), "{err}");
+    assert_eq!(line.matches(&cause).count(), 1, "{line}");
+    drop(held);
+}
+
+#[test]
+fn a_missing_certificate_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let cert = dir.path().join("nope.pem");
+    let out = run(
+        &[
+            "--manifests",
+            &m,
+            "--bind-address=127.0.0.1",
+            "--stats-port=0",
+            "--http-port",
+            &free_port().to_string(),
+            "--admin-port",
+            &free_port().to_string(),
+            "--https-port",
+            &free_port().to_string(),
+            "--ssl-cert",
+            cert.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let line = err.lines().find(|l| l.contains("nope.pem")).unwrap_or("");
+    assert_eq!(
+        line.matches("No such file or directory").count(),
+        1,
+        "{err}"
+    );
+}
+
+#[test]
+fn durations_take_units_up_to_hours() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let out = run(
+        &[
+            "--manifests",
+            &m,
+            "--dry-run",
+            "--shutdown-grace",
+            "2h",
+            "--tunnel-timeout",
+            "1h",
+            "--check-interval",
+            "1m30s",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(
+        &[
+            "--manifests",
+            &m,
+            "--dry-run",
+            "--server-timeout",
+            "5parsecs",
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("5parsecs"), "{err}");
+}
+
+#[test]
+fn dry_run_reads_its_environment_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    // Were the variable ignored, switchyard would serve (on free ports) until killed.
+    let (http, admin) = (free_port().to_string(), free_port().to_string());
+    let out = run(
+        &[
+            "--manifests",
+            &m,
+            "--bind-address=127.0.0.1",
+            "--http-port",
+            &http,
+            "--admin-port",
+            &admin,
+            "--stats-port=0",
+        ],
+        &[("SWITCHYARD_DRY_RUN", "true")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table: Value = serde_json::from_slice(&out.stdout).expect("the table on stdout");
+    assert!(table.is_object(), "{table}");
+}
+
+#[test]
+fn version_names_the_commit_and_pingora() {
+    let out = run_to_exit(&["--version"]);
+    assert!(out.status.success());
+    let v = String::from_utf8_lossy(&out.stdout);
+    assert!(v.starts_with("switchyard 0."), "{v}");
+    assert!(v.contains("(commit "), "{v}");
+    assert!(v.contains(", pingora 0."), "{v}");
+    assert_eq!(v.lines().count(), 1, "{v}");
+}
+
+/// On a terminal (util-linux `script` gives one; skipped without it) the text format is
+/// coloured, unless NO_COLOR is set to anything non-empty.
+#[test]
+fn no_color_turns_colour_off_on_a_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("no `script` here: skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let on_a_tty = |no_color: &str| {
+        let line = format!(
+            "timeout -s KILL 3 {} --manifests {m} --bind-address 127.0.0.1 --stats-port 0 \
+             --http-port {} --admin-port {}",
+            bin(),
+            free_port(),
+            free_port()
+        );
+        let out = Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("NO_COLOR", no_color)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .output()
+            .expect("script");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let coloured = on_a_tty("");
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = on_a_tty("1");
+    assert!(plain.contains("INFO"), "{plain:?}");
+    assert!(
+        !plain.contains('\x1b'),
+        "colour despite NO_COLOR: {plain:?}"
+    );
+}
