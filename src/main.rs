@@ -54,7 +54,11 @@ fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's client and watcher log each failed request themselves (an ERROR per connection
+    // failure, a 403's whole Status twice); switchyard's watch says it once per outage with the
+    // cause, so theirs are off unless RUST_LOG asks for them.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client=off,kube_runtime=off"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -276,6 +276,67 @@ async fn broken_watch_relists_and_catches_missed_deletes() {
     assert_eq!(failures, 0);
 }
 
+/// An API-server outage (every list and watch answered 403, as while it boots or after its
+/// RBAC was removed) is retried with a growing delay, not every 100 ms: kube's watcher emits
+/// `Init` before each list and its backoff adapter reset on it. When the API server is back with
+/// its history compacted (a 410 on the resumed watch), the re-list is immediate and changes
+/// made during the outage are live within 2 s (the bound here is looser for loaded machines;
+/// the measured figure is printed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_outage_backs_off_and_recovers_within_two_seconds() {
+    let (b1, b2) = (Backend::start("b1").await, Backend::start("b2").await);
+    let api = FakeApi::start().await;
+    api.apply(service("web", &[]));
+    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    // Started while every list fails: the first lists back off too.
+    api.fail_requests(Some(403));
+    let sy = Cluster::start(&api, &[]);
+    let window = Duration::from_secs(3);
+    tokio::time::sleep(window).await;
+    let lists = api.attempts(Kind::Service);
+    eprintln!("{lists} Service list requests in the first {window:?}, all refused");
+    assert!(
+        lists <= 10,
+        "{lists} Service lists in {window:?} while refused: list retries do not back off"
+    );
+    api.fail_requests(None);
+    sy.wait_ready().await;
+
+    api.fail_requests(Some(403));
+    let before = api.attempts(Kind::Service);
+    // The window is what is measured: requests per second of outage.
+    let window = Duration::from_secs(4);
+    tokio::time::sleep(window).await;
+    let during = api.attempts(Kind::Service) - before;
+    eprintln!("{during} Service list/watch requests in {window:?} of outage");
+    assert!(
+        during <= 12,
+        "{during} Service requests in {window:?} of outage: retries do not back off"
+    );
+    // The last table keeps serving through the outage.
+    assert!(sy.get("/web").await.is_some_and(|r| r.status == 200));
+
+    // Changed while the API server was away; back with its history compacted.
+    api.apply(slice("web", "web-2", b2.port, true, true, false));
+    api.delete(Kind::EndpointSlice, "default", "web-1");
+    api.break_watches(true);
+    api.fail_requests(None);
+    let back = Instant::now();
+    let took = sy.only_from("/web", &b2).await;
+    let took = took.map(|_| back.elapsed());
+    eprintln!("converged {took:?} after the API server came back");
+    // One warning when a watch went down, per resource and outage (two outages here), not
+    // one per retry.
+    let stderr = sy.stderr();
+    let down = stderr.matches("cannot watch").count();
+    assert!((2..=4).contains(&down), "{down} outage warnings:\n{stderr}");
+    assert!(
+        took.is_some_and(|t| t <= Duration::from_millis(2_800)),
+        "not converged within 2.8 s of the API server's return: {took:?}\n{}",
+        sy.stderr()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_annotation_becomes_a_kubernetes_event() {
     let b1 = Backend::start("b1").await;

@@ -74,6 +74,8 @@ struct Store<K> {
     changed: BTreeSet<(String, String)>,
     /// The live set was replaced whole since `take_changes` (a list): changes are unknown.
     replaced: bool,
+    /// The watch failed and has not answered since (one warning per outage, not per retry).
+    down: bool,
 }
 
 impl<K: Resource> Store<K> {
@@ -85,6 +87,7 @@ impl<K: Resource> Store<K> {
             lists: 0,
             changed: BTreeSet::new(),
             replaced: false,
+            down: false,
         }
     }
 
@@ -176,27 +179,45 @@ where
 fn backed_off<K: Send + 'static>(
     inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
-    let state = (Box::pin(inner), RetryBackoff::default(), None::<Duration>);
-    futures::stream::unfold(state, |(mut inner, mut backoff, wait)| async move {
-        if let Some(d) = wait {
-            tokio::time::sleep(d).await;
-        }
-        let item = inner.next().await?;
-        let wait = match &item {
-            // A completed list, or an event of a running watch: the API server answers.
-            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
-                backoff.reset();
-                None
+    // (stream, delays, wait before the next poll, a 410 came since the last watch event)
+    let state = (
+        Box::pin(inner),
+        RetryBackoff::default(),
+        None::<Duration>,
+        false,
+    );
+    futures::stream::unfold(
+        state,
+        |(mut inner, mut backoff, wait, mut gone)| async move {
+            if let Some(d) = wait {
+                tokio::time::sleep(d).await;
             }
-            Ok(Event::Init | Event::InitApply(_)) => None,
-            Err(e) if is_gone(e) => {
-                backoff.reset();
-                None
-            }
-            Err(_) => backoff.next(),
-        };
-        Some((item, (inner, backoff, wait)))
-    })
+            let item = inner.next().await?;
+            let wait = match &item {
+                // An event of a running watch: the API server answers.
+                Ok(Event::Apply(_) | Event::Delete(_)) => {
+                    backoff.reset();
+                    gone = false;
+                    None
+                }
+                // A completed list; unless a 410 keeps following lists (a server whose lists give
+                // versions it cannot watch from), which must not spin.
+                Ok(Event::InitDone) => {
+                    if !gone {
+                        backoff.reset();
+                    }
+                    None
+                }
+                Ok(Event::Init | Event::InitApply(_)) => None,
+                Err(e) if is_gone(e) && !gone => {
+                    gone = true;
+                    None
+                }
+                Err(_) => backoff.next(),
+            };
+            Some((item, (inner, backoff, wait, gone)))
+        },
+    )
 }
 
 /// A 410 Gone, as a watch `ERROR` event or as the answer to the watch request.
@@ -210,9 +231,10 @@ fn is_gone(e: &watcher::Error) -> bool {
     }
 }
 
-/// Watch retry delays: 100 ms doubling to 30 s, with jitter, reset when a list completes.
-/// kube's default starts at 800 ms; a load balancer wants the first retry fast and the storm
-/// case still bounded.
+/// Watch retry delays: 100 ms doubling to 1 s, with up to 25 % jitter, reset when a list
+/// completes or the watch answers. kube's default starts at 800 ms and grows to 30 s; a load
+/// balancer wants the first retry fast and a recovered API server picked up within 2 s, at
+/// under one request a second per resource while it is down.
 #[derive(Debug, Clone)]
 struct RetryBackoff {
     next: Duration,
@@ -220,7 +242,7 @@ struct RetryBackoff {
 
 impl RetryBackoff {
     const FIRST: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(30);
+    const MAX: Duration = Duration::from_secs(1);
 }
 
 impl Default for RetryBackoff {
@@ -331,6 +353,10 @@ impl ClusterSource {
     ) -> bool {
         match ev {
             Some(Ok(event)) => {
+                if store.down && !matches!(event, Event::Init | Event::InitApply(_)) {
+                    store.down = false;
+                    tracing::warn!(resource, "watching again");
+                }
                 let was_listed = store.lists;
                 let changed = store.apply(event);
                 if store.lists > 1 && store.lists != was_listed {
@@ -349,7 +375,15 @@ impl ClusterSource {
                     .watch_errors_total
                     .with_label_values(&[resource])
                     .inc();
-                tracing::warn!(resource, error = %e, "watch error; backing off, the last table keeps serving");
+                // One warning when the watch goes down, not one per retry; the count is in
+                // switchyard_watch_errors_total and each retry at debug.
+                if store.down {
+                    tracing::debug!(resource, error = %e, "watch error; backing off");
+                } else {
+                    store.down = true;
+                    tracing::warn!(resource, error = %e,
+                        "cannot watch; retrying with backoff, the last table keeps serving");
+                }
                 false
             }
             None => {
@@ -545,8 +579,8 @@ mod tests {
         let first = b.next().unwrap();
         assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(125));
         let delays: Vec<Duration> = (0..20).filter_map(|_| b.next()).collect();
-        assert!(delays.iter().all(|d| *d <= Duration::from_millis(37_500)));
-        assert!(delays.last().unwrap() >= &Duration::from_secs(30));
+        assert!(delays.iter().all(|d| *d <= Duration::from_millis(1_250)));
+        assert!(delays.last().unwrap() >= &Duration::from_secs(1));
         b.reset();
         assert!(b.next().unwrap() <= Duration::from_millis(125));
     }

@@ -181,7 +181,10 @@ impl FakeApi {
         {
             let mut st = self.state.lock().unwrap();
             if compact {
-                st.compacted_below = st.rv + 1;
+                // As etcd's compaction, a new revision: every version a client saw is now
+                // too old to resume from, and a list from here on gives one that is not.
+                st.rv += 1;
+                st.compacted_below = st.rv;
             }
             st.epoch += 1;
         }
@@ -328,7 +331,11 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
     };
     if let Some(code) = failing {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        let reason = if code == 403 { "Forbidden" } else { "ServiceUnavailable" };
+        let reason = if code == 403 {
+            "Forbidden"
+        } else {
+            "ServiceUnavailable"
+        };
         return full(
             status,
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
