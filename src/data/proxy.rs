@@ -394,9 +394,10 @@ impl ProxyHttp for HttpProxy {
         } else {
             ClientCert::Absent
         };
+        let client_ip = ctx.attempt.client_ip().map(|ip| ip.to_string());
         let edits = request_edits(
             &self.fwd,
-            ctx.attempt.client_ip(),
+            client_ip.as_deref(),
             ctx.attempt.cookie_sticky(),
             cert,
         );

@@ -5,7 +5,6 @@
 //! touches a header map or a socket.
 
 use std::io::Write as _;
-use std::net::IpAddr;
 
 use crate::table::sticky;
 
@@ -37,7 +36,7 @@ pub const ASSERTED: [&str; 4] = [
 ];
 
 /// Most edits one list holds.
-const MAX_EDITS: usize = 12;
+const MAX_EDITS: usize = 10;
 
 /// A frontend's forwarding settings, fixed at startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,11 +77,11 @@ pub enum ClientCert<'a> {
     Verified { subject: &'a str },
 }
 
-/// A field value, rendered by `write_to`.
+/// A field value, rendered by `write_to`. An address comes as text: an engine formats its
+/// client's once per connection, not once per field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Value<'a> {
     Text(&'a str),
-    Ip(IpAddr),
     Number(u64),
     /// The stickiness cookie for the endpoint with this id (`Set-Cookie` value).
     Cookie(u64),
@@ -92,9 +91,6 @@ impl Value<'_> {
     pub fn write_to(&self, out: &mut Vec<u8>) {
         match self {
             Value::Text(t) => out.extend_from_slice(t.as_bytes()),
-            Value::Ip(ip) => {
-                let _ = write!(out, "{ip}");
-            }
             Value::Number(n) => {
                 let _ = write!(out, "{n}");
             }
@@ -146,6 +142,9 @@ impl Edit<'_> {
 pub struct Edits<'a> {
     list: [Option<Edit<'a>>; MAX_EDITS],
     len: usize,
+    /// Bit n set: some edit touches a field name of n bytes (n < 64), so most fields are
+    /// passed over without a comparison.
+    lengths: u64,
 }
 
 impl<'a> Edits<'a> {
@@ -153,6 +152,7 @@ impl<'a> Edits<'a> {
         Edits {
             list: [None; MAX_EDITS],
             len: 0,
+            lengths: 0,
         }
     }
 
@@ -161,6 +161,9 @@ impl<'a> Edits<'a> {
         // catches (`request_edits_fit`).
         debug_assert!(self.len < MAX_EDITS, "edit list too long");
         if let Some(slot) = self.list.get_mut(self.len) {
+            if let Some(n) = e.touches() {
+                self.lengths |= 1u64.checked_shl(n.len() as u32).unwrap_or(0);
+            }
             *slot = Some(e);
             self.len += 1;
         }
@@ -171,10 +174,13 @@ impl<'a> Edits<'a> {
     }
 
     /// The edit that reads or replaces fields named `name` (ASCII case-insensitive).
-    pub fn touching(&self, name: &str) -> Option<&Edit<'a>> {
+    pub fn touching(&self, name: &[u8]) -> Option<&Edit<'a>> {
+        if name.len() >= 64 || self.lengths & (1 << name.len()) == 0 {
+            return None;
+        }
         self.iter().find(|e| {
             e.touches()
-                .is_some_and(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+                .is_some_and(|n| n.len() == name.len() && n.as_bytes().eq_ignore_ascii_case(name))
         })
     }
 }
@@ -190,7 +196,7 @@ impl Default for Edits<'_> {
 /// result asserted.
 pub fn request_edits<'a>(
     fwd: &'a Forwarding,
-    client_ip: Option<IpAddr>,
+    client_ip: Option<&'a str>,
     cookie_sticky: bool,
     cert: ClientCert<'a>,
 ) -> Edits<'a> {
@@ -199,8 +205,8 @@ pub fn request_edits<'a>(
         e.push(Edit::Remove(name));
     }
     if let Some(ip) = client_ip {
-        e.push(Edit::Extend(X_FORWARDED_FOR, Value::Ip(ip)));
-        e.push(Edit::Add(X_REAL_IP, Value::Ip(ip)));
+        e.push(Edit::Extend(X_FORWARDED_FOR, Value::Text(ip)));
+        e.push(Edit::Add(X_REAL_IP, Value::Text(ip)));
     }
     if cookie_sticky {
         e.push(Edit::StripCookie);
@@ -291,13 +297,13 @@ mod tests {
         let plain = Forwarding::plain();
         let e = request_edits(&plain, None, false, ClientCert::Absent);
         for name in ASSERTED {
-            assert_eq!(e.touching(name), Some(&Edit::Remove(name)));
+            assert_eq!(e.touching(name.as_bytes()), Some(&Edit::Remove(name)));
             assert_eq!(
-                e.touching(&name.to_ascii_uppercase()),
+                e.touching(name.to_ascii_uppercase().as_bytes()),
                 Some(&Edit::Remove(name))
             );
         }
-        assert!(e.touching("x-forwarded-host").is_none());
+        assert!(e.touching(b"x-forwarded-host").is_none());
     }
 
     #[test]
@@ -305,20 +311,17 @@ mod tests {
         let tls = Forwarding::tls(Some(10), true);
         let e = request_edits(
             &tls,
-            Some(IpAddr::from([192, 0, 2, 1])),
+            Some("192.0.2.1"),
             true,
             ClientCert::Verified { subject: "CN=a" },
         );
         let n = e.iter().count();
         assert_eq!(n, ASSERTED.len() + 2 + 1 + 1 + 2);
         assert_eq!(
-            e.touching("X-Forwarded-For"),
-            Some(&Edit::Extend(
-                X_FORWARDED_FOR,
-                Value::Ip(IpAddr::from([192, 0, 2, 1]))
-            ))
+            e.touching(b"X-Forwarded-For"),
+            Some(&Edit::Extend(X_FORWARDED_FOR, Value::Text("192.0.2.1")))
         );
-        assert_eq!(e.touching("cookie"), Some(&Edit::StripCookie));
+        assert_eq!(e.touching(b"cookie"), Some(&Edit::StripCookie));
     }
 
     #[test]
@@ -327,9 +330,9 @@ mod tests {
         assert_eq!(response_edits(&plain, None).iter().count(), 0);
         let tls = Forwarding::tls(Some(60), false);
         let e = response_edits(&tls, Some(7));
-        assert_eq!(e.touching("Cache-Control"), Some(&Edit::NoCacheSetCookie));
+        assert_eq!(e.touching(b"Cache-Control"), Some(&Edit::NoCacheSetCookie));
         assert_eq!(
-            e.touching("strict-transport-security"),
+            e.touching(b"strict-transport-security"),
             Some(&Edit::AddIfAbsent(
                 STRICT_TRANSPORT_SECURITY,
                 Value::Text("max-age=60")
@@ -339,7 +342,7 @@ mod tests {
 
     #[test]
     fn extend_keeps_only_visible_text() {
-        let ip = Value::Ip(IpAddr::from([10, 0, 0, 1]));
+        let ip = Value::Text("10.0.0.1");
         assert_eq!(extended(Some(b"1.2.3.4"), &ip), b"1.2.3.4, 10.0.0.1");
         assert_eq!(extended(Some(b""), &ip), b"10.0.0.1");
         assert_eq!(extended(Some(b"a\x01b"), &ip), b"10.0.0.1");

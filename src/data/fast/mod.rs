@@ -67,6 +67,8 @@ pub struct FastPath {
 pub struct Connection {
     client: Option<SocketAddr>,
     client_ip: Option<IpAddr>,
+    /// `client_ip` as text, formatted once for the forwarding fields of every request.
+    client_ip_text: Option<String>,
     /// No request has been served yet (the header deadline, not the keep-alive timeout,
     /// bounds the wait for the first).
     fresh: bool,
@@ -129,6 +131,7 @@ impl FastPath {
         Connection {
             client,
             client_ip: client.map(|a| a.ip()),
+            client_ip_text: client.map(|a| a.ip().to_string()),
             fresh: true,
             // Both grow at their first read (`reserve(READ_SIZE)`), not before.
             buf: BytesMut::new(),
@@ -287,7 +290,7 @@ impl FastPath {
         };
         let edits = request_edits(
             &self.proxy.fwd,
-            conn.client_ip,
+            conn.client_ip_text.as_deref(),
             attempt.cookie_sticky(),
             cert,
         );

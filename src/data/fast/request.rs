@@ -4,7 +4,6 @@
 //! own header lines with `decide`'s edits carried out. Anything it is not sure of is declined,
 //! never guessed at: Pingora then serves the request, refusing what it must. Pure: no I/O.
 
-use std::io::Write as _;
 use std::ops::Range;
 
 use crate::data::listener::valid_host;
@@ -217,7 +216,7 @@ pub fn build_request(
     // Runs of lines kept as they are go out in one copy.
     let mut run: Option<Range<usize>> = None;
     for f in fields {
-        let name = str_at(head, f.name.clone());
+        let name = &head[f.name.clone()];
         let value = &head[f.value.clone()];
         let keep = !f.hop
             && match edits.touching(name) {
@@ -347,7 +346,8 @@ impl Seen {
 }
 
 fn field_start(out: &mut Vec<u8>, name: &str) {
-    let _ = write!(out, "{name}: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
 }
 
 #[cfg(test)]

@@ -168,7 +168,7 @@ pub fn response_head(
             }
             ResponseKind::TransferEncoding | ResponseKind::Connection | ResponseKind::HopByHop => {}
             ResponseKind::Date | ResponseKind::Other => {
-                let keep = match edits.touching(h.name) {
+                let keep = match edits.touching(h.name.as_bytes()) {
                     None => true,
                     Some(edit) => {
                         let at = h.value.as_ptr() as usize - base;

@@ -56,12 +56,7 @@ fn the_forwarded_request_changes_only_what_it_must() {
     let target = str_at(raw.as_bytes(), req.target.clone());
     let strip = crate::table::matcher::Strip::of("/svc");
     let fwd = Forwarding::plain();
-    let edits = request_edits(
-        &fwd,
-        Some("127.0.0.9".parse().unwrap()),
-        true,
-        ClientCert::Absent,
-    );
+    let edits = request_edits(&fwd, Some("127.0.0.9"), true, ClientCert::Absent);
     let mut out = Vec::new();
     build_request(
         &mut out,
@@ -193,7 +188,7 @@ mod forwarded {
             let fwd = Forwarding::tls(None, true);
             let edits = request_edits(
                 &fwd,
-                Some("10.9.8.7".parse().unwrap()),
+                Some("10.9.8.7"),
                 sticky,
                 ClientCert::Absent,
             );
