@@ -50,6 +50,13 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(writer: TableWriter, options: Options, metrics: Arc<Metrics>) -> Self {
+        // Every reason's series exists from the start, at 0, so a rate() over it works before
+        // the first warning and an alert on it sees the first one.
+        for reason in WarningReason::ALL {
+            metrics
+                .translate_warnings_total
+                .with_label_values(&[reason.as_str()]);
+        }
         Pipeline {
             writer,
             options,
@@ -191,6 +198,22 @@ impl Pipeline {
 mod tests {
     use super::*;
     use crate::table;
+
+    #[test]
+    fn every_warning_reason_is_counted_from_zero() {
+        let (writer, _) = table::handle(RoutingTable::default());
+        let metrics = Arc::new(Metrics::new());
+        let _p = Pipeline::new(writer, Options::default(), Arc::clone(&metrics));
+        let text = metrics.render();
+        for reason in WarningReason::ALL {
+            let line = format!(
+                "switchyard_translate_warnings_total{{reason=\"{}\"}} 0",
+                reason.as_str()
+            );
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        assert!(text.contains("switchyard_build_info{"), "{text}");
+    }
 
     #[test]
     fn equal_rebuilds_do_not_swap() {

@@ -29,6 +29,8 @@ pub struct Metrics {
     /// From the first watch event of a batch to the table built from it being live.
     pub propagation_latency_seconds: Histogram,
     pub translate_warnings_total: IntCounterVec,
+    /// Always 1; its labels say what is running.
+    pub build_info: IntGaugeVec,
     pub watch_errors_total: IntCounterVec,
     pub relists_total: IntCounterVec,
     pub kube_events_total: IntCounterVec,
@@ -45,6 +47,22 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// `switchyard_build_info{version, commit, pingora} 1`, as Prometheus exporters do.
+fn build_info() -> IntGaugeVec {
+    let g = IntGaugeVec::new(
+        Opts::new("build_info", "Always 1: the running build, in its labels"),
+        &["version", "commit", "pingora"],
+    )
+    .unwrap_or_else(|_| unreachable_metric());
+    g.with_label_values(&[
+        env!("CARGO_PKG_VERSION"),
+        env!("SWITCHYARD_GIT_COMMIT"),
+        env!("SWITCHYARD_PINGORA_VERSION"),
+    ])
+    .set(1);
+    g
 }
 
 impl Metrics {
@@ -112,6 +130,7 @@ impl Metrics {
                 &["outcome"],
             )
             .unwrap_or_else(|_| unreachable_metric()),
+            build_info: build_info(),
             heap_allocated_bytes: IntGauge::new(
                 "heap_allocated_bytes",
                 "Heap bytes allocated and not yet freed (jemalloc stats.allocated)",
@@ -120,7 +139,8 @@ impl Metrics {
             data: DataMetrics::new(&registry),
             registry,
         };
-        let collectors: [Box<dyn prometheus::core::Collector>; 9] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 10] = [
+            Box::new(m.build_info.clone()),
             Box::new(m.table_generation.clone()),
             Box::new(m.table_swaps_total.clone()),
             Box::new(m.table_build_seconds.clone()),
@@ -357,9 +377,10 @@ fn histogram_vec(
 
 impl DataMetrics {
     fn new(r: &Registry) -> DataMetrics {
+        // From 100 µs: a proxied request's median is under a millisecond.
         let request_buckets = [
-            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            60.0,
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            2.5, 5.0, 10.0, 30.0, 60.0,
         ];
         let connect_buckets = [
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,

@@ -162,6 +162,15 @@ pub enum WarningReason {
 }
 
 impl WarningReason {
+    /// Every reason, so that each series can start at 0.
+    pub const ALL: [WarningReason; 5] = [
+        WarningReason::InvalidAnnotation,
+        WarningReason::RouteConflict,
+        WarningReason::Skipped,
+        WarningReason::InvalidObject,
+        WarningReason::DuplicateObject,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             WarningReason::InvalidAnnotation => "InvalidAnnotation",
