@@ -330,7 +330,17 @@ fn reference_request(buf: &[u8]) -> Verdict {
     let target_ok = path.starts_with('/')
         && path
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~:/?[]@!$&'()*+,;=%".contains(&b));
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~:/?[]@!$&'()*+,;=%".contains(&b))
+        // Paths with dot-segments are normalised on Pingora's path, never taken here.
+        && !path
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .split('/')
+            .any(|seg| {
+                let decoded = seg.to_ascii_lowercase().replace("%2e", ".");
+                decoded == "." || decoded == ".."
+            });
     if !target_ok || !crlf_only(&buf[..len]) || r.headers.len() > MAX_REQUEST_HEADERS {
         return Verdict::Declined;
     }

@@ -1380,3 +1380,31 @@ async fn http2_authority_is_matched_like_host() {
         "no host rule: path route"
     );
 }
+
+/// Dot-segments are removed before routing (RFC 3986 §5.2.4, `%2e` read as a dot) and the
+/// backend gets the path that was routed, on both engines: `/api/../admin/x` can neither reach
+/// the `api` backend nor arrive anywhere as `/api/../admin/x`.
+#[tokio::test]
+async fn dot_segments_are_removed_before_routing_and_forwarding() {
+    let api = Backend::start("api").await;
+    let admin = Backend::start("admin").await;
+    let world = objs(
+        vec![svc("api", 80).acl("/api"), svc("admin", 80)],
+        vec![slices("api", &[&api]), slices("admin", &[&admin])],
+    );
+    for engine in [&[][..], &["--fast-path", "false"][..]] {
+        let sy = switchyard(world.clone()).args(engine).start().await;
+        for (path, backend, seen) in [
+            ("/api/../admin/x", "admin", "/x"),
+            ("/api/%2e%2e/admin/x?q=1", "admin", "/x?q=1"),
+            ("/api/./v1", "api", "/api/v1"),
+            ("/api/v1/../v2", "api", "/api/v2"),
+            ("/../../api/v1", "api", "/api/v1"),
+        ] {
+            let r = sy.get(path).await;
+            assert_eq!(r.status, 200, "{engine:?} {path}");
+            assert_eq!(r.backend().as_deref(), Some(backend), "{engine:?} {path}");
+            assert_eq!(r.uri(), seen, "{engine:?} {path}");
+        }
+    }
+}

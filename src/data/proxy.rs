@@ -6,6 +6,7 @@
 //! await and log nothing per request above debug. Recording goes through `record::Recorder`,
 //! once per request, in `logging`.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,6 +35,7 @@ use crate::decide::edits::{
     response_edits,
 };
 use crate::decide::error_page::{Answer, ErrorPage, failure_answer};
+use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
 use crate::ops::metrics::{Metrics, OpenConnection};
@@ -220,15 +222,22 @@ impl ProxyHttp for HttpProxy {
             .get_all(COOKIE)
             .iter()
             .map(HeaderValue::as_bytes);
+        // The path routed on is the path forwarded: dot-segments removed (decide::target).
+        let path = normalize_path(req.uri.path());
         let route = ctx.attempt.route(
             self.table.load(),
             self.frontend,
             host,
-            req.uri.path(),
+            &path,
             cookies,
             &self.policy,
             Instant::now(),
         );
+        let normalized = match (&path, req.uri.query()) {
+            (Cow::Borrowed(_), _) => None,
+            (Cow::Owned(p), None) => Some(p.clone()),
+            (Cow::Owned(p), Some(q)) => Some(format!("{p}?{q}")),
+        };
         match route {
             Err(e) => return Err(Error::explain(ErrorType::InternalError, e.to_string())),
             Ok(Route::NotFound) => {
@@ -241,10 +250,20 @@ impl ProxyHttp for HttpProxy {
                 write_answer(session, &self.unavailable.answer(&self.fwd), body).await?;
                 return Ok(true);
             }
-            Ok(Route::Proxy { strip: None }) => {}
+            Ok(Route::Proxy { strip: None }) => {
+                if let Some(pq) = normalized {
+                    ctx.rewrite =
+                        Some(Uri::try_from(pq).map_err(|_| {
+                            Error::explain(ErrorType::InvalidHTTPHeader, "bad path")
+                        })?);
+                }
+            }
             Ok(Route::Proxy { strip: Some(strip) }) => {
                 let req = session.req_header();
-                let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+                let pq = match &normalized {
+                    Some(pq) => pq.as_str(),
+                    None => req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+                };
                 let (slash, rest) = strip.apply(pq);
                 let stripped = if slash.is_empty() {
                     Uri::try_from(rest)

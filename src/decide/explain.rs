@@ -229,10 +229,13 @@ pub fn endpoint_state(entry: &Entry, i: usize, now: Instant) -> &'static str {
 
 /// Explains `q` against `table` at `now` (`fail_open`: `--health-fail-open`).
 pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, fail_open: bool) -> Explanation {
-    let (path, query) = match q.path.split_once('?') {
+    let (raw_path, query) = match q.path.split_once('?') {
         Some((p, qs)) => (p, Some(qs)),
         None => (q.path.as_str(), None),
     };
+    // Routed as the data plane routes it: dot-segments removed.
+    let normalized = crate::decide::target::normalize_path(raw_path);
+    let path = &*normalized;
     let mut host_buf = [0u8; 255];
     let normalized = q
         .host

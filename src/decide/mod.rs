@@ -9,3 +9,4 @@ pub mod cause;
 pub mod edits;
 pub mod error_page;
 pub mod explain;
+pub mod target;

@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use crate::data::listener::valid_host;
 use crate::decide::edits::{Edit, Edits, extendable, no_cache_set_cookie};
+use crate::decide::target::has_dot_segment;
 use crate::table::sticky::{self, COOKIE_NAME};
 
 /// Most headers a request may have here (Pingora takes the rest and refuses what it must).
@@ -103,6 +104,12 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>) -> Parse {
         return Parse::Declined;
     };
     if !path.starts_with('/') || !path.bytes().all(target_byte) {
+        return Parse::Declined;
+    }
+    // A path with dot-segments is normalised before it is routed and forwarded; Pingora's
+    // path does that (`decide::target`), so such a request is declined here.
+    let path_only = path.split_once('?').map_or(path, |(p, _)| p);
+    if has_dot_segment(path_only) {
         return Parse::Declined;
     }
     // Bare line feeds are legal but read differently by some backends: Pingora rewrites

@@ -1,0 +1,108 @@
+//! The request target as switchyard routes and forwards it: the path with its dot-segments
+//! removed (RFC 3986 §5.2.4), `%2e` read as `.` for that purpose only. The path that is matched
+//! is the path that is forwarded, so `/api/../admin` can neither step out of an `/api` route
+//! nor reach a backend in a form the route did not see. Encoded slashes (`%2F`) are not
+//! separators and stay as they are, and so do empty segments (`//`). Pure: no I/O.
+
+use std::borrow::Cow;
+
+/// Whether `path` has a segment that normalising would remove (the cheap test the fast path
+/// makes on every request; `normalize_path` is only called when it says yes).
+pub fn has_dot_segment(path: &str) -> bool {
+    path.bytes().any(|b| b == b'.' || b == b'%') && path.split('/').any(is_dot_segment)
+}
+
+/// `path` with its dot-segments removed; borrowed when there were none. A `..` above the root
+/// is dropped, and a path ending in a dot-segment keeps its trailing slash.
+pub fn normalize_path(path: &str) -> Cow<'_, str> {
+    if !has_dot_segment(path) {
+        return Cow::Borrowed(path);
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let last = segments.len().saturating_sub(1);
+    for (i, seg) in segments.iter().enumerate() {
+        match dots(seg) {
+            Some(1) => {}
+            Some(_) => {
+                out.pop();
+            }
+            None => out.push(seg),
+        }
+        // "/a/." and "/a/.." end in a directory: keep the slash.
+        if i == last && dots(seg).is_some() {
+            out.push("");
+        }
+    }
+    let mut s = String::with_capacity(path.len());
+    for seg in &out {
+        s.push('/');
+        s.push_str(seg);
+    }
+    if s.is_empty() {
+        s.push('/');
+    }
+    Cow::Owned(s)
+}
+
+fn is_dot_segment(seg: &str) -> bool {
+    dots(seg).is_some()
+}
+
+/// `Some(1)` for `.`, `Some(2)` for `..` (each dot plain or `%2e`, any case).
+fn dots(seg: &str) -> Option<u8> {
+    let b = seg.as_bytes();
+    let mut n = 0u8;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'.' {
+            i += 1;
+        } else if b.len() - i >= 3 && b[i] == b'%' && b[i + 1] == b'2' && (b[i + 2] | 0x20) == b'e'
+        {
+            i += 3;
+        } else {
+            return None;
+        }
+        n += 1;
+        if n > 2 {
+            return None;
+        }
+    }
+    (n > 0).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_segments_are_removed_and_nothing_else_changes() {
+        for (input, want) in [
+            ("/", "/"),
+            ("/a/b", "/a/b"),
+            ("/api/../admin", "/admin"),
+            ("/raw/../web/x", "/web/x"),
+            ("/a/./b", "/a/b"),
+            ("/a/b/..", "/a/"),
+            ("/a/b/.", "/a/b/"),
+            ("/..", "/"),
+            ("/../../etc/passwd", "/etc/passwd"),
+            ("/api/%2e%2e/admin", "/admin"),
+            ("/api/%2E./admin", "/admin"),
+            ("/api/.%2e/admin", "/admin"),
+            ("/a/%2e/b", "/a/b"),
+            ("/a/.../b", "/a/.../b"),
+            ("/a/..b/c", "/a/..b/c"),
+            ("/a%2F..%2Fb", "/a%2F..%2Fb"),
+            ("/a//b/../c", "/a//c"),
+            ("/.well-known/x", "/.well-known/x"),
+        ] {
+            assert_eq!(normalize_path(input), want, "{input}");
+            assert_eq!(
+                has_dot_segment(input),
+                matches!(normalize_path(input), Cow::Owned(_)),
+                "{input}"
+            );
+        }
+    }
+}
