@@ -693,86 +693,15 @@ async fn idle_connections_close_at_the_keep_alive_timeout_http1_and_http2() {
 // TLS
 // ---------------------------------------------------------------------------
 
-mod pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose,
-    };
+use tls_client::{Ca, Leaf};
 
-    pub struct Ca {
-        issuer: Issuer<'static, KeyPair>,
-        pub pem: String,
-    }
-
-    /// A certificate and its key, as PEM.
-    pub struct Leaf {
-        pub cert: String,
-        pub key: String,
-    }
-
-    impl Ca {
-        pub fn new(name: &str) -> Ca {
-            let key = KeyPair::generate().unwrap();
-            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.distinguished_name.push(DnType::CommonName, name);
-            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-            let cert = params.self_signed(&key).unwrap();
-            Ca {
-                pem: cert.pem(),
-                issuer: Issuer::new(params, key),
-            }
-        }
-
-        pub fn leaf(&self, names: &[&str], client: bool, expired: bool) -> Leaf {
-            let key = KeyPair::generate().unwrap();
-            let mut params =
-                CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                    .unwrap();
-            params.distinguished_name.push(DnType::CommonName, "t");
-            params.extended_key_usages = vec![if client {
-                ExtendedKeyUsagePurpose::ClientAuth
-            } else {
-                ExtendedKeyUsagePurpose::ServerAuth
-            }];
-            if expired {
-                params.not_before = rcgen::date_time_ymd(2001, 1, 1);
-                params.not_after = rcgen::date_time_ymd(2002, 1, 1);
-            }
-            let cert = params.signed_by(&key, &self.issuer).unwrap();
-            Leaf {
-                cert: cert.pem(),
-                key: key.serialize_pem(),
-            }
-        }
-    }
-}
-
-fn client_config(cert: Option<&pki::Leaf>) -> Arc<rustls::ClientConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .dangerous()
-    .with_custom_certificate_verifier(Arc::new(tls_client::AnyServerCert));
-    let mut config = match cert {
-        Some(l) => builder
-            .with_client_auth_cert(
-                vec![rustls::pki_types::CertificateDer::from_pem_slice(l.cert.as_bytes()).unwrap()],
-                rustls::pki_types::PrivateKeyDer::from_pem_slice(l.key.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
+fn client_config(cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
+    Arc::new(tls_client::client_config(cert))
 }
 
 /// One GET over a fresh TLS connection; an error when the handshake or the first read fails
 /// (with TLS 1.3 a rejected client certificate shows on the first read).
-async fn tls_get(port: u16, cert: Option<&pki::Leaf>) -> Result<u16, String> {
+async fn tls_get(port: u16, cert: Option<&Leaf>) -> Result<u16, String> {
     let fut = async {
         let tcp = TcpStream::connect(("127.0.0.1", port))
             .await
@@ -817,14 +746,14 @@ async fn failures(sy: &Switchyard, reason: &str) -> f64 {
 
 #[tokio::test]
 async fn broken_tls_handshakes_are_rejected_counted_and_harmless() {
-    let server_ca = pki::Ca::new("server CA");
-    let client_ca = pki::Ca::new("client CA");
-    let other_ca = pki::Ca::new("other CA");
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let other_ca = Ca::new("other CA");
     let dir = tempfile::tempdir().unwrap();
     let cert = dir.path().join("a.pem");
     let ca = dir.path().join("clients.pem");
-    let server = server_ca.leaf(&["a.test"], false, false);
-    std::fs::write(&cert, format!("{}{}", server.cert, server.key)).unwrap();
+    let server = server_ca.server(&["a.test"]);
+    std::fs::write(&cert, server.bundle()).unwrap();
     std::fs::write(&ca, &client_ca.pem).unwrap();
     let backend = Backend::start("secure").await;
     let port = free_port();
@@ -841,7 +770,7 @@ async fn broken_tls_handshakes_are_rejected_counted_and_harmless() {
         .args(&["--request-header-timeout", "1s"])
         .start()
         .await;
-    let good = client_ca.leaf(&[], true, false);
+    let good = client_ca.client("t");
     let up = eventually(Duration::from_secs(10), || async {
         tls_get(port, Some(&good)).await == Ok(200)
     })
@@ -868,8 +797,8 @@ async fn broken_tls_handshakes_are_rejected_counted_and_harmless() {
     let a = read_answer(&mut s, Duration::from_secs(5)).await;
     assert!(a.closed, "a stalled handshake was not cut: {a:?}");
     // Client certificates: none, another CA's, an expired one.
-    let foreign = other_ca.leaf(&[], true, false);
-    let expired = client_ca.leaf(&[], true, true);
+    let foreign = other_ca.client("t");
+    let expired = client_ca.expired_client("t");
     for (what, c) in [
         ("none", None),
         ("another CA", Some(&foreign)),
@@ -921,13 +850,13 @@ async fn broken_tls_handshakes_are_rejected_counted_and_harmless() {
 
 /// Runs `openssl s_client -tls1_2` and asks it to renegotiate; `None` without openssl (the
 /// Debian image has it; the test says so rather than failing elsewhere).
-fn renegotiate(port: u16, dir: &tempfile::TempDir, cert: &pki::Leaf) -> Option<String> {
+fn renegotiate(port: u16, dir: &tempfile::TempDir, cert: &Leaf) -> Option<String> {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let cert_path = dir.path().join("good-client.crt");
     let key_path = dir.path().join("good-client.key");
-    std::fs::write(&cert_path, &cert.cert).unwrap();
-    std::fs::write(&key_path, &cert.key).unwrap();
+    std::fs::write(&cert_path, &cert.cert_pem).unwrap();
+    std::fs::write(&key_path, &cert.key_pem).unwrap();
     let mut child = match Command::new("openssl")
         .args([
             "s_client",
