@@ -106,7 +106,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         None => None,
     };
     let stats_addr = (config.stats_port != 0)
-        .then(|| SocketAddr::new(config.admin_bind_address, config.stats_port));
+        .then(|| SocketAddr::new(config.stats_bind_address, config.stats_port));
     if let Some(addr) = stats_addr {
         check_bind(addr, "--stats-port")?;
     }
@@ -202,6 +202,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         lifecycle: Arc::clone(&lifecycle),
         metrics: Arc::clone(&metrics),
         fail_open: config.health.fail_open,
+        expose_explain: config.expose_explain,
     };
     let mut admin = ListeningService::new("admin".into(), admin_app);
     admin.add_tcp(&admin_addr.to_string());

@@ -265,10 +265,25 @@ pub struct Args {
           env = "SWITCHYARD_MAX_CONNECTIONS")]
     pub max_connections: u32,
 
-    /// Address the admin and stats servers bind to [default: --bind-address, itself 0.0.0.0].
-    /// `127.0.0.1` keeps them off the network; kubelet probes need the pod IP.
+    /// Address the admin server (/healthz, /readyz, /metrics, /explain) binds to [default:
+    /// --bind-address, itself 0.0.0.0]; kubelet probes and Prometheus need the pod IP.
     #[arg(long, value_name = "IP", env = "SWITCHYARD_ADMIN_BIND_ADDRESS")]
     pub admin_bind_address: Option<IpAddr>,
+
+    /// Address the stats page binds to. It lists every backend address, so it stays on
+    /// loopback unless asked (`0.0.0.0` opens it; the original served it on *:1936).
+    #[arg(
+        long,
+        value_name = "IP",
+        default_value = "127.0.0.1",
+        env = "SWITCHYARD_STATS_BIND_ADDRESS"
+    )]
+    pub stats_bind_address: IpAddr,
+
+    /// Answer /explain to clients that are not on loopback too (it shows routes, entries and
+    /// backend addresses; off by default, `kubectl port-forward` reaches it as loopback).
+    #[arg(long, env = "SWITCHYARD_EXPOSE_EXPLAIN")]
+    pub expose_explain: bool,
 
     /// Serve only Services of this namespace (absent: all namespaces). Entries of Services in
     /// this namespace (or in `default` when absent) are named without a `namespace/` prefix.
@@ -411,8 +426,12 @@ pub struct Config {
     pub demo: bool,
     pub dry_run: bool,
     pub bind_address: IpAddr,
-    /// `--admin-bind-address`: the admin and stats servers.
+    /// `--admin-bind-address`: the admin server.
     pub admin_bind_address: IpAddr,
+    /// `--stats-bind-address`: the stats page.
+    pub stats_bind_address: IpAddr,
+    /// `--expose-explain`: /explain for non-loopback clients too.
+    pub expose_explain: bool,
     pub http_port: u16,
     pub admin_port: u16,
     pub https_port: u16,
@@ -513,6 +532,8 @@ impl Config {
             dry_run: args.dry_run,
             bind_address: args.bind_address,
             admin_bind_address: args.admin_bind_address.unwrap_or(args.bind_address),
+            stats_bind_address: args.stats_bind_address,
+            expose_explain: args.expose_explain,
             downstream: crate::data::listener::Limits {
                 max_connections: args.max_connections as usize,
                 max_header_bytes: args.max_request_header_bytes as usize,

@@ -1251,3 +1251,27 @@ async fn explain_matches_the_route_the_data_plane_takes() {
             .contains("/api")
     );
 }
+
+/// The stats page lists every backend address: it binds to loopback by default even when the
+/// admin server (probes, metrics) is on every address, as a pod's must be. The original served
+/// it on *:1936 (docs/operations.md says so). Whether it is on the wildcard shows without
+/// leaving loopback: 127.0.0.2 on its port can be bound only when it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stats_page_stays_on_loopback_when_the_admin_server_is_open() {
+    let b = Backend::start("b").await;
+    let mut objs = vec![Value::from(svc("web", 80))];
+    objs.extend(slices("web", &[&b]));
+    let sy = switchyard(objs)
+        .args(&["--admin-bind-address", "0.0.0.0"])
+        .start()
+        .await;
+    assert_eq!(sy.admin("/readyz").await.status, 200);
+    assert_eq!(sy.stats("/").await.status, 200);
+    let beside = std::net::TcpListener::bind(("127.0.0.2", sy.stats_port));
+    assert!(
+        beside.is_ok(),
+        "the stats page is bound to every address: {beside:?}"
+    );
+    // /explain answers loopback clients (the unit test covers the others).
+    assert_eq!(sy.admin("/explain?path=/web").await.status, 200);
+}

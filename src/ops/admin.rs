@@ -25,6 +25,14 @@ pub struct Admin {
     pub metrics: Arc<Metrics>,
     /// `--health-fail-open`, so `/explain` decides as the data plane does.
     pub fail_open: bool,
+    /// `--expose-explain`: answer `/explain` to clients off loopback too.
+    pub expose_explain: bool,
+}
+
+/// Whether `/explain` answers a client at `peer` (it shows routes and backend addresses: for
+/// loopback, such as `kubectl port-forward`, unless `--expose-explain`).
+pub fn explain_allowed(peer: Option<std::net::IpAddr>, expose: bool) -> bool {
+    expose || peer.is_some_and(|ip| ip.is_loopback())
 }
 
 impl Admin {
@@ -85,7 +93,18 @@ impl ServeHttp for Admin {
             "/explain" => "application/json",
             _ => "text/plain; charset=utf-8",
         };
-        let (status, body) = if path == "/explain" {
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let (status, body) = if path == "/explain" && !explain_allowed(peer, self.expose_explain) {
+            (
+                StatusCode::FORBIDDEN,
+                "/explain answers loopback clients only (kubectl port-forward); \
+                 --expose-explain opens it\n"
+                    .into(),
+            )
+        } else if path == "/explain" {
             self.explain(uri.query().unwrap_or(""))
         } else {
             self.answer(path)
@@ -113,6 +132,16 @@ mod tests {
     use crate::table;
 
     #[test]
+    fn explain_answers_loopback_unless_exposed() {
+        let lo4 = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+        let lo6 = Some(std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
+        let pod = Some(std::net::IpAddr::from([10, 1, 2, 3]));
+        assert!(explain_allowed(lo4, false) && explain_allowed(lo6, false));
+        assert!(!explain_allowed(pod, false) && !explain_allowed(None, false));
+        assert!(explain_allowed(pod, true));
+    }
+
+    #[test]
     fn ready_only_after_first_publish_and_not_while_shutting_down() {
         let (w, r) = table::handle(Default::default());
         let admin = Admin {
@@ -120,6 +149,7 @@ mod tests {
             lifecycle: Lifecycle::new(),
             metrics: Arc::new(Metrics::new()),
             fail_open: true,
+            expose_explain: false,
         };
         assert_eq!(admin.answer("/healthz").0, StatusCode::OK);
         assert_eq!(
