@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -81,6 +82,7 @@ fn every_manifest_parses_into_its_type() {
             "DaemonSet" => drop(round_trip::<DaemonSet>(&file, &v)),
             "Service" => drop(round_trip::<Service>(&file, &v)),
             "ConfigMap" => drop(round_trip::<ConfigMap>(&file, &v)),
+            "NetworkPolicy" => drop(round_trip::<NetworkPolicy>(&file, &v)),
             "Kustomization" => {
                 for r in v["resources"].as_array().unwrap() {
                     let path = file.parent().unwrap().join(r.as_str().unwrap());
