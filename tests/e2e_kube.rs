@@ -337,6 +337,45 @@ async fn an_api_outage_backs_off_and_recovers_within_two_seconds() {
     );
 }
 
+/// An annotation changed to another bad value, and back, shows its current message on the
+/// Service's Events each time (kube's recorder groups Events by object and reason; the object
+/// reference carries the Service's resourceVersion so that each version is its own Event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_new_bad_value_is_its_own_event() {
+    let b1 = Backend::start("b1").await;
+    let api = FakeApi::start().await;
+    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    let bad = |v: &str| service("web", &[("serviceloadbalancer/lb.algorithm", v)]);
+    api.apply(bad("bogus"));
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    for value in ["bogus", "bogus2", "bogus"] {
+        if api.events().is_empty() {
+            // The first value is already applied.
+        } else {
+            api.apply(bad(value));
+        }
+        let want = format!("\"{value}\"");
+        let shown = eventually(Duration::from_secs(10), || async {
+            api.events().last().is_some_and(|e| {
+                e["_method"] == "POST"
+                    && e["reason"] == "InvalidAnnotation"
+                    && e["note"].as_str().is_some_and(|n| n.contains(&want))
+            })
+        })
+        .await;
+        let notes: Vec<String> = api
+            .events()
+            .iter()
+            .map(|e| format!("{} {}", e["_method"], e["note"]))
+            .collect();
+        assert!(
+            shown,
+            "{value}: the newest Event does not say it: {notes:#?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_annotation_becomes_a_kubernetes_event() {
     let b1 = Backend::start("b1").await;

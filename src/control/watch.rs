@@ -407,7 +407,12 @@ fn service_reference(store: &Store<Service>, w: &Warning) -> Option<ObjectRefere
     let svc = store
         .live
         .get(&(w.object.namespace.clone(), w.object.name.clone()))?;
-    Some(svc.object_ref(&()))
+    let mut reference = svc.object_ref(&());
+    // kube's recorder groups Events by reference and reason and only counts repeats: with the
+    // version in the reference, each version of the Service gets its own Event, so a changed
+    // message is seen instead of a higher count on the old one.
+    reference.resource_version = svc.metadata.resource_version.clone();
+    Some(reference)
 }
 
 /// Events in flight to the API server at most.
