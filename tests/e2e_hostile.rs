@@ -739,7 +739,9 @@ fn client_hello() -> Vec<u8> {
 async fn failures(sy: &Switchyard, reason: &str) -> f64 {
     metric(
         sy,
-        &format!("switchyard_tls_handshake_failures_total{{reason=\"{reason}\"}}"),
+        &format!(
+            "switchyard_tls_handshake_failures_total{{frontend=\"https\",reason=\"{reason}\"}}"
+        ),
     )
     .await
 }

@@ -487,8 +487,8 @@ impl DataMetrics {
             tls_handshake_failures_total: counter_vec(
                 r,
                 "tls_handshake_failures_total",
-                "Failed TLS handshakes, by reason",
-                &["reason"],
+                "Failed TLS handshakes, by frontend and reason",
+                &["frontend", "reason"],
             ),
             tls_certificate_not_after_seconds: gauge_vec(
                 r,
@@ -699,10 +699,10 @@ impl DataMetrics {
             .with_label_values(&[frontend, reason])
     }
 
-    /// Counts one failed TLS handshake.
-    pub fn tls_handshake_failed(&self, reason: TlsFailure) {
+    /// Counts one failed TLS handshake on `frontend`.
+    pub fn tls_handshake_failed(&self, frontend: &str, reason: TlsFailure) {
         self.tls_handshake_failures_total
-            .with_label_values(&[reason.as_str()])
+            .with_label_values(&[frontend, reason.as_str()])
             .inc();
     }
 
@@ -906,7 +906,8 @@ mod tests {
         );
         drop(conn);
         m.data.tls_handshake_ok("https");
-        m.data.tls_handshake_failed(TlsFailure::NoCertificate);
+        m.data
+            .tls_handshake_failed("https", TlsFailure::NoCertificate);
         m.data.set_certificates(&[("a.example.com", 1_900_000_000)]);
         m.data.set_certificates(&[("b.example.com", 1_900_000_001)]);
         let text = m.render();
@@ -916,7 +917,7 @@ mod tests {
             r#"switchyard_tcp_received_bytes_total{frontend="tcp:3306"} 10"#,
             r#"switchyard_tcp_sent_bytes_total{frontend="tcp:3306"} 20"#,
             r#"switchyard_tls_handshakes_total{frontend="https"} 1"#,
-            r#"switchyard_tls_handshake_failures_total{reason="no_certificate"} 1"#,
+            r#"switchyard_tls_handshake_failures_total{frontend="https",reason="no_certificate"} 1"#,
             r#"switchyard_tls_certificate_not_after_seconds{certificate="b.example.com"} 1900000001"#,
         ] {
             assert!(text.contains(want), "missing {want}:\n{text}");

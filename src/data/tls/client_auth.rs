@@ -26,7 +26,7 @@ use crate::decide::edits::ClientCert;
 use crate::ops::metrics::Metrics;
 
 /// The TLS frontend's metric label.
-const FRONTEND_LABEL: &str = "https";
+pub(super) const FRONTEND_LABEL: &str = "https";
 
 /// Client-certificate verification whose CA bundle can be replaced while serving: it delegates
 /// to the verifier built from the last good bundle.

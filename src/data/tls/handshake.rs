@@ -34,7 +34,8 @@ impl HandshakeAcceptor {
                 Err(_) => TlsFailure::Timeout,
             };
         if let Some(m) = &self.metrics {
-            m.data.tls_handshake_failed(failure);
+            m.data
+                .tls_handshake_failed(super::client_auth::FRONTEND_LABEL, failure);
         }
         None
     }
