@@ -49,10 +49,6 @@ impl Recorder {
         }
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     /// Counts a failed try that was the endpoint's fault: an ejection, a retry, or a
     /// failure given up on.
     pub fn failure(&self, a: &Attempt, v: &Verdict) {

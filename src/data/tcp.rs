@@ -356,10 +356,7 @@ async fn connect_and_relay(
             Ok(Err(_)) => Cause::ConnectFailed,
         };
         tracing::debug!(endpoint = %addr, %cause, "TCP connect failed");
-        outcome.error = Some(match cause {
-            Cause::ConnectTimedOut => "connect timeout",
-            _ => "connect failed",
-        });
+        outcome.error = Some(cause.phrase());
         let failure = Failure {
             cause,
             replayable: true,

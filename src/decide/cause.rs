@@ -83,12 +83,11 @@ impl Cause {
         }
     }
 
-    /// The access log's short phrase (a bounded set).
+    /// The access log's short phrase (a bounded set; a refused connect is one that failed).
     pub fn phrase(self) -> &'static str {
         match self {
-            Cause::ConnectRefused => "connect refused",
+            Cause::ConnectRefused | Cause::ConnectFailed => "connect failed",
             Cause::ConnectTimedOut => "connect timeout",
-            Cause::ConnectFailed => "connect failed",
             Cause::UpstreamClosed => "upstream closed",
             Cause::ResponseTruncated => "response truncated",
             Cause::UpstreamTimedOut => "upstream timeout",
@@ -122,5 +121,7 @@ mod tests {
         assert_eq!(Cause::ClientGone.status(), None);
         assert_eq!(Cause::ClientGone.side(), Side::Client);
         assert!(!Cause::UpstreamClosed.before_connect());
+        assert_eq!(Cause::ConnectRefused.phrase(), "connect failed");
+        assert_eq!(Cause::ConnectTimedOut.phrase(), "connect timeout");
     }
 }
