@@ -106,7 +106,8 @@ async fn metrics_after_a_known_sequence_of_requests() {
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
     let live = Backend::start("live").await;
-    let dead_port = free_port();
+    let dead_guard = DeadPort::new();
+    let dead_port = dead_guard.port;
     let sy = switchyard(objs(
         vec![svc("web", 80), svc("empty", 80), svc("flaky", 80)],
         vec![
@@ -832,7 +833,8 @@ async fn stats_page_renders_in_headless_chromium() {
     let b2 = Backend::start("b2").await;
     let b3 = Backend::start("b3").await;
     let b4 = Backend::start("b4").await;
-    let dead = free_port();
+    let dead_guard = DeadPort::new();
+    let dead = dead_guard.port;
     let tcp_port = free_port();
     let draining = json!({
         "apiVersion": "discovery.k8s.io/v1",

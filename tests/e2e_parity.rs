@@ -511,6 +511,7 @@ struct World {
     objs: Vec<Value>,
     _backends: Vec<Backend>,
     _closer: Closer,
+    _dead: [DeadPort; 2],
     _dir: tempfile::TempDir,
     cert: String,
     ca: String,
@@ -558,9 +559,10 @@ async fn world() -> World {
     ] {
         objs.push(slice(s, "", by(b).port));
     }
-    // Ports nobody listens on (bound and dropped a moment ago).
-    objs.push(slice("redispatch", "", free_port()));
-    objs.push(slice("alldead", "", free_port()));
+    // Ports that refuse every connection, held for the whole run.
+    let dead = [DeadPort::new(), DeadPort::new()];
+    objs.push(slice("redispatch", "", dead[0].port));
+    objs.push(slice("alldead", "", dead[1].port));
     objs.push(slice("closer", "", closer.port));
     objs.push(slice("timeout", "", slow.port));
     backends.push(slow);
@@ -576,6 +578,7 @@ async fn world() -> World {
         objs,
         _backends: backends,
         _closer: closer,
+        _dead: dead,
         cert: cert.to_str().unwrap().to_string(),
         ca: ca.to_str().unwrap().to_string(),
         _dir: dir,

@@ -275,7 +275,8 @@ async fn an_in_flight_stream_survives_ten_table_swaps() {
 async fn a_failed_connect_is_retried_on_another_endpoint() {
     let live = Echo::start("live").await;
     // An endpoint nothing listens on: every connect to it is refused.
-    let dead_port = free_port();
+    let dead = DeadPort::new();
+    let dead_port = dead.port;
     let port = free_port();
     let tcp_flag = format!("db:{port}");
     let mut objs = vec![svc("db", port).into()];

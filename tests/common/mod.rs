@@ -41,6 +41,28 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local_addr").port()
 }
 
+/// A port that refuses every connection for as long as this value lives: the socket is bound
+/// but never listens, so no other test can take the port (as one can a [`free_port`] that is
+/// merely "free a moment ago") and a connect to it is answered with a reset.
+pub struct DeadPort {
+    _socket: tokio::net::TcpSocket,
+    pub port: u16,
+}
+
+impl DeadPort {
+    pub fn new() -> DeadPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind 127.0.0.1:0");
+        let port = socket.local_addr().expect("local_addr").port();
+        DeadPort {
+            _socket: socket,
+            port,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Test backend
 // ---------------------------------------------------------------------------
