@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::decide::attempt::{Attempt, Policy, Route};
-use crate::table::matcher::{self, PathRule, PathRules};
+use crate::decide::attempt::{Attempt, Policy, Route, unrouted};
+use crate::table::matcher::{self, Level, PathRule};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
 
@@ -145,7 +145,8 @@ pub struct Explanation {
     pub endpoint: Option<String>,
     /// The `Set-Cookie` the response would carry.
     pub set_cookie: Option<String>,
-    /// `proxy`, `no_route` (answered with `--default-return-code`) or `unavailable` (503).
+    /// `proxy`, `no_route` (answered with `--default-return-code`), `traffic_healthz` (200,
+    /// `--traffic-healthz`) or `unavailable` (503).
     pub outcome: &'static str,
     pub summary: String,
 }
@@ -228,7 +229,7 @@ pub fn endpoint_state(entry: &Entry, i: usize, now: Instant) -> &'static str {
 }
 
 /// Explains `q` against `table` at `now` (`fail_open`: `--health-fail-open`).
-pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, fail_open: bool) -> Explanation {
+pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Policy) -> Explanation {
     let (raw_path, query) = match q.path.split_once('?') {
         Some((p, qs)) => (p, Some(qs)),
         None => (q.path.as_str(), None),
@@ -241,7 +242,7 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, fail_open: bo
         .host
         .as_deref()
         .and_then(|h| matcher::normalize_host(h.as_bytes(), &mut host_buf))
-        .map(str::to_string);
+        .map(|h| h.with_port.to_string());
     let mut x = Explanation {
         generation: table.generation,
         request: RequestView {
@@ -280,21 +281,27 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, fail_open: bo
             });
             hit.map(|t| t.entry)
         }
-        Frontend::Http | Frontend::Https => {
-            route_http(table, q, normalized.as_deref(), path, query, &mut x)
-        }
+        Frontend::Http | Frontend::Https => route_http(table, q, path, query, &mut x),
     };
     let Some(entry) = target.and_then(|id| table.entry(id)) else {
         x.summary = match q.frontend {
             Frontend::Tcp(_) => "no TCP frontend on that port".into(),
+            _ if unrouted(path, policy) == Route::Healthz => {
+                x.outcome = "traffic_healthz";
+                "no route matches /healthz: answered 200 ok (--traffic-healthz)".into()
+            }
             _ => "no route matches: the request is answered with --default-return-code".into(),
         };
         return x;
     };
-    x.entry = Some(entry_view(entry, now, fail_open));
+    x.entry = Some(entry_view(entry, now, policy.fail_open));
     // The decisions: a dry run of the attempt every engine makes.
     let mut attempt = Attempt::dry_run(q.client);
-    let policy = Policy::new(1, Duration::ZERO, fail_open);
+    let policy = Policy {
+        tries: 1,
+        passive_down: Duration::ZERO,
+        ..*policy
+    };
     let cookie = q.cookie.as_deref().map(|c| {
         if c.contains('=') {
             c.to_string()
@@ -323,26 +330,27 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, fail_open: bo
 fn route_http(
     table: &RoutingTable,
     q: &Query,
-    normalized: Option<&str>,
     path: &str,
     query: Option<&str>,
     x: &mut Explanation,
 ) -> Option<EntryId> {
     let router = table.router(q.frontend)?;
-    // The decision itself is the data plane's own lookup; the steps only describe it.
-    let rule = router.lookup(q.host.as_deref().map(str::as_bytes), path);
+    // The data plane's own walk over the host levels; each level it visits is a step.
     let mut level = None;
-    let mut consider = |lvl: &'static str, host: Option<String>, rules: &PathRules<EntryId>| {
-        if level.is_some() {
-            return;
-        }
+    let rule = router.walk(q.host.as_deref().map(str::as_bytes), |lvl, rules| {
+        let (name, host) = match lvl {
+            Level::ExactHost(h) => ("exact_host", Some(h.to_string())),
+            Level::WildcardHost(s) => ("wildcard_host", Some(format!("*{s}"))),
+            Level::AnyHost => ("any_host", None),
+        };
         let hit = rules.lookup(path);
         let note = match hit {
             Some(r) => format!(
-                "prefix {} matches (longest matching prefix at this level)",
+                "prefix {}{} matches (longest matching prefix at this level)",
+                if r.ignore_case { "-i " } else { "" },
                 r.prefix
             ),
-            None if lvl == "any_host" => format!(
+            None if lvl == Level::AnyHost => format!(
                 "none of the {} host-less prefixes matches {path}",
                 rules.len()
             ),
@@ -352,28 +360,16 @@ fn route_http(
             ),
         };
         x.precedence.push(Step {
-            level: lvl,
+            level: name,
             host: host.clone(),
             matched_prefix: hit.map(|r| r.prefix.to_string()),
             note,
         });
-        if let Some(r) = hit
-            && rule.is_some_and(|chosen| std::ptr::eq(chosen, r))
-        {
-            level = Some((lvl, host));
+        if hit.is_some() {
+            level = Some((name, host));
         }
-    };
-    if let Some(h) = normalized {
-        if let Some(rules) = router.exact.get(h) {
-            consider("exact_host", Some(h.to_string()), rules);
-        }
-        for (suffix, rules) in &router.wildcard {
-            if h.len() > suffix.len() && h.ends_with(&**suffix) {
-                consider("wildcard_host", Some(format!("*{suffix}")), rules);
-            }
-        }
-    }
-    consider("any_host", None, &router.any_host);
+        hit
+    });
     let rule: &PathRule<EntryId> = rule?;
     let (lvl, host) = level.unwrap_or(("any_host", None));
     let pq = match query {
@@ -549,11 +545,18 @@ mod tests {
     use super::*;
     use crate::table::CheckResult;
     use crate::table::balance::Pick;
-    use crate::table::matcher::Router;
+    use crate::table::matcher::{PathRules, Router};
 
     fn entry(name: &str, addrs: &[&str]) -> Entry {
         Entry::fixture(name, Frontend::Http, addrs)
     }
+
+    const POLICY: Policy = Policy {
+        tries: 1,
+        passive_down: Duration::ZERO,
+        fail_open: true,
+        traffic_healthz: false,
+    };
 
     fn rules(list: &[(&str, bool, EntryId)]) -> PathRules<EntryId> {
         let mut r = PathRules::default();
@@ -561,6 +564,7 @@ mod tests {
             r.insert(PathRule {
                 prefix: prefix.into(),
                 strip,
+                ignore_case: false,
                 target,
             });
         }
@@ -609,36 +613,49 @@ mod tests {
     fn levels_and_fall_through_are_explained() {
         let t = std::sync::Arc::new(table());
         let now = Instant::now();
-        let x = explain(&t, &q(Some("Shop.Example.com:80"), "/api/x?y=1"), now, true);
+        let x = explain(
+            &t,
+            &q(Some("Shop.Example.com:80"), "/api/x?y=1"),
+            now,
+            &POLICY,
+        );
         let r = x.route.as_ref().unwrap();
         assert_eq!((r.level, r.prefix.as_str()), ("exact_host", "/api"));
         assert_eq!(r.forwarded_path, "/api/x?y=1");
         assert_eq!(x.entry.as_ref().unwrap().name, "shop");
         assert_eq!(x.generation, 4);
 
-        let x = explain(&t, &q(Some("shop.example.com"), "/web/a"), now, true);
+        let x = explain(&t, &q(Some("shop.example.com"), "/web/a"), now, &POLICY);
         let levels: Vec<_> = x.precedence.iter().map(|s| s.level).collect();
         assert_eq!(levels, ["exact_host", "wildcard_host"]);
         assert!(x.precedence[0].note.contains("falls through"));
         assert_eq!(x.route.as_ref().unwrap().level, "wildcard_host");
         assert_eq!(x.entry.as_ref().unwrap().name, "wild");
 
-        let x = explain(&t, &q(None, "/web/a?b"), now, true);
+        let x = explain(&t, &q(None, "/web/a?b"), now, &POLICY);
         let r = x.route.as_ref().unwrap();
         assert_eq!((r.level, r.strip_prefix), ("any_host", true));
         assert_eq!(r.forwarded_path, "/a?b");
 
-        let x = explain(&t, &q(None, "/nothing"), now, true);
+        let x = explain(&t, &q(None, "/nothing"), now, &POLICY);
         assert_eq!(x.outcome, "no_route");
         assert!(x.route.is_none() && x.entry.is_none());
+
+        let x = explain(&t, &q(None, "/healthz"), now, &POLICY);
+        assert_eq!(x.outcome, "no_route", "--traffic-healthz off");
+        let on = POLICY.with_traffic_healthz(true);
+        let x = explain(&t, &q(None, "/healthz"), now, &on);
+        assert_eq!(x.outcome, "traffic_healthz");
+        let x = explain(&t, &q(None, "/healthz/x"), now, &on);
+        assert_eq!(x.outcome, "no_route", "only /healthz itself");
     }
 
     #[test]
     fn explaining_does_not_consume_the_round_robin_turn() {
         let t = std::sync::Arc::new(table());
         let now = Instant::now();
-        let first = explain(&t, &q(None, "/web"), now, true).endpoint;
-        assert_eq!(explain(&t, &q(None, "/web"), now, true).endpoint, first);
+        let first = explain(&t, &q(None, "/web"), now, &POLICY).endpoint;
+        assert_eq!(explain(&t, &q(None, "/web"), now, &POLICY).endpoint, first);
         // The data plane's own choice agrees, and then the turn moves on.
         let web = &t.entries[0];
         let pick = Pick {
@@ -649,7 +666,7 @@ mod tests {
         };
         let i = web.choose(&pick, web.health_gate(true), now, &[]).unwrap();
         assert_eq!(Some(web.endpoints[i].addr.to_string()), first);
-        assert_ne!(explain(&t, &q(None, "/web"), now, true).endpoint, first);
+        assert_ne!(explain(&t, &q(None, "/web"), now, &POLICY).endpoint, first);
     }
 
     #[test]
@@ -659,15 +676,15 @@ mod tests {
         let shop = &t.entries[1];
         let id = sticky::format_cookie_id(shop.endpoints[0].cookie_id);
         let mut query = q(Some("shop.example.com"), "/api");
-        let x = explain(&t, &query, now, true);
+        let x = explain(&t, &query, now, &POLICY);
         assert_eq!(x.stickiness.mode, "cookie");
         assert!(x.set_cookie.is_some(), "no cookie: one is set");
         query.cookie = Some(format!("a=b; SERVERID={id}"));
-        let x = explain(&t, &query, now, true);
+        let x = explain(&t, &query, now, &POLICY);
         assert_eq!(x.stickiness.pinned.as_deref(), Some("10.0.0.9:80"));
         assert!(x.set_cookie.is_none(), "valid cookie: nothing set");
         query.cookie = Some("0123456789abcdef".into());
-        let x = explain(&t, &query, now, true);
+        let x = explain(&t, &query, now, &POLICY);
         assert!(x.stickiness.decision.contains("re-pinned"), "{x:?}");
     }
 
@@ -682,7 +699,7 @@ mod tests {
                 .record(CheckResult::ConnectFailed, 2, 3);
         }
         for _ in 0..3 {
-            let x = explain(&t, &q(None, "/web"), now, true);
+            let x = explain(&t, &q(None, "/web"), now, &POLICY);
             assert_eq!(x.endpoint.as_deref(), Some("10.0.0.2:80"));
             assert_eq!(x.entry.as_ref().unwrap().endpoints[0].state, "down");
         }
@@ -692,9 +709,13 @@ mod tests {
                 .health
                 .record(CheckResult::Timeout, 2, 3);
         }
-        let x = explain(&t, &q(None, "/web"), now, false);
+        let closed = Policy {
+            fail_open: false,
+            ..POLICY
+        };
+        let x = explain(&t, &q(None, "/web"), now, &closed);
         assert_eq!(x.outcome, "unavailable");
-        let x = explain(&t, &q(None, "/web"), now, true);
+        let x = explain(&t, &q(None, "/web"), now, &POLICY);
         assert_eq!(x.outcome, "proxy");
         assert!(x.summary.contains("fail-open"), "{}", x.summary);
     }

@@ -5,6 +5,10 @@
 //! prefix wins. Prefixes match on a path-segment boundary (`/svc-1` never catches `/svc-10`),
 //! so a lookup is one hash probe per segment of the request path, not a scan over all rules.
 //! A host whose rules do not match the path falls through to the next, less specific, level.
+//! A host rule may name a port (`shop.example.com:8080`): it matches only a Host that carries
+//! that port, and ranks above the same name without a port; a Host without a port matches only
+//! port-less rules. A prefix may ignore case (the annotations' `-i`): it is stored folded to
+//! lower case and probed with the folded path, after the case-sensitive rules of each length.
 //!
 //! This module must not know about Kubernetes, Pingora or tokio; it works on plain strings.
 
@@ -19,57 +23,113 @@ use serde::Serialize;
 /// Longest host name we normalise on the stack (RFC 1035 limits names to 253 octets).
 const MAX_HOST_LEN: usize = 255;
 
+/// Longest configured prefix (`validate_prefix`); a case-insensitive probe folds at most one
+/// byte more than this, on the stack.
+const MAX_PREFIX_LEN: usize = 1024;
+
 /// One path rule: where a matching request goes and whether the prefix is removed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PathRule<T> {
-    /// The prefix as written (`/svc`, `/api/`); stored for stripping and for display.
+    /// The prefix as written (`/svc`, `/api/`), lower case when `ignore_case`; stored for
+    /// stripping and for display.
     pub prefix: Box<str>,
     /// Strip the prefix before forwarding (`/svc/a` -> `/a`).
     pub strip: bool,
+    /// Match the prefix without regard to ASCII case (`lb.aclMatch: "-i /api"`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_case: bool,
     pub target: T,
 }
 
-/// The path rules of one host level, keyed by prefix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
+/// The path rules of one host level, keyed by prefix: case-sensitive ones, and those that
+/// ignore case keyed by their lower-case form.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathRules<T> {
     rules: HashMap<Box<str>, PathRule<T>>,
+    folded: HashMap<Box<str>, PathRule<T>>,
 }
 
 impl<T> Default for PathRules<T> {
     fn default() -> Self {
         Self {
             rules: HashMap::default(),
+            folded: HashMap::default(),
         }
     }
 }
 
+impl<T: Serialize> Serialize for PathRules<T> {
+    /// One map keyed by prefix; a rule that ignores case is keyed `-i <prefix>`, as written
+    /// in the annotation.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.len()))?;
+        for rule in self.rules.values() {
+            m.serialize_entry(&*rule.prefix, rule)?;
+        }
+        for rule in self.folded.values() {
+            m.serialize_entry(&format!("-i {}", rule.prefix), rule)?;
+        }
+        m.end()
+    }
+}
+
 impl<T> PathRules<T> {
-    pub fn insert(&mut self, rule: PathRule<T>) {
-        self.rules.insert(rule.prefix.clone(), rule);
+    pub fn insert(&mut self, mut rule: PathRule<T>) {
+        if rule.ignore_case {
+            rule.prefix = rule.prefix.to_ascii_lowercase().into();
+            self.folded.insert(rule.prefix.clone(), rule);
+        } else {
+            self.rules.insert(rule.prefix.clone(), rule);
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.folded.is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.rules.len()
+        self.rules.len() + self.folded.len()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PathRule<T>> {
-        self.rules.values()
+        self.rules.values().chain(self.folded.values())
     }
 
     /// The rule with the longest prefix that matches `path` on a segment boundary.
     ///
     /// Candidates are every prefix of `path` that ends just before or just after a `/`, and the
-    /// whole path; they are probed from the longest down, so the first hit is the best one.
+    /// whole path; they are probed from the longest down, so the first hit is the best one. At
+    /// each length a case-sensitive rule is probed before one that ignores case.
     pub fn lookup(&self, path: &str) -> Option<&PathRule<T>> {
-        if self.rules.is_empty() {
+        if self.is_empty() {
             return None;
         }
-        if let Some(rule) = self.rules.get(path) {
+        if self.folded.is_empty() {
+            return self.probe_all(path, None);
+        }
+        // The folded path; no prefix is longer than MAX_PREFIX_LEN, so a longer candidate
+        // cannot match one and is not folded. Only levels with such rules pay for this.
+        let mut buf = [0u8; MAX_PREFIX_LEN + 1];
+        let n = path.len().min(buf.len());
+        for (dst, src) in buf[..n].iter_mut().zip(path.as_bytes()) {
+            *dst = src.to_ascii_lowercase();
+        }
+        self.probe_all(path, Some(&buf[..n]))
+    }
+
+    /// The candidates of `lookup`, longest first; `folded` is `path` in lower case (its head).
+    fn probe_all(&self, path: &str, folded: Option<&[u8]>) -> Option<&PathRule<T>> {
+        let probe = |end: usize| -> Option<&PathRule<T>> {
+            if let Some(rule) = self.rules.get(&path[..end]) {
+                return Some(rule);
+            }
+            let folded = folded?.get(..end)?;
+            // ASCII folding keeps UTF-8 valid; `end` is at a '/' or the end of `path`.
+            let key = std::str::from_utf8(folded).ok()?;
+            self.folded.get(key)
+        };
+        if let Some(rule) = probe(path.len()) {
             return Some(rule);
         }
         let bytes = path.as_bytes();
@@ -77,12 +137,12 @@ impl<T> PathRules<T> {
         while let Some(slash) = bytes[..end].iter().rposition(|&b| b == b'/') {
             // "/a/b/c": try "/a/b/" then "/a/b", then "/a/" and "/a", then "/".
             if slash + 1 < bytes.len()
-                && let Some(rule) = self.rules.get(&path[..=slash])
+                && let Some(rule) = probe(slash + 1)
             {
                 return Some(rule);
             }
             if slash > 0
-                && let Some(rule) = self.rules.get(&path[..slash])
+                && let Some(rule) = probe(slash)
             {
                 return Some(rule);
             }
@@ -179,52 +239,158 @@ impl<T> Router<T> {
     /// Finds the route for a request. `host` is the raw Host header or `:authority` (any case,
     /// optional port); `path` is the path without the query.
     pub fn lookup(&self, host: Option<&[u8]>, path: &str) -> Option<&PathRule<T>> {
+        self.walk(host, |_, rules| rules.lookup(path))
+    }
+
+    /// Visits the host levels that apply to `host`, most specific first, until `visit`
+    /// returns `Some`: the exact host with its port, the exact host, the wildcard suffixes
+    /// (longest first; a suffix with a port is compared with the host and its port), then the
+    /// host-less rules. `lookup` is this walk; `/explain` describes the same walk.
+    pub fn walk<'r, R>(
+        &'r self,
+        host: Option<&[u8]>,
+        mut visit: impl FnMut(Level<'r>, &'r PathRules<T>) -> Option<R>,
+    ) -> Option<R> {
         let mut buf = [0u8; MAX_HOST_LEN];
         if let Some(host) = host.and_then(|h| normalize_host(h, &mut buf)) {
-            if let Some(rule) = self.exact.get(host).and_then(|rules| rules.lookup(path)) {
-                return Some(rule);
+            let (full, name) = (host.with_port, host.name());
+            let has_port = full.len() != name.len();
+            if has_port
+                && let Some((key, rules)) = self.exact.get_key_value(full)
+                && let Some(r) = visit(Level::ExactHost(key), rules)
+            {
+                return Some(r);
+            }
+            if let Some((key, rules)) = self.exact.get_key_value(name)
+                && let Some(r) = visit(Level::ExactHost(key), rules)
+            {
+                return Some(r);
             }
             for (suffix, rules) in &self.wildcard {
-                if host.len() > suffix.len()
-                    && host.ends_with(&**suffix)
-                    && let Some(rule) = rules.lookup(path)
+                let candidate = if has_port && suffix.contains(':') {
+                    full
+                } else {
+                    name
+                };
+                if candidate.len() > suffix.len()
+                    && candidate.ends_with(&**suffix)
+                    && let Some(r) = visit(Level::WildcardHost(suffix), rules)
                 {
-                    return Some(rule);
+                    return Some(r);
                 }
             }
         }
-        self.any_host.lookup(path)
+        visit(Level::AnyHost, &self.any_host)
     }
 }
 
-/// Lower-cases `raw` into `buf`, dropping a port and a trailing dot. `None` for a host that is
-/// empty, too long or not valid UTF-8; such a request is matched by host-less rules only.
-pub fn normalize_host<'b>(raw: &[u8], buf: &'b mut [u8; MAX_HOST_LEN]) -> Option<&'b str> {
-    let host = if raw.first() == Some(&b'[') {
-        // IPv6 literal: keep the brackets, drop what follows `]`.
+/// A host level of a lookup (see [`Router::walk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level<'r> {
+    /// An exact host, `name` or `name:port`.
+    ExactHost(&'r str),
+    /// A wildcard suffix with its leading dot (`.example.com`, `.example.com:8080`).
+    WildcardHost(&'r str),
+    AnyHost,
+}
+
+/// A Host value normalised for matching: lower case, without a trailing dot, with its port
+/// when it had one (`shop.example.com:8080`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NormalHost<'b> {
+    pub with_port: &'b str,
+    name_len: usize,
+}
+
+impl<'b> NormalHost<'b> {
+    /// The name alone (`shop.example.com`).
+    pub fn name(&self) -> &'b str {
+        &self.with_port[..self.name_len]
+    }
+}
+
+/// Lower-cases `raw` into `buf`, dropping a trailing dot and keeping a port (digits only).
+/// `None` for a host that is empty, too long, not valid UTF-8 or with a bad port; such a
+/// request is matched by host-less rules only.
+pub fn normalize_host<'b>(raw: &[u8], buf: &'b mut [u8; MAX_HOST_LEN]) -> Option<NormalHost<'b>> {
+    let (host, port) = if raw.first() == Some(&b'[') {
+        // IPv6 literal: keep the brackets; what follows `]` may be `:port`.
         let close = raw.iter().position(|&b| b == b']')?;
-        &raw[..=close]
+        let port = match &raw[close + 1..] {
+            [] => None,
+            [b':', port @ ..] => Some(port),
+            _ => return None,
+        };
+        (&raw[..=close], port)
     } else {
         match raw.iter().rposition(|&b| b == b':') {
-            Some(colon) => &raw[..colon],
-            None => raw,
+            Some(colon) => (&raw[..colon], Some(&raw[colon + 1..])),
+            None => (raw, None),
         }
     };
     let host = host.strip_suffix(b".").unwrap_or(host);
-    if host.is_empty() || host.len() > MAX_HOST_LEN {
+    // An empty port (`host:`) is no port, as URI authority rules say; `:080` is port 80.
+    let port = match port.filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => Some(parse_port(p)?),
+    };
+    let mut digits = [0u8; 5];
+    let digits = port.map_or(&[][..], |p| port_digits(p, &mut digits));
+    let port_len = if port.is_some() { 1 + digits.len() } else { 0 };
+    if host.is_empty() || host.len() + port_len > MAX_HOST_LEN {
         return None;
     }
-    let out = &mut buf[..host.len()];
-    for (dst, src) in out.iter_mut().zip(host) {
+    for (dst, src) in buf.iter_mut().zip(host) {
         *dst = src.to_ascii_lowercase();
     }
-    std::str::from_utf8(out).ok()
+    if port.is_some() {
+        buf[host.len()] = b':';
+        buf[host.len() + 1..host.len() + port_len].copy_from_slice(digits);
+    }
+    let with_port = std::str::from_utf8(&buf[..host.len() + port_len]).ok()?;
+    Some(NormalHost {
+        with_port,
+        name_len: host.len(),
+    })
+}
+
+/// A port of 1 to 5 digits, at most 65535.
+fn parse_port(p: &[u8]) -> Option<u16> {
+    if p.is_empty() || p.len() > 5 || !p.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = p.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
+    u16::try_from(n).ok()
+}
+
+/// `port` in decimal, without leading zeros, written into `buf`.
+fn port_digits(port: u16, buf: &mut [u8; 5]) -> &[u8] {
+    let mut at = buf.len();
+    let mut n = port;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[at..]
 }
 
 /// Checks a host name from configuration: DNS labels of `[a-z0-9-]` (any case), optionally
-/// led by `*.`; returns the lower-cased form, or why it is rejected.
+/// led by `*.` and followed by `:port`; returns the lower-cased form, or why it is rejected.
 pub fn validate_host(value: &str) -> Result<HostPattern, &'static str> {
     let value = value.trim();
+    let (value, port) = match value.rsplit_once(':') {
+        Some((name, port)) => {
+            let port = parse_port(port.as_bytes())
+                .filter(|&p| p > 0)
+                .ok_or("the port after ':' must be a number from 1 to 65535")?;
+            (name, Some(port))
+        }
+        None => (value, None),
+    };
     let (wildcard, name) = match value.strip_prefix("*.") {
         Some(rest) => (true, rest),
         None => (false, value),
@@ -245,26 +411,32 @@ pub fn validate_host(value: &str) -> Result<HostPattern, &'static str> {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         {
             return Err(
-                "host name may only hold letters, digits, '-' and '.' (and a leading '*.')",
+                "host name may only hold letters, digits, '-' and '.' (and a leading '*.', a trailing ':port')",
             );
         }
         if label.starts_with('-') || label.ends_with('-') {
             return Err("host name label starts or ends with '-'");
         }
     }
-    let name = name.to_ascii_lowercase();
+    let mut key = name.to_ascii_lowercase();
+    if let Some(port) = port {
+        key.push(':');
+        key.push_str(&port.to_string());
+    }
     Ok(if wildcard {
-        HostPattern::Wildcard(format!(".{name}"))
+        HostPattern::Wildcard(format!(".{key}"))
     } else {
-        HostPattern::Exact(name)
+        HostPattern::Exact(key)
     })
 }
 
-/// A validated host rule.
+/// A validated host rule, as the router keys it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HostPattern {
+    /// `name` or `name:port`, lower case.
     Exact(String),
-    /// The suffix with its leading dot, e.g. `.example.com` for `*.example.com`.
+    /// The suffix with its leading dot, e.g. `.example.com` for `*.example.com` (and
+    /// `.example.com:8080` for `*.example.com:8080`).
     Wildcard(String),
 }
 
@@ -296,6 +468,7 @@ mod tests {
             r.insert(PathRule {
                 prefix: p.into(),
                 strip: true,
+                ignore_case: false,
                 target: t,
             });
         }
@@ -363,22 +536,33 @@ mod tests {
 
     #[test]
     fn host_normalisation() {
-        let mut buf = [0u8; MAX_HOST_LEN];
+        let n = |raw: &[u8]| {
+            let mut buf = [0u8; MAX_HOST_LEN];
+            normalize_host(raw, &mut buf).map(|h| (h.with_port.to_string(), h.name().to_string()))
+        };
+        let both = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
         assert_eq!(
-            normalize_host(b"FOO.Example.com:8080", &mut buf),
-            Some("foo.example.com")
+            n(b"FOO.Example.com:8080"),
+            both("foo.example.com:8080", "foo.example.com")
         );
-        let mut buf = [0u8; MAX_HOST_LEN];
         assert_eq!(
-            normalize_host(b"foo.example.com.", &mut buf),
-            Some("foo.example.com")
+            n(b"foo.example.com."),
+            both("foo.example.com", "foo.example.com")
         );
-        let mut buf = [0u8; MAX_HOST_LEN];
-        assert_eq!(normalize_host(b"[::1]:80", &mut buf), Some("[::1]"));
-        let mut buf = [0u8; MAX_HOST_LEN];
-        assert_eq!(normalize_host(b"", &mut buf), None);
-        let mut buf = [0u8; MAX_HOST_LEN];
-        assert_eq!(normalize_host(&[b'a'; 300], &mut buf), None);
+        assert_eq!(
+            n(b"foo.example.com.:080"),
+            both("foo.example.com:80", "foo.example.com")
+        );
+        assert_eq!(
+            n(b"foo.example.com:"),
+            both("foo.example.com", "foo.example.com")
+        );
+        assert_eq!(n(b"[::1]:80"), both("[::1]:80", "[::1]"));
+        assert_eq!(n(b"[::1]"), both("[::1]", "[::1]"));
+        assert_eq!(n(b""), None);
+        assert_eq!(n(&[b'a'; 300]), None);
+        assert_eq!(n(b"a.com:99999"), None, "a port above 65535");
+        assert_eq!(n(b"a.com:8o"), None, "a port that is not a number");
     }
 
     fn router() -> Router<u32> {
@@ -419,6 +603,83 @@ mod tests {
     }
 
     #[test]
+    fn a_host_rule_with_a_port_matches_only_that_port() {
+        let mut r = Router::default();
+        r.exact
+            .insert("shop.example.com:8080".into(), rules(&[("/", 1)]));
+        r.exact
+            .insert("shop.example.com".into(), rules(&[("/", 2)]));
+        r.exact
+            .insert("only.example.com:81".into(), rules(&[("/", 3)]));
+        r.wildcard
+            .push((".example.com:8080".into(), rules(&[("/", 4)])));
+        r.wildcard.push((".example.com".into(), rules(&[("/", 5)])));
+        r.finish();
+        let t = |h: &str| r.lookup(Some(h.as_bytes()), "/x").map(|r| r.target);
+        assert_eq!(t("Shop.Example.com:8080"), Some(1), "port rule first");
+        assert_eq!(
+            t("shop.example.com:80"),
+            Some(2),
+            "port-less rule, any port"
+        );
+        assert_eq!(t("shop.example.com"), Some(2));
+        assert_eq!(t("only.example.com:81"), Some(3));
+        assert_eq!(
+            t("only.example.com"),
+            Some(5),
+            "a Host without a port never matches a rule with one"
+        );
+        assert_eq!(t("a.example.com:8080"), Some(4));
+        assert_eq!(t("a.example.com:9090"), Some(5));
+        assert_eq!(t("a.example.com"), Some(5));
+    }
+
+    #[test]
+    fn a_prefix_may_ignore_case() {
+        let mut r = PathRules::default();
+        r.insert(PathRule {
+            prefix: "/Test".into(),
+            strip: false,
+            ignore_case: true,
+            target: 1,
+        });
+        r.insert(PathRule {
+            prefix: "/test/exact".into(),
+            strip: false,
+            ignore_case: false,
+            target: 2,
+        });
+        r.insert(PathRule {
+            prefix: "/other".into(),
+            strip: false,
+            ignore_case: true,
+            target: 3,
+        });
+        r.insert(PathRule {
+            prefix: "/other".into(),
+            strip: false,
+            ignore_case: false,
+            target: 4,
+        });
+        assert_eq!(hit(&r, "/TEST/a"), Some(1));
+        assert_eq!(hit(&r, "/test"), Some(1));
+        assert_eq!(
+            hit(&r, "/tEsT/exact"),
+            Some(1),
+            "the sensitive rule needs its case"
+        );
+        assert_eq!(hit(&r, "/test/exact/x"), Some(2), "longer prefix wins");
+        assert_eq!(hit(&r, "/testing"), None, "still a segment boundary");
+        assert_eq!(hit(&r, "/other/x"), Some(4), "sensitive before folded");
+        assert_eq!(hit(&r, "/OTHER/x"), Some(3));
+        let long = format!("/TEST/{}", "a".repeat(3000));
+        assert_eq!(hit(&r, &long), Some(1), "a long path is folded far enough");
+        assert_eq!(r.len(), 4);
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("-i /test").is_some(), "{json}");
+    }
+
+    #[test]
     fn narrowed_host_falls_through() {
         let r = router();
         let t = |h: &str, p: &str| r.lookup(Some(h.as_bytes()), p).map(|r| r.target);
@@ -442,6 +703,18 @@ mod tests {
         assert!(validate_host("*.").is_err());
         assert!(validate_host("-a.com").is_err());
         assert!(validate_host(&"a".repeat(300)).is_err());
+        assert_eq!(
+            validate_host("Shop.Example.com:08080"),
+            Ok(HostPattern::Exact("shop.example.com:8080".into()))
+        );
+        assert_eq!(
+            validate_host("*.example.com:81"),
+            Ok(HostPattern::Wildcard(".example.com:81".into()))
+        );
+        assert!(validate_host("a.com:0").is_err());
+        assert!(validate_host("a.com:65536").is_err());
+        assert!(validate_host("a.com:").is_err());
+        assert!(validate_host("a.com:8080:1").is_err());
     }
 
     #[test]

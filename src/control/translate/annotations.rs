@@ -6,13 +6,67 @@ use super::*;
 /// Parsed annotations and spec settings of one Service.
 pub(super) struct Settings {
     pub(super) algorithm: Algorithm,
-    pub(super) host: Option<HostPattern>,
-    pub(super) acl: Vec<String>,
+    /// `lb.host`: each valid name of the space-separated list.
+    pub(super) hosts: Vec<HostPattern>,
+    /// `lb.aclMatch`: each valid prefix, with whether it ignores case (`-i`).
+    pub(super) acl: Vec<AclPrefix>,
     pub(super) ssl_term: bool,
     pub(super) cookie_sticky: bool,
     pub(super) maxconn: Option<u32>,
     pub(super) affinity: Option<Duration>,
     pub(super) check: CheckSpec,
+}
+
+/// One `lb.aclMatch` prefix.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct AclPrefix {
+    pub(super) prefix: String,
+    pub(super) ignore_case: bool,
+}
+
+/// Reads `lb.aclMatch` as HAProxy read the original's `path_beg` pattern list: flags first
+/// (`-i` ignores case for the patterns that follow it; `--` ends the flags), then prefixes.
+/// Any other flag is warned about and ignored (`-f` and `-m` with their argument).
+pub(super) fn parse_acl_match(v: &str, mut warn: impl FnMut(&str, String)) -> Vec<AclPrefix> {
+    let mut out = BTreeSet::new();
+    let mut ignore_case = false;
+    let mut flags_done = false;
+    let mut tokens = v.split_ascii_whitespace();
+    while let Some(t) = tokens.next() {
+        if !flags_done && t.starts_with('-') {
+            match t {
+                "-i" => ignore_case = true,
+                "--" => flags_done = true,
+                "-f" | "-m" => {
+                    let arg = tokens.next().unwrap_or("");
+                    warn(
+                        &format!("{t} {arg}"),
+                        format!("flag {t} is not supported (only -i is); ignored"),
+                    );
+                }
+                _ => warn(
+                    t,
+                    format!("flag {t} is not supported (only -i is); ignored"),
+                ),
+            }
+            continue;
+        }
+        flags_done = true;
+        match validate_prefix(t) {
+            Ok(()) => {
+                out.insert(AclPrefix {
+                    prefix: if ignore_case {
+                        t.to_ascii_lowercase()
+                    } else {
+                        t.to_string()
+                    },
+                    ignore_case,
+                });
+            }
+            Err(why) => warn(t, format!("is not a valid path prefix ({why}); ignored")),
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// Longest check interval accepted, and the shortest non-zero one (the original's `inter 5`
@@ -183,37 +237,45 @@ pub(super) fn settings(
             options.default_algorithm
         }),
     };
-    let host = ann
+    let mut hosts = BTreeSet::new();
+    for name in ann
         .get(annotation::HOST)
-        .and_then(|v| match validate_host(v) {
-            Ok(h) => Some(h),
-            Err(why) => {
-                ann.warn(
-                    annotation::HOST,
-                    v,
-                    &format!("is not a valid host ({why}); host rule ignored"),
-                );
-                None
-            }
-        });
-    let mut acl = BTreeSet::new();
-    for p in ann
-        .get(annotation::ACL_MATCH)
         .unwrap_or("")
         .split_ascii_whitespace()
     {
-        match validate_prefix(p) {
-            Ok(()) => {
-                acl.insert(p.to_string());
+        match validate_host(name) {
+            Ok(h) => {
+                hosts.insert(h);
             }
             Err(why) => ann.warn(
-                annotation::ACL_MATCH,
-                p,
-                &format!("is not a valid path prefix ({why}); ignored"),
+                annotation::HOST,
+                name,
+                &format!("is not a valid host ({why}); this name is ignored"),
             ),
         }
     }
-    let acl: Vec<String> = acl.into_iter().collect();
+    if hosts.is_empty()
+        && let Some(v) = ann.get(annotation::HOST)
+        && !v.trim().is_empty()
+    {
+        ann.warn(
+            annotation::HOST,
+            v,
+            "holds no valid host; the Service keeps its path route",
+        );
+    }
+    let hosts: Vec<HostPattern> = hosts.into_iter().collect();
+    let acl = match ann.get(annotation::ACL_MATCH) {
+        None => Vec::new(),
+        Some(v) => {
+            let mut bad = Vec::new();
+            let acl = parse_acl_match(v, |token, why| bad.push((token.to_string(), why)));
+            for (token, why) in bad {
+                ann.warn(annotation::ACL_MATCH, &token, &why);
+            }
+            acl
+        }
+    };
     let ssl_term = ann.flag(annotation::SSL_TERM);
     let cookie_sticky = ann.flag(annotation::COOKIE_STICKY);
     let maxconn = ann
@@ -284,7 +346,7 @@ pub(super) fn settings(
     };
     Settings {
         algorithm,
-        host,
+        hosts,
         acl,
         ssl_term,
         cookie_sticky,

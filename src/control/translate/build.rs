@@ -8,7 +8,9 @@ use super::*;
 pub(super) struct RouteKey {
     pub(super) frontend: Frontend,
     pub(super) host: Option<HostPattern>,
+    /// Lower case when `ignore_case`.
     pub(super) prefix: String,
+    pub(super) ignore_case: bool,
 }
 
 /// A claim on a route key; the entry's `EntryKey` orders claims when several collide.
@@ -232,26 +234,43 @@ impl<'a> Builder<'a> {
         if is_tcp {
             self.tcp.entry(port).or_default().push(id);
         } else {
-            let prefixes: Vec<(String, bool)> = match (&s.host, s.acl.is_empty()) {
-                (_, false) => s.acl.iter().map(|p| (p.clone(), false)).collect(),
-                (Some(_), true) => vec![("/".into(), false)],
-                (None, true) => {
-                    let mut prefix = String::with_capacity(entry_name.len() + 1);
-                    prefix.push('/');
-                    prefix.push_str(&entry_name);
-                    vec![(prefix, true)]
-                }
+            // Each host (or any host) with each aclMatch prefix (or `/`); without either, the
+            // path route `/<entry name>`, stripped.
+            let hosts: Vec<Option<&HostPattern>> = if s.hosts.is_empty() {
+                vec![None]
+            } else {
+                s.hosts.iter().map(Some).collect()
             };
-            for (prefix, strip) in prefixes {
-                let rk = RouteKey {
-                    frontend,
-                    host: s.host.clone(),
+            let path_route = s.hosts.is_empty() && s.acl.is_empty();
+            let prefixes: Vec<AclPrefix> = if path_route {
+                let mut prefix = String::with_capacity(entry_name.len() + 1);
+                prefix.push('/');
+                prefix.push_str(&entry_name);
+                vec![AclPrefix {
                     prefix,
-                };
-                self.routes
-                    .entry(rk)
-                    .or_default()
-                    .push(RouteClaim { entry: id, strip });
+                    ignore_case: false,
+                }]
+            } else if s.acl.is_empty() {
+                vec![AclPrefix {
+                    prefix: "/".into(),
+                    ignore_case: false,
+                }]
+            } else {
+                s.acl.clone()
+            };
+            for host in hosts {
+                for p in &prefixes {
+                    let rk = RouteKey {
+                        frontend,
+                        host: host.cloned(),
+                        prefix: p.prefix.clone(),
+                        ignore_case: p.ignore_case,
+                    };
+                    self.routes.entry(rk).or_default().push(RouteClaim {
+                        entry: id,
+                        strip: path_route,
+                    });
+                }
             }
         }
         self.entries.push(Entry {
@@ -298,23 +317,75 @@ impl<'a> Builder<'a> {
         let mut https = Router::default();
         // Wildcard suffix -> index in its router's list, so building stays linear.
         let mut wildcard_at: HashMap<(Frontend, String), usize> = HashMap::default();
-        let routes = std::mem::take(&mut self.routes);
+        let mut routes = std::mem::take(&mut self.routes);
         let entries = &self.entries;
         let key_of = |id: EntryId| &entries[id as usize].key;
+        // A Service's own path route wins its key over aclMatch claims of the same prefix,
+        // then the lower entry key wins.
+        let rank = |c: &RouteClaim| (!c.strip, key_of(c.entry));
+        let lost: Vec<RouteKey> = {
+            // Path routes by (frontend, prefix) -> their winner: each owns its subtree.
+            let owners: HashMap<(Frontend, &str), EntryId> = routes
+                .iter()
+                .filter(|(rk, _)| rk.host.is_none() && !rk.ignore_case)
+                .filter_map(|(rk, claims)| {
+                    let best = claims.iter().min_by(|a, b| rank(a).cmp(&rank(b)))?;
+                    best.strip
+                        .then_some(((rk.frontend, rk.prefix.as_str()), best.entry))
+                })
+                .collect();
+            let mut lost = Vec::new();
+            for (rk, claims) in &routes {
+                let Some((owner_prefix, owner)) = rk
+                    .host
+                    .is_none()
+                    .then(|| subtree_owner(&owners, rk))
+                    .flatten()
+                else {
+                    continue;
+                };
+                let ok = key_of(owner);
+                for c in claims {
+                    let lk = key_of(c.entry);
+                    self.warnings.push(Warning {
+                        object: object("Service", &lk.namespace, &lk.service),
+                        reason: WarningReason::RouteConflict,
+                        message: format!(
+                            "port {} claims {}{} inside {owner_prefix}, the path route of {ok}, \
+                             which owns everything below it; not served",
+                            lk.port,
+                            if rk.ignore_case { "-i " } else { "" },
+                            rk.prefix,
+                        ),
+                    });
+                }
+                lost.push(rk.clone());
+            }
+            lost
+        };
+        for rk in &lost {
+            routes.remove(rk);
+        }
         for (rk, mut claims) in routes {
             if claims.len() > 1 {
-                claims.sort_by(|a, b| key_of(a.entry).cmp(key_of(b.entry)));
+                claims.sort_by(|a, b| rank(a).cmp(&rank(b)));
             }
             let winner = &claims[0];
             for loser in &claims[1..] {
                 let (lk, wk) = (key_of(loser.entry), key_of(winner.entry));
+                let why = if winner.strip && !loser.strip {
+                    " (its own path route)"
+                } else {
+                    ""
+                };
                 self.warnings.push(Warning {
                     object: object("Service", &lk.namespace, &lk.service),
                     reason: WarningReason::RouteConflict,
                     message: format!(
-                        "port {} claims {}{} which {wk} also claims; {wk} wins",
+                        "port {} claims {}{}{} which {wk} also claims{why}; {wk} wins",
                         lk.port,
                         describe_host(&rk.host),
+                        if rk.ignore_case { "-i " } else { "" },
                         rk.prefix,
                     ),
                 });
@@ -342,6 +413,7 @@ impl<'a> Builder<'a> {
             rules.insert(PathRule {
                 prefix: rk.prefix.into(),
                 strip: winner.strip,
+                ignore_case: rk.ignore_case,
                 target: winner.entry,
             });
         }
@@ -427,6 +499,24 @@ pub(super) fn entry_name(ns: Option<&str>, name: &str, port: u16) -> String {
         s.extend(digits.iter().map(|&d| char::from(d)));
     }
     s
+}
+
+/// The path route whose subtree holds `rk` (host-less) and which another Service owns: the
+/// shortest such prefix and its entry. `/shop/web` and `/shop/` lie inside `/shop`; a prefix
+/// that ignores case is compared in lower case (path routes are Service names, lower case).
+fn subtree_owner<'o>(
+    owners: &HashMap<(Frontend, &'o str), EntryId>,
+    rk: &'o RouteKey,
+) -> Option<(&'o str, EntryId)> {
+    let p = rk.prefix.as_str();
+    let mine = owners.get(&(rk.frontend, p)).copied();
+    let bytes = p.as_bytes();
+    (1..bytes.len())
+        .filter(|&i| bytes[i] == b'/')
+        .find_map(|i| {
+            let (&(_, prefix), &owner) = owners.get_key_value(&(rk.frontend, &p[..i]))?;
+            (Some(owner) != mine).then_some((prefix, owner))
+        })
 }
 
 pub(super) fn describe_host(host: &Option<HostPattern>) -> String {

@@ -547,6 +547,148 @@ fn conflicts_are_broken_deterministically_and_reported() {
     assert_eq!(w1[0].object.name, "b", "the loser is the one warned about");
 }
 
+// === migrating from the original (docs/migration.md) ===
+
+/// `default/shop` (path route `/shop`) owns everything below `/shop/`: the Service `web` in a
+/// namespace called `shop` (path route `/shop/web`) cannot take its sub-paths, whichever
+/// object comes first; it is warned about, naming both.
+#[test]
+fn a_home_path_route_owns_its_subtree_against_a_namespace_of_that_name() {
+    let home = mk_service("default", "shop", &[80]);
+    let intruder = mk_service("shop", "web", &[80]);
+    let (t1, w1) = run(&[home.clone(), intruder.clone()], &[]);
+    let (t2, w2) = run(&[intruder.clone(), home], &[]);
+    assert_eq!(t1, t2);
+    assert_eq!(w1, w2);
+    assert_eq!(route(&t1, "", "/shop/web/x"), Some(("shop".into(), true)));
+    assert_eq!(route(&t1, "", "/shop/web"), Some(("shop".into(), true)));
+    assert_eq!(reasons(&w1), [WarningReason::RouteConflict]);
+    assert_eq!(
+        (w1[0].object.namespace.as_str(), w1[0].object.name.as_str()),
+        ("shop", "web")
+    );
+    assert!(
+        w1[0].message.contains("/shop/web") && w1[0].message.contains("default/shop"),
+        "names both: {}",
+        w1[0].message
+    );
+    // Without the home Service, the namespaced one serves its route.
+    let (t, w) = run(&[intruder], &[]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        route(&t, "", "/shop/web/x"),
+        Some(("shop/web".into(), true))
+    );
+}
+
+/// An aclMatch prefix at or below another Service's path route: the path route keeps its
+/// key and its subtree (the original applied aclMatch on the TLS port only); warned.
+#[test]
+fn an_acl_match_cannot_shadow_another_services_path_route() {
+    let web = mk_service("default", "web", &[80]);
+    let same = annotate(
+        mk_service("default", "aaa", &[80]),
+        annotation::ACL_MATCH,
+        "/web",
+    );
+    let below = annotate(
+        mk_service("other", "b", &[80]),
+        annotation::ACL_MATCH,
+        "/web/admin /elsewhere",
+    );
+    let folded = annotate(
+        mk_service("other", "c", &[80]),
+        annotation::ACL_MATCH,
+        "-i /WEB/x /Folded",
+    );
+    let (t, w) = run(
+        &[web.clone(), same.clone(), below.clone(), folded.clone()],
+        &[],
+    );
+    let (t2, w2) = run(&[folded, below, same, web], &[]);
+    assert_eq!((&t, &w), (&t2, &w2));
+    assert_eq!(
+        route(&t, "", "/web/x"),
+        Some(("web".into(), true)),
+        "its own path route wins, not the lower name"
+    );
+    assert_eq!(route(&t, "", "/web/admin/1"), Some(("web".into(), true)));
+    assert_eq!(route(&t, "", "/elsewhere"), Some(("other/b".into(), false)));
+    assert_eq!(route(&t, "", "/FOLDED"), Some(("other/c".into(), false)));
+    assert_eq!(reasons(&w), [WarningReason::RouteConflict; 3], "{w:?}");
+    let msgs: Vec<&str> = w.iter().map(|w| w.message.as_str()).collect();
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("/web/admin") && m.contains("default/web")),
+        "{msgs:?}"
+    );
+    assert!(msgs.iter().any(|m| m.contains("-i /web/x")), "{msgs:?}");
+    assert!(
+        msgs.iter().any(|m| m.contains("own path route")),
+        "{msgs:?}"
+    );
+}
+
+#[test]
+fn a_host_may_carry_a_port() {
+    let svc = annotate(
+        mk_service("default", "shop", &[80]),
+        annotation::HOST,
+        "Shop.Example.com:8080",
+    );
+    let (t, w) = run(&[svc], &[]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        route(&t, "shop.example.com:8080", "/x"),
+        Some(("shop".into(), false))
+    );
+    assert_eq!(route(&t, "shop.example.com", "/x"), None);
+    assert_eq!(route(&t, "shop.example.com:80", "/x"), None);
+    assert_eq!(route(&t, "", "/shop"), None, "no path route with a host");
+}
+
+#[test]
+fn several_hosts_each_route_and_a_bad_one_is_warned_alone() {
+    let svc = annotate(
+        mk_service("default", "m", &[80]),
+        annotation::HOST,
+        " m1.example.com  m2.example.com\tbad_name *.m3.example.com ",
+    );
+    let (t, w) = run(&[svc], &[]);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+    assert!(w[0].message.contains("bad_name"), "{}", w[0].message);
+    for host in ["m1.example.com", "m2.example.com", "a.m3.example.com"] {
+        assert_eq!(route(&t, host, "/p"), Some(("m".into(), false)), "{host}");
+    }
+    assert_eq!(route(&t, "", "/m"), None);
+}
+
+#[test]
+fn acl_match_honours_dash_i_and_warns_about_other_flags() {
+    let svc = annotate(
+        mk_service("default", "t", &[80]),
+        annotation::ACL_MATCH,
+        "-i /test /Other",
+    );
+    let (t, w) = run(&[svc], &[]);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(route(&t, "", "/TEST/a"), Some(("t".into(), false)));
+    assert_eq!(route(&t, "", "/other"), Some(("t".into(), false)));
+    assert_eq!(route(&t, "", "/testing"), None, "still a segment boundary");
+
+    let svc = annotate(
+        mk_service("default", "u", &[80]),
+        annotation::ACL_MATCH,
+        "-m beg -n /Up",
+    );
+    let (t, w) = run(&[svc], &[]);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation; 2], "{w:?}");
+    assert!(w.iter().any(|w| w.message.contains("-m")), "{w:?}");
+    assert!(w.iter().any(|w| w.message.contains("-n")), "{w:?}");
+    assert_eq!(route(&t, "", "/Up"), Some(("u".into(), false)));
+    assert_eq!(route(&t, "", "/up"), None, "case-sensitive without -i");
+}
+
 // === annotations ===
 
 #[test]
@@ -603,7 +745,7 @@ fn invalid_host_and_prefix_warn_and_are_ignored() {
         annotate(
             mk_service("default", "web", &[80]),
             annotation::HOST,
-            "bad host",
+            "bad_host",
         ),
         annotation::ACL_MATCH,
         "/ok nope",
@@ -613,10 +755,12 @@ fn invalid_host_and_prefix_warn_and_are_ignored() {
         reasons(&w),
         [
             WarningReason::InvalidAnnotation,
+            WarningReason::InvalidAnnotation,
             WarningReason::InvalidAnnotation
-        ]
+        ],
+        "the bad name, the annotation left without a valid name, the bad prefix: {w:?}"
     );
-    assert_eq!(route(&t, "bad host", "/ok"), Some(("web".into(), false)));
+    assert_eq!(route(&t, "bad_host", "/ok"), Some(("web".into(), false)));
 }
 
 #[test]
