@@ -201,7 +201,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         table: reader.clone(),
         lifecycle: Arc::clone(&lifecycle),
         metrics: Arc::clone(&metrics),
-        fail_open: config.health.fail_open,
+        policy: explain_policy(&config),
         expose_explain: config.expose_explain,
     };
     let mut admin = ListeningService::new("admin".into(), admin_app);
@@ -300,6 +300,12 @@ struct HttpListener {
     h2c: bool,
 }
 
+/// The settings `/explain` and `--dry-run --explain` decide with, as the HTTP engines do.
+fn explain_policy(config: &Config) -> crate::decide::attempt::Policy {
+    crate::decide::attempt::Policy::new(1, std::time::Duration::ZERO, config.health.fail_open)
+        .with_traffic_healthz(config.traffic_healthz)
+}
+
 /// One HTTP frontend: the proxy (and the fast path when `--fast-path` is on), Pingora's HTTP
 /// app, the connection guard and counter, and a TCP listener on `listener.addr`.
 fn http_service(
@@ -317,7 +323,8 @@ fn http_service(
     )
     .with_lifecycle(Arc::clone(shared.lifecycle))
     .with_observability(Arc::clone(shared.metrics), Arc::clone(shared.access_log))
-    .with_fail_open(config.health.fail_open);
+    .with_fail_open(config.health.fail_open)
+    .with_traffic_healthz(config.traffic_healthz);
     if let Some(forwarding) = listener.forwarding {
         proxy = proxy.with_forwarding(forwarding);
     }
@@ -406,7 +413,7 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
                 &std::sync::Arc::new(table),
                 &q,
                 std::time::Instant::now(),
-                config.health.fail_open,
+                &explain_policy(config),
             );
             // The struct's own field order reads top-down: request, route, entry, decision.
             serde_json::to_string_pretty(&x)

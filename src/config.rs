@@ -332,6 +332,12 @@ pub struct Args {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
           env = "SWITCHYARD_FAST_PATH")]
     pub fast_path: bool,
+
+    /// Answer `GET /healthz` on the traffic ports with `200 ok` when no Service claims that
+    /// path, as the original's default backend did (external load balancers probe it).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          env = "SWITCHYARD_TRAFFIC_HEALTHZ")]
+    pub traffic_healthz: bool,
 }
 
 /// A DURATION flag: `250ms`, `30s`, `5m`, `2h`, `1h30m` (humantime, the syntax annotations use
@@ -454,6 +460,8 @@ pub struct Config {
     pub threads: usize,
     /// `--fast-path`.
     pub fast_path: bool,
+    /// `--traffic-healthz`.
+    pub traffic_healthz: bool,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
     /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
@@ -575,6 +583,7 @@ impl Config {
             connect_tries: 3,
             threads,
             fast_path: args.fast_path,
+            traffic_healthz: args.traffic_healthz,
             shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
             watch_debounce: args.watch_debounce,

@@ -52,6 +52,8 @@ pub struct HttpProxy {
     pub(crate) timeouts: Timeouts,
     pub(crate) not_found: ErrorPage,
     pub(crate) unavailable: ErrorPage,
+    /// `200 ok` for an unrouted `/healthz` (`--traffic-healthz`).
+    pub(crate) healthz: ErrorPage,
     lifecycle: Arc<Lifecycle>,
     pub(crate) recorder: Recorder,
 }
@@ -77,6 +79,7 @@ impl HttpProxy {
             timeouts,
             not_found,
             unavailable: ErrorPage::builtin(503),
+            healthz: ErrorPage::healthz(),
             lifecycle: Lifecycle::new(),
             recorder: Recorder::new(
                 frontend,
@@ -104,6 +107,22 @@ impl HttpProxy {
     pub fn with_fail_open(mut self, fail_open: bool) -> Self {
         self.policy.fail_open = fail_open;
         self
+    }
+
+    /// `--traffic-healthz`: answer an unrouted `GET /healthz` with `200 ok`.
+    pub fn with_traffic_healthz(mut self, on: bool) -> Self {
+        self.policy.traffic_healthz = on;
+        self
+    }
+
+    /// The page switchyard answers a route with itself, if it does.
+    pub(crate) fn page(&self, route: &Route) -> Option<&ErrorPage> {
+        match route {
+            Route::NotFound => Some(&self.not_found),
+            Route::Unavailable => Some(&self.unavailable),
+            Route::Healthz => Some(&self.healthz),
+            Route::Proxy { .. } => None,
+        }
     }
 
     /// The TLS port's forwarding settings (HSTS, client-certificate headers).
@@ -240,14 +259,10 @@ impl ProxyHttp for HttpProxy {
         };
         match route {
             Err(e) => return Err(Error::explain(ErrorType::InternalError, e.to_string())),
-            Ok(Route::NotFound) => {
-                let body = self.not_found.body.clone();
-                write_answer(session, &self.not_found.answer(&self.fwd), body).await?;
-                return Ok(true);
-            }
-            Ok(Route::Unavailable) => {
-                let body = self.unavailable.body.clone();
-                write_answer(session, &self.unavailable.answer(&self.fwd), body).await?;
+            Ok(r @ (Route::NotFound | Route::Unavailable | Route::Healthz)) => {
+                if let Some(page) = self.page(&r) {
+                    write_answer(session, &page.answer(&self.fwd), page.body.clone()).await?;
+                }
                 return Ok(true);
             }
             Ok(Route::Proxy { strip: None }) => {

@@ -29,6 +29,9 @@ pub struct Policy {
     pub passive_down: Duration,
     /// `--health-fail-open`: when every endpoint is down, use them all rather than answer 503.
     pub fail_open: bool,
+    /// `--traffic-healthz`: a `GET /healthz` that no route takes is answered `200 ok`, as the
+    /// original's default backend did.
+    pub traffic_healthz: bool,
 }
 
 impl Policy {
@@ -37,7 +40,27 @@ impl Policy {
             tries: tries.clamp(1, MAX_TRIES),
             passive_down,
             fail_open,
+            traffic_healthz: false,
         }
+    }
+
+    pub fn with_traffic_healthz(mut self, on: bool) -> Policy {
+        self.traffic_healthz = on;
+        self
+    }
+}
+
+/// The path the original's default backend answered `200 ok` on (`--traffic-healthz`).
+pub const TRAFFIC_HEALTHZ_PATH: &str = "/healthz";
+
+/// What a request that no route takes gets: the not-found page, or `200 ok` for the traffic
+/// port's `/healthz` when `--traffic-healthz` is on (so a Service that claims `/healthz`
+/// always has it).
+pub fn unrouted(path: &str, policy: &Policy) -> Route {
+    if policy.traffic_healthz && path == TRAFFIC_HEALTHZ_PATH {
+        Route::Healthz
+    } else {
+        Route::NotFound
     }
 }
 
@@ -46,6 +69,8 @@ impl Policy {
 pub enum Route {
     /// No rule matched: the not-found page.
     NotFound,
+    /// No rule matched `/healthz` and `--traffic-healthz` is on: `200 ok`.
+    Healthz,
     /// No endpoint takes this client: the 503 page.
     Unavailable,
     /// Proxy it, with the matched prefix removed from the target when given.
@@ -146,7 +171,7 @@ impl Attempt {
         now: Instant,
     ) -> Result<Route, RouteError> {
         let Some(rule) = table.router(frontend).and_then(|r| r.lookup(host, path)) else {
-            return Ok(Route::NotFound);
+            return Ok(unrouted(path, policy));
         };
         let target = rule.target;
         let strip = rule.strip.then(|| Strip::of(&rule.prefix));

@@ -40,6 +40,18 @@ impl ErrorPage {
     }
 }
 
+impl ErrorPage {
+    /// `200 ok` in plain text: the traffic port's `/healthz` (`--traffic-healthz`), as the
+    /// original's default backend answered it.
+    pub fn healthz() -> ErrorPage {
+        ErrorPage {
+            status: 200,
+            content_type: "text/plain; charset=utf-8".into(),
+            body: Bytes::from_static(b"ok"),
+        }
+    }
+}
+
 /// An answer switchyard writes itself: status, fields and body.
 #[derive(Debug, Clone, Copy)]
 pub struct Answer<'a> {

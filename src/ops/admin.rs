@@ -14,6 +14,7 @@ use http::{HeaderValue, Response, StatusCode};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
+use crate::decide::attempt::Policy;
 use crate::ops::lifecycle::Lifecycle;
 use crate::ops::metrics::Metrics;
 use crate::table::TableReader;
@@ -23,8 +24,9 @@ pub struct Admin {
     pub table: TableReader,
     pub lifecycle: Arc<Lifecycle>,
     pub metrics: Arc<Metrics>,
-    /// `--health-fail-open`, so `/explain` decides as the data plane does.
-    pub fail_open: bool,
+    /// `--health-fail-open` and `--traffic-healthz`, so `/explain` decides as the data plane
+    /// does.
+    pub policy: Policy,
     /// `--expose-explain`: answer `/explain` to clients off loopback too.
     pub expose_explain: bool,
 }
@@ -45,7 +47,7 @@ impl Admin {
                     &table,
                     &q,
                     std::time::Instant::now(),
-                    self.fail_open,
+                    &self.policy,
                 );
                 let body = serde_json::to_string_pretty(&x)
                     .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
@@ -148,7 +150,7 @@ mod tests {
             table: r,
             lifecycle: Lifecycle::new(),
             metrics: Arc::new(Metrics::new()),
-            fail_open: true,
+            policy: Policy::new(1, std::time::Duration::ZERO, true),
             expose_explain: false,
         };
         assert_eq!(admin.answer("/healthz").0, StatusCode::OK);

@@ -265,10 +265,9 @@ impl FastPath {
                     .fail(stream, conn, &mut attempt, started, &mut fin, status)
                     .await;
             }
-            Ok(Route::NotFound | Route::Unavailable) => {
-                let page = match route {
-                    Ok(Route::NotFound) => &self.proxy.not_found,
-                    _ => &self.proxy.unavailable,
+            Ok(ref r @ (Route::NotFound | Route::Unavailable | Route::Healthz)) => {
+                let Some(page) = self.proxy.page(r) else {
+                    return false;
                 };
                 let answer = page.answer(&self.proxy.fwd);
                 let body = if req.head { &[][..] } else { answer.body };

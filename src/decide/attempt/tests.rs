@@ -15,6 +15,7 @@ fn table(addrs: &[&str], sticky: bool) -> Arc<RoutingTable> {
     rules.insert(PathRule {
         prefix: "/web".into(),
         strip: true,
+        ignore_case: false,
         target: 0,
     });
     let mut http = Router {
