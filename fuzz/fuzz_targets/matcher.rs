@@ -4,7 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::table::matcher::{
-    normalize_host, prefix_matches, strip_prefix, validate_host, validate_prefix,
+    PathRule, PathRules, normalize_host, prefix_matches, strip_prefix, validate_host,
+    validate_prefix,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -14,12 +15,25 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut buf = [0u8; 255];
-    let normalized = normalize_host(host, &mut buf).map(str::to_string);
+    let normalized = normalize_host(host, &mut buf).map(|h| h.with_port.to_string());
     let (Ok(prefix), Ok(path)) = (std::str::from_utf8(prefix), std::str::from_utf8(path)) else {
         return;
     };
     if let Some(h) = &normalized {
         let _ = validate_host(h);
+    }
+    if validate_prefix(prefix).is_ok() && path.starts_with('/') {
+        // A prefix that ignores case matches exactly when its lower-case form matches the
+        // lower-case path.
+        let mut rules = PathRules::default();
+        rules.insert(PathRule {
+            prefix: prefix.into(),
+            strip: false,
+            ignore_case: true,
+            target: (),
+        });
+        let folded = prefix_matches(&prefix.to_ascii_lowercase(), &path.to_ascii_lowercase());
+        assert_eq!(rules.lookup(path).is_some(), folded, "{prefix:?} {path:?}");
     }
     if validate_prefix(prefix).is_ok() && path.starts_with('/') && prefix_matches(prefix, path) {
         let stripped = strip_prefix(path, prefix);
