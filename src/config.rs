@@ -592,20 +592,195 @@ impl Config {
     }
 }
 
+/// `--help` in groups, each flag under one heading (a test checks none is left out).
+const HEADINGS: &[(&str, &[&str])] = &[
+    (
+        "Sources and cluster",
+        &[
+            "manifests",
+            "demo",
+            "dry_run",
+            "explain",
+            "kubeconfig",
+            "use_kubernetes_cluster_service",
+            "namespace",
+            "target_service",
+            "serve_kubernetes_service",
+            "forward_services",
+        ],
+    ),
+    (
+        "Traffic",
+        &[
+            "bind_address",
+            "http_port",
+            "tcp_services",
+            "balance_algorithm",
+            "default_return_code",
+            "error_page",
+            "traffic_healthz",
+            "fast_path",
+            "threads",
+        ],
+    ),
+    (
+        "TLS",
+        &[
+            "https_port",
+            "ssl_cert",
+            "ssl_default_cert",
+            "ssl_ca_cert",
+            "ssl_verify",
+            "hsts_max_age",
+        ],
+    ),
+    (
+        "Health checks",
+        &[
+            "check_interval",
+            "check_timeout",
+            "check_rise",
+            "check_fall",
+            "health_fail_open",
+        ],
+    ),
+    (
+        "Limits and timeouts",
+        &[
+            "request_header_timeout",
+            "keep_alive_timeout",
+            "max_request_header_bytes",
+            "max_connections",
+            "server_timeout",
+            "tunnel_timeout",
+            "shutdown_delay",
+            "shutdown_grace",
+        ],
+    ),
+    (
+        "Admin and logs",
+        &[
+            "admin_port",
+            "admin_bind_address",
+            "stats_port",
+            "stats_bind_address",
+            "expose_explain",
+            "access_log",
+            "log_format",
+        ],
+    ),
+];
+
+/// The command line: `Args` with its flags grouped under headings for `--help`.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Args::command();
+    for (heading, ids) in HEADINGS {
+        for id in *ids {
+            cmd = cmd.mut_arg(*id, |a| a.help_heading(*heading));
+        }
+    }
+    cmd
+}
+
+/// Parses the process's arguments (and `SWITCHYARD_*` variables) through [`command`].
+pub fn parse_args() -> Result<Args, clap::Error> {
+    parse_from(std::env::args_os())
+}
+
+fn parse_from<I, T>(args: I) -> Result<Args, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::FromArgMatches;
+    let matches = command().try_get_matches_from(args)?;
+    Args::from_arg_matches(&matches)
+}
+
+/// A command-line error as one line: clap's first line, completed with what it puts on the
+/// lines below it (the missing flag, a "did you mean"), each once.
+pub fn error_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let rendered = e.to_string();
+    let first = rendered
+        .lines()
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ")
+        .trim_end_matches(':');
+    let names = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        _ => Vec::new(),
+    };
+    let mut line = first.to_string();
+    let missing = names(ContextKind::InvalidArg);
+    if e.kind() == clap::error::ErrorKind::MissingRequiredArgument && !missing.is_empty() {
+        line.push_str(": ");
+        line.push_str(&missing.join(", "));
+    }
+    let suggested = names(ContextKind::SuggestedArg);
+    if !suggested.is_empty() {
+        let quoted: Vec<String> = suggested.iter().map(|s| format!("'{s}'")).collect();
+        line.push_str("; did you mean ");
+        line.push_str(&quoted.join(" or "));
+        line.push('?');
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
-        Args::try_parse_from(std::iter::once("switchyard").chain(args.iter().copied()))
+        parse_from(std::iter::once("switchyard").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn every_visible_flag_is_under_a_heading_and_help_is_wrapped() {
+        let cmd = command();
+        let loose: Vec<&str> = cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_help_heading().is_none())
+            .filter_map(|a| a.get_long())
+            .filter(|l| !["help", "version"].contains(l))
+            .collect();
+        assert!(loose.is_empty(), "flags without a heading: {loose:?}");
+        let help = command().term_width(100).render_long_help().to_string();
+        let widest = help.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(widest <= 100, "a help line is {widest} columns wide");
+        for (heading, _) in HEADINGS {
+            assert!(help.contains(&format!("{heading}:")), "{heading}");
+        }
+    }
+
+    #[test]
+    fn a_bad_flag_is_one_line_that_names_what_is_wrong() {
+        let e = parse(&["--manifest", "x"]).unwrap_err();
+        let line = error_line(&e);
+        assert!(
+            line.contains("'--manifest'") && line.contains("did you mean '--manifests'?"),
+            "{line}"
+        );
+        let e = parse(&["--explain", "/x"]).unwrap_err();
+        let line = error_line(&e);
+        assert!(line.contains("--dry-run"), "names the missing flag: {line}");
+        for e in [
+            parse(&["--manifest", "x"]).unwrap_err(),
+            parse(&["--explain", "/x"]).unwrap_err(),
+            parse(&["--http-port", "x"]).unwrap_err(),
+        ] {
+            assert!(!error_line(&e).contains('\n'));
+        }
     }
 
     /// Every visible flag reads `SWITCHYARD_<FLAG>` (docs/operations.md says so); `--kubeconfig`
     /// reads the conventional `KUBECONFIG` instead.
     #[test]
     fn every_flag_has_its_environment_variable() {
-        use clap::CommandFactory;
-        let cmd = Args::command();
+        let cmd = command();
         let mut missing = Vec::new();
         for arg in cmd.get_arguments() {
             let Some(long) = arg.get_long() else { continue };

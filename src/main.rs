@@ -2,9 +2,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind;
-use switchyard::config::{Args, Config, LogFormat};
+use switchyard::config::{self, Config, LogFormat};
 
 // jemalloc instead of glibc malloc: with background purging it gives freed pages back to the OS
 // (glibc kept the peak of the first table build as RSS: 218 MiB against 123 MiB at 10,000
@@ -14,7 +13,7 @@ use switchyard::config::{Args, Config, LogFormat};
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args = match config::parse_args() {
         Ok(args) => args,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             let _ = e.print();
@@ -22,12 +21,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             // One line, as users of a load balancer expect from a bad flag.
-            let rendered = e.to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!(
-                "switchyard: {} (see --help)",
-                first.trim_start_matches("error: ")
-            );
+            eprintln!("switchyard: {} (see --help)", config::error_line(&e));
             return ExitCode::from(2);
         }
     };
