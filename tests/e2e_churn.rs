@@ -579,7 +579,7 @@ fn soak_secs() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swap_soak() {
     let secs = soak_secs();
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     let anchor = FaultBackend::start("anchor", Mode::Normal).await;
     let mut pool = Vec::new();
     for i in 0..20 {
@@ -789,7 +789,7 @@ async fn swap_soak() {
 /// is deleted, then the old process exits. Default coalescing. Zero failed requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_update_under_load() {
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     let mut old = Vec::new();
     let mut new = Vec::new();
     for i in 0..3 {
@@ -866,7 +866,7 @@ async fn rolling_update_under_load() {
 
 /// `web` served by `backends`, with extra flags.
 async fn faulty(backends: &[&FaultBackend], extra: &[&str]) -> (FakeApi, Sy) {
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service("web", &[]));
     for b in backends {
         api.apply(ready("web", &format!("web-{}", b.name), b.port));
@@ -1244,7 +1244,7 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
     std::fs::write(&cert_path, pem).unwrap();
     let (https_port, tcp_port) = (free_port(), free_port());
 
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service("ws", &[]));
     api.apply(ready("ws", "ws-1", ws_backend.port));
     api.apply(service(

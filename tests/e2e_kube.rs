@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use kube_api::{FakeApi, Kind, service, slice};
+use kube_api::{FakeApi, Kind, service, slice, slice_at};
 use tokio::sync::Mutex;
 
 /// How long a change may take to show in routing before a test fails. The requirement is
@@ -151,7 +151,7 @@ fn from(b: &Backend) -> impl Fn(&Resp) -> bool + '_ {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_waits_for_both_first_lists() {
     let b1 = Backend::start("b1").await;
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service("web", &[]));
     api.apply(slice("web", "web-1", b1.port, true, true, false));
     api.hold_lists(Kind::EndpointSlice);
@@ -188,7 +188,7 @@ async fn cluster_changes_reach_routing_without_failed_requests() {
         Backend::start("b2").await,
         Backend::start("b3").await,
     );
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service("web", &[]));
     api.apply(slice("web", "web-1", b1.port, true, true, false));
     let sy = Cluster::start(&api, &[]);
@@ -244,7 +244,7 @@ async fn cluster_changes_reach_routing_without_failed_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_watch_relists_and_catches_missed_deletes() {
     let (b1, b2) = (Backend::start("b1").await, Backend::start("b2").await);
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service("web", &[]));
     api.apply(slice("web", "web-1", b1.port, true, true, false));
     api.apply(slice("web", "web-2", b2.port, true, true, false));
@@ -285,7 +285,7 @@ async fn broken_watch_relists_and_catches_missed_deletes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_outage_backs_off_and_recovers_within_two_seconds() {
     let (b1, b2) = (Backend::start("b1").await, Backend::start("b2").await);
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service("web", &[]));
     api.apply(slice("web", "web-1", b1.port, true, true, false));
     // Started while every list fails: the first lists back off too.
@@ -342,9 +342,17 @@ async fn an_api_outage_backs_off_and_recovers_within_two_seconds() {
 /// reference carries the Service's resourceVersion so that each version is its own Event).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_new_bad_value_is_its_own_event() {
-    let b1 = Backend::start("b1").await;
     let api = FakeApi::start().await;
-    api.apply(slice("web", "web-1", b1.port, true, true, false));
+    // No request is proxied: a documentation address, as a real API server would take.
+    api.apply(slice_at(
+        "web",
+        "web-1",
+        "192.0.2.10",
+        8080,
+        true,
+        true,
+        false,
+    ));
     let bad = |v: &str| service("web", &[("serviceloadbalancer/lb.algorithm", v)]);
     api.apply(bad("bogus"));
     let sy = Cluster::start(&api, &[]);
@@ -379,7 +387,7 @@ async fn each_new_bad_value_is_its_own_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_annotation_becomes_a_kubernetes_event() {
     let b1 = Backend::start("b1").await;
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service(
         "web",
         &[("serviceloadbalancer/lb.algorithm", "bogus")],
@@ -421,7 +429,7 @@ async fn bad_annotation_becomes_a_kubernetes_event() {
 async fn propagation_with_thousands_of_objects() {
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     const N: usize = 2000;
     for i in 0..N {
         api.apply(service(&format!("svc-{i}"), &[]));
@@ -533,7 +541,7 @@ async fn sigterm_drains_in_flight_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sticky_clients_follow_a_draining_endpoint_until_it_stops_serving() {
     let (b1, b2) = (Backend::start("b1").await, Backend::start("b2").await);
-    let api = FakeApi::start().await;
+    let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service(
         "web",
         &[("serviceloadbalancer/lb.cookie-sticky-session", "true")],
@@ -605,7 +613,15 @@ async fn sticky_clients_follow_a_draining_endpoint_until_it_stops_serving() {
 async fn dry_run_lists_the_cluster() {
     let api = FakeApi::start().await;
     api.apply(service("web", &[]));
-    api.apply(slice("web", "web-1", 9999, true, true, false));
+    api.apply(slice_at(
+        "web",
+        "web-1",
+        "192.0.2.10",
+        9999,
+        true,
+        true,
+        false,
+    ));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = api.kubeconfig(dir.path());
     let out = tokio::task::spawn_blocking(move || {
@@ -626,6 +642,32 @@ async fn dry_run_lists_the_cluster() {
     let table: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         table["entries"]["web"]["endpoints"][0]["address"],
-        "127.0.0.1:9999"
+        "192.0.2.10:9999"
     );
+}
+
+/// The fake is as strict as a real API server: it refuses an EndpointSlice on a loopback,
+/// unspecified or link-local address with the real message.
+#[tokio::test]
+async fn the_fake_refuses_addresses_a_real_api_server_refuses() {
+    for (addr, why) in [
+        ("127.0.0.1", "loopback"),
+        ("127.9.9.9", "loopback"),
+        ("0.0.0.0", "unspecified"),
+        ("169.254.1.1", "link-local"),
+    ] {
+        let s = slice_at("web", "web-1", addr, 80, true, true, false);
+        let msg = kube_api::invalid_endpoint_address(&s).unwrap_or_default();
+        assert!(
+            msg.contains("Invalid value") && msg.contains(addr) && msg.contains(why),
+            "{addr}: {msg:?}"
+        );
+    }
+    let ok = slice_at("web", "web-1", "192.0.2.10", 80, true, true, false);
+    assert_eq!(kube_api::invalid_endpoint_address(&ok), None);
+    let api = FakeApi::start().await;
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        api.apply(slice("web", "web-1", 80, true, true, false))
+    }));
+    assert!(refused.is_err(), "a loopback slice was accepted");
 }

@@ -4,6 +4,12 @@
 //! API server sends it) for a watch that starts before the compacted history, which forces the
 //! client to re-list. Tests drive it (`apply`, `delete`, `break_watches`) and read back what
 //! clients did (`lists`, `events`).
+//!
+//! Like a real API server it refuses EndpointSlices with loopback, unspecified or link-local
+//! addresses (a 422 `Invalid`, here a panic in `apply` with the real message), so a test that
+//! needs no connection uses documentation addresses (`192.0.2.0/24`). switchyard can only reach
+//! this machine's test backends on 127.0.0.1, so the tests that proxy to them start the fake with
+//! `start_reaching_local_backends`: the one place it accepts what a cluster never would.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -74,6 +80,8 @@ struct State {
     failing: Option<u16>,
     /// List and watch requests per kind, answered or not.
     attempts: BTreeMap<Kind, u32>,
+    /// Accept EndpointSlices with 127.0.0.1 (`start_reaching_local_backends`).
+    allow_loopback: bool,
 }
 
 /// A running fake API server.
@@ -94,11 +102,23 @@ impl Drop for FakeApi {
 }
 
 impl FakeApi {
+    /// A fake that validates EndpointSlice addresses as a real API server does.
     pub async fn start() -> FakeApi {
+        FakeApi::start_with(false).await
+    }
+
+    /// A fake that also accepts 127.0.0.1 in EndpointSlices, which a real API server refuses:
+    /// for tests whose switchyard must reach backends on this machine.
+    pub async fn start_reaching_local_backends() -> FakeApi {
+        FakeApi::start_with(true).await
+    }
+
+    async fn start_with(allow_loopback: bool) -> FakeApi {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(Mutex::new(State {
             rv: 100,
+            allow_loopback,
             ..Default::default()
         }));
         let (changed, _) = broadcast::channel(1024);
@@ -138,9 +158,17 @@ impl FakeApi {
     }
 
     /// Creates or replaces an object (ADDED or MODIFIED), stamping resourceVersion and uid.
+    /// Panics with the real API server's 422 message on an EndpointSlice address it refuses.
     pub fn apply(&self, mut obj: Value) {
         let kind = Kind::from_value(&obj);
         let mut st = self.state.lock().unwrap();
+        if kind == Kind::EndpointSlice
+            && !st.allow_loopback
+            && let Some(why) = invalid_endpoint_address(&obj)
+        {
+            drop(st);
+            panic!("422 Invalid: {why}");
+        }
         st.rv += 1;
         let rv = st.rv;
         if obj["metadata"]["namespace"].is_null() {
@@ -473,6 +501,37 @@ fn watch_stream(
         .unwrap()
 }
 
+/// What a real API server says of the first address of `slice` it refuses (apiserver's
+/// `ValidateEndpointIP`), if any.
+pub fn invalid_endpoint_address(slice: &Value) -> Option<String> {
+    let name = slice["metadata"]["name"].as_str().unwrap_or("");
+    let endpoints = slice["endpoints"].as_array()?;
+    for (i, ep) in endpoints.iter().enumerate() {
+        for (j, a) in ep["addresses"].as_array()?.iter().enumerate() {
+            let Some(Ok(ip)) = a.as_str().map(str::parse::<std::net::IpAddr>) else {
+                continue;
+            };
+            let why = if ip.is_unspecified() {
+                "may not be unspecified (0.0.0.0)"
+            } else if ip.is_loopback() {
+                "may not be in the loopback range (127.0.0.0/8, ::1/128)"
+            } else if match ip {
+                std::net::IpAddr::V4(v4) => v4.is_link_local(),
+                std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+            } {
+                "may not be in the link-local range (169.254.0.0/16, fe80::/10)"
+            } else {
+                continue;
+            };
+            return Some(format!(
+                "EndpointSlice.discovery.k8s.io \"{name}\" is invalid: \
+                 endpoints[{i}].addresses[{j}]: Invalid value: \"{ip}\": {why}"
+            ));
+        }
+    }
+    None
+}
+
 /// A Service with one named port `http` (port 80) and optional annotations.
 pub fn service(name: &str, annotations: &[(&str, &str)]) -> Value {
     let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
@@ -485,10 +544,24 @@ pub fn service(name: &str, annotations: &[(&str, &str)]) -> Value {
 
 /// An EndpointSlice of `svc` named `name` with the given endpoints on 127.0.0.1: (port,
 /// ready, serving, terminating). Every endpoint is its own port, so each slice has one
-/// endpoint per port; pass one endpoint per slice.
+/// endpoint per port; pass one endpoint per slice. Only a fake started with
+/// `start_reaching_local_backends` takes it.
 pub fn slice(
     svc: &str,
     name: &str,
+    port: u16,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+) -> Value {
+    slice_at(svc, name, "127.0.0.1", port, ready, serving, terminating)
+}
+
+/// `slice` with the endpoint at `address`.
+pub fn slice_at(
+    svc: &str,
+    name: &str,
+    address: &str,
     port: u16,
     ready: bool,
     serving: bool,
@@ -498,7 +571,7 @@ pub fn slice(
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": svc}},
         "addressType": "IPv4",
-        "endpoints": [{"addresses": ["127.0.0.1"],
+        "endpoints": [{"addresses": [address],
                        "conditions": {"ready": ready, "serving": serving, "terminating": terminating}}],
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
     })
