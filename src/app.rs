@@ -406,6 +406,14 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
         eprintln!("warning: {w}");
     }
     let json = match &config.explain {
+        None if config.migration_preview => {
+            serde_json::to_string_pretty(&translate::migration_preview(
+                &services,
+                &table,
+                config.default_return_code,
+                config.traffic_healthz,
+            ))
+        }
         None => serde_json::to_string_pretty(&table.to_json()),
         Some(target) => {
             let q = explain::Query::from_target(target).map_err(RunError::Explain)?;

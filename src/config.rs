@@ -83,6 +83,17 @@ pub struct Args {
     )]
     pub explain: Option<String>,
 
+    /// With --dry-run: instead of the table, list as JSON the plain-HTTP requests the original
+    /// service-loadbalancer would have answered differently for these Services
+    /// (docs/migration.md).
+    #[arg(
+        long,
+        requires = "dry_run",
+        conflicts_with = "explain",
+        env = "SWITCHYARD_MIGRATION_PREVIEW"
+    )]
+    pub migration_preview: bool,
+
     /// Address the listeners bind to.
     #[arg(
         long,
@@ -449,6 +460,8 @@ pub struct Config {
     pub stats_port: u16,
     /// `--explain HOST/PATH` (with `--dry-run`).
     pub explain: Option<String>,
+    /// `--migration-preview`.
+    pub migration_preview: bool,
     pub access_log: Option<crate::ops::access_log::Format>,
     pub health: HealthChecks,
     pub default_return_code: u16,
@@ -554,6 +567,7 @@ impl Config {
             tls,
             stats_port: args.stats_port,
             explain: args.explain,
+            migration_preview: args.migration_preview,
             access_log: args.access_log,
             health: HealthChecks {
                 interval: args.check_interval,
@@ -601,6 +615,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "demo",
             "dry_run",
             "explain",
+            "migration_preview",
             "kubeconfig",
             "use_kubernetes_cluster_service",
             "namespace",

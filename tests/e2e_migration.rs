@@ -204,3 +204,44 @@ async fn the_table_follows_the_objects_down_to_none() {
     .await;
     assert!(gone, "no Services: no routes within 5 s");
 }
+
+/// `--dry-run --migration-preview` lists, as JSON, the requests the original would have answered
+/// differently: here `/api/x` (the original's un-namespaced route) and `/webshop` (its raw
+/// prefix), and nothing for `/web/x`, which both route alike.
+#[test]
+fn the_migration_preview_lists_what_the_original_did_differently() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.yaml");
+    let objs: Vec<Value> = vec![
+        svc("web", 80).into(),
+        slice("web", "", 8080),
+        svc("api", 80).ns("team").into(),
+        slice_ns("team", "api", "", 8080),
+    ];
+    std::fs::write(&file, multi_doc(&objs)).unwrap();
+    let out = run_to_exit(&[
+        "--dry-run",
+        "--migration-preview",
+        "--manifests",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let diffs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let at = |path: &str| {
+        diffs
+            .iter()
+            .find(|d| d["path"] == path && d["host"].is_null())
+    };
+    let api = at("/api/x").expect("/api/x differs");
+    assert_eq!(api["original"]["proxied"]["service"], "team/api:80");
+    assert_eq!(api["switchyard"]["answered"]["status"], 404);
+    let shop = at("/webx").expect("/webx differs");
+    assert_eq!(shop["original"]["proxied"]["path"], "/x");
+    assert!(at("/web/x").is_none(), "{diffs:#?}");
+    let bad = run_to_exit(&["--migration-preview", "--manifests", file.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2), "needs --dry-run");
+}

@@ -34,9 +34,11 @@ mod build;
 mod endpoints;
 mod incremental;
 mod inputs;
+mod original;
 
 pub use self::annotations::{MAX_DURATION, parse_duration};
 pub use self::incremental::Memo;
+pub use self::original::{Difference, Outcome, migration_preview};
 use self::{annotations::*, build::*, endpoints::*, incremental::*, inputs::*};
 use crate::table::balance::Algorithm;
 use crate::table::matcher::{
