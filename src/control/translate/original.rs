@@ -118,21 +118,23 @@ pub fn migration_preview(
             None if path == "/healthz" => Outcome::Answered { status: 200 },
             None => Outcome::Answered { status: not_found },
         };
-        let normalized = crate::decide::target::normalize_path(&path);
+        // The probes are built from names and configured prefixes, so they are routed as
+        // written (the data plane first removes dot-segments, which they rarely hold).
+        let normalized = path.as_str();
         let switchyard = match table
             .http
-            .lookup(host.as_deref().map(str::as_bytes), &normalized)
+            .lookup(host.as_deref().map(str::as_bytes), normalized)
         {
-            None => answered(&normalized),
+            None => answered(normalized),
             Some(rule) => match table.entry(rule.target) {
-                None => answered(&normalized),
+                None => answered(normalized),
                 Some(e) if e.endpoints.is_empty() => Outcome::Answered { status: 503 },
                 Some(e) => Outcome::Proxied {
                     service: e.key.to_string(),
                     path: if rule.strip {
-                        crate::table::matcher::strip_prefix(&normalized, &rule.prefix)
+                        crate::table::matcher::strip_prefix(normalized, &rule.prefix)
                     } else {
-                        normalized.to_string()
+                        path.clone()
                     },
                 },
             },
