@@ -40,6 +40,11 @@ use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
 use crate::ops::metrics::{Metrics, OpenConnection};
 use crate::table::sticky::{self, COOKIE_NAME};
+use crate::table::upstream::BackendProtocol;
+
+/// Streams switchyard opens on one HTTP/2 connection to an endpoint before opening another
+/// (the common server default for concurrent streams).
+const H2_STREAMS_PER_CONNECTION: usize = 100;
 use crate::table::{Frontend, TableReader};
 
 /// The proxy for one frontend: its settings, shared by the Pingora hooks and the fast path.
@@ -311,8 +316,27 @@ impl ProxyHttp for HttpProxy {
             ));
         };
 
-        let mut peer = HttpPeer::new(addr, false, String::new());
+        // How the entry's endpoints are spoken to: HTTP/1 or HTTP/2, clear or TLS (`appProtocol`
+        // or `lb.backend-protocol`, decided by translate).
+        let upstream = ctx.attempt.entry().map(|e| &e.upstream);
+        let protocol = upstream.map_or(BackendProtocol::Http, |u| u.protocol);
+        let sni = match upstream {
+            Some(u) if protocol.tls() => u.sni.to_string(),
+            _ => String::new(),
+        };
+        let mut peer = HttpPeer::new(addr, protocol.tls(), sni);
         let o = &mut peer.options;
+        if protocol.http2() {
+            // Prior knowledge for h2c; ALPN `h2` only, over TLS.
+            o.set_http_version(2, 2);
+            o.max_h2_streams = H2_STREAMS_PER_CONNECTION;
+        } else {
+            o.set_http_version(1, 1);
+        }
+        if protocol.tls() && upstream.is_some_and(|u| !u.verify) {
+            o.verify_cert = false;
+            o.verify_hostname = false;
+        }
         o.connection_timeout = Some(self.timeouts.connect);
         o.idle_timeout = Some(self.timeouts.server_idle);
         let io_timeout = if session.is_upgrade_req() {

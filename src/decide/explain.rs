@@ -192,6 +192,8 @@ pub struct EntryView {
     pub algorithm: &'static str,
     pub cookie_sticky: bool,
     pub client_ip_affinity_seconds: Option<u64>,
+    /// `http`, `h2c`, `https` or `h2`: how the endpoints are spoken to.
+    pub backend_protocol: &'static str,
     pub health_gate: HealthGate,
     pub endpoints: Vec<EndpointView>,
 }
@@ -399,6 +401,7 @@ fn entry_view(entry: &Entry, now: Instant, fail_open: bool) -> EntryView {
         algorithm: entry.algorithm.as_str(),
         cookie_sticky: entry.cookie_sticky,
         client_ip_affinity_seconds: entry.client_ip_affinity.map(|d| d.as_secs()),
+        backend_protocol: entry.upstream.protocol.label(),
         health_gate: entry.health_gate(fail_open),
         endpoints: (0..entry.endpoints.len())
             .map(|i| {

@@ -11,6 +11,7 @@
 pub mod balance;
 pub mod matcher;
 pub mod sticky;
+pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -116,6 +117,8 @@ pub struct Entry {
     pub endpoints: Vec<Endpoint>,
     /// Active health-check settings from annotations (`None` fields: the flags' defaults).
     pub check: CheckSpec,
+    /// How the endpoints are spoken to (HTTP/1 or HTTP/2, clear or TLS).
+    pub upstream: upstream::Upstream,
     pub state: Shared<EntryState>,
 }
 
@@ -180,6 +183,7 @@ impl Entry {
                 .map(|a| Endpoint::new(a, Shared::default()))
                 .collect(),
             check: CheckSpec::default(),
+            upstream: upstream::Upstream::default(),
             state: Shared::default(),
         }
     }
@@ -581,6 +585,11 @@ impl RoutingTable {
                         "maxconn": e.maxconn,
                         "check_interval_ms": e.check.interval.map(|d| d.as_millis() as u64),
                         "check_path": e.check.path.as_deref(),
+                        "backend_protocol": e.upstream.protocol,
+                        "backend_tls": e.upstream.protocol.tls().then(|| json!({
+                            "sni": &*e.upstream.sni,
+                            "verify": e.upstream.verify,
+                        })),
                         "endpoints": e.endpoints.iter().map(|ep| json!({
                             "address": ep.addr.to_string(),
                             "cookie_id": crate::table::sticky::format_cookie_id(ep.cookie_id),

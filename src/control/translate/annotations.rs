@@ -15,6 +15,12 @@ pub(super) struct Settings {
     pub(super) maxconn: Option<u32>,
     pub(super) affinity: Option<Duration>,
     pub(super) check: CheckSpec,
+    /// `lb.backend-protocol`: overrides every port's `appProtocol`.
+    pub(super) backend_protocol: Option<BackendProtocol>,
+    /// `lb.backend-sni`: the TLS server name instead of the Service's DNS name.
+    pub(super) backend_sni: Option<String>,
+    /// `lb.backend-insecure-skip-verify`.
+    pub(super) skip_verify: bool,
 }
 
 /// One `lb.aclMatch` prefix.
@@ -318,6 +324,33 @@ pub(super) fn settings(
             }
         });
     let check = CheckSpec { interval, path };
+    let backend_protocol =
+        ann.get(annotation::BACKEND_PROTOCOL)
+            .and_then(|v| match BackendProtocol::parse(v) {
+                Some(p) => Some(p),
+                None => {
+                    ann.warn(
+                        annotation::BACKEND_PROTOCOL,
+                        v,
+                        "is not http, h2c, https, h2, grpc or grpcs; using appProtocol",
+                    );
+                    None
+                }
+            });
+    let backend_sni = ann
+        .get(annotation::BACKEND_SNI)
+        .and_then(|v| match validate_host(v) {
+            Ok(HostPattern::Exact(h)) if !h.contains(':') => Some(h),
+            _ => {
+                ann.warn(
+                    annotation::BACKEND_SNI,
+                    v,
+                    "is not a host name; using the Service's DNS name",
+                );
+                None
+            }
+        });
+    let skip_verify = ann.flag(annotation::BACKEND_SKIP_VERIFY);
 
     let spec = svc.spec.as_ref();
     let affinity = match spec.and_then(|s| s.session_affinity.as_deref()) {
@@ -353,6 +386,9 @@ pub(super) fn settings(
         maxconn,
         affinity,
         check,
+        backend_protocol,
+        backend_sni,
+        skip_verify,
     }
 }
 

@@ -273,6 +273,23 @@ impl<'a> Builder<'a> {
                 }
             }
         }
+        let upstream = self.upstream(who, s, sp, is_tcp);
+        let mut check = s.check.clone();
+        if upstream.protocol != BackendProtocol::Http && check.path.is_some() {
+            // The HTTP check speaks HTTP/1 in clear; against this backend it would always fail.
+            self.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!(
+                    "port {}: {} is an HTTP/1 check in clear, which a {} backend does not \
+                     answer; using a TCP connect check",
+                    sp.port,
+                    annotation::CHECK_PATH,
+                    upstream.protocol.label()
+                ),
+            });
+            check.path = None;
+        }
         self.entries.push(Entry {
             name: entry_name.into(),
             state: self.prev_entries.get(&key).cloned().unwrap_or_default(),
@@ -284,8 +301,63 @@ impl<'a> Builder<'a> {
             client_ip_affinity: s.affinity,
             maxconn: s.maxconn,
             endpoints,
-            check: s.check.clone(),
+            check,
+            upstream,
         });
+    }
+
+    /// The protocol to this port's endpoints: the `lb.backend-protocol` annotation, else the
+    /// port's `appProtocol`, else HTTP/1; with TLS, the server name and verification.
+    fn upstream(
+        &mut self,
+        who: &ObjectRef,
+        s: &Settings,
+        sp: &ServicePort,
+        is_tcp: bool,
+    ) -> Upstream {
+        if is_tcp {
+            return Upstream::default();
+        }
+        let protocol = s.backend_protocol.unwrap_or_else(|| {
+            let Some(app) = sp.app_protocol.as_deref() else {
+                return BackendProtocol::Http;
+            };
+            BackendProtocol::parse(app).unwrap_or_else(|| {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidObject,
+                    message: format!(
+                        "port {} appProtocol {} is not one switchyard speaks to backends \
+                         (http, h2c, https, h2, grpc, grpcs, kubernetes.io/h2c, kubernetes.io/ws, \
+                         kubernetes.io/wss); using HTTP/1",
+                        sp.port,
+                        show(app)
+                    ),
+                });
+                BackendProtocol::Http
+            })
+        });
+        if protocol.tls() && s.skip_verify {
+            self.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InsecureBackend,
+                message: format!(
+                    "port {}: TLS to the endpoints without verifying their certificates \
+                     ({} is set)",
+                    sp.port,
+                    annotation::BACKEND_SKIP_VERIFY
+                ),
+            });
+        }
+        let sni = match &s.backend_sni {
+            Some(name) => name.as_str().into(),
+            None => format!("{}.{}.svc", who.name, who.namespace).into(),
+        };
+        Upstream {
+            protocol,
+            sni,
+            verify: !s.skip_verify,
+        }
     }
 
     pub(super) fn cluster_ip_endpoint(

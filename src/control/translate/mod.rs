@@ -44,6 +44,7 @@ use crate::table::balance::Algorithm;
 use crate::table::matcher::{
     HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix,
 };
+use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{
     CheckSpec, Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend,
     RoutingTable, Shared, TcpFrontend,
@@ -61,8 +62,11 @@ pub mod annotation {
     pub const MAXCONN: &str = "serviceloadbalancer/lb.maxconn";
     pub const CHECK_INTERVAL: &str = "serviceloadbalancer/lb.check-interval";
     pub const CHECK_PATH: &str = "serviceloadbalancer/lb.check-path";
+    pub const BACKEND_PROTOCOL: &str = "serviceloadbalancer/lb.backend-protocol";
+    pub const BACKEND_SNI: &str = "serviceloadbalancer/lb.backend-sni";
+    pub const BACKEND_SKIP_VERIFY: &str = "serviceloadbalancer/lb.backend-insecure-skip-verify";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 8] = [
+    pub const KNOWN: [&str; 11] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -71,6 +75,9 @@ pub mod annotation {
         MAXCONN,
         CHECK_INTERVAL,
         CHECK_PATH,
+        BACKEND_PROTOCOL,
+        BACKEND_SNI,
+        BACKEND_SKIP_VERIFY,
     ];
 }
 
@@ -161,16 +168,19 @@ pub enum WarningReason {
     InvalidObject,
     /// The same object appeared twice in the input.
     DuplicateObject,
+    /// TLS to a Service's endpoints without certificate verification, as its annotation asks.
+    InsecureBackend,
 }
 
 impl WarningReason {
     /// Every reason, so that each series can start at 0.
-    pub const ALL: [WarningReason; 5] = [
+    pub const ALL: [WarningReason; 6] = [
         WarningReason::InvalidAnnotation,
         WarningReason::RouteConflict,
         WarningReason::Skipped,
         WarningReason::InvalidObject,
         WarningReason::DuplicateObject,
+        WarningReason::InsecureBackend,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -180,6 +190,7 @@ impl WarningReason {
             WarningReason::Skipped => "Skipped",
             WarningReason::InvalidObject => "InvalidObject",
             WarningReason::DuplicateObject => "DuplicateObject",
+            WarningReason::InsecureBackend => "InsecureBackend",
         }
     }
 }

@@ -689,6 +689,56 @@ fn acl_match_honours_dash_i_and_warns_about_other_flags() {
     assert_eq!(route(&t, "", "/up"), None, "case-sensitive without -i");
 }
 
+// === backend protocol (appProtocol, lb.backend-*) ===
+
+#[test]
+fn backend_protocol_comes_from_app_protocol_or_the_annotation() {
+    use crate::table::upstream::BackendProtocol::*;
+    let mut svc = mk_service("shop", "api", &[80, 81, 82, 83]);
+    let ports = svc.spec.as_mut().unwrap().ports.as_mut().unwrap();
+    ports[0].app_protocol = Some("kubernetes.io/h2c".into());
+    ports[1].app_protocol = Some("https".into());
+    ports[2].app_protocol = Some("mysql".into());
+    let (t, w) = run(&[svc.clone()], &[]);
+    let proto = |t: &RoutingTable, n: &str| entry(t, n).upstream.protocol;
+    assert_eq!(proto(&t, "shop/api"), H2c);
+    assert_eq!(proto(&t, "shop/api:81"), Https);
+    assert_eq!(proto(&t, "shop/api:82"), Http, "unknown: HTTP/1, warned");
+    assert_eq!(proto(&t, "shop/api:83"), Http);
+    assert_eq!(reasons(&w), [WarningReason::InvalidObject]);
+    assert!(w[0].message.contains("mysql"), "{}", w[0].message);
+    let https = &entry(&t, "shop/api:81").upstream;
+    assert_eq!((&*https.sni, https.verify), ("api.shop.svc", true));
+
+    let svc = annotate(
+        annotate(
+            annotate(svc, annotation::BACKEND_PROTOCOL, "grpcs"),
+            annotation::BACKEND_SNI,
+            "API.Internal",
+        ),
+        annotation::BACKEND_SKIP_VERIFY,
+        "true",
+    );
+    let svc = annotate(svc, annotation::CHECK_PATH, "/healthz");
+    let (t, w) = run(&[svc], &[]);
+    for n in ["shop/api", "shop/api:81", "shop/api:82", "shop/api:83"] {
+        let u = &entry(&t, n).upstream;
+        assert_eq!((u.protocol, &*u.sni, u.verify), (H2, "api.internal", false), "{n}");
+        assert_eq!(entry(&t, n).check.path, None, "an HTTP/1 check cannot reach it");
+    }
+    let r = reasons(&w);
+    assert_eq!(
+        r.iter().filter(|r| **r == WarningReason::InsecureBackend).count(),
+        4,
+        "{w:?}"
+    );
+    assert_eq!(
+        r.iter().filter(|r| **r == WarningReason::InvalidAnnotation).count(),
+        4,
+        "the check path, once per port: {w:?}"
+    );
+}
+
 // === annotations ===
 
 #[test]

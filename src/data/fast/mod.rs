@@ -44,6 +44,7 @@ use crate::decide::attempt::{Attempt, Failure, Route};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer};
+use crate::table::upstream::BackendProtocol;
 
 /// Room made in a read buffer before each read.
 const READ_SIZE: usize = 16 * 1024;
@@ -165,7 +166,16 @@ impl FastPath {
             };
             let head = conn.buf.split_to(req.len).freeze();
             let close = req.close || *shutdown.borrow();
-            let keep = self.proxy_request(stream, conn, &head, &req, close).await;
+            let Some(keep) = self.proxy_request(stream, conn, &head, &req, close).await else {
+                // Declined once routed (a backend this path does not speak to): the request
+                // goes back in front of what followed it, for Pingora.
+                let mut all = BytesMut::with_capacity(head.len() + conn.buf.len());
+                all.extend_from_slice(&head);
+                all.extend_from_slice(&conn.buf);
+                conn.buf.clear();
+                stream.unread(all.freeze());
+                return Served::Declined;
+            };
             conn.fresh = false;
             if !keep || close {
                 let _ = stream.flush().await;
@@ -224,7 +234,7 @@ impl FastPath {
         head: &Bytes,
         req: &Request,
         close: bool,
-    ) -> bool {
+    ) -> Option<bool> {
         let _active = self.proxy.enter();
         let started = Instant::now();
         let policy = &self.proxy.policy;
@@ -257,17 +267,26 @@ impl FastPath {
             path,
         };
         let strip = match route {
+            // This path speaks HTTP/1 in clear to backends; anything else is Pingora's.
+            Ok(Route::Proxy { .. })
+                if attempt
+                    .entry()
+                    .is_some_and(|e| e.upstream.protocol != BackendProtocol::Http) =>
+            {
+                return None;
+            }
             Ok(Route::Proxy { strip }) => strip,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot route");
                 let status = Cause::Internal.status().unwrap_or(500);
-                return self
-                    .fail(stream, conn, &mut attempt, started, &mut fin, status)
-                    .await;
+                return Some(
+                    self.fail(stream, conn, &mut attempt, started, &mut fin, status)
+                        .await,
+                );
             }
             Ok(ref r @ (Route::NotFound | Route::Unavailable | Route::Healthz)) => {
                 let Some(page) = self.proxy.page(r) else {
-                    return false;
+                    return Some(false);
                 };
                 let answer = page.answer(&self.proxy.fwd);
                 let body = if req.head { &[][..] } else { answer.body };
@@ -278,7 +297,7 @@ impl FastPath {
                 let ok = self.write_client(stream, &conn.out).await;
                 fin.failed = !ok;
                 self.proxy.recorder.finished(&mut attempt, started, &fin);
-                return ok;
+                return Some(ok);
             }
         };
 
@@ -305,9 +324,10 @@ impl FastPath {
         // Tries: connect, send, read the response header; replay where the attempt says so.
         let (mut up, addr, resp) = loop {
             let Some(addr) = attempt.next(Instant::now()) else {
-                return self
-                    .fail(stream, conn, &mut attempt, started, &mut fin, 503)
-                    .await;
+                return Some(
+                    self.fail(stream, conn, &mut attempt, started, &mut fin, 503)
+                        .await,
+                );
             };
             let (mut up, reused) = match self.pool.take(addr, self.proxy.timeouts.server_idle) {
                 Some(up) => (up, true),
@@ -324,9 +344,10 @@ impl FastPath {
                             continue;
                         }
                         let status = cause.status().unwrap_or(503);
-                        return self
-                            .fail(stream, conn, &mut attempt, started, &mut fin, status)
-                            .await;
+                        return Some(
+                            self.fail(stream, conn, &mut attempt, started, &mut fin, status)
+                                .await,
+                        );
                     }
                 },
             };
@@ -357,14 +378,15 @@ impl FastPath {
                     }
                     match x.cause.status() {
                         Some(status) if !x.informed => {
-                            return self
-                                .fail(stream, conn, &mut attempt, started, &mut fin, status)
-                                .await;
+                            return Some(
+                                self.fail(stream, conn, &mut attempt, started, &mut fin, status)
+                                    .await,
+                            );
                         }
                         _ => {
                             fin.failed = true;
                             self.proxy.recorder.finished(&mut attempt, started, &fin);
-                            return false;
+                            return Some(false);
                         }
                     }
                 }
@@ -381,7 +403,7 @@ impl FastPath {
                     self.pool.put(addr, up, self.proxy.timeouts.server_idle);
                 }
                 self.proxy.recorder.finished(&mut attempt, started, &fin);
-                true
+                Some(true)
             }
             Err(e) => {
                 fin.failed = true;
@@ -393,7 +415,7 @@ impl FastPath {
                 let verdict = attempt.failed(failure, policy, Instant::now());
                 self.proxy.recorder.failure(&attempt, &verdict);
                 self.proxy.recorder.finished(&mut attempt, started, &fin);
-                false
+                Some(false)
             }
         }
     }

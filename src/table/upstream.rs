@@ -1,0 +1,101 @@
+//! How switchyard speaks to an entry's endpoints: HTTP/1 or HTTP/2, in clear or over TLS, and
+//! for TLS the name it sends and whether it verifies the certificate. Set per Service port by
+//! translate (`appProtocol`, or the `lb.backend-protocol` annotation); read by the engines.
+//! Plain data: no Pingora, tokio or Kubernetes here.
+
+use serde::Serialize;
+
+/// The protocol to an entry's endpoints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendProtocol {
+    /// HTTP/1.1 in clear (the default).
+    #[default]
+    Http,
+    /// HTTP/2 in clear, with prior knowledge (`kubernetes.io/h2c`, `grpc`).
+    H2c,
+    /// HTTP/1.1 over TLS.
+    Https,
+    /// HTTP/2 over TLS, negotiated by ALPN (`grpcs`).
+    H2,
+}
+
+impl BackendProtocol {
+    /// Reads a Service port's `appProtocol` or the `lb.backend-protocol` annotation: the
+    /// Kubernetes standard values (`kubernetes.io/h2c`, `kubernetes.io/ws`, `kubernetes.io/wss`)
+    /// and the common ones (`http`, `https`, `h2c`, `h2`, `grpc`, `grpcs`, any case).
+    pub fn parse(value: &str) -> Option<BackendProtocol> {
+        Some(match value.trim().to_ascii_lowercase().as_str() {
+            "http" | "http1" | "kubernetes.io/ws" => BackendProtocol::Http,
+            "h2c" | "grpc" | "kubernetes.io/h2c" => BackendProtocol::H2c,
+            "https" | "kubernetes.io/wss" => BackendProtocol::Https,
+            "h2" | "grpcs" => BackendProtocol::H2,
+            _ => return None,
+        })
+    }
+
+    pub fn tls(self) -> bool {
+        matches!(self, BackendProtocol::Https | BackendProtocol::H2)
+    }
+
+    pub fn http2(self) -> bool {
+        matches!(self, BackendProtocol::H2c | BackendProtocol::H2)
+    }
+
+    /// `http`, `h2c`, `https`, `h2`: for `/explain`, the stats page and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            BackendProtocol::Http => "http",
+            BackendProtocol::H2c => "h2c",
+            BackendProtocol::Https => "https",
+            BackendProtocol::H2 => "h2",
+        }
+    }
+}
+
+/// The connection to an entry's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Upstream {
+    pub protocol: BackendProtocol,
+    /// For TLS: the server name sent and verified (the Service's DNS name unless
+    /// `lb.backend-sni` says otherwise).
+    pub sni: Box<str>,
+    /// For TLS: verify the endpoint's certificate (off only by `lb.backend-insecure-skip-verify`).
+    pub verify: bool,
+}
+
+impl Default for Upstream {
+    /// HTTP/1 in clear (verification on, should TLS be chosen).
+    fn default() -> Self {
+        Upstream {
+            protocol: BackendProtocol::Http,
+            sni: "".into(),
+            verify: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_protocol_values() {
+        use BackendProtocol::*;
+        for (v, want) in [
+            ("kubernetes.io/h2c", Some(H2c)),
+            ("kubernetes.io/ws", Some(Http)),
+            ("kubernetes.io/wss", Some(Https)),
+            ("HTTP", Some(Http)),
+            ("https", Some(Https)),
+            ("grpc", Some(H2c)),
+            ("grpcs", Some(H2)),
+            ("h2", Some(H2)),
+            ("mysql", None),
+            ("", None),
+        ] {
+            assert_eq!(BackendProtocol::parse(v), want, "{v}");
+        }
+        assert!(H2.tls() && H2.http2() && !H2c.tls() && Https.tls() && !Http.http2());
+    }
+}
