@@ -20,12 +20,12 @@ mod tls_client;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Backend, eventually, free_port, try_request};
+use common::{Backend, BackendBuilder, Behaviour, Fault, eventually, free_port, try_request};
 use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
@@ -35,9 +35,8 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 
 /// A client gives up on a request after this long; no request may come close.
@@ -115,206 +114,12 @@ fn ready(svc: &str, name: &str, port: u16) -> Value {
     slice(svc, name, port, true, true, false)
 }
 
-// === a backend that misbehaves on command ===
+// === backends that misbehave on command ===
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Normal,
-    /// Answers after this long.
-    Slow(Duration),
-    /// Reads the request and never answers.
-    Hang,
-    /// Reads the request, then resets the connection.
-    ResetBeforeHeaders,
-    /// Sends the header and 100 of 1,000 promised body bytes, then resets.
-    ResetMidBody,
-}
-
-/// One request as the backend read it.
-#[derive(Debug, Clone)]
-struct Hit {
-    at: Instant,
-    uri: String,
-}
-
-/// A raw HTTP/1.1 keep-alive server (GET and POST with Content-Length) whose behaviour is
-/// switched at runtime, recording when each request arrived.
-struct FaultBackend {
-    name: String,
-    port: u16,
-    mode: Arc<Mutex<Mode>>,
-    hits: Arc<Mutex<Vec<Hit>>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl FaultBackend {
-    async fn start(name: &str, mode: Mode) -> FaultBackend {
-        Self::start_on(name, mode, 0).await
-    }
-
-    /// On `port` (0: any); retries the bind for up to 5 s to come back at a killed one's port.
-    async fn start_on(name: &str, mode: Mode, port: u16) -> FaultBackend {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let listener = loop {
-            match TcpListener::bind(("127.0.0.1", port)).await {
-                Ok(l) => break l,
-                Err(e) if Instant::now() > deadline => panic!("bind 127.0.0.1:{port}: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
-        let port = listener.local_addr().unwrap().port();
-        let mode = Arc::new(Mutex::new(mode));
-        let hits: Arc<Mutex<Vec<Hit>>> = Arc::default();
-        let (stop, mut stopped) = oneshot::channel::<()>();
-        let (m, h, n): (_, _, Arc<str>) = (mode.clone(), hits.clone(), name.into());
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                tokio::select! {
-                    _ = &mut stopped => break,
-                    accepted = listener.accept() => {
-                        let Ok((s, _)) = accepted else { continue };
-                        conns.spawn(serve_conn(s, n.clone(), m.clone(), h.clone()));
-                    }
-                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                }
-            }
-            // Killed: the listener and every open connection go at once.
-            drop(listener);
-            conns.shutdown().await;
-        });
-        FaultBackend {
-            name: name.to_string(),
-            port,
-            mode,
-            hits,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    fn set(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
-    }
-
-    fn hits(&self) -> Vec<Hit> {
-        self.hits.lock().unwrap().clone()
-    }
-
-    fn hits_between(&self, from: Instant, to: Instant) -> usize {
-        self.hits
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|h| h.at > from && h.at < to)
-            .count()
-    }
-
-    async fn kill(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-        }
-    }
-}
-
-impl Drop for FaultBackend {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Reads into `buf` until it holds `want` bytes; false on EOF, error or a 70 s silence.
-async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, want: usize) -> bool {
-    let mut chunk = [0u8; 8192];
-    while buf.len() < want {
-        match tokio::time::timeout(Duration::from_secs(70), s.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-            _ => return false,
-        }
-    }
-    true
-}
-
-async fn serve_conn(
-    mut s: TcpStream,
-    name: Arc<str>,
-    mode: Arc<Mutex<Mode>>,
-    hits: Arc<Mutex<Vec<Hit>>>,
-) {
-    let mut buf = Vec::with_capacity(8192);
-    // Bounded: a connection serves at most this many requests (far more than any test sends
-    // on one connection in 60 s).
-    for _ in 0..1_000_000 {
-        let head_end = loop {
-            if let Some(i) = find(&buf, b"\r\n\r\n") {
-                break i + 4;
-            }
-            let want = buf.len() + 1;
-            if want > 64 * 1024 || !fill(&mut s, &mut buf, want).await {
-                return;
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-        let uri = head.split_whitespace().nth(1).unwrap_or("").to_string();
-        let body_len: usize = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.trim()
-                    .eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse().ok())?
-            })
-            .unwrap_or(0);
-        if !fill(&mut s, &mut buf, head_end + body_len).await {
-            return;
-        }
-        buf.drain(..head_end + body_len);
-        hits.lock().unwrap().push(Hit {
-            at: Instant::now(),
-            uri: uri.clone(),
-        });
-        let mode = *mode.lock().unwrap();
-        match mode {
-            Mode::Normal => {}
-            Mode::Slow(d) => tokio::time::sleep(d).await,
-            Mode::Hang => {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                return;
-            }
-            Mode::ResetBeforeHeaders => {
-                let _ = s.set_zero_linger();
-                return;
-            }
-            Mode::ResetMidBody => {
-                let head =
-                    format!("HTTP/1.1 200 OK\r\ncontent-length: 1000\r\nx-backend: {name}\r\n\r\n");
-                let _ = s.write_all(head.as_bytes()).await;
-                let _ = s.write_all(&[b'x'; 100]).await;
-                let _ = s.flush().await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let _ = s.set_zero_linger();
-                return;
-            }
-        }
-        let body = format!("{name} {uri}");
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-backend: {name}\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if s.write_all(resp.as_bytes()).await.is_err() {
-            return;
-        }
-    }
+/// A backend on the hand-written HTTP/1.1 loop (GET and POST with Content-Length, `x-backend`
+/// on every answer), so that a [`Fault`] can be switched on.
+fn plain(name: &str) -> BackendBuilder {
+    Backend::builder(name).behaviour(Behaviour::Plain)
 }
 
 // === load ===
@@ -580,10 +385,10 @@ fn soak_secs() -> u64 {
 async fn swap_soak() {
     let secs = soak_secs();
     let api = FakeApi::start().await;
-    let anchor = FaultBackend::start("anchor", Mode::Normal).await;
+    let anchor = plain("anchor").start().await;
     let mut pool = Vec::new();
     for i in 0..20 {
-        pool.push(FaultBackend::start(&format!("p{i}"), Mode::Normal).await);
+        pool.push(plain(&format!("p{i}")).start().await);
     }
     api.apply(service("web", &[]));
     api.apply(ready("web", "web-anchor", anchor.port));
@@ -693,7 +498,7 @@ async fn swap_soak() {
     let mut late = Vec::new();
     let mut pool_hits = 0;
     for (i, b) in pool.iter().enumerate() {
-        for h in b.hits() {
+        for h in b.requests() {
             pool_hits += 1;
             let allowed = spans[i]
                 .iter()
@@ -711,7 +516,7 @@ async fn swap_soak() {
          warm-up) {:.0} -> {:.0} KiB (floors of the first and last quarter, {swaps_between} \
          swaps apart: {floor_growth:+.0} B), slope {slope:+.1} B per swap",
         tally.summary(),
-        anchor.hits().len(),
+        anchor.count(),
         late.len(),
         settled.len(),
         floor(first) / 1024.0,
@@ -793,8 +598,8 @@ async fn rolling_update_under_load() {
     let mut old = Vec::new();
     let mut new = Vec::new();
     for i in 0..3 {
-        old.push(FaultBackend::start(&format!("old{i}"), Mode::Normal).await);
-        new.push(FaultBackend::start(&format!("new{i}"), Mode::Normal).await);
+        old.push(plain(&format!("old{i}")).start().await);
+        new.push(plain(&format!("new{i}")).start().await);
     }
     api.apply(service("web", &[]));
     for (i, b) in old.iter().enumerate() {
@@ -830,7 +635,7 @@ async fn rolling_update_under_load() {
         tokio::time::sleep(step).await;
         api.delete(Kind::EndpointSlice, "default", &format!("web-old{i}"));
         tokio::time::sleep(step).await;
-        o.kill().await;
+        o.stop().await;
         changes += 3;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -840,7 +645,7 @@ async fn rolling_update_under_load() {
     let after_terminating: usize = old
         .iter()
         .zip(&terminating_at)
-        .map(|(b, t)| b.hits_between(*t + DRAIN + Duration::from_secs(1), Instant::now()))
+        .map(|(b, t)| b.count_between(*t + DRAIN + Duration::from_secs(1), Instant::now()))
         .sum();
     eprintln!(
         "rolling update: {}; {changes} API changes -> {swaps} swaps; {after_terminating} \
@@ -858,14 +663,14 @@ async fn rolling_update_under_load() {
         "terminating endpoints still got new requests"
     );
     for b in &new {
-        assert!(!b.hits().is_empty(), "{} got no traffic", b.name);
+        assert!(!b.requests().is_empty(), "{} got no traffic", b.name);
     }
 }
 
 // === 3. backend faults ===
 
 /// `web` served by `backends`, with extra flags.
-async fn faulty(backends: &[&FaultBackend], extra: &[&str]) -> (FakeApi, Sy) {
+async fn faulty(backends: &[&Backend], extra: &[&str]) -> (FakeApi, Sy) {
     let api = FakeApi::start().await;
     api.apply(service("web", &[]));
     for b in backends {
@@ -881,8 +686,11 @@ async fn faulty(backends: &[&FaultBackend], extra: &[&str]) -> (FakeApi, Sy) {
 /// address are redispatched; the endpoint is ejected, and comes back once it listens again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_backend_is_retried_ejected_and_recovered() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let mut victim = FaultBackend::start("victim", Mode::Slow(Duration::from_millis(150))).await;
+    let good = plain("good").start().await;
+    let mut victim = plain("victim")
+        .delay(Duration::from_millis(150))
+        .start()
+        .await;
     let (_api, sy) = faulty(
         &[&good, &victim],
         &[
@@ -911,17 +719,17 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
-        !victim.hits().is_empty(),
+        !victim.requests().is_empty(),
         "the victim served before the kill"
     );
     let port = victim.port;
     let killed = Instant::now();
-    victim.kill().await;
+    victim.stop().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let back = Instant::now();
-    let revived = FaultBackend::start_on("victim", Mode::Normal, port).await;
+    let revived = plain("victim").port(port).start().await;
     let recovered = eventually(Duration::from_secs(10), || async {
-        !revived.hits().is_empty()
+        !revived.requests().is_empty()
     })
     .await;
     let recovered_in = back.elapsed();
@@ -958,8 +766,8 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
 /// rotation after the passive-health period once it answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let hung = FaultBackend::start("hung", Mode::Hang).await;
+    let good = plain("good").start().await;
+    let hung = plain("hung").fault(Fault::Hang).start().await;
     let (_api, sy) = faulty(
         &[&good, &hung],
         &["--server-timeout", "1s", "--check-interval", "0"],
@@ -975,10 +783,10 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
         Duration::from_secs(30),
     );
     tokio::time::sleep(PASSIVE_DOWN).await;
-    hung.set(Mode::Normal);
+    hung.set_fault(Fault::None);
     let fixed = Instant::now();
     let recovered = eventually(Duration::from_secs(10), || async {
-        hung.hits_between(fixed, Instant::now()) > 0
+        hung.count_between(fixed, Instant::now()) > 0
     })
     .await;
     let recovered_in = fixed.elapsed();
@@ -989,7 +797,7 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
         "hung backend: {}; {} requests reached it while hung; back {recovered_in:?} after it \
          answered again",
         tally.summary(),
-        hung.hits_between(started, fixed)
+        hung.count_between(started, fixed)
     );
     assert!(!failed.is_empty(), "no request reached the hung backend");
     assert!(
@@ -1005,7 +813,7 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
     }
     let first_504 = failed.iter().map(|o| o.started + o.took).min().unwrap();
     assert_eq!(
-        hung.hits_between(first_504 + Duration::from_millis(100), fixed),
+        hung.count_between(first_504 + Duration::from_millis(100), fixed),
         0,
         "the hung endpoint got requests after its ejection"
     );
@@ -1026,15 +834,15 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
 /// other endpoint, a POST gets 502; the endpoint is ejected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let bad = FaultBackend::start("bad", Mode::ResetBeforeHeaders).await;
+    let good = plain("good").start().await;
+    let bad = plain("bad").fault(Fault::ResetBeforeHeaders).start().await;
     let (_api, sy) = faulty(&[&good, &bad], &["--check-interval", "0"]).await;
     // One POST first, on a fresh connection each, until one reaches the bad endpoint.
     let mut post_status = None;
     for _ in 0..4 {
-        let before = bad.hits().len();
+        let before = bad.count();
         let r = try_request(sy.http_port, "POST", "/web", &[]).await;
-        if bad.hits().len() > before {
+        if bad.count() > before {
             post_status = Some(r.map(|r| r.status));
             break;
         }
@@ -1053,7 +861,7 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
         "reset before headers: POST -> {post_status:?}; GET {}; bad endpoint saw {} requests; \
          {ejections} ejections",
         tally.summary(),
-        bad.hits().len()
+        bad.count()
     );
     assert_eq!(
         post_status,
@@ -1064,7 +872,7 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
     assert!(failed.is_empty(), "GETs failed: {failed:?}");
     assert!(ejections >= 1.0);
     // Ejected by the POST for PASSIVE_DOWN: the GETs that followed never reached it.
-    assert!(bad.hits().len() <= 2, "bad endpoint kept getting requests");
+    assert!(bad.count() <= 2, "bad endpoint kept getting requests");
 }
 
 /// A backend that resets in the middle of the body: the status is already out, so the client
@@ -1072,15 +880,15 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
 /// endpoint is ejected and the next requests go to the other one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_mid_response_cuts_the_client_and_ejects() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let bad = FaultBackend::start("bad", Mode::ResetMidBody).await;
+    let good = plain("good").start().await;
+    let bad = plain("bad").fault(Fault::ResetMidBody).start().await;
     let (_api, sy) = faulty(&[&good, &bad], &["--check-interval", "0"]).await;
     let mut cut = None;
     for _ in 0..4 {
-        let before = bad.hits().len();
+        let before = bad.count();
         let started = Instant::now();
         let r = try_request(sy.http_port, "GET", "/web", &[]).await;
-        if bad.hits().len() > before {
+        if bad.count() > before {
             cut = Some((r, started.elapsed()));
             break;
         }
@@ -1120,8 +928,11 @@ async fn reset_mid_response_cuts_the_client_and_ejects() {
 /// A slow backend within the timeout is served, not ejected: slowness is not a fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_backend_within_the_timeout_is_served_and_kept() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let slow = FaultBackend::start("slow", Mode::Slow(Duration::from_millis(400))).await;
+    let good = plain("good").start().await;
+    let slow = plain("slow")
+        .delay(Duration::from_millis(400))
+        .start()
+        .await;
     let (_api, sy) = faulty(
         &[&good, &slow],
         &["--server-timeout", "2s", "--check-interval", "0"],
@@ -1154,7 +965,7 @@ async fn slow_backend_within_the_timeout_is_served_and_kept() {
             .all(|o| o.took >= Duration::from_millis(400))
     );
     assert!(
-        slow.hits_between(started + Duration::from_secs(2), Instant::now()) > 0,
+        slow.count_between(started + Duration::from_secs(2), Instant::now()) > 0,
         "the slow endpoint was taken out of rotation"
     );
     assert_eq!(sy.metric("passive_ejections_total").await, 0.0);
@@ -1199,23 +1010,6 @@ fn replace(path: &Path, contents: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// A TCP echo server (bounded: each connection lives at most 120 s).
-async fn tcp_echo() -> (u16, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(120), tokio::io::copy(&mut r, &mut w))
-                        .await;
-            });
-        }
-    });
-    (port, task)
-}
-
 async fn ws_roundtrip<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>, text: &str) -> bool
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -1236,8 +1030,11 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
     let ws_backend = Backend::start("ws").await;
-    let web = FaultBackend::start("web", Mode::Normal).await;
-    let (echo_port, _echo) = tcp_echo().await;
+    let web = plain("web").start().await;
+    let echo = Backend::builder("db")
+        .behaviour(Behaviour::TcpEcho)
+        .start()
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let cert_path = dir.path().join("cert.pem");
     let (pem, mut der) = certificate();
@@ -1258,7 +1055,7 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
     ));
     api.apply(ready("web", "web-1", web.port));
     api.apply(service_on("db", tcp_port, &[]));
-    api.apply(ready("db", "db-1", echo_port));
+    api.apply(ready("db", "db-1", echo.port));
     let tcp_services = format!("db:{tcp_port}");
     let https = https_port.to_string();
     let mut sy = Sy::start(
@@ -1302,6 +1099,12 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
         .unwrap();
     tokio::spawn(conn);
     let mut tcp = TcpStream::connect(("127.0.0.1", tcp_port)).await.unwrap();
+    let mut greeting = [0u8; 3];
+    tokio::time::timeout(CLIENT_TIMEOUT, tcp.read_exact(&mut greeting))
+        .await
+        .expect("the echo backend's greeting timed out")
+        .expect("the echo backend's greeting");
+    assert_eq!(&greeting, b"db\n");
 
     let swaps_start = sy.metric("table_swaps_total").await;
     let mut changes = 0u64;
@@ -1407,7 +1210,7 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
 /// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_loses_no_in_flight_request() {
-    let backend = FaultBackend::start("b", Mode::Slow(Duration::from_millis(300))).await;
+    let backend = plain("b").delay(Duration::from_millis(300)).start().await;
     let (_api, mut sy) = faulty(
         &[&backend],
         &["--shutdown-delay", "1s", "--shutdown-grace", "5s"],
@@ -1442,7 +1245,7 @@ async fn sigterm_under_load_loses_no_in_flight_request() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let tally = load.finish().await;
     let seen: HashMap<u64, Instant> = backend
-        .hits()
+        .requests()
         .iter()
         .filter_map(|h| {
             let id = h.uri.rsplit("id=").next()?.parse().ok()?;

@@ -8,108 +8,16 @@
 mod common;
 mod tls_client;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// How long a client waits for an answer to one hostile request.
 const ANSWER_WAIT: Duration = Duration::from_secs(3);
-
-// ---------------------------------------------------------------------------
-// A raw backend
-// ---------------------------------------------------------------------------
-
-/// Records every byte of every connection; answers `200 ok` with `Connection: close` once a
-/// header has arrived (plus a short pause for a body), so each upstream connection carries
-/// one request and the recording of a request is never mixed with another's.
-/// The bytes one connection received.
-type Recording = Arc<Mutex<Vec<u8>>>;
-
-struct RawBackend {
-    port: u16,
-    conns: Arc<Mutex<Vec<Recording>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RawBackend {
-    async fn start() -> RawBackend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let conns: Arc<Mutex<Vec<Recording>>> = Arc::default();
-        let all = Arc::clone(&conns);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else {
-                    return;
-                };
-                let rec: Recording = Arc::default();
-                all.lock().unwrap().push(Arc::clone(&rec));
-                tokio::spawn(async move {
-                    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-                    let mut answered_at = None;
-                    let mut buf = [0u8; 8192];
-                    loop {
-                        let wait = match answered_at {
-                            Some(t) => t,
-                            None => deadline,
-                        };
-                        match tokio::time::timeout_at(wait, s.read(&mut buf)).await {
-                            Ok(Ok(0)) | Ok(Err(_)) => return,
-                            Ok(Ok(n)) => {
-                                rec.lock().unwrap().extend_from_slice(&buf[..n]);
-                                let seen = rec.lock().unwrap().clone();
-                                if answered_at.is_none() && find(&seen, b"\r\n\r\n").is_some() {
-                                    answered_at = Some(
-                                        tokio::time::Instant::now() + Duration::from_millis(100),
-                                    );
-                                }
-                            }
-                            Err(_) if answered_at.is_some() => {
-                                let _ = s
-                                    .write_all(
-                                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                                    )
-                                    .await;
-                                return;
-                            }
-                            Err(_) => return,
-                        }
-                    }
-                });
-            }
-        });
-        RawBackend { port, conns, task }
-    }
-
-    /// Everything received so far, one entry per connection.
-    fn received(&self) -> Vec<Vec<u8>> {
-        self.conns
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|c| c.lock().unwrap().clone())
-            .collect()
-    }
-
-    /// The connections that carried bytes: health checks (a bare TCP connect every
-    /// `--check-interval`, the first within a second or so of start) and any connection Pingora opened and
-    /// then did not use are left out, so counts do not depend on when a check lands.
-    fn requests(&self) -> Vec<Vec<u8>> {
-        let mut all = self.received();
-        all.retain(|c| !c.is_empty());
-        all
-    }
-}
-
-impl Drop for RawBackend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
@@ -238,7 +146,16 @@ async fn read_answer(s: &mut TcpStream, wait: Duration) -> Answer {
     Answer { status, closed }
 }
 
-fn raw_objs(backend: &RawBackend) -> Vec<Value> {
+/// A backend that records every byte it is sent, one request per connection
+/// ([`Behaviour::RecordOnce`]): what was forwarded, not what a parser made of it.
+async fn recorder() -> Backend {
+    Backend::builder("raw")
+        .behaviour(Behaviour::RecordOnce)
+        .start()
+        .await
+}
+
+fn raw_objs(backend: &Backend) -> Vec<Value> {
     vec![svc("raw", 80).into(), slice("raw", "", backend.port)]
 }
 
@@ -324,7 +241,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Want)> {
 
 #[tokio::test]
 async fn smuggling_and_malformed_requests_are_refused_or_forwarded_unambiguously() {
-    let backend = RawBackend::start().await;
+    let backend = recorder().await;
     let sy = switchyard(raw_objs(&backend))
         .args(&["--request-header-timeout", "1s"])
         .start()
@@ -337,8 +254,8 @@ async fn smuggling_and_malformed_requests_are_refused_or_forwarded_unambiguously
     )
     .await;
     assert_eq!(ok.status, Some(200), "{ok:?}; stderr:\n{}", sy.stderr());
-    assert_eq!(backend.requests().len(), 1);
-    assert!(ambiguities(&backend.requests()[0]).is_empty());
+    assert_eq!(backend.used_connections().len(), 1);
+    assert!(ambiguities(&backend.used_connections()[0]).is_empty());
 
     let mut failures = Vec::new();
     let mut outcomes = Vec::new();
@@ -410,14 +327,14 @@ fn get_with_header_bytes(total: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn request_header_size_limit_is_the_flag() {
-    let backend = RawBackend::start().await;
+    let backend = recorder().await;
     let sy = switchyard(raw_objs(&backend)).start().await;
     // Default 64 KiB: just under passes, just over is 431 and reaches nothing.
     let a = send_raw(sy.http_port, &get_with_header_bytes(64 * 1024)).await;
     assert_eq!(a.status, Some(200), "{a:?}");
     let a = send_raw(sy.http_port, &get_with_header_bytes(64 * 1024 + 1)).await;
     assert_eq!(a.status, Some(431), "{a:?}");
-    assert_eq!(backend.requests().len(), 1);
+    assert_eq!(backend.used_connections().len(), 1);
     drop(sy);
 
     let sy = switchyard(raw_objs(&backend))
@@ -429,7 +346,7 @@ async fn request_header_size_limit_is_the_flag() {
     // Byte by byte in one write or many: the limit counts bytes, not reads.
     let a = send_raw(sy.http_port, &get_with_header_bytes(4097)).await;
     assert_eq!(a.status, Some(431), "{a:?}");
-    assert_eq!(backend.requests().len(), 2);
+    assert_eq!(backend.used_connections().len(), 2);
     assert_eq!(
         metric(
             &sy,

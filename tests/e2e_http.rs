@@ -375,7 +375,10 @@ async fn source_algorithm_flag_pins_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leastconn_prefers_idle_backend() {
-    let slow = Backend::start_with_delay("slow", Duration::from_millis(1000)).await;
+    let slow = Backend::builder("slow")
+        .delay(Duration::from_millis(1000))
+        .start()
+        .await;
     let fast = Backend::start("fast").await;
     let sy = switchyard(objs(
         vec![svc("web", 80).algo("leastconn")],
