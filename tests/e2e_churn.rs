@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Backend, BackendBuilder, Behaviour, Fault, eventually, free_port, try_request};
+use common::{Backend, BackendBuilder, Behaviour, Fault, eventually, free_port, poll, try_request};
 use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
@@ -44,6 +44,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long after its removal from the API an endpoint may still see requests (the watch,
 /// the swap and requests already on the wire).
 const DRAIN: Duration = Duration::from_secs(1);
+/// How long after a swap a request that picked its endpoint from the table before it may
+/// still reach that endpoint (it was on the wire).
+const ON_THE_WIRE: Duration = Duration::from_millis(250);
 /// The passive-health period of switchyard (`Timeouts::passive_down`).
 const PASSIVE_DOWN: Duration = Duration::from_secs(5);
 
@@ -98,6 +101,35 @@ impl Sy {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
+
+    /// Waits (at most 5 s) until the table was swapped again after `swaps` swaps, that is,
+    /// until the change made since is live; the new count.
+    async fn swapped_after(&self, swaps: f64) -> f64 {
+        let now = poll(
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async {
+                let now = self.metric("table_swaps_total").await;
+                (now > swaps).then_some(now)
+            },
+        )
+        .await;
+        now.unwrap_or_else(|| panic!("no table swap after {swaps} within 5 s"))
+    }
+
+    /// Waits (at most 10 s) until `name` (the sum of its series) reaches `at_least`.
+    async fn metric_reaches(&self, name: &str, at_least: f64) -> bool {
+        eventually(Duration::from_secs(10), || async {
+            self.metric(name).await >= at_least
+        })
+        .await
+    }
+}
+
+/// Requests the backends read strictly after `since`, together.
+fn served_since(backends: &[&Backend], since: Instant) -> usize {
+    let now = Instant::now();
+    backends.iter().map(|b| b.count_between(since, now)).sum()
 }
 
 /// A Service with one port named `http` on `port` (a TCP frontend needs its own number).
@@ -198,6 +230,7 @@ impl Load {
                                 }
                                 Err(_) => {
                                     t.refused += 1;
+                                    // Pacing the reconnects of a client, not a wait.
                                     tokio::time::sleep(Duration::from_millis(20)).await;
                                     continue;
                                 }
@@ -415,6 +448,8 @@ async fn swap_soak() {
         CLIENTS,
         Duration::from_secs(secs + 30),
     );
+    // A warm-up span under load before the RSS baseline (allocator and pools settle with
+    // time, not at an event); a duration of the measurement, not a wait.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_start = sy.rss_kib();
     let swaps_start = sy.metric("table_swaps_total").await;
@@ -477,6 +512,8 @@ async fn swap_soak() {
         changes += 1;
     }
     let churn_took = started.elapsed();
+    // The tail of the observation (the load, the heap samples and the last swaps run on past
+    // the last change), a duration of the measurement, not a wait.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop_sampling.store(true, Ordering::Relaxed);
     let samples = sampler.await.unwrap();
@@ -615,37 +652,59 @@ async fn rolling_update_under_load() {
         6,
         Duration::from_secs(40),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // Past the 1 s coalescing limit, so each step is live before the next.
-    let step = Duration::from_millis(1200);
+    let running = eventually(Duration::from_secs(5), || async {
+        old.iter().map(|b| b.count()).sum::<usize>() >= 100
+    })
+    .await;
+    assert!(running, "the load did not get going");
+    // Each step waits until its change is live (the table swapped) before the next.
+    let mut swaps = sy.metric("table_swaps_total").await;
     let mut terminating_at = Vec::new();
     let mut changes = 0;
-    for (i, (o, n)) in old.iter_mut().zip(&new).enumerate() {
-        api.apply(ready("web", &format!("web-new{i}"), n.port));
-        tokio::time::sleep(step).await;
+    for i in 0..old.len() {
+        api.apply(ready("web", &format!("web-new{i}"), new[i].port));
+        swaps = sy.swapped_after(swaps).await;
         api.apply(slice(
             "web",
             &format!("web-old{i}"),
-            o.port,
+            old[i].port,
             false,
             true,
             true,
         ));
-        terminating_at.push(Instant::now());
-        tokio::time::sleep(step).await;
+        swaps = sy.swapped_after(swaps).await;
+        let terminating = Instant::now();
+        terminating_at.push(terminating);
+        // Out of rotation: the load goes on for 200 answers past the grace of requests
+        // already on the wire, and the terminating endpoint must get none of them.
+        let all: Vec<&Backend> = old.iter().chain(&new).collect();
+        let observed = eventually(Duration::from_secs(10), || async {
+            served_since(&all, terminating + ON_THE_WIRE) >= 200
+        })
+        .await;
+        assert!(
+            observed,
+            "the load stalled while web-old{i} was terminating"
+        );
         api.delete(Kind::EndpointSlice, "default", &format!("web-old{i}"));
-        tokio::time::sleep(step).await;
-        o.stop().await;
+        swaps = sy.swapped_after(swaps).await;
+        old[i].stop().await;
         changes += 3;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load goes on after the last endpoint went away.
+    let stopped = Instant::now();
+    let after = eventually(Duration::from_secs(10), || async {
+        served_since(&new.iter().collect::<Vec<_>>(), stopped) >= 200
+    })
+    .await;
+    assert!(after, "the load stalled after the rollout");
     let swaps = sy.metric("table_swaps_total").await - swaps_start;
     let tally = load.finish().await;
     let failed = tally.failed();
     let after_terminating: usize = old
         .iter()
         .zip(&terminating_at)
-        .map(|(b, t)| b.count_between(*t + DRAIN + Duration::from_secs(1), Instant::now()))
+        .map(|(b, t)| b.count_between(*t + ON_THE_WIRE, Instant::now()))
         .sum();
     eprintln!(
         "rolling update: {}; {changes} API changes -> {swaps} swaps; {after_terminating} \
@@ -717,15 +776,17 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
         2,
         Duration::from_secs(30),
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        !victim.requests().is_empty(),
-        "the victim served before the kill"
-    );
+    let served = eventually(Duration::from_secs(5), || async {
+        let seen = victim.requests();
+        seen.iter().any(|s| s.method == "GET") && seen.iter().any(|s| s.method == "POST")
+    })
+    .await;
+    assert!(served, "the victim served GETs and POSTs before the kill");
     let port = victim.port;
     let killed = Instant::now();
     victim.stop().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Dead until switchyard has ejected it.
+    let ejected = sy.metric_reaches("passive_ejections_total", 1.0).await;
     let back = Instant::now();
     let revived = plain("victim").port(port).start().await;
     let recovered = eventually(Duration::from_secs(10), || async {
@@ -733,7 +794,8 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
     })
     .await;
     let recovered_in = back.elapsed();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The load goes on past the recovery.
+    let more = eventually(Duration::from_secs(5), || async { revived.count() >= 20 }).await;
     let (gets, posts) = (gets.finish().await, posts.finish().await);
     let ejections = sy.metric("passive_ejections_total").await;
     let retries = sy.metric("http_retries_total").await;
@@ -757,8 +819,12 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
         "more POSTs failed than were in flight"
     );
     assert!(gets.max_latency() < CLIENT_TIMEOUT && posts.max_latency() < CLIENT_TIMEOUT);
-    assert!(ejections >= 1.0, "the dead endpoint was not ejected");
+    assert!(
+        ejected && ejections >= 1.0,
+        "the dead endpoint was not ejected"
+    );
     assert!(recovered, "the revived endpoint never got traffic back");
+    assert!(more, "the load stalled after the recovery");
 }
 
 /// A backend that accepts and never answers: 504 at --server-timeout (not replayed: it may
@@ -782,6 +848,8 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
         CLIENTS,
         Duration::from_secs(30),
     );
+    // Hung for one passive-health period: the span in which the ejection must hold is the
+    // thing under test, not a wait.
     tokio::time::sleep(PASSIVE_DOWN).await;
     hung.set_fault(Fault::None);
     let fixed = Instant::now();
@@ -790,7 +858,11 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
     })
     .await;
     let recovered_in = fixed.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load goes on past the recovery, so that a failure after the fix would show.
+    let more = eventually(Duration::from_secs(5), || async {
+        hung.count_between(fixed, Instant::now()) >= 20
+    })
+    .await;
     let tally = load.finish().await;
     let failed = tally.failed();
     eprintln!(
@@ -821,6 +893,7 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
         recovered,
         "the endpoint did not come back after answering again"
     );
+    assert!(more, "the load stalled after the recovery");
     let late: Vec<_> = tally
         .outcomes
         .iter()
@@ -854,7 +927,8 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
         4,
         Duration::from_secs(10),
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Enough GETs that the bad endpoint, were it still in rotation, would get many.
+    let enough = eventually(Duration::from_secs(5), || async { good.count() >= 200 }).await;
     let tally = gets.finish().await;
     let ejections = sy.metric("passive_ejections_total").await;
     eprintln!(
@@ -870,6 +944,7 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
     );
     let failed = tally.failed();
     assert!(failed.is_empty(), "GETs failed: {failed:?}");
+    assert!(enough, "the GET load stalled: {}", tally.summary());
     assert!(ejections >= 1.0);
     // Ejected by the POST for PASSIVE_DOWN: the GETs that followed never reached it.
     assert!(bad.count() <= 2, "bad endpoint kept getting requests");
@@ -946,7 +1021,13 @@ async fn slow_backend_within_the_timeout_is_served_and_kept() {
         4,
         Duration::from_secs(10),
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Still in rotation 2 s in (well past any ejection of the first requests); the 3 s bound
+    // ends short of a passive-health period, so an ejected endpoint could not be back yet.
+    let kept = eventually(
+        (started + Duration::from_secs(3)).saturating_duration_since(Instant::now()),
+        || async { slow.count_between(started + Duration::from_secs(2), Instant::now()) > 0 },
+    )
+    .await;
     let tally = load.finish().await;
     let slow_answers: Vec<_> = tally
         .outcomes
@@ -964,10 +1045,7 @@ async fn slow_backend_within_the_timeout_is_served_and_kept() {
             .iter()
             .all(|o| o.took >= Duration::from_millis(400))
     );
-    assert!(
-        slow.count_between(started + Duration::from_secs(2), Instant::now()) > 0,
-        "the slow endpoint was taken out of rotation"
-    );
+    assert!(kept, "the slow endpoint was taken out of rotation");
     assert_eq!(sy.metric("passive_ejections_total").await, 0.0);
 }
 
@@ -1131,6 +1209,7 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
             api.delete(Kind::EndpointSlice, "default", &name);
         }
         changes += 1;
+        // Pacing the changes, not a wait.
         tokio::time::sleep(Duration::from_millis(2)).await;
         if last_rotation.elapsed() > Duration::from_millis(700) {
             let (pem, d) = certificate();
@@ -1224,7 +1303,12 @@ async fn sigterm_under_load_loses_no_in_flight_request() {
         CLIENTS,
         Duration::from_secs(20),
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The load is under way: a first round of requests (300 ms each at the backend) is in.
+    let busy = eventually(Duration::from_secs(5), || async {
+        backend.count() >= CLIENTS
+    })
+    .await;
+    assert!(busy, "the load did not get going");
     let pid = sy.child.id().to_string();
     let signalled = Instant::now();
     assert!(
@@ -1234,15 +1318,12 @@ async fn sigterm_under_load_loses_no_in_flight_request() {
             .unwrap()
             .success()
     );
-    let mut exit = None;
-    while signalled.elapsed() < Duration::from_secs(10) {
-        if let Some(status) = sy.child.try_wait().unwrap() {
-            exit = Some((status, signalled.elapsed()));
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let exit = poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        let exited = sy.child.try_wait().unwrap();
+        std::future::ready(exited.map(|status| (status, signalled.elapsed())))
+    })
+    .await;
+    // `finish` waits for every client: each one's last request has its outcome.
     let tally = load.finish().await;
     let seen: HashMap<u64, Instant> = backend
         .requests()

@@ -8,7 +8,7 @@
 mod common;
 mod tls_client;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -262,7 +262,9 @@ async fn smuggling_and_malformed_requests_are_refused_or_forwarded_unambiguously
     for (name, bytes, want) in cases() {
         let before = backend.received().len();
         let answer = send_raw(sy.http_port, &bytes).await;
-        // Give a forwarded request time to arrive whole before looking.
+        // Not a wait for an event but a quiet window: a forwarded request arrives whole within
+        // it (the recorder reads on 100 ms past a head), and so would a second, smuggled one
+        // sent on after the client had its answer; that nothing more came cannot be awaited.
         tokio::time::sleep(Duration::from_millis(150)).await;
         let got = backend.received();
         // Pingora may open an upstream connection and then refuse the request: an empty
@@ -418,8 +420,17 @@ async fn slowloris_is_cut_at_the_header_timeout_and_others_are_served() {
             .await
         });
     }
-    // While they trickle, normal clients are answered.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // While they trickle (every one of them open in switchyard), normal clients are answered.
+    let trickling = eventually(Duration::from_secs(5), || async {
+        metric(
+            &sy,
+            r#"switchyard_downstream_open_connections{frontend="http"}"#,
+        )
+        .await
+            >= 50.0
+    })
+    .await;
+    assert!(trickling, "the 50 slowloris connections were not all open");
     for _ in 0..5 {
         let r = sy.get("/app/x").await;
         assert_eq!(r.status, 200, "{r:?}");
@@ -602,6 +613,7 @@ async fn idle_connections_close_at_the_keep_alive_timeout_http1_and_http2() {
             .unwrap();
         let a = read_answer(&mut busy, ANSWER_WAIT).await;
         assert_eq!(a.status, Some(200), "{a:?}");
+        // The idle gap under test (shorter than the timeout), not a wait.
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
 }
@@ -770,7 +782,7 @@ async fn broken_tls_handshakes_are_rejected_counted_and_harmless() {
 /// Runs `openssl s_client -tls1_2` and asks it to renegotiate; `None` without openssl (the
 /// Debian image has it; the test says so rather than failing elsewhere).
 fn renegotiate(port: u16, dir: &tempfile::TempDir, cert: &Leaf) -> Option<String> {
-    use std::io::Write;
+    use std::io::{Read, Write};
     use std::process::{Command, Stdio};
     let cert_path = dir.path().join("good-client.crt");
     let key_path = dir.path().join("good-client.key");
@@ -799,22 +811,50 @@ fn renegotiate(port: u16, dir: &tempfile::TempDir, cert: &Leaf) -> Option<String
             return None;
         }
     };
+    // What s_client writes, read as it comes so that each step waits for the last one's answer.
+    let drain = |from: Option<Box<dyn std::io::Read + Send>>| {
+        let text = Arc::new(Mutex::new(String::new()));
+        let into = Arc::clone(&text);
+        let reader = std::thread::spawn(move || {
+            let Some(mut from) = from else { return };
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                into.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        (text, reader)
+    };
+    let (stdout, out_reader) = drain(child.stdout.take().map(|o| Box::new(o) as _));
+    let (stderr, err_reader) = drain(child.stderr.take().map(|e| Box::new(e) as _));
+    let said = |what: &str| {
+        let all = format!("{}{}", stdout.lock().unwrap(), stderr.lock().unwrap());
+        all.to_ascii_lowercase().contains(what)
+    };
     let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The handshake is done once s_client prints its verdict on the certificate.
+    let mut exited = || child.try_wait().ok().flatten().is_some();
+    poll_blocking(Duration::from_secs(5), Duration::from_millis(50), || {
+        (said("verify return code") || exited()).then_some(())
+    });
     let _ = stdin.write_all(b"R\n");
-    std::thread::sleep(Duration::from_millis(1000));
+    // The server has answered the renegotiation once s_client reports the refusal (or ends).
+    poll_blocking(Duration::from_secs(5), Duration::from_millis(50), || {
+        (said("no renegotiation") || exited()).then_some(())
+    });
     drop(stdin);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && child.try_wait().ok().flatten().is_none() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_blocking(Duration::from_secs(5), Duration::from_millis(50), || {
+        exited().then_some(())
+    });
     let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    Some(format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
+    let _ = child.wait();
+    let _ = (out_reader.join(), err_reader.join());
+    let out = format!("{}{}", stdout.lock().unwrap(), stderr.lock().unwrap());
+    Some(out)
 }
 
 // ---------------------------------------------------------------------------

@@ -714,20 +714,16 @@ fn run_chromium(extra: &[String], url: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start chromium");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        match child.try_wait().unwrap() {
-            Some(_) => break,
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "chromium did not finish within 90 s; stderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(100)),
-        }
+    let done = poll_blocking(Duration::from_secs(90), Duration::from_millis(100), || {
+        child.try_wait().unwrap()
+    });
+    if done.is_none() {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "chromium did not finish within 90 s; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let out = child.wait_with_output().unwrap();
     assert!(

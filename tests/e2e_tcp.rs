@@ -165,6 +165,7 @@ async fn tcp_service_appears_is_balanced_and_goes_away() {
             closed = true;
             break;
         }
+        // The poll interval of this bounded wait for the close (with traffic between polls).
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
