@@ -41,6 +41,21 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local_addr").port()
 }
 
+/// Whether a socket listens on `port` (any local address), from `/proc/net/tcp`; read
+/// without connecting, so that no connection is counted by the server. True where the file
+/// does not exist (not Linux): the caller then learns it from its first connect.
+pub fn listening(port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return true;
+    };
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local = f.get(1).and_then(|a| a.split_once(':'));
+        f.get(3) == Some(&"0A")
+            && local.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) == Some(port)
+    })
+}
+
 /// A port that refuses every connection for as long as this value lives: the socket is bound
 /// but never listens, so no other test can take the port (as one can a [`free_port`] that is
 /// merely "free a moment ago") and a connect to it is answered with a reset.
@@ -392,7 +407,7 @@ impl Switchyard {
 
     /// Err((exited_early, message)).
     async fn wait_ready(&mut self, limit: Duration) -> Result<(), (bool, String)> {
-        let admin = self.admin_port;
+        let (admin, http) = (self.admin_port, self.http_port);
         let last = std::cell::RefCell::new(String::from("no attempt"));
         let child = &mut self.child;
         let outcome = poll(limit, Duration::from_millis(100), || {
@@ -403,7 +418,12 @@ impl Switchyard {
                     return Some(Err(status));
                 }
                 match try_request(admin, "GET", "/readyz", &[]).await {
-                    Ok(r) if r.status == 200 => return Some(Ok(())),
+                    // Ready means a table is live; the traffic listener binds on its own
+                    // schedule, and a test's first request must not meet a refused connect.
+                    Ok(r) if r.status == 200 && listening(http) => return Some(Ok(())),
+                    Ok(r) if r.status == 200 => {
+                        *last.borrow_mut() = format!("ready, but nothing listens on {http}")
+                    }
                     Ok(r) => *last.borrow_mut() = format!("status {}", r.status),
                     Err(e) => *last.borrow_mut() = e,
                 }
