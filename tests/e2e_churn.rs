@@ -20,12 +20,12 @@ mod tls_client;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Backend, eventually, free_port, try_request};
+use common::{Backend, BackendBuilder, Behaviour, Fault, eventually, free_port, poll, try_request};
 use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
@@ -35,9 +35,8 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 
 /// A client gives up on a request after this long; no request may come close.
@@ -45,6 +44,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long after its removal from the API an endpoint may still see requests (the watch,
 /// the swap and requests already on the wire).
 const DRAIN: Duration = Duration::from_secs(1);
+/// How long after a swap a request that picked its endpoint from the table before it may
+/// still reach that endpoint (it was on the wire).
+const ON_THE_WIRE: Duration = Duration::from_millis(250);
 /// The passive-health period of switchyard (`Timeouts::passive_down`).
 const PASSIVE_DOWN: Duration = Duration::from_secs(5);
 
@@ -99,6 +101,35 @@ impl Sy {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
+
+    /// Waits (at most 5 s) until the table was swapped again after `swaps` swaps, that is,
+    /// until the change made since is live; the new count.
+    async fn swapped_after(&self, swaps: f64) -> f64 {
+        let now = poll(
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || async {
+                let now = self.metric("table_swaps_total").await;
+                (now > swaps).then_some(now)
+            },
+        )
+        .await;
+        now.unwrap_or_else(|| panic!("no table swap after {swaps} within 5 s"))
+    }
+
+    /// Waits (at most 10 s) until `name` (the sum of its series) reaches `at_least`.
+    async fn metric_reaches(&self, name: &str, at_least: f64) -> bool {
+        eventually(Duration::from_secs(10), || async {
+            self.metric(name).await >= at_least
+        })
+        .await
+    }
+}
+
+/// Requests the backends read strictly after `since`, together.
+fn served_since(backends: &[&Backend], since: Instant) -> usize {
+    let now = Instant::now();
+    backends.iter().map(|b| b.count_between(since, now)).sum()
 }
 
 /// A Service with one port named `http` on `port` (a TCP frontend needs its own number).
@@ -115,206 +146,12 @@ fn ready(svc: &str, name: &str, port: u16) -> Value {
     slice(svc, name, port, true, true, false)
 }
 
-// === a backend that misbehaves on command ===
+// === backends that misbehave on command ===
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Normal,
-    /// Answers after this long.
-    Slow(Duration),
-    /// Reads the request and never answers.
-    Hang,
-    /// Reads the request, then resets the connection.
-    ResetBeforeHeaders,
-    /// Sends the header and 100 of 1,000 promised body bytes, then resets.
-    ResetMidBody,
-}
-
-/// One request as the backend read it.
-#[derive(Debug, Clone)]
-struct Hit {
-    at: Instant,
-    uri: String,
-}
-
-/// A raw HTTP/1.1 keep-alive server (GET and POST with Content-Length) whose behaviour is
-/// switched at runtime, recording when each request arrived.
-struct FaultBackend {
-    name: String,
-    port: u16,
-    mode: Arc<Mutex<Mode>>,
-    hits: Arc<Mutex<Vec<Hit>>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl FaultBackend {
-    async fn start(name: &str, mode: Mode) -> FaultBackend {
-        Self::start_on(name, mode, 0).await
-    }
-
-    /// On `port` (0: any); retries the bind for up to 5 s to come back at a killed one's port.
-    async fn start_on(name: &str, mode: Mode, port: u16) -> FaultBackend {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let listener = loop {
-            match TcpListener::bind(("127.0.0.1", port)).await {
-                Ok(l) => break l,
-                Err(e) if Instant::now() > deadline => panic!("bind 127.0.0.1:{port}: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
-        let port = listener.local_addr().unwrap().port();
-        let mode = Arc::new(Mutex::new(mode));
-        let hits: Arc<Mutex<Vec<Hit>>> = Arc::default();
-        let (stop, mut stopped) = oneshot::channel::<()>();
-        let (m, h, n): (_, _, Arc<str>) = (mode.clone(), hits.clone(), name.into());
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                tokio::select! {
-                    _ = &mut stopped => break,
-                    accepted = listener.accept() => {
-                        let Ok((s, _)) = accepted else { continue };
-                        conns.spawn(serve_conn(s, n.clone(), m.clone(), h.clone()));
-                    }
-                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                }
-            }
-            // Killed: the listener and every open connection go at once.
-            drop(listener);
-            conns.shutdown().await;
-        });
-        FaultBackend {
-            name: name.to_string(),
-            port,
-            mode,
-            hits,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    fn set(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
-    }
-
-    fn hits(&self) -> Vec<Hit> {
-        self.hits.lock().unwrap().clone()
-    }
-
-    fn hits_between(&self, from: Instant, to: Instant) -> usize {
-        self.hits
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|h| h.at > from && h.at < to)
-            .count()
-    }
-
-    async fn kill(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-        }
-    }
-}
-
-impl Drop for FaultBackend {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Reads into `buf` until it holds `want` bytes; false on EOF, error or a 70 s silence.
-async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, want: usize) -> bool {
-    let mut chunk = [0u8; 8192];
-    while buf.len() < want {
-        match tokio::time::timeout(Duration::from_secs(70), s.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-            _ => return false,
-        }
-    }
-    true
-}
-
-async fn serve_conn(
-    mut s: TcpStream,
-    name: Arc<str>,
-    mode: Arc<Mutex<Mode>>,
-    hits: Arc<Mutex<Vec<Hit>>>,
-) {
-    let mut buf = Vec::with_capacity(8192);
-    // Bounded: a connection serves at most this many requests (far more than any test sends
-    // on one connection in 60 s).
-    for _ in 0..1_000_000 {
-        let head_end = loop {
-            if let Some(i) = find(&buf, b"\r\n\r\n") {
-                break i + 4;
-            }
-            let want = buf.len() + 1;
-            if want > 64 * 1024 || !fill(&mut s, &mut buf, want).await {
-                return;
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-        let uri = head.split_whitespace().nth(1).unwrap_or("").to_string();
-        let body_len: usize = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.trim()
-                    .eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse().ok())?
-            })
-            .unwrap_or(0);
-        if !fill(&mut s, &mut buf, head_end + body_len).await {
-            return;
-        }
-        buf.drain(..head_end + body_len);
-        hits.lock().unwrap().push(Hit {
-            at: Instant::now(),
-            uri: uri.clone(),
-        });
-        let mode = *mode.lock().unwrap();
-        match mode {
-            Mode::Normal => {}
-            Mode::Slow(d) => tokio::time::sleep(d).await,
-            Mode::Hang => {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                return;
-            }
-            Mode::ResetBeforeHeaders => {
-                let _ = s.set_zero_linger();
-                return;
-            }
-            Mode::ResetMidBody => {
-                let head =
-                    format!("HTTP/1.1 200 OK\r\ncontent-length: 1000\r\nx-backend: {name}\r\n\r\n");
-                let _ = s.write_all(head.as_bytes()).await;
-                let _ = s.write_all(&[b'x'; 100]).await;
-                let _ = s.flush().await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let _ = s.set_zero_linger();
-                return;
-            }
-        }
-        let body = format!("{name} {uri}");
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-backend: {name}\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if s.write_all(resp.as_bytes()).await.is_err() {
-            return;
-        }
-    }
+/// A backend on the hand-written HTTP/1.1 loop (GET and POST with Content-Length, `x-backend`
+/// on every answer), so that a [`Fault`] can be switched on.
+fn plain(name: &str) -> BackendBuilder {
+    Backend::builder(name).behaviour(Behaviour::Plain)
 }
 
 // === load ===
@@ -393,6 +230,7 @@ impl Load {
                                 }
                                 Err(_) => {
                                     t.refused += 1;
+                                    // Pacing the reconnects of a client, not a wait.
                                     tokio::time::sleep(Duration::from_millis(20)).await;
                                     continue;
                                 }
@@ -580,10 +418,10 @@ fn soak_secs() -> u64 {
 async fn swap_soak() {
     let secs = soak_secs();
     let api = FakeApi::start_reaching_local_backends().await;
-    let anchor = FaultBackend::start("anchor", Mode::Normal).await;
+    let anchor = plain("anchor").start().await;
     let mut pool = Vec::new();
     for i in 0..20 {
-        pool.push(FaultBackend::start(&format!("p{i}"), Mode::Normal).await);
+        pool.push(plain(&format!("p{i}")).start().await);
     }
     api.apply(service("web", &[]));
     api.apply(ready("web", "web-anchor", anchor.port));
@@ -610,6 +448,8 @@ async fn swap_soak() {
         CLIENTS,
         Duration::from_secs(secs + 30),
     );
+    // A warm-up span under load before the RSS baseline (allocator and pools settle with
+    // time, not at an event); a duration of the measurement, not a wait.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_start = sy.rss_kib();
     let swaps_start = sy.metric("table_swaps_total").await;
@@ -672,6 +512,8 @@ async fn swap_soak() {
         changes += 1;
     }
     let churn_took = started.elapsed();
+    // The tail of the observation (the load, the heap samples and the last swaps run on past
+    // the last change), a duration of the measurement, not a wait.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop_sampling.store(true, Ordering::Relaxed);
     let samples = sampler.await.unwrap();
@@ -693,7 +535,7 @@ async fn swap_soak() {
     let mut late = Vec::new();
     let mut pool_hits = 0;
     for (i, b) in pool.iter().enumerate() {
-        for h in b.hits() {
+        for h in b.requests() {
             pool_hits += 1;
             let allowed = spans[i]
                 .iter()
@@ -711,7 +553,7 @@ async fn swap_soak() {
          warm-up) {:.0} -> {:.0} KiB (floors of the first and last quarter, {swaps_between} \
          swaps apart: {floor_growth:+.0} B), slope {slope:+.1} B per swap",
         tally.summary(),
-        anchor.hits().len(),
+        anchor.count(),
         late.len(),
         settled.len(),
         floor(first) / 1024.0,
@@ -793,8 +635,8 @@ async fn rolling_update_under_load() {
     let mut old = Vec::new();
     let mut new = Vec::new();
     for i in 0..3 {
-        old.push(FaultBackend::start(&format!("old{i}"), Mode::Normal).await);
-        new.push(FaultBackend::start(&format!("new{i}"), Mode::Normal).await);
+        old.push(plain(&format!("old{i}")).start().await);
+        new.push(plain(&format!("new{i}")).start().await);
     }
     api.apply(service("web", &[]));
     for (i, b) in old.iter().enumerate() {
@@ -810,37 +652,59 @@ async fn rolling_update_under_load() {
         6,
         Duration::from_secs(40),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // Past the 1 s coalescing limit, so each step is live before the next.
-    let step = Duration::from_millis(1200);
+    let running = eventually(Duration::from_secs(5), || async {
+        old.iter().map(|b| b.count()).sum::<usize>() >= 100
+    })
+    .await;
+    assert!(running, "the load did not get going");
+    // Each step waits until its change is live (the table swapped) before the next.
+    let mut swaps = sy.metric("table_swaps_total").await;
     let mut terminating_at = Vec::new();
     let mut changes = 0;
-    for (i, (o, n)) in old.iter_mut().zip(&new).enumerate() {
-        api.apply(ready("web", &format!("web-new{i}"), n.port));
-        tokio::time::sleep(step).await;
+    for i in 0..old.len() {
+        api.apply(ready("web", &format!("web-new{i}"), new[i].port));
+        swaps = sy.swapped_after(swaps).await;
         api.apply(slice(
             "web",
             &format!("web-old{i}"),
-            o.port,
+            old[i].port,
             false,
             true,
             true,
         ));
-        terminating_at.push(Instant::now());
-        tokio::time::sleep(step).await;
+        swaps = sy.swapped_after(swaps).await;
+        let terminating = Instant::now();
+        terminating_at.push(terminating);
+        // Out of rotation: the load goes on for 200 answers past the grace of requests
+        // already on the wire, and the terminating endpoint must get none of them.
+        let all: Vec<&Backend> = old.iter().chain(&new).collect();
+        let observed = eventually(Duration::from_secs(10), || async {
+            served_since(&all, terminating + ON_THE_WIRE) >= 200
+        })
+        .await;
+        assert!(
+            observed,
+            "the load stalled while web-old{i} was terminating"
+        );
         api.delete(Kind::EndpointSlice, "default", &format!("web-old{i}"));
-        tokio::time::sleep(step).await;
-        o.kill().await;
+        swaps = sy.swapped_after(swaps).await;
+        old[i].stop().await;
         changes += 3;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load goes on after the last endpoint went away.
+    let stopped = Instant::now();
+    let after = eventually(Duration::from_secs(10), || async {
+        served_since(&new.iter().collect::<Vec<_>>(), stopped) >= 200
+    })
+    .await;
+    assert!(after, "the load stalled after the rollout");
     let swaps = sy.metric("table_swaps_total").await - swaps_start;
     let tally = load.finish().await;
     let failed = tally.failed();
     let after_terminating: usize = old
         .iter()
         .zip(&terminating_at)
-        .map(|(b, t)| b.hits_between(*t + DRAIN + Duration::from_secs(1), Instant::now()))
+        .map(|(b, t)| b.count_between(*t + ON_THE_WIRE, Instant::now()))
         .sum();
     eprintln!(
         "rolling update: {}; {changes} API changes -> {swaps} swaps; {after_terminating} \
@@ -858,14 +722,14 @@ async fn rolling_update_under_load() {
         "terminating endpoints still got new requests"
     );
     for b in &new {
-        assert!(!b.hits().is_empty(), "{} got no traffic", b.name);
+        assert!(!b.requests().is_empty(), "{} got no traffic", b.name);
     }
 }
 
 // === 3. backend faults ===
 
 /// `web` served by `backends`, with extra flags.
-async fn faulty(backends: &[&FaultBackend], extra: &[&str]) -> (FakeApi, Sy) {
+async fn faulty(backends: &[&Backend], extra: &[&str]) -> (FakeApi, Sy) {
     let api = FakeApi::start_reaching_local_backends().await;
     api.apply(service("web", &[]));
     for b in backends {
@@ -881,8 +745,11 @@ async fn faulty(backends: &[&FaultBackend], extra: &[&str]) -> (FakeApi, Sy) {
 /// address are redispatched; the endpoint is ejected, and comes back once it listens again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_backend_is_retried_ejected_and_recovered() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let mut victim = FaultBackend::start("victim", Mode::Slow(Duration::from_millis(150))).await;
+    let good = plain("good").start().await;
+    let mut victim = plain("victim")
+        .delay(Duration::from_millis(150))
+        .start()
+        .await;
     let (_api, sy) = faulty(
         &[&good, &victim],
         &[
@@ -909,23 +776,26 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
         2,
         Duration::from_secs(30),
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        !victim.hits().is_empty(),
-        "the victim served before the kill"
-    );
+    let served = eventually(Duration::from_secs(5), || async {
+        let seen = victim.requests();
+        seen.iter().any(|s| s.method == "GET") && seen.iter().any(|s| s.method == "POST")
+    })
+    .await;
+    assert!(served, "the victim served GETs and POSTs before the kill");
     let port = victim.port;
     let killed = Instant::now();
-    victim.kill().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    victim.stop().await;
+    // Dead until switchyard has ejected it.
+    let ejected = sy.metric_reaches("passive_ejections_total", 1.0).await;
     let back = Instant::now();
-    let revived = FaultBackend::start_on("victim", Mode::Normal, port).await;
+    let revived = plain("victim").port(port).start().await;
     let recovered = eventually(Duration::from_secs(10), || async {
-        !revived.hits().is_empty()
+        !revived.requests().is_empty()
     })
     .await;
     let recovered_in = back.elapsed();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The load goes on past the recovery.
+    let more = eventually(Duration::from_secs(5), || async { revived.count() >= 20 }).await;
     let (gets, posts) = (gets.finish().await, posts.finish().await);
     let ejections = sy.metric("passive_ejections_total").await;
     let retries = sy.metric("http_retries_total").await;
@@ -949,8 +819,12 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
         "more POSTs failed than were in flight"
     );
     assert!(gets.max_latency() < CLIENT_TIMEOUT && posts.max_latency() < CLIENT_TIMEOUT);
-    assert!(ejections >= 1.0, "the dead endpoint was not ejected");
+    assert!(
+        ejected && ejections >= 1.0,
+        "the dead endpoint was not ejected"
+    );
     assert!(recovered, "the revived endpoint never got traffic back");
+    assert!(more, "the load stalled after the recovery");
 }
 
 /// A backend that accepts and never answers: 504 at --server-timeout (not replayed: it may
@@ -958,8 +832,8 @@ async fn killed_backend_is_retried_ejected_and_recovered() {
 /// rotation after the passive-health period once it answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let hung = FaultBackend::start("hung", Mode::Hang).await;
+    let good = plain("good").start().await;
+    let hung = plain("hung").fault(Fault::Hang).start().await;
     let (_api, sy) = faulty(
         &[&good, &hung],
         &["--server-timeout", "1s", "--check-interval", "0"],
@@ -974,22 +848,28 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
         CLIENTS,
         Duration::from_secs(30),
     );
+    // Hung for one passive-health period: the span in which the ejection must hold is the
+    // thing under test, not a wait.
     tokio::time::sleep(PASSIVE_DOWN).await;
-    hung.set(Mode::Normal);
+    hung.set_fault(Fault::None);
     let fixed = Instant::now();
     let recovered = eventually(Duration::from_secs(10), || async {
-        hung.hits_between(fixed, Instant::now()) > 0
+        hung.count_between(fixed, Instant::now()) > 0
     })
     .await;
     let recovered_in = fixed.elapsed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load goes on past the recovery, so that a failure after the fix would show.
+    let more = eventually(Duration::from_secs(5), || async {
+        hung.count_between(fixed, Instant::now()) >= 20
+    })
+    .await;
     let tally = load.finish().await;
     let failed = tally.failed();
     eprintln!(
         "hung backend: {}; {} requests reached it while hung; back {recovered_in:?} after it \
          answered again",
         tally.summary(),
-        hung.hits_between(started, fixed)
+        hung.count_between(started, fixed)
     );
     assert!(!failed.is_empty(), "no request reached the hung backend");
     assert!(
@@ -1005,7 +885,7 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
     }
     let first_504 = failed.iter().map(|o| o.started + o.took).min().unwrap();
     assert_eq!(
-        hung.hits_between(first_504 + Duration::from_millis(100), fixed),
+        hung.count_between(first_504 + Duration::from_millis(100), fixed),
         0,
         "the hung endpoint got requests after its ejection"
     );
@@ -1013,6 +893,7 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
         recovered,
         "the endpoint did not come back after answering again"
     );
+    assert!(more, "the load stalled after the recovery");
     let late: Vec<_> = tally
         .outcomes
         .iter()
@@ -1026,15 +907,15 @@ async fn hung_backend_gets_504_at_the_server_timeout_and_is_ejected() {
 /// other endpoint, a POST gets 502; the endpoint is ejected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let bad = FaultBackend::start("bad", Mode::ResetBeforeHeaders).await;
+    let good = plain("good").start().await;
+    let bad = plain("bad").fault(Fault::ResetBeforeHeaders).start().await;
     let (_api, sy) = faulty(&[&good, &bad], &["--check-interval", "0"]).await;
     // One POST first, on a fresh connection each, until one reaches the bad endpoint.
     let mut post_status = None;
     for _ in 0..4 {
-        let before = bad.hits().len();
+        let before = bad.count();
         let r = try_request(sy.http_port, "POST", "/web", &[]).await;
-        if bad.hits().len() > before {
+        if bad.count() > before {
             post_status = Some(r.map(|r| r.status));
             break;
         }
@@ -1046,14 +927,15 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
         4,
         Duration::from_secs(10),
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Enough GETs that the bad endpoint, were it still in rotation, would get many.
+    let enough = eventually(Duration::from_secs(5), || async { good.count() >= 200 }).await;
     let tally = gets.finish().await;
     let ejections = sy.metric("passive_ejections_total").await;
     eprintln!(
         "reset before headers: POST -> {post_status:?}; GET {}; bad endpoint saw {} requests; \
          {ejections} ejections",
         tally.summary(),
-        bad.hits().len()
+        bad.count()
     );
     assert_eq!(
         post_status,
@@ -1062,9 +944,10 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
     );
     let failed = tally.failed();
     assert!(failed.is_empty(), "GETs failed: {failed:?}");
+    assert!(enough, "the GET load stalled: {}", tally.summary());
     assert!(ejections >= 1.0);
     // Ejected by the POST for PASSIVE_DOWN: the GETs that followed never reached it.
-    assert!(bad.hits().len() <= 2, "bad endpoint kept getting requests");
+    assert!(bad.count() <= 2, "bad endpoint kept getting requests");
 }
 
 /// A backend that resets in the middle of the body: the status is already out, so the client
@@ -1072,15 +955,15 @@ async fn reset_before_the_response_is_replayed_for_gets_and_502_for_posts() {
 /// endpoint is ejected and the next requests go to the other one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_mid_response_cuts_the_client_and_ejects() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let bad = FaultBackend::start("bad", Mode::ResetMidBody).await;
+    let good = plain("good").start().await;
+    let bad = plain("bad").fault(Fault::ResetMidBody).start().await;
     let (_api, sy) = faulty(&[&good, &bad], &["--check-interval", "0"]).await;
     let mut cut = None;
     for _ in 0..4 {
-        let before = bad.hits().len();
+        let before = bad.count();
         let started = Instant::now();
         let r = try_request(sy.http_port, "GET", "/web", &[]).await;
-        if bad.hits().len() > before {
+        if bad.count() > before {
             cut = Some((r, started.elapsed()));
             break;
         }
@@ -1120,8 +1003,11 @@ async fn reset_mid_response_cuts_the_client_and_ejects() {
 /// A slow backend within the timeout is served, not ejected: slowness is not a fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_backend_within_the_timeout_is_served_and_kept() {
-    let good = FaultBackend::start("good", Mode::Normal).await;
-    let slow = FaultBackend::start("slow", Mode::Slow(Duration::from_millis(400))).await;
+    let good = plain("good").start().await;
+    let slow = plain("slow")
+        .delay(Duration::from_millis(400))
+        .start()
+        .await;
     let (_api, sy) = faulty(
         &[&good, &slow],
         &["--server-timeout", "2s", "--check-interval", "0"],
@@ -1135,7 +1021,13 @@ async fn slow_backend_within_the_timeout_is_served_and_kept() {
         4,
         Duration::from_secs(10),
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Still in rotation 2 s in (well past any ejection of the first requests); the 3 s bound
+    // ends short of a passive-health period, so an ejected endpoint could not be back yet.
+    let kept = eventually(
+        (started + Duration::from_secs(3)).saturating_duration_since(Instant::now()),
+        || async { slow.count_between(started + Duration::from_secs(2), Instant::now()) > 0 },
+    )
+    .await;
     let tally = load.finish().await;
     let slow_answers: Vec<_> = tally
         .outcomes
@@ -1153,10 +1045,7 @@ async fn slow_backend_within_the_timeout_is_served_and_kept() {
             .iter()
             .all(|o| o.took >= Duration::from_millis(400))
     );
-    assert!(
-        slow.hits_between(started + Duration::from_secs(2), Instant::now()) > 0,
-        "the slow endpoint was taken out of rotation"
-    );
+    assert!(kept, "the slow endpoint was taken out of rotation");
     assert_eq!(sy.metric("passive_ejections_total").await, 0.0);
 }
 
@@ -1199,23 +1088,6 @@ fn replace(path: &Path, contents: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// A TCP echo server (bounded: each connection lives at most 120 s).
-async fn tcp_echo() -> (u16, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(120), tokio::io::copy(&mut r, &mut w))
-                        .await;
-            });
-        }
-    });
-    (port, task)
-}
-
 async fn ws_roundtrip<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>, text: &str) -> bool
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -1236,8 +1108,11 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
     let ws_backend = Backend::start("ws").await;
-    let web = FaultBackend::start("web", Mode::Normal).await;
-    let (echo_port, _echo) = tcp_echo().await;
+    let web = plain("web").start().await;
+    let echo = Backend::builder("db")
+        .behaviour(Behaviour::TcpEcho)
+        .start()
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let cert_path = dir.path().join("cert.pem");
     let (pem, mut der) = certificate();
@@ -1258,7 +1133,7 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
     ));
     api.apply(ready("web", "web-1", web.port));
     api.apply(service_on("db", tcp_port, &[]));
-    api.apply(ready("db", "db-1", echo_port));
+    api.apply(ready("db", "db-1", echo.port));
     let tcp_services = format!("db:{tcp_port}");
     let https = https_port.to_string();
     let mut sy = Sy::start(
@@ -1302,6 +1177,12 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
         .unwrap();
     tokio::spawn(conn);
     let mut tcp = TcpStream::connect(("127.0.0.1", tcp_port)).await.unwrap();
+    let mut greeting = [0u8; 3];
+    tokio::time::timeout(CLIENT_TIMEOUT, tcp.read_exact(&mut greeting))
+        .await
+        .expect("the echo backend's greeting timed out")
+        .expect("the echo backend's greeting");
+    assert_eq!(&greeting, b"db\n");
 
     let swaps_start = sy.metric("table_swaps_total").await;
     let mut changes = 0u64;
@@ -1328,6 +1209,7 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
             api.delete(Kind::EndpointSlice, "default", &name);
         }
         changes += 1;
+        // Pacing the changes, not a wait.
         tokio::time::sleep(Duration::from_millis(2)).await;
         if last_rotation.elapsed() > Duration::from_millis(700) {
             let (pem, d) = certificate();
@@ -1407,7 +1289,7 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
 /// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_loses_no_in_flight_request() {
-    let backend = FaultBackend::start("b", Mode::Slow(Duration::from_millis(300))).await;
+    let backend = plain("b").delay(Duration::from_millis(300)).start().await;
     let (_api, mut sy) = faulty(
         &[&backend],
         &["--shutdown-delay", "1s", "--shutdown-grace", "5s"],
@@ -1421,7 +1303,12 @@ async fn sigterm_under_load_loses_no_in_flight_request() {
         CLIENTS,
         Duration::from_secs(20),
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The load is under way: a first round of requests (300 ms each at the backend) is in.
+    let busy = eventually(Duration::from_secs(5), || async {
+        backend.count() >= CLIENTS
+    })
+    .await;
+    assert!(busy, "the load did not get going");
     let pid = sy.child.id().to_string();
     let signalled = Instant::now();
     assert!(
@@ -1431,18 +1318,15 @@ async fn sigterm_under_load_loses_no_in_flight_request() {
             .unwrap()
             .success()
     );
-    let mut exit = None;
-    while signalled.elapsed() < Duration::from_secs(10) {
-        if let Some(status) = sy.child.try_wait().unwrap() {
-            exit = Some((status, signalled.elapsed()));
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let exit = poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        let exited = sy.child.try_wait().unwrap();
+        std::future::ready(exited.map(|status| (status, signalled.elapsed())))
+    })
+    .await;
+    // `finish` waits for every client: each one's last request has its outcome.
     let tally = load.finish().await;
     let seen: HashMap<u64, Instant> = backend
-        .hits()
+        .requests()
         .iter()
         .filter_map(|h| {
             let id = h.uri.rsplit("id=").next()?.parse().ok()?;

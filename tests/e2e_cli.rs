@@ -6,7 +6,7 @@
 mod common;
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -33,17 +33,16 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().expect("spawn switchyard");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait");
-            panic!(
-                "switchyard {args:?} did not exit within 30 s: {}",
-                stderr(&out)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let exited = poll_blocking(Duration::from_secs(30), Duration::from_millis(50), || {
+        child.try_wait().expect("try_wait")
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("wait");
+        panic!(
+            "switchyard {args:?} did not exit within 30 s: {}",
+            stderr(&out)
+        );
     }
     child.wait_with_output().expect("wait_with_output")
 }
@@ -76,18 +75,14 @@ fn serve_briefly(manifest: &str, extra: &[&str], env: &[(&str, &str)]) -> String
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().expect("spawn switchyard");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut text = String::new();
-    while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
-        text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("table swapped") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Until the first swap is logged, or the process has ended (its log is then complete).
+    poll_blocking(Duration::from_secs(30), Duration::from_millis(50), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        (text.contains("table swapped") || child.try_wait().unwrap().is_some()).then_some(())
+    });
     let _ = child.kill();
     let _ = child.wait();
-    let text = std::fs::read_to_string(&log).unwrap_or(text);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         text.contains("table swapped"),
         "no table swap logged: {text}"

@@ -8,14 +8,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -23,22 +21,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Answers by path, keeping connections open unless the response is close-delimited, and
-/// records every request header it is sent.
-struct ScriptedBackend {
-    port: u16,
-    /// Connections that carried at least one request.
-    connections: Arc<AtomicUsize>,
-    requests: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for ScriptedBackend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
+/// The scripted backend's answer by path (the last segment); connections stay open unless
+/// the response is close-delimited.
 fn response_for(head: &str, body: &[u8]) -> (Vec<u8>, bool) {
     let path = head.split(' ').nth(1).unwrap_or("/");
     let path = path.rsplit('/').next().unwrap_or("");
@@ -69,76 +53,21 @@ fn response_for(head: &str, body: &[u8]) -> (Vec<u8>, bool) {
     (r, close_after)
 }
 
-impl ScriptedBackend {
-    async fn start() -> ScriptedBackend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let connections = Arc::new(AtomicUsize::new(0));
-        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (c, r) = (connections.clone(), requests.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else {
-                    return;
-                };
-                let (c, r) = (c.clone(), r.clone());
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    // Bounded: at most 1,000 requests or 30 s per connection.
-                    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-                    for n in 0..1000 {
-                        let head_end = loop {
-                            if let Some(i) = find(&buf, b"\r\n\r\n") {
-                                break i + 4;
-                            }
-                            match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
-                                Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                                _ => return,
-                            }
-                        };
-                        // Counted once a request came: a health check's bare connect is
-                        // not a connection the proxy reused or not.
-                        if n == 0 {
-                            c.fetch_add(1, Ordering::SeqCst);
-                        }
-                        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-                        let length = head
-                            .lines()
-                            .find_map(|l| {
-                                let (k, v) = l.split_once(':')?;
-                                k.eq_ignore_ascii_case("content-length")
-                                    .then(|| v.trim().parse::<usize>().ok())?
-                            })
-                            .unwrap_or(0);
-                        while buf.len() < head_end + length {
-                            match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
-                                Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                                _ => return,
-                            }
-                        }
-                        let body = buf[head_end..head_end + length].to_vec();
-                        buf.drain(..head_end + length);
-                        r.lock().unwrap().push(head.clone());
-                        let (resp, close) = response_for(&head, &body);
-                        if s.write_all(&resp).await.is_err() || close {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        ScriptedBackend {
-            port,
-            connections,
-            requests,
-            task,
-        }
-    }
+/// A backend answering by [`response_for`] on a kept-alive connection.
+async fn scripted() -> Backend {
+    Backend::builder("fp")
+        .behaviour(Behaviour::Scripted(response_for))
+        .start()
+        .await
+}
 
-    fn objs(&self) -> Vec<Value> {
-        vec![svc("fp", 80).into(), slice("fp", "", self.port)]
-    }
+fn objs(backend: &Backend) -> Vec<Value> {
+    vec![svc("fp", 80).into(), slice("fp", "", backend.port)]
+}
+
+/// The request heads as the backend read them, byte for byte.
+fn heads(seen: Vec<Seen>) -> Vec<String> {
+    seen.into_iter().map(|s| s.head).collect()
 }
 
 /// One response as the client read it.
@@ -304,8 +233,8 @@ async fn sequence(port: u16) -> Vec<(Vec<u16>, Answer)> {
 
 #[tokio::test]
 async fn every_response_framing_is_relayed_on_one_kept_alive_connection() {
-    let backend = ScriptedBackend::start().await;
-    let sy = switchyard(backend.objs()).start().await;
+    let backend = scripted().await;
+    let sy = switchyard(objs(&backend)).start().await;
     let answers = sequence(sy.http_port).await;
     let bodies: Vec<(u16, String)> = answers
         .iter()
@@ -327,7 +256,7 @@ async fn every_response_framing_is_relayed_on_one_kept_alive_connection() {
     assert_eq!(answers[5].0, vec![103], "the 103 reaches the client first");
     // Every request reached the backend, with the forwarding headers and the client's own
     // header lines as they were sent.
-    let seen = backend.requests.lock().unwrap().clone();
+    let seen = heads(backend.requests());
     assert_eq!(seen.len(), 8, "{seen:#?}");
     for head in seen.iter().filter(|h| h.starts_with("GET")) {
         assert!(head.contains("X-Case-Kept: Yes\r\n"), "{head}");
@@ -344,22 +273,22 @@ async fn every_response_framing_is_relayed_on_one_kept_alive_connection() {
     }
     // Backend connections were reused: the close-delimited response ends its own, and the
     // declined POST goes through Pingora's pool, so a handful at most, not one per request.
-    let conns = backend.connections.load(Ordering::SeqCst);
+    let conns = backend.used_connections().len();
     assert!(conns <= 4, "{conns} backend connections for 8 requests");
 }
 
 #[tokio::test]
 async fn both_paths_answer_alike() {
-    let backend = ScriptedBackend::start().await;
-    let fast = switchyard(backend.objs()).start().await;
+    let backend = scripted().await;
+    let fast = switchyard(objs(&backend)).start().await;
     let fast_answers = sequence(fast.http_port).await;
-    let fast_seen = backend.requests.lock().unwrap().split_off(0);
-    let slow = switchyard(backend.objs())
+    let fast_seen = heads(backend.take_requests());
+    let slow = switchyard(objs(&backend))
         .args(&["--fast-path", "false"])
         .start()
         .await;
     let slow_answers = sequence(slow.http_port).await;
-    let slow_seen = backend.requests.lock().unwrap().split_off(0);
+    let slow_seen = heads(backend.take_requests());
     // Both add a Date the backend left out; its value is the second it was sent.
     let dated = |answers: Vec<(Vec<u16>, Answer)>| -> Vec<(Vec<u16>, Answer)> {
         answers
@@ -400,8 +329,8 @@ async fn both_paths_answer_alike() {
 
 #[tokio::test]
 async fn pipelined_requests_are_answered_in_order() {
-    let backend = ScriptedBackend::start().await;
-    let sy = switchyard(backend.objs()).start().await;
+    let backend = scripted().await;
+    let sy = switchyard(objs(&backend)).start().await;
     let mut s = TcpStream::connect(("127.0.0.1", sy.http_port))
         .await
         .unwrap();
@@ -423,8 +352,8 @@ async fn pipelined_requests_are_answered_in_order() {
 
 #[tokio::test]
 async fn a_response_with_conflicting_lengths_is_a_502_and_never_relayed() {
-    let backend = ScriptedBackend::start().await;
-    let sy = switchyard(backend.objs())
+    let backend = scripted().await;
+    let sy = switchyard(objs(&backend))
         .args(&["--health-fail-open", "true"])
         .start()
         .await;
@@ -456,9 +385,9 @@ async fn a_response_with_conflicting_lengths_is_a_502_and_never_relayed() {
 /// on the plain port too (a backend that also serves an mTLS route trusts them).
 #[tokio::test]
 async fn leading_empty_lines_and_spoofed_fields_never_reach_the_backend() {
-    let backend = ScriptedBackend::start().await;
+    let backend = scripted().await;
     for engine in [&[][..], &["--fast-path", "false"][..]] {
-        let sy = switchyard(backend.objs()).args(engine).start().await;
+        let sy = switchyard(objs(&backend)).args(engine).start().await;
         let mut s = TcpStream::connect(("127.0.0.1", sy.http_port))
             .await
             .unwrap();
@@ -473,7 +402,7 @@ async fn leading_empty_lines_and_spoofed_fields_never_reach_the_backend() {
             .await
             .unwrap();
         assert_eq!(a.status, 200, "{engine:?}: {a:?}");
-        let seen = backend.requests.lock().unwrap().split_off(0);
+        let seen = heads(backend.take_requests());
         assert_eq!(seen.len(), 1, "{engine:?}: {seen:#?}");
         let head = seen[0].to_ascii_lowercase();
         assert_eq!(head.matches("http/1.1").count(), 1, "{engine:?}: {head}");

@@ -14,102 +14,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// How long a client waits for an answer to one hostile request.
 const ANSWER_WAIT: Duration = Duration::from_secs(3);
-
-// ---------------------------------------------------------------------------
-// A raw backend
-// ---------------------------------------------------------------------------
-
-/// Records every byte of every connection; answers `200 ok` with `Connection: close` once a
-/// header has arrived (plus a short pause for a body), so each upstream connection carries
-/// one request and the recording of a request is never mixed with another's.
-/// The bytes one connection received.
-type Recording = Arc<Mutex<Vec<u8>>>;
-
-struct RawBackend {
-    port: u16,
-    conns: Arc<Mutex<Vec<Recording>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RawBackend {
-    async fn start() -> RawBackend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let conns: Arc<Mutex<Vec<Recording>>> = Arc::default();
-        let all = Arc::clone(&conns);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else {
-                    return;
-                };
-                let rec: Recording = Arc::default();
-                all.lock().unwrap().push(Arc::clone(&rec));
-                tokio::spawn(async move {
-                    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-                    let mut answered_at = None;
-                    let mut buf = [0u8; 8192];
-                    loop {
-                        let wait = match answered_at {
-                            Some(t) => t,
-                            None => deadline,
-                        };
-                        match tokio::time::timeout_at(wait, s.read(&mut buf)).await {
-                            Ok(Ok(0)) | Ok(Err(_)) => return,
-                            Ok(Ok(n)) => {
-                                rec.lock().unwrap().extend_from_slice(&buf[..n]);
-                                let seen = rec.lock().unwrap().clone();
-                                if answered_at.is_none() && find(&seen, b"\r\n\r\n").is_some() {
-                                    answered_at = Some(
-                                        tokio::time::Instant::now() + Duration::from_millis(100),
-                                    );
-                                }
-                            }
-                            Err(_) if answered_at.is_some() => {
-                                let _ = s
-                                    .write_all(
-                                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                                    )
-                                    .await;
-                                return;
-                            }
-                            Err(_) => return,
-                        }
-                    }
-                });
-            }
-        });
-        RawBackend { port, conns, task }
-    }
-
-    /// Everything received so far, one entry per connection.
-    fn received(&self) -> Vec<Vec<u8>> {
-        self.conns
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|c| c.lock().unwrap().clone())
-            .collect()
-    }
-
-    /// The connections that carried bytes: health checks (a bare TCP connect every
-    /// `--check-interval`, the first within a second or so of start) and any connection Pingora opened and
-    /// then did not use are left out, so counts do not depend on when a check lands.
-    fn requests(&self) -> Vec<Vec<u8>> {
-        let mut all = self.received();
-        all.retain(|c| !c.is_empty());
-        all
-    }
-}
-
-impl Drop for RawBackend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
@@ -238,7 +146,16 @@ async fn read_answer(s: &mut TcpStream, wait: Duration) -> Answer {
     Answer { status, closed }
 }
 
-fn raw_objs(backend: &RawBackend) -> Vec<Value> {
+/// A backend that records every byte it is sent, one request per connection
+/// ([`Behaviour::RecordOnce`]): what was forwarded, not what a parser made of it.
+async fn recorder() -> Backend {
+    Backend::builder("raw")
+        .behaviour(Behaviour::RecordOnce)
+        .start()
+        .await
+}
+
+fn raw_objs(backend: &Backend) -> Vec<Value> {
     vec![svc("raw", 80).into(), slice("raw", "", backend.port)]
 }
 
@@ -324,7 +241,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Want)> {
 
 #[tokio::test]
 async fn smuggling_and_malformed_requests_are_refused_or_forwarded_unambiguously() {
-    let backend = RawBackend::start().await;
+    let backend = recorder().await;
     let sy = switchyard(raw_objs(&backend))
         .args(&["--request-header-timeout", "1s"])
         .start()
@@ -337,15 +254,17 @@ async fn smuggling_and_malformed_requests_are_refused_or_forwarded_unambiguously
     )
     .await;
     assert_eq!(ok.status, Some(200), "{ok:?}; stderr:\n{}", sy.stderr());
-    assert_eq!(backend.requests().len(), 1);
-    assert!(ambiguities(&backend.requests()[0]).is_empty());
+    assert_eq!(backend.used_connections().len(), 1);
+    assert!(ambiguities(&backend.used_connections()[0]).is_empty());
 
     let mut failures = Vec::new();
     let mut outcomes = Vec::new();
     for (name, bytes, want) in cases() {
         let before = backend.received().len();
         let answer = send_raw(sy.http_port, &bytes).await;
-        // Give a forwarded request time to arrive whole before looking.
+        // Not a wait for an event but a quiet window: a forwarded request arrives whole within
+        // it (the recorder reads on 100 ms past a head), and so would a second, smuggled one
+        // sent on after the client had its answer; that nothing more came cannot be awaited.
         tokio::time::sleep(Duration::from_millis(150)).await;
         let got = backend.received();
         // Pingora may open an upstream connection and then refuse the request: an empty
@@ -410,14 +329,14 @@ fn get_with_header_bytes(total: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn request_header_size_limit_is_the_flag() {
-    let backend = RawBackend::start().await;
+    let backend = recorder().await;
     let sy = switchyard(raw_objs(&backend)).start().await;
     // Default 64 KiB: just under passes, just over is 431 and reaches nothing.
     let a = send_raw(sy.http_port, &get_with_header_bytes(64 * 1024)).await;
     assert_eq!(a.status, Some(200), "{a:?}");
     let a = send_raw(sy.http_port, &get_with_header_bytes(64 * 1024 + 1)).await;
     assert_eq!(a.status, Some(431), "{a:?}");
-    assert_eq!(backend.requests().len(), 1);
+    assert_eq!(backend.used_connections().len(), 1);
     drop(sy);
 
     let sy = switchyard(raw_objs(&backend))
@@ -429,7 +348,7 @@ async fn request_header_size_limit_is_the_flag() {
     // Byte by byte in one write or many: the limit counts bytes, not reads.
     let a = send_raw(sy.http_port, &get_with_header_bytes(4097)).await;
     assert_eq!(a.status, Some(431), "{a:?}");
-    assert_eq!(backend.requests().len(), 2);
+    assert_eq!(backend.used_connections().len(), 2);
     assert_eq!(
         metric(
             &sy,
@@ -501,8 +420,17 @@ async fn slowloris_is_cut_at_the_header_timeout_and_others_are_served() {
             .await
         });
     }
-    // While they trickle, normal clients are answered.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // While they trickle (every one of them open in switchyard), normal clients are answered.
+    let trickling = eventually(Duration::from_secs(5), || async {
+        metric(
+            &sy,
+            r#"switchyard_downstream_open_connections{frontend="http"}"#,
+        )
+        .await
+            >= 50.0
+    })
+    .await;
+    assert!(trickling, "the 50 slowloris connections were not all open");
     for _ in 0..5 {
         let r = sy.get("/app/x").await;
         assert_eq!(r.status, 200, "{r:?}");
@@ -685,6 +613,7 @@ async fn idle_connections_close_at_the_keep_alive_timeout_http1_and_http2() {
             .unwrap();
         let a = read_answer(&mut busy, ANSWER_WAIT).await;
         assert_eq!(a.status, Some(200), "{a:?}");
+        // The idle gap under test (shorter than the timeout), not a wait.
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
 }
@@ -853,7 +782,7 @@ async fn broken_tls_handshakes_are_rejected_counted_and_harmless() {
 /// Runs `openssl s_client -tls1_2` and asks it to renegotiate; `None` without openssl (the
 /// Debian image has it; the test says so rather than failing elsewhere).
 fn renegotiate(port: u16, dir: &tempfile::TempDir, cert: &Leaf) -> Option<String> {
-    use std::io::Write;
+    use std::io::{Read, Write};
     use std::process::{Command, Stdio};
     let cert_path = dir.path().join("good-client.crt");
     let key_path = dir.path().join("good-client.key");
@@ -882,22 +811,50 @@ fn renegotiate(port: u16, dir: &tempfile::TempDir, cert: &Leaf) -> Option<String
             return None;
         }
     };
+    // What s_client writes, read as it comes so that each step waits for the last one's answer.
+    let drain = |from: Option<Box<dyn std::io::Read + Send>>| {
+        let text = Arc::new(Mutex::new(String::new()));
+        let into = Arc::clone(&text);
+        let reader = std::thread::spawn(move || {
+            let Some(mut from) = from else { return };
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                into.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        (text, reader)
+    };
+    let (stdout, out_reader) = drain(child.stdout.take().map(|o| Box::new(o) as _));
+    let (stderr, err_reader) = drain(child.stderr.take().map(|e| Box::new(e) as _));
+    let said = |what: &str| {
+        let all = format!("{}{}", stdout.lock().unwrap(), stderr.lock().unwrap());
+        all.to_ascii_lowercase().contains(what)
+    };
     let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The handshake is done once s_client prints its verdict on the certificate.
+    let mut exited = || child.try_wait().ok().flatten().is_some();
+    poll_blocking(Duration::from_secs(5), Duration::from_millis(50), || {
+        (said("verify return code") || exited()).then_some(())
+    });
     let _ = stdin.write_all(b"R\n");
-    std::thread::sleep(Duration::from_millis(1000));
+    // The server has answered the renegotiation once s_client reports the refusal (or ends).
+    poll_blocking(Duration::from_secs(5), Duration::from_millis(50), || {
+        (said("no renegotiation") || exited()).then_some(())
+    });
     drop(stdin);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && child.try_wait().ok().flatten().is_none() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_blocking(Duration::from_secs(5), Duration::from_millis(50), || {
+        exited().then_some(())
+    });
     let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    Some(format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
+    let _ = child.wait();
+    let _ = (out_reader.join(), err_reader.join());
+    let out = format!("{}{}", stdout.lock().unwrap(), stderr.lock().unwrap());
+    Some(out)
 }
 
 // ---------------------------------------------------------------------------
@@ -931,7 +888,6 @@ async fn admin_paths_are_not_served_on_the_traffic_port_and_admin_binds_where_to
     for path in [
         "/metrics",
         "/readyz",
-        "/healthz",
         "/explain?host=a&path=/app",
         "/;csv",
         "/?json",
@@ -940,6 +896,10 @@ async fn admin_paths_are_not_served_on_the_traffic_port_and_admin_binds_where_to
         assert_eq!(r.status, 404, "{path} on the traffic port: {r:?}");
         assert!(!r.body.contains("switchyard_"), "{path}: {}", r.body);
     }
+    // `/healthz` on the traffic port is the original's default-backend answer (`200 ok`,
+    // `--traffic-healthz`), never the admin server's.
+    let r = sy.get("/healthz").await;
+    assert_eq!((r.status, r.body.as_str()), (200, "ok"), "{r:?}");
     assert_eq!(sy.admin("/metrics").await.status, 200);
     assert_eq!(
         sy.get("/app/metrics").await.status,

@@ -375,7 +375,10 @@ async fn source_algorithm_flag_pins_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leastconn_prefers_idle_backend() {
-    let slow = Backend::start_with_delay("slow", Duration::from_millis(1000)).await;
+    let slow = Backend::builder("slow")
+        .delay(Duration::from_millis(1000))
+        .start()
+        .await;
     let fast = Backend::start("fast").await;
     let sy = switchyard(objs(
         vec![svc("web", 80).algo("leastconn")],
@@ -397,6 +400,7 @@ async fn leastconn_prefers_idle_backend() {
                 let r = get(port, "/web", &[]).await;
                 assert_eq!(r.status, 200, "{r:?}");
                 got.push(r.backend().unwrap());
+                // Pacing the clients, not a wait.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             got
@@ -758,12 +762,17 @@ async fn live_manifest_edit_without_failed_requests() {
                     Ok(r) => failures.push(format!("#{i}: status {} body {:?}", r.status, r.body)),
                     Err(e) => failures.push(format!("#{i}: {e}")),
                 }
+                // Pacing the load, not a wait.
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             (failures, seen)
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let running = eventually(Duration::from_secs(5), || async {
+        ok.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    assert!(running, "the load did not get going");
 
     sy.rewrite(&objs(
         vec![svc("web", 80), svc("api", 80)],
@@ -776,8 +785,12 @@ async fn live_manifest_edit_without_failed_requests() {
     })
     .await;
     let took = changed.elapsed();
-    // Let the load see the new table for a while (b2 must get traffic).
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The load goes on until it has seen the new table (b2 gets traffic) and made its count;
+    // the assertions below say which of the two did not come.
+    eventually(Duration::from_secs(5), || async {
+        b2.count() > 0 && ok.load(Ordering::Relaxed) > 50
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     let (failures, seen) = load.await.unwrap();
     eprintln!(
@@ -808,6 +821,19 @@ async fn live_manifest_edit_without_failed_requests() {
 
 // 14 --------------------------------------------------------------------------
 
+/// Waits (at most 5 s) until switchyard has read the manifest and refused it.
+async fn refused(sy: &Switchyard) {
+    let refused = eventually(Duration::from_secs(5), || async {
+        sy.stderr().contains("manifests not applied")
+    })
+    .await;
+    assert!(
+        refused,
+        "the broken manifest was not refused; stderr:\n{}",
+        sy.stderr()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_manifest_keeps_last_good_table() {
     let b1 = Backend::start("b1").await;
@@ -820,19 +846,14 @@ async fn broken_manifest_keeps_last_good_table() {
     sy.rewrite_raw(
         "apiVersion: v1\nkind: Service\nmetadata: {name: [unclosed\n  : : :\n\t- nope\n",
     );
-    let until = Instant::now() + Duration::from_millis(2500);
-    let mut n = 0;
-    while Instant::now() < until && n < 100 {
-        expect_route(&sy, None, "/web/a", &b1, "/a").await;
-        let ready = get(sy.admin_port, "/healthz", &[]).await;
-        assert_eq!(
-            ready.status, 200,
-            "healthz during broken manifest: {ready:?}"
-        );
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(n >= 10);
+    // Once switchyard has read and refused it, the last good table still serves.
+    refused(&sy).await;
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
+    let ready = get(sy.admin_port, "/healthz", &[]).await;
+    assert_eq!(
+        ready.status, 200,
+        "healthz during broken manifest: {ready:?}"
+    );
 
     // Fix it, with a change: a second service.
     sy.rewrite(&objs(
@@ -862,14 +883,8 @@ async fn broken_json_manifest_keeps_last_good_table() {
     expect_route(&sy, None, "/web/a", &b1, "/a").await;
 
     sy.rewrite_raw("{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [ {\"kind\": ");
-    let until = Instant::now() + Duration::from_millis(2500);
-    let mut n = 0;
-    while Instant::now() < until && n < 100 {
-        expect_route(&sy, None, "/web/a", &b1, "/a").await;
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(n >= 10);
+    refused(&sy).await;
+    expect_route(&sy, None, "/web/a", &b1, "/a").await;
 
     sy.rewrite(&objs(
         vec![svc("web", 80), svc("api", 80)],
@@ -1226,6 +1241,7 @@ async fn not_ready_until_a_good_manifest_loads() {
         .await,
         "admin should answer 503 while no table is live"
     );
+    // A window in which readiness must not come: its absence cannot be awaited.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         ready_status().await,
@@ -1305,7 +1321,8 @@ async fn first_moves_on_when_maxconn_is_reached() {
     let port = sy.http_port;
     // Any backend holds a `/slow` request for 1 s.
     let held = tokio::spawn(async move { get(port, "/web/slow", &[]).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let holding = eventually(Duration::from_secs(5), || async { lo.count() == 1 }).await;
+    assert!(holding, "the first endpoint never got the held request");
     let during = sy.get("/web").await;
     let held = held.await.unwrap();
     assert_eq!(held.backend().as_deref(), Some(lo.name.as_str()));

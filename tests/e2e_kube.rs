@@ -51,13 +51,12 @@ impl Cluster {
     /// Waits until `check` holds for a response to `path`; returns how long it took.
     async fn until(&self, path: &str, check: impl Fn(&Resp) -> bool) -> Duration {
         let started = Instant::now();
-        while started.elapsed() < CHANGE_LIMIT {
-            if self.get(path).await.as_ref().is_some_and(&check) {
-                return started.elapsed();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("{path}: change not reflected within {CHANGE_LIMIT:?}");
+        let took = poll(CHANGE_LIMIT, Duration::from_millis(20), || async {
+            let seen = self.get(path).await;
+            seen.as_ref().is_some_and(&check).then(|| started.elapsed())
+        })
+        .await;
+        took.unwrap_or_else(|| panic!("{path}: change not reflected within {CHANGE_LIMIT:?}"))
     }
 
     /// Waits until ten responses in a row to `path` come from `b` (so no other endpoint gets
@@ -163,6 +162,7 @@ async fn readiness_waits_for_both_first_lists() {
         .await,
         "admin should answer 503 before the first lists"
     );
+    // A window in which readiness must not come: its absence cannot be awaited.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         sy.ready_status().await,
@@ -291,6 +291,7 @@ async fn an_api_outage_backs_off_and_recovers_within_two_seconds() {
     // Started while every list fails: the first lists back off too.
     api.fail_requests(Some(403));
     let sy = Cluster::start(&api, &[]);
+    // The window is what is measured: list requests per second of refusal.
     let window = Duration::from_secs(3);
     tokio::time::sleep(window).await;
     let lists = api.attempts(Kind::Service);
@@ -415,6 +416,7 @@ async fn bad_annotation_becomes_a_kubernetes_event() {
     let events_now = api.events().len();
     // Rebuilds caused by other changes must not repeat the Event.
     api.apply(slice("web", "web-2", b1.port, true, true, false));
+    // A window in which no second Event may come: its absence cannot be awaited.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
         api.events().len(),
@@ -487,7 +489,8 @@ async fn sigterm_drains_in_flight_requests() {
     let port = sy.http_port;
     // Held 1 s by the backend: in flight across the whole delay.
     let slow = tokio::spawn(async move { try_request(port, "GET", "/web/slow", &[]).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let in_flight = eventually(Duration::from_secs(5), || async { b1.count() == 1 }).await;
+    assert!(in_flight, "the held request never reached the backend");
     let pid = sy.child.id().to_string();
     let signalled = Instant::now();
     assert!(
@@ -513,15 +516,11 @@ async fn sigterm_drains_in_flight_requests() {
     assert_eq!(during.status, 200);
     let slow = slow.await.unwrap().expect("in-flight request completed");
     assert_eq!(slow.status, 200);
-    let exited = loop {
-        if let Some(status) = sy.child.try_wait().unwrap() {
-            break Some((status, signalled.elapsed()));
-        }
-        if signalled.elapsed() > Duration::from_secs(10) {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let exited = poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        let exited = sy.child.try_wait().unwrap();
+        std::future::ready(exited.map(|status| (status, signalled.elapsed())))
+    })
+    .await;
     let (status, after) = exited.expect("process did not exit within delay + grace");
     eprintln!("exited {status} {after:?} after SIGTERM");
     assert!(status.success(), "{status}");
@@ -589,17 +588,11 @@ async fn sticky_clients_follow_a_draining_endpoint_until_it_stops_serving() {
     }
 
     api.apply(slice("web", "web-1", b1.port, false, false, true));
-    let t = Instant::now();
-    let moved = loop {
+    let moved = poll(CHANGE_LIMIT, Duration::from_millis(20), || async {
         let r = pinned().await;
-        if from(&b2)(&r) {
-            break Some(r);
-        }
-        if t.elapsed() > CHANGE_LIMIT {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        from(&b2)(&r).then_some(r)
+    })
+    .await;
     let moved = moved.expect("the pinned client never moved off the stopped endpoint");
     assert!(
         moved

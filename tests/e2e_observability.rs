@@ -7,21 +7,14 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use common::*;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const ANN_CHECK_INTERVAL: &str = "serviceloadbalancer/lb.check-interval";
 const ANN_CHECK_PATH: &str = "serviceloadbalancer/lb.check-path";
@@ -535,7 +528,7 @@ async fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
         "with a new cookie: {r:?}"
     );
 
-    let _b2 = Backend::start_on("b2", port2).await;
+    let _b2 = Backend::builder("b2").port(port2).start().await;
     let back = eventually(Duration::from_secs(10), || up_and_checked(port2)).await;
     assert!(back, "back up after rise checks");
     let counts = spread(&sy, "/web", 10).await;
@@ -546,61 +539,9 @@ async fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
 
 // 5 ---------------------------------------------------------------------------
 
-/// A backend whose `/health` answers a settable status; every other path answers 200 with
-/// `{"backend": name}`.
-struct HealthBackend {
-    port: u16,
-    status: Arc<AtomicU16>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl HealthBackend {
-    async fn start(name: &str) -> HealthBackend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let status = Arc::new(AtomicU16::new(200));
-        let (st, nm) = (Arc::clone(&status), name.to_string());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (st, nm) = (Arc::clone(&st), nm.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (st, nm) = (Arc::clone(&st), nm.clone());
-                        async move {
-                            let (code, body) = if req.uri().path() == "/health" {
-                                (st.load(Ordering::Relaxed), "health".to_string())
-                            } else {
-                                (200, json!({ "backend": nm }).to_string())
-                            };
-                            Ok::<_, Infallible>(
-                                http::Response::builder()
-                                    .status(code)
-                                    .body(Full::new(Bytes::from(body)))
-                                    .unwrap(),
-                            )
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
-        HealthBackend { port, status, task }
-    }
-
-    fn set(&self, status: u16) {
-        self.status.store(status, Ordering::Relaxed);
-    }
-}
-
-impl Drop for HealthBackend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A backend whose `/health` answers a settable status ([`Backend::set_health`]).
+async fn with_health(name: &str) -> Backend {
+    Backend::builder(name).health("/health").start().await
 }
 
 /// The `lb.check-path` annotation switches to an HTTP check (2xx/3xx pass); when every
@@ -608,8 +549,8 @@ impl Drop for HealthBackend {
 /// `--health-fail-open=false` answers 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_checks_and_fail_open() {
-    let h1 = HealthBackend::start("h1").await;
-    let h2 = HealthBackend::start("h2").await;
+    let h1 = with_health("h1").await;
+    let h2 = with_health("h2").await;
     let world = || {
         objs(
             vec![
@@ -647,7 +588,7 @@ async fn http_checks_and_fail_open() {
     );
     assert_eq!(spread(&open, "/app", 10).await, both);
 
-    h1.set(500);
+    h1.set_health(500);
     assert!(
         wait_states(&[&open, &closed], "app", &[p1], |s, c| s == "down"
             && c == "L7STS 500")
@@ -661,7 +602,7 @@ async fn http_checks_and_fail_open() {
         "a down endpoint gets no new traffic"
     );
 
-    h2.set(503);
+    h2.set_health(503);
     assert!(
         wait_states(&[&open, &closed], "app", &[p1, p2], |s, _| s == "down").await,
         "{:?}",
@@ -684,8 +625,8 @@ async fn http_checks_and_fail_open() {
     let x = closed.admin("/explain?path=/app").await.json();
     assert_eq!(x["outcome"], "unavailable", "{x}");
 
-    h1.set(200);
-    h2.set(204);
+    h1.set_health(200);
+    h2.set_health(204);
     assert!(
         wait_states(&[&open, &closed], "app", &[p1, p2], |s, _| s == "up").await,
         "{:?}",
@@ -773,20 +714,16 @@ fn run_chromium(extra: &[String], url: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start chromium");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        match child.try_wait().unwrap() {
-            Some(_) => break,
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "chromium did not finish within 90 s; stderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(100)),
-        }
+    let done = poll_blocking(Duration::from_secs(90), Duration::from_millis(100), || {
+        child.try_wait().unwrap()
+    });
+    if done.is_none() {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "chromium did not finish within 90 s; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let out = child.wait_with_output().unwrap();
     assert!(

@@ -510,7 +510,7 @@ fn cases() -> Vec<Case> {
 struct World {
     objs: Vec<Value>,
     _backends: Vec<Backend>,
-    _closer: Closer,
+    _closer: Backend,
     _dead: [DeadPort; 2],
     _dir: tempfile::TempDir,
     cert: String,
@@ -525,8 +525,11 @@ async fn world() -> World {
     ] {
         backends.push(Backend::start(name).await);
     }
-    let slow = Backend::start_with_delay("slow", SLOW_DELAY).await;
-    let closer = Closer::start().await;
+    let slow = Backend::builder("slow").delay(SLOW_DELAY).start().await;
+    let closer = Backend::builder("closer")
+        .behaviour(Behaviour::CloseAtOnce)
+        .start()
+        .await;
     let by = |n: &str| backends.iter().find(|b| b.name == n).unwrap();
     let services = vec![
         svc("web", 80),

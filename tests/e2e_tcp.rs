@@ -1,5 +1,6 @@
 //! End-to-end checks of the raw TCP frontends (`--tcp-services`): real sockets on 127.0.0.1,
-//! a switchyard subprocess, echo backends. Every wait is bounded.
+//! a switchyard subprocess, echo backends (the common [`Backend`] as a TCP echo). Every wait is
+//! bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -10,49 +11,17 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpStream;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A TCP backend that greets every connection with `<name>\n`, then echoes every byte, and
-/// closes its side only after the client closed its own (so a half-close must get through).
-struct Echo {
-    port: u16,
-    task: JoinHandle<()>,
-}
-
-impl Echo {
-    async fn start(name: &str) -> Echo {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let name = name.to_string();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else {
-                    return;
-                };
-                let name = name.clone();
-                tokio::spawn(async move {
-                    let _ = s.write_all(format!("{name}\n").as_bytes()).await;
-                    let (mut r, mut w) = s.split();
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(30),
-                        tokio::io::copy(&mut r, &mut w),
-                    )
-                    .await;
-                    let _ = w.shutdown().await;
-                });
-            }
-        });
-        Echo { port, task }
-    }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// closes its side only after the client closed its own ([`Behaviour::TcpEcho`]).
+async fn echo(name: &str) -> Backend {
+    Backend::builder(name)
+        .behaviour(Behaviour::TcpEcho)
+        .start()
+        .await
 }
 
 /// A connected client that has read the backend's greeting.
@@ -115,7 +84,7 @@ fn refused(port: u16) -> bool {
     .is_err()
 }
 
-fn tcp_objs(port: u16, backends: &[&Echo]) -> Vec<Value> {
+fn tcp_objs(port: u16, backends: &[&Backend]) -> Vec<Value> {
     let mut objs = vec![svc("db", port).into()];
     objs.extend(backends.iter().map(|b| slice("db", "", b.port)));
     objs
@@ -130,7 +99,7 @@ fn http_objs(web: &Backend) -> Vec<Value> {
 #[tokio::test]
 async fn tcp_service_appears_is_balanced_and_goes_away() {
     let web = Backend::start("web").await;
-    let (e1, e2) = (Echo::start("echo-1").await, Echo::start("echo-2").await);
+    let (e1, e2) = (echo("echo-1").await, echo("echo-2").await);
     let port = free_port();
     let tcp_flag = format!("db:{port}");
     let sy = switchyard(http_objs(&web))
@@ -196,6 +165,7 @@ async fn tcp_service_appears_is_balanced_and_goes_away() {
             closed = true;
             break;
         }
+        // The poll interval of this bounded wait for the close (with traffic between polls).
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
@@ -226,7 +196,7 @@ async fn tcp_service_appears_is_balanced_and_goes_away() {
 #[tokio::test]
 async fn an_in_flight_stream_survives_ten_table_swaps() {
     let web = Backend::start("web").await;
-    let e1 = Echo::start("echo-1").await;
+    let e1 = echo("echo-1").await;
     let port = free_port();
     let tcp_flag = format!("db:{port}");
     let mut objs = http_objs(&web);
@@ -273,7 +243,7 @@ async fn an_in_flight_stream_survives_ten_table_swaps() {
 
 #[tokio::test]
 async fn a_failed_connect_is_retried_on_another_endpoint() {
-    let live = Echo::start("live").await;
+    let live = echo("live").await;
     // An endpoint nothing listens on: every connect to it is refused.
     let dead = DeadPort::new();
     let dead_port = dead.port;
@@ -305,7 +275,7 @@ async fn a_failed_connect_is_retried_on_another_endpoint() {
 
 #[tokio::test]
 async fn client_ip_affinity_pins_tcp_connections() {
-    let (e1, e2) = (Echo::start("echo-1").await, Echo::start("echo-2").await);
+    let (e1, e2) = (echo("echo-1").await, echo("echo-2").await);
     let port = free_port();
     let tcp_flag = format!("db:{port}");
     let mut objs = vec![svc("db", port).client_ip_affinity().into()];
@@ -331,7 +301,7 @@ async fn client_ip_affinity_pins_tcp_connections() {
 #[tokio::test]
 async fn a_port_that_cannot_be_bound_is_a_warning_and_the_rest_works() {
     let web = Backend::start("web").await;
-    let e1 = Echo::start("echo-1").await;
+    let e1 = echo("echo-1").await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
     let port = free_port();
@@ -368,7 +338,7 @@ async fn a_port_that_cannot_be_bound_is_a_warning_and_the_rest_works() {
 
 #[tokio::test]
 async fn idle_tcp_connections_time_out() {
-    let e1 = Echo::start("echo-1").await;
+    let e1 = echo("echo-1").await;
     let port = free_port();
     let tcp_flag = format!("db:{port}");
     let sy = switchyard(tcp_objs(port, &[&e1]))

@@ -1,32 +1,32 @@
-//! Shared helpers for the end-to-end tests: test backends, manifest builders,
-//! a switchyard subprocess guard and small HTTP client helpers.
+//! Shared helpers for the end-to-end tests: the one test backend ([`Backend`], in
+//! `backend.rs`), manifest builders, a switchyard subprocess guard, small HTTP client helpers,
+//! and the bounded waits ([`eventually`], [`poll`], [`poll_blocking`]) that every test uses
+//! instead of fixed sleeps.
 //!
 //! Everything listens on / talks to 127.0.0.1 only, and every wait or loop is
 //! bounded in time.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+mod backend;
+
+// Each test binary uses its own part of it.
+#[allow(unused_imports)]
+pub use backend::{Backend, BackendBuilder, Behaviour, Fault, Script, Seen};
+
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::TcpListener as StdTcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty, Full};
+use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::{JoinHandle, JoinSet};
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 
 /// Upper bound for a single HTTP exchange made by the helpers.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,6 +39,21 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn free_port() -> u16 {
     let l = StdTcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local_addr").port()
+}
+
+/// Whether a socket listens on `port` (any local address), from `/proc/net/tcp`; read
+/// without connecting, so that no connection is counted by the server. True where the file
+/// does not exist (not Linux): the caller then learns it from its first connect.
+pub fn listening(port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return true;
+    };
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local = f.get(1).and_then(|a| a.split_once(':'));
+        f.get(3) == Some(&"0A")
+            && local.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) == Some(port)
+    })
 }
 
 /// A port that refuses every connection for as long as this value lives: the socket is bound
@@ -61,257 +76,6 @@ impl DeadPort {
             port,
         }
     }
-}
-
-// ---------------------------------------------------------------------------
-// Test backend
-// ---------------------------------------------------------------------------
-
-/// One request as a backend received it.
-#[derive(Clone, Debug)]
-pub struct Seen {
-    pub method: String,
-    /// Path and query exactly as received on the request line.
-    pub uri: String,
-    /// Lowercased header names, in arrival order.
-    pub headers: Vec<(String, String)>,
-}
-
-impl Seen {
-    pub fn header(&self, name: &str) -> Option<String> {
-        let vals: Vec<&str> = self
-            .headers
-            .iter()
-            .filter(|(k, _)| k == &name.to_ascii_lowercase())
-            .map(|(_, v)| v.as_str())
-            .collect();
-        if vals.is_empty() {
-            None
-        } else if name.eq_ignore_ascii_case("cookie") {
-            Some(vals.join("; "))
-        } else {
-            Some(vals.join(", "))
-        }
-    }
-}
-
-/// A tiny HTTP/1.1 keep-alive server on 127.0.0.1:0 that answers every request
-/// `200` with `{"backend","method","uri","headers"}` and echoes WebSocket
-/// messages on `/ws`.
-pub struct Backend {
-    pub name: String,
-    pub port: u16,
-    log: Arc<Mutex<Vec<Seen>>>,
-    stop_tx: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Backend {
-    pub async fn start(name: &str) -> Backend {
-        Self::start_with_delay(name, Duration::ZERO).await
-    }
-
-    /// Every request to this backend is held for `delay` before it is
-    /// answered (requests whose path contains `/slow` are held 1 s on any
-    /// backend).
-    pub async fn start_with_delay(name: &str, delay: Duration) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind backend");
-        Self::serve(name, listener, delay)
-    }
-
-    /// Serves on `listener` until `stop()`.
-    fn serve(name: &str, listener: TcpListener, delay: Duration) -> Backend {
-        let port = listener.local_addr().expect("backend addr").port();
-        let log: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
-        let name_s = name.to_string();
-        let log2 = log.clone();
-        let task = tokio::spawn(async move {
-            let mut conns = JoinSet::new();
-            loop {
-                tokio::select! {
-                    _ = &mut stop_rx => break,
-                    accepted = listener.accept() => {
-                        let Ok((stream, _)) = accepted else { continue };
-                        let name = name_s.clone();
-                        let log = log2.clone();
-                        conns.spawn(async move {
-                            let svc = service_fn(move |req| {
-                                handle(req, name.clone(), log.clone(), delay)
-                            });
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .keep_alive(true)
-                                .serve_connection(TokioIo::new(stream), svc)
-                                .with_upgrades()
-                                .await;
-                        });
-                    }
-                }
-            }
-            // Close the listener first, then kill every open connection.
-            drop(listener);
-            conns.shutdown().await;
-        });
-        Backend {
-            name: name.to_string(),
-            port,
-            log,
-            stop_tx: Some(stop_tx),
-            task: Some(task),
-        }
-    }
-
-    /// Simulate a dead backend: close the listening socket and every open
-    /// connection (keep-alive connections from the proxy included).
-    pub async fn stop(&mut self) {
-        if let Some(tx) = self.stop_tx.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-        }
-    }
-
-    pub fn requests(&self) -> Vec<Seen> {
-        self.log.lock().unwrap().clone()
-    }
-
-    pub fn count(&self) -> usize {
-        self.log.lock().unwrap().len()
-    }
-
-    pub fn last(&self) -> Option<Seen> {
-        self.log.lock().unwrap().last().cloned()
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop_tx.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-async fn handle(
-    req: Request<Incoming>,
-    name: String,
-    log: Arc<Mutex<Vec<Seen>>>,
-    delay: Duration,
-) -> Result<Response<BoxBody>, Infallible> {
-    let uri = req
-        .uri()
-        .path_and_query()
-        .map(|pq| pq.as_str().to_string())
-        .unwrap_or_else(|| req.uri().to_string());
-    let headers: Vec<(String, String)> = req
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_ascii_lowercase(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let seen = Seen {
-        method: req.method().to_string(),
-        uri: uri.clone(),
-        headers: headers.clone(),
-    };
-    log.lock().unwrap().push(seen.clone());
-
-    // WebSocket upgrade: echo every text/binary message.
-    let is_upgrade = req
-        .headers()
-        .get(http::header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    if is_upgrade && req.uri().path() == "/ws" {
-        let key = req
-            .headers()
-            .get("sec-websocket-key")
-            .map(|k| derive_accept_key(k.as_bytes()));
-        let Some(accept) = key else {
-            return Ok(simple(StatusCode::BAD_REQUEST, "missing sec-websocket-key"));
-        };
-        let mut req = req;
-        let on_upgrade = hyper::upgrade::on(&mut req);
-        tokio::spawn(async move {
-            let Ok(upgraded) = on_upgrade.await else {
-                return;
-            };
-            let mut ws =
-                WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline {
-                let Ok(Some(Ok(msg))) =
-                    tokio::time::timeout(Duration::from_secs(30), ws.next()).await
-                else {
-                    break;
-                };
-                if msg.is_close() {
-                    break;
-                }
-                if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let resp = Response::builder()
-            .status(StatusCode::SWITCHING_PROTOCOLS)
-            .header(http::header::CONNECTION, "Upgrade")
-            .header(http::header::UPGRADE, "websocket")
-            .header("sec-websocket-accept", accept)
-            .header("x-backend", name.as_str())
-            .body(Empty::new().boxed())
-            .expect("101 response");
-        return Ok(resp);
-    }
-
-    let mut wait = delay;
-    if req.uri().path().contains("/slow") {
-        wait = wait.max(Duration::from_secs(1));
-    }
-    // Drain the request body so keep-alive stays usable.
-    let _ = req.into_body().collect().await;
-    if !wait.is_zero() {
-        tokio::time::sleep(wait).await;
-    }
-
-    let mut hmap: BTreeMap<String, String> = BTreeMap::new();
-    for (k, _) in &headers {
-        if !hmap.contains_key(k) {
-            hmap.insert(k.clone(), seen.header(k).unwrap_or_default());
-        }
-    }
-    let body = json!({
-        "backend": name,
-        "method": seen.method,
-        "uri": uri,
-        "headers": hmap,
-    });
-    let resp = Response::builder()
-        .status(StatusCode::OK)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header("x-backend", name.as_str())
-        .body(Full::new(Bytes::from(body.to_string())).boxed())
-        .expect("200 response");
-    Ok(resp)
-}
-
-fn simple(status: StatusCode, text: &'static str) -> Response<BoxBody> {
-    Response::builder()
-        .status(status)
-        .body(Full::new(Bytes::from_static(text.as_bytes())).boxed())
-        .expect("response")
 }
 
 // ---------------------------------------------------------------------------
@@ -643,32 +407,48 @@ impl Switchyard {
 
     /// Err((exited_early, message)).
     async fn wait_ready(&mut self, limit: Duration) -> Result<(), (bool, String)> {
-        let deadline = Instant::now() + limit;
-        let mut last = String::from("no attempt");
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err((
-                    true,
-                    format!(
-                        "switchyard exited early with {status}; stderr:\n{}",
-                        self.stderr()
-                    ),
-                ));
+        let (admin, http) = (self.admin_port, self.http_port);
+        let last = std::cell::RefCell::new(String::from("no attempt"));
+        let child = &mut self.child;
+        let outcome = poll(limit, Duration::from_millis(100), || {
+            let exited = child.try_wait().ok().flatten();
+            let last = &last;
+            async move {
+                if let Some(status) = exited {
+                    return Some(Err(status));
+                }
+                match try_request(admin, "GET", "/readyz", &[]).await {
+                    // Ready means a table is live; the traffic listener binds on its own
+                    // schedule, and a test's first request must not meet a refused connect.
+                    Ok(r) if r.status == 200 && listening(http) => return Some(Ok(())),
+                    Ok(r) if r.status == 200 => {
+                        *last.borrow_mut() = format!("ready, but nothing listens on {http}")
+                    }
+                    Ok(r) => *last.borrow_mut() = format!("status {}", r.status),
+                    Err(e) => *last.borrow_mut() = e,
+                }
+                None
             }
-            match try_request(self.admin_port, "GET", "/readyz", &[]).await {
-                Ok(r) if r.status == 200 => return Ok(()),
-                Ok(r) => last = format!("status {}", r.status),
-                Err(e) => last = e,
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        })
+        .await;
+        match outcome {
+            Some(Ok(())) => Ok(()),
+            Some(Err(status)) => Err((
+                true,
+                format!(
+                    "switchyard exited early with {status}; stderr:\n{}",
+                    self.stderr()
+                ),
+            )),
+            None => Err((
+                false,
+                format!(
+                    "switchyard /readyz not 200 within {limit:?} (last: {}); stderr:\n{}",
+                    last.borrow(),
+                    self.stderr()
+                ),
+            )),
         }
-        Err((
-            false,
-            format!(
-                "switchyard /readyz not 200 within {limit:?} (last: {last}); stderr:\n{}",
-                self.stderr()
-            ),
-        ))
     }
 
     /// Replace the manifest file atomically with new objects.
@@ -726,20 +506,16 @@ pub fn run_to_exit(args: &[&str]) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn switchyard");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => break,
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("wait");
-                panic!(
-                    "switchyard {args:?} did not exit within 30 s; stderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(50)),
-        }
+    let exited = poll_blocking(Duration::from_secs(30), Duration::from_millis(50), || {
+        child.try_wait().expect("try_wait")
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("wait");
+        panic!(
+            "switchyard {args:?} did not exit within 30 s; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     child.wait_with_output().expect("wait_with_output")
 }
@@ -961,21 +737,56 @@ pub async fn pooled_get(client: &PooledClient, url: &str) -> Result<Resp, String
         .map_err(|_| "timeout".to_string())?
 }
 
-/// Poll `f` every 100 ms until it returns true or `limit` passes.
+/// Polls `f` every 100 ms until it returns true or `limit` passes; whether it did.
 pub async fn eventually<F, Fut>(limit: Duration, mut f: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    poll(limit, Duration::from_millis(100), || {
+        let fut = f();
+        async move { fut.await.then_some(()) }
+    })
+    .await
+    .is_some()
+}
+
+/// Calls `f` every `every` until it returns `Some` or `limit` passes (at least once); the
+/// value, or `None` past the limit.
+pub async fn poll<T, F, Fut>(limit: Duration, every: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let deadline = Instant::now() + limit;
     loop {
-        if f().await {
-            return true;
+        if let Some(v) = f().await {
+            return Some(v);
         }
         if Instant::now() >= deadline {
-            return false;
+            return None;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The poll interval of a bounded wait on a condition.
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// [`poll`] for code off the runtime (a child process's exit, say): blocks the thread.
+pub fn poll_blocking<T>(
+    limit: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        // The poll interval of a bounded wait on a condition.
+        std::thread::sleep(every);
     }
 }
 
@@ -996,25 +807,6 @@ pub async fn spread(sy: &Switchyard, path: &str, n: usize) -> BTreeMap<String, u
 // Observability helpers (issue 5)
 // ---------------------------------------------------------------------------
 
-impl Backend {
-    /// Like `start`, on a given port (to bring a stopped backend back at the
-    /// same address). Retries the bind for up to 5 s.
-    pub async fn start_on(name: &str, port: u16) -> Backend {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let listener = loop {
-            match TcpListener::bind(("127.0.0.1", port)).await {
-                Ok(l) => break l,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("rebind 127.0.0.1:{port}: {e}"),
-            }
-        };
-        Self::serve(name, listener, Duration::ZERO)
-    }
-}
-
 impl Switchyard {
     /// What the process wrote to stdout so far (access log lines).
     pub fn stdout(&self) -> String {
@@ -1029,31 +821,5 @@ impl Switchyard {
     /// GET on the stats port.
     pub async fn stats(&self, path: &str) -> Resp {
         get(self.stats_port, path, &[]).await
-    }
-}
-
-/// A backend that accepts connections and closes them at once, before any response (the
-/// proxy answers 502 for it); stops on drop.
-pub struct Closer {
-    pub port: u16,
-    task: JoinHandle<()>,
-}
-
-impl Closer {
-    pub async fn start() -> Closer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind closer");
-        let port = listener.local_addr().expect("closer addr").port();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                drop(stream);
-            }
-        });
-        Closer { port, task }
-    }
-}
-
-impl Drop for Closer {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
