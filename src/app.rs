@@ -132,6 +132,11 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let mut conf = ServerConf {
         threads: config.threads,
         max_retries: config.connect_tries.max(1),
+        // Pingora's connector verifies TLS backends against this bundle (else the system's).
+        ca_file: config
+            .backend_ca_file
+            .as_ref()
+            .map(|p| p.display().to_string()),
         ..Default::default()
     };
     // Our signal handler has already waited out --shutdown-delay and its drain watcher exits

@@ -217,6 +217,11 @@ pub struct Args {
     #[arg(long, value_name = "PATH", env = "SWITCHYARD_SSL_CA_CERT")]
     pub ssl_ca_cert: Option<PathBuf>,
 
+    /// CA bundle (PEM) that TLS backends' certificates are verified against (Services whose
+    /// appProtocol or lb.backend-protocol is https, h2 or grpcs) [default: the system's roots].
+    #[arg(long, value_name = "PATH", env = "SWITCHYARD_BACKEND_CA_FILE")]
+    pub backend_ca_file: Option<PathBuf>,
+
     /// With --ssl-ca-cert: `required` fails handshakes without a valid client certificate;
     /// `optional` lets them through with X-Client-Verify: NONE.
     #[arg(long, value_name = "MODE", default_value = "required", value_parser = parse_verify,
@@ -475,6 +480,8 @@ pub struct Config {
     pub fast_path: bool,
     /// `--traffic-healthz`.
     pub traffic_healthz: bool,
+    /// `--backend-ca-file`: checked to hold a PEM certificate.
+    pub backend_ca_file: Option<PathBuf>,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
     /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
@@ -495,6 +502,8 @@ pub enum ConfigError {
     HttpsPortClash(u16),
     #[error("{0} needs --ssl-cert")]
     NeedsSslCert(&'static str),
+    #[error("--backend-ca-file {0}: {1}")]
+    BackendCa(String, String),
 }
 
 impl Config {
@@ -598,12 +607,27 @@ impl Config {
             threads,
             fast_path: args.fast_path,
             traffic_healthz: args.traffic_healthz,
+            backend_ca_file: args
+                .backend_ca_file
+                .map(|p| check_ca_file(&p).map(|()| p))
+                .transpose()?,
             shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
             watch_debounce: args.watch_debounce,
             watch_max_wait: args.watch_max_wait,
         })
     }
+}
+
+/// A CA bundle must be readable and hold at least one PEM certificate: Pingora would
+/// otherwise fail on the first TLS connection to a backend, far from the cause.
+fn check_ca_file(path: &std::path::Path) -> Result<(), ConfigError> {
+    let bad = |why: String| ConfigError::BackendCa(path.display().to_string(), why);
+    let pem = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    if !pem.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(bad("holds no PEM certificate".into()));
+    }
+    Ok(())
 }
 
 /// `--help` in groups, each flag under one heading (a test checks none is left out).
@@ -646,6 +670,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "ssl_default_cert",
             "ssl_ca_cert",
             "ssl_verify",
+            "backend_ca_file",
             "hsts_max_age",
         ],
     ),

@@ -106,6 +106,17 @@ impl Seen {
     }
 }
 
+/// How [`Behaviour::Echo`] is spoken to: HTTP/1.1 in clear (the default), HTTP/2 in clear
+/// with prior knowledge, or TLS with this server configuration (HTTP/2 when ALPN picks `h2`,
+/// else HTTP/1.1). The echo's JSON carries the `version` it saw and, over TLS, the `sni`.
+#[derive(Clone, Default)]
+pub enum Transport {
+    #[default]
+    Clear,
+    H2c,
+    Tls(Arc<rustls::ServerConfig>),
+}
+
 /// The bytes one connection received.
 type Recording = Arc<Mutex<Vec<u8>>>;
 
@@ -120,6 +131,9 @@ struct Shared {
     conns: Arc<Mutex<Vec<Recording>>>,
     fault: Arc<Mutex<Fault>>,
     health: Arc<AtomicU16>,
+    transport: Transport,
+    /// The server name the TLS client sent, for this connection's echo.
+    sni: Option<Arc<str>>,
 }
 
 /// A test backend on 127.0.0.1; see the module comment and [`Backend::builder`].
@@ -139,6 +153,7 @@ pub struct BackendBuilder {
     fault: Fault,
     health_path: Option<String>,
     port: u16,
+    transport: Transport,
 }
 
 impl BackendBuilder {
@@ -168,6 +183,12 @@ impl BackendBuilder {
         self
     }
 
+    /// Speak [`Behaviour::Echo`] over this transport.
+    pub fn transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
     /// Listen on this port (to bring a stopped backend back at the same address); the bind
     /// is retried for up to 5 s while the old socket lets go of it.
     pub fn port(mut self, port: u16) -> Self {
@@ -191,6 +212,10 @@ impl BackendBuilder {
             "a delay needs an HTTP behaviour, not {:?}",
             self.behaviour
         );
+        assert!(
+            matches!(self.transport, Transport::Clear) || matches!(self.behaviour, Behaviour::Echo),
+            "a transport needs Behaviour::Echo"
+        );
         let listener = bind(self.port).await;
         let port = listener.local_addr().expect("backend addr").port();
         let shared = Shared {
@@ -202,6 +227,8 @@ impl BackendBuilder {
             conns: Arc::default(),
             fault: Arc::new(Mutex::new(self.fault)),
             health: Arc::new(AtomicU16::new(200)),
+            transport: self.transport,
+            sni: None,
         };
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let s = shared.clone();
@@ -259,6 +286,7 @@ impl Backend {
             fault: Fault::None,
             health_path: None,
             port: 0,
+            transport: Transport::Clear,
         }
     }
 
@@ -348,13 +376,41 @@ async fn serve(stream: TcpStream, s: Shared) {
 
 type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-async fn serve_echo(stream: TcpStream, s: Shared) {
+async fn serve_echo(stream: TcpStream, mut s: Shared) {
+    match s.transport.clone() {
+        Transport::Clear => echo_over(stream, s, false).await,
+        Transport::H2c => echo_over(stream, s, true).await,
+        Transport::Tls(config) => {
+            let accepted = tokio::time::timeout(
+                Duration::from_secs(10),
+                tokio_rustls::TlsAcceptor::from(config).accept(stream),
+            )
+            .await;
+            let Ok(Ok(tls)) = accepted else { return };
+            let (_, conn) = tls.get_ref();
+            s.sni = conn.server_name().map(Into::into);
+            let h2 = conn.alpn_protocol() == Some(b"h2");
+            echo_over(tls, s, h2).await;
+        }
+    }
+}
+
+async fn echo_over<I>(io: I, s: Shared, h2: bool)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let svc = service_fn(move |req| handle(req, s.clone()));
-    let _ = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), svc)
-        .with_upgrades()
-        .await;
+    if h2 {
+        let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .serve_connection(TokioIo::new(io), svc)
+            .await;
+    } else {
+        let _ = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(io), svc)
+            .with_upgrades()
+            .await;
+    }
 }
 
 async fn handle(req: Request<Incoming>, s: Shared) -> Result<Response<BoxBody>, Infallible> {
@@ -363,6 +419,7 @@ async fn handle(req: Request<Incoming>, s: Shared) -> Result<Response<BoxBody>, 
         return Ok(simple(status, "health"));
     }
     let name = s.name.as_ref();
+    let version = format!("{:?}", req.version());
     let uri = req
         .uri()
         .path_and_query()
@@ -457,6 +514,8 @@ async fn handle(req: Request<Incoming>, s: Shared) -> Result<Response<BoxBody>, 
         "method": seen.method,
         "uri": uri,
         "headers": hmap,
+        "version": version,
+        "sni": s.sni.as_deref(),
     });
     let resp = Response::builder()
         .status(StatusCode::OK)

@@ -11,7 +11,7 @@ mod backend;
 
 // Each test binary uses its own part of it.
 #[allow(unused_imports)]
-pub use backend::{Backend, BackendBuilder, Behaviour, Fault, Script, Seen};
+pub use backend::{Backend, BackendBuilder, Behaviour, Fault, Script, Seen, Transport};
 
 use std::collections::BTreeMap;
 use std::net::TcpListener as StdTcpListener;
@@ -97,6 +97,7 @@ pub struct Svc {
     ports: Vec<(String, u16)>,
     udp_ports: Vec<(String, u16)>,
     affinity: Option<String>,
+    app_protocol: Option<String>,
 }
 
 /// `svc(name, port)`: a Service with a single unnamed TCP port.
@@ -108,6 +109,7 @@ pub fn svc(name: &str, port: u16) -> Svc {
         ports: vec![(String::new(), port)],
         udp_ports: vec![],
         affinity: None,
+        app_protocol: None,
     }
 }
 
@@ -132,6 +134,11 @@ impl Svc {
     pub fn sticky(self) -> Self {
         self.ann(ANN_STICKY, "true")
     }
+    /// Every TCP port's `appProtocol`.
+    pub fn app_protocol(mut self, p: &str) -> Self {
+        self.app_protocol = Some(p.into());
+        self
+    }
     pub fn client_ip_affinity(mut self) -> Self {
         self.affinity = Some("ClientIP".into());
         self
@@ -153,6 +160,9 @@ impl Svc {
             .chain(udp)
             .map(|(n, p, proto)| {
                 let mut v = json!({"port": p, "targetPort": p, "protocol": proto});
+                if let (Some(app), "TCP") = (&self.app_protocol, proto) {
+                    v["appProtocol"] = json!(app);
+                }
                 if !n.is_empty() {
                     v["name"] = json!(n);
                 }

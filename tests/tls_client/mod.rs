@@ -146,3 +146,21 @@ pub fn client_config(cert: Option<&Leaf>) -> rustls::ClientConfig {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config
 }
+
+/// A server configuration presenting `leaf`, offering `alpn` (e.g. `h2`, `http/1.1`).
+pub fn server_config(leaf: &Leaf, alpn: &[&[u8]]) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.der.clone())],
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).expect("server key"),
+        )
+        .expect("server certificate");
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    std::sync::Arc::new(config)
+}

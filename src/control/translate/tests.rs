@@ -723,17 +723,29 @@ fn backend_protocol_comes_from_app_protocol_or_the_annotation() {
     let (t, w) = run(&[svc], &[]);
     for n in ["shop/api", "shop/api:81", "shop/api:82", "shop/api:83"] {
         let u = &entry(&t, n).upstream;
-        assert_eq!((u.protocol, &*u.sni, u.verify), (H2, "api.internal", false), "{n}");
-        assert_eq!(entry(&t, n).check.path, None, "an HTTP/1 check cannot reach it");
+        assert_eq!(
+            (u.protocol, &*u.sni, u.verify),
+            (H2, "api.internal", false),
+            "{n}"
+        );
+        assert_eq!(
+            entry(&t, n).check.path,
+            None,
+            "an HTTP/1 check cannot reach it"
+        );
     }
     let r = reasons(&w);
     assert_eq!(
-        r.iter().filter(|r| **r == WarningReason::InsecureBackend).count(),
+        r.iter()
+            .filter(|r| **r == WarningReason::InsecureBackend)
+            .count(),
         4,
         "{w:?}"
     );
     assert_eq!(
-        r.iter().filter(|r| **r == WarningReason::InvalidAnnotation).count(),
+        r.iter()
+            .filter(|r| **r == WarningReason::InvalidAnnotation)
+            .count(),
         4,
         "the check path, once per port: {w:?}"
     );

@@ -1,0 +1,183 @@
+//! End-to-end: the protocol switchyard speaks to a Service's endpoints, chosen per Service port
+//! by `appProtocol` or `lb.backend-protocol`: HTTP/2 in clear (h2c), HTTP/1.1 over TLS and
+//! HTTP/2 over TLS, with the Service's DNS name as SNI, verification against
+//! `--backend-ca-file`, and skipping it only when the annotation asks. Real backends (hyper over
+//! tokio-rustls) on 127.0.0.1; both engines (the fast path hands these requests to Pingora).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod tls_client;
+
+use common::*;
+use serde_json::Value;
+use tls_client::{Ca, server_config};
+
+const ENGINES: [&str; 2] = ["true", "false"];
+
+/// A CA file in a temporary directory.
+fn ca_file(dir: &tempfile::TempDir, ca: &Ca) -> String {
+    let path = dir.path().join(format!("ca-{}.pem", rand_suffix()));
+    std::fs::write(&path, &ca.pem).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn rand_suffix() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+async fn start(objs: Vec<Value>, engine: &str, extra: &[&str]) -> Switchyard {
+    switchyard(objs)
+        .args(&["--fast-path", engine])
+        .args(extra)
+        .start()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2c_backend_is_spoken_to_over_http2_by_app_protocol_alone() {
+    let b = Backend::builder("h2c")
+        .transport(Transport::H2c)
+        .start()
+        .await;
+    let objs = vec![
+        svc("grpc", 80).app_protocol("kubernetes.io/h2c").into(),
+        slice("grpc", "", b.port),
+    ];
+    for engine in ENGINES {
+        let sy = start(objs.clone(), engine, &[]).await;
+        for _ in 0..3 {
+            let r = sy.get("/grpc/x?y=1").await;
+            assert_eq!(r.status, 200, "{engine}: {r:?}");
+            let j = r.json();
+            assert_eq!(j["version"], "HTTP/2.0", "{engine}: {j}");
+            assert_eq!(j["uri"], "/x?y=1");
+        }
+        let r = try_request(
+            sy.http_port,
+            "POST",
+            "/grpc/post",
+            &[("content-length", "0")],
+        )
+        .await
+        .unwrap();
+        assert_eq!((r.status, r.json()["method"].as_str()), (200, Some("POST")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_backend_is_verified_and_gets_the_services_name() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["web.default.svc"]);
+    let b = Backend::builder("tls")
+        .transport(Transport::Tls(server_config(&leaf, &[b"http/1.1"])))
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", b.port),
+    ];
+    for engine in ENGINES {
+        let sy = start(objs.clone(), engine, &["--backend-ca-file", &ca_path]).await;
+        let r = sy.get("/web/a").await;
+        assert_eq!(r.status, 200, "{engine}: {r:?}");
+        let j = r.json();
+        assert_eq!(j["sni"], "web.default.svc", "{j}");
+        assert_eq!(j["version"], "HTTP/1.1");
+        assert_eq!(j["uri"], "/a");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_backend_over_tls_with_its_own_server_name() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["api.internal"]);
+    let b = Backend::builder("h2")
+        .transport(Transport::Tls(server_config(&leaf, &[b"h2"])))
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("api", 80)
+            .ann("serviceloadbalancer/lb.backend-protocol", "grpcs")
+            .ann("serviceloadbalancer/lb.backend-sni", "api.internal")
+            .into(),
+        slice("api", "", b.port),
+    ];
+    let sy = start(objs, "true", &["--backend-ca-file", &ca_path]).await;
+    let r = sy.get("/api/q").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let j = r.json();
+    assert_eq!(
+        (j["version"].as_str(), j["sni"].as_str()),
+        (Some("HTTP/2.0"), Some("api.internal"))
+    );
+}
+
+/// A certificate from another CA is refused; `lb.backend-insecure-skip-verify` is the only way
+/// past it, and it is warned about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_certificate_from_the_wrong_ca_is_refused_unless_skipped() {
+    let ca = Ca::new("backend CA");
+    let other = Ca::new("another CA");
+    let leaf = ca.server(&["web.default.svc"]);
+    let b = Backend::builder("tls")
+        .transport(Transport::Tls(server_config(&leaf, &[b"http/1.1"])))
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = ca_file(&dir, &other);
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", b.port),
+    ];
+    let sy = start(objs, "true", &["--backend-ca-file", &wrong]).await;
+    let r = sy.get("/web/a").await;
+    assert!(r.status == 502 || r.status == 503, "refused: {r:?}");
+    assert_eq!(b.count(), 0, "no request reached the backend");
+    drop(sy);
+
+    let objs = vec![
+        svc("web", 80)
+            .app_protocol("https")
+            .ann(
+                "serviceloadbalancer/lb.backend-insecure-skip-verify",
+                "true",
+            )
+            .into(),
+        slice("web", "", b.port),
+    ];
+    let sy = start(objs, "true", &["--backend-ca-file", &wrong]).await;
+    let r = sy.get("/web/a").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        sy.stderr().contains("InsecureBackend"),
+        "skipping verification is warned about:\n{}",
+        sy.stderr()
+    );
+}
+
+#[test]
+fn a_backend_ca_file_without_a_certificate_is_refused_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.pem");
+    std::fs::write(&path, "not a certificate\n").unwrap();
+    let out = run_to_exit(&[
+        "--manifests",
+        "x",
+        "--backend-ca-file",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--backend-ca-file") && err.contains("no PEM certificate"),
+        "{err}"
+    );
+}
