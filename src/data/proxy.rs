@@ -34,7 +34,7 @@ use crate::decide::edits::{
     ClientCert, Edit, Edits, Forwarding, extended, no_cache_set_cookie, request_edits,
     response_edits,
 };
-use crate::decide::error_page::{Answer, ErrorPage, failure_answer};
+use crate::decide::error_page::{Answer, ErrorPage, failure_answer, grpc_answer, is_grpc};
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
@@ -151,6 +151,8 @@ pub struct Ctx {
     _active: Active,
     /// When the request header had been read.
     started: Instant,
+    /// The request speaks gRPC: switchyard's own answers are gRPC statuses.
+    grpc: bool,
 }
 
 /// The cause of a Pingora error raised before the upstream connection was open.
@@ -217,6 +219,7 @@ impl ProxyHttp for HttpProxy {
             rewrite: None,
             _active: self.lifecycle.enter(),
             started: Instant::now(),
+            grpc: false,
         }
     }
 
@@ -231,6 +234,11 @@ impl ProxyHttp for HttpProxy {
             return Ok(true);
         }
         let req = session.req_header();
+        ctx.grpc = is_grpc(
+            req.headers
+                .get(http::header::CONTENT_TYPE)
+                .map(HeaderValue::as_bytes),
+        );
         let host = req
             .headers
             .get(HOST)
@@ -265,8 +273,15 @@ impl ProxyHttp for HttpProxy {
         match route {
             Err(e) => return Err(Error::explain(ErrorType::InternalError, e.to_string())),
             Ok(r @ (Route::NotFound | Route::Unavailable | Route::Healthz)) => {
-                if let Some(page) = self.page(&r) {
-                    write_answer(session, &page.answer(&self.fwd), page.body.clone()).await?;
+                match self.page(&r) {
+                    Some(page) if ctx.grpc && r != Route::Healthz => {
+                        write_answer(session, &grpc_answer(page.status, &self.fwd), Bytes::new())
+                            .await?;
+                    }
+                    Some(page) => {
+                        write_answer(session, &page.answer(&self.fwd), page.body.clone()).await?;
+                    }
+                    None => {}
                 }
                 return Ok(true);
             }
@@ -395,7 +410,7 @@ impl ProxyHttp for HttpProxy {
     /// The final answer when proxying failed: the status of its cause (`Cause::status`).
     /// Once a response header went out nothing can be said any more: the client connection
     /// is closed, so a truncated body is never mistaken for a whole one.
-    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, _ctx: &mut Ctx) -> FailToProxy
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy
     where
         Ctx: Send + Sync,
     {
@@ -405,9 +420,12 @@ impl ProxyHttp for HttpProxy {
         };
         if code > 0 && session.response_written().is_none() {
             session.set_keepalive(None);
-            if let Err(err) =
-                write_answer(session, &failure_answer(code, &self.fwd), Bytes::new()).await
-            {
+            let answer = if ctx.grpc {
+                grpc_answer(code, &self.fwd)
+            } else {
+                failure_answer(code, &self.fwd)
+            };
+            if let Err(err) = write_answer(session, &answer, Bytes::new()).await {
                 tracing::debug!(error = %err, "cannot send the error response");
             }
         }

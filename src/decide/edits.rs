@@ -24,6 +24,8 @@ pub const CACHE_CONTROL: &str = "cache-control";
 pub const CONTENT_TYPE: &str = "content-type";
 pub const CONTENT_LENGTH: &str = "content-length";
 pub const COOKIE: &str = "cookie";
+pub const GRPC_STATUS: &str = "grpc-status";
+pub const GRPC_MESSAGE: &str = "grpc-message";
 
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
 /// frontend, so that no client can tell a backend what only switchyard may (a backend that
@@ -256,6 +258,15 @@ pub fn answer_fields<'a>(
     if let Some(h) = &fwd.hsts {
         e.push(Edit::Add(STRICT_TRANSPORT_SECURITY, Value::Text(h)));
     }
+    e
+}
+
+/// The fields of switchyard's own answer to a gRPC request: an empty `application/grpc` body,
+/// never cached, and the status in `grpc-status` / `grpc-message` ("trailers-only").
+pub fn grpc_answer_fields<'a>(fwd: &'a Forwarding, code: u8, message: &'static str) -> Edits<'a> {
+    let mut e = answer_fields(fwd, Some("application/grpc"), 0, "private, no-store");
+    e.push(Edit::Add(GRPC_STATUS, Value::Number(u64::from(code))));
+    e.push(Edit::Add(GRPC_MESSAGE, Value::Text(message)));
     e
 }
 

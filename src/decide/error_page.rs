@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::decide::edits::{Edits, Forwarding, answer_fields};
+use crate::decide::edits::{Edits, Forwarding, answer_fields, grpc_answer_fields};
 
 /// A fixed response: status, content type and body.
 #[derive(Debug, Clone)]
@@ -81,6 +81,43 @@ pub fn failure_answer(status: u16, fwd: &Forwarding) -> Answer<'_> {
     }
 }
 
+/// Whether a request speaks gRPC (`content-type: application/grpc`, with or without a
+/// `+proto`-like suffix): switchyard's own answers to it are then gRPC statuses, which a gRPC
+/// client can read, rather than pages it cannot.
+pub fn is_grpc(content_type: Option<&[u8]>) -> bool {
+    content_type.is_some_and(|ct| {
+        let ct = ct.get(..16).unwrap_or(ct);
+        ct.eq_ignore_ascii_case(b"application/grpc")
+    })
+}
+
+/// The gRPC status (code and message) of switchyard's own answer with HTTP `status`: the gRPC
+/// project's HTTP-to-gRPC mapping (404 UNIMPLEMENTED, 502/503 UNAVAILABLE, ...), except 504,
+/// which switchyard answers only when the backend timed out: DEADLINE_EXCEEDED.
+pub fn grpc_status(status: u16) -> (u8, &'static str) {
+    match status {
+        400 => (13, "bad request"),
+        401 => (16, "unauthenticated"),
+        403 => (7, "permission denied"),
+        404 => (12, "no route for this method"),
+        429 | 502 | 503 => (14, "no endpoint available"),
+        504 => (4, "the backend timed out"),
+        500 => (13, "internal error"),
+        _ => (2, "unknown error"),
+    }
+}
+
+/// switchyard's answer `status` to a gRPC request, as gRPC's "trailers-only" response: HTTP
+/// 200, `application/grpc`, the status in `grpc-status` / `grpc-message`, no body.
+pub fn grpc_answer(status: u16, fwd: &Forwarding) -> Answer<'_> {
+    let (code, message) = grpc_status(status);
+    Answer {
+        status: 200,
+        fields: grpc_answer_fields(fwd, code, message),
+        body: b"",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +152,21 @@ mod tests {
         let f = failure_answer(502, &plain);
         assert_eq!(f.body, b"");
         assert_eq!(f.fields.iter().count(), 2);
+    }
+
+    #[test]
+    fn grpc_requests_get_grpc_statuses() {
+        use crate::decide::edits::{Edit, GRPC_STATUS, Value};
+        assert!(is_grpc(Some(b"application/grpc")));
+        assert!(is_grpc(Some(b"application/grpc+proto")));
+        assert!(is_grpc(Some(b"Application/GRPC")));
+        assert!(!is_grpc(Some(b"application/json")) && !is_grpc(None));
+        let fwd = Forwarding::plain();
+        let a = grpc_answer(404, &fwd);
+        assert_eq!((a.status, a.body.len()), (200, 0));
+        let fields: Vec<_> = a.fields.iter().collect();
+        assert!(fields.contains(&&Edit::Add(GRPC_STATUS, Value::Number(12))));
+        assert_eq!(grpc_status(503).0, 14);
+        assert_eq!(grpc_status(504).0, 4);
     }
 }

@@ -418,6 +418,13 @@ async fn handle(req: Request<Incoming>, s: Shared) -> Result<Response<BoxBody>, 
         let status = StatusCode::from_u16(s.health.load(Ordering::Relaxed)).expect("status");
         return Ok(simple(status, "health"));
     }
+    if req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    {
+        return Ok(grpc_echo(req, s).await);
+    }
     let name = s.name.as_ref();
     let version = format!("{:?}", req.version());
     let uri = req
@@ -524,6 +531,54 @@ async fn handle(req: Request<Incoming>, s: Shared) -> Result<Response<BoxBody>, 
         .body(Full::new(Bytes::from(body.to_string())).boxed())
         .expect("200 response");
     Ok(resp)
+}
+
+/// A gRPC request to [`Behaviour::Echo`]: the request's messages come back as they are, then
+/// the trailers `grpc-status` (the request's `x-want-status`, else 0) and `grpc-message`; the
+/// `x-md` metadata is echoed as a response header and `x-backend` names the backend.
+async fn grpc_echo(req: Request<Incoming>, s: Shared) -> Response<BoxBody> {
+    let md = req.headers().get("x-md").cloned();
+    let want = req
+        .headers()
+        .get("x-want-status")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("0")
+        .to_string();
+    let seen = Seen {
+        at: Instant::now(),
+        method: req.method().to_string(),
+        uri: req.uri().path().to_string(),
+        headers: Vec::new(),
+        head: String::new(),
+    };
+    s.log.lock().unwrap().push(seen);
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if !s.delay.is_zero() {
+        // Slow on purpose (a deadline test), not a wait.
+        tokio::time::sleep(s.delay).await;
+    }
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", want.parse().expect("status"));
+    trailers.insert("grpc-message", "echoed".parse().expect("message"));
+    let frames = vec![
+        Ok::<_, Infallible>(hyper::body::Frame::data(body)),
+        Ok(hyper::body::Frame::trailers(trailers)),
+    ];
+    let stream_body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+    let mut resp = Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header("x-backend", s.name.as_ref());
+    if let Some(md) = md {
+        resp = resp.header("x-md", md);
+    }
+    resp.body(BodyExt::boxed(stream_body))
+        .expect("grpc response")
 }
 
 fn simple(status: StatusCode, text: &'static str) -> Response<BoxBody> {
