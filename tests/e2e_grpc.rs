@@ -117,3 +117,52 @@ async fn switchyards_own_errors_are_grpc_statuses() {
         .expect_err("connection refused");
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
 }
+
+/// `grpc-timeout` is the call's deadline at switchyard too: a backend slower than it is cut off
+/// and the client gets DEADLINE_EXCEEDED when the deadline passes, not when the backend
+/// answers. A plain HTTP/2 client sends the header, so no client-side timer is involved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_timeout_is_the_deadline() {
+    let b = Backend::builder("slow")
+        .transport(Transport::H2c)
+        .delay(Duration::from_secs(3))
+        .start()
+        .await;
+    let sy = switchyard(grpc_service(&b)).start().await;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // One empty message: flag 0, length 0.
+    let body = http_body_util::Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]));
+    let req = http::Request::post(format!("http://127.0.0.1:{}/test.Echo/Say", sy.http_port))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", "300m")
+        .body(body)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req))
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok()),
+        Some("4"),
+        "DEADLINE_EXCEEDED: {resp:?}"
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "answered at the deadline, not when the backend did: {took:?}"
+    );
+}

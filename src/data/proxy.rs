@@ -153,6 +153,8 @@ pub struct Ctx {
     started: Instant,
     /// The request speaks gRPC: switchyard's own answers are gRPC statuses.
     grpc: bool,
+    /// A gRPC call's `grpc-timeout`, from when the request arrived: no upstream wait outlives it.
+    deadline: Option<Instant>,
 }
 
 /// The cause of a Pingora error raised before the upstream connection was open.
@@ -220,6 +222,7 @@ impl ProxyHttp for HttpProxy {
             _active: self.lifecycle.enter(),
             started: Instant::now(),
             grpc: false,
+            deadline: None,
         }
     }
 
@@ -239,6 +242,12 @@ impl ProxyHttp for HttpProxy {
                 .get(http::header::CONTENT_TYPE)
                 .map(HeaderValue::as_bytes),
         );
+        if ctx.grpc {
+            let timeout = crate::decide::grpc::timeout(
+                req.headers.get("grpc-timeout").map(HeaderValue::as_bytes),
+            );
+            ctx.deadline = timeout.and_then(|t| ctx.started.checked_add(t));
+        }
         let host = req
             .headers
             .get(HOST)
@@ -359,6 +368,16 @@ impl ProxyHttp for HttpProxy {
         } else {
             self.timeouts.server_idle
         };
+        // A gRPC deadline bounds every wait upstream; once it passed, the read times out at
+        // once and the client gets DEADLINE_EXCEEDED.
+        let io_timeout = match ctx.deadline {
+            Some(d) => io_timeout.min(d.saturating_duration_since(Instant::now())),
+            None => io_timeout,
+        };
+        if let Some(d) = ctx.deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            o.connection_timeout = o.connection_timeout.map(|c| c.min(left));
+        }
         o.read_timeout = Some(io_timeout);
         o.write_timeout = Some(io_timeout);
         Ok(Box::new(peer))

@@ -9,4 +9,5 @@ pub mod cause;
 pub mod edits;
 pub mod error_page;
 pub mod explain;
+pub mod grpc;
 pub mod target;
