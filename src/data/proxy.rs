@@ -29,12 +29,12 @@ use crate::data::Timeouts;
 use crate::data::record::{Finished, Recorder};
 use crate::data::tls;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route};
-use crate::decide::cause::Cause;
+use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
     ClientCert, Edit, Edits, Forwarding, extended, no_cache_set_cookie, request_edits,
     response_edits,
 };
-use crate::decide::error_page::{Answer, ErrorPage, failure_answer};
+use crate::decide::error_page::{Answer, ErrorPage, failure_answer, rejection_answer};
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
@@ -127,6 +127,8 @@ pub struct Ctx {
     _active: Active,
     /// When the request header had been read.
     started: Instant,
+    /// Refused before routing.
+    rejected: Option<Rejection>,
 }
 
 /// The cause of a Pingora error raised before the upstream connection was open.
@@ -193,17 +195,20 @@ impl ProxyHttp for HttpProxy {
             rewrite: None,
             _active: self.lifecycle.enter(),
             started: Instant::now(),
+            rejected: None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        if let Err(why) = crate::data::listener::check_request(session.req_header(), || {
+        // HTTP/1 headers were checked before Pingora read them (`intake`); this catches
+        // HTTP/2 ones, with the same rule and answer.
+        if let Err(r) = crate::data::listener::check_request(session.req_header(), || {
             session.as_downstream().to_h1_raw()
         }) {
-            tracing::debug!(why, "bad request");
+            tracing::debug!(reason = r.as_str(), "request refused");
             session.set_keepalive(None);
-            let status = Cause::BadRequest.status().unwrap_or(400);
-            write_answer(session, &failure_answer(status, &self.fwd), Bytes::new()).await?;
+            ctx.rejected = Some(r);
+            write_answer(session, &rejection_answer(r, &self.fwd), Bytes::new()).await?;
             return Ok(true);
         }
         let req = session.req_header();
@@ -455,6 +460,7 @@ impl ProxyHttp for HttpProxy {
                 host,
                 method: req.method.as_str(),
                 path: req.uri.path(),
+                rejected: ctx.rejected,
             },
         );
     }

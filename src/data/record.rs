@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime};
 use prometheus::IntCounter;
 
 use crate::decide::attempt::{Attempt, Verdict};
+use crate::decide::cause::Rejection;
 use crate::ops::access_log::{AccessLog, HttpRecord};
 use crate::ops::metrics::Metrics;
 use crate::table::Frontend;
@@ -25,6 +26,8 @@ pub struct Finished<'a> {
     pub host: &'a [u8],
     pub method: &'a str,
     pub path: &'a str,
+    /// Refused before routing (counted in `http_rejected_requests_total`, not as unmatched).
+    pub rejected: Option<Rejection>,
 }
 
 /// One frontend's metrics and access log.
@@ -34,6 +37,8 @@ pub struct Recorder {
     access_log: Arc<AccessLog>,
     /// `http_unmatched_requests_total` of this frontend, resolved once.
     unmatched: IntCounter,
+    /// `http_rejected_requests_total` of this frontend, by `Rejection::index`.
+    rejected: Arc<[IntCounter]>,
     /// The frontend's metric label (`http`, `https`).
     label: String,
 }
@@ -43,6 +48,11 @@ impl Recorder {
         let label = frontend.label();
         Recorder {
             unmatched: metrics.data.unmatched(&label),
+            // Every reason from 0, so a rate() sees the first one.
+            rejected: Rejection::ALL
+                .iter()
+                .map(|r| metrics.data.rejected(&label, r.as_str()))
+                .collect(),
             metrics,
             access_log,
             label,
@@ -97,7 +107,14 @@ impl Recorder {
                     endpoint = Some(ep.addr);
                 }
             }
-            _ => self.unmatched.inc(),
+            _ => match f.rejected {
+                Some(r) => {
+                    if let Some(c) = self.rejected.get(r.index()) {
+                        c.inc();
+                    }
+                }
+                None => self.unmatched.inc(),
+            },
         }
         if !self.access_log.enabled() {
             return;
@@ -120,6 +137,73 @@ impl Recorder {
             connect: a.connect_time(),
             generation: a.table().map_or(0, |t| t.generation),
             retries: u32::try_from(a.tries().saturating_sub(1)).unwrap_or(0),
+            error: f.rejected.map(Rejection::as_str),
         });
+    }
+
+    /// Counts a request refused before it had a route (see `Rejection`), with one access-log
+    /// line. `head` is what was read of its header: the method and path are taken from its
+    /// request line when they are plain text, and left empty otherwise.
+    pub fn rejected(
+        &self,
+        r: Rejection,
+        started: Instant,
+        client: Option<SocketAddr>,
+        head: &[u8],
+    ) {
+        let (method, path) = request_line(head);
+        let mut attempt = Attempt::new(None);
+        self.finished(
+            &mut attempt,
+            started,
+            &Finished {
+                status: r.status(),
+                bytes_in: 0,
+                bytes_out: 0,
+                failed: true,
+                client,
+                host: b"",
+                method,
+                path,
+                rejected: Some(r),
+            },
+        );
+    }
+}
+
+/// The method and the path (without query) of a request line, when both are short printable
+/// ASCII; empty strings otherwise (a refused request may be any bytes at all).
+fn request_line(head: &[u8]) -> (&str, &str) {
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len());
+    let line = &head[start..];
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let mut words = line.split(|&b| b == b' ');
+    fn plain(w: &[u8], max: usize) -> Option<&str> {
+        (!w.is_empty() && w.len() <= max && w.iter().all(u8::is_ascii_graphic))
+            .then(|| std::str::from_utf8(w).ok())
+            .flatten()
+    }
+    let method = words.next().and_then(|w| plain(w, 16)).unwrap_or("");
+    let path = words
+        .next()
+        .map(|w| &w[..w.iter().position(|&b| b == b'?').unwrap_or(w.len())])
+        .and_then(|w| plain(w, 2048))
+        .unwrap_or("");
+    (method, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines_of_refused_requests_are_read_only_when_plain() {
+        assert_eq!(request_line(b"\r\nGET /a?b HTTP/1.1\r\nx"), ("GET", "/a"));
+        assert_eq!(request_line(b"GET /\x00 HTTP/1.1\r\n"), ("GET", ""));
+        assert_eq!(request_line(b""), ("", ""));
+        assert_eq!(request_line(b"\x01\x02"), ("", ""));
     }
 }

@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 
+use crate::decide::cause::Rejection;
 use crate::decide::edits::{Edits, Forwarding, answer_fields};
 
 /// A fixed response: status, content type and body.
@@ -67,6 +68,12 @@ pub fn failure_answer(status: u16, fwd: &Forwarding) -> Answer<'_> {
         fields: answer_fields(fwd, None, 0, "private, no-store"),
         body: b"",
     }
+}
+
+/// The answer to a request refused before routing (`Rejection::status`): empty, never
+/// cached, and the connection is closed after it, by every engine alike.
+pub fn rejection_answer(r: Rejection, fwd: &Forwarding) -> Answer<'_> {
+    failure_answer(r.status(), fwd)
 }
 
 #[cfg(test)]

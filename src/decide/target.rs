@@ -71,6 +71,15 @@ fn dots(seg: &str) -> Option<u8> {
     (n > 0).then_some(n)
 }
 
+/// `uri-host [":" port]` without user information, or empty (allowed in `Host` when the target
+/// has no authority, RFC 9112 §3.2).
+pub fn valid_host(h: &[u8]) -> bool {
+    h.is_empty()
+        || (!h.contains(&b'@')
+            && http::uri::Authority::try_from(h)
+                .is_ok_and(|a| a.port().is_some() || !a.as_str().ends_with(':')))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

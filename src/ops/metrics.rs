@@ -333,6 +333,7 @@ pub struct DataMetrics {
     pub tls_handshake_failures_total: IntCounterVec,
     pub tls_certificate_not_after_seconds: IntGaugeVec,
     pub downstream_rejected_connections_total: IntCounterVec,
+    pub http_rejected_requests_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
     view: ArcSwap<EntryView>,
     /// A request created series for an entry outside the current view (see `with_entry`).
@@ -500,6 +501,12 @@ impl DataMetrics {
                 r,
                 "downstream_rejected_connections_total",
                 "Client connections closed by a guard, by frontend and reason (connection_limit, header_timeout, header_too_large)",
+                &["frontend", "reason"],
+            ),
+            http_rejected_requests_total: counter_vec(
+                r,
+                "http_rejected_requests_total",
+                "HTTP requests refused before routing (answered 400, 405, 408 or 431 and closed), by frontend and reason",
                 &["frontend", "reason"],
             ),
             access_log_dropped_total: dropped,
@@ -696,6 +703,13 @@ impl DataMetrics {
     /// (`connection_limit`, `header_timeout`, `header_too_large`); resolve once per listener.
     pub fn downstream_rejected(&self, frontend: &str, reason: &str) -> IntCounter {
         self.downstream_rejected_connections_total
+            .with_label_values(&[frontend, reason])
+    }
+
+    /// The counter of requests refused on `frontend` for `reason` (a `Rejection` label);
+    /// resolve once per frontend.
+    pub fn rejected(&self, frontend: &str, reason: &str) -> IntCounter {
+        self.http_rejected_requests_total
             .with_label_values(&[frontend, reason])
     }
 

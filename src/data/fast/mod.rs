@@ -84,6 +84,19 @@ pub struct Connection {
     subject: Option<String>,
 }
 
+impl Connection {
+    /// No request has been served on this connection yet.
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// What was read from the client and not used (part of a header when the guard refused
+    /// it).
+    pub fn pending(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
 /// Why a try failed before its response header was complete.
 #[derive(Debug, Clone, Copy)]
 struct Exchange {
@@ -255,6 +268,7 @@ impl FastPath {
             host,
             method: req.method(),
             path,
+            rejected: None,
         };
         let strip = match route {
             Ok(Route::Proxy { strip }) => strip,
@@ -653,7 +667,7 @@ impl FastPath {
 }
 
 /// Writes an answer's status line and fields into `out` (the body is the caller's).
-fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
+pub(crate) fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
     out.clear();
     write_status(out, a.status, "");
     for edit in a.fields.iter() {
