@@ -1,9 +1,11 @@
-//! Requests refused before routing, on both HTTP engines
+//! Requests refused before routing, and absolute-form request targets, on both HTTP engines
 //! (`--fast-path true` and `false`), through raw sockets against the real binary.
 //!
 //! Every refusal (400, 405, 408, 431) is switchyard's own answer (no `Server: Pingora`), writes
 //! one access-log line and counts in `switchyard_http_rejected_requests_total{frontend,reason}`,
-//! and nothing reaches a backend. Every wait is bounded.
+//! and nothing reaches a backend. An absolute-form target (`GET http://h/p HTTP/1.1`) is routed
+//! on its own authority whatever `Host` says (RFC 9112 §3.2.2), and the backend gets that
+//! authority as `Host`. Every wait is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -157,5 +159,54 @@ async fn refused_requests_are_switchyards_answers_logged_and_counted() {
         assert_eq!(line["method"], "GET");
         assert_eq!(line["path"], "/web/a");
         assert_eq!(line["frontend"], "http");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_form_targets_route_on_their_authority() {
+    let a = Backend::start("a").await;
+    let other = Backend::start("other").await;
+    let mut world: Vec<Value> = vec![
+        svc("a", 80).host("a.test").into(),
+        svc("other", 80).host("other.test").into(),
+    ];
+    world.extend(slices("a", &[&a]));
+    world.extend(slices("other", &[&other]));
+    for fast in ENGINES {
+        let sy = switchyard(world.clone())
+            .args(&["--fast-path", fast])
+            .start()
+            .await;
+        for (host_line, version) in [
+            ("Host: a.test\r\n", "HTTP/1.1"),
+            ("Host: other.test\r\n", "HTTP/1.1"),
+            ("", "HTTP/1.1"),
+            ("host: other.test:8080\r\n", "HTTP/1.0"),
+        ] {
+            let request = format!(
+                "GET http://a.test/p/x?q=1 {version}\r\n{host_line}Connection: close\r\n\r\n"
+            );
+            let answer = exchange(sy.http_port, request.as_bytes()).await;
+            assert!(
+                answer.starts_with(&format!("{version} 200 "))
+                    || answer.starts_with("HTTP/1.1 200 "),
+                "fast path {fast}, {host_line:?}: {answer:?}"
+            );
+            let seen = a.last().expect("the request reached a.test's backend");
+            assert_eq!(seen.uri, "/p/x?q=1", "fast path {fast}, {host_line:?}");
+            assert_eq!(
+                seen.header("host").as_deref(),
+                Some("a.test"),
+                "fast path {fast}, {host_line:?}"
+            );
+        }
+        assert_eq!(other.count(), 0, "fast path {fast}: Host was not ignored");
+        // A target authority with user information is refused, whatever Host says.
+        let answer = exchange(
+            sy.http_port,
+            b"GET http://u@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer:?}");
     }
 }

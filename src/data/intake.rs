@@ -8,7 +8,9 @@
 //! Pingora's own parser over the bytes in memory (the verdict is exactly the one Pingora would
 //! reach, not a second parser's guess), plus switchyard's checks (`listener::check_request`),
 //! and only a header that passes is put back on the stream for Pingora's session to read.
-//! Which status a refusal answers is `decide`'s (`Rejection`,
+//! A target in absolute form is rewritten first as `decide::target` says (RFC 9112 §3.2.2:
+//! origin form, `Host` from the target's authority), because Pingora refuses a `Host` that
+//! differs from the authority. Which status a refusal answers is `decide`'s (`Rejection`,
 //! `error_page::rejection_answer`). This module routes nothing.
 
 use std::net::SocketAddr;
@@ -28,6 +30,7 @@ use crate::data::record::Recorder;
 use crate::decide::cause::Rejection;
 use crate::decide::edits::Forwarding;
 use crate::decide::error_page::rejection_answer;
+use crate::decide::target::{TargetForm, target_form};
 
 /// Room made in the buffer before each read.
 const READ_SIZE: usize = 8 * 1024;
@@ -130,9 +133,14 @@ pub async fn read_header(
         }
     };
     let rest = buf.split_off(header_len);
-    let head = buf.freeze();
+    let received = buf.freeze();
+    let head = match rewrite_absolute_form(&received) {
+        None => received.clone(),
+        Some(Ok(rewritten)) => Bytes::from(rewritten),
+        Some(Err(r)) => return Intake::Refused(r, received),
+    };
     if let Err(r) = check(&head).await {
-        return Intake::Refused(r, head);
+        return Intake::Refused(r, received);
     }
     let mut again = BytesMut::with_capacity(head.len() + rest.len());
     again.extend_from_slice(&head);
@@ -180,9 +188,95 @@ fn rejection_of(e: &pingora::Error) -> Rejection {
     }
 }
 
+/// `head` with an absolute-form target rewritten as `decide::target::target_form` says: the
+/// target in origin form, every received `Host` line dropped and `Host: <authority>` after
+/// the request line; the other lines are kept byte for byte. `None`: not absolute form, or a
+/// header this does not rewrite (folded lines, a request line that is not three words), which
+/// Pingora then reads as it is.
+pub fn rewrite_absolute_form(head: &[u8]) -> Option<Result<Vec<u8>, Rejection>> {
+    let start = head.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let line_end = start + head[start..].iter().position(|&b| b == b'\n')?;
+    let line = head[start..line_end]
+        .strip_suffix(b"\r")
+        .unwrap_or(&head[start..line_end]);
+    let mut words = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return None;
+    };
+    let target = std::str::from_utf8(target).ok()?;
+    let (authority, origin) = match target_form(target) {
+        TargetForm::Origin => return None,
+        TargetForm::Invalid => return Some(Err(Rejection::BadHost)),
+        TargetForm::Absolute { authority, origin } => (authority, origin),
+    };
+    let mut out = Vec::with_capacity(head.len());
+    for part in [
+        method,
+        b" ",
+        origin.as_bytes(),
+        b" ",
+        version,
+        b"\r\nHost: ",
+    ] {
+        out.extend_from_slice(part);
+    }
+    out.extend_from_slice(authority.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut rest = &head[line_end + 1..];
+    while !rest.is_empty() {
+        let len = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| i + 1);
+        let (field, next) = rest.split_at(len);
+        if matches!(field.first(), Some(b' ' | b'\t')) {
+            return None;
+        }
+        let name = &field[..field.iter().position(|&b| b == b':').unwrap_or(0)];
+        if !name.eq_ignore_ascii_case(b"host") {
+            out.extend_from_slice(field);
+        }
+        rest = next;
+    }
+    Some(Ok(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rewritten(head: &str) -> Option<Result<String, Rejection>> {
+        rewrite_absolute_form(head.as_bytes())
+            .map(|r| r.map(|v| String::from_utf8(v).unwrap_or_default()))
+    }
+
+    #[test]
+    fn absolute_form_is_rewritten_to_origin_form_with_the_targets_host() {
+        assert_eq!(rewritten("GET /p HTTP/1.1\r\nHost: a\r\n\r\n"), None);
+        assert_eq!(
+            rewritten("GET http://a.test/p/x?q HTTP/1.1\r\nHost: other\r\nX: 1\r\nhOsT: b\r\n\r\n"),
+            Some(Ok(
+                "GET /p/x?q HTTP/1.1\r\nHost: a.test\r\nX: 1\r\n\r\n".to_string()
+            ))
+        );
+        assert_eq!(
+            rewritten("\r\nGET http://a.test HTTP/1.0\nAccept: */*\n\n"),
+            Some(Ok(
+                "GET / HTTP/1.0\r\nHost: a.test\r\nAccept: */*\n\n".to_string()
+            ))
+        );
+        assert_eq!(
+            rewritten("GET http://u@a.test/ HTTP/1.1\r\n\r\n"),
+            Some(Err(Rejection::BadHost))
+        );
+        // Folded lines are Pingora's to refuse.
+        assert_eq!(
+            rewritten("GET http://a/ HTTP/1.1\r\nHost: b\r\n c\r\n\r\n"),
+            None
+        );
+    }
 
     async fn verdict(h: &str) -> Result<(), Rejection> {
         check(&Bytes::from(h.to_string())).await
