@@ -12,7 +12,7 @@ use prometheus::IntCounter;
 use crate::decide::attempt::{Attempt, Verdict};
 use crate::decide::cause::Rejection;
 use crate::ops::access_log::{AccessLog, HttpRecord};
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{Metrics, status_class};
 use crate::table::Frontend;
 
 /// What the recorder needs to know of a finished request.
@@ -98,11 +98,15 @@ impl Recorder {
                         h.response_bytes.inc_by(f.bytes_out);
                     });
                 if let Some(ep) = a.current().and_then(|i| entry.endpoints.get(i)) {
-                    let t = &ep.state.totals;
-                    t.bytes_in.fetch_add(f.bytes_in, Ordering::Relaxed);
-                    t.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
-                    if f.failed && !a.connect_failed() {
-                        t.response_errors.fetch_add(1, Ordering::Relaxed);
+                    if let Some(t) = a.totals() {
+                        t.bytes_in.fetch_add(f.bytes_in, Ordering::Relaxed);
+                        t.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
+                        if let Some(c) = t.responses.get(status_class(f.status)) {
+                            c.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if f.failed && !a.connect_failed() {
+                            t.response_errors.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     endpoint = Some(ep.addr);
                 }

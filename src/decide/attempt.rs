@@ -15,7 +15,7 @@ use crate::decide::cause::{Cause, Side};
 use crate::table::balance::Pick;
 use crate::table::matcher::Strip;
 use crate::table::sticky::{self, COOKIE_NAME};
-use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable};
+use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
 
 /// Most endpoints one request may try (the configured tries are capped to this).
 pub const MAX_TRIES: usize = 8;
@@ -94,6 +94,8 @@ pub struct Attempt {
     tried: [usize; MAX_TRIES],
     n_tried: usize,
     in_flight: Option<InFlight>,
+    /// The entry's totals for the current try's endpoint (the stats page).
+    totals: Option<Arc<Totals>>,
     /// The health gate of this request's entry, decided once.
     gate: Option<HealthGate>,
     /// When the current upstream connection was asked for.
@@ -231,7 +233,13 @@ impl Attempt {
         let entry = self.entry()?;
         let endpoint = &entry.endpoints[i];
         let addr = endpoint.addr;
-        let guard = (!self.dry_run).then(|| endpoint.state.0.enter());
+        let (guard, totals) = if self.dry_run {
+            (None, None)
+        } else {
+            let totals = entry.state.totals.get_or_insert(addr, &entry.endpoints);
+            let guard = endpoint.state.0.enter(Arc::clone(&totals), now);
+            (Some(guard), Some(totals))
+        };
         if !self.dry_run
             && let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, self.client_ip)
             && self.pinned != Some(i)
@@ -243,6 +251,7 @@ impl Attempt {
             self.n_tried += 1;
         }
         self.in_flight = guard;
+        self.totals = totals;
         self.connect_started = Some(now);
         self.connect_failed = false;
         self.reused = false;
@@ -304,12 +313,13 @@ impl Attempt {
                 return give_up;
             };
             let ejected = self.eject_current(entry, policy, now);
-            if let Some(i) = self.current() {
-                let state = &entry.endpoints[i].state;
-                state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
-                if let (Some(_), Some(ip)) = (entry.client_ip_affinity, self.client_ip) {
-                    entry.state.affinity.forget(&ip);
-                }
+            if let Some(t) = &self.totals {
+                t.connect_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            if self.current().is_some()
+                && let (Some(_), Some(ip)) = (entry.client_ip_affinity, self.client_ip)
+            {
+                entry.state.affinity.forget(&ip);
             }
             let retry = self.n_tried < policy.tries && self.any_untried(entry);
             return Verdict {
@@ -393,6 +403,11 @@ impl Attempt {
 
     pub fn entry(&self) -> Option<&Entry> {
         self.table.as_ref()?.entry(self.entry?)
+    }
+
+    /// The entry's totals for the current try's endpoint (none in a dry run or before a try).
+    pub fn totals(&self) -> Option<&Totals> {
+        self.totals.as_deref()
     }
 
     /// The index of the current try's endpoint in the entry.
