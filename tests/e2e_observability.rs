@@ -366,6 +366,18 @@ async fn metric_names_follow_prometheus_conventions() {
         }
     }
     assert!(types.len() >= 15, "too few families: {types:?}");
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_threads",
+        "process_start_time_seconds",
+        "switchyard_upstream_response_duration_seconds",
+    ] {
+        assert!(types.contains_key(name), "{name} missing: {types:?}");
+    }
     let metrics_doc =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
             .unwrap();
@@ -374,8 +386,9 @@ async fn metric_names_follow_prometheus_conventions() {
         let ok_chars = name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !name.starts_with("switchyard_") || !ok_chars {
-            problems.push(format!("{name}: not switchyard_[a-z0-9_]"));
+        // `process_*` are the standard process metrics, named as every exporter does.
+        if !(name.starts_with("switchyard_") || name.starts_with("process_")) || !ok_chars {
+            problems.push(format!("{name}: not switchyard_[a-z0-9_] or process_*"));
         }
         if !helps.contains(name) {
             problems.push(format!("{name}: no HELP"));

@@ -425,7 +425,23 @@ impl ProxyHttp for HttpProxy {
             ctx.attempt.cookie_sticky(),
             cert,
         );
-        apply(req, &edits)
+        apply(req, &edits)?;
+        // The header is written to the endpoint right after this hook.
+        ctx.attempt.request_sent(Instant::now());
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        // Informational answers (100 Continue) are not the response.
+        if !resp.status.is_informational() || resp.status == http::StatusCode::SWITCHING_PROTOCOLS {
+            ctx.attempt.response_started(Instant::now());
+        }
+        Ok(())
     }
 
     async fn response_filter(

@@ -94,6 +94,9 @@ impl Recorder {
                         if let Some(c) = a.connect_time() {
                             h.connect.observe(c.as_secs_f64());
                         }
+                        if let Some(r) = a.response_time() {
+                            h.response.observe(r.as_secs_f64());
+                        }
                         h.request_bytes.inc_by(f.bytes_in);
                         h.response_bytes.inc_by(f.bytes_out);
                     });

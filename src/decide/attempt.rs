@@ -102,6 +102,11 @@ pub struct Attempt {
     connect_started: Option<Instant>,
     /// Time to open the upstream connection (none when a pooled one was reused).
     connect_time: Option<Duration>,
+    /// When the current try's request header went to the endpoint.
+    request_sent: Option<Instant>,
+    /// From the request header going to the endpoint to its response header arriving, for
+    /// the try that answered.
+    response_time: Option<Duration>,
     /// The last try failed to connect (so a final error is not a response error).
     connect_failed: bool,
     /// The current try's upstream connection came from a pool.
@@ -252,6 +257,7 @@ impl Attempt {
         }
         self.in_flight = guard;
         self.totals = totals;
+        self.request_sent = None;
         self.connect_started = Some(now);
         self.connect_failed = false;
         self.reused = false;
@@ -279,6 +285,21 @@ impl Attempt {
             maxconn: entry.maxconn,
         };
         entry.choose(&pick, self.gate(), now, &self.tried[..self.n_tried])
+    }
+
+    /// The current try's request header is being written to the endpoint.
+    pub fn request_sent(&mut self, now: Instant) {
+        self.request_sent = Some(now);
+    }
+
+    /// The endpoint's (final) response header arrived.
+    pub fn response_started(&mut self, now: Instant) {
+        self.response_time = self.request_sent.map(|t| now.saturating_duration_since(t));
+    }
+
+    /// The endpoint's response time (request header sent to response header received).
+    pub fn response_time(&self) -> Option<Duration> {
+        self.response_time
     }
 
     /// The current try's upstream connection is open (`reused`: it came from a pool).

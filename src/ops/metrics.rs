@@ -23,6 +23,8 @@ use prometheus::{
 /// Every metric of the control plane.
 pub struct Metrics {
     registry: Registry,
+    /// The `process_*` series, unprefixed as every exporter names them (`ops::process`).
+    process: Registry,
     pub table_generation: IntGauge,
     pub table_swaps_total: IntCounter,
     pub table_build_seconds: Histogram,
@@ -138,7 +140,11 @@ impl Metrics {
             .unwrap_or_else(|_| unreachable_metric()),
             data: DataMetrics::new(&registry),
             registry,
+            process: Registry::new(),
         };
+        if let Some(c) = crate::ops::process::ProcessCollector::new() {
+            register(&m.process, Box::new(c));
+        }
         let collectors: [Box<dyn prometheus::core::Collector>; 10] = [
             Box::new(m.build_info.clone()),
             Box::new(m.table_generation.clone()),
@@ -163,7 +169,9 @@ impl Metrics {
     pub fn render(&self) -> String {
         self.heap_allocated_bytes.set(heap_allocated());
         let mut out = Vec::new();
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+        let mut families = self.registry.gather();
+        families.extend(self.process.gather());
+        if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
             tracing::error!(error = %e, "encoding metrics failed");
         }
         String::from_utf8(out).unwrap_or_default()
@@ -236,6 +244,8 @@ pub struct EntryMetrics {
     requests: [IntCounter; 6],
     pub duration: Histogram,
     pub connect: Histogram,
+    /// From the request header going to the endpoint to its response header arriving.
+    pub response: Histogram,
     pub request_bytes: IntCounter,
     pub response_bytes: IntCounter,
     pub retries: IntCounter,
@@ -319,6 +329,7 @@ pub struct DataMetrics {
     pub http_unmatched_requests_total: IntCounterVec,
     pub http_request_duration_seconds: HistogramVec,
     pub upstream_connect_duration_seconds: HistogramVec,
+    pub upstream_response_duration_seconds: HistogramVec,
     pub http_request_bytes_total: IntCounterVec,
     pub http_response_bytes_total: IntCounterVec,
     pub http_retries_total: IntCounterVec,
@@ -417,6 +428,13 @@ impl DataMetrics {
                 "upstream_connect_duration_seconds",
                 "Time to open a new connection to an endpoint (reused connections are not counted), by entry",
                 &connect_buckets,
+                &["entry"],
+            ),
+            upstream_response_duration_seconds: histogram_vec(
+                r,
+                "upstream_response_duration_seconds",
+                "Time from sending a request's header to an endpoint to receiving its response header, by entry",
+                &request_buckets,
                 &["entry"],
             ),
             http_request_bytes_total: counter_vec(
@@ -529,6 +547,9 @@ impl DataMetrics {
             connect: self
                 .upstream_connect_duration_seconds
                 .with_label_values(&[entry]),
+            response: self
+                .upstream_response_duration_seconds
+                .with_label_values(&[entry]),
             request_bytes: self.http_request_bytes_total.with_label_values(&[entry]),
             response_bytes: self.http_response_bytes_total.with_label_values(&[entry]),
             retries: self.http_retries_total.with_label_values(&[entry]),
@@ -619,6 +640,7 @@ impl DataMetrics {
         for v in [
             &self.http_request_duration_seconds,
             &self.upstream_connect_duration_seconds,
+            &self.upstream_response_duration_seconds,
         ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);

@@ -347,6 +347,7 @@ impl FastPath {
             };
             attempt.connected(reused, Instant::now());
             conn.upstream_buf.clear();
+            attempt.request_sent(Instant::now());
             let outcome = match self.send(&mut up, &conn.out).await {
                 Ok(()) => {
                     let edits = response_edits(&self.proxy.fwd, attempt.set_cookie());
@@ -359,7 +360,10 @@ impl FastPath {
                 }),
             };
             match outcome {
-                Ok(resp) => break (up, addr, resp),
+                Ok(resp) => {
+                    attempt.response_started(Instant::now());
+                    break (up, addr, resp);
+                }
                 Err(x) => {
                     let failure = Failure {
                         cause: x.cause,
