@@ -143,6 +143,30 @@ async fn refused_requests_are_switchyards_answers_logged_and_counted() {
             .await;
             assert!(ok, "fast path {fast}, {reason}: log:\n{}", sy.stdout());
         }
+        // A body that breaks after routing: refused too, and counted for its entry.
+        let answer = exchange(
+            sy.http_port,
+            b"POST /web/a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n",
+        )
+        .await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400 "),
+            "fast path {fast}: {answer:?}"
+        );
+        assert!(
+            !answer.to_ascii_lowercase().contains("pingora"),
+            "{answer:?}"
+        );
+        let series =
+            "switchyard_http_rejected_requests_total{frontend=\"http\",reason=\"bad_body\"}";
+        assert_eq!(metric(&sy, series).await, 1.0, "fast path {fast}: {series}");
+        let ok = eventually(Duration::from_secs(3), || async {
+            log_lines(&sy)
+                .iter()
+                .any(|l| l["error"] == "bad_body" && l["status"] == 400 && l["entry"] == "web")
+        })
+        .await;
+        assert!(ok, "fast path {fast}: log:\n{}", sy.stdout());
         // Refusals are not unmatched requests.
         assert_eq!(
             metric(

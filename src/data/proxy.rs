@@ -476,7 +476,13 @@ impl ProxyHttp for HttpProxy {
                 host,
                 method: req.method.as_str(),
                 path: req.uri.path(),
-                rejected: ctx.rejected,
+                // A body that broke after routing is refused too (Pingora answered 400
+                // through `fail_to_proxy`).
+                rejected: ctx.rejected.or_else(|| {
+                    e.filter(|e| cause_of(e, false, false) == Cause::BadRequest)
+                        .filter(|_| session.response_written().is_some_and(|r| r.status == 400))
+                        .map(|_| Rejection::BadBody)
+                }),
             },
         );
     }

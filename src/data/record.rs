@@ -26,7 +26,7 @@ pub struct Finished<'a> {
     pub host: &'a [u8],
     pub method: &'a str,
     pub path: &'a str,
-    /// Refused before routing (counted in `http_rejected_requests_total`, not as unmatched).
+    /// Refused (counted in `http_rejected_requests_total`; before routing, not as unmatched).
     pub rejected: Option<Rejection>,
 }
 
@@ -114,14 +114,12 @@ impl Recorder {
                     endpoint = Some(ep.addr);
                 }
             }
-            _ => match f.rejected {
-                Some(r) => {
-                    if let Some(c) = self.rejected.get(r.index()) {
-                        c.inc();
-                    }
-                }
-                None => self.unmatched.inc(),
-            },
+            _ if f.rejected.is_none() => self.unmatched.inc(),
+            _ => {}
+        }
+        // A refusal after routing (a malformed body) counts for its entry too.
+        if let Some(c) = f.rejected.and_then(|r| self.rejected.get(r.index())) {
+            c.inc();
         }
         if !self.access_log.enabled() {
             return;

@@ -100,8 +100,9 @@ impl Cause {
     }
 }
 
-/// Why a request was refused before it could be routed: the bounded `reason` label of
-/// `http_rejected_requests_total`, and the one place that says what each refusal answers.
+/// Why a request was refused (before it could be routed, but for a body that breaks): the
+/// bounded `reason` label of `http_rejected_requests_total`, and the one place that says what
+/// each refusal answers.
 /// Every engine (the header guard, the fast path, the Pingora path) maps what it saw into
 /// this set and answers `status()` with `error_page::rejection_answer`, then closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -129,10 +130,14 @@ pub enum Rejection {
     /// `CONNECT`: switchyard is not a forward proxy.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// A request body whose framing breaks after the header was routed (a bad chunk size):
+    /// what was read before it may have been streamed to the endpoint already.
+    #[error("malformed request body")]
+    BadBody,
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 7] = [
+    pub const ALL: [Rejection; 8] = [
         Rejection::BadRequest,
         Rejection::TooManyHeaders,
         Rejection::HeaderTooLarge,
@@ -140,6 +145,7 @@ impl Rejection {
         Rejection::BadHost,
         Rejection::BadFraming,
         Rejection::MethodNotAllowed,
+        Rejection::BadBody,
     ];
 
     /// The answer. Too many fields is "too large" as a whole (RFC 6585 §5), so 431 like an
@@ -149,7 +155,10 @@ impl Rejection {
             Rejection::TooManyHeaders | Rejection::HeaderTooLarge => 431,
             Rejection::HeaderTimeout => 408,
             Rejection::MethodNotAllowed => 405,
-            Rejection::BadRequest | Rejection::BadHost | Rejection::BadFraming => 400,
+            Rejection::BadRequest
+            | Rejection::BadHost
+            | Rejection::BadFraming
+            | Rejection::BadBody => 400,
         }
     }
 
@@ -163,6 +172,7 @@ impl Rejection {
             Rejection::BadHost => "bad_host",
             Rejection::BadFraming => "bad_framing",
             Rejection::MethodNotAllowed => "method_not_allowed",
+            Rejection::BadBody => "bad_body",
         }
     }
 
