@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use pingora::protocols::GetSocketDigest;
 use pingora::protocols::http::ServerSession;
+use pingora::protocols::{GetSocketDigest, Shutdown};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -75,7 +75,8 @@ impl Refusals {
         };
         let _ = tokio::time::timeout(ANSWER_WRITE, write).await;
         self.record(r, started, stream, head);
-        stream.shutdown_stream().await;
+        // As Pingora ends a connection: TLS gets its close_notify.
+        Shutdown::shutdown(stream).await;
     }
 }
 

@@ -297,11 +297,6 @@ impl GuardedStream {
         Some((h.deadline.deadline() - h.limits.header_timeout).into_std())
     }
 
-    /// Shuts the stream down as Pingora ends a connection (TLS gets its close_notify).
-    pub async fn shutdown_stream(&mut self) {
-        self.inner.shutdown().await;
-    }
-
     /// Writes the answer of a refusal the guard decided outside a read (a peek that timed
     /// out); does nothing otherwise.
     pub async fn finish_rejection(&mut self) {
