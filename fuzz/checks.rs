@@ -16,8 +16,8 @@ use switchyard::data::fast::chunked::Chunks;
 use switchyard::data::fast::request::{Field, MAX_REQUEST_HEADERS, Parse, Request};
 use switchyard::data::fast::request::{build_request, parse_request};
 use switchyard::data::fast::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
-use switchyard::data::listener::valid_host;
 use switchyard::decide::edits::{ASSERTED, ClientCert, Forwarding, request_edits, response_edits};
+use switchyard::decide::target::valid_host;
 use switchyard::table::sticky::{COOKIE_NAME, find_cookie, strip_cookie};
 
 /// The verified client certificate's subject, when the flags ask for one.

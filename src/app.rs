@@ -336,6 +336,8 @@ fn http_service(
     let fast = config
         .fast_path
         .then(|| crate::data::fast::FastPath::new(proxy.clone()));
+    // How the guard answers and records the requests it refuses, as this proxy would.
+    let refusals = crate::data::intake::Refusals::new(&proxy);
     let mut app = pingora::proxy::http_proxy(shared.server_conf, proxy);
     let mut options = HttpServerOptions::default();
     options.h2c = listener.h2c;
@@ -347,7 +349,7 @@ fn http_service(
         app,
         config.downstream,
         Arc::clone(shared.limit),
-        downstream::Counters::new(shared.metrics, &label),
+        downstream::Counters::new(shared.metrics, &label, refusals),
     );
     if let Some(tls) = listener.tls {
         guarded = guarded.with_tls(tls);

@@ -360,6 +360,18 @@ async fn metric_names_follow_prometheus_conventions() {
         }
     }
     assert!(types.len() >= 15, "too few families: {types:?}");
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_threads",
+        "process_start_time_seconds",
+        "switchyard_upstream_response_duration_seconds",
+    ] {
+        assert!(types.contains_key(name), "{name} missing: {types:?}");
+    }
     let metrics_doc =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
             .unwrap();
@@ -368,8 +380,9 @@ async fn metric_names_follow_prometheus_conventions() {
         let ok_chars = name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !name.starts_with("switchyard_") || !ok_chars {
-            problems.push(format!("{name}: not switchyard_[a-z0-9_]"));
+        // `process_*` are the standard process metrics, named as every exporter does.
+        if !(name.starts_with("switchyard_") || name.starts_with("process_")) || !ok_chars {
+            problems.push(format!("{name}: not switchyard_[a-z0-9_] or process_*"));
         }
         if !helps.contains(name) {
             problems.push(format!("{name}: no HELP"));
@@ -762,7 +775,8 @@ fn dom_rows(dom: &str) -> BTreeMap<(String, String), BTreeMap<String, String>> {
 }
 
 /// Headless Chromium renders the stats page with one row per endpoint in the expected state;
-/// `?csv` and `?json` carry exactly the same data.
+/// `?json` carries exactly the same data and `?csv` the same in HAProxy's `show stat` layout.
+/// Two entries on one address (`web`, `web2`) each show their own traffic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_page_renders_in_headless_chromium() {
     let chrome = chromium(); // fail first, and clearly, when it is missing
@@ -790,9 +804,11 @@ async fn stats_page_renders_in_headless_chromium() {
             svc("drain", 80),
             svc("empty", 80),
             svc("db", tcp_port),
+            svc("web2", 80),
         ],
         vec![
             vec![slice("web", "", b1.port), slice("web", "", dead)],
+            vec![slice("web2", "", b1.port)],
             slices("api", &[&b2]),
             vec![draining],
             slices("db", &[&b4]),
@@ -813,6 +829,7 @@ async fn stats_page_renders_in_headless_chromium() {
     let expected: BTreeMap<(String, String), &str> = [
         (("web", b1.port), "up"),
         (("web", dead), "down"),
+        (("web2", b1.port), "up"),
         (("api", b2.port), "up"),
         (("drain", b3.port), "draining"),
         ((&*format!("db:{tcp_port}"), b4.port), "up"),
@@ -862,7 +879,7 @@ async fn stats_page_renders_in_headless_chromium() {
         .map(|s| s.split('"').next().unwrap())
         .collect();
     assert_eq!(sections, ["http".to_string(), format!("tcp:{tcp_port}")]);
-    for entry in ["web", "api", "drain", "empty"] {
+    for entry in ["web", "web2", "api", "drain", "empty"] {
         assert!(
             dom.contains(&format!(
                 "data-entry=\"{entry}\"><caption>Entry {entry} <small>"
@@ -871,31 +888,48 @@ async fn stats_page_renders_in_headless_chromium() {
         );
     }
 
-    // The same data as CSV and JSON.
+    // The same data as JSON, and as CSV in HAProxy's layout (HTML column -> HAProxy column).
+    // Time-dependent columns (rate, ages, the dead endpoint's growing failure count) are only
+    // checked for presence: the three fetches are not one instant.
     let columns = [
-        "state",
-        "cur",
-        "max",
-        "total",
-        "bytes_in",
-        "bytes_out",
-        "connect_errors",
-        "response_errors",
-        "last_check",
+        ("state", "status"),
+        ("cur", "scur"),
+        ("max", "smax"),
+        ("total", "stot"),
+        ("bytes_in", "bin"),
+        ("bytes_out", "bout"),
+        ("connect_errors", "econ"),
+        ("response_errors", "eresp"),
+        ("hrsp_1xx", "hrsp_1xx"),
+        ("hrsp_2xx", "hrsp_2xx"),
+        ("hrsp_3xx", "hrsp_3xx"),
+        ("hrsp_4xx", "hrsp_4xx"),
+        ("hrsp_5xx", "hrsp_5xx"),
+        ("hrsp_other", "hrsp_other"),
+        ("last_check", "last_chk"),
+        ("algorithm", "algo"),
     ];
     let json_rows = stats_rows(&sy).await;
     let csv = sy.stats("/?csv").await;
     assert_eq!(csv.status, 200);
     assert!(csv.header("content-type").unwrap().starts_with("text/csv"));
     let mut lines = csv.body.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let header_line = lines.next().unwrap();
+    assert!(
+        header_line.starts_with(
+            "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,\
+             wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,"
+        ),
+        "{header_line}"
+    );
+    let header: Vec<&str> = header_line.trim_start_matches("# ").split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let csv_rows: BTreeMap<(String, String), Vec<String>> = lines
         .map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>())
-        .filter(|cells| cells[col("type")] == "endpoint")
+        .filter(|cells| cells[col("type")] == "2")
         .map(|cells| {
             (
-                (cells[col("entry")].clone(), cells[col("endpoint")].clone()),
+                (cells[col("pxname")].clone(), cells[col("svname")].clone()),
                 cells,
             )
         })
@@ -909,15 +943,57 @@ async fn stats_page_renders_in_headless_chromium() {
         html_rows.keys().collect::<Vec<_>>()
     );
     for (k, cells) in &html_rows {
-        for c in columns {
+        for (c, hc) in columns {
             let json_v = match &json_rows[k][c] {
                 Value::String(s) => s.clone(),
                 v => v.to_string(),
             };
-            assert_eq!(cells[c], csv_rows[k][col(c)], "{k:?} {c}: HTML vs CSV");
+            let csv_v = &csv_rows[k][col(hc)];
+            let html_v = match c {
+                "state" => match cells[c].as_str() {
+                    "up" => "UP",
+                    "draining" => "DRAIN",
+                    _ => "DOWN",
+                }
+                .to_string(),
+                "last_check" if cells[c] == "-" => String::new(),
+                _ => cells[c].clone(),
+            };
+            assert_eq!(&html_v, csv_v, "{k:?} {c}: HTML vs CSV {hc}");
             assert_eq!(cells[c], json_v, "{k:?} {c}: HTML vs JSON");
         }
+        for c in [
+            "rate",
+            "rate_max",
+            "check_ms",
+            "check_age_s",
+            "check_failures",
+            "check_downs",
+            "since_s",
+            "downtime_s",
+        ] {
+            assert!(cells.contains_key(c), "{k:?}: HTML column {c}");
+            assert!(json_rows[k].get(c).is_some(), "{k:?}: JSON field {c}");
+        }
     }
+    // Checked endpoints show the last check's duration and age; the dead one its failures.
+    let dead_row = &json_rows[&("web".to_string(), ep(dead))];
+    assert!(
+        dead_row["check_failures"].as_u64().unwrap() >= 3,
+        "{dead_row}"
+    );
+    assert_eq!(dead_row["check_downs"], 1, "{dead_row}");
+    assert_ne!(dead_row["check_ms"], "", "{dead_row}");
+    assert_ne!(csv_rows[&("web".to_string(), ep(dead))][col("chkdown")], "");
+    // web2 shares b1's address (and its health) but not web's traffic.
+    let web_b1 = &json_rows[&("web".to_string(), ep(b1.port))];
+    let web2_b1 = &json_rows[&("web2".to_string(), ep(b1.port))];
+    assert_eq!(web_b1["hrsp_2xx"], 3, "{web_b1}");
+    assert_eq!(
+        web2_b1["total"], 0,
+        "traffic of web shown on web2: {web2_b1}"
+    );
+    assert_eq!(web2_b1["hrsp_2xx"], 0, "{web2_b1}");
     let web_total: u64 = ["web"]
         .iter()
         .flat_map(|e| html_rows.iter().filter(move |(k, _)| k.0 == *e))
@@ -935,7 +1011,7 @@ async fn stats_page_renders_in_headless_chromium() {
             run_chromium(
                 &[
                     arg,
-                    "--window-size=1100,900".into(),
+                    "--window-size=1400,900".into(),
                     "--hide-scrollbars".into(),
                 ],
                 &url,

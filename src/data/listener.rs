@@ -9,8 +9,11 @@
 //! for the blank line that ends it, and answers 408 (too slow) or 431 (too large) itself,
 //! then closes. It also owns the HTTP/1 keep-alive loop (as Pingora's own `ServerApp` does) so
 //! that it can re-arm the header guard between requests, once the previous request, body
-//! included, is completely done. HTTP/2 connections get the guard for their preface only.
-//! This module does no routing and knows nothing of the table.
+//! included, is completely done, and before each request that goes to Pingora it has the header
+//! read and checked whole (`intake`), so that switchyard, not Pingora, answers the ones that
+//! are refused. Every refusal (the guard's 408 and 431 too) is answered as `decide` says,
+//! counted and logged (`intake::Refusals`). HTTP/2 connections get the guard for their
+//! preface only. This module does no routing and knows nothing of the table.
 
 use std::fmt;
 use std::io;
@@ -35,7 +38,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::data::fast::{FastPath, Served};
+use crate::data::intake::{self, Intake, Refusals};
 use crate::data::tls::HandshakeAcceptor;
+use crate::decide::cause::Rejection;
+use crate::decide::target::valid_host;
 use crate::ops::metrics::Metrics;
 
 /// `--max-connections`, `--max-request-header-bytes`, `--request-header-timeout`.
@@ -60,9 +66,6 @@ impl Default for Limits {
 }
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const TIMEOUT_RESPONSE: &[u8] =
-    b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-const TOO_LARGE_RESPONSE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 // === impl ConnectionLimit ===
 
@@ -139,21 +142,24 @@ impl HeaderEnd {
 
 // === impl GuardedStream ===
 
-/// Counters of the guards' closes, resolved once per frontend.
+/// Counters of the guards' closes, resolved once per frontend, and how the frontend
+/// answers and records a refused request.
 #[derive(Clone)]
 pub struct Counters {
     limit: IntCounter,
     timeout: IntCounter,
     too_large: IntCounter,
+    refusals: Arc<Refusals>,
 }
 
 impl Counters {
-    pub fn new(metrics: &Metrics, frontend: &str) -> Counters {
+    pub fn new(metrics: &Metrics, frontend: &str, refusals: Refusals) -> Counters {
         let c = |reason| metrics.data.downstream_rejected(frontend, reason);
         Counters {
             limit: c("connection_limit"),
             timeout: c("header_timeout"),
             too_large: c("header_too_large"),
+            refusals: Arc::new(refusals),
         }
     }
 }
@@ -163,9 +169,9 @@ enum Phase {
     Header,
     /// Past the header (body, response, tunnel, HTTP/2 frames): no guard until re-armed.
     Body,
-    /// Writing the canned response, then failing every read.
+    /// Writing the refusal, then failing every read.
     Reject {
-        response: &'static [u8],
+        response: Vec<u8>,
         written: usize,
     },
     Closed,
@@ -179,6 +185,8 @@ struct HeaderGuard {
     armed: bool,
     read: usize,
     end: HeaderEnd,
+    /// What the guard refused, until the connection's owner records it.
+    rejected: Option<Rejection>,
 }
 
 impl HeaderGuard {
@@ -189,14 +197,15 @@ impl HeaderGuard {
         self.armed = true;
     }
 
-    fn reject(&mut self, response: &'static [u8]) {
-        if response == TIMEOUT_RESPONSE {
+    fn reject(&mut self, r: Rejection) {
+        if r == Rejection::HeaderTimeout {
             self.counters.timeout.inc();
         } else {
             self.counters.too_large.inc();
         }
+        self.rejected = Some(r);
         self.phase = Phase::Reject {
-            response,
+            response: self.counters.refusals.answer(r),
             written: 0,
         };
     }
@@ -240,6 +249,7 @@ impl GuardedStream {
             armed: false,
             read: 0,
             end: HeaderEnd::default(),
+            rejected: None,
         };
         guard.arm();
         GuardedStream {
@@ -272,6 +282,30 @@ impl GuardedStream {
         }
         if !bytes.is_empty() {
             self.replay = Some(bytes);
+        }
+    }
+
+    /// What the header guard refused (408, 431), once: the caller records it.
+    pub fn take_rejection(&mut self) -> Option<Rejection> {
+        self.header.as_mut().and_then(|h| h.rejected.take())
+    }
+
+    /// When the current request header's deadline started (its first byte, or the accept for
+    /// a connection's first request).
+    pub fn header_started(&self) -> Option<std::time::Instant> {
+        let h = self.header.as_ref().filter(|h| h.armed)?;
+        Some((h.deadline.deadline() - h.limits.header_timeout).into_std())
+    }
+
+    /// Writes the answer of a refusal the guard decided outside a read (a peek that timed
+    /// out); does nothing otherwise.
+    pub async fn finish_rejection(&mut self) {
+        if self
+            .header
+            .as_ref()
+            .is_some_and(|h| matches!(h.phase, Phase::Reject { .. }))
+        {
+            let _ = std::future::poll_fn(|cx| self.poll_reject(cx)).await;
         }
     }
 
@@ -321,7 +355,7 @@ impl AsyncRead for GuardedStream {
             Phase::Reject { .. } | Phase::Closed => return this.poll_reject(cx),
         }
         if h.armed && h.deadline.is_elapsed() {
-            h.reject(TIMEOUT_RESPONSE);
+            h.reject(Rejection::HeaderTimeout);
             return this.poll_reject(cx);
         }
         let before = buf.filled().len();
@@ -341,7 +375,7 @@ impl AsyncRead for GuardedStream {
                 h.read += len;
                 if h.read > h.limits.max_header_bytes {
                     buf.set_filled(before);
-                    h.reject(TOO_LARGE_RESPONSE);
+                    h.reject(Rejection::HeaderTooLarge);
                     return this.poll_reject(cx);
                 }
                 if done {
@@ -351,7 +385,7 @@ impl AsyncRead for GuardedStream {
             }
             Poll::Pending => {
                 if h.armed && h.deadline.as_mut().poll(cx).is_ready() {
-                    h.reject(TIMEOUT_RESPONSE);
+                    h.reject(Rejection::HeaderTimeout);
                     return this.poll_reject(cx);
                 }
                 Poll::Pending
@@ -481,8 +515,9 @@ impl Peek for GuardedStream {
         match tokio::time::timeout_at(deadline, self.inner.try_peek(buf)).await {
             Ok(r) => r,
             Err(_) => {
-                if let Some(h) = &self.header {
-                    h.counters.timeout.inc();
+                // A late header gets its 408 like any other (`finish_rejection` writes it).
+                if let Some(h) = &mut self.header {
+                    h.reject(Rejection::HeaderTimeout);
                 }
                 Err(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -554,7 +589,15 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
         } else if options.is_some_and(|o| o.h2c) {
             let mut buf = [0u8; H2_PREFACE.len()];
             // A failed peek (timeout, close) has consumed bytes: the connection is done.
-            stream.try_peek(&mut buf).await.ok()? && buf == H2_PREFACE
+            match stream.try_peek(&mut buf).await {
+                Ok(full) => full && buf == H2_PREFACE,
+                Err(_) => {
+                    stream.finish_rejection().await;
+                    self.record_guard_rejection(&mut stream, &[]);
+                    stream.shutdown().await;
+                    return None;
+                }
+            }
         } else {
             false
         };
@@ -567,15 +610,33 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
         let mut conn = self.fast.as_ref().map(|f| f.connection(&stream));
         let mut watch = shutdown.clone();
         let mut settings: Option<HttpPersistentSettings> = None;
+        let mut fresh = true;
         loop {
             if let (Some(fast), Some(conn)) = (&self.fast, &mut conn) {
                 match fast.serve(&mut stream, conn, &mut watch).await {
                     Served::Closed => {
+                        self.record_guard_rejection(&mut stream, conn.pending());
                         // As Pingora ends a connection: TLS gets its close_notify.
                         stream.shutdown().await;
                         return None;
                     }
                     Served::Declined => {}
+                }
+                fresh = fresh && conn.is_fresh();
+            }
+            // Pingora's path: the header is read and checked whole first (see `intake`).
+            let refusals = &self.counters.refusals;
+            match intake::read_header(&mut stream, fresh, self.limits.keep_alive, &mut watch).await
+            {
+                Intake::Ready => {}
+                Intake::Closed(partial) => {
+                    self.record_guard_rejection(&mut stream, &partial);
+                    stream.shutdown().await;
+                    return None;
+                }
+                Intake::Refused(r, head) => {
+                    refusals.refuse(&mut stream, r, &head).await;
+                    return None;
                 }
             }
             let mut session = ServerSession::new_http1(stream);
@@ -597,6 +658,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
             stream = reused.into_any().downcast::<GuardedStream>().ok()?;
             stream.rearm();
             settings = next;
+            fresh = false;
             if let Some(conn) = &mut conn {
                 FastPath::served_elsewhere(conn);
             }
@@ -605,6 +667,19 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
 
     async fn cleanup(&self) {
         self.inner.http_cleanup().await;
+    }
+}
+
+impl<A> Guard<A> {
+    /// Records the 408 or 431 the header guard answered on `stream`, if it did (`head`: what
+    /// had been read of the header).
+    fn record_guard_rejection(&self, stream: &mut GuardedStream, head: &[u8]) {
+        if let Some(r) = stream.take_rejection() {
+            let started = stream
+                .header_started()
+                .unwrap_or_else(std::time::Instant::now);
+            self.counters.refusals.record(r, started, stream, head);
+        }
     }
 }
 
@@ -621,18 +696,18 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
 pub fn check_request(
     req: &pingora::http::RequestHeader,
     raw_header: impl FnOnce() -> bytes::Bytes,
-) -> Result<(), &'static str> {
+) -> Result<(), Rejection> {
     use http::header::{HOST, TRANSFER_ENCODING};
     if req.headers.contains_key(TRANSFER_ENCODING) && has_content_length(&raw_header()) {
-        return Err("both Content-Length and Transfer-Encoding");
+        return Err(Rejection::BadFraming);
     }
     let mut hosts = req.headers.get_all(HOST).iter();
     match (hosts.next(), hosts.next()) {
-        (_, Some(_)) => Err("more than one Host"),
-        (None, None) if req.version == http::Version::HTTP_11 => Err("no Host"),
+        (_, Some(_)) => Err(Rejection::BadHost),
+        (None, None) if req.version == http::Version::HTTP_11 => Err(Rejection::BadHost),
         (None, None) => Ok(()),
         (Some(h), None) if valid_host(h.as_bytes()) => Ok(()),
-        (Some(_), None) => Err("invalid Host"),
+        (Some(_), None) => Err(Rejection::BadHost),
     }
 }
 
@@ -640,14 +715,6 @@ fn has_content_length(raw: &[u8]) -> bool {
     const NAME: &[u8] = b"\ncontent-length";
     raw.windows(NAME.len())
         .any(|w| w.eq_ignore_ascii_case(NAME))
-}
-
-/// `uri-host [":" port]`, or empty (allowed when the target has no authority).
-pub fn valid_host(h: &[u8]) -> bool {
-    h.is_empty()
-        || (!h.contains(&b'@')
-            && http::uri::Authority::try_from(h)
-                .is_ok_and(|a| a.port().is_some() || !a.as_str().ends_with(':')))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! type.
 
 pub mod fast;
+pub mod intake;
 pub mod listener;
 pub mod proxy;
 pub mod record;

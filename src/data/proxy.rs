@@ -29,12 +29,14 @@ use crate::data::Timeouts;
 use crate::data::record::{Finished, Recorder};
 use crate::data::tls;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route};
-use crate::decide::cause::Cause;
+use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
     ClientCert, Edit, Edits, Forwarding, extended, no_cache_set_cookie, request_edits,
     response_edits,
 };
-use crate::decide::error_page::{Answer, ErrorPage, failure_answer, grpc_answer, is_grpc};
+use crate::decide::error_page::{
+    Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, rejection_answer,
+};
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
@@ -155,6 +157,8 @@ pub struct Ctx {
     grpc: bool,
     /// A gRPC call's `grpc-timeout`, from when the request arrived: no upstream wait outlives it.
     deadline: Option<Instant>,
+    /// Refused before routing.
+    rejected: Option<Rejection>,
 }
 
 /// The cause of a Pingora error raised before the upstream connection was open.
@@ -223,17 +227,20 @@ impl ProxyHttp for HttpProxy {
             started: Instant::now(),
             grpc: false,
             deadline: None,
+            rejected: None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        if let Err(why) = crate::data::listener::check_request(session.req_header(), || {
+        // HTTP/1 headers were checked before Pingora read them (`intake`); this catches
+        // HTTP/2 ones, with the same rule and answer.
+        if let Err(r) = crate::data::listener::check_request(session.req_header(), || {
             session.as_downstream().to_h1_raw()
         }) {
-            tracing::debug!(why, "bad request");
+            tracing::debug!(reason = r.as_str(), "request refused");
             session.set_keepalive(None);
-            let status = Cause::BadRequest.status().unwrap_or(400);
-            write_answer(session, &failure_answer(status, &self.fwd), Bytes::new()).await?;
+            ctx.rejected = Some(r);
+            write_answer(session, &rejection_answer(r, &self.fwd), Bytes::new()).await?;
             return Ok(true);
         }
         let req = session.req_header();
@@ -496,7 +503,23 @@ impl ProxyHttp for HttpProxy {
             ctx.attempt.cookie_sticky(),
             cert,
         );
-        apply(req, &edits)
+        apply(req, &edits)?;
+        // The header is written to the endpoint right after this hook.
+        ctx.attempt.request_sent(Instant::now());
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        // Informational answers (100 Continue) are not the response.
+        if !resp.status.is_informational() || resp.status == http::StatusCode::SWITCHING_PROTOCOLS {
+            ctx.attempt.response_started(Instant::now());
+        }
+        Ok(())
     }
 
     async fn response_filter(
@@ -531,6 +554,13 @@ impl ProxyHttp for HttpProxy {
                 host,
                 method: req.method.as_str(),
                 path: req.uri.path(),
+                // A body that broke after routing is refused too (Pingora answered 400
+                // through `fail_to_proxy`).
+                rejected: ctx.rejected.or_else(|| {
+                    e.filter(|e| cause_of(e, false, false) == Cause::BadRequest)
+                        .filter(|_| session.response_written().is_some_and(|r| r.status == 400))
+                        .map(|_| Rejection::BadBody)
+                }),
             },
         );
     }

@@ -10,8 +10,9 @@ use std::time::{Instant, SystemTime};
 use prometheus::IntCounter;
 
 use crate::decide::attempt::{Attempt, Verdict};
+use crate::decide::cause::Rejection;
 use crate::ops::access_log::{AccessLog, HttpRecord};
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{Metrics, status_class};
 use crate::table::Frontend;
 
 /// What the recorder needs to know of a finished request.
@@ -25,6 +26,8 @@ pub struct Finished<'a> {
     pub host: &'a [u8],
     pub method: &'a str,
     pub path: &'a str,
+    /// Refused (counted in `http_rejected_requests_total`; before routing, not as unmatched).
+    pub rejected: Option<Rejection>,
 }
 
 /// One frontend's metrics and access log.
@@ -34,6 +37,8 @@ pub struct Recorder {
     access_log: Arc<AccessLog>,
     /// `http_unmatched_requests_total` of this frontend, resolved once.
     unmatched: IntCounter,
+    /// `http_rejected_requests_total` of this frontend, by `Rejection::index`.
+    rejected: Arc<[IntCounter]>,
     /// The frontend's metric label (`http`, `https`).
     label: String,
 }
@@ -43,6 +48,11 @@ impl Recorder {
         let label = frontend.label();
         Recorder {
             unmatched: metrics.data.unmatched(&label),
+            // Every reason from 0, so a rate() sees the first one.
+            rejected: Rejection::ALL
+                .iter()
+                .map(|r| metrics.data.rejected(&label, r.as_str()))
+                .collect(),
             metrics,
             access_log,
             label,
@@ -84,20 +94,32 @@ impl Recorder {
                         if let Some(c) = a.connect_time() {
                             h.connect.observe(c.as_secs_f64());
                         }
+                        if let Some(r) = a.response_time() {
+                            h.response.observe(r.as_secs_f64());
+                        }
                         h.request_bytes.inc_by(f.bytes_in);
                         h.response_bytes.inc_by(f.bytes_out);
                     });
                 if let Some(ep) = a.current().and_then(|i| entry.endpoints.get(i)) {
-                    let t = &ep.state.totals;
-                    t.bytes_in.fetch_add(f.bytes_in, Ordering::Relaxed);
-                    t.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
-                    if f.failed && !a.connect_failed() {
-                        t.response_errors.fetch_add(1, Ordering::Relaxed);
+                    if let Some(t) = a.totals() {
+                        t.bytes_in.fetch_add(f.bytes_in, Ordering::Relaxed);
+                        t.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
+                        if let Some(c) = t.responses.get(status_class(f.status)) {
+                            c.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if f.failed && !a.connect_failed() {
+                            t.response_errors.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     endpoint = Some(ep.addr);
                 }
             }
-            _ => self.unmatched.inc(),
+            _ if f.rejected.is_none() => self.unmatched.inc(),
+            _ => {}
+        }
+        // A refusal after routing (a malformed body) counts for its entry too.
+        if let Some(c) = f.rejected.and_then(|r| self.rejected.get(r.index())) {
+            c.inc();
         }
         if !self.access_log.enabled() {
             return;
@@ -120,6 +142,73 @@ impl Recorder {
             connect: a.connect_time(),
             generation: a.table().map_or(0, |t| t.generation),
             retries: u32::try_from(a.tries().saturating_sub(1)).unwrap_or(0),
+            error: f.rejected.map(Rejection::as_str),
         });
+    }
+
+    /// Counts a request refused before it had a route (see `Rejection`), with one access-log
+    /// line. `head` is what was read of its header: the method and path are taken from its
+    /// request line when they are plain text, and left empty otherwise.
+    pub fn rejected(
+        &self,
+        r: Rejection,
+        started: Instant,
+        client: Option<SocketAddr>,
+        head: &[u8],
+    ) {
+        let (method, path) = request_line(head);
+        let mut attempt = Attempt::new(None);
+        self.finished(
+            &mut attempt,
+            started,
+            &Finished {
+                status: r.status(),
+                bytes_in: 0,
+                bytes_out: 0,
+                failed: true,
+                client,
+                host: b"",
+                method,
+                path,
+                rejected: Some(r),
+            },
+        );
+    }
+}
+
+/// The method and the path (without query) of a request line, when both are short printable
+/// ASCII; empty strings otherwise (a refused request may be any bytes at all).
+fn request_line(head: &[u8]) -> (&str, &str) {
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len());
+    let line = &head[start..];
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let mut words = line.split(|&b| b == b' ');
+    fn plain(w: &[u8], max: usize) -> Option<&str> {
+        (!w.is_empty() && w.len() <= max && w.iter().all(u8::is_ascii_graphic))
+            .then(|| std::str::from_utf8(w).ok())
+            .flatten()
+    }
+    let method = words.next().and_then(|w| plain(w, 16)).unwrap_or("");
+    let path = words
+        .next()
+        .map(|w| &w[..w.iter().position(|&b| b == b'?').unwrap_or(w.len())])
+        .and_then(|w| plain(w, 2048))
+        .unwrap_or("");
+    (method, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines_of_refused_requests_are_read_only_when_plain() {
+        assert_eq!(request_line(b"\r\nGET /a?b HTTP/1.1\r\nx"), ("GET", "/a"));
+        assert_eq!(request_line(b"GET /\x00 HTTP/1.1\r\n"), ("GET", ""));
+        assert_eq!(request_line(b""), ("", ""));
+        assert_eq!(request_line(b"\x01\x02"), ("", ""));
     }
 }

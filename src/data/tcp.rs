@@ -298,8 +298,9 @@ async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
     accepted
         .metrics
         .add_bytes(outcome.bytes.from_client, outcome.bytes.to_client);
-    if let Some(ep) = outcome.endpoint.and_then(|a| entry.endpoint_by_addr(&a)) {
-        let t = &entry.endpoints[ep].state.totals;
+    if outcome.endpoint.is_some()
+        && let Some(t) = attempt.totals()
+    {
         t.bytes_in
             .fetch_add(outcome.bytes.from_client, Ordering::Relaxed);
         t.bytes_out

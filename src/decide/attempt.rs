@@ -15,7 +15,7 @@ use crate::decide::cause::{Cause, Side};
 use crate::table::balance::Pick;
 use crate::table::matcher::Strip;
 use crate::table::sticky::{self, COOKIE_NAME};
-use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable};
+use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
 
 /// Most endpoints one request may try (the configured tries are capped to this).
 pub const MAX_TRIES: usize = 8;
@@ -119,12 +119,19 @@ pub struct Attempt {
     tried: [usize; MAX_TRIES],
     n_tried: usize,
     in_flight: Option<InFlight>,
+    /// The entry's totals for the current try's endpoint (the stats page).
+    totals: Option<Arc<Totals>>,
     /// The health gate of this request's entry, decided once.
     gate: Option<HealthGate>,
     /// When the current upstream connection was asked for.
     connect_started: Option<Instant>,
     /// Time to open the upstream connection (none when a pooled one was reused).
     connect_time: Option<Duration>,
+    /// When the current try's request header went to the endpoint.
+    request_sent: Option<Instant>,
+    /// From the request header going to the endpoint to its response header arriving, for
+    /// the try that answered.
+    response_time: Option<Duration>,
     /// The last try failed to connect (so a final error is not a response error).
     connect_failed: bool,
     /// The current try's upstream connection came from a pool.
@@ -256,7 +263,13 @@ impl Attempt {
         let entry = self.entry()?;
         let endpoint = &entry.endpoints[i];
         let addr = endpoint.addr;
-        let guard = (!self.dry_run).then(|| endpoint.state.0.enter());
+        let (guard, totals) = if self.dry_run {
+            (None, None)
+        } else {
+            let totals = entry.state.totals.get_or_insert(addr, &entry.endpoints);
+            let guard = endpoint.state.0.enter(Arc::clone(&totals), now);
+            (Some(guard), Some(totals))
+        };
         if !self.dry_run
             && let (Some(timeout), Some(ip)) = (entry.client_ip_affinity, self.client_ip)
             && self.pinned != Some(i)
@@ -268,6 +281,8 @@ impl Attempt {
             self.n_tried += 1;
         }
         self.in_flight = guard;
+        self.totals = totals;
+        self.request_sent = None;
         self.connect_started = Some(now);
         self.connect_failed = false;
         self.reused = false;
@@ -295,6 +310,21 @@ impl Attempt {
             maxconn: entry.maxconn,
         };
         entry.choose(&pick, self.gate(), now, &self.tried[..self.n_tried])
+    }
+
+    /// The current try's request header is being written to the endpoint.
+    pub fn request_sent(&mut self, now: Instant) {
+        self.request_sent = Some(now);
+    }
+
+    /// The endpoint's (final) response header arrived.
+    pub fn response_started(&mut self, now: Instant) {
+        self.response_time = self.request_sent.map(|t| now.saturating_duration_since(t));
+    }
+
+    /// The endpoint's response time (request header sent to response header received).
+    pub fn response_time(&self) -> Option<Duration> {
+        self.response_time
     }
 
     /// The current try's upstream connection is open (`reused`: it came from a pool).
@@ -329,12 +359,13 @@ impl Attempt {
                 return give_up;
             };
             let ejected = self.eject_current(entry, policy, now);
-            if let Some(i) = self.current() {
-                let state = &entry.endpoints[i].state;
-                state.totals.connect_errors.fetch_add(1, Ordering::Relaxed);
-                if let (Some(_), Some(ip)) = (entry.client_ip_affinity, self.client_ip) {
-                    entry.state.affinity.forget(&ip);
-                }
+            if let Some(t) = &self.totals {
+                t.connect_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            if self.current().is_some()
+                && let (Some(_), Some(ip)) = (entry.client_ip_affinity, self.client_ip)
+            {
+                entry.state.affinity.forget(&ip);
             }
             let retry = self.n_tried < policy.tries && self.any_untried(entry);
             return Verdict {
@@ -418,6 +449,11 @@ impl Attempt {
 
     pub fn entry(&self) -> Option<&Entry> {
         self.table.as_ref()?.entry(self.entry?)
+    }
+
+    /// The entry's totals for the current try's endpoint (none in a dry run or before a try).
+    pub fn totals(&self) -> Option<&Totals> {
+        self.totals.as_deref()
     }
 
     /// The index of the current try's endpoint in the entry.

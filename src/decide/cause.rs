@@ -100,6 +100,88 @@ impl Cause {
     }
 }
 
+/// Why a request was refused (before it could be routed, but for a body that breaks): the
+/// bounded `reason` label of `http_rejected_requests_total`, and the one place that says what
+/// each refusal answers.
+/// Every engine (the header guard, the fast path, the Pingora path) maps what it saw into
+/// this set and answers `status()` with `error_page::rejection_answer`, then closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// A request line or header field that does not parse (a control byte, a space in a
+    /// name, a bad version).
+    #[error("malformed request header")]
+    BadRequest,
+    /// More header fields than the parser holds.
+    #[error("too many header fields")]
+    TooManyHeaders,
+    /// Longer than `--max-request-header-bytes`.
+    #[error("request header too large")]
+    HeaderTooLarge,
+    /// Not complete within `--request-header-timeout`.
+    #[error("request header timeout")]
+    HeaderTimeout,
+    /// `Host` missing on HTTP/1.1, repeated, invalid, or an authority with user information.
+    #[error("missing, repeated or invalid Host")]
+    BadHost,
+    /// Message framing two parsers could read differently: `Content-Length` with
+    /// `Transfer-Encoding`, conflicting or invalid lengths, a final coding other than chunked.
+    #[error("ambiguous message framing")]
+    BadFraming,
+    /// `CONNECT`: switchyard is not a forward proxy.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// A request body whose framing breaks after the header was routed (a bad chunk size):
+    /// what was read before it may have been streamed to the endpoint already.
+    #[error("malformed request body")]
+    BadBody,
+}
+
+impl Rejection {
+    pub const ALL: [Rejection; 8] = [
+        Rejection::BadRequest,
+        Rejection::TooManyHeaders,
+        Rejection::HeaderTooLarge,
+        Rejection::HeaderTimeout,
+        Rejection::BadHost,
+        Rejection::BadFraming,
+        Rejection::MethodNotAllowed,
+        Rejection::BadBody,
+    ];
+
+    /// The answer. Too many fields is "too large" as a whole (RFC 6585 §5), so 431 like an
+    /// oversize header; a late header 408 (RFC 9110 §15.5.9); `CONNECT` 405; the rest 400.
+    pub fn status(self) -> u16 {
+        match self {
+            Rejection::TooManyHeaders | Rejection::HeaderTooLarge => 431,
+            Rejection::HeaderTimeout => 408,
+            Rejection::MethodNotAllowed => 405,
+            Rejection::BadRequest
+            | Rejection::BadHost
+            | Rejection::BadFraming
+            | Rejection::BadBody => 400,
+        }
+    }
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::BadRequest => "bad_request",
+            Rejection::TooManyHeaders => "too_many_headers",
+            Rejection::HeaderTooLarge => "header_too_large",
+            Rejection::HeaderTimeout => "header_timeout",
+            Rejection::BadHost => "bad_host",
+            Rejection::BadFraming => "bad_framing",
+            Rejection::MethodNotAllowed => "method_not_allowed",
+            Rejection::BadBody => "bad_body",
+        }
+    }
+
+    /// Index into `ALL` (for handles resolved once per frontend).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +205,20 @@ mod tests {
         assert!(!Cause::UpstreamClosed.before_connect());
         assert_eq!(Cause::ConnectRefused.phrase(), "connect failed");
         assert_eq!(Cause::ConnectTimedOut.phrase(), "connect timeout");
+    }
+
+    #[test]
+    fn rejections_answer_400_408_431_405_with_distinct_labels() {
+        let labels: std::collections::HashSet<_> =
+            Rejection::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels.len(), Rejection::ALL.len());
+        for (i, r) in Rejection::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+        assert_eq!(Rejection::TooManyHeaders.status(), 431);
+        assert_eq!(Rejection::HeaderTooLarge.status(), 431);
+        assert_eq!(Rejection::HeaderTimeout.status(), 408);
+        assert_eq!(Rejection::BadHost.status(), 400);
+        assert_eq!(Rejection::MethodNotAllowed.status(), 405);
     }
 }

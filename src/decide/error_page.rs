@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 
+use crate::decide::cause::Rejection;
 use crate::decide::edits::{Edits, Forwarding, answer_fields, grpc_answer_fields};
 
 /// A fixed response: status, content type and body.
@@ -116,6 +117,12 @@ pub fn grpc_answer(status: u16, fwd: &Forwarding) -> Answer<'_> {
         fields: grpc_answer_fields(fwd, code, message),
         body: b"",
     }
+}
+
+/// The answer to a request refused before routing (`Rejection::status`): empty, never
+/// cached, and the connection is closed after it, by every engine alike.
+pub fn rejection_answer(r: Rejection, fwd: &Forwarding) -> Answer<'_> {
+    failure_answer(r.status(), fwd)
 }
 
 #[cfg(test)]

@@ -2,7 +2,11 @@
 //! removed (RFC 3986 §5.2.4), `%2e` read as `.` for that purpose only. The path that is matched
 //! is the path that is forwarded, so `/api/../admin` can neither step out of an `/api` route
 //! nor reach a backend in a form the route did not see. Encoded slashes (`%2F`) are not
-//! separators and stay as they are, and so do empty segments (`//`). Pure: no I/O.
+//! separators and stay as they are, and so do empty segments (`//`).
+//!
+//! A target in absolute form (`GET http://h/p HTTP/1.1`, RFC 9112 §3.2.2) is routed on its own
+//! authority, whatever `Host` says or whether it is there at all, and forwarded in origin form
+//! with `Host` set to that authority, so routing and the backend see the same host. Pure: no I/O.
 
 use std::borrow::Cow;
 
@@ -71,9 +75,102 @@ fn dots(seg: &str) -> Option<u8> {
     (n > 0).then_some(n)
 }
 
+/// What a request target says about its host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetForm<'a> {
+    /// Origin form (`/p?q`) or anything else that is not absolute: `Host` names the host.
+    Origin,
+    /// Absolute form with a usable authority: route on `authority`, forward `origin` (the
+    /// path and query, `/` when empty) with `Host: authority`; the received `Host` is ignored.
+    Absolute {
+        authority: &'a str,
+        origin: Cow<'a, str>,
+    },
+    /// Absolute form that cannot be honoured: another scheme, an empty or invalid authority,
+    /// user information (RFC 9110 §4.2.4). Answered 400.
+    Invalid,
+}
+
+/// Classifies a request target (RFC 9112 §3.2). `http` and `https`, in any case, are the
+/// schemes a gateway serves; a fragment is not part of a request target.
+pub fn target_form(target: &str) -> TargetForm<'_> {
+    if target.starts_with('/') || target == "*" {
+        return TargetForm::Origin;
+    }
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return TargetForm::Origin;
+    };
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return if scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        {
+            TargetForm::Invalid
+        } else {
+            TargetForm::Origin
+        };
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if authority.is_empty() || tail.contains('#') || !valid_host(authority.as_bytes()) {
+        return TargetForm::Invalid;
+    }
+    let origin = match tail.as_bytes().first() {
+        None => Cow::Borrowed("/"),
+        Some(b'?') => Cow::Owned(format!("/{tail}")),
+        Some(_) => Cow::Borrowed(tail),
+    };
+    TargetForm::Absolute { authority, origin }
+}
+
+/// `uri-host [":" port]` without user information, or empty (allowed in `Host` when the target
+/// has no authority, RFC 9112 §3.2).
+pub fn valid_host(h: &[u8]) -> bool {
+    // The port, when there is one, is digits (`http` parses it lazily and takes `h:x`).
+    let port = match h.iter().rposition(|&b| b == b':') {
+        Some(i) if !h[i..].contains(&b']') => h.get(i + 1..),
+        _ => None,
+    };
+    h.is_empty()
+        || (!h.contains(&b'@')
+            && port.is_none_or(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit))
+            && http::uri::Authority::try_from(h).is_ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absolute_form_targets_name_their_host() {
+        let abs = |a: &'static str, o: &'static str| TargetForm::Absolute {
+            authority: a,
+            origin: Cow::Borrowed(o),
+        };
+        assert_eq!(target_form("/p/x"), TargetForm::Origin);
+        assert_eq!(target_form("*"), TargetForm::Origin);
+        assert_eq!(target_form("http://h/p/x"), abs("h", "/p/x"));
+        assert_eq!(target_form("HTTP://h:8080/p?q=1"), abs("h:8080", "/p?q=1"));
+        assert_eq!(target_form("https://h"), abs("h", "/"));
+        assert_eq!(target_form("http://[::1]:80/"), abs("[::1]:80", "/"));
+        assert_eq!(
+            target_form("http://h?q"),
+            TargetForm::Absolute {
+                authority: "h",
+                origin: Cow::Owned("/?q".into())
+            }
+        );
+        for bad in [
+            "http:///p",
+            "http://user@h/p",
+            "http://h h/p",
+            "http://h:x/p",
+            "ftp://h/p",
+            "http://h/p#f",
+        ] {
+            assert_eq!(target_form(bad), TargetForm::Invalid, "{bad}");
+        }
+    }
 
     #[test]
     fn dot_segments_are_removed_and_nothing_else_changes() {

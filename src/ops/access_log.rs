@@ -65,6 +65,10 @@ pub struct HttpRecord<'a> {
     pub connect: Option<Duration>,
     pub generation: u64,
     pub retries: u32,
+    /// Why the request was refused before routing (a `reason` label of
+    /// `http_rejected_requests_total`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a str>,
 }
 
 /// One closed TCP connection.
@@ -218,6 +222,9 @@ pub fn format_http(format: Format, r: &HttpRecord<'_>) -> String {
             l.opt_ms("connect_ms", r.connect);
             l.num("generation", r.generation);
             l.num("retries", r.retries);
+            if let Some(e) = r.error {
+                l.str("error", e);
+            }
             l.finish()
         }
     }
@@ -377,6 +384,7 @@ mod tests {
             connect: None,
             generation: 3,
             retries: 1,
+            error: None,
         }
     }
 

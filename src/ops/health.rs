@@ -161,7 +161,7 @@ impl Checker {
         let mut generation = None;
         let mut targets: Vec<Target> = Vec::new();
         let mut due: HashMap<SocketAddr, Instant> = HashMap::new();
-        let mut running: JoinSet<(Target, CheckResult)> = JoinSet::new();
+        let mut running: JoinSet<(Target, (CheckResult, Duration))> = JoinSet::new();
         let mut in_progress: HashSet<SocketAddr> = HashSet::new();
         let timeout = self.config.timeout;
         while !*shutdown.borrow() {
@@ -189,8 +189,9 @@ impl Checker {
                 in_progress.insert(t.addr);
                 let t = t.clone();
                 running.spawn(async move {
+                    let started = Instant::now();
                     let result = check(t.addr, t.path.as_deref(), timeout).await;
-                    (t, result)
+                    (t, (result, started.elapsed()))
                 });
             }
             let idle = due
@@ -218,13 +219,15 @@ impl Checker {
         running.shutdown().await;
     }
 
-    fn record(&self, t: &Target, result: CheckResult) {
+    fn record(&self, t: &Target, (result, took): (CheckResult, Duration)) {
         self.metrics.data.health_check(result.passed());
         let mut changed = None;
+        let ended = Instant::now();
         for state in &t.states {
             let c = state
                 .health
                 .record(result, self.config.rise, self.config.fall);
+            state.health.timed(ended, took);
             changed = changed.or(c);
         }
         let Some(up) = changed else {

@@ -23,6 +23,8 @@ use prometheus::{
 /// Every metric of the control plane.
 pub struct Metrics {
     registry: Registry,
+    /// The `process_*` series, unprefixed as every exporter names them (`ops::process`).
+    process: Registry,
     pub table_generation: IntGauge,
     pub table_swaps_total: IntCounter,
     pub table_build_seconds: Histogram,
@@ -138,7 +140,11 @@ impl Metrics {
             .unwrap_or_else(|_| unreachable_metric()),
             data: DataMetrics::new(&registry),
             registry,
+            process: Registry::new(),
         };
+        if let Some(c) = crate::ops::process::ProcessCollector::new() {
+            register(&m.process, Box::new(c));
+        }
         let collectors: [Box<dyn prometheus::core::Collector>; 10] = [
             Box::new(m.build_info.clone()),
             Box::new(m.table_generation.clone()),
@@ -163,7 +169,9 @@ impl Metrics {
     pub fn render(&self) -> String {
         self.heap_allocated_bytes.set(heap_allocated());
         let mut out = Vec::new();
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+        let mut families = self.registry.gather();
+        families.extend(self.process.gather());
+        if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
             tracing::error!(error = %e, "encoding metrics failed");
         }
         String::from_utf8(out).unwrap_or_default()
@@ -236,6 +244,8 @@ pub struct EntryMetrics {
     requests: [IntCounter; 6],
     pub duration: Histogram,
     pub connect: Histogram,
+    /// From the request header going to the endpoint to its response header arriving.
+    pub response: Histogram,
     pub request_bytes: IntCounter,
     pub response_bytes: IntCounter,
     pub retries: IntCounter,
@@ -319,6 +329,7 @@ pub struct DataMetrics {
     pub http_unmatched_requests_total: IntCounterVec,
     pub http_request_duration_seconds: HistogramVec,
     pub upstream_connect_duration_seconds: HistogramVec,
+    pub upstream_response_duration_seconds: HistogramVec,
     pub http_request_bytes_total: IntCounterVec,
     pub http_response_bytes_total: IntCounterVec,
     pub http_retries_total: IntCounterVec,
@@ -333,6 +344,7 @@ pub struct DataMetrics {
     pub tls_handshake_failures_total: IntCounterVec,
     pub tls_certificate_not_after_seconds: IntGaugeVec,
     pub downstream_rejected_connections_total: IntCounterVec,
+    pub http_rejected_requests_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
     view: ArcSwap<EntryView>,
     /// A request created series for an entry outside the current view (see `with_entry`).
@@ -416,6 +428,13 @@ impl DataMetrics {
                 "upstream_connect_duration_seconds",
                 "Time to open a new connection to an endpoint (reused connections are not counted), by entry",
                 &connect_buckets,
+                &["entry"],
+            ),
+            upstream_response_duration_seconds: histogram_vec(
+                r,
+                "upstream_response_duration_seconds",
+                "Time from sending a request's header to an endpoint to receiving its response header, by entry",
+                &request_buckets,
                 &["entry"],
             ),
             http_request_bytes_total: counter_vec(
@@ -502,6 +521,12 @@ impl DataMetrics {
                 "Client connections closed by a guard, by frontend and reason (connection_limit, header_timeout, header_too_large)",
                 &["frontend", "reason"],
             ),
+            http_rejected_requests_total: counter_vec(
+                r,
+                "http_rejected_requests_total",
+                "HTTP requests refused before routing (answered 400, 405, 408 or 431 and closed), by frontend and reason",
+                &["frontend", "reason"],
+            ),
             access_log_dropped_total: dropped,
             view: ArcSwap::from_pointee(EntryView {
                 generation: 0,
@@ -521,6 +546,9 @@ impl DataMetrics {
                 .with_label_values(&[entry]),
             connect: self
                 .upstream_connect_duration_seconds
+                .with_label_values(&[entry]),
+            response: self
+                .upstream_response_duration_seconds
                 .with_label_values(&[entry]),
             request_bytes: self.http_request_bytes_total.with_label_values(&[entry]),
             response_bytes: self.http_response_bytes_total.with_label_values(&[entry]),
@@ -612,6 +640,7 @@ impl DataMetrics {
         for v in [
             &self.http_request_duration_seconds,
             &self.upstream_connect_duration_seconds,
+            &self.upstream_response_duration_seconds,
         ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);
@@ -696,6 +725,13 @@ impl DataMetrics {
     /// (`connection_limit`, `header_timeout`, `header_too_large`); resolve once per listener.
     pub fn downstream_rejected(&self, frontend: &str, reason: &str) -> IntCounter {
         self.downstream_rejected_connections_total
+            .with_label_values(&[frontend, reason])
+    }
+
+    /// The counter of requests refused on `frontend` for `reason` (a `Rejection` label);
+    /// resolve once per frontend.
+    pub fn rejected(&self, frontend: &str, reason: &str) -> IntCounter {
+        self.http_rejected_requests_total
             .with_label_values(&[frontend, reason])
     }
 

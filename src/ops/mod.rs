@@ -7,4 +7,5 @@ pub mod health;
 pub mod lifecycle;
 pub mod metrics;
 pub mod page_loader;
+pub mod process;
 pub mod stats;

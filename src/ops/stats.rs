@@ -1,12 +1,16 @@
 //! The stats page on `--stats-port`, in the spirit of HAProxy's: one section per frontend
 //! (HTTP, TLS, each TCP port), one table per entry, one row per endpoint with its state,
-//! sessions, bytes, errors and last health check; plain HTML that refreshes itself, no
-//! JavaScript. `?csv` and `?json` give the same rows. Also the scrape-time source of the
-//! per-endpoint Prometheus series (`TableEndpoints`).
+//! sessions, rate, bytes, errors, responses by class and active health (last check, its
+//! duration and age, failed checks, transitions to down, time in the current state,
+//! downtime); plain HTML that refreshes itself, no JavaScript. `?json` gives the same rows;
+//! `?csv` gives them in HAProxy's `show stat` layout (`# pxname,svname,…`, the documented 2.x
+//! column order, empty where switchyard has no such thing) so tools written for HAProxy read
+//! it. Also the scrape-time source of the per-endpoint Prometheus series (`TableEndpoints`).
 //!
-//! Everything is read from the live table (counters in each endpoint's shared state) and the
-//! metrics registry at request time; nothing is stored here. It must not change routing state
-//! and must not know about Kubernetes.
+//! Traffic counters are the entry's own for each endpoint (`EntryState::totals`), so two
+//! Services on one address each show their own traffic; health is per address, shared. All
+//! is read from the live table and the metrics registry at request time; nothing is stored
+//! here. It must not change routing state and must not know about Kubernetes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,33 +25,16 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde::Serialize;
 
+use crate::decide::cause::Rejection;
 use crate::decide::explain::endpoint_state;
 use crate::ops::metrics::{EndpointSample, EndpointSource, Metrics};
-use crate::table::{Entry, Frontend, RoutingTable, TableReader};
+use crate::table::{CheckResult, Entry, Frontend, RoutingTable, TableReader, Totals};
 
 /// Seconds between automatic refreshes of the HTML page.
 pub const REFRESH_SECONDS: u32 = 5;
 
-/// The columns of a row, in CSV order.
-pub const COLUMNS: [&str; 14] = [
-    "type",
-    "frontend",
-    "entry",
-    "endpoint",
-    "state",
-    "cur",
-    "max",
-    "total",
-    "bytes_in",
-    "bytes_out",
-    "connect_errors",
-    "response_errors",
-    "last_check",
-    "generation",
-];
-
 /// One line of the page: a frontend, an entry (totals of its endpoints) or an endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct Row {
     /// `frontend`, `entry` or `endpoint`.
     #[serde(rename = "type")]
@@ -63,32 +50,115 @@ pub struct Row {
     pub max: u64,
     /// Sessions so far (frontends: requests that matched no route).
     pub total: u64,
+    /// Sessions in the last whole second, and the most seen.
+    pub rate: u64,
+    pub rate_max: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub connect_errors: u64,
     pub response_errors: u64,
+    /// Frontends: requests refused before routing (HAProxy `ereq`).
+    pub request_errors: u64,
+    /// Responses by class: 1xx, 2xx, 3xx, 4xx, 5xx, other (none written).
+    pub hrsp_1xx: u64,
+    pub hrsp_2xx: u64,
+    pub hrsp_3xx: u64,
+    pub hrsp_4xx: u64,
+    pub hrsp_5xx: u64,
+    pub hrsp_other: u64,
     pub last_check: String,
+    /// Duration of the last check in ms and seconds since it ended (empty: none yet).
+    pub check_ms: String,
+    pub check_age_s: String,
+    /// Failed checks, and transitions to down.
+    pub check_failures: u64,
+    pub check_downs: u64,
+    /// Seconds in the current health state (since start when it never changed).
+    pub since_s: u64,
+    /// Seconds down in all.
+    pub downtime_s: u64,
+    /// The entry's balance algorithm (empty on frontend rows).
+    pub algorithm: String,
     pub generation: u64,
 }
 
+/// The HTML table's columns after the name: (CSS class = `Row` field, heading).
+const HTML_COLUMNS: [(&str, &str); 24] = [
+    ("state", "State"),
+    ("cur", "Cur"),
+    ("max", "Max"),
+    ("total", "Total"),
+    ("rate", "Rate"),
+    ("rate_max", "Rmax"),
+    ("bytes_in", "Bytes in"),
+    ("bytes_out", "Bytes out"),
+    ("connect_errors", "Conn err"),
+    ("response_errors", "Resp err"),
+    ("hrsp_1xx", "1xx"),
+    ("hrsp_2xx", "2xx"),
+    ("hrsp_3xx", "3xx"),
+    ("hrsp_4xx", "4xx"),
+    ("hrsp_5xx", "5xx"),
+    ("hrsp_other", "Other"),
+    ("last_check", "Last chk"),
+    ("check_ms", "Chk ms"),
+    ("check_age_s", "Chk age s"),
+    ("check_failures", "Chk fail"),
+    ("check_downs", "Chk down"),
+    ("since_s", "Since s"),
+    ("downtime_s", "Down s"),
+    ("algorithm", "Algo"),
+];
+
 impl Row {
-    fn cells(&self) -> [String; 14] {
-        [
-            self.kind.to_string(),
-            self.frontend.clone(),
-            self.entry.clone(),
-            self.endpoint.clone(),
-            self.state.clone(),
-            self.cur.to_string(),
-            self.max.to_string(),
-            self.total.to_string(),
-            self.bytes_in.to_string(),
-            self.bytes_out.to_string(),
-            self.connect_errors.to_string(),
-            self.response_errors.to_string(),
-            self.last_check.clone(),
-            self.generation.to_string(),
-        ]
+    /// The value of an `HTML_COLUMNS` cell.
+    fn cell(&self, name: &str) -> String {
+        let n = |v: u64| v.to_string();
+        match name {
+            "state" => self.state.clone(),
+            "cur" => n(self.cur),
+            "max" => n(self.max),
+            "total" => n(self.total),
+            "rate" => n(self.rate),
+            "rate_max" => n(self.rate_max),
+            "bytes_in" => n(self.bytes_in),
+            "bytes_out" => n(self.bytes_out),
+            "connect_errors" => n(self.connect_errors),
+            "response_errors" => n(self.response_errors),
+            "hrsp_1xx" => n(self.hrsp_1xx),
+            "hrsp_2xx" => n(self.hrsp_2xx),
+            "hrsp_3xx" => n(self.hrsp_3xx),
+            "hrsp_4xx" => n(self.hrsp_4xx),
+            "hrsp_5xx" => n(self.hrsp_5xx),
+            "hrsp_other" => n(self.hrsp_other),
+            "last_check" => self.last_check.clone(),
+            "check_ms" => self.check_ms.clone(),
+            "check_age_s" => self.check_age_s.clone(),
+            "check_failures" => n(self.check_failures),
+            "check_downs" => n(self.check_downs),
+            "since_s" => n(self.since_s),
+            "downtime_s" => n(self.downtime_s),
+            "algorithm" => self.algorithm.clone(),
+            _ => String::new(),
+        }
+    }
+
+    fn add(&mut self, r: &Row) {
+        self.cur += r.cur;
+        self.max = self.max.max(r.max);
+        self.total += r.total;
+        self.rate += r.rate;
+        self.rate_max = self.rate_max.max(r.rate_max);
+        self.bytes_in += r.bytes_in;
+        self.bytes_out += r.bytes_out;
+        self.connect_errors += r.connect_errors;
+        self.response_errors += r.response_errors;
+        self.hrsp_1xx += r.hrsp_1xx;
+        self.hrsp_2xx += r.hrsp_2xx;
+        self.hrsp_3xx += r.hrsp_3xx;
+        self.hrsp_4xx += r.hrsp_4xx;
+        self.hrsp_5xx += r.hrsp_5xx;
+        self.hrsp_other += r.hrsp_other;
     }
 }
 
@@ -132,23 +202,58 @@ fn frontends(table: &RoutingTable, listeners: &Listeners) -> Vec<Frontend> {
 fn endpoint_row(fe: &str, entry: &Entry, i: usize, now: Instant, generation: u64) -> Row {
     let e = &entry.endpoints[i];
     let s = &e.state;
-    let t = &s.totals;
-    Row {
+    let h = s.health.view(now);
+    let checked = s.health.last() != CheckResult::None;
+    let mut row = Row {
         kind: "endpoint",
         frontend: fe.to_string(),
         entry: entry.name.to_string(),
         endpoint: e.addr.to_string(),
         state: endpoint_state(entry, i, now).to_string(),
-        cur: u64::from(s.in_flight.load(Ordering::Relaxed)),
-        max: u64::from(t.max_in_flight.load(Ordering::Relaxed)),
-        total: t.sessions.load(Ordering::Relaxed),
-        bytes_in: t.bytes_in.load(Ordering::Relaxed),
-        bytes_out: t.bytes_out.load(Ordering::Relaxed),
-        connect_errors: t.connect_errors.load(Ordering::Relaxed),
-        response_errors: t.response_errors.load(Ordering::Relaxed),
         last_check: s.health.last().code(),
+        check_ms: h
+            .last_check_duration
+            .filter(|_| checked)
+            .map(|d| format!("{:.1}", d.as_secs_f64() * 1000.0))
+            .unwrap_or_default(),
+        check_age_s: h
+            .last_check_age
+            .filter(|_| checked)
+            .map(|d| d.as_secs().to_string())
+            .unwrap_or_default(),
+        check_failures: h.failed_checks,
+        check_downs: h.downs,
+        since_s: h.in_state.as_secs(),
+        downtime_s: h.downtime.as_secs(),
+        algorithm: entry.algorithm.as_str().to_string(),
         generation,
+        ..Row::default()
+    };
+    if let Some(t) = entry.state.totals.get(&e.addr) {
+        fill_traffic(&mut row, &t, now);
     }
+    row
+}
+
+/// The traffic counters of one endpoint of one entry.
+fn fill_traffic(row: &mut Row, t: &Totals, now: Instant) {
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    row.cur = u64::from(t.in_flight.load(Ordering::Relaxed));
+    row.max = u64::from(t.max_in_flight.load(Ordering::Relaxed));
+    row.total = get(&t.sessions);
+    row.rate = t.rate.per_second(now);
+    row.rate_max = t.rate.max(now);
+    row.bytes_in = get(&t.bytes_in);
+    row.bytes_out = get(&t.bytes_out);
+    row.connect_errors = get(&t.connect_errors);
+    row.response_errors = get(&t.response_errors);
+    let [r1, r2, r3, r4, r5, other] = &t.responses;
+    row.hrsp_1xx = get(r1);
+    row.hrsp_2xx = get(r2);
+    row.hrsp_3xx = get(r3);
+    row.hrsp_4xx = get(r4);
+    row.hrsp_5xx = get(r5);
+    row.hrsp_other = get(other);
 }
 
 /// Reads the rows: per frontend, its row, then per entry (by name) its totals row followed by
@@ -178,25 +283,25 @@ pub fn snapshot(
             );
         }
         let open = metrics.data.open_connections(&label).get();
-        let unmatched = match fe {
-            Frontend::Tcp(_) => 0,
-            _ => metrics.data.unmatched(&label).get(),
+        let (unmatched, refused) = match fe {
+            Frontend::Tcp(_) => (0, 0),
+            _ => (
+                metrics.data.unmatched(&label).get(),
+                Rejection::ALL
+                    .iter()
+                    .map(|r| metrics.data.rejected(&label, r.as_str()).get())
+                    .sum(),
+            ),
         };
         rows.push(Row {
             kind: "frontend",
             frontend: label.clone(),
-            entry: String::new(),
-            endpoint: String::new(),
             state: "open".into(),
             cur: u64::try_from(open).unwrap_or(0),
-            max: 0,
             total: unmatched,
-            bytes_in: 0,
-            bytes_out: 0,
-            connect_errors: 0,
-            response_errors: 0,
-            last_check: String::new(),
+            request_errors: refused,
             generation,
+            ..Row::default()
         });
         let mut entries: Vec<&Entry> = table
             .entries
@@ -233,22 +338,19 @@ pub fn snapshot(
                     eps.len()
                 ),
             );
-            rows.push(Row {
+            let mut totals = Row {
                 kind: "entry",
                 frontend: label.clone(),
                 entry: entry.name.to_string(),
-                endpoint: String::new(),
                 state: state.into(),
-                cur: eps.iter().map(|r| r.cur).sum(),
-                max: eps.iter().map(|r| r.max).max().unwrap_or(0),
-                total: eps.iter().map(|r| r.total).sum(),
-                bytes_in: eps.iter().map(|r| r.bytes_in).sum(),
-                bytes_out: eps.iter().map(|r| r.bytes_out).sum(),
-                connect_errors: eps.iter().map(|r| r.connect_errors).sum(),
-                response_errors: eps.iter().map(|r| r.response_errors).sum(),
-                last_check: String::new(),
+                algorithm: entry.algorithm.as_str().to_string(),
                 generation,
-            });
+                ..Row::default()
+            };
+            for r in &eps {
+                totals.add(r);
+            }
+            rows.push(totals);
             rows.extend(eps);
         }
     }
@@ -263,12 +365,209 @@ pub fn snapshot(
 
 // === renderings ===
 
-/// CSV: a header line, then one line per row.
+/// HAProxy's `show stat` columns, in the documented 2.x order (management guide, "CSV
+/// format"), up to `uweight`.
+pub const HAPROXY_COLUMNS: [&str; 100] = [
+    "pxname",
+    "svname",
+    "qcur",
+    "qmax",
+    "scur",
+    "smax",
+    "slim",
+    "stot",
+    "bin",
+    "bout",
+    "dreq",
+    "dresp",
+    "ereq",
+    "econ",
+    "eresp",
+    "wretr",
+    "wredis",
+    "status",
+    "weight",
+    "act",
+    "bck",
+    "chkfail",
+    "chkdown",
+    "lastchg",
+    "downtime",
+    "qlimit",
+    "pid",
+    "iid",
+    "sid",
+    "throttle",
+    "lbtot",
+    "tracked",
+    "type",
+    "rate",
+    "rate_lim",
+    "rate_max",
+    "check_status",
+    "check_code",
+    "check_duration",
+    "hrsp_1xx",
+    "hrsp_2xx",
+    "hrsp_3xx",
+    "hrsp_4xx",
+    "hrsp_5xx",
+    "hrsp_other",
+    "hanafail",
+    "req_rate",
+    "req_rate_max",
+    "req_tot",
+    "cli_abrt",
+    "srv_abrt",
+    "comp_in",
+    "comp_out",
+    "comp_byp",
+    "comp_rsp",
+    "lastsess",
+    "last_chk",
+    "last_agt",
+    "qtime",
+    "ctime",
+    "rtime",
+    "ttime",
+    "agent_status",
+    "agent_code",
+    "agent_duration",
+    "check_desc",
+    "agent_desc",
+    "check_rise",
+    "check_fall",
+    "check_health",
+    "agent_rise",
+    "agent_fall",
+    "agent_health",
+    "addr",
+    "cookie",
+    "mode",
+    "algo",
+    "conn_rate",
+    "conn_rate_max",
+    "conn_tot",
+    "intercepted",
+    "dcon",
+    "dses",
+    "wrew",
+    "connect",
+    "reuse",
+    "cache_lookups",
+    "cache_hits",
+    "srv_icur",
+    "src_ilim",
+    "qtime_max",
+    "ctime_max",
+    "rtime_max",
+    "ttime_max",
+    "eint",
+    "idle_conn_cur",
+    "safe_conn_cur",
+    "used_conn_cur",
+    "need_conn_est",
+    "uweight",
+];
+
+/// HAProxy's word for a state.
+fn haproxy_status(row: &Row) -> &'static str {
+    match (row.kind, row.state.as_str()) {
+        ("frontend", _) => "OPEN",
+        (_, "up") => "UP",
+        (_, "draining") => "DRAIN",
+        // Ejected after a failed connect: HAProxy's `observe layer4` marks such a server down.
+        _ => "DOWN",
+    }
+}
+
+/// One row in HAProxy's layout (`HAPROXY_COLUMNS` order), what switchyard has filled in.
+fn haproxy_cells(row: &Row) -> Vec<String> {
+    let mut cells = vec![String::new(); HAPROXY_COLUMNS.len()];
+    let mut set = |name: &str, v: String| {
+        if let Some(i) = HAPROXY_COLUMNS.iter().position(|c| *c == name)
+            && let Some(c) = cells.get_mut(i)
+        {
+            *c = v;
+        }
+    };
+    let n = |v: u64| v.to_string();
+    let (pxname, svname, kind) = match row.kind {
+        "frontend" => (row.frontend.clone(), "FRONTEND".to_string(), 0),
+        "entry" => (row.entry.clone(), "BACKEND".to_string(), 1),
+        _ => (row.entry.clone(), row.endpoint.clone(), 2),
+    };
+    set("pxname", pxname);
+    set("svname", svname);
+    set("scur", n(row.cur));
+    set("status", haproxy_status(row).to_string());
+    set("type", n(kind));
+    let mode = if row.frontend.starts_with("tcp:") {
+        "tcp"
+    } else {
+        "http"
+    };
+    set("mode", mode.to_string());
+    if kind == 0 {
+        set("ereq", n(row.request_errors));
+        return cells;
+    }
+    for (name, v) in [
+        ("qcur", 0),
+        ("qmax", 0),
+        ("smax", row.max),
+        ("stot", row.total),
+        ("lbtot", row.total),
+        ("bin", row.bytes_in),
+        ("bout", row.bytes_out),
+        ("econ", row.connect_errors),
+        ("eresp", row.response_errors),
+        ("rate", row.rate),
+        ("rate_max", row.rate_max),
+        ("hrsp_1xx", row.hrsp_1xx),
+        ("hrsp_2xx", row.hrsp_2xx),
+        ("hrsp_3xx", row.hrsp_3xx),
+        ("hrsp_4xx", row.hrsp_4xx),
+        ("hrsp_5xx", row.hrsp_5xx),
+        ("hrsp_other", row.hrsp_other),
+    ] {
+        set(name, n(v));
+    }
+    set("algo", row.algorithm.clone());
+    if kind == 1 {
+        return cells;
+    }
+    set("weight", "1".into());
+    set("act", "1".into());
+    set("bck", "0".into());
+    set("chkfail", n(row.check_failures));
+    set("chkdown", n(row.check_downs));
+    set("lastchg", n(row.since_s));
+    set("downtime", n(row.downtime_s));
+    set("addr", row.endpoint.clone());
+    // "L7OK 200" is status L7OK, code 200.
+    let (status, code) = row
+        .last_check
+        .split_once(' ')
+        .unwrap_or((row.last_check.as_str(), ""));
+    if status != "-" {
+        set("check_status", status.to_string());
+        set("check_code", code.to_string());
+        set("last_chk", row.last_check.clone());
+    }
+    // HAProxy gives the check duration in whole milliseconds.
+    if let Ok(ms) = row.check_ms.parse::<f64>() {
+        set("check_duration", format!("{}", ms.round() as u64));
+    }
+    cells
+}
+
+/// CSV in HAProxy's `show stat` layout: a `# `-prefixed header line, then one line per row
+/// (frontends as `FRONTEND`, entries as `BACKEND`, endpoints by address).
 pub fn to_csv(s: &Snapshot) -> String {
-    let mut out = COLUMNS.join(",");
-    out.push('\n');
+    let mut out = format!("# {}\n", HAPROXY_COLUMNS.join(","));
     for row in &s.rows {
-        let cells: Vec<String> = row.cells().iter().map(|c| csv_cell(c)).collect();
+        let cells: Vec<String> = haproxy_cells(row).iter().map(|c| csv_cell(c)).collect();
         out.push_str(&cells.join(","));
         out.push('\n');
     }
@@ -308,11 +607,11 @@ h1{font-size:20px;margin:0 0 4px}h1 span{color:#666;font-weight:normal;font-size
 h2{font-size:15px;margin:18px 0 4px;padding:3px 6px;background:#20407a;color:#fff}
 h2 small{font-weight:normal;color:#cde}
 p.meta{margin:2px 0 8px;color:#333}
-table{border-collapse:collapse;margin:6px 0 12px;width:1000px;table-layout:fixed}
+table{border-collapse:collapse;margin:6px 0 12px;table-layout:auto}
 caption small{font-weight:normal;color:#555;margin-left:8px}
 th.name,td.c-endpoint{width:210px}th.check,td.c-last_check{width:110px}
 caption{text-align:left;font-weight:bold;padding:4px 0}
-th,td{border:1px solid #999;padding:2px 6px;text-align:right;white-space:nowrap}
+th,td{border:1px solid #999;padding:2px 4px;text-align:right;white-space:nowrap;font-size:12px}
 th{background:#dde4ee}td.c-endpoint,th.name{text-align:left}
 tr.entry td{background:#eef;font-weight:bold}
 tr.up td.c-state{background:#b8f0b0}tr.down td.c-state{background:#ff9a9a}
@@ -333,17 +632,20 @@ pub fn to_html(s: &Snapshot) -> String {
          <h1>switchyard stats <span>table generation <b id=\"generation\">{}</b> · up {} s · \
          refreshes every {REFRESH_SECONDS} s</span></h1>\n\
          <p class=\"meta\"><a href=\"?csv\">CSV</a> · <a href=\"?json\">JSON</a> · \
-         cur = requests (TCP: connections) in flight; total = sessions started; errors = failed \
-         connects / failed responses</p>\n\
+         cur = requests (TCP: connections) in flight; total = sessions started; rate = sessions \
+         in the last second; errors = failed connects / failed responses; check ms / age s = the \
+         last check's duration and age; since s = time in the current health state</p>\n\
          <ul class=\"legend\"><li><span style=\"background:#b8f0b0\"></span>up</li>\
          <li><span style=\"background:#ff9a9a\"></span>down (health checks)</li>\
          <li><span style=\"background:#ffd090\"></span>ejected (failed connect)</li>\
          <li><span style=\"background:#a8c8f8\"></span>draining</li></ul>\n",
         s.generation, s.uptime_seconds
     );
-    let header = "<tr><th class=\"name\">Endpoint</th><th>State</th><th>Cur</th><th>Max</th>\
-                  <th>Total</th><th>Bytes in</th><th>Bytes out</th><th>Conn err</th>\
-                  <th>Resp err</th><th class=\"check\">Last check</th></tr>";
+    let mut header = String::from("<tr><th class=\"name\">Endpoint</th>");
+    for (_, title) in HTML_COLUMNS {
+        let _ = write!(header, "<th>{title}</th>");
+    }
+    header.push_str("</tr>");
     let mut in_table = false;
     let mut in_section = false;
     for row in &s.rows {
@@ -362,9 +664,11 @@ pub fn to_html(s: &Snapshot) -> String {
                     "<section class=\"frontend\" data-frontend=\"{fe}\">\
                      <h2>Frontend {fe} <small>{addr}</small></h2>\n<p class=\"meta\">open \
                      connections <b class=\"open\">{}</b> · unmatched requests \
-                     <b class=\"unmatched\">{}</b></p>\n",
+                     <b class=\"unmatched\">{}</b> · refused requests \
+                     <b class=\"refused\">{}</b></p>\n",
                     row.cur,
                     row.total,
+                    row.request_errors,
                     fe = esc(&row.frontend),
                     addr = esc(s.addresses.get(&row.frontend).map_or("", String::as_str)),
                 );
@@ -411,24 +715,10 @@ pub fn to_html(s: &Snapshot) -> String {
 }
 
 fn cells_html(row: &Row, name: &str) -> String {
-    let mut c = String::new();
-    let _ = write!(
-        c,
-        "<td class=\"c-endpoint\">{}</td><td class=\"c-state\">{}</td><td class=\"c-cur\">{}</td>\
-         <td class=\"c-max\">{}</td><td class=\"c-total\">{}</td><td class=\"c-bytes_in\">{}</td>\
-         <td class=\"c-bytes_out\">{}</td><td class=\"c-connect_errors\">{}</td>\
-         <td class=\"c-response_errors\">{}</td><td class=\"c-last_check\">{}</td>",
-        esc(name),
-        esc(&row.state),
-        row.cur,
-        row.max,
-        row.total,
-        row.bytes_in,
-        row.bytes_out,
-        row.connect_errors,
-        row.response_errors,
-        esc(&row.last_check),
-    );
+    let mut c = format!("<td class=\"c-endpoint\">{}</td>", esc(name));
+    for (class, _) in HTML_COLUMNS {
+        let _ = write!(c, "<td class=\"c-{class}\">{}</td>", esc(&row.cell(class)));
+    }
     c
 }
 
@@ -528,7 +818,7 @@ impl EndpointSource for TableEndpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{CheckResult, TcpFrontend};
+    use crate::table::TcpFrontend;
 
     fn entry(name: &str, frontend: Frontend, addrs: &[&str]) -> Entry {
         Entry::fixture(name, frontend, addrs)
@@ -542,7 +832,11 @@ mod tests {
                 .health
                 .record(CheckResult::ConnectFailed, 2, 3);
         }
-        let g = web.endpoints[0].state.0.enter();
+        let totals = web
+            .state
+            .totals
+            .get_or_insert(web.endpoints[0].addr, &web.endpoints);
+        let g = web.endpoints[0].state.0.enter(totals, Instant::now());
         drop(g);
         let mut db = entry("db:5432", Frontend::Tcp(5432), &["10.0.0.7:5432"]);
         db.endpoints[0].draining = true;
@@ -605,16 +899,94 @@ mod tests {
     }
 
     #[test]
-    fn csv_json_and_html_carry_the_same_rows() {
+    fn two_entries_on_one_address_count_their_own_traffic() {
+        let web = entry("web", Frontend::Http, &["10.0.0.1:80"]);
+        let api = entry("api", Frontend::Http, &["10.0.0.1:80"]);
+        // One address, one shared health state: as the translator builds it.
+        let api = Entry {
+            endpoints: web.endpoints.clone(),
+            ..api
+        };
+        let t = web
+            .state
+            .totals
+            .get_or_insert(web.endpoints[0].addr, &web.endpoints);
+        for _ in 0..3 {
+            drop(
+                web.endpoints[0]
+                    .state
+                    .0
+                    .enter(Arc::clone(&t), Instant::now()),
+            );
+        }
+        let table = RoutingTable {
+            generation: 1,
+            entries: vec![Arc::new(web), Arc::new(api)],
+            ..Default::default()
+        };
+        let listeners = Listeners {
+            bind: "127.0.0.1".parse().unwrap(),
+            http_port: 80,
+            https_port: None,
+        };
+        let s = snapshot(&table, &Metrics::new(), &listeners, Instant::now());
+        let total = |e: &str| {
+            s.rows
+                .iter()
+                .find(|r| r.kind == "endpoint" && r.entry == e)
+                .map(|r| r.total)
+        };
+        assert_eq!(total("web"), Some(3));
+        assert_eq!(total("api"), Some(0));
+    }
+
+    #[test]
+    fn csv_is_haproxys_show_stat_layout() {
         let s = snap();
         let csv = to_csv(&s);
         let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(lines[0], COLUMNS.join(","));
+        assert!(lines[0].starts_with(
+            "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,\
+             wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,\
+             sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,check_code,\
+             check_duration,hrsp_1xx,"
+        ));
+        assert!(lines[0].ends_with(",need_conn_est,uweight"));
         assert_eq!(lines.len(), s.rows.len() + 1);
+        let header: Vec<&str> = lines[0].trim_start_matches("# ").split(',').collect();
+        let row = |i: usize| -> std::collections::HashMap<&str, &str> {
+            header.iter().copied().zip(lines[i].split(',')).collect()
+        };
+        let fe = row(1);
         assert_eq!(
-            lines[5],
-            "endpoint,http,web,10.0.0.2:80,down,0,0,0,0,0,0,0,L4CON,9"
+            (fe["pxname"], fe["svname"], fe["status"], fe["type"]),
+            ("http", "FRONTEND", "OPEN", "0")
         );
+        let be = row(3);
+        assert_eq!(
+            (be["pxname"], be["svname"], be["type"], be["stot"]),
+            ("web", "BACKEND", "1", "1")
+        );
+        let down = row(5);
+        assert_eq!(down["pxname"], "web");
+        assert_eq!(down["svname"], "10.0.0.2:80");
+        assert_eq!(down["status"], "DOWN");
+        assert_eq!(down["check_status"], "L4CON");
+        assert_eq!(down["chkfail"], "3");
+        assert_eq!(down["chkdown"], "1");
+        assert_eq!(down["addr"], "10.0.0.2:80");
+        assert_eq!(down["type"], "2");
+        assert_eq!(
+            down["qlimit"], "",
+            "what switchyard does not have stays empty"
+        );
+        assert_eq!(row(8)["status"], "DRAIN");
+        assert_eq!(row(8)["mode"], "tcp");
+    }
+
+    #[test]
+    fn csv_json_and_html_carry_the_same_rows() {
+        let s = snap();
         let json: serde_json::Value = serde_json::from_str(&to_json(&s)).unwrap();
         assert_eq!(json["rows"][4]["state"], "down");
         assert_eq!(json["rows"][4]["type"], "endpoint");

@@ -2,8 +2,9 @@
 //! which entry and which endpoints serve it; held in a single `ArcSwap` split into a
 //! `TableWriter` (control side) and a `TableReader` (data side).
 //!
-//! Per-endpoint state (in-flight count, passive-health mark) and per-entry state (round-robin
-//! cursor, client-IP affinity pins) live behind `Shared`, which the translator carries from the
+//! Per-endpoint state (in-flight count, passive-health mark, active checks) and per-entry
+//! state (round-robin cursor, client-IP affinity pins, the stats page's totals of each of its
+//! endpoints) live behind `Shared`, which the translator carries from the
 //! previous table by key, so counters survive a rebuild. `Shared` is not part of a table's
 //! identity: two tables that route the same way compare equal, and an equal rebuild is not
 //! swapped in. This module must not know about Kubernetes, Pingora or tokio.
@@ -150,6 +151,9 @@ pub struct EntryState {
     /// Made on first use: an affinity table is 16 locked shards (about 1 KiB), and most
     /// entries never pin a client, so building one per entry dominated large table builds.
     pub affinity: LazyLock<AffinityTable>,
+    /// This entry's traffic to each of its endpoints (the stats page). Per entry, not per
+    /// address: two Services on one address each see their own traffic.
+    pub totals: EndpointTotals,
 }
 
 impl Default for EntryState {
@@ -157,7 +161,59 @@ impl Default for EntryState {
         EntryState {
             cursor: AtomicUsize::new(0),
             affinity: LazyLock::new(AffinityTable::default),
+            totals: EndpointTotals::default(),
         }
+    }
+}
+
+/// An entry's `Totals` by endpoint address, sorted. Read on every request without a lock; an
+/// address gets its totals at its first session (a copy-on-write insert, once per endpoint
+/// of the entry), and addresses the entry no longer has are dropped at the next insert.
+#[derive(Debug)]
+pub struct EndpointTotals(ArcSwap<Vec<(SocketAddr, Arc<Totals>)>>);
+
+impl Default for EndpointTotals {
+    fn default() -> Self {
+        EndpointTotals(ArcSwap::from_pointee(Vec::new()))
+    }
+}
+
+impl EndpointTotals {
+    /// The totals of `addr`, if it had a session yet.
+    pub fn get(&self, addr: &SocketAddr) -> Option<Arc<Totals>> {
+        let v = self.0.load();
+        let i = v.binary_search_by(|(a, _)| a.cmp(addr)).ok()?;
+        v.get(i).map(|(_, t)| Arc::clone(t))
+    }
+
+    /// The totals of `addr`, made when missing; `live` are the entry's endpoints now, whose
+    /// totals an insert keeps.
+    pub fn get_or_insert(&self, addr: SocketAddr, live: &[Endpoint]) -> Arc<Totals> {
+        if let Some(t) = self.get(&addr) {
+            return t;
+        }
+        let fresh = Arc::new(Totals::default());
+        let mut out = Arc::clone(&fresh);
+        self.0.rcu(|old| {
+            let mut v: Vec<(SocketAddr, Arc<Totals>)> = old
+                .iter()
+                .filter(|(a, _)| live.iter().any(|e| e.addr == *a))
+                .cloned()
+                .collect();
+            match v.binary_search_by(|(a, _)| a.cmp(&addr)) {
+                Ok(i) => {
+                    if let Some((_, t)) = v.get(i) {
+                        out = Arc::clone(t);
+                    }
+                }
+                Err(i) => {
+                    out = Arc::clone(&fresh);
+                    v.insert(i, (addr, Arc::clone(&fresh)));
+                }
+            }
+            v
+        });
+        out
     }
 }
 
@@ -304,18 +360,23 @@ pub struct EndpointState {
     down_until_ms: AtomicU64,
     /// Active health checks (written by the checker only).
     pub health: HealthState,
-    /// Totals for the stats page.
-    pub totals: Totals,
 }
 
-/// Running totals of one endpoint address (the stats page reads them; Prometheus gets
+/// Running totals of one endpoint of one entry (the stats page reads them; Prometheus gets
 /// per-entry counters instead, whose labels are bounded).
 #[derive(Debug, Default)]
 pub struct Totals {
     /// Sessions started (HTTP: tries, connect failures included; TCP: connections).
     pub sessions: AtomicU64,
+    /// Requests (TCP: connections) of this entry in flight to the endpoint now.
+    pub in_flight: AtomicU32,
     /// Highest in-flight count seen.
     pub max_in_flight: AtomicU32,
+    /// Sessions started per second.
+    pub rate: Rate,
+    /// Responses by status class, indexed like `ops::metrics::STATUS_CLASSES` (1xx..5xx,
+    /// other: none written).
+    pub responses: [AtomicU64; 6],
     /// Body bytes received from clients for this endpoint.
     pub bytes_in: AtomicU64,
     /// Body bytes sent to clients from this endpoint.
@@ -324,6 +385,56 @@ pub struct Totals {
     pub connect_errors: AtomicU64,
     /// Requests that failed after connecting (upstream or proxy error).
     pub response_errors: AtomicU64,
+}
+
+/// Events per second: the count of the last whole second (HAProxy's `rate` is the same idea
+/// with a sliding window). Racing writers may lose a count at a second's turn: fine for a
+/// stats page, and no lock on the request path.
+#[derive(Debug, Default)]
+pub struct Rate {
+    /// The second (since `clock_origin`) that `current` counts.
+    second: AtomicU64,
+    current: AtomicU64,
+    previous: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Rate {
+    /// Counts one event at `now`.
+    pub fn tick(&self, now: Instant) {
+        let s = millis_since_origin(now) / 1000;
+        let old = self.second.load(Ordering::Relaxed);
+        if old != s
+            && self
+                .second
+                .compare_exchange(old, s, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let done = self.current.swap(0, Ordering::Relaxed);
+            self.max.fetch_max(done, Ordering::Relaxed);
+            let prev = if s == old + 1 { done } else { 0 };
+            self.previous.store(prev, Ordering::Relaxed);
+        }
+        self.current.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Events in the last whole second before `now`.
+    pub fn per_second(&self, now: Instant) -> u64 {
+        let s = millis_since_origin(now) / 1000;
+        let at = self.second.load(Ordering::Relaxed);
+        if at == s {
+            self.previous.load(Ordering::Relaxed)
+        } else if at + 1 == s {
+            self.current.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
+    /// The highest `per_second` seen.
+    pub fn max(&self, now: Instant) -> u64 {
+        self.max.load(Ordering::Relaxed).max(self.per_second(now))
+    }
 }
 
 /// The result of one active check, in HAProxy's vocabulary.
@@ -397,6 +508,31 @@ pub struct HealthState {
     failures: AtomicU32,
     last: AtomicU32,
     checks: AtomicU64,
+    /// Failed checks in all (HAProxy `chkfail`).
+    failed: AtomicU64,
+    /// Transitions to down (HAProxy `chkdown`).
+    downs: AtomicU64,
+    /// The last check: when it ended (ms since `clock_origin`, 0: none) and how long it took.
+    last_at_ms: AtomicU64,
+    last_duration_us: AtomicU64,
+    /// The last up/down transition (ms since `clock_origin`, 0: none since start).
+    changed_at_ms: AtomicU64,
+    /// Time spent down before the current state (ms).
+    down_ms: AtomicU64,
+}
+
+/// What the stats page shows of an address's active health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HealthView {
+    pub failed_checks: u64,
+    pub downs: u64,
+    /// Age and duration of the last check, when there was one.
+    pub last_check_age: Option<Duration>,
+    pub last_check_duration: Option<Duration>,
+    /// Time in the current state (since start when it never changed).
+    pub in_state: Duration,
+    /// Time spent down in all, the current down period included.
+    pub downtime: Duration,
 }
 
 impl HealthState {
@@ -413,6 +549,50 @@ impl HealthState {
         self.checks.load(Ordering::Relaxed)
     }
 
+    /// Notes when the check just recorded ended and how long it took.
+    pub fn timed(&self, ended: Instant, took: Duration) {
+        self.last_at_ms
+            .store(millis_since_origin(ended).max(1), Ordering::Relaxed);
+        self.last_duration_us.store(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Counters and times for the stats page, at `now`.
+    pub fn view(&self, now: Instant) -> HealthView {
+        let now_ms = millis_since_origin(now);
+        let ms = |v: u64| Duration::from_millis(v);
+        let last_at = self.last_at_ms.load(Ordering::Relaxed);
+        let changed = self.changed_at_ms.load(Ordering::Relaxed);
+        let in_state = ms(now_ms.saturating_sub(changed));
+        let mut downtime = ms(self.down_ms.load(Ordering::Relaxed));
+        if !self.is_up() {
+            downtime += in_state;
+        }
+        HealthView {
+            failed_checks: self.failed.load(Ordering::Relaxed),
+            downs: self.downs.load(Ordering::Relaxed),
+            last_check_age: (last_at > 0).then(|| ms(now_ms.saturating_sub(last_at))),
+            last_check_duration: (last_at > 0)
+                .then(|| Duration::from_micros(self.last_duration_us.load(Ordering::Relaxed))),
+            in_state,
+            downtime,
+        }
+    }
+
+    /// Notes an up/down transition now.
+    fn changed(&self, to_up: bool) {
+        let now = millis_since_origin(Instant::now()).max(1);
+        let since = self.changed_at_ms.swap(now, Ordering::Relaxed);
+        if to_up {
+            self.down_ms
+                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+        } else {
+            self.downs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Records one check (one writer per address: the checker); returns the new state when it
     /// changed (`Some(true)`: rose, `Some(false)`: fell).
     pub fn record(&self, result: CheckResult, rise: u32, fall: u32) -> Option<bool> {
@@ -425,14 +605,17 @@ impl HealthState {
             self.passes.store(n, Ordering::Relaxed);
             if !up && n >= rise.max(1) {
                 self.down.store(false, Ordering::Relaxed);
+                self.changed(true);
                 return Some(true);
             }
         } else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
             self.passes.store(0, Ordering::Relaxed);
             let n = self.failures.load(Ordering::Relaxed).saturating_add(1);
             self.failures.store(n, Ordering::Relaxed);
             if up && n >= fall.max(1) {
                 self.down.store(true, Ordering::Relaxed);
+                self.changed(false);
                 return Some(false);
             }
         }
@@ -463,15 +646,18 @@ impl EndpointState {
         until != 0 && millis_since_origin(now) < until
     }
 
-    /// Counts one request in flight until the guard drops.
-    pub fn enter(self: &Arc<Self>) -> InFlight {
-        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        self.totals.sessions.fetch_add(1, Ordering::Relaxed);
+    /// Counts one request in flight until the guard drops: at this address (for balancing)
+    /// and in `totals`, its entry's totals for the address (for the stats page).
+    pub fn enter(self: &Arc<Self>, totals: Arc<Totals>, now: Instant) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let n = totals.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        totals.sessions.fetch_add(1, Ordering::Relaxed);
+        totals.rate.tick(now);
         // Read first: the common case writes nothing more to the shared line.
-        if now > self.totals.max_in_flight.load(Ordering::Relaxed) {
-            self.totals.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        if n > totals.max_in_flight.load(Ordering::Relaxed) {
+            totals.max_in_flight.fetch_max(n, Ordering::Relaxed);
         }
-        InFlight(Arc::clone(self))
+        InFlight(Arc::clone(self), totals)
     }
 
     /// Whether new traffic may come here as far as health goes (active and passive).
@@ -480,13 +666,14 @@ impl EndpointState {
     }
 }
 
-/// Decrements an endpoint's in-flight count on drop, whatever way the request ends.
+/// Decrements an endpoint's in-flight counts on drop, whatever way the request ends.
 #[derive(Debug)]
-pub struct InFlight(Arc<EndpointState>);
+pub struct InFlight(Arc<EndpointState>, Arc<Totals>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.1.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -742,12 +929,54 @@ mod tests {
     #[test]
     fn in_flight_guard_counts() {
         let s = Arc::new(EndpointState::default());
-        let g1 = s.enter();
-        let g2 = s.enter();
+        let t = Arc::new(Totals::default());
+        let now = Instant::now();
+        let g1 = s.enter(Arc::clone(&t), now);
+        let g2 = s.enter(Arc::new(Totals::default()), now);
         assert_eq!(s.in_flight.load(Ordering::Relaxed), 2);
+        assert_eq!(t.in_flight.load(Ordering::Relaxed), 1);
         drop(g1);
         drop(g2);
         assert_eq!(s.in_flight.load(Ordering::Relaxed), 0);
+        assert_eq!(t.in_flight.load(Ordering::Relaxed), 0);
+        assert_eq!(t.sessions.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn totals_are_per_entry_and_follow_the_entrys_endpoints() {
+        let a = ep("10.0.0.1:80");
+        let b = ep("10.0.0.2:80");
+        let one = EndpointTotals::default();
+        let other = EndpointTotals::default();
+        let t = one.get_or_insert(a.addr, &[a.clone(), b.clone()]);
+        t.sessions.fetch_add(1, Ordering::Relaxed);
+        assert!(Arc::ptr_eq(
+            &t,
+            &one.get_or_insert(a.addr, std::slice::from_ref(&a))
+        ));
+        assert!(
+            other.get(&a.addr).is_none(),
+            "another entry's totals are its own"
+        );
+        one.get_or_insert(b.addr, std::slice::from_ref(&b));
+        assert!(
+            one.get(&a.addr).is_none(),
+            "an address the entry lost is dropped"
+        );
+    }
+
+    #[test]
+    fn rate_counts_the_last_whole_second() {
+        let r = Rate::default();
+        let t0 = clock_origin() + Duration::from_secs(100);
+        for _ in 0..5 {
+            r.tick(t0);
+        }
+        assert_eq!(r.per_second(t0 + Duration::from_millis(1500)), 5);
+        r.tick(t0 + Duration::from_millis(1100));
+        assert_eq!(r.per_second(t0 + Duration::from_millis(1200)), 5);
+        assert_eq!(r.per_second(t0 + Duration::from_secs(5)), 0);
+        assert_eq!(r.max(t0 + Duration::from_secs(5)), 5);
     }
 
     #[test]
@@ -781,6 +1010,12 @@ mod tests {
         assert_eq!(h.record(CheckResult::Status(200), 2, 3), Some(true));
         assert!(h.is_up());
         assert_eq!(h.checks(), 8);
+        let v = h.view(Instant::now());
+        assert_eq!((v.failed_checks, v.downs), (5, 1));
+        assert_eq!(v.last_check_age, None);
+        h.timed(Instant::now(), Duration::from_millis(3));
+        let v = h.view(Instant::now());
+        assert_eq!(v.last_check_duration, Some(Duration::from_millis(3)));
     }
 
     #[test]

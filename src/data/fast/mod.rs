@@ -85,6 +85,19 @@ pub struct Connection {
     subject: Option<String>,
 }
 
+impl Connection {
+    /// No request has been served on this connection yet.
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// What was read from the client and not used (part of a header when the guard refused
+    /// it).
+    pub fn pending(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
 /// Why a try failed before its response header was complete.
 #[derive(Debug, Clone, Copy)]
 struct Exchange {
@@ -265,6 +278,7 @@ impl FastPath {
             host,
             method: req.method(),
             path,
+            rejected: None,
         };
         let strip = match route {
             // This path speaks HTTP/1 in clear to backends; anything else is Pingora's.
@@ -353,6 +367,7 @@ impl FastPath {
             };
             attempt.connected(reused, Instant::now());
             conn.upstream_buf.clear();
+            attempt.request_sent(Instant::now());
             let outcome = match self.send(&mut up, &conn.out).await {
                 Ok(()) => {
                     let edits = response_edits(&self.proxy.fwd, attempt.set_cookie());
@@ -365,7 +380,10 @@ impl FastPath {
                 }),
             };
             match outcome {
-                Ok(resp) => break (up, addr, resp),
+                Ok(resp) => {
+                    attempt.response_started(Instant::now());
+                    break (up, addr, resp);
+                }
                 Err(x) => {
                     let failure = Failure {
                         cause: x.cause,
@@ -674,7 +692,7 @@ impl FastPath {
 }
 
 /// Writes an answer's status line and fields into `out` (the body is the caller's).
-fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
+pub(crate) fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
     out.clear();
     write_status(out, a.status, "");
     for edit in a.fields.iter() {

@@ -6,9 +6,8 @@
 
 use std::ops::Range;
 
-use crate::data::listener::valid_host;
 use crate::decide::edits::{Edit, Edits, extendable, no_cache_set_cookie};
-use crate::decide::target::has_dot_segment;
+use crate::decide::target::{has_dot_segment, valid_host};
 use crate::table::sticky::{self, COOKIE_NAME};
 
 /// Most headers a request may have here (Pingora takes the rest and refuses what it must).
