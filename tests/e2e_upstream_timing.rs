@@ -22,7 +22,10 @@ async fn metric(sy: &Switchyard, series: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_response_time_is_measured_on_both_engines() {
     // Held 30 ms: between the 25 ms and 50 ms buckets.
-    let b = Backend::builder("b").delay(Duration::from_millis(30)).start().await;
+    let b = Backend::builder("b")
+        .delay(Duration::from_millis(30))
+        .start()
+        .await;
     let mut world: Vec<Value> = vec![svc("web", 80).into()];
     world.extend(slices("web", &[&b]));
     for fast in ["true", "false"] {

@@ -46,14 +46,16 @@ pub struct PathRule<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathRules<T> {
     rules: HashMap<Box<str>, PathRule<T>>,
-    folded: HashMap<Box<str>, PathRule<T>>,
+    /// Boxed and absent until a rule ignores case (rare): a second inline map doubled the
+    /// size of every host's rules, and the lookup bench paid for it in cache misses.
+    folded: Option<Box<HashMap<Box<str>, PathRule<T>>>>,
 }
 
 impl<T> Default for PathRules<T> {
     fn default() -> Self {
         Self {
             rules: HashMap::default(),
-            folded: HashMap::default(),
+            folded: None,
         }
     }
 }
@@ -67,7 +69,7 @@ impl<T: Serialize> Serialize for PathRules<T> {
         for rule in self.rules.values() {
             m.serialize_entry(&*rule.prefix, rule)?;
         }
-        for rule in self.folded.values() {
+        for rule in self.folded.iter().flat_map(|f| f.values()) {
             m.serialize_entry(&format!("-i {}", rule.prefix), rule)?;
         }
         m.end()
@@ -78,22 +80,26 @@ impl<T> PathRules<T> {
     pub fn insert(&mut self, mut rule: PathRule<T>) {
         if rule.ignore_case {
             rule.prefix = rule.prefix.to_ascii_lowercase().into();
-            self.folded.insert(rule.prefix.clone(), rule);
+            self.folded
+                .get_or_insert_with(Box::default)
+                .insert(rule.prefix.clone(), rule);
         } else {
             self.rules.insert(rule.prefix.clone(), rule);
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.folded.is_empty()
+        self.rules.is_empty() && self.folded.is_none()
     }
 
     pub fn len(&self) -> usize {
-        self.rules.len() + self.folded.len()
+        self.rules.len() + self.folded.as_ref().map_or(0, |f| f.len())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PathRule<T>> {
-        self.rules.values().chain(self.folded.values())
+        self.rules
+            .values()
+            .chain(self.folded.iter().flat_map(|f| f.values()))
     }
 
     /// The rule with the longest prefix that matches `path` on a segment boundary.
@@ -101,55 +107,58 @@ impl<T> PathRules<T> {
     /// Candidates are every prefix of `path` that ends just before or just after a `/`, and the
     /// whole path; they are probed from the longest down, so the first hit is the best one. At
     /// each length a case-sensitive rule is probed before one that ignores case.
+    #[inline]
     pub fn lookup(&self, path: &str) -> Option<&PathRule<T>> {
-        if self.is_empty() {
-            return None;
-        }
-        if self.folded.is_empty() {
-            return self.probe_all(path, None);
-        }
+        let Some(folded) = self.folded.as_deref() else {
+            // The common case: no rule ignores case.
+            if self.rules.is_empty() {
+                return None;
+            }
+            return candidates(path, |end| self.rules.get(&path[..end]));
+        };
         // The folded path; no prefix is longer than MAX_PREFIX_LEN, so a longer candidate
-        // cannot match one and is not folded. Only levels with such rules pay for this.
+        // cannot match one and is not folded.
         let mut buf = [0u8; MAX_PREFIX_LEN + 1];
         let n = path.len().min(buf.len());
         for (dst, src) in buf[..n].iter_mut().zip(path.as_bytes()) {
             *dst = src.to_ascii_lowercase();
         }
-        self.probe_all(path, Some(&buf[..n]))
-    }
-
-    /// The candidates of `lookup`, longest first; `folded` is `path` in lower case (its head).
-    fn probe_all(&self, path: &str, folded: Option<&[u8]>) -> Option<&PathRule<T>> {
-        let probe = |end: usize| -> Option<&PathRule<T>> {
+        let lower = &buf[..n];
+        candidates(path, |end| {
             if let Some(rule) = self.rules.get(&path[..end]) {
                 return Some(rule);
             }
-            let folded = folded?.get(..end)?;
             // ASCII folding keeps UTF-8 valid; `end` is at a '/' or the end of `path`.
-            let key = std::str::from_utf8(folded).ok()?;
-            self.folded.get(key)
-        };
-        if let Some(rule) = probe(path.len()) {
+            let key = std::str::from_utf8(lower.get(..end)?).ok()?;
+            folded.get(key)
+        })
+    }
+}
+
+/// Probes the prefixes of `path` that a rule may match, longest first: the whole path, then
+/// each end just after and just before a `/` ("/a/b/c": "/a/b/c", "/a/b/", "/a/b", "/a/",
+/// "/a", "/"). The first hit is the best.
+#[inline]
+fn candidates<'r, R>(path: &str, mut probe: impl FnMut(usize) -> Option<&'r R>) -> Option<&'r R> {
+    if let Some(rule) = probe(path.len()) {
+        return Some(rule);
+    }
+    let bytes = path.as_bytes();
+    let mut end = bytes.len();
+    while let Some(slash) = bytes[..end].iter().rposition(|&b| b == b'/') {
+        if slash + 1 < bytes.len()
+            && let Some(rule) = probe(slash + 1)
+        {
             return Some(rule);
         }
-        let bytes = path.as_bytes();
-        let mut end = bytes.len();
-        while let Some(slash) = bytes[..end].iter().rposition(|&b| b == b'/') {
-            // "/a/b/c": try "/a/b/" then "/a/b", then "/a/" and "/a", then "/".
-            if slash + 1 < bytes.len()
-                && let Some(rule) = probe(slash + 1)
-            {
-                return Some(rule);
-            }
-            if slash > 0
-                && let Some(rule) = probe(slash)
-            {
-                return Some(rule);
-            }
-            end = slash;
+        if slash > 0
+            && let Some(rule) = probe(slash)
+        {
+            return Some(rule);
         }
-        None
+        end = slash;
     }
+    None
 }
 
 /// Whether `prefix` matches `path` under the same rule `PathRules::lookup` applies.
@@ -238,6 +247,7 @@ impl<T> Router<T> {
 
     /// Finds the route for a request. `host` is the raw Host header or `:authority` (any case,
     /// optional port); `path` is the path without the query.
+    #[inline]
     pub fn lookup(&self, host: Option<&[u8]>, path: &str) -> Option<&PathRule<T>> {
         self.walk(host, |_, rules| rules.lookup(path))
     }
@@ -246,6 +256,7 @@ impl<T> Router<T> {
     /// returns `Some`: the exact host with its port, the exact host, the wildcard suffixes
     /// (longest first; a suffix with a port is compared with the host and its port), then the
     /// host-less rules. `lookup` is this walk; `/explain` describes the same walk.
+    #[inline]
     pub fn walk<'r, R>(
         &'r self,
         host: Option<&[u8]>,
@@ -312,6 +323,7 @@ impl<'b> NormalHost<'b> {
 /// Lower-cases `raw` into `buf`, dropping a trailing dot and keeping a port (digits only).
 /// `None` for a host that is empty, too long, not valid UTF-8 or with a bad port; such a
 /// request is matched by host-less rules only.
+#[inline]
 pub fn normalize_host<'b>(raw: &[u8], buf: &'b mut [u8; MAX_HOST_LEN]) -> Option<NormalHost<'b>> {
     let (host, port) = if raw.first() == Some(&b'[') {
         // IPv6 literal: keep the brackets; what follows `]` may be `:port`.
