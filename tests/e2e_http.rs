@@ -14,26 +14,6 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Assert that `path` (with optional Host) reaches backend `b` and that the
-/// backend saw `uri`.
-async fn expect_route(sy: &Switchyard, host: Option<&str>, path: &str, b: &Backend, uri: &str) {
-    let r = match host {
-        Some(h) => sy.get_host(h, path).await,
-        None => sy.get(path).await,
-    };
-    assert_eq!(r.status, 200, "host={host:?} path={path}: {r:?}");
-    assert_eq!(
-        r.backend().as_deref(),
-        Some(b.name.as_str()),
-        "host={host:?} path={path} went to the wrong backend: {r:?}"
-    );
-    assert_eq!(
-        r.uri(),
-        uri,
-        "host={host:?} path={path}: backend saw the wrong URI"
-    );
-}
-
 /// Assert that the request does NOT reach any of our backends and gets 404.
 async fn expect_404(sy: &Switchyard, host: Option<&str>, path: &str) {
     let r = match host {

@@ -9,35 +9,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// Both engines: `--fast-path true` and `false`.
-const ENGINES: [&str; 2] = ["true", "false"];
-
-async fn start(objs: Vec<Value>, engine: &str, extra: &[&str]) -> Switchyard {
-    switchyard(objs)
-        .args(&["--fast-path", engine])
-        .args(extra)
-        .start()
-        .await
-}
-
-async fn reaches(sy: &Switchyard, host: Option<&str>, path: &str, b: &Backend, uri: &str) {
-    let r = match host {
-        Some(h) => sy.get_host(h, path).await,
-        None => sy.get(path).await,
-    };
-    assert_eq!(r.status, 200, "host={host:?} path={path}: {r:?}");
-    assert_eq!(
-        r.backend().as_deref(),
-        Some(b.name.as_str()),
-        "{host:?} {path}"
-    );
-    assert_eq!(
-        r.uri(),
-        uri,
-        "{host:?} {path}: the backend saw the wrong target"
-    );
-}
-
 /// The home Service `default/shop` owns `/shop/...`; the Service `web` in a namespace named
 /// `shop` (route `/shop/web`) cannot take it, whichever object comes first in the manifests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,9 +28,9 @@ async fn a_namespace_named_like_a_home_service_cannot_take_its_paths() {
         } else {
             objects.iter().rev().flatten().cloned().collect()
         };
-        let sy = start(objs, engine, &[]).await;
-        reaches(&sy, None, "/shop/web/x", &home, "/web/x").await;
-        reaches(&sy, None, "/shop/web", &home, "/web").await;
+        let sy = switchyard_on(objs, engine, &[]).await;
+        expect_route(&sy, None, "/shop/web/x", &home, "/web/x").await;
+        expect_route(&sy, None, "/shop/web", &home, "/web").await;
         assert_eq!(intruder.count(), 0, "order {order}");
         let log = sy.stderr();
         assert!(
@@ -79,9 +50,9 @@ async fn a_host_with_a_port_matches_only_that_port() {
         slice("shop", "", shop.port),
     ];
     for engine in ENGINES {
-        let sy = start(objs.clone(), engine, &[]).await;
-        reaches(&sy, Some("shop.example.com:8080"), "/a", &shop, "/a").await;
-        reaches(&sy, Some("SHOP.example.com.:8080"), "/a", &shop, "/a").await;
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, Some("shop.example.com:8080"), "/a", &shop, "/a").await;
+        expect_route(&sy, Some("SHOP.example.com.:8080"), "/a", &shop, "/a").await;
         assert_eq!(sy.get_host("shop.example.com", "/a").await.status, 404);
         assert_eq!(sy.get_host("shop.example.com:8081", "/a").await.status, 404);
     }
@@ -97,9 +68,9 @@ async fn several_hosts_in_one_annotation_each_route() {
         slice("m", "", m.port),
     ];
     for engine in ENGINES {
-        let sy = start(objs.clone(), engine, &[]).await;
-        reaches(&sy, Some("m1.example.com"), "/p", &m, "/p").await;
-        reaches(&sy, Some("m2.example.com"), "/p", &m, "/p").await;
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, Some("m1.example.com"), "/p", &m, "/p").await;
+        expect_route(&sy, Some("m2.example.com"), "/p", &m, "/p").await;
         assert_eq!(sy.get_host("m3.example.com", "/p").await.status, 404);
         let log = sy.stderr();
         assert!(
@@ -115,9 +86,9 @@ async fn acl_match_dash_i_ignores_case() {
     let t = Backend::start("t").await;
     let objs = vec![svc("t", 80).acl("-i /test").into(), slice("t", "", t.port)];
     for engine in ENGINES {
-        let sy = start(objs.clone(), engine, &[]).await;
-        reaches(&sy, None, "/test/a", &t, "/test/a").await;
-        reaches(&sy, None, "/TeSt/a", &t, "/TeSt/a").await;
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, None, "/test/a", &t, "/test/a").await;
+        expect_route(&sy, None, "/TeSt/a", &t, "/TeSt/a").await;
         assert_eq!(sy.get("/testing").await.status, 404);
     }
 }
@@ -135,10 +106,10 @@ async fn an_acl_match_cannot_take_another_services_path_route() {
         slice("aaa", "", greedy.port),
     ];
     for engine in ENGINES {
-        let sy = start(objs.clone(), engine, &[]).await;
-        reaches(&sy, None, "/web/x", &web, "/x").await;
-        reaches(&sy, None, "/web/admin", &web, "/admin").await;
-        reaches(&sy, None, "/greedy/x", &greedy, "/greedy/x").await;
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, None, "/web/x", &web, "/x").await;
+        expect_route(&sy, None, "/web/admin", &web, "/admin").await;
+        expect_route(&sy, None, "/greedy/x", &greedy, "/greedy/x").await;
         let log = sy.stderr();
         let conflicts = log
             .lines()
@@ -154,7 +125,7 @@ async fn an_acl_match_cannot_take_another_services_path_route() {
 async fn healthz_on_the_traffic_port() {
     let claims = Backend::start("claims").await;
     for engine in ENGINES {
-        let sy = start(vec![], engine, &[]).await;
+        let sy = switchyard_on(vec![], engine, &[]).await;
         let r = sy.get("/healthz").await;
         assert_eq!((r.status, r.body.as_str()), (200, "ok"), "{engine}");
         assert_eq!(
@@ -165,7 +136,7 @@ async fn healthz_on_the_traffic_port() {
         assert_eq!(sy.get_host("any.example.com", "/healthz").await.status, 200);
         drop(sy);
 
-        let sy = start(vec![], engine, &["--traffic-healthz", "false"]).await;
+        let sy = switchyard_on(vec![], engine, &["--traffic-healthz", "false"]).await;
         assert_eq!(sy.get("/healthz").await.status, 404, "{engine}");
         drop(sy);
 
@@ -173,8 +144,8 @@ async fn healthz_on_the_traffic_port() {
             svc("claims", 80).acl("/healthz").into(),
             slice("claims", "", claims.port),
         ];
-        let sy = start(objs, engine, &[]).await;
-        reaches(&sy, None, "/healthz", &claims, "/healthz").await;
+        let sy = switchyard_on(objs, engine, &[]).await;
+        expect_route(&sy, None, "/healthz", &claims, "/healthz").await;
     }
 }
 
@@ -184,13 +155,13 @@ async fn healthz_on_the_traffic_port() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_table_follows_the_objects_down_to_none() {
     let web = Backend::start("web").await;
-    let sy = start(
+    let sy = switchyard_on(
         vec![svc("web", 80).into(), slice("web", "", web.port)],
         "true",
         &[],
     )
     .await;
-    reaches(&sy, None, "/web/a", &web, "/a").await;
+    expect_route(&sy, None, "/web/a", &web, "/a").await;
     sy.rewrite(&[svc("web", 80).into()]);
     let unavailable = eventually(std::time::Duration::from_secs(5), || async {
         sy.get("/web/a").await.status == 503

@@ -9,10 +9,7 @@ mod common;
 mod tls_client;
 
 use common::*;
-use serde_json::Value;
 use tls_client::{Ca, server_config};
-
-const ENGINES: [&str; 2] = ["true", "false"];
 
 /// A CA file in a temporary directory.
 fn ca_file(dir: &tempfile::TempDir, ca: &Ca) -> String {
@@ -29,14 +26,6 @@ fn rand_suffix() -> u64 {
         .as_nanos() as u64
 }
 
-async fn start(objs: Vec<Value>, engine: &str, extra: &[&str]) -> Switchyard {
-    switchyard(objs)
-        .args(&["--fast-path", engine])
-        .args(extra)
-        .start()
-        .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2c_backend_is_spoken_to_over_http2_by_app_protocol_alone() {
     let b = Backend::builder("h2c")
@@ -48,7 +37,7 @@ async fn an_h2c_backend_is_spoken_to_over_http2_by_app_protocol_alone() {
         slice("grpc", "", b.port),
     ];
     for engine in ENGINES {
-        let sy = start(objs.clone(), engine, &[]).await;
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
         for _ in 0..3 {
             let r = sy.get("/grpc/x?y=1").await;
             assert_eq!(r.status, 200, "{engine}: {r:?}");
@@ -83,7 +72,7 @@ async fn a_tls_backend_is_verified_and_gets_the_services_name() {
         slice("web", "", b.port),
     ];
     for engine in ENGINES {
-        let sy = start(objs.clone(), engine, &["--backend-ca-file", &ca_path]).await;
+        let sy = switchyard_on(objs.clone(), engine, &["--backend-ca-file", &ca_path]).await;
         let r = sy.get("/web/a").await;
         assert_eq!(r.status, 200, "{engine}: {r:?}");
         let j = r.json();
@@ -110,7 +99,7 @@ async fn an_h2_backend_over_tls_with_its_own_server_name() {
             .into(),
         slice("api", "", b.port),
     ];
-    let sy = start(objs, "true", &["--backend-ca-file", &ca_path]).await;
+    let sy = switchyard_on(objs, "true", &["--backend-ca-file", &ca_path]).await;
     let r = sy.get("/api/q").await;
     assert_eq!(r.status, 200, "{r:?}");
     let j = r.json();
@@ -137,7 +126,7 @@ async fn a_backend_certificate_from_the_wrong_ca_is_refused_unless_skipped() {
         svc("web", 80).app_protocol("https").into(),
         slice("web", "", b.port),
     ];
-    let sy = start(objs, "true", &["--backend-ca-file", &wrong]).await;
+    let sy = switchyard_on(objs, "true", &["--backend-ca-file", &wrong]).await;
     let r = sy.get("/web/a").await;
     assert!(r.status == 502 || r.status == 503, "refused: {r:?}");
     assert_eq!(b.count(), 0, "no request reached the backend");
@@ -153,7 +142,7 @@ async fn a_backend_certificate_from_the_wrong_ca_is_refused_unless_skipped() {
             .into(),
         slice("web", "", b.port),
     ];
-    let sy = start(objs, "true", &["--backend-ca-file", &wrong]).await;
+    let sy = switchyard_on(objs, "true", &["--backend-ca-file", &wrong]).await;
     let r = sy.get("/web/a").await;
     assert_eq!(r.status, 200, "{r:?}");
     assert!(

@@ -833,3 +833,40 @@ impl Switchyard {
         get(self.stats_port, path, &[]).await
     }
 }
+
+// ---------------------------------------------------------------------------
+// Assertions and starts shared by the end-to-end suites
+// ---------------------------------------------------------------------------
+
+/// Assert that `path` (with optional Host) reaches backend `b` and that the
+/// backend saw `uri`.
+pub async fn expect_route(sy: &Switchyard, host: Option<&str>, path: &str, b: &Backend, uri: &str) {
+    let r = match host {
+        Some(h) => sy.get_host(h, path).await,
+        None => sy.get(path).await,
+    };
+    assert_eq!(r.status, 200, "host={host:?} path={path}: {r:?}");
+    assert_eq!(
+        r.backend().as_deref(),
+        Some(b.name.as_str()),
+        "host={host:?} path={path} went to the wrong backend: {r:?}"
+    );
+    assert_eq!(
+        r.uri(),
+        uri,
+        "host={host:?} path={path}: backend saw the wrong URI"
+    );
+}
+
+/// A switchyard on `objs` with `--fast-path engine` (`"true"`: the fast path with Pingora
+/// behind it; `"false"`: Pingora's engine alone) and `extra` flags.
+pub async fn switchyard_on(objs: Vec<Value>, engine: &str, extra: &[&str]) -> Switchyard {
+    switchyard(objs)
+        .args(&["--fast-path", engine])
+        .args(extra)
+        .start()
+        .await
+}
+
+/// Both HTTP engines, as `--fast-path` values.
+pub const ENGINES: [&str; 2] = ["true", "false"];
