@@ -128,8 +128,15 @@ async fn a_backend_certificate_from_the_wrong_ca_is_refused_unless_skipped() {
     ];
     let sy = switchyard_on(objs, "true", &["--backend-ca-file", &wrong]).await;
     let r = sy.get("/web/a").await;
-    assert!(r.status == 502 || r.status == 503, "refused: {r:?}");
+    assert_eq!(r.status, 502, "refused: {r:?}");
     assert_eq!(b.count(), 0, "no request reached the backend");
+    let metrics = sy.admin("/metrics").await.body;
+    let failures: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("switchyard_upstream_tls_failures_total{entry=\"web\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(failures >= 1.0, "counted: {metrics}");
     drop(sy);
 
     let objs = vec![

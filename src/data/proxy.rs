@@ -166,6 +166,11 @@ fn connect_cause(t: &ErrorType) -> Cause {
     match t {
         ErrorType::ConnectRefused => Cause::ConnectRefused,
         ErrorType::ConnectTimedout => Cause::ConnectTimedOut,
+        ErrorType::TLSHandshakeFailure
+        | ErrorType::TLSHandshakeTimedout
+        | ErrorType::InvalidCert
+        | ErrorType::TLSWantX509Lookup
+        | ErrorType::HandshakeError => Cause::UpstreamTls,
         _ => Cause::ConnectFailed,
     }
 }
@@ -182,7 +187,12 @@ fn cause_of(e: &Error, responded: bool, tunnel: bool) -> Cause {
             | ErrorType::ConnectError
             | ErrorType::ConnectProxyFailure
             | ErrorType::SocketError
-            | ErrorType::BindError),
+            | ErrorType::BindError
+            | ErrorType::TLSHandshakeFailure
+            | ErrorType::TLSHandshakeTimedout
+            | ErrorType::InvalidCert
+            | ErrorType::TLSWantX509Lookup
+            | ErrorType::HandshakeError),
         ) => connect_cause(t),
         (ErrorSource::Upstream, _) if tunnel => Cause::TunnelEnded,
         (
@@ -403,6 +413,9 @@ impl ProxyHttp for HttpProxy {
         };
         let verdict = ctx.attempt.failed(failure, &self.policy, Instant::now());
         self.recorder.failure(&ctx.attempt, &verdict);
+        if failure.cause == Cause::UpstreamTls {
+            self.recorder.tls_failure(&ctx.attempt);
+        }
         e.set_retry(verdict.retry);
         e
     }

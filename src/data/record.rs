@@ -76,6 +76,15 @@ impl Recorder {
         }
     }
 
+    /// Counts a failed TLS handshake with the current endpoint of `a`'s entry.
+    pub fn tls_failure(&self, a: &Attempt) {
+        if let (Some(table), Some(id), Some(entry)) = (a.table(), a.entry_id(), a.entry()) {
+            self.metrics
+                .data
+                .count_tls_failure(table.generation, id as usize, &entry.name);
+        }
+    }
+
     /// Counts a finished request in the metrics and the access log, once.
     pub fn finished(&self, a: &mut Attempt, started: Instant, f: &Finished<'_>) {
         a.finish();

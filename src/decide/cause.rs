@@ -20,6 +20,10 @@ pub enum Cause {
     ConnectTimedOut,
     #[error("cannot connect to the endpoint")]
     ConnectFailed,
+    /// TLS to the endpoint failed: its certificate is not trusted (`--backend-ca-file`) or
+    /// not for the name sent, or no protocol in common. Nothing was sent.
+    #[error("the TLS handshake with the endpoint failed")]
+    UpstreamTls,
     #[error("the endpoint closed or reset the connection")]
     UpstreamClosed,
     /// Closed or reset after the response header went out: never stale, never replayed.
@@ -46,6 +50,7 @@ impl Cause {
             Cause::ConnectRefused
             | Cause::ConnectTimedOut
             | Cause::ConnectFailed
+            | Cause::UpstreamTls
             | Cause::UpstreamClosed
             | Cause::ResponseTruncated
             | Cause::UpstreamTimedOut
@@ -61,7 +66,10 @@ impl Cause {
     pub fn before_connect(self) -> bool {
         matches!(
             self,
-            Cause::ConnectRefused | Cause::ConnectTimedOut | Cause::ConnectFailed
+            Cause::ConnectRefused
+                | Cause::ConnectTimedOut
+                | Cause::ConnectFailed
+                | Cause::UpstreamTls
         )
     }
 
@@ -76,6 +84,7 @@ impl Cause {
             Cause::UpstreamClosed
             | Cause::ResponseTruncated
             | Cause::InvalidResponse
+            | Cause::UpstreamTls
             | Cause::TunnelEnded => Some(502),
             Cause::ClientGone => None,
             Cause::BadRequest => Some(400),
@@ -88,6 +97,7 @@ impl Cause {
         match self {
             Cause::ConnectRefused | Cause::ConnectFailed => "connect failed",
             Cause::ConnectTimedOut => "connect timeout",
+            Cause::UpstreamTls => "upstream tls failed",
             Cause::UpstreamClosed => "upstream closed",
             Cause::ResponseTruncated => "response truncated",
             Cause::UpstreamTimedOut => "upstream timeout",

@@ -250,6 +250,7 @@ pub struct EntryMetrics {
     pub response_bytes: IntCounter,
     pub retries: IntCounter,
     pub ejections: IntCounter,
+    pub tls_failures: IntCounter,
 }
 
 impl EntryMetrics {
@@ -334,6 +335,7 @@ pub struct DataMetrics {
     pub http_response_bytes_total: IntCounterVec,
     pub http_retries_total: IntCounterVec,
     pub passive_ejections_total: IntCounterVec,
+    pub upstream_tls_failures_total: IntCounterVec,
     pub downstream_open_connections: IntGaugeVec,
     pub health_checks_total: IntCounterVec,
     pub health_transitions_total: IntCounterVec,
@@ -461,6 +463,13 @@ impl DataMetrics {
                 "Endpoints taken out of rotation for a while after a failed connect, by entry",
                 &["entry"],
             ),
+            upstream_tls_failures_total: counter_vec(
+                r,
+                "upstream_tls_failures_total",
+                "TLS handshakes with endpoints that failed (untrusted or misnamed certificate), \
+                 by entry",
+                &["entry"],
+            ),
             downstream_open_connections: gauge_vec(
                 r,
                 "downstream_open_connections",
@@ -554,6 +563,7 @@ impl DataMetrics {
             response_bytes: self.http_response_bytes_total.with_label_values(&[entry]),
             retries: self.http_retries_total.with_label_values(&[entry]),
             ejections: self.passive_ejections_total.with_label_values(&[entry]),
+            tls_failures: self.upstream_tls_failures_total.with_label_values(&[entry]),
         }
     }
 
@@ -632,6 +642,7 @@ impl DataMetrics {
             &self.http_response_bytes_total,
             &self.http_retries_total,
             &self.passive_ejections_total,
+            &self.upstream_tls_failures_total,
         ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);
@@ -690,6 +701,11 @@ impl DataMetrics {
                 h.retries.inc();
             }
         });
+    }
+
+    /// Counts a failed TLS handshake with an endpoint of entry `id` of table `generation`.
+    pub fn count_tls_failure(&self, generation: u64, id: usize, name: &str) {
+        self.with_entry(generation, id, name, |h| h.tls_failures.inc());
     }
 
     /// The open-connections gauge of a frontend (`http`, `https`, `tcp:PORT`).
