@@ -19,32 +19,8 @@ fn manifest_with_a_warning(dir: &tempfile::TempDir) -> String {
     path.to_str().unwrap().to_string()
 }
 
-/// `run_to_exit` with the environment controlled: no NO_COLOR from the caller's shell,
-/// RUST_LOG=warn, plus `env`.
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args)
-        .env_remove("NO_COLOR")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn switchyard");
-    let exited = poll_blocking(Duration::from_secs(30), Duration::from_millis(50), || {
-        child.try_wait().expect("try_wait")
-    });
-    if exited.is_none() {
-        let _ = child.kill();
-        let out = child.wait_with_output().expect("wait");
-        panic!(
-            "switchyard {args:?} did not exit within 30 s: {}",
-            stderr(&out)
-        );
-    }
-    child.wait_with_output().expect("wait_with_output")
+    run_to_exit_with(args, env)
 }
 
 fn stderr(out: &Output) -> String {

@@ -375,8 +375,9 @@ fn parse_port(p: &[u8]) -> Option<u16> {
     u16::try_from(n).ok()
 }
 
-/// `port` in decimal, without leading zeros, written into `buf`.
-fn port_digits(port: u16, buf: &mut [u8; 5]) -> &[u8] {
+/// `port` in decimal, without leading zeros, written into `buf` (no allocation: entry names
+/// and Host keys are built with it on hot paths).
+pub fn port_digits(port: u16, buf: &mut [u8; 5]) -> &[u8] {
     let mut at = buf.len();
     let mut n = port;
     loop {

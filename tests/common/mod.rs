@@ -508,14 +508,23 @@ impl Drop for Switchyard {
 
 /// Run the binary to completion with the given args (bounded to 30 s).
 pub fn run_to_exit(args: &[&str]) -> std::process::Output {
-    let mut child = Command::new(bin())
-        .args(args)
+    run_to_exit_with(args, &[])
+}
+
+/// `run_to_exit` with the environment controlled: no `NO_COLOR` from the caller's shell,
+/// `RUST_LOG=warn`, plus `env`.
+pub fn run_to_exit_with(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_remove("NO_COLOR")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn switchyard");
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn switchyard");
     let exited = poll_blocking(Duration::from_secs(30), Duration::from_millis(50), || {
         child.try_wait().expect("try_wait")
     });

@@ -547,18 +547,8 @@ impl<'a> Builder<'a> {
 /// given. Built by hand at its exact length (it becomes a `Box<str>` without reallocating):
 /// `format!` here was a tenth of a large build.
 pub(super) fn entry_name(ns: Option<&str>, name: &str, port: u16) -> String {
-    let mut digits = [0u8; 5];
-    let mut at = digits.len();
-    let mut n = port;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let digits = &digits[at..];
+    let mut buf = [0u8; 5];
+    let digits = crate::table::matcher::port_digits(port, &mut buf);
     let port_len = if port == 80 { 0 } else { 1 + digits.len() };
     let mut s = String::with_capacity(ns.map_or(0, |n| n.len() + 1) + name.len() + port_len);
     if let Some(ns) = ns {
