@@ -11,19 +11,23 @@ mod tls_client;
 use common::*;
 use tls_client::{Ca, server_config};
 
-/// A CA file in a temporary directory.
+/// `ca`'s certificate as `dir/ca.pem`, for `--backend-ca-file`.
 fn ca_file(dir: &tempfile::TempDir, ca: &Ca) -> String {
-    let path = dir.path().join(format!("ca-{}.pem", rand_suffix()));
+    let path = dir.path().join("ca.pem");
     std::fs::write(&path, &ca.pem).unwrap();
     path.to_str().unwrap().to_string()
 }
 
-fn rand_suffix() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
+/// A TLS backend offering `alpn`, whose certificate for `server_name` a fresh CA issued;
+/// with that CA.
+async fn tls_backend(name: &str, server_name: &str, alpn: &[u8]) -> (Backend, Ca) {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&[server_name]);
+    let b = Backend::builder(name)
+        .transport(Transport::Tls(server_config(&leaf, &[alpn])))
+        .start()
+        .await;
+    (b, ca)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,12 +63,7 @@ async fn an_h2c_backend_is_spoken_to_over_http2_by_app_protocol_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_backend_is_verified_and_gets_the_services_name() {
-    let ca = Ca::new("backend CA");
-    let leaf = ca.server(&["web.default.svc"]);
-    let b = Backend::builder("tls")
-        .transport(Transport::Tls(server_config(&leaf, &[b"http/1.1"])))
-        .start()
-        .await;
+    let (b, ca) = tls_backend("tls", "web.default.svc", b"http/1.1").await;
     let dir = tempfile::tempdir().unwrap();
     let ca_path = ca_file(&dir, &ca);
     let objs = vec![
@@ -84,12 +83,7 @@ async fn a_tls_backend_is_verified_and_gets_the_services_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_backend_over_tls_with_its_own_server_name() {
-    let ca = Ca::new("backend CA");
-    let leaf = ca.server(&["api.internal"]);
-    let b = Backend::builder("h2")
-        .transport(Transport::Tls(server_config(&leaf, &[b"h2"])))
-        .start()
-        .await;
+    let (b, ca) = tls_backend("h2", "api.internal", b"h2").await;
     let dir = tempfile::tempdir().unwrap();
     let ca_path = ca_file(&dir, &ca);
     let objs = vec![
@@ -113,13 +107,8 @@ async fn an_h2_backend_over_tls_with_its_own_server_name() {
 /// past it, and it is warned about.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_certificate_from_the_wrong_ca_is_refused_unless_skipped() {
-    let ca = Ca::new("backend CA");
+    let (b, _) = tls_backend("tls", "web.default.svc", b"http/1.1").await;
     let other = Ca::new("another CA");
-    let leaf = ca.server(&["web.default.svc"]);
-    let b = Backend::builder("tls")
-        .transport(Transport::Tls(server_config(&leaf, &[b"http/1.1"])))
-        .start()
-        .await;
     let dir = tempfile::tempdir().unwrap();
     let wrong = ca_file(&dir, &other);
     let objs = vec![

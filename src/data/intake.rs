@@ -143,10 +143,15 @@ pub async fn read_header(
     if let Err(r) = check(&head).await {
         return Intake::Refused(r, received);
     }
-    let mut again = BytesMut::with_capacity(head.len() + rest.len());
-    again.extend_from_slice(&head);
-    again.extend_from_slice(&rest);
-    stream.unread(again.freeze());
+    if rest.is_empty() {
+        // The usual case: nothing followed the header yet, so it goes back without a copy.
+        stream.unread(head);
+    } else {
+        let mut again = BytesMut::with_capacity(head.len() + rest.len());
+        again.extend_from_slice(&head);
+        again.extend_from_slice(&rest);
+        stream.unread(again.freeze());
+    }
     Intake::Ready
 }
 

@@ -162,38 +162,30 @@ pub struct Ctx {
 }
 
 /// The cause of a Pingora error raised before the upstream connection was open.
-fn connect_cause(t: &ErrorType) -> Cause {
-    match t {
+/// `None` for an error that does not belong to opening the connection.
+fn connect_cause(t: &ErrorType) -> Option<Cause> {
+    Some(match t {
         ErrorType::ConnectRefused => Cause::ConnectRefused,
         ErrorType::ConnectTimedout => Cause::ConnectTimedOut,
+        ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::ConnectProxyFailure
+        | ErrorType::SocketError
+        | ErrorType::BindError => Cause::ConnectFailed,
         ErrorType::TLSHandshakeFailure
         | ErrorType::TLSHandshakeTimedout
         | ErrorType::InvalidCert
         | ErrorType::TLSWantX509Lookup
         | ErrorType::HandshakeError => Cause::UpstreamTls,
-        _ => Cause::ConnectFailed,
-    }
+        _ => return None,
+    })
 }
 
 /// The cause of a Pingora error (`responded`: a response header went to the client;
 /// `tunnel`: a switched-protocol tunnel was open).
 fn cause_of(e: &Error, responded: bool, tunnel: bool) -> Cause {
     match (e.esource(), e.etype()) {
-        (
-            ErrorSource::Upstream,
-            t @ (ErrorType::ConnectTimedout
-            | ErrorType::ConnectRefused
-            | ErrorType::ConnectNoRoute
-            | ErrorType::ConnectError
-            | ErrorType::ConnectProxyFailure
-            | ErrorType::SocketError
-            | ErrorType::BindError
-            | ErrorType::TLSHandshakeFailure
-            | ErrorType::TLSHandshakeTimedout
-            | ErrorType::InvalidCert
-            | ErrorType::TLSWantX509Lookup
-            | ErrorType::HandshakeError),
-        ) => connect_cause(t),
+        (ErrorSource::Upstream, t) if let Some(c) = connect_cause(t) => c,
         (ErrorSource::Upstream, _) if tunnel => Cause::TunnelEnded,
         (
             ErrorSource::Upstream,
@@ -388,13 +380,13 @@ impl ProxyHttp for HttpProxy {
         // A gRPC deadline bounds every wait upstream; once it passed, the read times out at
         // once and the client gets DEADLINE_EXCEEDED.
         let io_timeout = match ctx.deadline {
-            Some(d) => io_timeout.min(d.saturating_duration_since(Instant::now())),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                o.connection_timeout = o.connection_timeout.map(|c| c.min(left));
+                io_timeout.min(left)
+            }
             None => io_timeout,
         };
-        if let Some(d) = ctx.deadline {
-            let left = d.saturating_duration_since(Instant::now());
-            o.connection_timeout = o.connection_timeout.map(|c| c.min(left));
-        }
         o.read_timeout = Some(io_timeout);
         o.write_timeout = Some(io_timeout);
         Ok(Box::new(peer))
@@ -408,7 +400,7 @@ impl ProxyHttp for HttpProxy {
         mut e: Box<Error>,
     ) -> Box<Error> {
         let failure = Failure {
-            cause: connect_cause(e.etype()),
+            cause: connect_cause(e.etype()).unwrap_or(Cause::ConnectFailed),
             replayable: true,
         };
         let verdict = ctx.attempt.failed(failure, &self.policy, Instant::now());

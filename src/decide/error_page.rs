@@ -86,9 +86,11 @@ pub fn failure_answer(status: u16, fwd: &Forwarding) -> Answer<'_> {
 /// `+proto`-like suffix): switchyard's own answers to it are then gRPC statuses, which a gRPC
 /// client can read, rather than pages it cannot.
 pub fn is_grpc(content_type: Option<&[u8]>) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
     content_type.is_some_and(|ct| {
-        let ct = ct.get(..16).unwrap_or(ct);
-        ct.eq_ignore_ascii_case(b"application/grpc")
+        ct.len() >= GRPC.len()
+            && ct[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+            && matches!(ct.get(GRPC.len()), None | Some(b'+' | b';'))
     })
 }
 
@@ -168,6 +170,7 @@ mod tests {
         assert!(is_grpc(Some(b"application/grpc+proto")));
         assert!(is_grpc(Some(b"Application/GRPC")));
         assert!(!is_grpc(Some(b"application/json")) && !is_grpc(None));
+        assert!(!is_grpc(Some(b"application/grpcx")) && !is_grpc(Some(b"application/grp")));
         let fwd = Forwarding::plain();
         let a = grpc_answer(404, &fwd);
         assert_eq!((a.status, a.body.len()), (200, 0));
