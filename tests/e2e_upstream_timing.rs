@@ -21,7 +21,7 @@ async fn metric(sy: &Switchyard, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_response_time_is_measured_on_both_engines() {
-    // Held 30 ms: between the 25 ms and 50 ms buckets.
+    // Held 30 ms: above the 25 ms bucket.
     let b = Backend::builder("b")
         .delay(Duration::from_millis(30))
         .start()
@@ -40,12 +40,14 @@ async fn upstream_response_time_is_measured_on_both_engines() {
         let count = metric(&sy, &format!("{h}_count{{entry=\"web\"}}")).await;
         assert_eq!(count, 3.0, "fast path {fast}");
         let under_25ms = metric(&sy, &format!("{h}_bucket{{entry=\"web\",le=\"0.025\"}}")).await;
-        let under_50ms = metric(&sy, &format!("{h}_bucket{{entry=\"web\",le=\"0.05\"}}")).await;
+        // Within a second, not "within 50 ms": how much later than the hold the answer comes is
+        // the machine's load, not what this test is about.
+        let under_1s = metric(&sy, &format!("{h}_bucket{{entry=\"web\",le=\"1\"}}")).await;
         let under_100us = metric(&sy, &format!("{h}_bucket{{entry=\"web\",le=\"0.0001\"}}")).await;
         assert_eq!(under_25ms, 0.0, "fast path {fast}: faster than the backend");
         assert_eq!(
-            under_50ms, 3.0,
-            "fast path {fast}: slower than the backend's hold"
+            under_1s, 3.0,
+            "fast path {fast}: every response is counted in time"
         );
         assert_eq!(
             under_100us, 0.0,
