@@ -37,7 +37,13 @@ async fn upstream_response_time_is_measured_on_both_engines() {
             assert_eq!(sy.get("/web/x").await.status, 200);
         }
         let h = "switchyard_upstream_response_duration_seconds";
-        let count = metric(&sy, &format!("{h}_count{{entry=\"web\"}}")).await;
+        // A request is recorded after its response reached the client: wait for the third.
+        let count_series = format!("{h}_count{{entry=\"web\"}}");
+        eventually(Duration::from_secs(5), || async {
+            metric(&sy, &count_series).await >= 3.0
+        })
+        .await;
+        let count = metric(&sy, &count_series).await;
         assert_eq!(count, 3.0, "fast path {fast}");
         let under_25ms = metric(&sy, &format!("{h}_bucket{{entry=\"web\",le=\"0.025\"}}")).await;
         // Within a second, not "within 50 ms": how much later than the hold the answer comes is
