@@ -61,7 +61,14 @@ fn bench_translate(c: &mut Criterion) {
         let (services, slices) = world(n);
         let (svc_store, eps_store) = stores(&services, &slices);
         let options = Options::default();
-        let (previous, _) = translate_changes(&svc_store, &eps_store, None, &options, None);
+        let (previous, _) = translate_changes(
+            &svc_store,
+            &eps_store,
+            Default::default(),
+            None,
+            &options,
+            None,
+        );
         // The old table is dropped after the swap, outside the rebuild: leave drops out.
         g.bench_with_input(BenchmarkId::new("cold", n), &n, |b, _| {
             b.iter_with_large_drop(|| {
@@ -75,6 +82,7 @@ fn bench_translate(c: &mut Criterion) {
                 translate_changes(
                     black_box(&svc_store),
                     black_box(&eps_store),
+                    Default::default(),
                     Some(&nothing),
                     &options,
                     Some(previous.previous()),
@@ -86,7 +94,14 @@ fn bench_translate(c: &mut Criterion) {
     let (services, mut slices) = world(10_000);
     let options = Options::default();
     let (svc_before, eps_before) = stores(&services, &slices);
-    let (previous, _) = translate_changes(&svc_before, &eps_before, None, &options, None);
+    let (previous, _) = translate_changes(
+        &svc_before,
+        &eps_before,
+        Default::default(),
+        None,
+        &options,
+        None,
+    );
     slices[4_242].metadata.resource_version = Some("999999".into());
     if let Some(eps) = slices[4_242].endpoints.as_mut() {
         eps.push(Endpoint {
@@ -97,6 +112,7 @@ fn bench_translate(c: &mut Criterion) {
     let (svc_store, eps_store) = stores(&services, &slices);
     let m = &slices[4_242].metadata;
     let changes = Changes {
+        ingress: false,
         services: Default::default(),
         slices: [(
             m.namespace.clone().unwrap_or_default(),
@@ -109,6 +125,7 @@ fn bench_translate(c: &mut Criterion) {
             translate_changes(
                 black_box(&svc_store),
                 black_box(&eps_store),
+                Default::default(),
                 Some(&changes),
                 &options,
                 Some(previous.previous()),

@@ -127,7 +127,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         )
         .map_err(RunError::AccessLog)?,
     );
-    let pipeline = Pipeline::new(writer, config.translate.clone(), Arc::clone(&metrics));
+    let mut pipeline = Pipeline::new(writer, config.translate.clone(), Arc::clone(&metrics));
 
     let mut conf = ServerConf {
         threads: config.threads,
@@ -171,6 +171,17 @@ pub fn run(config: Config) -> Result<(), RunError> {
     ));
 
     let tls = tls.map(|t| t.with_metrics(Arc::clone(&metrics)));
+    if let Some(tls) = &tls {
+        // Ingresses' TLS Secrets: loaded into the TLS port's store with each table.
+        let mut secrets = tls.secret_certs();
+        pipeline.on_swap(move |table| {
+            secrets.sync(table.certificates.iter().map(|c| tls::SecretPem {
+                secret: &c.secret,
+                hosts: &c.hosts,
+                pem: &c.pem,
+            }));
+        });
+    }
     if let Some(tls) = &tls {
         // A plain TCP listener: the guard runs the handshake itself, with a deadline and
         // failure metrics.
@@ -309,6 +320,7 @@ struct HttpListener {
 fn explain_policy(config: &Config) -> crate::decide::attempt::Policy {
     crate::decide::attempt::Policy::new(1, std::time::Duration::ZERO, config.health.fail_open)
         .with_traffic_healthz(config.traffic_healthz)
+        .with_https_port(config.tls.as_ref().map(|_| config.https_port))
 }
 
 /// One HTTP frontend: the proxy (and the fast path when `--fast-path` is on), Pingora's HTTP
@@ -329,7 +341,8 @@ fn http_service(
     .with_lifecycle(Arc::clone(shared.lifecycle))
     .with_observability(Arc::clone(shared.metrics), Arc::clone(shared.access_log))
     .with_fail_open(config.health.fail_open)
-    .with_traffic_healthz(config.traffic_healthz);
+    .with_traffic_healthz(config.traffic_healthz)
+    .with_https_port(config.tls.as_ref().map(|_| config.https_port));
     if let Some(forwarding) = listener.forwarding {
         proxy = proxy.with_forwarding(forwarding);
     }
@@ -393,11 +406,8 @@ async fn kube_config(
 }
 
 async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(), RunError> {
-    let (services, slices) = match (&config.source, kube_config) {
-        (Source::Manifests(paths), _) => {
-            let objects = manifests::load(paths)?;
-            (objects.services, objects.slices)
-        }
+    let objects = match (&config.source, kube_config) {
+        (Source::Manifests(paths), _) => manifests::load(paths)?,
         (Source::Cluster { .. }, Some(kc)) => {
             let client = kube::Client::try_from(kc)?;
             watch::snapshot(&client, config.translate.only_namespace.as_deref()).await?
@@ -406,7 +416,11 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
             return Err(RunError::KubeConfig("no client configuration".into()));
         }
     };
-    let (mut table, warnings) = translate::translate(&services, &slices, &config.translate, None);
+    let (services, slices) = (&objects.services, &objects.slices);
+    let refs = objects.ingress_refs();
+    let (built, warnings) =
+        translate::translate_with(services, slices, refs.inputs(), &config.translate, None);
+    let mut table = built.table;
     // Generations count published tables; this one is shown as the first would be.
     table.generation = 1;
     for w in &warnings {
@@ -415,7 +429,7 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
     let json = match &config.explain {
         None if config.migration_preview => {
             serde_json::to_string_pretty(&translate::migration_preview(
-                &services,
+                services,
                 &table,
                 config.default_return_code,
                 config.traffic_healthz,

@@ -188,6 +188,17 @@ pub struct Args {
     #[arg(long, env = "SWITCHYARD_FORWARD_SERVICES")]
     pub forward_services: bool,
 
+    /// The controller name of switchyard's IngressClasses: Ingresses whose class has this
+    /// `spec.controller` are served.
+    #[arg(long, value_name = "NAME", default_value = crate::control::translate::DEFAULT_CONTROLLER_NAME,
+          env = "SWITCHYARD_CONTROLLER_NAME")]
+    pub controller_name: String,
+
+    /// Also serve Ingresses that name no IngressClass (without this, only when one of
+    /// switchyard's classes is the cluster's default).
+    #[arg(long, env = "SWITCHYARD_WATCH_INGRESS_WITHOUT_CLASS")]
+    pub watch_ingress_without_class: bool,
+
     /// Comma-separated `name:port` or `namespace/name:port` Service ports to serve as raw TCP
     /// frontends, each on --bind-address:<port>, opened and closed as the Services come and go.
     #[arg(long, value_name = "LIST", value_parser = parse_tcp_service, value_delimiter = ',',
@@ -595,6 +606,8 @@ impl Config {
                 home_namespace: args.namespace.clone().unwrap_or_else(|| "default".into()),
                 only_namespace: args.namespace,
                 serve_kubernetes_service: args.serve_kubernetes_service,
+                controller_name: args.controller_name,
+                watch_ingress_without_class: args.watch_ingress_without_class,
             },
             timeouts: Timeouts {
                 tunnel: args.tunnel_timeout,
@@ -647,6 +660,10 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "serve_kubernetes_service",
             "forward_services",
         ],
+    ),
+    (
+        "Ingress",
+        &["controller_name", "watch_ingress_without_class"],
     ),
     (
         "Traffic",

@@ -30,6 +30,8 @@ fuzz_target!(|data: &[u8]| {
             prefix: prefix.into(),
             strip: false,
             ignore_case: true,
+            exact: false,
+            policy: None,
             target: (),
         });
         let folded = prefix_matches(&prefix.to_ascii_lowercase(), &path.to_ascii_lowercase());

@@ -1,5 +1,6 @@
-//! The offline source: Services and EndpointSlices (or v1 Endpoints) read from Kubernetes YAML
-//! or JSON files, watched, and fed through the same `Pipeline` as the cluster watcher.
+//! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
+//! IngressClasses and Secrets read from Kubernetes YAML or JSON files, watched, and fed
+//! through the same `Pipeline` as the cluster watcher.
 //!
 //! A file may hold several documents (`---`), a `kind: List`, or objects of other kinds (which
 //! are ignored). A directory contributes its `.yaml`, `.yml` and `.json` files, skipping hidden
@@ -15,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::Resource;
-use k8s_openapi::api::core::v1::{EndpointAddress, Endpoints, Service};
+use k8s_openapi::api::core::v1::{EndpointAddress, Endpoints, Secret, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::value::MapDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -33,6 +35,24 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 pub struct Objects {
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
+    pub ingresses: Vec<Ingress>,
+    pub classes: Vec<IngressClass>,
+    pub secrets: Vec<Secret>,
+}
+
+impl Objects {
+    /// The Ingress side, by reference, for translate.
+    pub fn ingress_refs(&self) -> crate::control::translate::IngressRefs<'_> {
+        crate::control::translate::IngressRefs::of(&self.ingresses, &self.classes, &self.secrets)
+    }
+
+    fn extend(&mut self, other: Objects) {
+        self.services.extend(other.services);
+        self.slices.extend(other.slices);
+        self.ingresses.extend(other.ingresses);
+        self.classes.extend(other.classes);
+        self.secrets.extend(other.secrets);
+    }
 }
 
 /// Why the manifests could not be loaded. Every variant names the file.
@@ -125,6 +145,9 @@ enum Partial {
     Service(Box<Service>),
     Slice(Box<EndpointSlice>),
     Endpoints(Box<Endpoints>),
+    Ingress(Box<Ingress>),
+    Class(Box<IngressClass>),
+    Secret(Box<Secret>),
     /// A `List` (or `*List`): only `items` is read.
     List,
     /// Another kind: everything is skipped.
@@ -137,6 +160,9 @@ impl Partial {
             "Service" => Partial::Service(Box::default()),
             "EndpointSlice" => Partial::Slice(Box::default()),
             "Endpoints" => Partial::Endpoints(Box::default()),
+            "Ingress" => Partial::Ingress(Box::default()),
+            "IngressClass" => Partial::Class(Box::default()),
+            "Secret" => Partial::Secret(Box::default()),
             k if k == "List" || k.ends_with("List") => Partial::List,
             _ => Partial::Other,
         }
@@ -210,11 +236,28 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 out.slices.push(*s);
             }
             Partial::Endpoints(ep) => out.slices.extend(slices_from_endpoints(&ep)),
-            Partial::List => match items {
-                Some(Items::List(objects)) => {
-                    out.services.extend(objects.services);
-                    out.slices.extend(objects.slices);
+            Partial::Ingress(mut i) => {
+                slim(&mut i.metadata);
+                out.ingresses.push(*i);
+            }
+            Partial::Class(mut c) => {
+                slim(&mut c.metadata);
+                out.classes.push(*c);
+            }
+            Partial::Secret(mut s) => {
+                slim(&mut s.metadata);
+                // `stringData` is write-only in the API (merged into `data`); here it is the
+                // file's way of writing PEM without base64.
+                if let Some(text) = s.string_data.take() {
+                    let data = s.data.get_or_insert_with(Default::default);
+                    for (k, v) in text {
+                        data.insert(k, k8s_openapi::ByteString(v.into_bytes()));
+                    }
                 }
+                out.secrets.push(*s);
+            }
+            Partial::List => match items {
+                Some(Items::List(objects)) => out.extend(objects),
                 Some(Items::Null) | None => {}
                 Some(Items::NotAList) => {
                     return Err(de::Error::custom(format!("{kind}: `items` is not a list")));
@@ -245,6 +288,14 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::Slice(s), "ports") => s.ports = map.next_value()?,
         (Partial::Endpoints(e), "metadata") => e.metadata = map.next_value()?,
         (Partial::Endpoints(e), "subsets") => e.subsets = map.next_value()?,
+        (Partial::Ingress(i), "metadata") => i.metadata = map.next_value()?,
+        (Partial::Ingress(i), "spec") => i.spec = map.next_value()?,
+        (Partial::Class(c), "metadata") => c.metadata = map.next_value()?,
+        (Partial::Class(c), "spec") => c.spec = map.next_value()?,
+        (Partial::Secret(s), "metadata") => s.metadata = map.next_value()?,
+        (Partial::Secret(s), "type") => s.type_ = map.next_value()?,
+        (Partial::Secret(s), "data") => s.data = map.next_value()?,
+        (Partial::Secret(s), "stringData") => s.string_data = map.next_value()?,
         // `status`, a repeated `kind`, other kinds' fields: read past without building them.
         _ => {
             map.next_value::<IgnoredAny>()?;
@@ -268,6 +319,9 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
         Partial::Service(_) => Service::API_VERSION,
         Partial::Slice(_) => EndpointSlice::API_VERSION,
         Partial::Endpoints(_) => Endpoints::API_VERSION,
+        Partial::Ingress(_) => Ingress::API_VERSION,
+        Partial::Class(_) => IngressClass::API_VERSION,
+        Partial::Secret(_) => Secret::API_VERSION,
         Partial::List | Partial::Other => return Ok(()),
     };
     if version == expected {
@@ -491,7 +545,8 @@ pub async fn watch(
         last = Some(fp);
         match load(&paths) {
             Ok(objects) => {
-                pipeline.apply(&objects.services, &objects.slices);
+                let refs = objects.ingress_refs();
+                pipeline.apply_with(&objects.services, &objects.slices, refs.inputs());
             }
             Err(e) => {
                 tracing::error!(error = %e, "manifests not applied; the last good table keeps serving");

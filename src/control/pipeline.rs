@@ -7,7 +7,7 @@
 //! duration; it must not touch the data plane.
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::control::translate::{
-    Built, Changes, Memo, Options, Previous, Store, Warning, WarningReason, translate,
-    translate_changes,
+    Built, Changes, IngressInputs, Memo, ObjectKey, Options, Previous, Store, Warning,
+    WarningReason, translate_changes, translate_with,
 };
 use crate::ops::metrics::Metrics;
 use crate::table::{RoutingTable, TableWriter};
@@ -33,6 +33,9 @@ pub struct Applied {
     pub new_warnings: Vec<Warning>,
 }
 
+/// What runs with each table swapped in.
+type SwapHook = Box<dyn FnMut(&RoutingTable) + Send>;
+
 /// Translates and publishes; one per source.
 pub struct Pipeline {
     writer: TableWriter,
@@ -46,6 +49,10 @@ pub struct Pipeline {
     last: Option<(Arc<RoutingTable>, Option<Memo>)>,
     /// The table serving now, when nothing was built yet.
     current: Arc<RoutingTable>,
+    /// Called with each table swapped in (the TLS side loads its Secrets' certificates).
+    on_swap: Vec<SwapHook>,
+    /// The Ingresses the serving table serves (for the status writer).
+    served: tokio::sync::watch::Sender<Arc<BTreeSet<ObjectKey>>>,
 }
 
 impl Pipeline {
@@ -64,7 +71,19 @@ impl Pipeline {
             reported: HashSet::new(),
             last: None,
             current: Arc::default(),
+            on_swap: Vec::new(),
+            served: tokio::sync::watch::Sender::new(Arc::default()),
         }
+    }
+
+    /// Calls `f` with every table swapped in, after the swap.
+    pub fn on_swap(&mut self, f: impl FnMut(&RoutingTable) + Send + 'static) {
+        self.on_swap.push(Box::new(f));
+    }
+
+    /// The Ingresses (namespace, name) the serving table serves, as it changes.
+    pub fn served_ingresses(&self) -> tokio::sync::watch::Receiver<Arc<BTreeSet<ObjectKey>>> {
+        self.served.subscribe()
     }
 
     /// What the next build starts from, and the options to build with.
@@ -91,9 +110,21 @@ impl Pipeline {
         services: &[S],
         slices: &[E],
     ) -> Applied {
+        self.apply_with(services, slices, IngressInputs::default())
+    }
+
+    /// `apply` with Ingresses, their classes and Secrets.
+    pub fn apply_with<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
+        &mut self,
+        services: &[S],
+        slices: &[E],
+        ingress: IngressInputs<'_>,
+    ) -> Applied {
         let started = Instant::now();
         let (previous, options) = self.previous();
-        let (table, warnings) = translate(services, slices, options, Some(previous.table));
+        let (Built { table, memo }, warnings) =
+            translate_with(services, slices, ingress, options, Some(previous.table));
+        self.served_from(&memo);
         self.publish(started, table, None, &warnings)
     }
 
@@ -103,13 +134,27 @@ impl Pipeline {
         &mut self,
         services: &Store<Service>,
         slices: &Store<EndpointSlice>,
+        ingress: IngressInputs<'_>,
         changes: Option<&Changes>,
     ) -> Applied {
         let started = Instant::now();
         let (previous, options) = self.previous();
         let (Built { table, memo }, warnings) =
-            translate_changes(services, slices, changes, options, Some(previous));
+            translate_changes(services, slices, ingress, changes, options, Some(previous));
+        self.served_from(&memo);
         self.publish(started, table, Some(memo), &warnings)
+    }
+
+    /// Tells the status writer which Ingresses are served, when that changed.
+    fn served_from(&self, memo: &Memo) {
+        let served = memo.served_ingresses();
+        self.served.send_if_modified(|now| {
+            let changed = **now != **served;
+            if changed {
+                *now = Arc::clone(served);
+            }
+            changed
+        });
     }
 
     fn publish(
@@ -143,6 +188,9 @@ impl Pipeline {
             // Per-entry metric handles for the new table; series of removed entries go.
             let names: Vec<&str> = current.entries.iter().map(|e| &*e.name).collect();
             self.metrics.data.set_entries(now, &names);
+            for f in &mut self.on_swap {
+                f(&current);
+            }
         }
         self.metrics
             .table_generation
@@ -276,20 +324,20 @@ mod tests {
             BTreeMap::from([(key("web-1"), slice("1", "10.0.0.1"))]);
         let (w, r) = table::handle(Default::default());
         let mut p = Pipeline::new(w, Options::default(), Arc::new(Metrics::new()));
-        let first = p.apply_changes(&services, &slices, None);
+        let first = p.apply_changes(&services, &slices, Default::default(), None);
         assert!(first.swapped);
         let changed = Changes {
-            services: Default::default(),
             slices: [key("web-1")].into(),
+            ..Default::default()
         };
         // A new version with the same endpoints: an equal table, not swapped.
         slices.insert(key("web-1"), slice("2", "10.0.0.1"));
-        let same = p.apply_changes(&services, &slices, Some(&changed));
+        let same = p.apply_changes(&services, &slices, Default::default(), Some(&changed));
         assert!(!same.swapped);
         assert_eq!(same.generation, first.generation);
         // The next change is relative to that build.
         slices.insert(key("web-1"), slice("3", "10.0.0.2"));
-        let moved = p.apply_changes(&services, &slices, Some(&changed));
+        let moved = p.apply_changes(&services, &slices, Default::default(), Some(&changed));
         assert!(moved.swapped);
         assert_eq!(moved.generation, first.generation + 1);
         let t = r.load();

@@ -1,6 +1,6 @@
-//! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices, keeps one
-//! store of each, coalesces events, and publishes through the same `Pipeline` as the offline
-//! source.
+//! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices (and
+//! Ingresses, IngressClasses and `kubernetes.io/tls` Secrets), keeps one store of each,
+//! coalesces events, and publishes through the same `Pipeline` as the offline source.
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
 //! side buffer that replaces the store whole at `InitDone`, so a half-listed store is never
@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
@@ -26,7 +27,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use crate::control::pipeline::Pipeline;
-use crate::control::translate::{Changes, Warning, WarningReason};
+use crate::control::translate::{Changes, IngressRefs, Warning, WarningReason};
 use crate::ops::metrics::Metrics;
 
 /// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
@@ -102,6 +103,12 @@ impl<K: Resource> Store<K> {
         (obj.namespace().unwrap_or_default(), obj.name_any())
     }
 
+    /// Ready to be translated: listed, or (for the Ingress side, which a cluster without
+    /// the RBAC for it may never list) failing, so Services keep being served meanwhile.
+    fn usable(&self) -> bool {
+        self.synced || self.down
+    }
+
     /// Applies one event; returns whether the live set changed.
     fn apply(&mut self, event: Event<K>) -> bool {
         match event {
@@ -163,10 +170,39 @@ where
         + 'static,
     K::DynamicType: Default,
 {
+    stream_with(client, namespace, watcher::Config::default())
+}
+
+fn stream_with<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
     let api: Api<K> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    backed_off(watch_stream(api, config).modify(slim))
+}
+
+/// Only Secrets that can hold an Ingress's certificate are watched (the API server filters):
+/// a cluster's other Secrets, often thousands, are never sent, stored or parsed.
+const TLS_SECRETS: &str = "type=kubernetes.io/tls";
+
+/// IngressClasses are cluster-scoped.
+fn class_stream(
+    client: &Client,
+) -> impl Stream<Item = Result<Event<IngressClass>, watcher::Error>> + Send {
+    let api: Api<IngressClass> = Api::all(client.clone());
     backed_off(watch_stream(api, watcher::Config::default()).modify(slim))
 }
 
@@ -277,16 +313,31 @@ impl ClusterSource {
         let ns = self.namespace.as_deref();
         let mut services = Box::pin(stream::<Service>(&self.client, ns));
         let mut slices = Box::pin(stream::<EndpointSlice>(&self.client, ns));
+        let mut ingresses = Box::pin(stream::<Ingress>(&self.client, ns));
+        let mut classes = Box::pin(class_stream(&self.client));
+        let mut secrets = Box::pin(stream_with::<Secret>(
+            &self.client,
+            ns,
+            watcher::Config::default().fields(TLS_SECRETS),
+        ));
         let mut svc_store: Store<Service> = Store::new();
         let mut eps_store: Store<EndpointSlice> = Store::new();
+        let mut ing_store: Store<Ingress> = Store::new();
+        let mut class_store: Store<IngressClass> = Store::new();
+        let mut secret_store: Store<Secret> = Store::new();
         let events = self
             .events
             .then(|| spawn_event_sink(self.client.clone(), Arc::clone(&self.metrics)));
         // The first event not yet in a published table, and the latest event.
         let mut pending: Option<(Instant, Instant)> = None;
         loop {
+            let ready = svc_store.synced
+                && eps_store.synced
+                && ing_store.usable()
+                && class_store.usable()
+                && secret_store.usable();
             let deadline = match pending {
-                Some((first, last)) if svc_store.synced && eps_store.synced => {
+                Some((first, last)) if ready => {
                     Some((last + self.coalesce.debounce).min(first + self.coalesce.max_wait))
                 }
                 _ => None,
@@ -310,15 +361,50 @@ impl ClusterSource {
                         pending = Some((pending.map_or(now, |(first, _)| first), now));
                     }
                 }
+                ev = ingresses.next() => {
+                    if self.on_event(ev, "ingresses", &mut ing_store) {
+                        let now = Instant::now();
+                        pending = Some((pending.map_or(now, |(first, _)| first), now));
+                    }
+                }
+                ev = classes.next() => {
+                    if self.on_event(ev, "ingressclasses", &mut class_store) {
+                        let now = Instant::now();
+                        pending = Some((pending.map_or(now, |(first, _)| first), now));
+                    }
+                }
+                ev = secrets.next() => {
+                    if self.on_event(ev, "secrets", &mut secret_store) {
+                        let now = Instant::now();
+                        pending = Some((pending.map_or(now, |(first, _)| first), now));
+                    }
+                }
                 _ = sleep => {
                     let first = pending.map(|(first, _)| first);
                     pending = None;
                     // Both stores' changes are taken, so neither carries stale keys over.
+                    // Any change on the Ingress side makes the build a full one.
+                    let ingress = [
+                        ing_store.take_changes().is_none_or(|c| !c.is_empty()),
+                        class_store.take_changes().is_none_or(|c| !c.is_empty()),
+                        secret_store.take_changes().is_none_or(|c| !c.is_empty()),
+                    ]
+                    .contains(&true);
                     let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
-                        (Some(services), Some(slices)) => Some(Changes { services, slices }),
+                        (Some(services), Some(slices)) => Some(Changes { services, slices, ingress }),
                         _ => None,
                     };
-                    let applied = self.pipeline.apply_changes(&svc_store.live, &eps_store.live, changes.as_ref());
+                    let refs = IngressRefs::of(
+                        ing_store.live.values(),
+                        class_store.live.values(),
+                        secret_store.live.values(),
+                    );
+                    let applied = self.pipeline.apply_changes(
+                        &svc_store.live,
+                        &eps_store.live,
+                        refs.inputs(),
+                        changes.as_ref(),
+                    );
                     if let Some(first) = first {
                         let latency = first.elapsed();
                         self.metrics.propagation_latency_seconds.observe(latency.as_secs_f64());
@@ -326,7 +412,7 @@ impl ClusterSource {
                     }
                     if let Some(tx) = &events {
                         for w in &applied.new_warnings {
-                            if let Some(reference) = service_reference(&svc_store, w) {
+                            if let Some(reference) = warning_reference(&svc_store, &ing_store, w) {
                                 // Never block publishing on the API server: drop when full.
                                 if tx.try_send((w.clone(), reference)).is_err() {
                                     self.metrics.kube_events_total.with_label_values(&["dropped"]).inc();
@@ -394,24 +480,34 @@ impl ClusterSource {
     }
 }
 
-/// The reference an Event about a warning is attached to (Services only).
-fn service_reference(store: &Store<Service>, w: &Warning) -> Option<ObjectReference> {
-    if w.object.kind != "Service"
-        || !matches!(
-            w.reason,
-            WarningReason::InvalidAnnotation | WarningReason::RouteConflict
-        )
-    {
-        return None;
-    }
-    let svc = store
-        .live
-        .get(&(w.object.namespace.clone(), w.object.name.clone()))?;
-    let mut reference = svc.object_ref(&());
+/// The reference an Event about a warning is attached to: the Service or Ingress it is
+/// about (an Ingress's every warning; a Service's annotation and conflict warnings).
+fn warning_reference(
+    services: &Store<Service>,
+    ingresses: &Store<Ingress>,
+    w: &Warning,
+) -> Option<ObjectReference> {
+    let key = (w.object.namespace.clone(), w.object.name.clone());
+    let (mut reference, version) = match w.object.kind {
+        "Service"
+            if matches!(
+                w.reason,
+                WarningReason::InvalidAnnotation | WarningReason::RouteConflict
+            ) =>
+        {
+            let svc = services.live.get(&key)?;
+            (svc.object_ref(&()), svc.metadata.resource_version.clone())
+        }
+        "Ingress" => {
+            let ing = ingresses.live.get(&key)?;
+            (ing.object_ref(&()), ing.metadata.resource_version.clone())
+        }
+        _ => return None,
+    };
     // kube's recorder groups Events by reference and reason and only counts repeats: with the
-    // version in the reference, each version of the Service gets its own Event, so a changed
+    // version in the reference, each version of the object gets its own Event, so a changed
     // message is seen instead of a higher count on the old one.
-    reference.resource_version = svc.metadata.resource_version.clone();
+    reference.resource_version = version;
     Some(reference)
 }
 
@@ -489,22 +585,52 @@ fn spawn_event_sink(
     tx
 }
 
-/// Lists Services and EndpointSlices once (for `--dry-run` against a cluster).
+/// Lists the routing objects once (for `--dry-run` against a cluster). Services and
+/// EndpointSlices must list; the Ingress side is left empty, with a warning, where it cannot.
 pub async fn snapshot(
     client: &Client,
     namespace: Option<&str>,
-) -> Result<(Vec<Service>, Vec<EndpointSlice>), kube::Error> {
+) -> Result<crate::control::manifests::Objects, kube::Error> {
+    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    async fn optional<K: Clone + DeserializeOwned + std::fmt::Debug>(
+        what: &str,
+        list: impl std::future::Future<Output = Result<kube::core::ObjectList<K>, kube::Error>>,
+    ) -> Vec<K> {
+        list.await.map(|l| l.items).unwrap_or_else(|e| {
+            tracing::warn!(resource = what, error = %e, "cannot list; left out");
+            Vec::new()
+        })
+    }
     let lp = kube::api::ListParams::default();
-    let (svc_api, eps_api): (Api<Service>, Api<EndpointSlice>) = match namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let services = svc_api.list(&lp).await?.items;
-    let slices = eps_api.list(&lp).await?.items;
-    Ok((services, slices))
+    let services = api::<Service>(client, namespace).list(&lp).await?.items;
+    let slices = api::<EndpointSlice>(client, namespace)
+        .list(&lp)
+        .await?
+        .items;
+    let ingresses = optional("ingresses", api::<Ingress>(client, namespace).list(&lp)).await;
+    let classes = optional(
+        "ingressclasses",
+        Api::<IngressClass>::all(client.clone()).list(&lp),
+    )
+    .await;
+    let tls = kube::api::ListParams::default().fields(TLS_SECRETS);
+    let secrets = optional("secrets", api::<Secret>(client, namespace).list(&tls)).await;
+    Ok(crate::control::manifests::Objects {
+        services,
+        slices,
+        ingresses,
+        classes,
+        secrets,
+    })
 }
 
 #[cfg(test)]

@@ -28,14 +28,14 @@ use prometheus::IntGauge;
 use crate::data::Timeouts;
 use crate::data::record::{Finished, Recorder};
 use crate::data::tls;
-use crate::decide::attempt::{Attempt, Failure, Policy, Route};
+use crate::decide::attempt::{Attempt, Failure, Policy, Route, https_location};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
     ClientCert, Edit, Edits, Forwarding, extended, no_cache_set_cookie, request_edits,
     response_edits,
 };
 use crate::decide::error_page::{
-    Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, rejection_answer,
+    Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, redirect_answer, rejection_answer,
 };
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
@@ -59,6 +59,8 @@ pub struct HttpProxy {
     pub(crate) timeouts: Timeouts,
     pub(crate) not_found: ErrorPage,
     pub(crate) unavailable: ErrorPage,
+    /// A route's source ranges refuse the client.
+    pub(crate) forbidden: ErrorPage,
     /// `200 ok` for an unrouted `/healthz` (`--traffic-healthz`).
     pub(crate) healthz: ErrorPage,
     lifecycle: Arc<Lifecycle>,
@@ -86,6 +88,7 @@ impl HttpProxy {
             timeouts,
             not_found,
             unavailable: ErrorPage::builtin(503),
+            forbidden: ErrorPage::builtin(403),
             healthz: ErrorPage::healthz(),
             lifecycle: Lifecycle::new(),
             recorder: Recorder::new(
@@ -122,13 +125,20 @@ impl HttpProxy {
         self
     }
 
+    /// The TLS port plain-HTTP requests of TLS routes are redirected to (`None`: no TLS port).
+    pub fn with_https_port(mut self, port: Option<u16>) -> Self {
+        self.policy.https_port = port;
+        self
+    }
+
     /// The page switchyard answers a route with itself, if it does.
     pub(crate) fn page(&self, route: &Route) -> Option<&ErrorPage> {
         match route {
             Route::NotFound => Some(&self.not_found),
             Route::Unavailable => Some(&self.unavailable),
             Route::Healthz => Some(&self.healthz),
-            Route::Proxy { .. } => None,
+            Route::Forbidden => Some(&self.forbidden),
+            Route::Proxy { .. } | Route::Redirect { .. } => None,
         }
     }
 
@@ -290,7 +300,22 @@ impl ProxyHttp for HttpProxy {
         };
         match route {
             Err(e) => return Err(Error::explain(ErrorType::InternalError, e.to_string())),
-            Ok(r @ (Route::NotFound | Route::Unavailable | Route::Healthz)) => {
+            Ok(Route::Redirect { status, https_port }) => {
+                let req = session.req_header();
+                let pq = match &normalized {
+                    Some(pq) => pq.as_str(),
+                    None => req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+                };
+                let location = https_location(host.unwrap_or_default(), pq, https_port);
+                write_answer(
+                    session,
+                    &redirect_answer(status, &location, &self.fwd),
+                    Bytes::new(),
+                )
+                .await?;
+                return Ok(true);
+            }
+            Ok(r @ (Route::NotFound | Route::Unavailable | Route::Healthz | Route::Forbidden)) => {
                 match self.page(&r) {
                     Some(page) if ctx.grpc && r != Route::Healthz => {
                         write_answer(session, &grpc_answer(page.status, &self.fwd), Bytes::new())

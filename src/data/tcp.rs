@@ -285,7 +285,7 @@ async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
     let mut attempt = Attempt::new(Some(accepted.peer.ip()));
     match attempt.route_tcp(conn.table.load(), accepted.port, &conn.policy, started) {
         Ok(Route::Proxy { .. } | Route::Unavailable) => {}
-        Ok(Route::NotFound | Route::Healthz) => return,
+        Ok(Route::NotFound | Route::Healthz | Route::Forbidden | Route::Redirect { .. }) => return,
         Err(e) => {
             tracing::warn!(port = accepted.port, error = %e, "cannot route");
             return;

@@ -32,6 +32,9 @@ pub struct Policy {
     /// `--traffic-healthz`: a `GET /healthz` that no route takes is answered `200 ok`, as the
     /// original's default backend did.
     pub traffic_healthz: bool,
+    /// The TLS port, for redirects of plain HTTP to HTTPS (`None`: no TLS port, so a route
+    /// that asks for one proxies instead).
+    pub https_port: Option<u16>,
 }
 
 impl Policy {
@@ -41,6 +44,7 @@ impl Policy {
             passive_down,
             fail_open,
             traffic_healthz: false,
+            https_port: None,
         }
     }
 
@@ -48,6 +52,30 @@ impl Policy {
         self.traffic_healthz = on;
         self
     }
+
+    pub fn with_https_port(mut self, port: Option<u16>) -> Policy {
+        self.https_port = port;
+        self
+    }
+}
+
+/// Where a redirect of plain HTTP to HTTPS points: the request's host without its port, the
+/// TLS port when it is not 443, and the same path and query.
+pub fn https_location(host: &[u8], path_and_query: &str, https_port: u16) -> String {
+    let host = String::from_utf8_lossy(host);
+    let name = match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => &host[..],
+    };
+    let mut out = String::with_capacity(16 + name.len() + path_and_query.len());
+    out.push_str("https://");
+    out.push_str(name);
+    if https_port != 443 {
+        out.push(':');
+        out.push_str(&https_port.to_string());
+    }
+    out.push_str(path_and_query);
+    out
 }
 
 /// The path the original's default backend answered `200 ok` on (`--traffic-healthz`).
@@ -73,7 +101,12 @@ pub enum Route {
     Healthz,
     /// No endpoint takes this client: the 503 page.
     Unavailable,
-    /// Proxy it, with the matched prefix removed from the target when given.
+    /// The route's source ranges refuse this client: the 403 page.
+    Forbidden,
+    /// Plain HTTP for a route served over TLS: a redirect with this status to
+    /// `https_location`.
+    Redirect { status: u16, https_port: u16 },
+    /// Proxy it, with the matched prefix removed (or replaced) in the target when given.
     Proxy { strip: Option<Strip> },
 }
 
@@ -181,7 +214,21 @@ impl Attempt {
             return Ok(unrouted(path, policy));
         };
         let target = rule.target;
-        let strip = rule.strip.then(|| Strip::of(&rule.prefix));
+        let route_policy = rule.policy.and_then(|p| table.policies.get(p as usize));
+        if let Some(p) = route_policy {
+            if !p.admits(self.client_ip) {
+                return Ok(Route::Forbidden);
+            }
+            if frontend == Frontend::Http
+                && let (Some(status), Some(https_port)) = (p.https_redirect, policy.https_port)
+            {
+                return Ok(Route::Redirect { status, https_port });
+            }
+        }
+        let strip = match route_policy.and_then(|p| p.rewrite.clone()) {
+            Some(with) => Some(Strip::replace(&rule.prefix, with)),
+            None => rule.strip.then(|| Strip::of(&rule.prefix)),
+        };
         self.settle(table, target, cookies, policy, now)
             .map(|available| {
                 if available {

@@ -26,6 +26,7 @@ pub const CONTENT_LENGTH: &str = "content-length";
 pub const COOKIE: &str = "cookie";
 pub const GRPC_STATUS: &str = "grpc-status";
 pub const GRPC_MESSAGE: &str = "grpc-message";
+pub const LOCATION: &str = "location";
 
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
 /// frontend, so that no client can tell a backend what only switchyard may (a backend that
@@ -158,7 +159,7 @@ impl<'a> Edits<'a> {
         }
     }
 
-    fn push(&mut self, e: Edit<'a>) {
+    pub(crate) fn push(&mut self, e: Edit<'a>) {
         // The lists below are fixed by code, never by input: a longer one is a bug a test
         // catches (`request_edits_fit`).
         debug_assert!(self.len < MAX_EDITS, "edit list too long");

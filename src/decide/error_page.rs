@@ -7,7 +7,9 @@
 use bytes::Bytes;
 
 use crate::decide::cause::Rejection;
-use crate::decide::edits::{Edits, Forwarding, answer_fields, grpc_answer_fields};
+use crate::decide::edits::{
+    Edit, Edits, Forwarding, LOCATION, Value, answer_fields, grpc_answer_fields,
+};
 
 /// A fixed response: status, content type and body.
 #[derive(Debug, Clone)]
@@ -26,6 +28,7 @@ impl ErrorPage {
             .unwrap_or("Error");
         let detail = match status {
             404 => "No route matches this host and path.",
+            403 => "This route does not serve your address.",
             503 => "This service has no ready endpoints.",
             _ => "The load balancer could not serve this request.",
         };
@@ -69,6 +72,17 @@ impl ErrorPage {
             fields: answer_fields(fwd, Some(&self.content_type), self.body.len(), "no-cache"),
             body: &self.body,
         }
+    }
+}
+
+/// A redirect to `location` (plain HTTP to HTTPS): an empty body, never cached.
+pub fn redirect_answer<'a>(status: u16, location: &'a str, fwd: &'a Forwarding) -> Answer<'a> {
+    let mut fields = answer_fields(fwd, None, 0, "no-cache");
+    fields.push(Edit::Add(LOCATION, Value::Text(location)));
+    Answer {
+        status,
+        fields,
+        body: b"",
     }
 }
 

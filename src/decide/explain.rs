@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::decide::attempt::{Attempt, Policy, Route, unrouted};
+use crate::decide::attempt::{Attempt, Policy, Route, https_location, unrouted};
 use crate::table::matcher::{self, Level, PathRule};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
@@ -179,7 +179,11 @@ pub struct RouteView {
     pub level: &'static str,
     pub host: Option<String>,
     pub prefix: String,
+    /// The rule matches this whole path only (an Ingress `Exact` path).
+    pub exact: bool,
     pub strip_prefix: bool,
+    /// The Ingress (`namespace/name`) whose settings apply to this route.
+    pub ingress: Option<String>,
     /// The request target the endpoint receives.
     pub forwarded_path: String,
 }
@@ -324,6 +328,30 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
             now,
         ),
     };
+    match &route {
+        Ok(Route::Proxy { strip: Some(strip) }) => {
+            if let Some(r) = x.route.as_mut() {
+                let (head, rest) = strip.apply(&r.forwarded_path);
+                r.forwarded_path = format!("{head}{rest}");
+            }
+        }
+        Ok(Route::Forbidden) => {
+            x.outcome = "forbidden";
+            x.summary = "the route's source ranges do not admit this client: 403".into();
+            return x;
+        }
+        &Ok(Route::Redirect { status, https_port }) => {
+            let pq = x.route.as_ref().map_or("/", |r| r.forwarded_path.as_str());
+            let host = q.host.as_deref().unwrap_or_default().as_bytes();
+            x.outcome = "redirect";
+            x.summary = format!(
+                "a host served over TLS: {status} redirect to {}",
+                https_location(host, pq, https_port)
+            );
+            return x;
+        }
+        _ => {}
+    }
     choose(entry, q, now, route, &mut attempt, &mut x);
     x
 }
@@ -343,10 +371,12 @@ fn route_http(
         let (name, host) = match lvl {
             Level::ExactHost(h) => ("exact_host", Some(h.to_string())),
             Level::WildcardHost(s) => ("wildcard_host", Some(format!("*{s}"))),
+            Level::OneLabelHost(s) => ("one_label_host", Some(format!("*{s}"))),
             Level::AnyHost => ("any_host", None),
         };
         let hit = rules.lookup(path);
         let note = match hit {
+            Some(r) if r.exact => format!("exact path {} matches (beats every prefix)", r.prefix),
             Some(r) => format!(
                 "prefix {}{} matches (longest matching prefix at this level)",
                 if r.ignore_case { "-i " } else { "" },
@@ -378,17 +408,18 @@ fn route_http(
         Some(qs) => format!("{path}?{qs}"),
         None => path.to_string(),
     };
-    let forwarded = if rule.strip {
-        matcher::strip_prefix(&pq, &rule.prefix)
-    } else {
-        pq
-    };
+    // The target as given; the attempt's own rewrite replaces it once the route is decided.
     x.route = Some(RouteView {
         level: lvl,
         host,
         prefix: rule.prefix.to_string(),
+        exact: rule.exact,
         strip_prefix: rule.strip,
-        forwarded_path: forwarded,
+        ingress: rule
+            .policy
+            .and_then(|p| table.policies.get(p as usize))
+            .map(|p| p.origin.to_string()),
+        forwarded_path: pq,
     });
     Some(rule.target)
 }
@@ -559,6 +590,7 @@ mod tests {
         passive_down: Duration::ZERO,
         fail_open: true,
         traffic_healthz: false,
+        https_port: None,
     };
 
     fn rules(list: &[(&str, bool, EntryId)]) -> PathRules<EntryId> {
@@ -568,6 +600,8 @@ mod tests {
                 prefix: prefix.into(),
                 strip,
                 ignore_case: false,
+                exact: false,
+                policy: None,
                 target,
             });
         }

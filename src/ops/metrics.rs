@@ -345,6 +345,7 @@ pub struct DataMetrics {
     pub tls_handshakes_total: IntCounterVec,
     pub tls_handshake_failures_total: IntCounterVec,
     pub tls_certificate_not_after_seconds: IntGaugeVec,
+    pub tls_secret_errors_total: IntCounter,
     pub downstream_rejected_connections_total: IntCounterVec,
     pub http_rejected_requests_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
@@ -405,7 +406,14 @@ impl DataMetrics {
         )
         .unwrap_or_else(|_| unreachable_metric());
         register(r, Box::new(dropped.clone()));
+        let secret_errors = IntCounter::new(
+            "tls_secret_errors_total",
+            "Certificates from Secrets that did not load (their hosts get the default certificate)",
+        )
+        .unwrap_or_else(|_| unreachable_metric());
+        register(r, Box::new(secret_errors.clone()));
         DataMetrics {
+            tls_secret_errors_total: secret_errors,
             http_requests_total: counter_vec(
                 r,
                 "http_requests_total",

@@ -13,6 +13,7 @@
 //! This module must not know about Kubernetes, Pingora or tokio; it works on plain strings.
 
 use std::collections::HashMap as StdHashMap;
+use std::sync::Arc;
 
 /// aHash: several times faster than SipHash on short keys like host names, and still keyed per
 /// process, so request headers cannot be used to aim at colliding buckets.
@@ -38,6 +39,12 @@ pub struct PathRule<T> {
     /// Match the prefix without regard to ASCII case (`lb.aclMatch: "-i /api"`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub ignore_case: bool,
+    /// Match the whole path only (an Ingress path of type `Exact`), never a path below it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
+    /// What an Ingress adds to requests of this rule (index into the table's policies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<u32>,
     pub target: T,
 }
 
@@ -49,6 +56,9 @@ pub struct PathRules<T> {
     /// Boxed and absent until a rule ignores case (rare): a second inline map doubled the
     /// size of every host's rules, and the lookup bench paid for it in cache misses.
     folded: Option<Box<HashMap<Box<str>, PathRule<T>>>>,
+    /// Whole-path rules (Ingress `Exact`), boxed and absent until there is one, for the same
+    /// reason; probed before any prefix, which they beat.
+    exact: Option<Box<HashMap<Box<str>, PathRule<T>>>>,
 }
 
 impl<T> Default for PathRules<T> {
@@ -56,6 +66,7 @@ impl<T> Default for PathRules<T> {
         Self {
             rules: HashMap::default(),
             folded: None,
+            exact: None,
         }
     }
 }
@@ -72,13 +83,20 @@ impl<T: Serialize> Serialize for PathRules<T> {
         for rule in self.folded.iter().flat_map(|f| f.values()) {
             m.serialize_entry(&format!("-i {}", rule.prefix), rule)?;
         }
+        for rule in self.exact.iter().flat_map(|f| f.values()) {
+            m.serialize_entry(&format!("= {}", rule.prefix), rule)?;
+        }
         m.end()
     }
 }
 
 impl<T> PathRules<T> {
     pub fn insert(&mut self, mut rule: PathRule<T>) {
-        if rule.ignore_case {
+        if rule.exact {
+            self.exact
+                .get_or_insert_with(Box::default)
+                .insert(rule.prefix.clone(), rule);
+        } else if rule.ignore_case {
             rule.prefix = rule.prefix.to_ascii_lowercase().into();
             self.folded
                 .get_or_insert_with(Box::default)
@@ -89,26 +107,33 @@ impl<T> PathRules<T> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.folded.is_none()
+        self.rules.is_empty() && self.folded.is_none() && self.exact.is_none()
     }
 
     pub fn len(&self) -> usize {
-        self.rules.len() + self.folded.as_ref().map_or(0, |f| f.len())
+        self.rules.len()
+            + self.folded.as_ref().map_or(0, |f| f.len())
+            + self.exact.as_ref().map_or(0, |f| f.len())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PathRule<T>> {
         self.rules
             .values()
             .chain(self.folded.iter().flat_map(|f| f.values()))
+            .chain(self.exact.iter().flat_map(|f| f.values()))
     }
 
     /// The rule with the longest prefix that matches `path` on a segment boundary.
     ///
     /// Candidates are every prefix of `path` that ends just before or just after a `/`, and the
     /// whole path; they are probed from the longest down, so the first hit is the best one. At
-    /// each length a case-sensitive rule is probed before one that ignores case.
+    /// each length a case-sensitive rule is probed before one that ignores case. A whole-path
+    /// rule (`exact`) for `path` beats them all.
     #[inline]
     pub fn lookup(&self, path: &str) -> Option<&PathRule<T>> {
+        if let Some(rule) = self.exact.as_deref().and_then(|e| e.get(path)) {
+            return Some(rule);
+        }
         let Some(folded) = self.folded.as_deref() else {
             // The common case: no rule ignores case.
             if self.rules.is_empty() {
@@ -177,19 +202,22 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 /// The request target after removing `prefix`: `/svc` -> `/`, `/svc/a?b` -> `/a?b`,
 /// `/svc?x` -> `/?x`. `path_and_query` must start with `prefix`.
 pub fn strip_prefix(path_and_query: &str, prefix: &str) -> String {
-    let (slash, rest) = Strip::of(prefix).apply(path_and_query);
+    let strip = Strip::of(prefix);
+    let (slash, rest) = strip.apply(path_and_query);
     let mut out = String::with_capacity(slash.len() + rest.len());
     out.push_str(slash);
     out.push_str(rest);
     out
 }
 
-/// A prefix to remove, reduced to what removing it needs, so that the data plane can write
-/// the stripped target in two pieces without building it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A prefix to remove, or to replace (an Ingress's rewrite target), reduced to what that
+/// needs, so that the data plane can write the new target in two pieces without building it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Strip {
     len: usize,
     keep_slash: bool,
+    /// What the prefix becomes; `None`: nothing (a path route's strip).
+    with: Option<Arc<str>>,
 }
 
 impl Strip {
@@ -197,12 +225,33 @@ impl Strip {
         Strip {
             len: prefix.len(),
             keep_slash: prefix.ends_with('/'),
+            with: None,
         }
     }
 
-    /// The stripped target as a leading `"/"` (or nothing) and the rest of `path_and_query`.
-    pub fn apply(self, path_and_query: &str) -> (&'static str, &str) {
+    /// Replaces `prefix` with `with` (`/new`: `/old/a?q` -> `/new/a?q`; `/`: a strip).
+    pub fn replace(prefix: &str, with: Arc<str>) -> Strip {
+        // A trailing slash of the prefix is left in the rest, so that the rest always starts
+        // with '/' (or is empty, or the query) and the head can be joined to it.
+        Strip {
+            len: prefix.trim_end_matches('/').len(),
+            keep_slash: false,
+            with: Some(with),
+        }
+    }
+
+    /// The new target as a head (`"/"`, nothing, or the replacement) and the rest of
+    /// `path_and_query`.
+    pub fn apply<'s, 'p>(&'s self, path_and_query: &'p str) -> (&'s str, &'p str) {
         let rest = path_and_query.get(self.len..).unwrap_or("");
+        if let Some(with) = self.with.as_deref() {
+            // One slash between the two, never two ("/new/" + "/a").
+            return if rest.starts_with('/') {
+                (with.strip_suffix('/').unwrap_or(with), rest)
+            } else {
+                (with, rest)
+            };
+        }
         if rest.starts_with('/') {
             ("", rest)
         } else if self.keep_slash || !rest.is_empty() {
@@ -220,6 +269,10 @@ pub struct Router<T> {
     pub exact: HashMap<Box<str>, PathRules<T>>,
     /// `*.example.com` stored as the suffix `.example.com`, longest first.
     pub wildcard: Vec<(Box<str>, PathRules<T>)>,
+    /// Ingress wildcards, which match exactly one label (`*.example.com` takes
+    /// `a.example.com`, not `a.b.example.com`): keyed by the suffix `.example.com`, so a host
+    /// is one probe with everything after its first label.
+    pub one_label: HashMap<Box<str>, PathRules<T>>,
     /// Rules that apply to any host.
     pub any_host: PathRules<T>,
 }
@@ -229,6 +282,7 @@ impl<T> Default for Router<T> {
         Self {
             exact: HashMap::default(),
             wildcard: Vec::new(),
+            one_label: HashMap::default(),
             any_host: PathRules::default(),
         }
     }
@@ -242,7 +296,10 @@ impl<T> Router<T> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty() && self.any_host.is_empty()
+        self.exact.is_empty()
+            && self.wildcard.is_empty()
+            && self.one_label.is_empty()
+            && self.any_host.is_empty()
     }
 
     /// Finds the route for a request. `host` is the raw Host header or `:authority` (any case,
@@ -253,8 +310,9 @@ impl<T> Router<T> {
     }
 
     /// Visits the host levels that apply to `host`, most specific first, until `visit`
-    /// returns `Some`: the exact host with its port, the exact host, the wildcard suffixes
-    /// (longest first; a suffix with a port is compared with the host and its port), then the
+    /// returns `Some`: the exact host with its port, the exact host, the one-label wildcard of
+    /// its parent (the longest suffix a wildcard can have), the wildcard suffixes (longest
+    /// first; a suffix with a port is compared with the host and its port), then the
     /// host-less rules. `lookup` is this walk; `/explain` describes the same walk.
     #[inline]
     pub fn walk<'r, R>(
@@ -274,6 +332,13 @@ impl<T> Router<T> {
             }
             if let Some((key, rules)) = self.exact.get_key_value(name)
                 && let Some(r) = visit(Level::ExactHost(key), rules)
+            {
+                return Some(r);
+            }
+            if !self.one_label.is_empty()
+                && let Some(dot) = name.find('.')
+                && let Some((key, rules)) = self.one_label.get_key_value(&name[dot..])
+                && let Some(r) = visit(Level::OneLabelHost(key), rules)
             {
                 return Some(r);
             }
@@ -302,6 +367,8 @@ pub enum Level<'r> {
     ExactHost(&'r str),
     /// A wildcard suffix with its leading dot (`.example.com`, `.example.com:8080`).
     WildcardHost(&'r str),
+    /// An Ingress wildcard's suffix with its leading dot: one label before it.
+    OneLabelHost(&'r str),
     AnyHost,
 }
 
@@ -451,6 +518,8 @@ pub enum HostPattern {
     /// The suffix with its leading dot, e.g. `.example.com` for `*.example.com` (and
     /// `.example.com:8080` for `*.example.com:8080`).
     Wildcard(String),
+    /// An Ingress wildcard: exactly one label before the suffix (`.example.com`), no port.
+    OneLabel(String),
 }
 
 /// Checks a configured path prefix: it starts with `/` and holds only visible ASCII without
@@ -482,6 +551,8 @@ mod tests {
                 prefix: p.into(),
                 strip: true,
                 ignore_case: false,
+                exact: false,
+                policy: None,
                 target: t,
             });
         }
@@ -654,24 +725,32 @@ mod tests {
             prefix: "/Test".into(),
             strip: false,
             ignore_case: true,
+            exact: false,
+            policy: None,
             target: 1,
         });
         r.insert(PathRule {
             prefix: "/test/exact".into(),
             strip: false,
             ignore_case: false,
+            exact: false,
+            policy: None,
             target: 2,
         });
         r.insert(PathRule {
             prefix: "/other".into(),
             strip: false,
             ignore_case: true,
+            exact: false,
+            policy: None,
             target: 3,
         });
         r.insert(PathRule {
             prefix: "/other".into(),
             strip: false,
             ignore_case: false,
+            exact: false,
+            policy: None,
             target: 4,
         });
         assert_eq!(hit(&r, "/TEST/a"), Some(1));

@@ -10,7 +10,9 @@
 //! swapped in. This module must not know about Kubernetes, Pingora or tokio.
 
 pub mod balance;
+pub mod cidr;
 pub mod matcher;
+pub mod policy;
 pub mod sticky;
 pub mod upstream;
 
@@ -700,6 +702,11 @@ pub struct RoutingTable {
     pub https: Arc<Router<EntryId>>,
     /// Raw TCP frontends, sorted by port.
     pub tcp: Vec<TcpFrontend>,
+    /// What Ingresses add to the requests of their rules; a path rule names one by index.
+    pub policies: Arc<Vec<policy::RoutePolicy>>,
+    /// Certificates from Secrets and the hosts they serve, for the TLS port (the TLS side
+    /// loads them; the request path never reads them).
+    pub certificates: Arc<Vec<SecretCert>>,
 }
 
 impl PartialEq for RoutingTable {
@@ -709,7 +716,21 @@ impl PartialEq for RoutingTable {
             && self.http == other.http
             && self.https == other.https
             && self.tcp == other.tcp
+            && self.policies == other.policies
+            && self.certificates == other.certificates
     }
+}
+
+/// A certificate and key from a `kubernetes.io/tls` Secret, and the host names an Ingress
+/// serves it for on the TLS port (empty: the names in the certificate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretCert {
+    /// `namespace/name` of the Secret.
+    pub secret: Box<str>,
+    /// Lower case; `*.example.com` for a wildcard.
+    pub hosts: Vec<Box<str>>,
+    /// The certificate chain and then the key, in PEM, as one bundle.
+    pub pem: Arc<[u8]>,
 }
 impl Eq for RoutingTable {}
 
@@ -735,13 +756,20 @@ impl RoutingTable {
                 .unwrap_or_default()
         };
         let rules = |r: &PathRules<EntryId>| -> Value {
-            let m: BTreeMap<&str, Value> = r
+            // Keyed as written: `-i /p` for a prefix that ignores case, `= /p` for a whole path.
+            let m: BTreeMap<String, Value> = r
                 .iter()
                 .map(|rule| {
-                    (
-                        &*rule.prefix,
-                        json!({ "entry": name(&rule.target), "strip_prefix": rule.strip }),
-                    )
+                    let key = match (rule.exact, rule.ignore_case) {
+                        (true, _) => format!("= {}", rule.prefix),
+                        (false, true) => format!("-i {}", rule.prefix),
+                        (false, false) => rule.prefix.to_string(),
+                    };
+                    let mut v = json!({ "entry": name(&rule.target), "strip_prefix": rule.strip });
+                    if let Some(p) = rule.policy.and_then(|p| self.policies.get(p as usize)) {
+                        v["policy"] = json!(p);
+                    }
+                    (key, v)
                 })
                 .collect();
             json!(m)
@@ -754,7 +782,16 @@ impl RoutingTable {
                 .iter()
                 .map(|(s, p)| (format!("*{s}"), rules(p)))
                 .collect();
-            json!({ "hosts": exact, "wildcard_hosts": wildcard, "any_host": rules(&r.any_host) })
+            let one_label: BTreeMap<String, Value> = r
+                .one_label
+                .iter()
+                .map(|(s, p)| (format!("*{s}"), rules(p)))
+                .collect();
+            let mut v = json!({ "hosts": exact, "wildcard_hosts": wildcard, "any_host": rules(&r.any_host) });
+            if !one_label.is_empty() {
+                v["one_label_wildcard_hosts"] = json!(one_label);
+            }
+            v
         };
         let entries: BTreeMap<&str, Value> = self
             .entries
@@ -797,6 +834,10 @@ impl RoutingTable {
             "http": router(&self.http),
             "https": router(&self.https),
             "tcp": tcp,
+            "certificates": self.certificates.iter().map(|c| json!({
+                "secret": &*c.secret,
+                "hosts": c.hosts.iter().map(|h| &**h).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
         })
     }
 }

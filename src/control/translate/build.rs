@@ -11,12 +11,30 @@ pub(super) struct RouteKey {
     /// Lower case when `ignore_case`.
     pub(super) prefix: String,
     pub(super) ignore_case: bool,
+    /// The whole path only (an Ingress `Exact` path).
+    pub(super) exact: bool,
 }
 
-/// A claim on a route key; the entry's `EntryKey` orders claims when several collide.
+/// A claim on a route key. A Service's claims come first (its own path route before its
+/// annotations'), then Ingresses' by age and key; among a Service's, the entry's `EntryKey`
+/// orders them.
 pub(super) struct RouteClaim {
     pub(super) entry: EntryId,
     pub(super) strip: bool,
+    /// The Ingress that made this claim (`None`: a Service's annotations).
+    pub(super) ingress: Option<Arc<IngressRef>>,
+    /// What the Ingress adds to the route's requests.
+    pub(super) policy: Option<u32>,
+}
+
+/// An Ingress as claims name it, ordered as conflicts between Ingresses are settled: the
+/// oldest first (as ingress-nginx does), then by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct IngressRef {
+    /// `metadata.creationTimestamp` in RFC 3339 (sorts as time); `None` sorts first.
+    pub(super) created: Option<String>,
+    pub(super) namespace: String,
+    pub(super) name: String,
 }
 
 pub(super) struct Builder<'a> {
@@ -35,6 +53,13 @@ pub(super) struct Builder<'a> {
     pub(super) owner: HashMap<Arc<ObjectKey>, u32>,
     /// See `Memo::keyed`.
     pub(super) keyed: bool,
+    /// Ingress route policies, by index.
+    pub(super) policies: Vec<crate::table::policy::RoutePolicy>,
+    /// Certificates from Secrets that served Ingresses name, by Secret.
+    pub(super) certificates: BTreeMap<ObjectKey, (BTreeSet<String>, Arc<[u8]>)>,
+    /// Ingresses served, and Services that have entries only because an Ingress names them.
+    pub(super) served_ingresses: BTreeSet<ObjectKey>,
+    pub(super) ingress_only: BTreeSet<ObjectKey>,
 }
 
 impl<'a> Builder<'a> {
@@ -60,6 +85,10 @@ impl<'a> Builder<'a> {
             memo: Vec::new(),
             owner: HashMap::default(),
             keyed: false,
+            policies: Vec::new(),
+            certificates: BTreeMap::new(),
+            served_ingresses: BTreeSet::new(),
+            ingress_only: BTreeSet::new(),
         }
     }
 
@@ -173,10 +202,14 @@ impl<'a> Builder<'a> {
                 });
                 continue;
             };
-            self.add_port(svc, &who, &settings, sp, port, slices);
+            self.add_port(svc, &who, &settings, sp, port, slices, true);
         }
     }
 
+    /// Adds the entry of one Service port and, with `own_routes`, the routes its annotations
+    /// (or its name) give it; an Ingress's backend gets its entry without them.
+    // The facts of one port, each already at hand where this is called.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn add_port(
         &mut self,
         svc: &Service,
@@ -185,6 +218,7 @@ impl<'a> Builder<'a> {
         sp: &ServicePort,
         port: u16,
         slices: &[&EndpointSlice],
+        own_routes: bool,
     ) {
         let (ns, name) = (who.namespace.as_str(), who.name.as_str());
         let key = EntryKey {
@@ -231,9 +265,9 @@ impl<'a> Builder<'a> {
         };
         let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
         // Routes first, so that the name and key move into the entry instead of being copied.
-        if is_tcp {
+        if is_tcp && own_routes {
             self.tcp.entry(port).or_default().push(id);
-        } else {
+        } else if own_routes {
             // Each host (or any host) with each aclMatch prefix (or `/`); without either, the
             // path route `/<entry name>`, stripped.
             let hosts: Vec<Option<&HostPattern>> = if s.hosts.is_empty() {
@@ -265,10 +299,13 @@ impl<'a> Builder<'a> {
                         host: host.cloned(),
                         prefix: p.prefix.clone(),
                         ignore_case: p.ignore_case,
+                        exact: false,
                     };
                     self.routes.entry(rk).or_default().push(RouteClaim {
                         entry: id,
                         strip: path_route,
+                        ingress: None,
+                        policy: None,
                     });
                 }
             }
@@ -393,16 +430,17 @@ impl<'a> Builder<'a> {
         let entries = &self.entries;
         let key_of = |id: EntryId| &entries[id as usize].key;
         // A Service's own path route wins its key over aclMatch claims of the same prefix,
-        // then the lower entry key wins.
-        let rank = |c: &RouteClaim| (!c.strip, key_of(c.entry));
+        // then the lower entry key wins; Ingresses' claims come after every Service's, the
+        // oldest Ingress first.
+        let rank = |c: &RouteClaim| (c.ingress.clone(), !c.strip, key_of(c.entry));
         let lost: Vec<RouteKey> = {
             // Path routes by (frontend, prefix) -> their winner: each owns its subtree.
             let owners: HashMap<(Frontend, &str), EntryId> = routes
                 .iter()
-                .filter(|(rk, _)| rk.host.is_none() && !rk.ignore_case)
+                .filter(|(rk, _)| rk.host.is_none() && !rk.ignore_case && !rk.exact)
                 .filter_map(|(rk, claims)| {
                     let best = claims.iter().min_by(|a, b| rank(a).cmp(&rank(b)))?;
-                    best.strip
+                    (best.strip && best.ingress.is_none())
                         .then_some(((rk.frontend, rk.prefix.as_str()), best.entry))
                 })
                 .collect();
@@ -420,12 +458,13 @@ impl<'a> Builder<'a> {
                 for c in claims {
                     let lk = key_of(c.entry);
                     self.warnings.push(Warning {
-                        object: object("Service", &lk.namespace, &lk.service),
+                        object: claimant(c, lk),
                         reason: WarningReason::RouteConflict,
                         message: format!(
-                            "port {} claims {}{} inside {owner_prefix}, the path route of {ok}, \
+                            "{} claims {}{}{} inside {owner_prefix}, the path route of {ok}, \
                              which owns everything below it; not served",
-                            lk.port,
+                            claim_subject(c, lk),
+                            if rk.exact { "exact path " } else { "" },
                             if rk.ignore_case { "-i " } else { "" },
                             rk.prefix,
                         ),
@@ -445,18 +484,23 @@ impl<'a> Builder<'a> {
             let winner = &claims[0];
             for loser in &claims[1..] {
                 let (lk, wk) = (key_of(loser.entry), key_of(winner.entry));
-                let why = if winner.strip && !loser.strip {
+                let why = if winner.strip && !loser.strip && winner.ingress.is_none() {
                     " (its own path route)"
                 } else {
                     ""
                 };
+                let who_wins = match &winner.ingress {
+                    Some(i) => format!("Ingress {}/{}", i.namespace, i.name),
+                    None => wk.to_string(),
+                };
                 self.warnings.push(Warning {
-                    object: object("Service", &lk.namespace, &lk.service),
+                    object: claimant(loser, lk),
                     reason: WarningReason::RouteConflict,
                     message: format!(
-                        "port {} claims {}{}{} which {wk} also claims{why}; {wk} wins",
-                        lk.port,
+                        "{} claims {}{}{}{} which {who_wins} also claims{why}; {who_wins} wins",
+                        claim_subject(loser, lk),
                         describe_host(&rk.host),
+                        if rk.exact { " exact path " } else { "" },
                         if rk.ignore_case { "-i " } else { "" },
                         rk.prefix,
                     ),
@@ -470,6 +514,9 @@ impl<'a> Builder<'a> {
             let rules: &mut PathRules<EntryId> = match &rk.host {
                 None => &mut router.any_host,
                 Some(HostPattern::Exact(h)) => router.exact.entry(h.as_str().into()).or_default(),
+                Some(HostPattern::OneLabel(suffix)) => {
+                    router.one_label.entry(suffix.as_str().into()).or_default()
+                }
                 Some(HostPattern::Wildcard(suffix)) => {
                     let i = *wildcard_at
                         .entry((rk.frontend, suffix.clone()))
@@ -486,6 +533,8 @@ impl<'a> Builder<'a> {
                 prefix: rk.prefix.into(),
                 strip: winner.strip,
                 ignore_case: rk.ignore_case,
+                exact: rk.exact,
+                policy: winner.policy,
                 target: winner.entry,
             });
         }
@@ -529,15 +578,28 @@ impl<'a> Builder<'a> {
             unserved: Arc::new(inputs.unserved),
             slice_count: inputs.slice_count,
             input_warnings: inputs.input_warnings,
+            ingress_warnings: inputs.ingress_warnings,
             route_warnings,
             all_warnings: Arc::new(self.warnings.clone()),
+            served_ingresses: Arc::new(std::mem::take(&mut self.served_ingresses)),
+            ingress_only: Arc::new(std::mem::take(&mut self.ingress_only)),
         };
+        let certificates = std::mem::take(&mut self.certificates)
+            .into_iter()
+            .map(|((ns, name), (hosts, pem))| crate::table::SecretCert {
+                secret: format!("{ns}/{name}").into(),
+                hosts: hosts.into_iter().map(Into::into).collect(),
+                pem,
+            })
+            .collect();
         let table = RoutingTable {
             generation: 0,
             entries: self.entries.into_iter().map(Arc::new).collect(),
             http: Arc::new(http),
             https: Arc::new(https),
             tcp,
+            policies: Arc::new(self.policies),
+            certificates: Arc::new(certificates),
         };
         (Built { table, memo }, self.warnings)
     }
@@ -585,6 +647,22 @@ pub(super) fn describe_host(host: &Option<HostPattern>) -> String {
     match host {
         None => String::new(),
         Some(HostPattern::Exact(h)) => h.clone(),
-        Some(HostPattern::Wildcard(s)) => format!("*{s}"),
+        Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
+    }
+}
+
+/// The object a conflict warning about claim `c` (of entry `key`) is about.
+fn claimant(c: &RouteClaim, key: &EntryKey) -> ObjectRef {
+    match &c.ingress {
+        Some(i) => object("Ingress", &i.namespace, &i.name),
+        None => object("Service", &key.namespace, &key.service),
+    }
+}
+
+/// How a conflict warning names the claim: the Service's port, or the Ingress's backend.
+fn claim_subject(c: &RouteClaim, key: &EntryKey) -> String {
+    match &c.ingress {
+        Some(_) => format!("its rule for {key}"),
+        None => format!("port {}", key.port),
     }
 }

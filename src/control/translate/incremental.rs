@@ -27,6 +27,14 @@ pub struct Memo {
     pub(super) slice_count: usize,
     /// Warnings about the input as a whole (unserved slices, duplicates).
     pub(super) input_warnings: Vec<Warning>,
+    /// Warnings about Ingresses, their classes and Secrets (any change to those is a full
+    /// build, so they stand until the next one).
+    pub(super) ingress_warnings: Vec<Warning>,
+    /// The Ingresses this table serves (for their status).
+    pub(super) served_ingresses: Arc<BTreeSet<ObjectKey>>,
+    /// Services with entries that only an Ingress's backend made (their endpoints are redone
+    /// by a full build only).
+    pub(super) ingress_only: Arc<BTreeSet<ObjectKey>>,
     /// Conflict warnings, which depend on the Services only.
     pub(super) route_warnings: Vec<Warning>,
     /// All of the above and the Services' own, as the build returned them: an incremental
@@ -54,6 +62,7 @@ pub(super) struct MemoInputs {
     pub(super) unused: Vec<ObjectKey>,
     pub(super) unserved: BTreeSet<ObjectKey>,
     pub(super) slice_count: usize,
+    pub(super) ingress_warnings: Vec<Warning>,
 }
 
 impl Memo {
@@ -66,9 +75,15 @@ impl Memo {
         u32::try_from(i).ok()
     }
 
+    /// The Ingresses (namespace, name) the table of this build serves.
+    pub fn served_ingresses(&self) -> &Arc<BTreeSet<ObjectKey>> {
+        &self.served_ingresses
+    }
+
     /// All warnings of the table this memo describes, sorted as a build returns them.
     pub(super) fn collect_warnings(&self) -> Vec<Warning> {
         let mut w = self.input_warnings.clone();
+        w.extend(self.ingress_warnings.iter().cloned());
         w.extend(self.route_warnings.iter().cloned());
         for m in &self.services {
             w.extend(m.warnings.iter().cloned());
@@ -116,7 +131,7 @@ pub(super) fn incremental(
     prev: &RoutingTable,
     memo: &Memo,
 ) -> Option<(Built, Vec<Warning>)> {
-    if !memo.keyed || memo.options != options_fingerprint(options) {
+    if !memo.keyed || memo.options != options_fingerprint(options) || changes.ingress {
         return None;
     }
     // Adding, changing or removing a Service moves entry ids and routes: a full build. A
@@ -225,6 +240,9 @@ pub(super) fn incremental(
     let mut warnings_changed = false;
     for &slot in &affected {
         let m = &memo.services[slot as usize];
+        if memo.ingress_only.contains(&m.key) {
+            return None;
+        }
         let svc = services.get(&m.key)?;
         let mut keys: Vec<Arc<ObjectKey>> = m
             .slices
@@ -278,8 +296,11 @@ pub(super) fn incremental(
         unserved: Arc::clone(&memo.unserved),
         slice_count: count,
         input_warnings: memo.input_warnings.clone(),
+        ingress_warnings: memo.ingress_warnings.clone(),
         route_warnings: memo.route_warnings.clone(),
         all_warnings: Arc::clone(&memo.all_warnings),
+        served_ingresses: Arc::clone(&memo.served_ingresses),
+        ingress_only: Arc::clone(&memo.ingress_only),
     };
     if warnings_changed {
         next.all_warnings = Arc::new(next.collect_warnings());
@@ -291,6 +312,8 @@ pub(super) fn incremental(
         http: Arc::clone(&prev.http),
         https: Arc::clone(&prev.https),
         tcp: prev.tcp.clone(),
+        policies: Arc::clone(&prev.policies),
+        certificates: Arc::clone(&prev.certificates),
     };
     Some((Built { table, memo: next }, warnings))
 }

@@ -10,9 +10,10 @@
 //! give (a property test holds it to that). It must not do I/O: no async, no client, no clock,
 //! no logging; the caller logs the warnings it returns.
 //!
-//! Here: the types and the two entry points. `inputs` reads the objects, `annotations` a
-//! Service's settings, `endpoints` a port's endpoints, `build` the full build, `incremental`
-//! the memo and the rebuild from a change set.
+//! Here: the types and the entry points. `inputs` reads the objects, `annotations` a
+//! Service's settings, `endpoints` a port's endpoints, `ingress` the Ingresses (classes,
+//! rules, TLS Secrets, their annotations), `build` the full build, `incremental` the memo and
+//! the rebuild from a change set.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,8 +25,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::core::v1::{Secret, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
@@ -33,11 +35,13 @@ mod annotations;
 mod build;
 mod endpoints;
 mod incremental;
+mod ingress;
 mod inputs;
 mod original;
 
 pub use self::annotations::{MAX_DURATION, parse_duration};
 pub use self::incremental::Memo;
+pub use self::ingress::{DEFAULT_CONTROLLER_NAME, ingress_annotation};
 pub use self::original::{Difference, Outcome, migration_preview};
 use self::{annotations::*, build::*, endpoints::*, incremental::*, inputs::*};
 use crate::table::balance::Algorithm;
@@ -109,6 +113,10 @@ pub struct Options {
     /// Service (skipped otherwise: exposing the API server through the ingress is never a
     /// default, and its port is HTTPS that switchyard would speak plain HTTP to).
     pub serve_kubernetes_service: bool,
+    /// `--controller-name`: IngressClasses whose `spec.controller` is this are switchyard's.
+    pub controller_name: String,
+    /// `--watch-ingress-without-class`: also serve Ingresses that name no class.
+    pub watch_ingress_without_class: bool,
 }
 
 impl Default for Options {
@@ -121,6 +129,8 @@ impl Default for Options {
             home_namespace: "default".into(),
             only_namespace: None,
             serve_kubernetes_service: false,
+            controller_name: DEFAULT_CONTROLLER_NAME.into(),
+            watch_ingress_without_class: false,
         }
     }
 }
@@ -232,12 +242,54 @@ pub type Store<K> = BTreeMap<ObjectKey, K>;
 pub struct Changes {
     pub services: BTreeSet<ObjectKey>,
     pub slices: BTreeSet<ObjectKey>,
+    /// An Ingress, IngressClass or Secret changed (which makes the build a full one).
+    pub ingress: bool,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && self.slices.is_empty()
+        self.services.is_empty() && self.slices.is_empty() && !self.ingress
     }
+}
+
+/// The Ingress side of the inputs held as lists of references, from whatever keeps the
+/// objects (a watcher's stores, the manifest files).
+#[derive(Debug, Clone, Default)]
+pub struct IngressRefs<'a> {
+    pub ingresses: Vec<&'a Ingress>,
+    pub classes: Vec<&'a IngressClass>,
+    pub secrets: Vec<&'a Secret>,
+}
+
+impl<'a> IngressRefs<'a> {
+    pub fn of(
+        ingresses: impl IntoIterator<Item = &'a Ingress>,
+        classes: impl IntoIterator<Item = &'a IngressClass>,
+        secrets: impl IntoIterator<Item = &'a Secret>,
+    ) -> Self {
+        IngressRefs {
+            ingresses: ingresses.into_iter().collect(),
+            classes: classes.into_iter().collect(),
+            secrets: secrets.into_iter().collect(),
+        }
+    }
+
+    pub fn inputs(&self) -> IngressInputs<'_> {
+        IngressInputs {
+            ingresses: &self.ingresses,
+            classes: &self.classes,
+            secrets: &self.secrets,
+        }
+    }
+}
+
+/// The Ingress side of the inputs: Ingresses, IngressClasses and the Secrets their TLS
+/// sections may name, by reference (a rebuild never clones the world).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IngressInputs<'a> {
+    pub ingresses: &'a [&'a Ingress],
+    pub classes: &'a [&'a IngressClass],
+    pub secrets: &'a [&'a Secret],
 }
 
 /// Builds the routing table from whole snapshots, in full; state is carried over from
@@ -251,13 +303,31 @@ pub fn translate<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
     options: &Options,
     previous: Option<&RoutingTable>,
 ) -> (RoutingTable, Vec<Warning>) {
-    let (built, warnings) = full(
-        services.iter().map(Borrow::borrow),
-        slices.iter().map(Borrow::borrow),
+    let (built, warnings) = translate_with(
+        services,
+        slices,
+        IngressInputs::default(),
         options,
         previous,
     );
     (built.table, warnings)
+}
+
+/// `translate` with Ingresses too, keeping the memo (which names the Ingresses served).
+pub fn translate_with<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
+    services: &[S],
+    slices: &[E],
+    ingress: IngressInputs<'_>,
+    options: &Options,
+    previous: Option<&RoutingTable>,
+) -> (Built, Vec<Warning>) {
+    full(
+        services.iter().map(Borrow::borrow),
+        slices.iter().map(Borrow::borrow),
+        ingress,
+        options,
+        previous,
+    )
 }
 
 /// A table and what the next incremental build needs to know of the inputs it came from.
@@ -294,6 +364,7 @@ pub struct Previous<'a> {
 pub fn translate_changes(
     services: &Store<Service>,
     slices: &Store<EndpointSlice>,
+    ingress: IngressInputs<'_>,
     changes: Option<&Changes>,
     options: &Options,
     previous: Option<Previous<'_>>,
@@ -307,6 +378,7 @@ pub fn translate_changes(
     full(
         services.values(),
         slices.values(),
+        ingress,
         options,
         previous.map(|p| p.table),
     )
@@ -315,6 +387,7 @@ pub fn translate_changes(
 fn full<'a>(
     services: impl Iterator<Item = &'a Service>,
     slices: impl Iterator<Item = &'a EndpointSlice>,
+    ingress: IngressInputs<'_>,
     options: &Options,
     previous: Option<&RoutingTable>,
 ) -> (Built, Vec<Warning>) {
@@ -328,6 +401,9 @@ fn full<'a>(
     b.keyed = index.keyed && sorted;
     b.warnings = input_warnings;
     let input_warnings_len = b.warnings.len();
+    // Services an Ingress may name, and the slices of those that got no entry of their own.
+    let mut by_key: HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)> = HashMap::default();
+    let with_ingresses = !ingress.ingresses.is_empty();
     for svc in services {
         let before = b.warnings.len();
         let first = b.entries.len();
@@ -335,7 +411,18 @@ fn full<'a>(
         let svc_slices = index.by_service.remove(&key).unwrap_or_default();
         b.add_service(svc, &svc_slices);
         b.remember(svc, &svc_slices, first, before);
+        if with_ingresses {
+            let kept = if b.entries.len() == first {
+                svc_slices
+            } else {
+                Vec::new()
+            };
+            by_key.insert(key, (svc, kept));
+        }
     }
+    let ingress_from = b.warnings.len();
+    b.add_ingresses(ingress, &by_key);
+    let ingress_warnings = b.warnings[ingress_from..].to_vec();
     // What is left belongs to no Service: an incremental build needs to know these keys exist.
     for slice in index.by_service.into_values().flatten() {
         let (ns, name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
@@ -346,6 +433,7 @@ fn full<'a>(
         unused: index.unused,
         unserved: index.unserved,
         slice_count: index.count,
+        ingress_warnings,
     };
     b.finish(inputs)
 }

@@ -1181,7 +1181,7 @@ fn stores(svcs: &[Service], slices: &[EndpointSlice]) -> (Store<Service>, Store<
 /// A keyed full build of `svcs` and `slices`, with the memo an incremental build needs.
 fn built(svcs: &[Service], slices: &[EndpointSlice], o: &Options) -> (Built, Vec<Warning>) {
     let (ss, es) = stores(svcs, slices);
-    translate_changes(&ss, &es, None, o, None)
+    translate_changes(&ss, &es, Default::default(), None, o, None)
 }
 
 fn key(ns: &str, name: &str) -> ObjectKey {
@@ -1190,6 +1190,7 @@ fn key(ns: &str, name: &str) -> ObjectKey {
 
 fn slices_changed(keys: &[ObjectKey]) -> Changes {
     Changes {
+        ingress: false,
         services: BTreeSet::new(),
         slices: keys.iter().cloned().collect(),
     }
@@ -1231,7 +1232,14 @@ fn a_slice_change_rebuilds_only_its_service_and_equals_a_full_build() {
     slices[0].metadata.uid = Some("slice-uid-0".into());
     let (ss, es) = stores(&svcs, &slices);
     let changes = slices_changed(&[key("default", "slice-0")]);
-    let (b2, w2) = translate_changes(&ss, &es, Some(&changes), &o, Some(b1.previous()));
+    let (b2, w2) = translate_changes(
+        &ss,
+        &es,
+        Default::default(),
+        Some(&changes),
+        &o,
+        Some(b1.previous()),
+    );
 
     let t2 = b2.table.clone();
     let (t3, w3) = translate(&svcs, &slices, &o, None);
@@ -1261,16 +1269,24 @@ fn nothing_changed_gives_an_equal_table() {
     let (svcs, slices) = world_small();
     let (ss, es) = stores(&svcs, &slices);
     let o = Options::default();
-    let (b1, w1) = translate_changes(&ss, &es, None, &o, None);
+    let (b1, w1) = translate_changes(&ss, &es, Default::default(), None, &o, None);
 
     let t1 = b1.table.clone();
     // Told in vain: the same versions.
     let told = Changes {
+        ingress: false,
         services: [key("default", "a")].into(),
         slices: [key("default", "slice-0")].into(),
     };
     for changes in [Changes::default(), told] {
-        let (b2, w2) = translate_changes(&ss, &es, Some(&changes), &o, Some(b1.previous()));
+        let (b2, w2) = translate_changes(
+            &ss,
+            &es,
+            Default::default(),
+            Some(&changes),
+            &o,
+            Some(b1.previous()),
+        );
 
         let t2 = b2.table.clone();
         assert_eq!(t1, t2);
@@ -1293,10 +1309,18 @@ fn a_service_change_or_new_options_take_the_full_path() {
     svcs[0].metadata.resource_version = Some("7777".into());
     let (ss, es) = stores(&svcs, &slices);
     let changes = Changes {
+        ingress: false,
         services: [key("default", "a")].into(),
         slices: BTreeSet::new(),
     };
-    let (b2, w2) = translate_changes(&ss, &es, Some(&changes), &o, Some(b1.previous()));
+    let (b2, w2) = translate_changes(
+        &ss,
+        &es,
+        Default::default(),
+        Some(&changes),
+        &o,
+        Some(b1.previous()),
+    );
 
     let t2 = b2.table.clone();
     let (t3, w3) = translate(&svcs, &slices, &o, None);
@@ -1310,6 +1334,7 @@ fn a_service_change_or_new_options_take_the_full_path() {
     let (b4, _) = translate_changes(
         &ss,
         &es,
+        Default::default(),
         Some(&Changes::default()),
         &opts,
         Some(b2.previous()),
@@ -1327,7 +1352,14 @@ fn untold_adds_and_deletes_are_caught_by_counting() {
     let nothing = Changes::default();
     // A slice deleted untold.
     let (ss, es) = stores(&svcs, &slices[1..]);
-    let (b2, _) = translate_changes(&ss, &es, Some(&nothing), &o, Some(b1.previous()));
+    let (b2, _) = translate_changes(
+        &ss,
+        &es,
+        Default::default(),
+        Some(&nothing),
+        &o,
+        Some(b1.previous()),
+    );
 
     let t2 = b2.table.clone();
     assert_eq!(t2, translate(&svcs, &slices[1..], &o, None).0);
@@ -1335,7 +1367,14 @@ fn untold_adds_and_deletes_are_caught_by_counting() {
     let mut more = svcs.clone();
     more.push(mk_service("default", "d", &[80]));
     let (ss, es) = stores(&more, &slices);
-    let (b3, _) = translate_changes(&ss, &es, Some(&nothing), &o, Some(b1.previous()));
+    let (b3, _) = translate_changes(
+        &ss,
+        &es,
+        Default::default(),
+        Some(&nothing),
+        &o,
+        Some(b1.previous()),
+    );
 
     let t3 = b3.table.clone();
     assert!(t3.entries.iter().any(|e| &*e.name == "d"));
@@ -1347,12 +1386,19 @@ fn objects_without_versions_are_always_translated_again() {
     let slices = vec![mk_slice("default", "a", "p80", 80, &["10.0.0.1"])];
     let (ss, es) = stores(&svcs, &slices);
     let o = Options::default();
-    let (b1, _) = translate_changes(&ss, &es, None, &o, None);
+    let (b1, _) = translate_changes(&ss, &es, Default::default(), None, &o, None);
 
     let slices2 = vec![mk_slice("default", "a", "p80", 80, &["10.0.0.2"])];
     let (_, es2) = stores(&svcs, &slices2);
     let changes = slices_changed(&[key("default", "a-p80-1")]);
-    let (b2, _) = translate_changes(&ss, &es2, Some(&changes), &o, Some(b1.previous()));
+    let (b2, _) = translate_changes(
+        &ss,
+        &es2,
+        Default::default(),
+        Some(&changes),
+        &o,
+        Some(b1.previous()),
+    );
 
     let t2 = b2.table.clone();
     assert_eq!(
@@ -1518,7 +1564,7 @@ proptest! {
             version += 1;
             apply_edit(&mut services, &mut slices, &mut ignored, e, version);
         }
-        let (mut table, _) = translate_changes(&services, &slices, None, &o, None);
+        let (mut table, _) = translate_changes(&services, &slices, Default::default(), None, &o, None);
         for batch in &batches {
             let mut changes = Changes::default();
             for e in batch {
@@ -1526,8 +1572,8 @@ proptest! {
                 apply_edit(&mut services, &mut slices, &mut changes, e, version);
             }
             let (next, w_inc) =
-                translate_changes(&services, &slices, Some(&changes), &o, Some(table.previous()));
-            let (cold, w_cold) = translate_changes(&services, &slices, None, &o, None);
+                translate_changes(&services, &slices, Default::default(), Some(&changes), &o, Some(table.previous()));
+            let (cold, w_cold) = translate_changes(&services, &slices, Default::default(), None, &o, None);
             prop_assert_eq!(&next.table, &cold.table);
             prop_assert_eq!(json_of(&next.table), json_of(&cold.table));
             prop_assert_eq!(w_inc, w_cold);
@@ -1679,3 +1725,5 @@ fn the_api_servers_own_service_is_skipped_unless_asked_for() {
         );
     }
 }
+
+mod ingress;

@@ -40,10 +40,10 @@ use crate::data::listener::GuardedStream;
 use crate::data::proxy::HttpProxy;
 use crate::data::record::Finished;
 use crate::data::tls;
-use crate::decide::attempt::{Attempt, Failure, Route};
+use crate::decide::attempt::{Attempt, Failure, Route, https_location};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
-use crate::decide::error_page::{Answer, failure_answer};
+use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
 use crate::table::upstream::BackendProtocol;
 
 /// Room made in a read buffer before each read.
@@ -298,11 +298,22 @@ impl FastPath {
                         .await,
                 );
             }
-            Ok(ref r @ (Route::NotFound | Route::Unavailable | Route::Healthz)) => {
-                let Some(page) = self.proxy.page(r) else {
-                    return Some(false);
+            Ok(
+                ref r @ (Route::NotFound
+                | Route::Unavailable
+                | Route::Healthz
+                | Route::Forbidden
+                | Route::Redirect { .. }),
+            ) => {
+                let location;
+                let answer = match (r, self.proxy.page(r)) {
+                    (&Route::Redirect { status, https_port }, _) => {
+                        location = https_location(host, target, https_port);
+                        redirect_answer(status, &location, &self.proxy.fwd)
+                    }
+                    (_, Some(page)) => page.answer(&self.proxy.fwd),
+                    (_, None) => return Some(false),
                 };
-                let answer = page.answer(&self.proxy.fwd);
                 let body = if req.head { &[][..] } else { answer.body };
                 write_answer(&mut conn.out, &answer, close);
                 conn.out.extend_from_slice(body);
@@ -331,7 +342,7 @@ impl FastPath {
             head,
             req,
             &conn.fields,
-            strip.map(|s| s.apply(target)),
+            strip.as_ref().map(|s| s.apply(target)),
             &edits,
         );
 

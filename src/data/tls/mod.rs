@@ -21,6 +21,7 @@ mod certs;
 mod client_auth;
 mod handshake;
 mod options;
+mod secrets;
 mod store;
 mod watcher;
 
@@ -41,6 +42,7 @@ use client_auth::RecordPeer;
 pub use client_auth::{ClientAuth, PeerCert, client_cert, peer_subject};
 pub use handshake::{HandshakeAcceptor, handshake_failure};
 pub use options::{ClientVerify, DEFAULT_HSTS_MAX_AGE, TlsError, TlsOptions};
+pub use secrets::{SecretCerts, SecretPem};
 pub use store::{CertInfo, CertSource, CertStore};
 pub use watcher::CertWatcher;
 
@@ -151,6 +153,11 @@ impl Tls {
     /// The loaded certificates, for metrics (`not_after`) and for a second certificate source.
     pub fn store(&self) -> &Arc<CertStore> {
         &self.store
+    }
+
+    /// The Secrets' certificate source, loading into this store.
+    pub fn secret_certs(&self) -> SecretCerts {
+        SecretCerts::new(Arc::clone(&self.store), self.metrics.clone())
     }
 
     /// Listener settings for Pingora: TLS 1.2 and 1.3 (Pingora's rustls listener allows no

@@ -20,12 +20,16 @@ use super::certs::{LoadedCert, normalize_name};
 pub enum CertSource {
     /// A PEM file named by `--ssl-cert` (or inside its directory) or `--ssl-default-cert`.
     File(PathBuf),
+    /// A `kubernetes.io/tls` Secret (`namespace/name`) that a served Ingress names. Ordered
+    /// after the files: a name both claim is served with the file's certificate.
+    Secret(String),
 }
 
 impl fmt::Display for CertSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CertSource::File(p) => write!(f, "{}", p.display()),
+            CertSource::Secret(s) => write!(f, "secret:{s}"),
         }
     }
 }

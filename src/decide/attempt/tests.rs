@@ -16,6 +16,8 @@ fn table(addrs: &[&str], sticky: bool) -> Arc<RoutingTable> {
         prefix: "/web".into(),
         strip: true,
         ignore_case: false,
+        exact: false,
+        policy: None,
         target: 0,
     });
     let mut http = Router {

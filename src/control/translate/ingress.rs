@@ -1,0 +1,708 @@
+//! Ingresses (`networking.k8s.io/v1`) as routes: which ones switchyard serves (by their
+//! IngressClass), their rules by host and path type, their default backend, the TLS Secrets
+//! they name, and the `switchyard.io/` annotations that become a route policy. The Ingress
+//! spec's rules, not the annotations' dialect: a `*.` host matches exactly one label, `Prefix`
+//! is element-wise, `Exact` is the whole path. Each bad part of an Ingress is a warning about
+//! that Ingress alone. Pure: no I/O, no clock, no logging.
+
+use super::*;
+use crate::table::cidr::Cidr;
+use crate::table::policy::RoutePolicy;
+use k8s_openapi::api::networking::v1::{IngressBackend, IngressTLS};
+
+/// The controller name switchyard claims IngressClasses by, unless `--controller-name` says
+/// otherwise.
+pub const DEFAULT_CONTROLLER_NAME: &str = "switchyard.io/ingress-controller";
+
+/// The annotation that makes an IngressClass the cluster's default.
+const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
+
+/// The class annotation that predates `spec.ingressClassName`, still written by older tools.
+const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+
+/// Per-Ingress annotation keys.
+pub mod ingress_annotation {
+    /// The prefix every key below shares; an unknown key under it is a warning.
+    pub const PREFIX: &str = "switchyard.io/";
+    /// `"false"`: plain HTTP to hosts in `spec.tls` is proxied, not redirected.
+    pub const SSL_REDIRECT: &str = "switchyard.io/ssl-redirect";
+    /// `"true"`: redirect plain HTTP to HTTPS for every host of the Ingress, TLS or not.
+    pub const FORCE_SSL_REDIRECT: &str = "switchyard.io/force-ssl-redirect";
+    /// Replaces the matched path: `/` strips it, `/v2` puts `/v2` in its place.
+    pub const REWRITE_TARGET: &str = "switchyard.io/rewrite-target";
+    /// Comma-separated CIDRs: only clients in them are served (others get 403).
+    pub const ALLOWLIST_SOURCE_RANGE: &str = "switchyard.io/allowlist-source-range";
+    /// Comma-separated CIDRs: clients in them get 403.
+    pub const DENYLIST_SOURCE_RANGE: &str = "switchyard.io/denylist-source-range";
+    /// Every key switchyard reads.
+    pub const KNOWN: [&str; 5] = [
+        SSL_REDIRECT,
+        FORCE_SSL_REDIRECT,
+        REWRITE_TARGET,
+        ALLOWLIST_SOURCE_RANGE,
+        DENYLIST_SOURCE_RANGE,
+    ];
+    /// ingress-nginx's prefix: these are read where switchyard has the same feature (see
+    /// `NGINX_ALIASES`), and warned about otherwise.
+    pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
+    /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
+    pub const NGINX_ALIASES: [(&str, &str); 6] = [
+        ("nginx.ingress.kubernetes.io/ssl-redirect", SSL_REDIRECT),
+        (
+            "nginx.ingress.kubernetes.io/force-ssl-redirect",
+            FORCE_SSL_REDIRECT,
+        ),
+        ("nginx.ingress.kubernetes.io/rewrite-target", REWRITE_TARGET),
+        (
+            "nginx.ingress.kubernetes.io/whitelist-source-range",
+            ALLOWLIST_SOURCE_RANGE,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/allowlist-source-range",
+            ALLOWLIST_SOURCE_RANGE,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/denylist-source-range",
+            DENYLIST_SOURCE_RANGE,
+        ),
+    ];
+}
+
+use self::ingress_annotation as ia;
+
+/// The status of a plain-HTTP request redirected to HTTPS (ingress-nginx's default): 308
+/// keeps the method and body, which a 301 would let a client turn into a GET.
+const HTTPS_REDIRECT_STATUS: u16 = 308;
+
+/// An Ingress's annotations, read.
+#[derive(Debug, Default)]
+struct IngressSettings {
+    ssl_redirect: bool,
+    force_ssl_redirect: bool,
+    rewrite: Option<Arc<str>>,
+    allow: Vec<Cidr>,
+    deny: Vec<Cidr>,
+}
+
+impl<'a> Builder<'a> {
+    /// Adds the routes of every Ingress switchyard serves; `services` are the Services by key
+    /// with, for those that got no entry of their own, their EndpointSlices.
+    pub(super) fn add_ingresses(
+        &mut self,
+        inputs: IngressInputs<'_>,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+    ) {
+        if inputs.ingresses.is_empty() {
+            return;
+        }
+        let (classes, default_class) = self.claimed_classes(inputs.classes);
+        let secrets: HashMap<(&str, &str), &Secret> = inputs
+            .secrets
+            .iter()
+            .map(|s| (meta_key(&s.metadata.namespace, &s.metadata.name), *s))
+            .collect();
+        // Key order, one per key: the same objects in any order give the same table.
+        let mut ingresses: Vec<&Ingress> = inputs.ingresses.to_vec();
+        ingresses.sort_by(|a, b| {
+            meta_key(&a.metadata.namespace, &a.metadata.name)
+                .cmp(&meta_key(&b.metadata.namespace, &b.metadata.name))
+        });
+        ingresses.dedup_by(|a, b| {
+            meta_key(&a.metadata.namespace, &a.metadata.name)
+                == meta_key(&b.metadata.namespace, &b.metadata.name)
+        });
+        let mut entry_ids: HashMap<EntryKey, EntryId> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.key.clone(), EntryId::try_from(i).unwrap_or(EntryId::MAX)))
+            .collect();
+        for ing in ingresses {
+            let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
+            if name.is_empty()
+                || self
+                    .options
+                    .only_namespace
+                    .as_deref()
+                    .is_some_and(|only| only != ns)
+            {
+                continue;
+            }
+            if !self.is_ours(ing, &classes, default_class) {
+                continue;
+            }
+            self.served_ingresses
+                .insert((ns.to_string(), name.to_string()));
+            self.add_ingress(ing, &secrets, services, &mut entry_ids);
+        }
+    }
+
+    /// The IngressClasses whose controller is switchyard's, and whether one is the default.
+    fn claimed_classes<'c>(&self, classes: &[&'c IngressClass]) -> (BTreeSet<&'c str>, bool) {
+        let mut claimed = BTreeSet::new();
+        let mut default = false;
+        for class in classes {
+            let ours = class.spec.as_ref().and_then(|s| s.controller.as_deref())
+                == Some(self.options.controller_name.as_str());
+            if !ours {
+                continue;
+            }
+            if let Some(name) = class.metadata.name.as_deref() {
+                claimed.insert(name);
+            }
+            default |= class
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                .is_some_and(|v| v == "true");
+        }
+        (claimed, default)
+    }
+
+    /// Whether switchyard serves `ing`: its class is one of ours, or it names none and one of
+    /// ours is the default (or `--watch-ingress-without-class`).
+    fn is_ours(&self, ing: &Ingress, classes: &BTreeSet<&str>, default_class: bool) -> bool {
+        let named = ing
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref())
+            .or_else(|| {
+                ing.metadata
+                    .annotations
+                    .as_ref()?
+                    .get(LEGACY_CLASS_ANNOTATION)
+                    .map(String::as_str)
+            });
+        match named {
+            Some(class) => classes.contains(class),
+            None => default_class || self.options.watch_ingress_without_class,
+        }
+    }
+
+    fn add_ingress(
+        &mut self,
+        ing: &Ingress,
+        secrets: &HashMap<(&str, &str), &Secret>,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) {
+        let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
+        let who = object("Ingress", ns, name);
+        let settings = self.ingress_settings(ing, &who);
+        let me = Arc::new(IngressRef {
+            created: ing
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string()),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        });
+        let Some(spec) = ing.spec.as_ref() else {
+            return;
+        };
+        let tls_hosts = self.ingress_tls(&who, spec.tls.as_deref().unwrap_or(&[]), secrets);
+        // Up to two policies per Ingress: for hosts redirected to HTTPS, and for the others.
+        let mut policy_ids: [Option<u32>; 2] = [None, None];
+        let mut policy_for = |b: &mut Builder<'_>, redirect: bool| -> Option<u32> {
+            let slot = usize::from(redirect);
+            if policy_ids[slot].is_none() {
+                let id = u32::try_from(b.policies.len()).unwrap_or(u32::MAX);
+                b.policies.push(RoutePolicy {
+                    origin: format!("{ns}/{name}").into(),
+                    rewrite: settings.rewrite.clone(),
+                    https_redirect: redirect.then_some(HTTPS_REDIRECT_STATUS),
+                    allow: settings.allow.clone(),
+                    deny: settings.deny.clone(),
+                });
+                policy_ids[slot] = Some(id);
+            }
+            policy_ids[slot]
+        };
+        if let Some(backend) = &spec.default_backend
+            && let Some(entry) = self.ingress_backend(&who, backend, services, entry_ids)
+        {
+            let policy = policy_for(self, settings.force_ssl_redirect);
+            self.claim(&me, None, "/", false, entry, policy);
+        }
+        for rule in spec.rules.as_deref().unwrap_or(&[]) {
+            let host = match rule.host.as_deref().filter(|h| !h.is_empty()) {
+                None => None,
+                Some(h) => match ingress_host(h) {
+                    Ok(pattern) => Some(pattern),
+                    Err(why) => {
+                        self.warn_ingress(
+                            &who,
+                            format!("rule host {} {why}; rule skipped", show(h)),
+                        );
+                        continue;
+                    }
+                },
+            };
+            let redirect = settings.force_ssl_redirect
+                || (settings.ssl_redirect && host.as_ref().is_some_and(|h| covers(&tls_hosts, h)));
+            let Some(http) = &rule.http else {
+                continue;
+            };
+            for p in &http.paths {
+                let path = p.path.as_deref().unwrap_or("/");
+                let exact = match p.path_type.as_str() {
+                    "Exact" => true,
+                    "Prefix" | "ImplementationSpecific" => false,
+                    other => {
+                        self.warn_ingress(
+                            &who,
+                            format!(
+                                "path {} has pathType {} (Exact, Prefix or ImplementationSpecific); \
+                                 path skipped",
+                                show(path),
+                                show(other)
+                            ),
+                        );
+                        continue;
+                    }
+                };
+                if let Err(why) = validate_prefix(path) {
+                    self.warn_ingress(&who, format!("path {} {why}; path skipped", show(path)));
+                    continue;
+                }
+                // Prefix matching is element-wise and ignores a trailing slash (the spec:
+                // `/foo/` matches `/foo`).
+                let key = if exact {
+                    path
+                } else {
+                    match path.trim_end_matches('/') {
+                        "" => "/",
+                        trimmed => trimmed,
+                    }
+                };
+                let Some(entry) = self.ingress_backend(&who, &p.backend, services, entry_ids)
+                else {
+                    continue;
+                };
+                let policy = policy_for(self, redirect);
+                self.claim(&me, host.clone(), key, exact, entry, policy);
+            }
+        }
+    }
+
+    /// Claims `prefix` on `host` for `entry` on both HTTP frontends (an Ingress is served on
+    /// the plain port and the TLS port alike).
+    fn claim(
+        &mut self,
+        me: &Arc<IngressRef>,
+        host: Option<HostPattern>,
+        prefix: &str,
+        exact: bool,
+        entry: EntryId,
+        policy: Option<u32>,
+    ) {
+        for frontend in [Frontend::Http, Frontend::Https] {
+            let rk = RouteKey {
+                frontend,
+                host: host.clone(),
+                prefix: prefix.to_string(),
+                ignore_case: false,
+                exact,
+            };
+            self.routes.entry(rk).or_default().push(RouteClaim {
+                entry,
+                strip: false,
+                ingress: Some(Arc::clone(me)),
+                policy,
+            });
+        }
+    }
+
+    fn warn_ingress(&mut self, who: &ObjectRef, message: String) {
+        self.warnings.push(Warning {
+            object: who.clone(),
+            reason: WarningReason::InvalidObject,
+            message,
+        });
+    }
+
+    /// Reads the Ingress's `switchyard.io/` annotations (and the ingress-nginx ones that mean
+    /// the same); warns about unknown switchyard keys and, once, about the ingress-nginx keys
+    /// that have no equivalent here.
+    fn ingress_settings(&mut self, ing: &Ingress, who: &ObjectRef) -> IngressSettings {
+        let mut s = IngressSettings {
+            ssl_redirect: true,
+            ..IngressSettings::default()
+        };
+        let Some(map) = ing.metadata.annotations.as_ref() else {
+            return s;
+        };
+        let mut unsupported = Vec::new();
+        let mut values: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+        for (k, v) in map {
+            if let Some(&(_, ours)) = ia::NGINX_ALIASES.iter().find(|(nginx, _)| nginx == k) {
+                // switchyard's own key wins over its ingress-nginx alias.
+                values.entry(ours).or_insert((k.as_str(), v.as_str()));
+            } else if ia::KNOWN.contains(&k.as_str()) {
+                values.insert(ours_key(k), (k.as_str(), v.as_str()));
+            } else if k.starts_with(ia::PREFIX) {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidAnnotation,
+                    message: format!("unknown annotation {k}; ignored"),
+                });
+            } else if k.starts_with(ia::NGINX_PREFIX) && !nginx_harmless(k, v) {
+                unsupported.push(k.as_str());
+            }
+        }
+        if !unsupported.is_empty() {
+            self.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!(
+                    "ingress-nginx annotation(s) switchyard does not support: {}; ignored \
+                     (docs/ingress.md lists what each maps to)",
+                    unsupported.join(", ")
+                ),
+            });
+        }
+        let mut bad = |key: &str, v: &str, why: String| {
+            self.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!("{key}: {} {why}", show(v)),
+            });
+        };
+        for (ours, (key, v)) in values {
+            match ours {
+                ia::SSL_REDIRECT | ia::FORCE_SSL_REDIRECT => match v.trim() {
+                    "true" | "false" => {
+                        let on = v.trim() == "true";
+                        if ours == ia::SSL_REDIRECT {
+                            s.ssl_redirect = on;
+                        } else {
+                            s.force_ssl_redirect = on;
+                        }
+                    }
+                    _ => bad(key, v, "is not \"true\" or \"false\"; default used".into()),
+                },
+                ia::REWRITE_TARGET => {
+                    if v.contains('$') {
+                        bad(
+                            key,
+                            v,
+                            "uses capture groups ($1), which need regular-expression paths; \
+                             switchyard replaces the matched prefix only; ignored"
+                                .into(),
+                        );
+                    } else if let Err(why) = validate_prefix(v.trim()) {
+                        bad(key, v, format!("{why}; ignored"));
+                    } else {
+                        s.rewrite = Some(v.trim().into());
+                    }
+                }
+                ia::ALLOWLIST_SOURCE_RANGE | ia::DENYLIST_SOURCE_RANGE => {
+                    let mut nets = Vec::new();
+                    for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                        match item.parse::<Cidr>() {
+                            Ok(n) => nets.push(n),
+                            Err(e) => bad(key, item, format!("{e}; left out")),
+                        }
+                    }
+                    if ours == ia::ALLOWLIST_SOURCE_RANGE {
+                        if nets.is_empty() && !v.trim().is_empty() {
+                            // Every range was bad: fail closed rather than serve everyone.
+                            bad(
+                                key,
+                                v,
+                                "has no valid range; the routes refuse every client".into(),
+                            );
+                            s.deny.extend(
+                                ["0.0.0.0/0", "::/0"]
+                                    .iter()
+                                    .filter_map(|n| n.parse::<Cidr>().ok()),
+                            );
+                        }
+                        s.allow = nets;
+                    } else {
+                        s.deny.extend(nets);
+                    }
+                }
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// Resolves the Secrets of `spec.tls` into certificates for their hosts; returns the
+    /// hosts TLS covers. A missing or unusable Secret is a warning; its hosts then get the
+    /// default certificate.
+    fn ingress_tls(
+        &mut self,
+        who: &ObjectRef,
+        tls: &[IngressTLS],
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> Vec<HostPattern> {
+        let mut covered = Vec::new();
+        for t in tls {
+            let hosts: Vec<HostPattern> = t
+                .hosts
+                .as_deref()
+                .unwrap_or(&[])
+                .iter()
+                .filter_map(|h| ingress_host(h).ok())
+                .collect();
+            covered.extend(hosts.iter().cloned());
+            let Some(secret_name) = t.secret_name.as_deref().filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let ns = who.namespace.as_str();
+            let Some(secret) = secrets.get(&(ns, secret_name)) else {
+                self.warn_ingress(
+                    who,
+                    format!(
+                        "TLS Secret {ns}/{secret_name} does not exist (or is not of type \
+                         kubernetes.io/tls); its hosts get the default certificate"
+                    ),
+                );
+                continue;
+            };
+            match secret_pem(secret) {
+                Ok(pem) => {
+                    let slot = self
+                        .certificates
+                        .entry((ns.to_string(), secret_name.to_string()))
+                        .or_insert_with(|| (BTreeSet::new(), pem));
+                    slot.0.extend(hosts.iter().map(|h| match h {
+                        HostPattern::Exact(n) => n.clone(),
+                        HostPattern::Wildcard(s) | HostPattern::OneLabel(s) => format!("*{s}"),
+                    }));
+                }
+                Err(why) => self.warn_ingress(
+                    who,
+                    format!(
+                        "TLS Secret {ns}/{secret_name} {why}; its hosts get the default certificate"
+                    ),
+                ),
+            }
+        }
+        covered
+    }
+
+    /// The entry an Ingress backend names, made when the Service has none of its own (a
+    /// type LoadBalancer Service, or one the Service-annotation mode leaves out). `None`, with
+    /// a warning, for a backend that cannot be served.
+    fn ingress_backend(
+        &mut self,
+        who: &ObjectRef,
+        backend: &IngressBackend,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) -> Option<EntryId> {
+        let ns = who.namespace.clone();
+        let Some(sb) = &backend.service else {
+            let kind = backend
+                .resource
+                .as_ref()
+                .map_or("<none>".to_string(), |r| r.kind.clone());
+            self.warn_ingress(
+                who,
+                format!("backend is a {kind} resource, not a Service; skipped"),
+            );
+            return None;
+        };
+        let port = sb.port.as_ref();
+        let Some((svc, slices)) = services.get(&(ns.as_str(), sb.name.as_str())) else {
+            // The route stays, and answers 503 until the Service exists (as ingress-nginx).
+            let number = port
+                .and_then(|p| p.number)
+                .and_then(|n| u16::try_from(n).ok());
+            self.warn_ingress(
+                who,
+                format!(
+                    "backend Service {ns}/{} does not exist; its routes answer 503",
+                    sb.name
+                ),
+            );
+            return Some(self.empty_entry(&ns, &sb.name, number.unwrap_or(0), entry_ids));
+        };
+        let ports = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_deref())
+            .unwrap_or(&[]);
+        let sp = ports.iter().find(|sp| match port {
+            Some(p) => match (&p.name, p.number) {
+                (Some(n), _) if !n.is_empty() => sp.name.as_deref() == Some(n.as_str()),
+                (_, Some(num)) => sp.port == num,
+                _ => false,
+            },
+            // No port: the Service's only port.
+            None => ports.len() == 1,
+        });
+        let Some(sp) = sp else {
+            let wanted = port.map_or("(none given)".to_string(), |p| {
+                p.name
+                    .clone()
+                    .filter(|n| !n.is_empty())
+                    .or(p.number.map(|n| n.to_string()))
+                    .unwrap_or_default()
+            });
+            self.warn_ingress(
+                who,
+                format!(
+                    "backend Service {ns}/{} has no port {wanted}; its routes answer 503",
+                    sb.name
+                ),
+            );
+            let number = port
+                .and_then(|p| p.number)
+                .and_then(|n| u16::try_from(n).ok());
+            return Some(self.empty_entry(&ns, &sb.name, number.unwrap_or(0), entry_ids));
+        };
+        let number = u16::try_from(sp.port).ok()?;
+        if sp.protocol.as_deref().is_some_and(|p| p != "TCP") {
+            self.warn_ingress(
+                who,
+                format!(
+                    "backend Service {ns}/{} port {number} is not TCP; skipped",
+                    sb.name
+                ),
+            );
+            return None;
+        }
+        let key = EntryKey {
+            namespace: ns.clone(),
+            service: sb.name.clone(),
+            port: number,
+        };
+        if let Some(&id) = entry_ids.get(&key) {
+            let e = &self.entries[id as usize];
+            if matches!(e.frontend, Frontend::Tcp(_)) {
+                self.warn_ingress(
+                    who,
+                    format!("backend {key} is a raw TCP frontend (--tcp-services); skipped"),
+                );
+                return None;
+            }
+            return Some(id);
+        }
+        // The Service has no entry of its own for this port: make one without routes.
+        let svc_who = object("Service", &ns, &sb.name);
+        let settings = settings(svc, self.options, &svc_who, &mut self.warnings);
+        let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
+        self.add_port(svc, &svc_who, &settings, sp, number, slices, false);
+        self.ingress_only.insert((ns, sb.name.clone()));
+        entry_ids.insert(key, id);
+        Some(id)
+    }
+
+    /// An entry with no endpoints for a backend that does not resolve: its routes answer 503.
+    fn empty_entry(
+        &mut self,
+        ns: &str,
+        service: &str,
+        port: u16,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) -> EntryId {
+        let key = EntryKey {
+            namespace: ns.to_string(),
+            service: service.to_string(),
+            port,
+        };
+        if let Some(&id) = entry_ids.get(&key) {
+            return id;
+        }
+        let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
+        let home = ns == self.options.home_namespace;
+        self.entries.push(Entry {
+            name: entry_name((!home).then_some(ns), service, port).into(),
+            state: self.prev_entries.get(&key).cloned().unwrap_or_default(),
+            key: key.clone(),
+            frontend: Frontend::Http,
+            algorithm: self.options.default_algorithm,
+            cookie_sticky: false,
+            client_ip_affinity: None,
+            maxconn: None,
+            endpoints: Vec::new(),
+            check: CheckSpec::default(),
+            upstream: Upstream::default(),
+        });
+        self.ingress_only
+            .insert((ns.to_string(), service.to_string()));
+        entry_ids.insert(key, id);
+        id
+    }
+}
+
+/// switchyard's key for a known one (the keys are `&'static`).
+fn ours_key(k: &str) -> &'static str {
+    ia::KNOWN.iter().copied().find(|&x| x == k).unwrap_or("")
+}
+
+/// ingress-nginx annotations that ask for nothing switchyard does not do already: not
+/// warned about.
+fn nginx_harmless(key: &str, value: &str) -> bool {
+    match key.trim_start_matches(ia::NGINX_PREFIX) {
+        // switchyard never treats paths as regular expressions.
+        "use-regex" => value.trim() == "false",
+        // HTTP/1 is the default backend protocol; others come from the Service.
+        "backend-protocol" => value.trim().eq_ignore_ascii_case("HTTP"),
+        _ => false,
+    }
+}
+
+/// An Ingress rule's host: a DNS name, or `*.` and a name, which matches exactly one label.
+/// No port (the spec forbids one) and no IP address.
+fn ingress_host(h: &str) -> Result<HostPattern, &'static str> {
+    if h.contains(':') {
+        return Err("has a port, which an Ingress host may not");
+    }
+    if h.parse::<IpAddr>().is_ok() {
+        return Err("is an IP address, which an Ingress host may not be");
+    }
+    match validate_host(h)? {
+        HostPattern::Wildcard(suffix) => Ok(HostPattern::OneLabel(suffix)),
+        exact => Ok(exact),
+    }
+}
+
+/// Whether the TLS hosts `tls` cover the rule host `host` (the same name, or a one-label
+/// wildcard over it).
+fn covers(tls: &[HostPattern], host: &HostPattern) -> bool {
+    tls.iter().any(|t| {
+        t == host
+            || matches!((t, host), (HostPattern::OneLabel(s), HostPattern::Exact(h))
+                if h.len() > s.len() && h.ends_with(s.as_str()) && !h[..h.len() - s.len()].contains('.'))
+    })
+}
+
+/// The certificate chain and key of a `kubernetes.io/tls` Secret as one PEM bundle, or why
+/// it cannot be used. The blocks are checked as PEM here; whether the key fits the
+/// certificate is the TLS side's check as it loads them (logged and counted there).
+fn secret_pem(secret: &Secret) -> Result<Arc<[u8]>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    if secret.type_.as_deref() != Some("kubernetes.io/tls") {
+        return Err(format!(
+            "is of type {}, not kubernetes.io/tls",
+            show(secret.type_.as_deref().unwrap_or("Opaque"))
+        ));
+    }
+    let data = secret.data.as_ref();
+    let field = |k: &str| data.and_then(|d| d.get(k)).map(|b| b.0.as_slice());
+    let (Some(crt), Some(key)) = (field("tls.crt"), field("tls.key")) else {
+        return Err("lacks tls.crt or tls.key".into());
+    };
+    let chain = CertificateDer::pem_slice_iter(crt)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("has a bad tls.crt ({e})"))?;
+    if chain.is_empty() {
+        return Err("has no CERTIFICATE in tls.crt".into());
+    }
+    PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("has a bad tls.key ({e})"))?;
+    let mut pem = Vec::with_capacity(crt.len() + key.len() + 1);
+    pem.extend_from_slice(crt);
+    if !crt.ends_with(b"\n") {
+        pem.push(b'\n');
+    }
+    pem.extend_from_slice(key);
+    Ok(pem.into())
+}

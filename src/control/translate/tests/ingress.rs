@@ -1,0 +1,744 @@
+//! Ingress translation: classes, hosts, path types, backends, TLS Secrets, annotations and
+//! conflicts, one behaviour per test.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressClass, IngressClassSpec,
+    IngressRule, IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::*;
+
+fn class(name: &str, controller: &str, default: bool) -> IngressClass {
+    IngressClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            annotations: default.then(|| {
+                BTreeMap::from([(
+                    "ingressclass.kubernetes.io/is-default-class".to_string(),
+                    "true".to_string(),
+                )])
+            }),
+            ..Default::default()
+        },
+        spec: Some(IngressClassSpec {
+            controller: Some(controller.into()),
+            parameters: None,
+        }),
+    }
+}
+
+fn ours() -> IngressClass {
+    class("switchyard", DEFAULT_CONTROLLER_NAME, false)
+}
+
+fn backend(svc: &str, port: u16) -> IngressBackend {
+    IngressBackend {
+        resource: None,
+        service: Some(IngressServiceBackend {
+            name: svc.into(),
+            port: Some(ServiceBackendPort {
+                name: None,
+                number: Some(port.into()),
+            }),
+        }),
+    }
+}
+
+fn path(p: &str, kind: &str, to: IngressBackend) -> HTTPIngressPath {
+    HTTPIngressPath {
+        backend: to,
+        path: Some(p.into()),
+        path_type: kind.into(),
+    }
+}
+
+fn rule(host: Option<&str>, paths: Vec<HTTPIngressPath>) -> IngressRule {
+    IngressRule {
+        host: host.map(Into::into),
+        http: Some(HTTPIngressRuleValue { paths }),
+    }
+}
+
+fn ing(ns: &str, name: &str, class: Option<&str>, rules: Vec<IngressRule>) -> Ingress {
+    Ingress {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: Some(IngressSpec {
+            ingress_class_name: class.map(Into::into),
+            rules: Some(rules),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn annotated(mut i: Ingress, key: &str, value: &str) -> Ingress {
+    i.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key.into(), value.into());
+    i
+}
+
+fn created(mut i: Ingress, rfc3339: &str) -> Ingress {
+    i.metadata.creation_timestamp = Some(Time(rfc3339.parse().unwrap()));
+    i
+}
+
+fn tls_secret(ns: &str, name: &str, crt: &str, key: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".to_string(), ByteString(crt.as_bytes().to_vec())),
+            ("tls.key".to_string(), ByteString(key.as_bytes().to_vec())),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// A syntactically valid PEM pair (the key's fit is the TLS side's check).
+const CRT: &str = "-----BEGIN CERTIFICATE-----\nMIIBAA==\n-----END CERTIFICATE-----\n";
+const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIBAA==\n-----END PRIVATE KEY-----\n";
+
+fn svcs() -> (Vec<Service>, Vec<EndpointSlice>) {
+    (
+        vec![
+            mk_service("default", "web", &[80]),
+            mk_service("default", "api", &[8080]),
+        ],
+        vec![
+            mk_slice("default", "web", "p80", 8000, &["10.0.0.1"]),
+            mk_slice("default", "api", "p8080", 9000, &["10.0.0.2"]),
+        ],
+    )
+}
+
+fn build(
+    svcs: &[Service],
+    slices: &[EndpointSlice],
+    ingresses: &[Ingress],
+    classes: &[IngressClass],
+    secrets: &[Secret],
+    o: &Options,
+) -> (Built, Vec<Warning>) {
+    let refs = IngressRefs::of(ingresses, classes, secrets);
+    translate_with(svcs, slices, refs.inputs(), o, None)
+}
+
+fn with(ingresses: &[Ingress]) -> (RoutingTable, Vec<Warning>) {
+    let (s, e) = svcs();
+    let (b, w) = build(&s, &e, ingresses, &[ours()], &[], &Options::default());
+    (b.table, w)
+}
+
+/// Where a request reaches on `frontend`: the entry, with the route's path kind.
+fn reach(t: &RoutingTable, frontend: Frontend, host: &str, path: &str) -> Option<String> {
+    let host = (!host.is_empty()).then_some(host.as_bytes());
+    t.router(frontend)?
+        .lookup(host, path)
+        .map(|r| t.entries[r.target as usize].name.to_string())
+}
+
+fn http(t: &RoutingTable, host: &str, path: &str) -> Option<String> {
+    reach(t, Frontend::Http, host, path)
+}
+
+fn ingress_warnings(w: &[Warning]) -> Vec<String> {
+    w.iter()
+        .filter(|w| w.object.kind == "Ingress")
+        .map(|w| format!("{}: {}", w.object.name, w.message))
+        .collect()
+}
+
+#[test]
+fn only_ingresses_of_our_classes_are_served() {
+    let (s, e) = svcs();
+    let r = || {
+        vec![rule(
+            Some("a.example.com"),
+            vec![path("/", "Prefix", backend("web", 80))],
+        )]
+    };
+    let ingresses = [
+        ing("default", "mine", Some("switchyard"), r()),
+        ing("default", "nginx", Some("nginx"), r()),
+        ing("default", "classless", None, r()),
+    ];
+    let classes = [ours(), class("nginx", "k8s.io/ingress-nginx", false)];
+    let (b, w) = build(&s, &e, &ingresses, &classes, &[], &Options::default());
+    let served: Vec<_> = b
+        .memo
+        .served_ingresses()
+        .iter()
+        .map(|k| k.1.clone())
+        .collect();
+    assert_eq!(served, ["mine"]);
+    assert!(ingress_warnings(&w).is_empty(), "{w:?}");
+
+    // A default class of ours takes class-less Ingresses; so does the flag.
+    let classes = [class("switchyard", DEFAULT_CONTROLLER_NAME, true)];
+    let (b, _) = build(&s, &e, &ingresses, &classes, &[], &Options::default());
+    let served: Vec<_> = b
+        .memo
+        .served_ingresses()
+        .iter()
+        .map(|k| k.1.clone())
+        .collect();
+    assert_eq!(served, ["classless", "mine"]);
+    let o = Options {
+        watch_ingress_without_class: true,
+        ..Default::default()
+    };
+    let (b, _) = build(&s, &e, &ingresses, &[ours()], &[], &o);
+    assert_eq!(b.memo.served_ingresses().len(), 2);
+
+    // Another controller name: nothing is ours.
+    let o = Options {
+        controller_name: "example.com/other".into(),
+        ..Default::default()
+    };
+    let (b, _) = build(&s, &e, &ingresses, &classes, &[], &o);
+    assert!(b.memo.served_ingresses().is_empty());
+    assert_eq!(http(&b.table, "a.example.com", "/"), None);
+
+    // The legacy annotation names a class too.
+    let legacy = annotated(
+        ing("default", "old", None, r()),
+        "kubernetes.io/ingress.class",
+        "switchyard",
+    );
+    let (b, _) = build(&s, &e, &[legacy], &[ours()], &[], &Options::default());
+    assert_eq!(b.memo.served_ingresses().len(), 1);
+}
+
+#[test]
+fn a_wildcard_host_matches_exactly_one_label_and_exact_hosts_win() {
+    let (t, w) = with(&[ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![
+            rule(
+                Some("*.example.com"),
+                vec![path("/", "Prefix", backend("web", 80))],
+            ),
+            rule(
+                Some("api.example.com"),
+                vec![path("/", "Prefix", backend("api", 8080))],
+            ),
+        ],
+    )]);
+    assert!(w.iter().all(|w| w.object.kind != "Ingress"), "{w:?}");
+    assert_eq!(http(&t, "shop.example.com", "/x").as_deref(), Some("web"));
+    assert_eq!(http(&t, "SHOP.Example.com:80", "/").as_deref(), Some("web"));
+    assert_eq!(
+        http(&t, "api.example.com", "/").as_deref(),
+        Some("api:8080")
+    );
+    assert_eq!(http(&t, "a.b.example.com", "/"), None, "two labels");
+    assert_eq!(http(&t, "example.com", "/"), None, "no label");
+}
+
+#[test]
+fn path_types_exact_prefix_and_implementation_specific() {
+    let (t, w) = with(&[ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![
+                path("/foo", "Prefix", backend("web", 80)),
+                path("/foo", "Exact", backend("api", 8080)),
+                path("/foo/bar/", "Prefix", backend("api", 8080)),
+                path("/impl", "ImplementationSpecific", backend("web", 80)),
+                path("/bad", "Regex", backend("web", 80)),
+            ],
+        )],
+    )]);
+    let at = |p: &str| http(&t, "h.test", p);
+    assert_eq!(
+        at("/foo").as_deref(),
+        Some("api:8080"),
+        "Exact beats Prefix"
+    );
+    assert_eq!(at("/foo/").as_deref(), Some("web"));
+    assert_eq!(at("/foo/x").as_deref(), Some("web"));
+    assert_eq!(at("/foobar"), None, "element-wise");
+    assert_eq!(
+        at("/foo/bar").as_deref(),
+        Some("api:8080"),
+        "trailing slash ignored, longest wins"
+    );
+    assert_eq!(at("/foo/bar/baz").as_deref(), Some("api:8080"));
+    assert_eq!(
+        at("/impl/x").as_deref(),
+        Some("web"),
+        "ImplementationSpecific is Prefix"
+    );
+    assert_eq!(at("/bad"), None);
+    let warned = ingress_warnings(&w);
+    assert!(
+        warned.len() == 1 && warned[0].contains("pathType \"Regex\""),
+        "{warned:?}"
+    );
+}
+
+#[test]
+fn default_backend_catches_what_no_rule_matches_and_ports_resolve_by_name() {
+    let mut i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![path("/api", "Prefix", backend("api", 8080))],
+        )],
+    );
+    let spec = i.spec.as_mut().unwrap();
+    spec.default_backend = Some(IngressBackend {
+        resource: None,
+        service: Some(IngressServiceBackend {
+            name: "web".into(),
+            port: Some(ServiceBackendPort {
+                name: Some("p80".into()),
+                number: None,
+            }),
+        }),
+    });
+    let (t, w) = with(&[i]);
+    assert!(ingress_warnings(&w).is_empty(), "{w:?}");
+    assert_eq!(http(&t, "h.test", "/api/v1").as_deref(), Some("api:8080"));
+    assert_eq!(http(&t, "h.test", "/other").as_deref(), Some("web"));
+    assert_eq!(http(&t, "elsewhere.test", "/").as_deref(), Some("web"));
+}
+
+#[test]
+fn unresolvable_backends_warn_and_answer_503_or_are_skipped() {
+    let mut resource = backend("x", 1);
+    resource.service = None;
+    resource.resource = Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+        api_group: Some("storage.example.com".into()),
+        kind: "Bucket".into(),
+        name: "b".into(),
+    });
+    let (t, w) = with(&[ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![
+                path("/gone", "Prefix", backend("nosuch", 80)),
+                path("/port", "Prefix", backend("web", 81)),
+                path("/res", "Prefix", resource),
+            ],
+        )],
+    )]);
+    let warned = ingress_warnings(&w).join("\n");
+    assert!(
+        warned.contains("Service default/nosuch does not exist"),
+        "{warned}"
+    );
+    assert!(warned.contains("has no port 81"), "{warned}");
+    assert!(warned.contains("Bucket resource"), "{warned}");
+    // The missing ones route to an entry without endpoints (503); the resource does not route.
+    let gone = http(&t, "h.test", "/gone").unwrap();
+    assert!(entry(&t, &gone).endpoints.is_empty());
+    assert!(
+        entry(&t, &http(&t, "h.test", "/port").unwrap())
+            .endpoints
+            .is_empty()
+    );
+    assert_eq!(http(&t, "h.test", "/res"), None);
+    // The rest of the table is untouched.
+    assert_eq!(addrs(entry(&t, "web")), ["10.0.0.1:8000"]);
+}
+
+#[test]
+fn a_service_the_annotation_mode_skips_still_backs_an_ingress() {
+    let mut lb = mk_service("default", "lb", &[80]);
+    lb.spec.as_mut().unwrap().type_ = Some("LoadBalancer".into());
+    let slices = [mk_slice("default", "lb", "p80", 8000, &["10.0.0.9"])];
+    let i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("lb.test"),
+            vec![path("/", "Prefix", backend("lb", 80))],
+        )],
+    );
+    let (b, _) = build(&[lb], &slices, &[i], &[ours()], &[], &Options::default());
+    let t = &b.table;
+    assert_eq!(http(t, "lb.test", "/").as_deref(), Some("lb"));
+    assert_eq!(addrs(entry(t, "lb")), ["10.0.0.9:8000"]);
+    // No path route of its own: the annotation mode still skips it.
+    assert_eq!(http(t, "", "/lb"), None);
+}
+
+#[test]
+fn tls_secrets_become_certificates_and_their_hosts_redirect() {
+    let mut i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![
+            rule(
+                Some("secure.test"),
+                vec![path("/", "Prefix", backend("web", 80))],
+            ),
+            rule(
+                Some("plain.test"),
+                vec![path("/", "Prefix", backend("web", 80))],
+            ),
+        ],
+    );
+    i.spec.as_mut().unwrap().tls = Some(vec![IngressTLS {
+        hosts: Some(vec!["secure.test".into()]),
+        secret_name: Some("secure-cert".into()),
+    }]);
+    let (s, e) = svcs();
+    let secret = tls_secret("default", "secure-cert", CRT, KEY);
+    let (b, w) = build(
+        &s,
+        &e,
+        &[i.clone()],
+        &[ours()],
+        &[secret],
+        &Options::default(),
+    );
+    assert!(ingress_warnings(&w).is_empty(), "{w:?}");
+    let t = &b.table;
+    assert_eq!(t.certificates.len(), 1);
+    assert_eq!(&*t.certificates[0].secret, "default/secure-cert");
+    assert_eq!(
+        t.certificates[0].hosts,
+        vec![Box::<str>::from("secure.test")]
+    );
+    let redirect = |host: &str| {
+        let rule = t.http.lookup(Some(host.as_bytes()), "/").unwrap();
+        t.policies[rule.policy.unwrap() as usize].https_redirect
+    };
+    assert_eq!(redirect("secure.test"), Some(308));
+    assert_eq!(redirect("plain.test"), None);
+    // The TLS port serves the same rules, never redirecting.
+    let rule = t.https.lookup(Some(b"secure.test"), "/").unwrap();
+    assert_eq!(t.entries[rule.target as usize].name.as_ref(), "web");
+
+    // ssl-redirect "false" proxies plain HTTP; a missing Secret is a warning, routes stay.
+    let off = annotated(i.clone(), ingress_annotation::SSL_REDIRECT, "false");
+    let (b, w) = build(&s, &e, &[off], &[ours()], &[], &Options::default());
+    let rule = b.table.http.lookup(Some(b"secure.test"), "/").unwrap();
+    assert_eq!(
+        b.table.policies[rule.policy.unwrap() as usize].https_redirect,
+        None
+    );
+    assert!(b.table.certificates.is_empty());
+    let warned = ingress_warnings(&w).join("\n");
+    assert!(
+        warned.contains("TLS Secret default/secure-cert does not exist"),
+        "{warned}"
+    );
+
+    // A Secret of another type, or without a key, is a warning too.
+    let mut opaque = tls_secret("default", "secure-cert", CRT, KEY);
+    opaque.type_ = Some("Opaque".into());
+    let (b, w) = build(
+        &s,
+        &e,
+        &[i.clone()],
+        &[ours()],
+        &[opaque],
+        &Options::default(),
+    );
+    assert!(b.table.certificates.is_empty());
+    assert!(
+        ingress_warnings(&w)
+            .join("\n")
+            .contains("not kubernetes.io/tls"),
+        "{w:?}"
+    );
+    let nokey = tls_secret("default", "secure-cert", CRT, "not a key");
+    let (b, w) = build(&s, &e, &[i], &[ours()], &[nokey], &Options::default());
+    assert!(b.table.certificates.is_empty());
+    assert!(
+        ingress_warnings(&w).join("\n").contains("bad tls.key"),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn annotations_set_the_route_policy_and_unsupported_nginx_ones_warn_once() {
+    let i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![path("/app", "Prefix", backend("web", 80))],
+        )],
+    );
+    let i = annotated(i, ingress_annotation::REWRITE_TARGET, "/");
+    let i = annotated(
+        i,
+        "nginx.ingress.kubernetes.io/whitelist-source-range",
+        "10.0.0.0/8, bogus",
+    );
+    let i = annotated(i, ingress_annotation::DENYLIST_SOURCE_RANGE, "10.9.0.0/16");
+    let i = annotated(
+        i,
+        "nginx.ingress.kubernetes.io/configuration-snippet",
+        "more_set_headers x",
+    );
+    let i = annotated(i, "nginx.ingress.kubernetes.io/proxy-buffering", "on");
+    let i = annotated(i, "nginx.ingress.kubernetes.io/use-regex", "false");
+    let i = annotated(i, "switchyard.io/no-such-thing", "1");
+    let (t, w) = with(&[i]);
+    let hit = t.http.lookup(Some(b"h.test"), "/app/x").unwrap();
+    let p = &t.policies[hit.policy.unwrap() as usize];
+    assert_eq!(p.rewrite.as_deref(), Some("/"));
+    assert_eq!(&*p.origin, "default/i");
+    let nets = |v: &[crate::table::cidr::Cidr]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    assert_eq!(nets(&p.allow), ["10.0.0.0/8"]);
+    assert_eq!(nets(&p.deny), ["10.9.0.0/16"]);
+    let warned = ingress_warnings(&w);
+    let nginx: Vec<_> = warned
+        .iter()
+        .filter(|m| m.contains("ingress-nginx"))
+        .collect();
+    assert_eq!(nginx.len(), 1, "{warned:?}");
+    assert!(nginx[0].contains("configuration-snippet") && nginx[0].contains("proxy-buffering"));
+    assert!(
+        !nginx[0].contains("use-regex"),
+        "a harmless value is not warned about"
+    );
+    assert!(warned.iter().any(|m| m.contains("\"bogus\"")), "{warned:?}");
+    assert!(
+        warned
+            .iter()
+            .any(|m| m.contains("unknown annotation switchyard.io/no-such-thing"))
+    );
+
+    // Capture groups are refused; an allowlist with no valid range refuses everyone.
+    let bad = annotated(
+        annotated(
+            ing(
+                "default",
+                "j",
+                Some("switchyard"),
+                vec![rule(
+                    Some("j.test"),
+                    vec![path("/", "Prefix", backend("web", 80))],
+                )],
+            ),
+            ingress_annotation::REWRITE_TARGET,
+            "/$1",
+        ),
+        ingress_annotation::ALLOWLIST_SOURCE_RANGE,
+        "nonsense",
+    );
+    let (t, w) = with(&[bad]);
+    let rule = t.http.lookup(Some(b"j.test"), "/").unwrap();
+    let p = &t.policies[rule.policy.unwrap() as usize];
+    assert_eq!(p.rewrite, None);
+    assert!(!p.admits(Some("10.0.0.1".parse().unwrap())));
+    assert!(!p.admits(Some("::1".parse().unwrap())));
+    assert!(
+        ingress_warnings(&w).join("\n").contains("capture groups"),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn conflicts_go_to_the_oldest_ingress_and_services_keep_their_path_routes() {
+    let r = |svc: &str, port: u16| {
+        vec![rule(
+            Some("h.test"),
+            vec![path("/", "Prefix", backend(svc, port))],
+        )]
+    };
+    let young = created(
+        ing("default", "a-young", Some("switchyard"), r("api", 8080)),
+        "2026-05-01T00:00:00Z",
+    );
+    let old = created(
+        ing("default", "z-old", Some("switchyard"), r("web", 80)),
+        "2025-01-01T00:00:00Z",
+    );
+    for order in [[young.clone(), old.clone()], [old.clone(), young.clone()]] {
+        let (t, w) = with(&order);
+        assert_eq!(
+            http(&t, "h.test", "/").as_deref(),
+            Some("web"),
+            "the older wins"
+        );
+        let conflicts: Vec<_> = w
+            .iter()
+            .filter(|w| w.reason == WarningReason::RouteConflict)
+            .collect();
+        assert!(
+            conflicts
+                .iter()
+                .any(|w| w.object.name == "a-young"
+                    && w.message.contains("Ingress default/z-old wins")),
+            "{conflicts:?}"
+        );
+    }
+    // A host-less Ingress path inside a Service's own path route loses to it.
+    let inside = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            None,
+            vec![path("/web/admin", "Prefix", backend("api", 8080))],
+        )],
+    );
+    let (t, w) = with(&[inside]);
+    assert_eq!(http(&t, "", "/web/admin"), Some("web".into()));
+    assert!(
+        w.iter()
+            .any(|w| w.object.kind == "Ingress" && w.reason == WarningReason::RouteConflict),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn ingress_input_order_does_not_matter() {
+    let a = ing(
+        "default",
+        "a",
+        Some("switchyard"),
+        vec![rule(
+            Some("a.test"),
+            vec![path("/", "Prefix", backend("web", 80))],
+        )],
+    );
+    let b = ing(
+        "default",
+        "b",
+        Some("switchyard"),
+        vec![rule(
+            Some("a.test"),
+            vec![path("/", "Prefix", backend("api", 8080))],
+        )],
+    );
+    let (t1, w1) = with(&[a.clone(), b.clone()]);
+    let (t2, w2) = with(&[b, a]);
+    assert_eq!(t1, t2);
+    assert_eq!(w1, w2);
+}
+
+#[test]
+fn an_ingress_change_rebuilds_in_full() {
+    let (s, e) = svcs();
+    let (ss, es) = stores(&s, &e);
+    let i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![path("/", "Prefix", backend("web", 80))],
+        )],
+    );
+    let classes = [ours()];
+    let one = [&i];
+    let class_refs: Vec<&IngressClass> = classes.iter().collect();
+    let inputs = IngressInputs {
+        ingresses: &one,
+        classes: &class_refs,
+        secrets: &[],
+    };
+    let o = Options::default();
+    let (b1, _) = translate_changes(&ss, &es, inputs, None, &o, None);
+    assert_eq!(http(&b1.table, "h.test", "/").as_deref(), Some("web"));
+    // The Ingress goes: told as an Ingress change, the build drops its routes.
+    let told = Changes {
+        ingress: true,
+        ..Default::default()
+    };
+    let (b2, _) = translate_changes(
+        &ss,
+        &es,
+        IngressInputs {
+            ingresses: &[],
+            ..inputs
+        },
+        Some(&told),
+        &o,
+        Some(b1.previous()),
+    );
+    assert_eq!(http(&b2.table, "h.test", "/"), None);
+    assert!(b2.memo.served_ingresses().is_empty());
+}
+
+#[test]
+fn endpoints_of_an_ingress_only_entry_follow_their_slices() {
+    let mut lb = mk_service("default", "lb", &[80]);
+    lb.spec.as_mut().unwrap().type_ = Some("LoadBalancer".into());
+    let before = [versioned_slice(
+        mk_slice("default", "lb", "p80", 8000, &["10.0.0.9"]),
+        "1",
+    )];
+    let after = [versioned_slice(
+        mk_slice("default", "lb", "p80", 8000, &["10.0.0.7"]),
+        "2",
+    )];
+    let svc = [versioned_service(lb)];
+    let i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("lb.test"),
+            vec![path("/", "Prefix", backend("lb", 80))],
+        )],
+    );
+    let (ss, es1) = stores(&svc, &before);
+    let (_, es2) = stores(&svc, &after);
+    let one = [&i];
+    let class = ours();
+    let classes = [&class];
+    let inputs = IngressInputs {
+        ingresses: &one,
+        classes: &classes,
+        secrets: &[],
+    };
+    let o = Options::default();
+    let (b1, _) = translate_changes(&ss, &es1, inputs, None, &o, None);
+    assert_eq!(addrs(entry(&b1.table, "lb")), ["10.0.0.9:8000"]);
+    let key = es2.keys().next().unwrap().clone();
+    let changes = Changes {
+        slices: [key].into(),
+        ..Default::default()
+    };
+    let (b2, _) = translate_changes(&ss, &es2, inputs, Some(&changes), &o, Some(b1.previous()));
+    assert_eq!(addrs(entry(&b2.table, "lb")), ["10.0.0.7:8000"]);
+    let (full, _) = translate_changes(&ss, &es2, inputs, None, &o, None);
+    assert_eq!(b2.table, full.table);
+}
+
+fn versioned_slice(mut s: EndpointSlice, rv: &str) -> EndpointSlice {
+    s.metadata.resource_version = Some(rv.into());
+    s.metadata.uid = s.metadata.name.clone();
+    s
+}
+
+fn versioned_service(mut s: Service) -> Service {
+    s.metadata.resource_version = Some("1".into());
+    s.metadata.uid = s.metadata.name.clone();
+    s
+}

@@ -1,0 +1,88 @@
+//! The second certificate source: certificates from `kubernetes.io/tls` Secrets that served
+//! Ingresses name, each under `CertSource::Secret` and indexed by the hosts the Ingresses give
+//! it. `sync` makes the store hold exactly the given set, parsing only what changed; a
+//! certificate that does not load (a key that does not fit it) is logged and counted, and its
+//! hosts get the default certificate. It must not know where the set comes from (the routing
+//! table): it takes plain names and bytes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::certs::{LoadedCert, normalize_name};
+use super::store::{CertSource, CertStore};
+use super::watcher::publish_expiry;
+use crate::ops::metrics::Metrics;
+
+/// One Secret's certificate as the caller has it.
+pub struct SecretPem<'a> {
+    /// `namespace/name`.
+    pub secret: &'a str,
+    /// The host names to serve it for; empty: the names in the certificate.
+    pub hosts: &'a [Box<str>],
+    /// Certificate chain and key, PEM.
+    pub pem: &'a Arc<[u8]>,
+}
+
+/// A Secret's bundle and hosts as last synced.
+type Held = (Arc<[u8]>, Vec<Box<str>>);
+
+/// Keeps the store's Secret certificates equal to the set last synced.
+pub struct SecretCerts {
+    store: Arc<CertStore>,
+    metrics: Option<Arc<Metrics>>,
+    /// What each Secret source holds now (or failed to load), to skip unchanged ones.
+    loaded: BTreeMap<String, Held>,
+}
+
+impl SecretCerts {
+    pub fn new(store: Arc<CertStore>, metrics: Option<Arc<Metrics>>) -> SecretCerts {
+        SecretCerts {
+            store,
+            metrics,
+            loaded: BTreeMap::new(),
+        }
+    }
+
+    /// Loads the certificates of `certs` that changed, removes those no longer given.
+    pub fn sync<'a>(&mut self, certs: impl IntoIterator<Item = SecretPem<'a>>) {
+        let mut keep: BTreeMap<String, Held> = BTreeMap::new();
+        let mut changed = false;
+        for c in certs {
+            let same = self
+                .loaded
+                .get(c.secret)
+                .is_some_and(|(pem, hosts)| pem[..] == c.pem[..] && hosts[..] == c.hosts[..]);
+            keep.insert(c.secret.to_string(), (Arc::clone(c.pem), c.hosts.to_vec()));
+            if same {
+                continue;
+            }
+            changed = true;
+            let source = CertSource::Secret(c.secret.to_string());
+            match LoadedCert::from_pem(c.pem) {
+                Ok(mut cert) => {
+                    if !c.hosts.is_empty() {
+                        cert.names = c.hosts.iter().map(|h| normalize_name(h)).collect();
+                    }
+                    tracing::info!(secret = c.secret, names = ?cert.names, "certificate loaded from Secret");
+                    self.store.insert(source, cert);
+                }
+                Err(reason) => {
+                    // The Secret's hosts fall back to the default certificate.
+                    self.store.remove(&source);
+                    tracing::warn!(secret = c.secret, %reason,
+                        "certificate of Secret not loaded; its hosts get the default certificate");
+                    if let Some(m) = &self.metrics {
+                        m.data.tls_secret_errors_total.inc();
+                    }
+                }
+            }
+        }
+        for gone in self.loaded.keys().filter(|k| !keep.contains_key(*k)) {
+            changed |= self.store.remove(&CertSource::Secret(gone.clone()));
+        }
+        self.loaded = keep;
+        if changed && let Some(m) = &self.metrics {
+            publish_expiry(&self.store, m);
+        }
+    }
+}
