@@ -74,6 +74,8 @@ const WINGS: &[Wing] = &[
             "arc_swap",
             "http",
             "humantime",
+            // The PEM syntax of an Ingress's TLS Secret (types and parsing only, no TLS).
+            "rustls_pki_types",
         ],
     },
     Wing {

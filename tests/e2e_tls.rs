@@ -6,25 +6,17 @@ mod common;
 mod tls_client;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use http::{Request, Version};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http::Request;
+use http_body_util::Empty;
+use hyper_util::rt::TokioIo;
 use rcgen::{CertificateParams, KeyPair};
-use rustls::ClientConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
-use tls_client::{Ca, Leaf};
+use tls_client::{Ca, Client, IO_TIMEOUT, sni};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
-
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Tests run in parallel: none may take the fixed default stats port.
 const NO_STATS: &[&str] = &["--stats-port", "0"];
@@ -39,128 +31,6 @@ fn replace(path: &Path, contents: &str) {
     let tmp = path.with_extension("tmp-write");
     std::fs::write(&tmp, contents).unwrap();
     std::fs::rename(&tmp, path).unwrap();
-}
-
-// ---------------------------------------------------------------------------
-// A rustls client
-// ---------------------------------------------------------------------------
-
-#[derive(Default)]
-struct Client<'a> {
-    sni: Option<&'a str>,
-    cert: Option<&'a Leaf>,
-    h2: bool,
-}
-
-impl Client<'_> {
-    fn config(&self) -> ClientConfig {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(tls_client::AnyServerCert));
-        let mut config = match self.cert {
-            Some(leaf) => builder
-                .with_client_auth_cert(
-                    vec![CertificateDer::from(leaf.der.clone())],
-                    PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
-                )
-                .unwrap(),
-            None => builder.with_no_client_auth(),
-        };
-        config.enable_sni = self.sni.is_some();
-        config.alpn_protocols = if self.h2 {
-            vec![b"h2".to_vec()]
-        } else {
-            vec![b"http/1.1".to_vec()]
-        };
-        config
-    }
-
-    async fn connect(&self, port: u16) -> Result<TlsStream<TcpStream>, String> {
-        let fut = async {
-            let tcp = TcpStream::connect(("127.0.0.1", port))
-                .await
-                .map_err(|e| format!("connect: {e}"))?;
-            let name = ServerName::try_from(self.sni.unwrap_or("no-sni.invalid").to_string())
-                .map_err(|e| e.to_string())?;
-            TlsConnector::from(Arc::new(self.config()))
-                .connect(name, tcp)
-                .await
-                .map_err(|e| format!("handshake: {e}"))
-        };
-        tokio::time::timeout(IO_TIMEOUT, fut)
-            .await
-            .map_err(|_| "timeout".to_string())?
-    }
-
-    /// The leaf certificate the server presented.
-    async fn presented(&self, port: u16) -> Vec<u8> {
-        let tls = self.connect(port).await.unwrap();
-        tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-    }
-
-    /// One request over a fresh TLS connection. With TLS 1.3 a rejected client certificate
-    /// only shows on the first read, so "the handshake fails" means this returns an error.
-    async fn get(&self, port: u16, path: &str, headers: &[(&str, &str)]) -> Result<Resp, String> {
-        let tls = self.connect(port).await?;
-        let host = self.sni.unwrap_or("127.0.0.1");
-        let fut = async {
-            let io = TokioIo::new(tls);
-            let mut b = Request::get(if self.h2 {
-                format!("https://{host}{path}")
-            } else {
-                path.to_string()
-            });
-            if !self.h2 {
-                b = b.header("host", host);
-            }
-            for (k, v) in headers {
-                b = b.header(*k, *v);
-            }
-            let req = b.body(Empty::<Bytes>::new()).unwrap();
-            let resp = if self.h2 {
-                let (mut send, conn) =
-                    hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-                        .await
-                        .map_err(|e| format!("h2 handshake: {e}"))?;
-                tokio::spawn(conn);
-                send.send_request(req).await
-            } else {
-                let (mut send, conn) = hyper::client::conn::http1::handshake(io)
-                    .await
-                    .map_err(|e| format!("h1 handshake: {e}"))?;
-                tokio::spawn(conn);
-                send.send_request(req).await
-            }
-            .map_err(|e| format!("request: {e}"))?;
-            let (parts, body) = resp.into_parts();
-            if self.h2 {
-                assert_eq!(parts.version, Version::HTTP_2, "the response came over h2");
-            }
-            let body = body
-                .collect()
-                .await
-                .map_err(|e| format!("body: {e}"))?
-                .to_bytes();
-            Ok(Resp {
-                status: parts.status.as_u16(),
-                headers: parts.headers,
-                body: String::from_utf8_lossy(&body).into_owned(),
-            })
-        };
-        tokio::time::timeout(IO_TIMEOUT, fut)
-            .await
-            .map_err(|_| "timeout".to_string())?
-    }
-}
-
-fn sni(name: &str) -> Client<'_> {
-    Client {
-        sni: Some(name),
-        ..Default::default()
-    }
 }
 
 // ---------------------------------------------------------------------------

@@ -42,7 +42,6 @@ use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
 use crate::ops::metrics::{Metrics, OpenConnection};
 use crate::table::sticky::{self, COOKIE_NAME};
-use crate::table::upstream::BackendProtocol;
 
 /// Streams switchyard opens on one HTTP/2 connection to an endpoint before opening another
 /// (the common server default for concurrent streams).
@@ -169,6 +168,8 @@ pub struct Ctx {
     deadline: Option<Instant>,
     /// Refused before routing.
     rejected: Option<Rejection>,
+    /// Request body bytes read so far (against the route's `proxy-body-size`).
+    body_read: u64,
 }
 
 /// The cause of a Pingora error raised before the upstream connection was open.
@@ -240,6 +241,7 @@ impl ProxyHttp for HttpProxy {
             grpc: false,
             deadline: None,
             rejected: None,
+            body_read: 0,
         }
     }
 
@@ -355,6 +357,23 @@ impl ProxyHttp for HttpProxy {
             }
         }
 
+        // A body announced longer than the route allows is refused before it is read.
+        let announced = session
+            .req_header()
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if announced.is_some_and(|len| !ctx.attempt.body_allowed(len)) {
+            session.set_keepalive(None);
+            let answer = if ctx.grpc {
+                grpc_answer(413, &self.fwd)
+            } else {
+                failure_answer(413, &self.fwd)
+            };
+            write_answer(session, &answer, Bytes::new()).await?;
+            return Ok(true);
+        }
+
         let upgrade = session.is_upgrade_req();
         let downstream = session.as_downstream_mut();
         downstream.set_keepalive(Some(self.timeouts.keep_alive.as_secs()));
@@ -377,7 +396,7 @@ impl ProxyHttp for HttpProxy {
         // How the entry's endpoints are spoken to: HTTP/1 or HTTP/2, clear or TLS (`appProtocol`
         // or `lb.backend-protocol`, decided by translate).
         let upstream = ctx.attempt.entry().map(|e| &e.upstream);
-        let protocol = upstream.map_or(BackendProtocol::Http, |u| u.protocol);
+        let protocol = ctx.attempt.backend_protocol();
         let sni = match upstream {
             Some(u) if protocol.tls() => u.sni.to_string(),
             _ => String::new(),
@@ -400,7 +419,7 @@ impl ProxyHttp for HttpProxy {
         let io_timeout = if session.is_upgrade_req() {
             self.timeouts.tunnel
         } else {
-            self.timeouts.server_idle
+            ctx.attempt.server_timeout(self.timeouts.server_idle)
         };
         // A gRPC deadline bounds every wait upstream; once it passed, the read times out at
         // once and the client gets DEADLINE_EXCEEDED.
@@ -536,6 +555,28 @@ impl ProxyHttp for HttpProxy {
         apply(req, &edits)?;
         // The header is written to the endpoint right after this hook.
         ctx.attempt.request_sent(Instant::now());
+        Ok(())
+    }
+
+    /// Counts the request body against the route's `proxy-body-size` (a chunked body has no
+    /// length to refuse up front): past it, the request fails with 413 if nothing was
+    /// answered yet.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(b) = body {
+            ctx.body_read += b.len() as u64;
+            if !ctx.attempt.body_allowed(ctx.body_read) {
+                return Err(Error::explain(
+                    ErrorType::HTTPStatus(413),
+                    "request body longer than the route allows",
+                ));
+            }
+        }
         Ok(())
     }
 

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use crate::decide::cause::{Cause, Side};
 use crate::table::balance::Pick;
 use crate::table::matcher::Strip;
+use crate::table::policy::RoutePolicy;
 use crate::table::sticky::{self, COOKIE_NAME};
+use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
 
 /// Most endpoints one request may try (the configured tries are capped to this).
@@ -143,6 +145,8 @@ pub struct Verdict {
 pub struct Attempt {
     table: Option<Arc<RoutingTable>>,
     entry: Option<EntryId>,
+    /// The matched route's policy (an Ingress's settings), as an index into the table's.
+    policy: Option<u32>,
     client_ip: Option<IpAddr>,
     /// Endpoint the client is pinned to by cookie or affinity (index into the entry).
     pinned: Option<usize>,
@@ -214,6 +218,7 @@ impl Attempt {
             return Ok(unrouted(path, policy));
         };
         let target = rule.target;
+        self.policy = rule.policy;
         let route_policy = rule.policy.and_then(|p| table.policies.get(p as usize));
         if let Some(p) = route_policy {
             if !p.admits(self.client_ip) {
@@ -492,6 +497,36 @@ impl Attempt {
 
     pub fn entry_id(&self) -> Option<EntryId> {
         self.entry
+    }
+
+    /// The matched route's policy (what its Ingress adds), if it has one.
+    pub fn route_policy(&self) -> Option<&RoutePolicy> {
+        self.table.as_ref()?.policies.get(self.policy? as usize)
+    }
+
+    /// How this request reaches the endpoints: the route's protocol when its Ingress sets
+    /// one, else the entry's (the Service port's).
+    pub fn backend_protocol(&self) -> BackendProtocol {
+        self.route_policy()
+            .and_then(|p| p.protocol)
+            .or_else(|| self.entry().map(|e| e.upstream.protocol))
+            .unwrap_or_default()
+    }
+
+    /// The wait for the endpoint's response (header, and between body reads): the route's
+    /// when its Ingress sets one, else `default` (`--server-timeout`).
+    pub fn server_timeout(&self, default: Duration) -> Duration {
+        self.route_policy()
+            .and_then(|p| p.server_timeout)
+            .unwrap_or(default)
+    }
+
+    /// Whether a request body of `len` bytes (so far, or announced) may be sent on: the
+    /// route's `proxy-body-size`, when its Ingress sets one.
+    pub fn body_allowed(&self, len: u64) -> bool {
+        self.route_policy()
+            .and_then(|p| p.max_body)
+            .is_none_or(|max| len <= max)
     }
 
     pub fn entry(&self) -> Option<&Entry> {

@@ -817,4 +817,69 @@ mod tests {
         assert!(validate_prefix("/a?b").is_err());
         assert!(validate_prefix("/a\n").is_err());
     }
+
+    #[test]
+    fn exact_rules_match_the_whole_path_and_beat_prefixes() {
+        let mut r = rules(&[("/foo", 1)]);
+        r.insert(PathRule {
+            prefix: "/foo".into(),
+            strip: false,
+            ignore_case: false,
+            exact: true,
+            policy: None,
+            target: 2,
+        });
+        assert_eq!(hit(&r, "/foo"), Some(2));
+        assert_eq!(hit(&r, "/foo/"), Some(1));
+        assert_eq!(hit(&r, "/foo/bar"), Some(1));
+        assert_eq!(hit(&r, "/FOO"), None);
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn one_label_wildcards_take_exactly_one_label() {
+        let mut router: Router<u32> = Router::default();
+        router
+            .one_label
+            .insert(".example.com".into(), rules(&[("/", 1)]));
+        router
+            .wildcard
+            .push((".example.com".into(), rules(&[("/", 2)])));
+        router
+            .exact
+            .insert("a.example.com".into(), rules(&[("/", 3)]));
+        router.finish();
+        let at = |h: &str| router.lookup(Some(h.as_bytes()), "/").map(|r| r.target);
+        assert_eq!(at("a.example.com"), Some(3), "exact first");
+        assert_eq!(
+            at("b.example.com"),
+            Some(1),
+            "one label beats the annotation wildcard"
+        );
+        assert_eq!(at("B.Example.COM.:80"), Some(1));
+        assert_eq!(
+            at("c.b.example.com"),
+            Some(2),
+            "deeper: only the annotation wildcard"
+        );
+        assert_eq!(at("example.com"), None);
+    }
+
+    #[test]
+    fn a_replacement_takes_the_prefix_place_with_one_slash() {
+        let with = |p: &str, w: &str, pq: &str| {
+            let s = Strip::replace(p, w.into());
+            let (head, rest) = s.apply(pq);
+            format!("{head}{rest}")
+        };
+        assert_eq!(with("/app", "/", "/app/x?q"), "/x?q");
+        assert_eq!(with("/app", "/", "/app"), "/");
+        assert_eq!(with("/app", "/", "/app?q"), "/?q");
+        assert_eq!(with("/app", "/v2", "/app/x"), "/v2/x");
+        assert_eq!(with("/app", "/v2/", "/app/x"), "/v2/x");
+        assert_eq!(with("/app", "/v2/", "/app"), "/v2/");
+        assert_eq!(with("/", "/v2", "/a/b"), "/v2/a/b");
+        assert_eq!(with("/", "/", "/a/b"), "/a/b");
+        assert_eq!(with("/app/", "/v2", "/app/x"), "/v2/x");
+    }
 }

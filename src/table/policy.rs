@@ -5,10 +5,12 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::table::cidr::Cidr;
+use crate::table::upstream::BackendProtocol;
 
 /// Index of a policy in `RoutingTable::policies`.
 pub type PolicyId = u32;
@@ -33,6 +35,31 @@ pub struct RoutePolicy {
     /// Clients in these networks are refused (`switchyard.io/denylist-source-range`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<Cidr>,
+    /// How these routes' requests reach the endpoints (`switchyard.io/backend-protocol`),
+    /// instead of the Service port's protocol; server name and verification stay the
+    /// Service's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<BackendProtocol>,
+    /// The wait for the endpoint's response header and between reads of its body
+    /// (`switchyard.io/proxy-read-timeout`), instead of `--server-timeout`.
+    #[serde(skip_serializing_if = "Option::is_none", with = "millis")]
+    pub server_timeout: Option<Duration>,
+    /// Longest request body, in bytes (`switchyard.io/proxy-body-size`); a longer one is
+    /// answered 413 and not sent on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_body: Option<u64>,
+}
+
+/// Durations as whole milliseconds in the table's JSON.
+mod millis {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
 }
 
 impl RoutePolicy {
@@ -63,6 +90,9 @@ mod tests {
             https_redirect: None,
             allow: allow.iter().map(|s| s.parse().unwrap()).collect(),
             deny: deny.iter().map(|s| s.parse().unwrap()).collect(),
+            protocol: None,
+            server_timeout: None,
+            max_body: None,
         }
     }
 

@@ -193,6 +193,110 @@ impl From<Svc> for Value {
     }
 }
 
+/// switchyard's IngressClass (`spec.controller` is the default `--controller-name`).
+pub fn ingress_class(name: &str, default: bool) -> Value {
+    let mut meta = json!({"name": name});
+    if default {
+        meta["annotations"] = json!({"ingressclass.kubernetes.io/is-default-class": "true"});
+    }
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IngressClass",
+        "metadata": meta,
+        "spec": {"controller": "switchyard.io/ingress-controller"}
+    })
+}
+
+/// A `networking.k8s.io/v1` Ingress in `default`, built rule by rule.
+#[derive(Clone)]
+pub struct Ing {
+    name: String,
+    class: Option<String>,
+    annotations: BTreeMap<String, String>,
+    rules: Vec<Value>,
+    tls: Vec<Value>,
+    default_backend: Option<Value>,
+}
+
+/// An Ingress of class `switchyard`.
+pub fn ing(name: &str) -> Ing {
+    Ing {
+        name: name.into(),
+        class: Some("switchyard".into()),
+        annotations: BTreeMap::new(),
+        rules: Vec::new(),
+        tls: Vec::new(),
+        default_backend: None,
+    }
+}
+
+fn ingress_backend(svc: &str, port: u16) -> Value {
+    json!({"service": {"name": svc, "port": {"number": port}}})
+}
+
+impl Ing {
+    pub fn class(mut self, c: Option<&str>) -> Self {
+        self.class = c.map(Into::into);
+        self
+    }
+    pub fn ann(mut self, k: &str, v: &str) -> Self {
+        self.annotations.insert(k.into(), v.into());
+        self
+    }
+    /// A rule for `host` (or any host) with `(path, pathType, service, port)` paths.
+    pub fn rule(mut self, host: Option<&str>, paths: &[(&str, &str, &str, u16)]) -> Self {
+        let paths: Vec<Value> = paths
+            .iter()
+            .map(|(p, t, svc, port)| json!({"path": p, "pathType": t, "backend": ingress_backend(svc, *port)}))
+            .collect();
+        let mut r = json!({"http": {"paths": paths}});
+        if let Some(h) = host {
+            r["host"] = json!(h);
+        }
+        self.rules.push(r);
+        self
+    }
+    pub fn tls(mut self, hosts: &[&str], secret: &str) -> Self {
+        self.tls.push(json!({"hosts": hosts, "secretName": secret}));
+        self
+    }
+    pub fn default_backend(mut self, svc: &str, port: u16) -> Self {
+        self.default_backend = Some(ingress_backend(svc, port));
+        self
+    }
+}
+
+impl From<Ing> for Value {
+    fn from(i: Ing) -> Value {
+        let mut spec = json!({"rules": i.rules});
+        if let Some(c) = i.class {
+            spec["ingressClassName"] = json!(c);
+        }
+        if !i.tls.is_empty() {
+            spec["tls"] = json!(i.tls);
+        }
+        if let Some(b) = i.default_backend {
+            spec["defaultBackend"] = b;
+        }
+        let mut meta = json!({"name": i.name, "namespace": "default"});
+        if !i.annotations.is_empty() {
+            meta["annotations"] = json!(i.annotations);
+        }
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta, "spec": spec})
+    }
+}
+
+/// A `kubernetes.io/tls` Secret in `default` (PEM through `stringData`).
+pub fn tls_secret(name: &str, cert_pem: &str, key_pem: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "default"},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": cert_pem, "tls.key": key_pem}
+    })
+}
+
 /// `slice(svc, port_name, port)`: an EndpointSlice in `default` with one
 /// ready endpoint 127.0.0.1 and one port. `port_name == ""` = unnamed port.
 pub fn slice(svc: &str, port_name: &str, port: u16) -> Value {

@@ -34,19 +34,41 @@ pub mod ingress_annotation {
     pub const ALLOWLIST_SOURCE_RANGE: &str = "switchyard.io/allowlist-source-range";
     /// Comma-separated CIDRs: clients in them get 403.
     pub const DENYLIST_SOURCE_RANGE: &str = "switchyard.io/denylist-source-range";
+    /// `HTTP`, `HTTPS`, `H2C`, `GRPC`, `GRPCS` (any case): how the routes' requests reach
+    /// the endpoints, instead of the Service port's `appProtocol`.
+    pub const BACKEND_PROTOCOL: &str = "switchyard.io/backend-protocol";
+    /// Seconds (`60`) or a duration (`90s`): the wait for the endpoint's response.
+    pub const PROXY_READ_TIMEOUT: &str = "switchyard.io/proxy-read-timeout";
+    /// Bytes, or with a unit `k`, `m`, `g` (`8m`); `0`: no limit. A longer body gets 413.
+    pub const PROXY_BODY_SIZE: &str = "switchyard.io/proxy-body-size";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 5] = [
+    pub const KNOWN: [&str; 8] = [
         SSL_REDIRECT,
         FORCE_SSL_REDIRECT,
         REWRITE_TARGET,
         ALLOWLIST_SOURCE_RANGE,
         DENYLIST_SOURCE_RANGE,
+        BACKEND_PROTOCOL,
+        PROXY_READ_TIMEOUT,
+        PROXY_BODY_SIZE,
     ];
     /// ingress-nginx's prefix: these are read where switchyard has the same feature (see
     /// `NGINX_ALIASES`), and warned about otherwise.
     pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
-    pub const NGINX_ALIASES: [(&str, &str); 6] = [
+    pub const NGINX_ALIASES: [(&str, &str); 9] = [
+        (
+            "nginx.ingress.kubernetes.io/backend-protocol",
+            BACKEND_PROTOCOL,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/proxy-read-timeout",
+            PROXY_READ_TIMEOUT,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/proxy-body-size",
+            PROXY_BODY_SIZE,
+        ),
         ("nginx.ingress.kubernetes.io/ssl-redirect", SSL_REDIRECT),
         (
             "nginx.ingress.kubernetes.io/force-ssl-redirect",
@@ -82,6 +104,9 @@ struct IngressSettings {
     rewrite: Option<Arc<str>>,
     allow: Vec<Cidr>,
     deny: Vec<Cidr>,
+    protocol: Option<BackendProtocol>,
+    server_timeout: Option<Duration>,
+    max_body: Option<u64>,
 }
 
 impl<'a> Builder<'a> {
@@ -215,6 +240,9 @@ impl<'a> Builder<'a> {
                     https_redirect: redirect.then_some(HTTPS_REDIRECT_STATUS),
                     allow: settings.allow.clone(),
                     deny: settings.deny.clone(),
+                    protocol: settings.protocol,
+                    server_timeout: settings.server_timeout,
+                    max_body: settings.max_body,
                 });
                 policy_ids[slot] = Some(id);
             }
@@ -425,6 +453,23 @@ impl<'a> Builder<'a> {
                         s.deny.extend(nets);
                     }
                 }
+                ia::BACKEND_PROTOCOL => match BackendProtocol::parse(v) {
+                    Some(p) => s.protocol = Some(p),
+                    None => bad(
+                        key,
+                        v,
+                        "is not HTTP, HTTPS, H2C, H2, GRPC or GRPCS; the Service's protocol applies"
+                            .into(),
+                    ),
+                },
+                ia::PROXY_READ_TIMEOUT => match read_timeout(v) {
+                    Ok(d) => s.server_timeout = Some(d),
+                    Err(why) => bad(key, v, format!("{why}; --server-timeout applies")),
+                },
+                ia::PROXY_BODY_SIZE => match body_size(v) {
+                    Ok(n) => s.max_body = n,
+                    Err(why) => bad(key, v, format!("{why}; no limit applies")),
+                },
                 _ => {}
             }
         }
@@ -640,13 +685,47 @@ fn ours_key(k: &str) -> &'static str {
 /// ingress-nginx annotations that ask for nothing switchyard does not do already: not
 /// warned about.
 fn nginx_harmless(key: &str, value: &str) -> bool {
-    match key.trim_start_matches(ia::NGINX_PREFIX) {
-        // switchyard never treats paths as regular expressions.
-        "use-regex" => value.trim() == "false",
-        // HTTP/1 is the default backend protocol; others come from the Service.
-        "backend-protocol" => value.trim().eq_ignore_ascii_case("HTTP"),
-        _ => false,
+    // switchyard never treats paths as regular expressions.
+    key.trim_start_matches(ia::NGINX_PREFIX) == "use-regex" && value.trim() == "false"
+}
+
+/// `proxy-read-timeout`: whole seconds as ingress-nginx writes them (`60`), or a duration
+/// (`90s`, `2m`); more than zero.
+fn read_timeout(v: &str) -> Result<Duration, String> {
+    let v = v.trim();
+    let d = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => parse_duration(v)?,
+    };
+    if d.is_zero() || d > MAX_DURATION {
+        return Err("must be more than 0 and at most a week".into());
     }
+    Ok(d)
+}
+
+/// `proxy-body-size` as ingress-nginx reads it: bytes, or a number with `k`, `m` or `g`
+/// (powers of 1024, any case); `0` is no limit (`None`).
+fn body_size(v: &str) -> Result<Option<u64>, &'static str> {
+    let v = v.trim();
+    let (digits, unit) = match v.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&v[..i], c.to_ascii_lowercase()),
+        _ => (v, ' '),
+    };
+    let shift = match unit {
+        ' ' => 0,
+        'k' => 10,
+        'm' => 20,
+        'g' => 30,
+        _ => return Err("has a unit other than k, m or g"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "is not a size like 1048576, 512k, 8m or 1g")?;
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or("is too large")?;
+    Ok((bytes > 0).then_some(bytes))
 }
 
 /// An Ingress rule's host: a DNS name, or `*.` and a name, which matches exactly one label.
@@ -678,8 +757,8 @@ fn covers(tls: &[HostPattern], host: &HostPattern) -> bool {
 /// it cannot be used. The blocks are checked as PEM here; whether the key fits the
 /// certificate is the TLS side's check as it loads them (logged and counted there).
 fn secret_pem(secret: &Secret) -> Result<Arc<[u8]>, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     if secret.type_.as_deref() != Some("kubernetes.io/tls") {
         return Err(format!(
             "is of type {}, not kubernetes.io/tls",

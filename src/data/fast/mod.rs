@@ -83,6 +83,8 @@ pub struct Connection {
     fields: Vec<Field>,
     /// The verified client certificate's subject (the TLS port, when backends are told).
     subject: Option<String>,
+    /// The current request's wait for its endpoint (`--server-timeout`, or its route's).
+    server_timeout: std::time::Duration,
 }
 
 impl Connection {
@@ -153,6 +155,7 @@ impl FastPath {
             out: Vec::with_capacity(1024),
             fields: Vec::new(),
             subject,
+            server_timeout: self.proxy.timeouts.server_idle,
         }
     }
 
@@ -282,11 +285,7 @@ impl FastPath {
         };
         let strip = match route {
             // This path speaks HTTP/1 in clear to backends; anything else is Pingora's.
-            Ok(Route::Proxy { .. })
-                if attempt
-                    .entry()
-                    .is_some_and(|e| e.upstream.protocol != BackendProtocol::Http) =>
-            {
+            Ok(Route::Proxy { .. }) if attempt.backend_protocol() != BackendProtocol::Http => {
                 return None;
             }
             Ok(Route::Proxy { strip }) => strip,
@@ -326,6 +325,7 @@ impl FastPath {
             }
         };
 
+        conn.server_timeout = attempt.server_timeout(self.proxy.timeouts.server_idle);
         // The request as the backend gets it.
         let cert = match &conn.subject {
             Some(subject) => ClientCert::Verified { subject },
@@ -379,7 +379,7 @@ impl FastPath {
             attempt.connected(reused, Instant::now());
             conn.upstream_buf.clear();
             attempt.request_sent(Instant::now());
-            let outcome = match self.send(&mut up, &conn.out).await {
+            let outcome = match self.send(&mut up, &conn.out, conn.server_timeout).await {
                 Ok(()) => {
                     let edits = response_edits(&self.proxy.fwd, attempt.set_cookie());
                     self.read_response(&mut up, stream, conn, req.head, &edits, close)
@@ -487,8 +487,13 @@ impl FastPath {
         Ok(up)
     }
 
-    async fn send(&self, up: &mut TcpStream, bytes: &[u8]) -> Result<(), Cause> {
-        match tokio::time::timeout(self.proxy.timeouts.server_idle, up.write_all(bytes)).await {
+    async fn send(
+        &self,
+        up: &mut TcpStream,
+        bytes: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<(), Cause> {
+        match tokio::time::timeout(timeout, up.write_all(bytes)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(Cause::UpstreamClosed),
             Err(_) => Err(Cause::UpstreamTimedOut),
@@ -502,12 +507,7 @@ impl FastPath {
         conn: &mut Connection,
     ) -> Result<usize, Cause> {
         conn.upstream_buf.reserve(READ_SIZE);
-        match tokio::time::timeout(
-            self.proxy.timeouts.server_idle,
-            up.read_buf(&mut conn.upstream_buf),
-        )
-        .await
-        {
+        match tokio::time::timeout(conn.server_timeout, up.read_buf(&mut conn.upstream_buf)).await {
             Ok(Ok(n)) => Ok(n),
             Ok(Err(_)) => Err(Cause::UpstreamClosed),
             Err(_) => Err(Cause::UpstreamTimedOut),

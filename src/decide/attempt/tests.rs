@@ -263,3 +263,131 @@ fn a_dry_run_moves_nothing() {
         0
     );
 }
+
+/// `/app` -> entry 0 under `policy` (what an Ingress adds to its routes).
+fn policed(policy: crate::table::policy::RoutePolicy) -> Arc<RoutingTable> {
+    let entry = Entry::fixture("app", Frontend::Http, &["192.0.2.10:80"]);
+    let mut rules = PathRules::default();
+    rules.insert(PathRule {
+        prefix: "/app".into(),
+        strip: false,
+        ignore_case: false,
+        exact: false,
+        policy: Some(0),
+        target: 0,
+    });
+    let http = Router {
+        any_host: rules.clone(),
+        ..Router::default()
+    };
+    let https = Router {
+        any_host: rules,
+        ..Router::default()
+    };
+    Arc::new(RoutingTable {
+        entries: vec![Arc::new(entry)],
+        http: Arc::new(http),
+        https: Arc::new(https),
+        policies: Arc::new(vec![policy]),
+        ..Default::default()
+    })
+}
+
+fn open_policy() -> crate::table::policy::RoutePolicy {
+    crate::table::policy::RoutePolicy {
+        origin: "default/app".into(),
+        rewrite: None,
+        https_redirect: None,
+        allow: Vec::new(),
+        deny: Vec::new(),
+        protocol: None,
+        server_timeout: None,
+        max_body: None,
+    }
+}
+
+fn route_as(
+    t: &Arc<RoutingTable>,
+    frontend: Frontend,
+    client: &str,
+    https_port: Option<u16>,
+) -> Route {
+    let mut a = Attempt::new(Some(client.parse().unwrap()));
+    let policy = Policy::new(1, DOWN_FOR, true).with_https_port(https_port);
+    a.route(
+        Arc::clone(t),
+        frontend,
+        Some(b"h.test"),
+        "/app/x",
+        std::iter::empty(),
+        &policy,
+        Instant::now(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_route_policy_refuses_redirects_or_rewrites() {
+    // Source ranges: refused before anything else, on either port.
+    let t = policed(crate::table::policy::RoutePolicy {
+        allow: vec!["10.0.0.0/8".parse().unwrap()],
+        ..open_policy()
+    });
+    assert_eq!(
+        route_as(&t, Frontend::Http, "192.0.2.1", None),
+        Route::Forbidden
+    );
+    assert_eq!(
+        route_as(&t, Frontend::Https, "192.0.2.1", None),
+        Route::Forbidden
+    );
+    assert!(matches!(
+        route_as(&t, Frontend::Http, "10.1.1.1", None),
+        Route::Proxy { strip: None }
+    ));
+
+    // HTTPS redirect: plain HTTP only, and only when there is a TLS port to go to.
+    let t = policed(crate::table::policy::RoutePolicy {
+        https_redirect: Some(308),
+        ..open_policy()
+    });
+    assert_eq!(
+        route_as(&t, Frontend::Http, "192.0.2.1", Some(8443)),
+        Route::Redirect {
+            status: 308,
+            https_port: 8443
+        }
+    );
+    assert!(matches!(
+        route_as(&t, Frontend::Https, "192.0.2.1", Some(8443)),
+        Route::Proxy { .. }
+    ));
+    assert!(matches!(
+        route_as(&t, Frontend::Http, "192.0.2.1", None),
+        Route::Proxy { .. }
+    ));
+
+    // A rewrite replaces the matched prefix.
+    let t = policed(crate::table::policy::RoutePolicy {
+        rewrite: Some("/v2".into()),
+        ..open_policy()
+    });
+    let Route::Proxy { strip: Some(s) } = route_as(&t, Frontend::Http, "192.0.2.1", None) else {
+        panic!("expected a rewrite");
+    };
+    assert_eq!(s.apply("/app/x?q=1"), ("/v2", "/x?q=1"));
+}
+
+#[test]
+fn https_locations_keep_path_and_query_and_drop_the_port() {
+    assert_eq!(
+        https_location(b"shop.test:8080", "/a?b=1", 443),
+        "https://shop.test/a?b=1"
+    );
+    assert_eq!(
+        https_location(b"shop.test", "/", 8443),
+        "https://shop.test:8443/"
+    );
+    assert_eq!(https_location(b"[::1]:80", "/x", 443), "https://[::1]/x");
+    assert_eq!(https_location(b"[::1]", "/x", 443), "https://[::1]/x");
+}

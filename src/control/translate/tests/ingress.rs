@@ -742,3 +742,70 @@ fn versioned_service(mut s: Service) -> Service {
     s.metadata.uid = s.metadata.name.clone();
     s
 }
+
+#[test]
+fn protocol_timeout_and_body_size_annotations() {
+    let base = || {
+        ing(
+            "default",
+            "i",
+            Some("switchyard"),
+            vec![rule(
+                Some("h.test"),
+                vec![path("/", "Prefix", backend("web", 80))],
+            )],
+        )
+    };
+    let policy_of = |i: Ingress| {
+        let (t, w) = with(&[i]);
+        let hit = t.http.lookup(Some(b"h.test"), "/").unwrap();
+        (
+            t.policies[hit.policy.unwrap() as usize].clone(),
+            ingress_warnings(&w),
+        )
+    };
+    let i = annotated(
+        base(),
+        "nginx.ingress.kubernetes.io/backend-protocol",
+        "GRPC",
+    );
+    let i = annotated(i, "nginx.ingress.kubernetes.io/proxy-read-timeout", "120");
+    let i = annotated(i, ingress_annotation::PROXY_BODY_SIZE, "8m");
+    let (p, w) = policy_of(i);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        p.protocol,
+        Some(crate::table::upstream::BackendProtocol::H2c)
+    );
+    assert_eq!(p.server_timeout, Some(Duration::from_secs(120)));
+    assert_eq!(p.max_body, Some(8 << 20));
+
+    let i = annotated(base(), ingress_annotation::PROXY_READ_TIMEOUT, "1m30s");
+    let i = annotated(i, ingress_annotation::PROXY_BODY_SIZE, "0");
+    let (p, _) = policy_of(i);
+    assert_eq!(p.server_timeout, Some(Duration::from_secs(90)));
+    assert_eq!(p.max_body, None, "0 is no limit");
+
+    for (key, value, why) in [
+        (ingress_annotation::BACKEND_PROTOCOL, "FCGI", "is not HTTP"),
+        (ingress_annotation::PROXY_READ_TIMEOUT, "0", "more than 0"),
+        (
+            ingress_annotation::PROXY_READ_TIMEOUT,
+            "soon",
+            "not a duration",
+        ),
+        (ingress_annotation::PROXY_BODY_SIZE, "8t", "unit other than"),
+        (
+            ingress_annotation::PROXY_BODY_SIZE,
+            "99999999999g",
+            "too large",
+        ),
+    ] {
+        let (p, w) = policy_of(annotated(base(), key, value));
+        assert!(w.iter().any(|m| m.contains(why)), "{key}={value}: {w:?}");
+        assert_eq!(
+            (p.protocol, p.server_timeout, p.max_body),
+            (None, None, None)
+        );
+    }
+}

@@ -1,0 +1,407 @@
+//! End-to-end checks of Ingress v1 (docs/ingress.md) in offline mode, through real sockets
+//! on both HTTP engines: rules by host and path type, the default backend, the per-Ingress
+//! annotations (rewrite target, source ranges), certificates from TLS Secrets chosen by SNI
+//! with plain HTTP redirected, and a bad Ingress that affects only itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod tls_client;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use tls_client::{Ca, sni};
+use tokio::net::TcpStream;
+
+/// Services `web` (port 80) and `api` (port 8080), each with one backend.
+fn services(web: &Backend, api: &Backend) -> Vec<Value> {
+    vec![
+        svc("web", 80).into(),
+        slice("web", "", web.port),
+        svc("api", 8080).into(),
+        slice("api", "", api.port),
+        ingress_class("switchyard", false),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_route_by_host_and_path_type() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("shop")
+            .rule(
+                Some("shop.example.com"),
+                &[
+                    ("/", "Prefix", "web", 80),
+                    ("/api", "Prefix", "api", 8080),
+                    ("/exact", "Exact", "api", 8080),
+                ],
+            )
+            .rule(Some("*.apps.example.com"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    // Another controller's Ingress for the same host is not ours: ignored.
+    objs.push(
+        ing("theirs")
+            .class(Some("nginx"))
+            .rule(
+                Some("shop.example.com"),
+                &[("/theirs", "Prefix", "api", 8080)],
+            )
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let shop = Some("shop.example.com");
+        expect_route(&sy, shop, "/", &web, "/").await;
+        expect_route(&sy, shop, "/api", &api, "/api").await;
+        expect_route(&sy, shop, "/api/v1/x?q=1", &api, "/api/v1/x?q=1").await;
+        expect_route(&sy, shop, "/apix", &web, "/apix").await;
+        expect_route(&sy, shop, "/exact", &api, "/exact").await;
+        expect_route(&sy, shop, "/exact/more", &web, "/exact/more").await;
+        expect_route(&sy, shop, "/theirs", &web, "/theirs").await;
+        expect_route(&sy, Some("one.apps.example.com"), "/z", &api, "/z").await;
+        let deep = sy.get_host("two.one.apps.example.com", "/z").await;
+        assert_eq!(
+            deep.status, 404,
+            "a wildcard matches one label only ({engine})"
+        );
+        assert_eq!(sy.get_host("other.example.com", "/").await.status, 404);
+        // The Service-annotation mode keeps working beside Ingresses.
+        expect_route(&sy, None, "/web/x", &web, "/x").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_backend_and_a_missing_service() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("site")
+            .rule(
+                Some("site.test"),
+                &[
+                    ("/api", "Prefix", "api", 8080),
+                    ("/gone", "Prefix", "nosuch", 80),
+                ],
+            )
+            .default_backend("web", 80)
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, Some("site.test"), "/api/x", &api, "/api/x").await;
+        expect_route(&sy, Some("site.test"), "/other", &web, "/other").await;
+        expect_route(&sy, Some("anything.test"), "/", &web, "/").await;
+        let r = sy.get_host("site.test", "/gone").await;
+        assert_eq!(r.status, 503, "a missing Service answers 503 ({engine})");
+        let log = sy.stderr();
+        assert!(
+            log.contains("Ingress default/site") && log.contains("default/nosuch does not exist"),
+            "{log}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_target_and_source_ranges() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("strip")
+            .ann("switchyard.io/rewrite-target", "/")
+            .rule(Some("r.test"), &[("/app", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("v2")
+            .ann("nginx.ingress.kubernetes.io/rewrite-target", "/v2/")
+            .rule(Some("r.test"), &[("/old", "Prefix", "api", 8080)])
+            .into(),
+    );
+    objs.push(
+        ing("office")
+            .ann("switchyard.io/allowlist-source-range", "10.0.0.0/8")
+            .rule(Some("office.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("local")
+            .ann(
+                "nginx.ingress.kubernetes.io/whitelist-source-range",
+                "127.0.0.1/32",
+            )
+            .ann("switchyard.io/denylist-source-range", "127.0.0.2")
+            .rule(Some("local.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, Some("r.test"), "/app/x?y=1", &web, "/x?y=1").await;
+        expect_route(&sy, Some("r.test"), "/app", &web, "/").await;
+        expect_route(&sy, Some("r.test"), "/old/a/b", &api, "/v2/a/b").await;
+        expect_route(&sy, Some("r.test"), "/old", &api, "/v2/").await;
+        let before = web.count();
+        let r = sy.get_host("office.test", "/").await;
+        assert_eq!(r.status, 403, "127.0.0.1 is outside 10.0.0.0/8 ({engine})");
+        assert_eq!(web.count(), before, "a refused request reaches no backend");
+        expect_route(&sy, Some("local.test"), "/p", &web, "/p").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_secrets_are_served_by_sni_and_plain_http_redirects() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let ca = Ca::new("ingress CA");
+    let default = ca.server(&["default.test"]);
+    let secure = ca.server(&["secure.test"]);
+    let rotated = ca.server(&["secure.test"]);
+    let dir = tempfile::tempdir().unwrap();
+    let default_file = dir.path().join("default.pem");
+    std::fs::write(&default_file, default.bundle()).unwrap();
+    let objs = |leaf: &tls_client::Leaf| {
+        let mut objs = services(&web, &api);
+        objs.push(
+            ing("secure")
+                .tls(&["secure.test"], "secure-cert")
+                .rule(Some("secure.test"), &[("/", "Prefix", "web", 80)])
+                .into(),
+        );
+        objs.push(
+            ing("optout")
+                .ann("switchyard.io/ssl-redirect", "false")
+                .tls(&["optout.test"], "no-such-secret")
+                .rule(Some("optout.test"), &[("/", "Prefix", "api", 8080)])
+                .into(),
+        );
+        objs.push(tls_secret("secure-cert", &leaf.cert_pem, &leaf.key_pem));
+        objs
+    };
+    for engine in ENGINES {
+        let port = free_port();
+        let sy = switchyard_on(
+            objs(&secure),
+            engine,
+            &[
+                "--https-port",
+                &port.to_string(),
+                "--ssl-cert",
+                default_file.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let up = eventually(Duration::from_secs(10), || async {
+            TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        })
+        .await;
+        assert!(up, "TLS port never opened:\n{}", sy.stderr());
+        // The Secret's certificate for its host; the default for others and for a host whose
+        // Secret is missing.
+        assert_eq!(sni("secure.test").presented(port).await, secure.der);
+        assert_eq!(sni("other.test").presented(port).await, default.der);
+        assert_eq!(sni("optout.test").presented(port).await, default.der);
+        let r = sni("secure.test").get(port, "/x", &[]).await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.backend().as_deref(), Some("web"));
+
+        // Plain HTTP for a TLS host is redirected with its path and query, keeping the method.
+        let r = sy.get_host("secure.test", "/a/b?c=1").await;
+        assert_eq!(r.status, 308, "({engine}) {r:?}");
+        assert_eq!(
+            r.header("location").as_deref(),
+            Some(format!("https://secure.test:{port}/a/b?c=1").as_str())
+        );
+        // ssl-redirect "false": proxied over plain HTTP.
+        expect_route(&sy, Some("optout.test"), "/p", &api, "/p").await;
+        assert!(
+            sy.stderr()
+                .contains("TLS Secret default/no-such-secret does not exist"),
+            "{}",
+            sy.stderr()
+        );
+
+        // A new certificate in the Secret serves new handshakes, without a restart.
+        sy.rewrite(&objs(&rotated));
+        let live = eventually(Duration::from_secs(10), || async {
+            sni("secure.test").presented(port).await == rotated.der
+        })
+        .await;
+        assert!(live, "the rotated Secret was not served:\n{}", sy.stderr());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_ingress_affects_only_itself() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("bad")
+            .rule(Some("bad host!"), &[("/", "Prefix", "web", 80)])
+            .rule(
+                Some("bad.test"),
+                &[("nope", "Prefix", "web", 80), ("/r", "Regex", "web", 80)],
+            )
+            .ann(
+                "nginx.ingress.kubernetes.io/configuration-snippet",
+                "return 200;",
+            )
+            .into(),
+    );
+    objs.push(
+        ing("good")
+            .rule(Some("good.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, Some("good.test"), "/", &api, "/").await;
+        assert_eq!(sy.get_host("bad.test", "/r").await.status, 404);
+        let log = sy.stderr();
+        for needle in [
+            "\"bad host!\"",
+            "\"nope\"",
+            "pathType \"Regex\"",
+            "configuration-snippet",
+        ] {
+            assert!(
+                log.lines()
+                    .any(|l| l.contains("Ingress default/bad") && l.contains(needle)),
+                "no warning about {needle}:\n{log}"
+            );
+        }
+    }
+}
+
+/// `curl` a request with a body of `len` bytes (chunked when asked); the status it got.
+fn post_status(port: u16, host: &str, path: &str, len: usize, chunked: bool) -> u16 {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+    ])
+    .args(["-H", &format!("Host: {host}"), "--data-binary", "@-"]);
+    if chunked {
+        cmd.args(["-H", "Transfer-Encoding: chunked"]);
+    }
+    cmd.arg(format!("http://127.0.0.1:{port}{path}"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("run curl");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(&vec![b'x'; len]);
+    }
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_protocol_timeout_and_body_size_per_ingress() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let h2c = Backend::builder("h2c")
+        .transport(Transport::H2c)
+        .start()
+        .await;
+    let slow = Backend::builder("slow")
+        .delay(Duration::from_millis(1500))
+        .start()
+        .await;
+    let mut objs = services(&web, &api);
+    objs.extend([
+        svc("h2c", 80).into(),
+        slice("h2c", "", h2c.port),
+        svc("slow", 80).into(),
+        slice("slow", "", slow.port),
+    ]);
+    objs.push(
+        ing("h2")
+            .ann("nginx.ingress.kubernetes.io/backend-protocol", "H2C")
+            .rule(Some("h2c.test"), &[("/", "Prefix", "h2c", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("impatient")
+            .ann("switchyard.io/proxy-read-timeout", "500ms")
+            .rule(Some("impatient.test"), &[("/", "Prefix", "slow", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("patient")
+            .rule(Some("patient.test"), &[("/", "Prefix", "slow", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("small")
+            .ann("switchyard.io/proxy-body-size", "1k")
+            .rule(Some("small.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &["--server-timeout", "10s"]).await;
+        // The Ingress says h2c for a Service port that says nothing: HTTP/2 to the endpoint.
+        let r = sy.get_host("h2c.test", "/x").await;
+        assert_eq!(r.status, 200, "({engine}) {r:?}");
+        assert_eq!(r.json()["version"], "HTTP/2.0", "({engine})");
+        // The route's read timeout, not --server-timeout.
+        let started = std::time::Instant::now();
+        assert_eq!(
+            sy.get_host("impatient.test", "/").await.status,
+            504,
+            "({engine})"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(1400),
+            "({engine})"
+        );
+        assert_eq!(
+            sy.get_host("patient.test", "/").await.status,
+            200,
+            "({engine})"
+        );
+        // Bodies over the route's size: 413, announced or chunked; smaller ones pass.
+        let port = sy.http_port;
+        assert_eq!(
+            post_status(port, "small.test", "/p", 512, false),
+            200,
+            "({engine})"
+        );
+        let before = web.count();
+        assert_eq!(
+            post_status(port, "small.test", "/p", 4096, false),
+            413,
+            "({engine})"
+        );
+        assert_eq!(
+            web.count(),
+            before,
+            "an announced oversize body is never sent on"
+        );
+        assert_eq!(
+            post_status(port, "small.test", "/p", 64 * 1024, true),
+            413,
+            "({engine})"
+        );
+        assert_eq!(
+            post_status(port, "web.test", "/web/p", 4096, false),
+            200,
+            "({engine})"
+        );
+    }
+}
