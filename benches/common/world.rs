@@ -96,3 +96,71 @@ pub fn world(n: usize) -> (Vec<Service>, Vec<EndpointSlice>) {
     });
     (services, slices)
 }
+
+/// One Ingress per Service of `world(n)`: host `app-N.example.com` with three Prefix paths
+/// (`/`, `/api`, `/static/v1`), one to each port; and switchyard's IngressClass.
+#[allow(dead_code)] // only the translate bench reads Ingresses
+pub fn ingresses(
+    n: usize,
+) -> (
+    Vec<k8s_openapi::api::networking::v1::Ingress>,
+    k8s_openapi::api::networking::v1::IngressClass,
+) {
+    use k8s_openapi::api::networking::v1::{
+        HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressClass,
+        IngressClassSpec, IngressRule, IngressServiceBackend, IngressSpec, ServiceBackendPort,
+    };
+    let class = IngressClass {
+        metadata: ObjectMeta {
+            name: Some("switchyard".into()),
+            ..Default::default()
+        },
+        spec: Some(IngressClassSpec {
+            controller: Some(switchyard::control::translate::DEFAULT_CONTROLLER_NAME.into()),
+            parameters: None,
+        }),
+    };
+    let ingresses = (0..n)
+        .map(|i| {
+            let path = |p: &str, port: i32| HTTPIngressPath {
+                path: Some(p.into()),
+                path_type: "Prefix".into(),
+                backend: IngressBackend {
+                    resource: None,
+                    service: Some(IngressServiceBackend {
+                        name: format!("svc-{i}"),
+                        port: Some(ServiceBackendPort {
+                            name: None,
+                            number: Some(port),
+                        }),
+                    }),
+                },
+            };
+            Ingress {
+                metadata: ObjectMeta {
+                    name: Some(format!("app-{i}")),
+                    namespace: Some(format!("ns-{}", i % 20)),
+                    resource_version: Some(format!("{}", 900_000 + i)),
+                    uid: Some(format!("app-{i}")),
+                    ..Default::default()
+                },
+                spec: Some(IngressSpec {
+                    ingress_class_name: Some("switchyard".into()),
+                    rules: Some(vec![IngressRule {
+                        host: Some(format!("app-{i}.example.com")),
+                        http: Some(HTTPIngressRuleValue {
+                            paths: vec![
+                                path("/", 80),
+                                path("/api", 8080),
+                                path("/static/v1", 9090),
+                            ],
+                        }),
+                    }]),
+                    ..Default::default()
+                }),
+                status: None,
+            }
+        })
+        .collect();
+    (ingresses, class)
+}

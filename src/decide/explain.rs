@@ -687,6 +687,77 @@ mod tests {
         assert_eq!(x.outcome, "no_route", "only /healthz itself");
     }
 
+    /// An Ingress's route: one-label host, exact path, and its policy's outcomes.
+    #[test]
+    fn ingress_routes_and_their_policies_are_explained() {
+        use crate::table::policy::RoutePolicy;
+        let mut t = table();
+        let mut rules = PathRules::default();
+        for (prefix, exact, policy) in [("/app", false, 0), ("/login", true, 1), ("/v1", false, 2)]
+        {
+            rules.insert(PathRule {
+                prefix: prefix.into(),
+                strip: false,
+                ignore_case: false,
+                exact,
+                policy: Some(policy),
+                target: 0,
+            });
+        }
+        let mut http = (*t.http).clone();
+        http.one_label.insert(".apps.test".into(), rules);
+        t.http = std::sync::Arc::new(http);
+        let policy = |f: fn(&mut RoutePolicy)| {
+            let mut p = RoutePolicy {
+                origin: "default/site".into(),
+                rewrite: None,
+                https_redirect: None,
+                allow: Vec::new(),
+                deny: Vec::new(),
+                protocol: None,
+                server_timeout: None,
+                max_body: None,
+            };
+            f(&mut p);
+            p
+        };
+        t.policies = std::sync::Arc::new(vec![
+            policy(|p| p.rewrite = Some("/".into())),
+            policy(|p| p.https_redirect = Some(308)),
+            policy(|p| p.allow = vec!["10.0.0.0/8".parse().unwrap()]),
+        ]);
+        let t = std::sync::Arc::new(t);
+        let now = Instant::now();
+        let x = explain(&t, &q(Some("a.apps.test"), "/app/x"), now, &POLICY);
+        let r = x.route.as_ref().unwrap();
+        assert_eq!(r.level, "one_label_host");
+        assert_eq!(r.ingress.as_deref(), Some("default/site"));
+        assert_eq!(r.forwarded_path, "/x", "the rewrite the attempt applies");
+        assert_eq!(x.outcome, "proxy");
+
+        let x = explain(
+            &t,
+            &q(Some("a.apps.test"), "/login"),
+            now,
+            &POLICY.with_https_port(Some(8443)),
+        );
+        assert!(x.route.as_ref().unwrap().exact);
+        assert_eq!(x.outcome, "redirect");
+        assert!(
+            x.summary.contains("https://a.apps.test:8443/login"),
+            "{}",
+            x.summary
+        );
+
+        let mut from = q(Some("a.apps.test"), "/v1/z");
+        from.client = Some("192.0.2.1".parse().unwrap());
+        let x = explain(&t, &from, now, &POLICY);
+        assert_eq!(x.outcome, "forbidden");
+        // Two labels: not this Ingress's wildcard.
+        let x = explain(&t, &q(Some("b.a.apps.test"), "/app/x"), now, &POLICY);
+        assert_ne!(x.route.as_ref().map(|r| r.level), Some("one_label_host"));
+    }
+
     #[test]
     fn explaining_does_not_consume_the_round_robin_turn() {
         let t = std::sync::Arc::new(table());
