@@ -809,3 +809,27 @@ fn protocol_timeout_and_body_size_annotations() {
         );
     }
 }
+
+/// The bundled demo (`--demo`) serves its Ingresses beside its annotated Services, cleanly.
+#[test]
+fn the_demo_manifest_serves_its_ingresses_without_warnings() {
+    let objects = crate::control::manifests::load(&[crate::demo::MANIFEST_PATH.into()]).unwrap();
+    let refs = objects.ingress_refs();
+    let (b, w) = translate_with(
+        &objects.services,
+        &objects.slices,
+        refs.inputs(),
+        &Options::default(),
+        None,
+    );
+    assert!(w.is_empty(), "{w:?}");
+    let t = &b.table;
+    assert_eq!(http(t, "shop.local", "/cart").as_deref(), Some("demo"));
+    let old = t.http.lookup(Some(b"shop.local"), "/old/cart").unwrap();
+    assert_eq!(
+        t.policies[old.policy.unwrap() as usize].rewrite.as_deref(),
+        Some("/")
+    );
+    assert_eq!(http(t, "", "/demo/x").as_deref(), Some("demo"));
+    assert_eq!(b.memo.served_ingresses().len(), 2);
+}
