@@ -141,6 +141,24 @@ fn bench_translate(c: &mut Criterion) {
     g.finish();
 }
 
+/// One request's routing on the HTTP frontend: host and path match, then the entry's pick.
+fn lookup_and_pick(
+    table: &switchyard::table::RoutingTable,
+    host: &str,
+    path: &str,
+    cursor: &AtomicUsize,
+) -> Option<usize> {
+    let rule = table.http.lookup(Some(host.as_bytes()), path);
+    let entry = rule.and_then(|r| table.entry(r.target))?;
+    let pick = Pick {
+        algorithm: entry.algorithm,
+        cursor,
+        client_hash: 0,
+        maxconn: entry.maxconn,
+    };
+    balance::pick(&entry.endpoints, &pick, |_| true)
+}
+
 fn bench_lookup(c: &mut Criterion) {
     let (services, slices) = world(10_000);
     let (table, _) = translate(&services, &slices, &Options::default(), None);
@@ -155,21 +173,7 @@ fn bench_lookup(c: &mut Criterion) {
         ("host_route", "svc-4566.example.com", "/index.html"),
     ] {
         g.bench_function(label, |b| {
-            b.iter(|| {
-                let rule = table
-                    .http
-                    .lookup(Some(black_box(host).as_bytes()), black_box(path));
-                let entry = rule.and_then(|r| table.entry(r.target));
-                entry.and_then(|e| {
-                    let pick = Pick {
-                        algorithm: e.algorithm,
-                        cursor: &cursor,
-                        client_hash: 0,
-                        maxconn: e.maxconn,
-                    };
-                    balance::pick(&e.endpoints, &pick, |_| true)
-                })
-            })
+            b.iter(|| lookup_and_pick(&table, black_box(host), black_box(path), &cursor))
         });
     }
     g.finish();
@@ -198,8 +202,14 @@ fn bench_ingress(c: &mut Criterion) {
         b.iter_with_large_drop(|| build(black_box(&ings), None, None))
     });
     let (previous, _) = build(&ings, None, None);
-    ings[4_242].spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host =
-        Some("renamed.example.com".into());
+    if let Some(rule) = ings[4_242]
+        .spec
+        .as_mut()
+        .and_then(|s| s.rules.as_mut())
+        .and_then(|r| r.first_mut())
+    {
+        rule.host = Some("renamed.example.com".into());
+    }
     let changes = Changes {
         ingress: true,
         ..Default::default()
@@ -214,20 +224,12 @@ fn bench_ingress(c: &mut Criterion) {
     g.sample_size(100);
     g.bench_function("lookup_and_pick", |b| {
         b.iter(|| {
-            let rule = table.http.lookup(
-                Some(black_box("app-4567.example.com").as_bytes()),
+            lookup_and_pick(
+                table,
+                black_box("app-4567.example.com"),
                 black_box("/api/v1/orders/42"),
-            );
-            let entry = rule.and_then(|r| table.entry(r.target));
-            entry.and_then(|e| {
-                let pick = Pick {
-                    algorithm: e.algorithm,
-                    cursor: &cursor,
-                    client_hash: 0,
-                    maxconn: e.maxconn,
-                };
-                balance::pick(&e.endpoints, &pick, |_| true)
-            })
+                &cursor,
+            )
         })
     });
     g.finish();

@@ -350,34 +350,24 @@ impl ClusterSource {
             };
             tokio::select! {
                 ev = services.next() => {
-                    if self.on_event(ev, "services", &mut svc_store) {
-                        let now = Instant::now();
-                        pending = Some((pending.map_or(now, |(first, _)| first), now));
-                    }
+                    let changed = self.on_event(ev, "services", &mut svc_store);
+                    touched(&mut pending, changed);
                 }
                 ev = slices.next() => {
-                    if self.on_event(ev, "endpointslices", &mut eps_store) {
-                        let now = Instant::now();
-                        pending = Some((pending.map_or(now, |(first, _)| first), now));
-                    }
+                    let changed = self.on_event(ev, "endpointslices", &mut eps_store);
+                    touched(&mut pending, changed);
                 }
                 ev = ingresses.next() => {
-                    if self.on_event(ev, "ingresses", &mut ing_store) {
-                        let now = Instant::now();
-                        pending = Some((pending.map_or(now, |(first, _)| first), now));
-                    }
+                    let changed = self.on_event(ev, "ingresses", &mut ing_store);
+                    touched(&mut pending, changed);
                 }
                 ev = classes.next() => {
-                    if self.on_event(ev, "ingressclasses", &mut class_store) {
-                        let now = Instant::now();
-                        pending = Some((pending.map_or(now, |(first, _)| first), now));
-                    }
+                    let changed = self.on_event(ev, "ingressclasses", &mut class_store);
+                    touched(&mut pending, changed);
                 }
                 ev = secrets.next() => {
-                    if self.on_event(ev, "secrets", &mut secret_store) {
-                        let now = Instant::now();
-                        pending = Some((pending.map_or(now, |(first, _)| first), now));
-                    }
+                    let changed = self.on_event(ev, "secrets", &mut secret_store);
+                    touched(&mut pending, changed);
                 }
                 _ = sleep => {
                     let first = pending.map(|(first, _)| first);
@@ -477,6 +467,14 @@ impl ClusterSource {
                 false
             }
         }
+    }
+}
+
+/// Notes a store change in `pending` (the first unpublished change and the latest).
+fn touched(pending: &mut Option<(Instant, Instant)>, changed: bool) {
+    if changed {
+        let now = Instant::now();
+        *pending = Some((pending.map_or(now, |(first, _)| first), now));
     }
 }
 

@@ -708,16 +708,7 @@ mod tests {
         http.one_label.insert(".apps.test".into(), rules);
         t.http = std::sync::Arc::new(http);
         let policy = |f: fn(&mut RoutePolicy)| {
-            let mut p = RoutePolicy {
-                origin: "default/site".into(),
-                rewrite: None,
-                https_redirect: None,
-                allow: Vec::new(),
-                deny: Vec::new(),
-                protocol: None,
-                server_timeout: None,
-                max_body: None,
-            };
+            let mut p = RoutePolicy::of("default/site");
             f(&mut p);
             p
         };

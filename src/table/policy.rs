@@ -63,6 +63,20 @@ mod millis {
 }
 
 impl RoutePolicy {
+    /// The policy of Ingress `origin` that changes nothing (each setting then set apart).
+    pub fn of(origin: &str) -> RoutePolicy {
+        RoutePolicy {
+            origin: origin.into(),
+            rewrite: None,
+            https_redirect: None,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            protocol: None,
+            server_timeout: None,
+            max_body: None,
+        }
+    }
+
     /// Whether a client at `ip` may use the routes of this policy: not in a denied network,
     /// and in an allowed one when there are any. A request whose address is unknown is
     /// refused where a list applies (never the case for a socket, but the rule must not fail
@@ -85,14 +99,9 @@ mod tests {
 
     fn policy(allow: &[&str], deny: &[&str]) -> RoutePolicy {
         RoutePolicy {
-            origin: "default/web".into(),
-            rewrite: None,
-            https_redirect: None,
             allow: allow.iter().map(|s| s.parse().unwrap()).collect(),
             deny: deny.iter().map(|s| s.parse().unwrap()).collect(),
-            protocol: None,
-            server_timeout: None,
-            max_body: None,
+            ..RoutePolicy::of("default/web")
         }
     }
 

@@ -235,7 +235,6 @@ impl<'a> Builder<'a> {
             if policy_ids[slot].is_none() {
                 let id = u32::try_from(b.policies.len()).unwrap_or(u32::MAX);
                 b.policies.push(RoutePolicy {
-                    origin: format!("{ns}/{name}").into(),
                     rewrite: settings.rewrite.clone(),
                     https_redirect: redirect.then_some(HTTPS_REDIRECT_STATUS),
                     allow: settings.allow.clone(),
@@ -243,6 +242,7 @@ impl<'a> Builder<'a> {
                     protocol: settings.protocol,
                     server_timeout: settings.server_timeout,
                     max_body: settings.max_body,
+                    ..RoutePolicy::of(&format!("{ns}/{name}"))
                 });
                 policy_ids[slot] = Some(id);
             }

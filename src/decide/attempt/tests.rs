@@ -294,16 +294,7 @@ fn policed(policy: crate::table::policy::RoutePolicy) -> Arc<RoutingTable> {
 }
 
 fn open_policy() -> crate::table::policy::RoutePolicy {
-    crate::table::policy::RoutePolicy {
-        origin: "default/app".into(),
-        rewrite: None,
-        https_redirect: None,
-        allow: Vec::new(),
-        deny: Vec::new(),
-        protocol: None,
-        server_timeout: None,
-        max_body: None,
-    }
+    crate::table::policy::RoutePolicy::of("default/app")
 }
 
 fn route_as(
