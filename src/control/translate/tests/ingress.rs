@@ -833,3 +833,31 @@ fn the_demo_manifest_serves_its_ingresses_without_warnings() {
     assert_eq!(http(t, "", "/demo/x").as_deref(), Some("demo"));
     assert_eq!(b.memo.served_ingresses().len(), 2);
 }
+
+/// A Service's `lb.host` claim and an Ingress rule on the same host and path: the Service's
+/// annotations win (the original's mode first), the Ingress is told, and its other paths serve.
+#[test]
+fn a_service_annotation_beats_an_ingress_on_the_same_host_and_path() {
+    let web = annotate(mk_service("default", "web", &[80]), annotation::HOST, "h.test");
+    let api = mk_service("default", "api", &[8080]);
+    let i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![path("/", "Prefix", backend("api", 8080)), path("/only", "Prefix", backend("api", 8080))],
+        )],
+    );
+    let (b, w) = build(&[web, api], &[], &[i], &[ours()], &[], &Options::default());
+    assert_eq!(http(&b.table, "h.test", "/x").as_deref(), Some("web"));
+    assert_eq!(http(&b.table, "h.test", "/only/x").as_deref(), Some("api:8080"));
+    let lost: Vec<_> = w
+        .iter()
+        .filter(|w| w.reason == WarningReason::RouteConflict && w.object.kind == "Ingress")
+        .collect();
+    assert!(
+        lost.len() == 1 && lost[0].message.contains("default/web:80 wins"),
+        "{w:?}"
+    );
+}
