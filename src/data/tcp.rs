@@ -7,7 +7,8 @@
 //! open listeners match it. Every accepted connection is a task of its own that keeps the
 //! endpoint it connected to: neither a table swap nor its listener closing cuts it; only its
 //! peers or the idle (tunnel) timeout end it. Metrics and the access log are recorded once per
-//! connection, when it closes. This module must not know about Kubernetes or translation, and
+//! connection, when it closes. On a `--proxy-protocol` port the PROXY header is read first and
+//! its client is the connection's client from then on. This module must not know about Kubernetes or translation, and
 //! reads the table only through `TableReader`.
 
 use std::collections::BTreeMap;
@@ -28,6 +29,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::data::Timeouts;
+use crate::data::proxy_protocol;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route};
 use crate::decide::cause::Cause;
 use crate::ops::access_log::{AccessLog, TcpRecord};
@@ -61,6 +63,8 @@ struct ConnSettings {
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
     access_log: Arc<AccessLog>,
+    /// Which ports expect a PROXY header first (`--proxy-protocol`), from whom.
+    proxy_protocol: proxy_protocol::Settings,
 }
 
 impl TcpFrontends {
@@ -73,6 +77,7 @@ impl TcpFrontends {
                 lifecycle: Lifecycle::new(),
                 metrics: Arc::new(Metrics::new()),
                 access_log: Arc::new(AccessLog::off()),
+                proxy_protocol: proxy_protocol::Settings::default(),
             }),
             bind,
         }
@@ -88,6 +93,12 @@ impl TcpFrontends {
     /// than refuse the connection.
     pub fn with_fail_open(mut self, fail_open: bool) -> Self {
         Arc::make_mut(&mut self.conn).policy.fail_open = fail_open;
+        self
+    }
+
+    /// `--proxy-protocol`: the ports it names (`Settings::tcp`) read a PROXY header first.
+    pub fn with_proxy_protocol(mut self, settings: proxy_protocol::Settings) -> Self {
+        Arc::make_mut(&mut self.conn).proxy_protocol = settings;
         self
     }
 
@@ -233,6 +244,14 @@ async fn accept_loop(
 ) {
     let frontend: Arc<str> = Frontend::Tcp(port).label().into();
     let metrics = conn.metrics.data.tcp_frontend(&frontend);
+    let proxy_protocol = conn.proxy_protocol.tcp(port).then(|| {
+        proxy_protocol::Acceptor::new(
+            &conn.metrics,
+            &frontend,
+            conn.proxy_protocol.clone(),
+            conn.timeouts.request_headers,
+        )
+    });
     loop {
         tokio::select! {
             // Fires when the sender is dropped: the port left the table.
@@ -244,6 +263,7 @@ async fn accept_loop(
                         peer,
                         frontend: Arc::clone(&frontend),
                         metrics: metrics.clone(),
+                        proxy_protocol: proxy_protocol.clone(),
                     };
                     tokio::spawn(serve(stream, accepted, Arc::clone(&conn)));
                 }
@@ -264,6 +284,8 @@ struct Accepted {
     /// `tcp:PORT`.
     frontend: Arc<str>,
     metrics: TcpFrontendMetrics,
+    /// Set on a `--proxy-protocol` port.
+    proxy_protocol: Option<proxy_protocol::Acceptor>,
 }
 
 /// How a connection went, for the access log.
@@ -277,10 +299,17 @@ struct Outcome {
 
 /// One client connection: the attempt picks an endpoint (retrying failed connects on
 /// others), then the bytes are relayed and recorded.
-async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
+async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSettings>) {
     let _active = conn.lifecycle.enter();
     let _open = accepted.metrics.accepted();
     let started = Instant::now();
+    if let Some(pp) = &accepted.proxy_protocol {
+        // The header's client is the one balanced on (source, affinity) and logged.
+        match pp.accept(&mut client, accepted.peer).await {
+            Some(client) => accepted.peer = client,
+            None => return,
+        }
+    }
     // The table of the moment of accept is kept for this connection's whole life.
     let mut attempt = Attempt::new(Some(accepted.peer.ip()));
     match attempt.route_tcp(conn.table.load(), accepted.port, &conn.policy, started) {
