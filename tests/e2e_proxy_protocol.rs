@@ -452,3 +452,54 @@ async fn tcp_frontends_take_the_client_from_the_header() {
         .unwrap();
     assert_eq!(greeting.trim(), "echo");
 }
+
+#[tokio::test]
+async fn tcp_backends_get_a_v2_header_by_annotation() {
+    let web_b = Backend::start("web").await;
+    let e = echo("echo").await;
+    let port = free_port();
+    let mut objs = web(&[&web_b]);
+    objs.push(
+        svc("relay", port)
+            .ann("serviceloadbalancer/lb.send-proxy-protocol", "v2")
+            .into(),
+    );
+    objs.push(slice("relay", "", e.port));
+    let sy = switchyard(objs)
+        .args(&["--tcp-services", &format!("relay:{port}")])
+        .args(&["--proxy-protocol", &format!("tcp:{port}")])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async { listening(port) }).await,
+        "TCP port never opened; stderr:\n{}",
+        sy.stderr()
+    );
+    // The client arrives through a balancer (v1); the backend is told in v2, ahead of the
+    // client's bytes, with the frontend address the client reached.
+    let s = connect_with(port, &v1("203.0.113.80", 6000), usize::MAX).await;
+    let mut r = BufReader::new(s);
+    let mut greeting = String::new();
+    tokio::time::timeout(IO_TIMEOUT, r.read_line(&mut greeting))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(greeting.trim(), "echo");
+    let mut want = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+    want.extend_from_slice(&[203, 0, 113, 80, 127, 0, 0, 1]);
+    want.extend_from_slice(&6000u16.to_be_bytes());
+    want.extend_from_slice(&port.to_be_bytes());
+    let mut echoed = vec![0u8; want.len()];
+    tokio::time::timeout(IO_TIMEOUT, r.read_exact(&mut echoed))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(echoed, want, "the header the backend got");
+    r.get_mut().write_all(b"ping\n").await.unwrap();
+    let mut back = String::new();
+    tokio::time::timeout(IO_TIMEOUT, r.read_line(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, "ping\n");
+}

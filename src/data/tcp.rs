@@ -320,7 +320,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             return;
         }
     }
-    let outcome = connect_and_relay(client, &mut attempt, &conn).await;
+    let outcome = connect_and_relay(client, accepted.peer, &mut attempt, &conn).await;
     let (Some(table), Some(entry)) = (attempt.table(), attempt.entry()) else {
         return;
     };
@@ -356,10 +356,18 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
 
 async fn connect_and_relay(
     client: TcpStream,
+    peer: SocketAddr,
     attempt: &mut Attempt,
     conn: &ConnSettings,
 ) -> Outcome {
     let mut outcome = Outcome::default();
+    // `lb.send-proxy-protocol: v2`: the endpoint learns the client (the PROXY one, when a
+    // balancer sent one) from a header ahead of the client's bytes.
+    let send_proxy = attempt.entry().is_some_and(|e| e.upstream.send_proxy);
+    let header = match client.local_addr() {
+        Ok(local) if send_proxy => Some(proxy_protocol::v2_header(peer, local)),
+        _ => None,
+    };
     loop {
         let Some(addr) = attempt.next(Instant::now()) else {
             outcome.error.get_or_insert("no endpoint");
@@ -367,11 +375,18 @@ async fn connect_and_relay(
         };
         let connect = tokio::time::timeout(conn.timeouts.connect, TcpStream::connect(addr)).await;
         let cause = match connect {
-            Ok(Ok(upstream)) => {
+            Ok(Ok(mut upstream)) => {
                 attempt.connected(false, Instant::now());
                 outcome.endpoint = Some(addr);
                 outcome.connect = attempt.connect_time();
                 outcome.error = None;
+                if let Some(h) = &header
+                    && let Err(e) = upstream.write_all(h).await
+                {
+                    outcome.error = Ended::Error(e.kind()).error();
+                    attempt.finish();
+                    return outcome;
+                }
                 // Small writes of interactive protocols must not wait for Nagle.
                 let _ = client.set_nodelay(true);
                 let _ = upstream.set_nodelay(true);
