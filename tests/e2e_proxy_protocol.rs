@@ -443,6 +443,13 @@ async fn tcp_frontends_take_the_client_from_the_header() {
     let s = connect_with(port, b"ping\n", usize::MAX).await;
     assert!(closed_without_answer(s).await);
     assert_eq!(rejected(&sy, &format!("tcp:{port}"), "not_proxy").await, 1);
+    // (e2e_observability checks the metrics table for the series a default run exposes; this
+    // one only shows with the flag.)
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"));
+    assert!(
+        doc.unwrap()
+            .contains("`switchyard_proxy_protocol_rejected_total`")
+    );
     // The port not listed keeps working without one.
     let mut r = BufReader::new(TcpStream::connect(("127.0.0.1", plain)).await.unwrap());
     let mut greeting = String::new();
