@@ -705,6 +705,8 @@ impl<A> Guard<A> {
 /// and logged why).
 async fn with_proxied_client(mut stream: Stream, pp: &proxy_protocol::Acceptor) -> Option<Stream> {
     use std::os::unix::io::AsRawFd;
+    // Pingora's TCP listener hands over an l4 stream with an inet peer; anything else (a Unix
+    // socket) has no address to check or replace, and is closed.
     let digest = stream.get_socket_digest()?;
     let peer = digest.peer_addr().and_then(|a| a.as_inet()).copied()?;
     let client = pp.accept(&mut stream, peer).await?;

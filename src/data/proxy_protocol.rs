@@ -450,6 +450,7 @@ impl Settings {
 // === read_header ===
 
 /// Why a connection on a PROXY protocol frontend was closed: the metric's `reason` label.
+/// Declared in `Reason::ALL` order, so `reason as usize` indexes per-reason tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {
     /// The peer is outside `--proxy-protocol-trusted`.
@@ -606,8 +607,7 @@ impl Acceptor {
 
     fn refuse(&self, reason: Reason, peer: SocketAddr, why: &dyn fmt::Display) {
         let me = &self.inner;
-        let i = Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
-        let Some((counter, warned)) = me.refused.get(i) else {
+        let Some((counter, warned)) = me.refused.get(reason as usize) else {
             return;
         };
         counter.inc();
@@ -815,6 +815,13 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, ReadError::Closed { got: 0 }), "{e:?}");
+    }
+
+    #[test]
+    fn reasons_index_their_table() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
     }
 
     #[test]
