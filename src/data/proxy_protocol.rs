@@ -783,6 +783,67 @@ mod tests {
         }
     }
 
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Inputs near the grammar: a v1 line of protocol-ish characters, or a v2 header with
+        /// a plausible version, command, family and length over random bytes; then anything.
+        fn near_header() -> impl Strategy<Value = Vec<u8>> {
+            let v1 = (
+                prop::sample::select(vec!["TCP4 ", "TCP6 ", "UNKNOWN", "TCP4", ""]),
+                prop::collection::vec(prop::sample::select(b"0123456789.:af \r\n".to_vec()), 0..80),
+            )
+                .prop_map(|(proto, rest)| [b"PROXY ".as_slice(), proto.as_bytes(), &rest].concat());
+            let v2 = (
+                prop::sample::select(vec![0x20u8, 0x21, 0x22, 0x11]),
+                prop::sample::select(vec![0x00u8, 0x11, 0x21, 0x31, 0x12, 0x51]),
+                0u16..64,
+                prop::collection::vec(any::<u8>(), 0..80),
+            )
+                .prop_map(|(vc, fam, len, rest)| {
+                    let mut h = V2_SIGNATURE.to_vec();
+                    h.extend_from_slice(&[vc, fam]);
+                    h.extend_from_slice(&len.to_be_bytes());
+                    h.extend_from_slice(&rest);
+                    h
+                });
+            (
+                prop_oneof![v1, v2],
+                prop::collection::vec(any::<u8>(), 0..8),
+            )
+                .prop_map(|(h, tail)| [h, tail].concat())
+        }
+
+        proptest! {
+            /// Read as `read_header` reads (at most `need` at a time, in chunks of 1..=5
+            /// bytes), the verdict is the whole input's, and a header ends exactly where the
+            /// reads stopped.
+            #[test]
+            fn incremental_reads_agree_with_the_whole(data in near_header(), chunk in 1usize..6) {
+                let whole = parse(&data);
+                let mut have = 0;
+                let incremental = loop {
+                    match parse(&data[..have]) {
+                        Ok(Parsed::Incomplete { need }) if have < data.len() => {
+                            have = (have + need.min(chunk)).min(data.len());
+                        }
+                        Ok(Parsed::Incomplete { .. }) => break None,
+                        other => break Some(other),
+                    }
+                };
+                match incremental {
+                    Some(Ok(Parsed::Done(h))) => {
+                        prop_assert_eq!(h.len, have);
+                        prop_assert_eq!(Ok(Parsed::Done(h)), whole);
+                    }
+                    Some(Err(_)) => prop_assert!(whole.is_err(), "{:?}", whole),
+                    _ => prop_assert!(!matches!(whole, Ok(Parsed::Done(_)))),
+                }
+            }
+        }
+    }
+
     #[tokio::test]
     async fn read_header_leaves_what_follows_and_bounds_time() {
         let (mut client, mut server) = tokio::io::duplex(256);
