@@ -8,8 +8,9 @@
 //! endpoint it connected to: neither a table swap nor its listener closing cuts it; only its
 //! peers or the idle (tunnel) timeout end it. Metrics and the access log are recorded once per
 //! connection, when it closes. On a `--proxy-protocol` port the PROXY header is read first and
-//! its client is the connection's client from then on. This module must not know about Kubernetes or translation, and
-//! reads the table only through `TableReader`.
+//! its client is the connection's client from then on; an entry with `send_proxy` tells its
+//! endpoint that client in a PROXY v2 header. This module must not know about Kubernetes or
+//! translation, and reads the table only through `TableReader`.
 
 use std::collections::BTreeMap;
 use std::io;
