@@ -881,3 +881,71 @@ pub fn check_differential(data: &[u8]) {
     check_response(data);
     differential_chunked(buf);
 }
+
+// === PROXY protocol ===
+
+/// The PROXY protocol parser (`data::proxy_protocol::parse`) on any bytes: no panic; a header
+/// it accepts is accepted the same from exactly its own bytes; fed the way the listener reads
+/// (never more than `need` bytes at a time) it asks for no byte past the header and reaches the
+/// same verdict; lengths stay within the protocol's bounds; a v2 header it writes reads back.
+pub fn check_proxy_protocol(data: &[u8]) {
+    use switchyard::data::proxy_protocol::{
+        Parsed, V1_MAX, V2_MAX_BODY, V2_SIGNATURE, Version, parse, v2_header,
+    };
+    let whole = parse(data);
+    if let Ok(Parsed::Done(h)) = &whole {
+        assert!(h.len <= data.len(), "header longer than the input");
+        match h.version {
+            Version::V1 => assert!(h.len <= V1_MAX && data.starts_with(b"PROXY ")),
+            Version::V2 => assert!(h.len <= 16 + V2_MAX_BODY && data.starts_with(&V2_SIGNATURE)),
+        }
+        assert_eq!(
+            parse(&data[..h.len]),
+            whole,
+            "verdict changed without the bytes after it"
+        );
+    }
+    // Incremental: one `need` at a time, as `read_header` reads.
+    let mut have = 0;
+    let incremental = loop {
+        match parse(&data[..have]) {
+            Ok(Parsed::Incomplete { need }) => {
+                assert!(need >= 1, "asks for nothing");
+                if have == data.len() {
+                    break None;
+                }
+                have = (have + need).min(data.len());
+            }
+            other => break Some(other),
+        }
+    };
+    match (incremental, &whole) {
+        (Some(Ok(Parsed::Done(h))), _) => {
+            assert_eq!(h.len, have, "read past the header");
+            assert_eq!(Ok(Parsed::Done(h)), whole);
+        }
+        (Some(Err(_)), _) => assert!(whole.is_err(), "refused early, accepted whole: {whole:?}"),
+        // Ran out of input: the whole input is no complete header either.
+        (None, _) => assert!(!matches!(whole, Ok(Parsed::Done(_))), "missed a header"),
+        (Some(Ok(Parsed::Incomplete { .. })), _) => unreachable!(),
+    }
+    // What switchyard writes to a backend reads back as the same client.
+    if data.len() >= 12 {
+        let ip = |b: &[u8]| -> IpAddr {
+            if b[0] & 1 == 0 {
+                IpAddr::V4(Ipv4Addr::new(b[1], b[2], b[3], b[4]))
+            } else {
+                IpAddr::V6(Ipv6Addr::from([b[1]; 16]))
+            }
+        };
+        let port = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+        let source = std::net::SocketAddr::new(ip(&data[0..5]), port(&data[10..12]));
+        let dest = std::net::SocketAddr::new(ip(&data[5..10]), port(&data[8..10]));
+        let Ok(Parsed::Done(h)) = parse(&v2_header(source, dest)) else {
+            panic!("v2_header({source}, {dest}) does not parse");
+        };
+        let canonical = |a: std::net::SocketAddr| (a.ip().to_canonical(), a.port());
+        assert_eq!(h.source.map(canonical), Some(canonical(source)));
+        assert_eq!(h.destination.map(canonical), Some(canonical(dest)));
+    }
+}

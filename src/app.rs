@@ -206,6 +206,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         )
         .with_lifecycle(Arc::clone(&lifecycle))
         .with_fail_open(config.health.fail_open)
+        .with_proxy_protocol(config.proxy_protocol.clone())
         .with_observability(Arc::clone(&metrics), Arc::clone(&access_log));
         let mut tcp = background_service("tcp frontends", frontends);
         // Background services get one thread by default; TCP relaying is data-plane work.
@@ -278,6 +279,12 @@ pub fn run(config: Config) -> Result<(), RunError> {
     };
     if config.demo {
         server.add_service(background_service("demo backends", demo::DemoBackends));
+    }
+    if config.proxy_protocol.any() && config.proxy_protocol.trusted.is_empty() {
+        tracing::warn!(
+            "--proxy-protocol without --proxy-protocol-trusted: any peer that reaches these \
+             frontends can claim any client address; restrict them to the load balancer"
+        );
     }
     tracing::info!(http = %http_addr, admin = %admin_addr,
         https = ?tls.as_ref().map(|_| https_addr), "switchyard starting");
@@ -364,6 +371,20 @@ fn http_service(
         Arc::clone(shared.limit),
         downstream::Counters::new(shared.metrics, &label, refusals),
     );
+    let pp = &config.proxy_protocol;
+    let proxied = match listener.frontend {
+        Frontend::Http => pp.http,
+        Frontend::Https => pp.https,
+        Frontend::Tcp(port) => pp.tcp(port),
+    };
+    if proxied {
+        guarded = guarded.with_proxy_protocol(crate::data::proxy_protocol::Acceptor::new(
+            shared.metrics,
+            &label,
+            pp.clone(),
+            config.downstream.header_timeout,
+        ));
+    }
     if let Some(tls) = listener.tls {
         guarded = guarded.with_tls(tls);
     }

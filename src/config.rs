@@ -13,6 +13,7 @@ use clap::Parser;
 
 use crate::control::translate::{Options, TcpService};
 use crate::data::Timeouts;
+use crate::data::proxy_protocol;
 use crate::data::tls::{ClientVerify, TlsOptions};
 use crate::ops::health::HealthChecks;
 use crate::table::balance::Algorithm;
@@ -204,6 +205,20 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_parser = parse_tcp_service, value_delimiter = ',',
           env = "SWITCHYARD_TCP_SERVICES")]
     pub tcp_services: Vec<TcpService>,
+
+    /// Frontends whose clients come through a load balancer that sends the PROXY protocol (v1
+    /// or v2) first: comma-separated `http`, `https`, `tcp` (every TCP frontend), `tcp:PORT`,
+    /// or `all`. The header's client address is the one logged, forwarded and balanced on; a
+    /// connection without a valid header is closed.
+    #[arg(long, value_name = "LIST", value_delimiter = ',',
+          value_parser = parse_proxy_frontend, env = "SWITCHYARD_PROXY_PROTOCOL")]
+    pub proxy_protocol: Vec<proxy_protocol::FrontendSel>,
+
+    /// With --proxy-protocol: the only peers (comma-separated CIDRs or addresses) allowed to
+    /// send a PROXY header; connections from others are closed [default: any peer].
+    #[arg(long, value_name = "CIDRS", value_delimiter = ',', value_parser = parse_cidr,
+          requires = "proxy_protocol", env = "SWITCHYARD_PROXY_PROTOCOL_TRUSTED")]
+    pub proxy_protocol_trusted: Vec<proxy_protocol::Cidr>,
 
     /// Port for TLS-terminated services (lb.sslTerm); opened only with --ssl-cert.
     #[arg(
@@ -414,6 +429,14 @@ fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
     s.parse::<Algorithm>().map_err(|e| e.to_string())
 }
 
+fn parse_proxy_frontend(s: &str) -> Result<proxy_protocol::FrontendSel, String> {
+    s.parse()
+}
+
+fn parse_cidr(s: &str) -> Result<proxy_protocol::Cidr, String> {
+    s.parse()
+}
+
 fn parse_tcp_service(s: &str) -> Result<TcpService, String> {
     let (svc, port) = s
         .trim()
@@ -491,6 +514,8 @@ pub struct Config {
     pub fast_path: bool,
     /// `--traffic-healthz`.
     pub traffic_healthz: bool,
+    /// `--proxy-protocol`, `--proxy-protocol-trusted`.
+    pub proxy_protocol: proxy_protocol::Settings,
     /// `--backend-ca-file`: checked to hold a PEM certificate.
     pub backend_ca_file: Option<PathBuf>,
     pub shutdown_delay: Duration,
@@ -513,6 +538,8 @@ pub enum ConfigError {
     HttpsPortClash(u16),
     #[error("{0} needs --ssl-cert")]
     NeedsSslCert(&'static str),
+    #[error("--proxy-protocol tcp:{0}: no --tcp-services entry has port {0}")]
+    ProxyProtocolPort(u16),
     #[error("--backend-ca-file {0}: {1}")]
     BackendCa(String, String),
 }
@@ -560,6 +587,25 @@ impl Config {
         let others = [http_port, args.admin_port, args.stats_port];
         if tls.is_some() && others.contains(&args.https_port) {
             return Err(ConfigError::HttpsPortClash(args.https_port));
+        }
+        let mut proxy = proxy_protocol::Settings {
+            trusted: args.proxy_protocol_trusted,
+            ..Default::default()
+        };
+        for sel in args.proxy_protocol {
+            match sel {
+                // A typo here would leave a port open to forged or missing headers unnoticed.
+                proxy_protocol::FrontendSel::Tcp(Some(port))
+                    if !args.tcp_services.iter().any(|t| t.port == port) =>
+                {
+                    return Err(ConfigError::ProxyProtocolPort(port));
+                }
+                proxy_protocol::FrontendSel::Https if tls.is_none() => {
+                    return Err(ConfigError::NeedsSslCert("--proxy-protocol https"));
+                }
+                _ => {}
+            }
+            proxy.select(sel);
         }
         let threads = if args.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -620,6 +666,7 @@ impl Config {
             threads,
             fast_path: args.fast_path,
             traffic_healthz: args.traffic_healthz,
+            proxy_protocol: proxy,
             backend_ca_file: args
                 .backend_ca_file
                 .map(|p| check_ca_file(&p).map(|()| p))
@@ -671,6 +718,8 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "bind_address",
             "http_port",
             "tcp_services",
+            "proxy_protocol",
+            "proxy_protocol_trusted",
             "balance_algorithm",
             "default_return_code",
             "error_page",
@@ -867,6 +916,48 @@ mod tests {
         assert!(parse(&["--tcp-services", "mysql"]).is_err());
         assert!(parse(&["--tcp-services", "mysql:0"]).is_err());
         assert!(parse(&["--tcp-services", "/x:1"]).is_err());
+    }
+
+    #[test]
+    fn proxy_protocol_flags_parse_and_are_checked() {
+        let config = |args: &[&str]| Config::from_args(parse(args).unwrap());
+        let c = config(&[
+            "--manifests",
+            "x",
+            "--tcp-services",
+            "pg:5432",
+            "--proxy-protocol",
+            "http,tcp:5432",
+            "--proxy-protocol-trusted",
+            "10.0.0.0/8,192.0.2.1",
+        ])
+        .unwrap();
+        let pp = &c.proxy_protocol;
+        assert!(pp.http && !pp.https && pp.tcp(5432) && !pp.tcp(80));
+        assert_eq!(pp.trusted.len(), 2);
+        assert!(!config(&["--manifests", "x"]).unwrap().proxy_protocol.any());
+        // A port that is no TCP frontend, and https without a TLS port, are mistakes.
+        assert!(matches!(
+            config(&["--manifests", "x", "--proxy-protocol", "tcp:5433"]),
+            Err(ConfigError::ProxyProtocolPort(5433))
+        ));
+        assert!(config(&["--manifests", "x", "--proxy-protocol", "https"]).is_err());
+        assert!(config(&["--manifests", "x", "--proxy-protocol", "all"]).is_ok());
+        for bad in [
+            &["--proxy-protocol", "udp"][..],
+            &["--proxy-protocol", "tcp:0"],
+            &[
+                "--proxy-protocol",
+                "http",
+                "--proxy-protocol-trusted",
+                "10.0.0.0/40",
+            ],
+            // Trusting peers without asking for the protocol anywhere means nothing.
+            &["--proxy-protocol-trusted", "10.0.0.0/8"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(!error_line(&e).contains('\n'), "{bad:?}");
+        }
     }
 
     #[test]

@@ -52,3 +52,8 @@ fn chunked_corpus() {
 fn http1_differential_corpus() {
     assert!(replay("http1_differential", checks::check_differential) > 0);
 }
+
+#[test]
+fn proxy_protocol_corpus() {
+    assert!(replay("proxy_protocol", checks::check_proxy_protocol) > 0);
+}

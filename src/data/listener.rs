@@ -13,7 +13,10 @@
 //! read and checked whole (`intake`), so that switchyard, not Pingora, answers the ones that
 //! are refused. Every refusal (the guard's 408 and 431 too) is answered as `decide` says,
 //! counted and logged (`intake::Refusals`). HTTP/2 connections get the guard for their
-//! preface only. This module does no routing and knows nothing of the table.
+//! preface only. On a `--proxy-protocol` frontend the PROXY header is read first, before TLS
+//! and the header guard, and its client replaces the socket's peer in the stream's socket
+//! digest, where every consumer reads the client address. This module does no routing and
+//! knows nothing of the table.
 
 use std::fmt;
 use std::io;
@@ -39,6 +42,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::data::fast::{FastPath, Served};
 use crate::data::intake::{self, Intake, Refusals};
+use crate::data::proxy_protocol;
 use crate::data::tls::HandshakeAcceptor;
 use crate::decide::cause::Rejection;
 use crate::decide::target::valid_host;
@@ -539,6 +543,7 @@ pub struct Guard<A> {
     counters: Counters,
     tls: Option<HandshakeAcceptor>,
     fast: Option<FastPath>,
+    proxy_protocol: Option<proxy_protocol::Acceptor>,
 }
 
 impl<A> Guard<A> {
@@ -550,7 +555,14 @@ impl<A> Guard<A> {
             counters,
             tls: None,
             fast: None,
+            proxy_protocol: None,
         }
+    }
+
+    /// Requires a PROXY protocol header on every accepted connection, ahead of TLS.
+    pub fn with_proxy_protocol(mut self, acceptor: proxy_protocol::Acceptor) -> Self {
+        self.proxy_protocol = Some(acceptor);
+        self
     }
 
     /// Serves the HTTP/1 requests it takes through `fast` (see `http_proxy::FastPath`); the
@@ -577,6 +589,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
         let Some(_admitted) = self.limit.try_admit() else {
             self.counters.limit.inc();
             return None;
+        };
+        let stream = match &self.proxy_protocol {
+            Some(pp) => with_proxied_client(stream, pp).await?,
+            None => stream,
         };
         let stream: Stream = match &self.tls {
             Some(tls) => Box::new(tls.accept(GuardedStream::plain(stream)).await?),
@@ -681,6 +697,31 @@ impl<A> Guard<A> {
             self.counters.refusals.record(r, started, stream, head);
         }
     }
+}
+
+/// Reads the PROXY header at the very start of `stream` and makes its client the stream's peer
+/// address (Pingora's `client_addr`, the fast path, the access log and the decision core all
+/// read it from the socket digest). `None`: the connection is to be closed (`pp` has counted
+/// and logged why).
+async fn with_proxied_client(mut stream: Stream, pp: &proxy_protocol::Acceptor) -> Option<Stream> {
+    use std::os::unix::io::AsRawFd;
+    // Pingora's TCP listener hands over an l4 stream with an inet peer; anything else (a Unix
+    // socket) has no address to check or replace, and is closed.
+    let digest = stream.get_socket_digest()?;
+    let peer = digest.peer_addr().and_then(|a| a.as_inet()).copied()?;
+    let client = pp.accept(&mut stream, peer).await?;
+    if client != peer {
+        // The digest is shared (`Arc`) and its cells are set once, so a new one replaces it,
+        // for the same socket and local address.
+        let l4 = stream
+            .as_any()
+            .downcast_ref::<pingora::protocols::l4::stream::Stream>()?;
+        let proxied = SocketDigest::from_raw_fd(l4.as_raw_fd());
+        let _ = proxied.peer_addr.set(Some(client.into()));
+        let _ = proxied.local_addr.set(digest.local_addr().cloned());
+        stream.set_socket_digest(proxied);
+    }
+    Some(stream)
 }
 
 // === request checks ===

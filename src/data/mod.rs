@@ -7,6 +7,7 @@ pub mod fast;
 pub mod intake;
 pub mod listener;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod record;
 pub mod tcp;
 pub mod tls;

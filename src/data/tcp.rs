@@ -7,8 +7,10 @@
 //! open listeners match it. Every accepted connection is a task of its own that keeps the
 //! endpoint it connected to: neither a table swap nor its listener closing cuts it; only its
 //! peers or the idle (tunnel) timeout end it. Metrics and the access log are recorded once per
-//! connection, when it closes. This module must not know about Kubernetes or translation, and
-//! reads the table only through `TableReader`.
+//! connection, when it closes. On a `--proxy-protocol` port the PROXY header is read first and
+//! its client is the connection's client from then on; an entry with `send_proxy` tells its
+//! endpoint that client in a PROXY v2 header. This module must not know about Kubernetes or
+//! translation, and reads the table only through `TableReader`.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -28,6 +30,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::data::Timeouts;
+use crate::data::proxy_protocol;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route};
 use crate::decide::cause::Cause;
 use crate::ops::access_log::{AccessLog, TcpRecord};
@@ -61,6 +64,8 @@ struct ConnSettings {
     lifecycle: Arc<Lifecycle>,
     metrics: Arc<Metrics>,
     access_log: Arc<AccessLog>,
+    /// Which ports expect a PROXY header first (`--proxy-protocol`), from whom.
+    proxy_protocol: proxy_protocol::Settings,
 }
 
 impl TcpFrontends {
@@ -73,6 +78,7 @@ impl TcpFrontends {
                 lifecycle: Lifecycle::new(),
                 metrics: Arc::new(Metrics::new()),
                 access_log: Arc::new(AccessLog::off()),
+                proxy_protocol: proxy_protocol::Settings::default(),
             }),
             bind,
         }
@@ -88,6 +94,12 @@ impl TcpFrontends {
     /// than refuse the connection.
     pub fn with_fail_open(mut self, fail_open: bool) -> Self {
         Arc::make_mut(&mut self.conn).policy.fail_open = fail_open;
+        self
+    }
+
+    /// `--proxy-protocol`: the ports it names (`Settings::tcp`) read a PROXY header first.
+    pub fn with_proxy_protocol(mut self, settings: proxy_protocol::Settings) -> Self {
+        Arc::make_mut(&mut self.conn).proxy_protocol = settings;
         self
     }
 
@@ -233,6 +245,14 @@ async fn accept_loop(
 ) {
     let frontend: Arc<str> = Frontend::Tcp(port).label().into();
     let metrics = conn.metrics.data.tcp_frontend(&frontend);
+    let proxy_protocol = conn.proxy_protocol.tcp(port).then(|| {
+        proxy_protocol::Acceptor::new(
+            &conn.metrics,
+            &frontend,
+            conn.proxy_protocol.clone(),
+            conn.timeouts.request_headers,
+        )
+    });
     loop {
         tokio::select! {
             // Fires when the sender is dropped: the port left the table.
@@ -244,6 +264,7 @@ async fn accept_loop(
                         peer,
                         frontend: Arc::clone(&frontend),
                         metrics: metrics.clone(),
+                        proxy_protocol: proxy_protocol.clone(),
                     };
                     tokio::spawn(serve(stream, accepted, Arc::clone(&conn)));
                 }
@@ -264,6 +285,8 @@ struct Accepted {
     /// `tcp:PORT`.
     frontend: Arc<str>,
     metrics: TcpFrontendMetrics,
+    /// Set on a `--proxy-protocol` port.
+    proxy_protocol: Option<proxy_protocol::Acceptor>,
 }
 
 /// How a connection went, for the access log.
@@ -277,10 +300,17 @@ struct Outcome {
 
 /// One client connection: the attempt picks an endpoint (retrying failed connects on
 /// others), then the bytes are relayed and recorded.
-async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
+async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSettings>) {
     let _active = conn.lifecycle.enter();
     let _open = accepted.metrics.accepted();
     let started = Instant::now();
+    if let Some(pp) = &accepted.proxy_protocol {
+        // The header's client is the one balanced on (source, affinity) and logged.
+        match pp.accept(&mut client, accepted.peer).await {
+            Some(client) => accepted.peer = client,
+            None => return,
+        }
+    }
     // The table of the moment of accept is kept for this connection's whole life.
     let mut attempt = Attempt::new(Some(accepted.peer.ip()));
     match attempt.route_tcp(conn.table.load(), accepted.port, &conn.policy, started) {
@@ -291,7 +321,7 @@ async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
             return;
         }
     }
-    let outcome = connect_and_relay(client, &mut attempt, &conn).await;
+    let outcome = connect_and_relay(client, accepted.peer, &mut attempt, &conn).await;
     let (Some(table), Some(entry)) = (attempt.table(), attempt.entry()) else {
         return;
     };
@@ -327,10 +357,18 @@ async fn serve(client: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
 
 async fn connect_and_relay(
     client: TcpStream,
+    peer: SocketAddr,
     attempt: &mut Attempt,
     conn: &ConnSettings,
 ) -> Outcome {
     let mut outcome = Outcome::default();
+    // `lb.send-proxy-protocol: v2`: the endpoint learns the client (the PROXY one, when a
+    // balancer sent one) from a header ahead of the client's bytes.
+    let send_proxy = attempt.entry().is_some_and(|e| e.upstream.send_proxy);
+    let header = match client.local_addr() {
+        Ok(local) if send_proxy => Some(proxy_protocol::v2_header(peer, local)),
+        _ => None,
+    };
     loop {
         let Some(addr) = attempt.next(Instant::now()) else {
             outcome.error.get_or_insert("no endpoint");
@@ -338,11 +376,18 @@ async fn connect_and_relay(
         };
         let connect = tokio::time::timeout(conn.timeouts.connect, TcpStream::connect(addr)).await;
         let cause = match connect {
-            Ok(Ok(upstream)) => {
+            Ok(Ok(mut upstream)) => {
                 attempt.connected(false, Instant::now());
                 outcome.endpoint = Some(addr);
                 outcome.connect = attempt.connect_time();
                 outcome.error = None;
+                if let Some(h) = &header
+                    && let Err(e) = upstream.write_all(h).await
+                {
+                    outcome.error = Ended::Error(e.kind()).error();
+                    attempt.finish();
+                    return outcome;
+                }
                 // Small writes of interactive protocols must not wait for Nagle.
                 let _ = client.set_nodelay(true);
                 let _ = upstream.set_nodelay(true);

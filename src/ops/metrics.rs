@@ -347,6 +347,7 @@ pub struct DataMetrics {
     pub tls_certificate_not_after_seconds: IntGaugeVec,
     pub tls_secret_errors_total: IntCounter,
     pub downstream_rejected_connections_total: IntCounterVec,
+    pub proxy_protocol_rejected_total: IntCounterVec,
     pub http_rejected_requests_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
     view: ArcSwap<EntryView>,
@@ -536,6 +537,12 @@ impl DataMetrics {
                 r,
                 "downstream_rejected_connections_total",
                 "Client connections closed by a guard, by frontend and reason (connection_limit, header_timeout, header_too_large)",
+                &["frontend", "reason"],
+            ),
+            proxy_protocol_rejected_total: counter_vec(
+                r,
+                "proxy_protocol_rejected_total",
+                "Client connections closed on a --proxy-protocol frontend for want of a valid PROXY header from a trusted peer, by frontend and reason",
                 &["frontend", "reason"],
             ),
             http_rejected_requests_total: counter_vec(
@@ -749,6 +756,13 @@ impl DataMetrics {
     /// (`connection_limit`, `header_timeout`, `header_too_large`); resolve once per listener.
     pub fn downstream_rejected(&self, frontend: &str, reason: &str) -> IntCounter {
         self.downstream_rejected_connections_total
+            .with_label_values(&[frontend, reason])
+    }
+
+    /// The counter of connections a `--proxy-protocol` frontend closed for `reason`
+    /// (`proxy_protocol::Reason`); resolve once per listener.
+    pub fn proxy_protocol_rejected(&self, frontend: &str, reason: &str) -> IntCounter {
+        self.proxy_protocol_rejected_total
             .with_label_values(&[frontend, reason])
     }
 

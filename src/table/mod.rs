@@ -814,6 +814,7 @@ impl RoutingTable {
                             "sni": &*e.upstream.sni,
                             "verify": e.upstream.verify,
                         })),
+                        "send_proxy_protocol": e.upstream.send_proxy.then_some("v2"),
                         "endpoints": e.endpoints.iter().map(|ep| json!({
                             "address": ep.addr.to_string(),
                             "cookie_id": crate::table::sticky::format_cookie_id(ep.cookie_id),

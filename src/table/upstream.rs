@@ -62,6 +62,9 @@ pub struct Upstream {
     pub sni: Box<str>,
     /// For TLS: verify the endpoint's certificate (off only by `lb.backend-insecure-skip-verify`).
     pub verify: bool,
+    /// For TCP entries: a PROXY v2 header naming the client goes to the endpoint ahead of the
+    /// client's bytes (`lb.send-proxy-protocol: v2`).
+    pub send_proxy: bool,
 }
 
 impl Default for Upstream {
@@ -71,6 +74,7 @@ impl Default for Upstream {
             protocol: BackendProtocol::Http,
             sni: "".into(),
             verify: true,
+            send_proxy: false,
         }
     }
 }

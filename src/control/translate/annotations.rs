@@ -21,6 +21,8 @@ pub(super) struct Settings {
     pub(super) backend_sni: Option<String>,
     /// `lb.backend-insecure-skip-verify`.
     pub(super) skip_verify: bool,
+    /// `lb.send-proxy-protocol: v2`.
+    pub(super) send_proxy: bool,
 }
 
 /// One `lb.aclMatch` prefix.
@@ -351,6 +353,18 @@ pub(super) fn settings(
             }
         });
     let skip_verify = ann.flag(annotation::BACKEND_SKIP_VERIFY);
+    let send_proxy = match ann.get(annotation::SEND_PROXY) {
+        None => false,
+        Some("v2") => true,
+        Some(v) => {
+            ann.warn(
+                annotation::SEND_PROXY,
+                v,
+                "is not v2; no PROXY header is sent",
+            );
+            false
+        }
+    };
 
     let spec = svc.spec.as_ref();
     let affinity = match spec.and_then(|s| s.session_affinity.as_deref()) {
@@ -389,6 +403,7 @@ pub(super) fn settings(
         backend_protocol,
         backend_sni,
         skip_verify,
+        send_proxy,
     }
 }
 

@@ -353,7 +353,21 @@ impl<'a> Builder<'a> {
         is_tcp: bool,
     ) -> Upstream {
         if is_tcp {
-            return Upstream::default();
+            return Upstream {
+                send_proxy: s.send_proxy,
+                ..Upstream::default()
+            };
+        }
+        if s.send_proxy {
+            self.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!(
+                    "port {}: {} applies to TCP services (--tcp-services) only; ignored",
+                    sp.port,
+                    annotation::SEND_PROXY
+                ),
+            });
         }
         let protocol = s.backend_protocol.unwrap_or_else(|| {
             let Some(app) = sp.app_protocol.as_deref() else {
@@ -394,6 +408,7 @@ impl<'a> Builder<'a> {
             protocol,
             sni,
             verify: !s.skip_verify,
+            send_proxy: false,
         }
     }
 

@@ -69,8 +69,9 @@ pub mod annotation {
     pub const BACKEND_PROTOCOL: &str = "serviceloadbalancer/lb.backend-protocol";
     pub const BACKEND_SNI: &str = "serviceloadbalancer/lb.backend-sni";
     pub const BACKEND_SKIP_VERIFY: &str = "serviceloadbalancer/lb.backend-insecure-skip-verify";
+    pub const SEND_PROXY: &str = "serviceloadbalancer/lb.send-proxy-protocol";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 11] = [
+    pub const KNOWN: [&str; 12] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -82,6 +83,7 @@ pub mod annotation {
         BACKEND_PROTOCOL,
         BACKEND_SNI,
         BACKEND_SKIP_VERIFY,
+        SEND_PROXY,
     ];
 }
 

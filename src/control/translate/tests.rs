@@ -989,6 +989,37 @@ fn tcp_services_get_their_own_frontend() {
     assert!(route(&t, "", "/db").is_some());
 }
 
+#[test]
+fn send_proxy_protocol_applies_to_tcp_entries() {
+    let opts = Options {
+        tcp_services: vec![TcpService {
+            namespace: None,
+            name: "db".into(),
+            port: 5432,
+        }],
+        ..Default::default()
+    };
+    let db = annotate(
+        mk_service("default", "db", &[5432, 80]),
+        annotation::SEND_PROXY,
+        "v2",
+    );
+    let (t, w) = translate(&[db], &[], &opts, None);
+    assert!(entry(&t, "db:5432").upstream.send_proxy);
+    // An HTTP entry has no raw stream to put it on: warned, ignored.
+    assert!(!entry(&t, "db").upstream.send_proxy);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+    assert!(w[0].message.contains("port 80"), "{}", w[0].message);
+    let v1 = annotate(
+        mk_service("default", "db", &[5432]),
+        annotation::SEND_PROXY,
+        "v1",
+    );
+    let (t, w) = translate(&[v1], &[], &opts, None);
+    assert!(!entry(&t, "db:5432").upstream.send_proxy);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+}
+
 // === state carried across rebuilds ===
 
 #[test]
