@@ -435,6 +435,7 @@ fn parse_proxy_frontend(s: &str) -> Result<proxy_protocol::FrontendSel, String> 
 
 fn parse_cidr(s: &str) -> Result<proxy_protocol::Cidr, String> {
     s.parse()
+        .map_err(|e: crate::table::cidr::CidrError| e.to_string())
 }
 
 fn parse_tcp_service(s: &str) -> Result<TcpService, String> {

@@ -23,6 +23,7 @@ use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::ops::metrics::Metrics;
+pub use crate::table::cidr::Cidr;
 
 /// Longest v1 header, CRLF included (the specification's bound).
 pub const V1_MAX: usize = 107;
@@ -305,67 +306,6 @@ pub fn v2_header(source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
     out.extend_from_slice(&source.port().to_be_bytes());
     out.extend_from_slice(&destination.port().to_be_bytes());
     out
-}
-
-// === impl Cidr ===
-
-/// An address range of `--proxy-protocol-trusted`: `10.0.0.0/8`, `2001:db8::/32`, or one
-/// address (a whole-length prefix).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl Cidr {
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d.
-        match (self.addr, ip.to_canonical()) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(
-                u128::from(net.to_bits()) << 96,
-                u128::from(ip.to_bits()) << 96,
-                self.prefix,
-            ),
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                prefix_eq(net.to_bits(), ip.to_bits(), self.prefix)
-            }
-            _ => false,
-        }
-    }
-}
-
-fn prefix_eq(a: u128, b: u128, prefix: u8) -> bool {
-    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-    a & mask == b & mask
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Cidr, String> {
-        let s = s.trim();
-        let bad = || format!("{s:?} is not an address range like 10.0.0.0/8 or 2001:db8::/32");
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
-        let addr = IpAddr::from_str(addr).map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            None => max,
-            Some(p) if !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()) => {
-                p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?
-            }
-            Some(_) => return Err(bad()),
-        };
-        Ok(Cidr { addr, prefix })
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
 }
 
 // === Settings ===
@@ -882,38 +822,6 @@ mod tests {
     fn reasons_index_their_table() {
         for (i, r) in Reason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{r:?}");
-        }
-    }
-
-    #[test]
-    fn cidrs_parse_and_match() {
-        let c: Cidr = "10.0.0.0/8".parse().unwrap();
-        assert!(c.contains("10.200.1.1".parse().unwrap()));
-        assert!(c.contains("::ffff:10.1.1.1".parse().unwrap()));
-        assert!(!c.contains("11.0.0.1".parse().unwrap()));
-        assert!(!c.contains("::1".parse().unwrap()));
-        let one: Cidr = "127.0.0.1".parse().unwrap();
-        assert!(one.contains("127.0.0.1".parse().unwrap()));
-        assert!(!one.contains("127.0.0.2".parse().unwrap()));
-        let all: Cidr = "::/0".parse().unwrap();
-        assert!(all.contains("2001:db8::1".parse().unwrap()));
-        let v6: Cidr = "2001:db8::/32".parse().unwrap();
-        assert!(v6.contains("2001:db8:ffff::1".parse().unwrap()));
-        assert!(!v6.contains("2001:db9::1".parse().unwrap()));
-        assert!(
-            Cidr::from_str("0.0.0.0/0")
-                .unwrap()
-                .contains("8.8.8.8".parse().unwrap())
-        );
-        for bad in [
-            "10.0.0.0/33",
-            "10.0.0.0/",
-            "x/8",
-            "10.0.0/8",
-            "::/129",
-            "10.0.0.0/-1",
-        ] {
-            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
     }
 

@@ -77,9 +77,9 @@ impl FromStr for Cidr {
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
+            Some(p) => Some(p)
+                .filter(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|p| p.parse::<u8>().ok())
                 .filter(|&n| n <= max)
                 .ok_or_else(|| CidrError::Prefix(p.to_string(), max))?,
         };

@@ -838,7 +838,11 @@ fn the_demo_manifest_serves_its_ingresses_without_warnings() {
 /// annotations win (the original's mode first), the Ingress is told, and its other paths serve.
 #[test]
 fn a_service_annotation_beats_an_ingress_on_the_same_host_and_path() {
-    let web = annotate(mk_service("default", "web", &[80]), annotation::HOST, "h.test");
+    let web = annotate(
+        mk_service("default", "web", &[80]),
+        annotation::HOST,
+        "h.test",
+    );
     let api = mk_service("default", "api", &[8080]);
     let i = ing(
         "default",
@@ -846,12 +850,18 @@ fn a_service_annotation_beats_an_ingress_on_the_same_host_and_path() {
         Some("switchyard"),
         vec![rule(
             Some("h.test"),
-            vec![path("/", "Prefix", backend("api", 8080)), path("/only", "Prefix", backend("api", 8080))],
+            vec![
+                path("/", "Prefix", backend("api", 8080)),
+                path("/only", "Prefix", backend("api", 8080)),
+            ],
         )],
     );
     let (b, w) = build(&[web, api], &[], &[i], &[ours()], &[], &Options::default());
     assert_eq!(http(&b.table, "h.test", "/x").as_deref(), Some("web"));
-    assert_eq!(http(&b.table, "h.test", "/only/x").as_deref(), Some("api:8080"));
+    assert_eq!(
+        http(&b.table, "h.test", "/only/x").as_deref(),
+        Some("api:8080")
+    );
     let lost: Vec<_> = w
         .iter()
         .filter(|w| w.reason == WarningReason::RouteConflict && w.object.kind == "Ingress")
