@@ -46,6 +46,10 @@ pub struct Pipeline {
     last: Option<(Arc<RoutingTable>, Option<Memo>)>,
     /// The table serving now, when nothing was built yet.
     current: Arc<RoutingTable>,
+    /// Where the set of served Ingresses (namespace, name) goes after each swap, for the
+    /// status writer (`control::status`); `None` when no status is written. Sent only by the
+    /// build that knows Ingresses: the writer ignores the channel's initial value.
+    served: Option<tokio::sync::watch::Sender<crate::control::status::Served>>,
 }
 
 impl Pipeline {
@@ -64,7 +68,22 @@ impl Pipeline {
             reported: HashSet::new(),
             last: None,
             current: Arc::default(),
+            served: None,
         }
+    }
+
+    /// Publishes the served Ingresses on `tx` (see the `served` field).
+    pub fn with_served(
+        mut self,
+        tx: tokio::sync::watch::Sender<crate::control::status::Served>,
+    ) -> Self {
+        self.served = Some(tx);
+        self
+    }
+
+    /// The served-Ingress channel, when a status writer listens.
+    pub fn served(&self) -> Option<&tokio::sync::watch::Sender<crate::control::status::Served>> {
+        self.served.as_ref()
     }
 
     /// What the next build starts from, and the options to build with.

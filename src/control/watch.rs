@@ -60,6 +60,9 @@ pub struct ClusterSource {
     pub metrics: Arc<Metrics>,
     /// Publish Events about Services (off in tests that do not want them).
     pub events: bool,
+    /// Leadership (`control::lease`): Events about objects are not per replica, so only the
+    /// leader publishes them. `None`: no election, this replica publishes.
+    pub leader: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// One watched resource's objects by (namespace, name), with the re-list buffer, and what
@@ -279,9 +282,13 @@ impl ClusterSource {
         let mut slices = Box::pin(stream::<EndpointSlice>(&self.client, ns));
         let mut svc_store: Store<Service> = Store::new();
         let mut eps_store: Store<EndpointSlice> = Store::new();
-        let events = self
-            .events
-            .then(|| spawn_event_sink(self.client.clone(), Arc::clone(&self.metrics)));
+        let events = self.events.then(|| {
+            spawn_event_sink(
+                self.client.clone(),
+                Arc::clone(&self.metrics),
+                self.leader.clone(),
+            )
+        });
         // The first event not yet in a published table, and the latest event.
         let mut pending: Option<(Instant, Instant)> = None;
         loop {
@@ -426,6 +433,7 @@ const EVENT_MEMORY: usize = 10_000;
 fn spawn_event_sink(
     client: Client,
     metrics: Arc<Metrics>,
+    leader: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> mpsc::Sender<(Warning, ObjectReference)> {
     let (tx, mut rx) = mpsc::channel::<(Warning, ObjectReference)>(EVENT_QUEUE);
     let reporter = Reporter {
@@ -445,6 +453,14 @@ fn spawn_event_sink(
                 w.message.clone(),
             );
             if seen.contains(&key) {
+                continue;
+            }
+            // Every replica sees the same warning; the leader's Event is the one.
+            if leader.as_ref().is_some_and(|l| !*l.borrow()) {
+                metrics
+                    .kube_events_total
+                    .with_label_values(&["not_leader"])
+                    .inc();
                 continue;
             }
             let earned = (refill.elapsed().as_millis() / EVENT_INTERVAL.as_millis()) as u32;
