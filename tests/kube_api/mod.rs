@@ -611,9 +611,8 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let parsed = || -> Result<Value, Response<Body>> {
-        serde_json::from_slice(&body)
-            .map_err(|e| status(400, "BadRequest", format!("invalid JSON body: {e}")))
+    let parsed = || -> Result<Value, String> {
+        serde_json::from_slice(&body).map_err(|e| format!("invalid JSON body: {e}"))
     };
     let kind = t.kind;
     let ns = t.ns.clone().unwrap_or_default();
@@ -629,7 +628,7 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         }
         let mut obj = match parsed() {
             Ok(v) => v,
-            Err(r) => return r,
+            Err(why) => return status(400, "BadRequest", why),
         };
         let Some(name) = obj["metadata"]["name"].as_str().map(str::to_string) else {
             return status(422, "Invalid", "metadata.name: Required value".into());
@@ -678,7 +677,7 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
     }
     let incoming = match parsed() {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(why) => return status(400, "BadRequest", why),
     };
     let stored = {
         let mut st = ctx.state.lock().unwrap();
