@@ -589,3 +589,64 @@ async fn without_election_no_lease_is_written() {
     assert_eq!(api.writes(Kind::Lease), 0);
     assert_eq!(leader_gauge(&w).await, Some(0));
 }
+
+/// `switchyard_kube_events_total{outcome}` of one replica.
+async fn events_counted(w: &Watching, outcome: &str) -> u32 {
+    let Ok(r) = try_request(w.admin_port, "GET", "/metrics", &[]).await else {
+        return 0;
+    };
+    let prefix = format!("switchyard_kube_events_total{{outcome=\"{outcome}\"}} ");
+    r.body
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A warning about a Service: both replicas see it, only the leader writes the Event; the
+/// follower keeps it, and publishes it once the leader is gone and it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_events_and_a_new_leader_catches_up() {
+    let api = FakeApi::start().await;
+    api.apply(kube_api::slice_at(
+        "web",
+        "web-1",
+        "192.0.2.10",
+        8080,
+        true,
+        true,
+        false,
+    ));
+    api.apply(kube_api::service(
+        "web",
+        &[("serviceloadbalancer/lb.algorithm", "bogus")],
+    ));
+    let mut replicas = vec![start(&api, "3s", &[]), start(&api, "3s", &[])];
+    let first = one_leader(&replicas.iter().collect::<Vec<_>>()).await;
+    let other = 1 - first;
+    let posted = || {
+        api.events()
+            .iter()
+            .filter(|e| e["_method"] == "POST" && e["reason"] == "InvalidAnnotation")
+            .count()
+    };
+    until("the leader's Event", || posted() >= 1).await;
+    let ok = eventually(Duration::from_secs(10), || async {
+        events_counted(&replicas[other], "not_leader").await == 1
+    })
+    .await;
+    assert!(ok, "the follower did not hold its Event back");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(posted(), 1, "two replicas, one Event: {:#?}", api.events());
+    replicas[first].child.kill().unwrap();
+    replicas[first].child.wait().unwrap();
+    let ok = eventually(Duration::from_secs(15), || async {
+        events_counted(&replicas[other], "published").await == 1
+    })
+    .await;
+    assert!(
+        ok,
+        "the new leader did not publish what it held:\n{}",
+        replicas[other].stderr()
+    );
+    assert_eq!(posted(), 2);
+}

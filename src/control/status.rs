@@ -229,8 +229,8 @@ pub fn plan(
 /// published Service left on Ingresses no longer served.
 const HISTORY: usize = 8;
 
-/// Retry delay after a batch in which a write failed (not 409/404: those are followed by the
-/// watch event that explains them).
+/// Delay before deciding again after a batch in which a write failed or met a newer version
+/// (404s are not retried: the Ingress is gone).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(2);
 
 /// Everything the status writer needs.
@@ -394,7 +394,7 @@ impl StatusWriter {
         view.service != before || view.service.is_some() && before.is_none()
     }
 
-    /// Writes each, within the limits; returns whether any failed in a way to retry.
+    /// Writes each, within the limits; returns whether any is to be decided again.
     async fn write_all(
         &self,
         writes: Vec<Write>,
@@ -438,7 +438,13 @@ impl StatusWriter {
                     }
                     "written"
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
+                // Changed since it was read: decided again on the version the watch brings (which
+                // may differ in what the status does not show, so no watch event would ask).
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    failed = true;
+                    "conflict"
+                }
+                // Deleted meanwhile: its Delete event removes it from the view.
                 Err(kube::Error::Api(s)) if s.code == 404 => "not_found",
                 Err(e) => {
                     failed = true;

@@ -11,7 +11,7 @@
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
 //! Services become Kubernetes Events, rate-limited. This module must not touch the data plane.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -445,7 +445,38 @@ fn spawn_event_sink(
         let mut seen: HashSet<(String, String, String, String)> = HashSet::new();
         let mut tokens = EVENT_BURST;
         let mut refill = Instant::now();
-        while let Some((w, reference)) = rx.recv().await {
+        let mut leader = leader;
+        // Warnings that came while another replica led: published if this one comes to lead
+        // (at startup the first tables are built before the first election round).
+        let mut parked: VecDeque<(Warning, ObjectReference)> = VecDeque::new();
+        let mut ready: VecDeque<(Warning, ObjectReference)> = VecDeque::new();
+        loop {
+            if ready.is_empty() {
+                let leading = async {
+                    match leader.as_mut() {
+                        Some(l) => l.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    item = rx.recv() => match item {
+                        Some(item) => ready.push_back(item),
+                        None => return,
+                    },
+                    open = leading => {
+                        if !open {
+                            // The election ended (shutting down): nothing more to publish.
+                            return;
+                        }
+                        if leader.as_ref().is_some_and(|l| *l.borrow()) {
+                            ready.extend(parked.drain(..));
+                        }
+                    }
+                }
+            }
+            let Some((w, reference)) = ready.pop_front() else {
+                continue;
+            };
             let key = (
                 reference.uid.clone().unwrap_or_default(),
                 reference.resource_version.clone().unwrap_or_default(),
@@ -461,6 +492,10 @@ fn spawn_event_sink(
                     .kube_events_total
                     .with_label_values(&["not_leader"])
                     .inc();
+                parked.push_back((w, reference));
+                if parked.len() > EVENT_QUEUE {
+                    parked.pop_front();
+                }
                 continue;
             }
             let earned = (refill.elapsed().as_millis() / EVENT_INTERVAL.as_millis()) as u32;
