@@ -650,3 +650,75 @@ async fn only_the_leader_writes_events_and_a_new_leader_catches_up() {
     );
     assert_eq!(posted(), 2);
 }
+
+/// The kinds the Ingress source reads: IngressClasses (cluster-scoped), Secrets by type (a
+/// field selector), and Ingress changes on a watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_serves_ingress_classes_secrets_and_ingress_watches() {
+    use futures_util::StreamExt;
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+    use kube::api::ListParams;
+    use kube::runtime::watcher;
+    let api = FakeApi::start().await;
+    api.apply(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": "switchyard"}, "spec": {"controller": "example.com/switchyard"}}),
+    );
+    for (name, ty) in [("cert", "kubernetes.io/tls"), ("token", "Opaque")] {
+        api.apply(json!({"apiVersion": "v1", "kind": "Secret", "type": ty,
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": name}}}));
+    }
+    let c = client(&api);
+    let classes: kube::Api<IngressClass> = kube::Api::all(c.clone());
+    let list = classes.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert!(list.items[0].metadata.namespace.is_none(), "cluster-scoped");
+    assert!(classes.get_opt("switchyard").await.unwrap().is_some());
+    let secrets: kube::Api<Secret> = kube::Api::all(c.clone());
+    let tls = secrets
+        .list(&ListParams::default().fields("type=kubernetes.io/tls"))
+        .await
+        .unwrap();
+    let names: Vec<String> = tls
+        .items
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["cert"]);
+    let by_label = secrets
+        .list(&ListParams::default().labels("app=token"))
+        .await
+        .unwrap();
+    assert_eq!(by_label.items.len(), 1);
+    api.apply(ingress("a", &[]));
+    let ingresses: kube::Api<Ingress> = kube::Api::namespaced(c, "default");
+    let mut events = watcher(ingresses, watcher::Config::default()).boxed();
+    let mut seen_list = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let ev = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .expect("no watch event within 10 s")
+            .unwrap()
+            .unwrap();
+        match ev {
+            watcher::Event::InitDone => {
+                seen_list = true;
+                api.apply(ingress("a", &[OTHER]));
+            }
+            watcher::Event::Apply(i) if seen_list => {
+                assert_eq!(i.metadata.name.as_deref(), Some("a"));
+                break;
+            }
+            _ => {}
+        }
+    }
+    api.delete(Kind::Ingress, "default", "a");
+    let ev = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ev, watcher::Event::Delete(_)), "{ev:?}");
+}
