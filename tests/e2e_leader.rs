@@ -504,7 +504,7 @@ async fn one_leader(all: &[&Watching]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_the_lease_duration() {
     let api = FakeApi::start().await;
-    let mut replicas = vec![start(&api, "3s", &[]), start(&api, "3s", &[])];
+    let mut replicas = [start(&api, "3s", &[]), start(&api, "3s", &[])];
     let first = one_leader(&replicas.iter().collect::<Vec<_>>()).await;
     assert!(holder(&api).is_some());
     let other = 1 - first;
@@ -620,7 +620,7 @@ async fn only_the_leader_writes_events_and_a_new_leader_catches_up() {
         "web",
         &[("serviceloadbalancer/lb.algorithm", "bogus")],
     ));
-    let mut replicas = vec![start(&api, "3s", &[]), start(&api, "3s", &[])];
+    let mut replicas = [start(&api, "3s", &[]), start(&api, "3s", &[])];
     let first = one_leader(&replicas.iter().collect::<Vec<_>>()).await;
     let other = 1 - first;
     let posted = || {
