@@ -227,7 +227,8 @@ impl Elector {
             let round = tokio::time::timeout(limit, self.round());
             let outcome = tokio::select! {
                 r = round => r.unwrap_or_else(|_| Err(LeaseError::Timeout(self.lease_name(), limit))),
-                _ = stop.changed() => continue,
+                // A dropped sender is a stop too (else this would spin).
+                r = stop.changed() => if r.is_err() { break } else { continue },
             };
             match outcome {
                 Ok(Some(lease)) => {
@@ -256,7 +257,7 @@ impl Elector {
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.election.retry_period) => {}
-                _ = stop.changed() => {}
+                r = stop.changed() => if r.is_err() { break },
             }
         }
         if let Some(lease) = held.filter(|_| self.is_leader()) {

@@ -330,7 +330,8 @@ impl StatusWriter {
                         }
                     }
                 }
-                _ = stop.changed() => {}
+                // A dropped sender is a stop too (else this would spin).
+                r = stop.changed() => if r.is_err() { return },
             }
             if *stop.borrow() {
                 return;
