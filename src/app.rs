@@ -14,7 +14,7 @@ use pingora::services::listening::Service as ListeningService;
 
 use crate::config::{Config, Source};
 use crate::control::pipeline::Pipeline;
-use crate::control::{manifests, translate, watch};
+use crate::control::{lease, manifests, status, translate, watch};
 use crate::data::tls::{self, HandshakeAcceptor};
 use crate::data::{listener as downstream, proxy as http_proxy, tcp as tcp_proxy};
 use crate::decide::edits::Forwarding;
@@ -128,6 +128,15 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .map_err(RunError::AccessLog)?,
     );
     let mut pipeline = Pipeline::new(writer, config.translate.clone(), Arc::clone(&metrics));
+    // The served Ingresses go from the pipeline to the status writer (cluster source only).
+    let served = match (&config.source, &config.publish) {
+        (Source::Cluster { .. }, Some(_)) => {
+            let (tx, rx) = tokio::sync::watch::channel(status::Served::default());
+            pipeline = pipeline.with_served(tx);
+            Some(rx)
+        }
+        _ => None,
+    };
 
     let mut conf = ServerConf {
         threads: config.threads,
@@ -271,6 +280,9 @@ pub fn run(config: Config) -> Result<(), RunError> {
                 },
                 metrics,
                 pipeline: Mutex::new(Some(pipeline)),
+                election: config.election.clone(),
+                status: config.publish.clone().zip(served),
+                stopping: lifecycle.stopping(),
             },
         )),
         (Source::Cluster { .. }, None) => {
@@ -511,6 +523,55 @@ struct ClusterWatch {
     coalesce: watch::Coalesce,
     metrics: Arc<Metrics>,
     pipeline: Mutex<Option<Pipeline>>,
+    /// `--leader-elect`: `None` when off.
+    election: Option<crate::config::Election>,
+    /// Where status addresses come from, and the served Ingresses; `None`: no status.
+    status: Option<(
+        status::Publish,
+        tokio::sync::watch::Receiver<status::Served>,
+    )>,
+    /// True at SIGTERM: the elector releases its Lease then, not after the shutdown delay.
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ClusterWatch {
+    /// Starts the leader election and the status writer, as configured; the leadership
+    /// receiver when there is an election.
+    fn start_replica_duties(
+        &self,
+        client: &kube::Client,
+    ) -> Option<tokio::sync::watch::Receiver<bool>> {
+        let leader = self.election.as_ref().map(|e| {
+            let election = lease::Election {
+                lease_duration: e.lease_duration,
+                renew_deadline: e.renew_deadline,
+                retry_period: e.retry_period,
+                ..lease::Election::new(&e.id, &lease::own_namespace(), &lease::identity())
+            };
+            lease::spawn(
+                client.clone(),
+                election,
+                Arc::clone(&self.metrics),
+                self.stopping.clone(),
+            )
+        });
+        if let Some((publish, served)) = &self.status {
+            status::StatusWriter {
+                client: client.clone(),
+                namespace: self.namespace.clone(),
+                publish: publish.clone(),
+                served: served.clone(),
+                // Without an election this replica is the only writer.
+                leader: leader
+                    .clone()
+                    .unwrap_or_else(|| tokio::sync::watch::channel(true).1),
+                limits: status::Limits::default(),
+                metrics: Arc::clone(&self.metrics),
+            }
+            .spawn(self.stopping.clone());
+        }
+        leader
+    }
 }
 
 #[async_trait]
@@ -531,6 +592,7 @@ impl BackgroundService for ClusterWatch {
                 return;
             }
         };
+        let leader = self.start_replica_duties(&client);
         watch::ClusterSource {
             client,
             namespace: self.namespace.clone(),
@@ -538,6 +600,7 @@ impl BackgroundService for ClusterWatch {
             pipeline,
             metrics: Arc::clone(&self.metrics),
             events: true,
+            leader,
         }
         .run(shutdown)
         .await;

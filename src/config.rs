@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::control::status::{Address, Publish};
 use crate::control::translate::{Options, TcpService};
 use crate::data::Timeouts;
 use crate::data::proxy_protocol;
@@ -380,6 +381,39 @@ pub struct Args {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
           env = "SWITCHYARD_TRAFFIC_HEALTHZ")]
     pub traffic_healthz: bool,
+
+    /// Elect one leader among the replicas through a coordination.k8s.io Lease in the pod's
+    /// namespace (POD_NAMESPACE): only it writes Ingress status and Events. Every replica
+    /// serves traffic either way. `false`: this replica writes them (one replica only).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          env = "SWITCHYARD_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = crate::control::lease::DEFAULT_ELECTION_ID,
+          env = "SWITCHYARD_ELECTION_ID")]
+    pub election_id: String,
+
+    /// The leader-election lease duration (default 15s; renew deadline 2/3 of it, retry period
+    /// 2/15). Hidden and without an environment variable: only the tests shorten it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide = true)]
+    pub election_lease_duration: Option<Duration>,
+
+    /// Set status.loadBalancer.ingress of served Ingresses to this Service's addresses
+    /// (`namespace/name`): its load balancer's, its externalIPs or its clusterIP, by type.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_publish_service,
+          conflicts_with = "publish_status_address", env = "SWITCHYARD_PUBLISH_SERVICE")]
+    pub publish_service: Option<(String, String)>,
+
+    /// Set status.loadBalancer.ingress of served Ingresses to these IPs or host names
+    /// (comma-separated).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        env = "SWITCHYARD_PUBLISH_STATUS_ADDRESS"
+    )]
+    pub publish_status_address: Vec<String>,
 }
 
 /// A DURATION flag: `250ms`, `30s`, `5m`, `2h`, `1h30m` (humantime, the syntax annotations use
@@ -436,6 +470,15 @@ fn parse_proxy_frontend(s: &str) -> Result<proxy_protocol::FrontendSel, String> 
 fn parse_cidr(s: &str) -> Result<proxy_protocol::Cidr, String> {
     s.parse()
         .map_err(|e: crate::table::cidr::CidrError| e.to_string())
+}
+
+fn parse_publish_service(s: &str) -> Result<(String, String), String> {
+    match s.trim().split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!("{s:?} is not namespace/name")),
+    }
 }
 
 fn parse_tcp_service(s: &str) -> Result<TcpService, String> {
@@ -524,6 +567,20 @@ pub struct Config {
     /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
     pub watch_debounce: Option<Duration>,
     pub watch_max_wait: Option<Duration>,
+    /// Leader election (`--leader-elect`, cluster source only): `None` when off.
+    pub election: Option<Election>,
+    /// Where Ingress status addresses come from; `None`: no status is written.
+    pub publish: Option<Publish>,
+}
+
+/// The leader election's settings; the identity and namespace are the pod's, read at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Election {
+    /// `--election-id`: the Lease's name.
+    pub id: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
 }
 
 /// A configuration that parsed but cannot run.
@@ -543,6 +600,10 @@ pub enum ConfigError {
     ProxyProtocolPort(u16),
     #[error("--backend-ca-file {0}: {1}")]
     BackendCa(String, String),
+    #[error(
+        "{0} needs the cluster source (it writes Ingress status through the API server), not --manifests"
+    )]
+    NeedsCluster(&'static str),
 }
 
 impl Config {
@@ -560,6 +621,23 @@ impl Config {
         } else {
             Source::Manifests(manifests)
         };
+        let cluster = matches!(source, Source::Cluster { .. });
+        let publish = match (args.publish_service, args.publish_status_address) {
+            (Some((namespace, name)), _) => Some(Publish::Service { namespace, name }),
+            (None, list) if !list.is_empty() => Some(Publish::Static(
+                list.iter()
+                    .filter(|a| !a.trim().is_empty())
+                    .map(|a| Address::parse(a))
+                    .collect(),
+            )),
+            _ => None,
+        };
+        if publish.is_some() && !cluster {
+            return Err(ConfigError::NeedsCluster(match publish {
+                Some(Publish::Service { .. }) => "--publish-service",
+                _ => "--publish-status-address",
+            }));
+        }
         let http_port = args.http_port.unwrap_or(if args.demo { 8080 } else { 80 });
         if http_port == args.admin_port {
             return Err(ConfigError::PortClash(http_port));
@@ -676,6 +754,18 @@ impl Config {
             shutdown_grace: args.shutdown_grace,
             watch_debounce: args.watch_debounce,
             watch_max_wait: args.watch_max_wait,
+            election: (cluster && args.leader_elect).then(|| {
+                let lease = args
+                    .election_lease_duration
+                    .unwrap_or(crate::control::lease::LEASE_DURATION);
+                Election {
+                    id: args.election_id,
+                    lease_duration: lease,
+                    renew_deadline: lease * 2 / 3,
+                    retry_period: lease * 2 / 15,
+                }
+            }),
+            publish,
         })
     }
 }
@@ -712,6 +802,15 @@ const HEADINGS: &[(&str, &[&str])] = &[
     (
         "Ingress",
         &["controller_name", "watch_ingress_without_class"],
+    ),
+    (
+        "Replicas and Ingress status",
+        &[
+            "leader_elect",
+            "election_id",
+            "publish_service",
+            "publish_status_address",
+        ],
     ),
     (
         "Traffic",
@@ -907,6 +1006,77 @@ mod tests {
             missing.is_empty(),
             "flags without their variable: {missing:#?}"
         );
+    }
+
+    #[test]
+    fn election_and_publish_flags() {
+        let c = Config::from_args(parse(&["--kubeconfig=/k"]).unwrap()).unwrap();
+        let e = c.election.unwrap();
+        assert_eq!(e.id, "switchyard-leader");
+        assert_eq!(
+            (e.lease_duration, e.renew_deadline, e.retry_period),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+        assert_eq!(c.publish, None);
+        let c = Config::from_args(
+            parse(&[
+                "--kubeconfig=/k",
+                "--leader-elect=false",
+                "--publish-service=sw/lb",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.election, None);
+        assert_eq!(
+            c.publish,
+            Some(Publish::Service {
+                namespace: "sw".into(),
+                name: "lb".into()
+            })
+        );
+        let c = Config::from_args(
+            parse(&[
+                "--kubeconfig=/k",
+                "--publish-status-address=203.0.113.7,lb.example.com",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.publish,
+            Some(Publish::Static(vec![
+                Address::Ip("203.0.113.7".into()),
+                Address::Hostname("lb.example.com".into())
+            ]))
+        );
+        // Offline mode has no API server: no election, and publishing is a mistake.
+        let c = Config::from_args(parse(&["--manifests=m"]).unwrap()).unwrap();
+        assert_eq!(c.election, None);
+        assert!(matches!(
+            Config::from_args(
+                parse(&["--manifests=m", "--publish-status-address=1.2.3.4"]).unwrap()
+            ),
+            Err(ConfigError::NeedsCluster("--publish-status-address"))
+        ));
+        let e = parse(&["--publish-service=a/b", "--publish-status-address=1.2.3.4"]).unwrap_err();
+        let line = error_line(&e);
+        assert!(
+            line.contains("cannot be used with") && !line.contains('\n'),
+            "{line}"
+        );
+        assert!(parse(&["--publish-service=lb"]).is_err());
+        assert!(parse(&["--publish-service=a/b/c"]).is_err());
+        let c =
+            Config::from_args(parse(&["--kubeconfig=/k", "--election-lease-duration=3s"]).unwrap())
+                .unwrap();
+        let e = c.election.unwrap();
+        assert_eq!(e.renew_deadline, Duration::from_secs(2));
+        assert_eq!(e.retry_period, Duration::from_millis(400));
     }
 
     #[test]

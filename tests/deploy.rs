@@ -1,8 +1,9 @@
 //! Keeps `deploy/` true to the code: every manifest parses into its k8s-openapi type and
 //! survives a round trip unchanged (so a misspelled field fails here, not in a cluster), the
-//! flags the workloads pass are flags switchyard accepts, RBAC grants exactly what the watcher
-//! uses, the termination grace period covers the shutdown sequence, and the offline example's
-//! routing objects translate without a warning.
+//! flags the workloads pass are flags switchyard accepts, RBAC grants exactly what the watcher,
+//! the status writer and the leader election use (no wildcards), the termination grace period
+//! covers the shutdown sequence, and the offline example's routing objects translate without a
+//! warning.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -194,41 +195,169 @@ fn workload_flags_parse_and_grace_period_covers_shutdown() {
     }
 }
 
-fn rules_of(kind: &str) -> Vec<Vec<PolicyRule>> {
+/// Every Role and ClusterRole under deploy/: (file, kind, namespace, name, rules).
+fn roles() -> Vec<(PathBuf, String, String, String, Vec<PolicyRule>)> {
     documents()
         .into_iter()
-        .filter(|(_, v)| v["kind"] == kind)
-        .map(|(_, v)| v["rules"].clone())
-        .map(|r| serde_json::from_value(r).unwrap())
+        .filter(|(_, v)| v["kind"] == "Role" || v["kind"] == "ClusterRole")
+        .map(|(f, v)| {
+            let s = |p: &Value| p.as_str().unwrap_or_default().to_string();
+            (
+                f,
+                s(&v["kind"]),
+                s(&v["metadata"]["namespace"]),
+                s(&v["metadata"]["name"]),
+                serde_json::from_value(v["rules"].clone()).unwrap(),
+            )
+        })
         .collect()
 }
 
+/// (apiGroup, resource, resourceNames, verbs): one rule each.
+type Grant = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+const READ: &[&str] = &["get", "list", "watch"];
+
+/// What the cluster watcher, the status writer and the Event sink use, in the watched scope.
+const WATCHER: &[Grant] = &[
+    ("", "services", &[], READ),
+    ("discovery.k8s.io", "endpointslices", &[], READ),
+    ("networking.k8s.io", "ingresses", &[], READ),
+    ("", "secrets", &[], READ),
+    (
+        "networking.k8s.io",
+        "ingresses/status",
+        &[],
+        &["update", "patch"],
+    ),
+    ("events.k8s.io", "events", &[], &["create", "patch"]),
+];
+/// IngressClasses are cluster-scoped: read cluster-wide in both variants.
+const INGRESS_CLASSES: Grant = ("networking.k8s.io", "ingressclasses", &[], READ);
+/// The leader election, in the controller's own namespace: create the Lease, read and renew
+/// only the one named by --election-id.
+const LEADER_ELECTION: &[Grant] = &[
+    ("coordination.k8s.io", "leases", &[], &["create"]),
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["switchyard-leader"],
+        &["get", "update"],
+    ),
+];
+
+fn assert_exactly(what: &str, rules: &[PolicyRule], grants: &[Grant]) {
+    assert_eq!(
+        rules.len(),
+        grants.len(),
+        "{what}: extra or missing rules {rules:#?}"
+    );
+    for (group, resource, names, verbs) in grants {
+        let names: Option<Vec<String>> =
+            (!names.is_empty()).then(|| names.iter().map(|n| n.to_string()).collect());
+        let found = rules.iter().any(|r| {
+            r.api_groups.as_deref() == Some(&[group.to_string()][..])
+                && r.resources.as_deref() == Some(&[resource.to_string()][..])
+                && r.resource_names == names
+                && r.verbs == *verbs
+        });
+        assert!(
+            found,
+            "{what}: no rule {group}/{resource} {names:?} {verbs:?} in {rules:#?}"
+        );
+    }
+}
+
 #[test]
-fn rbac_is_exactly_what_the_watcher_uses() {
-    let expected = [
-        ("", "services", vec!["get", "list", "watch"]),
-        (
-            "discovery.k8s.io",
-            "endpointslices",
-            vec!["get", "list", "watch"],
-        ),
-        ("events.k8s.io", "events", vec!["create", "patch"]),
-    ];
-    for kind in ["ClusterRole", "Role"] {
-        let all = rules_of(kind);
-        assert!(!all.is_empty(), "no {kind}");
-        for rules in all {
-            assert_eq!(rules.len(), expected.len(), "{kind}: extra rules");
-            for (group, resource, verbs) in &expected {
-                let r = rules
-                    .iter()
-                    .find(|r| r.resources.as_deref() == Some(&[resource.to_string()][..]))
-                    .unwrap_or_else(|| panic!("{kind}: no rule for {resource}"));
-                assert_eq!(r.api_groups.as_deref(), Some(&[group.to_string()][..]));
-                assert_eq!(&r.verbs, verbs, "{kind}: {resource}");
+fn rbac_is_exactly_what_switchyard_uses_without_wildcards() {
+    let roles = roles();
+    let find = |kind: &str, ns: &str, name: &str| {
+        roles
+            .iter()
+            .find(|(_, k, n, m, _)| k == kind && n == ns && m == name)
+            .map(|r| r.4.clone())
+            .unwrap_or_else(|| panic!("no {kind} {ns}/{name}"))
+    };
+    let mut cluster: Vec<Grant> = WATCHER.to_vec();
+    cluster.insert(3, INGRESS_CLASSES);
+    assert_exactly(
+        "ClusterRole switchyard",
+        &find("ClusterRole", "", "switchyard"),
+        &cluster,
+    );
+    assert_exactly(
+        "Role apps/switchyard",
+        &find("Role", "apps", "switchyard"),
+        WATCHER,
+    );
+    assert_exactly(
+        "ClusterRole switchyard-ingressclasses",
+        &find("ClusterRole", "", "switchyard-ingressclasses"),
+        &[INGRESS_CLASSES],
+    );
+    // The Lease only in the controller's own namespace, and never cluster-wide.
+    assert_exactly(
+        "Role switchyard/switchyard-leader-election",
+        &find("Role", "switchyard", "switchyard-leader-election"),
+        LEADER_ELECTION,
+    );
+    assert_eq!(roles.len(), 4, "unexpected roles: {roles:#?}");
+    for (file, kind, _, name, rules) in &roles {
+        for r in rules {
+            let all = r
+                .verbs
+                .iter()
+                .chain(r.resources.iter().flatten())
+                .chain(r.api_groups.iter().flatten())
+                .chain(r.resource_names.iter().flatten());
+            for v in all {
+                assert!(
+                    !v.contains('*'),
+                    "{}: {kind} {name}: wildcard {v:?}",
+                    file.display()
+                );
             }
+            assert!(
+                r.non_resource_urls.is_none(),
+                "{}: {kind} {name}",
+                file.display()
+            );
         }
     }
+    // Every binding names a role that exists and the switchyard ServiceAccount.
+    for (file, v) in documents() {
+        let kind = v["kind"].as_str().unwrap_or_default();
+        if kind != "RoleBinding" && kind != "ClusterRoleBinding" {
+            continue;
+        }
+        let ns = v["metadata"]["namespace"].as_str().unwrap_or_default();
+        let role_kind = v["roleRef"]["kind"].as_str().unwrap();
+        let role_ns = if role_kind == "Role" { ns } else { "" };
+        let role = v["roleRef"]["name"].as_str().unwrap();
+        assert!(
+            roles
+                .iter()
+                .any(|(_, k, n, m, _)| k == role_kind && n == role_ns && m == role),
+            "{}: {kind} refers to a missing {role_kind} {role}",
+            file.display()
+        );
+        assert_eq!(
+            v["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": "switchyard", "namespace": "switchyard"}]),
+            "{}",
+            file.display()
+        );
+    }
+    // The default --election-id is the Lease the Role lets the replicas renew.
+    assert_eq!(
+        switchyard::control::lease::DEFAULT_ELECTION_ID,
+        "switchyard-leader"
+    );
 }
 
 #[test]

@@ -199,6 +199,45 @@ fn durations_take_units_up_to_hours() {
     assert!(err.contains("5parsecs"), "{err}");
 }
 
+/// The two status-address sources exclude each other, and offline mode has neither: one line
+/// and exit status 2 each, the environment variable as much as the flag.
+#[test]
+fn publish_flags_are_one_source_and_need_the_cluster() {
+    let out = run(
+        &[
+            "--kubeconfig=/nonexistent",
+            "--publish-service=switchyard/switchyard",
+            "--publish-status-address=203.0.113.7",
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    let out = run(
+        &[
+            "--manifests=/nonexistent",
+            "--publish-service=switchyard/switchyard",
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--publish-service needs the cluster source"),
+        "{err}"
+    );
+    let out = run(
+        &["--manifests=/nonexistent"],
+        &[("SWITCHYARD_PUBLISH_SERVICE", "no-slash")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not namespace/name"), "{err}");
+}
+
 #[test]
 fn dry_run_reads_its_environment_variable() {
     let dir = tempfile::tempdir().unwrap();

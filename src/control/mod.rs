@@ -2,7 +2,9 @@
 //! pipeline, which runs the pure `translate` and swaps the table in once. Nothing here names
 //! the data plane; the only way out is the table writer.
 
+pub mod lease;
 pub mod manifests;
 pub mod pipeline;
+pub mod status;
 pub mod translate;
 pub mod watch;

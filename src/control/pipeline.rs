@@ -7,7 +7,7 @@
 //! duration; it must not touch the data plane.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::control::translate::{
-    Built, Changes, IngressInputs, Memo, ObjectKey, Options, Previous, Store, Warning,
-    WarningReason, translate_changes, translate_with,
+    Built, Changes, IngressInputs, Memo, Options, Previous, Store, Warning, WarningReason,
+    translate_changes, translate_with,
 };
 use crate::ops::metrics::Metrics;
 use crate::table::{RoutingTable, TableWriter};
@@ -51,8 +51,12 @@ pub struct Pipeline {
     current: Arc<RoutingTable>,
     /// Called with each table swapped in (the TLS side loads its Secrets' certificates).
     on_swap: Vec<SwapHook>,
-    /// The Ingresses the serving table serves (for the status writer).
-    served: tokio::sync::watch::Sender<Arc<BTreeSet<ObjectKey>>>,
+    /// Where the set of served Ingresses (namespace, name) goes after each build, for the
+    /// status writer (`control::status`); `None` when no status is written. The writer
+    /// ignores the channel's initial value, so the first build always sends.
+    served: Option<tokio::sync::watch::Sender<crate::control::status::Served>>,
+    /// A build has sent the served set.
+    served_sent: bool,
 }
 
 impl Pipeline {
@@ -72,7 +76,8 @@ impl Pipeline {
             last: None,
             current: Arc::default(),
             on_swap: Vec::new(),
-            served: tokio::sync::watch::Sender::new(Arc::default()),
+            served: None,
+            served_sent: false,
         }
     }
 
@@ -81,9 +86,18 @@ impl Pipeline {
         self.on_swap.push(Box::new(f));
     }
 
-    /// The Ingresses (namespace, name) the serving table serves, as it changes.
-    pub fn served_ingresses(&self) -> tokio::sync::watch::Receiver<Arc<BTreeSet<ObjectKey>>> {
-        self.served.subscribe()
+    /// Publishes the served Ingresses on `tx` (see the `served` field).
+    pub fn with_served(
+        mut self,
+        tx: tokio::sync::watch::Sender<crate::control::status::Served>,
+    ) -> Self {
+        self.served = Some(tx);
+        self
+    }
+
+    /// The served-Ingress channel, when a status writer listens.
+    pub fn served(&self) -> Option<&tokio::sync::watch::Sender<crate::control::status::Served>> {
+        self.served.as_ref()
     }
 
     /// What the next build starts from, and the options to build with.
@@ -145,15 +159,20 @@ impl Pipeline {
         self.publish(started, table, Some(memo), &warnings)
     }
 
-    /// Tells the status writer which Ingresses are served, when that changed.
-    fn served_from(&self, memo: &Memo) {
+    /// Tells the status writer which Ingresses are served: after the first build, and
+    /// whenever the set changed.
+    fn served_from(&mut self, memo: &Memo) {
+        let Some(tx) = &self.served else {
+            return;
+        };
         let served = memo.served_ingresses();
-        self.served.send_if_modified(|now| {
-            let changed = **now != **served;
-            if changed {
+        let first = !std::mem::replace(&mut self.served_sent, true);
+        tx.send_if_modified(|now| {
+            let send = first || **now != **served;
+            if send {
                 *now = Arc::clone(served);
             }
-            changed
+            send
         });
     }
 

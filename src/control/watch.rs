@@ -11,7 +11,7 @@
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
 //! Services become Kubernetes Events, rate-limited. This module must not touch the data plane.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,9 @@ pub struct ClusterSource {
     pub metrics: Arc<Metrics>,
     /// Publish Events about Services (off in tests that do not want them).
     pub events: bool,
+    /// Leadership (`control::lease`): Events about objects are not per replica, so only the
+    /// leader publishes them. `None`: no election, this replica publishes.
+    pub leader: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// One watched resource's objects by (namespace, name), with the re-list buffer, and what
@@ -325,9 +328,13 @@ impl ClusterSource {
         let mut ing_store: Store<Ingress> = Store::new();
         let mut class_store: Store<IngressClass> = Store::new();
         let mut secret_store: Store<Secret> = Store::new();
-        let events = self
-            .events
-            .then(|| spawn_event_sink(self.client.clone(), Arc::clone(&self.metrics)));
+        let events = self.events.then(|| {
+            spawn_event_sink(
+                self.client.clone(),
+                Arc::clone(&self.metrics),
+                self.leader.clone(),
+            )
+        });
         // The first event not yet in a published table, and the latest event.
         let mut pending: Option<(Instant, Instant)> = None;
         loop {
@@ -520,6 +527,7 @@ const EVENT_MEMORY: usize = 10_000;
 fn spawn_event_sink(
     client: Client,
     metrics: Arc<Metrics>,
+    leader: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> mpsc::Sender<(Warning, ObjectReference)> {
     let (tx, mut rx) = mpsc::channel::<(Warning, ObjectReference)>(EVENT_QUEUE);
     let reporter = Reporter {
@@ -531,7 +539,38 @@ fn spawn_event_sink(
         let mut seen: HashSet<(String, String, String, String)> = HashSet::new();
         let mut tokens = EVENT_BURST;
         let mut refill = Instant::now();
-        while let Some((w, reference)) = rx.recv().await {
+        let mut leader = leader;
+        // Warnings that came while another replica led: published if this one comes to lead
+        // (at startup the first tables are built before the first election round).
+        let mut parked: VecDeque<(Warning, ObjectReference)> = VecDeque::new();
+        let mut ready: VecDeque<(Warning, ObjectReference)> = VecDeque::new();
+        loop {
+            if ready.is_empty() {
+                let leading = async {
+                    match leader.as_mut() {
+                        Some(l) => l.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    item = rx.recv() => match item {
+                        Some(item) => ready.push_back(item),
+                        None => return,
+                    },
+                    open = leading => {
+                        if !open {
+                            // The election ended (shutting down): nothing more to publish.
+                            return;
+                        }
+                        if leader.as_ref().is_some_and(|l| *l.borrow()) {
+                            ready.extend(parked.drain(..));
+                        }
+                    }
+                }
+            }
+            let Some((w, reference)) = ready.pop_front() else {
+                continue;
+            };
             let key = (
                 reference.uid.clone().unwrap_or_default(),
                 reference.resource_version.clone().unwrap_or_default(),
@@ -539,6 +578,18 @@ fn spawn_event_sink(
                 w.message.clone(),
             );
             if seen.contains(&key) {
+                continue;
+            }
+            // Every replica sees the same warning; the leader's Event is the one.
+            if leader.as_ref().is_some_and(|l| !*l.borrow()) {
+                metrics
+                    .kube_events_total
+                    .with_label_values(&["not_leader"])
+                    .inc();
+                parked.push_back((w, reference));
+                if parked.len() > EVENT_QUEUE {
+                    parked.pop_front();
+                }
                 continue;
             }
             let earned = (refill.elapsed().as_millis() / EVENT_INTERVAL.as_millis()) as u32;

@@ -18,10 +18,23 @@ use tokio::signal::unix::{SignalKind, signal};
 const DRAIN_POLL: Duration = Duration::from_millis(50);
 
 /// Shared shutdown state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Lifecycle {
     shutting_down: AtomicBool,
     active: AtomicUsize,
+    /// Turns true with `shutting_down`, for tasks that act on it at once (the leader
+    /// election releases its Lease at SIGTERM, not after the shutdown delay).
+    stopping: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Lifecycle {
+            shutting_down: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            stopping: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 impl Lifecycle {
@@ -46,6 +59,12 @@ impl Lifecycle {
 
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
+        self.stopping.send_replace(true);
+    }
+
+    /// True once shutdown has begun (SIGTERM), without polling.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
     }
 }
 
@@ -139,7 +158,10 @@ mod tests {
         drop(b);
         assert_eq!(l.active(), 0);
         assert!(!l.is_shutting_down());
+        let stopping = l.stopping();
+        assert!(!*stopping.borrow());
         l.begin_shutdown();
         assert!(l.is_shutting_down());
+        assert!(*stopping.borrow());
     }
 }

@@ -36,6 +36,10 @@ pub struct Metrics {
     pub watch_errors_total: IntCounterVec,
     pub relists_total: IntCounterVec,
     pub kube_events_total: IntCounterVec,
+    /// 1 while this replica holds the leader-election Lease (`control::lease`).
+    pub leader: IntGauge,
+    /// Ingress status writes by the leader, by result (`STATUS_WRITE_RESULTS`).
+    pub status_writes_total: IntCounterVec,
     /// Bytes the process has allocated and not freed (jemalloc's `stats.allocated`), read at
     /// scrape time. It shows whether memory grows with table generations without RSS's noise
     /// (pages kept for reuse, purging that lags). 0 where jemalloc is not the global allocator
@@ -132,6 +136,19 @@ impl Metrics {
                 &["outcome"],
             )
             .unwrap_or_else(|_| unreachable_metric()),
+            leader: IntGauge::new(
+                "leader",
+                "1 while this replica holds the leader-election Lease (writes status and Events)",
+            )
+            .unwrap_or_else(|_| unreachable_metric()),
+            status_writes_total: IntCounterVec::new(
+                Opts::new(
+                    "status_writes_total",
+                    "Ingress status writes (set or cleared) by the leader, by result",
+                ),
+                &["result"],
+            )
+            .unwrap_or_else(|_| unreachable_metric()),
             build_info: build_info(),
             heap_allocated_bytes: IntGauge::new(
                 "heap_allocated_bytes",
@@ -162,6 +179,18 @@ impl Metrics {
                 tracing::error!(error = %e, "metric registration failed");
             }
         }
+        // Leader election and the status writer; every result's series from 0.
+        for result in STATUS_WRITE_RESULTS {
+            m.status_writes_total.with_label_values(&[result]);
+        }
+        for c in [
+            Box::new(m.leader.clone()) as Box<dyn Collector>,
+            Box::new(m.status_writes_total.clone()),
+        ] {
+            if let Err(e) = m.registry.register(c) {
+                tracing::error!(error = %e, "metric registration failed");
+            }
+        }
         m
     }
 
@@ -177,6 +206,11 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 }
+
+/// The `result` label values of `status_writes_total`: written, answered 409 (the Ingress
+/// changed since it was read; retried from the next version), 404 (deleted meanwhile), or
+/// failed otherwise.
+pub const STATUS_WRITE_RESULTS: [&str; 4] = ["written", "conflict", "not_found", "failed"];
 
 /// jemalloc's count of allocated bytes; its statistics are cached until the epoch advances.
 fn heap_allocated() -> i64 {

@@ -1,9 +1,19 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
-//! EndpointSlices and Events: list with `resourceVersion`, watch streams of
+//! EndpointSlices, Ingresses, IngressClasses, Secrets, Leases and Events: list with
+//! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the
 //! API server sends it) for a watch that starts before the compacted history, which forces the
 //! client to re-list. Tests drive it (`apply`, `delete`, `break_watches`) and read back what
-//! clients did (`lists`, `events`).
+//! clients did (`lists`, `events`, `writes`, `status_writes`, `object`).
+//!
+//! Clients write objects as they would to a real server: `POST` a collection (409
+//! `AlreadyExists` when the name is taken), `GET`/`PUT`/`PATCH`/`DELETE` an object (404
+//! `NotFound` when absent), and `GET`/`PUT`/`PATCH` an Ingress's `/status` subresource, which
+//! changes only the status (as the main resource changes everything but it). A `PUT` or a merge
+//! patch naming a `metadata.resourceVersion` other than the current one gets 409 `Conflict` with
+//! the real `Status` body: that is what makes a Lease a lock. Merge patches
+//! (`application/merge-patch+json`; strategic merge is applied the same way, which is exact for
+//! the fields used here) are supported; JSON patch and server-side apply answer 415.
 //!
 //! Like a real API server it refuses EndpointSlices with loopback, unspecified or link-local
 //! addresses (a 422 `Invalid`, here a panic in `apply` with the real message), so a test that
@@ -31,32 +41,82 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 type Body = BoxBody<Bytes, Infallible>;
 
-/// The two watched kinds, with their URL pieces.
+/// The kinds served, with their URL pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Service,
     EndpointSlice,
+    Ingress,
+    IngressClass,
+    Secret,
+    Lease,
 }
 
 impl Kind {
+    const ALL: [Kind; 6] = [
+        Kind::Service,
+        Kind::EndpointSlice,
+        Kind::Ingress,
+        Kind::IngressClass,
+        Kind::Secret,
+        Kind::Lease,
+    ];
+    fn group(self) -> &'static str {
+        match self {
+            Kind::Service | Kind::Secret => "",
+            Kind::EndpointSlice => "discovery.k8s.io",
+            Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
+            Kind::Lease => "coordination.k8s.io",
+        }
+    }
     fn api_version(self) -> &'static str {
         match self {
-            Kind::Service => "v1",
+            Kind::Service | Kind::Secret => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::Ingress | Kind::IngressClass => "networking.k8s.io/v1",
+            Kind::Lease => "coordination.k8s.io/v1",
         }
     }
     fn name(self) -> &'static str {
         match self {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::Ingress => "Ingress",
+            Kind::IngressClass => "IngressClass",
+            Kind::Secret => "Secret",
+            Kind::Lease => "Lease",
         }
     }
-    fn from_value(v: &Value) -> Kind {
-        match v["kind"].as_str() {
-            Some("Service") => Kind::Service,
-            Some("EndpointSlice") => Kind::EndpointSlice,
-            other => panic!("fake API serves Services and EndpointSlices, not {other:?}"),
+    fn plural(self) -> &'static str {
+        match self {
+            Kind::Service => "services",
+            Kind::EndpointSlice => "endpointslices",
+            Kind::Ingress => "ingresses",
+            Kind::IngressClass => "ingressclasses",
+            Kind::Secret => "secrets",
+            Kind::Lease => "leases",
         }
+    }
+    /// `leases.coordination.k8s.io`, as the API server names a resource in messages.
+    fn qualified(self) -> String {
+        match self.group() {
+            "" => self.plural().to_string(),
+            g => format!("{}.{g}", self.plural()),
+        }
+    }
+    fn cluster_scoped(self) -> bool {
+        self == Kind::IngressClass
+    }
+    /// Has a `/status` subresource (writes to the main resource keep the status).
+    fn has_status(self) -> bool {
+        matches!(self, Kind::Service | Kind::Ingress)
+    }
+    fn from_value(v: &Value) -> Kind {
+        let kind = v["kind"].as_str();
+        Kind::ALL
+            .into_iter()
+            .find(|k| Some(k.name()) == kind)
+            .unwrap_or_else(|| panic!("fake API does not serve {kind:?}"))
     }
 }
 
@@ -82,6 +142,54 @@ struct State {
     attempts: BTreeMap<Kind, u32>,
     /// Accept EndpointSlices with 127.0.0.1 (`start_reaching_local_backends`).
     allow_loopback: bool,
+    /// Successful client writes (create, update, patch, delete) per kind, status included.
+    writes: BTreeMap<Kind, u32>,
+    /// Successful writes of the `/status` subresource, per (kind, namespace, name).
+    status_writes: BTreeMap<(Kind, String, String), u32>,
+}
+
+impl State {
+    /// Stores `obj` under a new resourceVersion and logs the change; returns what was stored.
+    fn store(&mut self, kind: Kind, mut obj: Value) -> Value {
+        self.rv += 1;
+        let rv = self.rv;
+        if kind.cluster_scoped() {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("namespace");
+            }
+        } else if obj["metadata"]["namespace"].is_null() {
+            obj["metadata"]["namespace"] = json!("default");
+        }
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        obj["apiVersion"] = json!(kind.api_version());
+        obj["kind"] = json!(kind.name());
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        obj["metadata"]["uid"] = json!(format!("uid-{}-{ns}-{name}", kind.name()));
+        let key = (kind, ns, name);
+        let ty = if self.objects.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.objects.insert(key, obj.clone());
+        self.log.push((rv, ty, kind, obj.clone()));
+        obj
+    }
+
+    fn remove(&mut self, kind: Kind, ns: &str, name: &str) -> Option<Value> {
+        let mut obj = self
+            .objects
+            .remove(&(kind, ns.to_string(), name.to_string()))?;
+        self.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        let rv = self.rv;
+        self.log.push((rv, "DELETED", kind, obj.clone()));
+        Some(obj)
+    }
 }
 
 /// A running fake API server.
@@ -157,50 +265,75 @@ impl FakeApi {
         }
     }
 
-    /// Creates or replaces an object (ADDED or MODIFIED), stamping resourceVersion and uid.
-    /// Panics with the real API server's 422 message on an EndpointSlice address it refuses.
-    pub fn apply(&self, mut obj: Value) {
-        let kind = Kind::from_value(&obj);
+    /// Creates or replaces an object (ADDED or MODIFIED), stamping resourceVersion and uid,
+    /// status included (as a controller with every permission would). Panics with the real API
+    /// server's 422 message on an EndpointSlice address it refuses.
+    pub fn apply(&self, obj: Value) {
+        self.apply_all(vec![obj]);
+    }
+
+    /// `apply` for many objects under one lock and one wake-up (thousands of Ingresses).
+    pub fn apply_all(&self, objs: Vec<Value>) {
         let mut st = self.state.lock().unwrap();
-        if kind == Kind::EndpointSlice
-            && !st.allow_loopback
-            && let Some(why) = invalid_endpoint_address(&obj)
-        {
-            drop(st);
-            panic!("422 Invalid: {why}");
+        for obj in objs {
+            let kind = Kind::from_value(&obj);
+            if kind == Kind::EndpointSlice
+                && !st.allow_loopback
+                && let Some(why) = invalid_endpoint_address(&obj)
+            {
+                drop(st);
+                panic!("422 Invalid: {why}");
+            }
+            st.store(kind, obj);
         }
-        st.rv += 1;
-        let rv = st.rv;
-        if obj["metadata"]["namespace"].is_null() {
-            obj["metadata"]["namespace"] = json!("default");
-        }
-        let ns = obj["metadata"]["namespace"].as_str().unwrap().to_string();
-        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        obj["metadata"]["uid"] = json!(format!("uid-{}-{ns}-{name}", kind.name()));
-        let key = (kind, ns, name);
-        let ty = if st.objects.contains_key(&key) {
-            "MODIFIED"
-        } else {
-            "ADDED"
-        };
-        st.objects.insert(key, obj.clone());
-        st.log.push((rv, ty, kind, obj));
         drop(st);
         let _ = self.changed.send(());
     }
 
     pub fn delete(&self, kind: Kind, ns: &str, name: &str) {
-        let mut st = self.state.lock().unwrap();
-        let Some(mut obj) = st.objects.remove(&(kind, ns.to_string(), name.to_string())) else {
-            return;
-        };
-        st.rv += 1;
-        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
-        let rv = st.rv;
-        st.log.push((rv, "DELETED", kind, obj));
-        drop(st);
-        let _ = self.changed.send(());
+        let removed = self.state.lock().unwrap().remove(kind, ns, name);
+        if removed.is_some() {
+            let _ = self.changed.send(());
+        }
+    }
+
+    /// The stored object (`ns` is ignored for cluster-scoped kinds).
+    pub fn object(&self, kind: Kind, ns: &str, name: &str) -> Option<Value> {
+        let ns = if kind.cluster_scoped() { "" } else { ns };
+        self.state
+            .lock()
+            .unwrap()
+            .objects
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Every stored object of `kind`.
+    pub fn objects(&self, kind: Kind) -> Vec<Value> {
+        let st = self.state.lock().unwrap();
+        st.objects
+            .iter()
+            .filter(|((k, _, _), _)| *k == kind)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Successful client writes of `kind` (create, update, patch, delete; status included).
+    pub fn writes(&self, kind: Kind) -> u32 {
+        let st = self.state.lock().unwrap();
+        st.writes.get(&kind).copied().unwrap_or(0)
+    }
+
+    /// Successful `/status` writes of `kind`, in all, and of the busiest object.
+    pub fn status_writes(&self, kind: Kind) -> (u32, u32) {
+        let st = self.state.lock().unwrap();
+        let per: Vec<u32> = st
+            .status_writes
+            .iter()
+            .filter(|((k, _, _), _)| *k == kind)
+            .map(|(_, n)| *n)
+            .collect();
+        (per.iter().sum(), per.iter().copied().max().unwrap_or(0))
     }
 
     /// Closes every open watch. With `compact`, the history so far is forgotten, so a client
@@ -295,23 +428,44 @@ fn full(status: StatusCode, body: Value) -> Response<Body> {
         .unwrap()
 }
 
-/// `(kind, namespace)` for a collection path, or `None`.
-fn route(path: &str) -> Option<(Kind, Option<String>)> {
+/// What a request path names: a collection (no name) or an object, maybe a subresource.
+struct Target {
+    kind: Kind,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn route(path: &str) -> Option<Target> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match parts.as_slice() {
-        ["api", "v1", "services"] => Some((Kind::Service, None)),
-        ["api", "v1", "namespaces", ns, "services"] => Some((Kind::Service, Some(ns.to_string()))),
-        ["apis", "discovery.k8s.io", "v1", "endpointslices"] => Some((Kind::EndpointSlice, None)),
-        [
-            "apis",
-            "discovery.k8s.io",
-            "v1",
-            "namespaces",
-            ns,
-            "endpointslices",
-        ] => Some((Kind::EndpointSlice, Some(ns.to_string()))),
-        _ => None,
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", group, "v1", rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    let (ns, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        _ => (None, rest),
+    };
+    let (plural, name, sub) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(name.to_string()), None),
+        [plural, name, sub] => (*plural, Some(name.to_string()), Some(sub.to_string())),
+        _ => return None,
+    };
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| k.plural() == plural && k.group() == group)?;
+    // A namespaced object is only addressed inside its namespace, a cluster-scoped one never.
+    if kind.cluster_scoped() == ns.is_some() && (name.is_some() || kind.cluster_scoped()) {
+        return None;
     }
+    Some(Target {
+        kind,
+        ns,
+        name,
+        sub,
+    })
 }
 
 fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
@@ -320,8 +474,282 @@ fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
         .unwrap_or("")
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| (k.to_string(), percent_decode(v)))
         .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The string at a dotted field path (`metadata.name`, `type`), `""` when absent.
+fn field<'a>(obj: &'a Value, path: &str) -> &'a str {
+    path.split('.')
+        .try_fold(obj, |v, k| v.get(k))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Whether `obj` passes the request's `fieldSelector` and `labelSelector` (equality terms:
+/// `k=v`, `k==v`, `k!=v`; for labels also `k` and `!k`). `Err`: a term the fake cannot judge,
+/// answered 400 as a real server answers a bad selector.
+fn selected(obj: &Value, q: &BTreeMap<String, String>) -> Result<bool, String> {
+    let terms = |s: Option<&String>| -> Vec<String> {
+        s.map(|s| {
+            s.split(',')
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    for t in terms(q.get("fieldSelector")) {
+        let ok = if let Some((k, v)) = t.split_once("!=") {
+            field(obj, k) != v
+        } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
+            field(obj, k) == v
+        } else {
+            return Err(format!("invalid field selector {t:?}"));
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    let labels = &obj["metadata"]["labels"];
+    for t in terms(q.get("labelSelector")) {
+        if t.contains('(') || t.contains(' ') {
+            return Err(format!(
+                "the fake does not judge set-based selectors: {t:?}"
+            ));
+        }
+        let ok = if let Some((k, v)) = t.split_once("!=") {
+            labels[k].as_str() != Some(v)
+        } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
+            labels[k].as_str() == Some(v)
+        } else if let Some(k) = t.strip_prefix('!') {
+            labels.get(k).is_none()
+        } else {
+            labels.get(t.as_str()).is_some()
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A `Status` failure, as the API server writes one.
+fn status(code: u16, reason: &str, message: String) -> Response<Body> {
+    full(
+        StatusCode::from_u16(code).unwrap(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": message, "reason": reason, "code": code}),
+    )
+}
+
+fn not_found(kind: Kind, name: &str) -> Response<Body> {
+    status(
+        404,
+        "NotFound",
+        format!("{} \"{name}\" not found", kind.qualified()),
+    )
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().unwrap();
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+/// Creates, reads, replaces, patches or deletes one object (or its `/status`).
+async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Response<Body> {
+    let method = req.method().clone();
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let parsed = || -> Result<Value, String> {
+        serde_json::from_slice(&body).map_err(|e| format!("invalid JSON body: {e}"))
+    };
+    let kind = t.kind;
+    let ns = t.ns.clone().unwrap_or_default();
+    let status_sub = match t.sub.as_deref() {
+        None => false,
+        Some("status") if kind.has_status() => true,
+        Some(other) => return status(404, "NotFound", format!("no subresource {other:?}")),
+    };
+    let Some(name) = t.name.clone() else {
+        // POST to a collection: create.
+        if method != Method::POST {
+            return status(405, "MethodNotAllowed", format!("{method} on a collection"));
+        }
+        let mut obj = match parsed() {
+            Ok(v) => v,
+            Err(why) => return status(400, "BadRequest", why),
+        };
+        let Some(name) = obj["metadata"]["name"].as_str().map(str::to_string) else {
+            return status(422, "Invalid", "metadata.name: Required value".into());
+        };
+        if !kind.cluster_scoped() {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        let stored = {
+            let mut st = ctx.state.lock().unwrap();
+            if st.objects.contains_key(&(kind, ns.clone(), name.clone())) {
+                return status(
+                    409,
+                    "AlreadyExists",
+                    format!("{} \"{name}\" already exists", kind.qualified()),
+                );
+            }
+            *st.writes.entry(kind).or_default() += 1;
+            st.store(kind, obj)
+        };
+        let _ = ctx.changed.send(());
+        return full(StatusCode::CREATED, stored);
+    };
+    let key = (kind, ns.clone(), name.clone());
+    if method == Method::GET {
+        return match ctx.state.lock().unwrap().objects.get(&key) {
+            Some(obj) => full(StatusCode::OK, obj.clone()),
+            None => not_found(kind, &name),
+        };
+    }
+    if method == Method::DELETE && !status_sub {
+        let removed = {
+            let mut st = ctx.state.lock().unwrap();
+            let r = st.remove(kind, &ns, &name);
+            if r.is_some() {
+                *st.writes.entry(kind).or_default() += 1;
+            }
+            r
+        };
+        return match removed {
+            Some(obj) => {
+                let _ = ctx.changed.send(());
+                full(StatusCode::OK, obj)
+            }
+            None => not_found(kind, &name),
+        };
+    }
+    let incoming = match parsed() {
+        Ok(v) => v,
+        Err(why) => return status(400, "BadRequest", why),
+    };
+    let stored = {
+        let mut st = ctx.state.lock().unwrap();
+        let Some(current) = st.objects.get(&key).cloned() else {
+            return not_found(kind, &name);
+        };
+        // A resourceVersion in the body is a precondition (PUT and merge patch alike).
+        let wanted = incoming["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("");
+        if !wanted.is_empty() && current["metadata"]["resourceVersion"].as_str() != Some(wanted) {
+            return status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been \
+                     modified; please apply your changes to the latest version and try again",
+                    kind.qualified()
+                ),
+            );
+        }
+        let candidate = if method == Method::PUT {
+            incoming
+        } else if method == Method::PATCH {
+            let ct = content_type.split(';').next().unwrap_or("").trim();
+            if ct != "application/merge-patch+json"
+                && ct != "application/strategic-merge-patch+json"
+            {
+                return status(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("the fake applies merge patches only, not {ct:?}"),
+                );
+            }
+            let mut obj = current.clone();
+            merge_patch(&mut obj, &incoming);
+            obj
+        } else {
+            return status(405, "MethodNotAllowed", format!("{method} on an object"));
+        };
+        if candidate["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n != name)
+        {
+            return status(400, "BadRequest", "the name in the body differs".into());
+        }
+        // The status subresource changes the status only; the main resource everything else.
+        let next = if status_sub {
+            let mut obj = current.clone();
+            obj["status"] = candidate["status"].clone();
+            obj
+        } else if kind.has_status() {
+            let mut obj = candidate;
+            obj["status"] = current["status"].clone();
+            obj
+        } else {
+            candidate
+        };
+        let mut next = next;
+        next["metadata"]["name"] = json!(name);
+        if next == current {
+            // A no-op write stores nothing new (as a real server: same resourceVersion).
+            return full(StatusCode::OK, current);
+        }
+        *st.writes.entry(kind).or_default() += 1;
+        if status_sub {
+            *st.status_writes.entry(key.clone()).or_default() += 1;
+        }
+        st.store(kind, next)
+    };
+    let _ = ctx.changed.send(());
+    full(StatusCode::OK, stored)
 }
 
 async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
@@ -345,16 +773,19 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
         };
         return full(status, v);
     }
-    let Some((kind, ns)) = route(&path) else {
+    let Some(target) = route(&path) else {
         return full(
             StatusCode::NOT_FOUND,
             json!({"kind": "Status", "code": 404, "message": path}),
         );
     };
     let q = query(&req);
+    let collection_read = target.name.is_none() && req.method() == Method::GET;
     let failing = {
         let mut st = ctx.state.lock().unwrap();
-        *st.attempts.entry(kind).or_default() += 1;
+        if collection_read {
+            *st.attempts.entry(target.kind).or_default() += 1;
+        }
         st.failing
     };
     if let Some(code) = failing {
@@ -369,6 +800,13 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                    "message": format!("fake outage ({code})"), "reason": reason, "code": code}),
         );
+    }
+    if !collection_read {
+        return object_request(&ctx, req, target).await;
+    }
+    let (kind, ns) = (target.kind, target.ns);
+    if let Err(why) = selected(&json!({}), &q) {
+        return status(400, "BadRequest", why);
     }
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         return watch_stream(ctx, kind, ns, &q);
@@ -385,6 +823,7 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
         .objects
         .iter()
         .filter(|((k, n, _), _)| *k == kind && ns.as_ref().is_none_or(|ns| ns == n))
+        .filter(|(_, v)| selected(v, &q).unwrap_or(false))
         .map(|(_, v)| v.clone())
         .collect();
     full(
@@ -413,6 +852,7 @@ fn watch_stream(
         .and_then(|v| v.parse().ok())
         .map_or(Duration::from_secs(290), Duration::from_secs);
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    let q = q.clone();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let mut changed = ctx.changed.subscribe();
     let mut kill = ctx.kill.clone();
@@ -452,6 +892,7 @@ fn watch_stream(
                             && ns
                                 .as_ref()
                                 .is_none_or(|ns| obj["metadata"]["namespace"] == *ns)
+                            && selected(obj, &q).unwrap_or(false)
                     })
                     .map(|(rv, ty, _, obj)| (*rv, json!({"type": ty, "object": obj})))
                     .collect()
