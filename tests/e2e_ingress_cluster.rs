@@ -1,0 +1,286 @@
+//! Ingresses through the cluster source, against the in-process fake API server over real
+//! HTTP: an Ingress and its changes reach clients, a bad one becomes an Event on itself, the
+//! status of served Ingresses follows a leader takeover, an Ingress change at 2,000 Ingresses
+//! is measured from apply to client, and Secrets that cannot hold a certificate are never
+//! sent to switchyard.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod kube_api;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, eventually, poll, try_request};
+use kube_api::{FakeApi, Kind, Watching, service, slice};
+use serde_json::{Value, json};
+
+fn class() -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": "switchyard"},
+        "spec": {"controller": "switchyard.io/ingress-controller"},
+    })
+}
+
+/// An Ingress in `default` of `class` for `host`: `paths` (Prefix) to Service `web` port 80.
+fn ingress(name: &str, class: &str, host: &str, paths: &[&str]) -> Value {
+    let paths: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            json!({"path": p, "pathType": "Prefix",
+                   "backend": {"service": {"name": "web", "port": {"number": 80}}}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"ingressClassName": class, "rules": [{"host": host, "http": {"paths": paths}}]},
+    })
+}
+
+async fn status_for(w: &Watching, host: &str, path: &str) -> Option<u16> {
+    try_request(w.http_port, "GET", path, &[("host", host)])
+        .await
+        .ok()
+        .map(|r| r.status)
+}
+
+async fn until_status(w: &Watching, host: &str, path: &str, want: u16, limit: Duration) -> bool {
+    eventually(limit, || async {
+        status_for(w, host, path).await == Some(want)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingresses_from_the_api_server_route_follow_changes_and_warn_on_themselves() {
+    let web = Backend::start("web").await;
+    let api = FakeApi::start_reaching_local_backends().await;
+    api.apply_all(vec![
+        class(),
+        service("web", &[]),
+        slice("web", "web-1", web.port, true, true, false),
+        ingress("shop", "switchyard", "shop.test", &["/cart"]),
+        ingress("theirs", "nginx", "theirs.test", &["/"]),
+    ]);
+    let w = api.spawn_switchyard(&[], "warn");
+    assert!(
+        until_status(&w, "shop.test", "/cart/1", 200, Duration::from_secs(20)).await,
+        "the Ingress never routed:\n{}",
+        w.stderr()
+    );
+    assert_eq!(status_for(&w, "theirs.test", "/").await, Some(404));
+    // A change to the Ingress is live without a restart.
+    api.apply(ingress("shop", "switchyard", "shop.test", &["/basket"]));
+    assert!(until_status(&w, "shop.test", "/basket", 200, Duration::from_secs(10)).await);
+    assert_eq!(status_for(&w, "shop.test", "/cart/1").await, Some(404));
+    // A bad rule: an Event on that Ingress; the rest keeps serving.
+    let mut bad = ingress("bad", "switchyard", "bad host!", &["/"]);
+    bad["metadata"]["uid"] = json!("uid-bad");
+    api.apply(bad);
+    let evented = eventually(Duration::from_secs(10), || async {
+        api.events().iter().any(|e| {
+            e["regarding"]["kind"] == "Ingress"
+                && e["regarding"]["name"] == "bad"
+                && e["note"].as_str().is_some_and(|n| n.contains("bad host!"))
+        })
+    })
+    .await;
+    assert!(evented, "no Event on the bad Ingress: {:?}", api.events());
+    assert_eq!(status_for(&w, "shop.test", "/basket").await, Some(200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_follows_the_served_set_across_a_leader_takeover() {
+    let web = Backend::start("web").await;
+    let api = FakeApi::start_reaching_local_backends().await;
+    api.apply_all(vec![
+        class(),
+        service("web", &[]),
+        slice("web", "web-1", web.port, true, true, false),
+        ingress("shop", "switchyard", "shop.test", &["/"]),
+    ]);
+    let args = [
+        "--election-lease-duration",
+        "3s",
+        "--shutdown-delay",
+        "0s",
+        "--publish-status-address",
+        "192.0.2.10",
+    ];
+    let mut replicas = [
+        api.spawn_switchyard(&args, "warn"),
+        api.spawn_switchyard(&args, "warn"),
+    ];
+    let addresses = |name: &str| -> Vec<String> {
+        api.object(Kind::Ingress, "default", name)
+            .and_then(|o| {
+                o["status"]["loadBalancer"]["ingress"].as_array().map(|l| {
+                    l.iter()
+                        .filter_map(|i| i["ip"].as_str().map(str::to_string))
+                        .collect()
+                })
+            })
+            .unwrap_or_default()
+    };
+    let set = poll(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || async { (addresses("shop") == ["192.0.2.10"]).then_some(()) },
+    )
+    .await;
+    assert!(set.is_some(), "status never set:\n{}", replicas[0].stderr());
+    // Kill whichever replica leads (no release), then change what is served: the other
+    // replica takes over and writes what the table now says.
+    let leader = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            for (i, r) in replicas.iter().enumerate() {
+                let m = try_request(r.admin_port, "GET", "/metrics", &[])
+                    .await
+                    .ok()?;
+                if m.body.lines().any(|l| l == "switchyard_leader 1") {
+                    return Some(i);
+                }
+            }
+            None
+        },
+    )
+    .await
+    .expect("no leader");
+    replicas[leader].child.kill().unwrap();
+    replicas[leader].child.wait().unwrap();
+    api.apply(ingress("shop", "nginx", "shop.test", &["/"]));
+    api.apply(ingress("cafe", "switchyard", "cafe.test", &["/"]));
+    let moved = poll(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || async {
+            (addresses("shop").is_empty() && addresses("cafe") == ["192.0.2.10"]).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        moved.is_some(),
+        "after the takeover: shop {:?}, cafe {:?}\n{}",
+        addresses("shop"),
+        addresses("cafe"),
+        replicas[1 - leader].stderr()
+    );
+}
+
+/// An Ingress change at 2,000 Ingresses, from the API server's write to a client's answer:
+/// median and max of 10 changes (printed; the bound is loose, the figure is the point).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_change_reaches_clients_quickly_at_2000_ingresses() {
+    let web = Backend::start("web").await;
+    let api = FakeApi::start_reaching_local_backends().await;
+    let mut objs = vec![
+        class(),
+        service("web", &[]),
+        slice("web", "web-1", web.port, true, true, false),
+    ];
+    for i in 0..2_000 {
+        objs.push(ingress(
+            &format!("app-{i}"),
+            "switchyard",
+            &format!("app-{i}.test"),
+            &["/", "/api", "/static"],
+        ));
+    }
+    api.apply_all(objs);
+    let w = api.spawn_switchyard(&[], "warn,switchyard::control::pipeline=info");
+    assert!(
+        until_status(&w, "app-1999.test", "/", 200, Duration::from_secs(30)).await,
+        "{}",
+        w.stderr()
+    );
+    let mut took = Vec::new();
+    for k in 0..10 {
+        // A host no rule had: 404 until the change is live.
+        let host = format!("moved-{k}.test");
+        assert_eq!(status_for(&w, &host, "/").await, Some(404));
+        let started = Instant::now();
+        api.apply(ingress("app-7", "switchyard", &host, &["/"]));
+        let live = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(2),
+            || async { (status_for(&w, &host, "/").await == Some(200)).then(|| started.elapsed()) },
+        )
+        .await;
+        took.push(live.expect("the change never reached a client"));
+    }
+    took.sort();
+    let (median, max) = (took[took.len() / 2], took[took.len() - 1]);
+    println!("Ingress change to client at 2,000 Ingresses: median {median:?}, max {max:?}");
+    for l in w.stderr().lines().filter(|l| l.contains("build_ms")) {
+        println!("{l}");
+    }
+    assert!(max < Duration::from_secs(5), "{took:?}");
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// 10,000 Secrets no Ingress can use (type Opaque, 2 KiB each): the field selector keeps the
+/// API server from sending them, so switchyard's memory is what it is without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_unrelated_secrets_cost_no_memory() {
+    let web = Backend::start("web").await;
+    let settled_rss = |with_secrets: bool| {
+        let web_port = web.port;
+        async move {
+            let api = FakeApi::start_reaching_local_backends().await;
+            let mut objs = vec![
+                class(),
+                service("web", &[]),
+                slice("web", "web-1", web_port, true, true, false),
+                ingress("shop", "switchyard", "shop.test", &["/"]),
+            ];
+            if with_secrets {
+                let blob = "x".repeat(2048);
+                for i in 0..10_000 {
+                    objs.push(json!({
+                        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                        "metadata": {"name": format!("unrelated-{i}"), "namespace": "default"},
+                        "data": {"blob": blob},
+                    }));
+                }
+            }
+            api.apply_all(objs);
+            let w = api.spawn_switchyard(&[], "warn");
+            assert!(until_status(&w, "shop.test", "/", 200, Duration::from_secs(30)).await);
+            // Settled: the same figure twice, 500 ms apart (bounded).
+            let mut last = 0;
+            for _ in 0..20 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let now = rss_kib(w.child.id());
+                if now.abs_diff(last) < 256 {
+                    break;
+                }
+                last = now;
+            }
+            let rss = rss_kib(w.child.id());
+            drop(w);
+            rss
+        }
+    };
+    let without = settled_rss(false).await;
+    let with = settled_rss(true).await;
+    println!("RSS without unrelated Secrets {without} KiB, with 10,000: {with} KiB");
+    // 10,000 x 2 KiB stored would be about 20 MiB more; allow 4 MiB of noise.
+    assert!(
+        with < without + 4 * 1024,
+        "unrelated Secrets cost memory: {without} KiB -> {with} KiB"
+    );
+}
