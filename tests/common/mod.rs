@@ -358,8 +358,14 @@ pub fn write_atomic(path: &Path, contents: &str) {
 // switchyard subprocess
 // ---------------------------------------------------------------------------
 
+/// The binary under test: this build's, or `SWITCHYARD_TEST_BIN` (a release build, when a
+/// suite's printed figures should describe what users run).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_switchyard")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("SWITCHYARD_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_switchyard").to_string())
+    })
 }
 
 /// How the manifests are laid out on disk.
