@@ -234,6 +234,11 @@ pub fn run(config: Config) -> Result<(), RunError> {
             table: reader,
             config: config.health,
             metrics: Arc::clone(&metrics),
+            // The proxy's own connector settings (`--backend-ca-file`): checks trust what
+            // traffic trusts.
+            connector: Arc::new(pingora::connectors::http::Connector::new(Some(
+                pingora::connectors::ConnectorOptions::from_server_conf(&server_conf),
+            ))),
         },
     ));
 

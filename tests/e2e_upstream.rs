@@ -8,6 +8,8 @@
 mod common;
 mod tls_client;
 
+use std::time::Duration;
+
 use common::*;
 use tls_client::{Ca, server_config};
 
@@ -101,6 +103,18 @@ async fn an_h2_backend_over_tls_with_its_own_server_name() {
         (j["version"].as_str(), j["sni"].as_str()),
         (Some("HTTP/2.0"), Some("api.internal"))
     );
+    // `/explain` says how the entry's endpoints are spoken to.
+    let x = sy.admin("/explain?path=/api/q").await.json();
+    let e = &x["entry"];
+    assert_eq!(
+        (
+            &e["backend_protocol"],
+            &e["backend_sni"],
+            &e["backend_verify"]
+        ),
+        (&"h2".into(), &"api.internal".into(), &true.into()),
+        "{x}"
+    );
 }
 
 /// A certificate from another CA is refused; `lb.backend-insecure-skip-verify` is the only way
@@ -164,5 +178,128 @@ fn a_backend_ca_file_without_a_certificate_is_refused_at_startup() {
     assert!(
         err.contains("--backend-ca-file") && err.contains("no PEM certificate"),
         "{err}"
+    );
+}
+
+/// The state and last check of endpoint `port` of the entry `/explain` finds for `path`.
+async fn endpoint_health(sy: &Switchyard, path: &str, port: u16) -> Option<(String, String)> {
+    let x = sy.admin(&format!("/explain?path={path}")).await.json();
+    let eps = x["entry"]["endpoints"].as_array()?.clone();
+    let ep = eps
+        .iter()
+        .find(|e| e["address"] == format!("127.0.0.1:{port}"))?;
+    Some((
+        ep["state"].as_str()?.to_string(),
+        ep["last_check"].as_str()?.to_string(),
+    ))
+}
+
+/// Health checks speak the backend's protocol: `lb.check-path` is a GET over HTTP/2 and TLS
+/// for an `h2` backend (a 503 marks it down), and the TLS handshake is verified as traffic's
+/// is (a certificate from another CA marks it down, `L6RSP`). Traffic then avoids both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_speak_http2_over_tls_and_verify_the_certificate() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["web.default.svc"]);
+    let tls = || Transport::Tls(server_config(&leaf, &[b"h2"]));
+    let good = Backend::builder("good")
+        .transport(tls())
+        .health("/healthz")
+        .start()
+        .await;
+    let sick = Backend::builder("sick")
+        .transport(tls())
+        .health("/healthz")
+        .start()
+        .await;
+    sick.set_health(503);
+    let (wrong, _) = tls_backend("wrong", "web.default.svc", b"h2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let mut objs = vec![
+        svc("web", 80)
+            .app_protocol("h2")
+            .ann("serviceloadbalancer/lb.check-path", "/healthz")
+            .ann("serviceloadbalancer/lb.check-interval", "100ms")
+            .into(),
+    ];
+    objs.extend(slices("web", &[&good, &sick, &wrong]));
+    let sy = switchyard_on(
+        objs,
+        "true",
+        &["--backend-ca-file", &ca_path, "--check-fall", "1"],
+    )
+    .await;
+    let settled = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            let g = endpoint_health(&sy, "/web/", good.port).await?;
+            let s = endpoint_health(&sy, "/web/", sick.port).await?;
+            let w = endpoint_health(&sy, "/web/", wrong.port).await?;
+            (g.1 != "-" && s.0 == "down" && w.0 == "down").then_some((g, s, w))
+        },
+    )
+    .await;
+    let Some((g, s, w)) = settled else {
+        let x = sy.admin("/explain?path=/web/").await.body;
+        panic!("never settled: {x}");
+    };
+    assert_eq!(g, ("up".to_string(), "L7OK 200".to_string()));
+    assert_eq!(s.1, "L7STS 503");
+    assert_eq!(w.1, "L6RSP", "the wrong CA fails the TLS handshake");
+
+    let tls_failures = || async {
+        let metrics = sy.admin("/metrics").await.body;
+        metrics
+            .lines()
+            .find(|l| l.starts_with("switchyard_upstream_tls_failures_total{entry=\"web\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = tls_failures().await;
+    for _ in 0..6 {
+        let r = sy.get("/web/x").await;
+        assert_eq!(
+            (r.status, r.backend().as_deref()),
+            (200, Some("good")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(sick.count(), 0, "checks are not recorded as traffic");
+    assert_eq!(
+        tls_failures().await,
+        before,
+        "no request tried the wrong-CA endpoint"
+    );
+}
+
+/// A bare connect check of a TLS backend is a verified handshake (`L6OK`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_check_of_a_tls_backend_is_a_verified_handshake() {
+    let (b, ca) = tls_backend("tls", "web.default.svc", b"http/1.1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("web", 80)
+            .app_protocol("https")
+            .ann("serviceloadbalancer/lb.check-interval", "100ms")
+            .into(),
+        slice("web", "", b.port),
+    ];
+    let sy = switchyard_on(objs, "true", &["--backend-ca-file", &ca_path]).await;
+    let checked = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            let s = endpoint_health(&sy, "/web/", b.port).await?;
+            (s.1 != "-").then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(
+        checked,
+        Some(("up".to_string(), "L6OK".to_string())),
+        "handshaken and verified"
     );
 }

@@ -5,12 +5,13 @@
 //! never paths or client addresses.
 //!
 //! The request path records through pre-resolved per-entry handles (`with_entry`), so it does
-//! not hash label strings. This module knows only `prometheus`, `arc-swap` and jemalloc's
-//! statistics; the modules that observe things call its methods.
+//! not hash label strings. This module knows only `prometheus`, `arc-swap`, jemalloc's
+//! statistics and `decide::grpc::Ending` (the bounded gRPC code label); the modules that
+//! observe things call its methods.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use prometheus::core::{Collector, Desc};
@@ -19,6 +20,8 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::decide::grpc::Ending;
 
 /// Every metric of the control plane.
 pub struct Metrics {
@@ -251,12 +254,34 @@ pub struct EntryMetrics {
     pub retries: IntCounter,
     pub ejections: IntCounter,
     pub tls_failures: IntCounter,
+    /// `grpc_responses_total` of this entry, by `Ending::index`: resolved on the entry's first
+    /// gRPC call, so entries that never see one carry no gRPC series.
+    grpc: OnceLock<Vec<IntCounter>>,
+    /// To resolve `grpc` (the vector and this entry's name).
+    grpc_vec: IntCounterVec,
+    name: Box<str>,
 }
 
 impl EntryMetrics {
     /// The request counter for a response status.
     pub fn requests(&self, status: u16) -> &IntCounter {
         &self.requests[status_class(status)]
+    }
+
+    /// Counts a gRPC call of this entry that ended with `ending`. The first one creates the
+    /// series of every code at 0, so a `rate()` sees the first of each.
+    pub fn grpc_response(&self, ending: Ending) {
+        let by_code = self.grpc.get_or_init(|| {
+            Ending::all()
+                .map(|e| {
+                    self.grpc_vec
+                        .with_label_values(&[self.name.as_ref(), e.as_str()])
+                })
+                .collect()
+        });
+        if let Some(c) = by_code.get(ending.index()) {
+            c.inc();
+        }
     }
 }
 
@@ -336,6 +361,7 @@ pub struct DataMetrics {
     pub http_retries_total: IntCounterVec,
     pub passive_ejections_total: IntCounterVec,
     pub upstream_tls_failures_total: IntCounterVec,
+    pub grpc_responses_total: IntCounterVec,
     pub downstream_open_connections: IntGaugeVec,
     pub health_checks_total: IntCounterVec,
     pub health_transitions_total: IntCounterVec,
@@ -470,6 +496,13 @@ impl DataMetrics {
                  by entry",
                 &["entry"],
             ),
+            grpc_responses_total: counter_vec(
+                r,
+                "grpc_responses_total",
+                "gRPC calls by entry and how they ended: the grpc-status the client got (header \
+                 or trailer), or none",
+                &["entry", "code"],
+            ),
             downstream_open_connections: gauge_vec(
                 r,
                 "downstream_open_connections",
@@ -564,6 +597,9 @@ impl DataMetrics {
             retries: self.http_retries_total.with_label_values(&[entry]),
             ejections: self.passive_ejections_total.with_label_values(&[entry]),
             tls_failures: self.upstream_tls_failures_total.with_label_values(&[entry]),
+            grpc: OnceLock::new(),
+            grpc_vec: self.grpc_responses_total.clone(),
+            name: entry.into(),
         }
     }
 
@@ -634,9 +670,11 @@ impl DataMetrics {
                 remove(&map);
             }
         }
-        remove(&self.http_requests_total, keep, |l| {
-            let _ = self.http_requests_total.remove(l);
-        });
+        for v in [&self.http_requests_total, &self.grpc_responses_total] {
+            remove(v, keep, |l| {
+                let _ = v.remove(l);
+            });
+        }
         for v in [
             &self.http_request_bytes_total,
             &self.http_response_bytes_total,
@@ -903,6 +941,27 @@ mod tests {
             m.render()
                 .contains(r#"switchyard_http_requests_total{class="2xx",entry="web"} 1"#)
         );
+    }
+
+    #[test]
+    fn grpc_codes_appear_with_the_first_call_and_go_with_the_entry() {
+        let m = Metrics::new();
+        m.data.set_entries(1, &["web", "rpc"]);
+        m.data
+            .with_entry(1, 1, "rpc", |h| h.grpc_response(Ending::of(Some(b"5"))));
+        let text = m.render();
+        assert!(
+            text.contains(r#"switchyard_grpc_responses_total{code="NOT_FOUND",entry="rpc"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"switchyard_grpc_responses_total{code="none",entry="rpc"} 0"#));
+        assert_eq!(
+            text.matches("switchyard_grpc_responses_total{").count(),
+            Ending::COUNT,
+            "18 series for the one gRPC entry, none for web"
+        );
+        m.data.set_entries(2, &["web"]);
+        assert!(!m.render().contains("switchyard_grpc_responses_total{"));
     }
 
     #[test]

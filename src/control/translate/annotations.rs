@@ -130,6 +130,21 @@ pub(super) fn validate_check_path(v: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// `lb.check-grpc`: a gRPC service name (`pkg.Service`; empty for the whole server) of
+/// letters, digits, `.`, `_` and `-`, at most 256 characters.
+pub(super) fn validate_grpc_service(v: &str) -> Result<(), &'static str> {
+    if v.len() > 256 {
+        return Err("is longer than 256 characters");
+    }
+    if !v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("is not a gRPC service name (letters, digits, '.', '_', '-')");
+    }
+    Ok(())
+}
+
 /// Go's `strconv.ParseBool`, which the original used.
 pub(super) fn parse_bool(v: &str) -> Option<bool> {
     match v.trim() {
@@ -323,7 +338,24 @@ pub(super) fn settings(
                 None
             }
         });
-    let check = CheckSpec { interval, path };
+    let grpc =
+        ann.get(annotation::CHECK_GRPC)
+            .and_then(|v| match validate_grpc_service(v.trim()) {
+                Ok(()) => Some(v.trim().into()),
+                Err(why) => {
+                    ann.warn(
+                        annotation::CHECK_GRPC,
+                        v,
+                        &format!("{why}; no gRPC health check"),
+                    );
+                    None
+                }
+            });
+    let check = CheckSpec {
+        interval,
+        path,
+        grpc,
+    };
     let backend_protocol =
         ann.get(annotation::BACKEND_PROTOCOL)
             .and_then(|v| match BackendProtocol::parse(v) {

@@ -62,11 +62,12 @@ pub mod annotation {
     pub const MAXCONN: &str = "serviceloadbalancer/lb.maxconn";
     pub const CHECK_INTERVAL: &str = "serviceloadbalancer/lb.check-interval";
     pub const CHECK_PATH: &str = "serviceloadbalancer/lb.check-path";
+    pub const CHECK_GRPC: &str = "serviceloadbalancer/lb.check-grpc";
     pub const BACKEND_PROTOCOL: &str = "serviceloadbalancer/lb.backend-protocol";
     pub const BACKEND_SNI: &str = "serviceloadbalancer/lb.backend-sni";
     pub const BACKEND_SKIP_VERIFY: &str = "serviceloadbalancer/lb.backend-insecure-skip-verify";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 11] = [
+    pub const KNOWN: [&str; 12] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -75,6 +76,7 @@ pub mod annotation {
         MAXCONN,
         CHECK_INTERVAL,
         CHECK_PATH,
+        CHECK_GRPC,
         BACKEND_PROTOCOL,
         BACKEND_SNI,
         BACKEND_SKIP_VERIFY,
