@@ -149,7 +149,13 @@ pub fn run(config: Config) -> Result<(), RunError> {
     // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
     let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
     let server_conf = Arc::clone(&server.configuration);
+    // The backend CA bundles, followed on disk: the proxies and the health checks verify TLS
+    // endpoints against what is loaded now.
+    let backend_tls = Arc::new(crate::data::tls::BackendTls::new(
+        config.backend_ca_file.clone(),
+    ));
     let shared = HttpShared {
+        backend_tls: &backend_tls,
         server_conf: &server_conf,
         config: &config,
         table: &reader,
@@ -231,7 +237,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
     server.add_service(background_service(
         "health checks",
         health::Checker {
-            table: reader,
+            table: reader.clone(),
             config: config.health,
             metrics: Arc::clone(&metrics),
             // The proxy's own connector settings (`--backend-ca-file`): checks trust what
@@ -239,6 +245,14 @@ pub fn run(config: Config) -> Result<(), RunError> {
             connector: Arc::new(pingora::connectors::http::Connector::new(Some(
                 pingora::connectors::ConnectorOptions::from_server_conf(&server_conf),
             ))),
+            tls: Arc::clone(&backend_tls) as Arc<dyn health::PeerTls>,
+        },
+    ));
+    server.add_service(background_service(
+        "backend CA bundles",
+        crate::data::tls::BackendTlsWatcher {
+            tls: backend_tls,
+            table: reader.clone(),
         },
     ));
 
@@ -296,6 +310,7 @@ struct HttpShared<'a> {
     /// The connection limit both HTTP frontends count against.
     limit: &'a Arc<downstream::ConnectionLimit>,
     not_found: &'a ErrorPage,
+    backend_tls: &'a Arc<crate::data::tls::BackendTls>,
 }
 
 /// What sets one HTTP frontend apart from the other.
@@ -334,7 +349,8 @@ fn http_service(
     .with_lifecycle(Arc::clone(shared.lifecycle))
     .with_observability(Arc::clone(shared.metrics), Arc::clone(shared.access_log))
     .with_fail_open(config.health.fail_open)
-    .with_traffic_healthz(config.traffic_healthz);
+    .with_traffic_healthz(config.traffic_healthz)
+    .with_backend_tls(Arc::clone(shared.backend_tls));
     if let Some(forwarding) = listener.forwarding {
         proxy = proxy.with_forwarding(forwarding);
     }

@@ -303,3 +303,61 @@ async fn a_connect_check_of_a_tls_backend_is_a_verified_handshake() {
         "handshaken and verified"
     );
 }
+
+/// The CA bundles are followed on disk: while `--backend-ca-file` holds another CA the backend
+/// is refused (502); once the file holds the right one, requests succeed without a restart. A
+/// Service's own `lb.backend-ca-file` is used instead of the flag's, and rotates the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_ca_bundles_rotate_without_a_restart() {
+    let (b, right) = tls_backend("tls", "web.default.svc", b"http/1.1").await;
+    let wrong = Ca::new("another CA");
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("flag.pem");
+    std::fs::write(&flag, &wrong.pem).unwrap();
+    let objs = |own: Option<&str>| {
+        let mut s = svc("web", 80).app_protocol("https");
+        if let Some(path) = own {
+            s = s.ann("serviceloadbalancer/lb.backend-ca-file", path);
+        }
+        vec![s.into(), slice("web", "", b.port)]
+    };
+    let sy = switchyard_on(
+        objs(None),
+        "true",
+        &["--backend-ca-file", flag.to_str().unwrap()],
+    )
+    .await;
+    let status = || async { sy.get("/web/a").await.status };
+    assert_eq!(status().await, 502, "the flag's bundle is the wrong CA");
+    write_atomic(&flag, &right.pem);
+    let ok = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status().await == 200).then_some(()) },
+    )
+    .await;
+    assert!(ok.is_some(), "rotated to the right CA without a restart");
+
+    // The Service's own bundle replaces the flag's: the wrong CA again, so refused (the
+    // connections verified against the flag's bundle are not reused for it).
+    let own = dir.path().join("own.pem");
+    std::fs::write(&own, &wrong.pem).unwrap();
+    sy.rewrite(&objs(Some(own.to_str().unwrap())));
+    let refused = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status().await == 502).then_some(()) },
+    )
+    .await;
+    assert!(refused.is_some(), "the Service's own bundle is used");
+    let x = sy.admin("/explain?path=/web/a").await.json();
+    assert_eq!(x["entry"]["backend_ca_file"], own.to_str().unwrap(), "{x}");
+    write_atomic(&own, &right.pem);
+    let ok = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status().await == 200).then_some(()) },
+    )
+    .await;
+    assert!(ok.is_some(), "the Service's own bundle rotates too");
+}

@@ -40,6 +40,7 @@ use crate::decide::error_page::{
 use crate::decide::grpc::Ending;
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
+use crate::ops::health::PeerTls;
 use crate::ops::lifecycle::{Active, Lifecycle};
 use crate::ops::metrics::{Metrics, OpenConnection};
 use crate::table::sticky::{self, COOKIE_NAME};
@@ -64,6 +65,9 @@ pub struct HttpProxy {
     pub(crate) healthz: ErrorPage,
     lifecycle: Arc<Lifecycle>,
     pub(crate) recorder: Recorder,
+    /// The CA bundles TLS backends are verified against, as loaded now (rotated by
+    /// `BackendTlsWatcher`).
+    backend_tls: Arc<tls::BackendTls>,
 }
 
 impl HttpProxy {
@@ -94,7 +98,14 @@ impl HttpProxy {
                 Arc::new(Metrics::new()),
                 Arc::new(AccessLog::off()),
             ),
+            backend_tls: Arc::new(tls::BackendTls::new(None)),
         }
+    }
+
+    /// Verifies TLS backends against `backend_tls`'s bundles (without this, Pingora's default).
+    pub fn with_backend_tls(mut self, backend_tls: Arc<tls::BackendTls>) -> Self {
+        self.backend_tls = backend_tls;
+        self
     }
 
     /// Counts this proxy's requests in `lifecycle`, so a graceful shutdown waits for them.
@@ -396,6 +407,19 @@ impl ProxyHttp for HttpProxy {
             o.verify_cert = false;
             o.verify_hostname = false;
         }
+        if let Some(u) = upstream
+            && let Err(e) = self.backend_tls.configure(u, &mut peer)
+        {
+            // The Service's own CA bundle is not loaded (the watcher warned why): nothing can
+            // be verified, as with an untrusted certificate.
+            return Err(Error::create(
+                ErrorType::InvalidCert,
+                ErrorSource::Upstream,
+                Some(e.into()),
+                None,
+            ));
+        }
+        let o = &mut peer.options;
         o.connection_timeout = Some(self.timeouts.connect);
         o.idle_timeout = Some(self.timeouts.server_idle);
         let io_timeout = if session.is_upgrade_req() {

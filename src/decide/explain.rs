@@ -201,6 +201,10 @@ pub struct EntryView {
     /// `lb.backend-insecure-skip-verify`); absent in clear.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_verify: Option<bool>,
+    /// Over TLS: the Service's own CA bundle (`lb.backend-ca-file`); absent when
+    /// `--backend-ca-file` (or the system's roots) applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_ca_file: Option<String>,
     pub health_gate: HealthGate,
     pub endpoints: Vec<EndpointView>,
 }
@@ -412,6 +416,7 @@ fn entry_view(entry: &Entry, now: Instant, fail_open: bool) -> EntryView {
         backend_protocol: entry.upstream.protocol.label(),
         backend_sni: tls.then(|| entry.upstream.sni.to_string()),
         backend_verify: tls.then_some(entry.upstream.verify),
+        backend_ca_file: entry.upstream.ca_file.as_deref().map(str::to_string),
         health_gate: entry.health_gate(fail_open),
         endpoints: (0..entry.endpoints.len())
             .map(|i| {
@@ -683,6 +688,7 @@ mod tests {
             protocol: BackendProtocol::H2,
             sni: "api.internal".into(),
             verify: false,
+            ca_file: None,
         };
         t.entries[0] = std::sync::Arc::new(web);
         let x = explain(

@@ -135,14 +135,26 @@ pub async fn check(addr: SocketAddr, path: Option<&str>, timeout: Duration) -> C
         .unwrap_or(CheckResult::Timeout)
 }
 
+/// The TLS material the data plane adds to a backend peer (the CA bundle as loaded now; see
+/// `data::tls::BackendTls`), so that checks trust exactly what traffic trusts.
+pub trait PeerTls: Send + Sync {
+    /// Sets `peer`'s TLS material for `u`; an error when what `u` needs is not loaded.
+    fn configure(&self, u: &Upstream, peer: &mut HttpPeer) -> Result<(), String>;
+}
+
 /// Runs `t`'s check within `timeout`: HTTP/1 in clear on a bare socket, anything else through
-/// `connector` (Pingora's, as the proxy connects).
-pub async fn check_target(t: &Target, connector: &Connector, timeout: Duration) -> CheckResult {
+/// `connector` (Pingora's, as the proxy connects) with `tls`'s material.
+pub async fn check_target(
+    t: &Target,
+    connector: &Connector,
+    tls: &dyn PeerTls,
+    timeout: Duration,
+) -> CheckResult {
     let u = &t.upstream;
     if u.protocol == BackendProtocol::Http && t.grpc.is_none() {
         return check(t.addr, t.path.as_deref(), timeout).await;
     }
-    tokio::time::timeout(timeout, check_with(t, connector, timeout))
+    tokio::time::timeout(timeout, check_with(t, connector, tls, timeout))
         .await
         .unwrap_or(CheckResult::Timeout)
 }
@@ -191,9 +203,18 @@ fn failed(e: &Error) -> CheckResult {
     }
 }
 
-async fn check_with(t: &Target, connector: &Connector, timeout: Duration) -> CheckResult {
+async fn check_with(
+    t: &Target,
+    connector: &Connector,
+    tls: &dyn PeerTls,
+    timeout: Duration,
+) -> CheckResult {
     let u = &t.upstream;
-    let peer = peer(t.addr, u, timeout);
+    let mut peer = peer(t.addr, u, timeout);
+    if tls.configure(u, &mut peer).is_err() {
+        // The Service's CA bundle is not loaded: traffic's handshakes fail the same way.
+        return CheckResult::TlsFailed;
+    }
     let mut session = match connector.get_http_session(&peer).await {
         Ok((s, _)) => s,
         Err(e) => return failed(&e),
@@ -376,6 +397,8 @@ pub struct Checker {
     /// For checks over HTTP/2 or TLS: built from the proxy's server configuration, so checks
     /// trust what traffic trusts.
     pub connector: Arc<Connector>,
+    /// The CA bundles as loaded now, as the proxy uses them.
+    pub tls: Arc<dyn PeerTls>,
 }
 
 #[async_trait]
@@ -419,9 +442,10 @@ impl Checker {
                 in_progress.insert(t.addr);
                 let t = t.clone();
                 let connector = Arc::clone(&self.connector);
+                let tls = Arc::clone(&self.tls);
                 running.spawn(async move {
                     let started = Instant::now();
-                    let result = check_target(&t, &connector, timeout).await;
+                    let result = check_target(&t, &connector, tls.as_ref(), timeout).await;
                     (t, (result, started.elapsed()))
                 });
             }

@@ -936,6 +936,7 @@ mod tests {
             protocol: BackendProtocol::H2,
             sni: "web.default.svc".into(),
             verify: true,
+            ca_file: None,
         };
         t.entries[0] = Arc::new(web);
         let listeners = Listeners {

@@ -62,6 +62,9 @@ pub struct Upstream {
     pub sni: Box<str>,
     /// For TLS: verify the endpoint's certificate (off only by `lb.backend-insecure-skip-verify`).
     pub verify: bool,
+    /// For TLS: the CA bundle (PEM file path) to verify against instead of `--backend-ca-file`
+    /// (`lb.backend-ca-file`); the data plane loads it and follows its changes.
+    pub ca_file: Option<Box<str>>,
 }
 
 impl Default for Upstream {
@@ -71,6 +74,7 @@ impl Default for Upstream {
             protocol: BackendProtocol::Http,
             sni: "".into(),
             verify: true,
+            ca_file: None,
         }
     }
 }

@@ -21,6 +21,8 @@ pub(super) struct Settings {
     pub(super) backend_sni: Option<String>,
     /// `lb.backend-insecure-skip-verify`.
     pub(super) skip_verify: bool,
+    /// `lb.backend-ca-file`: an absolute path to a PEM bundle.
+    pub(super) backend_ca_file: Option<String>,
 }
 
 /// One `lb.aclMatch` prefix.
@@ -383,6 +385,22 @@ pub(super) fn settings(
             }
         });
     let skip_verify = ann.flag(annotation::BACKEND_SKIP_VERIFY);
+    let backend_ca_file = ann.get(annotation::BACKEND_CA_FILE).and_then(|v| {
+        let v = v.trim();
+        // Translate reads no files: the path is checked for shape here, loaded (and its
+        // failures reported) by the data plane.
+        let plain = v.starts_with('/') && v.len() <= 1024 && !v.chars().any(char::is_control);
+        if plain {
+            Some(v.to_string())
+        } else {
+            ann.warn(
+                annotation::BACKEND_CA_FILE,
+                v,
+                "is not an absolute file path; using --backend-ca-file",
+            );
+            None
+        }
+    });
 
     let spec = svc.spec.as_ref();
     let affinity = match spec.and_then(|s| s.session_affinity.as_deref()) {
@@ -421,6 +439,7 @@ pub(super) fn settings(
         backend_protocol,
         backend_sni,
         skip_verify,
+        backend_ca_file,
     }
 }
 

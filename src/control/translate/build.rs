@@ -361,6 +361,11 @@ impl<'a> Builder<'a> {
             protocol,
             sni,
             verify: !s.skip_verify,
+            ca_file: s
+                .backend_ca_file
+                .as_deref()
+                .filter(|_| protocol.tls())
+                .map(Into::into),
         }
     }
 

@@ -66,8 +66,9 @@ pub mod annotation {
     pub const BACKEND_PROTOCOL: &str = "serviceloadbalancer/lb.backend-protocol";
     pub const BACKEND_SNI: &str = "serviceloadbalancer/lb.backend-sni";
     pub const BACKEND_SKIP_VERIFY: &str = "serviceloadbalancer/lb.backend-insecure-skip-verify";
+    pub const BACKEND_CA_FILE: &str = "serviceloadbalancer/lb.backend-ca-file";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 12] = [
+    pub const KNOWN: [&str; 13] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -80,6 +81,7 @@ pub mod annotation {
         BACKEND_PROTOCOL,
         BACKEND_SNI,
         BACKEND_SKIP_VERIFY,
+        BACKEND_CA_FILE,
     ];
 }
 

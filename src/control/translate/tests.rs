@@ -749,6 +749,31 @@ fn backend_protocol_comes_from_app_protocol_or_the_annotation() {
 }
 
 #[test]
+fn a_backend_ca_file_is_a_tls_ports_absolute_path() {
+    let mut svc = mk_service("shop", "api", &[80, 81]);
+    let ports = svc.spec.as_mut().unwrap().ports.as_mut().unwrap();
+    ports[0].app_protocol = Some("https".into());
+    let svc = annotate(svc, annotation::BACKEND_CA_FILE, " /etc/cas/shop.pem ");
+    let (t, w) = run(std::slice::from_ref(&svc), &[]);
+    assert_eq!(
+        entry(&t, "shop/api").upstream.ca_file.as_deref(),
+        Some("/etc/cas/shop.pem")
+    );
+    assert_eq!(
+        entry(&t, "shop/api:81").upstream.ca_file,
+        None,
+        "no TLS there"
+    );
+    assert!(w.is_empty(), "{w:?}");
+    let (t, w) = run(
+        &[annotate(svc, annotation::BACKEND_CA_FILE, "cas/shop.pem")],
+        &[],
+    );
+    assert_eq!(entry(&t, "shop/api").upstream.ca_file, None);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+}
+
+#[test]
 fn grpc_checks_need_an_http2_backend() {
     let mut svc = mk_service("shop", "api", &[80, 81]);
     let ports = svc.spec.as_mut().unwrap().ports.as_mut().unwrap();

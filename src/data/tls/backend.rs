@@ -1,0 +1,320 @@
+//! TLS to backends: the CA bundles endpoints are verified against (`--backend-ca-file`, and a
+//! Service's own `lb.backend-ca-file`), loaded from PEM files, reloaded when a file changes,
+//! and handed to each new upstream connection as its peer's CA. So a rotated bundle applies
+//! from the next connection on without a restart; pooled connections keep what they verified.
+//!
+//! `BackendTlsWatcher` polls the files (the flag's, and those the current table names) and
+//! swaps in a new map of parsed bundles (`arc-swap`); the request path only looks one up. A
+//! file that fails to load is a warning and its previous version stays in use; a Service whose
+//! own file never loaded has no bundle, and its TLS connections fail as an untrusted
+//! certificate would (502, counted in `upstream_tls_failures_total`). Without
+//! `--backend-ca-file` the default is Pingora's (the system's roots), which does not rotate.
+//!
+//! The price of a per-connection bundle: Pingora builds the connection's rustls client
+//! configuration each time, so TLS sessions to backends are not resumed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::prelude::HttpPeer;
+use pingora::protocols::tls::CaType;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use pingora::utils::tls::{WrappedX509, parse_x509};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use super::watcher::{Stamp, read_file};
+use crate::ops::health::PeerTls;
+use crate::table::upstream::Upstream;
+use crate::table::{RoutingTable, TableReader};
+
+/// How often the bundles are checked for changes.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A Service's own CA bundle is not loaded (missing, unreadable or without a certificate).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the backend CA bundle {0} is not loaded")]
+pub struct CaNotLoaded(pub Box<str>);
+
+/// One loaded version of a bundle.
+#[derive(Clone)]
+struct Bundle {
+    ca: Arc<CaType>,
+    /// Unique per loaded version: the peer's connection-pool key, so a pooled connection is
+    /// only reused with the bundle it was verified against.
+    id: u64,
+}
+
+/// Numbers loaded bundles (0 stays Pingora's default group).
+static NEXT_BUNDLE: AtomicU64 = AtomicU64::new(1);
+
+/// The loaded CA bundles, by path.
+pub struct BackendTls {
+    default_ca: Option<PathBuf>,
+    cas: ArcSwap<HashMap<PathBuf, Bundle>>,
+    /// The version of each file last looked at (loaded or warned about), and the files last
+    /// found unreadable (warned about once); the watcher's own.
+    seen: Mutex<(HashMap<PathBuf, Stamp>, HashSet<PathBuf>)>,
+}
+
+/// The certificates of a PEM bundle, each checked to parse (Pingora's wrapper would panic on
+/// one that does not).
+fn parse_bundle(pem: &[u8]) -> Result<Arc<CaType>, String> {
+    let mut out = Vec::new();
+    for der in CertificateDer::pem_slice_iter(pem) {
+        let der = der.map_err(|e| format!("not PEM: {e}"))?;
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| format!("a certificate does not parse: {e}"))?;
+        out.push(WrappedX509::new(der.to_vec(), parse_x509));
+    }
+    if out.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(out.into())
+}
+
+impl BackendTls {
+    /// With `--backend-ca-file` (loaded now, as it will be verified against from the first
+    /// connection), or without (Pingora's default roots).
+    pub fn new(default_ca: Option<PathBuf>) -> BackendTls {
+        let tls = BackendTls {
+            default_ca,
+            cas: ArcSwap::from_pointee(HashMap::new()),
+            seen: Mutex::new((HashMap::new(), HashSet::new())),
+        };
+        tls.poll(&RoutingTable::default());
+        tls
+    }
+
+    /// The bundle to verify `u`'s endpoints against: the Service's own, else the flag's;
+    /// `None` for Pingora's default.
+    fn bundle_for(&self, u: &Upstream) -> Result<Option<Bundle>, CaNotLoaded> {
+        let cas = self.cas.load();
+        match (&u.ca_file, &self.default_ca) {
+            (Some(own), _) => cas
+                .get(Path::new(own.as_ref()))
+                .map(|b| Some(b.clone()))
+                .ok_or_else(|| CaNotLoaded(own.clone())),
+            (None, Some(default)) => Ok(cas.get(default).cloned()),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The certificates of the bundle `u`'s endpoints are verified against now.
+    pub fn ca_for(&self, u: &Upstream) -> Result<Option<Arc<CaType>>, CaNotLoaded> {
+        Ok(self.bundle_for(u)?.map(|b| b.ca))
+    }
+
+    /// The files to follow now: the flag's and every TLS entry's own.
+    fn wanted(&self, table: &RoutingTable) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = self.default_ca.iter().cloned().collect();
+        for e in &table.entries {
+            if let Some(p) = e
+                .upstream
+                .ca_file
+                .as_deref()
+                .filter(|_| e.upstream.protocol.tls())
+            {
+                paths.push(PathBuf::from(p));
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    /// Loads what changed among the files `table` needs and forgets those it no longer does;
+    /// one swap when anything changed. Blocking file I/O: never on the request path.
+    pub fn poll(&self, table: &RoutingTable) {
+        let wanted = self.wanted(table);
+        let mut guard = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (seen, unreadable) = &mut *guard;
+        let current = self.cas.load_full();
+        let mut next: Option<HashMap<PathBuf, Bundle>> = None;
+        for path in &wanted {
+            let (stamp, bytes) = match read_file(path) {
+                Ok(read) => read,
+                Err(e) => {
+                    if unreadable.insert(path.clone()) {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot read a backend CA bundle; the last one loaded (if any) stays in use");
+                    }
+                    seen.remove(path);
+                    continue;
+                }
+            };
+            unreadable.remove(path);
+            if seen.get(path) == Some(&stamp) {
+                continue;
+            }
+            seen.insert(path.clone(), stamp);
+            match parse_bundle(&bytes) {
+                Ok(ca) => {
+                    let reloaded = current.contains_key(path);
+                    let id = NEXT_BUNDLE.fetch_add(1, Ordering::Relaxed);
+                    next.get_or_insert_with(|| (*current).clone())
+                        .insert(path.clone(), Bundle { ca, id });
+                    tracing::info!(path = %path.display(), reloaded, "backend CA bundle loaded");
+                }
+                Err(why) => {
+                    tracing::warn!(path = %path.display(), %why, "backend CA bundle refused; the last one loaded (if any) stays in use");
+                }
+            }
+        }
+        let gone = current.keys().any(|p| !wanted.contains(p));
+        if gone {
+            next.get_or_insert_with(|| (*current).clone())
+                .retain(|p, _| wanted.contains(p));
+            seen.retain(|p, _| wanted.contains(p));
+            unreadable.retain(|p| wanted.contains(p));
+        }
+        if let Some(next) = next {
+            self.cas.store(Arc::new(next));
+        }
+    }
+}
+
+impl PeerTls for BackendTls {
+    fn configure(&self, u: &Upstream, peer: &mut HttpPeer) -> Result<(), String> {
+        if !u.protocol.tls() {
+            return Ok(());
+        }
+        if let Some(b) = self.bundle_for(u).map_err(|e| e.to_string())? {
+            peer.options.ca = Some(b.ca);
+            peer.group_key = b.id;
+        }
+        Ok(())
+    }
+}
+
+/// Polls the backend CA bundles until shutdown (a Pingora background service).
+pub struct BackendTlsWatcher {
+    pub tls: Arc<BackendTls>,
+    pub table: TableReader,
+}
+
+#[async_trait]
+impl BackgroundService for BackendTlsWatcher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        while !*shutdown.borrow() {
+            let tls = Arc::clone(&self.tls);
+            let table = self.table.load();
+            // File reads block: off the runtime's worker threads.
+            let _ = tokio::task::spawn_blocking(move || tls.poll(&table)).await;
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::upstream::BackendProtocol;
+    use crate::table::{Entry, Frontend};
+
+    fn ca_pem(name: &str) -> String {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    fn tls_upstream(ca_file: Option<&Path>) -> Upstream {
+        Upstream {
+            protocol: BackendProtocol::Https,
+            sni: "web.default.svc".into(),
+            verify: true,
+            ca_file: ca_file.map(|p| p.to_str().unwrap().into()),
+        }
+    }
+
+    fn table_with(u: Upstream) -> RoutingTable {
+        RoutingTable {
+            entries: vec![Arc::new(Entry {
+                upstream: u,
+                ..Entry::fixture("web", Frontend::Http, &["10.0.0.1:443"])
+            })],
+            ..Default::default()
+        }
+    }
+
+    fn names(ca: &CaType) -> Vec<String> {
+        ca.iter()
+            .map(|c| c.borrow_cert().subject().to_string())
+            .collect()
+    }
+
+    /// Writes `contents` so that the watcher sees a new version even within one clock tick.
+    fn replace(path: &Path, contents: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, contents).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[test]
+    fn bundles_load_rotate_and_survive_a_bad_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("default.pem");
+        let own = dir.path().join("own.pem");
+        std::fs::write(&default, ca_pem("first")).unwrap();
+        let tls = BackendTls::new(Some(default.clone()));
+        let plain = tls_upstream(None);
+        let got = tls.ca_for(&plain).unwrap().unwrap();
+        assert_eq!(names(&got), ["CN=first"]);
+
+        // A Service's own file: not loaded until the table names it.
+        std::fs::write(&own, ca_pem("own")).unwrap();
+        let with_own = tls_upstream(Some(&own));
+        assert!(tls.ca_for(&with_own).is_err());
+        let table = table_with(with_own.clone());
+        tls.poll(&table);
+        assert_eq!(names(&tls.ca_for(&with_own).unwrap().unwrap()), ["CN=own"]);
+
+        // Rotation: the next lookup has the new bundle.
+        replace(&default, &ca_pem("second"));
+        tls.poll(&table);
+        assert_eq!(names(&tls.ca_for(&plain).unwrap().unwrap()), ["CN=second"]);
+        // A broken version is refused; the last good one stays.
+        replace(&default, "not a certificate\n");
+        tls.poll(&table);
+        assert_eq!(names(&tls.ca_for(&plain).unwrap().unwrap()), ["CN=second"]);
+
+        // A file the table no longer names is forgotten.
+        tls.poll(&RoutingTable::default());
+        assert!(tls.ca_for(&with_own).is_err());
+    }
+
+    #[test]
+    fn peers_get_the_bundle_only_over_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("default.pem");
+        std::fs::write(&default, ca_pem("ca")).unwrap();
+        let tls = BackendTls::new(Some(default));
+        let mut peer = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
+        tls.configure(&tls_upstream(None), &mut peer).unwrap();
+        assert!(peer.options.ca.is_some());
+        assert_ne!(peer.group_key, 0, "pooled by the bundle verified against");
+        let mut clear = HttpPeer::new("10.0.0.1:80", false, String::new());
+        tls.configure(&Upstream::default(), &mut clear).unwrap();
+        assert!(clear.options.ca.is_none());
+        let missing = tls_upstream(Some(Path::new("/nonexistent/ca.pem")));
+        assert!(tls.configure(&missing, &mut peer).is_err());
+        assert!(
+            BackendTls::new(None)
+                .ca_for(&tls_upstream(None))
+                .unwrap()
+                .is_none()
+        );
+    }
+}
