@@ -153,6 +153,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
     // endpoints against what is loaded now.
     let backend_tls = Arc::new(crate::data::tls::BackendTls::new(
         config.backend_ca_file.clone(),
+        config.backend_client_cert.clone(),
     ));
     let shared = HttpShared {
         backend_tls: &backend_tls,

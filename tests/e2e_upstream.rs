@@ -361,3 +361,112 @@ async fn backend_ca_bundles_rotate_without_a_restart() {
     .await;
     assert!(ok.is_some(), "the Service's own bundle rotates too");
 }
+
+/// A server configuration presenting `leaf` (ALPN `http/1.1`) that requires a client
+/// certificate issued by `clients`.
+fn mtls_server_config(
+    leaf: &tls_client::Leaf,
+    clients: &Ca,
+) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(clients.pem.as_bytes()).unwrap())
+        .unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.der.clone())],
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    std::sync::Arc::new(config)
+}
+
+/// Mutual TLS to a backend: without a client certificate it refuses switchyard (502); with
+/// `--backend-client-cert`/`-key` it answers; a Service's own `lb.backend-client-cert`/`-key`
+/// is presented instead of the flags' (here one the backend does not trust: refused again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_to_backends_that_ask_for_one() {
+    let ca = Ca::new("backend CA");
+    let clients = Ca::new("client CA");
+    let b = Backend::builder("mtls")
+        .transport(Transport::Tls(mtls_server_config(
+            &ca.server(&["web.default.svc"]),
+            &clients,
+        )))
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let write = |name: &str, leaf: &tls_client::Leaf| {
+        let (c, k) = (
+            dir.path().join(format!("{name}.crt")),
+            dir.path().join(format!("{name}.key")),
+        );
+        std::fs::write(&c, &leaf.cert_pem).unwrap();
+        std::fs::write(&k, &leaf.key_pem).unwrap();
+        (
+            c.to_str().unwrap().to_string(),
+            k.to_str().unwrap().to_string(),
+        )
+    };
+    let (cert, key) = write("trusted", &clients.client("switchyard"));
+    let (other_cert, other_key) = write("other", &Ca::new("unknown").client("switchyard"));
+    let objs = |own: Option<(&str, &str)>| {
+        let mut s = svc("web", 80).app_protocol("https");
+        if let Some((c, k)) = own {
+            s = s
+                .ann("serviceloadbalancer/lb.backend-client-cert", c)
+                .ann("serviceloadbalancer/lb.backend-client-key", k);
+        }
+        vec![s.into(), slice("web", "", b.port)]
+    };
+
+    let sy = switchyard_on(objs(None), "true", &["--backend-ca-file", &ca_path]).await;
+    assert_eq!(sy.get("/web/a").await.status, 502, "no client certificate");
+    drop(sy);
+
+    let sy = switchyard_on(
+        objs(None),
+        "true",
+        &[
+            "--backend-ca-file",
+            &ca_path,
+            "--backend-client-cert",
+            &cert,
+            "--backend-client-key",
+            &key,
+        ],
+    )
+    .await;
+    let r = sy.get("/web/a").await;
+    assert_eq!(
+        (r.status, r.backend().as_deref()),
+        (200, Some("mtls")),
+        "{r:?}"
+    );
+
+    sy.rewrite(&objs(Some((&other_cert, &other_key))));
+    let refused = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (sy.get("/web/a").await.status == 502).then_some(()) },
+    )
+    .await;
+    assert!(
+        refused.is_some(),
+        "the Service's own (untrusted) certificate is presented"
+    );
+}

@@ -98,7 +98,7 @@ impl HttpProxy {
                 Arc::new(Metrics::new()),
                 Arc::new(AccessLog::off()),
             ),
-            backend_tls: Arc::new(tls::BackendTls::new(None)),
+            backend_tls: Arc::new(tls::BackendTls::new(None, None)),
         }
     }
 

@@ -689,6 +689,7 @@ mod tests {
             sni: "api.internal".into(),
             verify: false,
             ca_file: None,
+            client_cert: None,
         };
         t.entries[0] = std::sync::Arc::new(web);
         let x = explain(

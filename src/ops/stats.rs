@@ -937,6 +937,7 @@ mod tests {
             sni: "web.default.svc".into(),
             verify: true,
             ca_file: None,
+            client_cert: None,
         };
         t.entries[0] = Arc::new(web);
         let listeners = Listeners {

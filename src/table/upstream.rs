@@ -65,6 +65,9 @@ pub struct Upstream {
     /// For TLS: the CA bundle (PEM file path) to verify against instead of `--backend-ca-file`
     /// (`lb.backend-ca-file`); the data plane loads it and follows its changes.
     pub ca_file: Option<Box<str>>,
+    /// For TLS: the client certificate chain and key files (PEM) presented to endpoints that
+    /// ask for one, instead of `--backend-client-cert` (`lb.backend-client-cert`, `-key`).
+    pub client_cert: Option<(Box<str>, Box<str>)>,
 }
 
 impl Default for Upstream {
@@ -75,6 +78,7 @@ impl Default for Upstream {
             sni: "".into(),
             verify: true,
             ca_file: None,
+            client_cert: None,
         }
     }
 }

@@ -23,6 +23,8 @@ pub(super) struct Settings {
     pub(super) skip_verify: bool,
     /// `lb.backend-ca-file`: an absolute path to a PEM bundle.
     pub(super) backend_ca_file: Option<String>,
+    /// `lb.backend-client-cert` and `lb.backend-client-key`: absolute paths, both or neither.
+    pub(super) backend_client_cert: Option<(String, String)>,
 }
 
 /// One `lb.aclMatch` prefix.
@@ -385,22 +387,44 @@ pub(super) fn settings(
             }
         });
     let skip_verify = ann.flag(annotation::BACKEND_SKIP_VERIFY);
-    let backend_ca_file = ann.get(annotation::BACKEND_CA_FILE).and_then(|v| {
-        let v = v.trim();
-        // Translate reads no files: the path is checked for shape here, loaded (and its
-        // failures reported) by the data plane.
-        let plain = v.starts_with('/') && v.len() <= 1024 && !v.chars().any(char::is_control);
-        if plain {
-            Some(v.to_string())
-        } else {
+    let backend_ca_file = ann
+        .get(annotation::BACKEND_CA_FILE)
+        .and_then(|v| match file_path(v) {
+            Some(p) => Some(p),
+            None => {
+                ann.warn(
+                    annotation::BACKEND_CA_FILE,
+                    v,
+                    "is not an absolute file path; using --backend-ca-file",
+                );
+                None
+            }
+        });
+    let cert = ann.get(annotation::BACKEND_CLIENT_CERT);
+    let key = ann.get(annotation::BACKEND_CLIENT_KEY);
+    let backend_client_cert = match (cert, key) {
+        (None, None) => None,
+        (Some(c), Some(k)) => match (file_path(c), file_path(k)) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => {
+                ann.warn(
+                    annotation::BACKEND_CLIENT_CERT,
+                    &format!("{c} {k}"),
+                    "and its key must be absolute file paths; using --backend-client-cert",
+                );
+                None
+            }
+        },
+        (Some(v), None) | (None, Some(v)) => {
             ann.warn(
-                annotation::BACKEND_CA_FILE,
+                annotation::BACKEND_CLIENT_CERT,
                 v,
-                "is not an absolute file path; using --backend-ca-file",
+                "needs both lb.backend-client-cert and lb.backend-client-key; using \
+                 --backend-client-cert",
             );
             None
         }
-    });
+    };
 
     let spec = svc.spec.as_ref();
     let affinity = match spec.and_then(|s| s.session_affinity.as_deref()) {
@@ -440,7 +464,16 @@ pub(super) fn settings(
         backend_sni,
         skip_verify,
         backend_ca_file,
+        backend_client_cert,
     }
+}
+
+/// A file path annotation: absolute, printable, at most 1 KiB. Translate reads no files: the
+/// path is checked for shape here, loaded (and its failures reported) by the data plane.
+fn file_path(v: &str) -> Option<String> {
+    let v = v.trim();
+    let plain = v.starts_with('/') && v.len() <= 1024 && !v.chars().any(char::is_control);
+    plain.then(|| v.to_string())
 }
 
 /// Levenshtein distance over bytes (keys are short ASCII; a longer key only costs more).

@@ -366,6 +366,11 @@ impl<'a> Builder<'a> {
                 .as_deref()
                 .filter(|_| protocol.tls())
                 .map(Into::into),
+            client_cert: s
+                .backend_client_cert
+                .as_ref()
+                .filter(|_| protocol.tls())
+                .map(|(c, k)| (c.as_str().into(), k.as_str().into())),
         }
     }
 

@@ -67,8 +67,10 @@ pub mod annotation {
     pub const BACKEND_SNI: &str = "serviceloadbalancer/lb.backend-sni";
     pub const BACKEND_SKIP_VERIFY: &str = "serviceloadbalancer/lb.backend-insecure-skip-verify";
     pub const BACKEND_CA_FILE: &str = "serviceloadbalancer/lb.backend-ca-file";
+    pub const BACKEND_CLIENT_CERT: &str = "serviceloadbalancer/lb.backend-client-cert";
+    pub const BACKEND_CLIENT_KEY: &str = "serviceloadbalancer/lb.backend-client-key";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 13] = [
+    pub const KNOWN: [&str; 15] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -82,6 +84,8 @@ pub mod annotation {
         BACKEND_SNI,
         BACKEND_SKIP_VERIFY,
         BACKEND_CA_FILE,
+        BACKEND_CLIENT_CERT,
+        BACKEND_CLIENT_KEY,
     ];
 }
 

@@ -766,11 +766,40 @@ fn a_backend_ca_file_is_a_tls_ports_absolute_path() {
     );
     assert!(w.is_empty(), "{w:?}");
     let (t, w) = run(
-        &[annotate(svc, annotation::BACKEND_CA_FILE, "cas/shop.pem")],
+        &[annotate(
+            svc.clone(),
+            annotation::BACKEND_CA_FILE,
+            "cas/shop.pem",
+        )],
         &[],
     );
     assert_eq!(entry(&t, "shop/api").upstream.ca_file, None);
     assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+
+    // A client certificate: both files, absolute.
+    let both = annotate(
+        annotate(svc.clone(), annotation::BACKEND_CLIENT_CERT, "/c/tls.crt"),
+        annotation::BACKEND_CLIENT_KEY,
+        "/c/tls.key",
+    );
+    let (t, w) = run(&[both], &[]);
+    let cc = entry(&t, "shop/api").upstream.client_cert.clone();
+    assert_eq!(
+        cc,
+        Some(("/c/tls.crt".into(), "/c/tls.key".into())),
+        "{w:?}"
+    );
+    assert_eq!(
+        entry(&t, "shop/api:81").upstream.client_cert,
+        None,
+        "no TLS there"
+    );
+    let (t, w) = run(
+        &[annotate(svc, annotation::BACKEND_CLIENT_CERT, "/c/tls.crt")],
+        &[],
+    );
+    assert_eq!(entry(&t, "shop/api").upstream.client_cert, None);
+    assert!(w.iter().any(|w| w.message.contains("needs both")), "{w:?}");
 }
 
 #[test]
