@@ -80,6 +80,24 @@ async fn a_tls_backend_is_verified_and_gets_the_services_name() {
         assert_eq!(j["sni"], "web.default.svc", "{j}");
         assert_eq!(j["version"], "HTTP/1.1");
         assert_eq!(j["uri"], "/a");
+        // One handshake, counted with its duration; the next request reuses the connection.
+        assert_eq!(sy.get("/web/b").await.status, 200);
+        let m = sy.admin("/metrics").await.body;
+        let value = |name: &str| {
+            m.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}{{entry=\"web\"}} ")))
+                .map(str::to_string)
+        };
+        assert_eq!(
+            value("switchyard_upstream_tls_handshakes_total").as_deref(),
+            Some("1"),
+            "{engine}: {m}"
+        );
+        assert_eq!(
+            value("switchyard_upstream_tls_handshake_duration_seconds_count").as_deref(),
+            Some("1"),
+            "{engine}"
+        );
     }
 }
 

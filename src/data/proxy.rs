@@ -536,10 +536,22 @@ impl ProxyHttp for HttpProxy {
         _peer: &HttpPeer,
         #[cfg(unix)] _fd: std::os::unix::io::RawFd,
         #[cfg(windows)] _sock: std::os::windows::io::RawSocket,
-        _digest: Option<&Digest>,
+        digest: Option<&Digest>,
         ctx: &mut Ctx,
     ) -> Result<()> {
         ctx.attempt.connected(reused, Instant::now());
+        // A new TLS connection: its handshake is the TLS layer's (the last) establishment.
+        if !reused
+            && let Some(d) = digest.filter(|d| d.ssl_digest.is_some())
+            && let Some(took) = d
+                .timing_digest
+                .iter()
+                .rev()
+                .flatten()
+                .find_map(|t| t.establishment_duration)
+        {
+            self.recorder.tls_handshake(&ctx.attempt, took);
+        }
         Ok(())
     }
 

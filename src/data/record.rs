@@ -89,6 +89,17 @@ impl Recorder {
         }
     }
 
+    /// Counts a completed TLS handshake with the current endpoint of `a`'s entry.
+    pub fn tls_handshake(&self, a: &Attempt, took: std::time::Duration) {
+        if let (Some(table), Some(id), Some(entry)) = (a.table(), a.entry_id(), a.entry()) {
+            self.metrics
+                .data
+                .with_entry(table.generation, id as usize, &entry.name, |h| {
+                    h.tls_handshake(took)
+                });
+        }
+    }
+
     /// Counts a finished request in the metrics and the access log, once.
     pub fn finished(&self, a: &mut Attempt, started: Instant, f: &Finished<'_>) {
         a.finish();

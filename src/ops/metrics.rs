@@ -260,12 +260,29 @@ pub struct EntryMetrics {
     /// To resolve `grpc` (the vector and this entry's name).
     grpc_vec: IntCounterVec,
     name: Box<str>,
+    /// `upstream_tls_handshakes_total` and `upstream_tls_handshake_duration_seconds` of this
+    /// entry: resolved on its first handshake, so entries in clear carry no TLS series.
+    tls: OnceLock<(IntCounter, Histogram)>,
+    tls_vecs: (IntCounterVec, HistogramVec),
 }
 
 impl EntryMetrics {
     /// The request counter for a response status.
     pub fn requests(&self, status: u16) -> &IntCounter {
         &self.requests[status_class(status)]
+    }
+
+    /// Counts a completed TLS handshake with an endpoint of this entry, and its duration.
+    pub fn tls_handshake(&self, took: std::time::Duration) {
+        let (count, duration) = self.tls.get_or_init(|| {
+            let entry = [self.name.as_ref()];
+            (
+                self.tls_vecs.0.with_label_values(&entry),
+                self.tls_vecs.1.with_label_values(&entry),
+            )
+        });
+        count.inc();
+        duration.observe(took.as_secs_f64());
     }
 
     /// Counts a gRPC call of this entry that ended with `ending`. The first one creates the
@@ -362,6 +379,8 @@ pub struct DataMetrics {
     pub passive_ejections_total: IntCounterVec,
     pub upstream_tls_failures_total: IntCounterVec,
     pub grpc_responses_total: IntCounterVec,
+    pub upstream_tls_handshakes_total: IntCounterVec,
+    pub upstream_tls_handshake_duration_seconds: HistogramVec,
     pub downstream_open_connections: IntGaugeVec,
     pub health_checks_total: IntCounterVec,
     pub health_transitions_total: IntCounterVec,
@@ -496,6 +515,20 @@ impl DataMetrics {
                  by entry",
                 &["entry"],
             ),
+            upstream_tls_handshakes_total: counter_vec(
+                r,
+                "upstream_tls_handshakes_total",
+                "TLS handshakes completed with endpoints (new connections; pooled ones are \
+                 reused without one), by entry",
+                &["entry"],
+            ),
+            upstream_tls_handshake_duration_seconds: histogram_vec(
+                r,
+                "upstream_tls_handshake_duration_seconds",
+                "Time of each completed TLS handshake with an endpoint, by entry",
+                &connect_buckets,
+                &["entry"],
+            ),
             grpc_responses_total: counter_vec(
                 r,
                 "grpc_responses_total",
@@ -600,6 +633,11 @@ impl DataMetrics {
             grpc: OnceLock::new(),
             grpc_vec: self.grpc_responses_total.clone(),
             name: entry.into(),
+            tls: OnceLock::new(),
+            tls_vecs: (
+                self.upstream_tls_handshakes_total.clone(),
+                self.upstream_tls_handshake_duration_seconds.clone(),
+            ),
         }
     }
 
@@ -681,6 +719,7 @@ impl DataMetrics {
             &self.http_retries_total,
             &self.passive_ejections_total,
             &self.upstream_tls_failures_total,
+            &self.upstream_tls_handshakes_total,
         ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);
@@ -690,6 +729,7 @@ impl DataMetrics {
             &self.http_request_duration_seconds,
             &self.upstream_connect_duration_seconds,
             &self.upstream_response_duration_seconds,
+            &self.upstream_tls_handshake_duration_seconds,
         ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);
@@ -962,6 +1002,29 @@ mod tests {
         );
         m.data.set_entries(2, &["web"]);
         assert!(!m.render().contains("switchyard_grpc_responses_total{"));
+    }
+
+    #[test]
+    fn tls_handshake_series_appear_with_the_first_handshake() {
+        let m = Metrics::new();
+        m.data.set_entries(1, &["clear", "tls"]);
+        m.data.with_entry(1, 1, "tls", |h| {
+            h.tls_handshake(std::time::Duration::from_millis(3))
+        });
+        let text = m.render();
+        assert!(text.contains(r#"switchyard_upstream_tls_handshakes_total{entry="tls"} 1"#));
+        assert!(text.contains(
+            r#"switchyard_upstream_tls_handshake_duration_seconds_count{entry="tls"} 1"#
+        ));
+        assert!(
+            !text.contains(r#"switchyard_upstream_tls_handshakes_total{entry="clear"}"#),
+            "no TLS series for an entry in clear"
+        );
+        m.data.set_entries(2, &["clear"]);
+        assert!(
+            !m.render().contains(r#"entry="tls""#),
+            "gone with the entry"
+        );
     }
 
     #[test]
