@@ -499,10 +499,10 @@ impl ProxyHttp for HttpProxy {
             ErrorType::HTTPStatus(code) => *code,
             _ => ctx.blame(cause_of(e, false, false)).status().unwrap_or(0),
         };
-        if code > 0 && ctx.grpc && session.response_written().is_some() {
+        if code > 0 && ctx.grpc && session.response_written().is_some() && session.is_http2() {
             // A gRPC call broken mid-stream (its deadline passed, the endpoint went away)
             // still ends as gRPC says: the status in trailers after the messages already sent.
-            // (HTTP/2 only; an HTTP/1 client's connection is closed as for any request.)
+            // (HTTP/2 only: an HTTP/1 client's connection is closed as for any request.)
             let (status, message) = crate::decide::error_page::grpc_status(code);
             let mut trailers = http::HeaderMap::new();
             trailers.insert("grpc-status", HeaderValue::from(u16::from(status)));
