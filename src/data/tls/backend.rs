@@ -12,8 +12,12 @@
 //! certificate would (502, counted in `upstream_tls_failures_total`). Without
 //! `--backend-ca-file` the default is Pingora's (the system's roots), which does not rotate.
 //!
-//! The price of a per-connection bundle: Pingora builds the connection's rustls client
-//! configuration each time, so TLS sessions to backends are not resumed.
+//! The price of a per-connection bundle: Pingora then builds the connection's rustls client
+//! configuration each time, with a fresh session cache, so those TLS sessions are not
+//! resumed. So the flag's bundle as it was at startup is not handed over: Pingora's connector
+//! loaded the same file into its shared configuration, whose session cache resumes sessions;
+//! only once the file has rotated (or a Service names its own, or a client certificate is
+//! presented) does a connection get its own.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -67,6 +71,8 @@ static NEXT_BUNDLE: AtomicU64 = AtomicU64::new(1);
 /// The loaded CA bundles, by path.
 pub struct BackendTls {
     default_ca: Option<PathBuf>,
+    /// The id of the flag's bundle as loaded at startup: the one Pingora's connector holds.
+    startup_ca: Option<u64>,
     cas: ArcSwap<HashMap<PathBuf, Bundle>>,
     default_client: Option<Pair>,
     clients: ArcSwap<HashMap<Pair, Arc<CertKey>>>,
@@ -155,14 +161,20 @@ impl BackendTls {
     /// used from the first connection), or without (Pingora's default roots, no client
     /// certificate).
     pub fn new(default_ca: Option<PathBuf>, default_client: Option<Pair>) -> BackendTls {
-        let tls = BackendTls {
+        let mut tls = BackendTls {
             default_ca,
+            startup_ca: None,
             cas: ArcSwap::from_pointee(HashMap::new()),
             default_client,
             clients: ArcSwap::from_pointee(HashMap::new()),
             seen: Mutex::new(Seen::default()),
         };
         tls.poll(&RoutingTable::default());
+        let startup = tls
+            .default_ca
+            .as_ref()
+            .and_then(|p| tls.cas.load().get(p).map(|b| b.id));
+        tls.startup_ca = startup;
         tls
     }
 
@@ -333,7 +345,11 @@ impl PeerTls for BackendTls {
         if !u.protocol.tls() {
             return Ok(());
         }
-        if let Some(b) = self.bundle_for(u).map_err(|e| e.to_string())? {
+        // The startup bundle is Pingora's own (see the module comment): left to its shared
+        // configuration, so sessions are resumed.
+        if let Some(b) = self.bundle_for(u).map_err(|e| e.to_string())?
+            && !(u.ca_file.is_none() && Some(b.id) == self.startup_ca)
+        {
             peer.options.ca = Some(b.ca);
             peer.group_key = b.id;
         }
@@ -488,10 +504,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let default = dir.path().join("default.pem");
         std::fs::write(&default, ca_pem("ca")).unwrap();
-        let tls = BackendTls::new(Some(default), None);
+        let tls = BackendTls::new(Some(default.clone()), None);
         let mut peer = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
         tls.configure(&tls_upstream(None), &mut peer).unwrap();
-        assert!(peer.options.ca.is_some());
+        assert!(
+            peer.options.ca.is_none(),
+            "the startup bundle is Pingora's own, which resumes sessions"
+        );
+        replace(&default, &ca_pem("rotated"));
+        tls.poll(&RoutingTable::default());
+        tls.configure(&tls_upstream(None), &mut peer).unwrap();
+        assert!(peer.options.ca.is_some(), "rotated: handed over");
         assert_ne!(peer.group_key, 0, "pooled by the bundle verified against");
         let mut clear = HttpPeer::new("10.0.0.1:80", false, String::new());
         tls.configure(&Upstream::default(), &mut clear).unwrap();
