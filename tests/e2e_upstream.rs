@@ -293,10 +293,19 @@ async fn health_checks_speak_http2_over_tls_and_verify_the_certificate() {
     );
 }
 
-/// A bare connect check of a TLS backend is a verified handshake (`L6OK`).
+/// A bare connect check of a TLS backend is a verified handshake (`L6OK`); `lb.check-path`
+/// on an HTTP/1.1-over-TLS backend is a GET over TLS (`L7OK 200`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connect_check_of_a_tls_backend_is_a_verified_handshake() {
-    let (b, ca) = tls_backend("tls", "web.default.svc", b"http/1.1").await;
+async fn tls_checks_of_http1_backends_connect_or_get_over_tls() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["web.default.svc", "api.default.svc"]);
+    let tls = || Transport::Tls(server_config(&leaf, &[b"http/1.1"]));
+    let bare = Backend::builder("bare").transport(tls()).start().await;
+    let get = Backend::builder("get")
+        .transport(tls())
+        .health("/healthz")
+        .start()
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let ca_path = ca_file(&dir, &ca);
     let objs = vec![
@@ -304,23 +313,35 @@ async fn a_connect_check_of_a_tls_backend_is_a_verified_handshake() {
             .app_protocol("https")
             .ann("serviceloadbalancer/lb.check-interval", "100ms")
             .into(),
-        slice("web", "", b.port),
+        slice("web", "", bare.port),
+        svc("api", 80)
+            .app_protocol("https")
+            .ann("serviceloadbalancer/lb.check-interval", "100ms")
+            .ann("serviceloadbalancer/lb.check-path", "/healthz")
+            .into(),
+        slice("api", "", get.port),
     ];
     let sy = switchyard_on(objs, "true", &["--backend-ca-file", &ca_path]).await;
-    let checked = poll(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || async {
-            let s = endpoint_health(&sy, "/web/", b.port).await?;
-            (s.1 != "-").then_some(s)
-        },
-    )
-    .await;
-    assert_eq!(
-        checked,
-        Some(("up".to_string(), "L6OK".to_string())),
-        "handshaken and verified"
-    );
+    for (path, port, want) in [
+        ("/web/", bare.port, "L6OK"),
+        ("/api/", get.port, "L7OK 200"),
+    ] {
+        let checked = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async {
+                let s = endpoint_health(&sy, path, port).await?;
+                (s.1 != "-").then_some(s)
+            },
+        )
+        .await;
+        assert_eq!(
+            checked,
+            Some(("up".to_string(), want.to_string())),
+            "{path}"
+        );
+    }
+    assert_eq!(get.count(), 0, "checks are not recorded as traffic");
 }
 
 /// The CA bundles are followed on disk: while `--backend-ca-file` holds another CA the backend
