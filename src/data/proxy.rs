@@ -65,8 +65,8 @@ pub struct HttpProxy {
     pub(crate) healthz: ErrorPage,
     lifecycle: Arc<Lifecycle>,
     pub(crate) recorder: Recorder,
-    /// The CA bundles TLS backends are verified against, as loaded now (rotated by
-    /// `BackendTlsWatcher`).
+    /// The CA bundles TLS backends are verified against and the client certificates shown to
+    /// them, as loaded now (rotated by `BackendTlsWatcher`).
     backend_tls: Arc<tls::BackendTls>,
 }
 
@@ -102,7 +102,8 @@ impl HttpProxy {
         }
     }
 
-    /// Verifies TLS backends against `backend_tls`'s bundles (without this, Pingora's default).
+    /// Verifies TLS backends against `backend_tls`'s bundles and presents its client
+    /// certificates (without this, Pingora's default roots and no client certificate).
     pub fn with_backend_tls(mut self, backend_tls: Arc<tls::BackendTls>) -> Self {
         self.backend_tls = backend_tls;
         self
@@ -410,8 +411,8 @@ impl ProxyHttp for HttpProxy {
         if let Some(u) = upstream
             && let Err(e) = self.backend_tls.configure(u, &mut peer)
         {
-            // The Service's own CA bundle is not loaded (the watcher warned why): nothing can
-            // be verified, as with an untrusted certificate.
+            // The Service's own CA bundle or client certificate is not loaded (the watcher
+            // warned why): refused as an untrusted certificate would be.
             return Err(Error::create(
                 ErrorType::InvalidCert,
                 ErrorSource::Upstream,
