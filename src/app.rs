@@ -158,7 +158,14 @@ pub fn run(config: Config) -> Result<(), RunError> {
     // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
     let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
     let server_conf = Arc::clone(&server.configuration);
+    // The backend CA bundles, followed on disk: the proxies and the health checks verify TLS
+    // endpoints against what is loaded now.
+    let backend_tls = Arc::new(crate::data::tls::BackendTls::new(
+        config.backend_ca_file.clone(),
+        config.backend_client_cert.clone(),
+    ));
     let shared = HttpShared {
+        backend_tls: &backend_tls,
         server_conf: &server_conf,
         config: &config,
         table: &reader,
@@ -252,9 +259,22 @@ pub fn run(config: Config) -> Result<(), RunError> {
     server.add_service(background_service(
         "health checks",
         health::Checker {
-            table: reader,
+            table: reader.clone(),
             config: config.health,
             metrics: Arc::clone(&metrics),
+            // The proxy's own connector settings (`--backend-ca-file`): checks trust what
+            // traffic trusts.
+            connector: Arc::new(pingora::connectors::http::Connector::new(Some(
+                pingora::connectors::ConnectorOptions::from_server_conf(&server_conf),
+            ))),
+            tls: Arc::clone(&backend_tls) as Arc<dyn health::PeerTls>,
+        },
+    ));
+    server.add_service(background_service(
+        "backend CA bundles",
+        crate::data::tls::BackendTlsWatcher {
+            tls: backend_tls,
+            table: reader.clone(),
         },
     ));
 
@@ -321,6 +341,7 @@ struct HttpShared<'a> {
     /// The connection limit both HTTP frontends count against.
     limit: &'a Arc<downstream::ConnectionLimit>,
     not_found: &'a ErrorPage,
+    backend_tls: &'a Arc<crate::data::tls::BackendTls>,
 }
 
 /// What sets one HTTP frontend apart from the other.
@@ -361,7 +382,8 @@ fn http_service(
     .with_observability(Arc::clone(shared.metrics), Arc::clone(shared.access_log))
     .with_fail_open(config.health.fail_open)
     .with_traffic_healthz(config.traffic_healthz)
-    .with_https_port(config.tls.as_ref().map(|_| config.https_port));
+    .with_https_port(config.tls.as_ref().map(|_| config.https_port))
+    .with_backend_tls(Arc::clone(shared.backend_tls));
     if let Some(forwarding) = listener.forwarding {
         proxy = proxy.with_forwarding(forwarding);
     }

@@ -249,6 +249,25 @@ pub struct Args {
     #[arg(long, value_name = "PATH", env = "SWITCHYARD_BACKEND_CA_FILE")]
     pub backend_ca_file: Option<PathBuf>,
 
+    /// Client certificate chain (PEM) presented to TLS backends that ask for one (mutual TLS),
+    /// unless a Service names its own; with --backend-client-key.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SWITCHYARD_BACKEND_CLIENT_CERT",
+        requires = "backend_client_key"
+    )]
+    pub backend_client_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --backend-client-cert.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SWITCHYARD_BACKEND_CLIENT_KEY",
+        requires = "backend_client_cert"
+    )]
+    pub backend_client_key: Option<PathBuf>,
+
     /// With --ssl-ca-cert: `required` fails handshakes without a valid client certificate;
     /// `optional` lets them through with X-Client-Verify: NONE.
     #[arg(long, value_name = "MODE", default_value = "required", value_parser = parse_verify,
@@ -562,6 +581,9 @@ pub struct Config {
     pub proxy_protocol: proxy_protocol::Settings,
     /// `--backend-ca-file`: checked to hold a PEM certificate.
     pub backend_ca_file: Option<PathBuf>,
+    /// `--backend-client-cert` and `--backend-client-key`: checked to hold a PEM certificate
+    /// and a PEM private key.
+    pub backend_client_cert: Option<(PathBuf, PathBuf)>,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
     /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
@@ -604,6 +626,8 @@ pub enum ConfigError {
         "{0} needs the cluster source (it writes Ingress status through the API server), not --manifests"
     )]
     NeedsCluster(&'static str),
+    #[error("{0} {1}: {2}")]
+    BackendClientCert(&'static str, String, String),
 }
 
 impl Config {
@@ -750,6 +774,15 @@ impl Config {
                 .backend_ca_file
                 .map(|p| check_ca_file(&p).map(|()| p))
                 .transpose()?,
+            backend_client_cert: match (args.backend_client_cert, args.backend_client_key) {
+                (Some(cert), Some(key)) => {
+                    check_pem(&cert, "--backend-client-cert", "CERTIFICATE")?;
+                    check_pem(&key, "--backend-client-key", "PRIVATE KEY")?;
+                    Some((cert, key))
+                }
+                // clap requires both or neither.
+                _ => None,
+            },
             shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
             watch_debounce: args.watch_debounce,
@@ -777,6 +810,20 @@ fn check_ca_file(path: &std::path::Path) -> Result<(), ConfigError> {
     let pem = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     if !pem.contains("-----BEGIN CERTIFICATE-----") {
         return Err(bad("holds no PEM certificate".into()));
+    }
+    Ok(())
+}
+
+/// A client certificate or key file must be readable and hold a PEM block of its kind (any
+/// `... PRIVATE KEY` for a key), so a typo fails at startup, not at the first handshake.
+fn check_pem(path: &std::path::Path, flag: &'static str, kind: &str) -> Result<(), ConfigError> {
+    let bad = |why: String| ConfigError::BackendClientCert(flag, path.display().to_string(), why);
+    let pem = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let found = pem
+        .lines()
+        .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{kind}-----")));
+    if !found {
+        return Err(bad(format!("holds no PEM {kind}")));
     }
     Ok(())
 }
@@ -837,6 +884,8 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "ssl_ca_cert",
             "ssl_verify",
             "backend_ca_file",
+            "backend_client_cert",
+            "backend_client_key",
             "hsts_max_age",
         ],
     ),

@@ -975,6 +975,11 @@ async fn stats_page_renders_in_headless_chromium() {
             assert!(cells.contains_key(c), "{k:?}: HTML column {c}");
             assert!(json_rows[k].get(c).is_some(), "{k:?}: JSON field {c}");
         }
+        // The backend protocol: HTML and JSON agree (HAProxy's CSV has no such column); TCP
+        // entries have none.
+        let want = if k.0.starts_with("db:") { "" } else { "http" };
+        assert_eq!(cells["protocol"], want, "{k:?}: HTML protocol");
+        assert_eq!(json_rows[k]["protocol"], want, "{k:?}: JSON protocol");
     }
     // Checked endpoints show the last check's duration and age; the dead one its failures.
     let dead_row = &json_rows[&("web".to_string(), ep(dead))];

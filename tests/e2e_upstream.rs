@@ -8,6 +8,8 @@
 mod common;
 mod tls_client;
 
+use std::time::Duration;
+
 use common::*;
 use tls_client::{Ca, server_config};
 
@@ -78,6 +80,25 @@ async fn a_tls_backend_is_verified_and_gets_the_services_name() {
         assert_eq!(j["sni"], "web.default.svc", "{j}");
         assert_eq!(j["version"], "HTTP/1.1");
         assert_eq!(j["uri"], "/a");
+        // One request, one new connection: one handshake, counted with its duration (it is
+        // recorded when the connection opens, before the response).
+        let m = sy.admin("/metrics").await.body;
+        let value = |name: &str| {
+            m.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}{{entry=\"web\"}} ")))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let handshakes = value("switchyard_upstream_tls_handshakes_total");
+        assert_eq!(
+            handshakes,
+            Some(1),
+            "{engine}: one request, one handshake: {m}"
+        );
+        assert_eq!(
+            value("switchyard_upstream_tls_handshake_duration_seconds_count"),
+            handshakes,
+            "{engine}"
+        );
     }
 }
 
@@ -100,6 +121,18 @@ async fn an_h2_backend_over_tls_with_its_own_server_name() {
     assert_eq!(
         (j["version"].as_str(), j["sni"].as_str()),
         (Some("HTTP/2.0"), Some("api.internal"))
+    );
+    // `/explain` says how the entry's endpoints are spoken to.
+    let x = sy.admin("/explain?path=/api/q").await.json();
+    let e = &x["entry"];
+    assert_eq!(
+        (
+            &e["backend_protocol"],
+            &e["backend_sni"],
+            &e["backend_verify"]
+        ),
+        (&"h2".into(), &"api.internal".into(), &true.into()),
+        "{x}"
     );
 }
 
@@ -164,5 +197,390 @@ fn a_backend_ca_file_without_a_certificate_is_refused_at_startup() {
     assert!(
         err.contains("--backend-ca-file") && err.contains("no PEM certificate"),
         "{err}"
+    );
+}
+
+/// The state and last check of endpoint `port` of the entry `/explain` finds for `path`.
+async fn endpoint_health(sy: &Switchyard, path: &str, port: u16) -> Option<(String, String)> {
+    let x = sy.admin(&format!("/explain?path={path}")).await.json();
+    let eps = x["entry"]["endpoints"].as_array()?.clone();
+    let ep = eps
+        .iter()
+        .find(|e| e["address"] == format!("127.0.0.1:{port}"))?;
+    Some((
+        ep["state"].as_str()?.to_string(),
+        ep["last_check"].as_str()?.to_string(),
+    ))
+}
+
+/// Health checks speak the backend's protocol: `lb.check-path` is a GET over HTTP/2 and TLS
+/// for an `h2` backend (a 503 marks it down), and the TLS handshake is verified as traffic's
+/// is (a certificate from another CA marks it down, `L6RSP`). Traffic then avoids both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_speak_http2_over_tls_and_verify_the_certificate() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["web.default.svc"]);
+    let tls = || Transport::Tls(server_config(&leaf, &[b"h2"]));
+    let good = Backend::builder("good")
+        .transport(tls())
+        .health("/healthz")
+        .start()
+        .await;
+    let sick = Backend::builder("sick")
+        .transport(tls())
+        .health("/healthz")
+        .start()
+        .await;
+    sick.set_health(503);
+    let (wrong, _) = tls_backend("wrong", "web.default.svc", b"h2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let mut objs = vec![
+        svc("web", 80)
+            .app_protocol("h2")
+            .ann("serviceloadbalancer/lb.check-path", "/healthz")
+            .ann("serviceloadbalancer/lb.check-interval", "100ms")
+            .into(),
+    ];
+    objs.extend(slices("web", &[&good, &sick, &wrong]));
+    let sy = switchyard_on(
+        objs,
+        "true",
+        &["--backend-ca-file", &ca_path, "--check-fall", "1"],
+    )
+    .await;
+    let settled = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            let g = endpoint_health(&sy, "/web/", good.port).await?;
+            let s = endpoint_health(&sy, "/web/", sick.port).await?;
+            let w = endpoint_health(&sy, "/web/", wrong.port).await?;
+            (g.1 != "-" && s.0 == "down" && w.0 == "down").then_some((g, s, w))
+        },
+    )
+    .await;
+    let Some((g, s, w)) = settled else {
+        let x = sy.admin("/explain?path=/web/").await.body;
+        panic!("never settled: {x}");
+    };
+    assert_eq!(g, ("up".to_string(), "L7OK 200".to_string()));
+    assert_eq!(s.1, "L7STS 503");
+    assert_eq!(w.1, "L6RSP", "the wrong CA fails the TLS handshake");
+
+    let tls_failures = || async {
+        let metrics = sy.admin("/metrics").await.body;
+        metrics
+            .lines()
+            .find(|l| l.starts_with("switchyard_upstream_tls_failures_total{entry=\"web\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = tls_failures().await;
+    for _ in 0..6 {
+        let r = sy.get("/web/x").await;
+        assert_eq!(
+            (r.status, r.backend().as_deref()),
+            (200, Some("good")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(sick.count(), 0, "checks are not recorded as traffic");
+    assert_eq!(
+        tls_failures().await,
+        before,
+        "no request tried the wrong-CA endpoint"
+    );
+}
+
+/// A bare connect check of a TLS backend is a verified handshake (`L6OK`); `lb.check-path`
+/// on an HTTP/1.1-over-TLS backend is a GET over TLS (`L7OK 200`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_checks_of_http1_backends_connect_or_get_over_tls() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["web.default.svc", "api.default.svc"]);
+    let tls = || Transport::Tls(server_config(&leaf, &[b"http/1.1"]));
+    let bare = Backend::builder("bare").transport(tls()).start().await;
+    let get = Backend::builder("get")
+        .transport(tls())
+        .health("/healthz")
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("web", 80)
+            .app_protocol("https")
+            .ann("serviceloadbalancer/lb.check-interval", "100ms")
+            .into(),
+        slice("web", "", bare.port),
+        svc("api", 80)
+            .app_protocol("https")
+            .ann("serviceloadbalancer/lb.check-interval", "100ms")
+            .ann("serviceloadbalancer/lb.check-path", "/healthz")
+            .into(),
+        slice("api", "", get.port),
+    ];
+    let sy = switchyard_on(objs, "true", &["--backend-ca-file", &ca_path]).await;
+    for (path, port, want) in [
+        ("/web/", bare.port, "L6OK"),
+        ("/api/", get.port, "L7OK 200"),
+    ] {
+        let checked = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async {
+                let s = endpoint_health(&sy, path, port).await?;
+                (s.1 != "-").then_some(s)
+            },
+        )
+        .await;
+        assert_eq!(
+            checked,
+            Some(("up".to_string(), want.to_string())),
+            "{path}"
+        );
+    }
+    assert_eq!(get.count(), 0, "checks are not recorded as traffic");
+}
+
+/// The CA bundles are followed on disk: while `--backend-ca-file` holds another CA the backend
+/// is refused (502); once the file holds the right one, requests succeed without a restart. A
+/// Service's own `lb.backend-ca-file` is used instead of the flag's, and rotates the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_ca_bundles_rotate_without_a_restart() {
+    let (b, right) = tls_backend("tls", "web.default.svc", b"http/1.1").await;
+    let wrong = Ca::new("another CA");
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("flag.pem");
+    std::fs::write(&flag, &wrong.pem).unwrap();
+    let objs = |own: Option<&str>| {
+        let mut s = svc("web", 80).app_protocol("https");
+        if let Some(path) = own {
+            s = s.ann("serviceloadbalancer/lb.backend-ca-file", path);
+        }
+        vec![s.into(), slice("web", "", b.port)]
+    };
+    let sy = switchyard_on(
+        objs(None),
+        "true",
+        &["--backend-ca-file", flag.to_str().unwrap()],
+    )
+    .await;
+    let status = || async { sy.get("/web/a").await.status };
+    assert_eq!(status().await, 502, "the flag's bundle is the wrong CA");
+    write_atomic(&flag, &right.pem);
+    let ok = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status().await == 200).then_some(()) },
+    )
+    .await;
+    assert!(ok.is_some(), "rotated to the right CA without a restart");
+
+    // The Service's own bundle replaces the flag's: the wrong CA again, so refused (the
+    // connections verified against the flag's bundle are not reused for it).
+    let own = dir.path().join("own.pem");
+    std::fs::write(&own, &wrong.pem).unwrap();
+    sy.rewrite(&objs(Some(own.to_str().unwrap())));
+    let refused = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status().await == 502).then_some(()) },
+    )
+    .await;
+    assert!(refused.is_some(), "the Service's own bundle is used");
+    let x = sy.admin("/explain?path=/web/a").await.json();
+    assert_eq!(x["entry"]["backend_ca_file"], own.to_str().unwrap(), "{x}");
+    write_atomic(&own, &right.pem);
+    let ok = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (status().await == 200).then_some(()) },
+    )
+    .await;
+    assert!(ok.is_some(), "the Service's own bundle rotates too");
+}
+
+/// A server configuration presenting `leaf` (ALPN `http/1.1`) that requires a client
+/// certificate issued by `clients`.
+fn mtls_server_config(
+    leaf: &tls_client::Leaf,
+    clients: &Ca,
+) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(clients.pem.as_bytes()).unwrap())
+        .unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.der.clone())],
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    std::sync::Arc::new(config)
+}
+
+/// Mutual TLS to a backend: without a client certificate it refuses switchyard (502); with
+/// `--backend-client-cert`/`-key` it answers; a Service's own `lb.backend-client-cert`/`-key`
+/// is presented instead of the flags' (here one the backend does not trust: refused again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_to_backends_that_ask_for_one() {
+    let ca = Ca::new("backend CA");
+    let clients = Ca::new("client CA");
+    let b = Backend::builder("mtls")
+        .transport(Transport::Tls(mtls_server_config(
+            &ca.server(&["web.default.svc"]),
+            &clients,
+        )))
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let write = |name: &str, leaf: &tls_client::Leaf| {
+        let (c, k) = (
+            dir.path().join(format!("{name}.crt")),
+            dir.path().join(format!("{name}.key")),
+        );
+        std::fs::write(&c, &leaf.cert_pem).unwrap();
+        std::fs::write(&k, &leaf.key_pem).unwrap();
+        (
+            c.to_str().unwrap().to_string(),
+            k.to_str().unwrap().to_string(),
+        )
+    };
+    let (cert, key) = write("trusted", &clients.client("switchyard"));
+    let (other_cert, other_key) = write("other", &Ca::new("unknown").client("switchyard"));
+    let objs = |own: Option<(&str, &str)>| {
+        let mut s = svc("web", 80).app_protocol("https");
+        if let Some((c, k)) = own {
+            s = s
+                .ann("serviceloadbalancer/lb.backend-client-cert", c)
+                .ann("serviceloadbalancer/lb.backend-client-key", k);
+        }
+        vec![s.into(), slice("web", "", b.port)]
+    };
+
+    let sy = switchyard_on(objs(None), "true", &["--backend-ca-file", &ca_path]).await;
+    assert_eq!(sy.get("/web/a").await.status, 502, "no client certificate");
+    drop(sy);
+
+    let sy = switchyard_on(
+        objs(None),
+        "true",
+        &[
+            "--backend-ca-file",
+            &ca_path,
+            "--backend-client-cert",
+            &cert,
+            "--backend-client-key",
+            &key,
+        ],
+    )
+    .await;
+    let r = sy.get("/web/a").await;
+    assert_eq!(
+        (r.status, r.backend().as_deref()),
+        (200, Some("mtls")),
+        "{r:?}"
+    );
+
+    sy.rewrite(&objs(Some((&other_cert, &other_key))));
+    let refused = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { (sy.get("/web/a").await.status == 502).then_some(()) },
+    )
+    .await;
+    assert!(
+        refused.is_some(),
+        "the Service's own (untrusted) certificate is presented"
+    );
+}
+
+/// A TLS backend that answers each request with `200 ok` and closes (so every request is a new
+/// connection, and a new handshake), recording whether each handshake resumed a session.
+async fn resumption_backend(
+    config: std::sync::Arc<rustls::ServerConfig>,
+) -> (
+    u16,
+    std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let resumed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&resumed);
+    let task = tokio::spawn(async move {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        // Bounded: a test makes a handful of connections.
+        for _ in 0..100 {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let Ok(Ok(mut tls)) =
+                tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp)).await
+            else {
+                continue;
+            };
+            let kind = tls.get_ref().1.handshake_kind();
+            seen.lock()
+                .unwrap()
+                .push(kind == Some(rustls::HandshakeKind::Resumed));
+            let mut buf = [0u8; 4096];
+            let _ = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await;
+            let _ = tls
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                .await;
+            let _ = tls.shutdown().await;
+        }
+    });
+    (port, resumed, task)
+}
+
+/// A second new connection to the same backend resumes the TLS session of the first (the
+/// startup `--backend-ca-file` bundle is left to Pingora's shared client configuration,
+/// whose session cache does it); health checks are off so only traffic connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_connection_to_a_tls_backend_resumes_the_session() {
+    let ca = Ca::new("backend CA");
+    let config = server_config(&ca.server(&["web.default.svc"]), &[b"http/1.1"]);
+    let (port, resumed, _task) = resumption_backend(config).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_path = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", port),
+    ];
+    let sy = switchyard_on(
+        objs,
+        "true",
+        &["--backend-ca-file", &ca_path, "--check-interval", "0"],
+    )
+    .await;
+    for i in 0..3 {
+        let r = sy.get("/web/a").await;
+        assert_eq!(r.status, 200, "request {i}: {r:?}");
+    }
+    let kinds = resumed.lock().unwrap().clone();
+    assert_eq!(kinds.len(), 3, "one connection per request: {kinds:?}");
+    assert!(!kinds[0], "the first handshake is a full one");
+    assert!(
+        kinds[1..].iter().all(|r| *r),
+        "later ones resume: {kinds:?}"
     );
 }

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -37,8 +37,10 @@ use crate::decide::edits::{
 use crate::decide::error_page::{
     Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, redirect_answer, rejection_answer,
 };
+use crate::decide::grpc::Ending;
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
+use crate::ops::health::PeerTls;
 use crate::ops::lifecycle::{Active, Lifecycle};
 use crate::ops::metrics::{Metrics, OpenConnection};
 use crate::table::sticky::{self, COOKIE_NAME};
@@ -64,6 +66,9 @@ pub struct HttpProxy {
     pub(crate) healthz: ErrorPage,
     lifecycle: Arc<Lifecycle>,
     pub(crate) recorder: Recorder,
+    /// The CA bundles TLS backends are verified against and the client certificates shown to
+    /// them, as loaded now (rotated by `BackendTlsWatcher`).
+    backend_tls: Arc<tls::BackendTls>,
 }
 
 impl HttpProxy {
@@ -95,7 +100,15 @@ impl HttpProxy {
                 Arc::new(Metrics::new()),
                 Arc::new(AccessLog::off()),
             ),
+            backend_tls: Arc::new(tls::BackendTls::new(None, None)),
         }
+    }
+
+    /// Verifies TLS backends against `backend_tls`'s bundles and presents its client
+    /// certificates (without this, Pingora's default roots and no client certificate).
+    pub fn with_backend_tls(mut self, backend_tls: Arc<tls::BackendTls>) -> Self {
+        self.backend_tls = backend_tls;
+        self
     }
 
     /// Counts this proxy's requests in `lifecycle`, so a graceful shutdown waits for them.
@@ -170,6 +183,30 @@ pub struct Ctx {
     rejected: Option<Rejection>,
     /// Request body bytes read so far (against the route's `proxy-body-size`).
     body_read: u64,
+    /// A gRPC call's `grpc-status` trailer (from the endpoint, or switchyard's own when it
+    /// ended the call mid-stream); a trailers-only answer has it in the response header.
+    grpc_trailer: Option<Ending>,
+}
+
+/// Pingora's timers round to 10 ms and may fire a hair before the instant asked for.
+const DEADLINE_SLACK: Duration = Duration::from_millis(5);
+
+impl Ctx {
+    /// `cause`, unless the call's own deadline (`grpc-timeout`) has passed: a timeout then is
+    /// the client's budget running out, not the endpoint's fault (no ejection, no retry).
+    fn blame(&self, cause: Cause) -> Cause {
+        match cause {
+            Cause::UpstreamTimedOut | Cause::ConnectTimedOut if self.deadline_passed() => {
+                Cause::DeadlinePassed
+            }
+            c => c,
+        }
+    }
+
+    fn deadline_passed(&self) -> bool {
+        self.deadline
+            .is_some_and(|d| Instant::now() + DEADLINE_SLACK >= d)
+    }
 }
 
 /// The cause of a Pingora error raised before the upstream connection was open.
@@ -242,6 +279,7 @@ impl ProxyHttp for HttpProxy {
             deadline: None,
             rejected: None,
             body_read: 0,
+            grpc_trailer: None,
         }
     }
 
@@ -414,6 +452,19 @@ impl ProxyHttp for HttpProxy {
             o.verify_cert = false;
             o.verify_hostname = false;
         }
+        if let Some(u) = upstream
+            && let Err(e) = self.backend_tls.configure(u, &mut peer)
+        {
+            // The Service's own CA bundle or client certificate is not loaded (the watcher
+            // warned why): refused as an untrusted certificate would be.
+            return Err(Error::create(
+                ErrorType::InvalidCert,
+                ErrorSource::Upstream,
+                Some(e.into()),
+                None,
+            ));
+        }
+        let o = &mut peer.options;
         o.connection_timeout = Some(self.timeouts.connect);
         o.idle_timeout = Some(self.timeouts.server_idle);
         let io_timeout = if session.is_upgrade_req() {
@@ -444,7 +495,7 @@ impl ProxyHttp for HttpProxy {
         mut e: Box<Error>,
     ) -> Box<Error> {
         let failure = Failure {
-            cause: connect_cause(e.etype()).unwrap_or(Cause::ConnectFailed),
+            cause: ctx.blame(connect_cause(e.etype()).unwrap_or(Cause::ConnectFailed)),
             replayable: true,
         };
         let verdict = ctx.attempt.failed(failure, &self.policy, Instant::now());
@@ -471,7 +522,7 @@ impl ProxyHttp for HttpProxy {
             .response_written()
             .is_some_and(|r| r.status == http::StatusCode::SWITCHING_PROTOCOLS);
         let failure = Failure {
-            cause: cause_of(&e, session.response_written().is_some(), tunnel),
+            cause: ctx.blame(cause_of(&e, session.response_written().is_some(), tunnel)),
             replayable: session.req_header().method.is_idempotent()
                 && !session.as_ref().retry_buffer_truncated()
                 && session.response_written().is_none(),
@@ -491,8 +542,21 @@ impl ProxyHttp for HttpProxy {
     {
         let code = match e.etype() {
             ErrorType::HTTPStatus(code) => *code,
-            _ => cause_of(e, false, false).status().unwrap_or(0),
+            _ => ctx.blame(cause_of(e, false, false)).status().unwrap_or(0),
         };
+        if code > 0 && ctx.grpc && session.response_written().is_some() && session.is_http2() {
+            // A gRPC call broken mid-stream (its deadline passed, the endpoint went away)
+            // still ends as gRPC says: the status in trailers after the messages already sent.
+            // (HTTP/2 only: an HTTP/1 client's connection is closed as for any request.)
+            let (status, message) = crate::decide::error_page::grpc_status(code);
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", HeaderValue::from(u16::from(status)));
+            trailers.insert("grpc-message", HeaderValue::from_static(message));
+            match session.write_response_trailers(trailers).await {
+                Ok(()) => ctx.grpc_trailer = Some(Ending::code(status)),
+                Err(err) => tracing::debug!(error = %err, "cannot end the gRPC call"),
+            }
+        }
         if code > 0 && session.response_written().is_none() {
             session.set_keepalive(None);
             let answer = if ctx.grpc {
@@ -517,10 +581,22 @@ impl ProxyHttp for HttpProxy {
         _peer: &HttpPeer,
         #[cfg(unix)] _fd: std::os::unix::io::RawFd,
         #[cfg(windows)] _sock: std::os::windows::io::RawSocket,
-        _digest: Option<&Digest>,
+        digest: Option<&Digest>,
         ctx: &mut Ctx,
     ) -> Result<()> {
         ctx.attempt.connected(reused, Instant::now());
+        // A new TLS connection: its handshake is the TLS layer's (the last) establishment.
+        if !reused
+            && let Some(d) = digest.filter(|d| d.ssl_digest.is_some())
+            && let Some(took) = d
+                .timing_digest
+                .iter()
+                .rev()
+                .flatten()
+                .find_map(|t| t.establishment_duration)
+        {
+            self.recorder.tls_handshake(&ctx.attempt, took);
+        }
         Ok(())
     }
 
@@ -602,7 +678,53 @@ impl ProxyHttp for HttpProxy {
         apply(resp, &response_edits(&self.fwd, ctx.attempt.set_cookie()))
     }
 
+    /// A gRPC deadline holds for the whole call: a stream whose messages keep coming past it
+    /// is cut there (each read alone is bounded by what was left when it was connected).
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<Duration>> {
+        if ctx.deadline_passed() {
+            return Err(Error::create(
+                ErrorType::ReadTimedout,
+                ErrorSource::Upstream,
+                Some("the gRPC deadline passed".into()),
+                None,
+            ));
+        }
+        Ok(None)
+    }
+
+    fn upstream_response_trailer_filter(
+        &self,
+        _session: &mut Session,
+        trailers: &mut http::HeaderMap,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if ctx.grpc {
+            ctx.grpc_trailer = Some(Ending::of(
+                trailers.get("grpc-status").map(HeaderValue::as_bytes),
+            ));
+        }
+        Ok(())
+    }
+
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        // A trailers-only answer (an error before any message, or switchyard's own) has the
+        // status in the response header; otherwise it came in the trailers.
+        let grpc = ctx.grpc.then(|| {
+            let header = session
+                .response_written()
+                .and_then(|r| r.headers.get("grpc-status"))
+                .map(HeaderValue::as_bytes);
+            match header {
+                Some(v) => Ending::of(Some(v)),
+                None => ctx.grpc_trailer.unwrap_or(Ending::NONE),
+            }
+        });
         let req = session.req_header();
         let host = req
             .headers
@@ -632,6 +754,7 @@ impl ProxyHttp for HttpProxy {
                         .filter(|_| session.response_written().is_some_and(|r| r.status == 400))
                         .map(|_| Rejection::BadBody)
                 }),
+                grpc,
             },
         );
     }

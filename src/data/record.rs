@@ -11,6 +11,7 @@ use prometheus::IntCounter;
 
 use crate::decide::attempt::{Attempt, Verdict};
 use crate::decide::cause::Rejection;
+use crate::decide::grpc::Ending;
 use crate::ops::access_log::{AccessLog, HttpRecord};
 use crate::ops::metrics::{Metrics, status_class};
 use crate::table::Frontend;
@@ -28,6 +29,9 @@ pub struct Finished<'a> {
     pub path: &'a str,
     /// Refused (counted in `http_rejected_requests_total`; before routing, not as unmatched).
     pub rejected: Option<Rejection>,
+    /// For a gRPC request, how the call ended (`grpc_responses_total`, the log's
+    /// `grpc_status`); `None` for any other request.
+    pub grpc: Option<Ending>,
 }
 
 /// One frontend's metrics and access log.
@@ -85,6 +89,17 @@ impl Recorder {
         }
     }
 
+    /// Counts a completed TLS handshake with the current endpoint of `a`'s entry.
+    pub fn tls_handshake(&self, a: &Attempt, took: std::time::Duration) {
+        if let (Some(table), Some(id), Some(entry)) = (a.table(), a.entry_id(), a.entry()) {
+            self.metrics
+                .data
+                .with_entry(table.generation, id as usize, &entry.name, |h| {
+                    h.tls_handshake(took)
+                });
+        }
+    }
+
     /// Counts a finished request in the metrics and the access log, once.
     pub fn finished(&self, a: &mut Attempt, started: Instant, f: &Finished<'_>) {
         a.finish();
@@ -108,6 +123,9 @@ impl Recorder {
                         }
                         h.request_bytes.inc_by(f.bytes_in);
                         h.response_bytes.inc_by(f.bytes_out);
+                        if let Some(g) = f.grpc {
+                            h.grpc_response(g);
+                        }
                     });
                 if let Some(ep) = a.current().and_then(|i| entry.endpoints.get(i)) {
                     if let Some(t) = a.totals() {
@@ -152,6 +170,7 @@ impl Recorder {
             generation: a.table().map_or(0, |t| t.generation),
             retries: u32::try_from(a.tries().saturating_sub(1)).unwrap_or(0),
             error: f.rejected.map(Rejection::as_str),
+            grpc_status: f.grpc.map(Ending::as_str),
         });
     }
 
@@ -180,6 +199,7 @@ impl Recorder {
                 method,
                 path,
                 rejected: Some(r),
+                grpc: None,
             },
         );
     }

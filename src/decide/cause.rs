@@ -36,6 +36,10 @@ pub enum Cause {
     /// A switched-protocol tunnel (101) ended abruptly: says nothing of the endpoint's health.
     #[error("the tunnel ended abruptly")]
     TunnelEnded,
+    /// A gRPC call's own deadline (`grpc-timeout`) passed: the client's time budget ran out,
+    /// which says nothing of the endpoint's health.
+    #[error("the call's deadline passed")]
+    DeadlinePassed,
     #[error("the client closed or reset the connection")]
     ClientGone,
     #[error("the client sent an invalid request")]
@@ -56,7 +60,7 @@ impl Cause {
             | Cause::UpstreamTimedOut
             | Cause::InvalidResponse
             | Cause::TunnelEnded => Side::Upstream,
-            Cause::ClientGone | Cause::BadRequest => Side::Client,
+            Cause::ClientGone | Cause::BadRequest | Cause::DeadlinePassed => Side::Client,
             Cause::Internal => Side::Internal,
         }
     }
@@ -80,7 +84,7 @@ impl Cause {
     pub fn status(self) -> Option<u16> {
         match self {
             Cause::ConnectRefused | Cause::ConnectTimedOut | Cause::ConnectFailed => Some(503),
-            Cause::UpstreamTimedOut => Some(504),
+            Cause::UpstreamTimedOut | Cause::DeadlinePassed => Some(504),
             Cause::UpstreamClosed
             | Cause::ResponseTruncated
             | Cause::InvalidResponse
@@ -101,6 +105,7 @@ impl Cause {
             Cause::UpstreamClosed => "upstream closed",
             Cause::ResponseTruncated => "response truncated",
             Cause::UpstreamTimedOut => "upstream timeout",
+            Cause::DeadlinePassed => "deadline passed",
             Cause::InvalidResponse => "invalid response",
             Cause::TunnelEnded => "tunnel ended",
             Cause::ClientGone => "client gone",
@@ -215,6 +220,9 @@ mod tests {
         assert!(!Cause::UpstreamClosed.before_connect());
         assert_eq!(Cause::ConnectRefused.phrase(), "connect failed");
         assert_eq!(Cause::ConnectTimedOut.phrase(), "connect timeout");
+        // The client's own deadline answers like a timeout but is the client's budget.
+        assert_eq!(Cause::DeadlinePassed.status(), Some(504));
+        assert_eq!(Cause::DeadlinePassed.side(), Side::Client);
     }
 
     #[test]

@@ -198,6 +198,17 @@ pub struct EntryView {
     pub client_ip_affinity_seconds: Option<u64>,
     /// `http`, `h2c`, `https` or `h2`: how the endpoints are spoken to.
     pub backend_protocol: &'static str,
+    /// Over TLS: the server name sent and verified; absent in clear.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_sni: Option<String>,
+    /// Over TLS: whether the endpoints' certificates are verified (off only by
+    /// `lb.backend-insecure-skip-verify`); absent in clear.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_verify: Option<bool>,
+    /// Over TLS: the Service's own CA bundle (`lb.backend-ca-file`); absent when
+    /// `--backend-ca-file` (or the system's roots) applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_ca_file: Option<String>,
     pub health_gate: HealthGate,
     pub endpoints: Vec<EndpointView>,
 }
@@ -425,6 +436,7 @@ fn route_http(
 }
 
 fn entry_view(entry: &Entry, now: Instant, fail_open: bool) -> EntryView {
+    let tls = entry.upstream.protocol.tls();
     EntryView {
         name: entry.name.to_string(),
         service: format!("{}/{}", entry.key.namespace, entry.key.service),
@@ -433,6 +445,9 @@ fn entry_view(entry: &Entry, now: Instant, fail_open: bool) -> EntryView {
         cookie_sticky: entry.cookie_sticky,
         client_ip_affinity_seconds: entry.client_ip_affinity.map(|d| d.as_secs()),
         backend_protocol: entry.upstream.protocol.label(),
+        backend_sni: tls.then(|| entry.upstream.sni.to_string()),
+        backend_verify: tls.then_some(entry.upstream.verify),
+        backend_ca_file: entry.upstream.ca_file.as_deref().map(str::to_string),
         health_gate: entry.health_gate(fail_open),
         endpoints: (0..entry.endpoints.len())
             .map(|i| {
@@ -580,6 +595,7 @@ mod tests {
     use crate::table::CheckResult;
     use crate::table::balance::Pick;
     use crate::table::matcher::{PathRules, Router};
+    use crate::table::upstream::{BackendProtocol, Upstream};
 
     fn entry(name: &str, addrs: &[&str]) -> Entry {
         Entry::fixture(name, Frontend::Http, addrs)
@@ -747,6 +763,42 @@ mod tests {
         // Two labels: not this Ingress's wildcard.
         let x = explain(&t, &q(Some("b.a.apps.test"), "/app/x"), now, &POLICY);
         assert_ne!(x.route.as_ref().map(|r| r.level), Some("one_label_host"));
+    }
+
+    #[test]
+    fn the_backend_protocol_and_its_tls_settings_are_shown() {
+        let mut t = table();
+        let x = explain(
+            &std::sync::Arc::new(t.clone()),
+            &q(None, "/web"),
+            Instant::now(),
+            &POLICY,
+        );
+        let e = x.entry.unwrap();
+        assert_eq!(
+            (e.backend_protocol, e.backend_sni, e.backend_verify),
+            ("http", None, None)
+        );
+        let mut web = (*t.entries[0]).clone();
+        web.upstream = Upstream {
+            protocol: BackendProtocol::H2,
+            sni: "api.internal".into(),
+            verify: false,
+            ca_file: None,
+            client_cert: None,
+            send_proxy: false,
+        };
+        t.entries[0] = std::sync::Arc::new(web);
+        let x = explain(
+            &std::sync::Arc::new(t),
+            &q(None, "/web"),
+            Instant::now(),
+            &POLICY,
+        );
+        let json = serde_json::to_value(x.entry.unwrap()).unwrap();
+        assert_eq!(json["backend_protocol"], "h2");
+        assert_eq!(json["backend_sni"], "api.internal");
+        assert_eq!(json["backend_verify"], false);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! gRPC's own request rules, pure: the `grpc-timeout` header read as the request's deadline
-//! (gRPC over HTTP/2: `TimeoutValue TimeoutUnit`, at most 8 digits, units `H M S m u n`).
-//! The answers to gRPC requests are `error_page::grpc_answer`. No I/O here.
+//! (gRPC over HTTP/2: `TimeoutValue TimeoutUnit`, at most 8 digits, units `H M S m u n`), and
+//! how a call ended (`Ending`: its `grpc-status`, one of 18 bounded values for metrics and
+//! logs). The answers to gRPC requests are `error_page::grpc_answer`. No I/O here.
 
 use std::time::Duration;
 
@@ -26,9 +27,101 @@ pub fn timeout(value: Option<&[u8]>) -> Option<Duration> {
     })
 }
 
+/// The 17 gRPC status codes, by number (`grpc-status`), as the spec names them.
+const CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// UNKNOWN's number: what a status outside the 17 codes is read as.
+const UNKNOWN: u8 = 2;
+
+/// How a gRPC call ended, as the client was told: one of the 17 status codes, or `none` when
+/// the response carried no `grpc-status` (the stream broke, or the backend is not gRPC). A
+/// bounded label (the `code` of `grpc_responses_total`, the access log's `grpc_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ending(u8);
+
+impl Ending {
+    /// No `grpc-status` was seen.
+    pub const NONE: Ending = Ending(17);
+    /// How many values there are: every index is below this.
+    pub const COUNT: usize = 18;
+
+    /// From a `grpc-status` value (header or trailer). A value that is not a known code counts
+    /// as UNKNOWN, as the spec tells clients to read it.
+    pub fn of(grpc_status: Option<&[u8]>) -> Ending {
+        let Some(v) = grpc_status else {
+            return Ending::NONE;
+        };
+        let code = std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.trim().parse::<u8>().ok())
+            .filter(|&c| usize::from(c) < CODES.len());
+        Ending::code(code.unwrap_or(UNKNOWN))
+    }
+
+    /// A code switchyard sent itself (UNKNOWN if out of range).
+    pub fn code(code: u8) -> Ending {
+        Ending(if usize::from(code) < CODES.len() {
+            code
+        } else {
+            UNKNOWN
+        })
+    }
+
+    /// 0..=16 for a code, 17 for none.
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// Every value, by index.
+    pub fn all() -> impl Iterator<Item = Ending> {
+        (0..Self::COUNT as u8).map(Ending)
+    }
+
+    /// `OK`, `NOT_FOUND`, ..., or `none`.
+    pub fn as_str(self) -> &'static str {
+        CODES.get(self.index()).copied().unwrap_or("none")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endings_are_bounded() {
+        assert_eq!(Ending::of(Some(b"0")).as_str(), "OK");
+        assert_eq!(Ending::of(Some(b"5")).as_str(), "NOT_FOUND");
+        assert_eq!(Ending::of(Some(b"16")).as_str(), "UNAUTHENTICATED");
+        for odd in [&b"17"[..], b"300", b"-1", b"x", b""] {
+            assert_eq!(Ending::of(Some(odd)).as_str(), "UNKNOWN", "{odd:?}");
+        }
+        assert_eq!(Ending::of(None), Ending::NONE);
+        assert_eq!(Ending::NONE.as_str(), "none");
+        assert_eq!(Ending::code(4).as_str(), "DEADLINE_EXCEEDED");
+        assert_eq!(Ending::code(99).as_str(), "UNKNOWN");
+        let all: Vec<&str> = Ending::all().map(Ending::as_str).collect();
+        assert_eq!(all.len(), Ending::COUNT);
+        assert_eq!((all[4], all[17]), ("DEADLINE_EXCEEDED", "none"));
+        assert!(Ending::all().enumerate().all(|(i, e)| e.index() == i));
+    }
 
     #[test]
     fn grpc_timeout_values() {

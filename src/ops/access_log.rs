@@ -69,6 +69,10 @@ pub struct HttpRecord<'a> {
     /// `http_rejected_requests_total`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'a str>,
+    /// How a gRPC call ended (`OK`, `NOT_FOUND`, ..., `none` when no `grpc-status` came);
+    /// absent for other requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<&'a str>,
 }
 
 /// One closed TCP connection.
@@ -224,6 +228,9 @@ pub fn format_http(format: Format, r: &HttpRecord<'_>) -> String {
             l.num("retries", r.retries);
             if let Some(e) = r.error {
                 l.str("error", e);
+            }
+            if let Some(g) = r.grpc_status {
+                l.str("grpc_status", g);
             }
             l.finish()
         }
@@ -385,6 +392,7 @@ mod tests {
             generation: 3,
             retries: 1,
             error: None,
+            grpc_status: None,
         }
     }
 
@@ -427,6 +435,20 @@ mod tests {
              endpoint=10.0.0.1:80 bytes_in=0 bytes_out=42 duration_ms=1.5 connect_ms=\"\" \
              generation=3 retries=1\n"
         );
+    }
+
+    #[test]
+    fn grpc_calls_carry_their_status() {
+        let r = HttpRecord {
+            grpc_status: Some("NOT_FOUND"),
+            ..record()
+        };
+        assert!(format_http(Format::Logfmt, &r).ends_with(" retries=1 grpc_status=NOT_FOUND\n"));
+        let v: serde_json::Value = serde_json::from_str(&format_http(Format::Json, &r)).unwrap();
+        assert_eq!(v["grpc_status"], "NOT_FOUND");
+        let v: serde_json::Value =
+            serde_json::from_str(&format_http(Format::Json, &record())).unwrap();
+        assert!(v.get("grpc_status").is_none(), "absent for other requests");
     }
 
     #[test]

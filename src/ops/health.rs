@@ -1,7 +1,13 @@
 //! Active health checks: a Pingora background service that, on its own schedule, opens a TCP
 //! connection to every distinct endpoint address of the current table (or sends an HTTP GET
-//! when the Service sets `lb.check-path`, where 2xx/3xx passes) and records the result in the
+//! when the Service sets `lb.check-path`, where 2xx/3xx passes, or asks the gRPC health service
+//! when it sets `lb.check-grpc`, where SERVING passes) and records the result in the
 //! endpoint's `HealthState`, which the data plane reads when it picks an endpoint.
+//!
+//! A check speaks the endpoint's protocol: HTTP/1 in clear on its own; HTTP/2, and anything
+//! over TLS, through a Pingora connector built from the same server configuration as the
+//! proxy's (so the same `--backend-ca-file`, server name and verification): a TLS backend whose
+//! certificate the proxy would refuse fails its checks too (`L6RSP`), even a bare connect.
 //!
 //! The state lives in the table's per-address `EndpointState`, so it survives table swaps.
 //! Checks run with bounded concurrency, each bounded by the check timeout; the loop re-reads
@@ -20,7 +26,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
+use bytes::{BufMut, Bytes, BytesMut};
+use pingora::connectors::http::Connector;
+use pingora::http::RequestHeader;
+use pingora::prelude::HttpPeer;
+use pingora::protocols::http::client::HttpSession;
+use pingora::{Error, ErrorType};
+
 use crate::ops::metrics::Metrics;
+use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckResult, EndpointState, RoutingTable, Shared, TableReader};
 
 /// Active health-check settings (the flags; Services refine them by annotation).
@@ -54,6 +68,10 @@ const MAX_IDLE: Duration = Duration::from_millis(250);
 const MIN_IDLE: Duration = Duration::from_millis(10);
 /// Bytes read looking for the HTTP status line.
 const STATUS_LINE_MAX: usize = 1024;
+/// Most bytes of a gRPC health answer read (it is a few bytes; anything longer is not one).
+const GRPC_ANSWER_MAX: usize = 4096;
+/// The gRPC health-checking protocol's method.
+const GRPC_HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 
 /// What to check at one address.
 #[derive(Clone, Debug)]
@@ -62,6 +80,11 @@ pub struct Target {
     pub interval: Duration,
     /// HTTP GET this path; `None`: TCP connect.
     pub path: Option<Box<str>>,
+    /// Ask the gRPC health service about this service name (over HTTP/2; before `path`).
+    pub grpc: Option<Box<str>>,
+    /// How to speak to the address: the protocol, and for TLS the name and verification, of
+    /// the entry the check's settings came from.
+    pub upstream: Upstream,
     /// The first entry that uses the address (for logs).
     pub entry: Box<str>,
     /// The address's state (translate gives every entry of a table the same one; distinct
@@ -84,6 +107,8 @@ pub fn targets(table: &RoutingTable, default_interval: Duration) -> Vec<Target> 
                 addr: ep.addr,
                 interval,
                 path: None,
+                grpc: None,
+                upstream: entry.upstream.clone(),
                 entry: entry.name.clone(),
                 states: Vec::new(),
             });
@@ -91,8 +116,12 @@ pub fn targets(table: &RoutingTable, default_interval: Duration) -> Vec<Target> 
                 t.states.push(ep.state.clone());
             }
             t.interval = t.interval.min(interval);
-            if t.path.is_none() {
+            // The first entry that asks for more than a connect sets what is asked, and how.
+            let asks = entry.check.path.is_some() || entry.check.grpc.is_some();
+            if t.path.is_none() && t.grpc.is_none() && asks {
                 t.path.clone_from(&entry.check.path);
+                t.grpc.clone_from(&entry.check.grpc);
+                t.upstream = entry.upstream.clone();
             }
         }
     }
@@ -104,6 +133,225 @@ pub async fn check(addr: SocketAddr, path: Option<&str>, timeout: Duration) -> C
     tokio::time::timeout(timeout, check_unbounded(addr, path))
         .await
         .unwrap_or(CheckResult::Timeout)
+}
+
+/// The TLS material the data plane adds to a backend peer (the CA bundle as loaded now; see
+/// `data::tls::BackendTls`), so that checks trust exactly what traffic trusts.
+pub trait PeerTls: Send + Sync {
+    /// Sets `peer`'s TLS material for `u`; an error when what `u` needs is not loaded.
+    fn configure(&self, u: &Upstream, peer: &mut HttpPeer) -> Result<(), String>;
+}
+
+/// Runs `t`'s check within `timeout`: HTTP/1 in clear on a bare socket, anything else through
+/// `connector` (Pingora's, as the proxy connects) with `tls`'s material.
+pub async fn check_target(
+    t: &Target,
+    connector: &Connector,
+    tls: &dyn PeerTls,
+    timeout: Duration,
+) -> CheckResult {
+    let u = &t.upstream;
+    if u.protocol == BackendProtocol::Http && t.grpc.is_none() {
+        return check(t.addr, t.path.as_deref(), timeout).await;
+    }
+    tokio::time::timeout(timeout, check_with(t, connector, tls, timeout))
+        .await
+        .unwrap_or(CheckResult::Timeout)
+}
+
+/// The peer a check connects to: what the proxy's `upstream_peer` builds for traffic.
+fn peer(addr: SocketAddr, u: &Upstream, timeout: Duration) -> HttpPeer {
+    let sni = if u.protocol.tls() {
+        u.sni.to_string()
+    } else {
+        String::new()
+    };
+    let mut peer = HttpPeer::new(addr, u.protocol.tls(), sni);
+    let o = &mut peer.options;
+    if u.protocol.http2() {
+        o.set_http_version(2, 2);
+    } else {
+        o.set_http_version(1, 1);
+    }
+    if u.protocol.tls() && !u.verify {
+        o.verify_cert = false;
+        o.verify_hostname = false;
+    }
+    o.connection_timeout = Some(timeout);
+    o.read_timeout = Some(timeout);
+    o.write_timeout = Some(timeout);
+    peer
+}
+
+/// The check result of a Pingora error.
+fn failed(e: &Error) -> CheckResult {
+    match e.etype() {
+        ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::SocketError
+        | ErrorType::BindError => CheckResult::ConnectFailed,
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            CheckResult::Timeout
+        }
+        ErrorType::TLSHandshakeFailure
+        | ErrorType::TLSHandshakeTimedout
+        | ErrorType::InvalidCert
+        | ErrorType::TLSWantX509Lookup
+        | ErrorType::HandshakeError => CheckResult::TlsFailed,
+        _ => CheckResult::BadResponse,
+    }
+}
+
+async fn check_with(
+    t: &Target,
+    connector: &Connector,
+    tls: &dyn PeerTls,
+    timeout: Duration,
+) -> CheckResult {
+    let u = &t.upstream;
+    let mut peer = peer(t.addr, u, timeout);
+    if tls.configure(u, &mut peer).is_err() {
+        // The Service's CA bundle is not loaded: traffic's handshakes fail the same way.
+        return CheckResult::TlsFailed;
+    }
+    let mut session = match connector.get_http_session(&peer).await {
+        Ok((s, _)) => s,
+        Err(e) => return failed(&e),
+    };
+    let result = match (&t.grpc, &t.path) {
+        (Some(service), _) if u.protocol.http2() => grpc_check(&mut session, u, service).await,
+        (_, Some(path)) => http_check(&mut session, u, path).await,
+        // A bare connect: for TLS the handshake, verification included, is the check.
+        _ if u.protocol.tls() => Ok(CheckResult::Handshaken),
+        _ => Ok(CheckResult::Connected),
+    };
+    session.shutdown().await;
+    result.unwrap_or_else(|e| failed(&e))
+}
+
+/// The `:authority` / `Host` of a check: the server name over TLS, else the address.
+fn authority(u: &Upstream, session: &HttpSession) -> String {
+    if u.protocol.tls() {
+        return u.sni.to_string();
+    }
+    session
+        .server_addr()
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
+async fn http_check(
+    session: &mut HttpSession,
+    u: &Upstream,
+    path: &str,
+) -> pingora::Result<CheckResult> {
+    let mut req = RequestHeader::build("GET", path.as_bytes(), None)?;
+    req.insert_header("host", authority(u, session))?;
+    req.insert_header("user-agent", "switchyard-health-check")?;
+    req.insert_header("accept", "*/*")?;
+    session.write_request_header(Box::new(req)).await?;
+    session.finish_request_body().await?;
+    session.read_response_header().await?;
+    Ok(session
+        .response_header()
+        .map_or(CheckResult::BadResponse, |r| {
+            CheckResult::Status(r.status.as_u16())
+        }))
+}
+
+/// `grpc.health.v1.HealthCheckRequest { service }` in one gRPC message frame.
+fn grpc_health_request(service: &str) -> Bytes {
+    // Field 1, length-delimited; the name is at most 256 bytes (`lb.check-grpc`), so its
+    // length is a varint of one or two bytes.
+    let mut msg = BytesMut::with_capacity(service.len() + 3);
+    if !service.is_empty() {
+        msg.put_u8(0x0a);
+        let mut n = service.len();
+        while n >= 0x80 {
+            msg.put_u8((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        msg.put_u8(n as u8);
+        msg.put_slice(service.as_bytes());
+    }
+    let mut frame = BytesMut::with_capacity(msg.len() + 5);
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(msg.len()).unwrap_or(u32::MAX));
+    frame.put_slice(&msg);
+    frame.freeze()
+}
+
+/// The serving status in a `grpc.health.v1.HealthCheckResponse` frame (field 1, a varint);
+/// a message without it is UNKNOWN (0), as protobuf reads a missing field.
+fn grpc_serving_status(frame: &[u8]) -> Option<u8> {
+    let (&compressed, rest) = frame.split_first()?;
+    if compressed != 0 || rest.len() < 4 {
+        return None;
+    }
+    let (len, msg) = rest.split_at(4);
+    let len = usize::try_from(u32::from_be_bytes(len.try_into().ok()?)).ok()?;
+    let msg = msg.get(..len)?;
+    let mut i = 0;
+    while i < msg.len() {
+        let key = msg[i];
+        i += 1;
+        let value = *msg.get(i)?;
+        i += 1;
+        match key {
+            // Field 1, varint; every defined status fits one byte.
+            0x08 if value < 0x80 => return Some(value),
+            // Another varint field of one byte: skip it.
+            k if k & 0x07 == 0 && value < 0x80 => {}
+            _ => return None,
+        }
+    }
+    Some(0)
+}
+
+async fn grpc_check(
+    session: &mut HttpSession,
+    u: &Upstream,
+    service: &str,
+) -> pingora::Result<CheckResult> {
+    let mut req = RequestHeader::build("POST", GRPC_HEALTH_CHECK.as_bytes(), None)?;
+    req.insert_header("host", authority(u, session))?;
+    req.insert_header("content-type", "application/grpc")?;
+    req.insert_header("te", "trailers")?;
+    req.insert_header("user-agent", "switchyard-health-check")?;
+    session.write_request_header(Box::new(req)).await?;
+    session
+        .write_request_body(grpc_health_request(service), true)
+        .await?;
+    session.read_response_header().await?;
+    let header_status = session
+        .response_header()
+        .and_then(|r| r.headers.get("grpc-status").cloned());
+    let mut body = BytesMut::new();
+    // Bounded: stops at the answer's end or at GRPC_ANSWER_MAX bytes.
+    while body.len() < GRPC_ANSWER_MAX {
+        match session.read_response_body().await? {
+            Some(b) => body.extend_from_slice(&b),
+            None => break,
+        }
+    }
+    let trailer_status = match session {
+        HttpSession::H2(h2) if header_status.is_none() => h2
+            .read_trailers()
+            .await?
+            .and_then(|t| t.get("grpc-status").cloned()),
+        _ => None,
+    };
+    let status = header_status
+        .or(trailer_status)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u8>().ok());
+    Ok(match status {
+        Some(0) => {
+            grpc_serving_status(&body).map_or(CheckResult::BadResponse, CheckResult::Serving)
+        }
+        Some(code) => CheckResult::GrpcFailed(code),
+        None => CheckResult::BadResponse,
+    })
 }
 
 async fn check_unbounded(addr: SocketAddr, path: Option<&str>) -> CheckResult {
@@ -146,6 +394,11 @@ pub struct Checker {
     pub table: TableReader,
     pub config: HealthChecks,
     pub metrics: Arc<Metrics>,
+    /// For checks over HTTP/2 or TLS: built from the proxy's server configuration, so checks
+    /// trust what traffic trusts.
+    pub connector: Arc<Connector>,
+    /// The CA bundles as loaded now, as the proxy uses them.
+    pub tls: Arc<dyn PeerTls>,
 }
 
 #[async_trait]
@@ -188,9 +441,11 @@ impl Checker {
                 *next = now + t.interval;
                 in_progress.insert(t.addr);
                 let t = t.clone();
+                let connector = Arc::clone(&self.connector);
+                let tls = Arc::clone(&self.tls);
                 running.spawn(async move {
                     let started = Instant::now();
-                    let result = check(t.addr, t.path.as_deref(), timeout).await;
+                    let result = check_target(&t, &connector, tls.as_ref(), timeout).await;
                     (t, (result, started.elapsed()))
                 });
             }
@@ -266,6 +521,7 @@ mod tests {
                     CheckSpec {
                         interval: Some(Duration::from_secs(1)),
                         path: Some("/healthz".into()),
+                        grpc: None,
                     },
                 ),
                 entry(
@@ -274,6 +530,7 @@ mod tests {
                     CheckSpec {
                         interval: Some(Duration::ZERO),
                         path: None,
+                        grpc: None,
                     },
                 ),
             ]
@@ -302,6 +559,36 @@ mod tests {
             targets(&table, Duration::ZERO).len() == 1,
             "flag off: only b"
         );
+    }
+
+    #[test]
+    fn grpc_health_messages() {
+        assert_eq!(&grpc_health_request("")[..], &[0, 0, 0, 0, 0]);
+        assert_eq!(
+            &grpc_health_request("a.B")[..],
+            &[0, 0, 0, 0, 5, 0x0a, 3, b'a', b'.', b'B']
+        );
+        let long = "x".repeat(200);
+        let frame = grpc_health_request(&long);
+        assert_eq!(&frame[..8], &[0, 0, 0, 0, 203, 0x0a, 0xc8, 0x01]);
+        assert_eq!(grpc_serving_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
+        assert_eq!(grpc_serving_status(&[0, 0, 0, 0, 2, 0x08, 2]), Some(2));
+        assert_eq!(
+            grpc_serving_status(&[0, 0, 0, 0, 0]),
+            Some(0),
+            "default: UNKNOWN"
+        );
+        assert_eq!(
+            grpc_serving_status(&[1, 0, 0, 0, 2, 0x08, 1]),
+            None,
+            "compressed"
+        );
+        assert_eq!(
+            grpc_serving_status(&[0, 0, 0, 0, 9, 0x08, 1]),
+            None,
+            "cut short"
+        );
+        assert_eq!(grpc_serving_status(&[]), None);
     }
 
     #[test]

@@ -5,12 +5,13 @@
 //! never paths or client addresses.
 //!
 //! The request path records through pre-resolved per-entry handles (`with_entry`), so it does
-//! not hash label strings. This module knows only `prometheus`, `arc-swap` and jemalloc's
-//! statistics; the modules that observe things call its methods.
+//! not hash label strings. This module knows only `prometheus`, `arc-swap`, jemalloc's
+//! statistics and `decide::grpc::Ending` (the bounded gRPC code label); the modules that
+//! observe things call its methods.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use prometheus::core::{Collector, Desc};
@@ -19,6 +20,8 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::decide::grpc::Ending;
 
 /// Every metric of the control plane.
 pub struct Metrics {
@@ -285,12 +288,51 @@ pub struct EntryMetrics {
     pub retries: IntCounter,
     pub ejections: IntCounter,
     pub tls_failures: IntCounter,
+    /// `grpc_responses_total` of this entry, by `Ending::index`: resolved on the entry's first
+    /// gRPC call, so entries that never see one carry no gRPC series.
+    grpc: OnceLock<Vec<IntCounter>>,
+    /// To resolve `grpc` (the vector and this entry's name).
+    grpc_vec: IntCounterVec,
+    name: Box<str>,
+    /// `upstream_tls_handshakes_total` and `upstream_tls_handshake_duration_seconds` of this
+    /// entry: resolved on its first handshake, so entries in clear carry no TLS series.
+    tls: OnceLock<(IntCounter, Histogram)>,
+    tls_vecs: (IntCounterVec, HistogramVec),
 }
 
 impl EntryMetrics {
     /// The request counter for a response status.
     pub fn requests(&self, status: u16) -> &IntCounter {
         &self.requests[status_class(status)]
+    }
+
+    /// Counts a completed TLS handshake with an endpoint of this entry, and its duration.
+    pub fn tls_handshake(&self, took: std::time::Duration) {
+        let (count, duration) = self.tls.get_or_init(|| {
+            let entry = [self.name.as_ref()];
+            (
+                self.tls_vecs.0.with_label_values(&entry),
+                self.tls_vecs.1.with_label_values(&entry),
+            )
+        });
+        count.inc();
+        duration.observe(took.as_secs_f64());
+    }
+
+    /// Counts a gRPC call of this entry that ended with `ending`. The first one creates the
+    /// series of every code at 0, so a `rate()` sees the first of each.
+    pub fn grpc_response(&self, ending: Ending) {
+        let by_code = self.grpc.get_or_init(|| {
+            Ending::all()
+                .map(|e| {
+                    self.grpc_vec
+                        .with_label_values(&[self.name.as_ref(), e.as_str()])
+                })
+                .collect()
+        });
+        if let Some(c) = by_code.get(ending.index()) {
+            c.inc();
+        }
     }
 }
 
@@ -370,6 +412,9 @@ pub struct DataMetrics {
     pub http_retries_total: IntCounterVec,
     pub passive_ejections_total: IntCounterVec,
     pub upstream_tls_failures_total: IntCounterVec,
+    pub grpc_responses_total: IntCounterVec,
+    pub upstream_tls_handshakes_total: IntCounterVec,
+    pub upstream_tls_handshake_duration_seconds: HistogramVec,
     pub downstream_open_connections: IntGaugeVec,
     pub health_checks_total: IntCounterVec,
     pub health_transitions_total: IntCounterVec,
@@ -513,6 +558,27 @@ impl DataMetrics {
                  by entry",
                 &["entry"],
             ),
+            upstream_tls_handshakes_total: counter_vec(
+                r,
+                "upstream_tls_handshakes_total",
+                "TLS handshakes completed with endpoints (new connections; pooled ones are \
+                 reused without one), by entry",
+                &["entry"],
+            ),
+            upstream_tls_handshake_duration_seconds: histogram_vec(
+                r,
+                "upstream_tls_handshake_duration_seconds",
+                "Time of each completed TLS handshake with an endpoint, by entry",
+                &connect_buckets,
+                &["entry"],
+            ),
+            grpc_responses_total: counter_vec(
+                r,
+                "grpc_responses_total",
+                "gRPC calls by entry and how they ended: the grpc-status the client got (header \
+                 or trailer), or none",
+                &["entry", "code"],
+            ),
             downstream_open_connections: gauge_vec(
                 r,
                 "downstream_open_connections",
@@ -613,6 +679,14 @@ impl DataMetrics {
             retries: self.http_retries_total.with_label_values(&[entry]),
             ejections: self.passive_ejections_total.with_label_values(&[entry]),
             tls_failures: self.upstream_tls_failures_total.with_label_values(&[entry]),
+            grpc: OnceLock::new(),
+            grpc_vec: self.grpc_responses_total.clone(),
+            name: entry.into(),
+            tls: OnceLock::new(),
+            tls_vecs: (
+                self.upstream_tls_handshakes_total.clone(),
+                self.upstream_tls_handshake_duration_seconds.clone(),
+            ),
         }
     }
 
@@ -683,15 +757,18 @@ impl DataMetrics {
                 remove(&map);
             }
         }
-        remove(&self.http_requests_total, keep, |l| {
-            let _ = self.http_requests_total.remove(l);
-        });
+        for v in [&self.http_requests_total, &self.grpc_responses_total] {
+            remove(v, keep, |l| {
+                let _ = v.remove(l);
+            });
+        }
         for v in [
             &self.http_request_bytes_total,
             &self.http_response_bytes_total,
             &self.http_retries_total,
             &self.passive_ejections_total,
             &self.upstream_tls_failures_total,
+            &self.upstream_tls_handshakes_total,
         ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);
@@ -701,6 +778,7 @@ impl DataMetrics {
             &self.http_request_duration_seconds,
             &self.upstream_connect_duration_seconds,
             &self.upstream_response_duration_seconds,
+            &self.upstream_tls_handshake_duration_seconds,
         ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);
@@ -958,6 +1036,50 @@ mod tests {
         assert!(
             m.render()
                 .contains(r#"switchyard_http_requests_total{class="2xx",entry="web"} 1"#)
+        );
+    }
+
+    #[test]
+    fn grpc_codes_appear_with_the_first_call_and_go_with_the_entry() {
+        let m = Metrics::new();
+        m.data.set_entries(1, &["web", "rpc"]);
+        m.data
+            .with_entry(1, 1, "rpc", |h| h.grpc_response(Ending::of(Some(b"5"))));
+        let text = m.render();
+        assert!(
+            text.contains(r#"switchyard_grpc_responses_total{code="NOT_FOUND",entry="rpc"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"switchyard_grpc_responses_total{code="none",entry="rpc"} 0"#));
+        assert_eq!(
+            text.matches("switchyard_grpc_responses_total{").count(),
+            Ending::COUNT,
+            "18 series for the one gRPC entry, none for web"
+        );
+        m.data.set_entries(2, &["web"]);
+        assert!(!m.render().contains("switchyard_grpc_responses_total{"));
+    }
+
+    #[test]
+    fn tls_handshake_series_appear_with_the_first_handshake() {
+        let m = Metrics::new();
+        m.data.set_entries(1, &["clear", "tls"]);
+        m.data.with_entry(1, 1, "tls", |h| {
+            h.tls_handshake(std::time::Duration::from_millis(3))
+        });
+        let text = m.render();
+        assert!(text.contains(r#"switchyard_upstream_tls_handshakes_total{entry="tls"} 1"#));
+        assert!(text.contains(
+            r#"switchyard_upstream_tls_handshake_duration_seconds_count{entry="tls"} 1"#
+        ));
+        assert!(
+            !text.contains(r#"switchyard_upstream_tls_handshakes_total{entry="clear"}"#),
+            "no TLS series for an entry in clear"
+        );
+        m.data.set_entries(2, &["clear"]);
+        assert!(
+            !m.render().contains(r#"entry="tls""#),
+            "gone with the entry"
         );
     }
 

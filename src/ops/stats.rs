@@ -79,11 +79,14 @@ pub struct Row {
     pub downtime_s: u64,
     /// The entry's balance algorithm (empty on frontend rows).
     pub algorithm: String,
+    /// How the entry's endpoints are spoken to: `http`, `h2c`, `https` or `h2` (empty on
+    /// frontend rows and TCP entries). Not in the CSV: HAProxy's layout has no such column.
+    pub protocol: String,
     pub generation: u64,
 }
 
 /// The HTML table's columns after the name: (CSS class = `Row` field, heading).
-const HTML_COLUMNS: [(&str, &str); 24] = [
+const HTML_COLUMNS: [(&str, &str); 25] = [
     ("state", "State"),
     ("cur", "Cur"),
     ("max", "Max"),
@@ -108,6 +111,7 @@ const HTML_COLUMNS: [(&str, &str); 24] = [
     ("since_s", "Since s"),
     ("downtime_s", "Down s"),
     ("algorithm", "Algo"),
+    ("protocol", "Proto"),
 ];
 
 impl Row {
@@ -139,6 +143,7 @@ impl Row {
             "since_s" => n(self.since_s),
             "downtime_s" => n(self.downtime_s),
             "algorithm" => self.algorithm.clone(),
+            "protocol" => self.protocol.clone(),
             _ => String::new(),
         }
     }
@@ -199,6 +204,27 @@ fn frontends(table: &RoutingTable, listeners: &Listeners) -> Vec<Frontend> {
     out
 }
 
+/// The `protocol` cell of an entry's rows: empty for a TCP entry (bytes are relayed as they
+/// are), else the backend protocol.
+fn protocol(entry: &Entry) -> String {
+    match entry.frontend {
+        Frontend::Tcp(_) => String::new(),
+        _ => entry.upstream.protocol.label().to_string(),
+    }
+}
+
+/// The caption's words for how an entry's endpoints are spoken to: the protocol, and over TLS
+/// the server name verified (or that nothing is).
+fn protocol_caption(entry: &Entry) -> String {
+    let u = &entry.upstream;
+    match (entry.frontend, u.protocol.tls(), u.verify) {
+        (Frontend::Tcp(_), _, _) => "tcp".to_string(),
+        (_, false, _) => u.protocol.label().to_string(),
+        (_, true, true) => format!("{} to {}", u.protocol.label(), u.sni),
+        (_, true, false) => format!("{} to {}, unverified", u.protocol.label(), u.sni),
+    }
+}
+
 fn endpoint_row(fe: &str, entry: &Entry, i: usize, now: Instant, generation: u64) -> Row {
     let e = &entry.endpoints[i];
     let s = &e.state;
@@ -226,6 +252,7 @@ fn endpoint_row(fe: &str, entry: &Entry, i: usize, now: Instant, generation: u64
         since_s: h.in_state.as_secs(),
         downtime_s: h.downtime.as_secs(),
         algorithm: entry.algorithm.as_str().to_string(),
+        protocol: protocol(entry),
         generation,
         ..Row::default()
     };
@@ -330,11 +357,12 @@ pub fn snapshot(
             entry_info.insert(
                 entry.name.to_string(),
                 format!(
-                    "{}/{}:{} · {} · {up}/{} up · {check}",
+                    "{}/{}:{} · {} · {} · {up}/{} up · {check}",
                     entry.key.namespace,
                     entry.key.service,
                     entry.key.port,
                     entry.algorithm,
+                    protocol_caption(entry),
                     eps.len()
                 ),
             );
@@ -344,6 +372,7 @@ pub fn snapshot(
                 entry: entry.name.to_string(),
                 state: state.into(),
                 algorithm: entry.algorithm.as_str().to_string(),
+                protocol: protocol(entry),
                 generation,
                 ..Row::default()
             };
@@ -896,6 +925,51 @@ mod tests {
         assert_eq!(s.rows[4].last_check, "L4CON");
         assert_eq!(s.rows[5].frontend, "tcp:5432");
         assert!(s.rows.iter().all(|r| r.generation == 9));
+    }
+
+    #[test]
+    fn rows_and_captions_show_the_backend_protocol() {
+        use crate::table::upstream::{BackendProtocol, Upstream};
+        let mut t = table();
+        let mut web = (*t.entries[0]).clone();
+        web.upstream = Upstream {
+            protocol: BackendProtocol::H2,
+            sni: "web.default.svc".into(),
+            verify: true,
+            ca_file: None,
+            client_cert: None,
+            send_proxy: false,
+        };
+        t.entries[0] = Arc::new(web);
+        let listeners = Listeners {
+            bind: "127.0.0.1".parse().unwrap(),
+            http_port: 80,
+            https_port: None,
+        };
+        let s = snapshot(&t, &Metrics::new(), &listeners, Instant::now());
+        let proto = |entry: &str, kind: &str| {
+            s.rows
+                .iter()
+                .find(|r| r.entry == entry && r.kind == kind)
+                .map(|r| r.protocol.as_str())
+        };
+        assert_eq!(proto("web", "entry"), Some("h2"));
+        assert_eq!(proto("web", "endpoint"), Some("h2"));
+        assert_eq!(proto("empty", "entry"), Some("http"));
+        assert_eq!(proto("db:5432", "entry"), Some(""), "bytes, no protocol");
+        assert!(s.entry_info["web"].contains(" · h2 to web.default.svc · "));
+        assert!(s.entry_info["empty"].contains(" · http · "));
+        let html = to_html(&s);
+        assert!(html.contains("<th>Proto</th>"));
+        assert!(html.contains("<td class=\"c-protocol\">h2</td>"), "{html}");
+        let json: serde_json::Value = serde_json::from_str(&to_json(&s)).unwrap();
+        assert!(
+            json["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["protocol"] == "h2")
+        );
     }
 
     #[test]

@@ -130,8 +130,12 @@ pub struct Entry {
 pub struct CheckSpec {
     /// `lb.check-interval`; zero turns checks off for this Service.
     pub interval: Option<Duration>,
-    /// `lb.check-path`: an HTTP GET of this path (2xx/3xx passes) instead of a TCP connect.
+    /// `lb.check-path`: an HTTP GET of this path (2xx/3xx passes) instead of a TCP connect,
+    /// in the protocol the endpoints speak (HTTP/1 or HTTP/2, clear or TLS).
     pub path: Option<Box<str>>,
+    /// `lb.check-grpc`: the gRPC health-checking protocol (`grpc.health.v1.Health/Check`) for
+    /// this service name (empty: the server as a whole), for HTTP/2 backends; SERVING passes.
+    pub grpc: Option<Box<str>>,
 }
 
 /// How active health checks gate one request's choice of endpoint.
@@ -439,6 +443,9 @@ impl Rate {
     }
 }
 
+/// `grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING`.
+const SERVING: u8 = 1;
+
 /// The result of one active check, in HAProxy's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckResult {
@@ -454,13 +461,26 @@ pub enum CheckResult {
     Timeout,
     /// Connected, but the answer was not HTTP (`L7RSP`).
     BadResponse,
+    /// TCP connect and TLS handshake succeeded, endpoint certificate verified (`L6OK`).
+    Handshaken,
+    /// The TLS handshake failed: untrusted or misnamed certificate, no common protocol
+    /// (`L6RSP`).
+    TlsFailed,
+    /// A gRPC health check answered this serving status (`grpc.health.v1`: 0 UNKNOWN,
+    /// 1 SERVING, 2 NOT_SERVING, 3 SERVICE_UNKNOWN); SERVING passes (`L7OK SERVING`, else
+    /// `L7STS NOT_SERVING`, ...).
+    Serving(u8),
+    /// A gRPC health check call failed with this `grpc-status` (`L7STS grpc-12`): the server
+    /// does not implement the health service, or errored.
+    GrpcFailed(u8),
 }
 
 impl CheckResult {
     pub fn passed(self) -> bool {
         match self {
-            CheckResult::Connected => true,
+            CheckResult::Connected | CheckResult::Handshaken => true,
             CheckResult::Status(s) => (200..400).contains(&s),
+            CheckResult::Serving(s) => s == SERVING,
             _ => false,
         }
     }
@@ -475,6 +495,19 @@ impl CheckResult {
             CheckResult::ConnectFailed => "L4CON".into(),
             CheckResult::Timeout => "L4TOUT".into(),
             CheckResult::BadResponse => "L7RSP".into(),
+            CheckResult::Handshaken => "L6OK".into(),
+            CheckResult::TlsFailed => "L6RSP".into(),
+            CheckResult::Serving(s) => {
+                let name = match s {
+                    SERVING => "SERVING",
+                    2 => "NOT_SERVING",
+                    3 => "SERVICE_UNKNOWN",
+                    _ => "UNKNOWN",
+                };
+                let level = if self.passed() { "L7OK" } else { "L7STS" };
+                format!("{level} {name}")
+            }
+            CheckResult::GrpcFailed(code) => format!("L7STS grpc-{code}"),
         }
     }
 
@@ -486,6 +519,10 @@ impl CheckResult {
             CheckResult::ConnectFailed => 3,
             CheckResult::Timeout => 4,
             CheckResult::BadResponse => 5,
+            CheckResult::Handshaken => 6,
+            CheckResult::TlsFailed => 7,
+            CheckResult::Serving(s) => 8 | (u32::from(s) << 8),
+            CheckResult::GrpcFailed(c) => 9 | (u32::from(c) << 8),
         }
     }
 
@@ -496,6 +533,10 @@ impl CheckResult {
             3 => CheckResult::ConnectFailed,
             4 => CheckResult::Timeout,
             5 => CheckResult::BadResponse,
+            6 => CheckResult::Handshaken,
+            7 => CheckResult::TlsFailed,
+            8 => CheckResult::Serving(u8::try_from(v >> 8).unwrap_or(0)),
+            9 => CheckResult::GrpcFailed(u8::try_from(v >> 8).unwrap_or(0)),
             _ => CheckResult::None,
         }
     }
@@ -927,6 +968,22 @@ mod tests {
         Entry {
             endpoints: eps,
             ..Entry::fixture("svc", Frontend::Http, &[])
+        }
+    }
+
+    #[test]
+    fn tls_and_grpc_check_results_keep_their_codes() {
+        for (r, code, passed) in [
+            (CheckResult::Handshaken, "L6OK", true),
+            (CheckResult::TlsFailed, "L6RSP", false),
+            (CheckResult::Serving(1), "L7OK SERVING", true),
+            (CheckResult::Serving(2), "L7STS NOT_SERVING", false),
+            (CheckResult::Serving(3), "L7STS SERVICE_UNKNOWN", false),
+            (CheckResult::Serving(0), "L7STS UNKNOWN", false),
+            (CheckResult::GrpcFailed(12), "L7STS grpc-12", false),
+        ] {
+            assert_eq!((r.code().as_str(), r.passed()), (code, passed), "{r:?}");
+            assert_eq!(CheckResult::unpack(r.pack()), r, "stored and read back");
         }
     }
 

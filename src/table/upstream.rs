@@ -65,6 +65,12 @@ pub struct Upstream {
     /// For TCP entries: a PROXY v2 header naming the client goes to the endpoint ahead of the
     /// client's bytes (`lb.send-proxy-protocol: v2`).
     pub send_proxy: bool,
+    /// For TLS: the CA bundle (PEM file path) to verify against instead of `--backend-ca-file`
+    /// (`lb.backend-ca-file`); the data plane loads it and follows its changes.
+    pub ca_file: Option<Box<str>>,
+    /// For TLS: the client certificate chain and key files (PEM) presented to endpoints that
+    /// ask for one, instead of `--backend-client-cert` (`lb.backend-client-cert`, `-key`).
+    pub client_cert: Option<(Box<str>, Box<str>)>,
 }
 
 impl Default for Upstream {
@@ -75,6 +81,8 @@ impl Default for Upstream {
             sni: "".into(),
             verify: true,
             send_proxy: false,
+            ca_file: None,
+            client_cert: None,
         }
     }
 }

@@ -23,6 +23,10 @@ pub(super) struct Settings {
     pub(super) skip_verify: bool,
     /// `lb.send-proxy-protocol: v2`.
     pub(super) send_proxy: bool,
+    /// `lb.backend-ca-file`: an absolute path to a PEM bundle.
+    pub(super) backend_ca_file: Option<String>,
+    /// `lb.backend-client-cert` and `lb.backend-client-key`: absolute paths, both or neither.
+    pub(super) backend_client_cert: Option<(String, String)>,
 }
 
 /// One `lb.aclMatch` prefix.
@@ -128,6 +132,21 @@ pub(super) fn validate_check_path(v: &str) -> Result<(), &'static str> {
     }
     if !v.bytes().all(|b| b.is_ascii_graphic()) {
         return Err("may only hold visible ASCII characters");
+    }
+    Ok(())
+}
+
+/// `lb.check-grpc`: a gRPC service name (`pkg.Service`; empty for the whole server) of
+/// letters, digits, `.`, `_` and `-`, at most 256 characters.
+pub(super) fn validate_grpc_service(v: &str) -> Result<(), &'static str> {
+    if v.len() > 256 {
+        return Err("is longer than 256 characters");
+    }
+    if !v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("is not a gRPC service name (letters, digits, '.', '_', '-')");
     }
     Ok(())
 }
@@ -325,7 +344,24 @@ pub(super) fn settings(
                 None
             }
         });
-    let check = CheckSpec { interval, path };
+    let grpc =
+        ann.get(annotation::CHECK_GRPC)
+            .and_then(|v| match validate_grpc_service(v.trim()) {
+                Ok(()) => Some(v.trim().into()),
+                Err(why) => {
+                    ann.warn(
+                        annotation::CHECK_GRPC,
+                        v,
+                        &format!("{why}; no gRPC health check"),
+                    );
+                    None
+                }
+            });
+    let check = CheckSpec {
+        interval,
+        path,
+        grpc,
+    };
     let backend_protocol =
         ann.get(annotation::BACKEND_PROTOCOL)
             .and_then(|v| match BackendProtocol::parse(v) {
@@ -363,6 +399,44 @@ pub(super) fn settings(
                 "is not v2; no PROXY header is sent",
             );
             false
+        }
+    };
+    let backend_ca_file = ann
+        .get(annotation::BACKEND_CA_FILE)
+        .and_then(|v| match file_path(v) {
+            Some(p) => Some(p),
+            None => {
+                ann.warn(
+                    annotation::BACKEND_CA_FILE,
+                    v,
+                    "is not an absolute file path; using --backend-ca-file",
+                );
+                None
+            }
+        });
+    let cert = ann.get(annotation::BACKEND_CLIENT_CERT);
+    let key = ann.get(annotation::BACKEND_CLIENT_KEY);
+    let backend_client_cert = match (cert, key) {
+        (None, None) => None,
+        (Some(c), Some(k)) => match (file_path(c), file_path(k)) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => {
+                ann.warn(
+                    annotation::BACKEND_CLIENT_CERT,
+                    &format!("{c} {k}"),
+                    "and its key must be absolute file paths; using --backend-client-cert",
+                );
+                None
+            }
+        },
+        (Some(v), None) | (None, Some(v)) => {
+            ann.warn(
+                annotation::BACKEND_CLIENT_CERT,
+                v,
+                "needs both lb.backend-client-cert and lb.backend-client-key; using \
+                 --backend-client-cert",
+            );
+            None
         }
     };
 
@@ -404,7 +478,17 @@ pub(super) fn settings(
         backend_sni,
         skip_verify,
         send_proxy,
+        backend_ca_file,
+        backend_client_cert,
     }
+}
+
+/// A file path annotation: absolute, printable, at most 1 KiB. Translate reads no files: the
+/// path is checked for shape here, loaded (and its failures reported) by the data plane.
+fn file_path(v: &str) -> Option<String> {
+    let v = v.trim();
+    let plain = v.starts_with('/') && v.len() <= 1024 && !v.chars().any(char::is_control);
+    plain.then(|| v.to_string())
 }
 
 /// Levenshtein distance over bytes (keys are short ASCII; a longer key only costs more).

@@ -312,20 +312,24 @@ impl<'a> Builder<'a> {
         }
         let upstream = self.upstream(who, s, sp, is_tcp);
         let mut check = s.check.clone();
-        if upstream.protocol != BackendProtocol::Http && check.path.is_some() {
-            // The HTTP check speaks HTTP/1 in clear; against this backend it would always fail.
-            self.warnings.push(Warning {
-                object: who.clone(),
-                reason: WarningReason::InvalidAnnotation,
-                message: format!(
-                    "port {}: {} is an HTTP/1 check in clear, which a {} backend does not \
-                     answer; using a TCP connect check",
-                    sp.port,
-                    annotation::CHECK_PATH,
-                    upstream.protocol.label()
-                ),
-            });
-            check.path = None;
+        // Checks speak the port's protocol (HTTP/1 or HTTP/2, clear or TLS); gRPC needs HTTP/2.
+        if !upstream.protocol.http2() && check.grpc.is_some() {
+            // (A TCP port relays bytes: its check is a connect, said nothing about protocols.)
+            if !is_tcp {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidAnnotation,
+                    message: format!(
+                        "port {}: {} needs an HTTP/2 backend (appProtocol or {} grpc, grpcs, h2c, \
+                     h2), not {}; no gRPC health check",
+                        sp.port,
+                        annotation::CHECK_GRPC,
+                        annotation::BACKEND_PROTOCOL,
+                        upstream.protocol.label()
+                    ),
+                });
+            }
+            check.grpc = None;
         }
         self.entries.push(Entry {
             name: entry_name.into(),
@@ -409,6 +413,16 @@ impl<'a> Builder<'a> {
             sni,
             verify: !s.skip_verify,
             send_proxy: false,
+            ca_file: s
+                .backend_ca_file
+                .as_deref()
+                .filter(|_| protocol.tls())
+                .map(Into::into),
+            client_cert: s
+                .backend_client_cert
+                .as_ref()
+                .filter(|_| protocol.tls())
+                .map(|(c, k)| (c.as_str().into(), k.as_str().into())),
         }
     }
 

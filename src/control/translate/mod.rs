@@ -66,12 +66,16 @@ pub mod annotation {
     pub const MAXCONN: &str = "serviceloadbalancer/lb.maxconn";
     pub const CHECK_INTERVAL: &str = "serviceloadbalancer/lb.check-interval";
     pub const CHECK_PATH: &str = "serviceloadbalancer/lb.check-path";
+    pub const CHECK_GRPC: &str = "serviceloadbalancer/lb.check-grpc";
     pub const BACKEND_PROTOCOL: &str = "serviceloadbalancer/lb.backend-protocol";
     pub const BACKEND_SNI: &str = "serviceloadbalancer/lb.backend-sni";
     pub const BACKEND_SKIP_VERIFY: &str = "serviceloadbalancer/lb.backend-insecure-skip-verify";
     pub const SEND_PROXY: &str = "serviceloadbalancer/lb.send-proxy-protocol";
+    pub const BACKEND_CA_FILE: &str = "serviceloadbalancer/lb.backend-ca-file";
+    pub const BACKEND_CLIENT_CERT: &str = "serviceloadbalancer/lb.backend-client-cert";
+    pub const BACKEND_CLIENT_KEY: &str = "serviceloadbalancer/lb.backend-client-key";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 12] = [
+    pub const KNOWN: [&str; 16] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -80,10 +84,14 @@ pub mod annotation {
         MAXCONN,
         CHECK_INTERVAL,
         CHECK_PATH,
+        CHECK_GRPC,
         BACKEND_PROTOCOL,
         BACKEND_SNI,
         BACKEND_SKIP_VERIFY,
         SEND_PROXY,
+        BACKEND_CA_FILE,
+        BACKEND_CLIENT_CERT,
+        BACKEND_CLIENT_KEY,
     ];
 }
 

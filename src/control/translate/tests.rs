@@ -729,9 +729,9 @@ fn backend_protocol_comes_from_app_protocol_or_the_annotation() {
             "{n}"
         );
         assert_eq!(
-            entry(&t, n).check.path,
-            None,
-            "an HTTP/1 check cannot reach it"
+            entry(&t, n).check.path.as_deref(),
+            Some("/healthz"),
+            "the check speaks HTTP/2 over TLS too"
         );
     }
     let r = reasons(&w);
@@ -742,13 +742,100 @@ fn backend_protocol_comes_from_app_protocol_or_the_annotation() {
         4,
         "{w:?}"
     );
-    assert_eq!(
-        r.iter()
-            .filter(|r| **r == WarningReason::InvalidAnnotation)
-            .count(),
-        4,
-        "the check path, once per port: {w:?}"
+    assert!(
+        !r.contains(&WarningReason::InvalidAnnotation),
+        "a check path suits every protocol: {w:?}"
     );
+}
+
+#[test]
+fn a_backend_ca_file_is_a_tls_ports_absolute_path() {
+    let mut svc = mk_service("shop", "api", &[80, 81]);
+    let ports = svc.spec.as_mut().unwrap().ports.as_mut().unwrap();
+    ports[0].app_protocol = Some("https".into());
+    let svc = annotate(svc, annotation::BACKEND_CA_FILE, " /etc/cas/shop.pem ");
+    let (t, w) = run(std::slice::from_ref(&svc), &[]);
+    assert_eq!(
+        entry(&t, "shop/api").upstream.ca_file.as_deref(),
+        Some("/etc/cas/shop.pem")
+    );
+    assert_eq!(
+        entry(&t, "shop/api:81").upstream.ca_file,
+        None,
+        "no TLS there"
+    );
+    assert!(w.is_empty(), "{w:?}");
+    let (t, w) = run(
+        &[annotate(
+            svc.clone(),
+            annotation::BACKEND_CA_FILE,
+            "cas/shop.pem",
+        )],
+        &[],
+    );
+    assert_eq!(entry(&t, "shop/api").upstream.ca_file, None);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+
+    // A client certificate: both files, absolute.
+    let both = annotate(
+        annotate(svc.clone(), annotation::BACKEND_CLIENT_CERT, "/c/tls.crt"),
+        annotation::BACKEND_CLIENT_KEY,
+        "/c/tls.key",
+    );
+    let (t, w) = run(&[both], &[]);
+    let cc = entry(&t, "shop/api").upstream.client_cert.clone();
+    assert_eq!(
+        cc,
+        Some(("/c/tls.crt".into(), "/c/tls.key".into())),
+        "{w:?}"
+    );
+    assert_eq!(
+        entry(&t, "shop/api:81").upstream.client_cert,
+        None,
+        "no TLS there"
+    );
+    let (t, w) = run(
+        &[annotate(svc, annotation::BACKEND_CLIENT_CERT, "/c/tls.crt")],
+        &[],
+    );
+    assert_eq!(entry(&t, "shop/api").upstream.client_cert, None);
+    assert!(w.iter().any(|w| w.message.contains("needs both")), "{w:?}");
+}
+
+#[test]
+fn grpc_checks_need_an_http2_backend() {
+    let mut svc = mk_service("shop", "api", &[80, 81]);
+    let ports = svc.spec.as_mut().unwrap().ports.as_mut().unwrap();
+    ports[0].app_protocol = Some("grpc".into());
+    let svc = annotate(svc, annotation::CHECK_GRPC, " shop.Cart ");
+    let (t, w) = run(std::slice::from_ref(&svc), &[]);
+    assert_eq!(
+        entry(&t, "shop/api").check.grpc.as_deref(),
+        Some("shop.Cart")
+    );
+    assert_eq!(
+        entry(&t, "shop/api:81").check.grpc,
+        None,
+        "HTTP/1: not gRPC"
+    );
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation]);
+    assert!(w[0].message.contains("port 81"), "{}", w[0].message);
+
+    let (t, w) = run(&[annotate(svc, annotation::CHECK_GRPC, "")], &[]);
+    assert_eq!(
+        entry(&t, "shop/api").check.grpc.as_deref(),
+        Some(""),
+        "the whole server"
+    );
+    assert_eq!(w.len(), 1, "port 81 again: {w:?}");
+    let bad = annotate(
+        mk_service("shop", "b", &[80]),
+        annotation::CHECK_GRPC,
+        "a/b",
+    );
+    let (t, w) = run(&[bad], &[]);
+    assert_eq!(entry(&t, "shop/b").check.grpc, None);
+    assert!(w[0].message.contains("not a gRPC service name"), "{w:?}");
 }
 
 // === annotations ===
@@ -912,6 +999,7 @@ fn check_annotations_parse_and_bad_values_warn_for_that_service_only() {
         CheckSpec {
             interval: Some(Duration::from_millis(500)),
             path: Some("/healthz?deep=1".into()),
+            grpc: None,
         }
     );
     assert_eq!(entry(&t, "off").check.interval, Some(Duration::ZERO));

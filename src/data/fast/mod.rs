@@ -282,6 +282,8 @@ impl FastPath {
             method: req.method(),
             path,
             rejected: None,
+            // This path takes GET and HEAD only: never a gRPC call.
+            grpc: None,
         };
         let strip = match route {
             // This path speaks HTTP/1 in clear to backends; anything else is Pingora's.

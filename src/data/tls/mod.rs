@@ -13,10 +13,12 @@
 //! One noun per file: `options` (the flags and `TlsError`), `certs` (one parsed certificate),
 //! `store` (the certificates and the SNI index), `client_auth` (client-certificate verification
 //! and the verified subject), `handshake` (the TLS port's handshake and its failure reasons) and
-//! `watcher` (hot rotation). This file holds `Tls`, which loads them at startup and hands out
+//! `watcher` (hot rotation); `backend` is the other direction, the CA bundles TLS backends are
+//! verified against, reloaded the same way. This file holds `Tls`, which loads them at startup and hands out
 //! the listener settings, the forwarding settings, the acceptor and the watcher; other modules
 //! import everything from here.
 
+mod backend;
 mod certs;
 mod client_auth;
 mod handshake;
@@ -37,6 +39,7 @@ use crate::ops::metrics::Metrics;
 use store::SniResolver;
 use watcher::{Seen, cert_files, publish_expiry, read_file, resolve_default};
 
+pub use backend::{BackendTls, BackendTlsWatcher, CaNotLoaded};
 pub use certs::LoadedCert;
 use client_auth::RecordPeer;
 pub use client_auth::{ClientAuth, PeerCert, client_cert, peer_subject};

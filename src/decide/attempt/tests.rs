@@ -165,6 +165,8 @@ fn after_connecting_only_replayable_non_timeouts_retry() {
         (Cause::UpstreamClosed, true, true, true),
         (Cause::UpstreamClosed, false, false, true),
         (Cause::UpstreamTimedOut, true, false, true),
+        // A gRPC deadline that passed is the client's budget: no retry, no ejection.
+        (Cause::DeadlinePassed, true, false, false),
         (Cause::InvalidResponse, true, true, true),
         (Cause::ClientGone, true, false, false),
         (Cause::TunnelEnded, true, false, false),

@@ -1,0 +1,532 @@
+//! TLS to backends: the CA bundles endpoints are verified against (`--backend-ca-file`, and a
+//! Service's own `lb.backend-ca-file`) and the client certificates presented to endpoints that
+//! ask for one (`--backend-client-cert`/`-key`, a Service's own `lb.backend-client-cert`/`-key`),
+//! loaded from PEM files, reloaded when a file changes, and handed to each new upstream
+//! connection as its peer's CA and client certificate. So a rotated file applies from the next
+//! connection on without a restart; pooled connections keep what they verified.
+//!
+//! `BackendTlsWatcher` polls the files (the flag's, and those the current table names) and
+//! swaps in a new map of parsed bundles (`arc-swap`); the request path only looks one up. A
+//! file that fails to load is a warning and its previous version stays in use; a Service whose
+//! own file never loaded has no bundle, and its TLS connections fail as an untrusted
+//! certificate would (502, counted in `upstream_tls_failures_total`). Without
+//! `--backend-ca-file` the default is Pingora's (the system's roots), which does not rotate.
+//!
+//! The price of a per-connection bundle: Pingora then builds the connection's rustls client
+//! configuration each time, with a fresh session cache, so those TLS sessions are not
+//! resumed. So the flag's bundle as it was at startup is not handed over: Pingora's connector
+//! loaded the same file into its shared configuration, whose session cache resumes sessions;
+//! only once the file has rotated (or a Service names its own, or a client certificate is
+//! presented) does a connection get its own.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::prelude::HttpPeer;
+use pingora::protocols::tls::CaType;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::watcher::{Stamp, read_file};
+use crate::ops::health::PeerTls;
+use crate::table::upstream::Upstream;
+use crate::table::{RoutingTable, TableReader};
+
+/// How often the bundles are checked for changes.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A Service's own CA bundle is not loaded (missing, unreadable or without a certificate).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the backend CA bundle {0} is not loaded")]
+pub struct CaNotLoaded(pub Box<str>);
+
+/// A Service's own client certificate is not loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the backend client certificate {0} is not loaded")]
+pub struct ClientCertNotLoaded(pub Box<str>);
+
+/// A client certificate's chain and key files.
+type Pair = (PathBuf, PathBuf);
+
+/// One loaded version of a bundle.
+#[derive(Clone)]
+struct Bundle {
+    ca: Arc<CaType>,
+    /// Unique per loaded version: the peer's connection-pool key, so a pooled connection is
+    /// only reused with the bundle it was verified against.
+    id: u64,
+}
+
+/// Numbers loaded bundles (0 stays Pingora's default group).
+static NEXT_BUNDLE: AtomicU64 = AtomicU64::new(1);
+
+/// The loaded CA bundles, by path.
+pub struct BackendTls {
+    default_ca: Option<PathBuf>,
+    /// The id of the flag's bundle as loaded at startup: the one Pingora's connector holds.
+    startup_ca: Option<u64>,
+    cas: ArcSwap<HashMap<PathBuf, Bundle>>,
+    default_client: Option<Pair>,
+    clients: ArcSwap<HashMap<Pair, Arc<CertKey>>>,
+    /// The watcher's memory between polls.
+    seen: Mutex<Seen>,
+}
+
+/// What the watcher remembers between polls, so each version of a file is loaded or warned
+/// about once.
+#[derive(Default)]
+struct Seen {
+    /// The version of each file last read.
+    stamps: HashMap<PathBuf, Stamp>,
+    /// Files last found unreadable.
+    unreadable: HashSet<PathBuf>,
+    /// CA bundles and client certificates whose current version was refused.
+    refused_cas: HashSet<PathBuf>,
+    refused: HashSet<Pair>,
+}
+
+/// One file as a poll found it.
+struct FileNow {
+    bytes: Vec<u8>,
+    /// Not the version read last time (or never read).
+    changed: bool,
+}
+
+impl Seen {
+    /// Reads `path`; `None` (warned once) when it cannot be read.
+    fn read(&mut self, path: &Path) -> Option<FileNow> {
+        match read_file(path) {
+            Ok((stamp, bytes)) => {
+                self.unreadable.remove(path);
+                let changed = self.stamps.insert(path.to_path_buf(), stamp) != Some(stamp);
+                Some(FileNow { bytes, changed })
+            }
+            Err(e) => {
+                if self.unreadable.insert(path.to_path_buf()) {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot read a backend TLS file; the last version loaded (if any) stays in use");
+                }
+                self.stamps.remove(path);
+                None
+            }
+        }
+    }
+}
+
+/// The certificates of a PEM bundle, each checked to parse (Pingora's wrapper would panic on
+/// one that does not).
+fn parse_bundle(pem: &[u8]) -> Result<Arc<CaType>, String> {
+    let mut out = Vec::new();
+    for der in CertificateDer::pem_slice_iter(pem) {
+        let der = der.map_err(|e| format!("not PEM: {e}"))?;
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| format!("a certificate does not parse: {e}"))?;
+        out.push(WrappedX509::new(der.to_vec(), parse_x509));
+    }
+    if out.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    Ok(out.into())
+}
+
+/// A client certificate chain and its key, each checked the way Pingora's connector will
+/// use them (it would panic on a certificate that does not parse or a key it cannot read).
+fn parse_pair(chain: &[u8], key: &[u8]) -> Result<Arc<CertKey>, String> {
+    let mut certs = Vec::new();
+    for der in CertificateDer::pem_slice_iter(chain) {
+        let der = der.map_err(|e| format!("not PEM: {e}"))?;
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| format!("a certificate does not parse: {e}"))?;
+        certs.push(der.to_vec());
+    }
+    if certs.is_empty() {
+        return Err("the chain holds no PEM certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| format!("the key is not a PEM private key: {e}"))?;
+    let der = key.secret_der().to_vec();
+    PrivateKeyDer::try_from(der.clone()).map_err(|e| format!("the key: {e}"))?;
+    Ok(Arc::new(CertKey::new(certs, der)))
+}
+
+impl BackendTls {
+    /// With `--backend-ca-file` and `--backend-client-cert`/`-key` (loaded now, as they are
+    /// used from the first connection), or without (Pingora's default roots, no client
+    /// certificate).
+    pub fn new(default_ca: Option<PathBuf>, default_client: Option<Pair>) -> BackendTls {
+        let mut tls = BackendTls {
+            default_ca,
+            startup_ca: None,
+            cas: ArcSwap::from_pointee(HashMap::new()),
+            default_client,
+            clients: ArcSwap::from_pointee(HashMap::new()),
+            seen: Mutex::new(Seen::default()),
+        };
+        tls.poll(&RoutingTable::default());
+        let startup = tls
+            .default_ca
+            .as_ref()
+            .and_then(|p| tls.cas.load().get(p).map(|b| b.id));
+        tls.startup_ca = startup;
+        tls
+    }
+
+    /// The bundle to verify `u`'s endpoints against: the Service's own, else the flag's;
+    /// `None` for Pingora's default.
+    fn bundle_for(&self, u: &Upstream) -> Result<Option<Bundle>, CaNotLoaded> {
+        let cas = self.cas.load();
+        match (&u.ca_file, &self.default_ca) {
+            (Some(own), _) => cas
+                .get(Path::new(own.as_ref()))
+                .map(|b| Some(b.clone()))
+                .ok_or_else(|| CaNotLoaded(own.clone())),
+            (None, Some(default)) => Ok(cas.get(default).cloned()),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The certificates of the bundle `u`'s endpoints are verified against now.
+    pub fn ca_for(&self, u: &Upstream) -> Result<Option<Arc<CaType>>, CaNotLoaded> {
+        Ok(self.bundle_for(u)?.map(|b| b.ca))
+    }
+
+    /// The client certificate to present to `u`'s endpoints: the Service's own, else the
+    /// flags'; `None` for none.
+    pub fn client_for(&self, u: &Upstream) -> Result<Option<Arc<CertKey>>, ClientCertNotLoaded> {
+        let clients = self.clients.load();
+        match (&u.client_cert, &self.default_client) {
+            (Some((c, k)), _) => clients
+                .get(&(PathBuf::from(c.as_ref()), PathBuf::from(k.as_ref())))
+                .map(|ck| Some(Arc::clone(ck)))
+                .ok_or_else(|| ClientCertNotLoaded(c.clone())),
+            (None, Some(pair)) => Ok(clients.get(pair).map(Arc::clone)),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The client certificates to follow now: the flags' and every TLS entry's own.
+    fn wanted_pairs(&self, table: &RoutingTable) -> Vec<Pair> {
+        let mut pairs: Vec<Pair> = self.default_client.iter().cloned().collect();
+        for e in &table.entries {
+            if let Some((c, k)) = e
+                .upstream
+                .client_cert
+                .as_ref()
+                .filter(|_| e.upstream.protocol.tls())
+            {
+                pairs.push((PathBuf::from(c.as_ref()), PathBuf::from(k.as_ref())));
+            }
+        }
+        pairs.sort();
+        pairs.dedup();
+        pairs
+    }
+
+    /// As `poll` for the client certificates: a pair is reloaded when either file changed.
+    fn poll_clients(&self, table: &RoutingTable, seen: &mut Seen) {
+        let wanted = self.wanted_pairs(table);
+        let current = self.clients.load_full();
+        let mut next: Option<HashMap<Pair, Arc<CertKey>>> = None;
+        for pair in &wanted {
+            let (Some(chain), Some(key)) = (seen.read(&pair.0), seen.read(&pair.1)) else {
+                continue;
+            };
+            let changed = chain.changed || key.changed;
+            if !changed && (current.contains_key(pair) || seen.refused.contains(pair)) {
+                continue;
+            }
+            match parse_pair(&chain.bytes, &key.bytes) {
+                Ok(ck) => {
+                    seen.refused.remove(pair);
+                    let reloaded = current.contains_key(pair);
+                    next.get_or_insert_with(|| (*current).clone())
+                        .insert(pair.clone(), ck);
+                    tracing::info!(cert = %pair.0.display(), reloaded, "backend client certificate loaded");
+                }
+                Err(why) => {
+                    seen.refused.insert(pair.clone());
+                    tracing::warn!(cert = %pair.0.display(), %why, "backend client certificate refused; the last one loaded (if any) stays in use");
+                }
+            }
+        }
+        if current.keys().any(|p| !wanted.contains(p)) {
+            next.get_or_insert_with(|| (*current).clone())
+                .retain(|p, _| wanted.contains(p));
+        }
+        seen.refused.retain(|p| wanted.contains(p));
+        if let Some(next) = next {
+            self.clients.store(Arc::new(next));
+        }
+    }
+
+    /// The files to follow now: the flag's and every TLS entry's own.
+    fn wanted(&self, table: &RoutingTable) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = self.default_ca.iter().cloned().collect();
+        for e in &table.entries {
+            if let Some(p) = e
+                .upstream
+                .ca_file
+                .as_deref()
+                .filter(|_| e.upstream.protocol.tls())
+            {
+                paths.push(PathBuf::from(p));
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    /// Loads what changed among the files `table` needs and forgets those it no longer does;
+    /// one swap per map when anything changed. Blocking file I/O: never on the request path.
+    pub fn poll(&self, table: &RoutingTable) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        self.poll_cas(table, &mut seen);
+        self.poll_clients(table, &mut seen);
+        let wanted: HashSet<PathBuf> = self
+            .wanted(table)
+            .into_iter()
+            .chain(
+                self.wanted_pairs(table)
+                    .into_iter()
+                    .flat_map(|(c, k)| [c, k]),
+            )
+            .collect();
+        seen.stamps.retain(|p, _| wanted.contains(p));
+        seen.unreadable.retain(|p| wanted.contains(p));
+    }
+
+    fn poll_cas(&self, table: &RoutingTable, seen: &mut Seen) {
+        let wanted = self.wanted(table);
+        let current = self.cas.load_full();
+        let mut next: Option<HashMap<PathBuf, Bundle>> = None;
+        for path in &wanted {
+            let Some(file) = seen.read(path) else {
+                continue;
+            };
+            if !file.changed && (current.contains_key(path) || seen.refused_cas.contains(path)) {
+                continue;
+            }
+            match parse_bundle(&file.bytes) {
+                Ok(ca) => {
+                    seen.refused_cas.remove(path);
+                    let reloaded = current.contains_key(path);
+                    let id = NEXT_BUNDLE.fetch_add(1, Ordering::Relaxed);
+                    next.get_or_insert_with(|| (*current).clone())
+                        .insert(path.clone(), Bundle { ca, id });
+                    tracing::info!(path = %path.display(), reloaded, "backend CA bundle loaded");
+                }
+                Err(why) => {
+                    seen.refused_cas.insert(path.clone());
+                    tracing::warn!(path = %path.display(), %why, "backend CA bundle refused; the last one loaded (if any) stays in use");
+                }
+            }
+        }
+        if current.keys().any(|p| !wanted.contains(p)) {
+            next.get_or_insert_with(|| (*current).clone())
+                .retain(|p, _| wanted.contains(p));
+        }
+        seen.refused_cas.retain(|p| wanted.contains(p));
+        if let Some(next) = next {
+            self.cas.store(Arc::new(next));
+        }
+    }
+}
+
+impl PeerTls for BackendTls {
+    fn configure(&self, u: &Upstream, peer: &mut HttpPeer) -> Result<(), String> {
+        if !u.protocol.tls() {
+            return Ok(());
+        }
+        // The startup bundle is Pingora's own (see the module comment): left to its shared
+        // configuration, so sessions are resumed.
+        if let Some(b) = self.bundle_for(u).map_err(|e| e.to_string())?
+            && !(u.ca_file.is_none() && Some(b.id) == self.startup_ca)
+        {
+            peer.options.ca = Some(b.ca);
+            peer.group_key = b.id;
+        }
+        if let Some(ck) = self.client_for(u).map_err(|e| e.to_string())? {
+            peer.client_cert_key = Some(ck);
+        }
+        Ok(())
+    }
+}
+
+/// Polls the backend CA bundles until shutdown (a Pingora background service).
+pub struct BackendTlsWatcher {
+    pub tls: Arc<BackendTls>,
+    pub table: TableReader,
+}
+
+#[async_trait]
+impl BackgroundService for BackendTlsWatcher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        while !*shutdown.borrow() {
+            let tls = Arc::clone(&self.tls);
+            let table = self.table.load();
+            // File reads block: off the runtime's worker threads.
+            let _ = tokio::task::spawn_blocking(move || tls.poll(&table)).await;
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::upstream::BackendProtocol;
+    use crate::table::{Entry, Frontend};
+
+    fn ca_pem(name: &str) -> String {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    fn tls_upstream(ca_file: Option<&Path>) -> Upstream {
+        Upstream {
+            protocol: BackendProtocol::Https,
+            sni: "web.default.svc".into(),
+            verify: true,
+            ca_file: ca_file.map(|p| p.to_str().unwrap().into()),
+            client_cert: None,
+            send_proxy: false,
+        }
+    }
+
+    fn table_with(u: Upstream) -> RoutingTable {
+        RoutingTable {
+            entries: vec![Arc::new(Entry {
+                upstream: u,
+                ..Entry::fixture("web", Frontend::Http, &["10.0.0.1:443"])
+            })],
+            ..Default::default()
+        }
+    }
+
+    fn names(ca: &CaType) -> Vec<String> {
+        ca.iter()
+            .map(|c| c.borrow_cert().subject().to_string())
+            .collect()
+    }
+
+    /// Writes `contents` so that the watcher sees a new version even within one clock tick.
+    fn replace(path: &Path, contents: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, contents).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[test]
+    fn bundles_load_rotate_and_survive_a_bad_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("default.pem");
+        let own = dir.path().join("own.pem");
+        std::fs::write(&default, ca_pem("first")).unwrap();
+        let tls = BackendTls::new(Some(default.clone()), None);
+        let plain = tls_upstream(None);
+        let got = tls.ca_for(&plain).unwrap().unwrap();
+        assert_eq!(names(&got), ["CN=first"]);
+
+        // A Service's own file: not loaded until the table names it.
+        std::fs::write(&own, ca_pem("own")).unwrap();
+        let with_own = tls_upstream(Some(&own));
+        assert!(tls.ca_for(&with_own).is_err());
+        let table = table_with(with_own.clone());
+        tls.poll(&table);
+        assert_eq!(names(&tls.ca_for(&with_own).unwrap().unwrap()), ["CN=own"]);
+
+        // Rotation: the next lookup has the new bundle.
+        replace(&default, &ca_pem("second"));
+        tls.poll(&table);
+        assert_eq!(names(&tls.ca_for(&plain).unwrap().unwrap()), ["CN=second"]);
+        // A broken version is refused; the last good one stays.
+        replace(&default, "not a certificate\n");
+        tls.poll(&table);
+        assert_eq!(names(&tls.ca_for(&plain).unwrap().unwrap()), ["CN=second"]);
+
+        // A file the table no longer names is forgotten.
+        tls.poll(&RoutingTable::default());
+        assert!(tls.ca_for(&with_own).is_err());
+    }
+
+    #[test]
+    fn client_certificates_load_and_are_handed_to_tls_peers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        let ck = rcgen::generate_simple_self_signed(vec!["client".to_string()]).unwrap();
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+        let tls = BackendTls::new(None, Some((cert.clone(), key.clone())));
+        let mut peer = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
+        tls.configure(&tls_upstream(None), &mut peer).unwrap();
+        assert!(peer.client_cert_key.is_some(), "the flags' certificate");
+
+        // A Service's own pair, named by the table; a broken key is refused.
+        let (own_cert, own_key) = (dir.path().join("oc.pem"), dir.path().join("ok.pem"));
+        std::fs::write(&own_cert, ck.cert.pem()).unwrap();
+        std::fs::write(
+            &own_key,
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let own = Upstream {
+            client_cert: Some((
+                own_cert.to_str().unwrap().into(),
+                own_key.to_str().unwrap().into(),
+            )),
+            ..tls_upstream(None)
+        };
+        let table = table_with(own.clone());
+        tls.poll(&table);
+        assert!(tls.client_for(&own).is_err(), "refused: not loaded");
+        replace(&own_key, &ck.signing_key.serialize_pem());
+        tls.poll(&table);
+        assert!(tls.client_for(&own).unwrap().is_some(), "loaded once fixed");
+    }
+
+    #[test]
+    fn peers_get_the_bundle_only_over_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("default.pem");
+        std::fs::write(&default, ca_pem("ca")).unwrap();
+        let tls = BackendTls::new(Some(default.clone()), None);
+        let mut peer = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
+        tls.configure(&tls_upstream(None), &mut peer).unwrap();
+        assert!(
+            peer.options.ca.is_none(),
+            "the startup bundle is Pingora's own, which resumes sessions"
+        );
+        replace(&default, &ca_pem("rotated"));
+        tls.poll(&RoutingTable::default());
+        tls.configure(&tls_upstream(None), &mut peer).unwrap();
+        assert!(peer.options.ca.is_some(), "rotated: handed over");
+        assert_ne!(peer.group_key, 0, "pooled by the bundle verified against");
+        let mut clear = HttpPeer::new("10.0.0.1:80", false, String::new());
+        tls.configure(&Upstream::default(), &mut clear).unwrap();
+        assert!(clear.options.ca.is_none());
+        let missing = tls_upstream(Some(Path::new("/nonexistent/ca.pem")));
+        assert!(tls.configure(&missing, &mut peer).is_err());
+        assert!(
+            BackendTls::new(None, None)
+                .ca_for(&tls_upstream(None))
+                .unwrap()
+                .is_none()
+        );
+    }
+}
