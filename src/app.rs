@@ -300,6 +300,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
                 },
                 metrics,
                 pipeline: Mutex::new(Some(pipeline)),
+                secret_labels: config.secret_label_selector.clone(),
                 election: config.election.clone(),
                 status: config.publish.clone().zip(served),
                 stopping: lifecycle.stopping(),
@@ -545,6 +546,8 @@ struct ClusterWatch {
     coalesce: watch::Coalesce,
     metrics: Arc<Metrics>,
     pipeline: Mutex<Option<Pipeline>>,
+    /// `--secret-label-selector`.
+    secret_labels: Option<String>,
     /// `--leader-elect`: `None` when off.
     election: Option<crate::config::Election>,
     /// Where status addresses come from, and the served Ingresses; `None`: no status.
@@ -623,6 +626,7 @@ impl BackgroundService for ClusterWatch {
             metrics: Arc::clone(&self.metrics),
             events: true,
             leader,
+            secret_labels: self.secret_labels.clone(),
         }
         .run(shutdown)
         .await;

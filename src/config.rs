@@ -201,6 +201,16 @@ pub struct Args {
     #[arg(long, env = "SWITCHYARD_WATCH_INGRESS_WITHOUT_CLASS")]
     pub watch_ingress_without_class: bool,
 
+    /// Watch only the `kubernetes.io/tls` Secrets with these labels (a Kubernetes label
+    /// selector, e.g. `switchyard.io/tls=true`), so other TLS Secrets are never sent to
+    /// switchyard or kept in its memory.
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        env = "SWITCHYARD_SECRET_LABEL_SELECTOR"
+    )]
+    pub secret_label_selector: Option<String>,
+
     /// Comma-separated `name:port` or `namespace/name:port` Service ports to serve as raw TCP
     /// frontends, each on --bind-address:<port>, opened and closed as the Services come and go.
     #[arg(long, value_name = "LIST", value_parser = parse_tcp_service, value_delimiter = ',',
@@ -586,6 +596,8 @@ pub struct Config {
     pub backend_client_cert: Option<(PathBuf, PathBuf)>,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
+    /// `--secret-label-selector`: the TLS Secrets watched.
+    pub secret_label_selector: Option<String>,
     /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
     pub watch_debounce: Option<Duration>,
     pub watch_max_wait: Option<Duration>,
@@ -787,6 +799,7 @@ impl Config {
             shutdown_grace: args.shutdown_grace,
             watch_debounce: args.watch_debounce,
             watch_max_wait: args.watch_max_wait,
+            secret_label_selector: args.secret_label_selector,
             election: (cluster && args.leader_elect).then(|| {
                 let lease = args
                     .election_lease_duration
@@ -848,7 +861,11 @@ const HEADINGS: &[(&str, &[&str])] = &[
     ),
     (
         "Ingress",
-        &["controller_name", "watch_ingress_without_class"],
+        &[
+            "controller_name",
+            "watch_ingress_without_class",
+            "secret_label_selector",
+        ],
     ),
     (
         "Replicas and Ingress status",

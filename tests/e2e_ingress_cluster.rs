@@ -284,3 +284,52 @@ async fn ten_thousand_unrelated_secrets_cost_no_memory() {
         "unrelated Secrets cost memory: {without} KiB -> {with} KiB"
     );
 }
+
+/// A `kubernetes.io/tls` Secret in `default` with a syntactically valid PEM pair (base64, as
+/// the API holds `data`), and `labels`.
+fn tls_secret(name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "data": {
+            "tls.crt": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJBQT09Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K",
+            "tls.key": "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUJBQT09Ci0tLS0tRU5EIFBSSVZBVEUgS0VZLS0tLS0K",
+        },
+    })
+}
+
+/// `--secret-label-selector`: only labelled TLS Secrets are watched; an Ingress naming an
+/// unlabelled one is told its Secret does not exist (and its hosts get the default
+/// certificate), the labelled one is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_label_selector_limits_the_secrets_watched() {
+    let web = Backend::start("web").await;
+    let api = FakeApi::start_reaching_local_backends().await;
+    let with_tls = |name: &str, secret: &str| {
+        let mut i = ingress(name, "switchyard", &format!("{name}.test"), &["/"]);
+        i["spec"]["tls"] = json!([{"hosts": [format!("{name}.test")], "secretName": secret}]);
+        i
+    };
+    api.apply_all(vec![
+        class(),
+        service("web", &[]),
+        slice("web", "web-1", web.port, true, true, false),
+        tls_secret("labelled", json!({"switchyard.io/tls": "true"})),
+        tls_secret("plain", json!({})),
+        with_tls("a", "labelled"),
+        with_tls("b", "plain"),
+    ]);
+    let w = api.spawn_switchyard(
+        &["--secret-label-selector", "switchyard.io/tls=true"],
+        "warn",
+    );
+    assert!(until_status(&w, "a.test", "/", 200, Duration::from_secs(20)).await);
+    let warned = eventually(Duration::from_secs(10), || async {
+        w.stderr()
+            .contains("TLS Secret default/plain does not exist")
+    })
+    .await;
+    let log = w.stderr();
+    assert!(warned, "{log}");
+    assert!(!log.contains("default/labelled does not exist"), "{log}");
+}

@@ -64,6 +64,8 @@ pub struct ClusterSource {
     /// Leadership (`control::lease`): Events about objects are not per replica, so only the
     /// leader publishes them. `None`: no election, this replica publishes.
     pub leader: Option<tokio::sync::watch::Receiver<bool>>,
+    /// `--secret-label-selector`: only TLS Secrets with these labels are watched.
+    pub secret_labels: Option<String>,
 }
 
 /// One watched resource's objects by (namespace, name), with the re-list buffer, and what
@@ -318,11 +320,11 @@ impl ClusterSource {
         let mut slices = Box::pin(stream::<EndpointSlice>(&self.client, ns));
         let mut ingresses = Box::pin(stream::<Ingress>(&self.client, ns));
         let mut classes = Box::pin(class_stream(&self.client));
-        let mut secrets = Box::pin(stream_with::<Secret>(
-            &self.client,
-            ns,
-            watcher::Config::default().fields(TLS_SECRETS),
-        ));
+        let mut secret_watch = watcher::Config::default().fields(TLS_SECRETS);
+        if let Some(labels) = &self.secret_labels {
+            secret_watch = secret_watch.labels(labels);
+        }
+        let mut secrets = Box::pin(stream_with::<Secret>(&self.client, ns, secret_watch));
         let mut svc_store: Store<Service> = Store::new();
         let mut eps_store: Store<EndpointSlice> = Store::new();
         let mut ing_store: Store<Ingress> = Store::new();

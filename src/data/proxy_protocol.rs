@@ -154,6 +154,12 @@ fn parse_v1(buf: &[u8]) -> Result<Parsed, ProxyError> {
     let line = window[..lf]
         .strip_suffix(b"\r")
         .ok_or(ProxyError::V1Malformed("line does not end with CRLF"))?;
+    // A CR inside the line is refused whatever the protocol word (even UNKNOWN, whose rest
+    // is otherwise ignored), as it is while the line is still arriving: the verdict must not
+    // depend on how the bytes were split.
+    if line.contains(&b'\r') {
+        return Err(ProxyError::V1Malformed("CR not followed by LF"));
+    }
     let line = std::str::from_utf8(&line[PREFIX.len()..])
         .map_err(|_| ProxyError::V1Malformed("not ASCII"))?;
     let mut fields = line.split(' ');
@@ -606,6 +612,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Found by the fuzz target: a bare CR inside an UNKNOWN line was refused while the line
+    /// arrived and accepted once whole.
+    #[test]
+    fn a_cr_inside_a_v1_line_is_refused_whole_or_in_pieces() {
+        let line = b"PROXY UNKNOWN x\r y\r\n";
+        assert!(parse(line).is_err());
+        assert!(parse(&line[..17]).is_err());
+        assert!(matches!(
+            parse(b"PROXY UNKNOWN x y\r\n"),
+            Ok(Parsed::Done(_))
+        ));
     }
 
     #[test]
