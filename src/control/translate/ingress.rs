@@ -554,11 +554,13 @@ impl<'a> Builder<'a> {
             return None;
         };
         let port = sb.port.as_ref();
+        // What an unresolved backend's empty entry is keyed by (0 for a port given by name).
+        let given = port
+            .and_then(|p| p.number)
+            .and_then(|n| u16::try_from(n).ok())
+            .unwrap_or(0);
         let Some((svc, slices)) = services.get(&(ns.as_str(), sb.name.as_str())) else {
             // The route stays, and answers 503 until the Service exists (as ingress-nginx).
-            let number = port
-                .and_then(|p| p.number)
-                .and_then(|n| u16::try_from(n).ok());
             self.warn_ingress(
                 who,
                 format!(
@@ -566,7 +568,7 @@ impl<'a> Builder<'a> {
                     sb.name
                 ),
             );
-            return Some(self.empty_entry(&ns, &sb.name, number.unwrap_or(0), entry_ids));
+            return Some(self.empty_entry(&ns, &sb.name, given, entry_ids));
         };
         let ports = svc
             .spec
@@ -597,10 +599,7 @@ impl<'a> Builder<'a> {
                     sb.name
                 ),
             );
-            let number = port
-                .and_then(|p| p.number)
-                .and_then(|n| u16::try_from(n).ok());
-            return Some(self.empty_entry(&ns, &sb.name, number.unwrap_or(0), entry_ids));
+            return Some(self.empty_entry(&ns, &sb.name, given, entry_ids));
         };
         let number = u16::try_from(sp.port).ok()?;
         if sp.protocol.as_deref().is_some_and(|p| p != "TCP") {

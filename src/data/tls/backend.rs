@@ -31,6 +31,7 @@ use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use pingora::upstreams::peer::Peer;
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -342,7 +343,9 @@ impl BackendTls {
 
 impl PeerTls for BackendTls {
     fn configure(&self, u: &Upstream, peer: &mut HttpPeer) -> Result<(), String> {
-        if !u.protocol.tls() {
+        // The peer, not `u`, says whether this connection is TLS: an Ingress may speak
+        // another protocol to the Service's endpoints than the Service port does.
+        if !peer.tls() {
             return Ok(());
         }
         // The startup bundle is Pingora's own (see the module comment): left to its shared
