@@ -59,6 +59,7 @@ pub(super) struct Builder<'a> {
     pub(super) certificates: BTreeMap<ObjectKey, (BTreeSet<String>, Arc<[u8]>)>,
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
+    pub(super) gateway_status: GatewayApiStatus,
     pub(super) ingress_only: BTreeSet<ObjectKey>,
 }
 
@@ -88,6 +89,7 @@ impl<'a> Builder<'a> {
             policies: Vec::new(),
             certificates: BTreeMap::new(),
             served_ingresses: BTreeSet::new(),
+            gateway_status: GatewayApiStatus::default(),
             ingress_only: BTreeSet::new(),
         }
     }
@@ -611,6 +613,7 @@ impl<'a> Builder<'a> {
             route_warnings,
             all_warnings: Arc::new(self.warnings.clone()),
             served_ingresses: Arc::new(std::mem::take(&mut self.served_ingresses)),
+            gateway_status: Arc::new(std::mem::take(&mut self.gateway_status)),
             ingress_only: Arc::new(std::mem::take(&mut self.ingress_only)),
         };
         let certificates = std::mem::take(&mut self.certificates)
