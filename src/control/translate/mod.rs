@@ -51,6 +51,7 @@ use crate::table::balance::Algorithm;
 use crate::table::matcher::{
     HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix,
 };
+use crate::table::gateway::GatewayRoutes;
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{
     CheckSpec, Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend,
