@@ -421,7 +421,10 @@ impl ProxyHttp for HttpProxy {
 
         // A Gateway rule's `timeouts.request` bounds the whole exchange, as a gRPC deadline
         // does (the earlier of the two holds).
-        if let Some(t) = ctx.attempt.gateway_rule().and_then(|(r, _)| r.request_timeout)
+        if let Some(t) = ctx
+            .attempt
+            .gateway_rule()
+            .and_then(|(r, _)| r.request_timeout)
             && let Some(at) = ctx.started.checked_add(t)
         {
             ctx.deadline = Some(ctx.deadline.map_or(at, |d| d.min(at)));

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::decide::cause::{Cause, Side};
 use crate::table::balance::Pick;
-use crate::table::gateway::{Action, BareRequest, Backend, GatewayRule, PathRewrite, RequestView};
+use crate::table::gateway::{
+    Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
+};
 use crate::table::matcher::Strip;
 use crate::table::policy::RoutePolicy;
 use crate::table::sticky::{self, COOKIE_NAME};
@@ -245,9 +247,9 @@ impl Attempt {
             return Ok(Route::NotFound);
         }
         match table.gateway.lookup(https, host, path, req) {
-            Err(()) => return Ok(Route::NotFound),
-            Ok(None) => {}
-            Ok(Some((prule, candidate))) => {
+            GatewayMatch::NoRoute => return Ok(Route::NotFound),
+            GatewayMatch::NotTaken => {}
+            GatewayMatch::Matched(prule, candidate) => {
                 let gw = &table.gateway;
                 let Some(rule) = gw.rules.get(candidate.rule as usize) else {
                     return Err(RouteError::MissingEntry);

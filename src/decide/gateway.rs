@@ -182,7 +182,15 @@ mod tests {
             ..redirect()
         };
         assert_eq!(
-            location(&prefix, false, b"x", "/original-prefix/lemon", None, "/original-prefix", 80),
+            location(
+                &prefix,
+                false,
+                b"x",
+                "/original-prefix/lemon",
+                None,
+                "/original-prefix",
+                80
+            ),
             "http://x/prefix/lemon"
         );
         let strip = Redirect {
@@ -190,11 +198,27 @@ mod tests {
             ..redirect()
         };
         assert_eq!(
-            location(&strip, false, b"x", "/strip-prefix/three", None, "/strip-prefix", 80),
+            location(
+                &strip,
+                false,
+                b"x",
+                "/strip-prefix/three",
+                None,
+                "/strip-prefix",
+                80
+            ),
             "http://x/three"
         );
         assert_eq!(
-            location(&strip, false, b"x", "/strip-prefix", None, "/strip-prefix", 80),
+            location(
+                &strip,
+                false,
+                b"x",
+                "/strip-prefix",
+                None,
+                "/strip-prefix",
+                80
+            ),
             "http://x/"
         );
     }

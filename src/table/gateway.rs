@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::table::matcher::{PathRule, Router};
+use crate::table::matcher::{PathRule, Router, normalize_host};
 use crate::table::{EntryId, Shared};
 
 /// Index of a candidate list in `GatewayRoutes::candidates`.
@@ -59,17 +59,51 @@ pub struct GatewayRoutes {
     /// The listener port a redirect without a port and scheme keeps, per frontend.
     pub http_port: u16,
     pub https_port: u16,
+    /// The hosts the listeners of each frontend take, routes or not: a request for one of
+    /// them is the Gateway's (404 when no route matches), never a Service's or an Ingress's.
+    pub http_hosts: ListenerHosts,
+    pub https_hosts: ListenerHosts,
+}
+
+/// The hostnames of a frontend's listeners.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ListenerHosts {
+    /// A listener without a hostname takes every host.
+    pub any: bool,
+    pub exact: Vec<Box<str>>,
+    /// Suffixes with their leading dot (`.example.com`).
+    pub wildcard: Vec<Box<str>>,
+}
+
+impl ListenerHosts {
+    pub fn is_empty(&self) -> bool {
+        !self.any && self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    fn takes(&self, host: Option<&[u8]>) -> bool {
+        if self.any {
+            return true;
+        }
+        let mut buf = [0u8; 255];
+        let Some(h) = host.and_then(|h| normalize_host(h, &mut buf)) else {
+            return false;
+        };
+        let name = h.name();
+        self.exact.iter().any(|e| **e == *name)
+            || self
+                .wildcard
+                .iter()
+                .any(|s| name.len() > s.len() && name.ends_with(&**s))
+    }
 }
 
 impl GatewayRoutes {
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.http_hosts.is_empty() && self.https_hosts.is_empty()
     }
 
     /// The candidate `req` meets on the most specific host level that Gateway routes claim
-    /// for `host`, with the path rule it came through. `Err(())`: a Gateway host level took
-    /// the request but nothing in it matched (404); `Ok(None)`: no Gateway route covers this
-    /// host, so the other routes decide.
+    /// for `host`, with the path rule it came through.
     #[inline]
     pub fn lookup<'r>(
         &'r self,
@@ -77,10 +111,14 @@ impl GatewayRoutes {
         host: Option<&[u8]>,
         path: &str,
         req: &impl RequestView,
-    ) -> Result<Option<(&'r PathRule<CandidatesId>, &'r Candidate)>, ()> {
-        let router = if https { &self.https } else { &self.http };
-        if router.is_empty() {
-            return Ok(None);
+    ) -> GatewayMatch<'r> {
+        let (router, hosts) = if https {
+            (&self.https, &self.https_hosts)
+        } else {
+            (&self.http, &self.http_hosts)
+        };
+        if router.is_empty() && hosts.is_empty() {
+            return GatewayMatch::NotTaken;
         }
         // The first level visited is the most specific that has rules for this host; it
         // decides alone.
@@ -94,11 +132,11 @@ impl GatewayRoutes {
         });
         match found.flatten() {
             Some(rule) => match self.pick(rule.target, req) {
-                Some(c) => Ok(Some((rule, c))),
-                None => Err(()),
+                Some(c) => GatewayMatch::Matched(rule, c),
+                None => GatewayMatch::NoRoute,
             },
-            None if claimed => Err(()),
-            None => Ok(None),
+            None if claimed || hosts.takes(host) => GatewayMatch::NoRoute,
+            None => GatewayMatch::NotTaken,
         }
     }
 
@@ -108,6 +146,17 @@ impl GatewayRoutes {
             .iter()
             .find(|c| c.matches(req))
     }
+}
+
+/// What the Gateway routes say of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatewayMatch<'r> {
+    /// This candidate, reached through this path rule.
+    Matched(&'r PathRule<CandidatesId>, &'r Candidate),
+    /// A listener takes the host but no route matches: 404.
+    NoRoute,
+    /// No listener takes the host: the Service and Ingress routes decide.
+    NotTaken,
 }
 
 /// One match of one rule: the conditions beyond host and path.
@@ -224,8 +273,10 @@ impl Backends {
     /// short run of requests already sees every backend in proportion.
     pub fn next(&self) -> Option<(usize, &Backend)> {
         let n = self.turn.fetch_add(1, Ordering::Relaxed);
-        // Multiplying by an odd constant permutes each run of `total` turns.
-        let mut at = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) % self.total.max(1);
+        // Multiplying by a prime larger than any total permutes each run of `total` turns.
+        const PRIME: u128 = (1 << 61) - 1;
+        let total = self.total.max(1);
+        let mut at = u64::try_from(u128::from(n % total) * PRIME % u128::from(total)).unwrap_or(0);
         self.backends.iter().enumerate().find(|(_, b)| {
             if at < b.weight {
                 true
@@ -369,8 +420,11 @@ mod tests {
     }
 
     fn rule_of(g: &GatewayRoutes, host: &str, path: &str, req: &Req) -> Result<Option<u32>, ()> {
-        g.lookup(false, Some(host.as_bytes()), path, req)
-            .map(|m| m.map(|(_, c)| c.rule))
+        match g.lookup(false, Some(host.as_bytes()), path, req) {
+            GatewayMatch::Matched(_, c) => Ok(Some(c.rule)),
+            GatewayMatch::NoRoute => Err(()),
+            GatewayMatch::NotTaken => Ok(None),
+        }
     }
 
     #[test]
@@ -396,8 +450,8 @@ mod tests {
         assert_eq!(rule_of(&g, "iso.example.com", "/", &get()), Err(()));
         // No Gateway route on the TLS side: the others decide.
         assert_eq!(
-            g.lookup(true, Some(b"example.com"), "/", &get()).map(|m| m.is_some()),
-            Ok(false)
+            g.lookup(true, Some(b"example.com"), "/", &get()),
+            GatewayMatch::NotTaken
         );
     }
 

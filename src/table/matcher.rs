@@ -179,7 +179,9 @@ impl<T> PathRules<T> {
         if self.rules.is_empty() {
             return None;
         }
-        candidates(path, |end| self.rules.get(&path[..end]).filter(|r| accept(r)))
+        candidates(path, |end| {
+            self.rules.get(&path[..end]).filter(|r| accept(r))
+        })
     }
 }
 
@@ -281,7 +283,9 @@ impl Strip {
     /// `path_and_query`.
     pub fn apply<'s, 'p>(&'s self, path_and_query: &'p str) -> (&'s str, &'p str) {
         if self.full {
-            let query = path_and_query.find('?').map_or("", |q| &path_and_query[q..]);
+            let query = path_and_query
+                .find('?')
+                .map_or("", |q| &path_and_query[q..]);
             return (self.with.as_deref().unwrap_or("/"), query);
         }
         let rest = path_and_query.get(self.len..).unwrap_or("");

@@ -40,11 +40,11 @@ use crate::data::listener::GuardedStream;
 use crate::data::proxy::HttpProxy;
 use crate::data::record::Finished;
 use crate::data::tls;
-use crate::table::gateway::RequestView;
 use crate::decide::attempt::{Attempt, Failure, Route, https_location};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
+use crate::table::gateway::RequestView;
 use crate::table::upstream::BackendProtocol;
 
 /// Room made in a read buffer before each read.
