@@ -273,7 +273,8 @@ impl Attempt {
                         });
                     }
                     Action::Backends(b) => {
-                        let Some((i, backend)) = b.next() else {
+                        let chosen = if self.dry_run { b.peek() } else { b.next() };
+                        let Some((i, backend)) = chosen else {
                             return Ok(Route::Fail(500));
                         };
                         let Some(entry) = backend.entry else {

@@ -272,7 +272,15 @@ impl Backends {
     /// The backend for the next request: each gets its weight's share, spread so that a
     /// short run of requests already sees every backend in proportion.
     pub fn next(&self) -> Option<(usize, &Backend)> {
-        let n = self.turn.fetch_add(1, Ordering::Relaxed);
+        self.at(self.turn.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The backend `next` would give, without taking the turn (`/explain`).
+    pub fn peek(&self) -> Option<(usize, &Backend)> {
+        self.at(self.turn.load(Ordering::Relaxed))
+    }
+
+    fn at(&self, n: u64) -> Option<(usize, &Backend)> {
         // Multiplying by a prime larger than any total permutes each run of `total` turns.
         const PRIME: u128 = (1 << 61) - 1;
         let total = self.total.max(1);
