@@ -26,6 +26,7 @@ use pingora::{Error, ErrorSource, ErrorType, Result};
 use prometheus::IntGauge;
 
 use crate::data::Timeouts;
+use crate::data::mirror::Mirrors;
 use crate::data::record::{Finished, Recorder};
 use crate::data::tls;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route, https_location};
@@ -71,6 +72,8 @@ pub struct HttpProxy {
     /// The CA bundles TLS backends are verified against and the client certificates shown to
     /// them, as loaded now (rotated by `BackendTlsWatcher`).
     backend_tls: Arc<tls::BackendTls>,
+    /// Copies of requests for Gateway `RequestMirror` backends.
+    mirrors: Arc<Mirrors>,
 }
 
 impl HttpProxy {
@@ -86,7 +89,9 @@ impl HttpProxy {
         } else {
             Forwarding::plain()
         };
+        let metrics = Arc::new(Metrics::new());
         HttpProxy {
+            mirrors: Arc::new(Mirrors::new(&metrics)),
             table,
             frontend,
             fwd: Arc::new(fwd),
@@ -97,11 +102,7 @@ impl HttpProxy {
             forbidden: ErrorPage::builtin(403),
             healthz: ErrorPage::healthz(),
             lifecycle: Lifecycle::new(),
-            recorder: Recorder::new(
-                frontend,
-                Arc::new(Metrics::new()),
-                Arc::new(AccessLog::off()),
-            ),
+            recorder: Recorder::new(frontend, metrics, Arc::new(AccessLog::off())),
             backend_tls: Arc::new(tls::BackendTls::new(None, None)),
         }
     }
@@ -122,6 +123,7 @@ impl HttpProxy {
     /// Records into `metrics` and `access_log` (without this, into a private registry and no
     /// log).
     pub fn with_observability(mut self, metrics: Arc<Metrics>, access_log: Arc<AccessLog>) -> Self {
+        self.mirrors = Arc::new(Mirrors::new(&metrics));
         self.recorder = Recorder::new(self.frontend, metrics, access_log);
         self
     }
@@ -417,6 +419,11 @@ impl ProxyHttp for HttpProxy {
                         .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad path"))?,
                 );
             }
+        }
+
+        let mirrors = ctx.attempt.mirrors(Instant::now());
+        if !mirrors.is_empty() {
+            self.mirrors.send(mirrors, session.req_header());
         }
 
         // A Gateway rule's `timeouts.request` bounds the whole exchange, as a gRPC deadline

@@ -603,6 +603,34 @@ impl Attempt {
         }
     }
 
+    /// Where copies of this request go (a Gateway rule's `RequestMirror`s whose share this
+    /// request is in): an endpoint of each mirror backend, picked by its algorithm, and how
+    /// that backend is spoken to. Empty for most requests (no allocation then).
+    pub fn mirrors(&self, now: Instant) -> Vec<(SocketAddr, BackendProtocol)> {
+        let Some((rule, _)) = self.gateway_rule() else {
+            return Vec::new();
+        };
+        let Some(table) = self.table.as_ref() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for m in rule.mirrors.iter().filter(|m| !self.dry_run && m.due()) {
+            let Some(entry) = table.entry(m.entry) else {
+                continue;
+            };
+            let pick = Pick {
+                algorithm: entry.algorithm,
+                cursor: &entry.state.cursor,
+                client_hash: self.client_ip.as_ref().map_or(0, sticky::client_hash),
+                maxconn: entry.maxconn,
+            };
+            if let Some(i) = entry.choose(&pick, entry.health_gate(false), now, &[]) {
+                out.push((entry.endpoints[i].addr, entry.upstream.protocol));
+            }
+        }
+        out
+    }
+
     /// Whether the request or response must change beyond what every route gets (a Gateway
     /// rule's filters or timeouts): the fast path leaves such requests to Pingora.
     pub fn rewrites(&self) -> bool {

@@ -1049,6 +1049,7 @@ mod tests {
             response_headers: HeaderFilter::default(),
             rewrite_host: None,
             rewrite_path: None,
+            mirrors: Vec::new(),
             request_timeout: None,
             backend_timeout: None,
         };

@@ -225,6 +225,9 @@ pub struct GatewayRule {
     /// `URLRewrite`: the path the backend sees.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rewrite_path: Option<PathRewrite>,
+    /// `RequestMirror`: copies of the requests go to these backends too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<Mirror>,
     /// `timeouts.request`: the whole exchange, from the request to the end of the response.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_timeout: Option<Duration>,
@@ -240,12 +243,47 @@ impl GatewayRule {
             || !self.response_headers.is_empty()
             || self.rewrite_host.is_some()
             || self.rewrite_path.is_some()
+            || !self.mirrors.is_empty()
             || self.request_timeout.is_some()
             || self.backend_timeout.is_some()
             || matches!(&self.action, Action::Backends(b) if b.backends.iter().any(|b| {
                 !b.request_headers.is_empty() || !b.response_headers.is_empty()
             }))
     }
+}
+
+/// A backend that gets a copy of a share of the rule's requests; its answer is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mirror {
+    pub entry: EntryId,
+    /// The share mirrored: `numerator` of every `denominator` requests.
+    pub numerator: u64,
+    pub denominator: u64,
+    #[serde(skip)]
+    pub turn: Shared<AtomicU64>,
+}
+
+impl Mirror {
+    /// Whether this request is one of the share to copy (spread as weights are).
+    pub fn due(&self) -> bool {
+        if self.numerator >= self.denominator {
+            return true;
+        }
+        if self.numerator == 0 {
+            return false;
+        }
+        let n = self.turn.fetch_add(1, Ordering::Relaxed);
+        spread(n, self.denominator) < self.numerator
+    }
+}
+
+/// Turn `n` mapped into `0..total` so that every run of `total` turns takes each value once,
+/// in a scattered order.
+fn spread(n: u64, total: u64) -> u64 {
+    // Multiplying by a prime larger than any total permutes each run of `total` turns.
+    const PRIME: u128 = (1 << 61) - 1;
+    let total = total.max(1);
+    u64::try_from(u128::from(n % total) * PRIME % u128::from(total)).unwrap_or(0)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -281,10 +319,7 @@ impl Backends {
     }
 
     fn at(&self, n: u64) -> Option<(usize, &Backend)> {
-        // Multiplying by a prime larger than any total permutes each run of `total` turns.
-        const PRIME: u128 = (1 << 61) - 1;
-        let total = self.total.max(1);
-        let mut at = u64::try_from(u128::from(n % total) * PRIME % u128::from(total)).unwrap_or(0);
+        let mut at = spread(n, self.total);
         self.backends.iter().enumerate().find(|(_, b)| {
             if at < b.weight {
                 true
@@ -522,5 +557,20 @@ mod tests {
             first[backends.next().and_then(|(_, b)| b.entry).unwrap() as usize] += 1;
         }
         assert_eq!(first, [7, 0, 3]);
+    }
+
+    #[test]
+    fn a_mirror_copies_its_share() {
+        let m = |numerator, denominator| Mirror {
+            entry: 0,
+            numerator,
+            denominator,
+            turn: Shared::default(),
+        };
+        let count = |m: &Mirror| (0..200).filter(|_| m.due()).count();
+        assert_eq!(count(&m(1, 1)), 200);
+        assert_eq!(count(&m(0, 100)), 0);
+        assert_eq!(count(&m(20, 100)), 40);
+        assert_eq!(count(&m(1, 3)), 67);
     }
 }

@@ -11,8 +11,8 @@ use crate::control::translate::ingress::secret_pem;
 use super::api::*;
 use super::*;
 use crate::table::gateway::{
-    Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter, PathRewrite,
-    Redirect, ValueMatch,
+    Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter, Mirror,
+    PathRewrite, Redirect, ValueMatch,
 };
 
 const HTTP_ROUTE: &str = "HTTPRoute";
@@ -698,16 +698,31 @@ impl<'a> Builder<'a> {
             response_headers: HeaderFilter::default(),
             rewrite_host: None,
             rewrite_path: None,
+            mirrors: Vec::new(),
             request_timeout: None,
             backend_timeout: None,
         };
         let mut redirect = None;
+        let mut unresolved = None;
         for f in &rule.filters {
             match filter(f, &mut out.request_headers, &mut out.response_headers)? {
                 Some(Filtered::Redirect(r)) => redirect = Some(r),
                 Some(Filtered::Rewrite(host, path)) => {
                     out.rewrite_host = host;
                     out.rewrite_path = path;
+                }
+                Some(Filtered::Mirror(to, numerator, denominator)) => {
+                    match self.gateway_backend(who, &to, grants, services, entry_ids) {
+                        Ok(entry) => out.mirrors.push(Mirror {
+                            entry,
+                            numerator,
+                            denominator,
+                            turn: Shared::default(),
+                        }),
+                        Err(u) => {
+                            unresolved.get_or_insert(u);
+                        }
+                    }
                 }
                 None => {}
             }
@@ -728,9 +743,8 @@ impl<'a> Builder<'a> {
         }
         if let Some(r) = redirect {
             out.action = Action::Redirect(r);
-            return Ok((out, None));
+            return Ok((out, unresolved));
         }
-        let mut unresolved = None;
         let mut backends = Vec::new();
         for b in &rule.backend_refs {
             let weight = u64::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
@@ -1071,6 +1085,8 @@ fn selects(sel: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bo
 enum Filtered {
     Redirect(Redirect),
     Rewrite(Option<Arc<str>>, Option<PathRewrite>),
+    /// A backend and the share of requests it gets a copy of (numerator, denominator).
+    Mirror(BackendObjectReference, u64, u64),
 }
 
 /// Reads one filter: header modifiers into `req` / `resp`; a redirect or a rewrite returned;
@@ -1122,6 +1138,29 @@ fn filter(
             return Ok(Some(Filtered::Rewrite(
                 r.hostname.as_deref().map(Arc::from),
                 r.path.as_ref().map(path_modifier).transpose()?,
+            )));
+        }
+        "RequestMirror" => {
+            let Some(m) = &f.request_mirror else {
+                return Err("RequestMirror filter without requestMirror".into());
+            };
+            let (numerator, denominator) = match (m.percent, &m.fraction) {
+                (Some(p), _) => (p, 100),
+                (None, Some(f)) => (f.numerator, f.denominator.unwrap_or(100)),
+                (None, None) => (100, 100),
+            };
+            let share = |v: i32| u64::try_from(v).ok();
+            let (Some(numerator), Some(denominator)) = (share(numerator), share(denominator))
+            else {
+                return Err("RequestMirror share is negative".into());
+            };
+            if denominator == 0 {
+                return Err("RequestMirror fraction has denominator 0".into());
+            }
+            return Ok(Some(Filtered::Mirror(
+                m.backend_ref.clone(),
+                numerator.min(denominator),
+                denominator,
             )));
         }
         other => return Err(format!("filter {other} is not supported")),

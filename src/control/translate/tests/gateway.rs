@@ -392,7 +392,7 @@ kind: HTTPRoute
 metadata: {name: m, namespace: infra}
 spec:
   parentRefs: [{name: gw}]
-  rules: [{filters: [{type: RequestMirror, requestMirror: {backendRef: {name: v2, port: 8080}}}], backendRefs: [{name: v1, port: 8080}]}]
+  rules: [{filters: [{type: CORS}], backendRefs: [{name: v1, port: 8080}]}]
 "#
     ));
     let (b, _) = build(&w);
