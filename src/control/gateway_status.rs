@@ -446,9 +446,7 @@ impl GatewayStatusWriter {
                 Some(ns) => Api::namespaced(client.clone(), ns),
                 None => Api::all(client.clone()),
             };
-            watcher::watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed()
+            gateway_api_backoff(watcher::watcher(api, watcher::Config::default()))
         }
         let ns = self.namespace.as_deref();
         let classes: Api<GatewayClass> = Api::all(self.client.clone());
@@ -461,9 +459,7 @@ impl GatewayStatusWriter {
             _ => None,
         };
         Streams {
-            classes: watcher::watcher(classes, watcher::Config::default())
-                .default_backoff()
-                .boxed(),
+            classes: gateway_api_backoff(watcher::watcher(classes, watcher::Config::default())),
             gateways: namespaced(&self.client, ns),
             routes: namespaced(&self.client, ns),
             service,
@@ -596,6 +592,14 @@ impl GatewayStatusWriter {
             }
         }
     }
+}
+
+/// The cluster source's retry policy for a Gateway API watch: a missing CRD (404) is looked
+/// for again every `GATEWAY_API_RETRY`, not at kube's backoff (which would start at 800 ms).
+fn gateway_api_backoff<K: Send + 'static>(
+    inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+) -> Stream_<K> {
+    crate::control::watch::backed_off(inner, Some(crate::control::watch::GATEWAY_API_RETRY)).boxed()
 }
 
 /// Notes a successful write in the views.

@@ -289,7 +289,7 @@ where
 /// 410 Gone (history compacted, as after an API-server restart) re-lists at once: the API
 /// server is there and only the resume point is stale. With `absent_retry`, a 404 (the
 /// resource is not served: a CRD not installed) waits that long instead, with jitter.
-fn backed_off<K: Send + 'static>(
+pub(crate) fn backed_off<K: Send + 'static>(
     inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     absent_retry: Option<Duration>,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {

@@ -23,8 +23,10 @@
 //! this machine's test backends on 127.0.0.1, so the tests that proxy to them start the fake with
 //! `start_reaching_local_backends`: the one place it accepts what a cluster never would.
 //!
-//! The Gateway API kinds behave as CRDs with a status subresource do: `metadata.generation`
-//! starts at 1 and grows when anything but metadata and status changes, and
+//! The Gateway API kinds behave as CRDs with a status subresource do: the `default`s of the
+//! v1.6.1 CRD schemas (`tests/data/gateway-api/crd/`) are applied to what is stored (a route's
+//! parentRef gets its group and kind, a rule without matches `PathPrefix /`),
+//! `metadata.generation` starts at 1 and grows when anything but metadata and status changes, and
 //! `set_gateway_api_installed(false)` answers every `/apis/gateway.networking.k8s.io/...`
 //! request 404 NotFound (and deletes the objects, ending open watches), as a cluster without
 //! the CRDs, or whose CRDs were just deleted, does.
@@ -221,11 +223,16 @@ impl State {
         let name = obj["metadata"]["name"].as_str().unwrap().to_string();
         obj["apiVersion"] = json!(kind.api_version());
         obj["kind"] = json!(kind.name());
+        if kind == Kind::Namespace {
+            // The API server labels every Namespace with its name (since Kubernetes 1.22).
+            obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+        }
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         obj["metadata"]["uid"] = json!(format!("uid-{}-{ns}-{name}", kind.name()));
         let key = (kind, ns, name);
         let old = self.objects.get(&key);
         if kind.is_gateway_api() {
+            apply_defaults(&mut obj, crd_schema(kind));
             // As for a CRD with a status subresource: generation counts changes of anything but
             // metadata and status.
             let spec_of = |v: &Value| {
@@ -264,6 +271,68 @@ impl State {
         let rv = self.rv;
         self.log.push((rv, "DELETED", kind, obj.clone()));
         Some(obj)
+    }
+}
+
+/// The `openAPIV3Schema` of a Gateway API kind's storage version, from the copied CRDs.
+fn crd_schema(kind: Kind) -> &'static Value {
+    static SCHEMAS: std::sync::OnceLock<BTreeMap<&'static str, Value>> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gateway-api/crd");
+        [
+            "gatewayclasses",
+            "gateways",
+            "httproutes",
+            "referencegrants",
+        ]
+        .into_iter()
+        .map(|plural| {
+            let file = dir.join(format!("gateway.networking.k8s.io_{plural}.yaml"));
+            let crd: Value =
+                serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+            let storage = crd["spec"]["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["storage"] == json!(true))
+                .unwrap()["schema"]["openAPIV3Schema"]
+                .clone();
+            (plural, storage)
+        })
+        .collect()
+    });
+    &schemas[kind.plural()]
+}
+
+/// Structural defaulting as the API server does it for a CRD: an absent property with a
+/// `default` gets it, and defaults inside present (or just defaulted) objects and list items
+/// apply in turn.
+fn apply_defaults(value: &mut Value, schema: &Value) {
+    match value {
+        Value::Object(map) => {
+            let Some(props) = schema["properties"].as_object() else {
+                if let Some(extra) = schema.get("additionalProperties") {
+                    for v in map.values_mut() {
+                        apply_defaults(v, extra);
+                    }
+                }
+                return;
+            };
+            for (name, sub) in props {
+                if let Some(default) = sub.get("default").filter(|_| !map.contains_key(name)) {
+                    map.insert(name.clone(), default.clone());
+                }
+                if let Some(v) = map.get_mut(name) {
+                    apply_defaults(v, sub);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                apply_defaults(v, &schema["items"]);
+            }
+        }
+        _ => {}
     }
 }
 
