@@ -122,9 +122,15 @@ struct Case {
 }
 
 async fn start(case: &str) -> Case {
+    start_with(case, |_| {}).await
+}
+
+/// `start` with the objects edited first (a status another controller wrote, say).
+async fn start_with(case: &str, edit: impl FnOnce(&mut Vec<Value>)) -> Case {
     let api = FakeApi::start().await;
     let mut objs = base();
     objs.extend(manifest(&format!("{case}.yaml")));
+    edit(&mut objs);
     api.apply_all(objs);
     let cert = tempfile::tempdir().unwrap();
     let ck = rcgen::generate_simple_self_signed(vec!["default.invalid".to_string()]).unwrap();
@@ -877,6 +883,71 @@ async fn httproute_invalid_parentref_section_name_not_matching_port() {
         "httproute-listener-section-name-not-matching-port",
     )
     .await;
+}
+
+// === the writer's own promises (not a conformance case) ===
+
+/// Another controller's entry in a route's `status.parents` is kept beside ours, and once the
+/// status is right nothing more is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_controllers_parents_are_kept_and_a_settled_status_is_not_rewritten() {
+    let theirs = json!({
+        "parentRef": {"group": GROUP, "kind": "Gateway", "name": "their-gateway", "namespace": INFRA},
+        "controllerName": "example.com/other-controller",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    });
+    let route = (INFRA, "observed-generation-bump");
+    let seeded = theirs.clone();
+    let c = start_with("httproute-observed-generation-bump", move |objs| {
+        for o in objs.iter_mut() {
+            if o["kind"] == "HTTPRoute" && o["metadata"]["name"] == route.1 {
+                o["status"] = json!({"parents": [seeded]});
+            }
+        }
+    })
+    .await;
+    c.must("ours beside theirs", |c| {
+        let r = c.get(Kind::HTTPRoute, route.0, route.1);
+        let parents = r["status"]["parents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !parents.contains(&theirs) {
+            return Err(format!("their entry changed or went: {parents:?}"));
+        }
+        let ours: Vec<&Value> = parents
+            .iter()
+            .filter(|p| p["controllerName"] == CONTROLLER)
+            .collect();
+        match &ours[..] {
+            [p] if p["parentRef"]["name"] == SAME_NAMESPACE.1 => {
+                conditions_match(&[("Accepted", "True", "Accepted")], &p["conditions"])
+            }
+            _ => Err(format!("expected one entry of ours: {parents:?}")),
+        }
+    })
+    .await;
+    // Settled: the Gateway is Programmed and the route Accepted; then no further writes.
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = [
+        c.api.status_writes(Kind::GatewayClass).0,
+        c.api.status_writes(Kind::Gateway).0,
+        c.api.status_writes(Kind::HTTPRoute).0,
+    ];
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = [
+        c.api.status_writes(Kind::GatewayClass).0,
+        c.api.status_writes(Kind::Gateway).0,
+        c.api.status_writes(Kind::HTTPRoute).0,
+    ];
+    assert_eq!(before, after, "status written again with nothing changed");
+    assert!(
+        before.iter().all(|n| *n > 0),
+        "every kind was written: {before:?}"
+    );
 }
 
 // === CRDs absent ===

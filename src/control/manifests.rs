@@ -204,7 +204,8 @@ impl Partial {
 
 /// What an `items` value turned out to be.
 enum Items {
-    List(Objects),
+    /// Boxed: `Objects` is ten vectors, and the other variants are empty.
+    List(Box<Objects>),
     /// Absent or null: an empty list.
     Null,
     NotAList,
@@ -320,7 +321,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 out.namespaces.push(*n);
             }
             Partial::List => match items {
-                Some(Items::List(objects)) => out.extend(objects),
+                Some(Items::List(objects)) => out.extend(*objects),
                 Some(Items::Null) | None => {}
                 Some(Items::NotAList) => {
                     return Err(de::Error::custom(format!("{kind}: `items` is not a list")));
@@ -472,7 +473,7 @@ impl<'de> Visitor<'de> for ItemsSeed {
                 .next_element_seed(ObjectSeed { out: &mut objects })
                 .map_err(|e| de::Error::custom(format!("item {n}: {e}")))?;
             if item.is_none() {
-                return Ok(Items::List(objects));
+                return Ok(Items::List(Box::new(objects)));
             }
         }
     }
