@@ -933,20 +933,233 @@ async fn other_controllers_parents_are_kept_and_a_settled_status_is_not_rewritte
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = [
-        c.api.status_writes(Kind::GatewayClass).0,
-        c.api.status_writes(Kind::Gateway).0,
-        c.api.status_writes(Kind::HTTPRoute).0,
+        c.api.status_requests(Kind::GatewayClass),
+        c.api.status_requests(Kind::Gateway),
+        c.api.status_requests(Kind::HTTPRoute),
     ];
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = [
-        c.api.status_writes(Kind::GatewayClass).0,
-        c.api.status_writes(Kind::Gateway).0,
-        c.api.status_writes(Kind::HTTPRoute).0,
+        c.api.status_requests(Kind::GatewayClass),
+        c.api.status_requests(Kind::Gateway),
+        c.api.status_requests(Kind::HTTPRoute),
     ];
     assert_eq!(before, after, "status written again with nothing changed");
     assert!(
         before.iter().all(|n| *n > 0),
         "every kind was written: {before:?}"
+    );
+}
+
+/// The writer alone, in process, fed a decision by hand (so it is tested whatever translate
+/// decides): it writes conditions with their times, addresses and our route parents beside
+/// others', sends nothing for an unchanged decision, keeps the time of a condition whose
+/// status did not change, and writes nothing while not leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use switchyard::control::gateway_status::GatewayStatusWriter;
+    use switchyard::control::status::{Address, Limits, Publish};
+    use switchyard::control::translate::gateway::api::*;
+    use tokio::sync::watch;
+
+    let api = FakeApi::start().await;
+    let theirs = json!({
+        "parentRef": {"group": GROUP, "kind": "Gateway", "name": "their-gateway", "namespace": INFRA},
+        "controllerName": "example.com/other-controller",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    });
+    api.apply_all(vec![
+        gateway_class(),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": INFRA}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": INFRA},
+               "spec": {"gatewayClassName": CLASS,
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "r", "namespace": INFRA},
+               "spec": {"parentRefs": [{"name": "gw"}]},
+               "status": {"parents": [theirs.clone()]}}),
+    ]);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::new(format!("http://127.0.0.1:{}", api.port).parse().unwrap());
+    let (desired_tx, desired_rx) = watch::channel(Arc::new(GatewayApiStatus::default()));
+    let (leader_tx, leader_rx) = watch::channel(true);
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    GatewayStatusWriter {
+        client: kube::Client::try_from(config).unwrap(),
+        namespace: None,
+        controller_name: CONTROLLER.into(),
+        publish: Some(Publish::Static(vec![
+            Address::parse("127.0.0.1"),
+            Address::parse("lb.example"),
+        ])),
+        desired: desired_rx,
+        leader: leader_rx,
+        limits: Limits {
+            coalesce: Duration::from_millis(100),
+            ..Limits::default()
+        },
+        metrics: Arc::new(switchyard::ops::metrics::Metrics::new()),
+    }
+    .spawn(stop_rx);
+
+    let decision = |accepted: bool, generation: i64| {
+        let cond = |t: &str, ok: bool| {
+            Condition::new(t, ok, if ok { t } else { "Invalid" }, "", Some(generation))
+        };
+        Arc::new(GatewayApiStatus {
+            classes: BTreeMap::from([(
+                CLASS.to_string(),
+                GatewayClassStatus {
+                    conditions: vec![cond("Accepted", accepted)],
+                },
+            )]),
+            gateways: BTreeMap::from([(
+                (INFRA.to_string(), "gw".to_string()),
+                GatewayStatus {
+                    addresses: vec![],
+                    conditions: vec![cond("Accepted", true), cond("Programmed", true)],
+                    listeners: vec![ListenerStatus {
+                        name: "http".into(),
+                        supported_kinds: vec![RouteGroupKind {
+                            group: Some(GROUP.into()),
+                            kind: "HTTPRoute".into(),
+                        }],
+                        attached_routes: 1,
+                        conditions: vec![cond("Accepted", true)],
+                    }],
+                },
+            )]),
+            http_routes: BTreeMap::from([(
+                (INFRA.to_string(), "r".to_string()),
+                RouteStatus {
+                    parents: vec![RouteParentStatus {
+                        parent_ref: ParentReference {
+                            group: Some(GROUP.into()),
+                            kind: Some("Gateway".into()),
+                            name: "gw".into(),
+                            ..Default::default()
+                        },
+                        controller_name: CONTROLLER.into(),
+                        conditions: vec![cond("Accepted", true)],
+                    }],
+                },
+            )]),
+        })
+    };
+    let wait = |what: &'static str, check: Box<dyn Fn(&FakeApi) -> Result<(), String> + Send>| {
+        let api = &api;
+        async move {
+            let start = Instant::now();
+            loop {
+                match check(api) {
+                    Ok(()) => return,
+                    Err(e) if start.elapsed() > TIMEOUT => panic!("{what}: {e}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+    };
+    let class_accepted = |api: &FakeApi| {
+        let c = api.object(Kind::GatewayClass, "", CLASS).unwrap();
+        c["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Accepted")
+            .cloned()
+            .unwrap()
+    };
+    // The CRD's default status (Accepted Unknown, 1970) is there before anything is written.
+    assert_eq!(class_accepted(&api)["status"], "Unknown");
+    desired_tx.send(decision(true, 1)).unwrap();
+    wait(
+        "everything written",
+        Box::new(move |api| {
+            let c = class_accepted(api);
+            if c["status"] != "True" {
+                return Err(format!("class: {c}"));
+            }
+            let g = api.object(Kind::Gateway, INFRA, "gw").unwrap();
+            let want = json!([{"type": "IPAddress", "value": "127.0.0.1"},
+                              {"type": "Hostname", "value": "lb.example"}]);
+            if g["status"]["addresses"] != want
+                || g["status"]["listeners"][0]["attachedRoutes"] != 1
+            {
+                return Err(format!("gateway: {}", g["status"]));
+            }
+            let r = api.object(Kind::HTTPRoute, INFRA, "r").unwrap();
+            let parents = r["status"]["parents"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if parents.len() != 2
+                || parents[0] != theirs
+                || parents[1]["controllerName"] != CONTROLLER
+            {
+                return Err(format!("route: {parents:?}"));
+            }
+            Ok(())
+        }),
+    )
+    .await;
+    let first = class_accepted(&api);
+    let set_at = first["lastTransitionTime"].as_str().unwrap().to_string();
+    assert_ne!(
+        set_at, "1970-01-01T00:00:00Z",
+        "a changed condition gets the time of the write"
+    );
+    assert!(set_at.len() == 20 && set_at.ends_with('Z'), "{set_at}");
+
+    // The same decision again: not a request.
+    let requests =
+        || [Kind::GatewayClass, Kind::Gateway, Kind::HTTPRoute].map(|k| api.status_requests(k));
+    let before = requests();
+    desired_tx.send(decision(true, 1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(before, requests(), "an unchanged decision is written again");
+
+    // A new generation, same status: the time stays, observedGeneration moves.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    desired_tx.send(decision(true, 2)).unwrap();
+    wait(
+        "observedGeneration 2",
+        Box::new(move |api| {
+            let c = class_accepted(api);
+            (c["observedGeneration"] == 2)
+                .then_some(())
+                .ok_or(c.to_string())
+        }),
+    )
+    .await;
+    assert_eq!(class_accepted(&api)["lastTransitionTime"], json!(set_at));
+
+    // Not leading: nothing is written.
+    leader_tx.send(false).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = requests();
+    desired_tx.send(decision(false, 3)).unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(before, requests(), "a follower wrote status");
+    assert_eq!(class_accepted(&api)["status"], "True");
+    // Leading again: the pending decision is written, with a new time (status changed).
+    leader_tx.send(true).unwrap();
+    wait(
+        "written after taking over",
+        Box::new(move |api| {
+            let c = class_accepted(api);
+            (c["status"] == "False" && c["observedGeneration"] == 3)
+                .then_some(())
+                .ok_or(c.to_string())
+        }),
+    )
+    .await;
+    assert_ne!(
+        class_accepted(&api)["lastTransitionTime"],
+        json!(set_at),
+        "a condition whose status changed keeps its old time"
     );
 }
 

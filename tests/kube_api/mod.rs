@@ -198,6 +198,9 @@ struct State {
     writes: BTreeMap<Kind, u32>,
     /// Successful writes of the `/status` subresource, per (kind, namespace, name).
     status_writes: BTreeMap<(Kind, String, String), u32>,
+    /// Write requests to `/status` per kind, answered or not, no-ops included (each costs the
+    /// API server as much as a change).
+    status_requests: BTreeMap<Kind, u32>,
     /// The Gateway API CRDs are not installed: their paths answer 404.
     gateway_api_absent: bool,
     /// Requests answered 404 because the Gateway API is not installed, per kind.
@@ -496,6 +499,12 @@ impl FakeApi {
             .map(|(_, n)| *n)
             .collect();
         (per.iter().sum(), per.iter().copied().max().unwrap_or(0))
+    }
+
+    /// Write requests to the `/status` of `kind`, whatever their outcome (no-ops included).
+    pub fn status_requests(&self, kind: Kind) -> u32 {
+        let st = self.state.lock().unwrap();
+        st.status_requests.get(&kind).copied().unwrap_or(0)
     }
 
     /// Closes every open watch. With `compact`, the history so far is forgotten, so a client
@@ -889,6 +898,9 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
     };
     let stored = {
         let mut st = ctx.state.lock().unwrap();
+        if status_sub {
+            *st.status_requests.entry(kind).or_default() += 1;
+        }
         let Some(current) = st.objects.get(&key).cloned() else {
             return not_found(kind, &name);
         };
