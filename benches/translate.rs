@@ -37,7 +37,7 @@ use switchyard::table::balance::{self, Pick};
 
 #[path = "common/world.rs"]
 mod common;
-use common::{ingresses, world};
+use common::{http_routes, ingresses, world};
 
 /// Objects keyed as the cluster source's stores hold them.
 fn stores(
@@ -238,5 +238,115 @@ fn bench_ingress(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_translate, bench_lookup, bench_ingress);
+/// A request with a header and a query, as a Gateway route's conditions read it.
+struct BenchRequest<'a> {
+    header: (&'a str, &'a [u8]),
+    query: &'a str,
+}
+
+impl switchyard::table::gateway::RequestView for BenchRequest<'_> {
+    fn method(&self) -> &[u8] {
+        b"GET"
+    }
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        (name == self.header.0).then_some(self.header.1)
+    }
+    fn query(&self) -> Option<&str> {
+        Some(self.query)
+    }
+}
+
+fn bench_gateway(c: &mut Criterion) {
+    use switchyard::control::translate::{GatewayRefs, IngressRefs};
+    use switchyard::table::gateway::{Action, GatewayMatch};
+    let (services, slices) = world(10_000);
+    let (svc_store, eps_store) = stores(&services, &slices);
+    let (mut routes, class, gateway) = http_routes(10_000);
+    let options = Options::default();
+    let build = |routes: &[switchyard::control::translate::gateway::api::HTTPRoute],
+                 previous: Option<switchyard::control::translate::Previous<'_>>,
+                 changes: Option<&Changes>| {
+        let refs = IngressRefs::of([], [], []).with_gateway(GatewayRefs {
+            classes: vec![&class],
+            gateways: vec![&gateway],
+            routes: routes.iter().collect(),
+            ..GatewayRefs::default()
+        });
+        translate_changes(
+            &svc_store,
+            &eps_store,
+            refs.inputs(),
+            changes,
+            &options,
+            previous,
+        )
+    };
+    let mut g = c.benchmark_group("gateway_10000");
+    g.sample_size(10);
+    g.bench_function("cold", |b| {
+        b.iter_with_large_drop(|| build(black_box(&routes), None, None))
+    });
+    let (previous, _) = build(&routes, None, None);
+    routes[4_242].spec.hostnames = vec!["renamed.example.com".into()];
+    let changes = Changes {
+        ingress: true,
+        ..Default::default()
+    };
+    g.bench_function("one_route_changed", |b| {
+        b.iter_with_large_drop(|| {
+            build(
+                black_box(&routes),
+                Some(previous.previous()),
+                Some(&changes),
+            )
+        })
+    });
+    let table = &previous.table;
+    let cursor = AtomicUsize::new(0);
+    let req = BenchRequest {
+        header: ("x-version", b"v2"),
+        query: "debug=1&page=2",
+    };
+    // The route must be the header-and-query rule, or the figure measures something else.
+    match table
+        .gateway
+        .lookup(false, Some(b"app-4567.example.com"), "/api/v1/orders", &req)
+    {
+        GatewayMatch::Matched(_, c) => assert_eq!(c.headers.len(), 1),
+        other => panic!("bench route not matched: {other:?}"),
+    }
+    g.sample_size(100);
+    g.bench_function("lookup_header_query_and_pick", |b| {
+        b.iter(|| {
+            let GatewayMatch::Matched(_, c) = table.gateway.lookup(
+                false,
+                Some(black_box(b"app-4567.example.com")),
+                black_box("/api/v1/orders"),
+                &req,
+            ) else {
+                return None;
+            };
+            let Action::Backends(backends) = &table.gateway.rules[c.rule as usize].action else {
+                return None;
+            };
+            let entry = table.entry(backends.next()?.1.entry?)?;
+            let pick = Pick {
+                algorithm: entry.algorithm,
+                cursor: &cursor,
+                client_hash: 0,
+                maxconn: entry.maxconn,
+            };
+            balance::pick(&entry.endpoints, &pick, |_| true)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_translate,
+    bench_lookup,
+    bench_ingress,
+    bench_gateway
+);
 criterion_main!(benches);

@@ -164,3 +164,66 @@ pub fn ingresses(
         .collect();
     (ingresses, class)
 }
+
+/// One HTTPRoute per Service of `world(n)`, attached to one Gateway (`infra/gw`, an HTTP
+/// listener on port 80 taking routes from every namespace): host `app-N.example.com` and three
+/// rules, one to each port: `/` (PathPrefix), `/api` with a header and a query match, and
+/// `/static/v1` (Exact, GET only). With the GatewayClass and the Gateway.
+#[allow(dead_code)] // only the translate bench reads HTTPRoutes
+// The objects are fixed JSON: a failure to read them is a bug in this file, found at once.
+#[allow(clippy::expect_used)]
+pub fn http_routes(
+    n: usize,
+) -> (
+    Vec<switchyard::control::translate::gateway::api::HTTPRoute>,
+    switchyard::control::translate::gateway::api::GatewayClass,
+    switchyard::control::translate::gateway::api::Gateway,
+) {
+    use switchyard::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute};
+    let class: GatewayClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "switchyard"},
+        "spec": {"controllerName": switchyard::control::translate::DEFAULT_GATEWAY_CONTROLLER_NAME},
+    }))
+    .expect("GatewayClass");
+    let gateway: Gateway = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "gw", "namespace": "infra"},
+        "spec": {"gatewayClassName": "switchyard", "listeners": [{
+            "name": "http", "port": 80, "protocol": "HTTP",
+            "allowedRoutes": {"namespaces": {"from": "All"}},
+        }]},
+    }))
+    .expect("Gateway");
+    let routes = (0..n)
+        .map(|i| {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": format!("app-{i}"),
+                    "namespace": format!("ns-{}", i % 20),
+                    "resourceVersion": format!("{}", 800_000 + i),
+                    "creationTimestamp": "2026-12-01T00:00:00Z",
+                },
+                "spec": {
+                    "parentRefs": [{"name": "gw", "namespace": "infra"}],
+                    "hostnames": [format!("app-{i}.example.com")],
+                    "rules": [
+                        {"backendRefs": [{"name": format!("svc-{i}"), "port": 80}]},
+                        {
+                            "matches": [{
+                                "path": {"type": "PathPrefix", "value": "/api"},
+                                "headers": [{"name": "x-version", "value": "v2"}],
+                                "queryParams": [{"name": "debug", "value": "1"}],
+                            }],
+                            "backendRefs": [{"name": format!("svc-{i}"), "port": 8080}],
+                        },
+                        {
+                            "matches": [{"path": {"type": "Exact", "value": "/static/v1"}, "method": "GET"}],
+                            "backendRefs": [{"name": format!("svc-{i}"), "port": 9090}],
+                        },
+                    ],
+                },
+            }))
+            .expect("HTTPRoute")
+        })
+        .collect::<Vec<HTTPRoute>>();
+    (routes, class, gateway)
+}

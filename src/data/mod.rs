@@ -6,6 +6,7 @@
 pub mod fast;
 pub mod intake;
 pub mod listener;
+pub mod mirror;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod record;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::decide::attempt::{Attempt, Policy, Route, https_location, unrouted};
+use crate::table::gateway::{self, Action, GatewayMatch};
 use crate::table::matcher::{self, Level, PathRule};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
@@ -298,7 +299,11 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
             });
             hit.map(|t| t.entry)
         }
-        Frontend::Http | Frontend::Https => route_http(table, q, path, query, &mut x),
+        Frontend::Http | Frontend::Https => match route_gateway(table, q, path, query, &mut x) {
+            GatewayStep::NotTaken => route_http(table, q, path, query, &mut x),
+            GatewayStep::Entry(id) => id,
+            GatewayStep::Answered => return x,
+        },
     };
     let Some(entry) = target.and_then(|id| table.entry(id)) else {
         x.summary = match q.frontend {
@@ -365,6 +370,121 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
     }
     choose(entry, q, now, route, &mut attempt, &mut x);
     x
+}
+
+/// What the Gateway routes made of an explained request.
+enum GatewayStep {
+    /// No listener takes the host: the Service and Ingress routes decide.
+    NotTaken,
+    /// A rule sends it to this entry (the backend the next request would get), or none (404).
+    Entry(Option<EntryId>),
+    /// A rule answers it itself (a redirect, an error); `x` says how.
+    Answered,
+}
+
+/// The Gateway step of the explanation: the same lookup the engines make, for a `GET` with no
+/// headers or query conditions beyond the URL's.
+fn route_gateway(
+    table: &RoutingTable,
+    q: &Query,
+    path: &str,
+    query: Option<&str>,
+    x: &mut Explanation,
+) -> GatewayStep {
+    let gw = &table.gateway;
+    let https = q.frontend == Frontend::Https;
+    let host = q.host.as_deref().map(str::as_bytes);
+    let req = UrlRequest(query);
+    let (prule, candidate) = match gw.lookup(https, host, path, &req) {
+        GatewayMatch::NotTaken => return GatewayStep::NotTaken,
+        GatewayMatch::NoRoute => {
+            x.precedence.push(Step {
+                level: "gateway",
+                host: q.host.clone(),
+                matched_prefix: None,
+                note: "a Gateway listener takes this host; no HTTPRoute rule matches it".into(),
+            });
+            return GatewayStep::Entry(None);
+        }
+        GatewayMatch::Matched(prule, candidate) => (prule, candidate),
+    };
+    let Some(rule) = gw.rules.get(candidate.rule as usize) else {
+        return GatewayStep::Entry(None);
+    };
+    x.precedence.push(Step {
+        level: "gateway",
+        host: q.host.clone(),
+        matched_prefix: Some(prule.prefix.to_string()),
+        note: format!(
+            "HTTPRoute {} ({} path)",
+            rule.origin,
+            if prule.exact { "exact" } else { "prefix" }
+        ),
+    });
+    let pq = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    x.route = Some(RouteView {
+        level: "gateway",
+        host: q.host.clone(),
+        prefix: prule.prefix.to_string(),
+        exact: prule.exact,
+        strip_prefix: false,
+        ingress: None,
+        forwarded_path: pq,
+    });
+    match &rule.action {
+        Action::Fail(status) => {
+            x.outcome = "error";
+            x.summary = format!(
+                "{}: its backends cannot be used, answered {status}",
+                rule.origin
+            );
+            GatewayStep::Answered
+        }
+        Action::Redirect(r) => {
+            let listener = if https { gw.https_port } else { gw.http_port };
+            let location = crate::decide::gateway::location(
+                r,
+                https,
+                host.unwrap_or_default(),
+                path,
+                query,
+                &prule.prefix,
+                listener,
+            );
+            x.outcome = "redirect";
+            x.summary = format!("{}: {} redirect to {location}", rule.origin, r.status);
+            GatewayStep::Answered
+        }
+        Action::Backends(b) => match b.peek().and_then(|(_, b)| b.entry) {
+            Some(id) => GatewayStep::Entry(Some(id)),
+            None => {
+                x.outcome = "error";
+                x.summary = format!(
+                    "{}: the next request goes to a backend that does not resolve: 500",
+                    rule.origin
+                );
+                GatewayStep::Answered
+            }
+        },
+    }
+}
+
+/// An explained request: a `GET` with the URL's query and no headers.
+struct UrlRequest<'a>(Option<&'a str>);
+
+impl gateway::RequestView for UrlRequest<'_> {
+    fn method(&self) -> &[u8] {
+        b"GET"
+    }
+    fn header(&self, _: &str) -> Option<&[u8]> {
+        None
+    }
+    fn query(&self) -> Option<&str> {
+        self.0
+    }
 }
 
 /// Host and path matching, with the levels considered; returns the matched entry.
@@ -902,5 +1022,76 @@ mod tests {
         let t = Query::from_target("https://a.com").unwrap();
         assert_eq!((t.frontend, t.path.as_str()), (Frontend::Https, "/"));
         assert!(Query::from_target("").is_err());
+    }
+
+    #[test]
+    fn gateway_routes_are_explained_before_the_others() {
+        use crate::table::gateway::{
+            Backend, Backends, Candidate, GatewayRoutes, GatewayRule, HeaderFilter, Redirect,
+        };
+        let mut t = table();
+        let mut g = GatewayRoutes::default();
+        g.http.exact.insert(
+            "gw.example.com".into(),
+            rules(&[("/app", false, 0), ("/old", false, 1)]),
+        );
+        let cand = |rule| Candidate {
+            method: None,
+            headers: Box::new([]),
+            query: Box::new([]),
+            rule,
+        };
+        g.candidates = vec![Box::new([cand(0)]), Box::new([cand(1)])];
+        let rule = |action| GatewayRule {
+            origin: "infra/r rule 0".into(),
+            action,
+            request_headers: HeaderFilter::default(),
+            response_headers: HeaderFilter::default(),
+            rewrite_host: None,
+            rewrite_path: None,
+            mirrors: Vec::new(),
+            request_timeout: None,
+            backend_timeout: None,
+        };
+        g.rules = vec![
+            rule(Action::Backends(Backends {
+                backends: Box::new([Backend {
+                    entry: Some(2),
+                    weight: 1,
+                    request_headers: HeaderFilter::default(),
+                    response_headers: HeaderFilter::default(),
+                }]),
+                total: 1,
+                turn: Default::default(),
+            })),
+            rule(Action::Redirect(Redirect {
+                scheme: Some("https".into()),
+                hostname: None,
+                port: None,
+                path: None,
+                status: 301,
+            })),
+        ];
+        g.http_hosts.exact.push("gw.example.com".into());
+        t.gateway = std::sync::Arc::new(g);
+        let t = std::sync::Arc::new(t);
+        let now = Instant::now();
+        // gw.example.com would match the *.example.com wildcard: the Gateway takes it first.
+        let x = explain(&t, &q(Some("gw.example.com"), "/app/x"), now, &POLICY);
+        assert_eq!(x.route.as_ref().unwrap().level, "gateway");
+        assert_eq!(x.entry.as_ref().unwrap().name, "wild");
+        let x = explain(&t, &q(Some("gw.example.com"), "/old/a"), now, &POLICY);
+        assert_eq!(x.outcome, "redirect");
+        assert!(
+            x.summary.contains("https://gw.example.com/old/a"),
+            "{}",
+            x.summary
+        );
+        let x = explain(&t, &q(Some("gw.example.com"), "/nothing"), now, &POLICY);
+        assert_eq!(x.outcome, "no_route");
+        // Other hosts are the Service routes' as before.
+        let x = explain(&t, &q(Some("a.example.com"), "/"), now, &POLICY);
+        assert_eq!(x.entry.as_ref().unwrap().name, "wild");
+        assert_eq!(x.route.as_ref().unwrap().level, "wildcard_host");
     }
 }

@@ -24,6 +24,9 @@ use prometheus::{
 use crate::decide::grpc::Ending;
 
 /// Every metric of the control plane.
+/// The `result` label values of `switchyard_mirror_requests_total`.
+pub const MIRROR_RESULTS: [&str; 4] = ["sent", "failed", "skipped", "dropped"];
+
 pub struct Metrics {
     registry: Registry,
     /// The `process_*` series, unprefixed as every exporter names them (`ops::process`).
@@ -427,6 +430,8 @@ pub struct DataMetrics {
     pub tls_secret_errors_total: IntCounter,
     pub downstream_rejected_connections_total: IntCounterVec,
     pub proxy_protocol_rejected_total: IntCounterVec,
+    /// Copies of requests sent to Gateway `RequestMirror` backends, by result.
+    pub mirror_requests_total: IntCounterVec,
     pub http_rejected_requests_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
     view: ArcSwap<EntryView>,
@@ -645,6 +650,18 @@ impl DataMetrics {
                 "Client connections closed on a --proxy-protocol frontend for want of a valid PROXY header from a trusted peer, by frontend and reason",
                 &["frontend", "reason"],
             ),
+            mirror_requests_total: {
+                let v = counter_vec(
+                    r,
+                    "mirror_requests_total",
+                    "Copies of requests for Gateway RequestMirror backends, by result (sent, failed, skipped: a request with a body or a backend not spoken to in HTTP/1 clear, dropped: too many in flight)",
+                    &["result"],
+                );
+                for result in MIRROR_RESULTS {
+                    v.with_label_values(&[result]);
+                }
+                v
+            },
             http_rejected_requests_total: counter_vec(
                 r,
                 "http_rejected_requests_total",
@@ -869,6 +886,11 @@ impl DataMetrics {
     pub fn downstream_rejected(&self, frontend: &str, reason: &str) -> IntCounter {
         self.downstream_rejected_connections_total
             .with_label_values(&[frontend, reason])
+    }
+
+    /// The counter of mirrored requests with `result` (one of `MIRROR_RESULTS`).
+    pub fn mirror_requests(&self, result: &str) -> IntCounter {
+        self.mirror_requests_total.with_label_values(&[result])
     }
 
     /// The counter of connections a `--proxy-protocol` frontend closed for `reason`

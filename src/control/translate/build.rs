@@ -60,6 +60,7 @@ pub(super) struct Builder<'a> {
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
     pub(super) gateway_status: GatewayApiStatus,
+    pub(super) gateway_routes: GatewayRoutes,
     pub(super) ingress_only: BTreeSet<ObjectKey>,
 }
 
@@ -90,6 +91,7 @@ impl<'a> Builder<'a> {
             certificates: BTreeMap::new(),
             served_ingresses: BTreeSet::new(),
             gateway_status: GatewayApiStatus::default(),
+            gateway_routes: GatewayRoutes::default(),
             ingress_only: BTreeSet::new(),
         }
     }
@@ -632,6 +634,7 @@ impl<'a> Builder<'a> {
             tcp,
             policies: Arc::new(self.policies),
             certificates: Arc::new(certificates),
+            gateway: Arc::new(self.gateway_routes),
         };
         (Built { table, memo }, self.warnings)
     }

@@ -323,6 +323,7 @@ pub(super) fn incremental(
         tcp: prev.tcp.clone(),
         policies: Arc::clone(&prev.policies),
         certificates: Arc::clone(&prev.certificates),
+        gateway: Arc::clone(&prev.gateway),
     };
     Some((Built { table, memo: next }, warnings))
 }

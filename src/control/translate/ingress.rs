@@ -612,34 +612,52 @@ impl<'a> Builder<'a> {
             );
             return None;
         }
+        match self.port_entry(svc, slices, sp, number, entry_ids) {
+            Some(id) => Some(id),
+            None => {
+                self.warn_ingress(
+                    who,
+                    format!(
+                        "backend {ns}/{}:{number} is a raw TCP frontend (--tcp-services); skipped",
+                        sb.name
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// The entry of Service port `sp` (number `number`), made without routes when the
+    /// Service has none of its own for it; `None` when the port is a raw TCP frontend.
+    pub(super) fn port_entry(
+        &mut self,
+        svc: &Service,
+        slices: &[&EndpointSlice],
+        sp: &ServicePort,
+        number: u16,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) -> Option<EntryId> {
+        let (ns, name) = meta_key(&svc.metadata.namespace, &svc.metadata.name);
         let key = EntryKey {
-            namespace: ns.clone(),
-            service: sb.name.clone(),
+            namespace: ns.to_string(),
+            service: name.to_string(),
             port: number,
         };
         if let Some(&id) = entry_ids.get(&key) {
             let e = &self.entries[id as usize];
-            if matches!(e.frontend, Frontend::Tcp(_)) {
-                self.warn_ingress(
-                    who,
-                    format!("backend {key} is a raw TCP frontend (--tcp-services); skipped"),
-                );
-                return None;
-            }
-            return Some(id);
+            return (!matches!(e.frontend, Frontend::Tcp(_))).then_some(id);
         }
-        // The Service has no entry of its own for this port: make one without routes.
-        let svc_who = object("Service", &ns, &sb.name);
+        let svc_who = object("Service", ns, name);
         let settings = settings(svc, self.options, &svc_who, &mut self.warnings);
         let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
         self.add_port(svc, &svc_who, &settings, sp, number, slices, false);
-        self.ingress_only.insert((ns, sb.name.clone()));
+        self.ingress_only.insert((ns.to_string(), name.to_string()));
         entry_ids.insert(key, id);
         Some(id)
     }
 
     /// An entry with no endpoints for a backend that does not resolve: its routes answer 503.
-    fn empty_entry(
+    pub(super) fn empty_entry(
         &mut self,
         ns: &str,
         service: &str,
@@ -755,7 +773,7 @@ fn covers(tls: &[HostPattern], host: &HostPattern) -> bool {
 /// The certificate chain and key of a `kubernetes.io/tls` Secret as one PEM bundle, or why
 /// it cannot be used. The blocks are checked as PEM here; whether the key fits the
 /// certificate is the TLS side's check as it loads them (logged and counted there).
-fn secret_pem(secret: &Secret) -> Result<Arc<[u8]>, String> {
+pub(super) fn secret_pem(secret: &Secret) -> Result<Arc<[u8]>, String> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     if secret.type_.as_deref() != Some("kubernetes.io/tls") {

@@ -48,6 +48,7 @@ pub use self::ingress::{DEFAULT_CONTROLLER_NAME, ingress_annotation};
 pub use self::original::{Difference, Outcome, migration_preview};
 use self::{annotations::*, build::*, endpoints::*, incremental::*, inputs::*};
 use crate::table::balance::Algorithm;
+use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{
     HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix,
 };
@@ -438,7 +439,7 @@ fn full<'a>(
     let input_warnings_len = b.warnings.len();
     // Services an Ingress may name, and the slices of those that got no entry of their own.
     let mut by_key: HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)> = HashMap::default();
-    let with_ingresses = !ingress.ingresses.is_empty();
+    let with_ingresses = !ingress.ingresses.is_empty() || !ingress.gateway.is_empty();
     for svc in services {
         let before = b.warnings.len();
         let first = b.entries.len();
@@ -457,6 +458,7 @@ fn full<'a>(
     }
     let ingress_from = b.warnings.len();
     b.add_ingresses(ingress, &by_key);
+    b.add_gateways(ingress.gateway, ingress.secrets, &by_key);
     let ingress_warnings = b.warnings[ingress_from..].to_vec();
     // What is left belongs to no Service: an incremental build needs to know these keys exist.
     for slice in index.by_service.into_values().flatten() {

@@ -5,7 +5,10 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 
+use super::*;
+
 pub mod api;
+mod build;
 
 use self::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 

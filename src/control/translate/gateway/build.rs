@@ -1,0 +1,1311 @@
+//! The Gateway API build: GatewayClasses claimed, Gateways' listeners checked, HTTPRoutes
+//! attached to the listeners that accept them, their rules turned into candidates of the
+//! table's Gateway routers, and the status of every object decided on the way. Pure.
+
+use std::cmp::Reverse;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use crate::control::translate::ingress::secret_pem;
+
+use super::api::*;
+use super::*;
+use crate::table::gateway::{
+    Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter, Mirror,
+    PathRewrite, Redirect, ValueMatch,
+};
+
+const HTTP_ROUTE: &str = "HTTPRoute";
+
+/// One listener of one of our Gateways, as routes see it.
+struct ListenerView<'g> {
+    gateway: (&'g str, &'g str),
+    name: &'g str,
+    https: bool,
+    port: i32,
+    /// Lower case; `None`: any host.
+    hostname: Option<HostPattern>,
+    /// Routes may attach (the listener is accepted and takes HTTPRoutes).
+    usable: bool,
+    namespaces: Allowed<'g>,
+    attached: i32,
+}
+
+enum Allowed<'g> {
+    Same,
+    All,
+    Selector(&'g LabelSelector),
+}
+
+/// Where a route's rules go: a frontend and a host level.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Place {
+    https: bool,
+    host: Option<HostPattern>,
+}
+
+/// A candidate waiting for its precedence rank.
+struct Pending {
+    rank: (
+        Reverse<bool>,
+        Reverse<usize>,
+        Reverse<usize>,
+        String,
+        ObjectKey,
+        usize,
+        usize,
+    ),
+    candidate: Candidate,
+}
+
+/// Why a backend reference cannot be used (the `ResolvedRefs` reasons).
+struct Unresolved {
+    reason: &'static str,
+    message: String,
+}
+
+impl<'a> Builder<'a> {
+    /// Adds the routes of every HTTPRoute attached to one of our Gateways, and decides the
+    /// status of our GatewayClasses, their Gateways and those routes.
+    pub(in crate::control::translate) fn add_gateways(
+        &mut self,
+        inputs: GatewayInputs<'_>,
+        secrets: &[&Secret],
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+    ) {
+        if inputs.is_empty() {
+            return;
+        }
+        let ours = self.options.gateway_controller_name.clone();
+        let mut status = GatewayApiStatus::default();
+        let mut classes: BTreeSet<&str> = BTreeSet::new();
+        for class in sorted(inputs.classes, |c| &c.metadata) {
+            if class.spec.controller_name != ours {
+                continue;
+            }
+            let Some(name) = class.metadata.name.as_deref() else {
+                continue;
+            };
+            classes.insert(name);
+            let generation = class.metadata.generation;
+            status.classes.insert(
+                name.to_string(),
+                GatewayClassStatus {
+                    conditions: vec![
+                        Condition::new(
+                            "Accepted",
+                            true,
+                            "Accepted",
+                            "claimed by switchyard",
+                            generation,
+                        ),
+                        Condition::new(
+                            "SupportedVersion",
+                            true,
+                            "SupportedVersion",
+                            "Gateway API v1 standard channel",
+                            generation,
+                        ),
+                    ],
+                },
+            );
+        }
+        let grants = Grants::of(inputs.grants);
+        let namespace_labels: HashMap<&str, &BTreeMap<String, String>> = inputs
+            .namespaces
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.as_ref()?)))
+            .collect();
+        let secrets: HashMap<(&str, &str), &Secret> = secrets
+            .iter()
+            .map(|s| (meta_key(&s.metadata.namespace, &s.metadata.name), *s))
+            .collect();
+
+        // Listeners of our Gateways, by Gateway key.
+        #[allow(clippy::type_complexity)]
+        let mut gateways: BTreeMap<
+            (&str, &str),
+            (&Gateway, Vec<ListenerView<'_>>, Vec<ListenerStatus>),
+        > = BTreeMap::new();
+        for gw in sorted(inputs.gateways, |g| &g.metadata) {
+            let (ns, name) = meta_key(&gw.metadata.namespace, &gw.metadata.name);
+            if name.is_empty()
+                || !classes.contains(gw.spec.gateway_class_name.as_str())
+                || self
+                    .options
+                    .only_namespace
+                    .as_deref()
+                    .is_some_and(|o| o != ns)
+            {
+                continue;
+            }
+            let (views, statuses) = self.gateway_listeners(gw, (ns, name), &grants, &secrets);
+            gateways.insert((ns, name), (gw, views, statuses));
+        }
+
+        let mut entry_ids: HashMap<EntryKey, EntryId> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.key.clone(), EntryId::try_from(i).unwrap_or(EntryId::MAX)))
+            .collect();
+        let mut pending: BTreeMap<(Place, Box<str>, bool), Vec<Pending>> = BTreeMap::new();
+        let mut rules: Vec<GatewayRule> = Vec::new();
+        for route in sorted(inputs.routes, |r| &r.metadata) {
+            let (ns, name) = meta_key(&route.metadata.namespace, &route.metadata.name);
+            if name.is_empty() {
+                continue;
+            }
+            let who = object(HTTP_ROUTE, ns, name);
+            let generation = route.metadata.generation;
+            let mut parents: Vec<RouteParentStatus> = Vec::new();
+            let mut places: BTreeSet<Place> = BTreeSet::new();
+            for parent in &route.spec.parent_refs {
+                let group = parent.group.as_deref().unwrap_or(GROUP);
+                let kind = parent.kind.as_deref().unwrap_or("Gateway");
+                if group != GROUP || kind != "Gateway" {
+                    continue;
+                }
+                let gw_ns = parent.namespace.as_deref().unwrap_or(ns);
+                let Some((_, listeners, _)) = gateways.get_mut(&(gw_ns, parent.name.as_str()))
+                else {
+                    continue;
+                };
+                if parents.iter().any(|p| p.parent_ref == *parent) {
+                    continue;
+                }
+                let accepted = attach(route, ns, parent, listeners, &namespace_labels, &mut places);
+                let cond = match accepted {
+                    Ok(()) => Condition::new("Accepted", true, "Accepted", "accepted", generation),
+                    Err((reason, message)) => {
+                        Condition::new("Accepted", false, reason, message, generation)
+                    }
+                };
+                parents.push(RouteParentStatus {
+                    parent_ref: parent.clone(),
+                    controller_name: ours.clone(),
+                    conditions: vec![cond],
+                });
+            }
+            if parents.is_empty() {
+                continue;
+            }
+            // The rules, once per route; their candidates go to every place it attached to.
+            let created = route
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            let mut resolved: Result<(), Unresolved> = Ok(());
+            let mut unsupported: Option<String> = None;
+            let default_rule = [HTTPRouteRule::default()];
+            let route_rules = route.spec.rules.as_deref().unwrap_or(&default_rule);
+            let mut made: Vec<(usize, u32)> = Vec::new();
+            for (ri, rule) in route_rules.iter().enumerate() {
+                match self.gateway_rule(&who, rule, ri, &grants, services, &mut entry_ids) {
+                    Ok((r, unresolved)) => {
+                        if let (Ok(()), Some(u)) = (&resolved, unresolved) {
+                            resolved = Err(u);
+                        }
+                        made.push((ri, u32::try_from(rules.len()).unwrap_or(u32::MAX)));
+                        rules.push(r);
+                    }
+                    Err(why) => {
+                        unsupported.get_or_insert(why);
+                    }
+                }
+            }
+            if let Some(why) = &unsupported {
+                self.warn_gateway(&who, format!("{why}; the route is not served"));
+                for p in &mut parents {
+                    p.conditions[0] = Condition::new(
+                        "Accepted",
+                        false,
+                        "UnsupportedValue",
+                        why.clone(),
+                        generation,
+                    );
+                }
+                places.clear();
+            }
+            let refs = match &resolved {
+                Ok(()) => {
+                    Condition::new("ResolvedRefs", true, "ResolvedRefs", "resolved", generation)
+                }
+                Err(u) => {
+                    self.warn_gateway(&who, u.message.clone());
+                    Condition::new(
+                        "ResolvedRefs",
+                        false,
+                        u.reason,
+                        u.message.clone(),
+                        generation,
+                    )
+                }
+            };
+            for p in &mut parents {
+                p.conditions.push(refs.clone());
+            }
+            status
+                .http_routes
+                .insert((ns.to_string(), name.to_string()), RouteStatus { parents });
+            for (ri, rule_id) in made {
+                let rule = &route_rules[ri];
+                let default_match = [HTTPRouteMatch::default()];
+                let matches = rule.matches.as_deref().unwrap_or(&default_match);
+                let matches = if matches.is_empty() {
+                    &default_match[..]
+                } else {
+                    matches
+                };
+                for (mi, m) in matches.iter().enumerate() {
+                    let Some((key, exact, candidate)) = self.candidate(&who, m, rule_id) else {
+                        continue;
+                    };
+                    for place in &places {
+                        pending
+                            .entry((place.clone(), key.clone(), exact))
+                            .or_default()
+                            .push(Pending {
+                                rank: (
+                                    Reverse(candidate.method.is_some()),
+                                    Reverse(candidate.headers.len()),
+                                    Reverse(candidate.query.len()),
+                                    created.clone(),
+                                    (ns.to_string(), name.to_string()),
+                                    ri,
+                                    mi,
+                                ),
+                                candidate: candidate.clone(),
+                            });
+                    }
+                }
+            }
+        }
+
+        // Routers, then the Gateways' status (attached routes are counted by now).
+        let mut routes = GatewayRoutes {
+            http_port: self.options.gateway_http_port,
+            https_port: self.options.gateway_https_port,
+            ..GatewayRoutes::default()
+        };
+        let mut wildcard_at: HashMap<(bool, String), usize> = HashMap::default();
+        for ((place, key, exact), mut list) in pending {
+            list.sort_by(|a, b| a.rank.cmp(&b.rank));
+            let id = CandidatesId::try_from(routes.candidates.len()).unwrap_or(CandidatesId::MAX);
+            routes
+                .candidates
+                .push(list.into_iter().map(|p| p.candidate).collect());
+            let router = if place.https {
+                &mut routes.https
+            } else {
+                &mut routes.http
+            };
+            let rule = PathRule {
+                prefix: key,
+                strip: false,
+                ignore_case: false,
+                exact,
+                policy: None,
+                target: id,
+            };
+            match place.host {
+                None => router.any_host.insert(rule),
+                Some(HostPattern::Exact(h)) => {
+                    router.exact.entry(h.into()).or_default().insert(rule)
+                }
+                Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
+                    let at = *wildcard_at
+                        .entry((place.https, s.clone()))
+                        .or_insert_with(|| {
+                            router.wildcard.push((s.into(), PathRules::default()));
+                            router.wildcard.len() - 1
+                        });
+                    router.wildcard[at].1.insert(rule);
+                }
+            }
+        }
+        routes.http.finish();
+        routes.https.finish();
+        routes.rules = rules;
+        self.gateway_routes = routes;
+
+        for (_, listeners, _) in gateways.values() {
+            for l in listeners.iter().filter(|l| l.usable) {
+                let hosts = if l.https {
+                    &mut self.gateway_routes.https_hosts
+                } else {
+                    &mut self.gateway_routes.http_hosts
+                };
+                match &l.hostname {
+                    None => hosts.any = true,
+                    Some(HostPattern::Exact(h)) => hosts.exact.push(h.as_str().into()),
+                    Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
+                        hosts.wildcard.push(s.as_str().into())
+                    }
+                }
+            }
+        }
+        for ((ns, name), (gw, listeners, statuses)) in gateways {
+            let generation = gw.metadata.generation;
+            let any_usable = listeners.iter().any(|l| l.usable);
+            let all_usable = listeners.iter().all(|l| l.usable);
+            let mut conditions = Vec::new();
+            if !gw.spec.addresses.is_empty() {
+                conditions.push(Condition::new(
+                    "Accepted",
+                    false,
+                    "UnsupportedAddress",
+                    "switchyard takes its addresses from --publish-service or \
+                     --publish-status-address; spec.addresses is not supported",
+                    generation,
+                ));
+                conditions.push(Condition::new(
+                    "Programmed",
+                    false,
+                    "AddressNotUsable",
+                    "spec.addresses is not supported",
+                    generation,
+                ));
+            } else {
+                let (reason, message) = if all_usable {
+                    ("Accepted", "accepted")
+                } else {
+                    ("ListenersNotValid", "some listeners are not valid")
+                };
+                conditions.push(Condition::new(
+                    "Accepted",
+                    any_usable || listeners.is_empty(),
+                    reason,
+                    message,
+                    generation,
+                ));
+                conditions.push(if any_usable {
+                    Condition::new("Programmed", true, "Programmed", "serving", generation)
+                } else {
+                    Condition::new(
+                        "Programmed",
+                        false,
+                        "Invalid",
+                        "no listener can be served",
+                        generation,
+                    )
+                });
+            }
+            let listeners = listeners
+                .iter()
+                .zip(statuses)
+                .map(|(l, mut s)| {
+                    s.attached_routes = l.attached;
+                    s
+                })
+                .collect();
+            status.gateways.insert(
+                (ns.to_string(), name.to_string()),
+                GatewayStatus {
+                    addresses: Vec::new(),
+                    conditions,
+                    listeners,
+                },
+            );
+        }
+        self.gateway_status = status;
+    }
+
+    /// Checks a Gateway's listeners, records their status (but for the attached-route count)
+    /// and their certificates.
+    fn gateway_listeners<'g>(
+        &mut self,
+        gw: &'g Gateway,
+        (ns, name): (&'g str, &'g str),
+        grants: &Grants<'_>,
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> (Vec<ListenerView<'g>>, Vec<ListenerStatus>) {
+        let who = object("Gateway", ns, name);
+        let generation = gw.metadata.generation;
+        let mut views = Vec::new();
+        let mut statuses = Vec::new();
+        // (port, hostname) taken by the listeners so far, and each port's protocol.
+        let mut seen: BTreeMap<(i32, String), usize> = BTreeMap::new();
+        let mut protocols: BTreeMap<i32, &str> = BTreeMap::new();
+        for l in &gw.spec.listeners {
+            let mut accepted: Result<(), (&str, String)> = Ok(());
+            let mut conflicted: Option<(&str, String)> = None;
+            let mut refs: Result<(), (&str, String)> = Ok(());
+            let https = match l.protocol.as_str() {
+                "HTTP" => false,
+                "HTTPS" => true,
+                other => {
+                    accepted = Err((
+                        "UnsupportedProtocol",
+                        format!("protocol {other} is not served (HTTP and HTTPS are)"),
+                    ));
+                    false
+                }
+            };
+            let served_port = if https {
+                self.options.gateway_https_port
+            } else {
+                self.options.gateway_http_port
+            };
+            if accepted.is_ok() && l.port != i32::from(served_port) {
+                accepted = Err((
+                    "PortUnavailable",
+                    format!(
+                        "port {} is not served: {} listeners are served on port {served_port} \
+                         (--gateway-{}-port)",
+                        l.port,
+                        l.protocol,
+                        if https { "https" } else { "http" }
+                    ),
+                ));
+            }
+            let hostname = match l.hostname.as_deref().filter(|h| !h.is_empty()) {
+                None => None,
+                Some(h) => match gateway_host(h) {
+                    Ok(p) => Some(p),
+                    Err(why) => {
+                        accepted = Err(("UnsupportedValue", format!("hostname {} {why}", show(h))));
+                        None
+                    }
+                },
+            };
+            let host_key = l.hostname.clone().unwrap_or_default().to_ascii_lowercase();
+            match protocols.get(&l.port) {
+                Some(p) if *p != l.protocol => {
+                    conflicted = Some((
+                        "ProtocolConflict",
+                        format!("port {} has another protocol", l.port),
+                    ));
+                }
+                _ => {
+                    protocols.insert(l.port, &l.protocol);
+                }
+            }
+            if conflicted.is_none() {
+                if let Some(&first) = seen.get(&(l.port, host_key.clone())) {
+                    conflicted = Some((
+                        "HostnameConflict",
+                        format!("same port and hostname as listener #{first}"),
+                    ));
+                } else {
+                    seen.insert((l.port, host_key), views.len());
+                }
+            }
+            // Kinds: HTTPRoute is the one this listener can take.
+            let allowed = l.allowed_routes.as_ref();
+            let kinds = allowed.map(|a| a.kinds.as_slice()).unwrap_or(&[]);
+            let mut supported = Vec::new();
+            let http_route = RouteGroupKind {
+                group: Some(GROUP.into()),
+                kind: HTTP_ROUTE.into(),
+            };
+            if kinds.is_empty() {
+                supported.push(http_route.clone());
+            } else {
+                for k in kinds {
+                    if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == HTTP_ROUTE {
+                        if !supported.contains(&http_route) {
+                            supported.push(http_route.clone());
+                        }
+                    } else {
+                        refs = Err((
+                            "InvalidRouteKinds",
+                            format!("route kind {} is not supported", k.kind),
+                        ));
+                    }
+                }
+            }
+            if https
+                && accepted.is_ok()
+                && let Err(e) =
+                    self.listener_certificates(&who, l, hostname.as_ref(), grants, secrets)
+            {
+                refs = Err(e);
+            }
+            let namespaces = match allowed
+                .and_then(|a| a.namespaces.as_ref())
+                .map(|n| (n.from.as_deref().unwrap_or("Same"), n.selector.as_ref()))
+            {
+                None | Some(("Same", _)) => Allowed::Same,
+                Some(("All", _)) => Allowed::All,
+                Some(("Selector", Some(sel))) => Allowed::Selector(sel),
+                Some((other, _)) => {
+                    accepted = Err((
+                        "UnsupportedValue",
+                        format!(
+                            "allowedRoutes.namespaces.from {} (or a missing selector)",
+                            show(other)
+                        ),
+                    ));
+                    Allowed::Same
+                }
+            };
+            let usable = accepted.is_ok() && conflicted.is_none() && !supported.is_empty();
+            let programmed = usable && refs.is_ok();
+            let mut conditions = vec![
+                match &accepted {
+                    Ok(()) => Condition::new("Accepted", true, "Accepted", "accepted", generation),
+                    Err((r, m)) => Condition::new("Accepted", false, r, m.clone(), generation),
+                },
+                match &conflicted {
+                    None => Condition::new(
+                        "Conflicted",
+                        false,
+                        "NoConflicts",
+                        "no conflicts",
+                        generation,
+                    ),
+                    Some((r, m)) => Condition::new("Conflicted", true, r, m.clone(), generation),
+                },
+                match &refs {
+                    Ok(()) => {
+                        Condition::new("ResolvedRefs", true, "ResolvedRefs", "resolved", generation)
+                    }
+                    Err((r, m)) => Condition::new("ResolvedRefs", false, r, m.clone(), generation),
+                },
+            ];
+            conditions.push(if programmed {
+                Condition::new("Programmed", true, "Programmed", "serving", generation)
+            } else {
+                Condition::new(
+                    "Programmed",
+                    false,
+                    "Invalid",
+                    "not served as configured",
+                    generation,
+                )
+            });
+            for c in &conditions {
+                if c.status == "False" && c.type_ != "Conflicted" && c.type_ != "Programmed" {
+                    self.warn_gateway(&who, format!("listener {}: {}", l.name, c.message));
+                }
+            }
+            statuses.push(ListenerStatus {
+                name: l.name.clone(),
+                supported_kinds: supported,
+                attached_routes: 0,
+                conditions,
+            });
+            views.push(ListenerView {
+                gateway: (ns, name),
+                name: &l.name,
+                https,
+                port: l.port,
+                hostname,
+                usable,
+                namespaces,
+                attached: 0,
+            });
+        }
+        (views, statuses)
+    }
+
+    /// Loads an HTTPS listener's certificates into the table (served by SNI for its
+    /// hostname, or for the names in the certificate).
+    fn listener_certificates(
+        &mut self,
+        who: &ObjectRef,
+        l: &Listener,
+        hostname: Option<&HostPattern>,
+        grants: &Grants<'_>,
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> Result<(), (&'static str, String)> {
+        let Some(tls) = l.tls.as_ref() else {
+            return Err((
+                "InvalidCertificateRef",
+                "an HTTPS listener needs tls.certificateRefs".into(),
+            ));
+        };
+        if tls.mode.as_deref().is_some_and(|m| m != "Terminate") {
+            return Err((
+                "InvalidTLSConfiguration",
+                "only tls.mode Terminate is served".into(),
+            ));
+        }
+        if tls.certificate_refs.is_empty() {
+            return Err((
+                "InvalidCertificateRef",
+                "tls.certificateRefs is empty".into(),
+            ));
+        }
+        for r in &tls.certificate_refs {
+            let group = r.group.as_deref().unwrap_or("");
+            let kind = r.kind.as_deref().unwrap_or("Secret");
+            if !(group.is_empty() || group == "core") || kind != "Secret" {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!("certificateRef {kind} {} is not a Secret", r.name),
+                ));
+            }
+            let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
+            if ns != who.namespace
+                && !grants.allows(("Gateway", &who.namespace), ("", "Secret", ns, &r.name))
+            {
+                return Err((
+                    "RefNotPermitted",
+                    format!(
+                        "Secret {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                        r.name
+                    ),
+                ));
+            }
+            let Some(secret) = secrets.get(&(ns, r.name.as_str())) else {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!(
+                        "Secret {ns}/{} does not exist (or is not kubernetes.io/tls)",
+                        r.name
+                    ),
+                ));
+            };
+            let pem = secret_pem(secret).map_err(|why| {
+                (
+                    "InvalidCertificateRef",
+                    format!("Secret {ns}/{} {why}", r.name),
+                )
+            })?;
+            let slot = self
+                .certificates
+                .entry((ns.to_string(), r.name.clone()))
+                .or_insert_with(|| (BTreeSet::new(), pem));
+            if let Some(h) = hostname {
+                slot.0.insert(match h {
+                    HostPattern::Exact(n) => n.clone(),
+                    HostPattern::Wildcard(s) | HostPattern::OneLabel(s) => format!("*{s}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// One rule's table form, and the first of its backends that does not resolve. `Err`: a
+    /// filter switchyard does not offer (the route is then not served).
+    fn gateway_rule(
+        &mut self,
+        who: &ObjectRef,
+        rule: &HTTPRouteRule,
+        index: usize,
+        grants: &Grants<'_>,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) -> Result<(GatewayRule, Option<Unresolved>), String> {
+        let mut out = GatewayRule {
+            origin: format!("{}/{} rule {index}", who.namespace, who.name).into(),
+            action: Action::Fail(500),
+            request_headers: HeaderFilter::default(),
+            response_headers: HeaderFilter::default(),
+            rewrite_host: None,
+            rewrite_path: None,
+            mirrors: Vec::new(),
+            request_timeout: None,
+            backend_timeout: None,
+        };
+        let mut redirect = None;
+        let mut unresolved = None;
+        for f in &rule.filters {
+            match filter(f, &mut out.request_headers, &mut out.response_headers)? {
+                Some(Filtered::Redirect(r)) => redirect = Some(r),
+                Some(Filtered::Rewrite(host, path)) => {
+                    out.rewrite_host = host;
+                    out.rewrite_path = path;
+                }
+                Some(Filtered::Mirror(to, numerator, denominator)) => {
+                    match self.gateway_backend(who, &to, grants, services, entry_ids) {
+                        Ok(entry) => out.mirrors.push(Mirror {
+                            entry,
+                            numerator,
+                            denominator,
+                            turn: Shared::default(),
+                        }),
+                        Err(u) => {
+                            unresolved.get_or_insert(u);
+                        }
+                    }
+                }
+                None => {}
+            }
+        }
+        if let Some(t) = &rule.timeouts {
+            out.request_timeout = t
+                .request
+                .as_deref()
+                .map(gateway_duration)
+                .transpose()?
+                .flatten();
+            out.backend_timeout = t
+                .backend_request
+                .as_deref()
+                .map(gateway_duration)
+                .transpose()?
+                .flatten();
+        }
+        if let Some(r) = redirect {
+            out.action = Action::Redirect(r);
+            return Ok((out, unresolved));
+        }
+        let mut backends = Vec::new();
+        for b in &rule.backend_refs {
+            let weight = u64::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
+            let mut request_headers = HeaderFilter::default();
+            let mut response_headers = HeaderFilter::default();
+            for f in &b.filters {
+                if filter(f, &mut request_headers, &mut response_headers)?.is_some() {
+                    return Err(format!(
+                        "filter {} on a backendRef is not supported",
+                        f.type_
+                    ));
+                }
+            }
+            let entry = match self.gateway_backend(who, &b.backend, grants, services, entry_ids) {
+                Ok(id) => Some(id),
+                Err(u) => {
+                    unresolved.get_or_insert(u);
+                    None
+                }
+            };
+            backends.push(Backend {
+                entry,
+                weight,
+                request_headers,
+                response_headers,
+            });
+        }
+        let total: u64 = backends.iter().map(|b| b.weight).sum();
+        if total > 0 {
+            out.action = Action::Backends(Backends {
+                backends: backends.into_boxed_slice(),
+                total,
+                turn: Shared::default(),
+            });
+        }
+        Ok((out, unresolved))
+    }
+
+    /// The entry a backendRef names.
+    fn gateway_backend(
+        &mut self,
+        who: &ObjectRef,
+        r: &BackendObjectReference,
+        grants: &Grants<'_>,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) -> Result<EntryId, Unresolved> {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Service");
+        if !(group.is_empty() || group == "core") || kind != "Service" {
+            return Err(Unresolved {
+                reason: "InvalidKind",
+                message: format!("backendRef {kind} {} is not a Service", r.name),
+            });
+        }
+        let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
+        if ns != who.namespace
+            && !grants.allows((HTTP_ROUTE, &who.namespace), ("", "Service", ns, &r.name))
+        {
+            return Err(Unresolved {
+                reason: "RefNotPermitted",
+                message: format!(
+                    "backend Service {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                    r.name
+                ),
+            });
+        }
+        let not_found = |message: String| Unresolved {
+            reason: "BackendNotFound",
+            message,
+        };
+        let Some((svc, slices)) = services.get(&(ns, r.name.as_str())) else {
+            return Err(not_found(format!(
+                "backend Service {ns}/{} does not exist",
+                r.name
+            )));
+        };
+        let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()) else {
+            return Err(not_found(format!(
+                "backendRef to Service {ns}/{} has no port",
+                r.name
+            )));
+        };
+        let sp = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_deref())
+            .unwrap_or(&[])
+            .iter()
+            .find(|sp| {
+                sp.port == i32::from(port) && sp.protocol.as_deref().is_none_or(|p| p == "TCP")
+            });
+        let Some(sp) = sp else {
+            return Err(not_found(format!(
+                "backend Service {ns}/{} has no TCP port {port}",
+                r.name
+            )));
+        };
+        self.port_entry(svc, slices, sp, port, entry_ids)
+            .ok_or_else(|| {
+                not_found(format!(
+                    "backend {ns}/{}:{port} is a raw TCP frontend",
+                    r.name
+                ))
+            })
+    }
+
+    /// A match's path key and its candidate; `None` (with a warning) for a match switchyard
+    /// does not serve.
+    fn candidate(
+        &mut self,
+        who: &ObjectRef,
+        m: &HTTPRouteMatch,
+        rule: u32,
+    ) -> Option<(Box<str>, bool, Candidate)> {
+        let path_type = m
+            .path
+            .as_ref()
+            .and_then(|p| p.type_.as_deref())
+            .unwrap_or("PathPrefix");
+        let value = m
+            .path
+            .as_ref()
+            .and_then(|p| p.value.as_deref())
+            .unwrap_or("/");
+        let skip = |b: &mut Self, why: String| {
+            b.warn_gateway(who, format!("{why}; that match is not served"));
+            None
+        };
+        if let Err(why) = validate_prefix(value) {
+            return skip(self, format!("path {} {why}", show(value)));
+        }
+        let (key, exact) = match path_type {
+            "Exact" => (value, true),
+            "PathPrefix" => (
+                match value.trim_end_matches('/') {
+                    "" => "/",
+                    t => t,
+                },
+                false,
+            ),
+            other => {
+                return skip(self, format!("path type {} is not supported", show(other)));
+            }
+        };
+        let mut headers = Vec::new();
+        for h in &m.headers {
+            if h.type_.as_deref().is_some_and(|t| t != "Exact") {
+                return skip(
+                    self,
+                    format!("header match type {:?} is not supported", h.type_),
+                );
+            }
+            headers.push(ValueMatch {
+                name: h.name.to_ascii_lowercase().into(),
+                value: h.value.as_str().into(),
+            });
+        }
+        let mut query = Vec::new();
+        for q in &m.query_params {
+            if q.type_.as_deref().is_some_and(|t| t != "Exact") {
+                return skip(
+                    self,
+                    format!("query match type {:?} is not supported", q.type_),
+                );
+            }
+            query.push(ValueMatch {
+                name: q.name.as_str().into(),
+                value: q.value.as_str().into(),
+            });
+        }
+        Some((
+            key.into(),
+            exact,
+            Candidate {
+                method: m.method.as_deref().map(Into::into),
+                headers: headers.into(),
+                query: query.into(),
+                rule,
+            },
+        ))
+    }
+
+    fn warn_gateway(&mut self, who: &ObjectRef, message: String) {
+        self.warnings.push(Warning {
+            object: who.clone(),
+            reason: WarningReason::InvalidObject,
+            message,
+        });
+    }
+}
+
+/// Attaches `route` to the listeners of `parent` that accept it, recording where its rules
+/// go; `Err` with the `Accepted` reason when none does.
+fn attach<'g>(
+    route: &HTTPRoute,
+    route_ns: &str,
+    parent: &ParentReference,
+    listeners: &mut [ListenerView<'g>],
+    namespace_labels: &HashMap<&str, &BTreeMap<String, String>>,
+    places: &mut BTreeSet<Place>,
+) -> Result<(), (&'static str, String)> {
+    let mut named = false;
+    let mut allowed_any = false;
+    let mut host_any = false;
+    for l in listeners.iter_mut() {
+        if parent.section_name.as_deref().is_some_and(|s| s != l.name)
+            || parent.port.is_some_and(|p| p != l.port)
+        {
+            continue;
+        }
+        named = true;
+        if !l.usable {
+            continue;
+        }
+        let allowed = match &l.namespaces {
+            Allowed::All => true,
+            Allowed::Same => route_ns == l.gateway.0,
+            Allowed::Selector(sel) => selects(sel, namespace_labels.get(route_ns).copied()),
+        };
+        if !allowed {
+            continue;
+        }
+        allowed_any = true;
+        let hosts = intersect(l.hostname.as_ref(), &route.spec.hostnames);
+        if hosts.is_empty() {
+            continue;
+        }
+        host_any = true;
+        l.attached += 1;
+        for host in hosts {
+            places.insert(Place {
+                https: l.https,
+                host,
+            });
+        }
+    }
+    if !named {
+        Err((
+            "NoMatchingParent",
+            "no listener of this Gateway matches sectionName and port".into(),
+        ))
+    } else if !allowed_any {
+        Err((
+            "NotAllowedByListeners",
+            "no listener allows routes from this namespace".into(),
+        ))
+    } else if !host_any {
+        Err((
+            "NoMatchingListenerHostname",
+            "no hostname of the route matches a listener's".into(),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The host levels a route with `hostnames` gets on a listener with `listener` hostname:
+/// each route hostname the listener's takes (the more specific of the two), or the
+/// listener's own when the route names none. Empty: none intersect. `[None]`: any host.
+fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option<HostPattern>> {
+    let route: Vec<HostPattern> = hostnames
+        .iter()
+        .filter_map(|h| gateway_host(h).ok())
+        .collect();
+    if hostnames.is_empty() {
+        return vec![listener.cloned()];
+    }
+    let Some(l) = listener else {
+        return route.into_iter().map(Some).collect();
+    };
+    let mut out = Vec::new();
+    for r in route {
+        let pick = match (l, &r) {
+            (HostPattern::Exact(a), HostPattern::Exact(b)) => (a == b).then(|| l.clone()),
+            (HostPattern::Exact(a), HostPattern::Wildcard(s)) => {
+                a.ends_with(s.as_str()).then(|| l.clone())
+            }
+            (HostPattern::Wildcard(s), HostPattern::Exact(b)) => {
+                b.ends_with(s.as_str()).then(|| r.clone())
+            }
+            (HostPattern::Wildcard(a), HostPattern::Wildcard(b)) => {
+                if b.ends_with(a.as_str()) {
+                    Some(r.clone())
+                } else if a.ends_with(b.as_str()) {
+                    Some(l.clone())
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        if let Some(p) = pick
+            && !out.contains(&Some(p.clone()))
+        {
+            out.push(Some(p));
+        }
+    }
+    out
+}
+
+/// A Gateway API hostname: a DNS name, or `*.` and one; no port.
+fn gateway_host(h: &str) -> Result<HostPattern, &'static str> {
+    if h.contains(':') {
+        return Err("has a port, which a Gateway API hostname may not");
+    }
+    validate_host(h)
+}
+
+/// Whether `sel` selects a namespace with `labels` (none known: only an empty selector).
+fn selects(sel: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
+    let empty = BTreeMap::new();
+    let labels = labels.unwrap_or(&empty);
+    let by_labels = sel
+        .match_labels
+        .as_ref()
+        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let by_expressions = sel
+        .match_expressions
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .all(|e| {
+            let values = e.values.as_deref().unwrap_or(&[]);
+            let value = labels.get(&e.key);
+            match e.operator.as_str() {
+                "In" => value.is_some_and(|v| values.contains(v)),
+                "NotIn" => value.is_none_or(|v| !values.contains(v)),
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                _ => false,
+            }
+        });
+    by_labels && by_expressions
+}
+
+/// What a filter asks beyond header changes.
+enum Filtered {
+    Redirect(Redirect),
+    Rewrite(Option<Arc<str>>, Option<PathRewrite>),
+    /// A backend and the share of requests it gets a copy of (numerator, denominator).
+    Mirror(BackendObjectReference, u64, u64),
+}
+
+/// Reads one filter: header modifiers into `req` / `resp`; a redirect or a rewrite returned;
+/// `Err` for a filter switchyard does not offer.
+fn filter(
+    f: &HTTPRouteFilter,
+    req: &mut HeaderFilter,
+    resp: &mut HeaderFilter,
+) -> Result<Option<Filtered>, String> {
+    let headers = |into: &mut HeaderFilter, h: &Option<HTTPHeaderFilter>| {
+        if let Some(h) = h {
+            let lower = |n: &str| -> Box<str> { n.to_ascii_lowercase().into() };
+            into.set.extend(
+                h.set
+                    .iter()
+                    .map(|x| (lower(&x.name), x.value.as_str().into())),
+            );
+            into.add.extend(
+                h.add
+                    .iter()
+                    .map(|x| (lower(&x.name), x.value.as_str().into())),
+            );
+            into.remove.extend(h.remove.iter().map(|n| lower(n)));
+        }
+    };
+    match f.type_.as_str() {
+        "RequestHeaderModifier" => headers(req, &f.request_header_modifier),
+        "ResponseHeaderModifier" => headers(resp, &f.response_header_modifier),
+        "RequestRedirect" => {
+            let Some(r) = &f.request_redirect else {
+                return Err("RequestRedirect filter without requestRedirect".into());
+            };
+            let status = match r.status_code.unwrap_or(302) {
+                s @ (301 | 302 | 303 | 307 | 308) => s as u16,
+                other => return Err(format!("redirect status {other} is not supported")),
+            };
+            return Ok(Some(Filtered::Redirect(Redirect {
+                scheme: r.scheme.as_deref().map(|s| s.to_ascii_lowercase().into()),
+                hostname: r.hostname.as_deref().map(Into::into),
+                port: r.port.and_then(|p| u16::try_from(p).ok()),
+                path: r.path.as_ref().map(path_modifier).transpose()?,
+                status,
+            })));
+        }
+        "URLRewrite" => {
+            let Some(r) = &f.url_rewrite else {
+                return Err("URLRewrite filter without urlRewrite".into());
+            };
+            return Ok(Some(Filtered::Rewrite(
+                r.hostname.as_deref().map(Arc::from),
+                r.path.as_ref().map(path_modifier).transpose()?,
+            )));
+        }
+        "RequestMirror" => {
+            let Some(m) = &f.request_mirror else {
+                return Err("RequestMirror filter without requestMirror".into());
+            };
+            let (numerator, denominator) = match (m.percent, &m.fraction) {
+                (Some(p), _) => (p, 100),
+                (None, Some(f)) => (f.numerator, f.denominator.unwrap_or(100)),
+                (None, None) => (100, 100),
+            };
+            let share = |v: i32| u64::try_from(v).ok();
+            let (Some(numerator), Some(denominator)) = (share(numerator), share(denominator))
+            else {
+                return Err("RequestMirror share is negative".into());
+            };
+            if denominator == 0 {
+                return Err("RequestMirror fraction has denominator 0".into());
+            }
+            return Ok(Some(Filtered::Mirror(
+                m.backend_ref.clone(),
+                numerator.min(denominator),
+                denominator,
+            )));
+        }
+        other => return Err(format!("filter {other} is not supported")),
+    }
+    Ok(None)
+}
+
+fn path_modifier(p: &HTTPPathModifier) -> Result<PathRewrite, String> {
+    match (
+        p.type_.as_str(),
+        &p.replace_full_path,
+        &p.replace_prefix_match,
+    ) {
+        ("ReplaceFullPath", Some(v), _) => Ok(PathRewrite::Full(Arc::from(v.as_str()))),
+        ("ReplacePrefixMatch", _, Some(v)) => Ok(PathRewrite::Prefix(Arc::from(v.as_str()))),
+        (t, _, _) => Err(format!("path modifier {} without its value", show(t))),
+    }
+}
+
+/// A Gateway API duration (`1h2m3s4ms`: up to four parts); `None` for zero (no timeout).
+fn gateway_duration(v: &str) -> Result<Option<Duration>, String> {
+    let bad = || format!("timeout {} is not a Gateway API duration", show(v));
+    let mut total = Duration::ZERO;
+    let mut rest = v;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 5 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (Duration::from_millis(n), 2)
+        } else if rest.starts_with('h') {
+            (Duration::from_secs(n * 3600), 1)
+        } else if rest.starts_with('m') {
+            (Duration::from_secs(n * 60), 1)
+        } else if rest.starts_with('s') {
+            (Duration::from_secs(n), 1)
+        } else {
+            return Err(bad());
+        };
+        total += unit;
+        rest = &rest[len..];
+        parts += 1;
+    }
+    if parts == 0 || parts > 4 {
+        return Err(bad());
+    }
+    Ok((!total.is_zero()).then_some(total))
+}
+
+/// ReferenceGrants by the namespace they grant into.
+struct Grants<'a>(HashMap<&'a str, Vec<&'a ReferenceGrant>>);
+
+impl<'a> Grants<'a> {
+    fn of(grants: &[&'a ReferenceGrant]) -> Self {
+        let mut by_ns: HashMap<&str, Vec<&ReferenceGrant>> = HashMap::default();
+        for g in grants {
+            let (ns, _) = meta_key(&g.metadata.namespace, &g.metadata.name);
+            by_ns.entry(ns).or_default().push(*g);
+        }
+        Grants(by_ns)
+    }
+
+    /// Whether a `from` object (kind, namespace) may name `to` (group, kind, namespace, name).
+    fn allows(
+        &self,
+        (from_kind, from_ns): (&str, &str),
+        (group, kind, ns, name): (&str, &str, &str, &str),
+    ) -> bool {
+        self.0.get(ns).is_some_and(|gs| {
+            gs.iter().any(|g| {
+                g.spec
+                    .from
+                    .iter()
+                    .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
+                    && g.spec.to.iter().any(|t| {
+                        (t.group == group || (t.group == "core" && group.is_empty()))
+                            && t.kind == kind
+                            && t.name.as_deref().is_none_or(|n| n.is_empty() || n == name)
+                    })
+            })
+        })
+    }
+}
+
+/// `items` sorted by namespace and name, one per key (the same objects in any order give
+/// the same table).
+fn sorted<'i, T>(items: &[&'i T], meta: impl Fn(&T) -> &ObjectMeta) -> Vec<&'i T> {
+    let key = |t: &T| {
+        let m = meta(t);
+        let (ns, name) = meta_key(&m.namespace, &m.name);
+        (ns.to_string(), name.to_string())
+    };
+    let mut v = items.to_vec();
+    v.sort_by_cached_key(|t| key(t));
+    v.dedup_by(|a, b| key(a) == key(b));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_follow_the_gateway_api_format() {
+        assert_eq!(gateway_duration("10s"), Ok(Some(Duration::from_secs(10))));
+        assert_eq!(
+            gateway_duration("1h2m3s4ms"),
+            Ok(Some(Duration::from_millis(3_723_004)))
+        );
+        assert_eq!(
+            gateway_duration("500ms"),
+            Ok(Some(Duration::from_millis(500)))
+        );
+        assert_eq!(gateway_duration("0s"), Ok(None));
+        assert!(gateway_duration("1.5s").is_err());
+        assert!(gateway_duration("10").is_err());
+        assert!(gateway_duration("1h1m1s1ms1h").is_err());
+    }
+
+    #[test]
+    fn hostnames_intersect_as_the_spec_says() {
+        let h = |s: &str| gateway_host(s).ok();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // No listener hostname: the route's own.
+        assert_eq!(intersect(None, &names(&["a.com"])), vec![h("a.com")]);
+        assert_eq!(intersect(None, &[]), vec![None]);
+        // A wildcard listener takes the route's more specific names.
+        let l = h("*.example.com");
+        assert_eq!(
+            intersect(
+                l.as_ref(),
+                &names(&["foo.example.com", "other.org", "*.bar.example.com"])
+            ),
+            vec![h("foo.example.com"), h("*.bar.example.com")]
+        );
+        // A route wildcard over an exact listener: the listener's name.
+        assert_eq!(
+            intersect(h("very.specific.com").as_ref(), &names(&["*.specific.com"])),
+            vec![h("very.specific.com")]
+        );
+        assert_eq!(intersect(h("a.com").as_ref(), &names(&["b.com"])), vec![]);
+        assert_eq!(intersect(l.as_ref(), &[]), vec![l.clone()]);
+    }
+}

@@ -1,0 +1,440 @@
+//! Gateway API translation: classes claimed, listeners checked, routes attached, rules and
+//! their precedence, backends and the status decided, one behaviour per test.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::control::translate::gateway::api::*;
+use crate::table::gateway::{Action, BareRequest, GatewayMatch, RequestView};
+
+/// The objects of a YAML stream, by kind.
+#[derive(Default)]
+struct World {
+    services: Vec<Service>,
+    slices: Vec<EndpointSlice>,
+    classes: Vec<GatewayClass>,
+    gateways: Vec<Gateway>,
+    routes: Vec<HTTPRoute>,
+    grants: Vec<ReferenceGrant>,
+    namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
+    secrets: Vec<k8s_openapi::api::core::v1::Secret>,
+}
+
+fn world(yaml: &str) -> World {
+    let mut w = World::default();
+    for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        let kind = v["kind"].as_str().unwrap_or_default().to_string();
+        match kind.as_str() {
+            "Service" => w.services.push(serde_json::from_value(v).unwrap()),
+            "EndpointSlice" => w.slices.push(serde_json::from_value(v).unwrap()),
+            "GatewayClass" => w.classes.push(serde_json::from_value(v).unwrap()),
+            "Gateway" => w.gateways.push(serde_json::from_value(v).unwrap()),
+            "HTTPRoute" => w.routes.push(serde_json::from_value(v).unwrap()),
+            "ReferenceGrant" => w.grants.push(serde_json::from_value(v).unwrap()),
+            "Namespace" => w.namespaces.push(serde_json::from_value(v).unwrap()),
+            "Secret" => w.secrets.push(serde_json::from_value(v).unwrap()),
+            other => panic!("unexpected kind {other}"),
+        }
+    }
+    w
+}
+
+fn build(w: &World) -> (Built, Vec<Warning>) {
+    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
+        classes: w.classes.iter().collect(),
+        gateways: w.gateways.iter().collect(),
+        routes: w.routes.iter().collect(),
+        grants: w.grants.iter().collect(),
+        namespaces: w.namespaces.iter().collect(),
+    });
+    translate_with(
+        &w.services,
+        &w.slices,
+        refs.inputs(),
+        &Options::default(),
+        None,
+    )
+}
+
+const BASE: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: sy, generation: 1}
+spec: {controllerName: switchyard.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: theirs}
+spec: {controllerName: example.com/other}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: infra, generation: 3}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: v1, namespace: infra}
+spec: {ports: [{port: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: v2, namespace: infra}
+spec: {ports: [{port: 8080}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: v1-a, namespace: infra, labels: {kubernetes.io/service-name: v1}}
+addressType: IPv4
+ports: [{port: 3000}]
+endpoints: [{addresses: [10.0.0.1]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: v2-a, namespace: infra, labels: {kubernetes.io/service-name: v2}}
+addressType: IPv4
+ports: [{port: 3000}]
+endpoints: [{addresses: [10.0.0.2]}]
+"#;
+
+struct Req(
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Option<&'static str>,
+);
+
+impl RequestView for Req {
+    fn method(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.1
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_bytes())
+    }
+    fn query(&self) -> Option<&str> {
+        self.2
+    }
+}
+
+/// Where a request goes: the entry's name, or the action's kind.
+fn goes(t: &RoutingTable, host: &str, path: &str, req: &impl RequestView) -> String {
+    match t.gateway.lookup(false, Some(host.as_bytes()), path, req) {
+        GatewayMatch::NoRoute => "404".into(),
+        GatewayMatch::NotTaken => "not gateway".into(),
+        GatewayMatch::Matched(_, c) => match &t.gateway.rules[c.rule as usize].action {
+            Action::Fail(s) => s.to_string(),
+            Action::Redirect(r) => format!("redirect {}", r.status),
+            Action::Backends(b) => {
+                let names: Vec<String> = b
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        b.entry
+                            .map_or("500".into(), |e| t.entry(e).unwrap().name.to_string())
+                    })
+                    .collect();
+                names.join("+")
+            }
+        },
+    }
+}
+
+fn get(t: &RoutingTable, host: &str, path: &str) -> String {
+    goes(t, host, path, &BareRequest(b"GET"))
+}
+
+fn with_route(route: &str) -> World {
+    world(&format!("{BASE}\n---\n{route}"))
+}
+
+#[test]
+fn a_route_on_our_gateway_is_served_and_accepted() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra, generation: 2}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+"#,
+    );
+    let (b, warnings) = build(&w);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(get(&b.table, "anything.example", "/x"), "infra/v1:8080");
+    let status = b.memo.gateway_status();
+    assert!(status.classes.contains_key("sy") && !status.classes.contains_key("theirs"));
+    let gw = &status.gateways[&("infra".to_string(), "gw".to_string())];
+    assert_eq!(gw.listeners[0].attached_routes, 1);
+    assert!(
+        gw.conditions
+            .iter()
+            .all(|c| c.status == "True" && c.observed_generation == Some(3))
+    );
+    let r = &status.http_routes[&("infra".to_string(), "r".to_string())];
+    assert_eq!(r.parents.len(), 1);
+    let types: Vec<(&str, &str)> = r.parents[0]
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str()))
+        .collect();
+    assert_eq!(types, [("Accepted", "True"), ("ResolvedRefs", "True")]);
+}
+
+#[test]
+fn precedence_follows_the_spec_across_routes() {
+    // Two routes: path and header matches compete (upstream's matching-across-routes case).
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: part1, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [example.com, example.net]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /}}, {headers: [{name: version, value: one}]}]
+    backendRefs: [{name: v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: part2, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [example.com]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /v2}}, {headers: [{name: version, value: two}]}]
+    backendRefs: [{name: v2, port: 8080}]
+"#,
+    );
+    let (b, _) = build(&w);
+    let t = &b.table;
+    assert_eq!(get(t, "example.com", "/"), "infra/v1:8080");
+    assert_eq!(get(t, "example.net", "/v2"), "infra/v1:8080");
+    assert_eq!(get(t, "example.com", "/v2/example"), "infra/v2:8080");
+    let two = Req("GET", vec![("Version", "two")], None);
+    assert_eq!(goes(t, "example.com", "/", &two), "infra/v2:8080");
+    let one = Req("GET", vec![("Version", "one")], None);
+    assert_eq!(goes(t, "example.com", "/example", &one), "infra/v1:8080");
+    // A host no route names: the listener's routes take it, none matches.
+    assert_eq!(get(t, "example.org", "/"), "404");
+}
+
+#[test]
+fn unresolved_backends_answer_500_and_say_why() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {value: /missing}}]
+    backendRefs: [{name: nope, port: 8080}]
+  - matches: [{path: {value: /kind}}]
+    backendRefs: [{group: example.com, kind: Thing, name: v1}]
+  - matches: [{path: {value: /other-ns}}]
+    backendRefs: [{name: web, namespace: apps, port: 8080}]
+  - matches: [{path: {value: /ok}}]
+    backendRefs: [{name: v1, port: 8080}]
+"#,
+    );
+    let (b, warnings) = build(&w);
+    let t = &b.table;
+    assert_eq!(get(t, "h", "/missing"), "500");
+    assert_eq!(get(t, "h", "/kind"), "500");
+    assert_eq!(get(t, "h", "/other-ns"), "500");
+    assert_eq!(get(t, "h", "/ok"), "infra/v1:8080");
+    let r = &b.memo.gateway_status().http_routes[&("infra".into(), "r".into())];
+    let refs = &r.parents[0].conditions[1];
+    assert_eq!(
+        (refs.status.as_str(), refs.reason.as_str()),
+        ("False", "BackendNotFound")
+    );
+    assert!(!warnings.is_empty());
+}
+
+#[test]
+fn a_reference_grant_opens_another_namespace() {
+    let apps = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: apps}
+spec: {ports: [{port: 8080}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: web, namespace: apps, port: 8080}]}]
+"#;
+    let (b, _) = build(&with_route(apps));
+    let refs = &b.memo.gateway_status().http_routes[&("infra".into(), "r".into())].parents[0]
+        .conditions[1];
+    assert_eq!(refs.reason, "RefNotPermitted");
+    let granted = format!(
+        "{apps}\n---\n{}",
+        r#"
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: g, namespace: apps}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: infra}]
+  to: [{group: "", kind: Service}]
+"#
+    );
+    let (b, _) = build(&with_route(&granted));
+    assert_eq!(get(&b.table, "h", "/"), "apps/web:8080");
+}
+
+#[test]
+fn listeners_take_only_the_routes_they_allow() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: elsewhere}
+spec:
+  parentRefs: [{name: gw, namespace: infra}]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: s, namespace: infra}
+spec:
+  parentRefs: [{name: gw, sectionName: nope}]
+"#,
+    );
+    let (b, _) = build(&w);
+    let st = b.memo.gateway_status();
+    let accepted = |ns: &str, name: &str| {
+        st.http_routes[&(ns.to_string(), name.to_string())].parents[0].conditions[0]
+            .reason
+            .clone()
+    };
+    assert_eq!(accepted("elsewhere", "r"), "NotAllowedByListeners");
+    assert_eq!(accepted("infra", "s"), "NoMatchingParent");
+    // The listener still takes every host: nothing attached, so 404.
+    assert_eq!(get(&b.table, "h", "/"), "404");
+}
+
+#[test]
+fn filters_become_rule_data() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {value: /redirect}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: example.org, statusCode: 301}}]
+  - matches: [{path: {value: /rewrite}}]
+    filters:
+    - {type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}}
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: X-Set, value: a}], remove: [X-Drop]}
+    backendRefs: [{name: v1, port: 8080, weight: 3}, {name: v2, port: 8080, weight: 1}]
+    timeouts: {request: 10s, backendRequest: 500ms}
+"#,
+    );
+    let (b, warnings) = build(&w);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let t = &b.table;
+    assert_eq!(get(t, "h", "/redirect/x"), "redirect 301");
+    assert_eq!(get(t, "h", "/rewrite"), "infra/v1:8080+infra/v2:8080");
+    let rule = t
+        .gateway
+        .rules
+        .iter()
+        .find(|r| r.rewrite_path.is_some())
+        .unwrap();
+    assert_eq!(rule.request_headers.set, vec![("x-set".into(), "a".into())]);
+    assert_eq!(
+        rule.request_headers.remove,
+        vec![Box::<str>::from("x-drop")]
+    );
+    assert_eq!(rule.request_timeout, Some(Duration::from_secs(10)));
+    assert_eq!(rule.backend_timeout, Some(Duration::from_millis(500)));
+    let Action::Backends(bk) = &rule.action else {
+        panic!()
+    };
+    assert_eq!(bk.total, 4);
+    let _ = Arc::clone(&t.gateway);
+}
+
+#[test]
+fn unsupported_listeners_and_filters_are_refused_in_status() {
+    let w = world(&format!(
+        "{BASE}\n---\n{}",
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: odd, namespace: infra}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: tcp, port: 9000, protocol: TCP}
+  - {name: other-port, port: 8080, protocol: HTTP}
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: TCPRoute}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: m, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{filters: [{type: CORS}], backendRefs: [{name: v1, port: 8080}]}]
+"#
+    ));
+    let (b, _) = build(&w);
+    let st = b.memo.gateway_status();
+    let odd = &st.gateways[&("infra".into(), "odd".into())];
+    let reason = |i: usize, ty: &str| {
+        odd.listeners[i]
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ty)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+            .unwrap()
+    };
+    assert_eq!(
+        reason(0, "Accepted"),
+        ("False".into(), "UnsupportedProtocol".into())
+    );
+    assert_eq!(
+        reason(1, "Accepted"),
+        ("False".into(), "PortUnavailable".into())
+    );
+    assert_eq!(
+        reason(2, "ResolvedRefs"),
+        ("False".into(), "InvalidRouteKinds".into())
+    );
+    assert!(odd.listeners[2].supported_kinds.is_empty());
+    let m = &st.http_routes[&("infra".into(), "m".into())].parents[0].conditions[0];
+    assert_eq!(
+        (m.status.as_str(), m.reason.as_str()),
+        ("False", "UnsupportedValue")
+    );
+    assert_eq!(get(&b.table, "h", "/"), "404");
+}
+
+#[test]
+fn hosts_no_listener_takes_are_left_to_services_and_ingresses() {
+    let w = world(&BASE.replace(
+        "- {name: http, port: 80, protocol: HTTP}",
+        "- {name: http, port: 80, protocol: HTTP, hostname: \"*.example.com\"}",
+    ));
+    let (b, _) = build(&w);
+    assert_eq!(get(&b.table, "a.example.com", "/"), "404");
+    assert_eq!(get(&b.table, "example.com", "/"), "not gateway");
+    assert_eq!(get(&b.table, "other.org", "/"), "not gateway");
+}
