@@ -839,23 +839,21 @@ async fn httproute_invalid_cross_namespace_parent_ref() {
     .await;
 }
 
-/// A route whose parentRef matches no listener of `same-namespace`.
-async fn no_matching_parent(case: &str, route: &str) {
+/// A route whose parentRef matches no listener of the Gateway `gw` (in the infra namespace).
+async fn no_matching_parent(case: &str, route: &str, gw: &str) {
     let c = start(case).await;
-    let route = (INFRA, route);
+    let (route, gw) = ((INFRA, route), (INFRA, gw));
     c.must("Accepted False NoMatchingParent", |c| {
         route_condition(
             &c.get(Kind::HTTPRoute, route.0, route.1),
-            SAME_NAMESPACE,
+            gw,
             ("Accepted", "False", "NoMatchingParent"),
         )
     })
     .await;
     no_accepted_parents(&c, route).await;
-    c.must("GatewayMustHaveZeroRoutes", |c| {
-        zero_routes(c, SAME_NAMESPACE)
-    })
-    .await;
+    c.must("GatewayMustHaveZeroRoutes", |c| zero_routes(c, gw))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -863,6 +861,7 @@ async fn httproute_invalid_parentref_not_matching_section_name() {
     no_matching_parent(
         "httproute-invalid-parentref-not-matching-section-name",
         "httproute-listener-not-matching-section-name",
+        SAME_NAMESPACE.1,
     )
     .await;
 }
@@ -872,6 +871,7 @@ async fn httproute_invalid_parentref_not_matching_listener_port() {
     no_matching_parent(
         "httproute-invalid-parentref-not-matching-listener-port",
         "httproute-listener-not-matching-route-port",
+        SAME_NAMESPACE.1,
     )
     .await;
 }
@@ -881,6 +881,7 @@ async fn httproute_invalid_parentref_section_name_not_matching_port() {
     no_matching_parent(
         "httproute-invalid-parentref-section-name-not-matching-port",
         "httproute-listener-section-name-not-matching-port",
+        "gateway-with-one-not-matching-port-and-section-name-route",
     )
     .await;
 }
