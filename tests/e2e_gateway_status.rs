@@ -951,6 +951,9 @@ async fn other_controllers_parents_are_kept_and_a_settled_status_is_not_rewritte
     );
 }
 
+/// A judgement of the fake's objects.
+type Check = dyn Fn(&FakeApi) -> Result<(), String> + Send;
+
 /// The writer alone, in process, fed a decision by hand (so it is tested whatever translate
 /// decides): it writes conditions with their times, addresses and our route parents beside
 /// others', sends nothing for an unchanged decision, keeps the time of a condition whose
@@ -1050,7 +1053,7 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
             )]),
         })
     };
-    let wait = |what: &'static str, check: Box<dyn Fn(&FakeApi) -> Result<(), String> + Send>| {
+    let wait = |what: &'static str, check: Box<Check>| {
         let api = &api;
         async move {
             let start = Instant::now();
