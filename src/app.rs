@@ -14,7 +14,7 @@ use pingora::services::listening::Service as ListeningService;
 
 use crate::config::{Config, Source};
 use crate::control::pipeline::Pipeline;
-use crate::control::{lease, manifests, status, translate, watch};
+use crate::control::{gateway_status, lease, manifests, status, translate, watch};
 use crate::data::tls::{self, HandshakeAcceptor};
 use crate::data::{listener as downstream, proxy as http_proxy, tcp as tcp_proxy};
 use crate::decide::edits::Forwarding;
@@ -136,6 +136,16 @@ pub fn run(config: Config) -> Result<(), RunError> {
             Some(rx)
         }
         _ => None,
+    };
+    // The Gateway API status translate decides goes to its writer (cluster source only; with
+    // or without --publish-*: conditions are owed to every object of our classes).
+    let gateway_status = match &config.source {
+        Source::Cluster { .. } => {
+            let (tx, rx) = tokio::sync::watch::channel(gateway_status::Desired::default());
+            pipeline = pipeline.with_gateway_status(tx);
+            Some(rx)
+        }
+        Source::Manifests(_) => None,
     };
 
     let mut conf = ServerConf {
@@ -303,6 +313,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
                 secret_labels: config.secret_label_selector.clone(),
                 election: config.election.clone(),
                 status: config.publish.clone().zip(served),
+                gateway_status: gateway_status
+                    .map(|rx| (config.translate.gateway_controller_name.clone(), rx)),
                 stopping: lifecycle.stopping(),
             },
         )),
@@ -555,6 +567,11 @@ struct ClusterWatch {
         status::Publish,
         tokio::sync::watch::Receiver<status::Served>,
     )>,
+    /// `--gateway-controller-name` and the Gateway API status from the pipeline.
+    gateway_status: Option<(
+        String,
+        tokio::sync::watch::Receiver<gateway_status::Desired>,
+    )>,
     /// True at SIGTERM: the elector releases its Lease then, not after the shutdown delay.
     stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -587,6 +604,21 @@ impl ClusterWatch {
                 publish: publish.clone(),
                 served: served.clone(),
                 // Without an election this replica is the only writer.
+                leader: leader
+                    .clone()
+                    .unwrap_or_else(|| tokio::sync::watch::channel(true).1),
+                limits: status::Limits::default(),
+                metrics: Arc::clone(&self.metrics),
+            }
+            .spawn(self.stopping.clone());
+        }
+        if let Some((controller_name, desired)) = &self.gateway_status {
+            gateway_status::GatewayStatusWriter {
+                client: client.clone(),
+                namespace: self.namespace.clone(),
+                controller_name: controller_name.clone(),
+                publish: self.status.as_ref().map(|(publish, _)| publish.clone()),
+                desired: desired.clone(),
                 leader: leader
                     .clone()
                     .unwrap_or_else(|| tokio::sync::watch::channel(true).1),

@@ -236,6 +236,21 @@ const WATCHER: &[Grant] = &[
         &["update", "patch"],
     ),
     ("events.k8s.io", "events", &[], &["create", "patch"]),
+    (GW, "gateways", &[], READ),
+    (GW, "httproutes", &[], READ),
+    (GW, "referencegrants", &[], READ),
+    (GW, "gateways/status", &[], PATCH),
+    (GW, "httproutes/status", &[], PATCH),
+];
+const GW: &str = "gateway.networking.k8s.io";
+/// The Gateway API status writer writes merge patches only.
+const PATCH: &[&str] = &["patch"];
+/// Cluster-scoped: read cluster-wide in both variants (Namespaces for allowedRoutes selectors),
+/// and the GatewayClass status written.
+const GATEWAY_CLUSTER: &[Grant] = &[
+    ("", "namespaces", &[], READ),
+    (GW, "gatewayclasses", &[], READ),
+    (GW, "gatewayclasses/status", &[], PATCH),
 ];
 /// IngressClasses are cluster-scoped: read cluster-wide in both variants.
 const INGRESS_CLASSES: Grant = ("networking.k8s.io", "ingressclasses", &[], READ);
@@ -285,6 +300,7 @@ fn rbac_is_exactly_what_switchyard_uses_without_wildcards() {
     };
     let mut cluster: Vec<Grant> = WATCHER.to_vec();
     cluster.insert(3, INGRESS_CLASSES);
+    cluster.extend_from_slice(GATEWAY_CLUSTER);
     assert_exactly(
         "ClusterRole switchyard",
         &find("ClusterRole", "", "switchyard"),
@@ -300,13 +316,18 @@ fn rbac_is_exactly_what_switchyard_uses_without_wildcards() {
         &find("ClusterRole", "", "switchyard-ingressclasses"),
         &[INGRESS_CLASSES],
     );
+    assert_exactly(
+        "ClusterRole switchyard-gateway-api",
+        &find("ClusterRole", "", "switchyard-gateway-api"),
+        GATEWAY_CLUSTER,
+    );
     // The Lease only in the controller's own namespace, and never cluster-wide.
     assert_exactly(
         "Role switchyard/switchyard-leader-election",
         &find("Role", "switchyard", "switchyard-leader-election"),
         LEADER_ELECTION,
     );
-    assert_eq!(roles.len(), 4, "unexpected roles: {roles:#?}");
+    assert_eq!(roles.len(), 5, "unexpected roles: {roles:#?}");
     for (file, kind, _, name, rules) in &roles {
         for r in rules {
             let all = r

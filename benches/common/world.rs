@@ -169,7 +169,8 @@ pub fn ingresses(
 /// listener on port 80 taking routes from every namespace): host `app-N.example.com` and three
 /// rules, one to each port: `/` (PathPrefix), `/api` with a header and a query match, and
 /// `/static/v1` (Exact, GET only). With the GatewayClass and the Gateway.
-#[allow(dead_code)] // only the translate bench reads HTTPRoutes
+#[allow(dead_code)]
+// only the translate bench reads HTTPRoutes
 // The objects are fixed JSON: a failure to read them is a bug in this file, found at once.
 #[allow(clippy::expect_used)]
 pub fn http_routes(

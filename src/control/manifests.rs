@@ -1,6 +1,8 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
-//! IngressClasses and Secrets read from Kubernetes YAML or JSON files, watched, and fed
-//! through the same `Pipeline` as the cluster watcher.
+//! IngressClasses, Secrets, the Gateway API's GatewayClasses, Gateways, HTTPRoutes and
+//! ReferenceGrants, and Namespaces (whose labels `allowedRoutes` selectors read) from
+//! Kubernetes YAML or JSON files, watched, and fed through the same `Pipeline` as the cluster
+//! watcher.
 //!
 //! A file may hold several documents (`---`), a `kind: List`, or objects of other kinds (which
 //! are ignored). A directory contributes its `.yaml`, `.yml` and `.json` files, skipping hidden
@@ -16,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::Resource;
-use k8s_openapi::api::core::v1::{EndpointAddress, Endpoints, Secret, Service};
+use k8s_openapi::api::core::v1::{EndpointAddress, Endpoints, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,6 +28,9 @@ use serde_json::Value;
 
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::SERVICE_NAME_LABEL;
+use crate::control::translate::gateway::api::{
+    self as gw, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+};
 
 /// How often the files are checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -38,12 +43,25 @@ pub struct Objects {
     pub ingresses: Vec<Ingress>,
     pub classes: Vec<IngressClass>,
     pub secrets: Vec<Secret>,
+    pub gateway_classes: Vec<GatewayClass>,
+    pub gateways: Vec<Gateway>,
+    pub http_routes: Vec<HTTPRoute>,
+    /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
+    pub reference_grants: Vec<ReferenceGrant>,
+    pub namespaces: Vec<Namespace>,
 }
 
 impl Objects {
-    /// The Ingress side, by reference, for translate.
+    /// The Ingress side (with the Gateway API objects), by reference, for translate.
     pub fn ingress_refs(&self) -> crate::control::translate::IngressRefs<'_> {
         crate::control::translate::IngressRefs::of(&self.ingresses, &self.classes, &self.secrets)
+            .with_gateway(crate::control::translate::GatewayRefs {
+                classes: self.gateway_classes.iter().collect(),
+                gateways: self.gateways.iter().collect(),
+                routes: self.http_routes.iter().collect(),
+                grants: self.reference_grants.iter().collect(),
+                namespaces: self.namespaces.iter().collect(),
+            })
     }
 
     fn extend(&mut self, other: Objects) {
@@ -52,6 +70,11 @@ impl Objects {
         self.ingresses.extend(other.ingresses);
         self.classes.extend(other.classes);
         self.secrets.extend(other.secrets);
+        self.gateway_classes.extend(other.gateway_classes);
+        self.gateways.extend(other.gateways);
+        self.http_routes.extend(other.http_routes);
+        self.reference_grants.extend(other.reference_grants);
+        self.namespaces.extend(other.namespaces);
     }
 }
 
@@ -148,6 +171,11 @@ enum Partial {
     Ingress(Box<Ingress>),
     Class(Box<IngressClass>),
     Secret(Box<Secret>),
+    GatewayClass(Box<GatewayClass>),
+    Gateway(Box<Gateway>),
+    HTTPRoute(Box<HTTPRoute>),
+    ReferenceGrant(Box<ReferenceGrant>),
+    Namespace(Box<Namespace>),
     /// A `List` (or `*List`): only `items` is read.
     List,
     /// Another kind: everything is skipped.
@@ -163,6 +191,11 @@ impl Partial {
             "Ingress" => Partial::Ingress(Box::default()),
             "IngressClass" => Partial::Class(Box::default()),
             "Secret" => Partial::Secret(Box::default()),
+            "GatewayClass" => Partial::GatewayClass(Box::default()),
+            "Gateway" => Partial::Gateway(Box::default()),
+            "HTTPRoute" => Partial::HTTPRoute(Box::default()),
+            "ReferenceGrant" => Partial::ReferenceGrant(Box::default()),
+            "Namespace" => Partial::Namespace(Box::default()),
             k if k == "List" || k.ends_with("List") => Partial::List,
             _ => Partial::Other,
         }
@@ -171,7 +204,8 @@ impl Partial {
 
 /// What an `items` value turned out to be.
 enum Items {
-    List(Objects),
+    /// Boxed: `Objects` is ten vectors, and the other variants are empty.
+    List(Box<Objects>),
     /// Absent or null: an empty list.
     Null,
     NotAList,
@@ -223,6 +257,16 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
             replay(&mut partial, &key, value).map_err(|e| invalid(&kind, e))?;
         }
         if let Some(v) = &api_version {
+            if foreign_group(&partial, v) {
+                // Another API's kind of the same name (Istio's `networking.istio.io` Gateway):
+                // not ours to read, as any other kind.
+                tracing::debug!(
+                    kind,
+                    api_version = v,
+                    "ignoring object of another API group"
+                );
+                return Ok(());
+            }
             check_api_version(&partial, v).map_err(|e| invalid(&kind, e))?;
         }
         let out = self.out;
@@ -256,8 +300,28 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 }
                 out.secrets.push(*s);
             }
+            Partial::GatewayClass(mut c) => {
+                slim(&mut c.metadata);
+                out.gateway_classes.push(*c);
+            }
+            Partial::Gateway(mut g) => {
+                slim(&mut g.metadata);
+                out.gateways.push(*g);
+            }
+            Partial::HTTPRoute(mut r) => {
+                slim(&mut r.metadata);
+                out.http_routes.push(*r);
+            }
+            Partial::ReferenceGrant(mut g) => {
+                slim(&mut g.metadata);
+                out.reference_grants.push(*g);
+            }
+            Partial::Namespace(mut n) => {
+                slim(&mut n.metadata);
+                out.namespaces.push(*n);
+            }
             Partial::List => match items {
-                Some(Items::List(objects)) => out.extend(objects),
+                Some(Items::List(objects)) => out.extend(*objects),
                 Some(Items::Null) | None => {}
                 Some(Items::NotAList) => {
                     return Err(de::Error::custom(format!("{kind}: `items` is not a list")));
@@ -296,6 +360,16 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::Secret(s), "type") => s.type_ = map.next_value()?,
         (Partial::Secret(s), "data") => s.data = map.next_value()?,
         (Partial::Secret(s), "stringData") => s.string_data = map.next_value()?,
+        (Partial::GatewayClass(c), "metadata") => c.metadata = map.next_value()?,
+        (Partial::GatewayClass(c), "spec") => c.spec = map.next_value()?,
+        (Partial::Gateway(g), "metadata") => g.metadata = map.next_value()?,
+        (Partial::Gateway(g), "spec") => g.spec = map.next_value()?,
+        (Partial::HTTPRoute(r), "metadata") => r.metadata = map.next_value()?,
+        (Partial::HTTPRoute(r), "spec") => r.spec = map.next_value()?,
+        (Partial::ReferenceGrant(g), "metadata") => g.metadata = map.next_value()?,
+        (Partial::ReferenceGrant(g), "spec") => g.spec = map.next_value()?,
+        // Only the labels matter (allowedRoutes selectors); spec and status are skipped.
+        (Partial::Namespace(n), "metadata") => n.metadata = map.next_value()?,
         // `status`, a repeated `kind`, other kinds' fields: read past without building them.
         _ => {
             map.next_value::<IgnoredAny>()?;
@@ -322,6 +396,21 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
         Partial::Ingress(_) => Ingress::API_VERSION,
         Partial::Class(_) => IngressClass::API_VERSION,
         Partial::Secret(_) => Secret::API_VERSION,
+        Partial::Namespace(_) => Namespace::API_VERSION,
+        // The CRDs serve GatewayClass, Gateway and HTTPRoute at v1 and v1beta1, ReferenceGrant
+        // at v1beta1 and v1, all with one schema: any served version reads the same.
+        Partial::GatewayClass(_)
+        | Partial::Gateway(_)
+        | Partial::HTTPRoute(_)
+        | Partial::ReferenceGrant(_) => {
+            return match version.strip_prefix(gw::GROUP) {
+                Some("/v1" | "/v1beta1") => Ok(()),
+                _ => Err(format!(
+                    "apiVersion {version:?}, expected {g}/v1 or {g}/v1beta1",
+                    g = gw::GROUP
+                )),
+            };
+        }
         Partial::List | Partial::Other => return Ok(()),
     };
     if version == expected {
@@ -329,6 +418,21 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
     } else {
         Err(format!("apiVersion {version:?}, expected {expected:?}"))
     }
+}
+
+/// A Gateway API kind's name in an apiVersion of another group, which is some other API's
+/// object, not a malformed one of ours.
+fn foreign_group(partial: &Partial, version: &str) -> bool {
+    let ours = matches!(
+        partial,
+        Partial::GatewayClass(_)
+            | Partial::Gateway(_)
+            | Partial::HTTPRoute(_)
+            | Partial::ReferenceGrant(_)
+    );
+    ours && version
+        .split_once('/')
+        .is_none_or(|(group, _)| group != gw::GROUP)
 }
 
 /// Drops what routing never reads (as the cluster watcher does for its stores).
@@ -369,7 +473,7 @@ impl<'de> Visitor<'de> for ItemsSeed {
                 .next_element_seed(ObjectSeed { out: &mut objects })
                 .map_err(|e| de::Error::custom(format!("item {n}: {e}")))?;
             if item.is_none() {
-                return Ok(Items::List(objects));
+                return Ok(Items::List(Box::new(objects)));
             }
         }
     }
@@ -707,5 +811,165 @@ mod tests {
         let before = fingerprint(&[dir.path().to_path_buf()]);
         std::fs::write(&f, format!("{SVC}# edited\n")).unwrap();
         assert_ne!(before, fingerprint(&[dir.path().to_path_buf()]));
+    }
+
+    const GATEWAY_API: &str = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: switchyard}
+spec: {controllerName: switchyard.io/gateway-controller}
+status: {conditions: [{type: Accepted, status: 'True', reason: Accepted, message: ''}]}
+---
+kind: Gateway
+apiVersion: gateway.networking.k8s.io/v1
+metadata: {name: gw, namespace: infra}
+spec:
+  gatewayClassName: switchyard
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: shop}}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: shop}
+spec:
+  parentRefs: [{name: gw, namespace: infra}]
+  hostnames: [shop.example.com]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: from-routes, namespace: certs}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: infra}]
+  to: [{group: '', kind: Secret}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {name: v1-grant, namespace: certs}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: shop}]
+  to: [{group: '', kind: Service, name: web}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {team: shop}}
+spec: {finalizers: [kubernetes]}
+status: {phase: Active}
+";
+
+    #[test]
+    fn gateway_api_objects_and_namespaces_are_read() {
+        let o = parse(GATEWAY_API, "gw.yaml").unwrap();
+        assert_eq!(o.gateway_classes.len(), 1);
+        assert_eq!(
+            o.gateway_classes[0].spec.controller_name,
+            "switchyard.io/gateway-controller"
+        );
+        // Status is the API server's, not the file's: never read.
+        assert_eq!(o.gateway_classes[0].status, None);
+        let listeners = &o.gateways[0].spec.listeners;
+        assert_eq!(
+            (listeners[0].name.as_str(), listeners[0].port),
+            ("http", 80)
+        );
+        assert_eq!(
+            o.http_routes[0].spec.parent_refs[0].namespace.as_deref(),
+            Some("infra")
+        );
+        assert_eq!(o.http_routes[0].spec.rules.as_ref().map(Vec::len), Some(1));
+        // Both served versions of ReferenceGrant.
+        let grants: Vec<_> = o
+            .reference_grants
+            .iter()
+            .map(|g| g.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(grants, ["from-routes", "v1-grant"]);
+        assert_eq!(
+            o.reference_grants[1].spec.to[0].name.as_deref(),
+            Some("web")
+        );
+        assert_eq!(
+            o.namespaces[0].metadata.labels.as_ref().unwrap()["team"],
+            "shop"
+        );
+        // They reach translate with the Ingress side.
+        let refs = o.ingress_refs();
+        let inputs = refs.inputs();
+        assert_eq!(
+            (
+                inputs.gateway.classes.len(),
+                inputs.gateway.gateways.len(),
+                inputs.gateway.routes.len(),
+                inputs.gateway.grants.len(),
+                inputs.gateway.namespaces.len()
+            ),
+            (1, 1, 1, 2, 1)
+        );
+    }
+
+    #[test]
+    fn gateway_api_kinds_in_lists_and_json() {
+        let json = r#"{"apiVersion":"v1","kind":"List","items":[
+            {"kind":"HTTPRouteList","apiVersion":"gateway.networking.k8s.io/v1","items":[
+              {"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute",
+               "metadata":{"name":"a","namespace":"x"},"spec":{"parentRefs":[{"name":"gw"}]}}]},
+            {"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}]}"#;
+        let o = parse(json, "l.json").unwrap();
+        assert_eq!(o.http_routes.len(), 1);
+        // No rules: absent, not an empty list (the CRD's default is one catch-all rule).
+        assert_eq!(o.http_routes[0].spec.rules, None);
+        assert_eq!(o.namespaces.len(), 1);
+    }
+
+    #[test]
+    fn gateway_api_versions_are_checked_and_other_groups_ignored() {
+        let istio = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: i}\n\
+                     spec: {selector: {istio: ingressgateway}}\n";
+        let o = parse(istio, "istio.yaml").unwrap();
+        assert!(o.gateways.is_empty(), "another API's Gateway is not ours");
+        let alpha = "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: HTTPRoute\n\
+                     metadata: {name: r}\nspec: {}\n";
+        let e = parse(alpha, "alpha.yaml").unwrap_err().to_string();
+        assert!(e.contains("invalid HTTPRoute: apiVersion"), "{e}");
+        let beta = "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: Gateway\n\
+                    metadata: {name: g}\nspec: {gatewayClassName: c}\n";
+        assert_eq!(parse(beta, "beta.yaml").unwrap().gateways.len(), 1);
+        let bad = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+                   metadata: {name: g}\nspec: {listeners: [{name: a, port: eighty}]}\n";
+        let e = parse(bad, "bad.yaml").unwrap_err().to_string();
+        assert!(
+            e.starts_with("bad.yaml: document 1: invalid Gateway"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_edited_route_is_read_again() {
+        // The watch reloads everything when the fingerprint changes; the reload must see the
+        // edit (a new hostname) and a deleted file's objects must be gone.
+        let dir = tempfile::tempdir().unwrap();
+        let route = dir.path().join("route.yaml");
+        let ns = dir.path().join("ns.yaml");
+        std::fs::write(&route, GATEWAY_API).unwrap();
+        std::fs::write(
+            &ns,
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n",
+        )
+        .unwrap();
+        let paths = [dir.path().to_path_buf()];
+        let before = fingerprint(&paths);
+        let o = load(&paths).unwrap();
+        assert_eq!(o.http_routes[0].spec.hostnames, ["shop.example.com"]);
+        assert_eq!(o.namespaces.len(), 2);
+        std::fs::write(
+            &route,
+            GATEWAY_API.replace("shop.example.com", "new.example.com"),
+        )
+        .unwrap();
+        std::fs::remove_file(&ns).unwrap();
+        assert_ne!(before, fingerprint(&paths));
+        let o = load(&paths).unwrap();
+        assert_eq!(o.http_routes[0].spec.hostnames, ["new.example.com"]);
+        assert_eq!(o.namespaces.len(), 1);
     }
 }

@@ -57,6 +57,10 @@ pub struct Pipeline {
     served: Option<tokio::sync::watch::Sender<crate::control::status::Served>>,
     /// A build has sent the served set.
     served_sent: bool,
+    /// Where the Gateway API status translate decided goes after each build, for
+    /// `control::gateway_status`; sent as `served` is (first build, then on change).
+    gateway_status: Option<tokio::sync::watch::Sender<crate::control::gateway_status::Desired>>,
+    gateway_status_sent: bool,
 }
 
 impl Pipeline {
@@ -78,6 +82,8 @@ impl Pipeline {
             on_swap: Vec::new(),
             served: None,
             served_sent: false,
+            gateway_status: None,
+            gateway_status_sent: false,
         }
     }
 
@@ -92,6 +98,15 @@ impl Pipeline {
         tx: tokio::sync::watch::Sender<crate::control::status::Served>,
     ) -> Self {
         self.served = Some(tx);
+        self
+    }
+
+    /// Publishes the Gateway API status on `tx` (see the `gateway_status` field).
+    pub fn with_gateway_status(
+        mut self,
+        tx: tokio::sync::watch::Sender<crate::control::gateway_status::Desired>,
+    ) -> Self {
+        self.gateway_status = Some(tx);
         self
     }
 
@@ -139,6 +154,7 @@ impl Pipeline {
         let (Built { table, memo }, warnings) =
             translate_with(services, slices, ingress, options, Some(previous.table));
         self.served_from(&memo);
+        self.gateway_status_from(&memo);
         self.publish(started, table, None, &warnings)
     }
 
@@ -156,6 +172,7 @@ impl Pipeline {
         let (Built { table, memo }, warnings) =
             translate_changes(services, slices, ingress, changes, options, Some(previous));
         self.served_from(&memo);
+        self.gateway_status_from(&memo);
         self.publish(started, table, Some(memo), &warnings)
     }
 
@@ -171,6 +188,23 @@ impl Pipeline {
             let send = first || **now != **served;
             if send {
                 *now = Arc::clone(served);
+            }
+            send
+        });
+    }
+
+    /// Tells the Gateway API status writer what translate decided: after the first build, and
+    /// whenever it changed.
+    fn gateway_status_from(&mut self, memo: &Memo) {
+        let Some(tx) = &self.gateway_status else {
+            return;
+        };
+        let status = memo.gateway_status();
+        let first = !std::mem::replace(&mut self.gateway_status_sent, true);
+        tx.send_if_modified(|now| {
+            let send = first || **now != **status;
+            if send {
+                *now = Arc::clone(status);
             }
             send
         });

@@ -528,8 +528,9 @@ fn on_ingress(view: &mut View, ev: Result<Event<Ingress>, watcher::Error>) -> bo
     }
 }
 
-/// A token bucket: `take` says how long to wait before the next write.
-struct Bucket {
+/// A token bucket: `take` says how long to wait before the next write (the Gateway API
+/// writer, `control::gateway_status`, paces its writes with one too).
+pub(crate) struct Bucket {
     per_second: f64,
     burst: f64,
     tokens: f64,
@@ -537,7 +538,7 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn new(per_second: f64, burst: u32) -> Bucket {
+    pub(crate) fn new(per_second: f64, burst: u32) -> Bucket {
         let burst = f64::from(burst.max(1));
         Bucket {
             per_second: per_second.max(0.001),
@@ -548,7 +549,7 @@ impl Bucket {
     }
 
     /// Takes one token (going into debt when empty) and returns the wait that pays the debt.
-    fn take(&mut self) -> Duration {
+    pub(crate) fn take(&mut self) -> Duration {
         self.take_at(Instant::now())
     }
 

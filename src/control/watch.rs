@@ -1,5 +1,6 @@
 //! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices (and
-//! Ingresses, IngressClasses and `kubernetes.io/tls` Secrets), keeps one store of each,
+//! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the Gateway API's GatewayClasses,
+//! Gateways, HTTPRoutes and ReferenceGrants, and Namespaces), keeps one store of each,
 //! coalesces events, and publishes through the same `Pipeline` as the offline source.
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
@@ -9,14 +10,18 @@
 //! stores to the build as its change set, so a rebuild redoes only the Services they affect (a
 //! list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
-//! Services become Kubernetes Events, rate-limited. This module must not touch the data plane.
+//! Services become Kubernetes Events, rate-limited. The Gateway API is optional: where its CRDs
+//! are not installed (a list answers 404) one warning says so, the Gateway stores count as
+//! empty so Services and Ingresses keep being served, and each kind's list is tried again every
+//! `GATEWAY_API_RETRY`, so CRDs installed later are picked up without a restart. This module must
+//! not touch the data plane.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ObjectReference, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
@@ -27,8 +32,17 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use crate::control::pipeline::Pipeline;
-use crate::control::translate::{Changes, IngressRefs, Warning, WarningReason};
+use crate::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use crate::control::translate::{Changes, GatewayRefs, IngressRefs, Warning, WarningReason};
 use crate::ops::metrics::Metrics;
+
+/// How often a Gateway API kind whose CRD is not installed (its list answers 404) is listed
+/// again. A cluster without the Gateway API is the common case and stays so for weeks: the
+/// usual 1 s retry would cost four requests a second for nothing, while an operator who
+/// installs the CRDs waits at most this long (plus jitter) for switchyard to notice. A watch on
+/// CustomResourceDefinitions would notice at once but needs read access to every CRD of the
+/// cluster, which least privilege keeps from switchyard.
+pub const GATEWAY_API_RETRY: Duration = Duration::from_secs(15);
 
 /// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -82,6 +96,9 @@ struct Store<K> {
     replaced: bool,
     /// The watch failed and has not answered since (one warning per outage, not per retry).
     down: bool,
+    /// The resource does not exist on the API server (a Gateway API CRD not installed): the
+    /// store is empty and usable, and the kind is looked for again every `GATEWAY_API_RETRY`.
+    absent: bool,
 }
 
 impl<K: Resource> Store<K> {
@@ -94,6 +111,7 @@ impl<K: Resource> Store<K> {
             changed: BTreeSet::new(),
             replaced: false,
             down: false,
+            absent: false,
         }
     }
 
@@ -111,7 +129,20 @@ impl<K: Resource> Store<K> {
     /// Ready to be translated: listed, or (for the Ingress side, which a cluster without
     /// the RBAC for it may never list) failing, so Services keep being served meanwhile.
     fn usable(&self) -> bool {
-        self.synced || self.down
+        self.synced || self.down || self.absent
+    }
+
+    /// The API server says the resource does not exist: nothing of it can be served (a CRD
+    /// deleted while watched takes its objects with it). Returns whether the live set changed.
+    fn set_absent(&mut self) -> bool {
+        self.absent = true;
+        self.relist = None;
+        if self.live.is_empty() {
+            return false;
+        }
+        self.live.clear();
+        self.replaced = true;
+        true
     }
 
     /// Applies one event; returns whether the live set changed.
@@ -196,19 +227,59 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    backed_off(watch_stream(api, config).modify(slim))
+    backed_off(watch_stream(api, config).modify(slim), None)
+}
+
+/// A namespaced Gateway API kind: a 404 (CRD not installed) is retried every
+/// `GATEWAY_API_RETRY`, not at the usual backoff.
+fn gateway_stream<K>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let config = watcher::Config::default();
+    backed_off(
+        watch_stream(api, config).modify(slim),
+        Some(GATEWAY_API_RETRY),
+    )
 }
 
 /// Only Secrets that can hold an Ingress's certificate are watched (the API server filters):
 /// a cluster's other Secrets, often thousands, are never sent, stored or parsed.
 const TLS_SECRETS: &str = "type=kubernetes.io/tls";
 
-/// IngressClasses are cluster-scoped.
-fn class_stream(
+/// A cluster-scoped kind (IngressClass, GatewayClass, Namespace); `absent_retry` as in
+/// `backed_off`.
+fn cluster_stream<K>(
     client: &Client,
-) -> impl Stream<Item = Result<Event<IngressClass>, watcher::Error>> + Send {
-    let api: Api<IngressClass> = Api::all(client.clone());
-    backed_off(watch_stream(api, watcher::Config::default()).modify(slim))
+    absent_retry: Option<Duration>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(client.clone());
+    backed_off(
+        watch_stream(api, watcher::Config::default()).modify(slim),
+        absent_retry,
+    )
 }
 
 /// Retries a failing watch with `RetryBackoff`, which only a completed list or a watch event
@@ -216,9 +287,11 @@ fn class_stream(
 /// before every list, so a list that keeps failing (API server down, RBAC removed) was retried
 /// every 100 ms forever. A
 /// 410 Gone (history compacted, as after an API-server restart) re-lists at once: the API
-/// server is there and only the resume point is stale.
-fn backed_off<K: Send + 'static>(
+/// server is there and only the resume point is stale. With `absent_retry`, a 404 (the
+/// resource is not served: a CRD not installed) waits that long instead, with jitter.
+pub(crate) fn backed_off<K: Send + 'static>(
     inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    absent_retry: Option<Duration>,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
     // (stream, delays, wait before the next poll, a 410 came since the last watch event)
     let state = (
@@ -229,7 +302,7 @@ fn backed_off<K: Send + 'static>(
     );
     futures::stream::unfold(
         state,
-        |(mut inner, mut backoff, wait, mut gone)| async move {
+        move |(mut inner, mut backoff, wait, mut gone)| async move {
             if let Some(d) = wait {
                 tokio::time::sleep(d).await;
             }
@@ -254,11 +327,34 @@ fn backed_off<K: Send + 'static>(
                     gone = true;
                     None
                 }
+                Err(e) if absent_retry.is_some() && is_not_found(e) => {
+                    absent_retry.map(|d| d + d.mul_f64(jitter() / 4.0))
+                }
                 Err(_) => backoff.next(),
             };
             Some((item, (inner, backoff, wait, gone)))
         },
     )
+}
+
+/// A 404 Not Found answering a list or watch: the resource is not served (its CRD is not
+/// installed, or was deleted).
+fn is_not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::WatchError(status) => status.code == 404,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 404,
+        _ => false,
+    }
+}
+
+/// A fraction in [0, 1) from the clock, to spread retries of many replicas.
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    f64::from(nanos % 1000) / 1000.0
 }
 
 /// A 410 Gone, as a watch `ERROR` event or as the answer to the watch request.
@@ -299,10 +395,7 @@ impl Iterator for RetryBackoff {
         let base = self.next;
         self.next = (self.next * 2).min(Self::MAX);
         // Up to 25 % jitter so that many replicas do not retry in lockstep.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        Some(base + base.mul_f64(f64::from(nanos % 1000) / 4000.0))
+        Some(base + base.mul_f64(jitter() / 4.0))
     }
 }
 
@@ -319,7 +412,17 @@ impl ClusterSource {
         let mut services = Box::pin(stream::<Service>(&self.client, ns));
         let mut slices = Box::pin(stream::<EndpointSlice>(&self.client, ns));
         let mut ingresses = Box::pin(stream::<Ingress>(&self.client, ns));
-        let mut classes = Box::pin(class_stream(&self.client));
+        let mut classes = Box::pin(cluster_stream::<IngressClass>(&self.client, None));
+        let mut gw_classes = Box::pin(cluster_stream::<GatewayClass>(
+            &self.client,
+            Some(GATEWAY_API_RETRY),
+        ));
+        let mut gateways = Box::pin(gateway_stream::<Gateway>(&self.client, ns));
+        let mut routes = Box::pin(gateway_stream::<HTTPRoute>(&self.client, ns));
+        let mut grants = Box::pin(gateway_stream::<ReferenceGrant>(&self.client, ns));
+        // Namespaces exist on every API server; a 403 (a namespaced install without the
+        // ClusterRole for them) leaves the store usable and empty, as for Ingresses.
+        let mut namespaces = Box::pin(cluster_stream::<Namespace>(&self.client, None));
         let mut secret_watch = watcher::Config::default().fields(TLS_SECRETS);
         if let Some(labels) = &self.secret_labels {
             secret_watch = secret_watch.labels(labels);
@@ -330,6 +433,14 @@ impl ClusterSource {
         let mut ing_store: Store<Ingress> = Store::new();
         let mut class_store: Store<IngressClass> = Store::new();
         let mut secret_store: Store<Secret> = Store::new();
+        let mut gw_class_store: Store<GatewayClass> = Store::new();
+        let mut gw_store: Store<Gateway> = Store::new();
+        let mut route_store: Store<HTTPRoute> = Store::new();
+        let mut grant_store: Store<ReferenceGrant> = Store::new();
+        let mut ns_store: Store<Namespace> = Store::new();
+        // A Gateway API list answered 404 and no Gateway API list has completed since: the
+        // one warning about missing CRDs was logged.
+        let mut gateway_api_absent = false;
         let events = self.events.then(|| {
             spawn_event_sink(
                 self.client.clone(),
@@ -344,7 +455,12 @@ impl ClusterSource {
                 && eps_store.synced
                 && ing_store.usable()
                 && class_store.usable()
-                && secret_store.usable();
+                && secret_store.usable()
+                && gw_class_store.usable()
+                && gw_store.usable()
+                && route_store.usable()
+                && grant_store.usable()
+                && ns_store.usable();
             let deadline = match pending {
                 Some((first, last)) if ready => {
                     Some((last + self.coalesce.debounce).min(first + self.coalesce.max_wait))
@@ -378,15 +494,41 @@ impl ClusterSource {
                     let changed = self.on_event(ev, "secrets", &mut secret_store);
                     touched(&mut pending, changed);
                 }
+                ev = gw_classes.next() => {
+                    let changed = self.on_gateway_event(ev, "gatewayclasses", &mut gw_class_store, &mut gateway_api_absent);
+                    touched(&mut pending, changed);
+                }
+                ev = gateways.next() => {
+                    let changed = self.on_gateway_event(ev, "gateways", &mut gw_store, &mut gateway_api_absent);
+                    touched(&mut pending, changed);
+                }
+                ev = routes.next() => {
+                    let changed = self.on_gateway_event(ev, "httproutes", &mut route_store, &mut gateway_api_absent);
+                    touched(&mut pending, changed);
+                }
+                ev = grants.next() => {
+                    let changed = self.on_gateway_event(ev, "referencegrants", &mut grant_store, &mut gateway_api_absent);
+                    touched(&mut pending, changed);
+                }
+                ev = namespaces.next() => {
+                    let changed = self.on_event(ev, "namespaces", &mut ns_store);
+                    touched(&mut pending, changed);
+                }
                 _ = sleep => {
                     let first = pending.map(|(first, _)| first);
                     pending = None;
                     // Both stores' changes are taken, so neither carries stale keys over.
-                    // Any change on the Ingress side makes the build a full one.
+                    // Any change on the Ingress side (or the Gateway API's, or a Namespace's)
+                    // makes the build a full one.
                     let ingress = [
                         ing_store.take_changes().is_none_or(|c| !c.is_empty()),
                         class_store.take_changes().is_none_or(|c| !c.is_empty()),
                         secret_store.take_changes().is_none_or(|c| !c.is_empty()),
+                        gw_class_store.take_changes().is_none_or(|c| !c.is_empty()),
+                        gw_store.take_changes().is_none_or(|c| !c.is_empty()),
+                        route_store.take_changes().is_none_or(|c| !c.is_empty()),
+                        grant_store.take_changes().is_none_or(|c| !c.is_empty()),
+                        ns_store.take_changes().is_none_or(|c| !c.is_empty()),
                     ]
                     .contains(&true);
                     let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
@@ -397,7 +539,14 @@ impl ClusterSource {
                         ing_store.live.values(),
                         class_store.live.values(),
                         secret_store.live.values(),
-                    );
+                    )
+                    .with_gateway(GatewayRefs {
+                        classes: gw_class_store.live.values().collect(),
+                        gateways: gw_store.live.values().collect(),
+                        routes: route_store.live.values().collect(),
+                        grants: grant_store.live.values().collect(),
+                        namespaces: ns_store.live.values().collect(),
+                    });
                     let applied = self.pipeline.apply_changes(
                         &svc_store.live,
                         &eps_store.live,
@@ -425,6 +574,45 @@ impl ClusterSource {
                         return;
                     }
                 }
+            }
+        }
+    }
+
+    /// `on_event` for a Gateway API kind: a 404 means its CRD is not installed, which is
+    /// logged once for all four kinds (`absent` is shared), not as a failing watch; the store
+    /// is empty and usable until a list answers.
+    fn on_gateway_event<K: Resource>(
+        &self,
+        ev: Option<Result<Event<K>, watcher::Error>>,
+        resource: &str,
+        store: &mut Store<K>,
+        absent: &mut bool,
+    ) -> bool {
+        match ev {
+            Some(Err(e)) if is_not_found(&e) => {
+                if !*absent {
+                    *absent = true;
+                    tracing::warn!(
+                        resource,
+                        retry_s = GATEWAY_API_RETRY.as_secs(),
+                        "the Gateway API CRDs are not installed; serving Services and Ingresses, and looking for them again periodically"
+                    );
+                } else {
+                    tracing::debug!(resource, error = %e, "Gateway API kind still not served");
+                }
+                store.set_absent()
+            }
+            ev => {
+                if store.absent && matches!(ev, Some(Ok(Event::InitDone))) {
+                    store.absent = false;
+                    if std::mem::take(absent) {
+                        tracing::info!(
+                            resource,
+                            "the Gateway API CRDs are installed; watching them"
+                        );
+                    }
+                }
+                self.on_event(ev, resource, store)
             }
         }
     }
@@ -681,6 +869,23 @@ pub async fn snapshot(
         ingresses,
         classes,
         secrets,
+        gateway_classes: optional(
+            "gatewayclasses",
+            Api::<GatewayClass>::all(client.clone()).list(&lp),
+        )
+        .await,
+        gateways: optional("gateways", api::<Gateway>(client, namespace).list(&lp)).await,
+        http_routes: optional("httproutes", api::<HTTPRoute>(client, namespace).list(&lp)).await,
+        reference_grants: optional(
+            "referencegrants",
+            api::<ReferenceGrant>(client, namespace).list(&lp),
+        )
+        .await,
+        namespaces: optional(
+            "namespaces",
+            Api::<Namespace>::all(client.clone()).list(&lp),
+        )
+        .await,
     })
 }
 
@@ -781,5 +986,53 @@ mod tests {
         slim(&mut s);
         assert!(s.metadata.managed_fields.is_none());
         assert_eq!(s.metadata.annotations.unwrap().len(), 1);
+    }
+
+    fn api_error(code: u16) -> watcher::Error {
+        let status = kube::core::Status::failure("x", "y").with_code(code);
+        watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))
+    }
+
+    #[test]
+    fn an_absent_kind_is_usable_and_empty() {
+        let mut s: Store<Service> = Store::new();
+        assert!(!s.usable());
+        assert!(!s.set_absent(), "nothing was there");
+        assert!(s.usable(), "no CRD: served as empty");
+        s.absent = false;
+        s.apply(Event::Init);
+        s.apply(Event::InitApply(svc("a")));
+        s.apply(Event::InitDone);
+        s.take_changes();
+        // A CRD deleted while watched: its objects go with it, and the next build is full.
+        assert!(s.set_absent());
+        assert!(s.live.is_empty());
+        assert_eq!(s.take_changes(), None);
+        assert!(is_not_found(&api_error(404)));
+        assert!(!is_not_found(&api_error(403)));
+        assert!(!is_gone(&api_error(404)));
+    }
+
+    /// The delay between a failed list and the next item of a `backed_off` stream.
+    async fn delay_after(code: u16, absent_retry: Option<Duration>) -> Duration {
+        let items: Vec<Result<Event<Service>, watcher::Error>> =
+            vec![Err(api_error(code)), Ok(Event::InitDone)];
+        let mut s = Box::pin(backed_off(futures::stream::iter(items), absent_retry));
+        assert!(s.next().await.unwrap().is_err());
+        let t = Instant::now();
+        assert!(s.next().await.unwrap().is_ok());
+        t.elapsed()
+    }
+
+    #[tokio::test]
+    async fn a_missing_crd_is_looked_for_at_its_own_interval() {
+        let retry = Duration::from_millis(400);
+        let absent = delay_after(404, Some(retry)).await;
+        assert!(absent >= retry && absent < retry * 2, "{absent:?}");
+        // Other failures of the same kind, and 404s of core kinds, back off as usual.
+        let forbidden = delay_after(403, Some(retry)).await;
+        assert!(forbidden < Duration::from_millis(300), "{forbidden:?}");
+        let core = delay_after(404, None).await;
+        assert!(core < Duration::from_millis(300), "{core:?}");
     }
 }

@@ -44,7 +44,7 @@ pub struct Metrics {
     pub kube_events_total: IntCounterVec,
     /// 1 while this replica holds the leader-election Lease (`control::lease`).
     pub leader: IntGauge,
-    /// Ingress status writes by the leader, by result (`STATUS_WRITE_RESULTS`).
+    /// Ingress and Gateway API status writes by the leader, by result (`STATUS_WRITE_RESULTS`).
     pub status_writes_total: IntCounterVec,
     /// Bytes the process has allocated and not freed (jemalloc's `stats.allocated`), read at
     /// scrape time. It shows whether memory grows with table generations without RSS's noise
@@ -150,7 +150,7 @@ impl Metrics {
             status_writes_total: IntCounterVec::new(
                 Opts::new(
                     "status_writes_total",
-                    "Ingress status writes (set or cleared) by the leader, by result",
+                    "Ingress and Gateway API status writes by the leader, by result",
                 ),
                 &["result"],
             )

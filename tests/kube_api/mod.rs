@@ -1,5 +1,7 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
-//! EndpointSlices, Ingresses, IngressClasses, Secrets, Leases and Events: list with
+//! EndpointSlices, Ingresses, IngressClasses, Secrets, Leases, Events, Namespaces and the
+//! Gateway API's GatewayClasses, Gateways, HTTPRoutes (`gateway.networking.k8s.io/v1`) and
+//! ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the
 //! API server sends it) for a watch that starts before the compacted history, which forces the
@@ -20,6 +22,14 @@
 //! needs no connection uses documentation addresses (`192.0.2.0/24`). switchyard can only reach
 //! this machine's test backends on 127.0.0.1, so the tests that proxy to them start the fake with
 //! `start_reaching_local_backends`: the one place it accepts what a cluster never would.
+//!
+//! The Gateway API kinds behave as CRDs with a status subresource do: the `default`s of the
+//! v1.6.1 CRD schemas (`tests/data/gateway-api/crd/`) are applied to what is stored (a route's
+//! parentRef gets its group and kind, a rule without matches `PathPrefix /`),
+//! `metadata.generation` starts at 1 and grows when anything but metadata and status changes, and
+//! `set_gateway_api_installed(false)` answers every `/apis/gateway.networking.k8s.io/...`
+//! request 404 NotFound (and deletes the objects, ending open watches), as a cluster without
+//! the CRDs, or whose CRDs were just deleted, does.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -50,32 +60,58 @@ pub enum Kind {
     IngressClass,
     Secret,
     Lease,
+    Namespace,
+    GatewayClass,
+    Gateway,
+    HTTPRoute,
+    ReferenceGrant,
 }
 
+/// The Gateway API's group.
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
 impl Kind {
-    const ALL: [Kind; 6] = [
+    const ALL: [Kind; 11] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Ingress,
         Kind::IngressClass,
         Kind::Secret,
         Kind::Lease,
+        Kind::Namespace,
+        Kind::GatewayClass,
+        Kind::Gateway,
+        Kind::HTTPRoute,
+        Kind::ReferenceGrant,
     ];
     fn group(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Secret => "",
+            Kind::Service | Kind::Secret | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Lease => "coordination.k8s.io",
+            Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute | Kind::ReferenceGrant => {
+                GATEWAY_GROUP
+            }
         }
     }
+    /// The storage version, which objects are kept at.
     fn api_version(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Secret => "v1",
+            Kind::Service | Kind::Secret | Kind::Namespace => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io/v1",
             Kind::Lease => "coordination.k8s.io/v1",
+            Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute => "gateway.networking.k8s.io/v1",
+            Kind::ReferenceGrant => "gateway.networking.k8s.io/v1beta1",
         }
+    }
+    /// Versions served besides `v1` (the v1.6 CRDs serve each Gateway API kind at both).
+    fn serves(self, version: &str) -> bool {
+        version == "v1" || (self.is_gateway_api() && version == "v1beta1")
+    }
+    pub fn is_gateway_api(self) -> bool {
+        self.group() == GATEWAY_GROUP
     }
     fn name(self) -> &'static str {
         match self {
@@ -85,6 +121,11 @@ impl Kind {
             Kind::IngressClass => "IngressClass",
             Kind::Secret => "Secret",
             Kind::Lease => "Lease",
+            Kind::Namespace => "Namespace",
+            Kind::GatewayClass => "GatewayClass",
+            Kind::Gateway => "Gateway",
+            Kind::HTTPRoute => "HTTPRoute",
+            Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
     fn plural(self) -> &'static str {
@@ -95,6 +136,11 @@ impl Kind {
             Kind::IngressClass => "ingressclasses",
             Kind::Secret => "secrets",
             Kind::Lease => "leases",
+            Kind::Namespace => "namespaces",
+            Kind::GatewayClass => "gatewayclasses",
+            Kind::Gateway => "gateways",
+            Kind::HTTPRoute => "httproutes",
+            Kind::ReferenceGrant => "referencegrants",
         }
     }
     /// `leases.coordination.k8s.io`, as the API server names a resource in messages.
@@ -105,11 +151,17 @@ impl Kind {
         }
     }
     fn cluster_scoped(self) -> bool {
-        self == Kind::IngressClass
+        matches!(
+            self,
+            Kind::IngressClass | Kind::Namespace | Kind::GatewayClass
+        )
     }
     /// Has a `/status` subresource (writes to the main resource keep the status).
     fn has_status(self) -> bool {
-        matches!(self, Kind::Service | Kind::Ingress)
+        matches!(
+            self,
+            Kind::Service | Kind::Ingress | Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute
+        )
     }
     fn from_value(v: &Value) -> Kind {
         let kind = v["kind"].as_str();
@@ -146,6 +198,13 @@ struct State {
     writes: BTreeMap<Kind, u32>,
     /// Successful writes of the `/status` subresource, per (kind, namespace, name).
     status_writes: BTreeMap<(Kind, String, String), u32>,
+    /// Write requests to `/status` per kind, answered or not, no-ops included (each costs the
+    /// API server as much as a change).
+    status_requests: BTreeMap<Kind, u32>,
+    /// The Gateway API CRDs are not installed: their paths answer 404.
+    gateway_api_absent: bool,
+    /// Requests answered 404 because the Gateway API is not installed, per kind.
+    absent_answers: BTreeMap<Kind, u32>,
 }
 
 impl State {
@@ -167,14 +226,40 @@ impl State {
         let name = obj["metadata"]["name"].as_str().unwrap().to_string();
         obj["apiVersion"] = json!(kind.api_version());
         obj["kind"] = json!(kind.name());
+        if kind == Kind::Namespace {
+            // The API server labels every Namespace with its name (since Kubernetes 1.22).
+            obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+        }
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         obj["metadata"]["uid"] = json!(format!("uid-{}-{ns}-{name}", kind.name()));
         let key = (kind, ns, name);
-        let ty = if self.objects.contains_key(&key) {
-            "MODIFIED"
-        } else {
-            "ADDED"
-        };
+        let old = self.objects.get(&key);
+        if kind.is_gateway_api() {
+            apply_defaults(&mut obj, crd_schema(kind));
+            // As for a CRD with a status subresource: generation counts changes of anything but
+            // metadata and status.
+            let spec_of = |v: &Value| {
+                let mut v = v.clone();
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("metadata");
+                    m.remove("status");
+                }
+                v
+            };
+            let generation = match old {
+                None => 1,
+                Some(old) => {
+                    let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
+                    if spec_of(old) == spec_of(&obj) {
+                        g
+                    } else {
+                        g + 1
+                    }
+                }
+            };
+            obj["metadata"]["generation"] = json!(generation);
+        }
+        let ty = if old.is_some() { "MODIFIED" } else { "ADDED" };
         self.objects.insert(key, obj.clone());
         self.log.push((rv, ty, kind, obj.clone()));
         obj
@@ -189,6 +274,68 @@ impl State {
         let rv = self.rv;
         self.log.push((rv, "DELETED", kind, obj.clone()));
         Some(obj)
+    }
+}
+
+/// The `openAPIV3Schema` of a Gateway API kind's storage version, from the copied CRDs.
+fn crd_schema(kind: Kind) -> &'static Value {
+    static SCHEMAS: std::sync::OnceLock<BTreeMap<&'static str, Value>> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gateway-api/crd");
+        [
+            "gatewayclasses",
+            "gateways",
+            "httproutes",
+            "referencegrants",
+        ]
+        .into_iter()
+        .map(|plural| {
+            let file = dir.join(format!("gateway.networking.k8s.io_{plural}.yaml"));
+            let crd: Value =
+                serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+            let storage = crd["spec"]["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["storage"] == json!(true))
+                .unwrap()["schema"]["openAPIV3Schema"]
+                .clone();
+            (plural, storage)
+        })
+        .collect()
+    });
+    &schemas[kind.plural()]
+}
+
+/// Structural defaulting as the API server does it for a CRD: an absent property with a
+/// `default` gets it, and defaults inside present (or just defaulted) objects and list items
+/// apply in turn.
+fn apply_defaults(value: &mut Value, schema: &Value) {
+    match value {
+        Value::Object(map) => {
+            let Some(props) = schema["properties"].as_object() else {
+                if let Some(extra) = schema.get("additionalProperties") {
+                    for v in map.values_mut() {
+                        apply_defaults(v, extra);
+                    }
+                }
+                return;
+            };
+            for (name, sub) in props {
+                if let Some(default) = sub.get("default").filter(|_| !map.contains_key(name)) {
+                    map.insert(name.clone(), default.clone());
+                }
+                if let Some(v) = map.get_mut(name) {
+                    apply_defaults(v, sub);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                apply_defaults(v, &schema["items"]);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -275,8 +422,26 @@ impl FakeApi {
     /// `apply` for many objects under one lock and one wake-up (thousands of Ingresses).
     pub fn apply_all(&self, objs: Vec<Value>) {
         let mut st = self.state.lock().unwrap();
-        for obj in objs {
+        for mut obj in objs {
             let kind = Kind::from_value(&obj);
+            if kind.is_gateway_api() && obj.get("status").is_none() {
+                // `kubectl apply` of a manifest never touches the status controllers wrote.
+                let key = (
+                    kind,
+                    if kind.cluster_scoped() {
+                        String::new()
+                    } else {
+                        obj["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or("default")
+                            .to_string()
+                    },
+                    obj["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                );
+                if let Some(status) = st.objects.get(&key).and_then(|o| o.get("status")) {
+                    obj["status"] = status.clone();
+                }
+            }
             if kind == Kind::EndpointSlice
                 && !st.allow_loopback
                 && let Some(why) = invalid_endpoint_address(&obj)
@@ -336,6 +501,12 @@ impl FakeApi {
         (per.iter().sum(), per.iter().copied().max().unwrap_or(0))
     }
 
+    /// Write requests to the `/status` of `kind`, whatever their outcome (no-ops included).
+    pub fn status_requests(&self, kind: Kind) -> u32 {
+        let st = self.state.lock().unwrap();
+        st.status_requests.get(&kind).copied().unwrap_or(0)
+    }
+
     /// Closes every open watch. With `compact`, the history so far is forgotten, so a client
     /// that resumes from its last resourceVersion gets 410 Gone and has to re-list.
     pub fn break_watches(&self, compact: bool) {
@@ -359,6 +530,37 @@ impl FakeApi {
         if status.is_some() {
             self.break_watches(false);
         }
+    }
+
+    /// Installs (`true`) or removes the Gateway API CRDs. Removing them deletes every object of
+    /// their kinds (watchers see DELETED, then their watch ends) and answers every request to
+    /// `/apis/gateway.networking.k8s.io/...` with 404 until they are installed again.
+    pub fn set_gateway_api_installed(&self, installed: bool) {
+        {
+            let mut st = self.state.lock().unwrap();
+            st.gateway_api_absent = !installed;
+            if !installed {
+                let keys: Vec<(Kind, String, String)> = st
+                    .objects
+                    .keys()
+                    .filter(|(k, _, _)| k.is_gateway_api())
+                    .cloned()
+                    .collect();
+                for (k, ns, name) in keys {
+                    st.remove(k, &ns, &name);
+                }
+            }
+        }
+        let _ = self.changed.send(());
+        if !installed {
+            self.break_watches(false);
+        }
+    }
+
+    /// Requests for `kind` answered 404 because the Gateway API was not installed.
+    pub fn absent_answers(&self, kind: Kind) -> u32 {
+        let st = self.state.lock().unwrap();
+        st.absent_answers.get(&kind).copied().unwrap_or(0)
     }
 
     /// List and watch requests for `kind` so far, failed ones included.
@@ -431,6 +633,9 @@ fn full(status: StatusCode, body: Value) -> Response<Body> {
 /// What a request path names: a collection (no name) or an object, maybe a subresource.
 struct Target {
     kind: Kind,
+    /// The apiVersion the request names (`gateway.networking.k8s.io/v1beta1`): objects are
+    /// answered in it, as the API server converts them.
+    api_version: String,
     ns: Option<String>,
     name: Option<String>,
     sub: Option<String>,
@@ -438,9 +643,9 @@ struct Target {
 
 fn route(path: &str) -> Option<Target> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest) = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => ("", rest),
-        ["apis", group, "v1", rest @ ..] => (*group, rest),
+    let (group, version, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return None,
     };
     let (ns, rest) = match rest {
@@ -455,17 +660,28 @@ fn route(path: &str) -> Option<Target> {
     };
     let kind = Kind::ALL
         .into_iter()
-        .find(|k| k.plural() == plural && k.group() == group)?;
+        .find(|k| k.plural() == plural && k.group() == group && k.serves(version))?;
     // A namespaced object is only addressed inside its namespace, a cluster-scoped one never.
     if kind.cluster_scoped() == ns.is_some() && (name.is_some() || kind.cluster_scoped()) {
         return None;
     }
     Some(Target {
         kind,
+        api_version: if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        },
         ns,
         name,
         sub,
     })
+}
+
+/// `obj` as a request in `api_version` sees it (the schemas of the served versions are equal).
+fn in_version(mut obj: Value, api_version: &str) -> Value {
+    obj["apiVersion"] = json!(api_version);
+    obj
 }
 
 fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
@@ -615,6 +831,7 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         serde_json::from_slice(&body).map_err(|e| format!("invalid JSON body: {e}"))
     };
     let kind = t.kind;
+    let version = t.api_version.clone();
     let ns = t.ns.clone().unwrap_or_default();
     let status_sub = match t.sub.as_deref() {
         None => false,
@@ -649,12 +866,12 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
             st.store(kind, obj)
         };
         let _ = ctx.changed.send(());
-        return full(StatusCode::CREATED, stored);
+        return full(StatusCode::CREATED, in_version(stored, &version));
     };
     let key = (kind, ns.clone(), name.clone());
     if method == Method::GET {
         return match ctx.state.lock().unwrap().objects.get(&key) {
-            Some(obj) => full(StatusCode::OK, obj.clone()),
+            Some(obj) => full(StatusCode::OK, in_version(obj.clone(), &version)),
             None => not_found(kind, &name),
         };
     }
@@ -670,7 +887,7 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         return match removed {
             Some(obj) => {
                 let _ = ctx.changed.send(());
-                full(StatusCode::OK, obj)
+                full(StatusCode::OK, in_version(obj, &version))
             }
             None => not_found(kind, &name),
         };
@@ -681,6 +898,9 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
     };
     let stored = {
         let mut st = ctx.state.lock().unwrap();
+        if status_sub {
+            *st.status_requests.entry(kind).or_default() += 1;
+        }
         let Some(current) = st.objects.get(&key).cloned() else {
             return not_found(kind, &name);
         };
@@ -740,7 +960,7 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         next["metadata"]["name"] = json!(name);
         if next == current {
             // A no-op write stores nothing new (as a real server: same resourceVersion).
-            return full(StatusCode::OK, current);
+            return full(StatusCode::OK, in_version(current, &version));
         }
         *st.writes.entry(kind).or_default() += 1;
         if status_sub {
@@ -749,7 +969,7 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         st.store(kind, next)
     };
     let _ = ctx.changed.send(());
-    full(StatusCode::OK, stored)
+    full(StatusCode::OK, in_version(stored, &version))
 }
 
 async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
@@ -772,6 +992,22 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
             StatusCode::OK
         };
         return full(status, v);
+    }
+    let absent = {
+        let mut st = ctx.state.lock().unwrap();
+        let absent = st.gateway_api_absent && path.starts_with(&format!("/apis/{GATEWAY_GROUP}/"));
+        if let Some(t) = route(&path).filter(|_| absent) {
+            *st.absent_answers.entry(t.kind).or_default() += 1;
+        }
+        absent
+    };
+    if absent {
+        // What a real API server answers for a group it does not serve.
+        return status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource".into(),
+        );
     }
     let Some(target) = route(&path) else {
         return full(
@@ -804,12 +1040,12 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
     if !collection_read {
         return object_request(&ctx, req, target).await;
     }
-    let (kind, ns) = (target.kind, target.ns);
+    let (kind, ns, version) = (target.kind, target.ns, target.api_version);
     if let Err(why) = selected(&json!({}), &q) {
         return status(400, "BadRequest", why);
     }
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        return watch_stream(ctx, kind, ns, &q);
+        return watch_stream(ctx, kind, ns, version, &q);
     }
     // A held list waits for release (bounded so a forgotten release cannot hang a test).
     let mut release = ctx.release.clone();
@@ -824,12 +1060,12 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
         .iter()
         .filter(|((k, n, _), _)| *k == kind && ns.as_ref().is_none_or(|ns| ns == n))
         .filter(|(_, v)| selected(v, &q).unwrap_or(false))
-        .map(|(_, v)| v.clone())
+        .map(|(_, v)| in_version(v.clone(), &version))
         .collect();
     full(
         StatusCode::OK,
         json!({
-            "apiVersion": kind.api_version(),
+            "apiVersion": version,
             "kind": format!("{}List", kind.name()),
             "metadata": {"resourceVersion": st.rv.to_string()},
             "items": items,
@@ -841,6 +1077,7 @@ fn watch_stream(
     ctx: Ctx,
     kind: Kind,
     ns: Option<String>,
+    version: String,
     q: &BTreeMap<String, String>,
 ) -> Response<Body> {
     let from: u64 = q
@@ -894,7 +1131,12 @@ fn watch_stream(
                                 .is_none_or(|ns| obj["metadata"]["namespace"] == *ns)
                             && selected(obj, &q).unwrap_or(false)
                     })
-                    .map(|(rv, ty, _, obj)| (*rv, json!({"type": ty, "object": obj})))
+                    .map(|(rv, ty, _, obj)| {
+                        (
+                            *rv,
+                            json!({"type": ty, "object": in_version(obj.clone(), &version)}),
+                        )
+                    })
                     .collect()
             };
             if let Some((rv, _)) = pending.last() {
@@ -920,7 +1162,7 @@ fn watch_stream(
                         }
                         let rv = sent;
                         let bm = json!({"type": "BOOKMARK", "object": {
-                            "kind": kind.name(), "apiVersion": kind.api_version(),
+                            "kind": kind.name(), "apiVersion": version,
                             "metadata": {"resourceVersion": rv.to_string()}}});
                         if tx.send(line(bm)).await.is_err() {
                             return;

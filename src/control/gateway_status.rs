@@ -1,0 +1,901 @@
+//! The Gateway API status writer: writes what translate decided (`Memo::gateway_status`) to
+//! the GatewayClasses, Gateways and HTTPRoutes switchyard serves. GatewayClasses get their
+//! conditions; Gateways their conditions, listeners and `addresses` (those of
+//! `--publish-service` / `--publish-status-address`, as Ingresses get, typed `IPAddress` or
+//! `Hostname`); HTTPRoutes the `status.parents` entries whose `controllerName` is ours, beside
+//! other controllers' entries, which are kept. Only the leader writes (`control::lease`).
+//!
+//! It runs beside the Ingress writer (`control::status`) with the same habits: while leading it
+//! watches the three kinds (status only matters) so that an object already right costs no
+//! request, batches changes for `Limits::coalesce`, and writes merge patches of the `status`
+//! subresource at most `Limits::concurrency` at once and `Limits::per_second` a second. It is
+//! separate because it runs without any `--publish-*` flag (conditions are owed to every
+//! object of our classes) and reads the Gateway API, which may not be installed: a 404 there
+//! is waited out quietly, as the cluster source does.
+//!
+//! A condition's `lastTransitionTime` is kept when its status did not change and set to now
+//! when it did (translate has no clock). A route's write carries the `resourceVersion` it was
+//! decided on, so a race with another controller writing its own entry fails with 409 and is
+//! decided again, instead of erasing that entry. The decision is the pure [`plan`]. This module
+//! must not touch the routing table or the data plane.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::control::status::{Address, Bucket, Limits, Publish, service_addresses};
+use crate::control::translate::gateway::api::{
+    Condition, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass, GatewayClassStatus,
+    GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus,
+};
+use crate::ops::metrics::Metrics;
+
+/// (namespace, name); the namespace is empty for a GatewayClass.
+pub type Key = (String, String);
+
+/// What translate decided, as the pipeline publishes it.
+pub type Desired = Arc<GatewayApiStatus>;
+
+/// One object's status as last seen, with the version it was seen at.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Seen<S> {
+    pub status: S,
+    pub resource_version: Option<String>,
+}
+
+/// What the writer knows of the cluster's current statuses (the kinds listed so far).
+#[derive(Debug, Clone, Default)]
+pub struct Current {
+    pub classes: Option<BTreeMap<Key, Seen<GatewayClassStatus>>>,
+    pub gateways: Option<BTreeMap<Key, Seen<GatewayStatus>>>,
+    pub routes: Option<BTreeMap<Key, Seen<RouteStatus>>>,
+}
+
+/// One status write: the whole `status` to set.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    Class(Key, GatewayClassStatus),
+    Gateway(Key, GatewayStatus),
+    /// With the version decided on (a precondition: other controllers' entries are kept).
+    Route(Key, RouteStatus, Option<String>),
+}
+
+impl Write {
+    fn key(&self) -> &Key {
+        match self {
+            Write::Class(k, _) | Write::Gateway(k, _) | Write::Route(k, _, _) => k,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Write::Class(..) => "GatewayClass",
+            Write::Gateway(..) => "Gateway",
+            Write::Route(..) => "HTTPRoute",
+        }
+    }
+}
+
+/// `desired` with each condition's `lastTransitionTime` taken from the current condition of
+/// the same type when its status is unchanged, else `now`.
+pub fn merge_conditions(desired: &[Condition], current: &[Condition], now: &str) -> Vec<Condition> {
+    desired
+        .iter()
+        .map(|d| {
+            let kept = current
+                .iter()
+                .find(|c| c.type_ == d.type_ && c.status == d.status)
+                .and_then(|c| c.last_transition_time.clone());
+            Condition {
+                last_transition_time: Some(kept.unwrap_or_else(|| now.to_string())),
+                ..d.clone()
+            }
+        })
+        .collect()
+}
+
+/// A published address as a Gateway's `status.addresses` item.
+pub fn gateway_address(a: &Address) -> GatewayAddress {
+    match a {
+        Address::Ip(ip) => GatewayAddress {
+            type_: Some("IPAddress".into()),
+            value: ip.clone(),
+        },
+        Address::Hostname(h) => GatewayAddress {
+            type_: Some("Hostname".into()),
+            value: h.clone(),
+        },
+    }
+}
+
+/// The writes that bring the listed objects to `desired`: a class or Gateway of ours whose
+/// status differs gets `desired` (addresses from `addresses`, times merged); a route gets our
+/// parents' entries replaced by `desired`'s (none when it is no longer ours) and others' kept.
+/// Objects not listed yet, and kinds not listed yet, are skipped: their turn comes with the
+/// watch. Nothing is written where the result equals what is there.
+pub fn plan(
+    desired: &GatewayApiStatus,
+    addresses: &[Address],
+    controller: &str,
+    current: &Current,
+    now: &str,
+) -> Vec<Write> {
+    let mut out = Vec::new();
+    if let Some(classes) = &current.classes {
+        for (name, want) in &desired.classes {
+            let key = (String::new(), name.clone());
+            let Some(seen) = classes.get(&key) else {
+                continue;
+            };
+            let next = GatewayClassStatus {
+                conditions: merge_conditions(&want.conditions, &seen.status.conditions, now),
+            };
+            if next != seen.status {
+                out.push(Write::Class(key, next));
+            }
+        }
+    }
+    if let Some(gateways) = &current.gateways {
+        for (key, want) in &desired.gateways {
+            let Some(seen) = gateways.get(key) else {
+                continue;
+            };
+            let listeners = want
+                .listeners
+                .iter()
+                .map(|l| {
+                    let old = seen
+                        .status
+                        .listeners
+                        .iter()
+                        .find(|o| o.name == l.name)
+                        .map_or(&[][..], |o| &o.conditions[..]);
+                    crate::control::translate::gateway::api::ListenerStatus {
+                        conditions: merge_conditions(&l.conditions, old, now),
+                        ..l.clone()
+                    }
+                })
+                .collect();
+            let next = GatewayStatus {
+                addresses: addresses.iter().map(gateway_address).collect(),
+                conditions: merge_conditions(&want.conditions, &seen.status.conditions, now),
+                listeners,
+            };
+            if next != seen.status {
+                out.push(Write::Gateway(key.clone(), next));
+            }
+        }
+    }
+    if let Some(routes) = &current.routes {
+        let empty = RouteStatus::default();
+        for (key, seen) in routes {
+            let want = desired.http_routes.get(key).unwrap_or(&empty);
+            let has_ours = seen
+                .status
+                .parents
+                .iter()
+                .any(|p| p.controller_name == controller);
+            if want.parents.is_empty() && !has_ours {
+                continue;
+            }
+            let mut parents: Vec<RouteParentStatus> = seen
+                .status
+                .parents
+                .iter()
+                .filter(|p| p.controller_name != controller)
+                .cloned()
+                .collect();
+            for p in &want.parents {
+                let old = seen
+                    .status
+                    .parents
+                    .iter()
+                    .find(|o| o.controller_name == controller && o.parent_ref == p.parent_ref)
+                    .map_or(&[][..], |o| &o.conditions[..]);
+                parents.push(RouteParentStatus {
+                    conditions: merge_conditions(&p.conditions, old, now),
+                    controller_name: controller.to_string(),
+                    ..p.clone()
+                });
+            }
+            let next = RouteStatus { parents };
+            if next != seen.status {
+                out.push(Write::Route(
+                    key.clone(),
+                    next,
+                    seen.resource_version.clone(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Now, as a Kubernetes `metav1.Time` (RFC 3339, whole seconds, UTC).
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Delay before deciding again after a batch in which a write failed or met a newer version.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(2);
+
+/// Everything the Gateway API status writer needs.
+pub struct GatewayStatusWriter {
+    pub client: Client,
+    /// The namespace watched (`--namespace`), `None` for all.
+    pub namespace: Option<String>,
+    /// `--gateway-controller-name`: our entries of a route's `status.parents`.
+    pub controller_name: String,
+    /// Where `status.addresses` of Gateways come from; `None`: no addresses.
+    pub publish: Option<Publish>,
+    /// What translate decided, as the pipeline publishes it after each build.
+    pub desired: watch::Receiver<Desired>,
+    /// Leadership (`control::lease`); constant `true` without election.
+    pub leader: watch::Receiver<bool>,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+}
+
+type Stream_<T> = std::pin::Pin<Box<dyn Stream<Item = Result<Event<T>, watcher::Error>> + Send>>;
+
+/// The watches the writer holds while leading.
+struct Streams {
+    classes: Stream_<GatewayClass>,
+    gateways: Stream_<Gateway>,
+    routes: Stream_<HTTPRoute>,
+    service: Option<Stream_<Service>>,
+}
+
+/// A kind's statuses as the watch tells them, with the re-list buffer.
+struct View<S> {
+    live: BTreeMap<Key, Seen<S>>,
+    relist: Option<BTreeMap<Key, Seen<S>>>,
+    synced: bool,
+}
+
+impl<S> Default for View<S> {
+    fn default() -> Self {
+        View {
+            live: BTreeMap::new(),
+            relist: None,
+            synced: false,
+        }
+    }
+}
+
+impl<S: PartialEq + Clone> View<S> {
+    /// Applies one watch event; returns whether a known status changed.
+    fn apply<K: kube::Resource>(
+        &mut self,
+        kind: &str,
+        ev: Result<Event<K>, watcher::Error>,
+        status: impl Fn(&K) -> S,
+    ) -> bool {
+        let key = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+        let seen = |o: &K| Seen {
+            status: status(o),
+            resource_version: o.meta().resource_version.clone(),
+        };
+        match ev {
+            Ok(Event::Init) => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            Ok(Event::InitApply(o)) => {
+                self.relist
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key(&o), seen(&o));
+                false
+            }
+            Ok(Event::InitDone) => {
+                self.live = self.relist.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+            Ok(Event::Apply(o)) => {
+                let s = seen(&o);
+                let old = self.live.insert(key(&o), s.clone());
+                old.is_none_or(|o| o.status != s.status)
+            }
+            Ok(Event::Delete(o)) => self.live.remove(&key(&o)).is_some(),
+            // A kind whose CRD is not installed: nothing to write to; quiet, as the cluster
+            // source already said it once.
+            Err(e) if not_found(&e) => {
+                tracing::debug!(kind, "status: Gateway API kind not served");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(kind, error = %e, "status: cannot watch; retrying");
+                false
+            }
+        }
+    }
+}
+
+fn not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
+    }
+}
+
+#[derive(Default)]
+struct Views {
+    classes: View<GatewayClassStatus>,
+    gateways: View<GatewayStatus>,
+    routes: View<RouteStatus>,
+    /// The published Service's addresses as last seen (`Publish::Service`).
+    service: Option<Vec<Address>>,
+}
+
+impl Views {
+    fn current(&self) -> Current {
+        fn listed<S: Clone>(v: &View<S>) -> Option<BTreeMap<Key, Seen<S>>> {
+            v.synced.then(|| v.live.clone())
+        }
+        Current {
+            classes: listed(&self.classes),
+            gateways: listed(&self.gateways),
+            routes: listed(&self.routes),
+        }
+    }
+}
+
+impl GatewayStatusWriter {
+    /// Runs in a task of its own until `stop` turns true.
+    pub fn spawn(self, stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.run(stop))
+    }
+
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut views = Views::default();
+        let (mut classes, mut gateways, mut routes, mut service) = (None, None, None, None);
+        // The pipeline has published a decision (its initial value means nothing yet).
+        let mut desired_known = false;
+        let mut due: Option<Instant> = None;
+        let mut leading = false;
+        let mut leader_open = true;
+        let mut bucket = Bucket::new(self.limits.per_second, self.limits.burst);
+        loop {
+            let now_leading = *self.leader.borrow_and_update();
+            if now_leading != leading {
+                leading = now_leading;
+                views = Views::default();
+                due = None;
+                let s = leading.then(|| self.streams());
+                (classes, gateways, routes, service) = match s {
+                    Some(s) => (Some(s.classes), Some(s.gateways), Some(s.routes), s.service),
+                    None => (None, None, None, None),
+                };
+            }
+            let sleep = async {
+                match due {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let mut changed = false;
+            tokio::select! {
+                r = self.leader.changed(), if leader_open => if r.is_err() { leader_open = false },
+                r = self.desired.changed() => {
+                    if r.is_err() { return }
+                    desired_known = true;
+                    changed = true;
+                }
+                Some(ev) = next(classes.as_mut()) => {
+                    changed = views.classes.apply("gatewayclasses", ev, |c: &GatewayClass| c.status.clone().unwrap_or_default());
+                }
+                Some(ev) = next(gateways.as_mut()) => {
+                    changed = views.gateways.apply("gateways", ev, |g: &Gateway| g.status.clone().unwrap_or_default());
+                }
+                Some(ev) = next(routes.as_mut()) => {
+                    changed = views.routes.apply("httproutes", ev, |r: &HTTPRoute| r.status.clone().unwrap_or_default());
+                }
+                Some(ev) = next(service.as_mut()) => {
+                    changed = self.on_service(&mut views, ev);
+                }
+                _ = sleep => {
+                    due = None;
+                    if !(leading && desired_known) {
+                        continue;
+                    }
+                    let Some(addresses) = self.addresses(&views) else { continue };
+                    let desired = Arc::clone(&self.desired.borrow());
+                    let writes = plan(&desired, &addresses, &self.controller_name, &views.current(), &now_rfc3339());
+                    if !writes.is_empty() && self.write_all(writes, &mut views, &mut bucket, &stop).await {
+                        due = Some(Instant::now() + RETRY_AFTER_FAILURE);
+                    }
+                }
+                r = stop.changed() => if r.is_err() { return },
+            }
+            if *stop.borrow() {
+                return;
+            }
+            if changed && leading && due.is_none() {
+                due = Some(Instant::now() + self.limits.coalesce);
+            }
+        }
+    }
+
+    fn streams(&self) -> Streams {
+        fn namespaced<K>(client: &Client, ns: Option<&str>) -> Stream_<K>
+        where
+            K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+                + Clone
+                + serde::de::DeserializeOwned
+                + std::fmt::Debug
+                + Send
+                + 'static,
+            K::DynamicType: Default,
+        {
+            let api: Api<K> = match ns {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            gateway_api_backoff(watcher::watcher(api, watcher::Config::default()))
+        }
+        let ns = self.namespace.as_deref();
+        let classes: Api<GatewayClass> = Api::all(self.client.clone());
+        let service = match &self.publish {
+            Some(Publish::Service { namespace, name }) => {
+                let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+                let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+                Some(watcher::watcher(api, config).default_backoff().boxed())
+            }
+            _ => None,
+        };
+        Streams {
+            classes: gateway_api_backoff(watcher::watcher(classes, watcher::Config::default())),
+            gateways: namespaced(&self.client, ns),
+            routes: namespaced(&self.client, ns),
+            service,
+        }
+    }
+
+    /// The addresses to publish now; `None` while the published Service is not known yet.
+    fn addresses(&self, views: &Views) -> Option<Vec<Address>> {
+        match &self.publish {
+            None => Some(Vec::new()),
+            Some(Publish::Static(list)) => {
+                let mut v = list.clone();
+                v.sort();
+                v.dedup();
+                Some(v)
+            }
+            Some(Publish::Service { .. }) => views.service.clone(),
+        }
+    }
+
+    fn on_service(&self, views: &mut Views, ev: Result<Event<Service>, watcher::Error>) -> bool {
+        let Some(Publish::Service { name, .. }) = &self.publish else {
+            return false;
+        };
+        let before = views.service.clone();
+        match ev {
+            Ok(Event::Apply(svc) | Event::InitApply(svc)) if svc.name_any() == *name => {
+                views.service = Some(service_addresses(&svc));
+            }
+            Ok(Event::Delete(svc)) if svc.name_any() == *name => views.service = Some(Vec::new()),
+            Ok(Event::Init) => views.service = None,
+            Ok(Event::InitDone) if views.service.is_none() => views.service = Some(Vec::new()),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "status: cannot watch the --publish-service Service")
+            }
+        }
+        views.service != before
+    }
+
+    /// Writes each, within the limits; returns whether any is to be decided again.
+    async fn write_all(
+        &self,
+        writes: Vec<Write>,
+        views: &mut Views,
+        bucket: &mut Bucket,
+        stop: &watch::Receiver<bool>,
+    ) -> bool {
+        let total = writes.len();
+        let leader = self.leader.clone();
+        let stop = stop.clone();
+        let paced = futures::stream::iter(writes)
+            .then(|w| {
+                let wait = bucket.take();
+                async move {
+                    tokio::time::sleep(wait).await;
+                    w
+                }
+            })
+            // Leadership lost or shutting down: the rest of the batch is not ours to write.
+            .take_while(|_| {
+                let go = *leader.borrow() && !*stop.borrow();
+                async move { go }
+            });
+        let mut results = std::pin::pin!(
+            paced
+                .map(|w| async move {
+                    let r = self.write(&w).await;
+                    (w, r)
+                })
+                .buffer_unordered(self.limits.concurrency.max(1))
+        );
+        let (mut written, mut failed) = (0usize, false);
+        while let Some((w, result)) = results.next().await {
+            let label = match result {
+                Ok(rv) => {
+                    written += 1;
+                    // What the watch will say soon; until then a new batch must not redo it.
+                    record(views, &w, rv);
+                    "written"
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    failed = true;
+                    "conflict"
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => "not_found",
+                Err(e) => {
+                    failed = true;
+                    let (ns, name) = w.key();
+                    tracing::warn!(kind = w.kind(), namespace = %ns, name = %name, error = %e,
+                        "status: write failed; retrying");
+                    "failed"
+                }
+            };
+            self.metrics
+                .status_writes_total
+                .with_label_values(&[label])
+                .inc();
+        }
+        tracing::info!(
+            planned = total,
+            written,
+            "status: Gateway API status updated"
+        );
+        failed
+    }
+
+    /// One merge patch of the status subresource; the new resourceVersion.
+    async fn write(&self, w: &Write) -> Result<Option<String>, kube::Error> {
+        let pp = PatchParams::default();
+        // A merge patch replaces lists whole, so each list written is the complete one.
+        match w {
+            Write::Class((_, name), s) => {
+                let api: Api<GatewayClass> = Api::all(self.client.clone());
+                let patch = json!({ "status": s });
+                let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
+                Ok(o.metadata.resource_version)
+            }
+            Write::Gateway((ns, name), s) => {
+                let api: Api<Gateway> = Api::namespaced(self.client.clone(), ns);
+                let patch = json!({ "status": s });
+                let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
+                Ok(o.metadata.resource_version)
+            }
+            Write::Route((ns, name), s, rv) => {
+                let api: Api<HTTPRoute> = Api::namespaced(self.client.clone(), ns);
+                let patch = json!({ "metadata": { "resourceVersion": rv }, "status": s });
+                let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
+                Ok(o.metadata.resource_version)
+            }
+        }
+    }
+}
+
+/// The cluster source's retry policy for a Gateway API watch: a missing CRD (404) is looked
+/// for again every `GATEWAY_API_RETRY`, not at kube's backoff (which would start at 800 ms).
+fn gateway_api_backoff<K: Send + 'static>(
+    inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+) -> Stream_<K> {
+    crate::control::watch::backed_off(inner, Some(crate::control::watch::GATEWAY_API_RETRY)).boxed()
+}
+
+/// Notes a successful write in the views.
+fn record(views: &mut Views, w: &Write, rv: Option<String>) {
+    fn set<S: Clone>(view: &mut View<S>, key: &Key, status: &S, rv: Option<String>) {
+        if let Some(seen) = view.live.get_mut(key) {
+            seen.status = status.clone();
+            seen.resource_version = rv;
+        }
+    }
+    match w {
+        Write::Class(k, s) => set(&mut views.classes, k, s, rv),
+        Write::Gateway(k, s) => set(&mut views.gateways, k, s, rv),
+        Write::Route(k, s, _) => set(&mut views.routes, k, s, rv),
+    }
+}
+
+/// The next item of an optional stream; pending forever without one.
+async fn next<T>(s: Option<&mut Stream_<T>>) -> Option<Result<Event<T>, watcher::Error>> {
+    match s {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::translate::gateway::api::{
+        ListenerStatus, ParentReference, RouteGroupKind,
+    };
+
+    const OURS: &str = "switchyard.io/gateway-controller";
+    const THEIRS: &str = "example.com/other";
+    const NOW: &str = "2026-12-01T16:00:00Z";
+    const BEFORE: &str = "2026-11-30T08:00:00Z";
+
+    fn cond(type_: &str, ok: bool, gen_: i64, at: Option<&str>) -> Condition {
+        Condition {
+            last_transition_time: at.map(Into::into),
+            ..Condition::new(
+                type_,
+                ok,
+                if ok { type_ } else { "Invalid" },
+                "",
+                Some(gen_),
+            )
+        }
+    }
+
+    fn k(ns: &str, n: &str) -> Key {
+        (ns.to_string(), n.to_string())
+    }
+
+    fn seen<S>(status: S, rv: &str) -> Seen<S> {
+        Seen {
+            status,
+            resource_version: Some(rv.into()),
+        }
+    }
+
+    fn parent(name: &str, controller: &str, conditions: Vec<Condition>) -> RouteParentStatus {
+        RouteParentStatus {
+            parent_ref: ParentReference {
+                name: name.into(),
+                ..Default::default()
+            },
+            controller_name: controller.into(),
+            conditions,
+        }
+    }
+
+    #[test]
+    fn unchanged_conditions_keep_their_time_and_changed_ones_get_now() {
+        let current = [
+            cond("Accepted", true, 1, Some(BEFORE)),
+            cond("Programmed", false, 1, Some(BEFORE)),
+        ];
+        let desired = [
+            cond("Accepted", true, 2, None),
+            cond("Programmed", true, 2, None),
+        ];
+        let merged = merge_conditions(&desired, &current, NOW);
+        assert_eq!(merged[0].last_transition_time.as_deref(), Some(BEFORE));
+        assert_eq!(
+            merged[0].observed_generation,
+            Some(2),
+            "the rest is translate's"
+        );
+        assert_eq!(merged[1].last_transition_time.as_deref(), Some(NOW));
+        assert_eq!(
+            merge_conditions(&desired, &[], NOW)[0]
+                .last_transition_time
+                .as_deref(),
+            Some(NOW)
+        );
+    }
+
+    #[test]
+    fn classes_and_gateways_are_written_only_when_they_differ() {
+        let desired = GatewayApiStatus {
+            classes: BTreeMap::from([
+                (
+                    "a".to_string(),
+                    GatewayClassStatus {
+                        conditions: vec![cond("Accepted", true, 1, None)],
+                    },
+                ),
+                (
+                    "b".to_string(),
+                    GatewayClassStatus {
+                        conditions: vec![cond("Accepted", true, 1, None)],
+                    },
+                ),
+                ("unlisted".to_string(), GatewayClassStatus::default()),
+            ]),
+            gateways: BTreeMap::from([(
+                k("ns", "gw"),
+                GatewayStatus {
+                    addresses: vec![],
+                    conditions: vec![cond("Programmed", true, 3, None)],
+                    listeners: vec![ListenerStatus {
+                        name: "http".into(),
+                        supported_kinds: vec![RouteGroupKind {
+                            group: None,
+                            kind: "HTTPRoute".into(),
+                        }],
+                        attached_routes: 2,
+                        conditions: vec![cond("Accepted", true, 3, None)],
+                    }],
+                },
+            )]),
+            http_routes: BTreeMap::new(),
+        };
+        let addresses = [
+            Address::parse("203.0.113.7"),
+            Address::parse("lb.example.com"),
+        ];
+        let right_gateway = GatewayStatus {
+            addresses: addresses.iter().map(gateway_address).collect(),
+            conditions: vec![cond("Programmed", true, 3, Some(BEFORE))],
+            listeners: vec![ListenerStatus {
+                conditions: vec![cond("Accepted", true, 3, Some(BEFORE))],
+                ..desired.gateways[&k("ns", "gw")].listeners[0].clone()
+            }],
+        };
+        let current = Current {
+            classes: Some(BTreeMap::from([
+                (
+                    k("", "a"),
+                    seen(
+                        GatewayClassStatus {
+                            conditions: vec![cond("Accepted", true, 1, Some(BEFORE))],
+                        },
+                        "1",
+                    ),
+                ),
+                (
+                    k("", "b"),
+                    seen(
+                        GatewayClassStatus {
+                            conditions: vec![cond("Accepted", false, 1, Some(BEFORE))],
+                        },
+                        "2",
+                    ),
+                ),
+            ])),
+            gateways: Some(BTreeMap::from([(
+                k("ns", "gw"),
+                seen(right_gateway.clone(), "3"),
+            )])),
+            routes: None,
+        };
+        let w = plan(&desired, &addresses, OURS, &current, NOW);
+        assert_eq!(
+            w,
+            vec![Write::Class(
+                k("", "b"),
+                GatewayClassStatus {
+                    conditions: vec![cond("Accepted", true, 1, Some(NOW))]
+                }
+            )],
+            "a and the Gateway are right already; unlisted is not known yet"
+        );
+        assert_eq!(
+            right_gateway.addresses[0].type_.as_deref(),
+            Some("IPAddress")
+        );
+        assert_eq!(
+            right_gateway.addresses[1].type_.as_deref(),
+            Some("Hostname")
+        );
+        // A new address, or one more attached route, rewrites the Gateway.
+        let w = plan(&desired, &addresses[..1], OURS, &current, NOW);
+        assert!(
+            matches!(&w[1], Write::Gateway(key, s) if *key == k("ns", "gw") && s.addresses.len() == 1)
+        );
+        // Nothing listed yet: nothing written.
+        assert!(plan(&desired, &addresses, OURS, &Current::default(), NOW).is_empty());
+    }
+
+    #[test]
+    fn routes_get_our_parents_and_keep_other_controllers() {
+        let desired = GatewayApiStatus {
+            http_routes: BTreeMap::from([(
+                k("ns", "r"),
+                RouteStatus {
+                    parents: vec![parent("gw", OURS, vec![cond("Accepted", true, 2, None)])],
+                },
+            )]),
+            ..Default::default()
+        };
+        let theirs = parent(
+            "istio-gw",
+            THEIRS,
+            vec![cond("Accepted", true, 1, Some(BEFORE))],
+        );
+        let current = Current {
+            routes: Some(BTreeMap::from([
+                (
+                    k("ns", "r"),
+                    seen(
+                        RouteStatus {
+                            parents: vec![
+                                theirs.clone(),
+                                parent("gw", OURS, vec![cond("Accepted", true, 1, Some(BEFORE))]),
+                                parent(
+                                    "old-gw",
+                                    OURS,
+                                    vec![cond("Accepted", true, 1, Some(BEFORE))],
+                                ),
+                            ],
+                        },
+                        "7",
+                    ),
+                ),
+                // No longer ours: our entry goes, theirs stays.
+                (
+                    k("ns", "gone"),
+                    seen(
+                        RouteStatus {
+                            parents: vec![theirs.clone(), parent("gw", OURS, vec![])],
+                        },
+                        "8",
+                    ),
+                ),
+                // Never ours: untouched.
+                (
+                    k("ns", "other"),
+                    seen(
+                        RouteStatus {
+                            parents: vec![theirs.clone()],
+                        },
+                        "9",
+                    ),
+                ),
+            ])),
+            ..Default::default()
+        };
+        let w = plan(&desired, &[], OURS, &current, NOW);
+        assert_eq!(
+            w,
+            vec![
+                Write::Route(
+                    k("ns", "gone"),
+                    RouteStatus {
+                        parents: vec![theirs.clone()]
+                    },
+                    Some("8".into())
+                ),
+                Write::Route(
+                    k("ns", "r"),
+                    RouteStatus {
+                        parents: vec![
+                            theirs,
+                            parent("gw", OURS, vec![cond("Accepted", true, 2, Some(BEFORE))]),
+                        ]
+                    },
+                    Some("7".into())
+                ),
+            ]
+        );
+        // Applied, the plan is empty: nothing changed, nothing written.
+        let mut after = current.clone();
+        for write in &w {
+            if let Write::Route(key, s, _) = write {
+                after.routes.as_mut().unwrap().get_mut(key).unwrap().status = s.clone();
+            }
+        }
+        assert!(plan(&desired, &[], OURS, &after, "2026-12-02T00:00:00Z").is_empty());
+    }
+
+    #[test]
+    fn the_time_is_a_kubernetes_time() {
+        let t = now_rfc3339();
+        assert_eq!(t.len(), "2026-12-01T16:00:00Z".len(), "{t}");
+        assert!(t.ends_with('Z') && t.as_bytes()[10] == b'T', "{t}");
+    }
+}

@@ -1,0 +1,1239 @@
+//! Gateway API status through the cluster source, against the in-process fake API server over
+//! real HTTP: one test per upstream conformance case (Gateway API v1.6.1,
+//! `conformance/tests/<case>.go`) that checks status only, with the upstream manifests
+//! (`tests/data/gateway-api/conformance/`, applied with the suite's base manifests and its
+//! TLS Secrets) and the upstream expectations, judged as the suite's helpers judge them
+//! (`conformance/utils/kubernetes/helpers.go`: a condition matches on type and status, and on
+//! reason unless the expectation leaves it empty; listeners and parents must be exactly the
+//! expected ones). And the CRDs' absence: one warning, Services still served, the Gateway API
+//! picked up once installed.
+//!
+//! switchyard runs as the suite runs an implementation: watching every namespace, with an
+//! address to publish (`--publish-status-address 127.0.0.1`) and port 80/443 listeners as its
+//! frontends. Every wait is bounded (`TIMEOUT`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod kube_api;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Backend, free_port, try_request};
+use kube_api::{FakeApi, Kind, Watching, service, slice};
+use serde_json::{Value, json};
+
+const CONTROLLER: &str = "switchyard.io/gateway-controller";
+const CLASS: &str = "switchyard-conformance";
+const INFRA: &str = "gateway-conformance-infra";
+const GROUP: &str = "gateway.networking.k8s.io";
+/// The suite's timeouts are 60 s and more for a real cluster; here nothing waits on a network.
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+// === manifests ===
+
+/// The documents of a copied upstream manifest with the suite's placeholders filled in, keeping
+/// the kinds the fake serves (Deployments and ConfigMaps are the suite's backends' own).
+fn manifest(rel: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/gateway-api/conformance")
+        .join(rel);
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("{GATEWAY_CLASS_NAME}", CLASS)
+        .replace("{GATEWAY_CONTROLLER_NAME}", CONTROLLER);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| {
+            matches!(
+                v["kind"].as_str(),
+                Some(
+                    "Namespace"
+                        | "Service"
+                        | "Secret"
+                        | "GatewayClass"
+                        | "Gateway"
+                        | "HTTPRoute"
+                        | "ReferenceGrant"
+                )
+            )
+        })
+        .collect()
+}
+
+/// A self-signed `kubernetes.io/tls` Secret, as the suite creates for its HTTPS listeners.
+fn tls_secret(ns: &str, name: &str, hosts: &[&str]) -> Value {
+    let ck =
+        rcgen::generate_simple_self_signed(hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(
+            [
+                ("tls.crt", ck.cert.pem()),
+                ("tls.key", ck.signing_key.serialize_pem()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.into_bytes())))
+            .collect(),
+        ),
+        ..Default::default()
+    };
+    let mut v = serde_json::to_value(secret).unwrap();
+    v["apiVersion"] = json!("v1");
+    v["kind"] = json!("Secret");
+    v
+}
+
+/// The GatewayClass the suite is run with (`--gateway-class`), ours.
+fn gateway_class() -> Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+           "metadata": {"name": CLASS}, "spec": {"controllerName": CONTROLLER}})
+}
+
+/// What the suite sets up before any case: the class, the base manifests and the Secrets its
+/// setup creates.
+fn base() -> Vec<Value> {
+    let mut objs = vec![gateway_class()];
+    objs.extend(manifest("base/manifests.yaml"));
+    objs.push(tls_secret(
+        INFRA,
+        "tls-validity-checks-certificate",
+        &["*", "*.org"],
+    ));
+    objs.push(tls_secret(
+        "gateway-conformance-web-backend",
+        "certificate",
+        &["*"],
+    ));
+    objs
+}
+
+/// A switchyard watching a fake API server that holds the base and `case`'s manifests.
+struct Case {
+    api: FakeApi,
+    sy: Watching,
+    _cert: tempfile::TempDir,
+}
+
+async fn start(case: &str) -> Case {
+    start_with(case, |_| {}).await
+}
+
+/// `start` with the objects edited first (a status another controller wrote, say).
+async fn start_with(case: &str, edit: impl FnOnce(&mut Vec<Value>)) -> Case {
+    let api = FakeApi::start().await;
+    let mut objs = base();
+    objs.extend(manifest(&format!("{case}.yaml")));
+    edit(&mut objs);
+    api.apply_all(objs);
+    let cert = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["default.invalid".to_string()]).unwrap();
+    let bundle = cert.path().join("default.pem");
+    std::fs::write(
+        &bundle,
+        format!("{}{}", ck.cert.pem(), ck.signing_key.serialize_pem()),
+    )
+    .unwrap();
+    let https = free_port().to_string();
+    let sy = api.spawn_switchyard(
+        &[
+            "--gateway-http-port",
+            "80",
+            "--gateway-https-port",
+            "443",
+            "--https-port",
+            &https,
+            "--ssl-cert",
+            bundle.to_str().unwrap(),
+            "--publish-status-address",
+            "127.0.0.1",
+        ],
+        "info",
+    );
+    Case {
+        api,
+        sy,
+        _cert: cert,
+    }
+}
+
+impl Case {
+    fn get(&self, kind: Kind, ns: &str, name: &str) -> Value {
+        self.api
+            .object(kind, ns, name)
+            .unwrap_or_else(|| panic!("{kind:?} {ns}/{name} not in the fake"))
+    }
+
+    /// Waits until `check` passes, up to `TIMEOUT`; panics with its last complaint and the log.
+    async fn must(&self, what: &str, check: impl Fn(&Case) -> Result<(), String>) {
+        let start = Instant::now();
+        let mut last;
+        loop {
+            last = check(self);
+            if last.is_ok() || start.elapsed() > TIMEOUT {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if let Err(why) = last {
+            let log = self.sy.stderr();
+            let tail: String = log
+                .lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            panic!("{what}: {why}\n--- switchyard log (last lines) ---\n{tail}");
+        }
+    }
+
+    /// Patches a Gateway's spec as a client's merge patch would (the generation grows).
+    fn update(&self, kind: Kind, ns: &str, name: &str, f: impl FnOnce(&mut Value)) {
+        let mut obj = self.get(kind, ns, name);
+        f(&mut obj);
+        self.api.apply(obj);
+    }
+}
+
+// === the suite's judgements (conformance/utils/kubernetes/helpers.go) ===
+
+/// (type, status, reason); an empty reason matches any.
+type Cond<'a> = (&'a str, &'a str, &'a str);
+
+fn find_condition(actual: &Value, (ty, status, reason): Cond<'_>) -> bool {
+    actual.as_array().into_iter().flatten().any(|c| {
+        c["type"] == ty && c["status"] == status && (reason.is_empty() || c["reason"] == reason)
+    })
+}
+
+fn conditions_match(expected: &[Cond<'_>], actual: &Value) -> Result<(), String> {
+    for e in expected {
+        if !find_condition(actual, *e) {
+            return Err(format!("no condition {e:?} in {actual}"));
+        }
+    }
+    Ok(())
+}
+
+/// One expected listener status.
+struct Listener<'a> {
+    name: &'a str,
+    /// Kinds of the Gateway API group.
+    kinds: &'a [&'a str],
+    conditions: &'a [Cond<'a>],
+    attached: i64,
+}
+
+fn http_listener<'a>(name: &'a str, conditions: &'a [Cond<'a>], attached: i64) -> Listener<'a> {
+    Listener {
+        name,
+        kinds: &["HTTPRoute"],
+        conditions,
+        attached,
+    }
+}
+
+/// `GatewayStatusMustHaveListeners`: exactly these listeners, each with exactly these
+/// supported kinds (group set), this many attached routes, and these conditions among its own.
+fn listeners_match(gw: &Value, expected: &[Listener<'_>]) -> Result<(), String> {
+    let actual = gw["status"]["listeners"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "expected {} listeners, got {actual:?}",
+            expected.len()
+        ));
+    }
+    for e in expected {
+        let a = actual
+            .iter()
+            .find(|a| a["name"] == e.name)
+            .ok_or_else(|| format!("no listener {} in {actual:?}", e.name))?;
+        let kinds: Vec<Value> = e
+            .kinds
+            .iter()
+            .map(|k| json!({"group": GROUP, "kind": k}))
+            .collect();
+        let got = a["supportedKinds"].as_array().cloned().unwrap_or_default();
+        if got != kinds {
+            return Err(format!(
+                "listener {}: supportedKinds {got:?}, expected {kinds:?}",
+                e.name
+            ));
+        }
+        if a["attachedRoutes"].as_i64().unwrap_or(0) != e.attached {
+            return Err(format!(
+                "listener {}: attachedRoutes {}, expected {}",
+                e.name, a["attachedRoutes"], e.attached
+            ));
+        }
+        conditions_match(e.conditions, &a["conditions"])
+            .map_err(|w| format!("listener {}: {w}", e.name))?;
+    }
+    Ok(())
+}
+
+/// `*ConditionsHaveLatestObservedGeneration`: conditions exist and all observed this generation.
+fn latest_conditions(obj: &Value, conditions: &Value) -> Result<(), String> {
+    let generation = obj["metadata"]["generation"].as_i64();
+    let list = conditions.as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        return Err("no conditions".into());
+    }
+    for c in &list {
+        if c["observedGeneration"].as_i64() != generation {
+            return Err(format!(
+                "condition {} observedGeneration {}, generation {generation:?}",
+                c["type"], c["observedGeneration"]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Our parents' entries of a route that name the Gateway `gw` (namespace absent or equal).
+fn parents_for<'a>(route: &'a Value, gw: (&str, &str)) -> Vec<&'a Value> {
+    route["status"]["parents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["parentRef"]["name"] == gw.1
+                && (p["parentRef"]["namespace"].is_null() || p["parentRef"]["namespace"] == gw.0)
+        })
+        .collect()
+}
+
+/// `HTTPRouteMustHaveCondition`.
+fn route_condition(route: &Value, gw: (&str, &str), cond: Cond<'_>) -> Result<(), String> {
+    if parents_for(route, gw)
+        .iter()
+        .any(|p| find_condition(&p["conditions"], cond))
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "no parent {gw:?} with {cond:?} in {}",
+            route["status"]
+        ))
+    }
+}
+
+/// `GatewayAndHTTPRoutesMustBeAccepted` for one route and a Gateway without section names:
+/// the Gateway has an IP address, and the route exactly one parent, ours, Accepted.
+fn accepted(case: &Case, route: (&str, &str), gw: (&str, &str)) -> Result<(), String> {
+    let g = case.get(Kind::Gateway, gw.0, gw.1);
+    let has_ip = g["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|a| a["type"] == "IPAddress");
+    if !has_ip {
+        return Err(format!("Gateway {gw:?} has no IPAddress: {}", g["status"]));
+    }
+    let r = case.get(Kind::HTTPRoute, route.0, route.1);
+    let parents = r["status"]["parents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let [p] = &parents[..] else {
+        return Err(format!("expected one parent, got {parents:?}"));
+    };
+    let namespace_ok = route.0 == gw.0 && p["parentRef"]["namespace"].is_null()
+        || p["parentRef"]["namespace"] == gw.0;
+    if p["controllerName"] != CONTROLLER
+        || p["parentRef"]["group"] != GROUP
+        || p["parentRef"]["kind"] != "Gateway"
+        || p["parentRef"]["name"] != gw.1
+        || !namespace_ok
+    {
+        return Err(format!("parent {p} is not ours for {gw:?}"));
+    }
+    conditions_match(&[("Accepted", "True", "Accepted")], &p["conditions"])
+}
+
+/// `HTTPRouteMustHaveNoAcceptedParents`: no parents (seen twice, a second apart, so that "not
+/// yet" is not taken for "never"), or one that is not Accepted.
+async fn no_accepted_parents(case: &Case, route: (&str, &str)) {
+    case.must("no accepted parents", |c| {
+        let r = c.get(Kind::HTTPRoute, route.0, route.1);
+        let parents = r["status"]["parents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match &parents[..] {
+            [] => Ok(()),
+            [p] => conditions_match(&[("Accepted", "False", "")], &p["conditions"]),
+            _ => Err(format!("more than one parent: {parents:?}")),
+        }
+    })
+    .await;
+    let r = case.get(Kind::HTTPRoute, route.0, route.1);
+    if r["status"]["parents"].as_array().is_none_or(Vec::is_empty) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        case.must("no accepted parents, a second later", |c| {
+            let r = c.get(Kind::HTTPRoute, route.0, route.1);
+            let parents = r["status"]["parents"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            match &parents[..] {
+                [] => Ok(()),
+                [p] => conditions_match(&[("Accepted", "False", "")], &p["conditions"]),
+                _ => Err(format!("more than one parent: {parents:?}")),
+            }
+        })
+        .await;
+    }
+}
+
+/// `GatewayMustHaveZeroRoutes`: no listeners in status, or one with no routes attached.
+fn zero_routes(case: &Case, gw: (&str, &str)) -> Result<(), String> {
+    let g = case.get(Kind::Gateway, gw.0, gw.1);
+    let listeners = g["status"]["listeners"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    match &listeners[..] {
+        [] => Ok(()),
+        [l] if l["attachedRoutes"].as_i64().unwrap_or(0) == 0 => Ok(()),
+        _ => Err(format!("routes attached: {listeners:?}")),
+    }
+}
+
+/// `NamespacesMustBeReady` (the Gateway side): every Gateway in `ns` is Programmed.
+fn namespace_ready(case: &Case, ns: &str) -> Result<(), String> {
+    for g in case.api.objects(Kind::Gateway) {
+        if g["metadata"]["namespace"] == ns
+            && !find_condition(&g["status"]["conditions"], ("Programmed", "True", ""))
+        {
+            return Err(format!(
+                "Gateway {} not Programmed: {}",
+                g["metadata"]["name"], g["status"]
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn gateway_latest(case: &Case, gw: (&str, &str)) -> Result<(), String> {
+    let g = case.get(Kind::Gateway, gw.0, gw.1);
+    latest_conditions(&g, &g["status"]["conditions"])
+}
+
+const OK_LISTENER: &[Cond<'static>] = &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")];
+
+// === GatewayClass ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gatewayclass_observed_generation_bump() {
+    let c = start("gatewayclass-observed-generation-bump").await;
+    let name = "gatewayclass-observed-generation-bump";
+    let accepted_latest = |c: &Case| {
+        let gwc = c.get(Kind::GatewayClass, "", name);
+        conditions_match(&[("Accepted", "True", "")], &gwc["status"]["conditions"])?;
+        latest_conditions(&gwc, &gwc["status"]["conditions"])
+    };
+    c.must("GWCMustBeAccepted", accepted_latest).await;
+    let existing = c.get(Kind::GatewayClass, "", name);
+    c.update(Kind::GatewayClass, "", name, |o| {
+        o["spec"]["description"] = json!("new")
+    });
+    c.must("GWCMustBeAccepted after the update", accepted_latest)
+        .await;
+    let updated = c.get(Kind::GatewayClass, "", name);
+    assert_ne!(
+        existing["metadata"]["generation"],
+        updated["metadata"]["generation"]
+    );
+    for uc in updated["status"]["conditions"].as_array().unwrap() {
+        for ec in existing["status"]["conditions"].as_array().unwrap() {
+            assert!(
+                !(ec["type"] == uc["type"] && ec["observedGeneration"] == uc["observedGeneration"]),
+                "condition {} observedGeneration remained {}",
+                uc["type"],
+                uc["observedGeneration"]
+            );
+        }
+    }
+    // A condition whose status did not change keeps its lastTransitionTime.
+    let time = |o: &Value| {
+        o["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Accepted")
+            .map(|c| c["lastTransitionTime"].clone())
+    };
+    assert_eq!(time(&existing), time(&updated));
+}
+
+// === Gateway ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_observed_generation_bump() {
+    let c = start("gateway-observed-generation-bump").await;
+    let gw = (INFRA, "gateway-observed-generation-bump");
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    c.must("GatewayMustHaveLatestConditions", |c| gateway_latest(c, gw))
+        .await;
+    let original = c.get(Kind::Gateway, gw.0, gw.1);
+    c.update(Kind::Gateway, gw.0, gw.1, |o| {
+        o["spec"]["listeners"].as_array_mut().unwrap().push(json!({
+            "name": "alternate", "hostname": "foo.com", "port": 80, "protocol": "HTTP",
+            "allowedRoutes": {"namespaces": {"from": "All"}}}))
+    });
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    c.must("GatewayMustHaveLatestConditions", |c| gateway_latest(c, gw))
+        .await;
+    let updated = c.get(Kind::Gateway, gw.0, gw.1);
+    assert_ne!(
+        original["metadata"]["generation"],
+        updated["metadata"]["generation"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_with_attached_routes() {
+    let c = start("gateway-with-attached-routes").await;
+    c.must("one valid route attached", |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, INFRA, "gateway-with-one-attached-route"),
+            &[http_listener("http", OK_LISTENER, 1)],
+        )
+    })
+    .await;
+    c.must("two valid routes attached", |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, INFRA, "gateway-with-two-attached-routes"),
+            &[http_listener("http", OK_LISTENER, 2)],
+        )
+    })
+    .await;
+    let gw = (
+        INFRA,
+        "unresolved-gateway-with-one-attached-unresolved-route",
+    );
+    c.must("AttachedRoutes set even with unresolved refs", |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, gw.0, gw.1),
+            &[http_listener(
+                "tls",
+                &[("Programmed", "False", ""), ("ResolvedRefs", "False", "")],
+                1,
+            )],
+        )
+    })
+    .await;
+    c.must("http-route-4 ResolvedRefs False", |c| {
+        route_condition(
+            &c.get(Kind::HTTPRoute, INFRA, "http-route-4"),
+            gw,
+            ("ResolvedRefs", "False", ""),
+        )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_invalid_route_kind() {
+    let c = start("gateway-invalid-route-kind").await;
+    let invalid: &[Cond<'_>] = &[("ResolvedRefs", "False", "InvalidRouteKinds")];
+    c.must("only an invalid kind: no supportedKinds", |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, INFRA, "gateway-only-invalid-route-kind"),
+            &[Listener {
+                name: "http",
+                kinds: &[],
+                conditions: invalid,
+                attached: 0,
+            }],
+        )
+    })
+    .await;
+    c.must(
+        "a supported and an invalid kind: HTTPRoute supported",
+        |c| {
+            listeners_match(
+                &c.get(
+                    Kind::Gateway,
+                    INFRA,
+                    "gateway-supported-and-invalid-route-kind",
+                ),
+                &[http_listener("http", invalid, 0)],
+            )
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_invalid_tls_configuration() {
+    let c = start("gateway-invalid-tls-configuration").await;
+    let invalid: &[Cond<'_>] = &[("ResolvedRefs", "False", "InvalidCertificateRef")];
+    for name in [
+        "gateway-certificate-nonexistent-secret",
+        "gateway-certificate-unsupported-group",
+        "gateway-certificate-unsupported-kind",
+        "gateway-certificate-malformed-secret",
+    ] {
+        c.must(name, |c| {
+            listeners_match(
+                &c.get(Kind::Gateway, INFRA, name),
+                &[http_listener("https", invalid, 0)],
+            )
+        })
+        .await;
+    }
+}
+
+async fn secret_reference_case(case: &str, conditions: &[Cond<'_>]) {
+    let c = start(case).await;
+    c.must(case, |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, INFRA, case),
+            &[http_listener("https", conditions, 0)],
+        )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_secret_invalid_reference_grant() {
+    secret_reference_case(
+        "gateway-secret-invalid-reference-grant",
+        &[("ResolvedRefs", "False", "RefNotPermitted")],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_secret_missing_reference_grant() {
+    secret_reference_case(
+        "gateway-secret-missing-reference-grant",
+        &[("ResolvedRefs", "False", "RefNotPermitted")],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_secret_reference_grant_all_in_namespace() {
+    secret_reference_case(
+        "gateway-secret-reference-grant-all-in-namespace",
+        &[
+            ("Programmed", "True", "Programmed"),
+            ("ResolvedRefs", "True", ""),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_secret_reference_grant_specific() {
+    secret_reference_case(
+        "gateway-secret-reference-grant-specific",
+        &[
+            ("Programmed", "True", "Programmed"),
+            ("ResolvedRefs", "True", ""),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_modify_listeners() {
+    let c = start("gateway-modify-listeners").await;
+    // Add a listener.
+    let gw = (INFRA, "gateway-add-listener");
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    c.must("GatewayMustHaveLatestConditions", |c| gateway_latest(c, gw))
+        .await;
+    let original = c.get(Kind::Gateway, gw.0, gw.1);
+    c.update(Kind::Gateway, gw.0, gw.1, |o| {
+        o["spec"]["listeners"].as_array_mut().unwrap().push(json!({
+            "name": "http", "port": 80, "protocol": "HTTP", "hostname": "data.test.com",
+            "allowedRoutes": {"namespaces": {"from": "All"}}}))
+    });
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    c.must("both listeners", |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, gw.0, gw.1),
+            &[
+                http_listener("https", OK_LISTENER, 1),
+                http_listener("http", OK_LISTENER, 1),
+            ],
+        )
+    })
+    .await;
+    c.must("GatewayMustHaveLatestConditions", |c| gateway_latest(c, gw))
+        .await;
+    assert_ne!(
+        original["metadata"]["generation"],
+        c.get(Kind::Gateway, gw.0, gw.1)["metadata"]["generation"]
+    );
+    // Remove one.
+    let gw = (INFRA, "gateway-remove-listener");
+    c.must("GatewayMustHaveLatestConditions", |c| gateway_latest(c, gw))
+        .await;
+    let original = c.get(Kind::Gateway, gw.0, gw.1);
+    assert_eq!(original["spec"]["listeners"].as_array().unwrap().len(), 2);
+    c.update(Kind::Gateway, gw.0, gw.1, |o| {
+        o["spec"]["listeners"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|l| l["name"] == "http")
+    });
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    c.must("one listener left", |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, gw.0, gw.1),
+            &[http_listener("http", OK_LISTENER, 1)],
+        )
+    })
+    .await;
+    c.must("GatewayMustHaveLatestConditions", |c| gateway_latest(c, gw))
+        .await;
+}
+
+// === HTTPRoute ===
+
+const SAME_NAMESPACE: (&str, &str) = (INFRA, "same-namespace");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_observed_generation_bump() {
+    let c = start("httproute-observed-generation-bump").await;
+    let route = (INFRA, "observed-generation-bump");
+    let latest = |c: &Case| {
+        accepted(c, route, SAME_NAMESPACE)?;
+        let r = c.get(Kind::HTTPRoute, route.0, route.1);
+        for p in r["status"]["parents"].as_array().unwrap() {
+            latest_conditions(&r, &p["conditions"])?;
+        }
+        Ok(())
+    };
+    c.must("HTTPRouteMustHaveLatestConditions", latest).await;
+    let original = c.get(Kind::HTTPRoute, route.0, route.1);
+    c.update(Kind::HTTPRoute, route.0, route.1, |o| {
+        o["spec"]["rules"][0]["backendRefs"][0]["name"] = json!("infra-backend-v2")
+    });
+    c.must("HTTPRouteMustHaveLatestConditions after the update", latest)
+        .await;
+    let updated = c.get(Kind::HTTPRoute, route.0, route.1);
+    assert_ne!(
+        original["metadata"]["generation"],
+        updated["metadata"]["generation"]
+    );
+}
+
+/// A route Accepted by `same-namespace` with a ResolvedRefs condition `cond`.
+async fn accepted_with_refs(case: &str, route: &str, cond: Cond<'_>) {
+    let c = start(case).await;
+    let route = (INFRA, route);
+    c.must("GatewayAndHTTPRoutesMustBeAccepted", |c| {
+        accepted(c, route, SAME_NAMESPACE)
+    })
+    .await;
+    c.must("HTTPRouteMustHaveCondition", |c| {
+        route_condition(
+            &c.get(Kind::HTTPRoute, route.0, route.1),
+            SAME_NAMESPACE,
+            cond,
+        )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_nonexistent_backendref() {
+    accepted_with_refs(
+        "httproute-invalid-nonexistent-backendref",
+        "invalid-nonexistent-backend-ref",
+        ("ResolvedRefs", "False", "BackendNotFound"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_backendref_unknown_kind() {
+    accepted_with_refs(
+        "httproute-invalid-backendref-unknown-kind",
+        "invalid-backend-ref-unknown-kind",
+        ("ResolvedRefs", "False", "InvalidKind"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_cross_namespace_backend_ref() {
+    accepted_with_refs(
+        "httproute-invalid-cross-namespace-backend-ref",
+        "invalid-cross-namespace-backend-ref",
+        ("ResolvedRefs", "False", "RefNotPermitted"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_reference_grant() {
+    accepted_with_refs(
+        "httproute-invalid-reference-grant",
+        "reference-grant",
+        ("ResolvedRefs", "False", "RefNotPermitted"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_partially_invalid_via_invalid_reference_grant() {
+    accepted_with_refs(
+        "httproute-partially-invalid-via-invalid-reference-grant",
+        "invalid-reference-grant",
+        ("ResolvedRefs", "False", "RefNotPermitted"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_cross_namespace_parent_ref() {
+    let c = start("httproute-invalid-cross-namespace-parent-ref").await;
+    let route = (
+        "gateway-conformance-web-backend",
+        "invalid-cross-namespace-parent-ref",
+    );
+    c.must("HTTPRouteMustHaveResolvedRefsConditionsTrue", |c| {
+        route_condition(
+            &c.get(Kind::HTTPRoute, route.0, route.1),
+            SAME_NAMESPACE,
+            ("ResolvedRefs", "True", ""),
+        )
+    })
+    .await;
+    c.must("Accepted False NotAllowedByListeners", |c| {
+        route_condition(
+            &c.get(Kind::HTTPRoute, route.0, route.1),
+            SAME_NAMESPACE,
+            ("Accepted", "False", "NotAllowedByListeners"),
+        )
+    })
+    .await;
+    no_accepted_parents(&c, route).await;
+    c.must("GatewayMustHaveZeroRoutes", |c| {
+        zero_routes(c, SAME_NAMESPACE)
+    })
+    .await;
+}
+
+/// A route whose parentRef matches no listener of the Gateway `gw` (in the infra namespace).
+async fn no_matching_parent(case: &str, route: &str, gw: &str) {
+    let c = start(case).await;
+    let (route, gw) = ((INFRA, route), (INFRA, gw));
+    c.must("Accepted False NoMatchingParent", |c| {
+        route_condition(
+            &c.get(Kind::HTTPRoute, route.0, route.1),
+            gw,
+            ("Accepted", "False", "NoMatchingParent"),
+        )
+    })
+    .await;
+    no_accepted_parents(&c, route).await;
+    c.must("GatewayMustHaveZeroRoutes", |c| zero_routes(c, gw))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_parentref_not_matching_section_name() {
+    no_matching_parent(
+        "httproute-invalid-parentref-not-matching-section-name",
+        "httproute-listener-not-matching-section-name",
+        SAME_NAMESPACE.1,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_parentref_not_matching_listener_port() {
+    no_matching_parent(
+        "httproute-invalid-parentref-not-matching-listener-port",
+        "httproute-listener-not-matching-route-port",
+        SAME_NAMESPACE.1,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_parentref_section_name_not_matching_port() {
+    no_matching_parent(
+        "httproute-invalid-parentref-section-name-not-matching-port",
+        "httproute-listener-section-name-not-matching-port",
+        "gateway-with-one-not-matching-port-and-section-name-route",
+    )
+    .await;
+}
+
+// === the writer's own promises (not a conformance case) ===
+
+/// Another controller's entry in a route's `status.parents` is kept beside ours, and once the
+/// status is right nothing more is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_controllers_parents_are_kept_and_a_settled_status_is_not_rewritten() {
+    let theirs = json!({
+        "parentRef": {"group": GROUP, "kind": "Gateway", "name": "their-gateway", "namespace": INFRA},
+        "controllerName": "example.com/other-controller",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    });
+    let route = (INFRA, "observed-generation-bump");
+    let seeded = theirs.clone();
+    let c = start_with("httproute-observed-generation-bump", move |objs| {
+        for o in objs.iter_mut() {
+            if o["kind"] == "HTTPRoute" && o["metadata"]["name"] == route.1 {
+                o["status"] = json!({"parents": [seeded]});
+            }
+        }
+    })
+    .await;
+    c.must("ours beside theirs", |c| {
+        let r = c.get(Kind::HTTPRoute, route.0, route.1);
+        let parents = r["status"]["parents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !parents.contains(&theirs) {
+            return Err(format!("their entry changed or went: {parents:?}"));
+        }
+        let ours: Vec<&Value> = parents
+            .iter()
+            .filter(|p| p["controllerName"] == CONTROLLER)
+            .collect();
+        match &ours[..] {
+            [p] if p["parentRef"]["name"] == SAME_NAMESPACE.1 => {
+                conditions_match(&[("Accepted", "True", "Accepted")], &p["conditions"])
+            }
+            _ => Err(format!("expected one entry of ours: {parents:?}")),
+        }
+    })
+    .await;
+    // Settled: the Gateway is Programmed and the route Accepted; then no further writes.
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = [
+        c.api.status_requests(Kind::GatewayClass),
+        c.api.status_requests(Kind::Gateway),
+        c.api.status_requests(Kind::HTTPRoute),
+    ];
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = [
+        c.api.status_requests(Kind::GatewayClass),
+        c.api.status_requests(Kind::Gateway),
+        c.api.status_requests(Kind::HTTPRoute),
+    ];
+    assert_eq!(before, after, "status written again with nothing changed");
+    assert!(
+        before.iter().all(|n| *n > 0),
+        "every kind was written: {before:?}"
+    );
+}
+
+/// A judgement of the fake's objects.
+type Check = dyn Fn(&FakeApi) -> Result<(), String> + Send;
+
+/// The writer alone, in process, fed a decision by hand (so it is tested whatever translate
+/// decides): it writes conditions with their times, addresses and our route parents beside
+/// others', sends nothing for an unchanged decision, keeps the time of a condition whose
+/// status did not change, and writes nothing while not leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use switchyard::control::gateway_status::GatewayStatusWriter;
+    use switchyard::control::status::{Address, Limits, Publish};
+    use switchyard::control::translate::gateway::api::*;
+    use tokio::sync::watch;
+
+    let api = FakeApi::start().await;
+    let theirs = json!({
+        "parentRef": {"group": GROUP, "kind": "Gateway", "name": "their-gateway", "namespace": INFRA},
+        "controllerName": "example.com/other-controller",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    });
+    api.apply_all(vec![
+        gateway_class(),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": INFRA}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": INFRA},
+               "spec": {"gatewayClassName": CLASS,
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "r", "namespace": INFRA},
+               "spec": {"parentRefs": [{"name": "gw"}]},
+               "status": {"parents": [theirs.clone()]}}),
+    ]);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::new(format!("http://127.0.0.1:{}", api.port).parse().unwrap());
+    let (desired_tx, desired_rx) = watch::channel(Arc::new(GatewayApiStatus::default()));
+    let (leader_tx, leader_rx) = watch::channel(true);
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    GatewayStatusWriter {
+        client: kube::Client::try_from(config).unwrap(),
+        namespace: None,
+        controller_name: CONTROLLER.into(),
+        publish: Some(Publish::Static(vec![
+            Address::parse("127.0.0.1"),
+            Address::parse("lb.example"),
+        ])),
+        desired: desired_rx,
+        leader: leader_rx,
+        limits: Limits {
+            coalesce: Duration::from_millis(100),
+            ..Limits::default()
+        },
+        metrics: Arc::new(switchyard::ops::metrics::Metrics::new()),
+    }
+    .spawn(stop_rx);
+
+    let decision = |accepted: bool, generation: i64| {
+        let cond = |t: &str, ok: bool| {
+            Condition::new(t, ok, if ok { t } else { "Invalid" }, "", Some(generation))
+        };
+        Arc::new(GatewayApiStatus {
+            classes: BTreeMap::from([(
+                CLASS.to_string(),
+                GatewayClassStatus {
+                    conditions: vec![cond("Accepted", accepted)],
+                },
+            )]),
+            gateways: BTreeMap::from([(
+                (INFRA.to_string(), "gw".to_string()),
+                GatewayStatus {
+                    addresses: vec![],
+                    conditions: vec![cond("Accepted", true), cond("Programmed", true)],
+                    listeners: vec![ListenerStatus {
+                        name: "http".into(),
+                        supported_kinds: vec![RouteGroupKind {
+                            group: Some(GROUP.into()),
+                            kind: "HTTPRoute".into(),
+                        }],
+                        attached_routes: 1,
+                        conditions: vec![cond("Accepted", true)],
+                    }],
+                },
+            )]),
+            http_routes: BTreeMap::from([(
+                (INFRA.to_string(), "r".to_string()),
+                RouteStatus {
+                    parents: vec![RouteParentStatus {
+                        parent_ref: ParentReference {
+                            group: Some(GROUP.into()),
+                            kind: Some("Gateway".into()),
+                            name: "gw".into(),
+                            ..Default::default()
+                        },
+                        controller_name: CONTROLLER.into(),
+                        conditions: vec![cond("Accepted", true)],
+                    }],
+                },
+            )]),
+        })
+    };
+    let wait = |what: &'static str, check: Box<Check>| {
+        let api = &api;
+        async move {
+            let start = Instant::now();
+            loop {
+                match check(api) {
+                    Ok(()) => return,
+                    Err(e) if start.elapsed() > TIMEOUT => panic!("{what}: {e}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+    };
+    let class_accepted = |api: &FakeApi| {
+        let c = api.object(Kind::GatewayClass, "", CLASS).unwrap();
+        c["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Accepted")
+            .cloned()
+            .unwrap()
+    };
+    // The CRD's default status (Accepted Unknown, 1970) is there before anything is written.
+    assert_eq!(class_accepted(&api)["status"], "Unknown");
+    desired_tx.send(decision(true, 1)).unwrap();
+    wait(
+        "everything written",
+        Box::new(move |api| {
+            let c = class_accepted(api);
+            if c["status"] != "True" {
+                return Err(format!("class: {c}"));
+            }
+            let g = api.object(Kind::Gateway, INFRA, "gw").unwrap();
+            let want = json!([{"type": "IPAddress", "value": "127.0.0.1"},
+                              {"type": "Hostname", "value": "lb.example"}]);
+            if g["status"]["addresses"] != want
+                || g["status"]["listeners"][0]["attachedRoutes"] != 1
+            {
+                return Err(format!("gateway: {}", g["status"]));
+            }
+            let r = api.object(Kind::HTTPRoute, INFRA, "r").unwrap();
+            let parents = r["status"]["parents"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if parents.len() != 2
+                || parents[0] != theirs
+                || parents[1]["controllerName"] != CONTROLLER
+            {
+                return Err(format!("route: {parents:?}"));
+            }
+            Ok(())
+        }),
+    )
+    .await;
+    let first = class_accepted(&api);
+    let set_at = first["lastTransitionTime"].as_str().unwrap().to_string();
+    assert_ne!(
+        set_at, "1970-01-01T00:00:00Z",
+        "a changed condition gets the time of the write"
+    );
+    assert!(set_at.len() == 20 && set_at.ends_with('Z'), "{set_at}");
+
+    // The same decision again: not a request.
+    let requests =
+        || [Kind::GatewayClass, Kind::Gateway, Kind::HTTPRoute].map(|k| api.status_requests(k));
+    let before = requests();
+    desired_tx.send(decision(true, 1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(before, requests(), "an unchanged decision is written again");
+
+    // A new generation, same status: the time stays, observedGeneration moves.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    desired_tx.send(decision(true, 2)).unwrap();
+    wait(
+        "observedGeneration 2",
+        Box::new(move |api| {
+            let c = class_accepted(api);
+            (c["observedGeneration"] == 2)
+                .then_some(())
+                .ok_or(c.to_string())
+        }),
+    )
+    .await;
+    assert_eq!(class_accepted(&api)["lastTransitionTime"], json!(set_at));
+
+    // Not leading: nothing is written.
+    leader_tx.send(false).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = requests();
+    desired_tx.send(decision(false, 3)).unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(before, requests(), "a follower wrote status");
+    assert_eq!(class_accepted(&api)["status"], "True");
+    // Leading again: the pending decision is written, with a new time (status changed).
+    leader_tx.send(true).unwrap();
+    wait(
+        "written after taking over",
+        Box::new(move |api| {
+            let c = class_accepted(api);
+            (c["status"] == "False" && c["observedGeneration"] == 3)
+                .then_some(())
+                .ok_or(c.to_string())
+        }),
+    )
+    .await;
+    assert_ne!(
+        class_accepted(&api)["lastTransitionTime"],
+        json!(set_at),
+        "a condition whose status changed keeps its old time"
+    );
+}
+
+// === CRDs absent ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_crds_services_are_served_and_the_gateway_api_is_picked_up_later() {
+    let backend = Backend::start("web").await;
+    let api = FakeApi::start_reaching_local_backends().await;
+    api.set_gateway_api_installed(false);
+    api.apply(service("web", &[]));
+    api.apply(slice("web", "web-1", backend.port, true, true, false));
+    let sy = api.spawn_switchyard(&["--gateway-http-port", "80"], "info");
+    // Services are served although every Gateway API list answers 404.
+    let served = common::eventually(TIMEOUT, || async {
+        try_request(sy.http_port, "GET", "/web", &[])
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    assert!(served, "Service not served: {}", sy.stderr());
+    assert!(
+        api.absent_answers(Kind::HTTPRoute) > 0,
+        "the route list was tried"
+    );
+    // Looked for again at its own, slow interval, not at the watch backoff (which would make
+    // two or three tries in 3 s for each of the two watchers: the source and the status writer).
+    let tries = api.absent_answers(Kind::HTTPRoute);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        api.absent_answers(Kind::HTTPRoute) <= tries + 2,
+        "retried too often: {} then {}",
+        tries,
+        api.absent_answers(Kind::HTTPRoute)
+    );
+    let log = sy.stderr();
+    assert_eq!(
+        log.matches("the Gateway API CRDs are not installed")
+            .count(),
+        1,
+        "one warning for the four kinds: {log}"
+    );
+    assert!(
+        !log.contains("cannot watch"),
+        "a missing CRD is not a failing watch: {log}"
+    );
+    // The CRDs arrive with a class, a Gateway and a route: the route is served within the
+    // retry interval (15 s, jittered by up to a quarter).
+    api.set_gateway_api_installed(true);
+    api.apply_all(vec![
+        gateway_class(),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": "default"},
+               "spec": {"gatewayClassName": CLASS,
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "r", "namespace": "default"},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["route.example"],
+                        "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}),
+    ]);
+    let routed = common::eventually(Duration::from_secs(25), || async {
+        try_request(sy.http_port, "GET", "/", &[("Host", "route.example")])
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    assert!(routed, "HTTPRoute not served: {}", sy.stderr());
+    assert!(
+        sy.stderr().contains("the Gateway API CRDs are installed"),
+        "{}",
+        sy.stderr()
+    );
+}

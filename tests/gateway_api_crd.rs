@@ -1,0 +1,503 @@
+//! The Gateway API types of `control::translate::gateway::api` held to the v1.6.1 standard CRDs
+//! (copied under `tests/data/gateway-api/crd/`, see the NOTICE there): an instance of each
+//! type with every field set is serialized, and every JSON path in it must exist in the CRD's
+//! `openAPIV3Schema` of the storage version, with a compatible type. A misspelt field would
+//! otherwise be read as absent from every real object and written where no API server keeps
+//! it. The conformance suite's manifests must read into the same types.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
+use serde_json::Value;
+use switchyard::control::translate::gateway::api::*;
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/gateway-api")
+        .join(rel)
+}
+
+/// The `openAPIV3Schema` of the CRD's storage version, and that version's name.
+fn storage_schema(plural: &str) -> (String, Value) {
+    let path = data(&format!("crd/gateway.networking.k8s.io_{plural}.yaml"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let crd: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let version = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["storage"] == Value::Bool(true))
+        .unwrap();
+    (
+        version["name"].as_str().unwrap().to_string(),
+        version["schema"]["openAPIV3Schema"].clone(),
+    )
+}
+
+/// Every path of `value` that `schema` does not allow, with why.
+fn mismatches(value: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+    let ty = schema["type"].as_str();
+    let int_or_string = schema["x-kubernetes-int-or-string"] == Value::Bool(true);
+    let ok = match (value, ty) {
+        (_, None) if int_or_string => value.is_string() || value.is_i64(),
+        (_, None) => true,
+        (Value::Object(_), Some("object"))
+        | (Value::Array(_), Some("array"))
+        | (Value::String(_), Some("string"))
+        | (Value::Bool(_), Some("boolean")) => true,
+        (Value::Number(n), Some("integer")) => n.is_i64() || n.is_u64(),
+        (Value::Number(_), Some("number")) => true,
+        _ => false,
+    };
+    if !ok {
+        out.push(format!("{path}: {value} is not of type {ty:?}"));
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            // ObjectMeta is `type: object` without properties in every CRD: the API server's.
+            if path == ".metadata" {
+                return;
+            }
+            for (k, v) in map {
+                let sub = format!("{path}.{k}");
+                if let Some(s) = schema["properties"].get(k) {
+                    mismatches(v, s, &sub, out);
+                } else if let Some(s) = schema.get("additionalProperties") {
+                    mismatches(v, s, &sub, out);
+                } else if schema["x-kubernetes-preserve-unknown-fields"] != Value::Bool(true) {
+                    out.push(format!("{sub}: not in the schema"));
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                mismatches(v, &schema["items"], &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every leaf path of `value` (objects and arrays that are empty count as leaves too), to
+/// prove an instance is fully populated: no `null` anywhere.
+fn nulls(value: &Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Null => out.push(path.to_string()),
+        Value::Object(m) => m
+            .iter()
+            .for_each(|(k, v)| nulls(v, &format!("{path}.{k}"), out)),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| nulls(v, &format!("{path}[{i}]"), out)),
+        _ => {}
+    }
+}
+
+fn check<T: serde::Serialize + k8s_openapi::Resource>(plural: &str, object: &T) {
+    let (version, schema) = storage_schema(plural);
+    assert_eq!(
+        T::VERSION,
+        version,
+        "{plural}: the type is read at the storage version"
+    );
+    assert_eq!(T::URL_PATH_SEGMENT, plural);
+    let mut value = serde_json::to_value(object).unwrap();
+    value["apiVersion"] = T::API_VERSION.into();
+    value["kind"] = T::KIND.into();
+    let mut bad = Vec::new();
+    mismatches(&value, &schema, "", &mut bad);
+    assert!(bad.is_empty(), "{plural}: {bad:#?}");
+    let mut holes = Vec::new();
+    nulls(&value, "", &mut holes);
+    assert!(holes.is_empty(), "{plural}: not populated: {holes:?}");
+}
+
+// === fully populated instances (every Option Some, every Vec non-empty) ===
+
+fn meta(ns: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some("x".into()),
+        namespace: ns.map(Into::into),
+        generation: Some(3),
+        ..Default::default()
+    }
+}
+
+fn condition() -> Condition {
+    Condition {
+        last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+        ..Condition::new("Accepted", true, "Accepted", "ok", Some(3))
+    }
+}
+
+fn kind() -> RouteGroupKind {
+    RouteGroupKind {
+        group: Some(GROUP.into()),
+        kind: "HTTPRoute".into(),
+    }
+}
+
+fn parent_ref() -> ParentReference {
+    ParentReference {
+        group: Some(GROUP.into()),
+        kind: Some("Gateway".into()),
+        namespace: Some("ns".into()),
+        name: "gw".into(),
+        section_name: Some("http".into()),
+        port: Some(80),
+    }
+}
+
+fn backend() -> BackendObjectReference {
+    BackendObjectReference {
+        group: Some(String::new()),
+        kind: Some("Service".into()),
+        name: "web".into(),
+        namespace: Some("ns".into()),
+        port: Some(8080),
+    }
+}
+
+fn headers() -> HTTPHeaderFilter {
+    let h = HTTPHeader {
+        name: "x-a".into(),
+        value: "1".into(),
+    };
+    HTTPHeaderFilter {
+        set: vec![h.clone()],
+        add: vec![h],
+        remove: vec!["x-b".into()],
+    }
+}
+
+fn path_modifier() -> HTTPPathModifier {
+    HTTPPathModifier {
+        type_: "ReplacePrefixMatch".into(),
+        replace_full_path: Some("/full".into()),
+        replace_prefix_match: Some("/prefix".into()),
+    }
+}
+
+fn filter() -> HTTPRouteFilter {
+    HTTPRouteFilter {
+        type_: "RequestHeaderModifier".into(),
+        request_header_modifier: Some(headers()),
+        response_header_modifier: Some(headers()),
+        request_redirect: Some(HTTPRequestRedirectFilter {
+            scheme: Some("https".into()),
+            hostname: Some("example.com".into()),
+            path: Some(path_modifier()),
+            port: Some(8443),
+            status_code: Some(301),
+        }),
+        url_rewrite: Some(HTTPURLRewriteFilter {
+            hostname: Some("example.com".into()),
+            path: Some(path_modifier()),
+        }),
+        request_mirror: Some(HTTPRequestMirrorFilter {
+            backend_ref: backend(),
+            percent: Some(50),
+            fraction: Some(Fraction {
+                numerator: 1,
+                denominator: Some(2),
+            }),
+        }),
+        extension_ref: Some(LocalObjectReference {
+            group: "example.com".into(),
+            kind: "Thing".into(),
+            name: "t".into(),
+        }),
+    }
+}
+
+fn selector() -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([("a".into(), "b".into())])),
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "a".into(),
+            operator: "In".into(),
+            values: Some(vec!["b".into()]),
+        }]),
+    }
+}
+
+fn gateway_class() -> GatewayClass {
+    GatewayClass {
+        metadata: meta(None),
+        spec: GatewayClassSpec {
+            controller_name: "switchyard.io/gateway-controller".into(),
+            parameters_ref: Some(ParametersReference {
+                group: "example.com".into(),
+                kind: "Params".into(),
+                name: "p".into(),
+                namespace: Some("ns".into()),
+            }),
+            description: Some("d".into()),
+        },
+        status: Some(GatewayClassStatus {
+            conditions: vec![condition()],
+        }),
+    }
+}
+
+fn gateway() -> Gateway {
+    let address = GatewayAddress {
+        type_: Some("IPAddress".into()),
+        value: "192.0.2.1".into(),
+    };
+    Gateway {
+        metadata: meta(Some("ns")),
+        spec: GatewaySpec {
+            gateway_class_name: "c".into(),
+            listeners: vec![Listener {
+                name: "https".into(),
+                hostname: Some("*.example.com".into()),
+                port: 443,
+                protocol: "HTTPS".into(),
+                tls: Some(ListenerTls {
+                    mode: Some("Terminate".into()),
+                    certificate_refs: vec![SecretObjectReference {
+                        group: Some(String::new()),
+                        kind: Some("Secret".into()),
+                        name: "cert".into(),
+                        namespace: Some("certs".into()),
+                    }],
+                    options: BTreeMap::from([("example.com/a".into(), "b".into())]),
+                }),
+                allowed_routes: Some(AllowedRoutes {
+                    namespaces: Some(RouteNamespaces {
+                        from: Some("Selector".into()),
+                        selector: Some(selector()),
+                    }),
+                    kinds: vec![kind()],
+                }),
+            }],
+            addresses: vec![address.clone()],
+        },
+        status: Some(GatewayStatus {
+            addresses: vec![address],
+            conditions: vec![condition()],
+            listeners: vec![ListenerStatus {
+                name: "https".into(),
+                supported_kinds: vec![kind()],
+                attached_routes: 1,
+                conditions: vec![condition()],
+            }],
+        }),
+    }
+}
+
+fn http_route() -> HTTPRoute {
+    let header = HTTPHeaderMatch {
+        type_: Some("Exact".into()),
+        name: "x-a".into(),
+        value: "1".into(),
+    };
+    HTTPRoute {
+        metadata: meta(Some("ns")),
+        spec: HTTPRouteSpec {
+            parent_refs: vec![parent_ref()],
+            hostnames: vec!["a.example.com".into()],
+            rules: Some(vec![HTTPRouteRule {
+                name: Some("r".into()),
+                matches: Some(vec![HTTPRouteMatch {
+                    path: Some(HTTPPathMatch {
+                        type_: Some("PathPrefix".into()),
+                        value: Some("/a".into()),
+                    }),
+                    headers: vec![header.clone()],
+                    query_params: vec![header],
+                    method: Some("GET".into()),
+                }]),
+                filters: vec![filter()],
+                backend_refs: vec![HTTPBackendRef {
+                    backend: backend(),
+                    weight: Some(2),
+                    filters: vec![filter()],
+                }],
+                timeouts: Some(HTTPRouteTimeouts {
+                    request: Some("10s".into()),
+                    backend_request: Some("5s".into()),
+                }),
+            }]),
+        },
+        status: Some(RouteStatus {
+            parents: vec![RouteParentStatus {
+                parent_ref: parent_ref(),
+                controller_name: "switchyard.io/gateway-controller".into(),
+                conditions: vec![condition()],
+            }],
+        }),
+    }
+}
+
+fn reference_grant() -> ReferenceGrant {
+    ReferenceGrant {
+        metadata: meta(Some("ns")),
+        spec: ReferenceGrantSpec {
+            from: vec![ReferenceGrantFrom {
+                group: GROUP.into(),
+                kind: "HTTPRoute".into(),
+                namespace: "other".into(),
+            }],
+            to: vec![ReferenceGrantTo {
+                group: String::new(),
+                kind: "Service".into(),
+                name: Some("web".into()),
+            }],
+        },
+    }
+}
+
+#[test]
+fn every_field_of_every_type_is_in_the_crd_schema() {
+    check("gatewayclasses", &gateway_class());
+    check("gateways", &gateway());
+    check("httproutes", &http_route());
+    check("referencegrants", &reference_grant());
+}
+
+#[test]
+fn the_checker_finds_a_misspelt_field_and_a_wrong_type() {
+    // The check above must be able to fail: a field the schema lacks, and a number where the
+    // schema says string.
+    let (_, schema) = storage_schema("gateways");
+    let mut value = serde_json::to_value(gateway()).unwrap();
+    value["spec"]["listeners"][0]["allowedRoute"] = Value::Bool(true);
+    value["spec"]["gatewayClassName"] = 7.into();
+    let mut bad = Vec::new();
+    mismatches(&value, &schema, "", &mut bad);
+    assert_eq!(bad.len(), 2, "{bad:#?}");
+    assert!(bad[0].contains(".spec.gatewayClassName") || bad[1].contains("gatewayClassName"));
+    assert!(
+        bad.iter()
+            .any(|b| b.contains(".spec.listeners[0].allowedRoute:"))
+    );
+}
+
+/// Every document of the four kinds in the copied conformance manifests.
+fn conformance_docs() -> Vec<(PathBuf, Value)> {
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = ["conformance", "conformance/base"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(data(d)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+            if v["apiVersion"]
+                .as_str()
+                .is_some_and(|a| a.starts_with(GROUP))
+            {
+                out.push((file.clone(), v));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_conformance_manifests_read_into_the_types() {
+    let docs = conformance_docs();
+    let mut seen = BTreeMap::<String, usize>::new();
+    for (file, v) in docs {
+        let kind = v["kind"].as_str().unwrap().to_string();
+        let name = v["metadata"]["name"].as_str().unwrap().to_string();
+        let what = format!("{}: {kind} {name}", file.display());
+        match kind.as_str() {
+            "GatewayClass" => {
+                let c: GatewayClass = serde_json::from_value(v.clone()).expect(&what);
+                assert_eq!(Some(&name), c.metadata.name.as_ref());
+            }
+            "Gateway" => {
+                let g: Gateway = serde_json::from_value(v.clone()).expect(&what);
+                assert_eq!(
+                    g.spec.listeners.len(),
+                    v["spec"]["listeners"].as_array().map_or(0, Vec::len),
+                    "{what}"
+                );
+                for (l, raw) in g
+                    .spec
+                    .listeners
+                    .iter()
+                    .zip(v["spec"]["listeners"].as_array().unwrap())
+                {
+                    assert_eq!(l.name, raw["name"].as_str().unwrap(), "{what}");
+                    assert_eq!(i64::from(l.port), raw["port"].as_i64().unwrap(), "{what}");
+                    assert_eq!(l.protocol, raw["protocol"].as_str().unwrap(), "{what}");
+                }
+            }
+            "HTTPRoute" => {
+                let r: HTTPRoute = serde_json::from_value(v.clone()).expect(&what);
+                assert_eq!(
+                    r.spec.parent_refs.len(),
+                    v["spec"]["parentRefs"].as_array().map_or(0, Vec::len),
+                    "{what}"
+                );
+                assert_eq!(
+                    r.spec.rules.as_ref().map(Vec::len),
+                    v["spec"]["rules"].as_array().map(Vec::len),
+                    "{what}"
+                );
+            }
+            "ReferenceGrant" => {
+                let g: ReferenceGrant = serde_json::from_value(v.clone()).expect(&what);
+                assert!(!g.spec.from.is_empty() && !g.spec.to.is_empty(), "{what}");
+            }
+            _ => continue,
+        }
+        *seen.entry(kind).or_default() += 1;
+    }
+    for kind in ["GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant"] {
+        assert!(
+            seen.get(kind).is_some_and(|n| *n > 0),
+            "no {kind} read: {seen:?}"
+        );
+    }
+}
+
+/// A round trip through the types keeps what they model: a conformance HTTPRoute with filters,
+/// matches and weights serializes back to the same values at the paths the types name.
+#[test]
+fn a_conformance_route_survives_a_round_trip() {
+    let docs = conformance_docs();
+    let mut checked = 0;
+    for (file, v) in docs.iter().filter(|(_, v)| v["kind"] == "HTTPRoute") {
+        let r: HTTPRoute = serde_json::from_value(v.clone()).unwrap();
+        let back = serde_json::to_value(&r).unwrap();
+        let (spec, back_spec) = (&v["spec"], &back["spec"]);
+        assert_eq!(
+            spec["hostnames"].as_array().map_or(0, Vec::len),
+            back_spec["hostnames"].as_array().map_or(0, Vec::len),
+            "{}",
+            file.display()
+        );
+        if let Some(rules) = spec["rules"].as_array() {
+            for (i, rule) in rules.iter().enumerate() {
+                let b = &back_spec["rules"][i];
+                for field in ["matches", "filters", "backendRefs"] {
+                    if !rule[field].is_null() {
+                        assert_eq!(
+                            rule[field],
+                            b[field],
+                            "{}: rules[{i}].{field}",
+                            file.display()
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "no route rule compared");
+}
