@@ -201,6 +201,23 @@ pub struct Args {
     #[arg(long, env = "SWITCHYARD_WATCH_INGRESS_WITHOUT_CLASS")]
     pub watch_ingress_without_class: bool,
 
+    /// The controller name of switchyard's GatewayClasses: Gateways of a class whose
+    /// `spec.controllerName` is this are served, with the HTTPRoutes attached to them.
+    #[arg(long, value_name = "NAME", default_value = crate::control::translate::DEFAULT_GATEWAY_CONTROLLER_NAME,
+          env = "SWITCHYARD_GATEWAY_CONTROLLER_NAME")]
+    pub gateway_controller_name: String,
+
+    /// The Gateway listener port served on the HTTP port: an `HTTP` listener with this `port`
+    /// is switchyard's plain HTTP frontend [default: --http-port]. A Service in front of
+    /// switchyard that maps port 80 to another port is the reason to set it.
+    #[arg(long, value_name = "PORT", env = "SWITCHYARD_GATEWAY_HTTP_PORT")]
+    pub gateway_http_port: Option<u16>,
+
+    /// The Gateway listener port served on the TLS port: an `HTTPS` listener with this `port`
+    /// is switchyard's TLS frontend [default: --https-port].
+    #[arg(long, value_name = "PORT", env = "SWITCHYARD_GATEWAY_HTTPS_PORT")]
+    pub gateway_https_port: Option<u16>,
+
     /// Watch only the `kubernetes.io/tls` Secrets with these labels (a Kubernetes label
     /// selector, e.g. `switchyard.io/tls=true`), so other TLS Secrets are never sent to
     /// switchyard or kept in its memory.
@@ -769,6 +786,9 @@ impl Config {
                 serve_kubernetes_service: args.serve_kubernetes_service,
                 controller_name: args.controller_name,
                 watch_ingress_without_class: args.watch_ingress_without_class,
+                gateway_controller_name: args.gateway_controller_name,
+                gateway_http_port: args.gateway_http_port.unwrap_or(http_port),
+                gateway_https_port: args.gateway_https_port.unwrap_or(args.https_port),
             },
             timeouts: Timeouts {
                 tunnel: args.tunnel_timeout,
@@ -865,6 +885,14 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "controller_name",
             "watch_ingress_without_class",
             "secret_label_selector",
+        ],
+    ),
+    (
+        "Gateway API",
+        &[
+            "gateway_controller_name",
+            "gateway_http_port",
+            "gateway_https_port",
         ],
     ),
     (

@@ -37,6 +37,7 @@ use crate::decide::edits::{
 use crate::decide::error_page::{
     Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, redirect_answer, rejection_answer,
 };
+use crate::decide::gateway::{self, HeaderOp};
 use crate::decide::grpc::Ending;
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
@@ -48,6 +49,7 @@ use crate::table::sticky::{self, COOKIE_NAME};
 /// Streams switchyard opens on one HTTP/2 connection to an endpoint before opening another
 /// (the common server default for concurrent streams).
 const H2_STREAMS_PER_CONNECTION: usize = 100;
+use crate::table::gateway::RequestView;
 use crate::table::{Frontend, TableReader};
 
 /// The proxy for one frontend: its settings, shared by the Pingora hooks and the fast path.
@@ -150,7 +152,9 @@ impl HttpProxy {
             Route::Unavailable => Some(&self.unavailable),
             Route::Healthz => Some(&self.healthz),
             Route::Forbidden => Some(&self.forbidden),
-            Route::Proxy { .. } | Route::Redirect { .. } => None,
+            Route::Proxy { .. } | Route::Redirect { .. } | Route::Moved { .. } | Route::Fail(_) => {
+                None
+            }
         }
     }
 
@@ -324,11 +328,13 @@ impl ProxyHttp for HttpProxy {
             .map(HeaderValue::as_bytes);
         // The path routed on is the path forwarded: dot-segments removed (decide::target).
         let path = normalize_path(req.uri.path());
-        let route = ctx.attempt.route(
+        let view = PingoraView(req);
+        let route = ctx.attempt.route_request(
             self.table.load(),
             self.frontend,
             host,
             &path,
+            &view,
             cookies,
             &self.policy,
             Instant::now(),
@@ -353,6 +359,24 @@ impl ProxyHttp for HttpProxy {
                     Bytes::new(),
                 )
                 .await?;
+                return Ok(true);
+            }
+            Ok(Route::Moved { status, location }) => {
+                write_answer(
+                    session,
+                    &redirect_answer(status, &location, &self.fwd),
+                    Bytes::new(),
+                )
+                .await?;
+                return Ok(true);
+            }
+            Ok(Route::Fail(status)) => {
+                let answer = if ctx.grpc {
+                    grpc_answer(status, &self.fwd)
+                } else {
+                    failure_answer(status, &self.fwd)
+                };
+                write_answer(session, &answer, Bytes::new()).await?;
                 return Ok(true);
             }
             Ok(r @ (Route::NotFound | Route::Unavailable | Route::Healthz | Route::Forbidden)) => {
@@ -393,6 +417,14 @@ impl ProxyHttp for HttpProxy {
                         .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad path"))?,
                 );
             }
+        }
+
+        // A Gateway rule's `timeouts.request` bounds the whole exchange, as a gRPC deadline
+        // does (the earlier of the two holds).
+        if let Some(t) = ctx.attempt.gateway_rule().and_then(|(r, _)| r.request_timeout)
+            && let Some(at) = ctx.started.checked_add(t)
+        {
+            ctx.deadline = Some(ctx.deadline.map_or(at, |d| d.min(at)));
         }
 
         // A body announced longer than the route allows is refused before it is read.
@@ -629,6 +661,22 @@ impl ProxyHttp for HttpProxy {
             cert,
         );
         apply(req, &edits)?;
+        if let Some((rule, backend)) = ctx.attempt.gateway_rule() {
+            for op in gateway::request_ops(rule, backend) {
+                match op {
+                    HeaderOp::Set(n, v) => req.insert_header(n.to_string(), v)?,
+                    HeaderOp::Add(n, v) => {
+                        req.append_header(n.to_string(), v)?;
+                    }
+                    HeaderOp::Remove(n) => {
+                        req.remove_header(n);
+                    }
+                }
+            }
+            if let Some(host) = &rule.rewrite_host {
+                req.insert_header(HOST, &**host)?;
+            }
+        }
         // The header is written to the endpoint right after this hook.
         ctx.attempt.request_sent(Instant::now());
         Ok(())
@@ -675,7 +723,21 @@ impl ProxyHttp for HttpProxy {
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        apply(resp, &response_edits(&self.fwd, ctx.attempt.set_cookie()))
+        apply(resp, &response_edits(&self.fwd, ctx.attempt.set_cookie()))?;
+        if let Some((rule, backend)) = ctx.attempt.gateway_rule() {
+            for op in gateway::response_ops(rule, backend) {
+                match op {
+                    HeaderOp::Set(n, v) => resp.insert_header(n.to_string(), v)?,
+                    HeaderOp::Add(n, v) => {
+                        resp.append_header(n.to_string(), v)?;
+                    }
+                    HeaderOp::Remove(n) => {
+                        resp.remove_header(n);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A gRPC deadline holds for the whole call: a stream whose messages keep coming past it
@@ -875,5 +937,22 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for CountConnections<A> {
 
     async fn cleanup(&self) {
         self.inner.cleanup().await;
+    }
+}
+
+/// Pingora's request header as a Gateway route's conditions read it.
+struct PingoraView<'a>(&'a RequestHeader);
+
+impl RequestView for PingoraView<'_> {
+    fn method(&self) -> &[u8] {
+        self.0.method.as_str().as_bytes()
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.0.headers.get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.0.uri.query()
     }
 }

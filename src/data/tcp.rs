@@ -315,7 +315,14 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
     let mut attempt = Attempt::new(Some(accepted.peer.ip()));
     match attempt.route_tcp(conn.table.load(), accepted.port, &conn.policy, started) {
         Ok(Route::Proxy { .. } | Route::Unavailable) => {}
-        Ok(Route::NotFound | Route::Healthz | Route::Forbidden | Route::Redirect { .. }) => return,
+        Ok(
+            Route::NotFound
+            | Route::Healthz
+            | Route::Forbidden
+            | Route::Redirect { .. }
+            | Route::Moved { .. }
+            | Route::Fail(_),
+        ) => return,
         Err(e) => {
             tracing::warn!(port = accepted.port, error = %e, "cannot route");
             return;

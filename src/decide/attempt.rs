@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::decide::cause::{Cause, Side};
 use crate::table::balance::Pick;
+use crate::table::gateway::{Action, BareRequest, Backend, GatewayRule, PathRewrite, RequestView};
 use crate::table::matcher::Strip;
 use crate::table::policy::RoutePolicy;
 use crate::table::sticky::{self, COOKIE_NAME};
@@ -110,6 +111,11 @@ pub enum Route {
     Redirect { status: u16, https_port: u16 },
     /// Proxy it, with the matched prefix removed (or replaced) in the target when given.
     Proxy { strip: Option<Strip> },
+    /// A Gateway route's `RequestRedirect`: this status, to this location.
+    Moved { status: u16, location: String },
+    /// A Gateway route that cannot be served answers this status (500 for backends that do
+    /// not resolve, as the Gateway API says).
+    Fail(u16),
 }
 
 /// The table is inconsistent (a bug in translate, never a client's fault).
@@ -147,6 +153,8 @@ pub struct Attempt {
     entry: Option<EntryId>,
     /// The matched route's policy (an Ingress's settings), as an index into the table's.
     policy: Option<u32>,
+    /// The matched Gateway rule (index into the table's) and the backend it chose.
+    gateway: Option<(u32, usize)>,
     client_ip: Option<IpAddr>,
     /// Endpoint the client is pinned to by cookie or affinity (index into the entry).
     pinned: Option<usize>,
@@ -214,6 +222,83 @@ impl Attempt {
         policy: &Policy,
         now: Instant,
     ) -> Result<Route, RouteError> {
+        let req = BareRequest(b"GET");
+        self.route_request(table, frontend, host, path, &req, cookies, policy, now)
+    }
+
+    /// `route` for a request whose method, headers and query a Gateway route's conditions
+    /// may read. Gateway routes come first: a host their listeners cover is theirs alone.
+    #[allow(clippy::too_many_arguments)]
+    pub fn route_request<'c>(
+        &mut self,
+        table: Arc<RoutingTable>,
+        frontend: Frontend,
+        host: Option<&[u8]>,
+        path: &str,
+        req: &impl RequestView,
+        cookies: impl Iterator<Item = &'c [u8]>,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        let https = frontend == Frontend::Https;
+        if frontend != Frontend::Http && !https {
+            return Ok(Route::NotFound);
+        }
+        match table.gateway.lookup(https, host, path, req) {
+            Err(()) => return Ok(Route::NotFound),
+            Ok(None) => {}
+            Ok(Some((prule, candidate))) => {
+                let gw = &table.gateway;
+                let Some(rule) = gw.rules.get(candidate.rule as usize) else {
+                    return Err(RouteError::MissingEntry);
+                };
+                let (entry, strip) = match &rule.action {
+                    Action::Fail(status) => return Ok(Route::Fail(*status)),
+                    Action::Redirect(r) => {
+                        let listener = if https { gw.https_port } else { gw.http_port };
+                        let location = crate::decide::gateway::location(
+                            r,
+                            https,
+                            host.unwrap_or_default(),
+                            path,
+                            req.query(),
+                            &prule.prefix,
+                            listener,
+                        );
+                        return Ok(Route::Moved {
+                            status: r.status,
+                            location,
+                        });
+                    }
+                    Action::Backends(b) => {
+                        let Some((i, backend)) = b.next() else {
+                            return Ok(Route::Fail(500));
+                        };
+                        let Some(entry) = backend.entry else {
+                            return Ok(Route::Fail(500));
+                        };
+                        self.gateway = Some((candidate.rule, i));
+                        let strip = match &rule.rewrite_path {
+                            Some(PathRewrite::Full(p)) => Some(Strip::full(Arc::clone(p))),
+                            Some(PathRewrite::Prefix(p)) => {
+                                Some(Strip::replace(&prule.prefix, Arc::clone(p)))
+                            }
+                            None => None,
+                        };
+                        (entry, strip)
+                    }
+                };
+                return self
+                    .settle(table, entry, cookies, policy, now)
+                    .map(|available| {
+                        if available {
+                            Route::Proxy { strip }
+                        } else {
+                            Route::Unavailable
+                        }
+                    });
+            }
+        }
         let Some(rule) = table.router(frontend).and_then(|r| r.lookup(host, path)) else {
             return Ok(unrouted(path, policy));
         };
@@ -504,6 +589,23 @@ impl Attempt {
         self.table.as_ref()?.policies.get(self.policy? as usize)
     }
 
+    /// The matched Gateway rule and the backend it chose, when a Gateway route took the
+    /// request: the filters an engine applies.
+    pub fn gateway_rule(&self) -> Option<(&GatewayRule, &Backend)> {
+        let (rule, backend) = self.gateway?;
+        let rule = self.table.as_ref()?.gateway.rules.get(rule as usize)?;
+        match &rule.action {
+            Action::Backends(b) => Some((rule, b.backends.get(backend)?)),
+            _ => None,
+        }
+    }
+
+    /// Whether the request or response must change beyond what every route gets (a Gateway
+    /// rule's filters or timeouts): the fast path leaves such requests to Pingora.
+    pub fn rewrites(&self) -> bool {
+        self.gateway_rule().is_some_and(|(r, _)| r.rewrites())
+    }
+
     /// How this request reaches the endpoints: the route's protocol when its Ingress sets
     /// one, else the entry's (the Service port's).
     pub fn backend_protocol(&self) -> BackendProtocol {
@@ -516,8 +618,9 @@ impl Attempt {
     /// The wait for the endpoint's response (header, and between body reads): the route's
     /// when its Ingress sets one, else `default` (`--server-timeout`).
     pub fn server_timeout(&self, default: Duration) -> Duration {
-        self.route_policy()
-            .and_then(|p| p.server_timeout)
+        self.gateway_rule()
+            .and_then(|(r, _)| r.backend_timeout)
+            .or_else(|| self.route_policy().and_then(|p| p.server_timeout))
             .unwrap_or(default)
     }
 

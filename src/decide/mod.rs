@@ -9,5 +9,6 @@ pub mod cause;
 pub mod edits;
 pub mod error_page;
 pub mod explain;
+pub mod gateway;
 pub mod grpc;
 pub mod target;

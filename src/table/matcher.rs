@@ -160,6 +160,29 @@ impl<T> PathRules<T> {
     }
 }
 
+impl<T> PathRules<T> {
+    /// `lookup` over the rules that `accept` takes: the whole-path rule, then the longest
+    /// prefix, skipping a rule `accept` refuses (a Gateway route whose conditions the request
+    /// does not meet gives way to a shorter prefix). Case-folded rules are not consulted (no
+    /// Gateway route ignores case).
+    #[inline]
+    pub fn lookup_where(
+        &self,
+        path: &str,
+        mut accept: impl FnMut(&PathRule<T>) -> bool,
+    ) -> Option<&PathRule<T>> {
+        if let Some(rule) = self.exact.as_deref().and_then(|e| e.get(path))
+            && accept(rule)
+        {
+            return Some(rule);
+        }
+        if self.rules.is_empty() {
+            return None;
+        }
+        candidates(path, |end| self.rules.get(&path[..end]).filter(|r| accept(r)))
+    }
+}
+
 /// Probes the prefixes of `path` that a rule may match, longest first: the whole path, then
 /// each end just after and just before a `/` ("/a/b/c": "/a/b/c", "/a/b/", "/a/b", "/a/",
 /// "/a", "/"). The first hit is the best.
@@ -215,6 +238,8 @@ pub fn strip_prefix(path_and_query: &str, prefix: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Strip {
     len: usize,
+    /// Replace the whole path (a Gateway `ReplaceFullPath`), keeping the query.
+    full: bool,
     keep_slash: bool,
     /// What the prefix becomes; `None`: nothing (a path route's strip).
     with: Option<Arc<str>>,
@@ -224,6 +249,7 @@ impl Strip {
     pub fn of(prefix: &str) -> Strip {
         Strip {
             len: prefix.len(),
+            full: false,
             keep_slash: prefix.ends_with('/'),
             with: None,
         }
@@ -235,6 +261,17 @@ impl Strip {
         // with '/' (or is empty, or the query) and the head can be joined to it.
         Strip {
             len: prefix.trim_end_matches('/').len(),
+            full: false,
+            keep_slash: false,
+            with: Some(with),
+        }
+    }
+
+    /// Replaces the whole path with `with`, keeping the query (`/new`: `/a/b?q` -> `/new?q`).
+    pub fn full(with: Arc<str>) -> Strip {
+        Strip {
+            len: 0,
+            full: true,
             keep_slash: false,
             with: Some(with),
         }
@@ -243,6 +280,10 @@ impl Strip {
     /// The new target as a head (`"/"`, nothing, or the replacement) and the rest of
     /// `path_and_query`.
     pub fn apply<'s, 'p>(&'s self, path_and_query: &'p str) -> (&'s str, &'p str) {
+        if self.full {
+            let query = path_and_query.find('?').map_or("", |q| &path_and_query[q..]);
+            return (self.with.as_deref().unwrap_or("/"), query);
+        }
         let rest = path_and_query.get(self.len..).unwrap_or("");
         if let Some(with) = self.with.as_deref() {
             // One slash between the two, never two ("/new/" + "/a").

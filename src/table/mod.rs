@@ -11,6 +11,7 @@
 
 pub mod balance;
 pub mod cidr;
+pub mod gateway;
 pub mod matcher;
 pub mod policy;
 pub mod sticky;
@@ -748,6 +749,8 @@ pub struct RoutingTable {
     /// Certificates from Secrets and the hosts they serve, for the TLS port (the TLS side
     /// loads them; the request path never reads them).
     pub certificates: Arc<Vec<SecretCert>>,
+    /// Gateway API routes, consulted before `http` and `https`.
+    pub gateway: Arc<gateway::GatewayRoutes>,
 }
 
 impl PartialEq for RoutingTable {
@@ -759,6 +762,7 @@ impl PartialEq for RoutingTable {
             && self.tcp == other.tcp
             && self.policies == other.policies
             && self.certificates == other.certificates
+            && self.gateway == other.gateway
     }
 }
 
@@ -870,7 +874,7 @@ impl RoutingTable {
             .iter()
             .map(|t| (t.port.to_string(), json!({ "entry": name(&t.entry) })))
             .collect();
-        json!({
+        let mut v = json!({
             "generation": self.generation,
             "entries": entries,
             "http": router(&self.http),
@@ -880,7 +884,12 @@ impl RoutingTable {
                 "secret": &*c.secret,
                 "hosts": c.hosts.iter().map(|h| &**h).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
-        })
+        });
+        if !self.gateway.is_empty() {
+            // Backends name their entries by index; the entries are listed above.
+            v["gateway"] = serde_json::to_value(&*self.gateway).unwrap_or(Value::Null);
+        }
+        v
     }
 }
 

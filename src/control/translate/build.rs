@@ -59,6 +59,8 @@ pub(super) struct Builder<'a> {
     pub(super) certificates: BTreeMap<ObjectKey, (BTreeSet<String>, Arc<[u8]>)>,
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
+    pub(super) gateway_status: GatewayApiStatus,
+    pub(super) gateway_routes: GatewayRoutes,
     pub(super) ingress_only: BTreeSet<ObjectKey>,
 }
 
@@ -88,6 +90,8 @@ impl<'a> Builder<'a> {
             policies: Vec::new(),
             certificates: BTreeMap::new(),
             served_ingresses: BTreeSet::new(),
+            gateway_status: GatewayApiStatus::default(),
+            gateway_routes: GatewayRoutes::default(),
             ingress_only: BTreeSet::new(),
         }
     }
@@ -611,6 +615,7 @@ impl<'a> Builder<'a> {
             route_warnings,
             all_warnings: Arc::new(self.warnings.clone()),
             served_ingresses: Arc::new(std::mem::take(&mut self.served_ingresses)),
+            gateway_status: Arc::new(std::mem::take(&mut self.gateway_status)),
             ingress_only: Arc::new(std::mem::take(&mut self.ingress_only)),
         };
         let certificates = std::mem::take(&mut self.certificates)
@@ -629,6 +634,7 @@ impl<'a> Builder<'a> {
             tcp,
             policies: Arc::new(self.policies),
             certificates: Arc::new(certificates),
+            gateway: Arc::new(self.gateway_routes),
         };
         (Built { table, memo }, self.warnings)
     }

@@ -32,6 +32,9 @@ pub struct Memo {
     pub(super) ingress_warnings: Vec<Warning>,
     /// The Ingresses this table serves (for their status).
     pub(super) served_ingresses: Arc<BTreeSet<ObjectKey>>,
+    /// The status of the Gateway API objects this table serves (any change to those is a
+    /// full build, so it stands until the next one).
+    pub(super) gateway_status: Arc<GatewayApiStatus>,
     /// Services with entries that only an Ingress's backend made (their endpoints are redone
     /// by a full build only).
     pub(super) ingress_only: Arc<BTreeSet<ObjectKey>>,
@@ -78,6 +81,11 @@ impl Memo {
     /// The Ingresses (namespace, name) the table of this build serves.
     pub fn served_ingresses(&self) -> &Arc<BTreeSet<ObjectKey>> {
         &self.served_ingresses
+    }
+
+    /// What the Gateway API objects' status should say, as of this table.
+    pub fn gateway_status(&self) -> &Arc<GatewayApiStatus> {
+        &self.gateway_status
     }
 
     /// All warnings of the table this memo describes, sorted as a build returns them.
@@ -300,6 +308,7 @@ pub(super) fn incremental(
         route_warnings: memo.route_warnings.clone(),
         all_warnings: Arc::clone(&memo.all_warnings),
         served_ingresses: Arc::clone(&memo.served_ingresses),
+        gateway_status: Arc::clone(&memo.gateway_status),
         ingress_only: Arc::clone(&memo.ingress_only),
     };
     if warnings_changed {
@@ -314,6 +323,7 @@ pub(super) fn incremental(
         tcp: prev.tcp.clone(),
         policies: Arc::clone(&prev.policies),
         certificates: Arc::clone(&prev.certificates),
+        gateway: Arc::clone(&prev.gateway),
     };
     Some((Built { table, memo: next }, warnings))
 }

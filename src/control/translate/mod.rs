@@ -34,12 +34,15 @@ use serde::Serialize;
 mod annotations;
 mod build;
 mod endpoints;
+pub mod gateway;
 mod incremental;
 mod ingress;
 mod inputs;
 mod original;
 
 pub use self::annotations::{MAX_DURATION, parse_duration};
+use self::gateway::api::GatewayApiStatus;
+pub use self::gateway::{DEFAULT_GATEWAY_CONTROLLER_NAME, GatewayInputs, GatewayRefs};
 pub use self::incremental::Memo;
 pub use self::ingress::{DEFAULT_CONTROLLER_NAME, ingress_annotation};
 pub use self::original::{Difference, Outcome, migration_preview};
@@ -48,6 +51,7 @@ use crate::table::balance::Algorithm;
 use crate::table::matcher::{
     HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix,
 };
+use crate::table::gateway::GatewayRoutes;
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{
     CheckSpec, Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend,
@@ -127,6 +131,13 @@ pub struct Options {
     pub controller_name: String,
     /// `--watch-ingress-without-class`: also serve Ingresses that name no class.
     pub watch_ingress_without_class: bool,
+    /// `--gateway-controller-name`: GatewayClasses whose `spec.controllerName` is this are
+    /// switchyard's.
+    pub gateway_controller_name: String,
+    /// The Gateway listener port that is switchyard's plain HTTP frontend.
+    pub gateway_http_port: u16,
+    /// The Gateway listener port that is switchyard's TLS frontend.
+    pub gateway_https_port: u16,
 }
 
 impl Default for Options {
@@ -141,6 +152,9 @@ impl Default for Options {
             serve_kubernetes_service: false,
             controller_name: DEFAULT_CONTROLLER_NAME.into(),
             watch_ingress_without_class: false,
+            gateway_controller_name: DEFAULT_GATEWAY_CONTROLLER_NAME.into(),
+            gateway_http_port: 80,
+            gateway_https_port: 443,
         }
     }
 }
@@ -252,7 +266,8 @@ pub type Store<K> = BTreeMap<ObjectKey, K>;
 pub struct Changes {
     pub services: BTreeSet<ObjectKey>,
     pub slices: BTreeSet<ObjectKey>,
-    /// An Ingress, IngressClass or Secret changed (which makes the build a full one).
+    /// An Ingress, IngressClass, Secret, Namespace or Gateway API object changed (which makes
+    /// the build a full one).
     pub ingress: bool,
 }
 
@@ -269,6 +284,8 @@ pub struct IngressRefs<'a> {
     pub ingresses: Vec<&'a Ingress>,
     pub classes: Vec<&'a IngressClass>,
     pub secrets: Vec<&'a Secret>,
+    /// The Gateway API objects (and Namespaces, for `allowedRoutes` selectors).
+    pub gateway: GatewayRefs<'a>,
 }
 
 impl<'a> IngressRefs<'a> {
@@ -281,7 +298,13 @@ impl<'a> IngressRefs<'a> {
             ingresses: ingresses.into_iter().collect(),
             classes: classes.into_iter().collect(),
             secrets: secrets.into_iter().collect(),
+            gateway: GatewayRefs::default(),
         }
+    }
+
+    pub fn with_gateway(mut self, gateway: GatewayRefs<'a>) -> Self {
+        self.gateway = gateway;
+        self
     }
 
     pub fn inputs(&self) -> IngressInputs<'_> {
@@ -289,6 +312,7 @@ impl<'a> IngressRefs<'a> {
             ingresses: &self.ingresses,
             classes: &self.classes,
             secrets: &self.secrets,
+            gateway: self.gateway.inputs(),
         }
     }
 }
@@ -300,6 +324,8 @@ pub struct IngressInputs<'a> {
     pub ingresses: &'a [&'a Ingress],
     pub classes: &'a [&'a IngressClass],
     pub secrets: &'a [&'a Secret],
+    /// The Gateway API objects; their listeners' Secrets are in `secrets`.
+    pub gateway: GatewayInputs<'a>,
 }
 
 /// Builds the routing table from whole snapshots, in full; state is carried over from

@@ -40,6 +40,7 @@ use crate::data::listener::GuardedStream;
 use crate::data::proxy::HttpProxy;
 use crate::data::record::Finished;
 use crate::data::tls;
+use crate::table::gateway::RequestView;
 use crate::decide::attempt::{Attempt, Failure, Route, https_location};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
@@ -263,11 +264,18 @@ impl FastPath {
             .iter()
             .filter(|f| head[f.name.clone()].eq_ignore_ascii_case(b"cookie"))
             .map(|f| &head[f.value.clone()]);
-        let route = attempt.route(
+        let view = FastView {
+            head,
+            fields: &conn.fields,
+            method: req.method().as_bytes(),
+            query: target.split_once('?').map(|(_, q)| q),
+        };
+        let route = attempt.route_request(
             self.proxy.table.load(),
             self.proxy.frontend,
             Some(host),
             path,
+            &view,
             cookies,
             policy,
             started,
@@ -290,6 +298,15 @@ impl FastPath {
             Ok(Route::Proxy { .. }) if attempt.backend_protocol() != BackendProtocol::Http => {
                 return None;
             }
+            // A Gateway rule's filters are carried out by Pingora's engine alone (one place
+            // applies them; this path stays lean).
+            Ok(Route::Proxy { .. }) if attempt.rewrites() => return None,
+            Ok(Route::Fail(status)) => {
+                return Some(
+                    self.fail(stream, conn, &mut attempt, started, &mut fin, status)
+                        .await,
+                );
+            }
             Ok(Route::Proxy { strip }) => strip,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot route");
@@ -304,13 +321,17 @@ impl FastPath {
                 | Route::Unavailable
                 | Route::Healthz
                 | Route::Forbidden
-                | Route::Redirect { .. }),
+                | Route::Redirect { .. }
+                | Route::Moved { .. }),
             ) => {
                 let location;
                 let answer = match (r, self.proxy.page(r)) {
                     (&Route::Redirect { status, https_port }, _) => {
                         location = https_location(host, target, https_port);
                         redirect_answer(status, &location, &self.proxy.fwd)
+                    }
+                    (Route::Moved { status, location }, _) => {
+                        redirect_answer(*status, location, &self.proxy.fwd)
                     }
                     (_, Some(page)) => page.answer(&self.proxy.fwd),
                     (_, None) => return Some(false),
@@ -723,4 +744,29 @@ pub(crate) fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
         out.extend_from_slice(b"Connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// The fast path's request as a Gateway route's conditions read it.
+struct FastView<'a> {
+    head: &'a Bytes,
+    fields: &'a [Field],
+    method: &'a [u8],
+    query: Option<&'a str>,
+}
+
+impl RequestView for FastView<'_> {
+    fn method(&self) -> &[u8] {
+        self.method
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|f| self.head[f.name.clone()].eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| &self.head[f.value.clone()])
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.query
+    }
 }

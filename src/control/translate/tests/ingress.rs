@@ -661,6 +661,7 @@ fn an_ingress_change_rebuilds_in_full() {
         ingresses: &one,
         classes: &class_refs,
         secrets: &[],
+        gateway: Default::default(),
     };
     let o = Options::default();
     let (b1, _) = translate_changes(&ss, &es, inputs, None, &o, None);
@@ -716,6 +717,7 @@ fn endpoints_of_an_ingress_only_entry_follow_their_slices() {
         ingresses: &one,
         classes: &classes,
         secrets: &[],
+        gateway: Default::default(),
     };
     let o = Options::default();
     let (b1, _) = translate_changes(&ss, &es1, inputs, None, &o, None);

@@ -1,0 +1,464 @@
+//! Gateway API routes as the table holds them: per frontend a router from (host, path) to a
+//! list of candidates in the spec's precedence order, each with the method, header and query
+//! conditions a request must meet, and the rule it leads to — its backends and weights, or a
+//! redirect, or an error — with the filters the rule applies. Data and pure matching only;
+//! the decision core (`decide::gateway`) turns a match into what a request gets. No
+//! Kubernetes, Pingora or tokio.
+//!
+//! Unlike Service and Ingress routes, a host level that a Gateway route claims is final: a
+//! request whose host a listener's routes cover never falls through to a less specific host
+//! (listener isolation), and gets 404 when no candidate matches.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::table::matcher::{PathRule, Router};
+use crate::table::{EntryId, Shared};
+
+/// Index of a candidate list in `GatewayRoutes::candidates`.
+pub type CandidatesId = u32;
+
+/// What a request offers to a candidate's conditions; each engine implements it over its own
+/// request representation.
+pub trait RequestView {
+    fn method(&self) -> &[u8];
+    /// The first value of header `name` (given in lower case).
+    fn header(&self, name: &str) -> Option<&[u8]>;
+    /// The query string, without the `?`.
+    fn query(&self) -> Option<&str>;
+}
+
+/// A request with nothing but a method (`/explain`, tests).
+pub struct BareRequest<'a>(pub &'a [u8]);
+
+impl RequestView for BareRequest<'_> {
+    fn method(&self) -> &[u8] {
+        self.0
+    }
+    fn header(&self, _: &str) -> Option<&[u8]> {
+        None
+    }
+    fn query(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// The Gateway API routes of both HTTP frontends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GatewayRoutes {
+    /// Routes of the HTTP listeners served on the plain port.
+    pub http: Router<CandidatesId>,
+    /// Routes of the HTTPS listeners served on the TLS port.
+    pub https: Router<CandidatesId>,
+    /// Per routed (host, path): the candidates, most precedent first.
+    pub candidates: Vec<Box<[Candidate]>>,
+    pub rules: Vec<GatewayRule>,
+    /// The listener port a redirect without a port and scheme keeps, per frontend.
+    pub http_port: u16,
+    pub https_port: u16,
+}
+
+impl GatewayRoutes {
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The candidate `req` meets on the most specific host level that Gateway routes claim
+    /// for `host`, with the path rule it came through. `Err(())`: a Gateway host level took
+    /// the request but nothing in it matched (404); `Ok(None)`: no Gateway route covers this
+    /// host, so the other routes decide.
+    #[inline]
+    pub fn lookup<'r>(
+        &'r self,
+        https: bool,
+        host: Option<&[u8]>,
+        path: &str,
+        req: &impl RequestView,
+    ) -> Result<Option<(&'r PathRule<CandidatesId>, &'r Candidate)>, ()> {
+        let router = if https { &self.https } else { &self.http };
+        if router.is_empty() {
+            return Ok(None);
+        }
+        // The first level visited is the most specific that has rules for this host; it
+        // decides alone.
+        let mut claimed = false;
+        let found = router.walk(host, |_, rules| {
+            if rules.is_empty() {
+                return None;
+            }
+            claimed = true;
+            Some(rules.lookup_where(path, |rule| self.pick(rule.target, req).is_some()))
+        });
+        match found.flatten() {
+            Some(rule) => match self.pick(rule.target, req) {
+                Some(c) => Ok(Some((rule, c))),
+                None => Err(()),
+            },
+            None if claimed => Err(()),
+            None => Ok(None),
+        }
+    }
+
+    fn pick(&self, id: CandidatesId, req: &impl RequestView) -> Option<&Candidate> {
+        self.candidates
+            .get(id as usize)?
+            .iter()
+            .find(|c| c.matches(req))
+    }
+}
+
+/// One match of one rule: the conditions beyond host and path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Candidate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<Box<str>>,
+    /// Header names in lower case; every one must match.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub headers: Box<[ValueMatch]>,
+    /// Query parameter names as written (compared exactly); every one must match.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub query: Box<[ValueMatch]>,
+    /// Index in `GatewayRoutes::rules`.
+    pub rule: u32,
+}
+
+/// A header or query parameter that must have this exact value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ValueMatch {
+    pub name: Box<str>,
+    pub value: Box<str>,
+}
+
+impl Candidate {
+    pub fn matches(&self, req: &impl RequestView) -> bool {
+        if let Some(m) = &self.method
+            && m.as_bytes() != req.method()
+        {
+            return false;
+        }
+        self.headers
+            .iter()
+            .all(|h| req.header(&h.name) == Some(h.value.as_bytes()))
+            && (self.query.is_empty() || {
+                let q = req.query().unwrap_or("");
+                self.query
+                    .iter()
+                    .all(|m| query_value(q, &m.name) == Some(&*m.value))
+            })
+    }
+}
+
+/// The first value of parameter `name` in `query` (`a=1&b=2`), not percent-decoded.
+fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then_some(v)
+    })
+}
+
+/// What a rule does with the requests it matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GatewayRule {
+    /// `namespace/route` and the rule's index, for `/explain` and logs.
+    pub origin: Box<str>,
+    pub action: Action,
+    /// Applied to the request before any backend's own.
+    #[serde(skip_serializing_if = "HeaderFilter::is_empty")]
+    pub request_headers: HeaderFilter,
+    #[serde(skip_serializing_if = "HeaderFilter::is_empty")]
+    pub response_headers: HeaderFilter,
+    /// `URLRewrite`: the Host the backend sees.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite_host: Option<Arc<str>>,
+    /// `URLRewrite`: the path the backend sees.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite_path: Option<PathRewrite>,
+    /// `timeouts.request`: the whole exchange, from the request to the end of the response.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<Duration>,
+    /// `timeouts.backendRequest`: one try, from sending to the backend to its response.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_timeout: Option<Duration>,
+}
+
+impl GatewayRule {
+    /// Whether an engine must change the request or response beyond what every route gets.
+    pub fn rewrites(&self) -> bool {
+        !self.request_headers.is_empty()
+            || !self.response_headers.is_empty()
+            || self.rewrite_host.is_some()
+            || self.rewrite_path.is_some()
+            || self.request_timeout.is_some()
+            || self.backend_timeout.is_some()
+            || matches!(&self.action, Action::Backends(b) if b.backends.iter().any(|b| {
+                !b.request_headers.is_empty() || !b.response_headers.is_empty()
+            }))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Action {
+    /// Share the requests among these backends by weight.
+    Backends(Backends),
+    /// Answer a redirect.
+    Redirect(Redirect),
+    /// Answer this status: 500 for a rule whose backends cannot be used.
+    Fail(u16),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Backends {
+    pub backends: Box<[Backend]>,
+    /// Sum of the weights (more than 0).
+    pub total: u64,
+    /// Requests shared so far (not part of equality: a rebuild starts it again).
+    #[serde(skip)]
+    pub turn: Shared<AtomicU64>,
+}
+
+impl Backends {
+    /// The backend for the next request: each gets its weight's share, spread so that a
+    /// short run of requests already sees every backend in proportion.
+    pub fn next(&self) -> Option<(usize, &Backend)> {
+        let n = self.turn.fetch_add(1, Ordering::Relaxed);
+        // Multiplying by an odd constant permutes each run of `total` turns.
+        let mut at = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) % self.total.max(1);
+        self.backends.iter().enumerate().find(|(_, b)| {
+            if at < b.weight {
+                true
+            } else {
+                at -= b.weight;
+                false
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Backend {
+    /// `None`: a reference that does not resolve; its share of the requests answers 500.
+    pub entry: Option<EntryId>,
+    pub weight: u64,
+    #[serde(skip_serializing_if = "HeaderFilter::is_empty")]
+    pub request_headers: HeaderFilter,
+    #[serde(skip_serializing_if = "HeaderFilter::is_empty")]
+    pub response_headers: HeaderFilter,
+}
+
+/// `RequestHeaderModifier` / `ResponseHeaderModifier`: names in lower case.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HeaderFilter {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub set: Vec<(Box<str>, Box<str>)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub add: Vec<(Box<str>, Box<str>)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<Box<str>>,
+}
+
+impl HeaderFilter {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// A new path: the whole of it, or the matched prefix replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum PathRewrite {
+    Full(Arc<str>),
+    Prefix(Arc<str>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Redirect {
+    /// `http` or `https`; `None`: the request's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<Box<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<Box<str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathRewrite>,
+    /// 301, 302 (the default), 303, 307 or 308.
+    pub status: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::matcher::{PathRule, PathRules};
+
+    struct Req {
+        method: &'static str,
+        headers: Vec<(&'static str, &'static str)>,
+        query: Option<&'static str>,
+    }
+
+    impl RequestView for Req {
+        fn method(&self) -> &[u8] {
+            self.method.as_bytes()
+        }
+        fn header(&self, name: &str) -> Option<&[u8]> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_bytes())
+        }
+        fn query(&self) -> Option<&str> {
+            self.query
+        }
+    }
+
+    fn get() -> Req {
+        Req {
+            method: "GET",
+            headers: vec![],
+            query: None,
+        }
+    }
+
+    fn cand(rule: u32) -> Candidate {
+        Candidate {
+            method: None,
+            headers: Box::new([]),
+            query: Box::new([]),
+            rule,
+        }
+    }
+
+    fn vm(name: &str, value: &str) -> ValueMatch {
+        ValueMatch {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+
+    fn rule(prefix: &str, exact: bool, target: CandidatesId) -> PathRule<CandidatesId> {
+        PathRule {
+            prefix: prefix.into(),
+            strip: false,
+            ignore_case: false,
+            exact,
+            policy: None,
+            target,
+        }
+    }
+
+    fn routes() -> GatewayRoutes {
+        let mut g = GatewayRoutes::default();
+        // example.com: /v2 (header version: two first), /; any host: /.
+        let mut ex = PathRules::default();
+        ex.insert(rule("/v2", false, 0));
+        ex.insert(rule("/", false, 1));
+        g.http.exact.insert("example.com".into(), ex);
+        g.http.any_host.insert(rule("/", false, 2));
+        let with_header = Candidate {
+            headers: Box::new([vm("version", "two")]),
+            ..cand(9)
+        };
+        g.candidates = vec![
+            Box::new([cand(0)]),
+            Box::new([with_header, cand(1)]),
+            Box::new([cand(2)]),
+        ];
+        g
+    }
+
+    fn rule_of(g: &GatewayRoutes, host: &str, path: &str, req: &Req) -> Result<Option<u32>, ()> {
+        g.lookup(false, Some(host.as_bytes()), path, req)
+            .map(|m| m.map(|(_, c)| c.rule))
+    }
+
+    #[test]
+    fn conditions_pick_among_candidates_of_one_path() {
+        let g = routes();
+        assert_eq!(rule_of(&g, "example.com", "/v2/x", &get()), Ok(Some(0)));
+        assert_eq!(rule_of(&g, "example.com", "/", &get()), Ok(Some(1)));
+        let two = Req {
+            headers: vec![("Version", "two")],
+            ..get()
+        };
+        assert_eq!(rule_of(&g, "example.com", "/", &two), Ok(Some(9)));
+        assert_eq!(rule_of(&g, "other.net", "/", &two), Ok(Some(2)));
+    }
+
+    #[test]
+    fn a_claimed_host_never_falls_through() {
+        let mut g = routes();
+        let mut only = PathRules::default();
+        only.insert(rule("/only", true, 0));
+        g.http.exact.insert("iso.example.com".into(), only);
+        assert_eq!(rule_of(&g, "iso.example.com", "/only", &get()), Ok(Some(0)));
+        assert_eq!(rule_of(&g, "iso.example.com", "/", &get()), Err(()));
+        // No Gateway route on the TLS side: the others decide.
+        assert_eq!(
+            g.lookup(true, Some(b"example.com"), "/", &get()).map(|m| m.is_some()),
+            Ok(false)
+        );
+    }
+
+    #[test]
+    fn unmet_conditions_fall_to_a_shorter_prefix() {
+        let mut g = GatewayRoutes::default();
+        let mut rules = PathRules::default();
+        rules.insert(rule("/a", false, 0));
+        rules.insert(rule("/", false, 1));
+        g.http.any_host = rules;
+        let post_only = Candidate {
+            method: Some("POST".into()),
+            ..cand(0)
+        };
+        let q = Candidate {
+            query: Box::new([vm("animal", "whale")]),
+            ..cand(1)
+        };
+        g.candidates = vec![Box::new([post_only]), Box::new([q])];
+        let post = Req {
+            method: "POST",
+            ..get()
+        };
+        assert_eq!(rule_of(&g, "h", "/a", &post), Ok(Some(0)));
+        assert_eq!(rule_of(&g, "h", "/a", &get()), Err(()));
+        let whale = Req {
+            query: Some("x=1&animal=whale"),
+            ..get()
+        };
+        assert_eq!(rule_of(&g, "h", "/a", &whale), Ok(Some(1)));
+        let dolphin = Req {
+            query: Some("animal=dolphin"),
+            ..get()
+        };
+        assert_eq!(rule_of(&g, "h", "/a", &dolphin), Err(()));
+    }
+
+    #[test]
+    fn weights_share_every_run_of_requests() {
+        let b = |entry, weight| Backend {
+            entry: Some(entry),
+            weight,
+            request_headers: HeaderFilter::default(),
+            response_headers: HeaderFilter::default(),
+        };
+        let backends = Backends {
+            backends: Box::new([b(0, 7), b(1, 0), b(2, 3)]),
+            total: 10,
+            turn: Shared::default(),
+        };
+        let mut counts = [0u32; 3];
+        for _ in 0..1000 {
+            let e = backends.next().and_then(|(_, b)| b.entry).unwrap() as usize;
+            counts[e] += 1;
+        }
+        assert_eq!(counts, [700, 0, 300]);
+        // A short run is already spread: 10 turns give exactly 7 and 3.
+        let mut first = [0u32; 3];
+        for _ in 0..10 {
+            first[backends.next().and_then(|(_, b)| b.entry).unwrap() as usize] += 1;
+        }
+        assert_eq!(first, [7, 0, 3]);
+    }
+}
