@@ -1089,3 +1089,129 @@ async fn http_route_timeout_backend_request() {
     )
     .await;
 }
+
+// === the harness itself ===
+
+/// The harness against a route switchyard already serves (an Ingress to infra-backend-v1):
+/// the comparison accepts the right answer and refuses a wrong backend, namespace, path,
+/// header or status, so that a failing case above is switchyard's, not the harness's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_checks_what_upstream_checks() {
+    let mut w = gateway_conformance::world(&["base/manifests.yaml"]).await;
+    w.objects.push(common::ingress_class("switchyard", false));
+    w.objects.push(serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": "harness",
+            "namespace": INFRA,
+            "annotations": {"switchyard.io/ssl-redirect": "false"},
+        },
+        "spec": {
+            "ingressClassName": "switchyard",
+            "tls": [{"hosts": ["harness.example"], "secretName": "tls-validity-checks-certificate"}],
+            "rules": [{"http": {"paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": V1, "port": {"number": 8080}}},
+            }]}}],
+        },
+    }));
+    let s = gateway_conformance::start_world(w).await;
+    let ok = req("/echo?x=1")
+        .host("harness.example")
+        .headers(&[("X-Sent", "a")])
+        .backend_sets(&[("X-Back", "b")])
+        .response_headers(&[("X-Back", "b")])
+        .response_absent(&["X-Not-Set"])
+        .to(V1, INFRA);
+    // The same over TLS: the Secret's certificate for the SNI, then the same checks.
+    let cert = s
+        .secret(INFRA, "tls-validity-checks-certificate")
+        .der
+        .clone();
+    let tls = ok.clone().https("harness.example", &cert);
+    run_all(&s, "harness", &[ok.clone(), tls]).await;
+    let wrong_cert = ok.clone().https("harness.example", b"another certificate");
+    assert!(
+        gateway_conformance::expect::once(&s, &wrong_cert)
+            .await
+            .is_err()
+    );
+    let once = gateway_conformance::expect::once;
+    let wrong = [
+        ("backend", ok.clone().to(V2, INFRA)),
+        ("namespace", ok.clone().to(V1, WEB)),
+        ("status", ok.clone().status(404)),
+        (
+            "request header",
+            ok.clone()
+                .expected(ExpReq::path("/echo?x=1").headers(&[("X-Sent", "b")])),
+        ),
+        (
+            "absent request header",
+            ok.clone()
+                .expected(ExpReq::path("/echo?x=1").absent(&["X-Sent"])),
+        ),
+        ("path", ok.clone().expected(ExpReq::path("/echo"))),
+        (
+            "host",
+            ok.clone().expected(ExpReq::path("/echo?x=1").host("other")),
+        ),
+        (
+            "response header",
+            ok.clone().response_headers(&[("X-Back", "c")]),
+        ),
+        (
+            "absent response header",
+            ok.clone().response_absent(&["X-Back"]),
+        ),
+    ];
+    for (what, exp) in wrong {
+        assert!(once(&s, &exp).await.is_err(), "a wrong {what} was accepted");
+    }
+    // The mirror check finds the request the pod saw, and only that one.
+    let mirrored = ok.clone().mirrored_to(INFRA, V1);
+    gateway_conformance::expect::expect_mirrored(&s, &mirrored)
+        .await
+        .unwrap();
+    let unseen = req("/never-sent").mirrored_to(INFRA, V1);
+    assert!(
+        gateway_conformance::expect::expect_mirrored(&s, &unseen)
+            .await
+            .is_err()
+    );
+}
+
+/// upstream's redirect rules as the harness applies them: Location parsed as Go's URL parser
+/// reads it, the port left out or the scheme's default when none is expected, otherwise equal.
+#[test]
+fn harness_redirect_rules() {
+    use gateway_conformance::expect::{CapturedRequest, CapturedResponse, compare, parse_location};
+    let got = |loc: &str| CapturedResponse {
+        status: 302,
+        headers: Default::default(),
+        redirect: Some(parse_location(loc, "127.0.0.1").unwrap()),
+        body: String::new(),
+    };
+    let none = CapturedRequest::default();
+    let exp = req("/a?q=1").unfollow().status(302);
+    let to_https = exp
+        .clone()
+        .redirect(Redirect::host("example.org").scheme("https"));
+    assert!(compare(&to_https, &none, &got("https://example.org/a")).is_ok());
+    assert!(compare(&to_https, &none, &got("https://example.org:443/a")).is_ok());
+    assert!(compare(&to_https, &none, &got("https://example.org:8443/a")).is_err());
+    assert!(compare(&to_https, &none, &got("http://example.org/a")).is_err());
+    assert!(compare(&to_https, &none, &got("https://example.org/b")).is_err());
+    let port = exp.clone().redirect(Redirect::default().port("8083"));
+    assert!(compare(&port, &none, &got("http://127.0.0.1:8083/a?q=1")).is_ok());
+    assert!(compare(&port, &none, &got("http://127.0.0.1/a")).is_err());
+    // A relative Location resolves against the request's host.
+    let same = exp.clone().redirect(Redirect::default().path("/b"));
+    assert!(compare(&same, &none, &got("/b")).is_ok());
+    assert_eq!(
+        gateway_conformance::echo::go_duration("1m30s"),
+        Some(std::time::Duration::from_secs(90))
+    );
+    assert_eq!(gateway_conformance::echo::go_duration("1x"), None);
+}

@@ -477,7 +477,7 @@ fn is_timeout(s: u16) -> bool {
 
 /// Go's `resp.Location()` then `Scheme`, `Hostname()`, `Port()`, `Path`: a relative
 /// reference resolves against the request URL (http://<host><path>).
-fn parse_location(loc: &str, req_host: &str) -> Result<Redirect, String> {
+pub fn parse_location(loc: &str, req_host: &str) -> Result<Redirect, String> {
     let (scheme, rest) = match loc.split_once("://") {
         Some((s, r)) => (s.to_string(), r.to_string()),
         None if loc.starts_with('/') => ("http".to_string(), format!("{req_host}{loc}")),
