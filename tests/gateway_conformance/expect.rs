@@ -307,7 +307,7 @@ fn outgoing(exp: &Exp) -> Outgoing {
 }
 
 /// One round trip over a fresh connection (upstream disables keep-alives).
-async fn round_trip(
+pub async fn round_trip(
     suite: &Suite,
     exp: &Exp,
 ) -> Result<(CapturedRequest, CapturedResponse), String> {
