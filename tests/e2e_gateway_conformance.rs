@@ -508,8 +508,7 @@ async fn http_route_https_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_route_service_types() {
     let mut w =
-        gateway_conformance::world(&["base/manifests.yaml", "tests/httproute-service-types.yaml"])
-            .await;
+        gateway_conformance::world(&["base/manifests.yaml", "httproute-service-types.yaml"]).await;
     let pod = w
         .pods
         .iter()

@@ -69,7 +69,7 @@ fn data_dir() -> PathBuf {
 }
 
 /// The YAML documents of one upstream manifest file (`base/manifests.yaml` or
-/// `tests/<case>.yaml`), with `{GATEWAY_CLASS_NAME}` substituted as upstream's applier does.
+/// `<case>.yaml`, upstream's `conformance/tests/<case>.yaml`), with `{GATEWAY_CLASS_NAME}` substituted as upstream's applier does.
 pub fn load(rel: &str) -> Vec<Value> {
     let path = data_dir().join(rel);
     let text = std::fs::read_to_string(&path)
@@ -217,11 +217,11 @@ fn pod_slice(svc: &Value, ns: &str, name: &str, pod: &Pod) -> Value {
     })
 }
 
-/// Starts switchyard on the base manifests plus `case` files (under `tests/`), Gateway
+/// Starts switchyard on the base manifests plus `case` files (upstream's `tests/`), Gateway
 /// listeners on port 80 served on its HTTP port and on port 443 on its TLS port.
 pub async fn start(case: &[&str]) -> Suite {
     let mut files = vec!["base/manifests.yaml".to_string()];
-    files.extend(case.iter().map(|c| format!("tests/{c}")));
+    files.extend(case.iter().map(|c| c.to_string()));
     let files: Vec<&str> = files.iter().map(String::as_str).collect();
     start_world(world(&files).await).await
 }
