@@ -68,8 +68,9 @@ fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/gateway-api/conformance")
 }
 
-/// The YAML documents of one upstream manifest file (`base/manifests.yaml` or
-/// `<case>.yaml`, upstream's `conformance/tests/<case>.yaml`), with `{GATEWAY_CLASS_NAME}` substituted as upstream's applier does.
+/// The YAML documents of one upstream manifest file (`base/manifests.yaml`, or `<case>.yaml`
+/// for upstream's `conformance/tests/<case>.yaml`), with `{GATEWAY_CLASS_NAME}` substituted as
+/// upstream's applier does.
 pub fn load(rel: &str) -> Vec<Value> {
     let path = data_dir().join(rel);
     let text = std::fs::read_to_string(&path)
