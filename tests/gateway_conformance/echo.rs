@@ -27,6 +27,9 @@ use tokio::task::JoinHandle;
 /// The longest `?delay=` a pod honours, and the longest one connection is served.
 const MAX_DELAY: Duration = Duration::from_secs(30);
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+/// The most connections one pod accepts (HTTPRouteWeight's worst case, ten runs of 500
+/// requests on fresh connections, is far below).
+const MAX_CONNECTIONS: usize = 1_000_000;
 
 /// One request as a pod received it.
 #[derive(Clone, Debug)]
@@ -61,10 +64,12 @@ impl Pod {
             seen: seen.clone(),
         });
         let task = tokio::spawn(async move {
-            // Runs until the pod is dropped (the task is aborted then); each connection is
-            // bounded in time.
-            loop {
+            // Runs until the pod is dropped (the task is aborted then) or has accepted
+            // MAX_CONNECTIONS; each connection is bounded in time.
+            for _ in 0..MAX_CONNECTIONS {
                 let Ok((stream, _)) = listener.accept().await else {
+                    // A failed accept (out of descriptors, say) is retried after a pause.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
                 let ctx = ctx.clone();
