@@ -331,7 +331,10 @@ pub async fn round_trip(
                     .unwrap_or_default();
                 if &presented != cert {
                     return Err(format!(
-                        "the TLS port presented another certificate than the listener's for SNI {sni}"
+                        "for SNI {sni} the TLS port presented another certificate than the \
+                         listener's: {} (expected {})",
+                        subject(&presented),
+                        subject(cert)
                     ));
                 }
                 send(tls, &out).await
@@ -341,6 +344,22 @@ pub async fn round_trip(
     tokio::time::timeout(REQUEST_TIMEOUT, fut)
         .await
         .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?
+}
+
+/// A certificate's subject and names, for messages.
+fn subject(der: &[u8]) -> String {
+    match x509_parser::parse_x509_certificate(der) {
+        Ok((_, cert)) => {
+            let names = cert
+                .subject_alternative_name()
+                .ok()
+                .flatten()
+                .map(|san| format!("{:?}", san.value.general_names))
+                .unwrap_or_default();
+            format!("subject {:?} names {names}", cert.subject().to_string())
+        }
+        Err(e) => format!("unparsable certificate ({e})"),
+    }
 }
 
 async fn tls_connect(
