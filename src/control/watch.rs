@@ -524,6 +524,10 @@ impl ClusterSource {
                         ing_store.take_changes().is_none_or(|c| !c.is_empty()),
                         class_store.take_changes().is_none_or(|c| !c.is_empty()),
                         secret_store.take_changes().is_none_or(|c| !c.is_empty()),
+                    ]
+                    .contains(&true);
+                    // A change to the Gateway API side alone redoes only its routes.
+                    let gateway = [
                         gw_class_store.take_changes().is_none_or(|c| !c.is_empty()),
                         gw_store.take_changes().is_none_or(|c| !c.is_empty()),
                         route_store.take_changes().is_none_or(|c| !c.is_empty()),
@@ -532,7 +536,9 @@ impl ClusterSource {
                     ]
                     .contains(&true);
                     let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
-                        (Some(services), Some(slices)) => Some(Changes { services, slices, ingress }),
+                        (Some(services), Some(slices)) => {
+                            Some(Changes { services, slices, ingress, gateway })
+                        }
                         _ => None,
                     };
                     let refs = IngressRefs::of(
