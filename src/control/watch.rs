@@ -4,9 +4,10 @@
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
 //! side buffer that replaces the store whole at `InitDone`, so a half-listed store is never
-//! translated. Nothing is published until both stores have completed their first list. Events
-//! are coalesced with a short debounce and a maximum wait; the keys they touched go with the
-//! stores to the build as its change set, so a rebuild redoes only the Services they affect (a
+//! translated. Nothing is published until both stores have completed their first list. A
+//! change on an idle pipeline is built at once, changes that come faster than builds are
+//! coalesced (`control::coalesce`), and what is already buffered is read before each build; the
+//! keys they touched go with the stores to the build as its change set, so a rebuild redoes only the Services they affect (a
 //! list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
 //! Services become Kubernetes Events, rate-limited. This module must not touch the data plane.
@@ -15,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -26,6 +27,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
+use crate::control::coalesce::Coalescer;
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::{Changes, IngressRefs, Warning, WarningReason};
 use crate::ops::metrics::Metrics;
@@ -33,23 +35,11 @@ use crate::ops::metrics::Metrics;
 /// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// How events are batched into rebuilds.
-#[derive(Debug, Clone, Copy)]
-pub struct Coalesce {
-    /// Rebuild once no event has arrived for this long...
-    pub debounce: Duration,
-    /// ...or once the oldest unpublished event is this old, whichever is first.
-    pub max_wait: Duration,
-}
+pub use crate::control::coalesce::Coalesce;
 
-impl Default for Coalesce {
-    fn default() -> Self {
-        Coalesce {
-            debounce: Duration::from_millis(75),
-            max_wait: Duration::from_secs(1),
-        }
-    }
-}
+/// Watch events read before a build at most: reading what is buffered must end even when a
+/// storm keeps the streams ready (it also stops once the first change has waited `max_wait`).
+const DRAIN_MAX: usize = 10_000;
 
 /// What the cluster source needs.
 pub struct ClusterSource {
@@ -337,96 +327,162 @@ impl ClusterSource {
                 self.leader.clone(),
             )
         });
-        // The first event not yet in a published table, and the latest event.
-        let mut pending: Option<(Instant, Instant)> = None;
+        let mut coalescer = Coalescer::new(self.coalesce);
         loop {
             let ready = svc_store.synced
                 && eps_store.synced
                 && ing_store.usable()
                 && class_store.usable()
                 && secret_store.usable();
-            let deadline = match pending {
-                Some((first, last)) if ready => {
-                    Some((last + self.coalesce.debounce).min(first + self.coalesce.max_wait))
-                }
-                _ => None,
-            };
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                ev = services.next() => {
-                    let changed = self.on_event(ev, "services", &mut svc_store);
-                    touched(&mut pending, changed);
-                }
-                ev = slices.next() => {
-                    let changed = self.on_event(ev, "endpointslices", &mut eps_store);
-                    touched(&mut pending, changed);
-                }
-                ev = ingresses.next() => {
-                    let changed = self.on_event(ev, "ingresses", &mut ing_store);
-                    touched(&mut pending, changed);
-                }
-                ev = classes.next() => {
-                    let changed = self.on_event(ev, "ingressclasses", &mut class_store);
-                    touched(&mut pending, changed);
-                }
-                ev = secrets.next() => {
-                    let changed = self.on_event(ev, "secrets", &mut secret_store);
-                    touched(&mut pending, changed);
-                }
-                _ = sleep => {
-                    let first = pending.map(|(first, _)| first);
-                    pending = None;
-                    // Both stores' changes are taken, so neither carries stale keys over.
-                    // Any change on the Ingress side makes the build a full one.
-                    let ingress = [
-                        ing_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        class_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        secret_store.take_changes().is_none_or(|c| !c.is_empty()),
-                    ]
-                    .contains(&true);
-                    let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
-                        (Some(services), Some(slices)) => Some(Changes { services, slices, ingress }),
-                        _ => None,
-                    };
-                    let refs = IngressRefs::of(
-                        ing_store.live.values(),
-                        class_store.live.values(),
-                        secret_store.live.values(),
-                    );
-                    let applied = self.pipeline.apply_changes(
-                        &svc_store.live,
-                        &eps_store.live,
-                        refs.inputs(),
-                        changes.as_ref(),
-                    );
-                    if let Some(first) = first {
-                        let latency = first.elapsed();
-                        self.metrics.propagation_latency_seconds.observe(latency.as_secs_f64());
-                        tracing::debug!(latency_ms = latency.as_secs_f64() * 1e3, generation = applied.generation, "watch event to live table");
+            let due = if ready { coalescer.due() } else { None };
+            if due.is_none_or(|d| d > Instant::now()) {
+                let sleep = async {
+                    match due {
+                        Some(d) => tokio::time::sleep_until(d.into()).await,
+                        None => std::future::pending().await,
                     }
-                    if let Some(tx) = &events {
-                        for w in &applied.new_warnings {
-                            if let Some(reference) = warning_reference(&svc_store, &ing_store, w) {
-                                // Never block publishing on the API server: drop when full.
-                                if tx.try_send((w.clone(), reference)).is_err() {
-                                    self.metrics.kube_events_total.with_label_values(&["dropped"]).inc();
-                                }
-                            }
+                };
+                // Each branch does one thing and goes round again: the build happens at the
+                // top once it is due, so a storm that keeps the streams ready cannot starve it.
+                tokio::select! {
+                    ev = services.next() => {
+                        if self.on_event(ev, "services", &mut svc_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = slices.next() => {
+                        if self.on_event(ev, "endpointslices", &mut eps_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = ingresses.next() => {
+                        if self.on_event(ev, "ingresses", &mut ing_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = classes.next() => {
+                        if self.on_event(ev, "ingressclasses", &mut class_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = secrets.next() => {
+                        if self.on_event(ev, "secrets", &mut secret_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    _ = sleep => {}
+                    _ = shutdown.changed() => {
+                        if *shutdown.borrow() {
+                            return;
                         }
                     }
                 }
-                _ = shutdown.changed() => {
-                    if *shutdown.borrow() {
-                        return;
+                continue;
+            }
+            // Due. First read what the streams already hold (a burst written together, or
+            // what came during the last build): one build for all of it, not one per event.
+            // Bounded by count, and by the first change's maximum wait.
+            let overdue = coalescer.overdue_at();
+            for _ in 0..DRAIN_MAX {
+                let read = [
+                    self.read_ready(&mut services, "services", &mut svc_store, &mut coalescer),
+                    self.read_ready(
+                        &mut slices,
+                        "endpointslices",
+                        &mut eps_store,
+                        &mut coalescer,
+                    ),
+                    self.read_ready(&mut ingresses, "ingresses", &mut ing_store, &mut coalescer),
+                    self.read_ready(
+                        &mut classes,
+                        "ingressclasses",
+                        &mut class_store,
+                        &mut coalescer,
+                    ),
+                    self.read_ready(&mut secrets, "secrets", &mut secret_store, &mut coalescer),
+                ];
+                if !read.contains(&true) || overdue.is_some_and(|o| Instant::now() >= o) {
+                    break;
+                }
+            }
+            let started = Instant::now();
+            let first = coalescer.start();
+            // Both stores' changes are taken, so neither carries stale keys over.
+            // Any change on the Ingress side makes the build a full one.
+            let ingress = [
+                ing_store.take_changes().is_none_or(|c| !c.is_empty()),
+                class_store.take_changes().is_none_or(|c| !c.is_empty()),
+                secret_store.take_changes().is_none_or(|c| !c.is_empty()),
+            ]
+            .contains(&true);
+            let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
+                (Some(services), Some(slices)) => Some(Changes {
+                    services,
+                    slices,
+                    ingress,
+                }),
+                _ => None,
+            };
+            let refs = IngressRefs::of(
+                ing_store.live.values(),
+                class_store.live.values(),
+                secret_store.live.values(),
+            );
+            let applied = self.pipeline.apply_changes(
+                &svc_store.live,
+                &eps_store.live,
+                refs.inputs(),
+                changes.as_ref(),
+            );
+            let live = Instant::now();
+            if let Some(first) = first {
+                let latency = live.saturating_duration_since(first);
+                self.metrics
+                    .propagation_latency_seconds
+                    .observe(latency.as_secs_f64());
+                tracing::debug!(
+                    latency_ms = latency.as_secs_f64() * 1e3,
+                    generation = applied.generation,
+                    "watch event to live table"
+                );
+            }
+            if let Some(tx) = &events {
+                for w in &applied.new_warnings {
+                    if let Some(reference) = warning_reference(&svc_store, &ing_store, w) {
+                        // Never block publishing on the API server: drop when full.
+                        if tx.try_send((w.clone(), reference)).is_err() {
+                            self.metrics
+                                .kube_events_total
+                                .with_label_values(&["dropped"])
+                                .inc();
+                        }
                     }
                 }
             }
+            coalescer.built(started, Instant::now());
         }
+    }
+
+    /// Reads one item of a watch stream if it is there already, without waiting; returns
+    /// whether there was one.
+    fn read_ready<K: Resource, S>(
+        &self,
+        stream: &mut S,
+        resource: &str,
+        store: &mut Store<K>,
+        coalescer: &mut Coalescer,
+    ) -> bool
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
+    {
+        // A stream that ended (`Some(None)`) has nothing to read: the select loop reports it.
+        let Some(Some(item)) = stream.next().now_or_never() else {
+            return false;
+        };
+        if self.on_event(Some(item), resource, store) {
+            coalescer.changed(Instant::now());
+        }
+        true
     }
 
     /// Handles one item of a watch stream; returns whether the store changed.
@@ -476,14 +532,6 @@ impl ClusterSource {
                 false
             }
         }
-    }
-}
-
-/// Notes a store change in `pending` (the first unpublished change and the latest).
-fn touched(pending: &mut Option<(Instant, Instant)>, changed: bool) {
-    if changed {
-        let now = Instant::now();
-        *pending = Some((pending.map_or(now, |(first, _)| first), now));
     }
 }
 
