@@ -6,9 +6,9 @@
 //! side buffer that replaces the store whole at `InitDone`, so a half-listed store is never
 //! translated. Nothing is published until both stores have completed their first list. A
 //! change on an idle pipeline is built at once, changes that come faster than builds are
-//! coalesced (`control::coalesce`), and what is already buffered is read before each build; the
-//! keys they touched go with the stores to the build as its change set, so a rebuild redoes only the Services they affect (a
-//! list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
+//! coalesced (`control::coalesce`), and what is already buffered is read before each build;
+//! the keys they touched go with the stores to the build as its change set, so a rebuild redoes
+//! only the Services they affect (a list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
 //! Services become Kubernetes Events, rate-limited. This module must not touch the data plane.
 
@@ -37,8 +37,9 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 pub use crate::control::coalesce::Coalesce;
 
-/// Watch events read before a build at most: reading what is buffered must end even when a
-/// storm keeps the streams ready (it also stops once the first change has waited `max_wait`).
+/// Rounds of reading what is buffered (one item of each watch stream a round) before a build
+/// at most: it must end even when a storm keeps the streams ready (it also stops once the
+/// first change has waited `max_wait`).
 const DRAIN_MAX: usize = 10_000;
 
 /// What the cluster source needs.
