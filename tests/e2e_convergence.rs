@@ -352,7 +352,11 @@ async fn figures_10k_services() {
     }
     api.apply_all(objs);
     let started = Instant::now();
-    let sy = api.spawn_switchyard(&[], "warn");
+    // `SWITCHYARD_FIGURE_ARGS`: more flags, space-separated (e.g. `--check-interval 0`, to
+    // see what the active health checks of 100,000 addresses cost).
+    let extra = std::env::var("SWITCHYARD_FIGURE_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let sy = api.spawn_switchyard(&extra, "warn");
     wait_ready(&sy, Duration::from_secs(120)).await;
     let ready_in = started.elapsed();
     for p in 0..PROBES {
@@ -477,7 +481,8 @@ async fn figures_10k_services() {
     quiet.sort();
     storm.sort();
     eprintln!(
-        "{SERVICES} Services x 10 endpoints ({WIDE} wide + {PROBES} probes): ready in {ready_in:?}"
+        "{SERVICES} Services x 10 endpoints ({WIDE} wide + {PROBES} probes), flags {extra:?}: \
+         ready in {ready_in:?}"
     );
     eprintln!(
         "quiet, {} single changes, write to client: median {:.1} ms, p99 {:.1} ms, max {:.1} ms; \
