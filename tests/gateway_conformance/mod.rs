@@ -2,7 +2,8 @@
 //! upstream manifests (tests/data/gateway-api, v1.6.1) loaded as upstream applies them, the
 //! base manifests' Deployments turned into echo-basic pods on 127.0.0.1 ([`echo`]), each
 //! selector Service given EndpointSlices to its pods, the TLS Secrets upstream creates at setup
-//! generated here, switchyard started on all of it offline, and upstream's
+//! generated here, switchyard started on all of it (offline, or through the fake API server:
+//! the including test crate's `SOURCE`), and upstream's
 //! `ExpectedResponse` checked the way `conformance/utils/http/http.go` checks it ([`expect`]).
 //!
 //! Nothing here reads /work/shared: a user's clone holds the copies under tests/data.
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
 use crate::common::{Switchyard, eventually, free_port, switchyard};
+use crate::kube_api::{FakeApi, Watching};
 use echo::Pod;
 
 /// The name substituted for upstream's `{GATEWAY_CLASS_NAME}`.
@@ -54,8 +56,38 @@ const SETUP_SECRETS: [(&str, &str, &[&str]); 3] = [
 ];
 
 /// One conformance run: switchyard on the base manifests plus one case's, with its pods.
+/// Where switchyard reads the cases' objects from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `--manifests` files.
+    Manifests,
+    /// The fake API server, watched as a cluster.
+    Cluster,
+}
+
+/// A switchyard serving a case, from either source.
+pub struct Running {
+    pub http_port: u16,
+    process: Process,
+}
+
+enum Process {
+    Offline(Switchyard),
+    // The API server outlives the switchyard watching it (fields drop in order).
+    Cluster(Watching, FakeApi),
+}
+
+impl Running {
+    pub fn stderr(&self) -> String {
+        match &self.process {
+            Process::Offline(sy) => sy.stderr(),
+            Process::Cluster(w, _) => w.stderr(),
+        }
+    }
+}
+
 pub struct Suite {
-    pub sy: Switchyard,
+    pub sy: Running,
     pub pods: Vec<Pod>,
     /// The TLS port (`--https-port`), serving the Gateways' port-443 listeners.
     pub https_port: u16,
@@ -240,19 +272,41 @@ pub async fn start_world(world: World) -> Suite {
     )
     .expect("write default cert");
     let https_port = free_port();
-    let sy = switchyard(world.objects)
-        .args(&[
-            "--gateway-http-port",
-            "80",
-            "--gateway-https-port",
-            "443",
-            "--https-port",
-            &https_port.to_string(),
-            "--ssl-cert",
-            default_file.to_str().expect("utf-8 path"),
-        ])
-        .start()
-        .await;
+    let args = [
+        "--gateway-http-port",
+        "80",
+        "--gateway-https-port",
+        "443",
+        "--https-port",
+        &https_port.to_string(),
+        "--ssl-cert",
+        default_file.to_str().expect("utf-8 path"),
+    ];
+    let sy = match crate::SOURCE {
+        Source::Manifests => {
+            let sy = switchyard(world.objects).args(&args).start().await;
+            Running {
+                http_port: sy.http_port,
+                process: Process::Offline(sy),
+            }
+        }
+        Source::Cluster => {
+            let api = FakeApi::start_reaching_local_backends().await;
+            api.apply_all(world.objects);
+            let w = api.spawn_switchyard(&args, "info");
+            let ready = eventually(Duration::from_secs(20), || async {
+                crate::common::try_request(w.admin_port, "GET", "/readyz", &[])
+                    .await
+                    .is_ok_and(|r| r.status == 200)
+            })
+            .await;
+            assert!(ready, "switchyard never became ready:\n{}", w.stderr());
+            Running {
+                http_port: w.http_port,
+                process: Process::Cluster(w, api),
+            }
+        }
+    };
     let up = eventually(Duration::from_secs(10), || async {
         TcpStream::connect(("127.0.0.1", https_port)).await.is_ok()
     })

@@ -442,6 +442,17 @@ impl FakeApi {
                     obj["status"] = status.clone();
                 }
             }
+            if kind == Kind::Secret
+                && let Some(Value::Object(strings)) =
+                    obj.as_object_mut().and_then(|o| o.remove("stringData"))
+            {
+                // As the API server does: `stringData` is merged into `data`, base64-encoded,
+                // and never stored.
+                for (k, v) in strings {
+                    let bytes = v.as_str().unwrap_or_default().as_bytes().to_vec();
+                    obj["data"][k] = serde_json::to_value(k8s_openapi::ByteString(bytes)).unwrap();
+                }
+            }
             if kind == Kind::EndpointSlice
                 && !st.allow_loopback
                 && let Some(why) = invalid_endpoint_address(&obj)
