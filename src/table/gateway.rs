@@ -121,22 +121,25 @@ impl GatewayRoutes {
             return GatewayMatch::NotTaken;
         }
         // The first level visited is the most specific that has rules for this host; it
-        // decides alone.
+        // decides alone. The candidate is kept as the path rules are tried, not looked for
+        // twice.
         let mut claimed = false;
+        let mut chosen = None;
         let found = router.walk(host, |_, rules| {
             if rules.is_empty() {
                 return None;
             }
             claimed = true;
-            Some(rules.lookup_where(path, |rule| self.pick(rule.target, req).is_some()))
+            Some(rules.lookup_where(path, |rule| {
+                chosen = self.pick(rule.target, req);
+                chosen.is_some()
+            }))
         });
-        match found.flatten() {
-            Some(rule) => match self.pick(rule.target, req) {
-                Some(c) => GatewayMatch::Matched(rule, c),
-                None => GatewayMatch::NoRoute,
-            },
-            None if claimed || hosts.takes(host) => GatewayMatch::NoRoute,
-            None => GatewayMatch::NotTaken,
+        match (found.flatten(), chosen) {
+            (Some(rule), Some(c)) => GatewayMatch::Matched(rule, c),
+            (Some(_), None) => GatewayMatch::NoRoute,
+            (None, _) if claimed || hosts.takes(host) => GatewayMatch::NoRoute,
+            (None, _) => GatewayMatch::NotTaken,
         }
     }
 
@@ -280,10 +283,12 @@ impl Mirror {
 /// Turn `n` mapped into `0..total` so that every run of `total` turns takes each value once,
 /// in a scattered order.
 fn spread(n: u64, total: u64) -> u64 {
-    // Multiplying by a prime larger than any total permutes each run of `total` turns.
-    const PRIME: u128 = (1 << 61) - 1;
-    let total = total.max(1);
-    u64::try_from(u128::from(n % total) * PRIME % u128::from(total)).unwrap_or(0)
+    // Multiplying by a prime that no total reaches permutes each run of `total` turns (the
+    // largest prime below 2^32: totals are sums of at most 16 weights of at most 1,000,000,
+    // and the product fits in 64 bits).
+    const PRIME: u64 = 4_294_967_291;
+    let total = total.clamp(1, PRIME - 1);
+    (n % total) * PRIME % total
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

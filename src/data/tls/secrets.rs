@@ -17,7 +17,8 @@ use crate::ops::metrics::Metrics;
 pub struct SecretPem<'a> {
     /// `namespace/name`.
     pub secret: &'a str,
-    /// The host names to serve it for; empty: the names in the certificate.
+    /// The host names to serve it for; empty: the names in the certificate. `*` among them:
+    /// the names in the certificate too (a Gateway listener without a hostname).
     pub hosts: &'a [Box<str>],
     /// Certificate chain and key, PEM.
     pub pem: &'a Arc<[u8]>,
@@ -60,8 +61,14 @@ impl SecretCerts {
             let source = CertSource::Secret(c.secret.to_string());
             match LoadedCert::from_pem(c.pem) {
                 Ok(mut cert) => {
-                    if !c.hosts.is_empty() {
-                        cert.names = c.hosts.iter().map(|h| normalize_name(h)).collect();
+                    let own = c.hosts.iter().any(|h| &**h == "*");
+                    let given = c.hosts.iter().filter(|h| &***h != "*").map(|h| normalize_name(h));
+                    if own {
+                        cert.names.extend(given);
+                        cert.names.sort();
+                        cert.names.dedup();
+                    } else if !c.hosts.is_empty() {
+                        cert.names = given.collect();
                     }
                     tracing::info!(secret = c.secret, names = ?cert.names, "certificate loaded from Secret");
                     self.store.insert(source, cert);

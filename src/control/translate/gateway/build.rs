@@ -670,12 +670,12 @@ impl<'a> Builder<'a> {
                 .certificates
                 .entry((ns.to_string(), r.name.clone()))
                 .or_insert_with(|| (BTreeSet::new(), pem));
-            if let Some(h) = hostname {
-                slot.0.insert(match h {
-                    HostPattern::Exact(n) => n.clone(),
-                    HostPattern::Wildcard(s) | HostPattern::OneLabel(s) => format!("*{s}"),
-                });
-            }
+            // A listener without a hostname serves the certificate for the names it holds.
+            slot.0.insert(match hostname {
+                None => "*".to_string(),
+                Some(HostPattern::Exact(n)) => n.clone(),
+                Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
+            });
         }
         Ok(())
     }

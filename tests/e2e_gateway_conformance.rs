@@ -1,0 +1,1209 @@
+//! Gateway API conformance, traffic part, offline: one test per upstream GATEWAY-HTTP case
+//! (kubernetes-sigs/gateway-api v1.6.1, `conformance/tests/<case>.go`), on the same manifests
+//! (tests/data/gateway-api, copied unchanged) and with the same requests and expectations,
+//! checked the way upstream checks them (tests/gateway_conformance/expect.rs: 3 consistent
+//! answers in a row, the echo's JSON, redirects, absent headers, the weighted distribution).
+//! switchyard reads the manifests with `--manifests`; the base manifests' Deployments are real
+//! echo-basic pods on 127.0.0.1 (tests/gateway_conformance/echo.rs).
+//!
+//! Gateways' port-80 listeners are served on switchyard's HTTP port and port-443 listeners on
+//! its TLS port (`--gateway-http-port 80 --gateway-https-port 443`). Status conditions are the
+//! status suite's (tests/e2e_gateway_status.rs); a case that waits for `Accepted` and then
+//! sends traffic is checked here for its traffic. docs/gateway-conformance.md lists every
+//! upstream case and where it stands.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod gateway_conformance;
+mod tls_client;
+
+use gateway_conformance::expect::{
+    Exp, ExpReq, Redirect, eventually_consistent, req, run_all, weighted_distribution,
+};
+use gateway_conformance::{APP, INFRA, WEB, start};
+
+const V1: &str = "infra-backend-v1";
+const V2: &str = "infra-backend-v2";
+const V3: &str = "infra-backend-v3";
+
+// === core: Gateway, HTTPRoute, ReferenceGrant ===
+
+/// HTTPRouteSimpleSameNamespace
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_simple_same_namespace() {
+    let s = start(&["httproute-simple-same-namespace.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteSimpleSameNamespace",
+        &[req("/").status(200).to(V1, INFRA)],
+    )
+    .await;
+}
+
+/// HTTPRouteCrossNamespace: a route in the web-backend namespace attaches to the Gateway
+/// `backend-namespaces`, whose listener admits namespaces labelled
+/// `gateway-conformance: backend` (the Namespace objects of the base manifests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_cross_namespace() {
+    let s = start(&["httproute-cross-namespace.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteCrossNamespace",
+        &[req("/").status(200).to("web-backend", WEB)],
+    )
+    .await;
+}
+
+/// HTTPExactPathMatching
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_exact_path_matching() {
+    let s = start(&["httproute-exact-path-matching.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPExactPathMatching",
+        &[
+            req("/one").to(V1, INFRA),
+            req("/two").to(V2, INFRA),
+            req("/").status(404),
+            req("/one/example").status(404),
+            req("/two/").status(404),
+            req("/Two").status(404),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteHeaderMatching
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_header_matching() {
+    let s = start(&["httproute-header-matching.yaml"]).await;
+    let h = |kv: &[(&str, &str)]| req("/").headers(kv);
+    run_all(
+        &s,
+        "HTTPRouteHeaderMatching",
+        &[
+            h(&[("Version", "one")]).to(V1, INFRA),
+            h(&[("Version", "two")]).to(V2, INFRA),
+            h(&[("Version", "two"), ("Color", "orange")]).to(V1, INFRA),
+            h(&[("Version", "two"), ("Color", "blue")]).to(V2, INFRA),
+            h(&[("Color", "orange")]).status(404),
+            h(&[("Some-Other-Header", "one")]).status(404),
+            h(&[("Color", "blue")]).to(V1, INFRA),
+            h(&[("Color", "green")]).to(V1, INFRA),
+            h(&[("Color", "red")]).to(V2, INFRA),
+            h(&[("Color", "yellow")]).to(V2, INFRA),
+            h(&[("Color", "purple")]).status(404),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteHostnameIntersection (its traffic subtests; the AttachedRoutes and route
+/// conditions subtests are status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_hostname_intersection() {
+    let s = start(&["httproute-hostname-intersection.yaml"]).await;
+    let r = |host: &str, path: &str| req(path).host(host);
+    run_all(
+        &s,
+        "HTTPRouteHostnameIntersection",
+        &[
+            // specific-host-matches-listener-specific-host
+            r("very.specific.com", "/s1").to(V1, INFRA),
+            // The port in the Host header must not be considered when matching hostnames.
+            r("very.specific.com:1234", "/s1").to(V1, INFRA),
+            r("non.matching.com", "/s1").status(404),
+            r("foo.nonmatchingwildcard.io", "/s1").status(404),
+            r("foo.wildcard.io", "/s1").status(404),
+            r("very.specific.com", "/non-matching-prefix").status(404),
+            // specific-host-matches-listener-wildcard-host
+            r("foo.wildcard.io", "/s2").to(V2, INFRA),
+            r("bar.wildcard.io", "/s2").to(V2, INFRA),
+            r("foo.bar.wildcard.io", "/s2").to(V2, INFRA),
+            r("non.matching.com", "/s2").status(404),
+            r("wildcard.io", "/s2").status(404),
+            r("very.specific.com", "/s2").status(404),
+            r("foo.wildcard.io", "/non-matching-prefix").status(404),
+            // wildcard-host-matches-listener-specific-host
+            r("very.specific.com", "/s3").to(V3, INFRA),
+            r("non.matching.com", "/s3").status(404),
+            r("foo.specific.com", "/s3").status(404),
+            r("foo.wildcard.io", "/s3").status(404),
+            r("very.specific.com", "/non-matching-prefix").status(404),
+            // wildcard-host-matches-listener-wildcard-host
+            r("foo.anotherwildcard.io", "/s4").to(V1, INFRA),
+            r("bar.anotherwildcard.io", "/s4").to(V1, INFRA),
+            r("foo.bar.anotherwildcard.io", "/s4").to(V1, INFRA),
+            r("anotherwildcard.io", "/s4").status(404),
+            r("foo.wildcard.io", "/s4").status(404),
+            r("very.specific.com", "/s4").status(404),
+            r("foo.anotherwildcard.io", "/non-matching-prefix").status(404),
+            // no-intersecting-hosts
+            r("specific.but.wrong.com", "/s5").status(404),
+            r("wildcard.io", "/s5").status(404),
+            // httproute-hostname-intersection-all (a listener without a hostname)
+            r("first.com", "/").to(V2, INFRA),
+            r("sub.first.com", "/").to(V2, INFRA),
+            r("second.com", "/").to(V2, INFRA),
+            r("sub.second.com", "/").to(V2, INFRA),
+            r("third.com", "/").ns(INFRA).status(404),
+            r("sub.third.com", "/").ns(INFRA).status(404),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteListenerHostnameMatching
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_listener_hostname_matching() {
+    let s = start(&["httproute-listener-hostname-matching.yaml"]).await;
+    let r = |host: &str| req("/").host(host);
+    run_all(
+        &s,
+        "HTTPRouteListenerHostnameMatching",
+        &[
+            r("bar.com").to(V1, INFRA),
+            r("foo.bar.com").to(V2, INFRA),
+            r("baz.bar.com").to(V3, INFRA),
+            r("boo.bar.com").to(V3, INFRA),
+            r("multiple.prefixes.bar.com").to(V3, INFRA),
+            r("multiple.prefixes.foo.com").to(V3, INFRA),
+            r("foo.com").status(404),
+            r("no.matching.host").status(404),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteMatching
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_matching() {
+    let s = start(&["httproute-matching.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteMatching",
+        &[
+            req("/").to(V1, INFRA),
+            req("/example").to(V1, INFRA),
+            req("/").headers(&[("Version", "one")]).to(V1, INFRA),
+            req("/v2").to(V2, INFRA),
+            req("/v2/example").to(V2, INFRA),
+            req("/").headers(&[("Version", "two")]).to(V2, INFRA),
+            req("/v2/").to(V2, INFRA),
+            // Not a path segment prefix so should not match /v2.
+            req("/v2example").to(V1, INFRA),
+            req("/foo/v2/example").to(V1, INFRA),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteMatchingAcrossRoutes
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_matching_across_routes() {
+    let s = start(&["httproute-matching-across-routes.yaml"]).await;
+    let r = |host: &str, path: &str| req(path).host(host);
+    run_all(
+        &s,
+        "HTTPRouteMatchingAcrossRoutes",
+        &[
+            r("example.com", "/").to(V1, INFRA),
+            r("example.com", "/example").to(V1, INFRA),
+            r("example.net", "/example").to(V1, INFRA),
+            r("example.com", "/example")
+                .headers(&[("Version", "one")])
+                .to(V1, INFRA),
+            r("example.com", "/v2").to(V2, INFRA),
+            // v2 matches are limited to example.com
+            r("example.net", "/v2").to(V1, INFRA),
+            r("example.com", "/v2/example").to(V2, INFRA),
+            r("example.com", "/")
+                .headers(&[("Version", "two")])
+                .to(V2, INFRA),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRoutePathMatchOrder
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_path_match_order() {
+    let s = start(&["httproute-path-match-order.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRoutePathMatchOrder",
+        &[
+            req("/match/exact/one").to(V3, INFRA),
+            req("/match/exact").to(V2, INFRA),
+            req("/match").to(V1, INFRA),
+            req("/match/prefix/one/any").to(V2, INFRA),
+            req("/match/prefix/any").to(V1, INFRA),
+            req("/match/any").to(V3, INFRA),
+        ],
+    )
+    .await;
+}
+
+/// The expectations of HTTPRouteRequestHeaderModifier, also those of the backendRef-level
+/// variant (same rules, the filters on the backendRefs).
+fn request_header_modifier_cases() -> Vec<Exp> {
+    vec![
+        req("/set")
+            .headers(&[("Some-Other-Header", "val")])
+            .expected(ExpReq::path("/set").headers(&[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Set", "set-overwrites-values"),
+            ]))
+            .to(V1, INFRA),
+        req("/set")
+            .headers(&[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Set", "some-other-value"),
+            ])
+            .expected(ExpReq::path("/set").headers(&[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Set", "set-overwrites-values"),
+            ]))
+            .to(V1, INFRA),
+        req("/add")
+            .headers(&[("Some-Other-Header", "val")])
+            .expected(ExpReq::path("/add").headers(&[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Add", "add-appends-values"),
+            ]))
+            .to(V1, INFRA),
+        req("/add")
+            .headers(&[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Add", "some-other-value"),
+            ])
+            .expected(ExpReq::path("/add").headers(&[
+                ("Some-Other-Header", "val"),
+                ("X-Header-Add", "some-other-value,add-appends-values"),
+            ]))
+            .to(V1, INFRA),
+        req("/remove")
+            .headers(&[("X-Header-Remove", "val")])
+            .expected(ExpReq::path("/remove").absent(&["X-Header-Remove"]))
+            .to(V1, INFRA),
+        req("/multiple")
+            .headers(&[
+                ("X-Header-Set-2", "set-val-2"),
+                ("X-Header-Add-2", "add-val-2"),
+                ("X-Header-Remove-2", "remove-val-2"),
+                ("Another-Header", "another-header-val"),
+            ])
+            .expected(
+                ExpReq::path("/multiple")
+                    .headers(&[
+                        ("X-Header-Set-1", "header-set-1"),
+                        ("X-Header-Set-2", "header-set-2"),
+                        ("X-Header-Add-1", "header-add-1"),
+                        ("X-Header-Add-2", "add-val-2,header-add-2"),
+                        ("X-Header-Add-3", "header-add-3"),
+                        ("Another-Header", "another-header-val"),
+                    ])
+                    .absent(&["X-Header-Remove-1", "X-Header-Remove-2"]),
+            )
+            .to(V1, INFRA),
+        // The filter uses canonicalized header names, the request uses lowercase names.
+        req("/case-insensitivity")
+            .headers(&[
+                ("x-header-set", "original-val-set"),
+                ("x-header-add", "original-val-add"),
+                ("x-header-remove", "original-val-remove"),
+                ("Another-Header", "another-header-val"),
+            ])
+            .expected(
+                ExpReq::path("/case-insensitivity")
+                    .headers(&[
+                        ("X-Header-Set", "header-set"),
+                        ("X-Header-Add", "original-val-add,header-add"),
+                        ("Another-Header", "another-header-val"),
+                    ])
+                    .absent(&["x-header-remove", "X-Header-Remove"]),
+            )
+            .to(V1, INFRA),
+    ]
+}
+
+/// HTTPRouteRequestHeaderModifier
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_request_header_modifier() {
+    let s = start(&["httproute-request-header-modifier.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteRequestHeaderModifier",
+        &request_header_modifier_cases(),
+    )
+    .await;
+}
+
+/// HTTPRouteRedirectHostAndStatus
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_redirect_host_and_status() {
+    let s = start(&["httproute-redirect-host-and-status.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteRedirectHostAndStatus",
+        &[
+            req("/hostname-redirect")
+                .unfollow()
+                .status(302)
+                .redirect(Redirect::host("example.org"))
+                .ns(INFRA),
+            req("/host-and-status")
+                .unfollow()
+                .status(301)
+                .redirect(Redirect::host("example.org"))
+                .ns(INFRA),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteReferenceGrant
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_reference_grant() {
+    let s = start(&["httproute-reference-grant.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteReferenceGrant",
+        &[req("/").method("GET").status(200).to("web-backend", WEB)],
+    )
+    .await;
+}
+
+/// HTTPRouteWeight: 70/30/0 over v1, v2, v3, within 5 points, ten attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_weight() {
+    let s = start(&["httproute-weight.yaml"]).await;
+    let exp = req("/").status(200).ns(INFRA);
+    // Assert the request succeeds before the distribution check.
+    eventually_consistent(&s, &exp)
+        .await
+        .unwrap_or_else(|e| panic!("HTTPRouteWeight: {e}\n{}", s.sy.stderr()));
+    let weights = [(V1, 0.7), (V2, 0.3), (V3, 0.0)];
+    let mut misses = Vec::new();
+    // upstream: up to 10 distribution runs, the first that holds passes.
+    for attempt in 1..=10 {
+        match weighted_distribution(&s, &exp, &weights).await {
+            Ok(()) => return,
+            Err(e) => misses.push(format!("({attempt}/10) {e}")),
+        }
+    }
+    panic!(
+        "HTTPRouteWeight: weighted distribution tests failed:\n{}",
+        misses.join("\n")
+    );
+}
+
+/// HTTPRouteInvalidNonExistentBackendRef (traffic: 500)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_invalid_nonexistent_backend_ref() {
+    let s = start(&["httproute-invalid-nonexistent-backendref.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteInvalidNonExistentBackendRef",
+        &[req("/").method("GET").status(500)],
+    )
+    .await;
+}
+
+/// HTTPRouteInvalidBackendRefUnknownKind (traffic: 500)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_invalid_backend_ref_unknown_kind() {
+    let s = start(&["httproute-invalid-backendref-unknown-kind.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteInvalidBackendRefUnknownKind",
+        &[req("/v2").method("GET").status(500)],
+    )
+    .await;
+}
+
+/// HTTPRouteInvalidCrossNamespaceBackendRef (traffic: 500)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_invalid_cross_namespace_backend_ref() {
+    let s = start(&["httproute-invalid-cross-namespace-backend-ref.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteInvalidCrossNamespaceBackendRef",
+        &[req("/").method("GET").status(500)],
+    )
+    .await;
+}
+
+/// HTTPRouteInvalidReferenceGrant (traffic: 500)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_invalid_reference_grant() {
+    let s = start(&["httproute-invalid-reference-grant.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteInvalidReferenceGrant",
+        &[req("/").method("GET").status(500)],
+    )
+    .await;
+}
+
+/// HTTPRoutePartiallyInvalidViaInvalidReferenceGrant (traffic: 500 for the ungranted
+/// Service, 200 for its granted sibling)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_partially_invalid_via_invalid_reference_grant() {
+    let s = start(&["httproute-partially-invalid-via-invalid-reference-grant.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRoutePartiallyInvalidViaInvalidReferenceGrant",
+        &[
+            req("/v2").method("GET").status(500),
+            req("/").method("GET").status(200).to("app-backend-v1", APP),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteNoBackendRefs (httproute-omitted-backendrefs.yaml)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_no_backend_refs() {
+    let s = start(&["httproute-omitted-backendrefs.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteNoBackendRefs",
+        &[
+            req("/forward").to(V1, INFRA),
+            req("/omitted-no-forward").status(500),
+            req("/empty-no-forward").status(500),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteHTTPSListener: TLS to the port-443 listeners of `same-namespace-with-https-listener`
+/// with the certificate of Secret `tls-validity-checks-certificate`, SNI = Host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_https_listener() {
+    let s = start(&["httproute-https-listener.yaml"]).await;
+    let cert = s
+        .secret(INFRA, "tls-validity-checks-certificate")
+        .der
+        .clone();
+    let r = |host: &str| req("/").host(host).https(host, &cert).ns(INFRA);
+    run_all(
+        &s,
+        "HTTPRouteHTTPSListener",
+        &[
+            r("example.org").status(200).to(V1, INFRA),
+            r("unknown-example.org").status(404),
+            r("second-example.org").status(200).to(V2, INFRA),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteServiceTypes: a Service with manual EndpointSlices, a headless one, a headless
+/// one with manual EndpointSlices. upstream fills the manual slices with infra-backend-v1's
+/// pod addresses at run time; here every pod is 127.0.0.1 on its own port, and a slice has
+/// one port list, so the IPv4 slice gets the first pod (the IPv6 slice stays empty: no
+/// IPv6 pods).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_service_types() {
+    let mut w =
+        gateway_conformance::world(&["base/manifests.yaml", "httproute-service-types.yaml"]).await;
+    let pod = w
+        .pods
+        .iter()
+        .find(|p| p.namespace == INFRA && p.deployment == V1)
+        .map(|p| (p.name.clone(), p.port))
+        .expect("an infra-backend-v1 pod");
+    for name in [
+        "manual-endpointslices-ip4",
+        "headless-manual-endpointslices-ip4",
+    ] {
+        let slice = w
+            .objects
+            .iter_mut()
+            .find(|o| o["kind"] == "EndpointSlice" && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("EndpointSlice {name} in the manifest"));
+        slice["endpoints"] = serde_json::json!([{
+            "addresses": ["127.0.0.1"],
+            "conditions": {"ready": true, "serving": true, "terminating": false},
+            "targetRef": {"kind": "Pod", "name": pod.0, "namespace": INFRA},
+        }]);
+        slice["ports"][0]["port"] = serde_json::json!(pod.1);
+    }
+    let s = gateway_conformance::start_world(w).await;
+    run_all(
+        &s,
+        "HTTPRouteServiceTypes",
+        &[
+            req("/headless").status(200).to(V1, INFRA),
+            req("/manual-endpointslices").status(200).to(V1, INFRA),
+            req("/headless-manual-endpointslices")
+                .status(200)
+                .to(V1, INFRA),
+        ],
+    )
+    .await;
+}
+
+// === extended: query parameter and method matching ===
+
+/// HTTPRouteQueryParamMatching (HTTPRouteQueryParamMatching)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_query_param_matching() {
+    let s = start(&["httproute-query-param-matching.yaml"]).await;
+    let v = |ver: &str, path: &str| req(path).headers(&[("version", ver)]);
+    run_all(
+        &s,
+        "HTTPRouteQueryParamMatching",
+        &[
+            req("/?animal=whale").to(V1, INFRA),
+            req("/?animal=dolphin").to(V2, INFRA),
+            req("/?animal=dolphin&color=blue").to(V3, INFRA),
+            req("/?ANIMAL=Whale").to(V3, INFRA),
+            req("/?animal=whale&otherparam=irrelevant").to(V1, INFRA),
+            req("/?animal=dolphin&color=yellow").to(V2, INFRA),
+            req("/?color=blue").status(404),
+            req("/?animal=dog").status(404),
+            req("/?animal=whaledolphin").status(404),
+            req("/").status(404),
+            // Combinations with other core matches.
+            req("/path1?animal=whale").to(V1, INFRA),
+            v("one", "/?animal=whale").to(V2, INFRA),
+            v("two", "/path2?animal=whale").to(V3, INFRA),
+            // ORed matches match with only one of them in the request.
+            req("/path3?animal=shark").to(V1, INFRA),
+            v("three", "/path4?animal=kraken").to(V1, INFRA),
+            // ANDed match types do not match with a subset.
+            req("/?animal=shark").status(404),
+            req("/path4?animal=kraken").status(404),
+            // Precedence among several matching rules.
+            req("/path5?animal=hydra").to(V1, INFRA),
+            v("four", "/?animal=hydra").to(V3, INFRA),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteMethodMatching (HTTPRouteMethodMatching)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_method_matching() {
+    let s = start(&["httproute-method-matching.yaml"]).await;
+    let m = |method: &str, path: &str| req(path).method(method);
+    let vm = |ver: &str, method: &str, path: &str| m(method, path).headers(&[("version", ver)]);
+    run_all(
+        &s,
+        "HTTPRouteMethodMatching",
+        &[
+            m("POST", "/").to(V1, INFRA),
+            m("GET", "/").to(V2, INFRA),
+            m("HEAD", "/").status(404),
+            m("GET", "/path1").to(V1, INFRA),
+            vm("one", "PUT", "/").to(V2, INFRA),
+            vm("two", "POST", "/path2").to(V3, INFRA),
+            m("PATCH", "/path3").to(V1, INFRA),
+            vm("three", "DELETE", "/path4").to(V1, INFRA),
+            m("PUT", "/").status(404),
+            m("DELETE", "/path4").status(404),
+            m("PATCH", "/path5").to(V1, INFRA),
+            vm("four", "PATCH", "/").to(V2, INFRA),
+        ],
+    )
+    .await;
+}
+
+// === extended: response header modifier ===
+
+/// HTTPRouteResponseHeaderModifier (HTTPResponseHeaderModification). The echo sets the
+/// response headers asked for in `X-Echo-Set-Header` (upstream's BackendSetResponseHeaders).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_response_header_modifier() {
+    let s = start(&["httproute-response-header-modifier.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteResponseHeaderModifier",
+        &[
+            req("/set")
+                .backend_sets(&[("Some-Other-Header", "val")])
+                .response_headers(&[
+                    ("Some-Other-Header", "val"),
+                    ("X-Header-Set", "set-overwrites-values"),
+                ])
+                .to(V1, INFRA),
+            req("/set")
+                .backend_sets(&[
+                    ("Some-Other-Header", "val"),
+                    ("X-Header-Set", "some-other-value"),
+                ])
+                .response_headers(&[
+                    ("Some-Other-Header", "val"),
+                    ("X-Header-Set", "set-overwrites-values"),
+                ])
+                .to(V1, INFRA),
+            req("/add")
+                .backend_sets(&[("Some-Other-Header", "val")])
+                .response_headers(&[
+                    ("Some-Other-Header", "val"),
+                    ("X-Header-Add", "add-appends-values"),
+                ])
+                .to(V1, INFRA),
+            req("/add")
+                .backend_sets(&[
+                    ("Some-Other-Header", "val"),
+                    ("X-Header-Add", "some-other-value"),
+                ])
+                .response_headers(&[
+                    ("Some-Other-Header", "val"),
+                    ("X-Header-Add", "some-other-value,add-appends-values"),
+                ])
+                .to(V1, INFRA),
+            req("/remove")
+                .backend_sets(&[("X-Header-Remove", "val")])
+                .response_absent(&["X-Header-Remove"])
+                .to(V1, INFRA),
+            req("/multiple")
+                .backend_sets(&[
+                    ("X-Header-Set-2", "set-val-2"),
+                    ("X-Header-Add-2", "add-val-2"),
+                    ("X-Header-Remove-2", "remove-val-2"),
+                    ("Another-Header", "another-header-val"),
+                    ("X-Header-Remove-1", "remove-val-1"),
+                ])
+                .response_headers(&[
+                    ("X-Header-Set-1", "header-set-1"),
+                    ("X-Header-Set-2", "header-set-2"),
+                    ("X-Header-Add-1", "header-add-1"),
+                    ("X-Header-Add-2", "add-val-2,header-add-2"),
+                    ("X-Header-Add-3", "header-add-3"),
+                    ("Another-Header", "another-header-val"),
+                ])
+                .response_absent(&["X-Header-Remove-1", "X-Header-Remove-2"])
+                .to(V1, INFRA),
+            // The filter uses canonicalized header names, the backend lowercase ones.
+            req("/case-insensitivity")
+                .backend_sets(&[
+                    ("x-header-set", "original-val-set"),
+                    ("x-header-add", "original-val-add"),
+                    ("x-header-remove", "original-val-remove"),
+                    ("Another-Header", "another-header-val"),
+                ])
+                .response_headers(&[
+                    ("X-Header-Set", "header-set"),
+                    ("X-Header-Add", "original-val-add,header-add"),
+                    ("X-Lowercase-Add", "lowercase-add"),
+                    ("X-Mixedcase-Add-1", "mixedcase-add-1"),
+                    ("X-Mixedcase-Add-2", "mixedcase-add-2"),
+                    ("X-Uppercase-Add", "uppercase-add"),
+                    ("Another-Header", "another-header-val"),
+                ])
+                .response_absent(&["x-header-remove", "X-Header-Remove"])
+                .to(V1, INFRA),
+            // Both filters on one rule: the request's headers edited on the way in, the
+            // response's on the way out.
+            req("/response-and-request-header-modifiers")
+                .headers(&[
+                    ("X-Header-Remove", "remove-val"),
+                    ("X-Header-Add-Append", "append-val-1"),
+                ])
+                .backend_sets(&[
+                    ("X-Header-Set-2", "set-val-2"),
+                    ("X-Header-Add-2", "add-val-2"),
+                    ("X-Header-Remove-2", "remove-val-2"),
+                    ("Another-Header", "another-header-val"),
+                ])
+                .expected(
+                    ExpReq::path("/response-and-request-header-modifiers")
+                        .headers(&[
+                            ("X-Header-Set", "set-overwrites-values"),
+                            ("X-Header-Add", "header-val-1"),
+                            ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                        ])
+                        .absent(&["X-Header-Remove"]),
+                )
+                .response_headers(&[
+                    ("X-Header-Set-1", "header-set-1"),
+                    ("X-Header-Set-2", "header-set-2"),
+                    ("X-Header-Add-1", "header-add-1"),
+                    ("X-Header-Add-2", "add-val-2,header-add-2"),
+                    ("Another-Header", "another-header-val"),
+                ])
+                .response_absent(&["X-Header-Remove-1", "X-Header-Remove-2"])
+                .to(V1, INFRA),
+        ],
+    )
+    .await;
+}
+
+// === extended: request redirect (port, scheme, path) ===
+
+/// HTTPRouteRedirectPort (HTTPRoutePortRedirect)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_redirect_port() {
+    let s = start(&["httproute-redirect-port.yaml"]).await;
+    let r = |path: &str, status: u16| req(path).unfollow().status(status).ns(INFRA);
+    run_all(
+        &s,
+        "HTTPRouteRedirectPort",
+        &[
+            r("/port", 302).redirect(Redirect::default().port("8083")),
+            r("/port-and-host", 302).redirect(Redirect::host("example.org").port("8083")),
+            r("/port-and-status", 301).redirect(Redirect::default().port("8083")),
+            r("/port-and-host-and-status", 302)
+                .redirect(Redirect::host("example.org").port("8083")),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteRedirectScheme (HTTPRouteSchemeRedirect)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_redirect_scheme() {
+    let s = start(&["httproute-redirect-scheme.yaml"]).await;
+    let r = |path: &str, status: u16| req(path).unfollow().status(status).ns(INFRA);
+    run_all(
+        &s,
+        "HTTPRouteRedirectScheme",
+        &[
+            r("/scheme", 302).redirect(Redirect::default().scheme("https")),
+            r("/scheme-and-host", 302).redirect(Redirect::host("example.org").scheme("https")),
+            r("/scheme-and-status", 301).redirect(Redirect::default().scheme("https")),
+            r("/scheme-and-host-and-status", 302)
+                .redirect(Redirect::host("example.org").scheme("https")),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteRedirectPath (HTTPRoutePathRedirect)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_redirect_path() {
+    let s = start(&["httproute-redirect-path.yaml"]).await;
+    let r = |path: &str, status: u16| req(path).unfollow().status(status).ns(INFRA);
+    run_all(
+        &s,
+        "HTTPRouteRedirectPath",
+        &[
+            r("/original-prefix/lemon", 302)
+                .redirect(Redirect::default().path("/replacement-prefix/lemon")),
+            r("/full/path/original", 302)
+                .redirect(Redirect::default().path("/full-path-replacement")),
+            r("/path-and-host", 302)
+                .redirect(Redirect::host("example.org").path("/replacement-prefix")),
+            r("/path-and-status", 301).redirect(Redirect::default().path("/replacement-prefix")),
+            r("/full-path-and-host", 302)
+                .redirect(Redirect::host("example.org").path("/replacement-full")),
+            r("/full-path-and-status", 301).redirect(Redirect::default().path("/replacement-full")),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteRedirectPortAndScheme (HTTPRoutePortRedirect, HTTPRouteSchemeRedirect): the
+/// subtests of the port-80 and port-443 listeners. The port-8080 listener's subtests need a
+/// Gateway port switchyard does not serve (see docs/gateway-conformance.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_redirect_port_and_scheme() {
+    let s = start(&["httproute-redirect-port-and-scheme.yaml"]).await;
+    let cert = s
+        .secret(INFRA, "tls-validity-checks-certificate")
+        .der
+        .clone();
+    let r = |path: &str| req(path).unfollow().status(302).ns(INFRA);
+    let tls = |path: &str| r(path).host("example.org").https("example.org", &cert);
+    let to = |scheme: &str| Redirect::host("example.org").scheme(scheme);
+    run_all(
+        &s,
+        "HTTPRouteRedirectPortAndScheme",
+        &[
+            // http-listener-on-80
+            r("/scheme-nil-and-port-nil").redirect(to("http")),
+            r("/scheme-nil-and-port-80").redirect(to("http")),
+            r("/scheme-nil-and-port-8080").redirect(to("http").port("8080")),
+            r("/scheme-https-and-port-nil").redirect(to("https")),
+            r("/scheme-https-and-port-443").redirect(to("https")),
+            r("/scheme-https-and-port-8443").redirect(to("https").port("8443")),
+            // https-listener-on-443
+            tls("/scheme-nil-and-port-nil").redirect(to("https")),
+            tls("/scheme-nil-and-port-443").redirect(to("https")),
+            tls("/scheme-nil-and-port-8443").redirect(to("https").port("8443")),
+            tls("/scheme-http-and-port-nil").redirect(to("http")),
+            tls("/scheme-http-and-port-80").redirect(to("http")),
+            tls("/scheme-http-and-port-8080").redirect(to("http").port("8080")),
+        ],
+    )
+    .await;
+}
+
+// === extended: URL rewrite (host, path) ===
+
+/// HTTPRouteRewriteHost (HTTPRouteHostRewrite)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_rewrite_host() {
+    let s = start(&["httproute-rewrite-host.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteRewriteHost",
+        &[
+            req("/one")
+                .host("rewrite.example")
+                .expected(ExpReq::path("/one").host("one.example.org"))
+                .to(V1, INFRA),
+            req("/two")
+                .host("rewrite.example")
+                .expected(ExpReq::path("/two").host("example.org"))
+                .to(V2, INFRA),
+            req("/rewrite-host-and-modify-headers")
+                .host("rewrite.example")
+                .headers(&[
+                    ("X-Header-Remove", "remove-val"),
+                    ("X-Header-Add-Append", "append-val-1"),
+                ])
+                .expected(
+                    ExpReq::path("/rewrite-host-and-modify-headers")
+                        .host("test.example.org")
+                        .headers(&[
+                            ("X-Header-Add", "header-val-1"),
+                            ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                            ("X-Header-Set", "set-overwrites-values"),
+                        ])
+                        .absent(&["X-Header-Remove"]),
+                )
+                .to(V2, INFRA),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteRewritePath (HTTPRoutePathRewrite)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_rewrite_path() {
+    let s = start(&["httproute-rewrite-path.yaml"]).await;
+    let modify = [
+        ("X-Header-Remove", "remove-val"),
+        ("X-Header-Add-Append", "append-val-1"),
+        ("X-Header-Set", "set-val"),
+    ];
+    let modified = [
+        ("X-Header-Add", "header-val-1"),
+        ("X-Header-Add-Append", "append-val-1,header-val-2"),
+        ("X-Header-Set", "set-overwrites-values"),
+    ];
+    run_all(
+        &s,
+        "HTTPRouteRewritePath",
+        &[
+            req("/prefix/one/two")
+                .expected(ExpReq::path("/one/two"))
+                .to(V1, INFRA),
+            req("/strip-prefix/three")
+                .expected(ExpReq::path("/three"))
+                .to(V1, INFRA),
+            req("/strip-prefix")
+                .expected(ExpReq::path("/"))
+                .to(V1, INFRA),
+            req("/full/one/two")
+                .expected(ExpReq::path("/one"))
+                .to(V1, INFRA),
+            req("/full/rewrite-path-and-modify-headers/test")
+                .headers(&modify)
+                .expected(
+                    ExpReq::path("/test")
+                        .headers(&modified)
+                        .absent(&["X-Header-Remove"]),
+                )
+                .to(V1, INFRA),
+            req("/prefix/rewrite-path-and-modify-headers/one")
+                .headers(&modify)
+                .expected(
+                    ExpReq::path("/prefix/one")
+                        .headers(&modified)
+                        .absent(&["X-Header-Remove"]),
+                )
+                .to(V1, INFRA),
+        ],
+    )
+    .await;
+}
+
+// === extended: request mirror ===
+
+/// HTTPRouteRequestMirror (HTTPRouteRequestMirror)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_request_mirror() {
+    let s = start(&["httproute-request-mirror.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteRequestMirror",
+        &[
+            req("/mirror")
+                .expected(ExpReq::path("/mirror"))
+                .to(V1, INFRA)
+                .mirrored_to(INFRA, V2),
+            req("/mirror-and-modify-headers")
+                .headers(&[
+                    ("X-Header-Remove", "remove-val"),
+                    ("X-Header-Add-Append", "append-val-1"),
+                ])
+                .expected(
+                    ExpReq::path("/mirror-and-modify-headers")
+                        .headers(&[
+                            ("X-Header-Add", "header-val-1"),
+                            ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                            ("X-Header-Set", "set-overwrites-values"),
+                        ])
+                        .absent(&["X-Header-Remove"]),
+                )
+                .to(V1, INFRA)
+                .mirrored_to(INFRA, V2),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteRequestMultipleMirrors (HTTPRouteRequestMultipleMirrors)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_request_multiple_mirrors() {
+    let s = start(&["httproute-request-multiple-mirrors.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteRequestMultipleMirrors",
+        &[
+            req("/multi-mirror")
+                .expected(ExpReq::path("/multi-mirror"))
+                .to(V1, INFRA)
+                .mirrored_to(INFRA, V2)
+                .mirrored_to(INFRA, V3),
+            req("/multi-mirror-and-modify-request-headers")
+                .headers(&[
+                    ("X-Header-Remove", "remove-val"),
+                    ("X-Header-Add-Append", "append-val-1"),
+                ])
+                .expected(
+                    ExpReq::path("/multi-mirror-and-modify-request-headers")
+                        .headers(&[
+                            ("X-Header-Add", "header-val-1"),
+                            ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                            ("X-Header-Set", "set-overwrites-values"),
+                        ])
+                        .absent(&["X-Header-Remove"]),
+                )
+                .to(V1, INFRA)
+                .mirrored_to(INFRA, V2)
+                .mirrored_to(INFRA, V3),
+        ],
+    )
+    .await;
+}
+
+// === extended: backend request header modifier (filters on backendRefs) ===
+
+/// HTTPRouteBackendRequestHeaderModifier (HTTPRouteBackendRequestHeaderModification): the
+/// request header modifier's rules with the filters on the backendRefs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_backend_request_header_modifier() {
+    let s = start(&["httproute-request-header-modifier-backend.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteBackendRequestHeaderModifier",
+        &request_header_modifier_cases(),
+    )
+    .await;
+}
+
+/// HTTPRouteRequestHeaderModifierBackendWeights (HTTPRouteBackendRequestHeaderModification):
+/// two weighted backendRefs, each with a filter setting `Backend: <its name>`; after the
+/// request succeeds consistently, 100 requests must each carry exactly one `Backend` header,
+/// naming the backend whose pod answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_request_header_modifier_backend_weights() {
+    let s = start(&["httproute-request-header-modifier-backend-weights.yaml"]).await;
+    let exp = req("/").status(200).ns(INFRA);
+    eventually_consistent(&s, &exp).await.unwrap_or_else(|e| {
+        panic!(
+            "HTTPRouteRequestHeaderModifierBackendWeights: {e}\n{}",
+            s.sy.stderr()
+        )
+    });
+    for i in 0..100 {
+        let (creq, _) = gateway_conformance::expect::round_trip(&s, &exp)
+            .await
+            .unwrap_or_else(|e| panic!("request #{i}: failed to roundtrip request: {e}"));
+        let backends = creq.headers.get("Backend").cloned().unwrap_or_default();
+        assert_eq!(
+            backends.len(),
+            1,
+            "request #{i}: expected a single 'Backend' header to have been set, got {backends:?}"
+        );
+        assert!(
+            creq.pod.starts_with(&backends[0]),
+            "request #{i}: expected the backendRef to have set the correct headers and sent the \
+             request to the correct pod, got {:?}, want {:?}",
+            creq.pod,
+            backends[0]
+        );
+    }
+}
+
+// === extended: timeouts ===
+
+/// HTTPRouteTimeoutRequest (HTTPRouteRequestTimeout)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_timeout_request() {
+    let s = start(&["httproute-timeout-request.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteTimeoutRequest",
+        &[
+            req("/request-timeout").status(200).ns(INFRA),
+            req("/request-timeout?delay=1s").status(504).ns(INFRA),
+            req("/disable-request-timeout?delay=1s")
+                .status(200)
+                .ns(INFRA),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteTimeoutBackendRequest (HTTPRouteBackendTimeout)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_timeout_backend_request() {
+    let s = start(&["httproute-timeout-backend-request.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteTimeoutBackendRequest",
+        &[
+            req("/backend-timeout").status(200).ns(INFRA),
+            req("/backend-timeout?delay=1s").status(504).ns(INFRA),
+        ],
+    )
+    .await;
+}
+
+// === the harness itself ===
+
+/// The harness against a route switchyard already serves (an Ingress to infra-backend-v1):
+/// the comparison accepts the right answer and refuses a wrong backend, namespace, path,
+/// header or status, so that a failing case above is switchyard's, not the harness's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_checks_what_upstream_checks() {
+    let mut w = gateway_conformance::world(&["base/manifests.yaml"]).await;
+    // Without the base Gateways: their host-less port-80 and port-443 listeners would own
+    // every host of those ports, the Ingress's too.
+    w.objects.retain(|o| o["kind"] != "Gateway");
+    w.objects.push(common::ingress_class("switchyard", false));
+    w.objects.push(serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": "harness",
+            "namespace": INFRA,
+            "annotations": {"switchyard.io/ssl-redirect": "false"},
+        },
+        "spec": {
+            "ingressClassName": "switchyard",
+            "tls": [{"hosts": ["harness.example"], "secretName": "tls-validity-checks-certificate"}],
+            "rules": [{"http": {"paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": V1, "port": {"number": 8080}}},
+            }]}}],
+        },
+    }));
+    let s = gateway_conformance::start_world(w).await;
+    let ok = req("/echo?x=1")
+        .host("harness.example")
+        .headers(&[("X-Sent", "a")])
+        .backend_sets(&[("X-Back", "b")])
+        .response_headers(&[("X-Back", "b")])
+        .response_absent(&["X-Not-Set"])
+        .to(V1, INFRA);
+    // The same over TLS: the Secret's certificate for the SNI, then the same checks.
+    let cert = s
+        .secret(INFRA, "tls-validity-checks-certificate")
+        .der
+        .clone();
+    let tls = ok.clone().https("harness.example", &cert);
+    run_all(&s, "harness", &[ok.clone(), tls]).await;
+    let wrong_cert = ok.clone().https("harness.example", b"another certificate");
+    assert!(
+        gateway_conformance::expect::once(&s, &wrong_cert)
+            .await
+            .is_err()
+    );
+    let once = gateway_conformance::expect::once;
+    let wrong = [
+        ("backend", ok.clone().to(V2, INFRA)),
+        ("namespace", ok.clone().to(V1, WEB)),
+        ("status", ok.clone().status(404)),
+        (
+            "request header",
+            ok.clone()
+                .expected(ExpReq::path("/echo?x=1").headers(&[("X-Sent", "b")])),
+        ),
+        (
+            "absent request header",
+            ok.clone()
+                .expected(ExpReq::path("/echo?x=1").absent(&["X-Sent"])),
+        ),
+        ("path", ok.clone().expected(ExpReq::path("/echo"))),
+        (
+            "host",
+            ok.clone().expected(ExpReq::path("/echo?x=1").host("other")),
+        ),
+        (
+            "response header",
+            ok.clone().response_headers(&[("X-Back", "c")]),
+        ),
+        (
+            "absent response header",
+            ok.clone().response_absent(&["X-Back"]),
+        ),
+    ];
+    for (what, exp) in wrong {
+        assert!(once(&s, &exp).await.is_err(), "a wrong {what} was accepted");
+    }
+    // The mirror check finds the request the pod saw, and only that one.
+    let mirrored = ok.clone().mirrored_to(INFRA, V1);
+    gateway_conformance::expect::expect_mirrored(&s, &mirrored)
+        .await
+        .unwrap();
+    let unseen = req("/never-sent").mirrored_to(INFRA, V1);
+    assert!(
+        gateway_conformance::expect::expect_mirrored(&s, &unseen)
+            .await
+            .is_err()
+    );
+}
+
+/// upstream's redirect rules as the harness applies them: Location parsed as Go's URL parser
+/// reads it, the port left out or the scheme's default when none is expected, otherwise equal.
+#[test]
+fn harness_redirect_rules() {
+    use gateway_conformance::expect::{CapturedRequest, CapturedResponse, compare, parse_location};
+    let got = |loc: &str| CapturedResponse {
+        status: 302,
+        headers: Default::default(),
+        redirect: Some(parse_location(loc, "127.0.0.1").unwrap()),
+        body: String::new(),
+    };
+    let none = CapturedRequest::default();
+    let exp = req("/a?q=1").unfollow().status(302);
+    let to_https = exp
+        .clone()
+        .redirect(Redirect::host("example.org").scheme("https"));
+    assert!(compare(&to_https, &none, &got("https://example.org/a")).is_ok());
+    assert!(compare(&to_https, &none, &got("https://example.org:443/a")).is_ok());
+    assert!(compare(&to_https, &none, &got("https://example.org:8443/a")).is_err());
+    assert!(compare(&to_https, &none, &got("http://example.org/a")).is_err());
+    assert!(compare(&to_https, &none, &got("https://example.org/b")).is_err());
+    let port = exp.clone().redirect(Redirect::default().port("8083"));
+    assert!(compare(&port, &none, &got("http://127.0.0.1:8083/a?q=1")).is_ok());
+    assert!(compare(&port, &none, &got("http://127.0.0.1/a")).is_err());
+    // A relative Location resolves against the request's host.
+    let same = exp.clone().redirect(Redirect::default().path("/b"));
+    assert!(compare(&same, &none, &got("/b")).is_ok());
+    assert_eq!(
+        gateway_conformance::echo::go_duration("1m30s"),
+        Some(std::time::Duration::from_secs(90))
+    );
+    assert_eq!(gateway_conformance::echo::go_duration("1x"), None);
+}
