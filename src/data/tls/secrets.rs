@@ -62,7 +62,11 @@ impl SecretCerts {
             match LoadedCert::from_pem(c.pem) {
                 Ok(mut cert) => {
                     let own = c.hosts.iter().any(|h| &**h == "*");
-                    let given = c.hosts.iter().filter(|h| &***h != "*").map(|h| normalize_name(h));
+                    let given = c
+                        .hosts
+                        .iter()
+                        .filter(|h| &***h != "*")
+                        .map(|h| normalize_name(h));
                     if own {
                         cert.names.extend(given);
                         cert.names.sort();
