@@ -301,12 +301,10 @@ pub fn run(config: Config) -> Result<(), RunError> {
             ClusterWatch {
                 config: kube_config,
                 namespace: config.translate.only_namespace.clone(),
-                coalesce: {
-                    let d = watch::Coalesce::default();
-                    watch::Coalesce {
-                        debounce: config.watch_debounce.unwrap_or(d.debounce),
-                        max_wait: config.watch_max_wait.unwrap_or(d.max_wait),
-                    }
+                coalesce: watch::Coalesce {
+                    max_wait: config
+                        .watch_max_wait
+                        .unwrap_or(watch::Coalesce::default().max_wait),
                 },
                 metrics,
                 pipeline: Mutex::new(Some(pipeline)),

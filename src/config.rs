@@ -317,12 +317,9 @@ pub struct Args {
           env = "SWITCHYARD_SERVER_TIMEOUT")]
     pub server_timeout: Duration,
 
-    /// The cluster watcher's debounce (default 75ms). Hidden and without an environment
-    /// variable: only the churn tests lower it, to turn every API change into a swap.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide = true)]
-    pub watch_debounce: Option<Duration>,
-
-    /// The cluster watcher's maximum wait (default 1s). Hidden, like --watch-debounce.
+    /// The cluster watcher's maximum wait (default 1s): how long a change may wait for a
+    /// build while a storm of changes is being coalesced. Hidden and without an environment
+    /// variable: only the churn tests lower it, to turn nearly every API change into a swap.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide = true)]
     pub watch_max_wait: Option<Duration>,
 
@@ -615,8 +612,7 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// `--secret-label-selector`: the TLS Secrets watched.
     pub secret_label_selector: Option<String>,
-    /// The cluster watcher's (debounce, max wait), when the hidden flags override them.
-    pub watch_debounce: Option<Duration>,
+    /// The cluster watcher's maximum wait, when the hidden flag overrides it.
     pub watch_max_wait: Option<Duration>,
     /// Leader election (`--leader-elect`, cluster source only): `None` when off.
     pub election: Option<Election>,
@@ -817,7 +813,6 @@ impl Config {
             },
             shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
-            watch_debounce: args.watch_debounce,
             watch_max_wait: args.watch_max_wait,
             secret_label_selector: args.secret_label_selector,
             election: (cluster && args.leader_elect).then(|| {
@@ -1249,7 +1244,7 @@ mod tests {
         assert_eq!(c.translate.default_algorithm, Algorithm::RoundRobin);
         assert_eq!(c.timeouts.connect, Duration::from_secs(5));
         assert_eq!(c.timeouts.server_idle, Duration::from_secs(50));
-        assert_eq!(c.watch_debounce, None);
+        assert_eq!(c.watch_max_wait, None);
         assert_eq!(c.stats_port, 1936);
         assert_eq!(c.health, HealthChecks::default());
         assert_eq!(c.access_log, None);

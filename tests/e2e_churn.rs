@@ -410,8 +410,8 @@ fn soak_secs() -> u64 {
 
 /// Keep-alive load on `/web` while every 10 ms one API change adds or removes an endpoint:
 /// nine in ten flip endpoints of another Service (`churn`), one in ten adds or removes a real
-/// backend of `web` (an anchor backend stays). The hidden `--watch-debounce 0ms` turns each
-/// change into its own swap. No request fails, no keep-alive connection is dropped, no
+/// backend of `web` (an anchor backend stays). The hidden `--watch-max-wait 10ms` keeps nearly
+/// every change its own swap. No request fails, no keep-alive connection is dropped, no
 /// backend sees a request later than `DRAIN` after its removal, and the live heap
 /// (`switchyard_heap_allocated_bytes`) does not grow with the generations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,8 +429,6 @@ async fn swap_soak() {
     let mut sy = Sy::start(
         &api,
         &[
-            "--watch-debounce",
-            "0ms",
             "--watch-max-wait",
             "10ms",
             "--keep-alive-timeout",
@@ -1139,8 +1137,6 @@ async fn long_lived_connections_survive_1000_swaps_and_certificate_rotations() {
     let mut sy = Sy::start(
         &api,
         &[
-            "--watch-debounce",
-            "0ms",
             "--watch-max-wait",
             "10ms",
             "--check-interval",

@@ -8,8 +8,8 @@ The world: Service `svc` (one port `http`, routed at /svc like manifests.yaml), 
 `svc-base` with the first backend (always there, always ready), and two slices `svc-churn-1`
 and `svc-churn-2` with the second and third backends, which the driver deletes and re-creates
 in turn, one change per tick: `svc` has one to three ready endpoints, never zero. Every change
-is one watch event; switchyard started with `--watch-debounce 0ms --watch-max-wait 10ms` makes
-nearly each one its own table swap.
+is one watch event; switchyard (a change on an idle watcher is built at once, builds at least
+10 ms apart) started with `--watch-max-wait 10ms` makes nearly each one its own table swap.
 
 Churn starts when a line is written to stdin ("start") and stops on "stop" or EOF, so run.py
 can line it up with its wrk run; the number of changes made is printed on stdout as

@@ -21,8 +21,8 @@ printed at the end holds medians over the repetitions and switchyard/HAProxy rat
 "keep-alive under 100 table swaps/s" (switchyard only; it brings the plain keep-alive scenario
 along, which is its baseline): the same wrk keep-alive run while the routing table is rebuilt
 and swapped about 100 times a second. switchyard watches fake_api.py (a list + watch fake of
-the Kubernetes API, on the load core) through a kubeconfig, with the hidden test flags
-`--watch-debounce 0ms --watch-max-wait 10ms` so that nearly every API change is its own swap;
+the Kubernetes API, on the load core) through a kubeconfig, with the hidden test flag
+`--watch-max-wait 10ms` so that nearly every API change is its own swap;
 fake_api.py adds or removes one endpoint of `svc` every 10 ms (one always stays ready).
 Reported: failed requests, p99 and its ratio to the no-swap keep-alive run of the same
 repetition (`p99_vs_no_swap`, median of the per-repetition ratios), API changes made and swaps
@@ -268,7 +268,7 @@ def run_swap_scenario(opts, duration, procs, tmp, switchyard, logs, lua):
         p = procs.start([switchyard, "--kubeconfig", kubeconfig, "--bind-address", "127.0.0.1",
                          "--http-port", str(SWITCHYARD_PORT), "--admin-port", str(SWITCHYARD_ADMIN),
                          "--stats-port", str(SWITCHYARD_STATS), "--threads", "1",
-                         "--watch-debounce", "0ms", "--watch-max-wait", "10ms"], PROXY_CORE, logs)
+                         "--watch-max-wait", "10ms"], PROXY_CORE, logs)
         try:
             wait_http_ok(f"http://127.0.0.1:{SWITCHYARD_PORT}/svc/")
             swaps_before = metric_value("switchyard_table_swaps_total")

@@ -5,10 +5,11 @@
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
 //! side buffer that replaces the store whole at `InitDone`, so a half-listed store is never
-//! translated. Nothing is published until both stores have completed their first list. Events
-//! are coalesced with a short debounce and a maximum wait; the keys they touched go with the
-//! stores to the build as its change set, so a rebuild redoes only the Services they affect (a
-//! list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
+//! translated. Nothing is published until both stores have completed their first list. A
+//! change on an idle pipeline is built at once, changes that come faster than builds are
+//! coalesced (`control::coalesce`), and what is already buffered is read before each build;
+//! the keys they touched go with the stores to the build as its change set, so a rebuild redoes
+//! only the Services they affect (a list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
 //! Services become Kubernetes Events, rate-limited. The Gateway API is optional: where its CRDs
 //! are not installed (a list answers 404) one warning says so, the Gateway stores count as
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -31,6 +32,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
+use crate::control::coalesce::Coalescer;
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use crate::control::translate::{Changes, GatewayRefs, IngressRefs, Warning, WarningReason};
@@ -47,23 +49,12 @@ pub const GATEWAY_API_RETRY: Duration = Duration::from_secs(15);
 /// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// How events are batched into rebuilds.
-#[derive(Debug, Clone, Copy)]
-pub struct Coalesce {
-    /// Rebuild once no event has arrived for this long...
-    pub debounce: Duration,
-    /// ...or once the oldest unpublished event is this old, whichever is first.
-    pub max_wait: Duration,
-}
+pub use crate::control::coalesce::Coalesce;
 
-impl Default for Coalesce {
-    fn default() -> Self {
-        Coalesce {
-            debounce: Duration::from_millis(75),
-            max_wait: Duration::from_secs(1),
-        }
-    }
-}
+/// Rounds of reading what is buffered (one item of each watch stream a round) before a build
+/// at most: it must end even when a storm keeps the streams ready (it also stops once the
+/// first change has waited `max_wait`).
+const DRAIN_MAX: usize = 10_000;
 
 /// What the cluster source needs.
 pub struct ClusterSource {
@@ -448,8 +439,7 @@ impl ClusterSource {
                 self.leader.clone(),
             )
         });
-        // The first event not yet in a published table, and the latest event.
-        let mut pending: Option<(Instant, Instant)> = None;
+        let mut coalescer = Coalescer::new(self.coalesce);
         loop {
             let ready = svc_store.synced
                 && eps_store.synced
@@ -461,120 +451,203 @@ impl ClusterSource {
                 && route_store.usable()
                 && grant_store.usable()
                 && ns_store.usable();
-            let deadline = match pending {
-                Some((first, last)) if ready => {
-                    Some((last + self.coalesce.debounce).min(first + self.coalesce.max_wait))
-                }
-                _ => None,
-            };
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                ev = services.next() => {
-                    let changed = self.on_event(ev, "services", &mut svc_store);
-                    touched(&mut pending, changed);
-                }
-                ev = slices.next() => {
-                    let changed = self.on_event(ev, "endpointslices", &mut eps_store);
-                    touched(&mut pending, changed);
-                }
-                ev = ingresses.next() => {
-                    let changed = self.on_event(ev, "ingresses", &mut ing_store);
-                    touched(&mut pending, changed);
-                }
-                ev = classes.next() => {
-                    let changed = self.on_event(ev, "ingressclasses", &mut class_store);
-                    touched(&mut pending, changed);
-                }
-                ev = secrets.next() => {
-                    let changed = self.on_event(ev, "secrets", &mut secret_store);
-                    touched(&mut pending, changed);
-                }
-                ev = gw_classes.next() => {
-                    let changed = self.on_gateway_event(ev, "gatewayclasses", &mut gw_class_store, &mut gateway_api_absent);
-                    touched(&mut pending, changed);
-                }
-                ev = gateways.next() => {
-                    let changed = self.on_gateway_event(ev, "gateways", &mut gw_store, &mut gateway_api_absent);
-                    touched(&mut pending, changed);
-                }
-                ev = routes.next() => {
-                    let changed = self.on_gateway_event(ev, "httproutes", &mut route_store, &mut gateway_api_absent);
-                    touched(&mut pending, changed);
-                }
-                ev = grants.next() => {
-                    let changed = self.on_gateway_event(ev, "referencegrants", &mut grant_store, &mut gateway_api_absent);
-                    touched(&mut pending, changed);
-                }
-                ev = namespaces.next() => {
-                    let changed = self.on_event(ev, "namespaces", &mut ns_store);
-                    touched(&mut pending, changed);
-                }
-                _ = sleep => {
-                    let first = pending.map(|(first, _)| first);
-                    pending = None;
-                    // Both stores' changes are taken, so neither carries stale keys over.
-                    // Any change on the Ingress side (or the Gateway API's, or a Namespace's)
-                    // makes the build a full one.
-                    let ingress = [
-                        ing_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        class_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        secret_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        gw_class_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        gw_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        route_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        grant_store.take_changes().is_none_or(|c| !c.is_empty()),
-                        ns_store.take_changes().is_none_or(|c| !c.is_empty()),
-                    ]
-                    .contains(&true);
-                    let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
-                        (Some(services), Some(slices)) => Some(Changes { services, slices, ingress }),
-                        _ => None,
-                    };
-                    let refs = IngressRefs::of(
-                        ing_store.live.values(),
-                        class_store.live.values(),
-                        secret_store.live.values(),
-                    )
-                    .with_gateway(GatewayRefs {
-                        classes: gw_class_store.live.values().collect(),
-                        gateways: gw_store.live.values().collect(),
-                        routes: route_store.live.values().collect(),
-                        grants: grant_store.live.values().collect(),
-                        namespaces: ns_store.live.values().collect(),
-                    });
-                    let applied = self.pipeline.apply_changes(
-                        &svc_store.live,
-                        &eps_store.live,
-                        refs.inputs(),
-                        changes.as_ref(),
-                    );
-                    if let Some(first) = first {
-                        let latency = first.elapsed();
-                        self.metrics.propagation_latency_seconds.observe(latency.as_secs_f64());
-                        tracing::debug!(latency_ms = latency.as_secs_f64() * 1e3, generation = applied.generation, "watch event to live table");
+            let due = if ready { coalescer.due() } else { None };
+            if due.is_none_or(|d| d > Instant::now()) {
+                let sleep = async {
+                    match due {
+                        Some(d) => tokio::time::sleep_until(d.into()).await,
+                        None => std::future::pending().await,
                     }
-                    if let Some(tx) = &events {
-                        for w in &applied.new_warnings {
-                            if let Some(reference) = warning_reference(&svc_store, &ing_store, w) {
-                                // Never block publishing on the API server: drop when full.
-                                if tx.try_send((w.clone(), reference)).is_err() {
-                                    self.metrics.kube_events_total.with_label_values(&["dropped"]).inc();
-                                }
-                            }
+                };
+                // Each branch does one thing and goes round again: the build happens at the
+                // top once it is due, so a storm that keeps the streams ready cannot starve it.
+                tokio::select! {
+                    ev = services.next() => {
+                        if self.on_event(ev, "services", &mut svc_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = slices.next() => {
+                        if self.on_event(ev, "endpointslices", &mut eps_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = ingresses.next() => {
+                        if self.on_event(ev, "ingresses", &mut ing_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = classes.next() => {
+                        if self.on_event(ev, "ingressclasses", &mut class_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = secrets.next() => {
+                        if self.on_event(ev, "secrets", &mut secret_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = gw_classes.next() => {
+                        if self.on_gateway_event(ev, "gatewayclasses", &mut gw_class_store, &mut gateway_api_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = gateways.next() => {
+                        if self.on_gateway_event(ev, "gateways", &mut gw_store, &mut gateway_api_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = routes.next() => {
+                        if self.on_gateway_event(ev, "httproutes", &mut route_store, &mut gateway_api_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = grants.next() => {
+                        if self.on_gateway_event(ev, "referencegrants", &mut grant_store, &mut gateway_api_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = namespaces.next() => {
+                        if self.on_event(ev, "namespaces", &mut ns_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    _ = sleep => {}
+                    _ = shutdown.changed() => {
+                        if *shutdown.borrow() {
+                            return;
                         }
                     }
                 }
-                _ = shutdown.changed() => {
-                    if *shutdown.borrow() {
-                        return;
+                continue;
+            }
+            // Due. First read what the streams already hold (a burst written together, or
+            // what came during the last build): one build for all of it, not one per event.
+            // Bounded by count, and by the first change's maximum wait.
+            let overdue = coalescer.overdue_at();
+            for _ in 0..DRAIN_MAX {
+                let read = [
+                    self.read_ready(&mut services, "services", &mut svc_store, &mut coalescer),
+                    self.read_ready(
+                        &mut slices,
+                        "endpointslices",
+                        &mut eps_store,
+                        &mut coalescer,
+                    ),
+                    self.read_ready(&mut ingresses, "ingresses", &mut ing_store, &mut coalescer),
+                    self.read_ready(
+                        &mut classes,
+                        "ingressclasses",
+                        &mut class_store,
+                        &mut coalescer,
+                    ),
+                    self.read_ready(&mut secrets, "secrets", &mut secret_store, &mut coalescer),
+                    self.read_ready(&mut namespaces, "namespaces", &mut ns_store, &mut coalescer),
+                    self.read_ready_gateway(
+                        &mut gw_classes,
+                        "gatewayclasses",
+                        &mut gw_class_store,
+                        &mut gateway_api_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
+                        &mut gateways,
+                        "gateways",
+                        &mut gw_store,
+                        &mut gateway_api_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
+                        &mut routes,
+                        "httproutes",
+                        &mut route_store,
+                        &mut gateway_api_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
+                        &mut grants,
+                        "referencegrants",
+                        &mut grant_store,
+                        &mut gateway_api_absent,
+                        &mut coalescer,
+                    ),
+                ];
+                if !read.contains(&true) || overdue.is_some_and(|o| Instant::now() >= o) {
+                    break;
+                }
+            }
+            let started = Instant::now();
+            let first = coalescer.start();
+            // Every store's changes are taken, so none carries stale keys over. Any change on
+            // the Ingress side makes the build a full one; one on the Gateway API side alone
+            // redoes only its routes.
+            let ingress = [
+                ing_store.take_changes().is_none_or(|c| !c.is_empty()),
+                class_store.take_changes().is_none_or(|c| !c.is_empty()),
+                secret_store.take_changes().is_none_or(|c| !c.is_empty()),
+            ]
+            .contains(&true);
+            let gateway = [
+                gw_class_store.take_changes().is_none_or(|c| !c.is_empty()),
+                gw_store.take_changes().is_none_or(|c| !c.is_empty()),
+                route_store.take_changes().is_none_or(|c| !c.is_empty()),
+                grant_store.take_changes().is_none_or(|c| !c.is_empty()),
+                ns_store.take_changes().is_none_or(|c| !c.is_empty()),
+            ]
+            .contains(&true);
+            let changes = match (svc_store.take_changes(), eps_store.take_changes()) {
+                (Some(services), Some(slices)) => Some(Changes {
+                    services,
+                    slices,
+                    ingress,
+                    gateway,
+                }),
+                _ => None,
+            };
+            let refs = IngressRefs::of(
+                ing_store.live.values(),
+                class_store.live.values(),
+                secret_store.live.values(),
+            )
+            .with_gateway(GatewayRefs {
+                classes: gw_class_store.live.values().collect(),
+                gateways: gw_store.live.values().collect(),
+                routes: route_store.live.values().collect(),
+                grants: grant_store.live.values().collect(),
+                namespaces: ns_store.live.values().collect(),
+            });
+            let applied = self.pipeline.apply_changes(
+                &svc_store.live,
+                &eps_store.live,
+                refs.inputs(),
+                changes.as_ref(),
+            );
+            let live = Instant::now();
+            if let Some(first) = first {
+                let latency = live.saturating_duration_since(first);
+                self.metrics
+                    .propagation_latency_seconds
+                    .observe(latency.as_secs_f64());
+                tracing::debug!(
+                    latency_ms = latency.as_secs_f64() * 1e3,
+                    generation = applied.generation,
+                    "watch event to live table"
+                );
+            }
+            if let Some(tx) = &events {
+                for w in &applied.new_warnings {
+                    if let Some(reference) = warning_reference(&svc_store, &ing_store, w) {
+                        // Never block publishing on the API server: drop when full.
+                        if tx.try_send((w.clone(), reference)).is_err() {
+                            self.metrics
+                                .kube_events_total
+                                .with_label_values(&["dropped"])
+                                .inc();
+                        }
                     }
                 }
             }
+            coalescer.built(started, Instant::now());
         }
     }
 
@@ -621,6 +694,49 @@ impl ClusterSource {
                 self.on_event(ev, resource, store)
             }
         }
+    }
+
+    /// Reads one item of a watch stream if it is there already, without waiting; returns
+    /// whether there was one.
+    fn read_ready<K: Resource, S>(
+        &self,
+        stream: &mut S,
+        resource: &str,
+        store: &mut Store<K>,
+        coalescer: &mut Coalescer,
+    ) -> bool
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
+    {
+        // A stream that ended (`Some(None)`) has nothing to read: the select loop reports it.
+        let Some(Some(item)) = stream.next().now_or_never() else {
+            return false;
+        };
+        if self.on_event(Some(item), resource, store) {
+            coalescer.changed(Instant::now());
+        }
+        true
+    }
+
+    /// `read_ready` for a Gateway API kind (a 404 is its CRD missing, see `on_gateway_event`).
+    fn read_ready_gateway<K: Resource, S>(
+        &self,
+        stream: &mut S,
+        resource: &str,
+        store: &mut Store<K>,
+        absent: &mut bool,
+        coalescer: &mut Coalescer,
+    ) -> bool
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
+    {
+        let Some(Some(item)) = stream.next().now_or_never() else {
+            return false;
+        };
+        if self.on_gateway_event(Some(item), resource, store, absent) {
+            coalescer.changed(Instant::now());
+        }
+        true
     }
 
     /// Handles one item of a watch stream; returns whether the store changed.
@@ -670,14 +786,6 @@ impl ClusterSource {
                 false
             }
         }
-    }
-}
-
-/// Notes a store change in `pending` (the first unpublished change and the latest).
-fn touched(pending: &mut Option<(Instant, Instant)>, changed: bool) {
-    if changed {
-        let now = Instant::now();
-        *pending = Some((pending.map_or(now, |(first, _)| first), now));
     }
 }
 

@@ -1121,11 +1121,13 @@ fn watch_stream(
                 if st.epoch != epoch {
                     return;
                 }
-                st.log
+                // The log is in resourceVersion order: skip what was sent without scanning it
+                // (tens of thousands of entries, 1,000 changes a second in the storm figures).
+                let start = st.log.partition_point(|(rv, ..)| *rv <= sent);
+                st.log[start..]
                     .iter()
-                    .filter(|(rv, _, k, obj)| {
-                        *rv > sent
-                            && *k == kind
+                    .filter(|(_, _, k, obj)| {
+                        *k == kind
                             && ns
                                 .as_ref()
                                 .is_none_or(|ns| obj["metadata"]["namespace"] == *ns)

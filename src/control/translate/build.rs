@@ -56,11 +56,18 @@ pub(super) struct Builder<'a> {
     /// Ingress route policies, by index.
     pub(super) policies: Vec<crate::table::policy::RoutePolicy>,
     /// Certificates from Secrets that served Ingresses name, by Secret.
-    pub(super) certificates: BTreeMap<ObjectKey, (BTreeSet<String>, Arc<[u8]>)>,
+    pub(super) certificates: Certificates,
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
     pub(super) gateway_status: GatewayApiStatus,
     pub(super) gateway_routes: GatewayRoutes,
+    /// Entry ids by key, as the Gateway build resolved its backends (for the next
+    /// Gateway-only build).
+    pub(super) entry_index: Option<Arc<EntryIndex>>,
+    /// A Gateway-only build: the entries are the previous table's, by this index; none may
+    /// be added (`needs_full` is set instead).
+    pub(super) frozen: Option<(Arc<EntryIndex>, &'a [Arc<Entry>])>,
+    pub(super) needs_full: bool,
     pub(super) ingress_only: BTreeSet<ObjectKey>,
 }
 
@@ -92,6 +99,9 @@ impl<'a> Builder<'a> {
             served_ingresses: BTreeSet::new(),
             gateway_status: GatewayApiStatus::default(),
             gateway_routes: GatewayRoutes::default(),
+            entry_index: None,
+            frozen: None,
+            needs_full: false,
             ingress_only: BTreeSet::new(),
         }
     }
@@ -616,16 +626,12 @@ impl<'a> Builder<'a> {
             all_warnings: Arc::new(self.warnings.clone()),
             served_ingresses: Arc::new(std::mem::take(&mut self.served_ingresses)),
             gateway_status: Arc::new(std::mem::take(&mut self.gateway_status)),
+            gateway_warnings: inputs.gateway_warnings,
+            ingress_certificates: inputs.ingress_certificates,
+            entry_index: self.entry_index.take(),
             ingress_only: Arc::new(std::mem::take(&mut self.ingress_only)),
         };
-        let certificates = std::mem::take(&mut self.certificates)
-            .into_iter()
-            .map(|((ns, name), (hosts, pem))| crate::table::SecretCert {
-                secret: format!("{ns}/{name}").into(),
-                hosts: hosts.into_iter().map(Into::into).collect(),
-                pem,
-            })
-            .collect();
+        let certificates = secret_certs(std::mem::take(&mut self.certificates));
         let table = RoutingTable {
             generation: 0,
             entries: self.entries.into_iter().map(Arc::new).collect(),
@@ -639,6 +645,24 @@ impl<'a> Builder<'a> {
         (Built { table, memo }, self.warnings)
     }
 }
+
+/// The certificates of a build as the table holds them.
+pub(super) fn secret_certs(certificates: Certificates) -> Vec<crate::table::SecretCert> {
+    certificates
+        .into_iter()
+        .map(|((ns, name), (hosts, pem))| crate::table::SecretCert {
+            secret: format!("{ns}/{name}").into(),
+            hosts: hosts.into_iter().map(Into::into).collect(),
+            pem,
+        })
+        .collect()
+}
+
+/// Entry ids by entry key.
+pub(super) type EntryIndex = HashMap<EntryKey, EntryId>;
+
+/// TLS Secrets by key, with the hosts to serve each for and its PEM bundle.
+pub(super) type Certificates = BTreeMap<ObjectKey, (BTreeSet<String>, Arc<[u8]>)>;
 
 /// An entry's name: `svc` for port 80, else `svc:port`, with `ns/` in front when `ns` is
 /// given. Built by hand at its exact length (it becomes a `Box<str>` without reallocating):

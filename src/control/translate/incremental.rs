@@ -35,6 +35,14 @@ pub struct Memo {
     /// The status of the Gateway API objects this table serves (any change to those is a
     /// full build, so it stands until the next one).
     pub(super) gateway_status: Arc<GatewayApiStatus>,
+    /// The warnings of the Gateway API objects (also in `ingress_warnings`), which a
+    /// Gateway-only build replaces.
+    pub(super) gateway_warnings: Arc<Vec<Warning>>,
+    /// The certificates Ingresses named, to which a Gateway-only build adds its listeners'.
+    pub(super) ingress_certificates: Arc<Certificates>,
+    /// Entry ids by key, when the build had Gateway API objects (a Gateway-only build needs
+    /// it; without it the build is a full one).
+    pub(super) entry_index: Option<Arc<EntryIndex>>,
     /// Services with entries that only an Ingress's backend made (their endpoints are redone
     /// by a full build only).
     pub(super) ingress_only: Arc<BTreeSet<ObjectKey>>,
@@ -66,6 +74,8 @@ pub(super) struct MemoInputs {
     pub(super) unserved: BTreeSet<ObjectKey>,
     pub(super) slice_count: usize,
     pub(super) ingress_warnings: Vec<Warning>,
+    pub(super) gateway_warnings: Arc<Vec<Warning>>,
+    pub(super) ingress_certificates: Arc<Certificates>,
 }
 
 impl Memo {
@@ -139,7 +149,11 @@ pub(super) fn incremental(
     prev: &RoutingTable,
     memo: &Memo,
 ) -> Option<(Built, Vec<Warning>)> {
-    if !memo.keyed || memo.options != options_fingerprint(options) || changes.ingress {
+    if !memo.keyed
+        || memo.options != options_fingerprint(options)
+        || changes.ingress
+        || changes.gateway
+    {
         return None;
     }
     // Adding, changing or removing a Service moves entry ids and routes: a full build. A
@@ -309,6 +323,9 @@ pub(super) fn incremental(
         all_warnings: Arc::clone(&memo.all_warnings),
         served_ingresses: Arc::clone(&memo.served_ingresses),
         gateway_status: Arc::clone(&memo.gateway_status),
+        gateway_warnings: Arc::clone(&memo.gateway_warnings),
+        ingress_certificates: Arc::clone(&memo.ingress_certificates),
+        entry_index: memo.entry_index.clone(),
         ingress_only: Arc::clone(&memo.ingress_only),
     };
     if warnings_changed {

@@ -647,6 +647,19 @@ impl<'a> Builder<'a> {
             let e = &self.entries[id as usize];
             return (!matches!(e.frontend, Frontend::Tcp(_))).then_some(id);
         }
+        if let Some((index, entries)) = &self.frozen {
+            // A Gateway-only build shares the previous entries and may not add one.
+            return match index.get(&key) {
+                Some(&id) => entries
+                    .get(id as usize)
+                    .filter(|e| !matches!(e.frontend, Frontend::Tcp(_)))
+                    .map(|_| id),
+                None => {
+                    self.needs_full = true;
+                    None
+                }
+            };
+        }
         let svc_who = object("Service", ns, name);
         let settings = settings(svc, self.options, &svc_who, &mut self.warnings);
         let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);

@@ -266,14 +266,17 @@ pub type Store<K> = BTreeMap<ObjectKey, K>;
 pub struct Changes {
     pub services: BTreeSet<ObjectKey>,
     pub slices: BTreeSet<ObjectKey>,
-    /// An Ingress, IngressClass, Secret, Namespace or Gateway API object changed (which makes
-    /// the build a full one).
+    /// An Ingress, IngressClass or Secret changed (which makes the build a full one).
     pub ingress: bool,
+    /// A Gateway API object or a Namespace changed. Alone, only the Gateway routes and status
+    /// are redone (the entries are shared with the previous table); with anything else, the
+    /// build is a full one.
+    pub gateway: bool,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && self.slices.is_empty() && !self.ingress
+        self.services.is_empty() && self.slices.is_empty() && !self.ingress && !self.gateway
     }
 }
 
@@ -407,9 +410,19 @@ pub fn translate_changes(
 ) -> (Built, Vec<Warning>) {
     if let (Some(changes), Some(prev)) = (changes, previous)
         && let Some(memo) = prev.memo
-        && let Some(done) = incremental(services, slices, changes, options, prev.table, memo)
     {
-        return done;
+        let gateway_only = changes.gateway
+            && !changes.ingress
+            && changes.services.is_empty()
+            && changes.slices.is_empty();
+        let done = if gateway_only {
+            gateway::rebuild(services, ingress, options, prev.table, memo)
+        } else {
+            incremental(services, slices, changes, options, prev.table, memo)
+        };
+        if let Some(done) = done {
+            return done;
+        }
     }
     full(
         services.values(),
@@ -458,8 +471,11 @@ fn full<'a>(
     }
     let ingress_from = b.warnings.len();
     b.add_ingresses(ingress, &by_key);
+    let ingress_certificates = Arc::new(b.certificates.clone());
+    let gateway_from = b.warnings.len();
     b.add_gateways(ingress.gateway, ingress.secrets, &by_key);
     let ingress_warnings = b.warnings[ingress_from..].to_vec();
+    let gateway_warnings = Arc::new(b.warnings[gateway_from..].to_vec());
     // What is left belongs to no Service: an incremental build needs to know these keys exist.
     for slice in index.by_service.into_values().flatten() {
         let (ns, name) = meta_key(&slice.metadata.namespace, &slice.metadata.name);
@@ -471,6 +487,8 @@ fn full<'a>(
         unserved: index.unserved,
         slice_count: index.count,
         ingress_warnings,
+        gateway_warnings,
+        ingress_certificates,
     };
     b.finish(inputs)
 }

@@ -1310,6 +1310,7 @@ fn key(ns: &str, name: &str) -> ObjectKey {
 fn slices_changed(keys: &[ObjectKey]) -> Changes {
     Changes {
         ingress: false,
+        gateway: false,
         services: BTreeSet::new(),
         slices: keys.iter().cloned().collect(),
     }
@@ -1394,6 +1395,7 @@ fn nothing_changed_gives_an_equal_table() {
     // Told in vain: the same versions.
     let told = Changes {
         ingress: false,
+        gateway: false,
         services: [key("default", "a")].into(),
         slices: [key("default", "slice-0")].into(),
     };
@@ -1429,6 +1431,7 @@ fn a_service_change_or_new_options_take_the_full_path() {
     let (ss, es) = stores(&svcs, &slices);
     let changes = Changes {
         ingress: false,
+        gateway: false,
         services: [key("default", "a")].into(),
         slices: BTreeSet::new(),
     };

@@ -330,6 +330,9 @@ impl<'a> Builder<'a> {
         routes.https.finish();
         routes.rules = rules;
         self.gateway_routes = routes;
+        if self.frozen.is_none() {
+            self.entry_index = Some(Arc::new(entry_ids));
+        }
 
         for (_, listeners, _) in gateways.values() {
             for l in listeners.iter().filter(|l| l.usable) {

@@ -53,3 +53,76 @@ impl GatewayInputs<'_> {
         self.classes.is_empty() && self.gateways.is_empty() && self.routes.is_empty()
     }
 }
+
+/// The build after a change to Gateway API objects or Namespaces alone: the Gateway routes,
+/// their certificates and status are redone, everything else is shared with `prev`. The
+/// result is the table a full build would give (a test holds it to that). `None`: do a full
+/// build (no usable memo, or a backend that needs an entry the previous table lacks).
+pub(super) fn rebuild(
+    services: &Store<Service>,
+    inputs: IngressInputs<'_>,
+    options: &Options,
+    prev: &RoutingTable,
+    memo: &Memo,
+) -> Option<(Built, Vec<Warning>)> {
+    if !memo.keyed || memo.options != options_fingerprint(options) {
+        return None;
+    }
+    let index = memo.entry_index.clone()?;
+    let mut b = Builder::new(options, None);
+    b.frozen = Some((index, &prev.entries));
+    b.certificates = (*memo.ingress_certificates).clone();
+    let by_key: HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)> = services
+        .values()
+        .map(|s| {
+            (
+                meta_key(&s.metadata.namespace, &s.metadata.name),
+                (s, Vec::new()),
+            )
+        })
+        .collect();
+    b.add_gateways(inputs.gateway, inputs.secrets, &by_key);
+    if b.needs_full {
+        return None;
+    }
+    let gateway_warnings = Arc::new(std::mem::take(&mut b.warnings));
+    let replace = |list: &[Warning]| -> Vec<Warning> {
+        let old: BTreeSet<&Warning> = memo.gateway_warnings.iter().collect();
+        let mut out: Vec<Warning> = list.iter().filter(|w| !old.contains(w)).cloned().collect();
+        out.extend(gateway_warnings.iter().cloned());
+        out
+    };
+    let mut all = replace(&memo.all_warnings);
+    all.sort();
+    all.dedup();
+    let next = Memo {
+        options: memo.options,
+        keyed: memo.keyed,
+        services: memo.services.clone(),
+        owner: Arc::clone(&memo.owner),
+        unused: Arc::clone(&memo.unused),
+        unserved: Arc::clone(&memo.unserved),
+        slice_count: memo.slice_count,
+        input_warnings: memo.input_warnings.clone(),
+        ingress_warnings: replace(&memo.ingress_warnings),
+        route_warnings: memo.route_warnings.clone(),
+        all_warnings: Arc::new(all.clone()),
+        served_ingresses: Arc::clone(&memo.served_ingresses),
+        gateway_status: Arc::new(std::mem::take(&mut b.gateway_status)),
+        gateway_warnings,
+        ingress_certificates: Arc::clone(&memo.ingress_certificates),
+        entry_index: memo.entry_index.clone(),
+        ingress_only: Arc::clone(&memo.ingress_only),
+    };
+    let table = RoutingTable {
+        generation: 0,
+        entries: prev.entries.clone(),
+        http: Arc::clone(&prev.http),
+        https: Arc::clone(&prev.https),
+        tcp: prev.tcp.clone(),
+        policies: Arc::clone(&prev.policies),
+        certificates: Arc::new(secret_certs(std::mem::take(&mut b.certificates))),
+        gateway: Arc::new(std::mem::take(&mut b.gateway_routes)),
+    };
+    Some((Built { table, memo: next }, all))
+}

@@ -438,3 +438,117 @@ fn hosts_no_listener_takes_are_left_to_services_and_ingresses() {
     assert_eq!(get(&b.table, "example.com", "/"), "not gateway");
     assert_eq!(get(&b.table, "other.org", "/"), "not gateway");
 }
+
+/// Stores keyed as the cluster source keeps them.
+fn keyed<T: k8s_openapi::Metadata<Ty = ObjectMeta> + Clone>(items: &[T]) -> Store<T> {
+    items
+        .iter()
+        .map(|i| {
+            let m = i.metadata();
+            let (ns, name) = super::meta_key(&m.namespace, &m.name);
+            ((ns.to_string(), name.to_string()), i.clone())
+        })
+        .collect()
+}
+
+fn build_changes(
+    w: &World,
+    changes: Option<&Changes>,
+    prev: Option<Previous<'_>>,
+) -> (Built, Vec<Warning>) {
+    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
+        classes: w.classes.iter().collect(),
+        gateways: w.gateways.iter().collect(),
+        routes: w.routes.iter().collect(),
+        grants: w.grants.iter().collect(),
+        namespaces: w.namespaces.iter().collect(),
+    });
+    let mut services = w.services.clone();
+    let mut slices = w.slices.clone();
+    for (i, s) in services.iter_mut().enumerate() {
+        s.metadata.resource_version = Some(format!("{}", 100 + i));
+    }
+    for (i, s) in slices.iter_mut().enumerate() {
+        s.metadata.resource_version = Some(format!("{}", 200 + i));
+    }
+    translate_changes(
+        &keyed(&services),
+        &keyed(&slices),
+        refs.inputs(),
+        changes,
+        &Options::default(),
+        prev,
+    )
+}
+
+#[test]
+fn a_gateway_only_change_builds_what_a_full_build_would() {
+    let route = |path: &str, svc: &str| {
+        format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: infra}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - matches: [{{path: {{value: {path}}}}}]
+    backendRefs: [{{name: {svc}, port: 8080}}]
+"#
+        )
+    };
+    let before = with_route(&route("/a", "v1"));
+    let (b1, _) = build_changes(&before, None, None);
+    let told = Changes {
+        gateway: true,
+        ..Default::default()
+    };
+    // Changes that the shared entries can serve, one that makes a warning, and one that drops
+    // the route; each equal to a full build of the same objects.
+    for after in [route("/b", "v2"), route("/c", "missing"), String::new()] {
+        let w = if after.is_empty() {
+            world(BASE)
+        } else {
+            with_route(&after)
+        };
+        let (quick, wq) = build_changes(&w, Some(&told), Some(b1.previous()));
+        let (full, wf) = build_changes(&w, None, Some(b1.previous()));
+        assert!(quick.table == full.table, "tables differ for {after}");
+        assert_eq!(wq, wf);
+        assert_eq!(quick.memo.gateway_status(), full.memo.gateway_status());
+        // The quick build shared the entries (no Service was redone).
+        assert!(Arc::ptr_eq(&quick.table.entries[0], &b1.table.entries[0]));
+    }
+}
+
+#[test]
+fn a_gateway_only_change_that_needs_a_new_entry_is_a_full_build() {
+    // A LoadBalancer Service has no entry of its own: a route to it needs one made.
+    let lb = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: infra}
+spec: {type: LoadBalancer, ports: [{port: 8080}]}
+"#;
+    let before = with_route(lb);
+    let (b1, _) = build_changes(&before, None, None);
+    let after = with_route(&format!(
+        "{lb}\n---\n{}",
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: lb, port: 8080}]}]
+"#
+    ));
+    let told = Changes {
+        gateway: true,
+        ..Default::default()
+    };
+    let (quick, _) = build_changes(&after, Some(&told), Some(b1.previous()));
+    let (full, _) = build_changes(&after, None, None);
+    assert!(quick.table == full.table);
+    assert_eq!(get(&quick.table, "h", "/"), "infra/lb:8080");
+}
