@@ -426,7 +426,7 @@ pub struct Args {
     pub traffic_healthz: bool,
 
     /// Elect one leader among the replicas through a coordination.k8s.io Lease in the pod's
-    /// namespace (POD_NAMESPACE): only it writes Ingress status and Events. Every replica
+    /// namespace (POD_NAMESPACE): only it writes Ingress and Gateway API status and Events. Every replica
     /// serves traffic either way. `false`: this replica writes them (one replica only).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
           env = "SWITCHYARD_LEADER_ELECT")]

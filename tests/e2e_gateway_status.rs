@@ -6,7 +6,8 @@
 //! (`conformance/utils/kubernetes/helpers.go`: a condition matches on type and status, and on
 //! reason unless the expectation leaves it empty; listeners and parents must be exactly the
 //! expected ones). And the CRDs' absence: one warning, Services still served, the Gateway API
-//! picked up once installed.
+//! picked up once installed and dropped once deleted; and the status writer's own promises
+//! (other controllers' entries kept, times kept, nothing rewritten, followers quiet).
 //!
 //! switchyard runs as the suite runs an implementation: watching every namespace, with an
 //! address to publish (`--publish-status-address 127.0.0.1`) and port 80/443 listeners as its
@@ -1236,4 +1237,19 @@ async fn without_the_crds_services_are_served_and_the_gateway_api_is_picked_up_l
         "{}",
         sy.stderr()
     );
+    // The CRDs deleted: their objects go, the route stops, the Service stays.
+    api.set_gateway_api_installed(false);
+    let gone = common::eventually(Duration::from_secs(10), || async {
+        try_request(sy.http_port, "GET", "/", &[("Host", "route.example")])
+            .await
+            .is_ok_and(|r| r.status == 404)
+    })
+    .await;
+    assert!(
+        gone,
+        "HTTPRoute still served without its CRD: {}",
+        sy.stderr()
+    );
+    let web = try_request(sy.http_port, "GET", "/web", &[]).await;
+    assert!(web.is_ok_and(|r| r.status == 200), "the Service stopped");
 }

@@ -52,12 +52,13 @@ pub struct Seen<S> {
     pub resource_version: Option<String>,
 }
 
-/// What the writer knows of the cluster's current statuses (the kinds listed so far).
-#[derive(Debug, Clone, Default)]
-pub struct Current {
-    pub classes: Option<BTreeMap<Key, Seen<GatewayClassStatus>>>,
-    pub gateways: Option<BTreeMap<Key, Seen<GatewayStatus>>>,
-    pub routes: Option<BTreeMap<Key, Seen<RouteStatus>>>,
+/// What the writer knows of the cluster's current statuses: `None` for a kind not listed yet.
+/// Borrowed from the writer's views, so deciding costs no copy of thousands of statuses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Current<'a> {
+    pub classes: Option<&'a BTreeMap<Key, Seen<GatewayClassStatus>>>,
+    pub gateways: Option<&'a BTreeMap<Key, Seen<GatewayStatus>>>,
+    pub routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
 }
 
 /// One status write: the whole `status` to set.
@@ -126,11 +127,11 @@ pub fn plan(
     desired: &GatewayApiStatus,
     addresses: &[Address],
     controller: &str,
-    current: &Current,
+    current: &Current<'_>,
     now: &str,
 ) -> Vec<Write> {
     let mut out = Vec::new();
-    if let Some(classes) = &current.classes {
+    if let Some(classes) = current.classes {
         for (name, want) in &desired.classes {
             let key = (String::new(), name.clone());
             let Some(seen) = classes.get(&key) else {
@@ -144,7 +145,7 @@ pub fn plan(
             }
         }
     }
-    if let Some(gateways) = &current.gateways {
+    if let Some(gateways) = current.gateways {
         for (key, want) in &desired.gateways {
             let Some(seen) = gateways.get(key) else {
                 continue;
@@ -175,7 +176,7 @@ pub fn plan(
             }
         }
     }
-    if let Some(routes) = &current.routes {
+    if let Some(routes) = current.routes {
         let empty = RouteStatus::default();
         for (key, seen) in routes {
             let want = desired.http_routes.get(key).unwrap_or(&empty);
@@ -343,9 +344,9 @@ struct Views {
 }
 
 impl Views {
-    fn current(&self) -> Current {
-        fn listed<S: Clone>(v: &View<S>) -> Option<BTreeMap<Key, Seen<S>>> {
-            v.synced.then(|| v.live.clone())
+    fn current(&self) -> Current<'_> {
+        fn listed<S>(v: &View<S>) -> Option<&BTreeMap<Key, Seen<S>>> {
+            v.synced.then_some(&v.live)
         }
         Current {
             classes: listed(&self.classes),
@@ -746,31 +747,30 @@ mod tests {
                 ..desired.gateways[&k("ns", "gw")].listeners[0].clone()
             }],
         };
+        let classes = BTreeMap::from([
+            (
+                k("", "a"),
+                seen(
+                    GatewayClassStatus {
+                        conditions: vec![cond("Accepted", true, 1, Some(BEFORE))],
+                    },
+                    "1",
+                ),
+            ),
+            (
+                k("", "b"),
+                seen(
+                    GatewayClassStatus {
+                        conditions: vec![cond("Accepted", false, 1, Some(BEFORE))],
+                    },
+                    "2",
+                ),
+            ),
+        ]);
+        let gateways = BTreeMap::from([(k("ns", "gw"), seen(right_gateway.clone(), "3"))]);
         let current = Current {
-            classes: Some(BTreeMap::from([
-                (
-                    k("", "a"),
-                    seen(
-                        GatewayClassStatus {
-                            conditions: vec![cond("Accepted", true, 1, Some(BEFORE))],
-                        },
-                        "1",
-                    ),
-                ),
-                (
-                    k("", "b"),
-                    seen(
-                        GatewayClassStatus {
-                            conditions: vec![cond("Accepted", false, 1, Some(BEFORE))],
-                        },
-                        "2",
-                    ),
-                ),
-            ])),
-            gateways: Some(BTreeMap::from([(
-                k("ns", "gw"),
-                seen(right_gateway.clone(), "3"),
-            )])),
+            classes: Some(&classes),
+            gateways: Some(&gateways),
             routes: None,
         };
         let w = plan(&desired, &addresses, OURS, &current, NOW);
@@ -817,46 +817,47 @@ mod tests {
             THEIRS,
             vec![cond("Accepted", true, 1, Some(BEFORE))],
         );
+        let routes = BTreeMap::from([
+            (
+                k("ns", "r"),
+                seen(
+                    RouteStatus {
+                        parents: vec![
+                            theirs.clone(),
+                            parent("gw", OURS, vec![cond("Accepted", true, 1, Some(BEFORE))]),
+                            parent(
+                                "old-gw",
+                                OURS,
+                                vec![cond("Accepted", true, 1, Some(BEFORE))],
+                            ),
+                        ],
+                    },
+                    "7",
+                ),
+            ),
+            // No longer ours: our entry goes, theirs stays.
+            (
+                k("ns", "gone"),
+                seen(
+                    RouteStatus {
+                        parents: vec![theirs.clone(), parent("gw", OURS, vec![])],
+                    },
+                    "8",
+                ),
+            ),
+            // Never ours: untouched.
+            (
+                k("ns", "other"),
+                seen(
+                    RouteStatus {
+                        parents: vec![theirs.clone()],
+                    },
+                    "9",
+                ),
+            ),
+        ]);
         let current = Current {
-            routes: Some(BTreeMap::from([
-                (
-                    k("ns", "r"),
-                    seen(
-                        RouteStatus {
-                            parents: vec![
-                                theirs.clone(),
-                                parent("gw", OURS, vec![cond("Accepted", true, 1, Some(BEFORE))]),
-                                parent(
-                                    "old-gw",
-                                    OURS,
-                                    vec![cond("Accepted", true, 1, Some(BEFORE))],
-                                ),
-                            ],
-                        },
-                        "7",
-                    ),
-                ),
-                // No longer ours: our entry goes, theirs stays.
-                (
-                    k("ns", "gone"),
-                    seen(
-                        RouteStatus {
-                            parents: vec![theirs.clone(), parent("gw", OURS, vec![])],
-                        },
-                        "8",
-                    ),
-                ),
-                // Never ours: untouched.
-                (
-                    k("ns", "other"),
-                    seen(
-                        RouteStatus {
-                            parents: vec![theirs.clone()],
-                        },
-                        "9",
-                    ),
-                ),
-            ])),
+            routes: Some(&routes),
             ..Default::default()
         };
         let w = plan(&desired, &[], OURS, &current, NOW);
@@ -883,12 +884,16 @@ mod tests {
             ]
         );
         // Applied, the plan is empty: nothing changed, nothing written.
-        let mut after = current.clone();
+        let mut after = routes.clone();
         for write in &w {
             if let Write::Route(key, s, _) = write {
-                after.routes.as_mut().unwrap().get_mut(key).unwrap().status = s.clone();
+                after.get_mut(key).unwrap().status = s.clone();
             }
         }
+        let after = Current {
+            routes: Some(&after),
+            ..Default::default()
+        };
         assert!(plan(&desired, &[], OURS, &after, "2026-12-02T00:00:00Z").is_empty());
     }
 

@@ -280,7 +280,7 @@ impl Elector {
         if was != leading {
             if leading {
                 tracing::info!(lease = %self.lease_name(), identity = %self.election.identity,
-                    "leader election: leading (writing Ingress status and Events)");
+                    "leader election: leading (writing Ingress and Gateway API status and Events)");
             } else {
                 tracing::info!(lease = %self.lease_name(), identity = %self.election.identity,
                     "leader election: not leading");

@@ -676,7 +676,13 @@ impl ClusterSource {
                 store.set_absent()
             }
             ev => {
-                if store.absent && matches!(ev, Some(Ok(Event::InitDone))) {
+                // A list completed, or a resumed watch answered (the CRD came back while the
+                // watcher was between lists): the kind is served again.
+                let answered = matches!(
+                    ev,
+                    Some(Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)))
+                );
+                if store.absent && answered {
                     store.absent = false;
                     if std::mem::take(absent) {
                         tracing::info!(
