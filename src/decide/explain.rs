@@ -1040,6 +1040,7 @@ mod tests {
             headers: Box::new([]),
             query: Box::new([]),
             rule,
+            listener: 1,
         };
         g.candidates = vec![Box::new([cand(0)]), Box::new([cand(1)])];
         let rule = |action| GatewayRule {

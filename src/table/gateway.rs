@@ -65,35 +65,78 @@ pub struct GatewayRoutes {
     pub https_hosts: ListenerHosts,
 }
 
-/// The hostnames of a frontend's listeners.
+/// The hostnames of a frontend's listeners, each with the id its routes' candidates carry.
+/// A request belongs to the most specific listener that takes its host (an exact name, then
+/// the longest wildcard, then a listener without a hostname) and only that listener's routes
+/// may answer it: listener isolation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ListenerHosts {
-    /// A listener without a hostname takes every host.
+    /// A listener without a hostname takes every host (its id is `ANY_LISTENER`).
     pub any: bool,
+    /// Sorted; the name at index `i` has id `1 + i`.
     pub exact: Vec<Box<str>>,
-    /// Suffixes with their leading dot (`.example.com`).
+    /// Suffixes with their leading dot (`.example.com`), longest first; the one at index `j`
+    /// has id `1 + exact.len() + j`.
     pub wildcard: Vec<Box<str>>,
 }
+
+/// The listener id of a listener without a hostname.
+pub const ANY_LISTENER: u32 = 0;
 
 impl ListenerHosts {
     pub fn is_empty(&self) -> bool {
         !self.any && self.exact.is_empty() && self.wildcard.is_empty()
     }
 
-    fn takes(&self, host: Option<&[u8]>) -> bool {
-        if self.any {
-            return true;
+    /// Adds a listener's hostname (`None`: none), keeping the order ids follow; call
+    /// `finish` after the last.
+    pub fn add(&mut self, hostname: Option<&str>, wildcard: bool) {
+        match (hostname, wildcard) {
+            (None, _) => self.any = true,
+            (Some(h), false) => self.exact.push(h.into()),
+            (Some(s), true) => self.wildcard.push(s.into()),
         }
+    }
+
+    pub fn finish(&mut self) {
+        self.exact.sort();
+        self.exact.dedup();
+        self.wildcard
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        self.wildcard.dedup();
+    }
+
+    /// The id of the listener a request for `hostname` (`None`: any) or with this wildcard
+    /// suffix belongs to, as `add` was given it.
+    pub fn id(&self, hostname: Option<&str>, wildcard: bool) -> Option<u32> {
+        let at = |i: usize| u32::try_from(i).ok();
+        match (hostname, wildcard) {
+            (None, _) => self.any.then_some(ANY_LISTENER),
+            (Some(h), false) => at(1 + self.exact.binary_search_by(|e| (**e).cmp(h)).ok()?),
+            (Some(s), true) => {
+                at(1 + self.exact.len() + self.wildcard.iter().position(|w| **w == *s)?)
+            }
+        }
+    }
+
+    /// The id of the listener that takes `host`, if any does.
+    #[inline]
+    pub fn owner(&self, host: Option<&[u8]>) -> Option<u32> {
         let mut buf = [0u8; 255];
-        let Some(h) = host.and_then(|h| normalize_host(h, &mut buf)) else {
-            return false;
-        };
-        let name = h.name();
-        self.exact.iter().any(|e| **e == *name)
-            || self
+        if let Some(h) = host.and_then(|h| normalize_host(h, &mut buf)) {
+            let name = h.name();
+            if let Ok(i) = self.exact.binary_search_by(|e| (**e).cmp(name)) {
+                return u32::try_from(1 + i).ok();
+            }
+            if let Some(j) = self
                 .wildcard
                 .iter()
-                .any(|s| name.len() > s.len() && name.ends_with(&**s))
+                .position(|s| name.len() > s.len() && name.ends_with(&**s))
+            {
+                return u32::try_from(1 + self.exact.len() + j).ok();
+            }
+        }
+        self.any.then_some(ANY_LISTENER)
     }
 }
 
@@ -120,34 +163,30 @@ impl GatewayRoutes {
         if router.is_empty() && hosts.is_empty() {
             return GatewayMatch::NotTaken;
         }
-        // The first level visited is the most specific that has rules for this host; it
-        // decides alone. The candidate is kept as the path rules are tried, not looked for
-        // twice.
-        let mut claimed = false;
+        // No listener takes the host: the Service and Ingress routes decide.
+        let Some(owner) = hosts.owner(host) else {
+            return GatewayMatch::NotTaken;
+        };
+        // Host levels from the most specific; only candidates of the owning listener count.
+        // The candidate is kept as the path rules are tried, not looked for twice.
         let mut chosen = None;
         let found = router.walk(host, |_, rules| {
-            if rules.is_empty() {
-                return None;
-            }
-            claimed = true;
-            Some(rules.lookup_where(path, |rule| {
-                chosen = self.pick(rule.target, req);
+            rules.lookup_where(path, |rule| {
+                chosen = self.pick(rule.target, owner, req);
                 chosen.is_some()
-            }))
+            })
         });
-        match (found.flatten(), chosen) {
+        match (found, chosen) {
             (Some(rule), Some(c)) => GatewayMatch::Matched(rule, c),
-            (Some(_), None) => GatewayMatch::NoRoute,
-            (None, _) if claimed || hosts.takes(host) => GatewayMatch::NoRoute,
-            (None, _) => GatewayMatch::NotTaken,
+            _ => GatewayMatch::NoRoute,
         }
     }
 
-    fn pick(&self, id: CandidatesId, req: &impl RequestView) -> Option<&Candidate> {
+    fn pick(&self, id: CandidatesId, owner: u32, req: &impl RequestView) -> Option<&Candidate> {
         self.candidates
             .get(id as usize)?
             .iter()
-            .find(|c| c.matches(req))
+            .find(|c| c.listener == owner && c.matches(req))
     }
 }
 
@@ -175,6 +214,9 @@ pub struct Candidate {
     pub query: Box<[ValueMatch]>,
     /// Index in `GatewayRoutes::rules`.
     pub rule: u32,
+    /// The listener whose route this is (`ListenerHosts` id): a request belonging to another
+    /// listener never meets it.
+    pub listener: u32,
 }
 
 /// A header or query parameter that must have this exact value.
@@ -426,6 +468,7 @@ mod tests {
             headers: Box::new([]),
             query: Box::new([]),
             rule,
+            listener: ANY_LISTENER,
         }
     }
 
@@ -455,6 +498,7 @@ mod tests {
         ex.insert(rule("/", false, 1));
         g.http.exact.insert("example.com".into(), ex);
         g.http.any_host.insert(rule("/", false, 2));
+        g.http_hosts.any = true;
         let with_header = Candidate {
             headers: Box::new([vm("version", "two")]),
             ..cand(9)
@@ -489,13 +533,30 @@ mod tests {
     }
 
     #[test]
-    fn a_claimed_host_never_falls_through() {
+    fn a_request_belongs_to_its_most_specific_listener() {
         let mut g = routes();
+        // A listener for iso.example.com (id 1) with one route; a route of the host-less
+        // listener names the same host.
+        g.http_hosts.add(Some("iso.example.com"), false);
+        g.http_hosts.finish();
+        let iso = g.http_hosts.id(Some("iso.example.com"), false).unwrap();
+        assert_eq!(g.http_hosts.owner(Some(b"ISO.example.com:80")), Some(iso));
+        assert_eq!(g.http_hosts.owner(Some(b"other.org")), Some(ANY_LISTENER));
         let mut only = PathRules::default();
-        only.insert(rule("/only", true, 0));
+        only.insert(rule("/only", true, 3));
+        only.insert(rule("/any", false, 4));
         g.http.exact.insert("iso.example.com".into(), only);
-        assert_eq!(rule_of(&g, "iso.example.com", "/only", &get()), Ok(Some(0)));
+        g.candidates.push(Box::new([Candidate {
+            listener: iso,
+            ..cand(7)
+        }]));
+        g.candidates.push(Box::new([cand(8)]));
+        assert_eq!(rule_of(&g, "iso.example.com", "/only", &get()), Ok(Some(7)));
+        // The host-less listener's routes never answer a request of the iso listener, at
+        // this host level or a less specific one.
+        assert_eq!(rule_of(&g, "iso.example.com", "/any", &get()), Err(()));
         assert_eq!(rule_of(&g, "iso.example.com", "/", &get()), Err(()));
+        assert_eq!(rule_of(&g, "other.org", "/", &get()), Ok(Some(2)));
         // No Gateway route on the TLS side: the others decide.
         assert_eq!(
             g.lookup(true, Some(b"example.com"), "/", &get()),
@@ -510,6 +571,7 @@ mod tests {
         rules.insert(rule("/a", false, 0));
         rules.insert(rule("/", false, 1));
         g.http.any_host = rules;
+        g.http_hosts.any = true;
         let post_only = Candidate {
             method: Some("POST".into()),
             ..cand(0)

@@ -1192,3 +1192,49 @@ fn harness_redirect_rules() {
     );
     assert_eq!(gateway_conformance::echo::go_duration("1x"), None);
 }
+
+// === extended: listener isolation ===
+
+/// The expectations of GatewayHTTPListenerIsolation, for both of its Gateways: each request
+/// answered by the most specific listener's routes alone.
+fn isolation_cases() -> Vec<Exp> {
+    let r = |host: &str, path: &str| req(path).host(host);
+    vec![
+        r("bar.com", "/empty-hostname").to(V1, INFRA),
+        r("bar.com", "/wildcard-example-com").status(404),
+        r("bar.com", "/wildcard-foo-example-com").status(404),
+        r("bar.com", "/abc-foo-example-com").status(404),
+        r("bar.example.com", "/empty-hostname").status(404),
+        r("bar.example.com", "/wildcard-example-com").to(V1, INFRA),
+        r("bar.example.com", "/wildcard-foo-example-com").status(404),
+        r("bar.example.com", "/abc-foo-example-com").status(404),
+        r("bar.foo.example.com", "/empty-hostname").status(404),
+        r("bar.foo.example.com", "/wildcard-example-com").status(404),
+        r("bar.foo.example.com", "/wildcard-foo-example-com").to(V1, INFRA),
+        r("bar.foo.example.com", "/abc-foo-example-com").status(404),
+        r("abc.foo.example.com", "/empty-hostname").status(404),
+        r("abc.foo.example.com", "/wildcard-example-com").status(404),
+        r("abc.foo.example.com", "/wildcard-foo-example-com").status(404),
+        r("abc.foo.example.com", "/abc-foo-example-com").to(V1, INFRA),
+    ]
+}
+
+/// GatewayHTTPListenerIsolation, "hostnames are configured only in listeners".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_http_listener_isolation() {
+    let s = start(&["gateway-http-listener-isolation.yaml"]).await;
+    run_all(&s, "GatewayHTTPListenerIsolation", &isolation_cases()).await;
+}
+
+/// GatewayHTTPListenerIsolation, "intersecting hostnames are configured in listeners and
+/// HTTPRoutes".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_http_listener_isolation_with_hostname_intersection() {
+    let s = start(&["gateway-http-listener-isolation-with-hostname-intersection.yaml"]).await;
+    run_all(
+        &s,
+        "GatewayHTTPListenerIsolation/intersection",
+        &isolation_cases(),
+    )
+    .await;
+}

@@ -11,8 +11,8 @@ use crate::control::translate::ingress::secret_pem;
 use super::api::*;
 use super::*;
 use crate::table::gateway::{
-    Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter, Mirror,
-    PathRewrite, Redirect, ValueMatch,
+    ANY_LISTENER, Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter,
+    Mirror, PathRewrite, Redirect, ValueMatch,
 };
 
 const HTTP_ROUTE: &str = "HTTPRoute";
@@ -37,15 +37,19 @@ enum Allowed<'g> {
     Selector(&'g LabelSelector),
 }
 
-/// Where a route's rules go: a frontend and a host level.
+/// Where a route's rules go: a frontend and a host level, for requests of one listener
+/// (its hostname).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Place {
     https: bool,
     host: Option<HostPattern>,
+    listener: Option<HostPattern>,
 }
 
 /// A candidate waiting for its precedence rank.
 struct Pending {
+    /// The hostname of the listener it serves.
+    listener: Option<HostPattern>,
     rank: (
         Reverse<bool>,
         Reverse<usize>,
@@ -149,7 +153,11 @@ impl<'a> Builder<'a> {
             .enumerate()
             .map(|(i, e)| (e.key.clone(), EntryId::try_from(i).unwrap_or(EntryId::MAX)))
             .collect();
-        let mut pending: BTreeMap<(Place, Box<str>, bool), Vec<Pending>> = BTreeMap::new();
+        #[allow(clippy::type_complexity)]
+        let mut pending: BTreeMap<
+            ((bool, Option<HostPattern>), Box<str>, bool),
+            Vec<Pending>,
+        > = BTreeMap::new();
         let mut rules: Vec<GatewayRule> = Vec::new();
         for route in sorted(inputs.routes, |r| &r.metadata) {
             let (ns, name) = meta_key(&route.metadata.namespace, &route.metadata.name);
@@ -265,9 +273,10 @@ impl<'a> Builder<'a> {
                     };
                     for place in &places {
                         pending
-                            .entry((place.clone(), key.clone(), exact))
+                            .entry(((place.https, place.host.clone()), key.clone(), exact))
                             .or_default()
                             .push(Pending {
+                                listener: place.listener.clone(),
                                 rank: (
                                     Reverse(candidate.method.is_some()),
                                     Reverse(candidate.headers.len()),
@@ -290,13 +299,45 @@ impl<'a> Builder<'a> {
             https_port: self.options.gateway_https_port,
             ..GatewayRoutes::default()
         };
+        // The listeners' hostnames first: candidates carry their listener's id.
+        for (_, listeners, _) in gateways.values() {
+            for l in listeners.iter().filter(|l| l.usable) {
+                let hosts = if l.https {
+                    &mut routes.https_hosts
+                } else {
+                    &mut routes.http_hosts
+                };
+                let (name, wildcard) = listener_key(l.hostname.as_ref());
+                hosts.add(name, wildcard);
+            }
+        }
+        routes.http_hosts.finish();
+        routes.https_hosts.finish();
         let mut wildcard_at: HashMap<(bool, String), usize> = HashMap::default();
-        for ((place, key, exact), mut list) in pending {
+        for (((https, host), key, exact), mut list) in pending {
             list.sort_by(|a, b| a.rank.cmp(&b.rank));
             let id = CandidatesId::try_from(routes.candidates.len()).unwrap_or(CandidatesId::MAX);
-            routes
-                .candidates
-                .push(list.into_iter().map(|p| p.candidate).collect());
+            let hosts = if https {
+                &routes.https_hosts
+            } else {
+                &routes.http_hosts
+            };
+            let candidates = list
+                .into_iter()
+                .map(|p| {
+                    let (name, wildcard) = listener_key(p.listener.as_ref());
+                    Candidate {
+                        listener: hosts.id(name, wildcard).unwrap_or(u32::MAX),
+                        ..p.candidate
+                    }
+                })
+                .collect();
+            routes.candidates.push(candidates);
+            let place = Place {
+                https,
+                host,
+                listener: None,
+            };
             let router = if place.https {
                 &mut routes.https
             } else {
@@ -334,22 +375,6 @@ impl<'a> Builder<'a> {
             self.entry_index = Some(Arc::new(entry_ids));
         }
 
-        for (_, listeners, _) in gateways.values() {
-            for l in listeners.iter().filter(|l| l.usable) {
-                let hosts = if l.https {
-                    &mut self.gateway_routes.https_hosts
-                } else {
-                    &mut self.gateway_routes.http_hosts
-                };
-                match &l.hostname {
-                    None => hosts.any = true,
-                    Some(HostPattern::Exact(h)) => hosts.exact.push(h.as_str().into()),
-                    Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
-                        hosts.wildcard.push(s.as_str().into())
-                    }
-                }
-            }
-        }
         for ((ns, name), (gw, listeners, statuses)) in gateways {
             let generation = gw.metadata.generation;
             let any_usable = listeners.iter().any(|l| l.usable);
@@ -927,6 +952,8 @@ impl<'a> Builder<'a> {
                 headers: headers.into(),
                 query: query.into(),
                 rule,
+                // Set once the listeners' ids are known.
+                listener: ANY_LISTENER,
             },
         ))
     }
@@ -982,6 +1009,7 @@ fn attach<'g>(
             places.insert(Place {
                 https: l.https,
                 host,
+                listener: l.hostname.clone(),
             });
         }
     }
@@ -1047,6 +1075,16 @@ fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option
         }
     }
     out
+}
+
+/// A listener's hostname as `ListenerHosts` keys it: the name (or the wildcard's suffix) and
+/// whether it is a wildcard.
+fn listener_key(hostname: Option<&HostPattern>) -> (Option<&str>, bool) {
+    match hostname {
+        None => (None, false),
+        Some(HostPattern::Exact(h)) => (Some(h), false),
+        Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => (Some(s), true),
+    }
 }
 
 /// A Gateway API hostname: a DNS name, or `*.` and one; no port.
