@@ -32,7 +32,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::control::status::{Address, Bucket, Limits, Publish, service_addresses};
+use crate::control::status::{Address, Bucket, Limits, Publish, paced, service_addresses};
 use crate::control::translate::gateway::api::{
     Condition, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass, GatewayClassStatus,
     GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus,
@@ -510,21 +510,7 @@ impl GatewayStatusWriter {
         stop: &watch::Receiver<bool>,
     ) -> bool {
         let total = writes.len();
-        let leader = self.leader.clone();
-        let stop = stop.clone();
-        let paced = futures::stream::iter(writes)
-            .then(|w| {
-                let wait = bucket.take();
-                async move {
-                    tokio::time::sleep(wait).await;
-                    w
-                }
-            })
-            // Leadership lost or shutting down: the rest of the batch is not ours to write.
-            .take_while(|_| {
-                let go = *leader.borrow() && !*stop.borrow();
-                async move { go }
-            });
+        let paced = paced(writes, bucket, self.leader.clone(), stop.clone());
         let mut results = std::pin::pin!(
             paced
                 .map(|w| async move {

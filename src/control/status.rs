@@ -404,21 +404,7 @@ impl StatusWriter {
         stop: &watch::Receiver<bool>,
     ) -> bool {
         let total = writes.len();
-        let leader = self.leader.clone();
-        let stop = stop.clone();
-        let paced = futures::stream::iter(writes)
-            .then(|w| {
-                let wait = bucket.take();
-                async move {
-                    tokio::time::sleep(wait).await;
-                    w
-                }
-            })
-            // Leadership lost or shutting down: the rest of the batch is not ours to write.
-            .take_while(|_| {
-                let go = *leader.borrow() && !*stop.borrow();
-                async move { go }
-            });
+        let paced = paced(writes, bucket, self.leader.clone(), stop.clone());
         let mut results = std::pin::pin!(
             paced
                 .map(|w| async move {
@@ -564,6 +550,29 @@ impl Bucket {
             Duration::from_secs_f64(-self.tokens / self.per_second)
         }
     }
+}
+
+/// `writes` one at a time as `bucket` allows, while this replica leads and is not stopping
+/// (leadership lost or shutting down: the rest of the batch is not ours to write). Shared by
+/// the Ingress and the Gateway API status writers.
+pub(super) fn paced<'b, W: 'b>(
+    writes: Vec<W>,
+    bucket: &'b mut Bucket,
+    leader: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+) -> impl futures::Stream<Item = W> + 'b {
+    futures::stream::iter(writes)
+        .then(move |w| {
+            let wait = bucket.take();
+            async move {
+                tokio::time::sleep(wait).await;
+                w
+            }
+        })
+        .take_while(move |_| {
+            let go = *leader.borrow() && !*stop.borrow();
+            async move { go }
+        })
 }
 
 #[cfg(test)]

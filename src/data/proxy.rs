@@ -673,15 +673,7 @@ impl ProxyHttp for HttpProxy {
         apply(req, &edits)?;
         if let Some((rule, backend)) = ctx.attempt.gateway_rule() {
             for op in gateway::request_ops(rule, backend) {
-                match op {
-                    HeaderOp::Set(n, v) => req.insert_header(n.to_string(), v)?,
-                    HeaderOp::Add(n, v) => {
-                        req.append_header(n.to_string(), v)?;
-                    }
-                    HeaderOp::Remove(n) => {
-                        req.remove_header(n);
-                    }
-                }
+                req.apply_op(op)?;
             }
             if let Some(host) = &rule.rewrite_host {
                 req.insert_header(HOST, &**host)?;
@@ -736,15 +728,7 @@ impl ProxyHttp for HttpProxy {
         apply(resp, &response_edits(&self.fwd, ctx.attempt.set_cookie()))?;
         if let Some((rule, backend)) = ctx.attempt.gateway_rule() {
             for op in gateway::response_ops(rule, backend) {
-                match op {
-                    HeaderOp::Set(n, v) => resp.insert_header(n.to_string(), v)?,
-                    HeaderOp::Add(n, v) => {
-                        resp.append_header(n.to_string(), v)?;
-                    }
-                    HeaderOp::Remove(n) => {
-                        resp.remove_header(n);
-                    }
-                }
+                resp.apply_op(op)?;
             }
         }
         Ok(())
@@ -840,6 +824,8 @@ trait Fields {
     fn insert(&mut self, name: &'static str, value: Vec<u8>) -> Result<()>;
     fn append(&mut self, name: &'static str, value: Vec<u8>) -> Result<()>;
     fn remove(&mut self, name: &'static str);
+    /// A Gateway rule's header operation (names come from the route, not from code).
+    fn apply_op(&mut self, op: HeaderOp<'_>) -> Result<()>;
 }
 
 macro_rules! impl_fields {
@@ -856,6 +842,16 @@ macro_rules! impl_fields {
             }
             fn remove(&mut self, name: &'static str) {
                 self.remove_header(name);
+            }
+            fn apply_op(&mut self, op: HeaderOp<'_>) -> Result<()> {
+                match op {
+                    HeaderOp::Set(n, v) => self.insert_header(n.to_string(), v).map(drop),
+                    HeaderOp::Add(n, v) => self.append_header(n.to_string(), v).map(drop),
+                    HeaderOp::Remove(n) => {
+                        self.remove_header(n);
+                        Ok(())
+                    }
+                }
             }
         }
     };

@@ -257,7 +257,6 @@ impl Attempt {
                 let (entry, strip) = match &rule.action {
                     Action::Fail(status) => return Ok(Route::Fail(*status)),
                     Action::Redirect(r) => {
-                        let listener = if https { gw.https_port } else { gw.http_port };
                         let location = crate::decide::gateway::location(
                             r,
                             https,
@@ -265,7 +264,7 @@ impl Attempt {
                             path,
                             req.query(),
                             &prule.prefix,
-                            listener,
+                            gw.listener_port(https),
                         );
                         return Ok(Route::Moved {
                             status: r.status,

@@ -444,7 +444,6 @@ fn route_gateway(
             GatewayStep::Answered
         }
         Action::Redirect(r) => {
-            let listener = if https { gw.https_port } else { gw.http_port };
             let location = crate::decide::gateway::location(
                 r,
                 https,
@@ -452,7 +451,7 @@ fn route_gateway(
                 path,
                 query,
                 &prule.prefix,
-                listener,
+                gw.listener_port(https),
             );
             x.outcome = "redirect";
             x.summary = format!("{}: {} redirect to {location}", rule.origin, r.status);

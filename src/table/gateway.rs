@@ -141,6 +141,15 @@ impl ListenerHosts {
 }
 
 impl GatewayRoutes {
+    /// The listener port of a frontend, which a redirect without a port or scheme keeps.
+    pub fn listener_port(&self, https: bool) -> u16 {
+        if https {
+            self.https_port
+        } else {
+            self.http_port
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty() && self.http_hosts.is_empty() && self.https_hosts.is_empty()
     }

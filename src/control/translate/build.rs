@@ -106,6 +106,23 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Whether `--namespace` leaves objects of namespace `ns` out.
+    pub(super) fn outside_namespace(&self, ns: &str) -> bool {
+        self.options
+            .only_namespace
+            .as_deref()
+            .is_some_and(|only| only != ns)
+    }
+
+    /// The entries built so far, by key.
+    pub(super) fn entry_ids(&self) -> HashMap<EntryKey, EntryId> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.key.clone(), EntryId::try_from(i).unwrap_or(EntryId::MAX)))
+            .collect()
+    }
+
     /// A builder for one Service whose state comes from its own previous entries only.
     pub(super) fn new_scoped(options: &'a Options, prev_entries: &[Arc<Entry>]) -> Self {
         let mut b = Builder::new(options, None);

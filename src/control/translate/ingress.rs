@@ -136,21 +136,10 @@ impl<'a> Builder<'a> {
             meta_key(&a.metadata.namespace, &a.metadata.name)
                 == meta_key(&b.metadata.namespace, &b.metadata.name)
         });
-        let mut entry_ids: HashMap<EntryKey, EntryId> = self
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.key.clone(), EntryId::try_from(i).unwrap_or(EntryId::MAX)))
-            .collect();
+        let mut entry_ids = self.entry_ids();
         for ing in ingresses {
             let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
-            if name.is_empty()
-                || self
-                    .options
-                    .only_namespace
-                    .as_deref()
-                    .is_some_and(|only| only != ns)
-            {
+            if name.is_empty() || self.outside_namespace(ns) {
                 continue;
             }
             if !self.is_ours(ing, &classes, default_class) {

@@ -135,11 +135,7 @@ impl<'a> Builder<'a> {
             let (ns, name) = meta_key(&gw.metadata.namespace, &gw.metadata.name);
             if name.is_empty()
                 || !classes.contains(gw.spec.gateway_class_name.as_str())
-                || self
-                    .options
-                    .only_namespace
-                    .as_deref()
-                    .is_some_and(|o| o != ns)
+                || self.outside_namespace(ns)
             {
                 continue;
             }
@@ -147,12 +143,7 @@ impl<'a> Builder<'a> {
             gateways.insert((ns, name), (gw, views, statuses));
         }
 
-        let mut entry_ids: HashMap<EntryKey, EntryId> = self
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.key.clone(), EntryId::try_from(i).unwrap_or(EntryId::MAX)))
-            .collect();
+        let mut entry_ids = self.entry_ids();
         #[allow(clippy::type_complexity)]
         let mut pending: BTreeMap<
             ((bool, Option<HostPattern>), Box<str>, bool),
