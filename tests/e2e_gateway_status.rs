@@ -581,6 +581,77 @@ async fn gateway_invalid_route_kind() {
     .await;
 }
 
+/// GatewayListenerUnsupportedProtocol (`gateway-invalid-listeners-unsupported-protocol`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_invalid_listeners_unsupported_protocol() {
+    let c = start("gateway-invalid-listeners-unsupported-protocol").await;
+    let unsupported: &[Cond<'_>] = &[("Accepted", "False", "UnsupportedProtocol")];
+    let only = (INFRA, "gateway-only-unsupported-protocols");
+    c.must("GatewayMustHaveLatestConditions", |c| {
+        gateway_latest(c, only)
+    })
+    .await;
+    c.must("no accepted listener: the Gateway is not accepted", |c| {
+        let g = c.get(Kind::Gateway, only.0, only.1);
+        conditions_match(
+            &[("Accepted", "False", "ListenersNotValid")],
+            &g["status"]["conditions"],
+        )?;
+        listeners_match(
+            &g,
+            &[Listener {
+                name: "invalid",
+                kinds: &[],
+                conditions: unsupported,
+                attached: 0,
+            }],
+        )
+    })
+    .await;
+    let both = (INFRA, "gateway-supported-and-unsupported-protocols");
+    c.must("GatewayMustHaveLatestConditions", |c| {
+        gateway_latest(c, both)
+    })
+    .await;
+    c.must("one accepted listener: the Gateway is accepted", |c| {
+        let g = c.get(Kind::Gateway, both.0, both.1);
+        conditions_match(
+            &[("Accepted", "True", "ListenersNotValid")],
+            &g["status"]["conditions"],
+        )?;
+        listeners_match(
+            &g,
+            &[
+                http_listener("http", &[("Accepted", "True", "Accepted")], 0),
+                Listener {
+                    name: "invalid",
+                    kinds: &[],
+                    conditions: unsupported,
+                    attached: 0,
+                },
+            ],
+        )
+    })
+    .await;
+}
+
+/// GatewayInvalidParametersRef: switchyard takes no infrastructure parameters, so a
+/// reference to any is invalid and the Gateway is not accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_invalid_parameters_ref() {
+    let c = start("gateway-invalid-parameters-ref").await;
+    let gw = (INFRA, "gateway-invalid-parameters-ref");
+    c.must("GatewayMustHaveLatestConditions", |c| gateway_latest(c, gw))
+        .await;
+    c.must("Accepted False, InvalidParameters", |c| {
+        conditions_match(
+            &[("Accepted", "False", "InvalidParameters")],
+            &c.get(Kind::Gateway, gw.0, gw.1)["status"]["conditions"],
+        )
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_invalid_tls_configuration() {
     let c = start("gateway-invalid-tls-configuration").await;

@@ -279,6 +279,15 @@ fn gateway() -> Gateway {
                 }),
             }],
             addresses: vec![address.clone()],
+            infrastructure: Some(GatewayInfrastructure {
+                labels: BTreeMap::from([("team".into(), "a".into())]),
+                annotations: BTreeMap::from([("example.com/b".into(), "c".into())]),
+                parameters_ref: Some(LocalParametersReference {
+                    group: "example.com".into(),
+                    kind: "Params".into(),
+                    name: "p".into(),
+                }),
+            }),
         },
         status: Some(GatewayStatus {
             addresses: vec![address],

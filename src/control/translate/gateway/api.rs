@@ -131,6 +131,28 @@ pub struct GatewaySpec {
     pub listeners: Vec<Listener>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<GatewayAddress>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure: Option<GatewayInfrastructure>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayInfrastructure {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Implementation parameters; switchyard takes none, so any reference is invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_ref: Option<LocalParametersReference>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalParametersReference {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

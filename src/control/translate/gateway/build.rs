@@ -139,7 +139,30 @@ impl<'a> Builder<'a> {
             {
                 continue;
             }
-            let (views, statuses) = self.gateway_listeners(gw, (ns, name), &grants, &secrets);
+            let (mut views, mut statuses) =
+                self.gateway_listeners(gw, (ns, name), &grants, &secrets);
+            if gw
+                .spec
+                .infrastructure
+                .as_ref()
+                .is_some_and(|i| i.parameters_ref.is_some())
+            {
+                // A refused Gateway serves nothing (its condition says why).
+                for v in &mut views {
+                    v.usable = false;
+                }
+                for c in statuses.iter_mut().flat_map(|s| s.conditions.iter_mut()) {
+                    if c.type_ == "Programmed" {
+                        *c = Condition::new(
+                            "Programmed",
+                            false,
+                            "Invalid",
+                            "the Gateway is not accepted",
+                            gw.metadata.generation,
+                        );
+                    }
+                }
+            }
             gateways.insert((ns, name), (gw, views, statuses));
         }
 
@@ -371,7 +394,31 @@ impl<'a> Builder<'a> {
             let any_usable = listeners.iter().any(|l| l.usable);
             let all_usable = listeners.iter().all(|l| l.usable);
             let mut conditions = Vec::new();
-            if !gw.spec.addresses.is_empty() {
+            if let Some(p) = gw
+                .spec
+                .infrastructure
+                .as_ref()
+                .and_then(|i| i.parameters_ref.as_ref())
+            {
+                // No parameters kind is switchyard's: the Gateway is refused, not served.
+                conditions.push(Condition::new(
+                    "Accepted",
+                    false,
+                    "InvalidParameters",
+                    format!(
+                        "infrastructure.parametersRef {} {}: switchyard takes no parameters",
+                        p.kind, p.name
+                    ),
+                    generation,
+                ));
+                conditions.push(Condition::new(
+                    "Programmed",
+                    false,
+                    "Invalid",
+                    "the Gateway is not accepted",
+                    generation,
+                ));
+            } else if !gw.spec.addresses.is_empty() {
                 conditions.push(Condition::new(
                     "Accepted",
                     false,
@@ -520,7 +567,9 @@ impl<'a> Builder<'a> {
                 group: Some(GROUP.into()),
                 kind: HTTP_ROUTE.into(),
             };
-            if kinds.is_empty() {
+            if !matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
+                // A listener of a protocol not served supports no kind of route.
+            } else if kinds.is_empty() {
                 supported.push(http_route.clone());
             } else {
                 for k in kinds {
