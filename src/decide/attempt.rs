@@ -224,8 +224,16 @@ impl Attempt {
         policy: &Policy,
         now: Instant,
     ) -> Result<Route, RouteError> {
-        let req = BareRequest(b"GET");
-        self.route_request(table, frontend, host, path, &req, cookies, policy, now)
+        self.route_request(
+            table,
+            frontend,
+            host,
+            path,
+            &BareRequest::GET,
+            cookies,
+            policy,
+            now,
+        )
     }
 
     /// `route` for a request whose method, headers and query a Gateway route's conditions

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::decide::attempt::{Attempt, Policy, Route, https_location, unrouted};
-use crate::table::gateway::{self, Action, GatewayMatch};
+use crate::table::gateway::{Action, BareRequest, GatewayMatch};
 use crate::table::matcher::{self, Level, PathRule};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
@@ -394,7 +394,10 @@ fn route_gateway(
     let gw = &table.gateway;
     let https = q.frontend == Frontend::Https;
     let host = q.host.as_deref().map(str::as_bytes);
-    let req = UrlRequest(query);
+    let req = BareRequest {
+        method: b"GET",
+        query,
+    };
     let (prule, candidate) = match gw.lookup(https, host, path, &req) {
         GatewayMatch::NotTaken => return GatewayStep::NotTaken,
         GatewayMatch::NoRoute => {
@@ -468,21 +471,6 @@ fn route_gateway(
                 GatewayStep::Answered
             }
         },
-    }
-}
-
-/// An explained request: a `GET` with the URL's query and no headers.
-struct UrlRequest<'a>(Option<&'a str>);
-
-impl gateway::RequestView for UrlRequest<'_> {
-    fn method(&self) -> &[u8] {
-        b"GET"
-    }
-    fn header(&self, _: &str) -> Option<&[u8]> {
-        None
-    }
-    fn query(&self) -> Option<&str> {
-        self.0
     }
 }
 

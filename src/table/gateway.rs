@@ -31,18 +31,29 @@ pub trait RequestView {
     fn query(&self) -> Option<&str>;
 }
 
-/// A request with nothing but a method (`/explain`, tests).
-pub struct BareRequest<'a>(pub &'a [u8]);
+/// A request with nothing but a method and the URL's query (`/explain`, tests).
+pub struct BareRequest<'a> {
+    pub method: &'a [u8],
+    pub query: Option<&'a str>,
+}
+
+impl BareRequest<'_> {
+    /// A `GET` without a query.
+    pub const GET: BareRequest<'static> = BareRequest {
+        method: b"GET",
+        query: None,
+    };
+}
 
 impl RequestView for BareRequest<'_> {
     fn method(&self) -> &[u8] {
-        self.0
+        self.method
     }
     fn header(&self, _: &str) -> Option<&[u8]> {
         None
     }
     fn query(&self) -> Option<&str> {
-        None
+        self.query
     }
 }
 
@@ -169,7 +180,9 @@ impl GatewayRoutes {
         } else {
             (&self.http, &self.http_hosts)
         };
-        if router.is_empty() && hosts.is_empty() {
+        // Every route is on a listener: without listeners there is nothing to do (and no
+        // host to normalize).
+        if hosts.is_empty() {
             return GatewayMatch::NotTaken;
         }
         // No listener takes the host: the Service and Ingress routes decide.

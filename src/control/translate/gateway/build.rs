@@ -347,12 +347,7 @@ impl<'a> Builder<'a> {
                 })
                 .collect();
             routes.candidates.push(candidates);
-            let place = Place {
-                https,
-                host,
-                listener: None,
-            };
-            let router = if place.https {
+            let router = if https {
                 &mut routes.https
             } else {
                 &mut routes.http
@@ -365,18 +360,16 @@ impl<'a> Builder<'a> {
                 policy: None,
                 target: id,
             };
-            match place.host {
+            match host {
                 None => router.any_host.insert(rule),
                 Some(HostPattern::Exact(h)) => {
                     router.exact.entry(h.into()).or_default().insert(rule)
                 }
                 Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
-                    let at = *wildcard_at
-                        .entry((place.https, s.clone()))
-                        .or_insert_with(|| {
-                            router.wildcard.push((s.into(), PathRules::default()));
-                            router.wildcard.len() - 1
-                        });
+                    let at = *wildcard_at.entry((https, s.clone())).or_insert_with(|| {
+                        router.wildcard.push((s.into(), PathRules::default()));
+                        router.wildcard.len() - 1
+                    });
                     router.wildcard[at].1.insert(rule);
                 }
             }
@@ -958,39 +951,22 @@ impl<'a> Builder<'a> {
                 return skip(self, format!("path type {} is not supported", show(other)));
             }
         };
-        let mut headers = Vec::new();
-        for h in &m.headers {
-            if h.type_.as_deref().is_some_and(|t| t != "Exact") {
-                return skip(
-                    self,
-                    format!("header match type {:?} is not supported", h.type_),
-                );
-            }
-            headers.push(ValueMatch {
-                name: h.name.to_ascii_lowercase().into(),
-                value: h.value.as_str().into(),
-            });
-        }
-        let mut query = Vec::new();
-        for q in &m.query_params {
-            if q.type_.as_deref().is_some_and(|t| t != "Exact") {
-                return skip(
-                    self,
-                    format!("query match type {:?} is not supported", q.type_),
-                );
-            }
-            query.push(ValueMatch {
-                name: q.name.as_str().into(),
-                value: q.value.as_str().into(),
-            });
-        }
+        // Header names are case-insensitive (stored folded), query names are not.
+        let headers = match exact_matches(&m.headers, true) {
+            Ok(v) => v,
+            Err(t) => return skip(self, format!("header match type {t:?} is not supported")),
+        };
+        let query = match exact_matches(&m.query_params, false) {
+            Ok(v) => v,
+            Err(t) => return skip(self, format!("query match type {t:?} is not supported")),
+        };
         Some((
             key.into(),
             exact,
             Candidate {
                 method: m.method.as_deref().map(Into::into),
-                headers: headers.into(),
-                query: query.into(),
+                headers,
+                query,
                 rule,
                 // Set once the listeners' ids are known.
                 listener: ANY_LISTENER,
@@ -1115,6 +1091,24 @@ fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option
         }
     }
     out
+}
+
+/// Header or query matches as the table holds them; `Err` with the type of a match that is
+/// not `Exact`.
+fn exact_matches(list: &[HTTPHeaderMatch], fold: bool) -> Result<Box<[ValueMatch]>, &str> {
+    list.iter()
+        .map(|m| match m.type_.as_deref() {
+            None | Some("Exact") => Ok(ValueMatch {
+                name: if fold {
+                    m.name.to_ascii_lowercase().into()
+                } else {
+                    m.name.as_str().into()
+                },
+                value: m.value.as_str().into(),
+            }),
+            Some(other) => Err(other),
+        })
+        .collect()
 }
 
 /// A listener's hostname as `ListenerHosts` keys it: the name (or the wildcard's suffix) and
