@@ -41,6 +41,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::data::fast::{FastPath, Served};
+use crate::data::http2;
 use crate::data::intake::{self, Intake, Refusals};
 use crate::data::proxy_protocol;
 use crate::data::tls::HandshakeAcceptor;
@@ -542,7 +543,7 @@ pub struct Guard<A> {
     limit: Arc<ConnectionLimit>,
     counters: Counters,
     tls: Option<HandshakeAcceptor>,
-    fast: Option<FastPath>,
+    fast: Option<Arc<FastPath>>,
     proxy_protocol: Option<proxy_protocol::Acceptor>,
 }
 
@@ -568,7 +569,7 @@ impl<A> Guard<A> {
     /// Serves the HTTP/1 requests it takes through `fast` (see `http_proxy::FastPath`); the
     /// others go to the inner application.
     pub fn with_fast_path(mut self, fast: FastPath) -> Self {
-        self.fast = Some(fast);
+        self.fast = Some(Arc::new(fast));
         self
     }
 
@@ -618,7 +619,9 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
             false
         };
         if h2 {
-            return ServerApp::process_new(&self.inner, Box::new(stream), shutdown).await;
+            // Streams go to the fast path first, when it is on.
+            http2::serve(self.fast.as_ref(), &self.inner, Box::new(stream), shutdown).await;
+            return None;
         }
         // HTTP/1, as Pingora's own loop does it, with the guard re-armed between requests;
         // the fast path, when on, takes each request first.

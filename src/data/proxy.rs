@@ -658,6 +658,11 @@ impl ProxyHttp for HttpProxy {
         {
             req.insert_header(CONTENT_LENGTH, first)?;
         }
+        // HTTP/2 may split `cookie` into fields that an HTTP/1 backend must get as one
+        // (RFC 9113 §8.2.3), as the fast path writes them.
+        if session.is_http2() && !ctx.attempt.backend_protocol().http2() {
+            join_cookies(req)?;
+        }
         let cert = if self.fwd.client_cert_headers {
             tls::client_cert(session.digest().and_then(|d| d.ssl_digest.as_deref()))
         } else {
@@ -885,6 +890,21 @@ fn apply(fields: &mut impl Fields, edits: &Edits<'_>) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Joins several `cookie` fields into one, separated by "; " (RFC 9113 §8.2.3).
+fn join_cookies(req: &mut RequestHeader) -> Result<()> {
+    let mut values = req.headers.get_all(COOKIE).iter();
+    let (Some(first), Some(_)) = (values.next(), values.next()) else {
+        return Ok(());
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for v in req.headers.get_all(COOKIE).iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(v.as_bytes());
+    }
+    req.insert_header(COOKIE, joined)?;
     Ok(())
 }
 

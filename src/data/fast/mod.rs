@@ -15,6 +15,7 @@
 //! what it must. It must not guess at framing, and it never holds a lock across an await.
 
 pub mod chunked;
+pub mod h2;
 pub mod pool;
 pub mod request;
 pub mod response;
@@ -25,7 +26,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use pingora::protocols::{GetSocketDigest, Ssl};
+use pingora::protocols::tls::SslDigest;
+use pingora::protocols::{GetSocketDigest, SocketDigest, Ssl};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -137,11 +139,17 @@ impl FastPath {
 
     /// The state of a new client connection.
     pub fn connection(&self, stream: &GuardedStream) -> Connection {
-        let client = stream
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
+        self.connection_of(
+            stream.get_socket_digest().as_deref(),
+            stream.get_ssl_digest().as_deref(),
+        )
+    }
+
+    /// The state of a client connection with these digests (an HTTP/2 stream gets its own).
+    fn connection_of(&self, socket: Option<&SocketDigest>, ssl: Option<&SslDigest>) -> Connection {
+        let client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
         let subject = if self.proxy.fwd.client_cert_headers {
-            tls::peer_subject(stream.get_ssl_digest().as_deref()).map(str::to_owned)
+            tls::peer_subject(ssl).map(str::to_owned)
         } else {
             None
         };
@@ -244,9 +252,9 @@ impl FastPath {
 
     /// Proxies one request whose header is `head`; says whether the client connection may
     /// serve another.
-    async fn proxy_request(
+    async fn proxy_request<D: Downstream>(
         &self,
-        stream: &mut GuardedStream,
+        stream: &mut D,
         conn: &mut Connection,
         head: &Bytes,
         req: &Request,
@@ -474,9 +482,9 @@ impl FastPath {
 
     /// Answers a request that could not be proxied with `status`, closing the connection
     /// (as Pingora does after its own error responses).
-    async fn fail(
+    async fn fail<D: Downstream>(
         &self,
-        stream: &mut GuardedStream,
+        stream: &mut D,
         conn: &mut Connection,
         attempt: &mut Attempt,
         started: Instant,
@@ -539,10 +547,10 @@ impl FastPath {
 
     /// Reads the response header and writes the client's version of it into `conn.out`.
     /// Informational responses (1xx but 101) go to the client as they come.
-    async fn read_response(
+    async fn read_response<D: Downstream>(
         &self,
         up: &mut TcpStream,
-        stream: &mut GuardedStream,
+        stream: &mut D,
         conn: &mut Connection,
         head_request: bool,
         edits: &Edits<'_>,
@@ -601,10 +609,10 @@ impl FastPath {
     /// Writes the response header in `conn.out` and the body after it, as the backend sends
     /// it; says how many body bytes went out and whether the backend connection ended
     /// exactly at the end of the response.
-    async fn relay_body(
+    async fn relay_body<D: Downstream>(
         &self,
         up: &mut TcpStream,
-        stream: &mut GuardedStream,
+        stream: &mut D,
         conn: &mut Connection,
         framing: Framing,
     ) -> Result<Body, Relay> {
@@ -696,9 +704,9 @@ impl FastPath {
 
     /// Writes `conn.out` to the client and empties it (`bytes`: the body bytes relayed so far,
     /// for the error).
-    async fn flush_out(
+    async fn flush_out<D: Downstream>(
         &self,
-        stream: &mut GuardedStream,
+        stream: &mut D,
         conn: &mut Connection,
         bytes: u64,
     ) -> Result<(), Relay> {
@@ -713,15 +721,27 @@ impl FastPath {
     }
 
     /// Writes `bytes` to the client within the client timeout; false when it failed.
-    async fn write_client(&self, stream: &mut GuardedStream, bytes: &[u8]) -> bool {
-        let write = async {
-            stream.write_all(bytes).await?;
-            stream.flush().await
-        };
+    async fn write_client<D: Downstream>(&self, stream: &mut D, bytes: &[u8]) -> bool {
+        let write = stream.send(bytes);
         matches!(
             tokio::time::timeout(self.proxy.timeouts.client_idle, write).await,
-            Ok(Ok(()))
+            Ok(true)
         )
+    }
+}
+
+/// Where the fast path's response goes: the HTTP/1 client connection, or one HTTP/2 stream
+/// (`h2::Reply`), which takes the same HTTP/1 bytes and sends them as HTTP/2 frames. Either
+/// way the bytes are the whole response as this path makes it: informational heads alone, then
+/// the final head, then the body in HTTP/1 framing.
+pub(crate) trait Downstream {
+    /// Writes `bytes` of the response; false when the client is gone.
+    async fn send(&mut self, bytes: &[u8]) -> bool;
+}
+
+impl Downstream for GuardedStream {
+    async fn send(&mut self, bytes: &[u8]) -> bool {
+        self.write_all(bytes).await.is_ok() && self.flush().await.is_ok()
     }
 }
 

@@ -1,0 +1,147 @@
+//! HTTP/2 client connections: the loop that accepts their streams, in place of Pingora's
+//! (`pingora::apps::ServerApp::process_new`), so that the fast path can take the streams it
+//! serves (`fast::h2`) and hand the others to Pingora's proxy, and so that the work a
+//! connection starts is bounded. Pingora's rules for the connection are kept: its request
+//! checks (`HttpSession::from_h2_conn`, with the same budget of refused streams), the stream
+//! and header-list limits of its `H2Options`, graceful shutdown with GOAWAY, and the idle
+//! timeout. This module decides nothing about requests and knows nothing of the table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use pingora::apps::HttpServerApp;
+use pingora::protocols::http::ServerSession;
+use pingora::protocols::http::v2::server::{self, H2Accept, HttpSession};
+use pingora::protocols::{Digest, Stream};
+use pingora::server::ShutdownWatch;
+use tokio::sync::Notify;
+
+use crate::data::fast::FastPath;
+
+/// Streams refused by Pingora's request checks before the connection is closed (Pingora's
+/// own loop allows as many; its constant is private).
+const MAX_MALFORMED_STREAMS: usize = 32;
+
+/// Streams of one connection being served at once. HTTP/2 limits a client to 100 open streams
+/// (Pingora's `SETTINGS_MAX_CONCURRENT_STREAMS`), but a stream the client resets is closed for
+/// HTTP/2 at once while its work here goes on: without this bound, opening and resetting
+/// streams ("rapid reset", CVE-2023-44487) would start backend requests without limit. Twice
+/// the HTTP/2 limit, so that a client keeping within it is never refused.
+const MAX_STREAMS_IN_FLIGHT: usize = 200;
+
+/// Serves one HTTP/2 client connection (TLS with ALPN `h2`, or h2c with prior knowledge)
+/// until it ends: taken streams through `fast`, the others through `app`.
+pub async fn serve<A>(
+    fast: Option<&Arc<FastPath>>,
+    app: &Arc<A>,
+    stream: Stream,
+    shutdown: &ShutdownWatch,
+) where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    let digest = Arc::new(Digest {
+        ssl_digest: stream.get_ssl_digest(),
+        timing_digest: stream.get_timing_digest(),
+        proxy_digest: stream.get_proxy_digest(),
+        socket_digest: stream.get_socket_digest(),
+    });
+    let Ok(mut conn) = server::handshake(stream, app.h2_options()).await else {
+        return;
+    };
+    let idle_timeout = app.server_options().and_then(|o| o.h2_idle_timeout);
+    let active = Arc::new(Active::default());
+    let mut watch = shutdown.clone();
+    let mut draining = false;
+    let mut malformed = 0;
+    loop {
+        // `from_h2_conn` drives the whole connection (it writes what the streams queued).
+        let next = if draining {
+            HttpSession::from_h2_conn(&mut conn, digest.clone()).await
+        } else {
+            tokio::select! {
+                biased;
+                _ = watch.changed() => {
+                    conn.graceful_shutdown();
+                    draining = true;
+                    continue;
+                }
+                next = HttpSession::from_h2_conn(&mut conn, digest.clone()) => next,
+                _ = active.idle_for(idle_timeout.unwrap_or_default()), if idle_timeout.is_some() => {
+                    return;
+                }
+            }
+        };
+        let mut session = match next {
+            Err(_) | Ok(None) => return,
+            Ok(Some(H2Accept::Rejected)) => {
+                malformed += 1;
+                if malformed > MAX_MALFORMED_STREAMS {
+                    return;
+                }
+                continue;
+            }
+            Ok(Some(H2Accept::Session(session))) => session,
+        };
+        if active.count.load(Ordering::Relaxed) >= MAX_STREAMS_IN_FLIGHT {
+            // Not processed: a client may retry it (RFC 9113 §8.7).
+            session.shutdown_with_reason(h2::Reason::REFUSED_STREAM);
+            continue;
+        }
+        let busy = active.start();
+        let fast = fast.cloned();
+        let app = app.clone();
+        let shutdown = shutdown.clone();
+        let digest = digest.clone();
+        tokio::spawn(async move {
+            let _busy = busy;
+            let session = match &fast {
+                Some(fast) => fast.serve_stream(session, &digest).await,
+                None => Some(session),
+            };
+            if let Some(session) = session {
+                app.process_new_http(ServerSession::new_http2(session), &shutdown)
+                    .await;
+            }
+        });
+    }
+}
+
+/// The streams in flight on a connection, so that its idle timeout runs only while there are
+/// none.
+#[derive(Default)]
+struct Active {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// One stream in flight (see `Active`).
+struct Busy(Arc<Active>);
+
+impl Active {
+    fn start(self: &Arc<Self>) -> Busy {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+
+    /// Returns once no stream has been in flight for `timeout`.
+    async fn idle_for(&self, timeout: Duration) {
+        loop {
+            while self.count.load(Ordering::Relaxed) != 0 {
+                self.idle.notified().await;
+            }
+            tokio::time::sleep(timeout).await;
+            if self.count.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.0.idle.notify_one();
+        }
+    }
+}
