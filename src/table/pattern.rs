@@ -33,9 +33,8 @@ pub enum PatternError {
 
 impl Pattern {
     /// The most a pattern may take once compiled, in bytes, and the most its search cache
-    /// (the lazy DFA, per thread) may grow to. Enough for any path or header pattern a route
-    /// needs (`/api/v[0-9]+/users/[^/]+` takes a few KiB); a pattern like `\w{50}` (Unicode
-    /// classes repeated) does not fit.
+    /// (the lazy DFA, per thread) may grow to. The patterns routes use fit (the tests
+    /// compile a few); one like `\w{50}` (a Unicode class repeated) does not.
     pub const SIZE_LIMIT: usize = 256 * 1024;
 
     /// Compiles `source` to match whole values.
