@@ -906,6 +906,47 @@ mod tests {
     }
 
     #[test]
+    fn regular_expressions_come_after_exact_and_prefix_rules_in_order() {
+        let re = |source: &str, target: u32| PathRule {
+            prefix: source.into(),
+            strip: false,
+            ignore_case: false,
+            exact: false,
+            regex: Some(Box::new(Pattern::new(source).unwrap())),
+            policy: None,
+            target,
+        };
+        let mut r = rules(&[("/a", 1)]);
+        r.insert(re("/b/[0-9]+", 2));
+        r.insert(re("/.*", 3));
+        // Re-inserting a pattern replaces its rule in place.
+        r.insert(re("/b/[0-9]+", 4));
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.iter().filter(|x| x.regex.is_some()).count(), 2);
+        let hit = |path: &str| r.lookup_where(path, |_| true).map(|x| x.target);
+        assert_eq!(hit("/a/1"), Some(1));
+        assert_eq!(hit("/b/12"), Some(4));
+        assert_eq!(hit("/b/x"), Some(3));
+        // A refused rule gives way to the next pattern.
+        assert_eq!(
+            r.lookup_where("/b/12", |x| x.target != 4).map(|x| x.target),
+            Some(3)
+        );
+        // Plain `lookup` (Services, Ingresses) never consults patterns.
+        assert_eq!(r.lookup("/b/12"), None);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["~ /b/[0-9]+"]["regex"], "/b/[0-9]+");
+        // Only patterns: no prefix map to probe, still found.
+        let mut only = PathRules::default();
+        only.insert(re("/x+", 9));
+        assert!(!only.is_empty());
+        assert_eq!(
+            only.lookup_where("/xxx", |_| true).map(|x| x.target),
+            Some(9)
+        );
+    }
+
+    #[test]
     fn exact_rules_match_the_whole_path_and_beat_prefixes() {
         let mut r = rules(&[("/foo", 1)]);
         r.insert(PathRule {

@@ -1041,15 +1041,17 @@ impl<'a> Builder<'a> {
             b.warn_gateway(who, format!("{why}; that match is not served"));
             Ok(None)
         };
+        // A pattern is any string; exact paths and prefixes are checked as paths.
+        if path_type != "RegularExpression"
+            && let Err(why) = validate_prefix(value)
+        {
+            return skip(self, format!("path {} {why}", show(value)));
+        }
         let (key, kind, pattern) = match path_type {
             "RegularExpression" => {
                 let p = Pattern::new(value)
                     .map_err(|e| format!("path regular expression {} {e}", show(value)))?;
                 (value, PathKind::Regex, Some(Box::new(p)))
-            }
-            _ if validate_prefix(value).is_err() => {
-                let why = validate_prefix(value).err().unwrap_or_default();
-                return skip(self, format!("path {} {why}", show(value)));
             }
             "Exact" => (value, PathKind::Exact, None),
             "PathPrefix" => (
