@@ -2,7 +2,7 @@
 //! header and query-parameter matches. The dialect is the `regex` crate's (RE2-like: no
 //! look-around, no backreferences), so a match takes time linear in the value, whatever the
 //! pattern. A pattern matches the whole value, never a part of it (as Envoy's `safe_regex`
-//! does). Compiled when the table is built, with its compiled form and its search cache
+//! does). Compiled when the table is built, with its compiled form and its lazy DFA's cache
 //! bounded ([`Pattern::SIZE_LIMIT`]) so that one hostile object cannot take the process's
 //! memory; equal when the source is (two tables with the same patterns compare equal).
 //!
@@ -32,10 +32,10 @@ pub enum PatternError {
 }
 
 impl Pattern {
-    /// The most a pattern may take once compiled, in bytes, and the most its search cache
-    /// (the lazy DFA, per thread) may grow to. The patterns routes use fit (the tests
+    /// The most a pattern may take once compiled, in bytes, and the most its lazy DFA's
+    /// cache (one per searching thread) may grow to. The patterns routes use fit (the tests
     /// compile a few); one like `\w{50}` (a Unicode class repeated) does not.
-    pub const SIZE_LIMIT: usize = 256 * 1024;
+    pub const SIZE_LIMIT: usize = 64 * 1024;
 
     /// Compiles `source` to match whole values.
     pub fn new(source: &str) -> Result<Pattern, PatternError> {
@@ -155,6 +155,7 @@ mod tests {
             r"(?i)bearer [a-z0-9._-]+",
             r"\d{1,5}",
             r"[\w-]+",
+            r"[a-zA-Z0-9_]{50}",
         ] {
             Pattern::new(p).unwrap();
         }

@@ -18,6 +18,11 @@ use crate::table::pattern::Pattern;
 
 const HTTP_ROUTE: &str = "HTTPRoute";
 
+/// The most regular expressions (path, header and query patterns together) one HTTPRoute's
+/// served rules may hold: with each bounded by `Pattern::SIZE_LIMIT`, one route can take at
+/// most this many times that. A rule that would go beyond is dropped.
+const MAX_ROUTE_PATTERNS: usize = 64;
+
 /// One listener of one of our Gateways, as routes see it.
 struct ListenerView<'g> {
     gateway: (&'g str, &'g str),
@@ -74,6 +79,16 @@ struct Pending {
     listener: Option<HostPattern>,
     rank: Rank,
     candidate: Candidate,
+}
+
+impl Matched {
+    /// How many regular expressions it holds.
+    fn patterns(&self) -> usize {
+        let c = &self.candidate;
+        usize::from(self.pattern.is_some())
+            + c.headers.iter().filter(|h| h.regex.is_some()).count()
+            + c.query.iter().filter(|q| q.regex.is_some()).count()
+    }
 }
 
 /// One match of a rule, ready for the table but for its rule's id.
@@ -255,6 +270,7 @@ impl<'a> Builder<'a> {
             // Rules whose matches cannot be served (an invalid regular expression): dropped,
             // as the spec's `PartiallyInvalid` condition describes.
             let mut dropped: Vec<String> = Vec::new();
+            let mut route_patterns = 0;
             for (ri, rule) in route_rules.iter().enumerate() {
                 let matched = match self.rule_matches(&who, rule) {
                     Ok(m) => m,
@@ -263,6 +279,15 @@ impl<'a> Builder<'a> {
                         continue;
                     }
                 };
+                let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
+                if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
+                    dropped.push(format!(
+                        "Rule {ri}: the route would hold more than {MAX_ROUTE_PATTERNS} \
+                         regular expressions"
+                    ));
+                    continue;
+                }
+                route_patterns += patterns_here;
                 match self.gateway_rule(&who, rule, ri, &grants, services, &mut entry_ids) {
                     Ok((r, unresolved)) => {
                         if let (Ok(()), Some(u)) = (&resolved, unresolved) {

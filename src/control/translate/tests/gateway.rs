@@ -608,6 +608,44 @@ spec:
 }
 
 #[test]
+fn a_route_holds_a_bounded_number_of_regular_expressions() {
+    // Three rules of 30 patterns each (a path and 29 headers): the third would pass 64.
+    let rule = |i: usize| {
+        let headers: Vec<String> = (0..29)
+            .map(|h| format!("{{type: RegularExpression, name: h{h}, value: \"v.*\"}}"))
+            .collect();
+        format!(
+            "  - matches: [{{path: {{type: RegularExpression, value: \"/r{i}/.*\"}}, headers: [{}]}}]\n    backendRefs: [{{name: v1, port: 8080}}]\n",
+            headers.join(", ")
+        )
+    };
+    let route = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: many, namespace: infra}}\nspec:\n  parentRefs: [{{name: gw}}]\n  rules:\n{}{}{}",
+        rule(0),
+        rule(1),
+        rule(2)
+    );
+    let (b, warnings) = build(&with_route(&route));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let c = route_conditions(&b, "many");
+    let p = c
+        .iter()
+        .find(|c| c.0 == "PartiallyInvalid")
+        .expect("PartiallyInvalid");
+    assert_eq!(
+        p.3,
+        "Dropped Rule 2: the route would hold more than 64 regular expressions"
+    );
+    // `Req` holds static names: 29 leaked strings in a test.
+    let headers = (0..29)
+        .map(|h| (&*Box::leak(format!("h{h}").into_boxed_str()), "v1"))
+        .collect();
+    let all = Req("GET", headers, None);
+    assert_eq!(goes(&b.table, "h", "/r1/x", &all), "infra/v1:8080");
+    assert_eq!(goes(&b.table, "h", "/r2/x", &all), "404");
+}
+
+#[test]
 fn equal_patterns_build_equal_tables() {
     let route = r#"
 apiVersion: gateway.networking.k8s.io/v1
