@@ -39,6 +39,8 @@ const WINGS: &[Wing] = &[
             "serde_json",
             "http",
             "thiserror",
+            // Gateway RegularExpression matches (table/pattern.rs).
+            "regex",
         ],
     },
     Wing {
@@ -1438,7 +1440,7 @@ fn the_checker_reports_exactly_the_injected_violations() {
     );
     assert_eq!(
         rules[5],
-        "names crate pingora: WINGS table.crates allows [arc_swap, ahash, serde, serde_json, http, thiserror]"
+        "names crate pingora: WINGS table.crates allows [arc_swap, ahash, serde, serde_json, http, thiserror, regex]"
     );
 
     let routes: Vec<(&str, String)> = report.cycles.iter().map(|c| (c.kind, c.route())).collect();

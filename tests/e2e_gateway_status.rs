@@ -851,6 +851,72 @@ async fn httproute_invalid_backendref_unknown_kind() {
     .await;
 }
 
+/// switchyard's own (no upstream case uses `RegularExpression`): a rule whose pattern does
+/// not compile is dropped as the spec's `PartiallyInvalid` says (the route stays Accepted, the
+/// message starts "Dropped Rule"); a route with no valid rule left is not Accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproute_invalid_regular_expression() {
+    let route = |name: &str, rules: Value| {
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": name, "namespace": INFRA},
+            "spec": {"parentRefs": [{"name": "same-namespace"}], "rules": rules},
+        })
+    };
+    let backend = json!([{"name": "infra-backend-v1", "port": 8080}]);
+    let bad = json!({"path": {"type": "RegularExpression", "value": "/(unclosed"}});
+    let c = start_with("httproute-simple-same-namespace", |objs| {
+        objs.push(route(
+            "regex-partly",
+            json!([
+                {"matches": [{"path": {"type": "RegularExpression", "value": "/ok/.*"}}],
+                 "backendRefs": backend},
+                {"matches": [bad], "backendRefs": backend},
+            ]),
+        ));
+        objs.push(route(
+            "regex-wholly",
+            json!([{"matches": [bad], "backendRefs": backend}]),
+        ));
+    })
+    .await;
+    c.must("partly invalid: accepted", |c| {
+        accepted(c, (INFRA, "regex-partly"), SAME_NAMESPACE)
+    })
+    .await;
+    c.must("partly invalid: PartiallyInvalid", |c| {
+        let r = c.get(Kind::HTTPRoute, INFRA, "regex-partly");
+        route_condition(
+            &r,
+            SAME_NAMESPACE,
+            ("PartiallyInvalid", "True", "UnsupportedValue"),
+        )?;
+        let message = parents_for(&r, SAME_NAMESPACE)[0]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PartiallyInvalid")
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        if message.starts_with("Dropped Rule 1: path regular expression") {
+            Ok(())
+        } else {
+            Err(format!("message {message:?}"))
+        }
+    })
+    .await;
+    c.must("wholly invalid: not accepted", |c| {
+        route_condition(
+            &c.get(Kind::HTTPRoute, INFRA, "regex-wholly"),
+            SAME_NAMESPACE,
+            ("Accepted", "False", "UnsupportedValue"),
+        )
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn httproute_invalid_cross_namespace_backend_ref() {
     accepted_with_refs(

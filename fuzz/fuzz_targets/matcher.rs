@@ -31,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
             strip: false,
             ignore_case: true,
             exact: false,
+            regex: None,
             policy: None,
             target: (),
         });

@@ -182,6 +182,10 @@ pub struct RouteView {
     pub prefix: String,
     /// The rule matches this whole path only (an Ingress `Exact` path).
     pub exact: bool,
+    /// The rule's path is a regular expression that the whole path matches (a Gateway
+    /// `RegularExpression` path); `prefix` is its source.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub regex: bool,
     pub strip_prefix: bool,
     /// The Ingress (`namespace/name`) whose settings apply to this route.
     pub ingress: Option<String>,
@@ -421,7 +425,13 @@ fn route_gateway(
         note: format!(
             "HTTPRoute {} ({} path)",
             rule.origin,
-            if prule.exact { "exact" } else { "prefix" }
+            if prule.regex.is_some() {
+                "regular-expression"
+            } else if prule.exact {
+                "exact"
+            } else {
+                "prefix"
+            }
         ),
     });
     let pq = match query {
@@ -433,6 +443,7 @@ fn route_gateway(
         host: q.host.clone(),
         prefix: prule.prefix.to_string(),
         exact: prule.exact,
+        regex: prule.regex.is_some(),
         strip_prefix: false,
         ingress: None,
         forwarded_path: pq,
@@ -532,6 +543,7 @@ fn route_http(
         host,
         prefix: rule.prefix.to_string(),
         exact: rule.exact,
+        regex: false,
         strip_prefix: rule.strip,
         ingress: rule
             .policy
@@ -724,6 +736,7 @@ mod tests {
                 strip,
                 ignore_case: false,
                 exact: false,
+                regex: None,
                 policy: None,
                 target,
             });
@@ -823,6 +836,7 @@ mod tests {
                 strip: false,
                 ignore_case: false,
                 exact,
+                regex: None,
                 policy: Some(policy),
                 target: 0,
             });
@@ -1018,10 +1032,19 @@ mod tests {
         };
         let mut t = table();
         let mut g = GatewayRoutes::default();
-        g.http.exact.insert(
-            "gw.example.com".into(),
-            rules(&[("/app", false, 0), ("/old", false, 1)]),
-        );
+        let mut gw_rules = rules(&[("/app", false, 0), ("/old", false, 1)]);
+        gw_rules.insert(PathRule {
+            prefix: "/re/[0-9]+".into(),
+            strip: false,
+            ignore_case: false,
+            exact: false,
+            regex: Some(Box::new(
+                crate::table::pattern::Pattern::new("/re/[0-9]+").unwrap(),
+            )),
+            policy: None,
+            target: 0,
+        });
+        g.http.exact.insert("gw.example.com".into(), gw_rules);
         let cand = |rule| Candidate {
             method: None,
             headers: Box::new([]),
@@ -1077,6 +1100,23 @@ mod tests {
         );
         let x = explain(&t, &q(Some("gw.example.com"), "/nothing"), now, &POLICY);
         assert_eq!(x.outcome, "no_route");
+        // A regular-expression path says so.
+        let x = explain(&t, &q(Some("gw.example.com"), "/re/42"), now, &POLICY);
+        let r = x.route.as_ref().unwrap();
+        assert_eq!(
+            (r.regex, r.exact, r.prefix.as_str()),
+            (true, false, "/re/[0-9]+")
+        );
+        assert!(
+            x.precedence
+                .last()
+                .unwrap()
+                .note
+                .contains("regular-expression path"),
+            "{:?}",
+            x.precedence
+        );
+        assert_eq!(x.entry.as_ref().unwrap().name, "wild");
         // Other hosts are the Service routes' as before.
         let x = explain(&t, &q(Some("a.example.com"), "/"), now, &POLICY);
         assert_eq!(x.entry.as_ref().unwrap().name, "wild");

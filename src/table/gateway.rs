@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::table::matcher::{PathRule, Router, normalize_host};
+use crate::table::pattern::Pattern;
 use crate::table::{EntryId, Shared};
 
 /// Index of a candidate list in `GatewayRoutes::candidates`.
@@ -241,11 +242,27 @@ pub struct Candidate {
     pub listener: u32,
 }
 
-/// A header or query parameter that must have this exact value.
+/// A header or query parameter that must have this exact value, or whose whole value must
+/// match a regular expression (`RegularExpression`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ValueMatch {
     pub name: Box<str>,
+    /// The exact value, or the pattern's source.
     pub value: Box<str>,
+    /// `RegularExpression`: the compiled `value`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub regex: Option<Box<Pattern>>,
+}
+
+impl ValueMatch {
+    /// Whether a request's value meets this match.
+    #[inline]
+    pub fn accepts(&self, value: &[u8]) -> bool {
+        match &self.regex {
+            Some(p) => p.is_match_bytes(value),
+            None => value == self.value.as_bytes(),
+        }
+    }
 }
 
 impl Candidate {
@@ -257,12 +274,12 @@ impl Candidate {
         }
         self.headers
             .iter()
-            .all(|h| req.header(&h.name) == Some(h.value.as_bytes()))
+            .all(|h| req.header(&h.name).is_some_and(|v| h.accepts(v)))
             && (self.query.is_empty() || {
                 let q = req.query().unwrap_or("");
                 self.query
                     .iter()
-                    .all(|m| query_value(q, &m.name) == Some(&*m.value))
+                    .all(|m| query_value(q, &m.name).is_some_and(|v| m.accepts(v.as_bytes())))
             })
     }
 }
@@ -498,6 +515,21 @@ mod tests {
         ValueMatch {
             name: name.into(),
             value: value.into(),
+            regex: None,
+        }
+    }
+
+    fn vm_re(name: &str, pattern: &str) -> ValueMatch {
+        ValueMatch {
+            regex: Some(Box::new(Pattern::new(pattern).unwrap())),
+            ..vm(name, pattern)
+        }
+    }
+
+    fn regex_rule(pattern: &str, target: CandidatesId) -> PathRule<CandidatesId> {
+        PathRule {
+            regex: Some(Box::new(Pattern::new(pattern).unwrap())),
+            ..rule(pattern, false, target)
         }
     }
 
@@ -507,6 +539,7 @@ mod tests {
             strip: false,
             ignore_case: false,
             exact,
+            regex: None,
             policy: None,
             target,
         }
@@ -619,6 +652,77 @@ mod tests {
             ..get()
         };
         assert_eq!(rule_of(&g, "h", "/a", &dolphin), Err(()));
+    }
+
+    #[test]
+    fn regular_expressions_rank_after_exact_and_prefix_paths() {
+        let mut g = GatewayRoutes::default();
+        let mut rules = PathRules::default();
+        // Inserted in precedence order: the longer pattern first.
+        rules.insert(regex_rule("/v[0-9]+/users/[a-z]+", 0));
+        rules.insert(regex_rule("/v[0-9]+/.*", 1));
+        rules.insert(rule("/v1/users/exact", true, 2));
+        rules.insert(rule("/v2", false, 3));
+        g.http.any_host = rules;
+        g.http_hosts.any = true;
+        let post_only = Candidate {
+            method: Some("POST".into()),
+            ..cand(10)
+        };
+        g.candidates = vec![
+            Box::new([cand(0)]),
+            Box::new([post_only, cand(1)]),
+            Box::new([cand(2)]),
+            Box::new([cand(3)]),
+        ];
+        assert_eq!(rule_of(&g, "h", "/v1/users/exact", &get()), Ok(Some(2)));
+        assert_eq!(rule_of(&g, "h", "/v1/users/bob", &get()), Ok(Some(0)));
+        assert_eq!(rule_of(&g, "h", "/v1/other", &get()), Ok(Some(1)));
+        let post = Req {
+            method: "POST",
+            ..get()
+        };
+        assert_eq!(rule_of(&g, "h", "/v1/other", &post), Ok(Some(10)));
+        // A prefix beats every pattern, however long: /v2/users/bob is /v2's.
+        assert_eq!(rule_of(&g, "h", "/v2/users/bob", &get()), Ok(Some(3)));
+        // The whole path must match: not a part of it.
+        assert_eq!(rule_of(&g, "h", "/api/v1/users/bob", &get()), Err(()));
+        assert_eq!(rule_of(&g, "h", "/v1", &get()), Err(()));
+        // A pattern that does not match gives way to the next one.
+        assert_eq!(rule_of(&g, "h", "/v1/users/bob1", &get()), Ok(Some(1)));
+    }
+
+    #[test]
+    fn header_and_query_patterns_match_whole_values() {
+        let mut g = GatewayRoutes::default();
+        g.http.any_host.insert(rule("/", false, 0));
+        g.http_hosts.any = true;
+        let re = Candidate {
+            headers: Box::new([vm_re("version", "v[0-9]+"), vm("env", "prod")]),
+            query: Box::new([vm_re("id", "[0-9]{1,3}")]),
+            ..cand(1)
+        };
+        g.candidates = vec![Box::new([re, cand(0)])];
+        let req = |version: &'static str, query: &'static str| Req {
+            headers: vec![("Version", version), ("env", "prod")],
+            query: Some(query),
+            ..get()
+        };
+        assert_eq!(rule_of(&g, "h", "/", &req("v12", "id=7")), Ok(Some(1)));
+        assert_eq!(
+            rule_of(&g, "h", "/", &req("v12", "x=1&id=123")),
+            Ok(Some(1))
+        );
+        // Whole values only; an absent or empty value does not match.
+        assert_eq!(rule_of(&g, "h", "/", &req("v12x", "id=7")), Ok(Some(0)));
+        assert_eq!(rule_of(&g, "h", "/", &req("v12", "id=1234")), Ok(Some(0)));
+        assert_eq!(rule_of(&g, "h", "/", &req("v12", "id=")), Ok(Some(0)));
+        assert_eq!(rule_of(&g, "h", "/", &req("v12", "other=1")), Ok(Some(0)));
+        let no_header = Req {
+            query: Some("id=7"),
+            ..get()
+        };
+        assert_eq!(rule_of(&g, "h", "/", &no_header), Ok(Some(0)));
     }
 
     #[test]

@@ -21,6 +21,8 @@ type HashMap<K, V> = StdHashMap<K, V, ahash::RandomState>;
 
 use serde::Serialize;
 
+use crate::table::pattern::Pattern;
+
 /// Longest host name we normalise on the stack (RFC 1035 limits names to 253 octets).
 const MAX_HOST_LEN: usize = 255;
 
@@ -42,6 +44,10 @@ pub struct PathRule<T> {
     /// Match the whole path only (an Ingress path of type `Exact`), never a path below it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub exact: bool,
+    /// A Gateway `RegularExpression` path: the whole path must match this pattern (`prefix`
+    /// holds its source, for display). Boxed: every other rule pays one pointer for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub regex: Option<Box<Pattern>>,
     /// What an Ingress adds to requests of this rule (index into the table's policies).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<u32>,
@@ -59,6 +65,12 @@ pub struct PathRules<T> {
     /// Whole-path rules (Ingress `Exact`), boxed and absent until there is one, for the same
     /// reason; probed before any prefix, which they beat.
     exact: Option<Box<HashMap<Box<str>, PathRule<T>>>>,
+    /// Regular-expression rules (Gateway `RegularExpression` paths) in the order they were
+    /// inserted, which is their precedence; absent until there is one. Only `lookup_where`
+    /// tries them, after every whole-path and prefix rule. Boxed: one pointer rather than a
+    /// `Vec`'s three on every host level, which seldom has one.
+    #[allow(clippy::box_collection)]
+    regex: Option<Box<Vec<PathRule<T>>>>,
 }
 
 impl<T> Default for PathRules<T> {
@@ -67,6 +79,7 @@ impl<T> Default for PathRules<T> {
             rules: HashMap::default(),
             folded: None,
             exact: None,
+            regex: None,
         }
     }
 }
@@ -86,13 +99,24 @@ impl<T: Serialize> Serialize for PathRules<T> {
         for rule in self.exact.iter().flat_map(|f| f.values()) {
             m.serialize_entry(&format!("= {}", rule.prefix), rule)?;
         }
+        for rule in self.regex.iter().flat_map(|r| r.iter()) {
+            m.serialize_entry(&format!("~ {}", rule.prefix), rule)?;
+        }
         m.end()
     }
 }
 
 impl<T> PathRules<T> {
+    /// Adds a rule; one of the same kind and prefix (or pattern) is replaced. Regular
+    /// expressions are tried in the order of their first insertion.
     pub fn insert(&mut self, mut rule: PathRule<T>) {
-        if rule.exact {
+        if rule.regex.is_some() {
+            let list = self.regex.get_or_insert_with(Box::default);
+            match list.iter_mut().find(|r| r.prefix == rule.prefix) {
+                Some(r) => *r = rule,
+                None => list.push(rule),
+            }
+        } else if rule.exact {
             self.exact
                 .get_or_insert_with(Box::default)
                 .insert(rule.prefix.clone(), rule);
@@ -107,13 +131,17 @@ impl<T> PathRules<T> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.folded.is_none() && self.exact.is_none()
+        self.rules.is_empty()
+            && self.folded.is_none()
+            && self.exact.is_none()
+            && self.regex.is_none()
     }
 
     pub fn len(&self) -> usize {
         self.rules.len()
             + self.folded.as_ref().map_or(0, |f| f.len())
             + self.exact.as_ref().map_or(0, |f| f.len())
+            + self.regex.as_ref().map_or(0, |r| r.len())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PathRule<T>> {
@@ -121,6 +149,7 @@ impl<T> PathRules<T> {
             .values()
             .chain(self.folded.iter().flat_map(|f| f.values()))
             .chain(self.exact.iter().flat_map(|f| f.values()))
+            .chain(self.regex.iter().flat_map(|r| r.iter()))
     }
 
     /// The rule with the longest prefix that matches `path` on a segment boundary.
@@ -128,7 +157,8 @@ impl<T> PathRules<T> {
     /// Candidates are every prefix of `path` that ends just before or just after a `/`, and the
     /// whole path; they are probed from the longest down, so the first hit is the best one. At
     /// each length a case-sensitive rule is probed before one that ignores case. A whole-path
-    /// rule (`exact`) for `path` beats them all.
+    /// rule (`exact`) for `path` beats them all. Regular-expression rules (the Gateway's
+    /// only) are not consulted: see `lookup_where`.
     #[inline]
     pub fn lookup(&self, path: &str) -> Option<&PathRule<T>> {
         if let Some(rule) = self.exact.as_deref().and_then(|e| e.get(path)) {
@@ -162,8 +192,10 @@ impl<T> PathRules<T> {
 
 impl<T> PathRules<T> {
     /// `lookup` over the rules that `accept` takes: the whole-path rule, then the longest
-    /// prefix, skipping a rule `accept` refuses (a Gateway route whose conditions the request
-    /// does not meet gives way to a shorter prefix). Case-folded rules are not consulted (no
+    /// prefix, then the regular expressions in their order, skipping a rule `accept` refuses
+    /// (a Gateway route whose conditions the request does not meet gives way to a shorter
+    /// prefix, then to a regular expression). A regular expression is tried only when no
+    /// whole-path or prefix rule took the request. Case-folded rules are not consulted (no
     /// Gateway route ignores case).
     #[inline]
     pub fn lookup_where(
@@ -176,12 +208,17 @@ impl<T> PathRules<T> {
         {
             return Some(rule);
         }
-        if self.rules.is_empty() {
-            return None;
+        if !self.rules.is_empty()
+            && let Some(rule) = candidates(path, |end| {
+                self.rules.get(&path[..end]).filter(|r| accept(r))
+            })
+        {
+            return Some(rule);
         }
-        candidates(path, |end| {
-            self.rules.get(&path[..end]).filter(|r| accept(r))
-        })
+        self.regex
+            .as_deref()?
+            .iter()
+            .find(|r| r.regex.as_deref().is_some_and(|p| p.is_match(path)) && accept(r))
     }
 }
 
@@ -597,6 +634,7 @@ mod tests {
                 strip: true,
                 ignore_case: false,
                 exact: false,
+                regex: None,
                 policy: None,
                 target: t,
             });
@@ -771,6 +809,7 @@ mod tests {
             strip: false,
             ignore_case: true,
             exact: false,
+            regex: None,
             policy: None,
             target: 1,
         });
@@ -779,6 +818,7 @@ mod tests {
             strip: false,
             ignore_case: false,
             exact: false,
+            regex: None,
             policy: None,
             target: 2,
         });
@@ -787,6 +827,7 @@ mod tests {
             strip: false,
             ignore_case: true,
             exact: false,
+            regex: None,
             policy: None,
             target: 3,
         });
@@ -795,6 +836,7 @@ mod tests {
             strip: false,
             ignore_case: false,
             exact: false,
+            regex: None,
             policy: None,
             target: 4,
         });
@@ -864,6 +906,47 @@ mod tests {
     }
 
     #[test]
+    fn regular_expressions_come_after_exact_and_prefix_rules_in_order() {
+        let re = |source: &str, target: u32| PathRule {
+            prefix: source.into(),
+            strip: false,
+            ignore_case: false,
+            exact: false,
+            regex: Some(Box::new(Pattern::new(source).unwrap())),
+            policy: None,
+            target,
+        };
+        let mut r = rules(&[("/a", 1)]);
+        r.insert(re("/b/[0-9]+", 2));
+        r.insert(re("/.*", 3));
+        // Re-inserting a pattern replaces its rule in place.
+        r.insert(re("/b/[0-9]+", 4));
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.iter().filter(|x| x.regex.is_some()).count(), 2);
+        let hit = |path: &str| r.lookup_where(path, |_| true).map(|x| x.target);
+        assert_eq!(hit("/a/1"), Some(1));
+        assert_eq!(hit("/b/12"), Some(4));
+        assert_eq!(hit("/b/x"), Some(3));
+        // A refused rule gives way to the next pattern.
+        assert_eq!(
+            r.lookup_where("/b/12", |x| x.target != 4).map(|x| x.target),
+            Some(3)
+        );
+        // Plain `lookup` (Services, Ingresses) never consults patterns.
+        assert_eq!(r.lookup("/b/12"), None);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["~ /b/[0-9]+"]["regex"], "/b/[0-9]+");
+        // Only patterns: no prefix map to probe, still found.
+        let mut only = PathRules::default();
+        only.insert(re("/x+", 9));
+        assert!(!only.is_empty());
+        assert_eq!(
+            only.lookup_where("/xxx", |_| true).map(|x| x.target),
+            Some(9)
+        );
+    }
+
+    #[test]
     fn exact_rules_match_the_whole_path_and_beat_prefixes() {
         let mut r = rules(&[("/foo", 1)]);
         r.insert(PathRule {
@@ -871,6 +954,7 @@ mod tests {
             strip: false,
             ignore_case: false,
             exact: true,
+            regex: None,
             policy: None,
             target: 2,
         });

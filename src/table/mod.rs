@@ -13,6 +13,7 @@ pub mod balance;
 pub mod cidr;
 pub mod gateway;
 pub mod matcher;
+pub mod pattern;
 pub mod policy;
 pub mod sticky;
 pub mod upstream;

@@ -1238,3 +1238,70 @@ async fn gateway_http_listener_isolation_with_hostname_intersection() {
     )
     .await;
 }
+
+// === switchyard's own: RegularExpression matches (implementation-specific) ===
+
+/// No upstream case of v1.6.1 sends traffic to `RegularExpression` matches (their support is
+/// implementation-specific), so this route is switchyard's: regex paths after exact and
+/// prefix paths (the longest pattern first), whole-value header and query patterns, and a
+/// rule whose pattern does not compile dropped while the others serve.
+const REGEX_ROUTE: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: regex-matching, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: RegularExpression, value: "/v[0-9]+/users/[a-z]+"}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: RegularExpression, value: "/v[0-9]+/.*"}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /v3}}, {path: {type: Exact, value: /v9/users/exact}}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /hdr}, headers: [{type: RegularExpression, name: Version, value: "v[0-9]+"}]}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /hdr}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /q}, queryParams: [{type: RegularExpression, name: id, value: "[0-9]{1,3}"}]}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: RegularExpression, value: "/bad/(x"}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+"#;
+
+/// RegularExpression path, header and query-parameter matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchyard_regular_expression_matching() {
+    let mut w = gateway_conformance::world(&["base/manifests.yaml"]).await;
+    w.objects
+        .push(serde_yaml_ng::from_str(REGEX_ROUTE).expect("route"));
+    let s = gateway_conformance::start_world(w).await;
+    let v = |ver: &str| req("/hdr").headers(&[("Version", ver)]);
+    run_all(
+        &s,
+        "RegularExpressionMatching",
+        &[
+            req("/v1/users/bob").to(V1, INFRA),
+            // Only the shorter pattern matches these.
+            req("/v1/users/bob7").to(V2, INFRA),
+            req("/v12/orders").to(V2, INFRA),
+            // An exact path or a prefix beats every pattern.
+            req("/v3/users/bob").to(V3, INFRA),
+            req("/v9/users/exact").to(V3, INFRA),
+            // The whole path must match; the query is not part of it.
+            req("/v1/users/bob?x=1").to(V1, INFRA),
+            req("/api/v1/users/bob").status(404),
+            req("/v1").status(404),
+            // Header and query patterns match whole values.
+            v("v2").to(V1, INFRA),
+            v("v2x").to(V2, INFRA),
+            req("/hdr").to(V2, INFRA),
+            req("/q?id=42").to(V3, INFRA),
+            req("/q?a=b&id=999").to(V3, INFRA),
+            req("/q?id=1234").status(404),
+            req("/q").status(404),
+            // The rule whose pattern does not compile is dropped; the others serve.
+            req("/bad/x").status(404),
+        ],
+    )
+    .await;
+}

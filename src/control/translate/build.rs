@@ -594,6 +594,7 @@ impl<'a> Builder<'a> {
                 strip: winner.strip,
                 ignore_case: rk.ignore_case,
                 exact: rk.exact,
+                regex: None,
                 policy: winner.policy,
                 target: winner.entry,
             });

@@ -17,6 +17,7 @@ fn table(addrs: &[&str], sticky: bool) -> Arc<RoutingTable> {
         strip: true,
         ignore_case: false,
         exact: false,
+        regex: None,
         policy: None,
         target: 0,
     });
@@ -275,6 +276,7 @@ fn policed(policy: crate::table::policy::RoutePolicy) -> Arc<RoutingTable> {
         strip: false,
         ignore_case: false,
         exact: false,
+        regex: None,
         policy: Some(0),
         target: 0,
     });

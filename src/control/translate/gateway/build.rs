@@ -14,8 +14,14 @@ use crate::table::gateway::{
     ANY_LISTENER, Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter,
     Mirror, PathRewrite, Redirect, ValueMatch,
 };
+use crate::table::pattern::Pattern;
 
 const HTTP_ROUTE: &str = "HTTPRoute";
+
+/// The most regular expressions (path, header and query patterns together) one HTTPRoute's
+/// served rules may hold: with each bounded by `Pattern::SIZE_LIMIT`, one route can take at
+/// most this many times that. A rule that would go beyond is dropped.
+const MAX_ROUTE_PATTERNS: usize = 64;
 
 /// One listener of one of our Gateways, as routes see it.
 struct ListenerView<'g> {
@@ -46,19 +52,54 @@ struct Place {
     listener: Option<HostPattern>,
 }
 
+/// How a match's path is compared; a regular expression ranks after every exact path and
+/// prefix of its host level (`PathRules::lookup_where`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum PathKind {
+    Exact,
+    Prefix,
+    Regex,
+}
+
+/// The spec's precedence among candidates of one path: a method, more headers, more query
+/// parameters, the oldest route, its namespace/name, then rule and match order.
+type Rank = (
+    Reverse<bool>,
+    Reverse<usize>,
+    Reverse<usize>,
+    String,
+    ObjectKey,
+    usize,
+    usize,
+);
+
 /// A candidate waiting for its precedence rank.
 struct Pending {
     /// The hostname of the listener it serves.
     listener: Option<HostPattern>,
-    rank: (
-        Reverse<bool>,
-        Reverse<usize>,
-        Reverse<usize>,
-        String,
-        ObjectKey,
-        usize,
-        usize,
-    ),
+    rank: Rank,
+    candidate: Candidate,
+}
+
+impl Matched {
+    /// How many regular expressions it holds.
+    fn patterns(&self) -> usize {
+        let c = &self.candidate;
+        usize::from(self.pattern.is_some())
+            + c.headers.iter().filter(|h| h.regex.is_some()).count()
+            + c.query.iter().filter(|q| q.regex.is_some()).count()
+    }
+}
+
+/// One match of a rule, ready for the table but for its rule's id.
+struct Matched {
+    /// Its index in the rule's matches.
+    index: usize,
+    /// The path, prefix or pattern source.
+    key: Box<str>,
+    kind: PathKind,
+    /// The compiled path pattern (`PathKind::Regex`).
+    pattern: Option<Box<Pattern>>,
     candidate: Candidate,
 }
 
@@ -169,9 +210,11 @@ impl<'a> Builder<'a> {
         let mut entry_ids = self.entry_ids();
         #[allow(clippy::type_complexity)]
         let mut pending: BTreeMap<
-            ((bool, Option<HostPattern>), Box<str>, bool),
+            ((bool, Option<HostPattern>), Box<str>, PathKind),
             Vec<Pending>,
         > = BTreeMap::new();
+        // Path patterns by source, compiled once.
+        let mut patterns: HashMap<Box<str>, Box<Pattern>> = HashMap::default();
         let mut rules: Vec<GatewayRule> = Vec::new();
         for route in sorted(inputs.routes, |r| &r.metadata) {
             let (ns, name) = meta_key(&route.metadata.namespace, &route.metadata.name);
@@ -223,19 +266,64 @@ impl<'a> Builder<'a> {
             let mut unsupported: Option<String> = None;
             let default_rule = [HTTPRouteRule::default()];
             let route_rules = route.spec.rules.as_deref().unwrap_or(&default_rule);
-            let mut made: Vec<(usize, u32)> = Vec::new();
+            let mut made: Vec<(usize, Vec<Matched>)> = Vec::new();
+            // Rules whose matches cannot be served (an invalid regular expression): dropped,
+            // as the spec's `PartiallyInvalid` condition describes.
+            let mut dropped: Vec<String> = Vec::new();
+            let mut route_patterns = 0;
             for (ri, rule) in route_rules.iter().enumerate() {
+                let matched = match self.rule_matches(&who, rule) {
+                    Ok(m) => m,
+                    Err(why) => {
+                        dropped.push(format!("Rule {ri}: {why}"));
+                        continue;
+                    }
+                };
+                let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
+                if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
+                    dropped.push(format!(
+                        "Rule {ri}: the route would hold more than {MAX_ROUTE_PATTERNS} \
+                         regular expressions"
+                    ));
+                    continue;
+                }
+                route_patterns += patterns_here;
                 match self.gateway_rule(&who, rule, ri, &grants, services, &mut entry_ids) {
                     Ok((r, unresolved)) => {
                         if let (Ok(()), Some(u)) = (&resolved, unresolved) {
                             resolved = Err(u);
                         }
-                        made.push((ri, u32::try_from(rules.len()).unwrap_or(u32::MAX)));
+                        let id = u32::try_from(rules.len()).unwrap_or(u32::MAX);
+                        let matched = matched
+                            .into_iter()
+                            .map(|mut m| {
+                                m.candidate.rule = id;
+                                m
+                            })
+                            .collect();
+                        made.push((ri, matched));
                         rules.push(r);
                     }
                     Err(why) => {
                         unsupported.get_or_insert(why);
                     }
+                }
+            }
+            let mut partially = None;
+            if !dropped.is_empty() && unsupported.is_none() {
+                let why = format!("Dropped {}", dropped.join("; "));
+                if made.is_empty() {
+                    // Every rule is invalid: the route is.
+                    unsupported = Some(why);
+                } else {
+                    self.warn_gateway(&who, format!("{why}; the other rules serve"));
+                    partially = Some(Condition::new(
+                        "PartiallyInvalid",
+                        true,
+                        "UnsupportedValue",
+                        why,
+                        generation,
+                    ));
                 }
             }
             if let Some(why) = &unsupported {
@@ -268,26 +356,34 @@ impl<'a> Builder<'a> {
             };
             for p in &mut parents {
                 p.conditions.push(refs.clone());
+                // Only on a route that is accepted (the spec: never on a refused one).
+                if let Some(c) = &partially
+                    && p.conditions[0].status == "True"
+                {
+                    p.conditions.push(c.clone());
+                }
             }
             status
                 .http_routes
                 .insert((ns.to_string(), name.to_string()), RouteStatus { parents });
-            for (ri, rule_id) in made {
-                let rule = &route_rules[ri];
-                let default_match = [HTTPRouteMatch::default()];
-                let matches = rule.matches.as_deref().unwrap_or(&default_match);
-                let matches = if matches.is_empty() {
-                    &default_match[..]
-                } else {
-                    matches
-                };
-                for (mi, m) in matches.iter().enumerate() {
-                    let Some((key, exact, candidate)) = self.candidate(&who, m, rule_id) else {
-                        continue;
-                    };
+            if places.is_empty() {
+                continue;
+            }
+            for (ri, matched) in made {
+                for m in matched {
+                    let Matched {
+                        index: mi,
+                        key,
+                        kind,
+                        pattern,
+                        candidate,
+                    } = m;
+                    if let Some(p) = pattern {
+                        patterns.entry(key.clone()).or_insert(p);
+                    }
                     for place in &places {
                         pending
-                            .entry(((place.https, place.host.clone()), key.clone(), exact))
+                            .entry(((place.https, place.host.clone()), key.clone(), kind))
                             .or_default()
                             .push(Pending {
                                 listener: place.listener.clone(),
@@ -328,8 +424,19 @@ impl<'a> Builder<'a> {
         routes.http_hosts.finish();
         routes.https_hosts.finish();
         let mut wildcard_at: HashMap<(bool, String), usize> = HashMap::default();
-        for (((https, host), key, exact), mut list) in pending {
+        // Regular expressions are tried in their insertion order: collected, then inserted
+        // longest source first (as Istio orders them), then by the rank of their best
+        // candidate.
+        #[allow(clippy::type_complexity)]
+        let mut regex_rules: Vec<(
+            (Reverse<usize>, Rank),
+            bool,
+            Option<HostPattern>,
+            PathRule<CandidatesId>,
+        )> = Vec::new();
+        for (((https, host), key, kind), mut list) in pending {
             list.sort_by(|a, b| a.rank.cmp(&b.rank));
+            let best = list.first().map(|p| p.rank.clone());
             let id = CandidatesId::try_from(routes.candidates.len()).unwrap_or(CandidatesId::MAX);
             let hosts = if https {
                 &routes.https_hosts
@@ -347,32 +454,28 @@ impl<'a> Builder<'a> {
                 })
                 .collect();
             routes.candidates.push(candidates);
-            let router = if https {
-                &mut routes.https
-            } else {
-                &mut routes.http
-            };
             let rule = PathRule {
+                regex: match kind {
+                    PathKind::Regex => patterns.get(&key).cloned(),
+                    _ => None,
+                },
                 prefix: key,
                 strip: false,
                 ignore_case: false,
-                exact,
+                exact: kind == PathKind::Exact,
                 policy: None,
                 target: id,
             };
-            match host {
-                None => router.any_host.insert(rule),
-                Some(HostPattern::Exact(h)) => {
-                    router.exact.entry(h.into()).or_default().insert(rule)
+            match (kind, best) {
+                (PathKind::Regex, Some(best)) => {
+                    regex_rules.push(((Reverse(rule.prefix.len()), best), https, host, rule));
                 }
-                Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
-                    let at = *wildcard_at.entry((https, s.clone())).or_insert_with(|| {
-                        router.wildcard.push((s.into(), PathRules::default()));
-                        router.wildcard.len() - 1
-                    });
-                    router.wildcard[at].1.insert(rule);
-                }
+                _ => place_rule(&mut routes, &mut wildcard_at, https, host, rule),
             }
+        }
+        regex_rules.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, https, host, rule) in regex_rules {
+            place_rule(&mut routes, &mut wildcard_at, https, host, rule);
         }
         routes.http.finish();
         routes.https.finish();
@@ -913,14 +1016,42 @@ impl<'a> Builder<'a> {
             })
     }
 
-    /// A match's path key and its candidate; `None` (with a warning) for a match switchyard
-    /// does not serve.
+    /// A rule's matches as the table takes them (their rule id left to set); `Err`: the rule
+    /// cannot be served (a regular expression that does not compile or is too large, or
+    /// `ReplacePrefixMatch` with a regular-expression path, which has no prefix to replace).
+    fn rule_matches(
+        &mut self,
+        who: &ObjectRef,
+        rule: &HTTPRouteRule,
+    ) -> Result<Vec<Matched>, String> {
+        let default_match = [HTTPRouteMatch::default()];
+        let matches = match rule.matches.as_deref() {
+            None | Some([]) => &default_match[..],
+            Some(m) => m,
+        };
+        let mut out = Vec::with_capacity(matches.len());
+        for (index, m) in matches.iter().enumerate() {
+            if let Some(m) = self.candidate(who, m, index)? {
+                out.push(m);
+            }
+        }
+        if out.iter().any(|m| m.kind == PathKind::Regex) && replaces_prefix(rule) {
+            return Err("ReplacePrefixMatch needs a PathPrefix match, \
+                        not a RegularExpression path"
+                .into());
+        }
+        Ok(out)
+    }
+
+    /// A match's path key and its candidate; `Ok(None)` (with a warning) for a match
+    /// switchyard does not serve; `Err` for a regular expression that cannot be used (its
+    /// rule is dropped).
     fn candidate(
         &mut self,
         who: &ObjectRef,
         m: &HTTPRouteMatch,
-        rule: u32,
-    ) -> Option<(Box<str>, bool, Candidate)> {
+        index: usize,
+    ) -> Result<Option<Matched>, String> {
         let path_type = m
             .path
             .as_ref()
@@ -933,45 +1064,59 @@ impl<'a> Builder<'a> {
             .unwrap_or("/");
         let skip = |b: &mut Self, why: String| {
             b.warn_gateway(who, format!("{why}; that match is not served"));
-            None
+            Ok(None)
         };
-        if let Err(why) = validate_prefix(value) {
+        // A pattern is any string; exact paths and prefixes are checked as paths.
+        if path_type != "RegularExpression"
+            && let Err(why) = validate_prefix(value)
+        {
             return skip(self, format!("path {} {why}", show(value)));
         }
-        let (key, exact) = match path_type {
-            "Exact" => (value, true),
+        let (key, kind, pattern) = match path_type {
+            "RegularExpression" => {
+                let p = Pattern::new(value)
+                    .map_err(|e| format!("path regular expression {} {e}", show(value)))?;
+                (value, PathKind::Regex, Some(Box::new(p)))
+            }
+            "Exact" => (value, PathKind::Exact, None),
             "PathPrefix" => (
                 match value.trim_end_matches('/') {
                     "" => "/",
                     t => t,
                 },
-                false,
+                PathKind::Prefix,
+                None,
             ),
             other => {
                 return skip(self, format!("path type {} is not supported", show(other)));
             }
         };
         // Header names are case-insensitive (stored folded), query names are not.
-        let headers = match exact_matches(&m.headers, true) {
+        let headers = match value_matches(&m.headers, true, "header") {
             Ok(v) => v,
-            Err(t) => return skip(self, format!("header match type {t:?} is not supported")),
+            Err(Unusable::Type(why)) => return skip(self, why),
+            Err(Unusable::Pattern(why)) => return Err(why),
         };
-        let query = match exact_matches(&m.query_params, false) {
+        let query = match value_matches(&m.query_params, false, "query parameter") {
             Ok(v) => v,
-            Err(t) => return skip(self, format!("query match type {t:?} is not supported")),
+            Err(Unusable::Type(why)) => return skip(self, why),
+            Err(Unusable::Pattern(why)) => return Err(why),
         };
-        Some((
-            key.into(),
-            exact,
-            Candidate {
+        Ok(Some(Matched {
+            index,
+            key: key.into(),
+            kind,
+            pattern,
+            candidate: Candidate {
                 method: m.method.as_deref().map(Into::into),
                 headers,
                 query,
-                rule,
+                // Set once the rule is made.
+                rule: u32::MAX,
                 // Set once the listeners' ids are known.
                 listener: ANY_LISTENER,
             },
-        ))
+        }))
     }
 
     fn warn_gateway(&mut self, who: &ObjectRef, message: String) {
@@ -1093,22 +1238,90 @@ fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option
     out
 }
 
-/// Header or query matches as the table holds them; `Err` with the type of a match that is
-/// not `Exact`.
-fn exact_matches(list: &[HTTPHeaderMatch], fold: bool) -> Result<Box<[ValueMatch]>, &str> {
+/// Why a header or query match cannot be served.
+enum Unusable {
+    /// A match type switchyard does not know: that match is skipped.
+    Type(String),
+    /// A regular expression that does not compile or is too large: its rule is dropped.
+    Pattern(String),
+}
+
+/// Header or query matches as the table holds them (`what` names them in messages).
+fn value_matches(
+    list: &[HTTPHeaderMatch],
+    fold: bool,
+    what: &str,
+) -> Result<Box<[ValueMatch]>, Unusable> {
     list.iter()
-        .map(|m| match m.type_.as_deref() {
-            None | Some("Exact") => Ok(ValueMatch {
+        .map(|m| {
+            let regex = match m.type_.as_deref() {
+                None | Some("Exact") => None,
+                Some("RegularExpression") => {
+                    Some(Box::new(Pattern::new(&m.value).map_err(|e| {
+                        Unusable::Pattern(format!(
+                            "{what} {} regular expression {} {e}",
+                            show(&m.name),
+                            show(&m.value)
+                        ))
+                    })?))
+                }
+                Some(other) => {
+                    return Err(Unusable::Type(format!(
+                        "{what} match type {} is not supported",
+                        show(other)
+                    )));
+                }
+            };
+            Ok(ValueMatch {
                 name: if fold {
                     m.name.to_ascii_lowercase().into()
                 } else {
                     m.name.as_str().into()
                 },
                 value: m.value.as_str().into(),
-            }),
-            Some(other) => Err(other),
+                regex,
+            })
         })
         .collect()
+}
+
+/// Whether a rule's rewrite or redirect replaces the matched prefix.
+fn replaces_prefix(rule: &HTTPRouteRule) -> bool {
+    rule.filters.iter().any(|f| {
+        let path = f
+            .url_rewrite
+            .as_ref()
+            .and_then(|r| r.path.as_ref())
+            .into_iter()
+            .chain(f.request_redirect.as_ref().and_then(|r| r.path.as_ref()));
+        path.into_iter().any(|p| p.type_ == "ReplacePrefixMatch")
+    })
+}
+
+/// Inserts a path rule at its host level of its frontend's router.
+fn place_rule(
+    routes: &mut GatewayRoutes,
+    wildcard_at: &mut HashMap<(bool, String), usize>,
+    https: bool,
+    host: Option<HostPattern>,
+    rule: PathRule<CandidatesId>,
+) {
+    let router = if https {
+        &mut routes.https
+    } else {
+        &mut routes.http
+    };
+    match host {
+        None => router.any_host.insert(rule),
+        Some(HostPattern::Exact(h)) => router.exact.entry(h.into()).or_default().insert(rule),
+        Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
+            let at = *wildcard_at.entry((https, s.clone())).or_insert_with(|| {
+                router.wildcard.push((s.into(), PathRules::default()));
+                router.wildcard.len() - 1
+            });
+            router.wildcard[at].1.insert(rule);
+        }
+    }
 }
 
 /// A listener's hostname as `ListenerHosts` keys it: the name (or the wildcard's suffix) and

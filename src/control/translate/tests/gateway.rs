@@ -426,6 +426,244 @@ spec:
     assert_eq!(get(&b.table, "h", "/"), "404");
 }
 
+/// The conditions of route `name`'s first parent: (type, status, reason, message).
+fn route_conditions(b: &Built, name: &str) -> Vec<(String, String, String, String)> {
+    b.memo.gateway_status().http_routes[&("infra".to_string(), name.to_string())].parents[0]
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn regular_expressions_match_whole_paths_after_exact_and_prefix() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [example.com]
+  rules:
+  - matches: [{path: {type: RegularExpression, value: "/v[0-9]+/users/[a-z]+"}}]
+    backendRefs: [{name: v1, port: 8080}]
+  - matches: [{path: {type: RegularExpression, value: "/v[0-9]+/.*"}}, {path: {type: Exact, value: /v9/users/exact}}]
+    backendRefs: [{name: v2, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /v3}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 301}}]
+"#,
+    );
+    let (b, warnings) = build(&w);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let t = &b.table;
+    assert_eq!(get(t, "example.com", "/v1/users/bob"), "infra/v1:8080");
+    // The longer pattern first; a path only the shorter matches goes to it.
+    assert_eq!(get(t, "example.com", "/v1/users/bob7"), "infra/v2:8080");
+    assert_eq!(get(t, "example.com", "/v12/orders"), "infra/v2:8080");
+    // Exact and prefix paths beat every pattern.
+    assert_eq!(get(t, "example.com", "/v9/users/exact"), "infra/v2:8080");
+    assert_eq!(get(t, "example.com", "/v3/users/bob"), "redirect 301");
+    // The whole path must match.
+    assert_eq!(get(t, "example.com", "/api/v1/users/bob"), "404");
+    assert_eq!(get(t, "example.com", "/v1"), "404");
+    assert_eq!(
+        route_conditions(&b, "r")
+            .iter()
+            .map(|c| (c.0.as_str(), c.1.as_str()))
+            .collect::<Vec<_>>(),
+        [("Accepted", "True"), ("ResolvedRefs", "True")]
+    );
+}
+
+#[test]
+fn header_and_query_regular_expressions_are_conditions() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches:
+    - headers: [{type: RegularExpression, name: Version, value: "v[0-9]+"}]
+      queryParams: [{type: RegularExpression, name: id, value: "[0-9]{1,3}"}]
+    backendRefs: [{name: v2, port: 8080}]
+  - backendRefs: [{name: v1, port: 8080}]
+"#,
+    );
+    let (b, warnings) = build(&w);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let t = &b.table;
+    let req = |v, q| Req("GET", vec![("version", v)], Some(q));
+    assert_eq!(goes(t, "h", "/", &req("v12", "id=42")), "infra/v2:8080");
+    assert_eq!(
+        goes(t, "h", "/", &req("v12", "a=b&id=999")),
+        "infra/v2:8080"
+    );
+    assert_eq!(goes(t, "h", "/", &req("v12x", "id=42")), "infra/v1:8080");
+    assert_eq!(goes(t, "h", "/", &req("v12", "id=1000")), "infra/v1:8080");
+    assert_eq!(
+        goes(t, "h", "/", &Req("GET", vec![], Some("id=1"))),
+        "infra/v1:8080"
+    );
+}
+
+#[test]
+fn an_invalid_regular_expression_drops_its_rule_and_says_so() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: partly, namespace: infra, generation: 4}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [partly.example]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /ok}}]
+    backendRefs: [{name: v1, port: 8080}]
+  - matches: [{path: {type: RegularExpression, value: "/(unclosed"}}]
+    backendRefs: [{name: v2, port: 8080}]
+  - matches: [{headers: [{type: RegularExpression, name: x, value: "\\w{50}"}]}]
+    backendRefs: [{name: v2, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: wholly, namespace: infra, generation: 2}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [wholly.example]
+  rules:
+  - matches: [{queryParams: [{type: RegularExpression, name: q, value: "a{2,100000}"}]}]
+    backendRefs: [{name: v2, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: prefix-rewrite, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [rewrite.example]
+  rules:
+  - matches: [{path: {type: RegularExpression, value: "/a.*"}}]
+    filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /b}}}]
+    backendRefs: [{name: v2, port: 8080}]
+"#,
+    );
+    let (b, warnings) = build(&w);
+    let t = &b.table;
+    // The valid rule serves; the dropped ones match nothing.
+    assert_eq!(get(t, "partly.example", "/ok"), "infra/v1:8080");
+    assert_eq!(get(t, "partly.example", "/(unclosed"), "404");
+    let c = route_conditions(&b, "partly");
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert_eq!((c[0].0.as_str(), c[0].1.as_str()), ("Accepted", "True"));
+    let p = &c[2];
+    assert_eq!(
+        (p.0.as_str(), p.1.as_str(), p.2.as_str()),
+        ("PartiallyInvalid", "True", "UnsupportedValue")
+    );
+    assert!(
+        p.3.starts_with("Dropped Rule 1: path regular expression"),
+        "{}",
+        p.3
+    );
+    assert!(
+        p.3.contains("; Rule 2: header \"x\" regular expression"),
+        "{}",
+        p.3
+    );
+    assert!(p.3.contains("compiles to more than"), "{}", p.3);
+    // Every rule invalid: the route is refused, and nothing else says PartiallyInvalid.
+    for name in ["wholly", "prefix-rewrite"] {
+        let c = route_conditions(&b, name);
+        assert_eq!(
+            (c[0].0.as_str(), c[0].1.as_str(), c[0].2.as_str()),
+            ("Accepted", "False", "UnsupportedValue"),
+            "{name}"
+        );
+        assert!(c.iter().all(|c| c.0 != "PartiallyInvalid"), "{c:?}");
+    }
+    assert!(
+        route_conditions(&b, "prefix-rewrite")[0]
+            .3
+            .contains("ReplacePrefixMatch needs a PathPrefix match")
+    );
+    assert_eq!(get(t, "wholly.example", "/"), "404");
+    assert_eq!(get(t, "rewrite.example", "/a"), "404");
+    // One warning per route.
+    let warned: Vec<&str> = warnings.iter().map(|w| w.object.name.as_str()).collect();
+    assert_eq!(
+        warned,
+        ["partly", "prefix-rewrite", "wholly"],
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn a_route_holds_a_bounded_number_of_regular_expressions() {
+    // Three rules of 30 patterns each (a path and 29 headers): the third would pass 64.
+    let rule = |i: usize| {
+        let headers: Vec<String> = (0..29)
+            .map(|h| format!("{{type: RegularExpression, name: h{h}, value: \"v.*\"}}"))
+            .collect();
+        format!(
+            "  - matches: [{{path: {{type: RegularExpression, value: \"/r{i}/.*\"}}, headers: [{}]}}]\n    backendRefs: [{{name: v1, port: 8080}}]\n",
+            headers.join(", ")
+        )
+    };
+    let route = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: many, namespace: infra}}\nspec:\n  parentRefs: [{{name: gw}}]\n  rules:\n{}{}{}",
+        rule(0),
+        rule(1),
+        rule(2)
+    );
+    let (b, warnings) = build(&with_route(&route));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let c = route_conditions(&b, "many");
+    let p = c
+        .iter()
+        .find(|c| c.0 == "PartiallyInvalid")
+        .expect("PartiallyInvalid");
+    assert_eq!(
+        p.3,
+        "Dropped Rule 2: the route would hold more than 64 regular expressions"
+    );
+    // `Req` holds static names: 29 leaked strings in a test.
+    let headers = (0..29)
+        .map(|h| (&*Box::leak(format!("h{h}").into_boxed_str()), "v1"))
+        .collect();
+    let all = Req("GET", headers, None);
+    assert_eq!(goes(&b.table, "h", "/r1/x", &all), "infra/v1:8080");
+    assert_eq!(goes(&b.table, "h", "/r2/x", &all), "404");
+}
+
+#[test]
+fn equal_patterns_build_equal_tables() {
+    let route = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: RegularExpression, value: "/a+"}, headers: [{type: RegularExpression, name: h, value: "x|y"}]}]
+    backendRefs: [{name: v1, port: 8080}]
+"#;
+    let (a, _) = build(&with_route(route));
+    let (b, _) = build(&with_route(route));
+    assert_eq!(a.table.gateway, b.table.gateway);
+    let (c, _) = build(&with_route(&route.replace("/a+", "/a*")));
+    assert_ne!(a.table.gateway, c.table.gateway);
+}
+
 #[test]
 fn hosts_no_listener_takes_are_left_to_services_and_ingresses() {
     let w = world(&BASE.replace(
