@@ -8,9 +8,8 @@ What runs: three nginx backends (one worker, `return 200 "ok"`) on 127.0.0.1; th
 (A B A B ...), HAProxy with haproxy.cfg (keep-alive both sides, forwardfor, roundrobin, the /svc
 prefix strip, the template's `check inter 5`) and switchyard in offline mode with manifests.yaml
 (the same routing), a fresh proxy process for each scenario. A direct run against one backend
-gives the ceiling. The proxy is pinned to
-core 0, load generator and backends to core 1. Only 127.0.0.1 is used; every loop is bounded;
-every process started is stopped, also on Ctrl-C.
+gives the ceiling. The proxy is pinned to core 0, load generator and backends to core 1. Only
+127.0.0.1 is used; every loop is bounded; every process started is stopped, also on Ctrl-C.
 
 Scenarios: keep-alive (wrk -c64), Connection: close (wrk, a new client connection per request),
 fixed rate (h2load --rps, latency at equal, unsaturated load), the same two wrk runs over TLS
@@ -55,8 +54,8 @@ for gRPC (h2load to the backend) and TLS backends (wrk to one nginx over TLS).
 `--charts DIR` writes PNGs of the medians (rate and CPU per request side by side, the
 switchyard/HAProxy ratios, latency percentiles) with matplotlib, or says in one line that it is
 missing; `--json FILE` keeps every run's figures, and `--replot FILE --charts DIR` draws the
-charts again from them. The load average is printed at the start and
-the end, and heads the table.
+charts again from them. The load average is printed at the start and the end, and heads the
+table.
 
 Usage: python3 benches/loadtest/run.py [--reps 3] [--duration 8] [--switchyard PATH] [--only NAMES]
        [--charts DIR] [--json FILE];  python3 benches/loadtest/run.py --replot FILE --charts DIR
