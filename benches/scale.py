@@ -13,13 +13,18 @@ in the background over about 10 s, so a reading right after the build still hold
 The live heap (`switchyard_heap_allocated_bytes`, jemalloc's count of bytes allocated and not
 freed) is reported next to it: RSS minus heap is allocator slack, thread stacks and code.
 
+`--series 0,1000,3000,10000` instead loads each count in turn (no connections) and prints RSS,
+heap and build time by Service count; `--chart FILE` draws them as a PNG (matplotlib).
+
 Usage: python3 benches/scale.py [--services 10000] [--connections 10000] [--switchyard PATH]
+       python3 benches/scale.py --series 0,1000,3000,10000 [--chart FILE]
 """
 
 import argparse
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,7 +64,7 @@ def settled_rss(pid, quiet=3.0, limit=40.0, at_least=11.0):
 
 
 def metric(name):
-    text = get(f"http://127.0.0.1:{ADMIN_PORT}/metrics")[1]
+    text = get(f"http://127.0.0.1:{ADMIN_PORT}/metrics", 30)[1]  # 10,000 entries: a large page
     found = [l for l in text.splitlines() if l.startswith(name + " ") or l.startswith(name + "{")]
     return float(found[0].split()[-1]) if found else float("nan")
 
@@ -102,25 +107,16 @@ def manifest(n):
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--services", type=int, default=10_000)
-    ap.add_argument("--connections", type=int, default=10_000)
-    ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
-    args = ap.parse_args()
-    if not os.path.exists(args.switchyard):
-        subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.connections + 1000)), hard))
-
+def measure(switchyard, services, connections):
+    """One switchyard with `services` Services loaded, then `connections` idle connections."""
     tmp = tempfile.mkdtemp(prefix="switchyard-scale-")
     path = os.path.join(tmp, "world.json")
     with open(path, "w") as f:
-        json.dump(manifest(args.services), f)
+        json.dump(manifest(services), f)
     backend = subprocess.Popen([sys.executable, "-m", "http.server", str(BACKEND_PORT), "--bind", "127.0.0.1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
     started = time.time()
-    sy = subprocess.Popen([args.switchyard, "--manifests", path, "--bind-address", "127.0.0.1",
+    sy = subprocess.Popen([switchyard, "--manifests", path, "--bind-address", "127.0.0.1",
                            "--http-port", str(HTTP_PORT), "--admin-port", str(ADMIN_PORT),
                            "--stats-port", str(STATS_PORT), "--check-interval", "0", "--threads", "2"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -139,33 +135,93 @@ def main():
 
         request = b"GET /live/ HTTP/1.1\r\nHost: x\r\n\r\n"
         deadline = time.time() + 120
-        for _ in range(args.connections):
+        for _ in range(connections):
             if time.time() > deadline:
                 break
             s = socket.create_connection(("127.0.0.1", HTTP_PORT), timeout=10)
             s.sendall(request)
             s.recv(65536)
             conns.append(s)
-        rss_conns = settled_rss(sy.pid)
-        heap_conns = metric("switchyard_heap_allocated_bytes") / 2**20
-        per_conn_kib = (rss_conns - rss_table) * 1024 / max(len(conns), 1)
-        heap_per_conn_kib = (heap_conns - heap_table) * 1024 / max(len(conns), 1)
-
-        print(f"| Services x endpoints | {args.services} x 10 |")
-        print(f"| RSS 0.3 s after start (parsing) | {rss_start:.1f} MiB |")
-        print(f"| RSS with the table, 1 s after ready | {rss_table_1s:.1f} MiB |")
-        print(f"| RSS with the table, settled | {rss_table:.1f} MiB (heap allocated {heap_table:.1f} MiB) |")
-        print(f"| first table: build time (table_build_seconds) | {build_s * 1000:.0f} ms |")
-        print(f"| first table: process start to ready (parse + build) | {ready_s:.2f} s |")
-        print(f"| idle keep-alive connections | {len(conns)} |")
-        print(f"| RSS with the connections | {rss_conns:.1f} MiB ({per_conn_kib:.1f} KiB per connection) |")
-        print(f"| heap with the connections | {heap_conns:.1f} MiB ({heap_per_conn_kib:.1f} KiB per connection) |")
+        if connections:
+            rss_conns = settled_rss(sy.pid)
+            heap_conns = metric("switchyard_heap_allocated_bytes") / 2**20
+        else:
+            rss_conns, heap_conns = rss_table, heap_table
+        return {"services": services, "rss_start": rss_start, "ready_s": ready_s, "rss_table_1s": rss_table_1s,
+                "rss_table": rss_table, "heap_table": heap_table, "build_s": build_s, "conns": len(conns),
+                "rss_conns": rss_conns, "heap_conns": heap_conns,
+                "per_conn_kib": (rss_conns - rss_table) * 1024 / max(len(conns), 1),
+                "heap_per_conn_kib": (heap_conns - heap_table) * 1024 / max(len(conns), 1)}
     finally:
         for s in conns:
             s.close()
         for p in (sy, backend):
             p.send_signal(signal.SIGKILL)
             p.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def chart(rows, path):
+    """RSS (settled) and live heap by Service count, as a PNG; one line when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("chart: matplotlib is not installed (pip install matplotlib); no chart written")
+        return
+    xs = [r["services"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(xs, [r["rss_table"] for r in rows], "o-", label="RSS, settled")
+    ax.plot(xs, [r["heap_table"] for r in rows], "s--", label="live heap (jemalloc)")
+    ax.plot(xs, [r["rss_table_1s"] for r in rows], "^:", label="RSS 1 s after ready", alpha=0.6)
+    ax.set_xlabel("Services (1 port, 10 endpoints each)")
+    ax.set_ylabel("MiB")
+    ax.set_title("switchyard memory by Service count (benches/scale.py)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"chart: {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--services", type=int, default=10_000)
+    ap.add_argument("--connections", type=int, default=10_000)
+    ap.add_argument("--series", help="comma-separated Service counts: memory by Service count (no connections)")
+    ap.add_argument("--chart", metavar="PNG", help="with --series: draw RSS and heap by Service count into PNG")
+    ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
+    args = ap.parse_args()
+    if not os.path.exists(args.switchyard):
+        subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.connections + 1000)), hard))
+
+    if args.series:
+        rows = []
+        print("| Services × 10 endpoints | RSS settled | live heap | RSS 1 s after ready | build | start to ready |")
+        print("|---|---|---|---|---|---|")
+        for n in [int(x) for x in args.series.split(",")]:
+            r = measure(args.switchyard, n, 0)
+            rows.append(r)
+            print(f"| {n} | {r['rss_table']:.1f} MiB | {r['heap_table']:.1f} MiB | {r['rss_table_1s']:.1f} MiB | "
+                  f"{r['build_s'] * 1000:.0f} ms | {r['ready_s']:.2f} s |", flush=True)
+        if args.chart:
+            chart(rows, args.chart)
+        return
+
+    r = measure(args.switchyard, args.services, args.connections)
+    print(f"| Services x endpoints | {args.services} x 10 |")
+    print(f"| RSS 0.3 s after start (parsing) | {r['rss_start']:.1f} MiB |")
+    print(f"| RSS with the table, 1 s after ready | {r['rss_table_1s']:.1f} MiB |")
+    print(f"| RSS with the table, settled | {r['rss_table']:.1f} MiB (heap allocated {r['heap_table']:.1f} MiB) |")
+    print(f"| first table: build time (table_build_seconds) | {r['build_s'] * 1000:.0f} ms |")
+    print(f"| first table: process start to ready (parse + build) | {r['ready_s']:.2f} s |")
+    print(f"| idle keep-alive connections | {r['conns']} |")
+    print(f"| RSS with the connections | {r['rss_conns']:.1f} MiB ({r['per_conn_kib']:.1f} KiB per connection) |")
+    print(f"| heap with the connections | {r['heap_conns']:.1f} MiB ({r['heap_per_conn_kib']:.1f} KiB per connection) |")
 
 
 if __name__ == "__main__":

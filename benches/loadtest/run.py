@@ -7,16 +7,17 @@ original service-loadbalancer template configured it, and keep tail latency as l
 What runs: three nginx backends (one worker, `return 200 "ok"`) on 127.0.0.1; then, interleaved
 (A B A B ...), HAProxy with haproxy.cfg (keep-alive both sides, forwardfor, roundrobin, the /svc
 prefix strip, the template's `check inter 5`) and switchyard in offline mode with manifests.yaml
-(the same routing). A direct run against one backend gives the ceiling. The proxy is pinned to
-core 0, load generator and backends to core 1. Only 127.0.0.1 is used; every loop is bounded;
-every process started is stopped, also on Ctrl-C.
+(the same routing), a fresh proxy process for each scenario. A direct run against one backend
+gives the ceiling. The proxy is pinned to core 0, load generator and backends to core 1. Only
+127.0.0.1 is used; every loop is bounded; every process started is stopped, also on Ctrl-C.
 
 Scenarios: keep-alive (wrk -c64), Connection: close (wrk, a new client connection per request),
 fixed rate (h2load --rps, latency at equal, unsaturated load), the same two wrk runs over TLS
-(ECDSA P-256, full handshakes in the Connection: close case), and HTTP keep-alive through a raw
-TCP frontend (L4 throughput for small messages). Per run: requests/s, p50/p99/p99.9
-latency, proxy CPU seconds per 100k requests (from /proc), proxy peak RSS (VmHWM). The table
-printed at the end holds medians over the repetitions and switchyard/HAProxy ratios.
+(ECDSA P-256, full handshakes in the Connection: close case), HTTP keep-alive through a raw
+TCP frontend (L4 throughput for small messages), and the HTTP/2, gRPC and TLS-to-backend
+scenarios below. Per run: requests/s, p50/p99/p99.9 latency, proxy CPU seconds per 100k
+requests (from /proc), proxy peak RSS (VmHWM). The table printed at the end holds medians over
+the repetitions and switchyard/HAProxy ratios.
 
 "keep-alive under 100 table swaps/s" (switchyard only; it brings the plain keep-alive scenario
 along, which is its baseline): the same wrk keep-alive run while the routing table is rebuilt
@@ -31,12 +32,41 @@ includes the watch (JSON decoding of events) and the rebuilds; the baseline's so
 manifest file. HAProxy has no counterpart (changing its servers takes a reload or its runtime
 API), so its column stays empty.
 
-Usage: python3 benches/loadtest/run.py [--reps 3] [--duration 8] [--switchyard PATH]
-Needs: haproxy, nginx, wrk, h2load (nghttp2-client), taskset; a release build of switchyard
-(`cargo build --release`), which it builds if missing.
+HTTP/2, gRPC and TLS to backends (issues #14 and #17), both proxies in the same interleaved
+runs: h2load over TLS with ALPN h2 (`HTTP/2 TLS`: 16 connections with 1, 10 or 100 streams in
+flight each, and a fixed 500 req/s for latency) and h2c with prior knowledge (same stream counts)
+to the nginx backends over HTTP/1. HAProxy takes them on their own frontends (`alpn h2,http/1.1`
+and `proto h2`) with `http-reuse always`; switchyard on its TLS port (ALPN h2) and its HTTP port
+(which takes h2c by the connection preface). `gRPC unary`: h2load posting one length-prefixed
+protobuf message (`content-type: application/grpc`, `te: trailers`) over h2c to
+examples/grpc_bench_backend.rs (tonic's codec over hyper, one thread, three ports), which
+switchyard reaches as a Service port with `appProtocol: grpc` and HAProxy with `server ... proto
+h2`. `HTTPS to backends`: wrk keep-alive as in `keep-alive`, to nginx listening with TLS (a CA
+made in the temporary directory; switchyard: `appProtocol: https` and `--backend-ca-file`;
+HAProxy: `ssl verify required ca-file`), connections reused; its `cpu_vs_keep_alive` is its CPU
+per request over the plain keep-alive run's, same proxy and repetition (it brings `keep-alive`
+along). Before each measured run one request of the same kind is checked (HTTP/2 really
+negotiated; a gRPC answer ending with `grpc-status: 0`, since h2load only counts HTTP statuses).
+The health checks of these new backends run every 5 s on both proxies (the template's 5 ms
+would be TLS handshakes or HTTP/2 connections for HAProxy). The direct ceiling is also measured
+for gRPC (h2load to the backend) and TLS backends (wrk to one nginx over TLS).
+
+`--charts DIR` writes PNGs of the medians (rate and CPU per request side by side, the
+switchyard/HAProxy ratios, latency percentiles) with matplotlib, or says in one line that it is
+missing; `--json FILE` keeps every run's figures, and `--replot FILE --charts DIR` draws the
+charts again from them. The load average is printed at the start and the end, and heads the
+table.
+
+Usage: python3 benches/loadtest/run.py [--reps 3] [--duration 8] [--switchyard PATH] [--only NAMES]
+       [--charts DIR] [--json FILE];  python3 benches/loadtest/run.py --replot FILE --charts DIR
+Needs: haproxy, nginx, wrk, h2load (nghttp2-client), taskset, curl, openssl; a release build of
+switchyard (`cargo build --release`) and, for gRPC, of examples/grpc_bench_backend.rs
+(`cargo build --release --example grpc_bench_backend`), which it builds if missing; matplotlib
+for `--charts` (`pip install matplotlib`).
 """
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -45,12 +75,20 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BACKEND_PORTS = [18081, 18082, 18083]
+# The same nginx servers behind TLS (certificate signed by a CA made in the temporary directory).
+TLS_BACKEND_PORTS = [18084, 18085, 18086]
+# examples/grpc_bench_backend.rs: one process, h2c, one unary method.
+GRPC_PORTS = [18087, 18088, 18089]
 HAPROXY_PORT = 18090
+# HAProxy's HTTP/2 frontends (switchyard takes h2c on its HTTP port and h2 on its TLS port).
+HAPROXY_H2C_PORT = 18094
+HAPROXY_H2_PORT = 18095
 SWITCHYARD_PORT = 18091
 SWITCHYARD_ADMIN = 18092
 SWITCHYARD_STATS = 18093
@@ -80,6 +118,8 @@ http {{
   access_log off;
   keepalive_requests 1000000;
   keepalive_timeout 120s;
+  ssl_certificate {dir}/backend-crt.pem;
+  ssl_certificate_key {dir}/backend-key.pem;
   {servers}
 }}
 """
@@ -163,10 +203,21 @@ def run_wrk(url, duration, conns, close, lua):
     raise RuntimeError(f"wrk printed no result:\n{out}")
 
 
-def run_h2load(url, duration, clients, rps, logdir):
+def run_h2load(url, duration, opts, logdir):
+    """h2load: HTTP/1 (`--h1`) or HTTP/2 (ALPN h2 over TLS, prior knowledge in clear), `clients`
+    connections with `streams` requests in flight on each, at `rps` per client if given (else as
+    fast as it goes); a gRPC unary call (POST of `data`) with `grpc`. Latency percentiles come
+    from h2load's per-request log."""
     log = os.path.join(logdir, "h2load.log")
-    cmd = ["taskset", "-c", LOAD_CORE, "h2load", "--h1", f"-c{clients}", f"--rps={rps}", f"-D{duration}",
-           f"--log-file={log}", url]
+    cmd = ["taskset", "-c", LOAD_CORE, "h2load", f"-c{opts['clients']}", f"-m{opts.get('streams', 1)}",
+           f"-D{duration}", f"--log-file={log}"]
+    if opts.get("h1", True):
+        cmd.append("--h1")
+    if opts.get("rps"):
+        cmd.append(f"--rps={opts['rps']}")
+    if opts.get("grpc"):
+        cmd += ["-d", opts["data"], "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    cmd.append(url)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
     lat = []
     errors = 0
@@ -179,12 +230,26 @@ def run_h2load(url, duration, clients, rps, logdir):
                 if status != 200:
                     errors += 1
     os.remove(log)
+    for line in out.splitlines():
+        if line.startswith("requests: "):
+            # "requests: N total, N started, N done, N succeeded, N failed, N errored, N timeout"
+            words = line.replace(",", "").split()
+            errors += int(words[words.index("errored") - 1]) + int(words[words.index("timeout") - 1])
     if not lat:
         raise RuntimeError(f"h2load logged no request:\n{out}")
     lat.sort()
     pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
     return {"requests": len(lat), "rps": len(lat) / duration, "p50_ms": pick(0.5), "p99_ms": pick(0.99),
             "p999_ms": pick(0.999), "errors": errors}
+
+
+def grpc_message(path, text):
+    """A gRPC request body: one uncompressed length-prefixed message `Msg { string text = 1 }`."""
+    raw = text.encode()
+    assert len(raw) < 128  # one-byte varint length
+    msg = bytes([0x0A, len(raw)]) + raw
+    with open(path, "wb") as f:
+        f.write(bytes([0]) + len(msg).to_bytes(4, "big") + msg)
 
 
 SCENARIOS = [
@@ -196,17 +261,71 @@ SCENARIOS = [
     ("TLS new connection per request", "wrk", {"conns": 64, "close": True}, "https"),
     ("raw TCP (HTTP keep-alive through it)", "wrk", {"conns": 64, "close": False}, "tcp"),
     ("keep-alive under 100 table swaps/s", "swap", {"conns": 64, "close": False, "rate": 100}, "http"),
+    # HTTP/2 clients (issue #14), backends over HTTP/1 as above.
+    ("HTTP/2 TLS -c16 -m1", "h2load", {"clients": 16, "streams": 1, "h1": False}, "h2"),
+    ("HTTP/2 TLS -c16 -m10", "h2load", {"clients": 16, "streams": 10, "h1": False}, "h2"),
+    ("HTTP/2 TLS -c16 -m100", "h2load", {"clients": 16, "streams": 100, "h1": False}, "h2"),
+    # 500 req/s: unsaturated on the loaded 2-core machine, where 16 HTTP/2 streams top out near
+    # 1,300 req/s (its HTTP/1 counterpart above runs 5k req/s on a quiet machine).
+    ("HTTP/2 TLS fixed 500 req/s (latency)", "h2load", {"clients": 10, "rps": 50, "h1": False}, "h2"),
+    ("h2c -c16 -m1", "h2load", {"clients": 16, "streams": 1, "h1": False}, "h2c"),
+    ("h2c -c16 -m10", "h2load", {"clients": 16, "streams": 10, "h1": False}, "h2c"),
+    ("h2c -c16 -m100", "h2load", {"clients": 16, "streams": 100, "h1": False}, "h2c"),
+    # gRPC unary over h2c on both sides (issue #17), to examples/grpc_bench_backend.rs.
+    ("gRPC unary h2c -c16 -m10", "h2load", {"clients": 16, "streams": 10, "h1": False, "grpc": True}, "grpc"),
+    # HTTP/1 keep-alive clients, backends over TLS with connection reuse (issue #17); read
+    # against the plain keep-alive run of the same proxy and repetition (`cpu_vs_keep_alive`).
+    ("HTTPS to backends (keep-alive)", "wrk", {"conns": 64, "close": False, "baseline": "keep-alive"},
+     "https-backend"),
 ]
 SWAP_BASELINE = "keep-alive"
 FAKE_API_PORT = 18099
+GRPC_PATH = "/bench.Echo/Say"
+# The Service name switchyard sends as SNI to TLS backends is `<name>.<namespace>.svc`.
+TLS_BACKEND_NAME = "https-backends.default.svc"
 
 
-def url_for(frontend, http_port):
+def url_for(frontend, target, http_port):
+    """Where the load generator goes for a scenario's frontend; `target` is haproxy, switchyard or
+    direct (a backend itself, None where that has no meaning)."""
+    if target == "direct":
+        return {
+            "http": f"http://127.0.0.1:{BACKEND_PORTS[0]}/",
+            "grpc": f"http://127.0.0.1:{GRPC_PORTS[0]}{GRPC_PATH}",
+            "https-backend": f"https://127.0.0.1:{TLS_BACKEND_PORTS[0]}/",
+        }.get(frontend)
+    h2c_port = HAPROXY_H2C_PORT if target == "haproxy" else http_port
+    h2_port = HAPROXY_H2_PORT if target == "haproxy" else HTTPS_PORT
     return {
         "http": f"http://127.0.0.1:{http_port}/svc/",
         "https": f"https://127.0.0.1:{HTTPS_PORT}/svc-tls/",
         "tcp": f"http://127.0.0.1:{TCP_PORT}/",
+        "h2": f"https://127.0.0.1:{h2_port}/svc-tls/",
+        "h2c": f"http://127.0.0.1:{h2c_port}/svc/",
+        "grpc": f"http://127.0.0.1:{h2c_port}{GRPC_PATH}",
+        "https-backend": f"http://127.0.0.1:{http_port}/https-backends/",
     }[frontend]
+
+
+def check_answer(frontend, url, tmp):
+    """One request the way the scenario sends them, before measuring: HTTP/2 must really be
+    HTTP/2, and a gRPC call must end with `grpc-status: 0` (h2load counts HTTP statuses only)."""
+    cmd = ["curl", "-s", "-k", "--max-time", "5", "-o", "/dev/null", "-D", "-", "-w", "VERSION %{http_version}\n"]
+    if frontend in ("h2c", "grpc"):
+        cmd.append("--http2-prior-knowledge")
+    elif frontend == "h2":
+        cmd.append("--http2")
+    if frontend == "grpc":
+        cmd += ["--data-binary", "@" + os.path.join(tmp, "grpc-request.bin"),
+                "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=30).stdout.lower()
+    ok = " 200" in out.splitlines()[0] if out else False
+    if frontend in ("h2", "h2c", "grpc"):
+        ok = ok and "version 2" in out
+    if frontend == "grpc":
+        ok = ok and "grpc-status: 0" in out
+    if not ok:
+        raise RuntimeError(f"{url} ({frontend}) did not answer as it should:\n{out}")
 
 
 def measure(kind, opts, url, duration, pid, tmp, lua):
@@ -214,7 +333,9 @@ def measure(kind, opts, url, duration, pid, tmp, lua):
     if kind == "wrk":
         r = run_wrk(url, duration, opts["conns"], opts["close"], lua)
     else:
-        r = run_h2load(url, duration, opts["clients"], opts["rps"], tmp)
+        if opts.get("grpc"):
+            opts = dict(opts, data=os.path.join(tmp, "grpc-request.bin"))
+        r = run_h2load(url, duration, opts, tmp)
     if pid:
         r["cpu_per_100k"] = (cpu_seconds(pid) - before) / max(r["requests"], 1) * 100_000
         r["rss_mib"] = peak_rss_mib(pid)
@@ -230,11 +351,14 @@ def start_proxy(name, procs, tmp, switchyard, logs):
                          "127.0.0.1", "--http-port", str(SWITCHYARD_PORT), "--admin-port", str(SWITCHYARD_ADMIN),
                          "--stats-port", str(SWITCHYARD_STATS), "--https-port", str(HTTPS_PORT),
                          "--ssl-cert", os.path.join(tmp, "cert.pem"), "--tcp-services", f"tcpsvc:{TCP_PORT}",
-                         "--threads", "1"], PROXY_CORE, logs)
+                         "--backend-ca-file", os.path.join(tmp, "ca.pem"), "--threads", "1"], PROXY_CORE, logs)
         port = SWITCHYARD_PORT
     wait_http_ok(f"http://127.0.0.1:{port}/svc/")
     wait_port(HTTPS_PORT)
     wait_port(TCP_PORT)
+    if name == "haproxy":
+        wait_port(HAPROXY_H2C_PORT)
+        wait_port(HAPROXY_H2_PORT)
     return p, port
 
 
@@ -295,92 +419,254 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def load_average():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def make_certificates(tmp):
+    """The proxies' certificate (ECDSA P-256, chain and key in one PEM, the form both read), and
+    for the TLS backends a CA and a server certificate it signed, for 127.0.0.1 and the Service
+    name switchyard sends as SNI."""
+    def run(*cmd):
+        subprocess.run(cmd, check=True, capture_output=True, cwd=tmp)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("openssl", "req", "-x509", *ec, "-keyout", "key.pem", "-out", "crt.pem", "-days", "2", "-subj", "/CN=localhost")
+    with open(os.path.join(tmp, "cert.pem"), "w") as out:
+        for part in ("crt.pem", "key.pem"):
+            with open(os.path.join(tmp, part)) as f:
+                out.write(f.read())
+    run("openssl", "req", "-x509", *ec, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=switchyard loadtest backend CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("openssl", "req", "-new", *ec, "-keyout", "backend-key.pem", "-out", "backend.csr",
+        "-subj", f"/CN={TLS_BACKEND_NAME}")
+    with open(os.path.join(tmp, "backend-ext.cnf"), "w") as f:
+        f.write(f"subjectAltName=DNS:{TLS_BACKEND_NAME},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n")
+    run("openssl", "x509", "-req", "-in", "backend.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+        "-CAcreateserial", "-days", "2", "-out", "backend-crt.pem", "-extfile", "backend-ext.cnf")
+
+
+def fill(template, tmp):
+    out = (template.replace("@PORT@", str(HAPROXY_PORT)).replace("@HTTPS_PORT@", str(HTTPS_PORT))
+           .replace("@TCP_PORT@", str(TCP_PORT)).replace("@CERT@", os.path.join(tmp, "cert.pem"))
+           .replace("@H2C_PORT@", str(HAPROXY_H2C_PORT)).replace("@H2_PORT@", str(HAPROXY_H2_PORT))
+           .replace("@CA@", os.path.join(tmp, "ca.pem")).replace("@TLS_BACKEND_NAME@", TLS_BACKEND_NAME))
+    for prefix, ports in (("BACKEND", BACKEND_PORTS), ("TLS_BACKEND", TLS_BACKEND_PORTS), ("GRPC", GRPC_PORTS)):
+        for i, p in enumerate(ports):
+            out = out.replace(f"@{prefix}{i + 1}@", str(p))
+    return out
+
+
+METRICS = [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999_ms", "{:.2f}"),
+           ("cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"), ("errors", "{:.0f}")]
+SWAP_METRICS = [("p99_vs_no_swap", "{:.2f}x"), ("api_changes", "{:.0f}"), ("swaps", "{:.0f}"),
+                ("swaps_per_s", "{:.0f}")]
+BASELINE_METRICS = [("cpu_vs_keep_alive", "{:.2f}x")]
+
+
+def medians(results, name, target, metric):
+    return median([r[metric] for r in results.get((name, target), []) if metric in r])
+
+
+def write_charts(charts, scenarios, results, header):
+    """PNG charts of the medians: rate and CPU per request side by side, the ratios, and latency
+    percentiles. One line and no charts when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("charts: matplotlib is not installed (pip install matplotlib); no charts written")
+        return
+    os.makedirs(charts, exist_ok=True)
+    header = textwrap.fill(header, 130)
+    both = [n for n, kind, _, _ in scenarios
+            if kind != "swap" and results.get((n, "haproxy")) and results.get((n, "switchyard"))]
+    if not both:
+        return
+    colors = {"haproxy": "#7f7f7f", "switchyard": "#1f77b4"}
+    labels = {"haproxy": "HAProxy 2.6", "switchyard": "switchyard"}
+    ys = range(len(both))
+    h = 0.38
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.45 * len(both) + 1.8), sharey=True)
+    for ax, metric, title in ((axes[0], "rps", "requests/s (more is better)"),
+                              (axes[1], "cpu_per_100k", "proxy CPU seconds per 100k requests (less is better)")):
+        for k, target in enumerate(["haproxy", "switchyard"]):
+            vals = [medians(results, n, target, metric) for n in both]
+            ax.barh([y + (k - 0.5) * h for y in ys], vals, height=h, color=colors[target], label=labels[target])
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(list(ys))
+    axes[0].set_yticklabels(both, fontsize=9)
+    axes[0].invert_yaxis()
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle(header, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(charts, "loadtest-rate-cpu.png"), dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(both) + 1.8))
+    for k, (metric, label, color) in enumerate((("rps", "requests/s", "#2ca02c"),
+                                                 ("cpu_per_100k", "CPU per request", "#d62728"))):
+        vals = [medians(results, n, "switchyard", metric) / medians(results, n, "haproxy", metric) for n in both]
+        ax.barh([y + (k - 0.5) * h for y in ys], vals, height=h, color=color, label=label)
+        for y, v in zip(ys, vals):
+            ax.text(v, y + (k - 0.5) * h, f" {v:.2f}x", va="center", fontsize=7)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels(both, fontsize=9)
+    ax.invert_yaxis()
+    ax.set_title("switchyard / HAProxy (rate: more is better; CPU per request: less is better)", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(header, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(charts, "loadtest-ratios.png"), dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(11, 0.6 * len(both) + 1.8))
+    hh = 0.13
+    series = [(t, m) for t in ["haproxy", "switchyard"] for m in ["p50_ms", "p99_ms", "p999_ms"]]
+    shades = {"p50_ms": 1.0, "p99_ms": 0.65, "p999_ms": 0.35}
+    for k, (target, metric) in enumerate(series):
+        vals = [medians(results, n, target, metric) for n in both]
+        ax.barh([y + (k - 2.5) * hh for y in ys], vals, height=hh, color=colors[target], alpha=shades[metric],
+                label=f"{labels[target]} {metric[:-3].replace('p999', 'p99.9')}")
+    ax.set_xscale("log")
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels(both, fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("latency, ms (log scale; less is better)")
+    ax.set_title("latency percentiles", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(axis="x", alpha=0.3, which="both")
+    fig.suptitle(header, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(charts, "loadtest-latency.png"), dpi=110)
+    plt.close(fig)
+    print(f"charts: loadtest-rate-cpu.png, loadtest-ratios.png, loadtest-latency.png in {charts}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8, help="seconds per run")
     ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
+    ap.add_argument("--grpc-backend", default=os.path.join(ROOT, "target", "release", "examples", "grpc_bench_backend"),
+                    help="examples/grpc_bench_backend.rs built with --release (built if missing and needed)")
     ap.add_argument("--only", help="comma-separated scenario names to run")
+    ap.add_argument("--charts", metavar="DIR", help="write PNG charts of the medians into DIR (needs matplotlib)")
+    ap.add_argument("--json", metavar="FILE", help="write every run's figures as JSON into FILE")
+    ap.add_argument("--replot", metavar="FILE", help="draw --charts from a --json FILE instead of running")
     ap.add_argument("--port-offset", type=int, default=0,
                     help="added to every port used (to run beside another copy of this script)")
     args = ap.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            saved = json.load(f)
+        results = {(r["scenario"], r["target"]): r["runs"] for r in saved["runs"]}
+        write_charts(args.charts or ".", [s for s in SCENARIOS if any(k[0] == s[0] for k in results)], results,
+                     saved["header"])
+        return
     global BACKEND_PORTS, HAPROXY_PORT, SWITCHYARD_PORT, SWITCHYARD_ADMIN, SWITCHYARD_STATS, HTTPS_PORT, TCP_PORT
-    global FAKE_API_PORT
+    global FAKE_API_PORT, TLS_BACKEND_PORTS, GRPC_PORTS, HAPROXY_H2C_PORT, HAPROXY_H2_PORT
     o = args.port_offset
     BACKEND_PORTS = [p + o for p in BACKEND_PORTS]
+    TLS_BACKEND_PORTS = [p + o for p in TLS_BACKEND_PORTS]
+    GRPC_PORTS = [p + o for p in GRPC_PORTS]
     HAPROXY_PORT, SWITCHYARD_PORT, SWITCHYARD_ADMIN, SWITCHYARD_STATS = (
         HAPROXY_PORT + o, SWITCHYARD_PORT + o, SWITCHYARD_ADMIN + o, SWITCHYARD_STATS + o)
     HTTPS_PORT, TCP_PORT, FAKE_API_PORT = HTTPS_PORT + o, TCP_PORT + o, FAKE_API_PORT + o
-    for tool in ["haproxy", "nginx", "wrk", "h2load", "taskset", "curl"]:
+    HAPROXY_H2C_PORT, HAPROXY_H2_PORT = HAPROXY_H2C_PORT + o, HAPROXY_H2_PORT + o
+    for tool in ["haproxy", "nginx", "wrk", "h2load", "taskset", "curl", "openssl"]:
         if not shutil.which(tool):
-            sys.exit(f"loadtest: {tool} is not installed (apt-get install haproxy nginx-light wrk nghttp2-client curl)")
+            sys.exit(f"loadtest: {tool} is not installed (apt-get install haproxy nginx-light wrk nghttp2-client curl openssl)")
+    only = args.only.split(",") if args.only else None
+    if only:
+        unknown = [n for n in only if n not in [s[0] for s in SCENARIOS]]
+        if unknown:
+            sys.exit(f"loadtest: no scenario named {unknown}; the names are: {[s[0] for s in SCENARIOS]}")
+        # A scenario read against another brings it along.
+        for name, kind, opts, _ in SCENARIOS:
+            if name in only and (kind == "swap" or opts.get("baseline")):
+                only.append(opts.get("baseline", SWAP_BASELINE))
+    scenarios = [s for s in SCENARIOS if not only or s[0] in only]
     if not os.path.exists(args.switchyard):
         subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
-    only = args.only.split(",") if args.only else None
-    if only and any(kind == "swap" and name in only for name, kind, _, _ in SCENARIOS):
-        only.append(SWAP_BASELINE)  # the swap scenario is read against it
-    scenarios = [s for s in SCENARIOS if not only or s[0] in only]
+    grpc = any(frontend == "grpc" for _, _, _, frontend in scenarios)
+    if grpc and not os.path.exists(args.grpc_backend):
+        subprocess.run(["cargo", "build", "--release", "--example", "grpc_bench_backend"], cwd=ROOT, check=True)
 
     procs = Procs()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     tmp = tempfile.mkdtemp(prefix="switchyard-loadtest-")
     logs = open(os.path.join(tmp, "processes.log"), "w")
     results = {}  # (scenario, target) -> [runs]
+    load_before = load_average()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"load average (1, 5, 15 min) at the start: {load_before}", flush=True)
     try:
-        servers = "\n  ".join(f'server {{ listen 127.0.0.1:{p}; location / {{ return 200 "ok"; }} }}'
-                              for p in BACKEND_PORTS)
+        make_certificates(tmp)
+        servers = [f'server {{ listen 127.0.0.1:{p}; location / {{ return 200 "ok"; }} }}' for p in BACKEND_PORTS]
+        servers += [f'server {{ listen 127.0.0.1:{p} ssl; location / {{ return 200 "ok"; }} }}'
+                    for p in TLS_BACKEND_PORTS]
         with open(os.path.join(tmp, "nginx.conf"), "w") as f:
-            f.write(NGINX_CONF.format(dir=tmp, servers=servers))
-        # An ECDSA P-256 certificate, chain and key in one PEM (both proxies read that form).
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                        "-nodes", "-keyout", os.path.join(tmp, "key.pem"), "-out", os.path.join(tmp, "crt.pem"),
-                        "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
-        with open(os.path.join(tmp, "cert.pem"), "w") as out:
-            for part in ("crt.pem", "key.pem"):
-                with open(os.path.join(tmp, part)) as f:
-                    out.write(f.read())
+            f.write(NGINX_CONF.format(dir=tmp, servers="\n  ".join(servers)))
         with open(os.path.join(HERE, "haproxy.cfg")) as f:
-            cfg = (f.read().replace("@PORT@", str(HAPROXY_PORT)).replace("@HTTPS_PORT@", str(HTTPS_PORT))
-                   .replace("@TCP_PORT@", str(TCP_PORT)).replace("@CERT@", os.path.join(tmp, "cert.pem")))
-        for i, p in enumerate(BACKEND_PORTS):
-            cfg = cfg.replace(f"@BACKEND{i + 1}@", str(p))
+            cfg = fill(f.read(), tmp)
         with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
             f.write(cfg)
         with open(os.path.join(HERE, "manifests.yaml")) as f:
-            man = f.read().replace("@TCP_PORT@", str(TCP_PORT))
-        for i, p in enumerate(BACKEND_PORTS):
-            man = man.replace(f"@BACKEND{i + 1}@", str(p))
+            man = fill(f.read(), tmp)
         with open(os.path.join(tmp, "manifests.yaml"), "w") as f:
             f.write(man)
         lua = os.path.join(tmp, "report.lua")
         with open(lua, "w") as f:
             f.write(WRK_LUA)
+        grpc_message(os.path.join(tmp, "grpc-request.bin"), "hello from h2load")
 
         procs.start(["nginx", "-c", os.path.join(tmp, "nginx.conf")], LOAD_CORE, logs)
-        for p in BACKEND_PORTS:
+        for p in BACKEND_PORTS + TLS_BACKEND_PORTS:
             wait_port(p)
+        if grpc:
+            procs.start([args.grpc_backend] + [str(p) for p in GRPC_PORTS], LOAD_CORE, logs)
+            for p in GRPC_PORTS:
+                wait_port(p)
 
         for name, kind, opts, frontend in scenarios:
-            if frontend != "http" or kind == "swap":
-                continue  # the ceiling is plain HTTP to one backend
-            r = measure(kind, opts, f"http://127.0.0.1:{BACKEND_PORTS[0]}/", args.duration, None, tmp, lua)
+            url = url_for(frontend, "direct", None)
+            if kind == "swap" or url is None:
+                continue  # the ceiling: one backend without a proxy, where that means the same work
+            check_answer(frontend, url, tmp)
+            r = measure(kind, opts, url, args.duration, None, tmp, lua)
             results.setdefault((name, "direct"), []).append(r)
             print(f"direct     {name:28} {r['rps']:10.0f} req/s", flush=True)
 
         for rep in range(args.reps):
             for target in ["haproxy", "switchyard"]:
-                p, port = start_proxy(target, procs, tmp, args.switchyard, logs)
-                try:
-                    for name, kind, opts, frontend in scenarios:
-                        if kind == "swap":
-                            continue
-                        r = measure(kind, opts, url_for(frontend, port), args.duration, p.pid, tmp, lua)
-                        results.setdefault((name, target), []).append(r)
-                        print(f"{target:10} {name:28} {r['rps']:10.0f} req/s  p99 {r['p99_ms']:.2f} ms  "
-                              f"cpu/100k {r['cpu_per_100k']:.2f} s  errors {r['errors']}  (rep {rep + 1})",
-                              flush=True)
-                finally:
-                    procs.stop(p)
+                for name, kind, opts, frontend in scenarios:
+                    if kind == "swap":
+                        continue
+                    # A fresh proxy for each scenario: no idle connection pool (HAProxy stops
+                    # keeping idle server connections past a share of its file descriptors,
+                    # which a 1,600-stream run can reach) and no memory peak carries over.
+                    p, port = start_proxy(target, procs, tmp, args.switchyard, logs)
+                    try:
+                        url = url_for(frontend, target, port)
+                        check_answer(frontend, url, tmp)
+                        r = measure(kind, opts, url, args.duration, p.pid, tmp, lua)
+                    finally:
+                        procs.stop(p)
+                    base = results.get((opts.get("baseline"), target), [])
+                    if opts.get("baseline") and len(base) == rep + 1:
+                        r["cpu_vs_keep_alive"] = r["cpu_per_100k"] / base[rep]["cpu_per_100k"]
+                    results.setdefault((name, target), []).append(r)
+                    print(f"{target:10} {name:28} {r['rps']:10.0f} req/s  p99 {r['p99_ms']:.2f} ms  "
+                          f"cpu/100k {r['cpu_per_100k']:.2f} s  errors {r['errors']}  (rep {rep + 1})",
+                          flush=True)
                 if target != "switchyard":
                     continue  # HAProxy has no counterpart of a table swap without a reload
                 for name, kind, opts, frontend in scenarios:
@@ -399,24 +685,23 @@ def main():
         procs.stop_all()
         logs.close()
 
+    load_after = load_average()
+    header = (f"{started}: medians of {args.reps} interleaved runs, {args.duration} s each; proxy on core "
+              f"{PROXY_CORE}, load and backends on core {LOAD_CORE}; load average {load_before} at the start, "
+              f"{load_after} at the end")
     print()
-    print(f"Medians of {args.reps} interleaved runs, {args.duration} s each; proxy on core {PROXY_CORE}, "
-          f"load and backends on core {LOAD_CORE}.")
+    print(header + ".")
     print()
     print("| scenario | metric | direct | HAProxy | switchyard | switchyard / HAProxy |")
     print("|---|---|---|---|---|---|")
-    for name, kind, _, _ in scenarios:
-        metrics = [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999_ms", "{:.2f}"),
-                   ("cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"), ("errors", "{:.0f}")]
-        if kind == "swap":
-            metrics += [("p99_vs_no_swap", "{:.2f}x"), ("api_changes", "{:.0f}"), ("swaps", "{:.0f}"),
-                        ("swaps_per_s", "{:.0f}")]
+    for name, kind, opts, _ in scenarios:
+        metrics = METRICS + (SWAP_METRICS if kind == "swap" else []) + (
+            BASELINE_METRICS if opts.get("baseline") else [])
         for metric, fmt in metrics:
             cells = []
             vals = {}
             for target in ["direct", "haproxy", "switchyard"]:
-                runs = results.get((name, target), [])
-                v = median([r[metric] for r in runs if metric in r])
+                v = medians(results, name, target, metric)
                 vals[target] = v
                 cells.append("" if v != v else fmt.format(v))
             ratio = vals["switchyard"] / vals["haproxy"] if vals["haproxy"] else float("nan")
@@ -426,6 +711,16 @@ def main():
         print()
         print("Table swaps: HAProxy has no counterpart without a reload; target 0 errors and "
               "p99_vs_no_swap <= 1.1x.")
+    if any(opts.get("baseline") for _, _, opts, _ in scenarios):
+        print()
+        print("cpu_vs_keep_alive: CPU per request with TLS to the backends over the plain keep-alive run of the "
+              "same proxy and repetition (median of the per-repetition ratios); the #17 target is <= 1.15x.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"header": header, "runs": [{"scenario": n, "target": t, "runs": rs}
+                                                  for (n, t), rs in results.items()]}, f, indent=1)
+    if args.charts:
+        write_charts(args.charts, scenarios, results, header)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
