@@ -93,15 +93,16 @@ pub async fn serve<A>(
         let app = app.clone();
         let shutdown = shutdown.clone();
         let digest = digest.clone();
+        // The exchanges are boxed so that the task stays small: spawning it then copies a few
+        // words rather than the whole state of an exchange (kilobytes, per stream).
         tokio::spawn(async move {
             let _busy = busy;
             let session = match &fast {
-                Some(fast) => fast.serve_stream(session, &digest).await,
+                Some(fast) => Box::pin(fast.serve_stream(session, &digest)).await,
                 None => Some(session),
             };
             if let Some(session) = session {
-                app.process_new_http(ServerSession::new_http2(session), &shutdown)
-                    .await;
+                Box::pin(app.process_new_http(ServerSession::new_http2(session), &shutdown)).await;
             }
         });
     }
