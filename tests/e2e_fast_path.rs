@@ -305,26 +305,28 @@ async fn both_paths_answer_alike() {
             .collect()
     };
     assert_eq!(dated(fast_answers), dated(slow_answers));
-    // The backend got the same request lines and the same header set (names compared
-    // without case: Pingora writes the headers it adds in lower case).
-    let norm = |heads: Vec<String>| -> Vec<Vec<String>> {
-        heads
-            .iter()
-            .map(|h| {
-                let mut lines: Vec<String> = h
-                    .lines()
-                    .filter(|l| !l.is_empty())
-                    .map(|l| match l.split_once(':') {
-                        Some((k, v)) => format!("{}:{}", k.to_ascii_lowercase(), v.trim()),
-                        None => l.to_string(),
-                    })
-                    .collect();
-                lines[1..].sort();
-                lines
-            })
-            .collect()
-    };
-    assert_eq!(norm(fast_seen), norm(slow_seen));
+    // The backend got the same request lines and the same header set.
+    assert_eq!(field_sets(fast_seen), field_sets(slow_seen));
+}
+
+/// Each request head as its request line and its fields sorted, names without case (Pingora
+/// writes the headers it adds in lower case).
+fn field_sets(heads: Vec<String>) -> Vec<Vec<String>> {
+    heads
+        .iter()
+        .map(|h| {
+            let mut lines: Vec<String> = h
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(|l| match l.split_once(':') {
+                    Some((k, v)) => format!("{}:{}", k.to_ascii_lowercase(), v.trim()),
+                    None => l.to_string(),
+                })
+                .collect();
+            lines[1..].sort();
+            lines
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -533,22 +535,8 @@ async fn http2_streams_are_answered_alike_by_both_engines() {
     assert_eq!(kinds, expected);
     // The backend got the same request lines and header sets; the many streams came in any
     // order.
-    let norm = |heads: Vec<String>| -> Vec<Vec<String>> {
-        let mut all: Vec<Vec<String>> = heads
-            .iter()
-            .map(|h| {
-                let mut lines: Vec<String> = h
-                    .lines()
-                    .filter(|l| !l.is_empty())
-                    .map(|l| match l.split_once(':') {
-                        Some((k, v)) => format!("{}:{}", k.to_ascii_lowercase(), v.trim()),
-                        None => l.to_string(),
-                    })
-                    .collect();
-                lines[1..].sort();
-                lines
-            })
-            .collect();
+    let norm = |heads: Vec<String>| {
+        let mut all = field_sets(heads);
         all.sort();
         all
     };
