@@ -3,20 +3,27 @@
 first table take, and what does an idle keep-alive client connection cost?
 
 What runs: a manifest with N Services (default 10,000) of one port and 10 endpoints each, loaded
-by a release build of switchyard in offline mode on 127.0.0.1; then C idle keep-alive client
-connections (default 10,000) opened to its HTTP port, each having sent one request. Reports RSS
-after start, RSS with the table, the table build time (from /metrics), and RSS per idle
-connection. Every process and socket is closed at the end; every wait is bounded.
+by a release build of switchyard in offline mode on 127.0.0.1; then, for each kind of client
+connection in turn (HTTP/1 in clear, HTTP/1 over TLS, HTTP/2 in clear with prior knowledge,
+HTTP/2 over TLS by ALPN), C idle keep-alive connections (default 10,000) each having made one
+request (`GET /live/`, answered by a Python backend), held until RSS settles, then closed
+before the next kind. Reports RSS after start, RSS with the table, the table build time (from
+/metrics), and RSS and live heap per idle connection of each kind. Every process and socket is
+closed at the end; every wait is bounded. The HTTP/2 client is a few lines of framing here
+(no `h2` module offline): the preface, an empty SETTINGS, its ACK, one HEADERS frame.
 
 RSS is read once it has settled (no change over 3 s, at most 40 s): jemalloc purges freed pages
 in the background over about 10 s, so a reading right after the build still holds its garbage.
 The live heap (`switchyard_heap_allocated_bytes`, jemalloc's count of bytes allocated and not
 freed) is reported next to it: RSS minus heap is allocator slack, thread stacks and code.
+The connections are measured from the RSS settled after a first /metrics scrape, so that what
+a scrape leaves behind is not counted as theirs.
 
 `--series 0,1000,3000,10000` instead loads each count in turn (no connections) and prints RSS,
 heap and build time by Service count; `--chart FILE` draws them as a PNG (matplotlib).
 
 Usage: python3 benches/scale.py [--services 10000] [--connections 10000] [--switchyard PATH]
+                                [--kinds h1,h1-tls,h2c,h2-tls]
        python3 benches/scale.py --series 0,1000,3000,10000 [--chart FILE]
 """
 
@@ -27,6 +34,8 @@ import resource
 import shutil
 import signal
 import socket
+import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -35,7 +44,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
-HTTP_PORT, ADMIN_PORT, STATS_PORT, BACKEND_PORT = 18191, 18192, 18193, 18194
+HTTP_PORT, ADMIN_PORT, STATS_PORT, BACKEND_PORT, HTTPS_PORT = 18191, 18192, 18193, 18194, 18195
+KINDS = ["h1", "h1-tls", "h2c", "h2-tls"]
 
 
 def rss_mib(pid):
@@ -104,21 +114,103 @@ def manifest(n):
                   "spec": {"ports": [{"name": "http", "port": 80}]}})
     items.append({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "live"},
                   "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "http", "port": BACKEND_PORT}]}]})
+    # The same on the TLS port (lb.sslTerm Services are served there only).
+    items.append({"apiVersion": "v1", "kind": "Service",
+                  "metadata": {"name": "live-tls", "annotations": {"serviceloadbalancer/lb.sslTerm": "true"}},
+                  "spec": {"ports": [{"name": "http", "port": 80}]}})
+    items.append({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "live-tls"},
+                  "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "http", "port": BACKEND_PORT}]}]})
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def measure(switchyard, services, connections):
-    """One switchyard with `services` Services loaded, then `connections` idle connections."""
+def h2_frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def h2_request(path, scheme):
+    """The client preface, SETTINGS, and one GET on stream 1 (HPACK: indexed :method GET and
+    :scheme, literal :path and :authority without indexing)."""
+    block = b"\x82" + (b"\x87" if scheme == "https" else b"\x86")
+    block += b"\x04" + bytes([len(path)]) + path + b"\x01\x01x"
+    return (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0)
+            + h2_frame(1, 0x5, 1, block))
+
+
+def h2_exchange(s, path, scheme):
+    """Sends one request and reads frames until stream 1 ends; ACKs the server's SETTINGS."""
+    s.sendall(h2_request(path, scheme))
+    buf = b""
+    while True:
+        while len(buf) < 9:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        length = int.from_bytes(buf[:3], "big")
+        while len(buf) < 9 + length:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        kind, flags, stream = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+        buf = buf[9 + length:]
+        if kind == 4 and not flags & 1:
+            s.sendall(h2_frame(4, 1, 0))
+        if stream == 1 and kind in (0, 1) and flags & 1:
+            return
+        if kind == 7 or (stream == 1 and kind == 3):
+            raise ConnectionError("GOAWAY or RST_STREAM")
+
+
+def open_idle(kind, tls_ctx):
+    """One connection of `kind`, after one request."""
+    port = HTTPS_PORT if kind.endswith("tls") else HTTP_PORT
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if kind.endswith("tls"):
+        ctx = tls_ctx["h2" if kind.startswith("h2") else "h1"]
+        s = ctx.wrap_socket(s, server_hostname="localhost")
+    path = b"/live-tls/" if kind.endswith("tls") else b"/live/"
+    if kind.startswith("h2"):
+        h2_exchange(s, path, "https" if kind.endswith("tls") else "http")
+    else:
+        s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.recv(65536)
+    return s
+
+
+def tls_contexts():
+    out = {}
+    for name, alpn in (("h1", ["http/1.1"]), ("h2", ["h2"])):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(alpn)
+        out[name] = ctx
+    return out
+
+
+def measure(switchyard, services, connections, kinds):
+    """One switchyard with `services` Services loaded, then `connections` idle connections of
+    each of `kinds` in turn."""
     tmp = tempfile.mkdtemp(prefix="switchyard-scale-")
     path = os.path.join(tmp, "world.json")
     with open(path, "w") as f:
         json.dump(manifest(services), f)
+    pem = os.path.join(tmp, "tls.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout", pem + ".key",
+                    "-out", pem], check=True, capture_output=True)
+    with open(pem, "a") as out, open(pem + ".key") as key:
+        out.write(key.read())
     backend = subprocess.Popen([sys.executable, "-m", "http.server", str(BACKEND_PORT), "--bind", "127.0.0.1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
     started = time.time()
     sy = subprocess.Popen([switchyard, "--manifests", path, "--bind-address", "127.0.0.1",
                            "--http-port", str(HTTP_PORT), "--admin-port", str(ADMIN_PORT),
-                           "--stats-port", str(STATS_PORT), "--check-interval", "0", "--threads", "2"],
+                           "--stats-port", str(STATS_PORT), "--check-interval", "0", "--threads", "2",
+                           "--ssl-cert", pem, "--https-port", str(HTTPS_PORT),
+                           # Longer than all the kinds take: no connection may time out.
+                           "--keep-alive-timeout", "3600s"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     conns = []
     try:
@@ -132,26 +224,36 @@ def measure(switchyard, services, connections):
         rss_table = settled_rss(sy.pid)
         heap_table = metric("switchyard_heap_allocated_bytes") / 2**20
         build_s = metric("switchyard_table_build_seconds_sum")
-
-        request = b"GET /live/ HTTP/1.1\r\nHost: x\r\n\r\n"
-        deadline = time.time() + 120
-        for _ in range(connections):
-            if time.time() > deadline:
-                break
-            s = socket.create_connection(("127.0.0.1", HTTP_PORT), timeout=10)
-            s.sendall(request)
-            s.recv(65536)
-            conns.append(s)
-        if connections:
+        # What a scraped instance holds: whatever a /metrics scrape keeps counts here, not in
+        # the connections' figures.
+        rss_scraped = settled_rss(sy.pid) if connections else rss_table
+        row = {"services": services, "rss_start": rss_start, "ready_s": ready_s, "rss_table_1s": rss_table_1s,
+               "rss_table": rss_table, "heap_table": heap_table, "build_s": build_s,
+               "rss_scraped": rss_scraped, "kinds": {}}
+        if not connections:
+            return row
+        tls_ctx = tls_contexts()
+        rss_before = rss_scraped
+        heap_before = metric("switchyard_heap_allocated_bytes") / 2**20
+        for kind in kinds:
+            deadline = time.time() + 180
+            for _ in range(connections):
+                if time.time() > deadline:
+                    break
+                conns.append(open_idle(kind, tls_ctx))
             rss_conns = settled_rss(sy.pid)
             heap_conns = metric("switchyard_heap_allocated_bytes") / 2**20
-        else:
-            rss_conns, heap_conns = rss_table, heap_table
-        return {"services": services, "rss_start": rss_start, "ready_s": ready_s, "rss_table_1s": rss_table_1s,
-                "rss_table": rss_table, "heap_table": heap_table, "build_s": build_s, "conns": len(conns),
-                "rss_conns": rss_conns, "heap_conns": heap_conns,
-                "per_conn_kib": (rss_conns - rss_table) * 1024 / max(len(conns), 1),
-                "heap_per_conn_kib": (heap_conns - heap_table) * 1024 / max(len(conns), 1)}
+            n = max(len(conns), 1)
+            row["kinds"][kind] = {"conns": len(conns), "rss": rss_conns, "heap": heap_conns,
+                                  "per_conn_kib": (rss_conns - rss_before) * 1024 / n,
+                                  "heap_per_conn_kib": (heap_conns - heap_before) * 1024 / n}
+            for s in conns:
+                s.close()
+            conns = []
+            # The next kind starts from what is left once these are gone.
+            rss_before = settled_rss(sy.pid)
+            heap_before = metric("switchyard_heap_allocated_bytes") / 2**20
+        return row
     finally:
         for s in conns:
             s.close()
@@ -193,7 +295,11 @@ def main():
     ap.add_argument("--series", help="comma-separated Service counts: memory by Service count (no connections)")
     ap.add_argument("--chart", metavar="PNG", help="with --series: draw RSS and heap by Service count into PNG")
     ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
+    ap.add_argument("--kinds", default=",".join(KINDS), help="which client connections to measure")
     args = ap.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
+    if any(k not in KINDS for k in kinds):
+        sys.exit(f"--kinds: one of {KINDS}")
     if not os.path.exists(args.switchyard):
         subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -204,7 +310,7 @@ def main():
         print("| Services × 10 endpoints | RSS settled | live heap | RSS 1 s after ready | build | start to ready |")
         print("|---|---|---|---|---|---|")
         for n in [int(x) for x in args.series.split(",")]:
-            r = measure(args.switchyard, n, 0)
+            r = measure(args.switchyard, n, 0, [])
             rows.append(r)
             print(f"| {n} | {r['rss_table']:.1f} MiB | {r['heap_table']:.1f} MiB | {r['rss_table_1s']:.1f} MiB | "
                   f"{r['build_s'] * 1000:.0f} ms | {r['ready_s']:.2f} s |", flush=True)
@@ -212,17 +318,18 @@ def main():
             chart(rows, args.chart)
         return
 
-    r = measure(args.switchyard, args.services, args.connections)
+    r = measure(args.switchyard, args.services, args.connections, kinds)
     print(f"| Services x endpoints | {args.services} x 10 |")
     print(f"| RSS 0.3 s after start (parsing) | {r['rss_start']:.1f} MiB |")
     print(f"| RSS with the table, 1 s after ready | {r['rss_table_1s']:.1f} MiB |")
     print(f"| RSS with the table, settled | {r['rss_table']:.1f} MiB (heap allocated {r['heap_table']:.1f} MiB) |")
+    print(f"| RSS with the table, settled after a /metrics scrape | {r['rss_scraped']:.1f} MiB |")
     print(f"| first table: build time (table_build_seconds) | {r['build_s'] * 1000:.0f} ms |")
     print(f"| first table: process start to ready (parse + build) | {r['ready_s']:.2f} s |")
-    print(f"| idle keep-alive connections | {r['conns']} |")
-    print(f"| RSS with the connections | {r['rss_conns']:.1f} MiB ({r['per_conn_kib']:.1f} KiB per connection) |")
-    print(f"| heap with the connections | {r['heap_conns']:.1f} MiB ({r['heap_per_conn_kib']:.1f} KiB per connection) |")
-
+    for kind, k in r["kinds"].items():
+        print(f"| {kind}: idle keep-alive connections | {k['conns']}: RSS {k['rss']:.1f} MiB, "
+              f"{k['per_conn_kib']:.1f} KiB per connection; heap {k['heap']:.1f} MiB, "
+              f"{k['heap_per_conn_kib']:.1f} KiB per connection |")
 
 if __name__ == "__main__":
     main()

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use pingora::apps::{HttpServerOptions, ServerApp};
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
@@ -430,6 +431,7 @@ fn http_service(
             config.downstream.header_timeout,
         ));
     }
+    let listener_tls = listener.tls.is_some();
     if let Some(tls) = listener.tls {
         guarded = guarded.with_tls(tls);
     }
@@ -439,8 +441,23 @@ fn http_service(
     let counted =
         http_proxy::CountConnections::new(guarded, shared.metrics.data.open_connections(&label));
     let mut service = ListeningService::new(label, counted);
-    service.add_tcp(&listener.addr.to_string());
+    service.add_listener(
+        ListenerConfig::tcp(listener.addr.to_string()).l4_buffer(l4_buffer(listener_tls)),
+    );
     service
+}
+
+/// The L4 buffers of an HTTP listener. In clear, no read buffer: the fast path, Pingora's
+/// HTTP/1 session and the HTTP/2 codec each read into buffers of their own, so Pingora's
+/// default 64 KiB one (allocated zeroed at accept, held for the connection's life) only
+/// added a copy and up to 64 KiB per idle connection. Over TLS it stays: rustls reads
+/// 4 KiB at a time, and the buffer turns those into one read of the socket per TLS record.
+fn l4_buffer(tls: bool) -> L4BufferSettings {
+    if tls {
+        L4BufferSettings::default()
+    } else {
+        L4BufferSettings::default().read(0)
+    }
 }
 
 /// The client configuration: an explicit kubeconfig, else the in-cluster service account, else
@@ -666,6 +683,15 @@ impl BackgroundService for ClusterWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_listeners_in_clear_have_no_l4_read_buffer() {
+        assert_eq!(l4_buffer(false).read_capacity(), 0);
+        assert_eq!(
+            l4_buffer(true).read_capacity(),
+            pingora::listeners::DEFAULT_L4_READ_BUFFER_SIZE
+        );
+    }
 
     #[test]
     fn error_line_says_each_cause_once() {

@@ -352,6 +352,38 @@ async fn pipelined_requests_are_answered_in_order() {
     assert_eq!(bodies, vec!["a:", "hello world", "b:"]);
 }
 
+/// A connection idle past a second gives its buffers back (`fast::IDLE_AFTER`) and reads the
+/// next request into a small one: a long header, and two pipelined requests, sent after the
+/// pause still come through whole and in order.
+#[tokio::test]
+async fn requests_after_an_idle_pause_come_through_whole() {
+    let backend = scripted().await;
+    let sy = switchyard(objs(&backend)).start().await;
+    let mut s = TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    s.write_all(&get("/a")).await.unwrap();
+    let a = read_answer(&mut s, &mut buf, false, &mut Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(a.body, b"a:");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let long = format!(
+        "GET /fp/long HTTP/1.1\r\nHost: fp.test\r\nX-Long: {}\r\n\r\n",
+        "v".repeat(6000)
+    );
+    let mut all = long.into_bytes();
+    all.extend_from_slice(&get("/b"));
+    s.write_all(&all).await.unwrap();
+    for want in [&b"long:"[..], b"b:"] {
+        let a = read_answer(&mut s, &mut buf, false, &mut Vec::new())
+            .await
+            .unwrap();
+        assert_eq!((a.status, &a.body[..]), (200, want));
+    }
+}
+
 #[tokio::test]
 async fn a_response_with_conflicting_lengths_is_a_502_and_never_relayed() {
     let backend = scripted().await;

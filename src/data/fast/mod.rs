@@ -52,6 +52,17 @@ use crate::table::upstream::BackendProtocol;
 /// Room made in a read buffer before each read.
 const READ_SIZE: usize = 16 * 1024;
 
+/// How long a kept-alive connection waits for its next request holding its buffers; past
+/// this it gives them back (`Connection::release`) and waits on `IDLE_READ` bytes of room, so
+/// that an idle connection costs its sockets and a few small structures, not 2 × 16 KiB of
+/// read buffers and a write buffer. A busy connection (requests under a second apart) keeps
+/// them; an idle one pays one more read for a next request longer than `IDLE_READ`.
+const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Room for the first read after a connection went idle (`IDLE_AFTER`): most request headers
+/// fit; a longer one is read on into `READ_SIZE` more.
+const IDLE_READ: usize = 1024;
+
 /// How a connection left the fast path.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Served {
@@ -91,6 +102,24 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Gives back the buffers of a connection gone idle (nothing pending: `buf` is empty);
+    /// the next request grows them again.
+    fn release(&mut self) {
+        debug_assert!(self.buf.is_empty());
+        self.buf = BytesMut::new();
+        self.upstream_buf = BytesMut::new();
+        self.out = Vec::new();
+        self.fields = Vec::new();
+    }
+
+    /// The bytes of heap this connection's buffers hold (their capacities).
+    pub fn buffered(&self) -> usize {
+        self.buf.capacity()
+            + self.upstream_buf.capacity()
+            + self.out.capacity()
+            + self.fields.capacity() * std::mem::size_of::<Field>()
+    }
+
     /// No request has been served on this connection yet.
     pub fn is_fresh(&self) -> bool {
         self.fresh
@@ -100,6 +129,33 @@ impl Connection {
     /// it).
     pub fn pending(&self) -> &[u8] {
         &self.buf
+    }
+}
+
+/// Waits (at most `keep_alive`, and not past shutdown) for the next request on a kept-alive
+/// connection, reading its first bytes into `conn.buf`; `None` when the wait ended without
+/// one. Past `IDLE_AFTER` the connection's buffers are given back (`Connection::release`).
+async fn wait_request(
+    stream: &mut GuardedStream,
+    conn: &mut Connection,
+    shutdown: &mut ShutdownWatch,
+    keep_alive: std::time::Duration,
+) -> Option<std::io::Result<usize>> {
+    let deadline = tokio::time::Instant::now() + keep_alive;
+    let mut release = Some(deadline.min(tokio::time::Instant::now() + IDLE_AFTER));
+    loop {
+        let until = release.unwrap_or(deadline);
+        // `read_buf` is cancel safe: a read not finished when a timer fires consumed nothing.
+        tokio::select! {
+            biased;
+            r = stream.read_buf(&mut conn.buf) => return Some(r),
+            _ = shutdown.changed() => return None,
+            _ = tokio::time::sleep_until(until) => {
+                release.take()?;
+                conn.release();
+                conn.buf.reserve(IDLE_READ);
+            }
+        }
     }
 }
 
@@ -232,11 +288,9 @@ impl FastPath {
                 if *shutdown.borrow() {
                     return Read::Closed;
                 }
-                tokio::select! {
-                    biased;
-                    r = stream.read_buf(&mut conn.buf) => r,
-                    _ = shutdown.changed() => return Read::Closed,
-                    _ = tokio::time::sleep(self.proxy.timeouts.keep_alive) => return Read::Closed,
+                match wait_request(stream, conn, shutdown, self.proxy.timeouts.keep_alive).await {
+                    Some(r) => r,
+                    None => return Read::Closed,
                 }
             } else {
                 stream.read_buf(&mut conn.buf).await
@@ -788,5 +842,95 @@ impl RequestView for FastView<'_> {
 
     fn query(&self) -> Option<&str> {
         self.query
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A connection that served a request, with the buffers that request grew.
+    fn served_connection() -> Connection {
+        Connection {
+            client: None,
+            client_ip: None,
+            client_ip_text: None,
+            fresh: false,
+            buf: BytesMut::with_capacity(READ_SIZE),
+            upstream_buf: BytesMut::with_capacity(READ_SIZE),
+            out: Vec::with_capacity(READ_SIZE),
+            fields: Vec::with_capacity(16),
+            subject: None,
+            server_timeout: Duration::from_secs(60),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_gives_its_buffers_back_and_reads_on() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let l4 = pingora::protocols::l4::stream::Stream::from(server);
+        let mut stream = GuardedStream::plain(Box::new(l4));
+        let (_shutdown_tx, mut shutdown) = tokio::sync::watch::channel(false);
+        let keep_alive = Duration::from_secs(60);
+        let mut conn = served_connection();
+        let held = conn.buffered();
+        assert!(held >= 3 * READ_SIZE);
+
+        // Busy: the next request within IDLE_AFTER is read into the buffers as they are.
+        client.write_all(b"GET /a HTTP/1.1\r\n\r\n").await.unwrap();
+        let n = wait_request(&mut stream, &mut conn, &mut shutdown, keep_alive).await;
+        assert_eq!(n.unwrap().unwrap(), 19);
+        assert_eq!(conn.buffered(), held, "kept while busy");
+        conn.buf.clear();
+
+        // Idle past IDLE_AFTER: given back; the request after is read into IDLE_READ bytes
+        // of room, and the rest of a longer one on the next read.
+        let started = Instant::now();
+        let long = format!("GET /b HTTP/1.1\r\nx: {}\r\n\r\n", "y".repeat(2000));
+        let long_len = long.len();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(IDLE_AFTER + Duration::from_millis(300)).await;
+            client.write_all(long.as_bytes()).await.unwrap();
+            client
+        });
+        let n = wait_request(&mut stream, &mut conn, &mut shutdown, keep_alive).await;
+        assert!(started.elapsed() >= IDLE_AFTER);
+        let n = n.unwrap().unwrap();
+        assert!(n > 0 && n <= IDLE_READ, "{n}");
+        assert!(
+            conn.buffered() < 2 * IDLE_READ,
+            "{} bytes held after going idle",
+            conn.buffered()
+        );
+        assert!(conn.upstream_buf.capacity() == 0 && conn.out.capacity() == 0);
+        let client = writer.await.unwrap();
+        let mut total = n;
+        while total < long_len {
+            conn.buf.reserve(READ_SIZE);
+            total += stream.read_buf(&mut conn.buf).await.unwrap();
+        }
+        assert_eq!(total, long_len);
+
+        // The keep-alive timeout still ends the wait.
+        let started = Instant::now();
+        let mut conn = served_connection();
+        let waited = wait_request(
+            &mut stream,
+            &mut conn,
+            &mut shutdown,
+            Duration::from_millis(200),
+        )
+        .await;
+        assert!(waited.is_none() && started.elapsed() < IDLE_AFTER);
+        drop(client);
     }
 }
