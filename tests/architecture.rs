@@ -99,6 +99,7 @@ const WINGS: &[Wing] = &[
             "futures",
             "ahash",
             "log",
+            "h2",
         ],
     },
     Wing {
