@@ -113,7 +113,8 @@ impl Connection {
     }
 
     /// The bytes of heap this connection's buffers hold (their capacities).
-    pub fn buffered(&self) -> usize {
+    #[cfg(test)]
+    fn buffered(&self) -> usize {
         self.buf.capacity()
             + self.upstream_buf.capacity()
             + self.out.capacity()
