@@ -57,6 +57,13 @@ missing; `--json FILE` keeps every run's figures, and `--replot FILE --charts DI
 charts again from them. The load average is printed at the start and the end, and heads the
 table.
 
+`--threads N` (issue #14 §5, more than one core): both proxies run N threads (switchyard
+`--threads N`, HAProxy `nbthread N`), wrk runs N threads, and nothing is pinned: the proxy, the
+load generator and the backends share every core. Besides the proxy's own CPU per request,
+`box_cpu_per_100k` is the whole machine's busy CPU time per 100k requests (/proc/stat: every
+process, so load generator and backends too); read the proxies against each other in the same
+run, and against a `--threads 1` run for the cost of the second thread.
+
 Usage: python3 benches/loadtest/run.py [--reps 3] [--duration 8] [--switchyard PATH] [--only NAMES]
        [--charts DIR] [--json FILE];  python3 benches/loadtest/run.py --replot FILE --charts DIR
 Needs: haproxy, nginx, wrk, h2load (nghttp2-client), taskset, curl, openssl; a release build of
@@ -97,6 +104,10 @@ HTTPS_PORT = 18097
 TCP_PORT = 18098
 PROXY_CORE = "0"
 LOAD_CORE = "1"
+# `--threads N` (N > 1): every process may run on any core ("no pinning"), and CPU per request is
+# also read for the whole machine (/proc/stat), load generator and backends included.
+ALL_CORES = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+THREADS = 1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 WRK_LUA = """
@@ -181,6 +192,15 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def box_cpu_seconds():
+    """Busy CPU time of the whole machine (every core, every process): user, nice, system, irq,
+    softirq and steal from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def peak_rss_mib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -190,7 +210,7 @@ def peak_rss_mib(pid):
 
 
 def run_wrk(url, duration, conns, close, lua):
-    cmd = ["taskset", "-c", LOAD_CORE, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--timeout", "5s",
+    cmd = ["taskset", "-c", LOAD_CORE, "wrk", f"-t{THREADS}", f"-c{conns}", f"-d{duration}s", "--timeout", "5s",
            "-s", lua, url]
     if close:
         cmd[5:5] = ["-H", "Connection: close"]
@@ -330,6 +350,7 @@ def check_answer(frontend, url, tmp):
 
 def measure(kind, opts, url, duration, pid, tmp, lua):
     before = cpu_seconds(pid) if pid else 0.0
+    box_before = box_cpu_seconds()
     if kind == "wrk":
         r = run_wrk(url, duration, opts["conns"], opts["close"], lua)
     else:
@@ -339,6 +360,7 @@ def measure(kind, opts, url, duration, pid, tmp, lua):
     if pid:
         r["cpu_per_100k"] = (cpu_seconds(pid) - before) / max(r["requests"], 1) * 100_000
         r["rss_mib"] = peak_rss_mib(pid)
+        r["box_cpu_per_100k"] = (box_cpu_seconds() - box_before) / max(r["requests"], 1) * 100_000
     return r
 
 
@@ -351,7 +373,7 @@ def start_proxy(name, procs, tmp, switchyard, logs):
                          "127.0.0.1", "--http-port", str(SWITCHYARD_PORT), "--admin-port", str(SWITCHYARD_ADMIN),
                          "--stats-port", str(SWITCHYARD_STATS), "--https-port", str(HTTPS_PORT),
                          "--ssl-cert", os.path.join(tmp, "cert.pem"), "--tcp-services", f"tcpsvc:{TCP_PORT}",
-                         "--backend-ca-file", os.path.join(tmp, "ca.pem"), "--threads", "1"], PROXY_CORE, logs)
+                         "--backend-ca-file", os.path.join(tmp, "ca.pem"), "--threads", str(THREADS)], PROXY_CORE, logs)
         port = SWITCHYARD_PORT
     wait_http_ok(f"http://127.0.0.1:{port}/svc/")
     wait_port(HTTPS_PORT)
@@ -391,7 +413,7 @@ def run_swap_scenario(opts, duration, procs, tmp, switchyard, logs, lua):
                     "    namespace: default\nusers:\n- name: fake\n  user:\n    token: fake-token\n")
         p = procs.start([switchyard, "--kubeconfig", kubeconfig, "--bind-address", "127.0.0.1",
                          "--http-port", str(SWITCHYARD_PORT), "--admin-port", str(SWITCHYARD_ADMIN),
-                         "--stats-port", str(SWITCHYARD_STATS), "--threads", "1",
+                         "--stats-port", str(SWITCHYARD_STATS), "--threads", str(THREADS),
                          "--watch-max-wait", "10ms"], PROXY_CORE, logs)
         try:
             wait_http_ok(f"http://127.0.0.1:{SWITCHYARD_PORT}/svc/")
@@ -449,7 +471,7 @@ def make_certificates(tmp):
 
 
 def fill(template, tmp):
-    out = (template.replace("@PORT@", str(HAPROXY_PORT)).replace("@HTTPS_PORT@", str(HTTPS_PORT))
+    out = (template.replace("@PORT@", str(HAPROXY_PORT)).replace("@NBTHREAD@", str(THREADS)).replace("@HTTPS_PORT@", str(HTTPS_PORT))
            .replace("@TCP_PORT@", str(TCP_PORT)).replace("@CERT@", os.path.join(tmp, "cert.pem"))
            .replace("@H2C_PORT@", str(HAPROXY_H2C_PORT)).replace("@H2_PORT@", str(HAPROXY_H2_PORT))
            .replace("@CA@", os.path.join(tmp, "ca.pem")).replace("@TLS_BACKEND_NAME@", TLS_BACKEND_NAME))
@@ -460,7 +482,8 @@ def fill(template, tmp):
 
 
 METRICS = [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999_ms", "{:.2f}"),
-           ("cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"), ("errors", "{:.0f}")]
+           ("cpu_per_100k", "{:.2f}"), ("box_cpu_per_100k", "{:.2f}"), ("rss_mib", "{:.1f}"),
+           ("errors", "{:.0f}")]
 SWAP_METRICS = [("p99_vs_no_swap", "{:.2f}x"), ("api_changes", "{:.0f}"), ("swaps", "{:.0f}"),
                 ("swaps_per_s", "{:.0f}")]
 BASELINE_METRICS = [("cpu_vs_keep_alive", "{:.2f}x")]
@@ -561,6 +584,9 @@ def main():
     ap.add_argument("--charts", metavar="DIR", help="write PNG charts of the medians into DIR (needs matplotlib)")
     ap.add_argument("--json", metavar="FILE", help="write every run's figures as JSON into FILE")
     ap.add_argument("--replot", metavar="FILE", help="draw --charts from a --json FILE instead of running")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="proxy threads (switchyard --threads, HAProxy nbthread); above 1 nothing is "
+                         "pinned to a core (default 1: the proxy on core 0, the rest on core 1)")
     ap.add_argument("--port-offset", type=int, default=0,
                     help="added to every port used (to run beside another copy of this script)")
     args = ap.parse_args()
@@ -573,6 +599,12 @@ def main():
         return
     global BACKEND_PORTS, HAPROXY_PORT, SWITCHYARD_PORT, SWITCHYARD_ADMIN, SWITCHYARD_STATS, HTTPS_PORT, TCP_PORT
     global FAKE_API_PORT, TLS_BACKEND_PORTS, GRPC_PORTS, HAPROXY_H2C_PORT, HAPROXY_H2_PORT
+    global THREADS, PROXY_CORE, LOAD_CORE
+    if args.threads < 1:
+        sys.exit("loadtest: --threads must be at least 1")
+    THREADS = args.threads
+    if THREADS > 1:
+        PROXY_CORE = LOAD_CORE = ALL_CORES
     o = args.port_offset
     BACKEND_PORTS = [p + o for p in BACKEND_PORTS]
     TLS_BACKEND_PORTS = [p + o for p in TLS_BACKEND_PORTS]
@@ -686,9 +718,11 @@ def main():
         logs.close()
 
     load_after = load_average()
-    header = (f"{started}: medians of {args.reps} interleaved runs, {args.duration} s each; proxy on core "
-              f"{PROXY_CORE}, load and backends on core {LOAD_CORE}; load average {load_before} at the start, "
-              f"{load_after} at the end")
+    placement = (f"proxy on core {PROXY_CORE}, load and backends on core {LOAD_CORE}" if THREADS == 1 else
+                 f"{THREADS} proxy threads (switchyard --threads, HAProxy nbthread), wrk -t{THREADS}, "
+                 f"nothing pinned (cores {ALL_CORES})")
+    header = (f"{started}: medians of {args.reps} interleaved runs, {args.duration} s each; {placement}; "
+              f"load average {load_before} at the start, {load_after} at the end")
     print()
     print(header + ".")
     print()
