@@ -9,6 +9,8 @@
 //!   Services × 10 endpoints on a quiet pipeline, and under a storm of 1,000 changes a second
 //!   for 10 s (latency, builds, CPU, backlog). It prints figures for docs/performance.md and
 //!   checks only that every change arrived: timing targets belong to figures, not to tests.
+//!   With `SWITCHYARD_FIGURE_JSON=FILE` it also writes every sample there, which
+//!   `benches/convergence_chart.py` draws as histograms.
 //!
 //! Every loop is bounded in count and time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -520,6 +522,26 @@ async fn figures_10k_services() {
         quiet_slowest as f64 / 1e3,
         storm_slowest as f64 / 1e3,
     );
+    // `SWITCHYARD_FIGURE_JSON=FILE`: every sample, for `benches/convergence_chart.py`.
+    if let Ok(file) = std::env::var("SWITCHYARD_FIGURE_JSON") {
+        let samples = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>();
+        let figures = json!({
+            "binary": std::env::var("SWITCHYARD_TEST_BIN").unwrap_or_default(),
+            "flags": extra,
+            "services": SERVICES,
+            "quiet_ms": samples(&quiet),
+            "storm_ms": samples(&storm),
+            "after_storm_ms": ms(after_storm),
+            "storm_changes": written,
+            "storm_s": storm_took.as_secs_f64(),
+            "storm_builds": storm_build.count,
+            "storm_build_s": storm_build.sum,
+            "storm_cpu_s": storm_cpu.as_secs_f64(),
+            "slowest_request_ms": {"quiet": quiet_slowest as f64 / 1e3, "storm": storm_slowest as f64 / 1e3},
+        });
+        std::fs::write(&file, serde_json::to_vec_pretty(&figures).unwrap()).unwrap();
+        eprintln!("samples written to {file}");
+    }
     // What the figures rest on: the whole storm was written and coalesced (fewer builds than
     // changes), and every probe change reached a client (`live` panics otherwise).
     assert_eq!(

@@ -10,11 +10,12 @@
 //! certificate the proxy would refuse fails its checks too (`L6RSP`), even a bare connect.
 //!
 //! The state lives in the table's per-address `EndpointState`, so it survives table swaps.
-//! Checks run with bounded concurrency, each bounded by the check timeout; the loop re-reads
-//! the table at least four times a second and stops on shutdown. This module only reads the
+//! Checks run with bounded concurrency, each bounded by the check timeout; the loop takes a
+//! new table's targets at most four times a second (however often tables are swapped), finds
+//! what is due in a heap (`schedule`), and stops on shutdown. This module only reads the
 //! table; it must not route, and it must not know about Kubernetes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +36,10 @@ use pingora::{Error, ErrorType};
 
 use crate::ops::metrics::Metrics;
 use crate::table::upstream::{BackendProtocol, Upstream};
-use crate::table::{CheckResult, EndpointState, RoutingTable, Shared, TableReader};
+use crate::table::{CheckResult, EndpointState, Entry, RoutingTable, Shared, TableReader};
+
+mod schedule;
+use schedule::Schedule;
 
 /// Active health-check settings (the flags; Services refine them by annotation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +70,10 @@ const MAX_CONCURRENT: usize = 64;
 const MAX_IDLE: Duration = Duration::from_millis(250);
 /// Shortest sleep, so a burst of due checks cannot spin the loop.
 const MIN_IDLE: Duration = Duration::from_millis(10);
+/// Most often a new table's targets are taken: a new endpoint is first checked within about
+/// twice this (the loop also sleeps up to `MAX_IDLE`), given a free slot; a storm of swaps
+/// costs four target lists a second, not one per swap.
+const RETARGET_EVERY: Duration = Duration::from_millis(250);
 /// Bytes read looking for the HTTP status line.
 const STATUS_LINE_MAX: usize = 1024;
 /// Most bytes of a gRPC health answer read (it is a few bytes; anything longer is not one).
@@ -73,59 +81,83 @@ const GRPC_ANSWER_MAX: usize = 4096;
 /// The gRPC health-checking protocol's method.
 const GRPC_HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 
-/// What to check at one address.
+/// What to check at one address. Cheap to clone (two `Arc`s; a second state is rare): the
+/// checker keeps one per endpoint address, 100,000 at 10,000 Services.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub addr: SocketAddr,
     pub interval: Duration,
+    /// The entry whose settings the check follows: the first (in table order) of those using
+    /// the address that asks for more than a connect, else the first. Its `check.path` and
+    /// `check.grpc` say what is asked; its `upstream` how to speak to the address (the
+    /// protocol, and for TLS the name and verification); its name is in the logs.
+    pub entry: Arc<Entry>,
+    /// The address's state (translate gives every entry of a table the same one).
+    pub state: Shared<EndpointState>,
+    /// Other states of the same address, if entries disagree: all are kept so none is left
+    /// unchecked. Empty (no allocation) in a table translate built.
+    pub others: Vec<Shared<EndpointState>>,
+}
+
+impl Target {
     /// HTTP GET this path; `None`: TCP connect.
-    pub path: Option<Box<str>>,
+    pub fn path(&self) -> Option<&str> {
+        self.entry.check.path.as_deref()
+    }
+
     /// Ask the gRPC health service about this service name (over HTTP/2; before `path`).
-    pub grpc: Option<Box<str>>,
-    /// How to speak to the address: the protocol, and for TLS the name and verification, of
-    /// the entry the check's settings came from.
-    pub upstream: Upstream,
-    /// The first entry that uses the address (for logs).
-    pub entry: Box<str>,
-    /// The address's state (translate gives every entry of a table the same one; distinct
-    /// ones are all kept so none is left unchecked).
-    pub states: Vec<Shared<EndpointState>>,
+    pub fn grpc(&self) -> Option<&str> {
+        self.entry.check.grpc.as_deref()
+    }
+
+    /// How to speak to the address.
+    pub fn upstream(&self) -> &Upstream {
+        &self.entry.upstream
+    }
+
+    /// Every state the address has.
+    pub fn states(&self) -> impl Iterator<Item = &Shared<EndpointState>> {
+        std::iter::once(&self.state).chain(&self.others)
+    }
 }
 
 /// The distinct addresses of `table` to check, with their settings: the shortest interval of
 /// the entries that use the address (an entry whose interval is zero does not ask for checks),
-/// and the first check path among them (an HTTP check is the stricter one).
+/// and the first check path among them (an HTTP check is the stricter one). In the order the
+/// addresses first appear in the table.
 pub fn targets(table: &RoutingTable, default_interval: Duration) -> Vec<Target> {
-    let mut by_addr: BTreeMap<SocketAddr, Target> = BTreeMap::new();
+    let mut index: HashMap<SocketAddr, usize, ahash::RandomState> = HashMap::default();
+    let mut out: Vec<Target> = Vec::new();
     for entry in &table.entries {
         let interval = entry.check.interval.unwrap_or(default_interval);
         if interval.is_zero() {
             continue;
         }
+        let asks = entry.check.path.is_some() || entry.check.grpc.is_some();
         for ep in &entry.endpoints {
-            let t = by_addr.entry(ep.addr).or_insert_with(|| Target {
-                addr: ep.addr,
-                interval,
-                path: None,
-                grpc: None,
-                upstream: entry.upstream.clone(),
-                entry: entry.name.clone(),
-                states: Vec::new(),
+            let at = *index.entry(ep.addr).or_insert_with(|| {
+                out.push(Target {
+                    addr: ep.addr,
+                    interval,
+                    entry: Arc::clone(entry),
+                    state: ep.state.clone(),
+                    others: Vec::new(),
+                });
+                out.len() - 1
             });
-            if !t.states.iter().any(|s| Arc::ptr_eq(&s.0, &ep.state.0)) {
-                t.states.push(ep.state.clone());
+            let t = &mut out[at];
+            if !t.states().any(|s| Arc::ptr_eq(&s.0, &ep.state.0)) {
+                t.others.push(ep.state.clone());
             }
             t.interval = t.interval.min(interval);
             // The first entry that asks for more than a connect sets what is asked, and how.
-            let asks = entry.check.path.is_some() || entry.check.grpc.is_some();
-            if t.path.is_none() && t.grpc.is_none() && asks {
-                t.path.clone_from(&entry.check.path);
-                t.grpc.clone_from(&entry.check.grpc);
-                t.upstream = entry.upstream.clone();
+            let set = t.entry.check.path.is_some() || t.entry.check.grpc.is_some();
+            if asks && !set {
+                t.entry = Arc::clone(entry);
             }
         }
     }
-    by_addr.into_values().collect()
+    out
 }
 
 /// Runs one check of `addr` within `timeout`.
@@ -150,9 +182,9 @@ pub async fn check_target(
     tls: &dyn PeerTls,
     timeout: Duration,
 ) -> CheckResult {
-    let u = &t.upstream;
-    if u.protocol == BackendProtocol::Http && t.grpc.is_none() {
-        return check(t.addr, t.path.as_deref(), timeout).await;
+    let u = t.upstream();
+    if u.protocol == BackendProtocol::Http && t.grpc().is_none() {
+        return check(t.addr, t.path(), timeout).await;
     }
     tokio::time::timeout(timeout, check_with(t, connector, tls, timeout))
         .await
@@ -209,7 +241,7 @@ async fn check_with(
     tls: &dyn PeerTls,
     timeout: Duration,
 ) -> CheckResult {
-    let u = &t.upstream;
+    let u = t.upstream();
     let mut peer = peer(t.addr, u, timeout);
     if tls.configure(u, &mut peer).is_err() {
         // The Service's CA bundle is not loaded: traffic's handshakes fail the same way.
@@ -219,7 +251,7 @@ async fn check_with(
         Ok((s, _)) => s,
         Err(e) => return failed(&e),
     };
-    let result = match (&t.grpc, &t.path) {
+    let result = match (t.grpc(), t.path()) {
         (Some(service), _) if u.protocol.http2() => grpc_check(&mut session, u, service).await,
         (_, Some(path)) => http_check(&mut session, u, path).await,
         // A bare connect: for TLS the handshake, verification included, is the check.
@@ -412,35 +444,26 @@ impl Checker {
     /// Checks until shutdown.
     pub async fn run(&self, mut shutdown: ShutdownWatch) {
         let mut generation = None;
-        let mut targets: Vec<Target> = Vec::new();
-        let mut due: HashMap<SocketAddr, Instant> = HashMap::new();
+        let mut retargeted: Option<Instant> = None;
+        let mut schedule = Schedule::default();
         let mut running: JoinSet<(Target, (CheckResult, Duration))> = JoinSet::new();
-        let mut in_progress: HashSet<SocketAddr> = HashSet::new();
         let timeout = self.config.timeout;
         while !*shutdown.borrow() {
-            let table = self.table.load();
-            if generation != Some(table.generation) {
-                targets = self::targets(&table, self.config.interval);
-                generation = Some(table.generation);
-                let live: HashSet<SocketAddr> = targets.iter().map(|t| t.addr).collect();
-                due.retain(|a, _| live.contains(a));
-            }
-            drop(table);
             let now = Instant::now();
-            for t in &targets {
-                if running.len() >= MAX_CONCURRENT {
+            // A new table's targets, at most once per `RETARGET_EVERY`: under a storm of
+            // table swaps the checker's work stays bounded, not proportional to the swaps.
+            if retargeted.is_none_or(|at| now.duration_since(at) >= RETARGET_EVERY) {
+                let table = self.table.load();
+                if generation != Some(table.generation) {
+                    generation = Some(table.generation);
+                    retargeted = Some(now);
+                    schedule.replace(self::targets(&table, self.config.interval), now);
+                }
+            }
+            while running.len() < MAX_CONCURRENT {
+                let Some(t) = schedule.take_due(now) else {
                     break;
-                }
-                if in_progress.contains(&t.addr) {
-                    continue;
-                }
-                let next = due.entry(t.addr).or_insert(now);
-                if *next > now {
-                    continue;
-                }
-                *next = now + t.interval;
-                in_progress.insert(t.addr);
-                let t = t.clone();
+                };
                 let connector = Arc::clone(&self.connector);
                 let tls = Arc::clone(&self.tls);
                 running.spawn(async move {
@@ -449,24 +472,29 @@ impl Checker {
                     (t, (result, started.elapsed()))
                 });
             }
-            let idle = due
-                .values()
-                .min()
-                .map_or(MAX_IDLE, |d| d.saturating_duration_since(now))
-                .clamp(MIN_IDLE, MAX_IDLE);
+            // Asleep until the next check is due, a check ends, or it is time to look at the
+            // table again; with every slot busy, only an ending check frees one.
+            let idle = if running.len() >= MAX_CONCURRENT {
+                MAX_IDLE
+            } else {
+                schedule
+                    .next_due()
+                    .map_or(MAX_IDLE, |d| d.saturating_duration_since(now))
+                    .clamp(MIN_IDLE, MAX_IDLE)
+            };
             tokio::select! {
                 _ = shutdown.changed() => break,
                 _ = tokio::time::sleep(idle) => {}
                 Some(done) = running.join_next(), if !running.is_empty() => {
                     if let Ok((t, result)) = done {
-                        in_progress.remove(&t.addr);
+                        schedule.finished(t.addr);
                         self.record(&t, result);
                     }
                 }
             }
             while let Some(done) = running.try_join_next() {
                 if let Ok((t, result)) = done {
-                    in_progress.remove(&t.addr);
+                    schedule.finished(t.addr);
                     self.record(&t, result);
                 }
             }
@@ -478,7 +506,7 @@ impl Checker {
         self.metrics.data.health_check(result.passed());
         let mut changed = None;
         let ended = Instant::now();
-        for state in &t.states {
+        for state in t.states() {
             let c = state
                 .health
                 .record(result, self.config.rise, self.config.fall);
@@ -491,9 +519,9 @@ impl Checker {
         self.metrics.data.health_transition(up);
         let check = result.code();
         if up {
-            tracing::info!(endpoint = %t.addr, entry = %t.entry, %check, "endpoint up: active health checks pass again");
+            tracing::info!(endpoint = %t.addr, entry = %t.entry.name, %check, "endpoint up: active health checks pass again");
         } else {
-            tracing::warn!(endpoint = %t.addr, entry = %t.entry, %check, "endpoint down: active health checks fail; it gets no new traffic");
+            tracing::warn!(endpoint = %t.addr, entry = %t.entry.name, %check, "endpoint down: active health checks fail; it gets no new traffic");
         }
     }
 }
@@ -542,7 +570,7 @@ mod tests {
         let t = targets(&table, Duration::from_secs(5));
         let got: Vec<_> = t
             .iter()
-            .map(|t| (t.addr.to_string(), t.interval, t.path.as_deref()))
+            .map(|t| (t.addr.to_string(), t.interval, t.path()))
             .collect();
         assert_eq!(
             got,
