@@ -27,7 +27,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::tls::{SslDigest, TlsRef};
@@ -279,15 +279,17 @@ impl GuardedStream {
     /// next reader (Pingora's HTTP/1 session, when `fast_path` declines a request) reads them
     /// first. The header guard scans them again as the start of a new header; its deadline
     /// keeps running from the header's first byte.
+    ///
+    /// They go in front of whatever put-back bytes were not read yet: a reader that took only
+    /// part of them (the intake reads 8 KiB at a time, the fast path may have put back 16 KiB
+    /// of header and body) puts back what it read, and the rest must still follow it.
     pub fn unread(&mut self, bytes: Bytes) {
         if let Some(h) = &mut self.header {
             h.phase = Phase::Header;
             h.read = 0;
             h.end = HeaderEnd::default();
         }
-        if !bytes.is_empty() {
-            self.replay = Some(bytes);
-        }
+        self.replay = replayed(bytes, self.replay.take());
     }
 
     /// What the header guard refused (408, 431), once: the caller records it.
@@ -397,6 +399,19 @@ impl AsyncRead for GuardedStream {
             }
             other => other,
         }
+    }
+}
+
+/// `front`, then what was still to be replayed.
+fn replayed(front: Bytes, rest: Option<Bytes>) -> Option<Bytes> {
+    match rest {
+        Some(rest) if !rest.is_empty() => {
+            let mut all = BytesMut::with_capacity(front.len() + rest.len());
+            all.extend_from_slice(&front);
+            all.extend_from_slice(&rest);
+            Some(all.freeze())
+        }
+        _ => (!front.is_empty()).then_some(front),
     }
 }
 
@@ -764,6 +779,17 @@ fn has_content_length(raw: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_put_back_go_in_front_of_those_not_read_yet() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        // A reader took "head+bo" of what the fast path put back, and puts it back: "dy" stays.
+        assert_eq!(replayed(b("head+bo"), Some(b("dy"))), Some(b("head+body")));
+        assert_eq!(replayed(b("head"), None), Some(b("head")));
+        assert_eq!(replayed(b("head"), Some(Bytes::new())), Some(b("head")));
+        assert_eq!(replayed(Bytes::new(), Some(b("dy"))), Some(b("dy")));
+        assert_eq!(replayed(Bytes::new(), None), None);
+    }
 
     fn end_of(chunks: &[&[u8]]) -> Option<usize> {
         let mut e = HeaderEnd::default();
