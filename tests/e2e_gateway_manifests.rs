@@ -73,3 +73,115 @@ async fn gateway_objects_from_files_are_served_and_follow_edits() {
         sy.stderr()
     );
 }
+
+/// `RequestMirror` copies a request's body too, as the client framed it (`content-length`) or
+/// chunked (a chunked upload), while the client's own request is answered by its backend with
+/// the body untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirrored_request_carries_its_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The echo reads the whole body before it answers.
+    let web = Backend::start("web").await;
+    let copy = Backend::builder("copy")
+        .behaviour(Behaviour::RecordOnce)
+        .start()
+        .await;
+    let mut objs = objects(&web, "m.example", "shop");
+    objs.push(svc("copy", 80).ns("shop").into());
+    objs.push(slice_ns("shop", "copy", "", copy.port));
+    // The route mirrors everything to `copy`.
+    let route = objs.iter_mut().find(|o| o["kind"] == "HTTPRoute").unwrap();
+    route["spec"]["rules"][0]["filters"] = json!([{"type": "RequestMirror",
+        "requestMirror": {"backendRef": {"name": "copy", "port": 80}}}]);
+    let sy = switchyard(objs)
+        .args(&["--gateway-http-port", "80", "--check-interval", "0"])
+        .start()
+        .await;
+    let served = eventually(Duration::from_secs(10), || async {
+        status_of(&sy, "m.example").await == 200
+    })
+    .await;
+    assert!(served, "the route was not served: {}", sy.stderr());
+    let body = "x".repeat(40_000);
+    let sent = [
+        format!(
+            "POST /up HTTP/1.1\r\nhost: m.example\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+        format!(
+            "POST /up HTTP/1.1\r\nhost: m.example\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n\
+             {:x}\r\n{}\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+            30_000,
+            &body[..30_000],
+            10_000,
+            &body[30_000..]
+        ),
+    ];
+    for (i, request) in sent.iter().enumerate() {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            read.is_ok_and(|r| r.is_ok())
+                && answer.starts_with("HTTP/1.1 200")
+                && answer.contains("x-backend: web"),
+            "request {i}: {answer}\n{}",
+            sy.stderr()
+        );
+    }
+    // The copies are fire-and-forget: they land soon after the answers, complete.
+    let posts = || -> Vec<String> {
+        copy.used_connections()
+            .iter()
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .filter(|c| c.starts_with("POST /up HTTP/1.1\r\n"))
+            .collect()
+    };
+    let complete = |c: &String| c.ends_with(&body) || c.ends_with("\r\n0\r\n\r\n");
+    let copied = eventually(Duration::from_secs(10), || async {
+        let p = posts();
+        p.len() == 2 && p.iter().all(complete)
+    })
+    .await;
+    let got = posts();
+    assert!(
+        copied,
+        "two complete copies expected: {:?}",
+        got.iter()
+            .map(|c| (c.len(), c.get(c.len().saturating_sub(40)..).unwrap_or("")))
+            .collect::<Vec<_>>()
+    );
+    let by_length = got.iter().find(|c| c.contains("content-length: 40000\r\n"));
+    assert!(
+        by_length.is_some_and(|c| c.ends_with(&body)),
+        "the copy with a length"
+    );
+    // The chunked upload goes on chunked, all 40,000 bytes, ended.
+    let chunked = got
+        .iter()
+        .find(|c| c.contains("transfer-encoding: chunked\r\n"))
+        .expect("the chunked copy");
+    let (_, chunks) = chunked.split_once("\r\n\r\n").unwrap();
+    assert_eq!(dechunk(chunks), body, "the chunked copy's body");
+    // The client's own backend got both requests.
+    let own = web.requests();
+    assert_eq!(own.iter().filter(|r| r.method == "POST").count(), 2);
+}
+
+/// A chunked body's payload (sizes in hex, no extensions or trailers).
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size, 16).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}

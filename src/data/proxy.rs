@@ -26,7 +26,7 @@ use pingora::{Error, ErrorSource, ErrorType, Result};
 use prometheus::IntGauge;
 
 use crate::data::Timeouts;
-use crate::data::mirror::Mirrors;
+use crate::data::mirror::{BodyCopies, Mirrors};
 use crate::data::record::{Finished, Recorder};
 use crate::data::tls;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route, https_location};
@@ -192,6 +192,8 @@ pub struct Ctx {
     /// A gRPC call's `grpc-status` trailer (from the endpoint, or switchyard's own when it
     /// ended the call mid-stream); a trailers-only answer has it in the response header.
     grpc_trailer: Option<Ending>,
+    /// The `RequestMirror` copies still waiting for this request's body.
+    mirror_body: Option<BodyCopies>,
 }
 
 /// Pingora's timers round to 10 ms and may fire a hair before the instant asked for.
@@ -286,6 +288,7 @@ impl ProxyHttp for HttpProxy {
             rejected: None,
             body_read: 0,
             grpc_trailer: None,
+            mirror_body: None,
         }
     }
 
@@ -423,7 +426,8 @@ impl ProxyHttp for HttpProxy {
 
         let mirrors = ctx.attempt.mirrors(Instant::now());
         if !mirrors.is_empty() {
-            self.mirrors.send(mirrors, session.req_header());
+            let has_body = !session.is_body_empty();
+            ctx.mirror_body = self.mirrors.send(mirrors, session.req_header(), has_body);
         }
 
         // A Gateway rule's `timeouts.request` bounds the whole exchange, as a gRPC deadline
@@ -696,7 +700,7 @@ impl ProxyHttp for HttpProxy {
         &self,
         _session: &mut Session,
         body: &mut Option<Bytes>,
-        _end_of_stream: bool,
+        end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(b) = body {
@@ -706,6 +710,12 @@ impl ProxyHttp for HttpProxy {
                     ErrorType::HTTPStatus(413),
                     "request body longer than the route allows",
                 ));
+            }
+        }
+        if let Some(copies) = &mut ctx.mirror_body {
+            copies.feed(body.as_ref(), end_of_stream);
+            if end_of_stream {
+                ctx.mirror_body = None;
             }
         }
         Ok(())

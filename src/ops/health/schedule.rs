@@ -93,7 +93,8 @@ impl Schedule {
     }
 
     /// How many addresses are scheduled.
-    pub(super) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.slots.len()
     }
 
