@@ -1,10 +1,11 @@
 //! TLS to backends: the CA bundles endpoints are verified against (`--backend-ca-file`, and a
 //! Service's own `lb.backend-ca-file`, or the `ca.crt` of the Secret or ConfigMap its
-//! `lb.backend-ca-secret` / `lb.backend-ca-configmap` names, which the table carries) and the client certificates presented to endpoints that
-//! ask for one (`--backend-client-cert`/`-key`, a Service's own `lb.backend-client-cert`/`-key`),
-//! loaded from PEM files, reloaded when a file changes, and handed to each new upstream
-//! connection as its peer's CA and client certificate. So a rotated file applies from the next
-//! connection on without a restart; pooled connections keep what they verified.
+//! `lb.backend-ca-secret` / `lb.backend-ca-configmap` names, which the table carries) and the
+//! client certificates presented to endpoints that ask for one (`--backend-client-cert`/`-key`,
+//! a Service's own `lb.backend-client-cert`/`-key`), loaded from PEM files, reloaded when a
+//! file changes, and handed to each new upstream connection as its peer's CA and client
+//! certificate. So a rotated file applies from the next connection on without a restart;
+//! pooled connections keep what they verified.
 //!
 //! `BackendTlsWatcher` polls the files (the flag's, and those the current table names) and
 //! swaps in a new map of parsed bundles (`arc-swap`); the request path only looks one up. A
@@ -27,6 +28,7 @@
 //! only once the file has rotated (or a Service names its own, or a client certificate is
 //! presented) does a connection get its own.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +45,6 @@ use pingora::upstreams::peer::Peer;
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use std::collections::hash_map::Entry as MapEntry;
 
 use super::watcher::{Stamp, read_file};
 use crate::ops::health::PeerTls;
