@@ -201,6 +201,7 @@ fn bench_ingress(c: &mut Criterion) {
             ingresses: &refs,
             classes: &classes,
             secrets: &[],
+            config_maps: &[],
             gateway: Default::default(),
         };
         translate_changes(&svc_store, &eps_store, inputs, changes, &options, previous)

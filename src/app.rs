@@ -310,6 +310,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
                 metrics,
                 pipeline: Mutex::new(Some(pipeline)),
                 secret_labels: config.secret_label_selector.clone(),
+                configmap_labels: config.configmap_label_selector.clone(),
                 election: config.election.clone(),
                 status: config.publish.clone().zip(served),
                 gateway_status: gateway_status
@@ -575,6 +576,8 @@ struct ClusterWatch {
     pipeline: Mutex<Option<Pipeline>>,
     /// `--secret-label-selector`.
     secret_labels: Option<String>,
+    /// `--configmap-label-selector`.
+    configmap_labels: Option<String>,
     /// `--leader-elect`: `None` when off.
     election: Option<crate::config::Election>,
     /// Where status addresses come from, and the served Ingresses; `None`: no status.
@@ -674,6 +677,7 @@ impl BackgroundService for ClusterWatch {
             events: true,
             leader,
             secret_labels: self.secret_labels.clone(),
+            configmap_labels: self.configmap_labels.clone(),
         }
         .run(shutdown)
         .await;

@@ -228,6 +228,17 @@ pub struct Args {
     )]
     pub secret_label_selector: Option<String>,
 
+    /// Watch only the ConfigMaps with these labels (a Kubernetes label selector, e.g.
+    /// `switchyard.io/ca=true`) for the CA bundles Services name with
+    /// lb.backend-ca-configmap. Only each ConfigMap's `ca.crt` is kept in memory, and those
+    /// without one not at all [default: every ConfigMap switchyard may read].
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        env = "SWITCHYARD_CONFIGMAP_LABEL_SELECTOR"
+    )]
+    pub configmap_label_selector: Option<String>,
+
     /// Comma-separated `name:port` or `namespace/name:port` Service ports to serve as raw TCP
     /// frontends, each on --bind-address:<port>, opened and closed as the Services come and go.
     #[arg(long, value_name = "LIST", value_parser = parse_tcp_service, value_delimiter = ',',
@@ -612,6 +623,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// `--secret-label-selector`: the TLS Secrets watched.
     pub secret_label_selector: Option<String>,
+    /// `--configmap-label-selector`: the ConfigMaps watched.
+    pub configmap_label_selector: Option<String>,
     /// The cluster watcher's maximum wait, when the hidden flag overrides it.
     pub watch_max_wait: Option<Duration>,
     /// Leader election (`--leader-elect`, cluster source only): `None` when off.
@@ -815,6 +828,7 @@ impl Config {
             shutdown_grace: args.shutdown_grace,
             watch_max_wait: args.watch_max_wait,
             secret_label_selector: args.secret_label_selector,
+            configmap_label_selector: args.configmap_label_selector,
             election: (cluster && args.leader_elect).then(|| {
                 let lease = args
                     .election_lease_duration
@@ -924,6 +938,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "ssl_ca_cert",
             "ssl_verify",
             "backend_ca_file",
+            "configmap_label_selector",
             "backend_client_cert",
             "backend_client_key",
             "hsts_max_age",

@@ -229,6 +229,7 @@ const WATCHER: &[Grant] = &[
     ("discovery.k8s.io", "endpointslices", &[], READ),
     ("networking.k8s.io", "ingresses", &[], READ),
     ("", "secrets", &[], READ),
+    ("", "configmaps", &[], READ),
     (
         "networking.k8s.io",
         "ingresses/status",

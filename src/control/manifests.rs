@@ -1,8 +1,8 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
-//! IngressClasses, Secrets, the Gateway API's GatewayClasses, Gateways, HTTPRoutes and
-//! ReferenceGrants, and Namespaces (whose labels `allowedRoutes` selectors read) from
-//! Kubernetes YAML or JSON files, watched, and fed through the same `Pipeline` as the cluster
-//! watcher.
+//! IngressClasses, Secrets, ConfigMaps (their `ca.crt` alone), the Gateway API's
+//! GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants, and Namespaces (whose labels
+//! `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched, and fed through
+//! the same `Pipeline` as the cluster watcher.
 //!
 //! A file may hold several documents (`---`), a `kind: List`, or objects of other kinds (which
 //! are ignored). A directory contributes its `.yaml`, `.yml` and `.json` files, skipping hidden
@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::Resource;
-use k8s_openapi::api::core::v1::{EndpointAddress, Endpoints, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, EndpointAddress, Endpoints, Namespace, Secret, Service,
+};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,6 +33,7 @@ use crate::control::translate::SERVICE_NAME_LABEL;
 use crate::control::translate::gateway::api::{
     self as gw, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
 };
+use crate::table::upstream::CA_KEY;
 
 /// How often the files are checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -43,6 +46,8 @@ pub struct Objects {
     pub ingresses: Vec<Ingress>,
     pub classes: Vec<IngressClass>,
     pub secrets: Vec<Secret>,
+    /// Those that hold a `ca.crt`, cut down to it (as the cluster source keeps them).
+    pub config_maps: Vec<ConfigMap>,
     pub gateway_classes: Vec<GatewayClass>,
     pub gateways: Vec<Gateway>,
     pub http_routes: Vec<HTTPRoute>,
@@ -55,6 +60,7 @@ impl Objects {
     /// The Ingress side (with the Gateway API objects), by reference, for translate.
     pub fn ingress_refs(&self) -> crate::control::translate::IngressRefs<'_> {
         crate::control::translate::IngressRefs::of(&self.ingresses, &self.classes, &self.secrets)
+            .with_config_maps(&self.config_maps)
             .with_gateway(crate::control::translate::GatewayRefs {
                 classes: self.gateway_classes.iter().collect(),
                 gateways: self.gateways.iter().collect(),
@@ -70,6 +76,7 @@ impl Objects {
         self.ingresses.extend(other.ingresses);
         self.classes.extend(other.classes);
         self.secrets.extend(other.secrets);
+        self.config_maps.extend(other.config_maps);
         self.gateway_classes.extend(other.gateway_classes);
         self.gateways.extend(other.gateways);
         self.http_routes.extend(other.http_routes);
@@ -171,6 +178,7 @@ enum Partial {
     Ingress(Box<Ingress>),
     Class(Box<IngressClass>),
     Secret(Box<Secret>),
+    ConfigMap(Box<ConfigMap>),
     GatewayClass(Box<GatewayClass>),
     Gateway(Box<Gateway>),
     HTTPRoute(Box<HTTPRoute>),
@@ -191,6 +199,7 @@ impl Partial {
             "Ingress" => Partial::Ingress(Box::default()),
             "IngressClass" => Partial::Class(Box::default()),
             "Secret" => Partial::Secret(Box::default()),
+            "ConfigMap" => Partial::ConfigMap(Box::default()),
             "GatewayClass" => Partial::GatewayClass(Box::default()),
             "Gateway" => Partial::Gateway(Box::default()),
             "HTTPRoute" => Partial::HTTPRoute(Box::default()),
@@ -300,6 +309,22 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 }
                 out.secrets.push(*s);
             }
+            Partial::ConfigMap(mut c) => {
+                // Only a CA bundle is read from a ConfigMap, as the cluster source keeps them.
+                slim(&mut c.metadata);
+                c.metadata.annotations = None;
+                if let Some(d) = c.data.as_mut() {
+                    d.retain(|k, _| k == CA_KEY);
+                }
+                if let Some(d) = c.binary_data.as_mut() {
+                    d.retain(|k, _| k == CA_KEY);
+                }
+                let holds_ca = c.data.as_ref().is_some_and(|d| !d.is_empty())
+                    || c.binary_data.as_ref().is_some_and(|d| !d.is_empty());
+                if holds_ca {
+                    out.config_maps.push(*c);
+                }
+            }
             Partial::GatewayClass(mut c) => {
                 slim(&mut c.metadata);
                 out.gateway_classes.push(*c);
@@ -360,6 +385,9 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::Secret(s), "type") => s.type_ = map.next_value()?,
         (Partial::Secret(s), "data") => s.data = map.next_value()?,
         (Partial::Secret(s), "stringData") => s.string_data = map.next_value()?,
+        (Partial::ConfigMap(c), "metadata") => c.metadata = map.next_value()?,
+        (Partial::ConfigMap(c), "data") => c.data = map.next_value()?,
+        (Partial::ConfigMap(c), "binaryData") => c.binary_data = map.next_value()?,
         (Partial::GatewayClass(c), "metadata") => c.metadata = map.next_value()?,
         (Partial::GatewayClass(c), "spec") => c.spec = map.next_value()?,
         (Partial::Gateway(g), "metadata") => g.metadata = map.next_value()?,
@@ -396,6 +424,7 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
         Partial::Ingress(_) => Ingress::API_VERSION,
         Partial::Class(_) => IngressClass::API_VERSION,
         Partial::Secret(_) => Secret::API_VERSION,
+        Partial::ConfigMap(_) => ConfigMap::API_VERSION,
         Partial::Namespace(_) => Namespace::API_VERSION,
         // The CRDs serve GatewayClass, Gateway and HTTPRoute at v1 and v1beta1, ReferenceGrant
         // at v1beta1 and v1, all with one schema: any served version reads the same.
@@ -682,6 +711,23 @@ mod tests {
         let o = parse(&text, "a.yaml").unwrap();
         assert_eq!(o.services.len(), 1);
         assert_eq!(o.slices.len(), 1);
+    }
+
+    #[test]
+    fn config_maps_keep_their_ca_crt_alone() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: trust, namespace: shop, \
+                    annotations: {a: b}}\ndata: {ca.crt: PEM, nginx.conf: big}\n---\n\
+                    apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata: {x: y}\n";
+        let o = parse(text, "c.yaml").unwrap();
+        assert_eq!(o.config_maps.len(), 1, "one without ca.crt is not kept");
+        let cm = &o.config_maps[0];
+        assert_eq!(cm.metadata.name.as_deref(), Some("trust"));
+        assert_eq!(
+            cm.data.as_ref().unwrap().keys().collect::<Vec<_>>(),
+            ["ca.crt"]
+        );
+        assert_eq!(cm.metadata.annotations, None);
+        assert_eq!(o.ingress_refs().config_maps.len(), 1);
     }
 
     #[test]

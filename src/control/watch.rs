@@ -1,6 +1,7 @@
 //! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices (and
-//! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the Gateway API's GatewayClasses,
-//! Gateways, HTTPRoutes and ReferenceGrants, and Namespaces), keeps one store of each,
+//! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the ConfigMaps that hold a `ca.crt`
+//! (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes and
+//! ReferenceGrants, and Namespaces), keeps one store of each,
 //! coalesces events, and publishes through the same `Pipeline` as the offline source.
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
@@ -37,6 +38,7 @@ use crate::control::pipeline::Pipeline;
 use crate::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use crate::control::translate::{Changes, GatewayRefs, IngressRefs, Warning, WarningReason};
 use crate::ops::metrics::Metrics;
+use crate::table::upstream::CA_KEY;
 
 /// How often a Gateway API kind whose CRD is not installed (its list answers 404) is listed
 /// again. A cluster without the Gateway API is the common case and stays so for weeks: the
@@ -71,6 +73,8 @@ pub struct ClusterSource {
     pub leader: Option<tokio::sync::watch::Receiver<bool>>,
     /// `--secret-label-selector`: only TLS Secrets with these labels are watched.
     pub secret_labels: Option<String>,
+    /// `--configmap-label-selector`: only ConfigMaps with these labels are watched.
+    pub configmap_labels: Option<String>,
 }
 
 /// One watched resource's objects by (namespace, name), with the re-list buffer, and what
@@ -251,6 +255,56 @@ where
 /// a cluster's other Secrets, often thousands, are never sent, stored or parsed.
 const TLS_SECRETS: &str = "type=kubernetes.io/tls";
 
+/// ConfigMaps, for the CA bundles Services name (`lb.backend-ca-configmap`). A cluster's
+/// ConfigMaps are many and hold whole configuration files, so each is cut down to its
+/// `ca.crt` as it arrives, and one without it is not kept at all: it is never listed into the
+/// store, and a change that removes the key is a delete (so unrelated ConfigMaps never cause a
+/// rebuild either).
+fn config_map_stream(
+    client: &Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<ConfigMap>, watcher::Error>> + Send {
+    let api: Api<ConfigMap> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let cut = watch_stream(api, config)
+        .modify(slim_config_map)
+        .filter_map(|ev| std::future::ready(only_ca_config_maps(ev)));
+    backed_off(cut, None)
+}
+
+/// Drops all of a ConfigMap but its name, labels and `ca.crt`.
+fn slim_config_map(cm: &mut ConfigMap) {
+    slim(cm);
+    cm.metadata.annotations = None;
+    cm.metadata.owner_references = None;
+    if let Some(d) = cm.data.as_mut() {
+        d.retain(|k, _| k == CA_KEY);
+    }
+    if let Some(d) = cm.binary_data.as_mut() {
+        d.retain(|k, _| k == CA_KEY);
+    }
+}
+
+fn holds_ca(cm: &ConfigMap) -> bool {
+    cm.data.as_ref().is_some_and(|d| !d.is_empty())
+        || cm.binary_data.as_ref().is_some_and(|d| !d.is_empty())
+}
+
+/// A (slimmed) ConfigMap event as the store should see it: one without `ca.crt` is left out
+/// of a list and deleted by a change.
+fn only_ca_config_maps(
+    ev: Result<Event<ConfigMap>, watcher::Error>,
+) -> Option<Result<Event<ConfigMap>, watcher::Error>> {
+    match ev {
+        Ok(Event::InitApply(cm)) if !holds_ca(&cm) => None,
+        Ok(Event::Apply(cm)) if !holds_ca(&cm) => Some(Ok(Event::Delete(cm))),
+        ev => Some(ev),
+    }
+}
+
 /// A cluster-scoped kind (IngressClass, GatewayClass, Namespace); `absent_retry` as in
 /// `backed_off`.
 fn cluster_stream<K>(
@@ -419,11 +473,19 @@ impl ClusterSource {
             secret_watch = secret_watch.labels(labels);
         }
         let mut secrets = Box::pin(stream_with::<Secret>(&self.client, ns, secret_watch));
+        // ConfigMaps may be forbidden (RBAC without them): a 403 leaves the store usable and
+        // empty, one warning, and a Service naming one has its TLS fail closed.
+        let mut cm_watch = watcher::Config::default();
+        if let Some(labels) = &self.configmap_labels {
+            cm_watch = cm_watch.labels(labels);
+        }
+        let mut config_maps = Box::pin(config_map_stream(&self.client, ns, cm_watch));
         let mut svc_store: Store<Service> = Store::new();
         let mut eps_store: Store<EndpointSlice> = Store::new();
         let mut ing_store: Store<Ingress> = Store::new();
         let mut class_store: Store<IngressClass> = Store::new();
         let mut secret_store: Store<Secret> = Store::new();
+        let mut cm_store: Store<ConfigMap> = Store::new();
         let mut gw_class_store: Store<GatewayClass> = Store::new();
         let mut gw_store: Store<Gateway> = Store::new();
         let mut route_store: Store<HTTPRoute> = Store::new();
@@ -446,6 +508,7 @@ impl ClusterSource {
                 && ing_store.usable()
                 && class_store.usable()
                 && secret_store.usable()
+                && cm_store.usable()
                 && gw_class_store.usable()
                 && gw_store.usable()
                 && route_store.usable()
@@ -484,6 +547,11 @@ impl ClusterSource {
                     }
                     ev = secrets.next() => {
                         if self.on_event(ev, "secrets", &mut secret_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = config_maps.next() => {
+                        if self.on_event(ev, "configmaps", &mut cm_store) {
                             coalescer.changed(Instant::now());
                         }
                     }
@@ -542,6 +610,12 @@ impl ClusterSource {
                         &mut coalescer,
                     ),
                     self.read_ready(&mut secrets, "secrets", &mut secret_store, &mut coalescer),
+                    self.read_ready(
+                        &mut config_maps,
+                        "configmaps",
+                        &mut cm_store,
+                        &mut coalescer,
+                    ),
                     self.read_ready(&mut namespaces, "namespaces", &mut ns_store, &mut coalescer),
                     self.read_ready_gateway(
                         &mut gw_classes,
@@ -585,6 +659,7 @@ impl ClusterSource {
                 ing_store.take_changes().is_none_or(|c| !c.is_empty()),
                 class_store.take_changes().is_none_or(|c| !c.is_empty()),
                 secret_store.take_changes().is_none_or(|c| !c.is_empty()),
+                cm_store.take_changes().is_none_or(|c| !c.is_empty()),
             ]
             .contains(&true);
             let gateway = [
@@ -609,6 +684,7 @@ impl ClusterSource {
                 class_store.live.values(),
                 secret_store.live.values(),
             )
+            .with_config_maps(cm_store.live.values())
             .with_gateway(GatewayRefs {
                 classes: gw_class_store.live.values().collect(),
                 gateways: gw_store.live.values().collect(),
@@ -977,12 +1053,17 @@ pub async fn snapshot(
     .await;
     let tls = kube::api::ListParams::default().fields(TLS_SECRETS);
     let secrets = optional("secrets", api::<Secret>(client, namespace).list(&tls)).await;
+    let mut config_maps =
+        optional("configmaps", api::<ConfigMap>(client, namespace).list(&lp)).await;
+    config_maps.iter_mut().for_each(slim_config_map);
+    config_maps.retain(holds_ca);
     Ok(crate::control::manifests::Objects {
         services,
         slices,
         ingresses,
         classes,
         secrets,
+        config_maps,
         gateway_classes: optional(
             "gatewayclasses",
             Api::<GatewayClass>::all(client.clone()).list(&lp),

@@ -214,8 +214,25 @@ pub struct EntryView {
     /// `--backend-ca-file` (or the system's roots) applies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_ca_file: Option<String>,
+    /// Over TLS: the Secret or ConfigMap whose `ca.crt` the endpoints are verified against
+    /// (`lb.backend-ca-secret`, `lb.backend-ca-configmap`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_ca_object: Option<CaObjectView>,
     pub health_gate: HealthGate,
     pub endpoints: Vec<EndpointView>,
+}
+
+/// Where a Service's CA bundle comes from.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaObjectView {
+    /// `Secret` or `ConfigMap`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub key: &'static str,
+    /// It held a CA certificate when the table was built; when `false`, TLS connections to
+    /// the endpoints fail (502) until it does.
+    pub resolved: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -567,6 +584,13 @@ fn entry_view(entry: &Entry, now: Instant, fail_open: bool) -> EntryView {
         backend_sni: tls.then(|| entry.upstream.sni.to_string()),
         backend_verify: tls.then_some(entry.upstream.verify),
         backend_ca_file: entry.upstream.ca_file.as_deref().map(str::to_string),
+        backend_ca_object: entry.upstream.ca_bundle.as_ref().map(|b| CaObjectView {
+            kind: b.kind,
+            namespace: b.namespace.to_string(),
+            name: b.name.to_string(),
+            key: crate::table::upstream::CA_KEY,
+            resolved: b.pem.is_some(),
+        }),
         health_gate: entry.health_gate(fail_open),
         endpoints: (0..entry.endpoints.len())
             .map(|i| {
@@ -906,6 +930,12 @@ mod tests {
             sni: "api.internal".into(),
             verify: false,
             ca_file: None,
+            ca_bundle: Some(crate::table::upstream::CaBundle {
+                kind: "Secret",
+                namespace: "default".into(),
+                name: "web-ca".into(),
+                pem: None,
+            }),
             client_cert: None,
             send_proxy: false,
         };
@@ -920,6 +950,11 @@ mod tests {
         assert_eq!(json["backend_protocol"], "h2");
         assert_eq!(json["backend_sni"], "api.internal");
         assert_eq!(json["backend_verify"], false);
+        assert_eq!(
+            json["backend_ca_object"],
+            serde_json::json!({"kind": "Secret", "namespace": "default", "name": "web-ca",
+                "key": "ca.crt", "resolved": false})
+        );
     }
 
     #[test]

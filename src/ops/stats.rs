@@ -937,6 +937,7 @@ mod tests {
             sni: "web.default.svc".into(),
             verify: true,
             ca_file: None,
+            ca_bundle: None,
             client_cert: None,
             send_proxy: false,
         };

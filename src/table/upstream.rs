@@ -3,6 +3,8 @@
 //! translate (`appProtocol`, or the `lb.backend-protocol` annotation); read by the engines.
 //! Plain data: no Pingora, tokio or Kubernetes here.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 /// The protocol to an entry's endpoints.
@@ -68,6 +70,10 @@ pub struct Upstream {
     /// For TLS: the CA bundle (PEM file path) to verify against instead of `--backend-ca-file`
     /// (`lb.backend-ca-file`); the data plane loads it and follows its changes.
     pub ca_file: Option<Box<str>>,
+    /// For TLS: the CA bundle held in a Secret or ConfigMap (`lb.backend-ca-secret`,
+    /// `lb.backend-ca-configmap`), as translate found it; it takes the place of `ca_file`
+    /// and of `--backend-ca-file`.
+    pub ca_bundle: Option<CaBundle>,
     /// For TLS: the client certificate chain and key files (PEM) presented to endpoints that
     /// ask for one, instead of `--backend-client-cert` (`lb.backend-client-cert`, `-key`).
     pub client_cert: Option<(Box<str>, Box<str>)>,
@@ -82,8 +88,36 @@ impl Default for Upstream {
             verify: true,
             send_proxy: false,
             ca_file: None,
+            ca_bundle: None,
             client_cert: None,
         }
+    }
+}
+
+/// The key of a Secret or ConfigMap that holds a CA bundle (the one cert-manager and
+/// trust-manager write).
+pub const CA_KEY: &str = "ca.crt";
+
+/// A CA bundle from a Kubernetes object's `ca.crt`, carried in the table as bytes: the data
+/// plane parses each distinct content once. A reference that did not resolve keeps its
+/// place with no bytes, so that its connections fail closed instead of falling back to a
+/// broader trust.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct CaBundle {
+    /// `Secret` or `ConfigMap`.
+    pub kind: &'static str,
+    pub namespace: Box<str>,
+    pub name: Box<str>,
+    /// The PEM text of its `ca.crt`; `None` when the reference did not resolve (no such
+    /// object, no such key, no certificate in it).
+    #[serde(skip)]
+    pub pem: Option<Arc<[u8]>>,
+}
+
+impl std::fmt::Display for CaBundle {
+    /// `Secret shop/api-ca`, for logs and errors.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
     }
 }
 

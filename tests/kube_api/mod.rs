@@ -1,5 +1,6 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
-//! EndpointSlices, Ingresses, IngressClasses, Secrets, Leases, Events, Namespaces and the
+//! EndpointSlices, Ingresses, IngressClasses, Secrets, ConfigMaps, Leases, Events, Namespaces
+//! and the
 //! Gateway API's GatewayClasses, Gateways, HTTPRoutes (`gateway.networking.k8s.io/v1`) and
 //! ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
@@ -59,6 +60,7 @@ pub enum Kind {
     Ingress,
     IngressClass,
     Secret,
+    ConfigMap,
     Lease,
     Namespace,
     GatewayClass,
@@ -71,12 +73,13 @@ pub enum Kind {
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 impl Kind {
-    const ALL: [Kind; 11] = [
+    const ALL: [Kind; 12] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Ingress,
         Kind::IngressClass,
         Kind::Secret,
+        Kind::ConfigMap,
         Kind::Lease,
         Kind::Namespace,
         Kind::GatewayClass,
@@ -86,7 +89,7 @@ impl Kind {
     ];
     fn group(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Secret | Kind::Namespace => "",
+            Kind::Service | Kind::Secret | Kind::ConfigMap | Kind::Namespace => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Lease => "coordination.k8s.io",
@@ -98,7 +101,7 @@ impl Kind {
     /// The storage version, which objects are kept at.
     fn api_version(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Secret | Kind::Namespace => "v1",
+            Kind::Service | Kind::Secret | Kind::ConfigMap | Kind::Namespace => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io/v1",
             Kind::Lease => "coordination.k8s.io/v1",
@@ -120,6 +123,7 @@ impl Kind {
             Kind::Ingress => "Ingress",
             Kind::IngressClass => "IngressClass",
             Kind::Secret => "Secret",
+            Kind::ConfigMap => "ConfigMap",
             Kind::Lease => "Lease",
             Kind::Namespace => "Namespace",
             Kind::GatewayClass => "GatewayClass",
@@ -135,6 +139,7 @@ impl Kind {
             Kind::Ingress => "ingresses",
             Kind::IngressClass => "ingressclasses",
             Kind::Secret => "secrets",
+            Kind::ConfigMap => "configmaps",
             Kind::Lease => "leases",
             Kind::Namespace => "namespaces",
             Kind::GatewayClass => "gatewayclasses",
@@ -205,6 +210,8 @@ struct State {
     gateway_api_absent: bool,
     /// Requests answered 404 because the Gateway API is not installed, per kind.
     absent_answers: BTreeMap<Kind, u32>,
+    /// Kinds the client's RBAC does not grant: every request for them is answered 403.
+    forbidden: std::collections::BTreeSet<Kind>,
 }
 
 impl State {
@@ -566,6 +573,12 @@ impl FakeApi {
         if !installed {
             self.break_watches(false);
         }
+    }
+
+    /// Answers every request for `kind` 403 Forbidden from now on, as an API server does for a
+    /// ServiceAccount whose role lacks the resource.
+    pub fn forbid(&self, kind: Kind) {
+        self.state.lock().unwrap().forbidden.insert(kind);
     }
 
     /// Requests for `kind` answered 404 because the Gateway API was not installed.
@@ -1026,6 +1039,26 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
             json!({"kind": "Status", "code": 404, "message": path}),
         );
     };
+    if ctx.state.lock().unwrap().forbidden.contains(&target.kind) {
+        *ctx.state
+            .lock()
+            .unwrap()
+            .attempts
+            .entry(target.kind)
+            .or_default() += 1;
+        return status(
+            403,
+            "Forbidden",
+            format!(
+                "{} is forbidden: User \"system:serviceaccount:test:switchyard\" cannot {} \
+                 resource \"{}\" in API group \"{}\"",
+                target.kind.qualified(),
+                req.method().as_str().to_lowercase(),
+                target.kind.plural(),
+                target.kind.group()
+            ),
+        );
+    }
     let q = query(&req);
     let collection_read = target.name.is_none() && req.method() == Method::GET;
     let failing = {

@@ -25,6 +25,11 @@ pub(super) struct Settings {
     pub(super) send_proxy: bool,
     /// `lb.backend-ca-file`: an absolute path to a PEM bundle.
     pub(super) backend_ca_file: Option<String>,
+    /// `lb.backend-ca-secret` or `lb.backend-ca-configmap`: the kind and name of the object,
+    /// in the Service's namespace, whose `ca.crt` is the CA bundle (it overrides the file).
+    pub(super) backend_ca_object: Option<(&'static str, String)>,
+    /// That object's bundle, resolved by the builder against the objects it was given.
+    pub(super) backend_ca: Option<CaBundle>,
     /// `lb.backend-client-cert` and `lb.backend-client-key`: absolute paths, both or neither.
     pub(super) backend_client_cert: Option<(String, String)>,
 }
@@ -414,6 +419,35 @@ pub(super) fn settings(
                 None
             }
         });
+    // One source of trust per Service, in this order: a Secret, a ConfigMap, a file. The
+    // others are warned about rather than silently dropped.
+    let secret = ann.get(annotation::BACKEND_CA_SECRET);
+    let configmap = ann.get(annotation::BACKEND_CA_CONFIGMAP);
+    let backend_ca_object = match (secret, configmap) {
+        (Some(s), c) => {
+            if let Some(c) = c {
+                ann.warn(
+                    annotation::BACKEND_CA_CONFIGMAP,
+                    c,
+                    "is ignored: lb.backend-ca-secret is set and takes precedence",
+                );
+            }
+            Some(("Secret", s.trim().to_string()))
+        }
+        (None, Some(c)) => Some(("ConfigMap", c.trim().to_string())),
+        (None, None) => None,
+    };
+    let backend_ca_file = match (backend_ca_file, &backend_ca_object) {
+        (Some(file), Some((kind, _))) => {
+            ann.warn(
+                annotation::BACKEND_CA_FILE,
+                &file,
+                &format!("is ignored: the {kind} annotation is set and takes precedence"),
+            );
+            None
+        }
+        (file, _) => file,
+    };
     let cert = ann.get(annotation::BACKEND_CLIENT_CERT);
     let key = ann.get(annotation::BACKEND_CLIENT_KEY);
     let backend_client_cert = match (cert, key) {
@@ -479,6 +513,8 @@ pub(super) fn settings(
         skip_verify,
         send_proxy,
         backend_ca_file,
+        backend_ca_object,
+        backend_ca: None,
         backend_client_cert,
     }
 }

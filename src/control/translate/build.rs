@@ -69,6 +69,8 @@ pub(super) struct Builder<'a> {
     pub(super) frozen: Option<(Arc<EntryIndex>, &'a [Arc<Entry>])>,
     pub(super) needs_full: bool,
     pub(super) ingress_only: BTreeSet<ObjectKey>,
+    /// The Secrets and ConfigMaps a Service's CA bundle annotations may name.
+    pub(super) trust: Trust<'a>,
 }
 
 impl<'a> Builder<'a> {
@@ -103,6 +105,7 @@ impl<'a> Builder<'a> {
             frozen: None,
             needs_full: false,
             ingress_only: BTreeSet::new(),
+            trust: Trust::default(),
         }
     }
 
@@ -215,7 +218,7 @@ impl<'a> Builder<'a> {
             }
             _ => {}
         }
-        let settings = settings(svc, self.options, &who, &mut self.warnings);
+        let settings = self.service_settings(svc, &who);
         for sp in spec.and_then(|s| s.ports.as_deref()).unwrap_or(&[]) {
             let protocol = sp.protocol.as_deref().unwrap_or("TCP");
             if protocol != "TCP" {
@@ -235,6 +238,42 @@ impl<'a> Builder<'a> {
             };
             self.add_port(svc, &who, &settings, sp, port, slices, true);
         }
+    }
+
+    /// A Service's settings, its CA bundle reference resolved: an unresolved one is a warning
+    /// and stays in the settings without a bundle, so that its TLS connections fail closed.
+    pub(super) fn service_settings(&mut self, svc: &Service, who: &ObjectRef) -> Settings {
+        let mut s = settings(svc, self.options, who, &mut self.warnings);
+        if let Some((kind, name)) = &s.backend_ca_object {
+            let pem = match self.trust.ca_pem(kind, &who.namespace, name) {
+                Ok(pem) => Some(pem),
+                Err(why) => {
+                    let key = if *kind == "Secret" {
+                        annotation::BACKEND_CA_SECRET
+                    } else {
+                        annotation::BACKEND_CA_CONFIGMAP
+                    };
+                    self.warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::InvalidAnnotation,
+                        message: format!(
+                            "{key}: {kind} {}/{} {why}; TLS connections to its endpoints fail \
+                             until it holds a CA certificate",
+                            who.namespace,
+                            show(name)
+                        ),
+                    });
+                    None
+                }
+            };
+            s.backend_ca = Some(CaBundle {
+                kind,
+                namespace: who.namespace.as_str().into(),
+                name: name.as_str().into(),
+                pem,
+            });
+        }
+        s
     }
 
     /// Adds the entry of one Service port and, with `own_routes`, the routes its annotations
@@ -449,6 +488,7 @@ impl<'a> Builder<'a> {
                 .as_deref()
                 .filter(|_| protocol.tls())
                 .map(Into::into),
+            ca_bundle: s.backend_ca.clone().filter(|_| protocol.tls()),
             client_cert: s
                 .backend_client_cert
                 .as_ref()

@@ -144,6 +144,7 @@ pub(super) fn served_address_type(slice: &EndpointSlice) -> bool {
 pub(super) fn incremental(
     services: &Store<Service>,
     slices: &Store<EndpointSlice>,
+    ingress: IngressInputs<'_>,
     changes: &Changes,
     options: &Options,
     prev: &RoutingTable,
@@ -288,6 +289,9 @@ pub(super) fn incremental(
         // starts fresh; the health checker copes with one address having several states).
         let own = prev.entries.get(m.first..m.first + m.count)?;
         let mut b = Builder::new_scoped(options, own);
+        // A Secret or ConfigMap change makes the build a full one, so these resolve as they
+        // did for the previous table.
+        b.trust = Trust::new(ingress.secrets, ingress.config_maps);
         b.add_service(svc, &objects);
         if b.entries.len() != m.count {
             return None;

@@ -650,7 +650,7 @@ impl<'a> Builder<'a> {
             };
         }
         let svc_who = object("Service", ns, name);
-        let settings = settings(svc, self.options, &svc_who, &mut self.warnings);
+        let settings = self.service_settings(svc, &svc_who);
         let id = EntryId::try_from(self.entries.len()).unwrap_or(EntryId::MAX);
         self.add_port(svc, &svc_who, &settings, sp, number, slices, false);
         self.ingress_only.insert((ns.to_string(), name.to_string()));

@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Secret, Service, ServicePort};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -39,6 +39,7 @@ mod incremental;
 mod ingress;
 mod inputs;
 mod original;
+mod trust;
 
 pub use self::annotations::{MAX_DURATION, parse_duration};
 use self::gateway::api::GatewayApiStatus;
@@ -46,13 +47,13 @@ pub use self::gateway::{DEFAULT_GATEWAY_CONTROLLER_NAME, GatewayInputs, GatewayR
 pub use self::incremental::Memo;
 pub use self::ingress::{DEFAULT_CONTROLLER_NAME, ingress_annotation};
 pub use self::original::{Difference, Outcome, migration_preview};
-use self::{annotations::*, build::*, endpoints::*, incremental::*, inputs::*};
+use self::{annotations::*, build::*, endpoints::*, incremental::*, inputs::*, trust::*};
 use crate::table::balance::Algorithm;
 use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{
     HostPattern, PathRule, PathRules, Router, validate_host, validate_prefix,
 };
-use crate::table::upstream::{BackendProtocol, Upstream};
+use crate::table::upstream::{BackendProtocol, CaBundle, Upstream};
 use crate::table::{
     CheckSpec, Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend,
     RoutingTable, Shared, TcpFrontend,
@@ -76,10 +77,12 @@ pub mod annotation {
     pub const BACKEND_SKIP_VERIFY: &str = "serviceloadbalancer/lb.backend-insecure-skip-verify";
     pub const SEND_PROXY: &str = "serviceloadbalancer/lb.send-proxy-protocol";
     pub const BACKEND_CA_FILE: &str = "serviceloadbalancer/lb.backend-ca-file";
+    pub const BACKEND_CA_SECRET: &str = "serviceloadbalancer/lb.backend-ca-secret";
+    pub const BACKEND_CA_CONFIGMAP: &str = "serviceloadbalancer/lb.backend-ca-configmap";
     pub const BACKEND_CLIENT_CERT: &str = "serviceloadbalancer/lb.backend-client-cert";
     pub const BACKEND_CLIENT_KEY: &str = "serviceloadbalancer/lb.backend-client-key";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 16] = [
+    pub const KNOWN: [&str; 18] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -94,6 +97,8 @@ pub mod annotation {
         BACKEND_SKIP_VERIFY,
         SEND_PROXY,
         BACKEND_CA_FILE,
+        BACKEND_CA_SECRET,
+        BACKEND_CA_CONFIGMAP,
         BACKEND_CLIENT_CERT,
         BACKEND_CLIENT_KEY,
     ];
@@ -266,7 +271,8 @@ pub type Store<K> = BTreeMap<ObjectKey, K>;
 pub struct Changes {
     pub services: BTreeSet<ObjectKey>,
     pub slices: BTreeSet<ObjectKey>,
-    /// An Ingress, IngressClass or Secret changed (which makes the build a full one).
+    /// An Ingress, IngressClass, Secret or ConfigMap changed (which makes the build a full
+    /// one: a Service's CA bundle may come from a Secret or ConfigMap).
     pub ingress: bool,
     /// A Gateway API object or a Namespace changed. Alone, only the Gateway routes and status
     /// are redone (the entries are shared with the previous table); with anything else, the
@@ -287,6 +293,8 @@ pub struct IngressRefs<'a> {
     pub ingresses: Vec<&'a Ingress>,
     pub classes: Vec<&'a IngressClass>,
     pub secrets: Vec<&'a Secret>,
+    /// ConfigMaps a Service's `lb.backend-ca-configmap` may name.
+    pub config_maps: Vec<&'a ConfigMap>,
     /// The Gateway API objects (and Namespaces, for `allowedRoutes` selectors).
     pub gateway: GatewayRefs<'a>,
 }
@@ -301,8 +309,17 @@ impl<'a> IngressRefs<'a> {
             ingresses: ingresses.into_iter().collect(),
             classes: classes.into_iter().collect(),
             secrets: secrets.into_iter().collect(),
+            config_maps: Vec::new(),
             gateway: GatewayRefs::default(),
         }
+    }
+
+    pub fn with_config_maps(
+        mut self,
+        config_maps: impl IntoIterator<Item = &'a ConfigMap>,
+    ) -> Self {
+        self.config_maps = config_maps.into_iter().collect();
+        self
     }
 
     pub fn with_gateway(mut self, gateway: GatewayRefs<'a>) -> Self {
@@ -315,18 +332,21 @@ impl<'a> IngressRefs<'a> {
             ingresses: &self.ingresses,
             classes: &self.classes,
             secrets: &self.secrets,
+            config_maps: &self.config_maps,
             gateway: self.gateway.inputs(),
         }
     }
 }
 
 /// The Ingress side of the inputs: Ingresses, IngressClasses and the Secrets their TLS
-/// sections may name, by reference (a rebuild never clones the world).
+/// sections may name, by reference (a rebuild never clones the world); and the ConfigMaps
+/// (with those Secrets) that a Service's CA bundle annotations may name.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IngressInputs<'a> {
     pub ingresses: &'a [&'a Ingress],
     pub classes: &'a [&'a IngressClass],
     pub secrets: &'a [&'a Secret],
+    pub config_maps: &'a [&'a ConfigMap],
     /// The Gateway API objects; their listeners' Secrets are in `secrets`.
     pub gateway: GatewayInputs<'a>,
 }
@@ -418,7 +438,9 @@ pub fn translate_changes(
         let done = if gateway_only {
             gateway::rebuild(services, ingress, options, prev.table, memo)
         } else {
-            incremental(services, slices, changes, options, prev.table, memo)
+            incremental(
+                services, slices, ingress, changes, options, prev.table, memo,
+            )
         };
         if let Some(done) = done {
             return done;
@@ -444,6 +466,7 @@ fn full<'a>(
     let mut index = index_slices(slices, &mut input_warnings);
     let (services, sorted) = dedup_services(services, &mut input_warnings);
     let mut b = Builder::new(options, previous);
+    b.trust = Trust::new(ingress.secrets, ingress.config_maps);
     // Sized up front: growing maps of hundreds of thousands of addresses rehashes them often.
     b.prev_endpoints.reserve(index.addresses);
     b.entries.reserve(services.len() * 2);

@@ -1850,3 +1850,4 @@ fn the_api_servers_own_service_is_skipped_unless_asked_for() {
 
 mod gateway;
 mod ingress;
+mod trust;

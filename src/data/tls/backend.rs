@@ -1,9 +1,11 @@
 //! TLS to backends: the CA bundles endpoints are verified against (`--backend-ca-file`, and a
-//! Service's own `lb.backend-ca-file`) and the client certificates presented to endpoints that
-//! ask for one (`--backend-client-cert`/`-key`, a Service's own `lb.backend-client-cert`/`-key`),
-//! loaded from PEM files, reloaded when a file changes, and handed to each new upstream
-//! connection as its peer's CA and client certificate. So a rotated file applies from the next
-//! connection on without a restart; pooled connections keep what they verified.
+//! Service's own `lb.backend-ca-file`, or the `ca.crt` of the Secret or ConfigMap its
+//! `lb.backend-ca-secret` / `lb.backend-ca-configmap` names, which the table carries) and the
+//! client certificates presented to endpoints that ask for one (`--backend-client-cert`/`-key`,
+//! a Service's own `lb.backend-client-cert`/`-key`), loaded from PEM files, reloaded when a
+//! file changes, and handed to each new upstream connection as its peer's CA and client
+//! certificate. So a rotated file applies from the next connection on without a restart;
+//! pooled connections keep what they verified.
 //!
 //! `BackendTlsWatcher` polls the files (the flag's, and those the current table names) and
 //! swaps in a new map of parsed bundles (`arc-swap`); the request path only looks one up. A
@@ -12,6 +14,13 @@
 //! certificate would (502, counted in `upstream_tls_failures_total`). Without
 //! `--backend-ca-file` the default is Pingora's (the system's roots), which does not rotate.
 //!
+//! A bundle from a Secret or ConfigMap comes with the table, as PEM bytes: each distinct
+//! content is parsed once (by the poll, or by the first connection that needs it, whichever
+//! comes first) into a bundle of its own id, so a rotated object's new bundle is a new pool
+//! group. A reference translate could not resolve has no bytes, and a content that does not
+//! parse is refused (warned once): either way those connections fail closed, as for an
+//! unloadable file, and never fall back to the flag's bundle or the system's roots.
+//!
 //! The price of a per-connection bundle: Pingora then builds the connection's rustls client
 //! configuration each time, with a fresh session cache, so those TLS sessions are not
 //! resumed. So the flag's bundle as it was at startup is not handed over: Pingora's connector
@@ -19,6 +28,7 @@
 //! only once the file has rotated (or a Service names its own, or a client certificate is
 //! presented) does a connection get its own.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +48,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::watcher::{Stamp, read_file};
 use crate::ops::health::PeerTls;
-use crate::table::upstream::Upstream;
+use crate::table::upstream::{CaBundle, Upstream};
 use crate::table::{RoutingTable, TableReader};
 
 /// How often the bundles are checked for changes.
@@ -75,6 +85,8 @@ pub struct BackendTls {
     /// The id of the flag's bundle as loaded at startup: the one Pingora's connector holds.
     startup_ca: Option<u64>,
     cas: ArcSwap<HashMap<PathBuf, Bundle>>,
+    /// Bundles the table carries (from Secrets and ConfigMaps), by content; `None`: refused.
+    held: ArcSwap<HashMap<Arc<[u8]>, Option<Bundle>>>,
     default_client: Option<Pair>,
     clients: ArcSwap<HashMap<Pair, Arc<CertKey>>>,
     /// The watcher's memory between polls.
@@ -166,6 +178,7 @@ impl BackendTls {
             default_ca,
             startup_ca: None,
             cas: ArcSwap::from_pointee(HashMap::new()),
+            held: ArcSwap::from_pointee(HashMap::new()),
             default_client,
             clients: ArcSwap::from_pointee(HashMap::new()),
             seen: Mutex::new(Seen::default()),
@@ -182,6 +195,15 @@ impl BackendTls {
     /// The bundle to verify `u`'s endpoints against: the Service's own, else the flag's;
     /// `None` for Pingora's default.
     fn bundle_for(&self, u: &Upstream) -> Result<Option<Bundle>, CaNotLoaded> {
+        if let Some(own) = &u.ca_bundle {
+            // Unresolved or refused: fail closed, never the flag's bundle.
+            return own
+                .pem
+                .as_ref()
+                .and_then(|pem| self.held_bundle(own, pem))
+                .map(Some)
+                .ok_or_else(|| CaNotLoaded(own.to_string().into()));
+        }
         let cas = self.cas.load();
         match (&u.ca_file, &self.default_ca) {
             (Some(own), _) => cas
@@ -190,6 +212,59 @@ impl BackendTls {
                 .ok_or_else(|| CaNotLoaded(own.clone())),
             (None, Some(default)) => Ok(cas.get(default).cloned()),
             (None, None) => Ok(None),
+        }
+    }
+
+    /// The parsed bundle of `pem`, parsed now if no poll has yet (once per content: a refusal
+    /// is remembered too, so it is warned about once).
+    fn held_bundle(&self, source: &CaBundle, pem: &Arc<[u8]>) -> Option<Bundle> {
+        if let Some(b) = self.held.load().get(pem) {
+            return b.clone();
+        }
+        let parsed = match parse_bundle(pem) {
+            Ok(ca) => {
+                tracing::info!(%source, "backend CA bundle loaded");
+                Some(Bundle {
+                    ca,
+                    id: NEXT_BUNDLE.fetch_add(1, Ordering::Relaxed),
+                })
+            }
+            Err(why) => {
+                tracing::warn!(%source, %why, "backend CA bundle refused; TLS connections to its Service's endpoints fail");
+                None
+            }
+        };
+        // Two connections may race here: the first bundle stored is the one both use, so
+        // they share a pool group.
+        self.held.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            if let MapEntry::Vacant(v) = m.entry(Arc::clone(pem)) {
+                v.insert(parsed.clone());
+            }
+            m
+        });
+        self.held.load().get(pem).cloned().unwrap_or(parsed)
+    }
+
+    /// Parses the bundles `table` carries that are new, and forgets those it no longer does.
+    fn poll_held(&self, table: &RoutingTable) {
+        let wanted: Vec<(&CaBundle, &Arc<[u8]>)> = table
+            .entries
+            .iter()
+            .filter(|e| e.upstream.protocol.tls())
+            .filter_map(|e| e.upstream.ca_bundle.as_ref())
+            .filter_map(|b| b.pem.as_ref().map(|pem| (b, pem)))
+            .collect();
+        for (source, pem) in &wanted {
+            self.held_bundle(source, pem);
+        }
+        let keep: HashSet<&[u8]> = wanted.iter().map(|(_, pem)| &pem[..]).collect();
+        if self.held.load().keys().any(|k| !keep.contains(&k[..])) {
+            self.held.rcu(|m| {
+                let mut m = HashMap::clone(m);
+                m.retain(|k, _| keep.contains(&k[..]));
+                m
+            });
         }
     }
 
@@ -290,6 +365,7 @@ impl BackendTls {
     pub fn poll(&self, table: &RoutingTable) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         self.poll_cas(table, &mut seen);
+        self.poll_held(table);
         self.poll_clients(table, &mut seen);
         let wanted: HashSet<PathBuf> = self
             .wanted(table)
@@ -351,7 +427,7 @@ impl PeerTls for BackendTls {
         // The startup bundle is Pingora's own (see the module comment): left to its shared
         // configuration, so sessions are resumed.
         if let Some(b) = self.bundle_for(u).map_err(|e| e.to_string())?
-            && !(u.ca_file.is_none() && Some(b.id) == self.startup_ca)
+            && !(u.ca_file.is_none() && u.ca_bundle.is_none() && Some(b.id) == self.startup_ca)
         {
             peer.options.ca = Some(b.ca);
             peer.group_key = b.id;
@@ -407,6 +483,7 @@ mod tests {
             sni: "web.default.svc".into(),
             verify: true,
             ca_file: ca_file.map(|p| p.to_str().unwrap().into()),
+            ca_bundle: None,
             client_cert: None,
             send_proxy: false,
         }
@@ -466,6 +543,57 @@ mod tests {
         // A file the table no longer names is forgotten.
         tls.poll(&RoutingTable::default());
         assert!(tls.ca_for(&with_own).is_err());
+    }
+
+    fn held(kind: &'static str, pem: Option<&str>) -> Upstream {
+        Upstream {
+            ca_bundle: Some(CaBundle {
+                kind,
+                namespace: "default".into(),
+                name: "web-ca".into(),
+                pem: pem.map(|p| Arc::from(p.as_bytes())),
+            }),
+            ..tls_upstream(None)
+        }
+    }
+
+    #[test]
+    fn bundles_from_objects_are_parsed_once_per_content_and_fail_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("default.pem");
+        std::fs::write(&default, ca_pem("flag")).unwrap();
+        let tls = BackendTls::new(Some(default), None);
+        let (first, second) = (ca_pem("first"), ca_pem("second"));
+        let a = held("Secret", Some(&first));
+        let mut peer = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
+        // Before any poll: parsed by the first connection.
+        tls.configure(&a, &mut peer).unwrap();
+        assert_eq!(names(peer.options.ca.as_ref().unwrap()), ["CN=first"]);
+        let first_id = peer.group_key;
+        assert_ne!(first_id, 0);
+        // The same content (another Service, a rebuilt table): the same bundle and pool group.
+        let mut again = HttpPeer::new("10.0.0.2:443", true, "web.default.svc".into());
+        tls.configure(&held("ConfigMap", Some(&first)), &mut again)
+            .unwrap();
+        assert_eq!(again.group_key, first_id);
+        // Rotated: another bundle, another pool group.
+        let b = held("Secret", Some(&second));
+        tls.poll(&table_with(b.clone()));
+        let mut rotated = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
+        tls.configure(&b, &mut rotated).unwrap();
+        assert_eq!(names(rotated.options.ca.as_ref().unwrap()), ["CN=second"]);
+        assert_ne!(rotated.group_key, first_id);
+        assert_eq!(tls.held.load().len(), 1, "the first content is forgotten");
+        // Unresolved, or a certificate that does not parse: an error, never the flag's bundle.
+        let err = tls.configure(&held("Secret", None), &mut peer).unwrap_err();
+        assert!(err.contains("Secret default/web-ca"), "{err}");
+        let junk = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert!(
+            tls.configure(&held("ConfigMap", Some(junk)), &mut peer)
+                .is_err()
+        );
+        tls.poll(&RoutingTable::default());
+        assert!(tls.held.load().is_empty());
     }
 
     #[test]

@@ -661,6 +661,7 @@ fn an_ingress_change_rebuilds_in_full() {
         ingresses: &one,
         classes: &class_refs,
         secrets: &[],
+        config_maps: &[],
         gateway: Default::default(),
     };
     let o = Options::default();
@@ -717,6 +718,7 @@ fn endpoints_of_an_ingress_only_entry_follow_their_slices() {
         ingresses: &one,
         classes: &classes,
         secrets: &[],
+        config_maps: &[],
         gateway: Default::default(),
     };
     let o = Options::default();
