@@ -76,6 +76,9 @@ struct Bundle {
     id: u64,
 }
 
+/// Parsed bundles by their PEM content.
+type HeldBundles = HashMap<Arc<[u8]>, Option<Bundle>, ahash::RandomState>;
+
 /// Numbers loaded bundles (0 stays Pingora's default group).
 static NEXT_BUNDLE: AtomicU64 = AtomicU64::new(1);
 
@@ -86,7 +89,9 @@ pub struct BackendTls {
     startup_ca: Option<u64>,
     cas: ArcSwap<HashMap<PathBuf, Bundle>>,
     /// Bundles the table carries (from Secrets and ConfigMaps), by content; `None`: refused.
-    held: ArcSwap<HashMap<Arc<[u8]>, Option<Bundle>>>,
+    /// Looked up for every connection to such a Service: hashed with aHash (a few hundred ns
+    /// for a bundle of a few KiB), not SipHash.
+    held: ArcSwap<HeldBundles>,
     default_client: Option<Pair>,
     clients: ArcSwap<HashMap<Pair, Arc<CertKey>>>,
     /// The watcher's memory between polls.
@@ -178,7 +183,7 @@ impl BackendTls {
             default_ca,
             startup_ca: None,
             cas: ArcSwap::from_pointee(HashMap::new()),
-            held: ArcSwap::from_pointee(HashMap::new()),
+            held: ArcSwap::from_pointee(HeldBundles::default()),
             default_client,
             clients: ArcSwap::from_pointee(HashMap::new()),
             seen: Mutex::new(Seen::default()),
