@@ -103,6 +103,23 @@ struct Matched {
     candidate: Candidate,
 }
 
+/// Why one rule cannot be served: the route's `Accepted` reason when no rule is left
+/// (`UnsupportedValue`, or `IncompatibleFilters` for filters the spec says may not be
+/// combined), and what the status says.
+struct Invalid {
+    reason: &'static str,
+    message: String,
+}
+
+impl Invalid {
+    fn unsupported(message: String) -> Self {
+        Invalid {
+            reason: "UnsupportedValue",
+            message,
+        }
+    }
+}
+
 /// Why a backend reference cannot be used (the `ResolvedRefs` reasons).
 struct Unresolved {
     reason: &'static str,
@@ -263,33 +280,44 @@ impl<'a> Builder<'a> {
                 .map(|t| t.0.to_string())
                 .unwrap_or_default();
             let mut resolved: Result<(), Unresolved> = Ok(());
-            let mut unsupported: Option<String> = None;
             let default_rule = [HTTPRouteRule::default()];
             let route_rules = route.spec.rules.as_deref().unwrap_or(&default_rule);
             let mut made: Vec<(usize, Vec<Matched>)> = Vec::new();
-            // Rules whose matches cannot be served (an invalid regular expression): dropped,
-            // as the spec's `PartiallyInvalid` condition describes.
-            let mut dropped: Vec<String> = Vec::new();
+            // Rules that cannot be served (an invalid regular expression, a filter switchyard
+            // does not offer, filters the spec says may not be combined): each is dropped
+            // alone, as the spec's `PartiallyInvalid` condition describes, and the route's
+            // other rules serve. The reason is the first dropped rule's.
+            let mut dropped: Vec<Invalid> = Vec::new();
             let mut route_patterns = 0;
             for (ri, rule) in route_rules.iter().enumerate() {
+                let at = |i: Invalid| Invalid {
+                    reason: i.reason,
+                    message: format!("Rule {ri}: {}", i.message),
+                };
                 let matched = match self.rule_matches(&who, rule) {
                     Ok(m) => m,
                     Err(why) => {
-                        dropped.push(format!("Rule {ri}: {why}"));
+                        dropped.push(at(Invalid::unsupported(why)));
                         continue;
                     }
                 };
-                let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
-                if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
-                    dropped.push(format!(
-                        "Rule {ri}: the route would hold more than {MAX_ROUTE_PATTERNS} \
-                         regular expressions"
-                    ));
+                if let Some(why) = incompatible_filters(rule) {
+                    dropped.push(at(Invalid {
+                        reason: "IncompatibleFilters",
+                        message: why,
+                    }));
                     continue;
                 }
-                route_patterns += patterns_here;
+                let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
+                if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
+                    dropped.push(at(Invalid::unsupported(format!(
+                        "the route would hold more than {MAX_ROUTE_PATTERNS} regular expressions"
+                    ))));
+                    continue;
+                }
                 match self.gateway_rule(&who, rule, ri, &grants, services, &mut entry_ids) {
                     Ok((r, unresolved)) => {
+                        route_patterns += patterns_here;
                         if let (Ok(()), Some(u)) = (&resolved, unresolved) {
                             resolved = Err(u);
                         }
@@ -304,19 +332,32 @@ impl<'a> Builder<'a> {
                         made.push((ri, matched));
                         rules.push(r);
                     }
-                    Err(why) => {
-                        unsupported.get_or_insert(why);
-                    }
+                    Err(why) => dropped.push(at(Invalid::unsupported(why))),
                 }
             }
             let mut partially = None;
-            if !dropped.is_empty() && unsupported.is_none() {
-                let why = format!("Dropped {}", dropped.join("; "));
+            if let Some(first) = dropped.first() {
+                let reason = first.reason;
+                let why = format!(
+                    "Dropped {}",
+                    dropped
+                        .iter()
+                        .map(|d| d.message.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
                 if made.is_empty() {
                     // Every rule is invalid: the route is.
-                    unsupported = Some(why);
+                    self.warn_gateway(&who, format!("{why}; the route is not served"));
+                    for p in &mut parents {
+                        p.conditions[0] =
+                            Condition::new("Accepted", false, reason, why.clone(), generation);
+                    }
+                    places.clear();
                 } else {
                     self.warn_gateway(&who, format!("{why}; the other rules serve"));
+                    // The spec's one reason for it, whatever the rules' causes (the message
+                    // says each).
                     partially = Some(Condition::new(
                         "PartiallyInvalid",
                         true,
@@ -325,19 +366,6 @@ impl<'a> Builder<'a> {
                         generation,
                     ));
                 }
-            }
-            if let Some(why) = &unsupported {
-                self.warn_gateway(&who, format!("{why}; the route is not served"));
-                for p in &mut parents {
-                    p.conditions[0] = Condition::new(
-                        "Accepted",
-                        false,
-                        "UnsupportedValue",
-                        why.clone(),
-                        generation,
-                    );
-                }
-                places.clear();
             }
             let refs = match &resolved {
                 Ok(()) => {
@@ -844,8 +872,9 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// One rule's table form, and the first of its backends that does not resolve. `Err`: a
-    /// filter switchyard does not offer (the route is then not served).
+    /// One rule's table form, and the first of its backends (or filters) that does not
+    /// resolve. `Err`: a filter or value switchyard does not offer (the rule is then
+    /// dropped); checked before any backend is resolved, so a dropped rule makes no entry.
     fn gateway_rule(
         &mut self,
         who: &ObjectRef,
@@ -868,6 +897,8 @@ impl<'a> Builder<'a> {
         };
         let mut redirect = None;
         let mut unresolved = None;
+        let mut mirrors = Vec::new();
+        let mut extension = None;
         for f in &rule.filters {
             match filter(f, &mut out.request_headers, &mut out.response_headers)? {
                 Some(Filtered::Redirect(r)) => redirect = Some(r),
@@ -876,17 +907,10 @@ impl<'a> Builder<'a> {
                     out.rewrite_path = path;
                 }
                 Some(Filtered::Mirror(to, numerator, denominator)) => {
-                    match self.gateway_backend(who, &to, grants, services, entry_ids) {
-                        Ok(entry) => out.mirrors.push(Mirror {
-                            entry,
-                            numerator,
-                            denominator,
-                            turn: Shared::default(),
-                        }),
-                        Err(u) => {
-                            unresolved.get_or_insert(u);
-                        }
-                    }
+                    mirrors.push((to, numerator, denominator));
+                }
+                Some(Filtered::Extension(why)) => {
+                    extension.get_or_insert(why);
                 }
                 None => {}
             }
@@ -905,29 +929,87 @@ impl<'a> Builder<'a> {
                 .transpose()?
                 .flatten();
         }
+        // Each backendRef's filters, read before any backend is resolved.
+        let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
+        for b in &rule.backend_refs {
+            let mut request_headers = HeaderFilter::default();
+            let mut response_headers = HeaderFilter::default();
+            let mut extension = None;
+            for f in &b.filters {
+                match filter(f, &mut request_headers, &mut response_headers)? {
+                    None => {}
+                    Some(Filtered::Extension(why)) => {
+                        extension.get_or_insert(why);
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "filter {} on a backendRef is not supported",
+                            f.type_
+                        ));
+                    }
+                }
+            }
+            backend_filters.push((request_headers, response_headers, extension));
+        }
+        if let Some(message) = extension {
+            // The spec: a filter that cannot be resolved is never skipped; the requests it
+            // would have processed get an error. So the rule stays (a broader rule must not
+            // take its requests without the filter) and answers 500, doing nothing else.
+            let failed = GatewayRule {
+                origin: out.origin,
+                action: Action::Fail(500),
+                request_headers: HeaderFilter::default(),
+                response_headers: HeaderFilter::default(),
+                rewrite_host: None,
+                rewrite_path: None,
+                mirrors: Vec::new(),
+                request_timeout: None,
+                backend_timeout: None,
+            };
+            let u = Unresolved {
+                reason: "InvalidKind",
+                message,
+            };
+            return Ok((failed, Some(u)));
+        }
+        for (to, numerator, denominator) in mirrors {
+            match self.gateway_backend(who, &to, grants, services, entry_ids) {
+                Ok(entry) => out.mirrors.push(Mirror {
+                    entry,
+                    numerator,
+                    denominator,
+                    turn: Shared::default(),
+                }),
+                Err(u) => {
+                    unresolved.get_or_insert(u);
+                }
+            }
+        }
         if let Some(r) = redirect {
             out.action = Action::Redirect(r);
             return Ok((out, unresolved));
         }
         let mut backends = Vec::new();
-        for b in &rule.backend_refs {
+        for (b, (request_headers, response_headers, extension)) in
+            rule.backend_refs.iter().zip(backend_filters)
+        {
             let weight = u64::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
-            let mut request_headers = HeaderFilter::default();
-            let mut response_headers = HeaderFilter::default();
-            for f in &b.filters {
-                if filter(f, &mut request_headers, &mut response_headers)?.is_some() {
-                    return Err(format!(
-                        "filter {} on a backendRef is not supported",
-                        f.type_
-                    ));
-                }
-            }
-            let entry = match self.gateway_backend(who, &b.backend, grants, services, entry_ids) {
-                Ok(id) => Some(id),
-                Err(u) => {
-                    unresolved.get_or_insert(u);
+            let entry = match extension {
+                // Its share is answered 500, as for a backend that does not resolve.
+                Some(message) => {
+                    unresolved.get_or_insert(Unresolved {
+                        reason: "InvalidKind",
+                        message,
+                    });
                     None
                 }
+                None => match self.gateway_backend(who, &b.backend, grants, services, entry_ids) {
+                    Ok(id) => Some(id),
+                    Err(u) => {
+                        unresolved.get_or_insert(u);
+                        None
+                    }
+                },
             };
             backends.push(Backend {
                 entry,
@@ -1285,6 +1367,32 @@ fn value_matches(
         .collect()
 }
 
+/// Filters the spec says a rule may not hold together (the CRD's validations, which an API
+/// server enforces but `--manifests` files and older CRDs do not): `RequestRedirect` with
+/// `URLRewrite` or with `backendRefs`, and any filter but `RequestMirror` and `ExtensionRef`
+/// twice, in the rule's list or in one backendRef's. `None`: compatible.
+fn incompatible_filters(rule: &HTTPRouteRule) -> Option<String> {
+    let repeated = |filters: &[HTTPRouteFilter]| {
+        filters.iter().enumerate().find_map(|(i, f)| {
+            let once = !matches!(f.type_.as_str(), "RequestMirror" | "ExtensionRef");
+            (once && filters[..i].iter().any(|g| g.type_ == f.type_))
+                .then(|| format!("filter {} may not be repeated", f.type_))
+        })
+    };
+    let has = |t: &str| rule.filters.iter().any(|f| f.type_ == t);
+    if has("RequestRedirect") && has("URLRewrite") {
+        return Some("RequestRedirect and URLRewrite filters may not be combined".into());
+    }
+    if has("RequestRedirect") && !rule.backend_refs.is_empty() {
+        return Some("a RequestRedirect filter may not be used together with backendRefs".into());
+    }
+    repeated(&rule.filters).or_else(|| {
+        rule.backend_refs
+            .iter()
+            .find_map(|b| repeated(&b.filters).map(|why| format!("{why} (on a backendRef)")))
+    })
+}
+
 /// Whether a rule's rewrite or redirect replaces the matched prefix.
 fn replaces_prefix(rule: &HTTPRouteRule) -> bool {
     rule.filters.iter().any(|f| {
@@ -1375,10 +1483,12 @@ enum Filtered {
     Rewrite(Option<Arc<str>>, Option<PathRewrite>),
     /// A backend and the share of requests it gets a copy of (numerator, denominator).
     Mirror(BackendObjectReference, u64, u64),
+    /// An `ExtensionRef`, which switchyard never resolves: why, for `ResolvedRefs`.
+    Extension(String),
 }
 
-/// Reads one filter: header modifiers into `req` / `resp`; a redirect or a rewrite returned;
-/// `Err` for a filter switchyard does not offer.
+/// Reads one filter: header modifiers into `req` / `resp`; a redirect, a rewrite, a mirror
+/// or an extension returned; `Err` for a filter switchyard does not offer.
 fn filter(
     f: &HTTPRouteFilter,
     req: &mut HeaderFilter,
@@ -1450,6 +1560,18 @@ fn filter(
                 numerator.min(denominator),
                 denominator,
             )));
+        }
+        "ExtensionRef" => {
+            let Some(e) = &f.extension_ref else {
+                return Err("ExtensionRef filter without extensionRef".into());
+            };
+            return Ok(Some(Filtered::Extension(format!(
+                "filter ExtensionRef {} {}/{}: switchyard resolves no extension, its requests \
+                 are answered 500",
+                show(&e.group),
+                e.kind,
+                e.name
+            ))));
         }
         other => return Err(format!("filter {other} is not supported")),
     }
