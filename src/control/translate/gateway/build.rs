@@ -14,7 +14,7 @@ use crate::table::gateway::{
     ANY_LISTENER, Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter,
     Mirror, PathRewrite, Redirect, ValueMatch,
 };
-use crate::table::pattern::Pattern;
+use crate::table::pattern::{Pattern, PatternError, Patterns};
 
 const HTTP_ROUTE: &str = "HTTPRoute";
 
@@ -134,10 +134,15 @@ impl<'a> Builder<'a> {
         inputs: GatewayInputs<'_>,
         secrets: &[&Secret],
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        previous: Option<&GatewayRoutes>,
     ) {
         if inputs.is_empty() {
             return;
         }
+        let mut compiled = PatternSource {
+            previous,
+            known: None,
+        };
         let ours = self.options.gateway_controller_name.clone();
         let mut status = GatewayApiStatus::default();
         let mut classes: BTreeSet<&str> = BTreeSet::new();
@@ -294,7 +299,7 @@ impl<'a> Builder<'a> {
                     reason: i.reason,
                     message: format!("Rule {ri}: {}", i.message),
                 };
-                let matched = match self.rule_matches(&who, rule) {
+                let matched = match self.rule_matches(&who, rule, &mut compiled) {
                     Ok(m) => m,
                     Err(why) => {
                         dropped.push(at(Invalid::unsupported(why)));
@@ -1105,6 +1110,7 @@ impl<'a> Builder<'a> {
         &mut self,
         who: &ObjectRef,
         rule: &HTTPRouteRule,
+        compiled: &mut PatternSource<'_>,
     ) -> Result<Vec<Matched>, String> {
         let default_match = [HTTPRouteMatch::default()];
         let matches = match rule.matches.as_deref() {
@@ -1113,7 +1119,7 @@ impl<'a> Builder<'a> {
         };
         let mut out = Vec::with_capacity(matches.len());
         for (index, m) in matches.iter().enumerate() {
-            if let Some(m) = self.candidate(who, m, index)? {
+            if let Some(m) = self.candidate(who, m, index, compiled)? {
                 out.push(m);
             }
         }
@@ -1133,6 +1139,7 @@ impl<'a> Builder<'a> {
         who: &ObjectRef,
         m: &HTTPRouteMatch,
         index: usize,
+        compiled: &mut PatternSource<'_>,
     ) -> Result<Option<Matched>, String> {
         let path_type = m
             .path
@@ -1156,7 +1163,8 @@ impl<'a> Builder<'a> {
         }
         let (key, kind, pattern) = match path_type {
             "RegularExpression" => {
-                let p = Pattern::new(value)
+                let p = compiled
+                    .get(value)
                     .map_err(|e| format!("path regular expression {} {e}", show(value)))?;
                 (value, PathKind::Regex, Some(Box::new(p)))
             }
@@ -1174,12 +1182,12 @@ impl<'a> Builder<'a> {
             }
         };
         // Header names are case-insensitive (stored folded), query names are not.
-        let headers = match value_matches(&m.headers, true, "header") {
+        let headers = match value_matches(&m.headers, true, "header", compiled) {
             Ok(v) => v,
             Err(Unusable::Type(why)) => return skip(self, why),
             Err(Unusable::Pattern(why)) => return Err(why),
         };
-        let query = match value_matches(&m.query_params, false, "query parameter") {
+        let query = match value_matches(&m.query_params, false, "query parameter", compiled) {
             Ok(v) => v,
             Err(Unusable::Type(why)) => return skip(self, why),
             Err(Unusable::Pattern(why)) => return Err(why),
@@ -1320,6 +1328,25 @@ fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option
     out
 }
 
+/// The regular expressions of one build: the previous table's, reused by source (indexed
+/// on the first pattern asked for, so a build without any walks nothing), and those
+/// compiled so far.
+struct PatternSource<'p> {
+    previous: Option<&'p GatewayRoutes>,
+    known: Option<Patterns>,
+}
+
+impl PatternSource<'_> {
+    fn get(&mut self, source: &str) -> Result<Pattern, PatternError> {
+        let previous = self.previous;
+        self.known
+            .get_or_insert_with(|| {
+                Patterns::from_previous(previous.into_iter().flat_map(|g| g.patterns()))
+            })
+            .get(source)
+    }
+}
+
 /// Why a header or query match cannot be served.
 enum Unusable {
     /// A match type switchyard does not know: that match is skipped.
@@ -1333,13 +1360,14 @@ fn value_matches(
     list: &[HTTPHeaderMatch],
     fold: bool,
     what: &str,
+    compiled: &mut PatternSource<'_>,
 ) -> Result<Box<[ValueMatch]>, Unusable> {
     list.iter()
         .map(|m| {
             let regex = match m.type_.as_deref() {
                 None | Some("Exact") => None,
                 Some("RegularExpression") => {
-                    Some(Box::new(Pattern::new(&m.value).map_err(|e| {
+                    Some(Box::new(compiled.get(&m.value).map_err(|e| {
                         Unusable::Pattern(format!(
                             "{what} {} regular expression {} {e}",
                             show(&m.name),

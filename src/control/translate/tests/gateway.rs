@@ -801,6 +801,65 @@ spec:
     assert_ne!(a.table.gateway, c.table.gateway);
 }
 
+/// The compiled pattern of `source` in `t` (the first, when several routes use it).
+fn pattern<'t>(t: &'t RoutingTable, source: &str) -> &'t crate::table::pattern::Pattern {
+    t.gateway
+        .patterns()
+        .find(|p| p.as_str() == source)
+        .unwrap_or_else(|| panic!("no pattern {source}"))
+}
+
+#[test]
+fn unchanged_patterns_are_taken_from_the_previous_table_not_compiled_again() {
+    let route = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: RegularExpression, value: "/a+"}, headers: [{type: RegularExpression, name: h, value: "x|y"}], queryParams: [{type: RegularExpression, name: q, value: "[0-9]+"}]}]
+    backendRefs: [{name: v1, port: 8080}]
+"#;
+    let w = with_route(route);
+    let (first, _) = build(&w);
+    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
+        classes: w.classes.iter().collect(),
+        gateways: w.gateways.iter().collect(),
+        routes: w.routes.iter().collect(),
+        grants: w.grants.iter().collect(),
+        namespaces: w.namespaces.iter().collect(),
+    });
+    let (second, _) = translate_with(
+        &w.services,
+        &w.slices,
+        refs.inputs(),
+        &Options::default(),
+        Some(&first.table),
+    );
+    for source in ["/a+", "x|y", "[0-9]+"] {
+        assert!(
+            pattern(&second.table, source).shares(pattern(&first.table, source)),
+            "{source} compiled again"
+        );
+    }
+    // A Gateway-only build reuses them too; a changed pattern is compiled, the others not.
+    let (b1, _) = build_changes(&w, None, None);
+    let changed = with_route(&route.replace("/a+", "/a*"));
+    let told = Changes {
+        gateway: true,
+        ..Default::default()
+    };
+    let (quick, _) = build_changes(&changed, Some(&told), Some(b1.previous()));
+    assert!(pattern(&quick.table, "x|y").shares(pattern(&b1.table, "x|y")));
+    assert!(pattern(&quick.table, "[0-9]+").shares(pattern(&b1.table, "[0-9]+")));
+    assert_eq!(pattern(&quick.table, "/a*").as_str(), "/a*");
+    assert!(b1.table.gateway.patterns().all(|p| p.as_str() != "/a*"));
+    // Without a previous table, each build compiles its own.
+    let (again, _) = build(&w);
+    assert!(!pattern(&again.table, "/a+").shares(pattern(&first.table, "/a+")));
+}
+
 #[test]
 fn hosts_no_listener_takes_are_left_to_services_and_ingresses() {
     let w = world(&BASE.replace(
