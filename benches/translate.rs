@@ -20,6 +20,15 @@
 //! load average 4-7 from parallel builds): cold 0.97-1.37 s, one route changed 535 ms (1.26 s
 //! before the Gateway-only rebuild), lookup 175 ns (Ingress lookup 194 ns in the same run).
 //!
+//! `gateway_changes`: the Gateway-only rebuild after one HTTPRoute is created among 3,000 and
+//! 10,000 (the build `tests/e2e_gateway_figures.rs` times end to end), and 10,000 routes with a
+//! `RegularExpression` path and a header pattern each (20,000 patterns), built without a
+//! previous table (every pattern compiled, as every build did before patterns were reused),
+//! with one (every pattern reused), and Gateway-only after one route changed. Result
+//! (2026-12-01 23:00, `--quick`, load average about 11 from three other parallel builds, so
+//! read the ratios): one route created 401 ms at 3,000, 1.05 s at 10,000; patterns compiled
+//! 10.6 s, reused 4.43 s, one route changed 1.66 s.
+//!
 //! Last result (2026-11-30, 2-vCPU sandbox VM, otherwise idle, release profile, jemalloc as in
 //! the binary, `--quick`, medians): cold 100 Services 0.65 ms, 1,000 12.8 ms, 10,000 167 ms
 //! (criterion keeps each batch's tables alive until the batch ends, so this figure includes
@@ -350,11 +359,116 @@ fn bench_gateway(c: &mut Criterion) {
     g.finish();
 }
 
+/// The Gateway-only rebuild after one HTTPRoute is created among `n` (what
+/// `tests/e2e_gateway_figures.rs` times end to end at 3,000), and the cost of regular
+/// expressions on builds: 10,000 routes with a `RegularExpression` path and a header pattern
+/// each, built without a previous table (every pattern compiled), with one (every pattern
+/// reused) and Gateway-only after one route changed.
+#[allow(clippy::expect_used)] // fixed JSON: a failure is a bug in the bench
+fn bench_gateway_changes(c: &mut Criterion) {
+    use switchyard::control::translate::gateway::api::HTTPRoute;
+    use switchyard::control::translate::{GatewayRefs, IngressRefs};
+    let options = Options::default();
+    let changes = Changes {
+        gateway: true,
+        ..Default::default()
+    };
+    let mut g = c.benchmark_group("gateway_changes");
+    g.sample_size(10);
+    for n in [3_000, 10_000] {
+        let (services, slices) = world(n);
+        let (svc_store, eps_store) = stores(&services, &slices);
+        let (routes, class, gateway) = http_routes(n);
+        let build = |routes: &[HTTPRoute],
+                     previous: Option<switchyard::control::translate::Previous<'_>>,
+                     changes: Option<&Changes>| {
+            let refs = IngressRefs::of([], [], []).with_gateway(GatewayRefs {
+                classes: vec![&class],
+                gateways: vec![&gateway],
+                routes: routes.iter().collect(),
+                ..GatewayRefs::default()
+            });
+            translate_changes(
+                &svc_store,
+                &eps_store,
+                refs.inputs(),
+                changes,
+                &options,
+                previous,
+            )
+        };
+        let (previous, _) = build(&routes[..n - 1], None, None);
+        g.bench_with_input(BenchmarkId::new("one_route_created", n), &n, |b, _| {
+            b.iter_with_large_drop(|| {
+                build(
+                    black_box(&routes),
+                    Some(previous.previous()),
+                    Some(&changes),
+                )
+            })
+        });
+    }
+    let n = 10_000;
+    let (services, slices) = world(n);
+    let (svc_store, eps_store) = stores(&services, &slices);
+    let (mut routes, class, gateway) = http_routes(n);
+    for (i, r) in routes.iter_mut().enumerate() {
+        let rule: serde_json::Value = serde_json::json!({
+            "matches": [{
+                "path": {"type": "RegularExpression", "value": format!("/static/v[0-9]+/app-{i}/.*")},
+                "headers": [{"type": "RegularExpression", "name": "x-build", "value": "[0-9]{1,6}"}],
+            }],
+            "backendRefs": [{"name": format!("svc-{i}"), "port": 9090}],
+        });
+        if let Some(rules) = r.spec.rules.as_mut() {
+            rules[2] = serde_json::from_value(rule).expect("rule");
+        }
+    }
+    let build = |routes: &[HTTPRoute],
+                 previous: Option<switchyard::control::translate::Previous<'_>>,
+                 changes: Option<&Changes>| {
+        let refs = IngressRefs::of([], [], []).with_gateway(GatewayRefs {
+            classes: vec![&class],
+            gateways: vec![&gateway],
+            routes: routes.iter().collect(),
+            ..GatewayRefs::default()
+        });
+        translate_changes(
+            &svc_store,
+            &eps_store,
+            refs.inputs(),
+            changes,
+            &options,
+            previous,
+        )
+    };
+    let (previous, _) = build(&routes, None, None);
+    assert_eq!(previous.table.gateway.patterns().count(), 2 * n);
+    g.bench_function("regex_10000_full_compiling", |b| {
+        b.iter_with_large_drop(|| build(black_box(&routes), None, None))
+    });
+    g.bench_function("regex_10000_full_reusing", |b| {
+        b.iter_with_large_drop(|| build(black_box(&routes), Some(previous.previous()), None))
+    });
+    routes[4_242].spec.hostnames = vec!["renamed.example.com".into()];
+    g.bench_function("regex_10000_one_route_changed", |b| {
+        b.iter_with_large_drop(|| {
+            build(
+                black_box(&routes),
+                Some(previous.previous()),
+                Some(&changes),
+            )
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_translate,
     bench_lookup,
     bench_ingress,
-    bench_gateway
+    bench_gateway,
+    bench_gateway_changes
 );
 criterion_main!(benches);

@@ -852,8 +852,9 @@ async fn httproute_invalid_backendref_unknown_kind() {
 }
 
 /// switchyard's own (no upstream case uses `RegularExpression`): a rule whose pattern does
-/// not compile is dropped as the spec's `PartiallyInvalid` says (the route stays Accepted, the
-/// message starts "Dropped Rule"); a route with no valid rule left is not Accepted.
+/// not compile, or that holds a filter switchyard does not offer, is dropped as the spec's
+/// `PartiallyInvalid` says (the route stays Accepted, the message starts "Dropped Rule"); a
+/// route with no valid rule left is not Accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn httproute_invalid_regular_expression() {
     let route = |name: &str, rules: Value| {
@@ -879,6 +880,26 @@ async fn httproute_invalid_regular_expression() {
             "regex-wholly",
             json!([{"matches": [bad], "backendRefs": backend}]),
         ));
+        // A filter switchyard does not offer drops its rule alone, the same way.
+        objs.push(route(
+            "filter-partly",
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/ok"}}],
+                 "backendRefs": backend},
+                {"filters": [{"type": "CORS", "cors": {"allowOrigins": ["*"]}}],
+                 "backendRefs": backend},
+            ]),
+        ));
+    })
+    .await;
+    c.must("unsupported filter: accepted, PartiallyInvalid", |c| {
+        accepted(c, (INFRA, "filter-partly"), SAME_NAMESPACE)?;
+        let r = c.get(Kind::HTTPRoute, INFRA, "filter-partly");
+        route_condition(
+            &r,
+            SAME_NAMESPACE,
+            ("PartiallyInvalid", "True", "UnsupportedValue"),
+        )
     })
     .await;
     c.must("partly invalid: accepted", |c| {

@@ -153,6 +153,29 @@ impl ListenerHosts {
 }
 
 impl GatewayRoutes {
+    /// Every compiled regular expression the routes hold (path, header and query patterns;
+    /// a pattern used twice is listed twice), for the next build to reuse.
+    pub fn patterns(&self) -> impl Iterator<Item = &Pattern> {
+        let paths = [&self.http, &self.https].into_iter().flat_map(|r| {
+            r.exact
+                .values()
+                .chain(r.wildcard.iter().map(|(_, rules)| rules))
+                .chain(r.one_label.values())
+                .chain(std::iter::once(&r.any_host))
+                .flat_map(|rules| rules.iter())
+                .filter_map(|rule| rule.regex.as_deref())
+        });
+        let values = self.candidates.iter().flat_map(|list| {
+            list.iter().flat_map(|c| {
+                c.headers
+                    .iter()
+                    .chain(c.query.iter())
+                    .filter_map(|m| m.regex.as_deref())
+            })
+        });
+        paths.chain(values)
+    }
+
     /// The listener port of a frontend, which a redirect without a port or scheme keeps.
     pub fn listener_port(&self, https: bool) -> u16 {
         if https {

@@ -5,20 +5,30 @@
 //! does). Compiled when the table is built, with its compiled form and its lazy DFA's cache
 //! bounded ([`Pattern::SIZE_LIMIT`]) so that one hostile object cannot take the process's
 //! memory; equal when the source is (two tables with the same patterns compare equal).
+//! A build takes the previous table's compiled patterns by source ([`Patterns`]) rather
+//! than compile them again.
 //!
 //! A search borrows a scratch cache from the `regex` crate's pool: the first search of a
 //! thread builds it (an allocation), later ones reuse it. The pool only ever try-locks: under
 //! contention it builds a throwaway cache rather than wait.
 //! No Kubernetes, Pingora or tokio.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
-/// A compiled, whole-value regular expression and the source it came from.
+/// A compiled, whole-value regular expression and the source it came from. A clone shares
+/// the compiled form (and its pool of search caches): a build reuses the previous table's
+/// patterns rather than compile them again ([`Patterns`]).
 #[derive(Clone)]
-pub struct Pattern {
+pub struct Pattern(Arc<Compiled>);
+
+struct Compiled {
     source: Box<str>,
+    /// The limit it was compiled with; one compiled with another is not reused.
+    size_limit: usize,
     regex: regex::Regex,
 }
 
@@ -39,10 +49,14 @@ impl Pattern {
 
     /// Compiles `source` to match whole values.
     pub fn new(source: &str) -> Result<Pattern, PatternError> {
+        Self::with_limit(source, Self::SIZE_LIMIT)
+    }
+
+    fn with_limit(source: &str, size_limit: usize) -> Result<Pattern, PatternError> {
         let build = |p: &str| {
             regex::RegexBuilder::new(p)
-                .size_limit(Self::SIZE_LIMIT)
-                .dfa_size_limit(Self::SIZE_LIMIT)
+                .size_limit(size_limit)
+                .dfa_size_limit(size_limit)
                 .build()
                 .map_err(|e| match e {
                     regex::Error::CompiledTooBig(_) => PatternError::TooLarge,
@@ -53,16 +67,22 @@ impl Pattern {
         // cannot be escaped (`a)|(b` would otherwise anchor only one side).
         build(source)?;
         let regex = build(&format!(r"\A(?:{source})\z"))?;
-        Ok(Pattern {
+        Ok(Pattern(Arc::new(Compiled {
             source: source.into(),
+            size_limit,
             regex,
-        })
+        })))
+    }
+
+    /// Whether both are one compiled pattern (a clone, or reused by a later build).
+    pub fn shares(&self, other: &Pattern) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Whether the whole of `value` matches.
     #[inline]
     pub fn is_match(&self, value: &str) -> bool {
-        self.regex.is_match(value)
+        self.0.regex.is_match(value)
     }
 
     /// Whether the whole of `value` matches; bytes that are not UTF-8 never do.
@@ -73,7 +93,39 @@ impl Pattern {
 
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
-        &self.source
+        &self.0.source
+    }
+}
+
+/// The patterns of one build, by source: those of the previous table, reused as they are
+/// (same source, same limit: the same compiled form), and those compiled so far. A build
+/// with 10,000 routes compiles only the patterns that are new; one that does not compile is
+/// tried again on the next build (the previous table holds only those that did).
+#[derive(Default)]
+pub struct Patterns {
+    known: HashMap<Box<str>, Pattern>,
+}
+
+impl Patterns {
+    /// Starts from `previous` (a table's patterns, in any order, repeats allowed).
+    pub fn from_previous<'p>(previous: impl IntoIterator<Item = &'p Pattern>) -> Self {
+        let mut known = HashMap::new();
+        for p in previous {
+            if p.0.size_limit == Pattern::SIZE_LIMIT && !known.contains_key(&*p.0.source) {
+                known.insert(p.0.source.clone(), p.clone());
+            }
+        }
+        Patterns { known }
+    }
+
+    /// `source` compiled to match whole values: the known pattern when there is one.
+    pub fn get(&mut self, source: &str) -> Result<Pattern, PatternError> {
+        if let Some(p) = self.known.get(source) {
+            return Ok(p.clone());
+        }
+        let p = Pattern::new(source)?;
+        self.known.insert(source.into(), p.clone());
+        Ok(p)
     }
 }
 
@@ -84,7 +136,7 @@ fn compact(message: &str) -> String {
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
+        self.0.source == other.0.source
     }
 }
 
@@ -92,13 +144,13 @@ impl Eq for Pattern {}
 
 impl fmt::Debug for Pattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Pattern({:?})", self.source)
+        write!(f, "Pattern({:?})", self.0.source)
     }
 }
 
 impl Serialize for Pattern {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.source)
+        s.serialize_str(&self.0.source)
     }
 }
 
@@ -159,6 +211,26 @@ mod tests {
         ] {
             Pattern::new(p).unwrap();
         }
+    }
+
+    #[test]
+    fn known_patterns_are_reused_not_compiled_again() {
+        let old = Pattern::new("/a.*").unwrap();
+        let mut known = Patterns::from_previous([&old, &old]);
+        let again = known.get("/a.*").unwrap();
+        assert!(again.shares(&old));
+        // New ones are compiled once per build, errors are not kept.
+        let b = known.get("/b.*").unwrap();
+        assert!(!b.shares(&old));
+        assert!(known.get("/b.*").unwrap().shares(&b));
+        assert!(known.get("/(unclosed").is_err());
+        // One compiled with another limit is not taken for this one.
+        let larger = Pattern::with_limit("/a.*", 2 * Pattern::SIZE_LIMIT).unwrap();
+        let mut other = Patterns::from_previous([&larger]);
+        assert!(!other.get("/a.*").unwrap().shares(&larger));
+        // A fresh compile of the same source is equal, not shared.
+        assert_eq!(Pattern::new("/a.*").unwrap(), old);
+        assert!(!Pattern::new("/a.*").unwrap().shares(&old));
     }
 
     #[test]

@@ -496,7 +496,12 @@ fn full<'a>(
     b.add_ingresses(ingress, &by_key);
     let ingress_certificates = Arc::new(b.certificates.clone());
     let gateway_from = b.warnings.len();
-    b.add_gateways(ingress.gateway, ingress.secrets, &by_key);
+    b.add_gateways(
+        ingress.gateway,
+        ingress.secrets,
+        &by_key,
+        previous.map(|p| &*p.gateway),
+    );
     let ingress_warnings = b.warnings[ingress_from..].to_vec();
     let gateway_warnings = Arc::new(b.warnings[gateway_from..].to_vec());
     // What is left belongs to no Service: an incremental build needs to know these keys exist.

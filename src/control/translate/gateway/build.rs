@@ -14,7 +14,7 @@ use crate::table::gateway::{
     ANY_LISTENER, Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter,
     Mirror, PathRewrite, Redirect, ValueMatch,
 };
-use crate::table::pattern::Pattern;
+use crate::table::pattern::{Pattern, PatternError, Patterns};
 
 const HTTP_ROUTE: &str = "HTTPRoute";
 
@@ -103,6 +103,23 @@ struct Matched {
     candidate: Candidate,
 }
 
+/// Why one rule cannot be served: the route's `Accepted` reason when no rule is left
+/// (`UnsupportedValue`, or `IncompatibleFilters` for filters the spec says may not be
+/// combined), and what the status says.
+struct Invalid {
+    reason: &'static str,
+    message: String,
+}
+
+impl Invalid {
+    fn unsupported(message: String) -> Self {
+        Invalid {
+            reason: "UnsupportedValue",
+            message,
+        }
+    }
+}
+
 /// Why a backend reference cannot be used (the `ResolvedRefs` reasons).
 struct Unresolved {
     reason: &'static str,
@@ -117,10 +134,15 @@ impl<'a> Builder<'a> {
         inputs: GatewayInputs<'_>,
         secrets: &[&Secret],
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        previous: Option<&GatewayRoutes>,
     ) {
         if inputs.is_empty() {
             return;
         }
+        let mut compiled = PatternSource {
+            previous,
+            known: None,
+        };
         let ours = self.options.gateway_controller_name.clone();
         let mut status = GatewayApiStatus::default();
         let mut classes: BTreeSet<&str> = BTreeSet::new();
@@ -263,33 +285,44 @@ impl<'a> Builder<'a> {
                 .map(|t| t.0.to_string())
                 .unwrap_or_default();
             let mut resolved: Result<(), Unresolved> = Ok(());
-            let mut unsupported: Option<String> = None;
             let default_rule = [HTTPRouteRule::default()];
             let route_rules = route.spec.rules.as_deref().unwrap_or(&default_rule);
             let mut made: Vec<(usize, Vec<Matched>)> = Vec::new();
-            // Rules whose matches cannot be served (an invalid regular expression): dropped,
-            // as the spec's `PartiallyInvalid` condition describes.
-            let mut dropped: Vec<String> = Vec::new();
+            // Rules that cannot be served (an invalid regular expression, a filter switchyard
+            // does not offer, filters the spec says may not be combined): each is dropped
+            // alone, as the spec's `PartiallyInvalid` condition describes, and the route's
+            // other rules serve. The reason is the first dropped rule's.
+            let mut dropped: Vec<Invalid> = Vec::new();
             let mut route_patterns = 0;
             for (ri, rule) in route_rules.iter().enumerate() {
-                let matched = match self.rule_matches(&who, rule) {
+                let at = |i: Invalid| Invalid {
+                    reason: i.reason,
+                    message: format!("Rule {ri}: {}", i.message),
+                };
+                let matched = match self.rule_matches(&who, rule, &mut compiled) {
                     Ok(m) => m,
                     Err(why) => {
-                        dropped.push(format!("Rule {ri}: {why}"));
+                        dropped.push(at(Invalid::unsupported(why)));
                         continue;
                     }
                 };
-                let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
-                if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
-                    dropped.push(format!(
-                        "Rule {ri}: the route would hold more than {MAX_ROUTE_PATTERNS} \
-                         regular expressions"
-                    ));
+                if let Some(why) = incompatible_filters(rule) {
+                    dropped.push(at(Invalid {
+                        reason: "IncompatibleFilters",
+                        message: why,
+                    }));
                     continue;
                 }
-                route_patterns += patterns_here;
+                let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
+                if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
+                    dropped.push(at(Invalid::unsupported(format!(
+                        "the route would hold more than {MAX_ROUTE_PATTERNS} regular expressions"
+                    ))));
+                    continue;
+                }
                 match self.gateway_rule(&who, rule, ri, &grants, services, &mut entry_ids) {
                     Ok((r, unresolved)) => {
+                        route_patterns += patterns_here;
                         if let (Ok(()), Some(u)) = (&resolved, unresolved) {
                             resolved = Err(u);
                         }
@@ -304,19 +337,32 @@ impl<'a> Builder<'a> {
                         made.push((ri, matched));
                         rules.push(r);
                     }
-                    Err(why) => {
-                        unsupported.get_or_insert(why);
-                    }
+                    Err(why) => dropped.push(at(Invalid::unsupported(why))),
                 }
             }
             let mut partially = None;
-            if !dropped.is_empty() && unsupported.is_none() {
-                let why = format!("Dropped {}", dropped.join("; "));
+            if let Some(first) = dropped.first() {
+                let reason = first.reason;
+                let why = format!(
+                    "Dropped {}",
+                    dropped
+                        .iter()
+                        .map(|d| d.message.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
                 if made.is_empty() {
                     // Every rule is invalid: the route is.
-                    unsupported = Some(why);
+                    self.warn_gateway(&who, format!("{why}; the route is not served"));
+                    for p in &mut parents {
+                        p.conditions[0] =
+                            Condition::new("Accepted", false, reason, why.clone(), generation);
+                    }
+                    places.clear();
                 } else {
                     self.warn_gateway(&who, format!("{why}; the other rules serve"));
+                    // The spec's one reason for it, whatever the rules' causes (the message
+                    // says each).
                     partially = Some(Condition::new(
                         "PartiallyInvalid",
                         true,
@@ -325,19 +371,6 @@ impl<'a> Builder<'a> {
                         generation,
                     ));
                 }
-            }
-            if let Some(why) = &unsupported {
-                self.warn_gateway(&who, format!("{why}; the route is not served"));
-                for p in &mut parents {
-                    p.conditions[0] = Condition::new(
-                        "Accepted",
-                        false,
-                        "UnsupportedValue",
-                        why.clone(),
-                        generation,
-                    );
-                }
-                places.clear();
             }
             let refs = match &resolved {
                 Ok(()) => {
@@ -844,8 +877,9 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// One rule's table form, and the first of its backends that does not resolve. `Err`: a
-    /// filter switchyard does not offer (the route is then not served).
+    /// One rule's table form, and the first of its backends (or filters) that does not
+    /// resolve. `Err`: a filter or value switchyard does not offer (the rule is then
+    /// dropped); checked before any backend is resolved, so a dropped rule makes no entry.
     fn gateway_rule(
         &mut self,
         who: &ObjectRef,
@@ -868,6 +902,8 @@ impl<'a> Builder<'a> {
         };
         let mut redirect = None;
         let mut unresolved = None;
+        let mut mirrors = Vec::new();
+        let mut extension = None;
         for f in &rule.filters {
             match filter(f, &mut out.request_headers, &mut out.response_headers)? {
                 Some(Filtered::Redirect(r)) => redirect = Some(r),
@@ -876,17 +912,10 @@ impl<'a> Builder<'a> {
                     out.rewrite_path = path;
                 }
                 Some(Filtered::Mirror(to, numerator, denominator)) => {
-                    match self.gateway_backend(who, &to, grants, services, entry_ids) {
-                        Ok(entry) => out.mirrors.push(Mirror {
-                            entry,
-                            numerator,
-                            denominator,
-                            turn: Shared::default(),
-                        }),
-                        Err(u) => {
-                            unresolved.get_or_insert(u);
-                        }
-                    }
+                    mirrors.push((to, numerator, denominator));
+                }
+                Some(Filtered::Extension(why)) => {
+                    extension.get_or_insert(why);
                 }
                 None => {}
             }
@@ -905,29 +934,87 @@ impl<'a> Builder<'a> {
                 .transpose()?
                 .flatten();
         }
+        // Each backendRef's filters, read before any backend is resolved.
+        let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
+        for b in &rule.backend_refs {
+            let mut request_headers = HeaderFilter::default();
+            let mut response_headers = HeaderFilter::default();
+            let mut extension = None;
+            for f in &b.filters {
+                match filter(f, &mut request_headers, &mut response_headers)? {
+                    None => {}
+                    Some(Filtered::Extension(why)) => {
+                        extension.get_or_insert(why);
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "filter {} on a backendRef is not supported",
+                            f.type_
+                        ));
+                    }
+                }
+            }
+            backend_filters.push((request_headers, response_headers, extension));
+        }
+        if let Some(message) = extension {
+            // The spec: a filter that cannot be resolved is never skipped; the requests it
+            // would have processed get an error. So the rule stays (a broader rule must not
+            // take its requests without the filter) and answers 500, doing nothing else.
+            let failed = GatewayRule {
+                origin: out.origin,
+                action: Action::Fail(500),
+                request_headers: HeaderFilter::default(),
+                response_headers: HeaderFilter::default(),
+                rewrite_host: None,
+                rewrite_path: None,
+                mirrors: Vec::new(),
+                request_timeout: None,
+                backend_timeout: None,
+            };
+            let u = Unresolved {
+                reason: "InvalidKind",
+                message,
+            };
+            return Ok((failed, Some(u)));
+        }
+        for (to, numerator, denominator) in mirrors {
+            match self.gateway_backend(who, &to, grants, services, entry_ids) {
+                Ok(entry) => out.mirrors.push(Mirror {
+                    entry,
+                    numerator,
+                    denominator,
+                    turn: Shared::default(),
+                }),
+                Err(u) => {
+                    unresolved.get_or_insert(u);
+                }
+            }
+        }
         if let Some(r) = redirect {
             out.action = Action::Redirect(r);
             return Ok((out, unresolved));
         }
         let mut backends = Vec::new();
-        for b in &rule.backend_refs {
+        for (b, (request_headers, response_headers, extension)) in
+            rule.backend_refs.iter().zip(backend_filters)
+        {
             let weight = u64::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
-            let mut request_headers = HeaderFilter::default();
-            let mut response_headers = HeaderFilter::default();
-            for f in &b.filters {
-                if filter(f, &mut request_headers, &mut response_headers)?.is_some() {
-                    return Err(format!(
-                        "filter {} on a backendRef is not supported",
-                        f.type_
-                    ));
-                }
-            }
-            let entry = match self.gateway_backend(who, &b.backend, grants, services, entry_ids) {
-                Ok(id) => Some(id),
-                Err(u) => {
-                    unresolved.get_or_insert(u);
+            let entry = match extension {
+                // Its share is answered 500, as for a backend that does not resolve.
+                Some(message) => {
+                    unresolved.get_or_insert(Unresolved {
+                        reason: "InvalidKind",
+                        message,
+                    });
                     None
                 }
+                None => match self.gateway_backend(who, &b.backend, grants, services, entry_ids) {
+                    Ok(id) => Some(id),
+                    Err(u) => {
+                        unresolved.get_or_insert(u);
+                        None
+                    }
+                },
             };
             backends.push(Backend {
                 entry,
@@ -1023,6 +1110,7 @@ impl<'a> Builder<'a> {
         &mut self,
         who: &ObjectRef,
         rule: &HTTPRouteRule,
+        compiled: &mut PatternSource<'_>,
     ) -> Result<Vec<Matched>, String> {
         let default_match = [HTTPRouteMatch::default()];
         let matches = match rule.matches.as_deref() {
@@ -1031,7 +1119,7 @@ impl<'a> Builder<'a> {
         };
         let mut out = Vec::with_capacity(matches.len());
         for (index, m) in matches.iter().enumerate() {
-            if let Some(m) = self.candidate(who, m, index)? {
+            if let Some(m) = self.candidate(who, m, index, compiled)? {
                 out.push(m);
             }
         }
@@ -1051,6 +1139,7 @@ impl<'a> Builder<'a> {
         who: &ObjectRef,
         m: &HTTPRouteMatch,
         index: usize,
+        compiled: &mut PatternSource<'_>,
     ) -> Result<Option<Matched>, String> {
         let path_type = m
             .path
@@ -1074,7 +1163,8 @@ impl<'a> Builder<'a> {
         }
         let (key, kind, pattern) = match path_type {
             "RegularExpression" => {
-                let p = Pattern::new(value)
+                let p = compiled
+                    .get(value)
                     .map_err(|e| format!("path regular expression {} {e}", show(value)))?;
                 (value, PathKind::Regex, Some(Box::new(p)))
             }
@@ -1092,12 +1182,12 @@ impl<'a> Builder<'a> {
             }
         };
         // Header names are case-insensitive (stored folded), query names are not.
-        let headers = match value_matches(&m.headers, true, "header") {
+        let headers = match value_matches(&m.headers, true, "header", compiled) {
             Ok(v) => v,
             Err(Unusable::Type(why)) => return skip(self, why),
             Err(Unusable::Pattern(why)) => return Err(why),
         };
-        let query = match value_matches(&m.query_params, false, "query parameter") {
+        let query = match value_matches(&m.query_params, false, "query parameter", compiled) {
             Ok(v) => v,
             Err(Unusable::Type(why)) => return skip(self, why),
             Err(Unusable::Pattern(why)) => return Err(why),
@@ -1238,6 +1328,25 @@ fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option
     out
 }
 
+/// The regular expressions of one build: the previous table's, reused by source (indexed
+/// on the first pattern asked for, so a build without any walks nothing), and those
+/// compiled so far.
+struct PatternSource<'p> {
+    previous: Option<&'p GatewayRoutes>,
+    known: Option<Patterns>,
+}
+
+impl PatternSource<'_> {
+    fn get(&mut self, source: &str) -> Result<Pattern, PatternError> {
+        let previous = self.previous;
+        self.known
+            .get_or_insert_with(|| {
+                Patterns::from_previous(previous.into_iter().flat_map(|g| g.patterns()))
+            })
+            .get(source)
+    }
+}
+
 /// Why a header or query match cannot be served.
 enum Unusable {
     /// A match type switchyard does not know: that match is skipped.
@@ -1251,13 +1360,14 @@ fn value_matches(
     list: &[HTTPHeaderMatch],
     fold: bool,
     what: &str,
+    compiled: &mut PatternSource<'_>,
 ) -> Result<Box<[ValueMatch]>, Unusable> {
     list.iter()
         .map(|m| {
             let regex = match m.type_.as_deref() {
                 None | Some("Exact") => None,
                 Some("RegularExpression") => {
-                    Some(Box::new(Pattern::new(&m.value).map_err(|e| {
+                    Some(Box::new(compiled.get(&m.value).map_err(|e| {
                         Unusable::Pattern(format!(
                             "{what} {} regular expression {} {e}",
                             show(&m.name),
@@ -1283,6 +1393,32 @@ fn value_matches(
             })
         })
         .collect()
+}
+
+/// Filters the spec says a rule may not hold together (the CRD's validations, which an API
+/// server enforces but `--manifests` files and older CRDs do not): `RequestRedirect` with
+/// `URLRewrite` or with `backendRefs`, and any filter but `RequestMirror` and `ExtensionRef`
+/// twice, in the rule's list or in one backendRef's. `None`: compatible.
+fn incompatible_filters(rule: &HTTPRouteRule) -> Option<String> {
+    let repeated = |filters: &[HTTPRouteFilter]| {
+        filters.iter().enumerate().find_map(|(i, f)| {
+            let once = !matches!(f.type_.as_str(), "RequestMirror" | "ExtensionRef");
+            (once && filters[..i].iter().any(|g| g.type_ == f.type_))
+                .then(|| format!("filter {} may not be repeated", f.type_))
+        })
+    };
+    let has = |t: &str| rule.filters.iter().any(|f| f.type_ == t);
+    if has("RequestRedirect") && has("URLRewrite") {
+        return Some("RequestRedirect and URLRewrite filters may not be combined".into());
+    }
+    if has("RequestRedirect") && !rule.backend_refs.is_empty() {
+        return Some("a RequestRedirect filter may not be used together with backendRefs".into());
+    }
+    repeated(&rule.filters).or_else(|| {
+        rule.backend_refs
+            .iter()
+            .find_map(|b| repeated(&b.filters).map(|why| format!("{why} (on a backendRef)")))
+    })
 }
 
 /// Whether a rule's rewrite or redirect replaces the matched prefix.
@@ -1375,10 +1511,12 @@ enum Filtered {
     Rewrite(Option<Arc<str>>, Option<PathRewrite>),
     /// A backend and the share of requests it gets a copy of (numerator, denominator).
     Mirror(BackendObjectReference, u64, u64),
+    /// An `ExtensionRef`, which switchyard never resolves: why, for `ResolvedRefs`.
+    Extension(String),
 }
 
-/// Reads one filter: header modifiers into `req` / `resp`; a redirect or a rewrite returned;
-/// `Err` for a filter switchyard does not offer.
+/// Reads one filter: header modifiers into `req` / `resp`; a redirect, a rewrite, a mirror
+/// or an extension returned; `Err` for a filter switchyard does not offer.
 fn filter(
     f: &HTTPRouteFilter,
     req: &mut HeaderFilter,
@@ -1450,6 +1588,18 @@ fn filter(
                 numerator.min(denominator),
                 denominator,
             )));
+        }
+        "ExtensionRef" => {
+            let Some(e) = &f.extension_ref else {
+                return Err("ExtensionRef filter without extensionRef".into());
+            };
+            return Ok(Some(Filtered::Extension(format!(
+                "filter ExtensionRef {} {}/{}: switchyard resolves no extension, its requests \
+                 are answered 500",
+                show(&e.group),
+                e.kind,
+                e.name
+            ))));
         }
         other => return Err(format!("filter {other} is not supported")),
     }

@@ -81,7 +81,7 @@ pub(super) fn rebuild(
             )
         })
         .collect();
-    b.add_gateways(inputs.gateway, inputs.secrets, &by_key);
+    b.add_gateways(inputs.gateway, inputs.secrets, &by_key, Some(&prev.gateway));
     if b.needs_full {
         return None;
     }

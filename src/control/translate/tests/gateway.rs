@@ -608,6 +608,143 @@ spec:
 }
 
 #[test]
+fn a_rule_with_filters_that_cannot_be_served_drops_only_itself() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: mixed, namespace: infra, generation: 5}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [mixed.example]
+  rules:
+  - matches: [{path: {value: /ok}}]
+    backendRefs: [{name: v1, port: 8080}]
+  - matches: [{path: {value: /cors}}]
+    filters: [{type: CORS, cors: {allowOrigins: ["*"]}}]
+    backendRefs: [{name: v2, port: 8080}]
+  - matches: [{path: {value: /both}}]
+    filters:
+    - {type: RequestRedirect, requestRedirect: {hostname: a.example}}
+    - {type: URLRewrite, urlRewrite: {hostname: b.example}}
+  - matches: [{path: {value: /twice}}]
+    filters:
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: a, value: "1"}]}}
+    - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: a, value: "2"}]}}
+    backendRefs: [{name: v2, port: 8080}]
+  - matches: [{path: {value: /redirect-and-backend}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: a.example}}]
+    backendRefs: [{name: v2, port: 8080}]
+  - matches: [{path: {value: /status}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 404}}]
+  - matches: [{path: {value: /on-backend}}]
+    backendRefs:
+    - name: v2
+      port: 8080
+      filters: [{type: URLRewrite, urlRewrite: {hostname: b.example}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: clash, namespace: infra, generation: 2}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [clash.example]
+  rules:
+  - filters:
+    - {type: RequestRedirect, requestRedirect: {hostname: a.example}}
+    - {type: URLRewrite, urlRewrite: {hostname: b.example}}
+"#,
+    );
+    let (b, warnings) = build(&w);
+    let t = &b.table;
+    assert_eq!(get(t, "mixed.example", "/ok"), "infra/v1:8080");
+    for dropped in [
+        "/cors",
+        "/both",
+        "/twice",
+        "/redirect-and-backend",
+        "/status",
+        "/on-backend",
+    ] {
+        assert_eq!(get(t, "mixed.example", dropped), "404", "{dropped}");
+    }
+    let c = route_conditions(&b, "mixed");
+    assert_eq!(
+        (c[0].0.as_str(), c[0].1.as_str(), c[0].2.as_str()),
+        ("Accepted", "True", "Accepted")
+    );
+    let p = c
+        .iter()
+        .find(|c| c.0 == "PartiallyInvalid")
+        .expect("PartiallyInvalid");
+    assert_eq!(
+        (p.1.as_str(), p.2.as_str()),
+        ("True", "UnsupportedValue"),
+        "{p:?}"
+    );
+    assert_eq!(
+        p.3,
+        "Dropped Rule 1: filter CORS is not supported; \
+         Rule 2: RequestRedirect and URLRewrite filters may not be combined; \
+         Rule 3: filter RequestHeaderModifier may not be repeated; \
+         Rule 4: a RequestRedirect filter may not be used together with backendRefs; \
+         Rule 5: redirect status 404 is not supported; \
+         Rule 6: filter URLRewrite on a backendRef is not supported"
+    );
+    // A route whose every rule is dropped is refused, for the first rule's reason.
+    let c = route_conditions(&b, "clash");
+    assert_eq!(
+        (c[0].0.as_str(), c[0].1.as_str(), c[0].2.as_str()),
+        ("Accepted", "False", "IncompatibleFilters")
+    );
+    assert!(c.iter().all(|c| c.0 != "PartiallyInvalid"), "{c:?}");
+    assert_eq!(get(t, "clash.example", "/"), "404");
+    let warned: Vec<&str> = warnings.iter().map(|w| w.object.name.as_str()).collect();
+    assert_eq!(warned, ["clash", "mixed"], "{warnings:?}");
+}
+
+#[test]
+fn an_extension_filter_is_never_skipped_its_rule_answers_500() {
+    let w = with_route(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: ext, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [ext.example]
+  rules:
+  - matches: [{path: {value: /admin}}]
+    filters: [{type: ExtensionRef, extensionRef: {group: auth.example.net, kind: Guard, name: strict}}]
+    backendRefs: [{name: v1, port: 8080}]
+  - backendRefs:
+    - {name: v2, port: 8080}
+    - name: v1
+      port: 8080
+      filters: [{type: ExtensionRef, extensionRef: {group: x.example.net, kind: Tap, name: t}}]
+"#,
+    );
+    let (b, _) = build(&w);
+    let t = &b.table;
+    // Not dropped: `/` would otherwise serve `/admin` without the filter.
+    assert_eq!(get(t, "ext.example", "/admin/users"), "500");
+    // On a backendRef: that backend's share is answered 500, the others serve.
+    assert_eq!(get(t, "ext.example", "/"), "infra/v2:8080+500");
+    let c = route_conditions(&b, "ext");
+    assert_eq!(
+        (c[0].0.as_str(), c[0].1.as_str()),
+        ("Accepted", "True"),
+        "{c:?}"
+    );
+    assert_eq!(
+        (c[1].0.as_str(), c[1].1.as_str(), c[1].2.as_str()),
+        ("ResolvedRefs", "False", "InvalidKind")
+    );
+    assert!(c[1].3.contains("ExtensionRef"), "{}", c[1].3);
+    assert!(c.iter().all(|c| c.0 != "PartiallyInvalid"), "{c:?}");
+}
+
+#[test]
 fn a_route_holds_a_bounded_number_of_regular_expressions() {
     // Three rules of 30 patterns each (a path and 29 headers): the third would pass 64.
     let rule = |i: usize| {
@@ -662,6 +799,65 @@ spec:
     assert_eq!(a.table.gateway, b.table.gateway);
     let (c, _) = build(&with_route(&route.replace("/a+", "/a*")));
     assert_ne!(a.table.gateway, c.table.gateway);
+}
+
+/// The compiled pattern of `source` in `t` (the first, when several routes use it).
+fn pattern<'t>(t: &'t RoutingTable, source: &str) -> &'t crate::table::pattern::Pattern {
+    t.gateway
+        .patterns()
+        .find(|p| p.as_str() == source)
+        .unwrap_or_else(|| panic!("no pattern {source}"))
+}
+
+#[test]
+fn unchanged_patterns_are_taken_from_the_previous_table_not_compiled_again() {
+    let route = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: RegularExpression, value: "/a+"}, headers: [{type: RegularExpression, name: h, value: "x|y"}], queryParams: [{type: RegularExpression, name: q, value: "[0-9]+"}]}]
+    backendRefs: [{name: v1, port: 8080}]
+"#;
+    let w = with_route(route);
+    let (first, _) = build(&w);
+    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
+        classes: w.classes.iter().collect(),
+        gateways: w.gateways.iter().collect(),
+        routes: w.routes.iter().collect(),
+        grants: w.grants.iter().collect(),
+        namespaces: w.namespaces.iter().collect(),
+    });
+    let (second, _) = translate_with(
+        &w.services,
+        &w.slices,
+        refs.inputs(),
+        &Options::default(),
+        Some(&first.table),
+    );
+    for source in ["/a+", "x|y", "[0-9]+"] {
+        assert!(
+            pattern(&second.table, source).shares(pattern(&first.table, source)),
+            "{source} compiled again"
+        );
+    }
+    // A Gateway-only build reuses them too; a changed pattern is compiled, the others not.
+    let (b1, _) = build_changes(&w, None, None);
+    let changed = with_route(&route.replace("/a+", "/a*"));
+    let told = Changes {
+        gateway: true,
+        ..Default::default()
+    };
+    let (quick, _) = build_changes(&changed, Some(&told), Some(b1.previous()));
+    assert!(pattern(&quick.table, "x|y").shares(pattern(&b1.table, "x|y")));
+    assert!(pattern(&quick.table, "[0-9]+").shares(pattern(&b1.table, "[0-9]+")));
+    assert_eq!(pattern(&quick.table, "/a*").as_str(), "/a*");
+    assert!(b1.table.gateway.patterns().all(|p| p.as_str() != "/a*"));
+    // Without a previous table, each build compiles its own.
+    let (again, _) = build(&w);
+    assert!(!pattern(&again.table, "/a+").shares(pattern(&first.table, "/a+")));
 }
 
 #[test]
