@@ -11,11 +11,10 @@
 //!
 //! The state lives in the table's per-address `EndpointState`, so it survives table swaps.
 //! Checks run with bounded concurrency, each bounded by the check timeout; the loop takes a
-//! new table's targets at most four times a second (however often tables are swapped), finds
-//! what is due in a heap (`schedule`), and stops on shutdown. This module only reads the
+//! new table's endpoints at most once a second (however often tables are swapped), updating
+//! its schedule in place, finds what is due in a heap (`schedule`), and stops on shutdown. This module only reads the
 //! table; it must not route, and it must not know about Kubernetes.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,10 +69,10 @@ const MAX_CONCURRENT: usize = 64;
 const MAX_IDLE: Duration = Duration::from_millis(250);
 /// Shortest sleep, so a burst of due checks cannot spin the loop.
 const MIN_IDLE: Duration = Duration::from_millis(10);
-/// Most often a new table's targets are taken: a new endpoint is first checked within about
-/// twice this (the loop also sleeps up to `MAX_IDLE`), given a free slot; a storm of swaps
-/// costs four target lists a second, not one per swap.
-const RETARGET_EVERY: Duration = Duration::from_millis(250);
+/// Most often a new table's endpoints are taken: a new endpoint is first checked within about
+/// this and `MAX_IDLE` (given a free slot), and a storm of swaps costs one pass over the
+/// table's endpoints a second, not one per swap.
+const RETARGET_EVERY: Duration = Duration::from_secs(1);
 /// Bytes read looking for the HTTP status line.
 const STATUS_LINE_MAX: usize = 1024;
 /// Most bytes of a gRPC health answer read (it is a few bytes; anything longer is not one).
@@ -121,43 +120,12 @@ impl Target {
     }
 }
 
-/// The distinct addresses of `table` to check, with their settings: the shortest interval of
-/// the entries that use the address (an entry whose interval is zero does not ask for checks),
-/// and the first check path among them (an HTTP check is the stricter one). In the order the
-/// addresses first appear in the table.
+/// The distinct addresses of `table` to check, with their settings (see
+/// `Schedule::retarget`), in no particular order.
 pub fn targets(table: &RoutingTable, default_interval: Duration) -> Vec<Target> {
-    let mut index: HashMap<SocketAddr, usize, ahash::RandomState> = HashMap::default();
-    let mut out: Vec<Target> = Vec::new();
-    for entry in &table.entries {
-        let interval = entry.check.interval.unwrap_or(default_interval);
-        if interval.is_zero() {
-            continue;
-        }
-        let asks = entry.check.path.is_some() || entry.check.grpc.is_some();
-        for ep in &entry.endpoints {
-            let at = *index.entry(ep.addr).or_insert_with(|| {
-                out.push(Target {
-                    addr: ep.addr,
-                    interval,
-                    entry: Arc::clone(entry),
-                    state: ep.state.clone(),
-                    others: Vec::new(),
-                });
-                out.len() - 1
-            });
-            let t = &mut out[at];
-            if !t.states().any(|s| Arc::ptr_eq(&s.0, &ep.state.0)) {
-                t.others.push(ep.state.clone());
-            }
-            t.interval = t.interval.min(interval);
-            // The first entry that asks for more than a connect sets what is asked, and how.
-            let set = t.entry.check.path.is_some() || t.entry.check.grpc.is_some();
-            if asks && !set {
-                t.entry = Arc::clone(entry);
-            }
-        }
-    }
-    out
+    let mut schedule = Schedule::default();
+    schedule.retarget(table, default_interval, Instant::now());
+    schedule.targets().cloned().collect()
 }
 
 /// Runs one check of `addr` within `timeout`.
@@ -457,7 +425,7 @@ impl Checker {
                 if generation != Some(table.generation) {
                     generation = Some(table.generation);
                     retargeted = Some(now);
-                    schedule.replace(self::targets(&table, self.config.interval), now);
+                    schedule.retarget(&table, self.config.interval, now);
                 }
             }
             while running.len() < MAX_CONCURRENT {
@@ -567,7 +535,8 @@ mod tests {
             .collect(),
             ..Default::default()
         };
-        let t = targets(&table, Duration::from_secs(5));
+        let mut t = targets(&table, Duration::from_secs(5));
+        t.sort_by_key(|t| t.addr);
         let got: Vec<_> = t
             .iter()
             .map(|t| (t.addr.to_string(), t.interval, t.path()))
