@@ -276,7 +276,8 @@ impl<'a> Builder<'a> {
             .into_iter()
             .map(|(addr, draining)| {
                 // Inserting a new address's state makes every entry of this build that uses the
-                // address share it, as later builds do (health checks rely on one per address).
+                // address share it, as later builds do (health checks rely on one per address);
+                // a cold build shares them in `finish` instead.
                 let state = if self.fresh_states {
                     Shared::default()
                 } else {
