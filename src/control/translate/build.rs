@@ -40,6 +40,12 @@ pub(super) struct IngressRef {
 pub(super) struct Builder<'a> {
     pub(super) options: &'a Options,
     pub(super) prev_endpoints: HashMap<SocketAddr, Shared<EndpointState>>,
+    /// A build without a previous table: each endpoint gets a state of its own at once, and
+    /// `finish` makes the endpoints of a repeated address share one (`share_repeated_states`)
+    /// instead of every endpoint probing `prev_endpoints` (that probe, into a map as large as
+    /// the cluster, and the reference-count increment into fresh memory were a third of a
+    /// cold build).
+    pub(super) fresh_states: bool,
     pub(super) prev_entries: HashMap<EntryKey, Shared<EntryState>>,
     pub(super) entries: Vec<Entry>,
     // Hash maps: the order routes are inserted in does not matter (conflicts are resolved by
@@ -89,6 +95,7 @@ impl<'a> Builder<'a> {
             options,
             prev_endpoints,
             prev_entries,
+            fresh_states: false,
             entries: Vec::new(),
             routes: HashMap::default(),
             tcp: BTreeMap::new(),
@@ -308,8 +315,13 @@ impl<'a> Builder<'a> {
             .into_iter()
             .map(|(addr, draining)| {
                 // Inserting a new address's state makes every entry of this build that uses the
-                // address share it, as later builds do (health checks rely on one per address).
-                let state = self.prev_endpoints.entry(addr).or_default().clone();
+                // address share it, as later builds do (health checks rely on one per address);
+                // a cold build shares them in `finish` instead.
+                let state = if self.fresh_states {
+                    Shared::default()
+                } else {
+                    self.prev_endpoints.entry(addr).or_default().clone()
+                };
                 Endpoint {
                     draining,
                     ..Endpoint::new(addr, state)
@@ -521,6 +533,9 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn finish(mut self, inputs: MemoInputs) -> (Built, Vec<Warning>) {
+        if self.fresh_states {
+            share_repeated_states(&mut self.entries);
+        }
         let route_warnings_from = self.warnings.len();
         let mut http = Router::default();
         let mut https = Router::default();
@@ -701,6 +716,33 @@ impl<'a> Builder<'a> {
             gateway: Arc::new(self.gateway_routes),
         };
         (Built { table, memo }, self.warnings)
+    }
+}
+
+/// Makes every endpoint of one address share one state, when each was given its own (a cold
+/// build): the endpoints' address hashes, sorted, show which addresses repeat (usually none,
+/// so the common case is one sort of a `u64` per endpoint and no map); only endpoints whose
+/// hash repeats are looked up by address, so a hash collision costs a lookup, never a shared
+/// state. The first endpoint of an address, in entry order, keeps its state.
+pub(super) fn share_repeated_states(entries: &mut [Entry]) {
+    let mut hashes: Vec<u64> = entries
+        .iter()
+        .flat_map(|e| e.endpoints.iter().map(|ep| ep.hash))
+        .collect();
+    hashes.sort_unstable();
+    let repeated: HashSet<u64> = hashes
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    if repeated.is_empty() {
+        return;
+    }
+    let mut first: HashMap<SocketAddr, Shared<EndpointState>> = HashMap::default();
+    for ep in entries.iter_mut().flat_map(|e| e.endpoints.iter_mut()) {
+        if repeated.contains(&ep.hash) {
+            ep.state = first.entry(ep.addr).or_insert(ep.state.clone()).clone();
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// aHash keyed per process: fast, and object names chosen by tenants cannot aim at collisions.
 type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -467,8 +468,12 @@ fn full<'a>(
     let (services, sorted) = dedup_services(services, &mut input_warnings);
     let mut b = Builder::new(options, previous);
     b.trust = Trust::new(ingress.secrets, ingress.config_maps);
-    // Sized up front: growing maps of hundreds of thousands of addresses rehashes them often.
-    b.prev_endpoints.reserve(index.addresses);
+    b.fresh_states = previous.is_none();
+    if previous.is_some() {
+        // Sized up front: growing maps of hundreds of thousands of addresses rehashes them
+        // often.
+        b.prev_endpoints.reserve(index.addresses);
+    }
     b.entries.reserve(services.len() * 2);
     b.keyed = index.keyed && sorted;
     b.warnings = input_warnings;

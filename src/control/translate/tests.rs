@@ -1153,6 +1153,29 @@ fn entries_sharing_an_address_share_its_state_from_the_first_build() {
 }
 
 #[test]
+fn a_cold_build_shares_states_by_address_not_by_hash() {
+    // Four endpoints whose hashes all collide: only the two of one address may share.
+    let mk = |addrs: &[&str]| {
+        let mut e = Entry::fixture("x", Frontend::Http, addrs);
+        for ep in &mut e.endpoints {
+            ep.hash = 7;
+        }
+        e
+    };
+    let mut entries = [
+        mk(&["10.0.0.1:80", "10.0.0.2:80"]),
+        mk(&["10.0.0.2:80", "10.0.0.3:80"]),
+    ];
+    share_repeated_states(&mut entries);
+    let [a, b] = &entries;
+    let same = |x: &Endpoint, y: &Endpoint| Arc::ptr_eq(&x.state.0, &y.state.0);
+    assert!(same(&a.endpoints[1], &b.endpoints[0]));
+    assert!(!same(&a.endpoints[0], &a.endpoints[1]));
+    assert!(!same(&a.endpoints[0], &b.endpoints[1]));
+    assert!(!same(&a.endpoints[1], &b.endpoints[1]));
+}
+
+#[test]
 fn duplicate_definitions_pick_by_content() {
     let a = annotate(
         mk_service("default", "web", &[80]),
@@ -1245,6 +1268,18 @@ proptest! {
         prop_assert_eq!(&t1, &t2);
         prop_assert_eq!(t1.to_json(), t2.to_json());
         prop_assert_eq!(w1, w2);
+    }
+
+    /// A cold build gives two endpoints one state exactly when they have one address.
+    #[test]
+    fn one_state_per_address((services, slices) in world()) {
+        let (t, _) = run(&services, &slices);
+        let eps: Vec<&Endpoint> = t.entries.iter().flat_map(|e| &e.endpoints).collect();
+        for a in &eps {
+            for b in &eps {
+                prop_assert_eq!(Arc::ptr_eq(&a.state.0, &b.state.0), a.addr == b.addr);
+            }
+        }
     }
 
     /// Every ready endpoint of every served port appears exactly once in its entry.
