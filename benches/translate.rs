@@ -363,6 +363,44 @@ fn bench_gateway(c: &mut Criterion) {
     g.finish();
 }
 
+/// What a Gateway bench builds on: the Services, one GatewayClass and Gateway, the options.
+struct GatewayWorld<'a> {
+    services: &'a Store<Service>,
+    slices: &'a Store<EndpointSlice>,
+    class: &'a switchyard::control::translate::gateway::api::GatewayClass,
+    gateway: &'a switchyard::control::translate::gateway::api::Gateway,
+    options: &'a Options,
+}
+
+impl GatewayWorld<'_> {
+    /// A build with `routes` attached, from `previous` (with `changes`) or cold.
+    fn build(
+        &self,
+        routes: &[switchyard::control::translate::gateway::api::HTTPRoute],
+        previous: Option<switchyard::control::translate::Previous<'_>>,
+        changes: Option<&Changes>,
+    ) -> (
+        switchyard::control::translate::Built,
+        Vec<switchyard::control::translate::Warning>,
+    ) {
+        use switchyard::control::translate::{GatewayRefs, IngressRefs};
+        let refs = IngressRefs::of([], [], []).with_gateway(GatewayRefs {
+            classes: vec![self.class],
+            gateways: vec![self.gateway],
+            routes: routes.iter().collect(),
+            ..GatewayRefs::default()
+        });
+        translate_changes(
+            self.services,
+            self.slices,
+            refs.inputs(),
+            changes,
+            self.options,
+            previous,
+        )
+    }
+}
+
 /// The Gateway-only rebuild after one HTTPRoute is created among `n` (what
 /// `tests/e2e_gateway_figures.rs` times end to end at 3,000), and the cost of regular
 /// expressions on builds: 10,000 routes with a `RegularExpression` path and a header pattern
@@ -370,8 +408,6 @@ fn bench_gateway(c: &mut Criterion) {
 /// reused) and Gateway-only after one route changed.
 #[allow(clippy::expect_used)] // fixed JSON: a failure is a bug in the bench
 fn bench_gateway_changes(c: &mut Criterion) {
-    use switchyard::control::translate::gateway::api::HTTPRoute;
-    use switchyard::control::translate::{GatewayRefs, IngressRefs};
     let options = Options::default();
     let changes = Changes {
         gateway: true,
@@ -383,28 +419,17 @@ fn bench_gateway_changes(c: &mut Criterion) {
         let (services, slices) = world(n);
         let (svc_store, eps_store) = stores(&services, &slices);
         let (routes, class, gateway) = http_routes(n);
-        let build = |routes: &[HTTPRoute],
-                     previous: Option<switchyard::control::translate::Previous<'_>>,
-                     changes: Option<&Changes>| {
-            let refs = IngressRefs::of([], [], []).with_gateway(GatewayRefs {
-                classes: vec![&class],
-                gateways: vec![&gateway],
-                routes: routes.iter().collect(),
-                ..GatewayRefs::default()
-            });
-            translate_changes(
-                &svc_store,
-                &eps_store,
-                refs.inputs(),
-                changes,
-                &options,
-                previous,
-            )
+        let world = GatewayWorld {
+            services: &svc_store,
+            slices: &eps_store,
+            class: &class,
+            gateway: &gateway,
+            options: &options,
         };
-        let (previous, _) = build(&routes[..n - 1], None, None);
+        let (previous, _) = world.build(&routes[..n - 1], None, None);
         g.bench_with_input(BenchmarkId::new("one_route_created", n), &n, |b, _| {
             b.iter_with_large_drop(|| {
-                build(
+                world.build(
                     black_box(&routes),
                     Some(previous.previous()),
                     Some(&changes),
@@ -428,36 +453,25 @@ fn bench_gateway_changes(c: &mut Criterion) {
             rules[2] = serde_json::from_value(rule).expect("rule");
         }
     }
-    let build = |routes: &[HTTPRoute],
-                 previous: Option<switchyard::control::translate::Previous<'_>>,
-                 changes: Option<&Changes>| {
-        let refs = IngressRefs::of([], [], []).with_gateway(GatewayRefs {
-            classes: vec![&class],
-            gateways: vec![&gateway],
-            routes: routes.iter().collect(),
-            ..GatewayRefs::default()
-        });
-        translate_changes(
-            &svc_store,
-            &eps_store,
-            refs.inputs(),
-            changes,
-            &options,
-            previous,
-        )
+    let world = GatewayWorld {
+        services: &svc_store,
+        slices: &eps_store,
+        class: &class,
+        gateway: &gateway,
+        options: &options,
     };
-    let (previous, _) = build(&routes, None, None);
+    let (previous, _) = world.build(&routes, None, None);
     assert_eq!(previous.table.gateway.patterns().count(), 2 * n);
     g.bench_function("regex_10000_full_compiling", |b| {
-        b.iter_with_large_drop(|| build(black_box(&routes), None, None))
+        b.iter_with_large_drop(|| world.build(black_box(&routes), None, None))
     });
     g.bench_function("regex_10000_full_reusing", |b| {
-        b.iter_with_large_drop(|| build(black_box(&routes), Some(previous.previous()), None))
+        b.iter_with_large_drop(|| world.build(black_box(&routes), Some(previous.previous()), None))
     });
     routes[4_242].spec.hostnames = vec!["renamed.example.com".into()];
     g.bench_function("regex_10000_one_route_changed", |b| {
         b.iter_with_large_drop(|| {
-            build(
+            world.build(
                 black_box(&routes),
                 Some(previous.previous()),
                 Some(&changes),

@@ -1089,15 +1089,8 @@ mod tests {
         };
         g.candidates = vec![Box::new([cand(0)]), Box::new([cand(1)])];
         let rule = |action| GatewayRule {
-            origin: "infra/r rule 0".into(),
             action,
-            request_headers: HeaderFilter::default(),
-            response_headers: HeaderFilter::default(),
-            rewrite_host: None,
-            rewrite_path: None,
-            mirrors: Vec::new(),
-            request_timeout: None,
-            backend_timeout: None,
+            ..GatewayRule::answering("infra/r rule 0".into(), 500)
         };
         g.rules = vec![
             rule(Action::Backends(Backends {

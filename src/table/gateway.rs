@@ -344,6 +344,21 @@ pub struct GatewayRule {
 }
 
 impl GatewayRule {
+    /// A rule that answers `status` and does nothing else (no filter, no timeout).
+    pub fn answering(origin: Box<str>, status: u16) -> GatewayRule {
+        GatewayRule {
+            origin,
+            action: Action::Fail(status),
+            request_headers: HeaderFilter::default(),
+            response_headers: HeaderFilter::default(),
+            rewrite_host: None,
+            rewrite_path: None,
+            mirrors: Vec::new(),
+            request_timeout: None,
+            backend_timeout: None,
+        }
+    }
+
     /// Whether an engine must change the request or response beyond what every route gets.
     pub fn rewrites(&self) -> bool {
         !self.request_headers.is_empty()

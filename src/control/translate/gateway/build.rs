@@ -889,17 +889,10 @@ impl<'a> Builder<'a> {
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
     ) -> Result<(GatewayRule, Option<Unresolved>), String> {
-        let mut out = GatewayRule {
-            origin: format!("{}/{} rule {index}", who.namespace, who.name).into(),
-            action: Action::Fail(500),
-            request_headers: HeaderFilter::default(),
-            response_headers: HeaderFilter::default(),
-            rewrite_host: None,
-            rewrite_path: None,
-            mirrors: Vec::new(),
-            request_timeout: None,
-            backend_timeout: None,
-        };
+        let mut out = GatewayRule::answering(
+            format!("{}/{} rule {index}", who.namespace, who.name).into(),
+            500,
+        );
         let mut redirect = None;
         let mut unresolved = None;
         let mut mirrors = Vec::new();
@@ -960,17 +953,7 @@ impl<'a> Builder<'a> {
             // The spec: a filter that cannot be resolved is never skipped; the requests it
             // would have processed get an error. So the rule stays (a broader rule must not
             // take its requests without the filter) and answers 500, doing nothing else.
-            let failed = GatewayRule {
-                origin: out.origin,
-                action: Action::Fail(500),
-                request_headers: HeaderFilter::default(),
-                response_headers: HeaderFilter::default(),
-                rewrite_host: None,
-                rewrite_path: None,
-                mirrors: Vec::new(),
-                request_timeout: None,
-                backend_timeout: None,
-            };
+            let failed = GatewayRule::answering(out.origin, 500);
             let u = Unresolved {
                 reason: "InvalidKind",
                 message,
