@@ -75,8 +75,7 @@ async fn gateway_objects_from_files_are_served_and_follow_edits() {
 }
 
 /// `RequestMirror` copies a request's body too, as the client framed it (`content-length`) or
-/// chunked (a chunked upload), while the client's own request is answered by its backend with
-/// the body untouched.
+/// chunked (a chunked upload), while the client's own request is answered by its backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirrored_request_carries_its_body() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -35,7 +35,7 @@ use pingora::{Error, ErrorType};
 
 use crate::ops::metrics::Metrics;
 use crate::table::upstream::{BackendProtocol, Upstream};
-use crate::table::{CheckResult, EndpointState, Entry, RoutingTable, Shared, TableReader};
+use crate::table::{CheckResult, EndpointState, Entry, Shared, TableReader};
 
 mod schedule;
 use schedule::Schedule;
@@ -121,8 +121,10 @@ impl Target {
 }
 
 /// The distinct addresses of `table` to check, with their settings (see
-/// `Schedule::retarget`), in no particular order.
-pub fn targets(table: &RoutingTable, default_interval: Duration) -> Vec<Target> {
+/// `Schedule::retarget`), in no particular order. The checker keeps them in its schedule;
+/// this list is for tests.
+#[cfg(test)]
+fn targets(table: &crate::table::RoutingTable, default_interval: Duration) -> Vec<Target> {
     let mut schedule = Schedule::default();
     schedule.retarget(table, default_interval, Instant::now());
     schedule.targets().cloned().collect()
@@ -497,7 +499,7 @@ impl Checker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{CheckSpec, Entry, Frontend};
+    use crate::table::{CheckSpec, Entry, Frontend, RoutingTable};
 
     fn entry(name: &str, addrs: &[&str], check: CheckSpec) -> Entry {
         Entry {

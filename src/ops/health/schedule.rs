@@ -105,6 +105,7 @@ impl Schedule {
     }
 
     /// The targets scheduled, in no particular order.
+    #[cfg(test)]
     pub(super) fn targets(&self) -> impl Iterator<Item = &Target> {
         self.slots.values().map(|s| &s.target)
     }
