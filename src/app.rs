@@ -98,10 +98,16 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let admin_addr = SocketAddr::new(config.admin_bind_address, config.admin_port);
     check_bind(http_addr, "--http-port")?;
     check_bind(admin_addr, "--admin-port")?;
+    for ip in gateway_listen_addresses(&config) {
+        check_bind(SocketAddr::new(ip, config.http_port), "--gateway-addresses")?;
+    }
     let https_addr = SocketAddr::new(config.bind_address, config.https_port);
     let tls = match &config.tls {
         Some(options) => {
             check_bind(https_addr, "--https-port")?;
+            for ip in gateway_listen_addresses(&config) {
+                check_bind(SocketAddr::new(ip, config.https_port), "--gateway-addresses")?;
+            }
             Some(tls::Tls::load(options)?)
         }
         None => None,
@@ -442,10 +448,35 @@ fn http_service(
     let counted =
         http_proxy::CountConnections::new(guarded, shared.metrics.data.open_connections(&label));
     let mut service = ListeningService::new(label, counted);
-    service.add_listener(
-        ListenerConfig::tcp(listener.addr.to_string()).l4_buffer(l4_buffer(listener_tls)),
-    );
+    let gateways = gateway_listen_addresses(config);
+    for addr in std::iter::once(listener.addr).chain(
+        gateways
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, listener.addr.port())),
+    ) {
+        service.add_listener(
+            ListenerConfig::tcp(addr.to_string()).l4_buffer(l4_buffer(listener_tls)),
+        );
+    }
     service
+}
+
+/// The Gateways' own addresses (`--gateway-addresses`) that the HTTP and TLS ports must also
+/// listen on: those --bind-address does not take already (an unspecified address takes every
+/// address of its family, and `::` IPv4 ones too, dual-stack being Linux's default).
+fn gateway_listen_addresses(config: &Config) -> Vec<std::net::IpAddr> {
+    let bind = config.bind_address;
+    config
+        .translate
+        .gateway_addresses
+        .iter()
+        .copied()
+        .filter(|ip| {
+            let covered = *ip == bind
+                || (bind.is_unspecified() && (bind.is_ipv6() || ip.is_ipv4() == bind.is_ipv4()));
+            !covered
+        })
+        .collect()
 }
 
 /// The L4 buffers of an HTTP listener. In clear, no read buffer: the fast path, Pingora's
@@ -695,6 +726,23 @@ mod tests {
             l4_buffer(true).read_capacity(),
             pingora::listeners::DEFAULT_L4_READ_BUFFER_SIZE
         );
+    }
+
+    #[test]
+    fn gateway_addresses_are_listened_on_unless_the_bind_address_takes_them() {
+        let config = |bind: &str| {
+            let mut args = vec!["--manifests", "m", "--bind-address", bind];
+            args.extend(["--gateway-addresses", "127.0.0.1,127.0.0.2,::1"]);
+            let args = crate::config::parse_from(std::iter::once("switchyard").chain(args));
+            Config::from_args(args.unwrap()).unwrap()
+        };
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(
+            gateway_listen_addresses(&config("127.0.0.1")),
+            [ip("127.0.0.2"), ip("::1")]
+        );
+        assert_eq!(gateway_listen_addresses(&config("0.0.0.0")), [ip("::1")]);
+        assert!(gateway_listen_addresses(&config("::")).is_empty());
     }
 
     #[test]

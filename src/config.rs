@@ -218,6 +218,15 @@ pub struct Args {
     #[arg(long, value_name = "PORT", env = "SWITCHYARD_GATEWAY_HTTPS_PORT")]
     pub gateway_https_port: Option<u16>,
 
+    /// Local IP addresses to give Gateways, one each (e.g. `10.0.0.10,10.0.0.11`): a Gateway
+    /// gets the one its `spec.addresses` names, or else a free one (oldest Gateway first),
+    /// and keeps it; connections to that address see only that Gateway's listeners and
+    /// routes, on the HTTP and the TLS port. Each address is also listened on when
+    /// --bind-address is a specific one. Without it every Gateway is served on every address.
+    #[arg(long, value_name = "IPS", value_delimiter = ',',
+          env = "SWITCHYARD_GATEWAY_ADDRESSES")]
+    pub gateway_addresses: Vec<IpAddr>,
+
     /// Watch only the `kubernetes.io/tls` Secrets with these labels (a Kubernetes label
     /// selector, e.g. `switchyard.io/tls=true`), so other TLS Secrets are never sent to
     /// switchyard or kept in its memory.
@@ -666,6 +675,8 @@ pub enum ConfigError {
     NeedsCluster(&'static str),
     #[error("{0} {1}: {2}")]
     BackendClientCert(&'static str, String, String),
+    #[error("--gateway-addresses {0}: a Gateway's address must be a specific address, not {0}")]
+    GatewayAddress(IpAddr),
 }
 
 impl Config {
@@ -684,6 +695,17 @@ impl Config {
             Source::Manifests(manifests)
         };
         let cluster = matches!(source, Source::Cluster { .. });
+        // In the order given (free ones are handed out in it), each once; an IPv4-mapped
+        // IPv6 address is the IPv4 one, as sockets report it.
+        let mut gateway_addresses: Vec<IpAddr> = Vec::new();
+        for ip in args.gateway_addresses.iter().map(IpAddr::to_canonical) {
+            if ip.is_unspecified() {
+                return Err(ConfigError::GatewayAddress(ip));
+            }
+            if !gateway_addresses.contains(&ip) {
+                gateway_addresses.push(ip);
+            }
+        }
         let publish = match (args.publish_service, args.publish_status_address) {
             (Some((namespace, name)), _) => Some(Publish::Service { namespace, name }),
             (None, list) if !list.is_empty() => Some(Publish::Static(
@@ -798,6 +820,7 @@ impl Config {
                 gateway_controller_name: args.gateway_controller_name,
                 gateway_http_port: args.gateway_http_port.unwrap_or(http_port),
                 gateway_https_port: args.gateway_https_port.unwrap_or(args.https_port),
+                gateway_addresses,
             },
             timeouts: Timeouts {
                 tunnel: args.tunnel_timeout,
@@ -902,6 +925,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "gateway_controller_name",
             "gateway_http_port",
             "gateway_https_port",
+            "gateway_addresses",
         ],
     ),
     (
@@ -998,7 +1022,7 @@ pub fn parse_args() -> Result<Args, clap::Error> {
     parse_from(std::env::args_os())
 }
 
-fn parse_from<I, T>(args: I) -> Result<Args, clap::Error>
+pub(crate) fn parse_from<I, T>(args: I) -> Result<Args, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -1326,6 +1350,34 @@ mod tests {
             ),
             Err(ConfigError::PortClash(9))
         ));
+    }
+
+    #[test]
+    fn gateway_addresses_parse() {
+        let c = Config::from_args(
+            parse(&[
+                "--manifests",
+                "m",
+                "--gateway-addresses",
+                "127.0.0.3,::ffff:127.0.0.2,127.0.0.3",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            c.translate.gateway_addresses,
+            [ip("127.0.0.3"), ip("127.0.0.2")]
+        );
+        let none = Config::from_args(parse(&["--manifests", "m"]).unwrap()).unwrap();
+        assert!(none.translate.gateway_addresses.is_empty());
+        assert!(matches!(
+            Config::from_args(
+                parse(&["--manifests", "m", "--gateway-addresses", "0.0.0.0"]).unwrap()
+            ),
+            Err(ConfigError::GatewayAddress(_))
+        ));
+        assert!(parse(&["--gateway-addresses", "nope"]).is_err());
     }
 
     #[test]

@@ -1210,6 +1210,7 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
                     }],
                 },
             )]),
+            own_addresses: false,
         })
     };
     let wait = |what: &'static str, check: Box<Check>| {

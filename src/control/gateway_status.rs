@@ -167,7 +167,12 @@ pub fn plan(
                 })
                 .collect();
             let next = GatewayStatus {
-                addresses: addresses.iter().map(gateway_address).collect(),
+                // With --gateway-addresses each Gateway has its own (or none).
+                addresses: if desired.own_addresses {
+                    want.addresses.clone()
+                } else {
+                    addresses.iter().map(gateway_address).collect()
+                },
                 conditions: merge_conditions(&want.conditions, &seen.status.conditions, now),
                 listeners,
             };
@@ -720,6 +725,7 @@ mod tests {
                 },
             )]),
             http_routes: BTreeMap::new(),
+            own_addresses: false,
         };
         let addresses = [
             Address::parse("203.0.113.7"),
@@ -785,6 +791,25 @@ mod tests {
         );
         // Nothing listed yet: nothing written.
         assert!(plan(&desired, &addresses, OURS, &Current::default(), NOW).is_empty());
+        // With --gateway-addresses the Gateway's own address is written, not the published
+        // ones; a Gateway that got none shows none.
+        let own = |addresses: Vec<GatewayAddress>| {
+            let mut d = desired.clone();
+            d.own_addresses = true;
+            d.gateways.get_mut(&k("ns", "gw")).unwrap().addresses = addresses;
+            d
+        };
+        let mine = GatewayAddress {
+            type_: Some("IPAddress".into()),
+            value: "127.0.0.2".into(),
+        };
+        let w = plan(&own(vec![mine.clone()]), &addresses, OURS, &current, NOW);
+        assert!(
+            matches!(&w[1], Write::Gateway(_, s) if s.addresses == vec![mine.clone()]),
+            "{w:?}"
+        );
+        let w = plan(&own(vec![]), &addresses, OURS, &current, NOW);
+        assert!(matches!(&w[1], Write::Gateway(_, s) if s.addresses.is_empty()), "{w:?}");
     }
 
     #[test]

@@ -326,6 +326,12 @@ impl ProxyHttp for HttpProxy {
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
         ctx.attempt.set_client_ip(client_ip);
+        ctx.attempt.set_local_ip(
+            session
+                .server_addr()
+                .and_then(|a| a.as_inet())
+                .map(|a| a.ip()),
+        );
         let cookies = req
             .headers
             .get_all(COOKIE)

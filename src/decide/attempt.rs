@@ -158,6 +158,9 @@ pub struct Attempt {
     /// The matched Gateway rule (index into the table's) and the backend it chose.
     gateway: Option<(u32, usize)>,
     client_ip: Option<IpAddr>,
+    /// The address the client connected to: a Gateway with that address
+    /// (`--gateway-addresses`) answers alone.
+    local_ip: Option<IpAddr>,
     /// Endpoint the client is pinned to by cookie or affinity (index into the entry).
     pinned: Option<usize>,
     /// The request carried a `SERVERID` that named a live endpoint.
@@ -209,6 +212,12 @@ impl Attempt {
         self.client_ip = ip;
     }
 
+    /// The connection's local address (the accepted socket's), which picks the Gateways that
+    /// may answer.
+    pub fn set_local_ip(&mut self, ip: Option<IpAddr>) {
+        self.local_ip = ip;
+    }
+
     /// Matches host and path on `frontend` and settles stickiness from `cookies` (the values
     /// of the request's `Cookie` fields) or the client's address.
     // Each argument is a distinct fact the caller already holds; a struct would only rename
@@ -254,7 +263,10 @@ impl Attempt {
         if frontend != Frontend::Http && !https {
             return Ok(Route::NotFound);
         }
-        match table.gateway.lookup(https, host, path, req) {
+        match table
+            .gateway
+            .lookup_at(self.local_ip, https, host, path, req)
+        {
             GatewayMatch::NoRoute => return Ok(Route::NotFound),
             GatewayMatch::NotTaken => {}
             GatewayMatch::Matched(prule, candidate) => {

@@ -32,11 +32,15 @@ pub struct Query {
     pub client: Option<IpAddr>,
     /// A whole `Cookie` header value, or just the `SERVERID` value.
     pub cookie: Option<String>,
+    /// The address the request is sent to (a connection's local address): a Gateway with
+    /// that address (`--gateway-addresses`) answers it alone. `None`: the shared Gateways.
+    pub local: Option<IpAddr>,
 }
 
 impl Query {
-    /// From a URL query string: `host=H&path=P[&client=IP][&cookie=C][&frontend=F]`
-    /// (percent-encoded; `frontend` is `http`, `https` or `tcp:PORT`).
+    /// From a URL query string:
+    /// `host=H&path=P[&client=IP][&cookie=C][&frontend=F][&local=IP]` (percent-encoded;
+    /// `frontend` is `http`, `https` or `tcp:PORT`; `local` the address connected to).
     pub fn from_query_string(qs: &str) -> Result<Query, String> {
         let mut q = Query {
             frontend: Frontend::Http,
@@ -44,6 +48,7 @@ impl Query {
             path: "/".into(),
             client: None,
             cookie: None,
+            local: None,
         };
         for pair in qs.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -58,6 +63,12 @@ impl Query {
                     );
                 }
                 "cookie" => q.cookie = (!v.is_empty()).then_some(v),
+                "local" => {
+                    q.local = Some(
+                        v.parse()
+                            .map_err(|_| format!("local: {v:?} is not an IP address"))?,
+                    );
+                }
                 "frontend" => q.frontend = parse_frontend(&v)?,
                 other => return Err(format!("unknown parameter {other:?}")),
             }
@@ -91,6 +102,7 @@ impl Query {
             path,
             client: None,
             cookie: None,
+            local: None,
         })
     }
 }
@@ -161,6 +173,8 @@ pub struct RequestView {
     pub path: String,
     pub client: Option<String>,
     pub cookie: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
 }
 
 /// One precedence level that was considered.
@@ -291,6 +305,7 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
             path: q.path.clone(),
             client: q.client.map(|c| c.to_string()),
             cookie: q.cookie.clone(),
+            local: q.local.map(|l| l.to_string()),
         },
         precedence: Vec::new(),
         route: None,
@@ -340,6 +355,7 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
     x.entry = Some(entry_view(entry, now, policy.fail_open));
     // The decisions: a dry run of the attempt every engine makes.
     let mut attempt = Attempt::dry_run(q.client);
+    attempt.set_local_ip(q.local);
     let policy = Policy {
         tries: 1,
         passive_down: Duration::ZERO,
@@ -419,7 +435,7 @@ fn route_gateway(
         method: b"GET",
         query,
     };
-    let (prule, candidate) = match gw.lookup(https, host, path, &req) {
+    let (prule, candidate) = match gw.lookup_at(q.local, https, host, path, &req) {
         GatewayMatch::NotTaken => return GatewayStep::NotTaken,
         GatewayMatch::NoRoute => {
             x.precedence.push(Step {
@@ -803,6 +819,7 @@ mod tests {
             path: path.into(),
             client: None,
             cookie: None,
+            local: None,
         }
     }
 
@@ -1042,6 +1059,11 @@ mod tests {
         assert!(Query::from_query_string("client=nope").is_err());
         assert!(Query::from_query_string("bogus=1").is_err());
         assert_eq!(
+            Query::from_query_string("local=127.0.0.2").unwrap().local,
+            Some("127.0.0.2".parse().unwrap())
+        );
+        assert!(Query::from_query_string("local=nope").is_err());
+        assert_eq!(
             Query::from_query_string("frontend=tcp:3306")
                 .unwrap()
                 .frontend,
@@ -1112,6 +1134,16 @@ mod tests {
             })),
         ];
         g.http_hosts.exact.push("gw.example.com".into());
+        // A Gateway with an address of its own, whose host-less listener sends / to rule 0.
+        let own: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+        let mut at = crate::table::gateway::AddressRoutes::new(own, "infra", "own");
+        at.http.any_host = rules(&[("/", false, 2)]);
+        at.http_hosts.any = true;
+        g.candidates.push(Box::new([Candidate {
+            listener: crate::table::gateway::ANY_LISTENER,
+            ..cand(0)
+        }]));
+        g.addressed.push(at);
         t.gateway = std::sync::Arc::new(g);
         let t = std::sync::Arc::new(t);
         let now = Instant::now();
@@ -1149,5 +1181,28 @@ mod tests {
         let x = explain(&t, &q(Some("a.example.com"), "/"), now, &POLICY);
         assert_eq!(x.entry.as_ref().unwrap().name, "wild");
         assert_eq!(x.route.as_ref().unwrap().level, "wildcard_host");
+        // Sent to the Gateway's own address, every host is that Gateway's alone: the shared
+        // Gateway's host is not, and neither are the Service routes'.
+        let at = |host: &str, path: &str| Query {
+            local: Some(own),
+            ..q(Some(host), path)
+        };
+        let x = explain(&t, &at("a.example.com", "/"), now, &POLICY);
+        assert_eq!(x.route.as_ref().unwrap().level, "gateway");
+        assert_eq!(x.request.local.as_deref(), Some("127.0.0.2"));
+        let x = explain(&t, &at("gw.example.com", "/old/a"), now, &POLICY);
+        assert_eq!(x.route.as_ref().unwrap().level, "gateway");
+        assert_ne!(x.outcome, "redirect");
+        // Another local address sees the shared Gateways.
+        let x = explain(
+            &t,
+            &Query {
+                local: Some("127.0.0.9".parse().unwrap()),
+                ..q(Some("gw.example.com"), "/old/a")
+            },
+            now,
+            &POLICY,
+        );
+        assert_eq!(x.outcome, "redirect");
     }
 }

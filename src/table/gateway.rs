@@ -8,7 +8,12 @@
 //! Unlike Service and Ingress routes, a host level that a Gateway route claims is final: a
 //! request whose host a listener's routes cover never falls through to a less specific host
 //! (listener isolation), and gets 404 when no candidate matches.
+//!
+//! A Gateway with an address of its own (`--gateway-addresses`) has routers and listener hosts
+//! of its own (`AddressRoutes`): a connection to that address sees only them, a connection to
+//! any other address only the shared ones (Gateways without an address).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -75,6 +80,44 @@ pub struct GatewayRoutes {
     /// them is the Gateway's (404 when no route matches), never a Service's or an Ingress's.
     pub http_hosts: ListenerHosts,
     pub https_hosts: ListenerHosts,
+    /// The Gateways with an address of their own, sorted by address: the routers and
+    /// listener hosts a connection to that address sees instead of the shared ones above.
+    /// Also the assignment the next build keeps (`assigned`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub addressed: Vec<AddressRoutes>,
+}
+
+/// Where a listener's routes go: the plain or the TLS frontend, of the shared Gateways
+/// (`address: None`) or of the Gateway that has this address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FrontendKey {
+    pub address: Option<IpAddr>,
+    pub https: bool,
+}
+
+/// A Gateway with an address of its own: its listeners' routes and hosts, on both frontends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AddressRoutes {
+    pub address: IpAddr,
+    /// The Gateway's namespace and name.
+    pub gateway: (Box<str>, Box<str>),
+    pub http: Router<CandidatesId>,
+    pub https: Router<CandidatesId>,
+    pub http_hosts: ListenerHosts,
+    pub https_hosts: ListenerHosts,
+}
+
+impl AddressRoutes {
+    pub fn new(address: IpAddr, namespace: &str, name: &str) -> AddressRoutes {
+        AddressRoutes {
+            address: address.to_canonical(),
+            gateway: (namespace.into(), name.into()),
+            http: Router::default(),
+            https: Router::default(),
+            http_hosts: ListenerHosts::default(),
+            https_hosts: ListenerHosts::default(),
+        }
+    }
 }
 
 /// The hostnames of a frontend's listeners, each with the id its routes' candidates carry.
@@ -156,7 +199,8 @@ impl GatewayRoutes {
     /// Every compiled regular expression the routes hold (path, header and query patterns;
     /// a pattern used twice is listed twice), for the next build to reuse.
     pub fn patterns(&self) -> impl Iterator<Item = &Pattern> {
-        let paths = [&self.http, &self.https].into_iter().flat_map(|r| {
+        let own = self.addressed.iter().flat_map(|a| [&a.http, &a.https]);
+        let paths = [&self.http, &self.https].into_iter().chain(own).flat_map(|r| {
             r.exact
                 .values()
                 .chain(r.wildcard.iter().map(|(_, rules)| rules))
@@ -186,11 +230,90 @@ impl GatewayRoutes {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.http_hosts.is_empty() && self.https_hosts.is_empty()
+        self.rules.is_empty()
+            && self.http_hosts.is_empty()
+            && self.https_hosts.is_empty()
+            && self.addressed.is_empty()
     }
 
-    /// The candidate `req` meets on the most specific host level that Gateway routes claim
-    /// for `host`, with the path rule it came through.
+    /// The Gateway that has address `ip`, if one does.
+    pub fn at_address(&self, ip: IpAddr) -> Option<&AddressRoutes> {
+        let ip = ip.to_canonical();
+        self.addressed
+            .binary_search_by(|a| a.address.cmp(&ip))
+            .ok()
+            .and_then(|i| self.addressed.get(i))
+    }
+
+    /// Each Gateway's address: (namespace, name, address).
+    pub fn assigned(&self) -> impl Iterator<Item = (&str, &str, IpAddr)> {
+        self.addressed
+            .iter()
+            .map(|a| (&*a.gateway.0, &*a.gateway.1, a.address))
+    }
+
+    /// The router and listener hosts of a frontend, to build (`None`: an address no Gateway
+    /// has).
+    pub fn frontend_mut(
+        &mut self,
+        at: FrontendKey,
+    ) -> Option<(&mut Router<CandidatesId>, &mut ListenerHosts)> {
+        match at.address {
+            None if at.https => Some((&mut self.https, &mut self.https_hosts)),
+            None => Some((&mut self.http, &mut self.http_hosts)),
+            Some(ip) => {
+                let i = self.addressed.binary_search_by(|a| a.address.cmp(&ip)).ok()?;
+                let a = self.addressed.get_mut(i)?;
+                Some(if at.https {
+                    (&mut a.https, &mut a.https_hosts)
+                } else {
+                    (&mut a.http, &mut a.http_hosts)
+                })
+            }
+        }
+    }
+
+    /// The listener hosts of a frontend (empty for an address no Gateway has).
+    pub fn hosts(&self, at: FrontendKey) -> &ListenerHosts {
+        static NONE: ListenerHosts = ListenerHosts {
+            any: false,
+            exact: Vec::new(),
+            wildcard: Vec::new(),
+        };
+        match at.address {
+            None => self.frontend(None, at.https).1,
+            Some(ip) => match self.at_address(ip) {
+                Some(a) if at.https => &a.https_hosts,
+                Some(a) => &a.http_hosts,
+                None => &NONE,
+            },
+        }
+    }
+
+    /// The router and listener hosts a connection to `local` sees: its Gateway's when one
+    /// has that address, else the shared ones.
+    #[inline]
+    fn frontend(
+        &self,
+        local: Option<IpAddr>,
+        https: bool,
+    ) -> (&Router<CandidatesId>, &ListenerHosts) {
+        if let Some(a) = local.filter(|_| !self.addressed.is_empty()).and_then(|ip| self.at_address(ip)) {
+            return if https {
+                (&a.https, &a.https_hosts)
+            } else {
+                (&a.http, &a.http_hosts)
+            };
+        }
+        if https {
+            (&self.https, &self.https_hosts)
+        } else {
+            (&self.http, &self.http_hosts)
+        }
+    }
+
+    /// The candidate `req` meets on the most specific host level that the shared Gateways'
+    /// routes claim for `host`, with the path rule it came through.
     #[inline]
     pub fn lookup<'r>(
         &'r self,
@@ -199,11 +322,21 @@ impl GatewayRoutes {
         path: &str,
         req: &impl RequestView,
     ) -> GatewayMatch<'r> {
-        let (router, hosts) = if https {
-            (&self.https, &self.https_hosts)
-        } else {
-            (&self.http, &self.http_hosts)
-        };
+        self.lookup_at(None, https, host, path, req)
+    }
+
+    /// `lookup` for a connection to `local` (its local address): the routes of the Gateway
+    /// that has that address, or the shared ones.
+    #[inline]
+    pub fn lookup_at<'r>(
+        &'r self,
+        local: Option<IpAddr>,
+        https: bool,
+        host: Option<&[u8]>,
+        path: &str,
+        req: &impl RequestView,
+    ) -> GatewayMatch<'r> {
+        let (router, hosts) = self.frontend(local, https);
         // Every route is on a listener: without listeners there is nothing to do (and no
         // host to normalize).
         if hosts.is_empty() {
@@ -655,6 +788,45 @@ mod tests {
             g.lookup(true, Some(b"example.com"), "/", &get()),
             GatewayMatch::NotTaken
         );
+    }
+
+    #[test]
+    fn a_gateways_own_address_sees_only_its_routes() {
+        let mut g = routes();
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        // The Gateway at .3 takes every host on the plain port and sends / to rule 5; the one
+        // at .2 has no listener on it.
+        let mut three = AddressRoutes::new(ip("127.0.0.3"), "ns", "three");
+        three.http.any_host.insert(rule("/", false, 3));
+        three.http_hosts.any = true;
+        g.candidates.push(Box::new([cand(5)]));
+        g.addressed = vec![AddressRoutes::new(ip("127.0.0.2"), "ns", "two"), three];
+        let at = |local: &str, https: bool, host: &str| {
+            match g.lookup_at(Some(ip(local)), https, Some(host.as_bytes()), "/", &get()) {
+                GatewayMatch::Matched(_, c) => Ok(Some(c.rule)),
+                GatewayMatch::NoRoute => Err(()),
+                GatewayMatch::NotTaken => Ok(None),
+            }
+        };
+        assert_eq!(at("127.0.0.3", false, "example.com"), Ok(Some(5)));
+        // IPv4-mapped, as a dual-stack socket reports it.
+        assert_eq!(at("::ffff:127.0.0.3", false, "other.net"), Ok(Some(5)));
+        // Its TLS side has no listener: the Service and Ingress routes decide.
+        assert_eq!(at("127.0.0.3", true, "example.com"), Ok(None));
+        // The Gateway at .2 has no listener: nothing of the shared Gateways reaches it.
+        assert_eq!(at("127.0.0.2", false, "example.com"), Ok(None));
+        // Any other address sees the shared Gateways, as does no address.
+        assert_eq!(at("127.0.0.1", false, "example.com"), Ok(Some(1)));
+        assert_eq!(rule_of(&g, "example.com", "/", &get()), Ok(Some(1)));
+        assert_eq!(
+            g.assigned().collect::<Vec<_>>(),
+            [("ns", "two", ip("127.0.0.2")), ("ns", "three", ip("127.0.0.3"))]
+        );
+        assert!(!GatewayRoutes {
+            addressed: vec![AddressRoutes::new(ip("127.0.0.2"), "ns", "two")],
+            ..GatewayRoutes::default()
+        }
+        .is_empty());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use gateway_conformance::expect::{
     Exp, ExpReq, Redirect, eventually_consistent, req, run_all, weighted_distribution,
 };
-use gateway_conformance::{APP, INFRA, WEB, start};
+use gateway_conformance::{APP, INFRA, WEB, start, start_addressed};
 
 const V1: &str = "infra-backend-v1";
 const V2: &str = "infra-backend-v2";
@@ -155,6 +155,33 @@ async fn http_route_listener_hostname_matching() {
             r("multiple.prefixes.foo.com").to(V3, INFRA),
             r("foo.com").status(404),
             r("no.matching.host").status(404),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteMultipleGateways: Gateways `same-namespace` and `all-namespaces` both listen on
+/// port 80 without a hostname; a shared route is attached to both, and each has a dedicated
+/// route for `/` to another backend. Each Gateway is reached at its own `status.addresses`
+/// (`--gateway-addresses`: the base manifests' four Gateways get one each) and answers with
+/// its own routes only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_multiple_gateways() {
+    let pool = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"];
+    let s = start_addressed(&["httproute-multiple-gateways.yaml"], &pool).await;
+    let same = s.gateway_address(INFRA, "same-namespace").await;
+    let all = s.gateway_address(INFRA, "all-namespaces").await;
+    assert_ne!(same, all, "two Gateways, one address");
+    run_all(
+        &s,
+        "HTTPRouteMultipleGateways",
+        &[
+            // Gateway same-namespace
+            req("/shared").at(same).status(200).to(V1, INFRA),
+            req("/").at(same).status(200).to(V2, INFRA),
+            // Gateway all-namespaces
+            req("/shared").at(all).status(200).to(V1, INFRA),
+            req("/").at(all).status(200).to(V3, INFRA),
         ],
     )
     .await;

@@ -10,6 +10,7 @@
 //! [`MAX_TIME_TO_CONSISTENCY`]).
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,7 +69,13 @@ pub struct Exp {
     pub namespace: String,
     /// `MirroredTo`: (namespace, Deployment) of every backend that must see a copy.
     pub mirrored_to: Vec<(String, String)>,
+    /// The Gateway's address (its `status.addresses`) when it has one of its own
+    /// (`--gateway-addresses`); else 127.0.0.1.
+    pub address: Option<IpAddr>,
 }
+
+/// Where a Gateway without an address of its own is reached.
+const SHARED: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// upstream's `ExpectedRequest`.
 #[derive(Clone, Debug, Default)]
@@ -98,6 +105,7 @@ pub fn req(path: &str) -> Exp {
         backend: String::new(),
         namespace: String::new(),
         mirrored_to: vec![],
+        address: None,
     }
 }
 
@@ -108,6 +116,11 @@ fn pairs(kv: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 impl Exp {
+    /// Sent to this Gateway address (upstream's `gwAddr`), as is the default Host.
+    pub fn at(mut self, address: IpAddr) -> Self {
+        self.address = Some(address);
+        self
+    }
     pub fn host(mut self, h: &str) -> Self {
         self.host = h.into();
         self
@@ -282,10 +295,14 @@ fn outgoing(exp: &Exp) -> Outgoing {
     } else {
         exp.method.clone()
     };
-    // The Gateway's address is 127.0.0.1 on the listener's port (80 or 443): the Host a Go
-    // client sends when the request's Host is unset omits the scheme's default port.
+    // The Gateway's address (127.0.0.1 unless it has its own) on the listener's port (80 or
+    // 443): the Host a Go client sends when the request's Host is unset omits the scheme's
+    // default port.
     let host = if exp.host.is_empty() {
-        "127.0.0.1".to_string()
+        match exp.address.unwrap_or(SHARED) {
+            IpAddr::V4(ip) => ip.to_string(),
+            IpAddr::V6(ip) => format!("[{ip}]"),
+        }
     } else {
         exp.host.clone()
     };
@@ -315,13 +332,13 @@ pub async fn round_trip(
     let fut = async {
         match &exp.via {
             Via::Http => {
-                let tcp = TcpStream::connect(("127.0.0.1", suite.sy.http_port))
+                let tcp = TcpStream::connect((exp.address.unwrap_or(SHARED), suite.sy.http_port))
                     .await
                     .map_err(|e| format!("connect: {e}"))?;
                 send(tcp, &out).await
             }
             Via::Https { sni, cert } => {
-                let tls = tls_connect(suite.https_port, sni).await?;
+                let tls = tls_connect(exp.address.unwrap_or(SHARED), suite.https_port, sni).await?;
                 let presented = tls
                     .get_ref()
                     .1
@@ -363,6 +380,7 @@ fn subject(der: &[u8]) -> String {
 }
 
 async fn tls_connect(
+    address: IpAddr,
     port: u16,
     sni: &str,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
@@ -375,7 +393,7 @@ async fn tls_connect(
         .with_custom_certificate_verifier(Arc::new(crate::tls_client::AnyServerCert))
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = TcpStream::connect(("127.0.0.1", port))
+    let tcp = TcpStream::connect((address, port))
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let name = ServerName::try_from(sni.to_string()).map_err(|e| e.to_string())?;

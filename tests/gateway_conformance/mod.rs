@@ -13,6 +13,7 @@ pub mod echo;
 pub mod expect;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
 use crate::common::{Switchyard, eventually, free_port, switchyard};
-use crate::kube_api::{FakeApi, Watching};
+use crate::kube_api::{FakeApi, Kind, Watching};
 use echo::Pod;
 
 /// The name substituted for upstream's `{GATEWAY_CLASS_NAME}`.
@@ -69,6 +70,8 @@ pub enum Source {
 pub struct Running {
     pub http_port: u16,
     process: Process,
+    /// The flags it was started with beyond the source and its own ports.
+    args: Vec<String>,
 }
 
 enum Process {
@@ -259,8 +262,23 @@ pub async fn start(case: &[&str]) -> Suite {
     start_world(world(&files).await).await
 }
 
+/// [`start`] with `--gateway-addresses` set to `pool`: each Gateway gets an address of its
+/// own, which [`Suite::gateway_address`] reads as upstream does.
+pub async fn start_addressed(case: &[&str], pool: &[&str]) -> Suite {
+    let mut files = vec!["base/manifests.yaml".to_string()];
+    files.extend(case.iter().map(|c| c.to_string()));
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    let pool = pool.join(",");
+    start_world_with(world(&files).await, &["--gateway-addresses", &pool]).await
+}
+
 /// [`start`] on objects already built (a case that edits them first).
 pub async fn start_world(world: World) -> Suite {
+    start_world_with(world, &[]).await
+}
+
+/// [`start_world`] with more flags.
+pub async fn start_world_with(world: World, extra: &[&str]) -> Suite {
     let certs = tempfile::tempdir().expect("tempdir");
     // The TLS port needs a default certificate (`--ssl-cert`); the Gateways' listeners bring
     // their own from Secrets.
@@ -272,22 +290,26 @@ pub async fn start_world(world: World) -> Suite {
     )
     .expect("write default cert");
     let https_port = free_port();
-    let args = [
+    let https_arg = https_port.to_string();
+    let mut args = vec![
         "--gateway-http-port",
         "80",
         "--gateway-https-port",
         "443",
         "--https-port",
-        &https_port.to_string(),
+        &https_arg,
         "--ssl-cert",
         default_file.to_str().expect("utf-8 path"),
     ];
+    args.extend_from_slice(extra);
+    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let sy = match crate::SOURCE {
         Source::Manifests => {
             let sy = switchyard(world.objects).args(&args).start().await;
             Running {
                 http_port: sy.http_port,
                 process: Process::Offline(sy),
+                args: owned,
             }
         }
         Source::Cluster => {
@@ -304,6 +326,7 @@ pub async fn start_world(world: World) -> Suite {
             Running {
                 http_port: w.http_port,
                 process: Process::Cluster(w, api),
+                args: owned,
             }
         }
     };
@@ -327,6 +350,52 @@ impl Suite {
         self.secrets
             .get(&(ns.to_string(), name.to_string()))
             .unwrap_or_else(|| panic!("no setup Secret {ns}/{name}"))
+    }
+
+    /// The address of Gateway `ns/name`, as upstream's `GatewayAndHTTPRoutesMustBeAccepted`
+    /// reads it: the first of its `status.addresses`. Through the fake API server that is the
+    /// status switchyard wrote; offline no status is written, so it is the `--dry-run` table
+    /// of the same files and flags (`gateway.addressed`), the assignment that status reports.
+    pub async fn gateway_address(&self, ns: &str, name: &str) -> IpAddr {
+        match &self.sy.process {
+            Process::Cluster(_, api) => {
+                let deadline = std::time::Instant::now() + Duration::from_secs(20);
+                loop {
+                    let found = api.object(Kind::Gateway, ns, name).and_then(|g| {
+                        g["status"]["addresses"][0]["value"]
+                            .as_str()
+                            .and_then(|v| v.parse().ok())
+                    });
+                    if let Some(ip) = found {
+                        return ip;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "Gateway {ns}/{name} never got status.addresses:\n{}",
+                        self.sy.stderr()
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Process::Offline(sy) => {
+                let out = std::process::Command::new(crate::common::bin())
+                    .arg("--dry-run")
+                    .arg("--manifests")
+                    .arg(&sy.manifest)
+                    .args(&self.sy.args)
+                    .output()
+                    .expect("run --dry-run");
+                assert!(out.status.success(), "--dry-run failed: {out:?}");
+                let table: Value = serde_json::from_slice(&out.stdout).expect("dry-run JSON");
+                table["gateway"]["addressed"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|a| a["gateway"] == json!([ns, name]))
+                    .and_then(|a| a["address"].as_str()?.parse().ok())
+                    .unwrap_or_else(|| panic!("Gateway {ns}/{name} has no address: {table}"))
+            }
+        }
     }
 
     /// The pods of Deployment `ns/name`.

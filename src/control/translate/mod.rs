@@ -144,6 +144,9 @@ pub struct Options {
     pub gateway_http_port: u16,
     /// The Gateway listener port that is switchyard's TLS frontend.
     pub gateway_https_port: u16,
+    /// `--gateway-addresses`: local addresses, one per Gateway (canonical: an IPv4-mapped
+    /// IPv6 address is the IPv4 one); empty: every Gateway is served on every address.
+    pub gateway_addresses: Vec<std::net::IpAddr>,
 }
 
 impl Default for Options {
@@ -161,6 +164,7 @@ impl Default for Options {
             gateway_controller_name: DEFAULT_GATEWAY_CONTROLLER_NAME.into(),
             gateway_http_port: 80,
             gateway_https_port: 443,
+            gateway_addresses: Vec::new(),
         }
     }
 }

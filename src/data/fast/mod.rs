@@ -82,6 +82,8 @@ pub struct FastPath {
 pub struct Connection {
     client: Option<SocketAddr>,
     client_ip: Option<IpAddr>,
+    /// The address the client connected to (a Gateway's own picks its routes).
+    local_ip: Option<IpAddr>,
     /// `client_ip` as text, formatted once for the forwarding fields of every request.
     client_ip_text: Option<String>,
     /// No request has been served yet (the header deadline, not the keep-alive timeout,
@@ -213,6 +215,9 @@ impl FastPath {
         Connection {
             client,
             client_ip: client.map(|a| a.ip()),
+            local_ip: socket
+                .and_then(|d| d.local_addr().and_then(|a| a.as_inet()))
+                .map(|a| a.ip()),
             client_ip_text: client.map(|a| a.ip().to_string()),
             fresh: true,
             // Both grow at their first read (`reserve(READ_SIZE)`), not before.
@@ -319,6 +324,7 @@ impl FastPath {
         let started = Instant::now();
         let policy = &self.proxy.policy;
         let mut attempt = Attempt::new(conn.client_ip);
+        attempt.set_local_ip(conn.local_ip);
         let target = str_at(head, req.target.clone());
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         let host = &head[req.host.clone()];
@@ -860,6 +866,7 @@ mod tests {
         Connection {
             client: None,
             client_ip: None,
+            local_ip: None,
             client_ip_text: None,
             fresh: false,
             buf: BytesMut::with_capacity(READ_SIZE),

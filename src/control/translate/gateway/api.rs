@@ -230,6 +230,8 @@ pub struct RouteGroupKind {
 pub struct GatewayAddress {
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,
+    /// May be empty in `spec.addresses` (any address of the type).
+    #[serde(default)]
     pub value: String,
 }
 
@@ -588,9 +590,13 @@ impl Condition {
 pub struct GatewayApiStatus {
     /// By GatewayClass name: those whose controllerName is ours.
     pub classes: BTreeMap<String, GatewayClassStatus>,
-    /// By (namespace, name): Gateways of our classes. `addresses` is left empty: the writer
-    /// fills it from `--publish-service` / `--publish-status-address`.
+    /// By (namespace, name): Gateways of our classes. `addresses` is left empty unless
+    /// `own_addresses`: the writer fills it from `--publish-service` /
+    /// `--publish-status-address`.
     pub gateways: BTreeMap<(String, String), GatewayStatus>,
+    /// `--gateway-addresses` is set: each Gateway's `addresses` is its own (none when it got
+    /// none), and the published ones are not used.
+    pub own_addresses: bool,
     /// By (namespace, name): HTTPRoutes with at least one parentRef to a Gateway of ours;
     /// `parents` holds only our entries (controllerName = ours).
     pub http_routes: BTreeMap<(String, String), RouteStatus>,

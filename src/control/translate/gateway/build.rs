@@ -3,16 +3,18 @@
 //! table's Gateway routers, and the status of every object decided on the way. Pure.
 
 use std::cmp::Reverse;
+use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use crate::control::translate::ingress::secret_pem;
 
+use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
 use super::*;
 use crate::table::gateway::{
-    ANY_LISTENER, Action, Backend, Backends, Candidate, CandidatesId, GatewayRule, HeaderFilter,
-    Mirror, PathRewrite, Redirect, ValueMatch,
+    ANY_LISTENER, Action, AddressRoutes, Backend, Backends, Candidate, CandidatesId,
+    FrontendKey, GatewayRule, HeaderFilter, Mirror, PathRewrite, Redirect, ValueMatch,
 };
 use crate::table::pattern::{Pattern, PatternError, Patterns};
 
@@ -28,6 +30,8 @@ struct ListenerView<'g> {
     gateway: (&'g str, &'g str),
     name: &'g str,
     https: bool,
+    /// The Gateway's own address (`--gateway-addresses`); `None`: a shared Gateway.
+    address: Option<IpAddr>,
     port: i32,
     /// Lower case; `None`: any host.
     hostname: Option<HostPattern>,
@@ -47,7 +51,7 @@ enum Allowed<'g> {
 /// (its hostname).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Place {
-    https: bool,
+    at: FrontendKey,
     host: Option<HostPattern>,
     listener: Option<HostPattern>,
 }
@@ -228,11 +232,12 @@ impl<'a> Builder<'a> {
             }
             gateways.insert((ns, name), (gw, views, statuses));
         }
+        let addresses = give_addresses(&self.options.gateway_addresses, &mut gateways, previous);
 
         let mut entry_ids = self.entry_ids();
         #[allow(clippy::type_complexity)]
         let mut pending: BTreeMap<
-            ((bool, Option<HostPattern>), Box<str>, PathKind),
+            ((FrontendKey, Option<HostPattern>), Box<str>, PathKind),
             Vec<Pending>,
         > = BTreeMap::new();
         // Path patterns by source, compiled once.
@@ -416,7 +421,7 @@ impl<'a> Builder<'a> {
                     }
                     for place in &places {
                         pending
-                            .entry(((place.https, place.host.clone()), key.clone(), kind))
+                            .entry(((place.at, place.host.clone()), key.clone(), kind))
                             .or_default()
                             .push(Pending {
                                 listener: place.listener.clone(),
@@ -440,15 +445,25 @@ impl<'a> Builder<'a> {
         let mut routes = GatewayRoutes {
             http_port: self.options.gateway_http_port,
             https_port: self.options.gateway_https_port,
+            addressed: addresses
+                .iter()
+                .filter_map(|((ns, name), a)| match a.outcome {
+                    Outcome::Address(ip) => Some(AddressRoutes::new(ip, ns, name)),
+                    _ => None,
+                })
+                .collect(),
             ..GatewayRoutes::default()
         };
+        routes.addressed.sort_by_key(|a| a.address);
         // The listeners' hostnames first: candidates carry their listener's id.
         for (_, listeners, _) in gateways.values() {
             for l in listeners.iter().filter(|l| l.usable) {
-                let hosts = if l.https {
-                    &mut routes.https_hosts
-                } else {
-                    &mut routes.http_hosts
+                let at = FrontendKey {
+                    address: l.address,
+                    https: l.https,
+                };
+                let Some((_, hosts)) = routes.frontend_mut(at) else {
+                    continue;
                 };
                 let (name, wildcard) = listener_key(l.hostname.as_ref());
                 hosts.add(name, wildcard);
@@ -456,26 +471,26 @@ impl<'a> Builder<'a> {
         }
         routes.http_hosts.finish();
         routes.https_hosts.finish();
-        let mut wildcard_at: HashMap<(bool, String), usize> = HashMap::default();
+        for a in &mut routes.addressed {
+            a.http_hosts.finish();
+            a.https_hosts.finish();
+        }
+        let mut wildcard_at: HashMap<(FrontendKey, String), usize> = HashMap::default();
         // Regular expressions are tried in their insertion order: collected, then inserted
         // longest source first (as Istio orders them), then by the rank of their best
         // candidate.
         #[allow(clippy::type_complexity)]
         let mut regex_rules: Vec<(
             (Reverse<usize>, Rank),
-            bool,
+            FrontendKey,
             Option<HostPattern>,
             PathRule<CandidatesId>,
         )> = Vec::new();
-        for (((https, host), key, kind), mut list) in pending {
+        for (((at, host), key, kind), mut list) in pending {
             list.sort_by(|a, b| a.rank.cmp(&b.rank));
             let best = list.first().map(|p| p.rank.clone());
             let id = CandidatesId::try_from(routes.candidates.len()).unwrap_or(CandidatesId::MAX);
-            let hosts = if https {
-                &routes.https_hosts
-            } else {
-                &routes.http_hosts
-            };
+            let hosts = routes.hosts(at);
             let candidates = list
                 .into_iter()
                 .map(|p| {
@@ -501,17 +516,21 @@ impl<'a> Builder<'a> {
             };
             match (kind, best) {
                 (PathKind::Regex, Some(best)) => {
-                    regex_rules.push(((Reverse(rule.prefix.len()), best), https, host, rule));
+                    regex_rules.push(((Reverse(rule.prefix.len()), best), at, host, rule));
                 }
-                _ => place_rule(&mut routes, &mut wildcard_at, https, host, rule),
+                _ => place_rule(&mut routes, &mut wildcard_at, at, host, rule),
             }
         }
         regex_rules.sort_by(|a, b| a.0.cmp(&b.0));
-        for (_, https, host, rule) in regex_rules {
-            place_rule(&mut routes, &mut wildcard_at, https, host, rule);
+        for (_, at, host, rule) in regex_rules {
+            place_rule(&mut routes, &mut wildcard_at, at, host, rule);
         }
         routes.http.finish();
         routes.https.finish();
+        for a in &mut routes.addressed {
+            a.http.finish();
+            a.https.finish();
+        }
         routes.rules = rules;
         self.gateway_routes = routes;
         if self.frozen.is_none() {
@@ -520,8 +539,16 @@ impl<'a> Builder<'a> {
 
         for ((ns, name), (gw, listeners, statuses)) in gateways {
             let generation = gw.metadata.generation;
-            let any_usable = listeners.iter().any(|l| l.usable);
-            let all_usable = listeners.iter().all(|l| l.usable);
+            let given = addresses.get(&(ns, name));
+            // Listeners unusable for want of an address count as they were before.
+            let (any_usable, all_usable) = match given {
+                Some(g) => (g.any_usable, g.all_usable),
+                None => (
+                    listeners.iter().any(|l| l.usable),
+                    listeners.iter().all(|l| l.usable),
+                ),
+            };
+            let outcome = given.map(|g| &g.outcome);
             let mut conditions = Vec::new();
             if let Some(p) = gw
                 .spec
@@ -547,7 +574,22 @@ impl<'a> Builder<'a> {
                     "the Gateway is not accepted",
                     generation,
                 ));
-            } else if !gw.spec.addresses.is_empty() {
+            } else if let Some(Outcome::Unsupported(why)) = outcome {
+                conditions.push(Condition::new(
+                    "Accepted",
+                    false,
+                    "UnsupportedAddress",
+                    why.clone(),
+                    generation,
+                ));
+                conditions.push(Condition::new(
+                    "Programmed",
+                    false,
+                    "AddressNotUsable",
+                    why.clone(),
+                    generation,
+                ));
+            } else if given.is_none() && !gw.spec.addresses.is_empty() {
                 conditions.push(Condition::new(
                     "Accepted",
                     false,
@@ -576,7 +618,17 @@ impl<'a> Builder<'a> {
                     message,
                     generation,
                 ));
-                conditions.push(if any_usable {
+                conditions.push(if let Some(Outcome::NotUsable(why)) = outcome {
+                    Condition::new("Programmed", false, "AddressNotUsable", why.clone(), generation)
+                } else if let Some(Outcome::NotAssigned(why)) = outcome {
+                    Condition::new(
+                        "Programmed",
+                        false,
+                        "AddressNotAssigned",
+                        why.clone(),
+                        generation,
+                    )
+                } else if any_usable {
                     Condition::new("Programmed", true, "Programmed", "serving", generation)
                 } else {
                     Condition::new(
@@ -599,12 +651,19 @@ impl<'a> Builder<'a> {
             status.gateways.insert(
                 (ns.to_string(), name.to_string()),
                 GatewayStatus {
-                    addresses: Vec::new(),
+                    addresses: match outcome {
+                        Some(Outcome::Address(ip)) => vec![GatewayAddress {
+                            type_: Some("IPAddress".into()),
+                            value: ip.to_string(),
+                        }],
+                        _ => Vec::new(),
+                    },
                     conditions,
                     listeners,
                 },
             );
         }
+        status.own_addresses = !self.options.gateway_addresses.is_empty();
         self.gateway_status = status;
     }
 
@@ -789,6 +848,7 @@ impl<'a> Builder<'a> {
                 gateway: (ns, name),
                 name: &l.name,
                 https,
+                address: None,
                 port: l.port,
                 hostname,
                 usable,
@@ -1241,7 +1301,10 @@ fn attach<'g>(
         l.attached += 1;
         for host in hosts {
             places.insert(Place {
-                https: l.https,
+                at: FrontendKey {
+                    address: l.address,
+                    https: l.https,
+                },
                 host,
                 listener: l.hostname.clone(),
             });
@@ -1417,28 +1480,127 @@ fn replaces_prefix(rule: &HTTPRouteRule) -> bool {
     })
 }
 
+/// What `--gateway-addresses` gave one Gateway, and how usable its listeners were before.
+struct Given {
+    outcome: Outcome,
+    any_usable: bool,
+    all_usable: bool,
+}
+
+/// Gives each served Gateway an address of `pool` (none when it is empty: every Gateway is
+/// shared), keeping the addresses of `previous`: a Gateway with one serves its listeners on
+/// it alone; a Gateway that gets none serves nothing (its status says why).
+#[allow(clippy::type_complexity)]
+fn give_addresses<'g>(
+    pool: &[IpAddr],
+    gateways: &mut BTreeMap<(&'g str, &'g str), (&'g Gateway, Vec<ListenerView<'g>>, Vec<ListenerStatus>)>,
+    previous: Option<&GatewayRoutes>,
+) -> BTreeMap<(&'g str, &'g str), Given> {
+    if pool.is_empty() {
+        return BTreeMap::new();
+    }
+    let before: HashMap<(&str, &str), IpAddr> = previous
+        .into_iter()
+        .flat_map(GatewayRoutes::assigned)
+        .map(|(ns, name, ip)| ((ns, name), ip))
+        .collect();
+    let claims: Vec<Claim<'g>> = gateways
+        .iter()
+        // A Gateway refused for its parameters is not served: it takes no address.
+        .filter(|(_, (gw, _, _))| {
+            !gw.spec
+                .infrastructure
+                .as_ref()
+                .is_some_and(|i| i.parameters_ref.is_some())
+        })
+        .map(|(&(ns, name), (gw, _, _))| Claim {
+            namespace: ns,
+            name,
+            created: gw
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            ask: Ask::of(
+                gw.spec
+                    .addresses
+                    .iter()
+                    .map(|a| (a.type_.as_deref(), a.value.as_str())),
+            ),
+            previous: before.get(&(ns, name)).copied().or_else(|| {
+                // After a restart: the address its status shows, if the pool holds it.
+                gw.status
+                    .as_ref()?
+                    .addresses
+                    .iter()
+                    .find(|a| a.type_.as_deref().unwrap_or("IPAddress") == "IPAddress")?
+                    .value
+                    .parse()
+                    .ok()
+            }),
+        })
+        .collect();
+    let outcomes = address::assign(pool, &claims);
+    let mut out = BTreeMap::new();
+    for (key, outcome) in outcomes {
+        let Some((gw, views, statuses)) = gateways.get_mut(&key) else {
+            continue;
+        };
+        let given = Given {
+            any_usable: views.iter().any(|l| l.usable),
+            all_usable: views.iter().all(|l| l.usable),
+            outcome,
+        };
+        match given.outcome {
+            Outcome::Address(ip) => {
+                for v in views.iter_mut() {
+                    v.address = Some(ip);
+                }
+            }
+            _ => {
+                // Not served anywhere: a shared frontend is not its to take.
+                for v in views.iter_mut() {
+                    v.usable = false;
+                }
+                for c in statuses.iter_mut().flat_map(|s| s.conditions.iter_mut()) {
+                    if c.type_ == "Programmed" {
+                        *c = Condition::new(
+                            "Programmed",
+                            false,
+                            "Invalid",
+                            "the Gateway has no address",
+                            gw.metadata.generation,
+                        );
+                    }
+                }
+            }
+        }
+        out.insert(key, given);
+    }
+    out
+}
+
 /// Inserts a path rule at its host level of its frontend's router.
 fn place_rule(
     routes: &mut GatewayRoutes,
-    wildcard_at: &mut HashMap<(bool, String), usize>,
-    https: bool,
+    wildcard_at: &mut HashMap<(FrontendKey, String), usize>,
+    at: FrontendKey,
     host: Option<HostPattern>,
     rule: PathRule<CandidatesId>,
 ) {
-    let router = if https {
-        &mut routes.https
-    } else {
-        &mut routes.http
+    let Some((router, _)) = routes.frontend_mut(at) else {
+        return;
     };
     match host {
         None => router.any_host.insert(rule),
         Some(HostPattern::Exact(h)) => router.exact.entry(h.into()).or_default().insert(rule),
         Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
-            let at = *wildcard_at.entry((https, s.clone())).or_insert_with(|| {
+            let i = *wildcard_at.entry((at, s.clone())).or_insert_with(|| {
                 router.wildcard.push((s.into(), PathRules::default()));
                 router.wildcard.len() - 1
             });
-            router.wildcard[at].1.insert(rule);
+            router.wildcard[i].1.insert(rule);
         }
     }
 }

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 
 use super::*;
 
+mod address;
 pub mod api;
 mod build;
 

@@ -985,3 +985,225 @@ spec:
     assert!(quick.table == full.table);
     assert_eq!(get(&quick.table, "h", "/"), "infra/lb:8080");
 }
+
+// === --gateway-addresses ===
+
+/// `BASE` plus a second Gateway `other` (port 80, no hostname) and a route for `/` on each:
+/// `gw`'s to v1, `other`'s to v2.
+const TWO_GATEWAYS: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: other, namespace: infra, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: on-gw, namespace: infra}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: on-other, namespace: infra}
+spec:
+  parentRefs: [{name: other}]
+  rules: [{backendRefs: [{name: v2, port: 8080}]}]
+"#;
+
+fn ip(s: &str) -> std::net::IpAddr {
+    s.parse().unwrap()
+}
+
+fn with_pool(pool: &[&str]) -> Options {
+    Options {
+        gateway_addresses: pool.iter().map(|s| ip(s)).collect(),
+        ..Options::default()
+    }
+}
+
+fn build_at(w: &World, options: &Options, previous: Option<&RoutingTable>) -> Built {
+    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
+        classes: w.classes.iter().collect(),
+        gateways: w.gateways.iter().collect(),
+        routes: w.routes.iter().collect(),
+        grants: w.grants.iter().collect(),
+        namespaces: w.namespaces.iter().collect(),
+    });
+    translate_with(&w.services, &w.slices, refs.inputs(), options, previous).0
+}
+
+/// Where a request to local address `local` goes (`goes`, for one address).
+fn get_at(t: &RoutingTable, local: &str, host: &str, path: &str) -> String {
+    let g = &t.gateway;
+    match g.lookup_at(Some(ip(local)), false, Some(host.as_bytes()), path, &BareRequest::GET) {
+        GatewayMatch::NoRoute => "404".into(),
+        GatewayMatch::NotTaken => "not gateway".into(),
+        GatewayMatch::Matched(_, c) => match &g.rules[c.rule as usize].action {
+            Action::Backends(b) => t
+                .entry(b.backends[0].entry.unwrap())
+                .unwrap()
+                .name
+                .to_string(),
+            other => format!("{other:?}"),
+        },
+    }
+}
+
+/// A Gateway's status: its addresses and (type, status, reason) of its conditions.
+fn gateway_status(b: &Built, name: &str) -> (Vec<String>, Vec<(String, String, String)>) {
+    let st = &b.memo.gateway_status().gateways[&("infra".to_string(), name.to_string())];
+    (
+        st.addresses.iter().map(|a| a.value.clone()).collect(),
+        st.conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect(),
+    )
+}
+
+fn condition(b: &Built, name: &str, type_: &str) -> (String, String) {
+    let (_, conditions) = gateway_status(b, name);
+    conditions
+        .into_iter()
+        .find(|c| c.0 == type_)
+        .map(|c| (c.1, c.2))
+        .unwrap()
+}
+
+#[test]
+fn each_gateway_with_an_address_answers_alone_on_it() {
+    let w = world(&format!("{BASE}\n---\n{TWO_GATEWAYS}"));
+    // Without the flag both routes meet on one host level: the older route (on-gw) wins.
+    let (shared, _) = build(&w);
+    assert_eq!(get(&shared.table, "h", "/"), "infra/v1:8080");
+    assert!(shared.table.gateway.addressed.is_empty());
+    assert!(!shared.memo.gateway_status().own_addresses);
+    assert!(gateway_status(&shared, "gw").0.is_empty());
+
+    let b = build_at(&w, &with_pool(&["127.0.0.2", "127.0.0.3"]), None);
+    // gw has no creation time (the oldest), other's is set: gw gets the pool's first.
+    assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.2"]);
+    assert_eq!(gateway_status(&b, "other").0, ["127.0.0.3"]);
+    assert_eq!(condition(&b, "other", "Programmed"), ("True".into(), "Programmed".into()));
+    assert!(b.memo.gateway_status().own_addresses);
+    assert_eq!(get_at(&b.table, "127.0.0.2", "h", "/"), "infra/v1:8080");
+    assert_eq!(get_at(&b.table, "127.0.0.3", "h", "/"), "infra/v2:8080");
+    // Any other address: no shared Gateway, the Services and Ingresses decide.
+    assert_eq!(get_at(&b.table, "127.0.0.1", "h", "/"), "not gateway");
+    assert_eq!(get(&b.table, "h", "/"), "not gateway");
+}
+
+#[test]
+fn addresses_stay_with_their_gateways_across_rebuilds() {
+    let w = world(&format!("{BASE}\n---\n{TWO_GATEWAYS}"));
+    let pool = with_pool(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
+    let first = build_at(&w, &pool, None);
+    // A new Gateway older than both (an earlier creation time, a name that sorts first)
+    // comes: the two keep their addresses, the new one gets the free one.
+    let newer = world(&format!(
+        "{BASE}\n---\n{TWO_GATEWAYS}\n---\n{}",
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: aaa, namespace: infra}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+"#
+    ));
+    let again = build_at(&newer, &pool, Some(&first.table));
+    assert_eq!(gateway_status(&again, "gw").0, ["127.0.0.2"]);
+    assert_eq!(gateway_status(&again, "other").0, ["127.0.0.3"]);
+    assert_eq!(gateway_status(&again, "aaa").0, ["127.0.0.4"]);
+    // From scratch the same objects are assigned oldest first: deterministic either way.
+    let fresh = build_at(&newer, &pool, None);
+    assert_eq!(gateway_status(&fresh, "aaa").0, ["127.0.0.2"]);
+    assert_eq!(gateway_status(&fresh, "gw").0, ["127.0.0.3"]);
+    assert!(build_at(&newer, &pool, None).table == fresh.table);
+    // After a restart (no previous table) the address a Gateway's status shows is kept.
+    let mut restarted = newer;
+    for g in &mut restarted.gateways {
+        g.status = Some(again.memo.gateway_status().gateways
+            [&("infra".to_string(), g.metadata.name.clone().unwrap())]
+            .clone());
+    }
+    let after = build_at(&restarted, &pool, None);
+    assert_eq!(gateway_status(&after, "aaa").0, ["127.0.0.4"]);
+    assert_eq!(gateway_status(&after, "gw").0, ["127.0.0.2"]);
+}
+
+#[test]
+fn an_address_asked_for_is_given_or_refused_in_status() {
+    let asked = |value: &str| {
+        world(&format!(
+            "{BASE}\n---\n{}",
+            TWO_GATEWAYS.replacen(
+                "  gatewayClassName: sy\n",
+                &format!("  gatewayClassName: sy\n  addresses: [{value}]\n"),
+                1
+            )
+        ))
+    };
+    let pool = with_pool(&["127.0.0.2", "127.0.0.3"]);
+    // `other` asks for .2: it gets it although gw is older; gw gets the other one.
+    let b = build_at(&asked("{type: IPAddress, value: 127.0.0.2}"), &pool, None);
+    assert_eq!(gateway_status(&b, "other").0, ["127.0.0.2"]);
+    assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.3"]);
+    assert_eq!(get_at(&b.table, "127.0.0.2", "h", "/"), "infra/v2:8080");
+    // Outside the pool: not programmed, not served anywhere, and it says so.
+    let b = build_at(&asked("{value: 10.9.9.9}"), &pool, None);
+    assert_eq!(
+        condition(&b, "other", "Programmed"),
+        ("False".into(), "AddressNotUsable".into())
+    );
+    assert_eq!(condition(&b, "other", "Accepted"), ("True".into(), "Accepted".into()));
+    assert!(gateway_status(&b, "other").0.is_empty());
+    assert!(b.table.gateway.assigned().all(|(_, name, _)| name != "other"));
+    // Another type: refused.
+    let b = build_at(&asked("{type: Hostname, value: gw.example.com}"), &pool, None);
+    assert_eq!(
+        condition(&b, "other", "Accepted"),
+        ("False".into(), "UnsupportedAddress".into())
+    );
+    // Taken by a Gateway that has it: refused, the holder keeps it.
+    let first = build_at(&world(&format!("{BASE}\n---\n{TWO_GATEWAYS}")), &pool, None);
+    let b = build_at(
+        &asked("{type: IPAddress, value: 127.0.0.2}"),
+        &pool,
+        Some(&first.table),
+    );
+    assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.2"]);
+    assert_eq!(
+        condition(&b, "other", "Programmed"),
+        ("False".into(), "AddressNotUsable".into())
+    );
+    // Without the flag spec.addresses is refused as before.
+    let (b, _) = build(&asked("{value: 127.0.0.2}"));
+    assert_eq!(
+        condition(&b, "other", "Accepted"),
+        ("False".into(), "UnsupportedAddress".into())
+    );
+}
+
+#[test]
+fn an_exhausted_pool_leaves_a_gateway_unserved_and_says_so() {
+    let w = world(&format!("{BASE}\n---\n{TWO_GATEWAYS}"));
+    let b = build_at(&w, &with_pool(&["127.0.0.2"]), None);
+    assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.2"]);
+    let (addresses, _) = gateway_status(&b, "other");
+    assert!(addresses.is_empty());
+    assert_eq!(
+        condition(&b, "other", "Programmed"),
+        ("False".into(), "AddressNotAssigned".into())
+    );
+    let st = &b.memo.gateway_status().gateways[&("infra".to_string(), "other".to_string())];
+    assert!(st.listeners[0].conditions.iter().any(|c| c.type_ == "Programmed" && c.status == "False"));
+    // Its route is served nowhere: not on the shared frontend, not at gw's address.
+    assert_eq!(get_at(&b.table, "127.0.0.2", "h", "/"), "infra/v1:8080");
+    assert_eq!(get_at(&b.table, "127.0.0.9", "h", "/"), "not gateway");
+}
