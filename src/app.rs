@@ -106,7 +106,10 @@ pub fn run(config: Config) -> Result<(), RunError> {
         Some(options) => {
             check_bind(https_addr, "--https-port")?;
             for ip in gateway_listen_addresses(&config) {
-                check_bind(SocketAddr::new(ip, config.https_port), "--gateway-addresses")?;
+                check_bind(
+                    SocketAddr::new(ip, config.https_port),
+                    "--gateway-addresses",
+                )?;
             }
             Some(tls::Tls::load(options)?)
         }
@@ -454,9 +457,8 @@ fn http_service(
             .into_iter()
             .map(|ip| SocketAddr::new(ip, listener.addr.port())),
     ) {
-        service.add_listener(
-            ListenerConfig::tcp(addr.to_string()).l4_buffer(l4_buffer(listener_tls)),
-        );
+        service
+            .add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(l4_buffer(listener_tls)));
     }
     service
 }

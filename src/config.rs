@@ -223,8 +223,12 @@ pub struct Args {
     /// and keeps it; connections to that address see only that Gateway's listeners and
     /// routes, on the HTTP and the TLS port. Each address is also listened on when
     /// --bind-address is a specific one. Without it every Gateway is served on every address.
-    #[arg(long, value_name = "IPS", value_delimiter = ',',
-          env = "SWITCHYARD_GATEWAY_ADDRESSES")]
+    #[arg(
+        long,
+        value_name = "IPS",
+        value_delimiter = ',',
+        env = "SWITCHYARD_GATEWAY_ADDRESSES"
+    )]
     pub gateway_addresses: Vec<IpAddr>,
 
     /// Watch only the `kubernetes.io/tls` Secrets with these labels (a Kubernetes label

@@ -184,3 +184,165 @@ fn dechunk(mut s: &str) -> String {
     }
     out
 }
+
+/// `--gateway-addresses`: two Gateways with the same listeners (port 80 and 443, host
+/// `gw.test`), each routing `/` to its own backend, get an address each (`one` the one it
+/// names in `spec.addresses`, `two` the free one); a connection to an address is answered by
+/// that Gateway's route alone, over HTTP/1, HTTP/2 (prior knowledge and over TLS) and TLS, on
+/// both engines. A host no listener takes, and any other address, are the Service routes'.
+/// `/explain` says the same with `local=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_gateway_answers_alone_on_its_own_address() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let web = Backend::start("web").await;
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["gw.test".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let default_pem = dir.path().join("default.pem");
+    std::fs::write(
+        &default_pem,
+        format!("{}{}", cert.pem(), key.serialize_pem()),
+    )
+    .unwrap();
+    let gateway = |name: &str, addresses: Value| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"gatewayClassName": "switchyard", "addresses": addresses, "listeners": [
+                   {"name": "http", "port": 80, "protocol": "HTTP", "hostname": "gw.test"},
+                   {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "gw.test",
+                    "tls": {"certificateRefs": [{"name": "gw-cert"}]}}]}})
+    };
+    let route = |name: &str, gw: &str, svc: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"parentRefs": [{"name": gw}],
+                        "rules": [{"backendRefs": [{"name": svc, "port": 80}]}]}})
+    };
+    let mut objs: Vec<Value> = vec![
+        svc("a", 80).into(),
+        svc("b", 80).into(),
+        svc("web", 80).into(),
+        slice("a", "", a.port),
+        slice("b", "", b.port),
+        slice("web", "", web.port),
+        tls_secret("gw-cert", &cert.pem(), &key.serialize_pem()),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+               "metadata": {"name": "switchyard"},
+               "spec": {"controllerName": "switchyard.io/gateway-controller"}}),
+        gateway("one", json!([{"type": "IPAddress", "value": "127.0.0.3"}])),
+        gateway("two", json!([])),
+    ];
+    objs.push(route("to-a", "one", "a"));
+    objs.push(route("to-b", "two", "b"));
+    for engine in ENGINES {
+        let https_port = free_port().to_string();
+        let sy = switchyard_on(
+            objs.clone(),
+            engine,
+            &[
+                "--gateway-addresses",
+                "127.0.0.2,127.0.0.3",
+                "--gateway-http-port",
+                "80",
+                "--gateway-https-port",
+                "443",
+                "--https-port",
+                &https_port,
+                "--ssl-cert",
+                default_pem.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let http = sy.http_port.to_string();
+        // (curl arguments, the backend that must answer)
+        let url = |ip: &str, path: &str| format!("http://{ip}:{http}{path}");
+        let tls = |ip: &str| {
+            vec![
+                "-k".to_string(),
+                "--resolve".to_string(),
+                format!("gw.test:{https_port}:{ip}"),
+                format!("https://gw.test:{https_port}/"),
+            ]
+        };
+        let host = |h: &str| vec!["-H".to_string(), format!("Host: {h}")];
+        let cases: Vec<(Vec<String>, &str)> = vec![
+            ([host("gw.test"), vec![url("127.0.0.3", "/")]].concat(), "a"),
+            (
+                [host("gw.test"), vec![url("127.0.0.2", "/web/x")]].concat(),
+                "b",
+            ),
+            (
+                [
+                    host("gw.test"),
+                    vec!["--http2-prior-knowledge".into(), url("127.0.0.3", "/")],
+                ]
+                .concat(),
+                "a",
+            ),
+            (
+                [
+                    host("gw.test"),
+                    vec!["--http2-prior-knowledge".into(), url("127.0.0.2", "/")],
+                ]
+                .concat(),
+                "b",
+            ),
+            (tls("127.0.0.3"), "a"),
+            (tls("127.0.0.2"), "b"),
+            (
+                [vec!["--http2".to_string()], tls("127.0.0.2")].concat(),
+                "b",
+            ),
+            // A host no listener takes, and an address no Gateway has: the Service routes.
+            (
+                [host("other.test"), vec![url("127.0.0.2", "/web/x")]].concat(),
+                "web",
+            ),
+            (
+                [host("gw.test"), vec![url("127.0.0.1", "/web/x")]].concat(),
+                "web",
+            ),
+        ];
+        for (args, want) in cases {
+            let ok = eventually(Duration::from_secs(10), || {
+                let args = args.clone();
+                async move { curl_backend(&args).await.as_deref() == Some(want) }
+            })
+            .await;
+            assert!(
+                ok,
+                "engine {engine}: curl {args:?} did not reach {want} (last: {:?}):\n{}",
+                curl_backend(&args).await,
+                sy.stderr()
+            );
+        }
+        // /explain decides alike.
+        for (local, backend) in [("127.0.0.3", &a), ("127.0.0.2", &b)] {
+            let x = sy
+                .admin(&format!("/explain?host=gw.test&path=/&local={local}"))
+                .await
+                .json();
+            assert_eq!(x["endpoint"], format!("127.0.0.1:{}", backend.port), "{x}");
+        }
+    }
+}
+
+/// The backend that answered a curl run with `args`, if one of ours did.
+async fn curl_backend(args: &[String]) -> Option<String> {
+    let args = args.to_vec();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "5"])
+            .args(&args)
+            .output()
+            .expect("run curl")
+    })
+    .await
+    .ok()?;
+    let body: Value = serde_json::from_slice(&out.stdout).ok()?;
+    body["backend"].as_str().map(str::to_string)
+}

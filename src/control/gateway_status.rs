@@ -809,7 +809,10 @@ mod tests {
             "{w:?}"
         );
         let w = plan(&own(vec![]), &addresses, OURS, &current, NOW);
-        assert!(matches!(&w[1], Write::Gateway(_, s) if s.addresses.is_empty()), "{w:?}");
+        assert!(
+            matches!(&w[1], Write::Gateway(_, s) if s.addresses.is_empty()),
+            "{w:?}"
+        );
     }
 
     #[test]

@@ -200,15 +200,18 @@ impl GatewayRoutes {
     /// a pattern used twice is listed twice), for the next build to reuse.
     pub fn patterns(&self) -> impl Iterator<Item = &Pattern> {
         let own = self.addressed.iter().flat_map(|a| [&a.http, &a.https]);
-        let paths = [&self.http, &self.https].into_iter().chain(own).flat_map(|r| {
-            r.exact
-                .values()
-                .chain(r.wildcard.iter().map(|(_, rules)| rules))
-                .chain(r.one_label.values())
-                .chain(std::iter::once(&r.any_host))
-                .flat_map(|rules| rules.iter())
-                .filter_map(|rule| rule.regex.as_deref())
-        });
+        let paths = [&self.http, &self.https]
+            .into_iter()
+            .chain(own)
+            .flat_map(|r| {
+                r.exact
+                    .values()
+                    .chain(r.wildcard.iter().map(|(_, rules)| rules))
+                    .chain(r.one_label.values())
+                    .chain(std::iter::once(&r.any_host))
+                    .flat_map(|rules| rules.iter())
+                    .filter_map(|rule| rule.regex.as_deref())
+            });
         let values = self.candidates.iter().flat_map(|list| {
             list.iter().flat_map(|c| {
                 c.headers
@@ -262,7 +265,10 @@ impl GatewayRoutes {
             None if at.https => Some((&mut self.https, &mut self.https_hosts)),
             None => Some((&mut self.http, &mut self.http_hosts)),
             Some(ip) => {
-                let i = self.addressed.binary_search_by(|a| a.address.cmp(&ip)).ok()?;
+                let i = self
+                    .addressed
+                    .binary_search_by(|a| a.address.cmp(&ip))
+                    .ok()?;
                 let a = self.addressed.get_mut(i)?;
                 Some(if at.https {
                     (&mut a.https, &mut a.https_hosts)
@@ -298,7 +304,10 @@ impl GatewayRoutes {
         local: Option<IpAddr>,
         https: bool,
     ) -> (&Router<CandidatesId>, &ListenerHosts) {
-        if let Some(a) = local.filter(|_| !self.addressed.is_empty()).and_then(|ip| self.at_address(ip)) {
+        if let Some(a) = local
+            .filter(|_| !self.addressed.is_empty())
+            .and_then(|ip| self.at_address(ip))
+        {
             return if https {
                 (&a.https, &a.https_hosts)
             } else {
@@ -801,12 +810,16 @@ mod tests {
         three.http_hosts.any = true;
         g.candidates.push(Box::new([cand(5)]));
         g.addressed = vec![AddressRoutes::new(ip("127.0.0.2"), "ns", "two"), three];
-        let at = |local: &str, https: bool, host: &str| {
-            match g.lookup_at(Some(ip(local)), https, Some(host.as_bytes()), "/", &get()) {
-                GatewayMatch::Matched(_, c) => Ok(Some(c.rule)),
-                GatewayMatch::NoRoute => Err(()),
-                GatewayMatch::NotTaken => Ok(None),
-            }
+        let at = |local: &str, https: bool, host: &str| match g.lookup_at(
+            Some(ip(local)),
+            https,
+            Some(host.as_bytes()),
+            "/",
+            &get(),
+        ) {
+            GatewayMatch::Matched(_, c) => Ok(Some(c.rule)),
+            GatewayMatch::NoRoute => Err(()),
+            GatewayMatch::NotTaken => Ok(None),
         };
         assert_eq!(at("127.0.0.3", false, "example.com"), Ok(Some(5)));
         // IPv4-mapped, as a dual-stack socket reports it.
@@ -820,13 +833,18 @@ mod tests {
         assert_eq!(rule_of(&g, "example.com", "/", &get()), Ok(Some(1)));
         assert_eq!(
             g.assigned().collect::<Vec<_>>(),
-            [("ns", "two", ip("127.0.0.2")), ("ns", "three", ip("127.0.0.3"))]
+            [
+                ("ns", "two", ip("127.0.0.2")),
+                ("ns", "three", ip("127.0.0.3"))
+            ]
         );
-        assert!(!GatewayRoutes {
-            addressed: vec![AddressRoutes::new(ip("127.0.0.2"), "ns", "two")],
-            ..GatewayRoutes::default()
-        }
-        .is_empty());
+        assert!(
+            !GatewayRoutes {
+                addressed: vec![AddressRoutes::new(ip("127.0.0.2"), "ns", "two")],
+                ..GatewayRoutes::default()
+            }
+            .is_empty()
+        );
     }
 
     #[test]

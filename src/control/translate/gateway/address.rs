@@ -86,9 +86,9 @@ pub(super) fn assign<'g>(
     for c in &order {
         let refused = match &c.ask {
             Ask::Any | Ask::Ip(_) => continue,
-            Ask::Unsupported(t) => Outcome::Unsupported(format!(
-                "address type {t} is not supported (IPAddress is)"
-            )),
+            Ask::Unsupported(t) => {
+                Outcome::Unsupported(format!("address type {t} is not supported (IPAddress is)"))
+            }
             Ask::Unparsable(v) => Outcome::NotUsable(format!("{v:?} is not an IP address")),
             Ask::Several => {
                 Outcome::NotUsable("switchyard gives a Gateway one address, not several".into())

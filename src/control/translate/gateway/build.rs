@@ -13,8 +13,8 @@ use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
 use super::*;
 use crate::table::gateway::{
-    ANY_LISTENER, Action, AddressRoutes, Backend, Backends, Candidate, CandidatesId,
-    FrontendKey, GatewayRule, HeaderFilter, Mirror, PathRewrite, Redirect, ValueMatch,
+    ANY_LISTENER, Action, AddressRoutes, Backend, Backends, Candidate, CandidatesId, FrontendKey,
+    GatewayRule, HeaderFilter, Mirror, PathRewrite, Redirect, ValueMatch,
 };
 use crate::table::pattern::{Pattern, PatternError, Patterns};
 
@@ -619,7 +619,13 @@ impl<'a> Builder<'a> {
                     generation,
                 ));
                 conditions.push(if let Some(Outcome::NotUsable(why)) = outcome {
-                    Condition::new("Programmed", false, "AddressNotUsable", why.clone(), generation)
+                    Condition::new(
+                        "Programmed",
+                        false,
+                        "AddressNotUsable",
+                        why.clone(),
+                        generation,
+                    )
                 } else if let Some(Outcome::NotAssigned(why)) = outcome {
                     Condition::new(
                         "Programmed",
@@ -1493,7 +1499,10 @@ struct Given {
 #[allow(clippy::type_complexity)]
 fn give_addresses<'g>(
     pool: &[IpAddr],
-    gateways: &mut BTreeMap<(&'g str, &'g str), (&'g Gateway, Vec<ListenerView<'g>>, Vec<ListenerStatus>)>,
+    gateways: &mut BTreeMap<
+        (&'g str, &'g str),
+        (&'g Gateway, Vec<ListenerView<'g>>, Vec<ListenerStatus>),
+    >,
     previous: Option<&GatewayRoutes>,
 ) -> BTreeMap<(&'g str, &'g str), Given> {
     if pool.is_empty() {

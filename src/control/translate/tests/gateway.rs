@@ -1039,7 +1039,13 @@ fn build_at(w: &World, options: &Options, previous: Option<&RoutingTable>) -> Bu
 /// Where a request to local address `local` goes (`goes`, for one address).
 fn get_at(t: &RoutingTable, local: &str, host: &str, path: &str) -> String {
     let g = &t.gateway;
-    match g.lookup_at(Some(ip(local)), false, Some(host.as_bytes()), path, &BareRequest::GET) {
+    match g.lookup_at(
+        Some(ip(local)),
+        false,
+        Some(host.as_bytes()),
+        path,
+        &BareRequest::GET,
+    ) {
         GatewayMatch::NoRoute => "404".into(),
         GatewayMatch::NotTaken => "not gateway".into(),
         GatewayMatch::Matched(_, c) => match &g.rules[c.rule as usize].action {
@@ -1088,7 +1094,10 @@ fn each_gateway_with_an_address_answers_alone_on_it() {
     // gw has no creation time (the oldest), other's is set: gw gets the pool's first.
     assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.2"]);
     assert_eq!(gateway_status(&b, "other").0, ["127.0.0.3"]);
-    assert_eq!(condition(&b, "other", "Programmed"), ("True".into(), "Programmed".into()));
+    assert_eq!(
+        condition(&b, "other", "Programmed"),
+        ("True".into(), "Programmed".into())
+    );
     assert!(b.memo.gateway_status().own_addresses);
     assert_eq!(get_at(&b.table, "127.0.0.2", "h", "/"), "infra/v1:8080");
     assert_eq!(get_at(&b.table, "127.0.0.3", "h", "/"), "infra/v2:8080");
@@ -1128,9 +1137,11 @@ spec:
     // After a restart (no previous table) the address a Gateway's status shows is kept.
     let mut restarted = newer;
     for g in &mut restarted.gateways {
-        g.status = Some(again.memo.gateway_status().gateways
-            [&("infra".to_string(), g.metadata.name.clone().unwrap())]
-            .clone());
+        g.status = Some(
+            again.memo.gateway_status().gateways
+                [&("infra".to_string(), g.metadata.name.clone().unwrap())]
+                .clone(),
+        );
     }
     let after = build_at(&restarted, &pool, None);
     assert_eq!(gateway_status(&after, "aaa").0, ["127.0.0.4"]);
@@ -1161,11 +1172,23 @@ fn an_address_asked_for_is_given_or_refused_in_status() {
         condition(&b, "other", "Programmed"),
         ("False".into(), "AddressNotUsable".into())
     );
-    assert_eq!(condition(&b, "other", "Accepted"), ("True".into(), "Accepted".into()));
+    assert_eq!(
+        condition(&b, "other", "Accepted"),
+        ("True".into(), "Accepted".into())
+    );
     assert!(gateway_status(&b, "other").0.is_empty());
-    assert!(b.table.gateway.assigned().all(|(_, name, _)| name != "other"));
+    assert!(
+        b.table
+            .gateway
+            .assigned()
+            .all(|(_, name, _)| name != "other")
+    );
     // Another type: refused.
-    let b = build_at(&asked("{type: Hostname, value: gw.example.com}"), &pool, None);
+    let b = build_at(
+        &asked("{type: Hostname, value: gw.example.com}"),
+        &pool,
+        None,
+    );
     assert_eq!(
         condition(&b, "other", "Accepted"),
         ("False".into(), "UnsupportedAddress".into())
@@ -1202,7 +1225,12 @@ fn an_exhausted_pool_leaves_a_gateway_unserved_and_says_so() {
         ("False".into(), "AddressNotAssigned".into())
     );
     let st = &b.memo.gateway_status().gateways[&("infra".to_string(), "other".to_string())];
-    assert!(st.listeners[0].conditions.iter().any(|c| c.type_ == "Programmed" && c.status == "False"));
+    assert!(
+        st.listeners[0]
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Programmed" && c.status == "False")
+    );
     // Its route is served nowhere: not on the shared frontend, not at gw's address.
     assert_eq!(get_at(&b.table, "127.0.0.2", "h", "/"), "infra/v1:8080");
     assert_eq!(get_at(&b.table, "127.0.0.9", "h", "/"), "not gateway");
