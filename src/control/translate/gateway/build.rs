@@ -1517,10 +1517,10 @@ fn give_addresses<'g>(
         .iter()
         // A Gateway refused for its parameters is not served: it takes no address.
         .filter(|(_, (gw, _, _))| {
-            !gw.spec
+            gw.spec
                 .infrastructure
                 .as_ref()
-                .is_some_and(|i| i.parameters_ref.is_some())
+                .is_none_or(|i| i.parameters_ref.is_none())
         })
         .map(|(&(ns, name), (gw, _, _))| Claim {
             namespace: ns,
