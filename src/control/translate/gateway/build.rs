@@ -549,6 +549,14 @@ impl<'a> Builder<'a> {
                 ),
             };
             let outcome = given.map(|g| &g.outcome);
+            if let Some(
+                Outcome::Unsupported(why) | Outcome::NotUsable(why) | Outcome::NotAssigned(why),
+            ) = outcome
+            {
+                // Offline there is no status to read: the log says it too.
+                let who = object("Gateway", ns, name);
+                self.warn_gateway(&who, format!("not served: {why}"));
+            }
             let mut conditions = Vec::new();
             if let Some(p) = gw
                 .spec

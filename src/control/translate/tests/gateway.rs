@@ -1026,6 +1026,14 @@ fn with_pool(pool: &[&str]) -> Options {
 }
 
 fn build_at(w: &World, options: &Options, previous: Option<&RoutingTable>) -> Built {
+    build_at_warned(w, options, previous).0
+}
+
+fn build_at_warned(
+    w: &World,
+    options: &Options,
+    previous: Option<&RoutingTable>,
+) -> (Built, Vec<Warning>) {
     let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
         classes: w.classes.iter().collect(),
         gateways: w.gateways.iter().collect(),
@@ -1033,7 +1041,7 @@ fn build_at(w: &World, options: &Options, previous: Option<&RoutingTable>) -> Bu
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
-    translate_with(&w.services, &w.slices, refs.inputs(), options, previous).0
+    translate_with(&w.services, &w.slices, refs.inputs(), options, previous)
 }
 
 /// Where a request to local address `local` goes (`goes`, for one address).
@@ -1216,7 +1224,13 @@ fn an_address_asked_for_is_given_or_refused_in_status() {
 #[test]
 fn an_exhausted_pool_leaves_a_gateway_unserved_and_says_so() {
     let w = world(&format!("{BASE}\n---\n{TWO_GATEWAYS}"));
-    let b = build_at(&w, &with_pool(&["127.0.0.2"]), None);
+    let (b, warnings) = build_at_warned(&w, &with_pool(&["127.0.0.2"]), None);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.object.name == "other" && w.message.contains("not served")),
+        "{warnings:?}"
+    );
     assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.2"]);
     let (addresses, _) = gateway_status(&b, "other");
     assert!(addresses.is_empty());
