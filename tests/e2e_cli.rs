@@ -132,6 +132,49 @@ fn a_port_in_use_is_said_once() {
     drop(held);
 }
 
+/// With a specific --bind-address, the HTTP port also listens on each `--gateway-addresses`
+/// address: one the machine does not have stops startup with one line naming the flag (and
+/// an unspecified one is refused as a flag error, exit 2).
+#[test]
+fn a_gateway_address_that_cannot_be_listened_on_stops_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let (http, admin) = (free_port().to_string(), free_port().to_string());
+    let args = |pool: &'static str| {
+        vec![
+            "--manifests".to_string(),
+            m.clone(),
+            "--bind-address".into(),
+            "127.0.0.1".into(),
+            "--http-port".into(),
+            http.clone(),
+            "--admin-port".into(),
+            admin.clone(),
+            "--stats-port".into(),
+            "0".into(),
+            "--gateway-addresses".into(),
+            pool.into(),
+        ]
+    };
+    // 192.0.2.1 (TEST-NET-1) is no address of this machine.
+    let owned = args("127.0.0.2,192.0.2.1");
+    let out = run(&strs(&owned), &[]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("cannot listen"))
+        .unwrap_or("");
+    assert!(
+        line.contains("--gateway-addresses") && line.contains("192.0.2.1"),
+        "{err}"
+    );
+    let owned = args("0.0.0.0");
+    let out = run(&strs(&owned), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--gateway-addresses 0.0.0.0"));
+}
+
 #[test]
 fn a_missing_certificate_is_said_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,4 +354,8 @@ fn no_color_turns_colour_off_on_a_terminal() {
         !plain.contains('\x1b'),
         "colour despite NO_COLOR: {plain:?}"
     );
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }
