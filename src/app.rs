@@ -405,6 +405,7 @@ fn http_service(
     .with_fail_open(config.health.fail_open)
     .with_traffic_healthz(config.traffic_healthz)
     .with_https_port(config.tls.as_ref().map(|_| config.https_port))
+    .with_local_addresses(!config.translate.gateway_addresses.is_empty())
     .with_backend_tls(Arc::clone(shared.backend_tls));
     if let Some(forwarding) = listener.forwarding {
         proxy = proxy.with_forwarding(forwarding);

@@ -74,6 +74,10 @@ pub struct HttpProxy {
     backend_tls: Arc<tls::BackendTls>,
     /// Copies of requests for Gateway `RequestMirror` backends.
     mirrors: Arc<Mirrors>,
+    /// `--gateway-addresses` is set: a request's route depends on the address the client
+    /// connected to, so the connection's local address is read (a `getsockname` per
+    /// connection, spared otherwise).
+    pub(crate) by_local_address: bool,
 }
 
 impl HttpProxy {
@@ -104,7 +108,15 @@ impl HttpProxy {
             lifecycle: Lifecycle::new(),
             recorder: Recorder::new(frontend, metrics, Arc::new(AccessLog::off())),
             backend_tls: Arc::new(tls::BackendTls::new(None, None)),
+            by_local_address: false,
         }
+    }
+
+    /// `--gateway-addresses`: route by the connection's local address too (Gateways with an
+    /// address of their own).
+    pub fn with_local_addresses(mut self, on: bool) -> Self {
+        self.by_local_address = on;
+        self
     }
 
     /// Verifies TLS backends against `backend_tls`'s bundles and presents its client
@@ -326,12 +338,14 @@ impl ProxyHttp for HttpProxy {
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
         ctx.attempt.set_client_ip(client_ip);
-        ctx.attempt.set_local_ip(
-            session
-                .server_addr()
-                .and_then(|a| a.as_inet())
-                .map(|a| a.ip()),
-        );
+        if self.by_local_address {
+            ctx.attempt.set_local_ip(
+                session
+                    .server_addr()
+                    .and_then(|a| a.as_inet())
+                    .map(|a| a.ip()),
+            );
+        }
         let cookies = req
             .headers
             .get_all(COOKIE)

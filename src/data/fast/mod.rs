@@ -216,6 +216,7 @@ impl FastPath {
             client,
             client_ip: client.map(|a| a.ip()),
             local_ip: socket
+                .filter(|_| self.proxy.by_local_address)
                 .and_then(|d| d.local_addr().and_then(|a| a.as_inet()))
                 .map(|a| a.ip()),
             client_ip_text: client.map(|a| a.ip().to_string()),
