@@ -289,22 +289,28 @@ pub async fn start_world_with(world: World, extra: &[&str]) -> Suite {
         format!("{}{}", default.cert_pem, default.key_pem),
     )
     .expect("write default cert");
-    let https_port = free_port();
-    let https_arg = https_port.to_string();
-    let mut args = vec![
-        "--gateway-http-port",
-        "80",
-        "--gateway-https-port",
-        "443",
-        "--https-port",
-        &https_arg,
-        "--ssl-cert",
-        default_file.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
-    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let args_with = |https_port: u16| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--gateway-http-port",
+            "80",
+            "--gateway-https-port",
+            "443",
+            "--https-port",
+            &https_port.to_string(),
+            "--ssl-cert",
+            default_file.to_str().expect("utf-8 path"),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let mut https_port = free_port();
     let sy = match crate::SOURCE {
         Source::Manifests => {
+            let owned = args_with(https_port);
+            let args: Vec<&str> = owned.iter().map(String::as_str).collect();
             let sy = switchyard(world.objects).args(&args).start().await;
             Running {
                 http_port: sy.http_port,
@@ -315,18 +321,39 @@ pub async fn start_world_with(world: World, extra: &[&str]) -> Suite {
         Source::Cluster => {
             let api = FakeApi::start_reaching_local_backends().await;
             api.apply_all(world.objects);
-            let w = api.spawn_switchyard(&args, "info");
-            let ready = eventually(Duration::from_secs(20), || async {
-                crate::common::try_request(w.admin_port, "GET", "/readyz", &[])
-                    .await
-                    .is_ok_and(|r| r.status == 200)
-            })
-            .await;
-            assert!(ready, "switchyard never became ready:\n{}", w.stderr());
-            Running {
-                http_port: w.http_port,
-                process: Process::Cluster(w, api),
-                args: owned,
+            // Ports are picked by bind-and-drop, so another test may take one before
+            // switchyard binds it: a start that exits at once is tried again with fresh
+            // ports (at most 3 times).
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let owned = args_with(https_port);
+                let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+                let mut w = api.spawn_switchyard(&args, "info");
+                let mut exited = false;
+                let ready = eventually(Duration::from_secs(20), || {
+                    exited = exited || w.child.try_wait().ok().flatten().is_some();
+                    let (admin, gone) = (w.admin_port, exited);
+                    async move {
+                        gone || crate::common::try_request(admin, "GET", "/readyz", &[])
+                            .await
+                            .is_ok_and(|r| r.status == 200)
+                    }
+                })
+                .await;
+                if ready && !exited {
+                    break Running {
+                        http_port: w.http_port,
+                        process: Process::Cluster(w, api),
+                        args: owned,
+                    };
+                }
+                assert!(
+                    exited && tries < 3,
+                    "switchyard never became ready:\n{}",
+                    w.stderr()
+                );
+                https_port = free_port();
             }
         }
     };
