@@ -319,6 +319,16 @@ async fn each_gateway_answers_alone_on_its_own_address() {
                 curl_backend(&args).await,
                 sy.stderr()
             );
+            // The HTTP/2 cases did speak HTTP/2 (prior knowledge, or ALPN over TLS).
+            if args.iter().any(|a| a.starts_with("--http2")) {
+                let mut asked: Vec<String> = ["-o", "/dev/null", "-w", "%{http_version}"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                asked.extend(args.iter().cloned());
+                let version = curl(&asked).await;
+                assert_eq!(version, "2", "curl {args:?}");
+            }
         }
         // /explain decides alike.
         for (local, backend) in [("127.0.0.3", &a), ("127.0.0.2", &b)] {
@@ -333,6 +343,12 @@ async fn each_gateway_answers_alone_on_its_own_address() {
 
 /// The backend that answered a curl run with `args`, if one of ours did.
 async fn curl_backend(args: &[String]) -> Option<String> {
+    let body: Value = serde_json::from_str(&curl(args).await).ok()?;
+    body["backend"].as_str().map(str::to_string)
+}
+
+/// What a curl run with `args` wrote to stdout.
+async fn curl(args: &[String]) -> String {
     let args = args.to_vec();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new("curl")
@@ -342,7 +358,6 @@ async fn curl_backend(args: &[String]) -> Option<String> {
             .expect("run curl")
     })
     .await
-    .ok()?;
-    let body: Value = serde_json::from_slice(&out.stdout).ok()?;
-    body["backend"].as_str().map(str::to_string)
+    .expect("curl task");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
