@@ -1,17 +1,62 @@
-//! Idle upstream connections of the fast path, per endpoint address, with a sweeper that
-//! drops the stale ones. Knows nothing of requests; never holds its lock across an await.
+//! Idle upstream connections of the fast path — plain TCP, or TLS (`Upstream`) — per endpoint
+//! address and, for TLS, per what the connection was verified with, with a sweeper that drops
+//! the stale ones. Knows nothing of requests; never holds its lock across an await.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::data::tls::ConfigKey;
 
 /// Idle connections kept per endpoint.
 const MAX_IDLE_PER_ENDPOINT: usize = 128;
 /// How often the pool drops connections idle for longer than `--server-timeout` or closed.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// A connection to an endpoint: HTTP/1 in clear, or over TLS (`https` backends).
+pub enum Upstream {
+    Plain(TcpStream),
+    Tls(Box<TlsUpstream>),
+}
+
+/// A TLS connection and the server name it sent and verified.
+pub struct TlsUpstream {
+    pub stream: TlsStream<TcpStream>,
+    pub sni: Box<str>,
+}
+
+/// Where a pooled connection may be reused: the endpoint, and for TLS what it was verified
+/// with (bundle version, client certificate version, verification) and a hash of the server
+/// name (the name itself is compared on `Pool::take`). A rotated bundle is a new `ConfigKey`,
+/// so connections verified under the old one are never handed out for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub addr: SocketAddr,
+    pub tls: Option<(ConfigKey, u64)>,
+}
+
+impl Key {
+    pub fn plain(addr: SocketAddr) -> Key {
+        Key { addr, tls: None }
+    }
+
+    pub fn tls(addr: SocketAddr, config: ConfigKey, sni: &str) -> Key {
+        // Fixed seeds: the hash only spreads names, `take` compares them.
+        const HASHER: ahash::RandomState = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        Key {
+            addr,
+            tls: Some((config, HASHER.hash_one(sni))),
+        }
+    }
+}
 
 /// Idle connections to endpoints, newest last. Kept apart from Pingora's pool: each path
 /// reuses its own. A task started with the first returned connection drops, once a second,
@@ -20,29 +65,33 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// dead sockets.
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<HashMap<SocketAddr, Vec<(TcpStream, Instant)>>>,
+    idle: Mutex<HashMap<Key, Vec<(Upstream, Instant)>>>,
     sweeper: std::sync::OnceLock<()>,
 }
 
 impl Pool {
-    /// The most recently returned connection to `addr` that has been idle for less than
-    /// `max_idle`.
-    pub fn take(&self, addr: SocketAddr, max_idle: Duration) -> Option<TcpStream> {
+    /// The most recently returned connection for `key` (over TLS: with server name `sni`)
+    /// that has been idle for less than `max_idle`.
+    pub fn take(&self, key: &Key, sni: &str, max_idle: Duration) -> Option<Upstream> {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.get_mut(&addr)?;
-        while let Some((up, since)) = list.pop() {
-            if now.duration_since(since) < max_idle && idle_and_open(&up) {
+        let list = idle.get_mut(key)?;
+        while let Some((mut up, since)) = list.pop() {
+            let same_name = match &up {
+                Upstream::Plain(_) => true,
+                Upstream::Tls(t) => *t.sni == *sni,
+            };
+            if same_name && now.duration_since(since) < max_idle && idle_and_open(&mut up) {
                 return Some(up);
             }
         }
         None
     }
 
-    pub fn put(self: &Arc<Self>, addr: SocketAddr, up: TcpStream, max_idle: Duration) {
+    pub fn put(self: &Arc<Self>, key: Key, up: Upstream, max_idle: Duration) {
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let list = idle.entry(addr).or_default();
+            let list = idle.entry(key).or_default();
             if list.len() < MAX_IDLE_PER_ENDPOINT {
                 list.push((up, Instant::now()));
             }
@@ -65,7 +114,9 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain(|_, list| {
-            list.retain(|(up, since)| now.duration_since(*since) < max_idle && idle_and_open(up));
+            list.retain_mut(|(up, since)| {
+                now.duration_since(*since) < max_idle && idle_and_open(up)
+            });
             !list.is_empty()
         });
     }
@@ -79,10 +130,83 @@ impl Pool {
 
 /// An idle backend connection is still usable when reading from it would block: the
 /// backend has neither closed it nor sent anything unasked. Tokio answers from the readiness
-/// it has already seen, so this costs no system call until the socket had an event.
-fn idle_and_open(up: &TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(up.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+/// it has already seen, so this costs no system call until the socket had an event. A TLS
+/// connection is read through rustls (a raw read would take bytes from the TLS stream): a
+/// late session ticket is taken in and yields nothing, a `close_notify` or the end of the
+/// stream reads as closed.
+fn idle_and_open(up: &mut Upstream) -> bool {
+    match up {
+        Upstream::Plain(s) => {
+            let mut byte = [0u8; 1];
+            matches!(s.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        }
+        Upstream::Tls(t) => {
+            let mut byte = [0u8; 1];
+            let mut buf = ReadBuf::new(&mut byte);
+            // Nobody waits on this poll: a later read by a request registers its own waker.
+            let mut cx = Context::from_waker(Waker::noop());
+            Pin::new(&mut t.stream)
+                .poll_read(&mut cx, &mut buf)
+                .is_pending()
+        }
+    }
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    /// The TCP connection underneath.
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Upstream::Plain(s) => s,
+            Upstream::Tls(t) => t.stream.get_ref().0,
+        }
+    }
+
+    /// The local address of the connection (tests tell connections apart by it).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp().local_addr()
+    }
+}
+
+impl AsyncRead for Upstream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Upstream::Tls(t) => Pin::new(&mut t.stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Upstream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Upstream::Tls(t) => Pin::new(&mut t.stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Upstream::Tls(t) => Pin::new(&mut t.stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Upstream::Tls(t) => Pin::new(&mut t.stream).poll_shutdown(cx),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -93,14 +217,15 @@ mod tests {
     async fn the_pool_gives_back_live_connections_and_sweeps_the_rest() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let key = Key::plain(addr);
         let pool = Arc::new(Pool::default());
         let long = Duration::from_secs(60);
         let a = TcpStream::connect(addr).await.unwrap();
         let (server_a, _) = listener.accept().await.unwrap();
         let b = TcpStream::connect(addr).await.unwrap();
         let (_server_b, _) = listener.accept().await.unwrap();
-        pool.put(addr, a, long);
-        pool.put(addr, b, long);
+        pool.put(key, Upstream::Plain(a), long);
+        pool.put(key, Upstream::Plain(b), long);
         assert_eq!(pool.idle_count(), 2);
         // The backend closes the older one: the sweep drops it, the live one stays.
         drop(server_a);
@@ -115,12 +240,12 @@ mod tests {
             false
         };
         assert!(swept.await, "the closed connection is still pooled");
-        assert!(pool.take(addr, long).is_some());
-        assert!(pool.take(addr, long).is_none());
+        assert!(pool.take(&key, "", long).is_some());
+        assert!(pool.take(&key, "", long).is_none());
         // Idle longer than allowed: neither taken nor kept.
         let c = TcpStream::connect(addr).await.unwrap();
         let (_server_c, _) = listener.accept().await.unwrap();
-        pool.put(addr, c, long);
+        pool.put(key, Upstream::Plain(c), long);
         tokio::time::sleep(Duration::from_millis(30)).await;
         pool.sweep(Duration::from_millis(10));
         assert_eq!(pool.idle_count(), 0);
