@@ -1233,9 +1233,11 @@ mod tests {
         assert!(text.contains(
             r#"switchyard_upstream_tls_handshakes_total{entry="tls",resumed="false"} 1"#
         ));
-        assert!(text.contains(
-            r#"switchyard_upstream_tls_handshakes_total{entry="tls",resumed="true"} 1"#
-        ));
+        assert!(
+            text.contains(
+                r#"switchyard_upstream_tls_handshakes_total{entry="tls",resumed="true"} 1"#
+            )
+        );
         assert!(
             !text.contains(r#"resumed="unknown""#),
             "only the values reported"

@@ -46,8 +46,8 @@ use crate::decide::attempt::{Attempt, Failure, Route, https_location};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
-use crate::table::gateway::RequestView;
 use crate::ops::metrics::Resumed;
+use crate::table::gateway::RequestView;
 
 /// Room made in a read buffer before each read.
 const READ_SIZE: usize = 16 * 1024;
@@ -474,8 +474,15 @@ impl FastPath {
                                 self.proxy.recorder.tls_failure(&attempt);
                                 let status = Cause::UpstreamTls.status().unwrap_or(502);
                                 return Some(
-                                    self.fail(stream, conn, &mut attempt, started, &mut fin, status)
-                                        .await,
+                                    self.fail(
+                                        stream,
+                                        conn,
+                                        &mut attempt,
+                                        started,
+                                        &mut fin,
+                                        status,
+                                    )
+                                    .await,
                                 );
                             }
                         },
@@ -488,7 +495,10 @@ impl FastPath {
             let idle = self.proxy.timeouts.server_idle;
             let (mut up, reused) = match self.pool.take(&key, sni, idle) {
                 Some(up) => (up, true),
-                None => match self.connect(addr, tls.as_ref().map(|c| (c, sni)), &attempt).await {
+                None => match self
+                    .connect(addr, tls.as_ref().map(|c| (c, sni)), &attempt)
+                    .await
+                {
                     Ok(up) => (up, false),
                     Err(cause) => {
                         let failure = Failure {

@@ -491,7 +491,13 @@ impl BackendTls {
         let mut config = match &c.client {
             Some(client) => {
                 let mut chain = vec![CertificateDer::from(client.ck.leaf())];
-                chain.extend(client.ck.intermediates().into_iter().map(CertificateDer::from));
+                chain.extend(
+                    client
+                        .ck
+                        .intermediates()
+                        .into_iter()
+                        .map(CertificateDer::from),
+                );
                 let key = PrivateKeyDer::try_from(client.ck.key().clone())
                     .map_err(|e| format!("the client key: {e}"))?;
                 builder
