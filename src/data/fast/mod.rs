@@ -7,7 +7,9 @@
 //! request); the kernel work is the same. This path parses the request header once in place
 //! (`request`), copies it to the backend with `decide`'s edits carried out, and streams the
 //! response back with its framing checked (`response`, `chunked`), over its own pool of
-//! upstream connections (`pool`). Every decision — route, stickiness, pick, retry, ejection,
+//! upstream connections (`pool`): HTTP/1.1 in clear, or over TLS to `https` backends with the
+//! bundle, client certificate and verification `tls::BackendTls::choose` decides for Pingora's
+//! path too (HTTP/2 to backends stays Pingora's). Every decision — route, stickiness, pick, retry, ejection,
 //! header edits, answers — is the `Attempt`'s and the edit lists' of `decide`, the same the
 //! Pingora hooks apply; recording is `record::Recorder`'s. Anything this module is not sure of
 //! (a header it does not handle, a parse error, a method with a body) is declined before a

@@ -250,4 +250,106 @@ mod tests {
         pool.sweep(Duration::from_millis(10));
         assert_eq!(pool.idle_count(), 0);
     }
+
+    /// A TLS server on 127.0.0.1 for `localhost` that completes each handshake and keeps the
+    /// connection until the test drops its end (the returned receiver gives them).
+    async fn tls_server() -> (
+        SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<tokio_rustls::server::TlsStream<TcpStream>>,
+    ) {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let key =
+            rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    let _ = tx.send(tls);
+                }
+            }
+        });
+        (addr, rx)
+    }
+
+    #[tokio::test]
+    async fn tls_connections_are_reused_under_their_own_key_and_swept_once_closed() {
+        use crate::table::upstream::{BackendProtocol, Upstream as Settings};
+        let (addr, mut accepted) = tls_server().await;
+        // Verification skipped (the server's certificate is self-signed): a choice of its own.
+        let backend_tls = crate::data::tls::BackendTls::new(None, None);
+        let settings = |verify| Settings {
+            protocol: BackendProtocol::Https,
+            sni: "localhost".into(),
+            verify,
+            ..Settings::default()
+        };
+        let choice = backend_tls.choose(&settings(false)).unwrap();
+        let config = backend_tls.client_config(&choice).unwrap();
+        let connect = || async {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = choice.server_name("localhost").unwrap();
+            let stream = tokio_rustls::TlsConnector::from(Arc::clone(&config))
+                .connect(name, tcp)
+                .await
+                .unwrap();
+            Upstream::Tls(Box::new(TlsUpstream {
+                stream,
+                sni: "localhost".into(),
+            }))
+        };
+        let pool = Arc::new(Pool::default());
+        let long = Duration::from_secs(60);
+        let key = Key::tls(addr, choice.key(), "localhost");
+        let verified = backend_tls.choose(&settings(true)).unwrap();
+        let other_config = Key::tls(addr, verified.key(), "localhost");
+
+        let a = connect().await;
+        let server_a = accepted.recv().await.unwrap();
+        let local_a = a.local_addr().unwrap();
+        pool.put(key, a, long);
+        assert!(
+            pool.take(&Key::plain(addr), "", long).is_none(),
+            "not plain"
+        );
+        assert!(
+            pool.take(&other_config, "localhost", long).is_none(),
+            "not for another bundle, certificate or verification"
+        );
+        let a = pool.take(&key, "localhost", long).expect("reused");
+        assert_eq!(a.local_addr().unwrap(), local_a);
+        // Another name under the same key (a hash collision) is never handed out.
+        pool.put(key, a, long);
+        assert!(pool.take(&key, "other.example", long).is_none());
+        assert_eq!(pool.idle_count(), 0);
+        drop(server_a);
+
+        // The backend closes an idle connection: the sweep drops it.
+        let b = connect().await;
+        let server_b = accepted.recv().await.unwrap();
+        pool.put(key, b, long);
+        pool.sweep(long);
+        assert_eq!(pool.idle_count(), 1, "open and idle: kept");
+        drop(server_b);
+        let swept = async {
+            for _ in 0..100 {
+                pool.sweep(long);
+                if pool.idle_count() == 0 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            false
+        };
+        assert!(swept.await, "the closed TLS connection is still pooled");
+    }
 }

@@ -21,12 +21,25 @@
 //! parse is refused (warned once): either way those connections fail closed, as for an
 //! unloadable file, and never fall back to the flag's bundle or the system's roots.
 //!
-//! The price of a per-connection bundle: Pingora then builds the connection's rustls client
-//! configuration each time, with a fresh session cache, so those TLS sessions are not
-//! resumed. So the flag's bundle as it was at startup is not handed over: Pingora's connector
-//! loaded the same file into its shared configuration, whose session cache resumes sessions;
-//! only once the file has rotated (or a Service names its own, or a client certificate is
-//! presented) does a connection get its own.
+//! Which bundle, which client certificate, whether to verify: decided once, by `choose`, for
+//! both engines and the health checks. Pingora's path writes the `TlsChoice` into its
+//! `HttpPeer` (`PeerTls::configure`); the fast path, which speaks HTTP/1.1 over TLS to `https`
+//! backends itself, gets a rustls client configuration for it (`client_config`), built the way
+//! Pingora's connector builds one (TLS 1.2 and 1.3, the installed crypto provider, ALPN
+//! `http/1.1`, the system's roots when no bundle applies, any certificate accepted only when the
+//! Service skips verification) and kept per `ConfigKey` — bundle version, client certificate
+//! version, verification — so its session cache resumes TLS sessions with the backends, and a
+//! rotated bundle is a new key (and a new pool group) from the next connection on. The poll
+//! forgets the configurations of versions no longer loaded.
+//!
+//! The price of a per-connection bundle on Pingora's path: Pingora then builds the connection's
+//! rustls client configuration each time, with a fresh session cache, so those TLS sessions are
+//! not resumed (the fast path's are). So the flag's bundle as it was at startup is not handed
+//! over: Pingora's connector loaded the same file into its shared configuration, whose session
+//! cache resumes sessions; only once the file has rotated (or a Service names its own, or a
+//! client certificate is presented) does a connection get its own. This module must not do I/O
+//! on the request path: files are read by the poll, the system's roots by `client_config`,
+//! which the fast path calls off the runtime's worker threads.
 
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, HashSet};
@@ -882,6 +895,57 @@ mod tests {
         replace(&own_key, &ck.signing_key.serialize_pem());
         tls.poll(&table);
         assert!(tls.client_for(&own).unwrap().is_some(), "loaded once fixed");
+    }
+
+    #[test]
+    fn one_choice_for_both_engines_and_one_fast_path_config_per_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("default.pem");
+        std::fs::write(&default, ca_pem("first")).unwrap();
+        let tls = BackendTls::new(Some(default.clone()), None);
+        let verified = tls_upstream(None);
+        let skipped = Upstream {
+            verify: false,
+            ..tls_upstream(None)
+        };
+        // Verification: what the choice says, on the peer too.
+        let (a, b) = (
+            tls.choose(&verified).unwrap(),
+            tls.choose(&skipped).unwrap(),
+        );
+        assert_ne!(a.key(), b.key(), "verification is part of the key");
+        let mut peer = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
+        tls.configure(&skipped, &mut peer).unwrap();
+        assert!(!peer.options.verify_cert && !peer.options.verify_hostname);
+        // One configuration per key, kept (its session cache with it).
+        let config = tls.client_config(&a).unwrap();
+        assert!(Arc::ptr_eq(&config, &tls.client_config(&a).unwrap()));
+        assert!(Arc::ptr_eq(&config, &tls.cached_config(&a).unwrap()));
+        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
+        assert!(!Arc::ptr_eq(&config, &tls.client_config(&b).unwrap()));
+        // Rotated: a new key and configuration; the old one is forgotten by the poll.
+        replace(&default, &ca_pem("second"));
+        tls.poll(&RoutingTable::default());
+        let rotated = tls.choose(&verified).unwrap();
+        assert_ne!(rotated.key(), a.key());
+        assert!(tls.cached_config(&rotated).is_none());
+        assert!(tls.cached_config(&a).is_none(), "forgotten with its bundle");
+        assert!(
+            tls.cached_config(&b).is_none(),
+            "skipped, same bundle version"
+        );
+        // A Service's own bundle that is not loaded: an error on both engines.
+        let missing = tls_upstream(Some(Path::new("/nonexistent/ca.pem")));
+        assert!(matches!(tls.choose(&missing), Err(NotLoaded::Ca(_))));
+        // The server name: Pingora's rule for underscores, on verified names only.
+        assert_eq!(
+            a.server_name("my_svc.ns.svc"),
+            ServerName::try_from("my-svc.ns.svc").ok()
+        );
+        assert_eq!(
+            b.server_name("web.default.svc"),
+            ServerName::try_from("web.default.svc").ok()
+        );
     }
 
     #[test]
