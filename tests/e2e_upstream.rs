@@ -942,3 +942,63 @@ async fn the_fast_path_resumes_sessions_with_a_services_own_bundle_and_counts_th
     assert_eq!(handshakes(&sy, "web", "false").await, 1);
     assert_eq!(handshakes(&sy, "web", "true").await, 2);
 }
+
+/// HTTP/2 clients' plain `GET` streams reach `https` backends through the fast path too (each
+/// stream as an HTTP/1.1 request over a pooled TLS connection), with the same answers as
+/// through Pingora's engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_reach_https_backends_through_the_fast_path() {
+    let ca = Ca::new("backend CA");
+    let config = server_config(&ca.server(&["web.default.svc"]), &[b"http/1.1"]);
+    let (port, seen, _task) = keep_alive_tls_backend(config, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let right = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", port),
+    ];
+    for engine in ENGINES {
+        let sy = switchyard_on(
+            objs.clone(),
+            engine,
+            &["--backend-ca-file", &right, "--check-interval", "0"],
+        )
+        .await;
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        let (sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let (conns, requests) = (seen.connections(), seen.requests());
+        for i in 0..5 {
+            let req = http::Request::get("http://web.test/web/a")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            let resp =
+                tokio::time::timeout(Duration::from_secs(10), sender.clone().send_request(req))
+                    .await
+                    .unwrap()
+                    .unwrap();
+            assert_eq!(resp.version(), http::Version::HTTP_2);
+            assert_eq!(resp.status(), 200, "{engine} {i}");
+            let body = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            assert_eq!(&body[..], b"ok", "{engine} {i}");
+        }
+        assert_eq!(seen.requests() - requests, 5, "{engine}");
+        let opened = seen.connections() - conns;
+        assert!((1..5).contains(&opened), "{engine}: {opened} connections");
+        assert!(
+            handshakes(&sy, "web", first_handshake(engine)).await >= 1,
+            "{engine}: {}",
+            sy.admin("/metrics").await.body
+        );
+    }
+}
