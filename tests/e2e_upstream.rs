@@ -1002,3 +1002,41 @@ async fn http2_streams_reach_https_backends_through_the_fast_path() {
         );
     }
 }
+
+/// Without any bundle (no `--backend-ca-file`, none of the Service's own) the system's roots
+/// verify, on both engines: a private CA is refused (502, counted); only a Service that skips
+/// verification is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_bundle_the_systems_roots_refuse_a_private_ca_on_both_engines() {
+    let ca = Ca::new("private CA");
+    let names = ["web.default.svc", "lax.default.svc"];
+    let config = server_config(&ca.server(&names), &[b"http/1.1"]);
+    let (port, seen, _task) = keep_alive_tls_backend(config, false).await;
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", port),
+        svc("lax", 80)
+            .app_protocol("https")
+            .ann(
+                "serviceloadbalancer/lb.backend-insecure-skip-verify",
+                "true",
+            )
+            .into(),
+        slice("lax", "", port),
+    ];
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &["--check-interval", "0"]).await;
+        let requests = seen.requests();
+        let r = sy.get("/web/a").await;
+        assert_eq!(r.status, 502, "{engine}: {r:?}");
+        assert!(tls_failures_of(&sy, "web").await >= 1, "{engine}");
+        assert_eq!(seen.requests(), requests, "{engine}");
+        let r = sy.get("/lax/a").await;
+        assert_eq!((r.status, r.body.as_str()), (200, "ok"), "{engine}: {r:?}");
+        assert_eq!(
+            handshakes(&sy, "lax", first_handshake(engine)).await,
+            1,
+            "{engine}"
+        );
+    }
+}
