@@ -116,7 +116,7 @@ struct Bundle {
 /// Parsed bundles by their PEM content.
 type HeldBundles = HashMap<Arc<[u8]>, Option<Bundle>, ahash::RandomState>;
 
-/// Numbers loaded bundles (0 stays Pingora's default group).
+/// Numbers loaded bundles (0 stays Pingora's default group, and the system's roots in a `ConfigKey`).
 static NEXT_BUNDLE: AtomicU64 = AtomicU64::new(1);
 
 /// The loaded CA bundles, by path.
@@ -342,7 +342,7 @@ impl BackendTls {
     }
 
     /// The bundle to verify `u`'s endpoints against: the Service's own, else the flag's;
-    /// `None` for Pingora's default.
+    /// `None` for the system's roots (Pingora's default).
     fn bundle_for(&self, u: &Upstream) -> Result<Option<Bundle>, CaNotLoaded> {
         if let Some(own) = &u.ca_bundle {
             // Unresolved or refused: fail closed, never the flag's bundle.
