@@ -116,7 +116,8 @@ struct Bundle {
 /// Parsed bundles by their PEM content.
 type HeldBundles = HashMap<Arc<[u8]>, Option<Bundle>, ahash::RandomState>;
 
-/// Numbers loaded bundles (0 stays Pingora's default group, and the system's roots in a `ConfigKey`).
+/// Numbers loaded bundles (0 stays Pingora's default group, and the system's roots in a
+/// `ConfigKey`).
 static NEXT_BUNDLE: AtomicU64 = AtomicU64::new(1);
 
 /// The loaded CA bundles, by path.
