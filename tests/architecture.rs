@@ -90,6 +90,9 @@ const WINGS: &[Wing] = &[
             "http",
             "httparse",
             "rustls",
+            // The fast path's TLS connections to `https` backends (rustls over tokio, the
+            // crate Pingora's rustls connector uses).
+            "tokio_rustls",
             "x509_parser",
             "async_trait",
             "tracing",

@@ -2,7 +2,8 @@
 //! by `appProtocol` or `lb.backend-protocol`: HTTP/2 in clear (h2c), HTTP/1.1 over TLS and
 //! HTTP/2 over TLS, with the Service's DNS name as SNI, verification against
 //! `--backend-ca-file`, and skipping it only when the annotation asks. Real backends (hyper over
-//! tokio-rustls) on 127.0.0.1; both engines (the fast path hands these requests to Pingora).
+//! tokio-rustls) on 127.0.0.1; both engines (the fast path serves HTTP/1.1 over TLS itself and
+//! hands HTTP/2 backends to Pingora).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -82,20 +83,24 @@ async fn a_tls_backend_is_verified_and_gets_the_services_name() {
         assert_eq!(j["uri"], "/a");
         // One request, one new connection: one handshake, counted with its duration (it is
         // recorded when the connection opens, before the response).
+        // (`resumed`: the fast path says; Pingora's engine cannot.)
         let m = sy.admin("/metrics").await.body;
-        let value = |name: &str| {
+        let value = |series: &str| {
             m.lines()
-                .find_map(|l| l.strip_prefix(&format!("{name}{{entry=\"web\"}} ")))
-                .and_then(|v| v.parse::<u64>().ok())
+                .find_map(|l| l.strip_prefix(series))
+                .and_then(|v| v.trim().parse::<u64>().ok())
         };
-        let handshakes = value("switchyard_upstream_tls_handshakes_total");
+        let handshakes = value(&format!(
+            "switchyard_upstream_tls_handshakes_total{{entry=\"web\",resumed=\"{}\"}}",
+            first_handshake(engine)
+        ));
         assert_eq!(
             handshakes,
             Some(1),
             "{engine}: one request, one handshake: {m}"
         );
         assert_eq!(
-            value("switchyard_upstream_tls_handshake_duration_seconds_count"),
+            value("switchyard_upstream_tls_handshake_duration_seconds_count{entry=\"web\"}"),
             handshakes,
             "{engine}"
         );
@@ -552,35 +557,486 @@ async fn resumption_backend(
     (port, resumed, task)
 }
 
-/// A second new connection to the same backend resumes the TLS session of the first (the
-/// startup `--backend-ca-file` bundle is left to Pingora's shared client configuration,
-/// whose session cache does it); health checks are off so only traffic connects.
+/// A second new connection to the same backend resumes the TLS session of the first, on both
+/// engines (the fast path keeps one rustls configuration per bundle version; Pingora's engine
+/// leaves the startup `--backend-ca-file` bundle to its shared client configuration, whose
+/// session cache does it); health checks are off so only traffic connects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_connection_to_a_tls_backend_resumes_the_session() {
+    for engine in ENGINES {
+        let ca = Ca::new("backend CA");
+        let config = server_config(&ca.server(&["web.default.svc"]), &[b"http/1.1"]);
+        let (port, resumed, _task) = resumption_backend(config).await;
+        let dir = tempfile::tempdir().unwrap();
+        let ca_path = ca_file(&dir, &ca);
+        let objs = vec![
+            svc("web", 80).app_protocol("https").into(),
+            slice("web", "", port),
+        ];
+        let sy = switchyard_on(
+            objs,
+            engine,
+            &["--backend-ca-file", &ca_path, "--check-interval", "0"],
+        )
+        .await;
+        for i in 0..3 {
+            let r = sy.get("/web/a").await;
+            assert_eq!(r.status, 200, "{engine}: request {i}: {r:?}");
+        }
+        let kinds = resumed.lock().unwrap().clone();
+        assert_eq!(
+            kinds.len(),
+            3,
+            "{engine}: one connection per request: {kinds:?}"
+        );
+        assert!(!kinds[0], "{engine}: the first handshake is a full one");
+        assert!(
+            kinds[1..].iter().all(|r| *r),
+            "{engine}: later ones resume: {kinds:?}"
+        );
+    }
+}
+
+// === The fast path over TLS ===
+//
+// `https` backends (HTTP/1.1 over TLS) are the fast path's since issue #17; these run each
+// case on both engines. Which engine served shows in `upstream_tls_handshakes_total`: the fast
+// path says whether each handshake resumed a session (`resumed="true"`/`"false"`), Pingora's
+// engine cannot (`"unknown"`).
+
+/// What a `keep_alive_tls_backend` saw: per TCP connection, the server name sent and whether
+/// the handshake resumed a session; and the requests answered.
+#[derive(Default)]
+struct TlsSeen {
+    handshakes: std::sync::Mutex<Vec<(Option<String>, bool)>>,
+    requests: std::sync::atomic::AtomicUsize,
+}
+
+impl TlsSeen {
+    fn connections(&self) -> usize {
+        self.handshakes.lock().unwrap().len()
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A TLS backend answering `200 ok` to each request head on a connection, keeping it open
+/// unless `close` (then one request per connection, so each is a new handshake).
+async fn keep_alive_tls_backend(
+    config: std::sync::Arc<rustls::ServerConfig>,
+    close: bool,
+) -> (u16, std::sync::Arc<TlsSeen>, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(TlsSeen::default());
+    let shared = std::sync::Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            let seen = std::sync::Arc::clone(&shared);
+            tokio::spawn(async move {
+                let Ok(Ok(mut tls)) =
+                    tokio::time::timeout(Duration::from_secs(5), acceptor.accept(tcp)).await
+                else {
+                    return;
+                };
+                let conn = tls.get_ref().1;
+                let sni = conn.server_name().map(str::to_string);
+                let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                seen.handshakes.lock().unwrap().push((sni, resumed));
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        seen.requests
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let answer: &[u8] = if close {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                        };
+                        if tls.write_all(answer).await.is_err() || close {
+                            let _ = tls.shutdown().await;
+                            return;
+                        }
+                    }
+                    match tokio::time::timeout(Duration::from_secs(30), tls.read(&mut chunk)).await
+                    {
+                        Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+            });
+        }
+    });
+    (port, seen, task)
+}
+
+/// The `upstream_tls_handshakes_total` of `entry` with `resumed`.
+async fn handshakes(sy: &Switchyard, entry: &str, resumed: &str) -> u64 {
+    let series = format!(
+        "switchyard_upstream_tls_handshakes_total{{entry=\"{entry}\",resumed=\"{resumed}\"}} "
+    );
+    sy.admin("/metrics")
+        .await
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The `upstream_tls_failures_total` of `entry`.
+async fn tls_failures_of(sy: &Switchyard, entry: &str) -> u64 {
+    let series = format!("switchyard_upstream_tls_failures_total{{entry=\"{entry}\"}} ");
+    sy.admin("/metrics")
+        .await
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The `resumed` value a new connection's handshake is counted under by `engine`: the fast
+/// path knows whether it resumed; Pingora's engine does not say.
+fn first_handshake(engine: &str) -> &'static str {
+    if engine == "true" { "false" } else { "unknown" }
+}
+
+/// Both engines give the same answers for `https` backends, and the fast path serves them:
+/// a verified backend answers (the Service's name sent as SNI, connections reused); a
+/// Service's own bundle from another CA is refused (502, counted, nothing reaches the
+/// backend); a bundle that is not loaded fails closed the same way; skipping verification
+/// works only where the Service asks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_backends_answer_alike_on_both_engines_and_the_fast_path_serves_them() {
+    let ca = Ca::new("backend CA");
+    let names = ["web.default.svc", "bad.default.svc", "lax.default.svc"];
+    let config = server_config(&ca.server(&names), &[b"http/1.1"]);
+    let (port, seen, _task) = keep_alive_tls_backend(config, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let right = ca_file(&dir, &ca);
+    let wrong = dir.path().join("wrong.pem");
+    std::fs::write(&wrong, Ca::new("another CA").pem).unwrap();
+    let wrong = wrong.to_str().unwrap();
+    let missing = dir.path().join("missing.pem");
+    let missing = missing.to_str().unwrap();
+    let own = "serviceloadbalancer/lb.backend-ca-file";
+    let skip = "serviceloadbalancer/lb.backend-insecure-skip-verify";
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", port),
+        svc("bad", 80).app_protocol("https").ann(own, wrong).into(),
+        slice("bad", "", port),
+        svc("lax", 80)
+            .app_protocol("https")
+            .ann(own, wrong)
+            .ann(skip, "true")
+            .into(),
+        slice("lax", "", port),
+        svc("gone", 80)
+            .app_protocol("https")
+            .ann(own, missing)
+            .into(),
+        slice("gone", "", port),
+    ];
+    for engine in ENGINES {
+        let sy = switchyard_on(
+            objs.clone(),
+            engine,
+            &["--backend-ca-file", &right, "--check-interval", "0"],
+        )
+        .await;
+        let (conns, requests) = (seen.connections(), seen.requests());
+        for i in 0..10 {
+            let r = sy.get("/web/a").await;
+            assert_eq!(
+                (r.status, r.body.as_str()),
+                (200, "ok"),
+                "{engine} {i}: {r:?}"
+            );
+        }
+        assert_eq!(seen.requests() - requests, 10, "{engine}");
+        let opened = seen.connections() - conns;
+        assert!(
+            (1..10).contains(&opened),
+            "{engine}: {opened} TLS connections for 10 requests"
+        );
+        let names: Vec<Option<String>> = seen.handshakes.lock().unwrap()[conns..]
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| n.as_deref() == Some("web.default.svc")),
+            "{engine}: the Service's name is sent: {names:?}"
+        );
+        // Each new connection's handshake is counted, under the engine's `resumed` values (a
+        // request may find the pool empty while the previous one is still returning its
+        // connection: a second connection then, which the fast path resumes).
+        let counted = match engine {
+            "true" => handshakes(&sy, "web", "false").await + handshakes(&sy, "web", "true").await,
+            _ => handshakes(&sy, "web", "unknown").await,
+        };
+        assert_eq!(
+            counted,
+            opened as u64,
+            "{engine}: {}",
+            sy.admin("/metrics").await.body
+        );
+        assert!(
+            handshakes(&sy, "web", first_handshake(engine)).await >= 1,
+            "{engine}"
+        );
+
+        // The Services' own bundle (another CA) is loaded by the watcher's next poll; with
+        // verification skipped by the Service, answered.
+        let answered = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async {
+                let r = sy.get("/lax/a").await;
+                (r.status == 200 && r.body == "ok").then_some(())
+            },
+        )
+        .await;
+        assert!(answered.is_some(), "{engine}: {}", sy.stderr());
+        assert_eq!(
+            handshakes(&sy, "lax", first_handshake(engine)).await,
+            1,
+            "{engine}"
+        );
+
+        // Another CA: refused before a byte of the request goes out, and counted.
+        let requests = seen.requests();
+        let r = sy.get("/bad/a").await;
+        assert_eq!(r.status, 502, "{engine}: {r:?}");
+        assert!(tls_failures_of(&sy, "bad").await >= 1, "{engine}");
+        // A bundle that never loaded: the same answer and count, never another bundle.
+        let r = sy.get("/gone/a").await;
+        assert_eq!(r.status, 502, "{engine}: {r:?}");
+        assert!(tls_failures_of(&sy, "gone").await >= 1, "{engine}");
+        assert_eq!(
+            seen.requests(),
+            requests,
+            "{engine}: nothing reached the backend"
+        );
+    }
+}
+
+/// A rotated bundle verifies the next connection, and no connection pooled under the old one
+/// is used for it: the backend's CA rotated to another makes the very next requests fail
+/// (a pooled connection would still answer), and back again they succeed over a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_bundle_never_reuses_a_connection_verified_under_the_old_one() {
     let ca = Ca::new("backend CA");
     let config = server_config(&ca.server(&["web.default.svc"]), &[b"http/1.1"]);
-    let (port, resumed, _task) = resumption_backend(config).await;
+    let (port, seen, _task) = keep_alive_tls_backend(config, false).await;
     let dir = tempfile::tempdir().unwrap();
-    let ca_path = ca_file(&dir, &ca);
+    let flag = dir.path().join("flag.pem");
+    std::fs::write(&flag, &ca.pem).unwrap();
     let objs = vec![
         svc("web", 80).app_protocol("https").into(),
         slice("web", "", port),
     ];
-    let sy = switchyard_on(
-        objs,
-        "true",
-        &["--backend-ca-file", &ca_path, "--check-interval", "0"],
+    for engine in ENGINES {
+        write_atomic(&flag, &ca.pem);
+        let sy = switchyard_on(
+            objs.clone(),
+            engine,
+            &[
+                "--backend-ca-file",
+                flag.to_str().unwrap(),
+                "--check-interval",
+                "0",
+            ],
+        )
+        .await;
+        for _ in 0..3 {
+            assert_eq!(sy.get("/web/a").await.status, 200, "{engine}");
+        }
+        let conns = seen.connections();
+        write_atomic(&flag, &Ca::new("another CA").pem);
+        let refused = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async { (sy.get("/web/a").await.status == 502).then_some(()) },
+        )
+        .await;
+        assert!(
+            refused.is_some(),
+            "{engine}: still answered through a connection verified under the old bundle"
+        );
+        assert!(tls_failures_of(&sy, "web").await >= 1, "{engine}");
+        write_atomic(&flag, &ca.pem);
+        let back = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async { (sy.get("/web/a").await.status == 200).then_some(()) },
+        )
+        .await;
+        assert!(back.is_some(), "{engine}: rotated back");
+        assert!(
+            seen.connections() > conns,
+            "{engine}: the new bundle verified a new connection"
+        );
+        assert!(
+            handshakes(&sy, "web", first_handshake(engine)).await >= 1,
+            "{engine}: {}",
+            sy.admin("/metrics").await.body
+        );
+    }
+}
+
+/// The fast path resumes TLS sessions with backends, counted by `resumed`: one rustls
+/// configuration per bundle version keeps its session cache, also for a Service's own bundle
+/// (for which Pingora's connector builds a configuration per connection, so never resumes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fast_path_resumes_sessions_with_a_services_own_bundle_and_counts_them() {
+    let ca = Ca::new("backend CA");
+    let config = server_config(&ca.server(&["web.default.svc"]), &[b"http/1.1"]);
+    let (port, seen, _task) = keep_alive_tls_backend(config, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let own = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("web", 80)
+            .app_protocol("https")
+            .ann("serviceloadbalancer/lb.backend-ca-file", &own)
+            .into(),
+        slice("web", "", port),
+    ];
+    let sy = switchyard_on(objs, "true", &["--check-interval", "0"]).await;
+    // The Service's own file is loaded by the watcher's next poll (until then, refused before
+    // connecting).
+    let loaded = poll(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { (sy.get("/web/a").await.status == 200).then_some(()) },
     )
     .await;
-    for i in 0..3 {
+    assert!(loaded.is_some(), "{}", sy.stderr());
+    for i in 1..3 {
         let r = sy.get("/web/a").await;
         assert_eq!(r.status, 200, "request {i}: {r:?}");
     }
-    let kinds = resumed.lock().unwrap().clone();
-    assert_eq!(kinds.len(), 3, "one connection per request: {kinds:?}");
-    assert!(!kinds[0], "the first handshake is a full one");
-    assert!(
-        kinds[1..].iter().all(|r| *r),
-        "later ones resume: {kinds:?}"
+    let kinds: Vec<bool> = seen
+        .handshakes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h.1)
+        .collect();
+    assert_eq!(
+        kinds,
+        [false, true, true],
+        "one connection per request, later ones resumed"
     );
+    assert_eq!(handshakes(&sy, "web", "false").await, 1);
+    assert_eq!(handshakes(&sy, "web", "true").await, 2);
+}
+
+/// HTTP/2 clients' plain `GET` streams reach `https` backends through the fast path too (each
+/// stream as an HTTP/1.1 request over a pooled TLS connection), with the same answers as
+/// through Pingora's engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_reach_https_backends_through_the_fast_path() {
+    let ca = Ca::new("backend CA");
+    let config = server_config(&ca.server(&["web.default.svc"]), &[b"http/1.1"]);
+    let (port, seen, _task) = keep_alive_tls_backend(config, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let right = ca_file(&dir, &ca);
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", port),
+    ];
+    for engine in ENGINES {
+        let sy = switchyard_on(
+            objs.clone(),
+            engine,
+            &["--backend-ca-file", &right, "--check-interval", "0"],
+        )
+        .await;
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        let (sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let (conns, requests) = (seen.connections(), seen.requests());
+        for i in 0..5 {
+            let req = http::Request::get("http://web.test/web/a")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            let resp =
+                tokio::time::timeout(Duration::from_secs(10), sender.clone().send_request(req))
+                    .await
+                    .unwrap()
+                    .unwrap();
+            assert_eq!(resp.version(), http::Version::HTTP_2);
+            assert_eq!(resp.status(), 200, "{engine} {i}");
+            let body = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            assert_eq!(&body[..], b"ok", "{engine} {i}");
+        }
+        assert_eq!(seen.requests() - requests, 5, "{engine}");
+        let opened = seen.connections() - conns;
+        assert!((1..5).contains(&opened), "{engine}: {opened} connections");
+        assert!(
+            handshakes(&sy, "web", first_handshake(engine)).await >= 1,
+            "{engine}: {}",
+            sy.admin("/metrics").await.body
+        );
+    }
+}
+
+/// Without any bundle (no `--backend-ca-file`, none of the Service's own) the system's roots
+/// verify, on both engines: a private CA is refused (502, counted); only a Service that skips
+/// verification is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_bundle_the_systems_roots_refuse_a_private_ca_on_both_engines() {
+    let ca = Ca::new("private CA");
+    let names = ["web.default.svc", "lax.default.svc"];
+    let config = server_config(&ca.server(&names), &[b"http/1.1"]);
+    let (port, seen, _task) = keep_alive_tls_backend(config, false).await;
+    let objs = vec![
+        svc("web", 80).app_protocol("https").into(),
+        slice("web", "", port),
+        svc("lax", 80)
+            .app_protocol("https")
+            .ann(
+                "serviceloadbalancer/lb.backend-insecure-skip-verify",
+                "true",
+            )
+            .into(),
+        slice("lax", "", port),
+    ];
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &["--check-interval", "0"]).await;
+        let requests = seen.requests();
+        let r = sy.get("/web/a").await;
+        assert_eq!(r.status, 502, "{engine}: {r:?}");
+        assert!(tls_failures_of(&sy, "web").await >= 1, "{engine}");
+        assert_eq!(seen.requests(), requests, "{engine}");
+        let r = sy.get("/lax/a").await;
+        assert_eq!((r.status, r.body.as_str()), (200, "ok"), "{engine}: {r:?}");
+        assert_eq!(
+            handshakes(&sy, "lax", first_handshake(engine)).await,
+            1,
+            "{engine}"
+        );
+    }
 }

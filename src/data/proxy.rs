@@ -44,7 +44,7 @@ use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
 use crate::ops::health::PeerTls;
 use crate::ops::lifecycle::{Active, Lifecycle};
-use crate::ops::metrics::{Metrics, OpenConnection};
+use crate::ops::metrics::{Metrics, OpenConnection, Resumed};
 use crate::table::sticky::{self, COOKIE_NAME};
 
 /// Streams switchyard opens on one HTTP/2 connection to an endpoint before opening another
@@ -71,7 +71,7 @@ pub struct HttpProxy {
     pub(crate) recorder: Recorder,
     /// The CA bundles TLS backends are verified against and the client certificates shown to
     /// them, as loaded now (rotated by `BackendTlsWatcher`).
-    backend_tls: Arc<tls::BackendTls>,
+    pub(crate) backend_tls: Arc<tls::BackendTls>,
     /// Copies of requests for Gateway `RequestMirror` backends.
     mirrors: Arc<Mirrors>,
     /// `--gateway-addresses` is set: a request's route depends on the address the client
@@ -514,15 +514,16 @@ impl ProxyHttp for HttpProxy {
         } else {
             o.set_http_version(1, 1);
         }
-        if protocol.tls() && upstream.is_some_and(|u| !u.verify) {
-            o.verify_cert = false;
-            o.verify_hostname = false;
-        }
+        // The bundle, client certificate and verification: `BackendTls::choose`, which the
+        // fast path applies too.
         if let Some(u) = upstream
             && let Err(e) = self.backend_tls.configure(u, &mut peer)
         {
             // The Service's own CA bundle or client certificate is not loaded (the watcher
-            // warned why): refused as an untrusted certificate would be.
+            // warned why): refused as an untrusted certificate would be (502), and counted as
+            // one; not the endpoint's fault, so neither ejected nor retried (the fast path
+            // does the same).
+            self.recorder.tls_failure(&ctx.attempt);
             return Err(Error::create(
                 ErrorType::InvalidCert,
                 ErrorSource::Upstream,
@@ -661,7 +662,9 @@ impl ProxyHttp for HttpProxy {
                 .flatten()
                 .find_map(|t| t.establishment_duration)
         {
-            self.recorder.tls_handshake(&ctx.attempt, took);
+            // Pingora's digest does not say whether the session was resumed.
+            self.recorder
+                .tls_handshake(&ctx.attempt, took, Resumed::Unknown);
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use crate::decide::attempt::{Attempt, Verdict};
 use crate::decide::cause::Rejection;
 use crate::decide::grpc::Ending;
 use crate::ops::access_log::{AccessLog, HttpRecord};
-use crate::ops::metrics::{Metrics, status_class};
+use crate::ops::metrics::{Metrics, Resumed, status_class};
 use crate::table::Frontend;
 
 /// What the recorder needs to know of a finished request.
@@ -90,12 +90,12 @@ impl Recorder {
     }
 
     /// Counts a completed TLS handshake with the current endpoint of `a`'s entry.
-    pub fn tls_handshake(&self, a: &Attempt, took: std::time::Duration) {
+    pub fn tls_handshake(&self, a: &Attempt, took: std::time::Duration, resumed: Resumed) {
         if let (Some(table), Some(id), Some(entry)) = (a.table(), a.entry_id(), a.entry()) {
             self.metrics
                 .data
                 .with_entry(table.generation, id as usize, &entry.name, |h| {
-                    h.tls_handshake(took)
+                    h.tls_handshake(took, resumed)
                 });
         }
     }

@@ -137,10 +137,12 @@ pub async fn check(addr: SocketAddr, path: Option<&str>, timeout: Duration) -> C
         .unwrap_or(CheckResult::Timeout)
 }
 
-/// The TLS material the data plane adds to a backend peer (the CA bundle as loaded now; see
-/// `data::tls::BackendTls`), so that checks trust exactly what traffic trusts.
+/// The TLS material the data plane adds to a backend peer (the CA bundle as loaded now, the
+/// client certificate, whether to verify; see `data::tls::BackendTls::choose`), so that checks
+/// trust exactly what traffic trusts.
 pub trait PeerTls: Send + Sync {
-    /// Sets `peer`'s TLS material for `u`; an error when what `u` needs is not loaded.
+    /// Sets `peer`'s TLS material and verification for `u`; an error when what `u` needs is
+    /// not loaded.
     fn configure(&self, u: &Upstream, peer: &mut HttpPeer) -> Result<(), String>;
 }
 
@@ -174,10 +176,6 @@ fn peer(addr: SocketAddr, u: &Upstream, timeout: Duration) -> HttpPeer {
         o.set_http_version(2, 2);
     } else {
         o.set_http_version(1, 1);
-    }
-    if u.protocol.tls() && !u.verify {
-        o.verify_cert = false;
-        o.verify_hostname = false;
     }
     o.connection_timeout = Some(timeout);
     o.read_timeout = Some(timeout);

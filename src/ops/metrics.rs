@@ -298,10 +298,37 @@ pub struct EntryMetrics {
     /// To resolve `grpc` (the vector and this entry's name).
     grpc_vec: IntCounterVec,
     name: Box<str>,
-    /// `upstream_tls_handshakes_total` and `upstream_tls_handshake_duration_seconds` of this
-    /// entry: resolved on its first handshake, so entries in clear carry no TLS series.
-    tls: OnceLock<(IntCounter, Histogram)>,
+    /// `upstream_tls_handshakes_total` (by `Resumed::index`) and
+    /// `upstream_tls_handshake_duration_seconds` of this entry: each resolved on its first use,
+    /// so entries in clear carry no TLS series and an engine's entries only the `resumed`
+    /// values it reports.
+    tls_counts: [OnceLock<IntCounter>; 3],
+    tls_duration: OnceLock<Histogram>,
     tls_vecs: (IntCounterVec, HistogramVec),
+}
+
+/// Whether an upstream TLS handshake resumed an earlier session: the bounded `resumed` label
+/// of `upstream_tls_handshakes_total`. The fast path knows (rustls says); Pingora's engine does
+/// not expose it (`Unknown`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resumed {
+    Yes,
+    No,
+    Unknown,
+}
+
+impl Resumed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resumed::Yes => "true",
+            Resumed::No => "false",
+            Resumed::Unknown => "unknown",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 impl EntryMetrics {
@@ -311,15 +338,16 @@ impl EntryMetrics {
     }
 
     /// Counts a completed TLS handshake with an endpoint of this entry, and its duration.
-    pub fn tls_handshake(&self, took: std::time::Duration) {
-        let (count, duration) = self.tls.get_or_init(|| {
-            let entry = [self.name.as_ref()];
-            (
-                self.tls_vecs.0.with_label_values(&entry),
-                self.tls_vecs.1.with_label_values(&entry),
-            )
+    pub fn tls_handshake(&self, took: std::time::Duration, resumed: Resumed) {
+        let count = self.tls_counts[resumed.index()].get_or_init(|| {
+            self.tls_vecs
+                .0
+                .with_label_values(&[self.name.as_ref(), resumed.as_str()])
         });
         count.inc();
+        let duration = self
+            .tls_duration
+            .get_or_init(|| self.tls_vecs.1.with_label_values(&[self.name.as_ref()]));
         duration.observe(took.as_secs_f64());
     }
 
@@ -574,8 +602,9 @@ impl DataMetrics {
                 r,
                 "upstream_tls_handshakes_total",
                 "TLS handshakes completed with endpoints (new connections; pooled ones are \
-                 reused without one), by entry",
-                &["entry"],
+                 reused without one), by entry and whether an earlier session was resumed \
+                 (true, false; unknown through Pingora's engine, which does not say)",
+                &["entry", "resumed"],
             ),
             upstream_tls_handshake_duration_seconds: histogram_vec(
                 r,
@@ -706,7 +735,8 @@ impl DataMetrics {
             grpc: OnceLock::new(),
             grpc_vec: self.grpc_responses_total.clone(),
             name: entry.into(),
-            tls: OnceLock::new(),
+            tls_counts: [OnceLock::new(), OnceLock::new(), OnceLock::new()],
+            tls_duration: OnceLock::new(),
             tls_vecs: (
                 self.upstream_tls_handshakes_total.clone(),
                 self.upstream_tls_handshake_duration_seconds.clone(),
@@ -1194,12 +1224,26 @@ mod tests {
         let m = Metrics::new();
         m.data.set_entries(1, &["clear", "tls"]);
         m.data.with_entry(1, 1, "tls", |h| {
-            h.tls_handshake(std::time::Duration::from_millis(3))
+            h.tls_handshake(std::time::Duration::from_millis(3), Resumed::No)
+        });
+        m.data.with_entry(1, 1, "tls", |h| {
+            h.tls_handshake(std::time::Duration::from_millis(1), Resumed::Yes)
         });
         let text = m.render();
-        assert!(text.contains(r#"switchyard_upstream_tls_handshakes_total{entry="tls"} 1"#));
         assert!(text.contains(
-            r#"switchyard_upstream_tls_handshake_duration_seconds_count{entry="tls"} 1"#
+            r#"switchyard_upstream_tls_handshakes_total{entry="tls",resumed="false"} 1"#
+        ));
+        assert!(
+            text.contains(
+                r#"switchyard_upstream_tls_handshakes_total{entry="tls",resumed="true"} 1"#
+            )
+        );
+        assert!(
+            !text.contains(r#"resumed="unknown""#),
+            "only the values reported"
+        );
+        assert!(text.contains(
+            r#"switchyard_upstream_tls_handshake_duration_seconds_count{entry="tls"} 2"#
         ));
         assert!(
             !text.contains(r#"switchyard_upstream_tls_handshakes_total{entry="clear"}"#),

@@ -7,7 +7,9 @@
 //! request); the kernel work is the same. This path parses the request header once in place
 //! (`request`), copies it to the backend with `decide`'s edits carried out, and streams the
 //! response back with its framing checked (`response`, `chunked`), over its own pool of
-//! upstream connections (`pool`). Every decision — route, stickiness, pick, retry, ejection,
+//! upstream connections (`pool`): HTTP/1.1 in clear, or over TLS to `https` backends with the
+//! bundle, client certificate and verification `tls::BackendTls::choose` decides for Pingora's
+//! path too (HTTP/2 to backends stays Pingora's). Every decision — route, stickiness, pick, retry, ejection,
 //! header edits, answers — is the `Attempt`'s and the edit lists' of `decide`, the same the
 //! Pingora hooks apply; recording is `record::Recorder`'s. Anything this module is not sure of
 //! (a header it does not handle, a parse error, a method with a body) is declined before a
@@ -33,7 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::data::fast::chunked::{ChunkError, Chunks};
-use crate::data::fast::pool::Pool;
+use crate::data::fast::pool::{Key, Pool, TlsUpstream, Upstream};
 use crate::data::fast::request::{Field, Parse, Request, build_request, parse_request, str_at};
 use crate::data::fast::response::{
     Framing, Head, MAX_RESPONSE_HEAD, ResponseHead, response_head, write_status,
@@ -41,13 +43,13 @@ use crate::data::fast::response::{
 use crate::data::listener::GuardedStream;
 use crate::data::proxy::HttpProxy;
 use crate::data::record::Finished;
-use crate::data::tls;
+use crate::data::tls::{self, TlsChoice};
 use crate::decide::attempt::{Attempt, Failure, Route, https_location};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
+use crate::ops::metrics::Resumed;
 use crate::table::gateway::RequestView;
-use crate::table::upstream::BackendProtocol;
 
 /// Room made in a read buffer before each read.
 const READ_SIZE: usize = 16 * 1024;
@@ -364,10 +366,9 @@ impl FastPath {
             grpc: None,
         };
         let strip = match route {
-            // This path speaks HTTP/1 in clear to backends; anything else is Pingora's.
-            Ok(Route::Proxy { .. }) if attempt.backend_protocol() != BackendProtocol::Http => {
-                return None;
-            }
+            // This path speaks HTTP/1.1 to backends, in clear or over TLS; HTTP/2 to backends
+            // (h2c, h2, gRPC) is Pingora's.
+            Ok(Route::Proxy { .. }) if attempt.backend_protocol().http2() => return None,
             // A Gateway rule's filters are carried out by Pingora's engine alone (one place
             // applies them; this path stays lean).
             Ok(Route::Proxy { .. }) if attempt.rewrites() => return None,
@@ -418,6 +419,25 @@ impl FastPath {
             }
         };
 
+        // Over TLS: the entry's connection settings (server name, bundle, client certificate,
+        // verification), held apart from `attempt`, which the tries below borrow mutably.
+        let tls_table = if attempt.backend_protocol().tls() {
+            attempt.table().cloned()
+        } else {
+            None
+        };
+        let tls_upstream = match (&tls_table, attempt.entry_id()) {
+            (None, _) => None,
+            (Some(t), Some(id)) => match t.entry(id) {
+                Some(e) if !e.upstream.sni.is_empty() => Some(&e.upstream),
+                // No server name: Pingora's connector has its own rule for that (no SNI).
+                _ => return None,
+            },
+            (Some(_), None) => return None,
+        };
+        let sni = tls_upstream.map_or("", |u| &*u.sni);
+        let mut tls: Option<TlsChoice> = None;
+
         conn.server_timeout = attempt.server_timeout(self.proxy.timeouts.server_idle);
         // The request as the backend gets it.
         let cert = match &conn.subject {
@@ -440,16 +460,54 @@ impl FastPath {
         );
 
         // Tries: connect, send, read the response header; replay where the attempt says so.
-        let (mut up, addr, resp) = loop {
+        let (mut up, key, resp) = loop {
             let Some(addr) = attempt.next(Instant::now()) else {
                 return Some(
                     self.fail(stream, conn, &mut attempt, started, &mut fin, 503)
                         .await,
                 );
             };
-            let (mut up, reused) = match self.pool.take(addr, self.proxy.timeouts.server_idle) {
+            let key = match tls_upstream {
+                None => Key::plain(addr),
+                Some(u) => {
+                    let choice = match tls.take() {
+                        Some(c) => c,
+                        None => match self.proxy.backend_tls.choose(u) {
+                            Ok(c) => c,
+                            Err(e) => {
+                                // A Service's own bundle or client certificate is not loaded
+                                // (the watcher warned why): refused as an untrusted certificate
+                                // would be, and counted as one, as on Pingora's path; not the
+                                // endpoint's fault, so no ejection and no other endpoint.
+                                tracing::debug!(error = %e, "backend TLS not loaded");
+                                self.proxy.recorder.tls_failure(&attempt);
+                                let status = Cause::UpstreamTls.status().unwrap_or(502);
+                                return Some(
+                                    self.fail(
+                                        stream,
+                                        conn,
+                                        &mut attempt,
+                                        started,
+                                        &mut fin,
+                                        status,
+                                    )
+                                    .await,
+                                );
+                            }
+                        },
+                    };
+                    let key = Key::tls(addr, choice.key(), sni);
+                    tls = Some(choice);
+                    key
+                }
+            };
+            let idle = self.proxy.timeouts.server_idle;
+            let (mut up, reused) = match self.pool.take(&key, sni, idle) {
                 Some(up) => (up, true),
-                None => match self.connect(addr).await {
+                None => match self
+                    .connect(addr, tls.as_ref().map(|c| (c, sni)), &attempt)
+                    .await
+                {
                     Ok(up) => (up, false),
                     Err(cause) => {
                         let failure = Failure {
@@ -458,6 +516,9 @@ impl FastPath {
                         };
                         let verdict = attempt.failed(failure, policy, Instant::now());
                         self.proxy.recorder.failure(&attempt, &verdict);
+                        if cause == Cause::UpstreamTls {
+                            self.proxy.recorder.tls_failure(&attempt);
+                        }
                         if verdict.retry {
                             continue;
                         }
@@ -486,7 +547,7 @@ impl FastPath {
             match outcome {
                 Ok(resp) => {
                     attempt.response_started(Instant::now());
-                    break (up, addr, resp);
+                    break (up, key, resp);
                 }
                 Err(x) => {
                     let failure = Failure {
@@ -522,7 +583,7 @@ impl FastPath {
             Ok(body) => {
                 fin.bytes_out = body.bytes;
                 if resp.reusable && body.clean {
-                    self.pool.put(addr, up, self.proxy.timeouts.server_idle);
+                    self.pool.put(key, up, self.proxy.timeouts.server_idle);
                 }
                 self.proxy.recorder.finished(&mut attempt, started, &fin);
                 Some(true)
@@ -565,7 +626,79 @@ impl FastPath {
         false
     }
 
-    async fn connect(&self, addr: SocketAddr) -> Result<TcpStream, Cause> {
+    /// Opens a connection to `addr`: TCP, then over TLS the handshake with `tls`'s choice and
+    /// server name, each within `--connect-timeout` (as Pingora's connector bounds each).
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        tls: Option<(&TlsChoice, &str)>,
+        attempt: &Attempt,
+    ) -> Result<Upstream, Cause> {
+        let tcp = self.connect_tcp(addr).await?;
+        match tls {
+            None => Ok(Upstream::Plain(tcp)),
+            Some((choice, sni)) => self.handshake(tcp, choice, sni, attempt).await,
+        }
+    }
+
+    /// The TLS handshake on a new connection, counted in `upstream_tls_handshakes_total` with
+    /// whether it resumed a session. A certificate that does not verify, a name it is not
+    /// for, or any other handshake failure is `Cause::UpstreamTls`, as on Pingora's path.
+    async fn handshake(
+        &self,
+        tcp: TcpStream,
+        choice: &TlsChoice,
+        sni: &str,
+        attempt: &Attempt,
+    ) -> Result<Upstream, Cause> {
+        let backend_tls = &self.proxy.backend_tls;
+        let config = match backend_tls.cached_config(choice) {
+            Some(config) => config,
+            None => {
+                // The first connection with this choice: building its configuration may read
+                // the system's roots from disk.
+                let backend_tls = Arc::clone(backend_tls);
+                let choice = choice.clone();
+                let built =
+                    tokio::task::spawn_blocking(move || backend_tls.client_config(&choice)).await;
+                match built {
+                    Ok(Ok(config)) => config,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "cannot make the TLS configuration for a backend");
+                        return Err(Cause::UpstreamTls);
+                    }
+                    Err(_) => return Err(Cause::UpstreamTls),
+                }
+            }
+        };
+        let Some(name) = choice.server_name(sni) else {
+            return Err(Cause::UpstreamTls);
+        };
+        let started = Instant::now();
+        let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+        match tokio::time::timeout(self.proxy.timeouts.connect, handshake).await {
+            Err(_) => Err(Cause::ConnectTimedOut),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, sni, "TLS handshake with an endpoint failed");
+                Err(Cause::UpstreamTls)
+            }
+            Ok(Ok(stream)) => {
+                let resumed = match stream.get_ref().1.handshake_kind() {
+                    Some(rustls::HandshakeKind::Resumed) => Resumed::Yes,
+                    _ => Resumed::No,
+                };
+                self.proxy
+                    .recorder
+                    .tls_handshake(attempt, started.elapsed(), resumed);
+                Ok(Upstream::Tls(Box::new(TlsUpstream {
+                    stream,
+                    sni: sni.into(),
+                })))
+            }
+        }
+    }
+
+    async fn connect_tcp(&self, addr: SocketAddr) -> Result<TcpStream, Cause> {
         let up = match tokio::time::timeout(self.proxy.timeouts.connect, TcpStream::connect(addr))
             .await
         {
@@ -582,11 +715,16 @@ impl FastPath {
 
     async fn send(
         &self,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         bytes: &[u8],
         timeout: std::time::Duration,
     ) -> Result<(), Cause> {
-        match tokio::time::timeout(timeout, up.write_all(bytes)).await {
+        // Over TLS a write may leave records in rustls's buffer: the flush sends them.
+        let sent = async {
+            up.write_all(bytes).await?;
+            up.flush().await
+        };
+        match tokio::time::timeout(timeout, sent).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(Cause::UpstreamClosed),
             Err(_) => Err(Cause::UpstreamTimedOut),
@@ -596,7 +734,7 @@ impl FastPath {
     /// Reads from the backend into `conn.upstream_buf`; 0 is the end of the stream.
     async fn read_upstream(
         &self,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         conn: &mut Connection,
     ) -> Result<usize, Cause> {
         conn.upstream_buf.reserve(READ_SIZE);
@@ -611,7 +749,7 @@ impl FastPath {
     /// Informational responses (1xx but 101) go to the client as they come.
     async fn read_response<D: Downstream>(
         &self,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         stream: &mut D,
         conn: &mut Connection,
         head_request: bool,
@@ -673,7 +811,7 @@ impl FastPath {
     /// exactly at the end of the response.
     async fn relay_body<D: Downstream>(
         &self,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         stream: &mut D,
         conn: &mut Connection,
         framing: Framing,

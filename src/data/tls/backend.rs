@@ -21,18 +21,31 @@
 //! parse is refused (warned once): either way those connections fail closed, as for an
 //! unloadable file, and never fall back to the flag's bundle or the system's roots.
 //!
-//! The price of a per-connection bundle: Pingora then builds the connection's rustls client
-//! configuration each time, with a fresh session cache, so those TLS sessions are not
-//! resumed. So the flag's bundle as it was at startup is not handed over: Pingora's connector
-//! loaded the same file into its shared configuration, whose session cache resumes sessions;
-//! only once the file has rotated (or a Service names its own, or a client certificate is
-//! presented) does a connection get its own.
+//! Which bundle, which client certificate, whether to verify: decided once, by `choose`, for
+//! both engines and the health checks. Pingora's path writes the `TlsChoice` into its
+//! `HttpPeer` (`PeerTls::configure`); the fast path, which speaks HTTP/1.1 over TLS to `https`
+//! backends itself, gets a rustls client configuration for it (`client_config`), built the way
+//! Pingora's connector builds one (TLS 1.2 and 1.3, the installed crypto provider, ALPN
+//! `http/1.1`, the system's roots when no bundle applies, any certificate accepted only when the
+//! Service skips verification) and kept per `ConfigKey` — bundle version, client certificate
+//! version, verification — so its session cache resumes TLS sessions with the backends, and a
+//! rotated bundle is a new key (and a new pool group) from the next connection on. The poll
+//! forgets the configurations of versions no longer loaded.
+//!
+//! The price of a per-connection bundle on Pingora's path: Pingora then builds the connection's
+//! rustls client configuration each time, with a fresh session cache, so those TLS sessions are
+//! not resumed (the fast path's are). So the flag's bundle as it was at startup is not handed
+//! over: Pingora's connector loaded the same file into its shared configuration, whose session
+//! cache resumes sessions; only once the file has rotated (or a Service names its own, or a
+//! client certificate is presented) does a connection get its own. This module must not do I/O
+//! on the request path: files are read by the poll, the system's roots by `client_config`,
+//! which the fast path calls off the runtime's worker threads.
 
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -43,8 +56,11 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora::upstreams::peer::Peer;
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::watcher::{Stamp, read_file};
 use crate::ops::health::PeerTls;
@@ -64,8 +80,29 @@ pub struct CaNotLoaded(pub Box<str>);
 #[error("the backend client certificate {0} is not loaded")]
 pub struct ClientCertNotLoaded(pub Box<str>);
 
+/// A CA bundle or a client certificate a TLS backend needs is not loaded: its connections
+/// fail closed (502, counted in `upstream_tls_failures_total`) on either engine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotLoaded {
+    #[error(transparent)]
+    Ca(#[from] CaNotLoaded),
+    #[error(transparent)]
+    Client(#[from] ClientCertNotLoaded),
+}
+
 /// A client certificate's chain and key files.
 type Pair = (PathBuf, PathBuf);
+
+/// One loaded version of a client certificate.
+#[derive(Clone)]
+struct Client {
+    ck: Arc<CertKey>,
+    /// Unique per loaded version, as `Bundle::id`.
+    id: u64,
+}
+
+/// Numbers loaded client certificates (0: none).
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 
 /// One loaded version of a bundle.
 #[derive(Clone)]
@@ -79,7 +116,8 @@ struct Bundle {
 /// Parsed bundles by their PEM content.
 type HeldBundles = HashMap<Arc<[u8]>, Option<Bundle>, ahash::RandomState>;
 
-/// Numbers loaded bundles (0 stays Pingora's default group).
+/// Numbers loaded bundles (0 stays Pingora's default group, and the system's roots in a
+/// `ConfigKey`).
 static NEXT_BUNDLE: AtomicU64 = AtomicU64::new(1);
 
 /// The loaded CA bundles, by path.
@@ -93,9 +131,114 @@ pub struct BackendTls {
     /// for a bundle of a few KiB), not SipHash.
     held: ArcSwap<HeldBundles>,
     default_client: Option<Pair>,
-    clients: ArcSwap<HashMap<Pair, Arc<CertKey>>>,
+    clients: ArcSwap<HashMap<Pair, Client>>,
     /// The watcher's memory between polls.
     seen: Mutex<Seen>,
+    /// The fast path's rustls client configurations, one per distinct `ConfigKey`: kept, so
+    /// that each one's session cache resumes TLS sessions across connections. Looked up when a
+    /// connection opens (not per request); the poll forgets those of versions gone.
+    configs: Mutex<HashMap<ConfigKey, Arc<ClientConfig>>>,
+    /// The system's roots (as Pingora's connector loads them), loaded on first use.
+    system_roots: OnceLock<Result<Arc<RootCertStore>, String>>,
+}
+
+/// How a TLS connection to an entry's endpoints is made — which CA bundle verifies the
+/// certificate, which client certificate is presented, whether the certificate is verified at
+/// all — decided once by `BackendTls::choose` for both engines: the Pingora path writes it into
+/// its `HttpPeer` (`PeerTls::configure`), the fast path builds its rustls configuration from it
+/// (`BackendTls::client_config`).
+#[derive(Clone)]
+pub struct TlsChoice {
+    /// `None`: the system's roots.
+    ca: Option<Bundle>,
+    client: Option<Client>,
+    /// Off only by `lb.backend-insecure-skip-verify` (`Upstream::verify`).
+    verify: bool,
+}
+
+/// What a connection was verified with and presented: the fast path's configuration cache
+/// key, and (with the server name) its pool key, so a pooled connection is only reused under
+/// the same bundle version, client certificate version and verification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConfigKey {
+    /// The bundle's id; 0: the system's roots.
+    ca: u64,
+    /// The client certificate's id; 0: none.
+    client: u64,
+    verify: bool,
+}
+
+impl TlsChoice {
+    pub fn key(&self) -> ConfigKey {
+        ConfigKey {
+            ca: self.ca.as_ref().map_or(0, |b| b.id),
+            client: self.client.as_ref().map_or(0, |c| c.id),
+            verify: self.verify,
+        }
+    }
+
+    /// The server name the handshake sends and verifies for `sni` (`Upstream::sni`). As
+    /// Pingora's connector does, a verified name's leftmost label has its underscores made
+    /// dashes (a certificate cannot name them); `None` for a name rustls refuses.
+    pub fn server_name(&self, sni: &str) -> Option<ServerName<'static>> {
+        let name = match sni.split_once('.') {
+            Some((left, rest)) if self.verify && rest.contains('.') && left.contains('_') => {
+                format!("{}.{rest}", left.replace('_', "-"))
+            }
+            _ => sni.to_owned(),
+        };
+        ServerName::try_from(name).ok()
+    }
+}
+
+/// Accepts any certificate (`lb.backend-insecure-skip-verify`), as Pingora's connector does
+/// then; the handshake's signatures are still checked against the certificate presented.
+#[derive(Debug)]
+struct SkipVerify(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for SkipVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// What the watcher remembers between polls, so each version of a file is loaded or warned
@@ -187,6 +330,8 @@ impl BackendTls {
             default_client,
             clients: ArcSwap::from_pointee(HashMap::new()),
             seen: Mutex::new(Seen::default()),
+            configs: Mutex::new(HashMap::new()),
+            system_roots: OnceLock::new(),
         };
         tls.poll(&RoutingTable::default());
         let startup = tls
@@ -198,7 +343,7 @@ impl BackendTls {
     }
 
     /// The bundle to verify `u`'s endpoints against: the Service's own, else the flag's;
-    /// `None` for Pingora's default.
+    /// `None` for the system's roots (Pingora's default).
     fn bundle_for(&self, u: &Upstream) -> Result<Option<Bundle>, CaNotLoaded> {
         if let Some(own) = &u.ca_bundle {
             // Unresolved or refused: fail closed, never the flag's bundle.
@@ -281,15 +426,125 @@ impl BackendTls {
     /// The client certificate to present to `u`'s endpoints: the Service's own, else the
     /// flags'; `None` for none.
     pub fn client_for(&self, u: &Upstream) -> Result<Option<Arc<CertKey>>, ClientCertNotLoaded> {
+        Ok(self.client_of(u)?.map(|c| c.ck))
+    }
+
+    fn client_of(&self, u: &Upstream) -> Result<Option<Client>, ClientCertNotLoaded> {
         let clients = self.clients.load();
         match (&u.client_cert, &self.default_client) {
             (Some((c, k)), _) => clients
                 .get(&(PathBuf::from(c.as_ref()), PathBuf::from(k.as_ref())))
-                .map(|ck| Some(Arc::clone(ck)))
+                .map(|c| Some(c.clone()))
                 .ok_or_else(|| ClientCertNotLoaded(c.clone())),
-            (None, Some(pair)) => Ok(clients.get(pair).map(Arc::clone)),
+            (None, Some(pair)) => Ok(clients.get(pair).cloned()),
             (None, None) => Ok(None),
         }
+    }
+
+    /// The TLS `u`'s endpoints are spoken to with, on either engine: the Service's own CA
+    /// bundle (file, Secret or ConfigMap), else the flag's, else the system's roots; the
+    /// Service's own client certificate, else the flags'; verification unless skipped. A
+    /// Service's own bundle or certificate that is not loaded is an error (fail closed),
+    /// whether or not verification is skipped.
+    pub fn choose(&self, u: &Upstream) -> Result<TlsChoice, NotLoaded> {
+        Ok(TlsChoice {
+            ca: self.bundle_for(u)?,
+            client: self.client_of(u)?,
+            verify: u.verify,
+        })
+    }
+
+    /// The fast path's rustls configuration for `c`, if already built (no I/O).
+    pub fn cached_config(&self, c: &TlsChoice) -> Option<Arc<ClientConfig>> {
+        let configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
+        configs.get(&c.key()).cloned()
+    }
+
+    /// The fast path's rustls configuration for `c`, built on first use and kept (so that its
+    /// session cache resumes sessions with the backends). May read the system's roots from
+    /// disk the first time: call it off the runtime's worker threads.
+    pub fn client_config(&self, c: &TlsChoice) -> Result<Arc<ClientConfig>, String> {
+        if let Some(config) = self.cached_config(c) {
+            return Ok(config);
+        }
+        let built = Arc::new(self.build_config(c)?);
+        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
+        // Two connections may race here: the first stored is the one both use.
+        Ok(Arc::clone(configs.entry(c.key()).or_insert(built)))
+    }
+
+    /// A rustls client configuration as Pingora's connector makes one for an HTTP/1.1 peer:
+    /// TLS 1.2 and 1.3 with the provider the binary installed, the chosen roots and client
+    /// certificate, ALPN `http/1.1`.
+    fn build_config(&self, c: &TlsChoice) -> Result<ClientConfig, String> {
+        let provider = CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+            .map_err(|e| e.to_string())?;
+        let builder = if c.verify {
+            let roots = match &c.ca {
+                Some(b) => {
+                    let mut store = RootCertStore::empty();
+                    for cert in b.ca.iter() {
+                        store
+                            .add(CertificateDer::from(cert))
+                            .map_err(|e| format!("a CA certificate is not a trust anchor: {e}"))?;
+                    }
+                    Arc::new(store)
+                }
+                None => self.system_roots()?,
+            };
+            builder.with_root_certificates(roots)
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(SkipVerify(provider)))
+        };
+        let mut config = match &c.client {
+            Some(client) => {
+                let mut chain = vec![CertificateDer::from(client.ck.leaf())];
+                chain.extend(
+                    client
+                        .ck
+                        .intermediates()
+                        .into_iter()
+                        .map(CertificateDer::from),
+                );
+                let key = PrivateKeyDer::try_from(client.ck.key().clone())
+                    .map_err(|e| format!("the client key: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("the client certificate: {e}"))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+
+    fn system_roots(&self) -> Result<Arc<RootCertStore>, String> {
+        self.system_roots
+            .get_or_init(|| {
+                let mut store = RootCertStore::empty();
+                pingora::tls::load_platform_certs_incl_env_into_store(&mut store)
+                    .map(|()| Arc::new(store))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    /// Forgets the configurations of bundle and certificate versions no longer loaded.
+    fn forget_configs(&self) {
+        let mut live_cas: HashSet<u64> = self.cas.load().values().map(|b| b.id).collect();
+        live_cas.extend(self.held.load().values().flatten().map(|b| b.id));
+        let live_clients: HashSet<u64> = self.clients.load().values().map(|c| c.id).collect();
+        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
+        configs.retain(|k, _| {
+            (k.ca == 0 || live_cas.contains(&k.ca))
+                && (k.client == 0 || live_clients.contains(&k.client))
+        });
     }
 
     /// The client certificates to follow now: the flags' and every TLS entry's own.
@@ -314,7 +569,7 @@ impl BackendTls {
     fn poll_clients(&self, table: &RoutingTable, seen: &mut Seen) {
         let wanted = self.wanted_pairs(table);
         let current = self.clients.load_full();
-        let mut next: Option<HashMap<Pair, Arc<CertKey>>> = None;
+        let mut next: Option<HashMap<Pair, Client>> = None;
         for pair in &wanted {
             let (Some(chain), Some(key)) = (seen.read(&pair.0), seen.read(&pair.1)) else {
                 continue;
@@ -327,8 +582,9 @@ impl BackendTls {
                 Ok(ck) => {
                     seen.refused.remove(pair);
                     let reloaded = current.contains_key(pair);
+                    let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
                     next.get_or_insert_with(|| (*current).clone())
-                        .insert(pair.clone(), ck);
+                        .insert(pair.clone(), Client { ck, id });
                     tracing::info!(cert = %pair.0.display(), reloaded, "backend client certificate loaded");
                 }
                 Err(why) => {
@@ -383,6 +639,7 @@ impl BackendTls {
             .collect();
         seen.stamps.retain(|p, _| wanted.contains(p));
         seen.unreadable.retain(|p| wanted.contains(p));
+        self.forget_configs();
     }
 
     fn poll_cas(&self, table: &RoutingTable, seen: &mut Seen) {
@@ -429,16 +686,21 @@ impl PeerTls for BackendTls {
         if !peer.tls() {
             return Ok(());
         }
+        let choice = self.choose(u).map_err(|e| e.to_string())?;
+        if !choice.verify {
+            peer.options.verify_cert = false;
+            peer.options.verify_hostname = false;
+        }
         // The startup bundle is Pingora's own (see the module comment): left to its shared
         // configuration, so sessions are resumed.
-        if let Some(b) = self.bundle_for(u).map_err(|e| e.to_string())?
+        if let Some(b) = choice.ca
             && !(u.ca_file.is_none() && u.ca_bundle.is_none() && Some(b.id) == self.startup_ca)
         {
             peer.options.ca = Some(b.ca);
             peer.group_key = b.id;
         }
-        if let Some(ck) = self.client_for(u).map_err(|e| e.to_string())? {
-            peer.client_cert_key = Some(ck);
+        if let Some(client) = choice.client {
+            peer.client_cert_key = Some(client.ck);
         }
         Ok(())
     }
@@ -634,6 +896,57 @@ mod tests {
         replace(&own_key, &ck.signing_key.serialize_pem());
         tls.poll(&table);
         assert!(tls.client_for(&own).unwrap().is_some(), "loaded once fixed");
+    }
+
+    #[test]
+    fn one_choice_for_both_engines_and_one_fast_path_config_per_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("default.pem");
+        std::fs::write(&default, ca_pem("first")).unwrap();
+        let tls = BackendTls::new(Some(default.clone()), None);
+        let verified = tls_upstream(None);
+        let skipped = Upstream {
+            verify: false,
+            ..tls_upstream(None)
+        };
+        // Verification: what the choice says, on the peer too.
+        let (a, b) = (
+            tls.choose(&verified).unwrap(),
+            tls.choose(&skipped).unwrap(),
+        );
+        assert_ne!(a.key(), b.key(), "verification is part of the key");
+        let mut peer = HttpPeer::new("10.0.0.1:443", true, "web.default.svc".into());
+        tls.configure(&skipped, &mut peer).unwrap();
+        assert!(!peer.options.verify_cert && !peer.options.verify_hostname);
+        // One configuration per key, kept (its session cache with it).
+        let config = tls.client_config(&a).unwrap();
+        assert!(Arc::ptr_eq(&config, &tls.client_config(&a).unwrap()));
+        assert!(Arc::ptr_eq(&config, &tls.cached_config(&a).unwrap()));
+        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
+        assert!(!Arc::ptr_eq(&config, &tls.client_config(&b).unwrap()));
+        // Rotated: a new key and configuration; the old one is forgotten by the poll.
+        replace(&default, &ca_pem("second"));
+        tls.poll(&RoutingTable::default());
+        let rotated = tls.choose(&verified).unwrap();
+        assert_ne!(rotated.key(), a.key());
+        assert!(tls.cached_config(&rotated).is_none());
+        assert!(tls.cached_config(&a).is_none(), "forgotten with its bundle");
+        assert!(
+            tls.cached_config(&b).is_none(),
+            "skipped, same bundle version"
+        );
+        // A Service's own bundle that is not loaded: an error on both engines.
+        let missing = tls_upstream(Some(Path::new("/nonexistent/ca.pem")));
+        assert!(matches!(tls.choose(&missing), Err(NotLoaded::Ca(_))));
+        // The server name: Pingora's rule for underscores, on verified names only.
+        assert_eq!(
+            a.server_name("my_svc.ns.svc"),
+            ServerName::try_from("my-svc.ns.svc").ok()
+        );
+        assert_eq!(
+            b.server_name("web.default.svc"),
+            ServerName::try_from("web.default.svc").ok()
+        );
     }
 
     #[test]

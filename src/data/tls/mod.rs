@@ -39,7 +39,7 @@ use crate::ops::metrics::Metrics;
 use store::SniResolver;
 use watcher::{Seen, cert_files, publish_expiry, read_file, resolve_default};
 
-pub use backend::{BackendTls, BackendTlsWatcher, CaNotLoaded};
+pub use backend::{BackendTls, BackendTlsWatcher, CaNotLoaded, ConfigKey, NotLoaded, TlsChoice};
 pub use certs::LoadedCert;
 use client_auth::RecordPeer;
 pub use client_auth::{ClientAuth, PeerCert, client_cert, peer_subject};
