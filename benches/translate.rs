@@ -427,6 +427,9 @@ fn bench_gateway_changes(c: &mut Criterion) {
             options: &options,
         };
         let (previous, _) = world.build(&routes[..n - 1], None, None);
+        // The figure must be of a build that took the other routes from the cache.
+        let (once, _) = world.build(&routes, Some(previous.previous()), Some(&changes));
+        assert_eq!(once.memo.gateway_routes_translated(), Some(1));
         g.bench_with_input(BenchmarkId::new("one_route_created", n), &n, |b, _| {
             b.iter_with_large_drop(|| {
                 world.build(
@@ -436,6 +439,22 @@ fn bench_gateway_changes(c: &mut Criterion) {
                 )
             })
         });
+        // The same build translating every route, as before routes were kept (same run).
+        let (mut forgetful, _) = world.build(&routes[..n - 1], None, None);
+        forgetful.memo.forget_gateway_routes();
+        g.bench_with_input(
+            BenchmarkId::new("one_route_created_every_route_translated", n),
+            &n,
+            |b, _| {
+                b.iter_with_large_drop(|| {
+                    world.build(
+                        black_box(&routes),
+                        Some(forgetful.previous()),
+                        Some(&changes),
+                    )
+                })
+            },
+        );
     }
     let n = 10_000;
     let (services, slices) = world(n);

@@ -387,6 +387,7 @@ pub fn translate_with<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
         ingress,
         options,
         previous,
+        None,
     )
 }
 
@@ -453,6 +454,7 @@ pub fn translate_changes(
         ingress,
         options,
         previous.map(|p| p.table),
+        previous.and_then(|p| p.memo),
     )
 }
 
@@ -462,6 +464,7 @@ fn full<'a>(
     ingress: IngressInputs<'_>,
     options: &Options,
     previous: Option<&RoutingTable>,
+    memo: Option<&Memo>,
 ) -> (Built, Vec<Warning>) {
     let mut input_warnings = Vec::new();
     let mut index = index_slices(slices, &mut input_warnings);
@@ -506,6 +509,7 @@ fn full<'a>(
         ingress.secrets,
         &by_key,
         previous.map(|p| &*p.gateway),
+        memo.and_then(|m| m.gateway_cache.as_deref()),
     );
     let ingress_warnings = b.warnings[ingress_from..].to_vec();
     let gateway_warnings = Arc::new(b.warnings[gateway_from..].to_vec());

@@ -9,6 +9,9 @@ use super::*;
 
 pub mod api;
 mod build;
+mod cache;
+
+pub(super) use self::cache::RouteCache;
 
 use self::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 
@@ -81,7 +84,13 @@ pub(super) fn rebuild(
             )
         })
         .collect();
-    b.add_gateways(inputs.gateway, inputs.secrets, &by_key, Some(&prev.gateway));
+    b.add_gateways(
+        inputs.gateway,
+        inputs.secrets,
+        &by_key,
+        Some(&prev.gateway),
+        memo.gateway_cache.as_deref(),
+    );
     if b.needs_full {
         return None;
     }
@@ -112,6 +121,7 @@ pub(super) fn rebuild(
         gateway_warnings,
         ingress_certificates: Arc::clone(&memo.ingress_certificates),
         entry_index: memo.entry_index.clone(),
+        gateway_cache: b.gateway_cache.take(),
         ingress_only: Arc::clone(&memo.ingress_only),
     };
     let table = RoutingTable {

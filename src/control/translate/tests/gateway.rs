@@ -985,3 +985,5 @@ spec:
     assert!(quick.table == full.table);
     assert_eq!(get(&quick.table, "h", "/"), "infra/lb:8080");
 }
+
+mod cache;
