@@ -1,6 +1,9 @@
 //! The Gateway API build: GatewayClasses claimed, Gateways' listeners checked, HTTPRoutes
 //! attached to the listeners that accept them, their rules turned into candidates of the
 //! table's Gateway routers, and the status of every object decided on the way. Pure.
+//! Each route is translated on its own (`translate_route`) into an output that the memo's
+//! cache keeps (`cache.rs`); the routers are then assembled from every route's output, so a
+//! build that takes most outputs from the cache pays only for the assembly.
 
 use std::cmp::{Ordering, Reverse};
 
@@ -310,6 +313,19 @@ impl<'a> Builder<'a> {
             )));
         }
 
+        // Every output as the previous build had it, on the same listeners (a write that left
+        // every spec alone: status, labels nothing selects): the routers and the routes'
+        // status would come out as they are in the previous table and memo, which the caller
+        // shares instead of assembling them again (`RouteCache::same_routes`).
+        let same_routes = reusable.is_some_and(|c| {
+            translated == 0
+                && changed.gateways.is_empty()
+                && c.routes.len() == outputs.len()
+                && c.routes
+                    .iter()
+                    .zip(&outputs)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        });
         // The routes' outputs assembled: status, attached counts, rules, then the routers.
         let mut routes = GatewayRoutes {
             http_port: self.options.gateway_http_port,
@@ -337,6 +353,9 @@ impl<'a> Builder<'a> {
                         counts.resize(at + 1, 0);
                     }
                     counts[*at] += 1;
+                }
+                if same_routes {
+                    continue;
                 }
                 let Some(parents) = &o.parents else {
                     continue;
@@ -392,84 +411,86 @@ impl<'a> Builder<'a> {
                 }
             }
 
-            // The listeners' hostnames first: candidates carry their listener's id.
-            for (_, listeners, _) in gateways.values() {
-                for l in listeners.iter().filter(|l| l.usable) {
-                    let hosts = if l.https {
-                        &mut routes.https_hosts
-                    } else {
-                        &mut routes.http_hosts
-                    };
-                    let (name, wildcard) = listener_key(l.hostname.as_ref());
-                    hosts.add(name, wildcard);
-                }
-            }
-            routes.http_hosts.finish();
-            routes.https_hosts.finish();
-            let mut wildcard_at: HashMap<(bool, String), usize> = HashMap::default();
-            // Regular expressions are tried in their insertion order: collected, then inserted
-            // longest source first (as Istio orders them), then by the rank of their best
-            // candidate.
-            #[allow(clippy::type_complexity)]
-            let mut regex_rules: Vec<(
-                (Reverse<usize>, Rank<'_>),
-                bool,
-                Option<HostPattern>,
-                PathRule<CandidatesId>,
-            )> = Vec::new();
-            for (((https, host), key, kind), mut list) in pending {
-                list.sort_by(|a, b| a.rank.cmp(&b.rank));
-                let best = list.first().map(|p| p.rank);
-                let id =
-                    CandidatesId::try_from(routes.candidates.len()).unwrap_or(CandidatesId::MAX);
-                let hosts = if https {
-                    &routes.https_hosts
-                } else {
-                    &routes.http_hosts
-                };
-                let candidates = list
-                    .into_iter()
-                    .map(|p| {
-                        let (name, wildcard) = listener_key(p.listener);
-                        Candidate {
-                            listener: hosts.id(name, wildcard).unwrap_or(u32::MAX),
-                            rule: p.rule,
-                            ..p.candidate.clone()
-                        }
-                    })
-                    .collect();
-                routes.candidates.push(candidates);
-                let rule = PathRule {
-                    regex: match kind {
-                        PathKind::Regex => patterns.get(key).map(|p| Box::new((*p).clone())),
-                        _ => None,
-                    },
-                    prefix: key.into(),
-                    strip: false,
-                    ignore_case: false,
-                    exact: kind == PathKind::Exact,
-                    policy: None,
-                    target: id,
-                };
-                match (kind, best) {
-                    (PathKind::Regex, Some(best)) => {
-                        regex_rules.push((
-                            (Reverse(rule.prefix.len()), best),
-                            https,
-                            host.cloned(),
-                            rule,
-                        ));
+            if !same_routes {
+                // The listeners' hostnames first: candidates carry their listener's id.
+                for (_, listeners, _) in gateways.values() {
+                    for l in listeners.iter().filter(|l| l.usable) {
+                        let hosts = if l.https {
+                            &mut routes.https_hosts
+                        } else {
+                            &mut routes.http_hosts
+                        };
+                        let (name, wildcard) = listener_key(l.hostname.as_ref());
+                        hosts.add(name, wildcard);
                     }
-                    _ => place_rule(&mut routes, &mut wildcard_at, https, host.cloned(), rule),
                 }
+                routes.http_hosts.finish();
+                routes.https_hosts.finish();
+                let mut wildcard_at: HashMap<(bool, String), usize> = HashMap::default();
+                // Regular expressions are tried in their insertion order: collected, then inserted
+                // longest source first (as Istio orders them), then by the rank of their best
+                // candidate.
+                #[allow(clippy::type_complexity)]
+                let mut regex_rules: Vec<(
+                    (Reverse<usize>, Rank<'_>),
+                    bool,
+                    Option<HostPattern>,
+                    PathRule<CandidatesId>,
+                )> = Vec::new();
+                for (((https, host), key, kind), mut list) in pending {
+                    list.sort_by(|a, b| a.rank.cmp(&b.rank));
+                    let best = list.first().map(|p| p.rank);
+                    let id = CandidatesId::try_from(routes.candidates.len())
+                        .unwrap_or(CandidatesId::MAX);
+                    let hosts = if https {
+                        &routes.https_hosts
+                    } else {
+                        &routes.http_hosts
+                    };
+                    let candidates = list
+                        .into_iter()
+                        .map(|p| {
+                            let (name, wildcard) = listener_key(p.listener);
+                            Candidate {
+                                listener: hosts.id(name, wildcard).unwrap_or(u32::MAX),
+                                rule: p.rule,
+                                ..p.candidate.clone()
+                            }
+                        })
+                        .collect();
+                    routes.candidates.push(candidates);
+                    let rule = PathRule {
+                        regex: match kind {
+                            PathKind::Regex => patterns.get(key).map(|p| Box::new((*p).clone())),
+                            _ => None,
+                        },
+                        prefix: key.into(),
+                        strip: false,
+                        ignore_case: false,
+                        exact: kind == PathKind::Exact,
+                        policy: None,
+                        target: id,
+                    };
+                    match (kind, best) {
+                        (PathKind::Regex, Some(best)) => {
+                            regex_rules.push((
+                                (Reverse(rule.prefix.len()), best),
+                                https,
+                                host.cloned(),
+                                rule,
+                            ));
+                        }
+                        _ => place_rule(&mut routes, &mut wildcard_at, https, host.cloned(), rule),
+                    }
+                }
+                regex_rules.sort_by(|a, b| a.0.cmp(&b.0));
+                for (_, https, host, rule) in regex_rules {
+                    place_rule(&mut routes, &mut wildcard_at, https, host, rule);
+                }
+                routes.http.finish();
+                routes.https.finish();
+                routes.rules = rules;
             }
-            regex_rules.sort_by(|a, b| a.0.cmp(&b.0));
-            for (_, https, host, rule) in regex_rules {
-                place_rule(&mut routes, &mut wildcard_at, https, host, rule);
-            }
-            routes.http.finish();
-            routes.https.finish();
-            routes.rules = rules;
         }
         self.gateway_routes = routes;
         let index = match &self.frozen {
@@ -497,6 +518,7 @@ impl<'a> Builder<'a> {
             failed,
             compiled: translated,
             failures_compiled,
+            same_routes,
         }));
 
         for ((ns, name), (gw, listeners, statuses)) in gateways {
@@ -1871,13 +1893,15 @@ impl<'a> Grants<'a> {
 /// `items` sorted by namespace and name, one per key (the same objects in any order give
 /// the same table).
 fn sorted<'i, T>(items: &[&'i T], meta: impl Fn(&T) -> &ObjectMeta) -> Vec<&'i T> {
-    let key = |t: &T| {
+    // Borrowed keys: a build sorts every route, and allocating their keys was a visible part
+    // of a build that translates one.
+    let key = |t: &'i T| {
         let m = meta(t);
-        let (ns, name) = meta_key(&m.namespace, &m.name);
-        (ns.to_string(), name.to_string())
+        meta_key(&m.namespace, &m.name)
     };
     let mut v = items.to_vec();
-    v.sort_by_cached_key(|t| key(t));
+    // Stable: of objects with one key, the first in the input stays.
+    v.sort_by(|a, b| key(a).cmp(&key(b)));
     v.dedup_by(|a, b| key(a) == key(b));
     v
 }

@@ -41,6 +41,10 @@ pub(in crate::control::translate) struct RouteCache {
     pub(super) failed: HashMap<Box<str>, PatternError>,
     /// Routes translated by the build that made this (the others were taken from the cache).
     pub(in crate::control::translate) compiled: usize,
+    /// That build took every route's output from the cache, on unchanged listeners: it left
+    /// the Gateway routers and the routes' status unassembled, to be shared with the
+    /// previous table and memo, which they would equal.
+    pub(in crate::control::translate) same_routes: bool,
     /// Patterns that failed to compile in that build (not those known to fail).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(in crate::control::translate) failures_compiled: usize,
@@ -110,7 +114,8 @@ impl ListenerSig {
 /// What changed among the inputs routes read, since the cache was made.
 #[derive(Default)]
 pub(super) struct Changed {
-    gateways: Vec<ObjectKey>,
+    /// Gateways whose listeners changed (added or gone included).
+    pub(super) gateways: Vec<ObjectKey>,
     namespaces: Vec<String>,
     grants: Vec<String>,
 }
@@ -221,8 +226,8 @@ impl CachedRoute {
             return false;
         }
         // The grants of every other namespace its backends and mirrors name.
-        !(!changed.grants.is_empty()
-            && foreign_namespaces(&route.spec, ns).any(|n| changed.grants.iter().any(|g| g == n)))
+        changed.grants.is_empty()
+            || !foreign_namespaces(&route.spec, ns).any(|n| changed.grants.iter().any(|g| g == n))
     }
 }
 

@@ -343,6 +343,14 @@ fn a_change_translates_only_the_routes_it_touches() {
     assert_eq!(translated(&b3), 0);
     let b4 = step(&mut s, &mut routes, Step::Rewrite(3), &b3);
     assert_eq!(translated(&b4), 0);
+    // Nothing of the routes changed: their routers and status are shared, not assembled.
+    assert!(Arc::ptr_eq(&b4.table.gateway, &b3.table.gateway));
+    assert!(Arc::ptr_eq(
+        b4.memo.gateway_status(),
+        b3.memo.gateway_status()
+    ));
+    // A route gone is assembled again (and equal to a cold build, checked by `step`).
+    assert!(!Arc::ptr_eq(&b3.table.gateway, &b2.table.gateway));
     // The grant: the one route that names a Service of another namespace.
     let b5 = step(&mut s, &mut routes, Step::Grant(false), &b4);
     assert_eq!(translated(&b5), 1);
