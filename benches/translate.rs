@@ -443,6 +443,13 @@ fn bench_gateway_changes(c: &mut Criterion) {
                 )
             })
         });
+        // A write that changed no spec (a route's status coming back): nothing translated,
+        // the routers and route status shared.
+        g.bench_with_input(BenchmarkId::new("nothing_translated", n), &n, |b, _| {
+            b.iter_with_large_drop(|| {
+                world.build(black_box(&routes), Some(once.previous()), Some(&changes))
+            })
+        });
         // The same build translating every route, as before routes were kept (same run).
         let (mut forgetful, _) = world.build(&routes[..n - 1], None, None);
         forgetful.memo.forget_gateway_routes();
