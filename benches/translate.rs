@@ -29,9 +29,10 @@
 //! read the ratios): one route created 401 ms at 3,000, 1.05 s at 10,000; patterns compiled
 //! 10.6 s, reused 4.43 s, one route changed 1.66 s.
 //! `one_route_created_every_route_translated` is the same build with the memo's route cache
-//! dropped (every route translated, as before routes were kept). Result (2026-12-02 02:36,
-//! `--quick`, load average 3.8-4.5): one route created 111 ms at 3,000 and 415 ms at 10,000,
-//! against 207 ms and 792 ms translating every route.
+//! dropped (every route translated, as before routes were kept); `nothing_translated` is a
+//! write that changed no spec (routers and route status shared). Result (2026-12-02 03:17,
+//! `--quick`, load average 0.1-0.5): one route created 38.5 ms at 3,000 and 170 ms at 10,000,
+//! against 61.4 ms and 321 ms translating every route; nothing translated 6.8 ms and 34 ms.
 //!
 //! Last result (2026-11-30, 2-vCPU sandbox VM, otherwise idle, release profile, jemalloc as in
 //! the binary, `--quick`, medians): cold 100 Services 0.65 ms, 1,000 12.8 ms, 10,000 167 ms
