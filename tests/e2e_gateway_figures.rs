@@ -75,7 +75,10 @@ async fn start() -> (Backend, FakeApi, Watching) {
     let backend = Backend::start("web").await;
     let api = FakeApi::start_reaching_local_backends().await;
     api.apply_all(objects(backend.port));
-    let sy = api.spawn_switchyard(&["--gateway-http-port", "80"], "warn");
+    // `SWITCHYARD_FIGURES_LOG=info` prints each swap's build time at the end, `=debug` also
+    // each watch event's time to a live table.
+    let log = std::env::var("SWITCHYARD_FIGURES_LOG").unwrap_or_else(|_| "warn".into());
+    let sy = api.spawn_switchyard(&["--gateway-http-port", "80"], &log);
     let ready = eventually(Duration::from_secs(120), || async {
         try_request(sy.admin_port, "GET", "/readyz", &[])
             .await
@@ -120,6 +123,16 @@ async fn route_change_to_live_at_3000_routes() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         took.push(live.unwrap_or_else(|| panic!("route {i} not live in 10 s")));
+    }
+    if std::env::var_os("SWITCHYARD_FIGURES_LOG").is_some() {
+        let log = sy.stderr();
+        let swaps: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("build_ms") || l.contains("latency_ms"))
+            .collect();
+        for l in &swaps[swaps.len().saturating_sub(90)..] {
+            println!("{l}");
+        }
     }
     took.sort();
     println!(

@@ -99,8 +99,8 @@ impl Pattern {
 
 /// The patterns of one build, by source: those of the previous table, reused as they are
 /// (same source, same limit: the same compiled form), and those compiled so far. A build
-/// with 10,000 routes compiles only the patterns that are new; one that does not compile is
-/// tried again on the next build (the previous table holds only those that did).
+/// with 10,000 routes compiles only the patterns that are new. One that does not compile is
+/// not in any table: translate's memo keeps those by source, so that no build tries one again.
 #[derive(Default)]
 pub struct Patterns {
     known: HashMap<Box<str>, Pattern>,

@@ -74,6 +74,8 @@ pub(super) struct Builder<'a> {
     /// be added (`needs_full` is set instead).
     pub(super) frozen: Option<(Arc<EntryIndex>, &'a [Arc<Entry>])>,
     pub(super) needs_full: bool,
+    /// What the Gateway build kept of each route's translation (for the next build).
+    pub(super) gateway_cache: Option<Arc<gateway::RouteCache>>,
     pub(super) ingress_only: BTreeSet<ObjectKey>,
     /// The Secrets and ConfigMaps a Service's CA bundle annotations may name.
     pub(super) trust: Trust<'a>,
@@ -111,6 +113,7 @@ impl<'a> Builder<'a> {
             entry_index: None,
             frozen: None,
             needs_full: false,
+            gateway_cache: None,
             ingress_only: BTreeSet::new(),
             trust: Trust::default(),
         }
@@ -702,6 +705,7 @@ impl<'a> Builder<'a> {
             gateway_warnings: inputs.gateway_warnings,
             ingress_certificates: inputs.ingress_certificates,
             entry_index: self.entry_index.take(),
+            gateway_cache: self.gateway_cache.take(),
             ingress_only: Arc::new(std::mem::take(&mut self.ingress_only)),
         };
         let certificates = secret_certs(std::mem::take(&mut self.certificates));

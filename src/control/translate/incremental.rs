@@ -43,6 +43,9 @@ pub struct Memo {
     /// Entry ids by key, when the build had Gateway API objects (a Gateway-only build needs
     /// it; without it the build is a full one).
     pub(super) entry_index: Option<Arc<EntryIndex>>,
+    /// Each HTTPRoute's translation as the last Gateway build made it, and the inputs it was
+    /// judged by (a Gateway-only build redoes only the routes whose inputs changed).
+    pub(super) gateway_cache: Option<Arc<gateway::RouteCache>>,
     /// Services with entries that only an Ingress's backend made (their endpoints are redone
     /// by a full build only).
     pub(super) ingress_only: Arc<BTreeSet<ObjectKey>>,
@@ -96,6 +99,19 @@ impl Memo {
     /// What the Gateway API objects' status should say, as of this table.
     pub fn gateway_status(&self) -> &Arc<GatewayApiStatus> {
         &self.gateway_status
+    }
+
+    /// Forgets what the last Gateway build kept of each route: the next Gateway-only build
+    /// translates every route again, as builds did before routes were kept (benches compare
+    /// the two).
+    pub fn forget_gateway_routes(&mut self) {
+        self.gateway_cache = None;
+    }
+
+    /// How many HTTPRoutes the Gateway build of this memo translated (the others it took
+    /// from the previous build); `None` when it had no Gateway API objects.
+    pub fn gateway_routes_translated(&self) -> Option<usize> {
+        self.gateway_cache.as_ref().map(|c| c.compiled)
     }
 
     /// All warnings of the table this memo describes, sorted as a build returns them.
@@ -330,6 +346,7 @@ pub(super) fn incremental(
         gateway_warnings: Arc::clone(&memo.gateway_warnings),
         ingress_certificates: Arc::clone(&memo.ingress_certificates),
         entry_index: memo.entry_index.clone(),
+        gateway_cache: memo.gateway_cache.clone(),
         ingress_only: Arc::clone(&memo.ingress_only),
     };
     if warnings_changed {

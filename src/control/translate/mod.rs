@@ -391,6 +391,7 @@ pub fn translate_with<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
         ingress,
         options,
         previous,
+        None,
     )
 }
 
@@ -457,6 +458,7 @@ pub fn translate_changes(
         ingress,
         options,
         previous.map(|p| p.table),
+        previous.and_then(|p| p.memo),
     )
 }
 
@@ -466,6 +468,7 @@ fn full<'a>(
     ingress: IngressInputs<'_>,
     options: &Options,
     previous: Option<&RoutingTable>,
+    memo: Option<&Memo>,
 ) -> (Built, Vec<Warning>) {
     let mut input_warnings = Vec::new();
     let mut index = index_slices(slices, &mut input_warnings);
@@ -510,6 +513,7 @@ fn full<'a>(
         ingress.secrets,
         &by_key,
         previous.map(|p| &*p.gateway),
+        memo.and_then(|m| m.gateway_cache.as_deref()),
     );
     let ingress_warnings = b.warnings[ingress_from..].to_vec();
     let gateway_warnings = Arc::new(b.warnings[gateway_from..].to_vec());

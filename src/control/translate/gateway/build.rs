@@ -1,8 +1,11 @@
 //! The Gateway API build: GatewayClasses claimed, Gateways' listeners checked, HTTPRoutes
 //! attached to the listeners that accept them, their rules turned into candidates of the
 //! table's Gateway routers, and the status of every object decided on the way. Pure.
+//! Each route is translated on its own (`translate_route`) into an output that the memo's
+//! cache keeps (`cache.rs`); the routers are then assembled from every route's output, so a
+//! build that takes most outputs from the cache pays only for the assembly.
 
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -11,6 +14,7 @@ use crate::control::translate::ingress::secret_pem;
 
 use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
+use super::cache::{self, CachedRoute, RouteCache, RouteOutput};
 use super::*;
 use crate::table::gateway::{
     ANY_LISTENER, Action, AddressRoutes, Backend, Backends, Candidate, CandidatesId, FrontendKey,
@@ -26,22 +30,26 @@ const HTTP_ROUTE: &str = "HTTPRoute";
 const MAX_ROUTE_PATTERNS: usize = 64;
 
 /// One listener of one of our Gateways, as routes see it.
-struct ListenerView<'g> {
+pub(super) struct ListenerView<'g> {
     gateway: (&'g str, &'g str),
-    name: &'g str,
-    https: bool,
+    pub(super) name: &'g str,
+    pub(super) https: bool,
     /// The Gateway's own address (`--gateway-addresses`); `None`: a shared Gateway.
-    address: Option<IpAddr>,
-    port: i32,
+    pub(super) address: Option<IpAddr>,
+    pub(super) port: i32,
     /// Lower case; `None`: any host.
-    hostname: Option<HostPattern>,
+    pub(super) hostname: Option<HostPattern>,
     /// Routes may attach (the listener is accepted and takes HTTPRoutes).
-    usable: bool,
-    namespaces: Allowed<'g>,
+    pub(super) usable: bool,
+    pub(super) namespaces: Allowed<'g>,
     attached: i32,
 }
 
-enum Allowed<'g> {
+/// Our Gateways by key: each with its listeners as routes see them and their status.
+type Gateways<'g> =
+    BTreeMap<(&'g str, &'g str), (&'g Gateway, Vec<ListenerView<'g>>, Vec<ListenerStatus>)>;
+
+pub(super) enum Allowed<'g> {
     Same,
     All,
     Selector(&'g LabelSelector),
@@ -50,39 +58,42 @@ enum Allowed<'g> {
 /// Where a route's rules go: a frontend and a host level, for requests of one listener
 /// (its hostname).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Place {
-    at: FrontendKey,
-    host: Option<HostPattern>,
-    listener: Option<HostPattern>,
+pub(super) struct Place {
+    pub(super) at: FrontendKey,
+    pub(super) host: Option<HostPattern>,
+    pub(super) listener: Option<HostPattern>,
 }
 
 /// How a match's path is compared; a regular expression ranks after every exact path and
 /// prefix of its host level (`PathRules::lookup_where`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum PathKind {
+pub(super) enum PathKind {
     Exact,
     Prefix,
     Regex,
 }
 
 /// The spec's precedence among candidates of one path: a method, more headers, more query
-/// parameters, the oldest route, its namespace/name, then rule and match order.
-type Rank = (
+/// parameters, the oldest route, its namespace/name (as its place among the routes sorted
+/// by key), then rule and match order.
+type Rank<'o> = (
     Reverse<bool>,
     Reverse<usize>,
     Reverse<usize>,
-    String,
-    ObjectKey,
+    &'o str,
+    usize,
     usize,
     usize,
 );
 
-/// A candidate waiting for its precedence rank.
-struct Pending {
+/// A candidate waiting for its precedence rank, borrowed from its route's output.
+struct Pending<'o> {
     /// The hostname of the listener it serves.
-    listener: Option<HostPattern>,
-    rank: Rank,
-    candidate: Candidate,
+    listener: Option<&'o HostPattern>,
+    rank: Rank<'o>,
+    candidate: &'o Candidate,
+    /// Its rule's index in the table.
+    rule: u32,
 }
 
 impl Matched {
@@ -96,15 +107,15 @@ impl Matched {
 }
 
 /// One match of a rule, ready for the table but for its rule's id.
-struct Matched {
+pub(super) struct Matched {
     /// Its index in the rule's matches.
-    index: usize,
+    pub(super) index: usize,
     /// The path, prefix or pattern source.
-    key: Box<str>,
-    kind: PathKind,
+    pub(super) key: Box<str>,
+    pub(super) kind: PathKind,
     /// The compiled path pattern (`PathKind::Regex`).
-    pattern: Option<Box<Pattern>>,
-    candidate: Candidate,
+    pub(super) pattern: Option<Box<Pattern>>,
+    pub(super) candidate: Candidate,
 }
 
 /// Why one rule cannot be served: the route's `Accepted` reason when no rule is left
@@ -139,6 +150,7 @@ impl<'a> Builder<'a> {
         secrets: &[&Secret],
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
         previous: Option<&GatewayRoutes>,
+        previous_cache: Option<&RouteCache>,
     ) {
         if inputs.is_empty() {
             return;
@@ -146,6 +158,9 @@ impl<'a> Builder<'a> {
         let mut compiled = PatternSource {
             previous,
             known: None,
+            failed_before: previous_cache.map(|c| &c.failed),
+            failed: HashMap::default(),
+            failures_compiled: 0,
         };
         let ours = self.options.gateway_controller_name.clone();
         let mut status = GatewayApiStatus::default();
@@ -193,11 +208,7 @@ impl<'a> Builder<'a> {
             .collect();
 
         // Listeners of our Gateways, by Gateway key.
-        #[allow(clippy::type_complexity)]
-        let mut gateways: BTreeMap<
-            (&str, &str),
-            (&Gateway, Vec<ListenerView<'_>>, Vec<ListenerStatus>),
-        > = BTreeMap::new();
+        let mut gateways: Gateways<'_> = BTreeMap::new();
         for gw in sorted(inputs.gateways, |g| &g.metadata) {
             let (ns, name) = meta_key(&gw.metadata.namespace, &gw.metadata.name);
             if name.is_empty()
@@ -234,214 +245,93 @@ impl<'a> Builder<'a> {
         }
         let addresses = give_addresses(&self.options.gateway_addresses, &mut gateways, previous);
 
+        // The inputs routes read besides themselves, and what changed of them since the
+        // previous build's cache.
+        let context = cache::Context::new(
+            gateways
+                .iter()
+                .map(|((ns, name), (_, views, _))| {
+                    (
+                        (ns.to_string(), name.to_string()),
+                        views.iter().map(cache::ListenerSig::of).collect(),
+                    )
+                })
+                .collect(),
+            &namespace_labels,
+            inputs.grants,
+        );
+        // Only a Gateway-only build takes routes from the cache: its entries are the ones the
+        // cached rules name (a full build may number them otherwise).
+        let reusable = match (&self.frozen, previous_cache) {
+            (Some((index, _)), Some(c)) if c.serves(index) => Some(c),
+            _ => None,
+        };
+        let changed = reusable.map(|c| c.changed(&context)).unwrap_or_default();
         let mut entry_ids = self.entry_ids();
-        #[allow(clippy::type_complexity)]
-        let mut pending: BTreeMap<
-            ((FrontendKey, Option<HostPattern>), Box<str>, PathKind),
-            Vec<Pending>,
-        > = BTreeMap::new();
-        // Path patterns by source, compiled once.
-        let mut patterns: HashMap<Box<str>, Box<Pattern>> = HashMap::default();
-        let mut rules: Vec<GatewayRule> = Vec::new();
+        let mut outputs: Vec<Arc<CachedRoute>> = Vec::with_capacity(inputs.routes.len());
+        // Both in key order: walked side by side.
+        let mut cached = reusable
+            .map_or(&[][..], |c| c.routes.as_slice())
+            .iter()
+            .peekable();
+        let mut translated = 0;
         for route in sorted(inputs.routes, |r| &r.metadata) {
             let (ns, name) = meta_key(&route.metadata.namespace, &route.metadata.name);
             if name.is_empty() {
                 continue;
             }
-            let who = object(HTTP_ROUTE, ns, name);
-            let generation = route.metadata.generation;
-            let mut parents: Vec<RouteParentStatus> = Vec::new();
-            let mut places: BTreeSet<Place> = BTreeSet::new();
-            for parent in &route.spec.parent_refs {
-                let group = parent.group.as_deref().unwrap_or(GROUP);
-                let kind = parent.kind.as_deref().unwrap_or("Gateway");
-                if group != GROUP || kind != "Gateway" {
-                    continue;
-                }
-                let gw_ns = parent.namespace.as_deref().unwrap_or(ns);
-                let Some((_, listeners, _)) = gateways.get_mut(&(gw_ns, parent.name.as_str()))
-                else {
-                    continue;
-                };
-                if parents.iter().any(|p| p.parent_ref == *parent) {
-                    continue;
-                }
-                let accepted = attach(route, ns, parent, listeners, &namespace_labels, &mut places);
-                let cond = match accepted {
-                    Ok(()) => Condition::new("Accepted", true, "Accepted", "accepted", generation),
-                    Err((reason, message)) => {
-                        Condition::new("Accepted", false, reason, message, generation)
+            let mut hit = None;
+            while let Some(c) = cached.peek() {
+                match (c.key.0.as_str(), c.key.1.as_str()).cmp(&(ns, name)) {
+                    Ordering::Less => {
+                        cached.next();
                     }
-                };
-                parents.push(RouteParentStatus {
-                    parent_ref: parent.clone(),
-                    controller_name: ours.clone(),
-                    conditions: vec![cond],
-                });
+                    Ordering::Equal => {
+                        hit = cached.next();
+                        break;
+                    }
+                    Ordering::Greater => break,
+                }
             }
-            if parents.is_empty() {
+            if let Some(c) = hit.filter(|c| c.still_valid(route, ns, &changed)) {
+                self.warnings.extend(c.output.warnings.iter().cloned());
+                outputs.push(Arc::clone(c));
                 continue;
             }
-            // The rules, once per route; their candidates go to every place it attached to.
-            let created = route
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default();
-            let mut resolved: Result<(), Unresolved> = Ok(());
-            let default_rule = [HTTPRouteRule::default()];
-            let route_rules = route.spec.rules.as_deref().unwrap_or(&default_rule);
-            let mut made: Vec<(usize, Vec<Matched>)> = Vec::new();
-            // Rules that cannot be served (an invalid regular expression, a filter switchyard
-            // does not offer, filters the spec says may not be combined): each is dropped
-            // alone, as the spec's `PartiallyInvalid` condition describes, and the route's
-            // other rules serve. The reason is the first dropped rule's.
-            let mut dropped: Vec<Invalid> = Vec::new();
-            let mut route_patterns = 0;
-            for (ri, rule) in route_rules.iter().enumerate() {
-                let at = |i: Invalid| Invalid {
-                    reason: i.reason,
-                    message: format!("Rule {ri}: {}", i.message),
-                };
-                let matched = match self.rule_matches(&who, rule, &mut compiled) {
-                    Ok(m) => m,
-                    Err(why) => {
-                        dropped.push(at(Invalid::unsupported(why)));
-                        continue;
-                    }
-                };
-                if let Some(why) = incompatible_filters(rule) {
-                    dropped.push(at(Invalid {
-                        reason: "IncompatibleFilters",
-                        message: why,
-                    }));
-                    continue;
-                }
-                let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
-                if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
-                    dropped.push(at(Invalid::unsupported(format!(
-                        "the route would hold more than {MAX_ROUTE_PATTERNS} regular expressions"
-                    ))));
-                    continue;
-                }
-                match self.gateway_rule(&who, rule, ri, &grants, services, &mut entry_ids) {
-                    Ok((r, unresolved)) => {
-                        route_patterns += patterns_here;
-                        if let (Ok(()), Some(u)) = (&resolved, unresolved) {
-                            resolved = Err(u);
-                        }
-                        let id = u32::try_from(rules.len()).unwrap_or(u32::MAX);
-                        let matched = matched
-                            .into_iter()
-                            .map(|mut m| {
-                                m.candidate.rule = id;
-                                m
-                            })
-                            .collect();
-                        made.push((ri, matched));
-                        rules.push(r);
-                    }
-                    Err(why) => dropped.push(at(Invalid::unsupported(why))),
-                }
-            }
-            let mut partially = None;
-            if let Some(first) = dropped.first() {
-                let reason = first.reason;
-                let why = format!(
-                    "Dropped {}",
-                    dropped
-                        .iter()
-                        .map(|d| d.message.as_str())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                );
-                if made.is_empty() {
-                    // Every rule is invalid: the route is.
-                    self.warn_gateway(&who, format!("{why}; the route is not served"));
-                    for p in &mut parents {
-                        p.conditions[0] =
-                            Condition::new("Accepted", false, reason, why.clone(), generation);
-                    }
-                    places.clear();
-                } else {
-                    self.warn_gateway(&who, format!("{why}; the other rules serve"));
-                    // The spec's one reason for it, whatever the rules' causes (the message
-                    // says each).
-                    partially = Some(Condition::new(
-                        "PartiallyInvalid",
-                        true,
-                        "UnsupportedValue",
-                        why,
-                        generation,
-                    ));
-                }
-            }
-            let refs = match &resolved {
-                Ok(()) => {
-                    Condition::new("ResolvedRefs", true, "ResolvedRefs", "resolved", generation)
-                }
-                Err(u) => {
-                    self.warn_gateway(&who, u.message.clone());
-                    Condition::new(
-                        "ResolvedRefs",
-                        false,
-                        u.reason,
-                        u.message.clone(),
-                        generation,
-                    )
-                }
-            };
-            for p in &mut parents {
-                p.conditions.push(refs.clone());
-                // Only on a route that is accepted (the spec: never on a refused one).
-                if let Some(c) = &partially
-                    && p.conditions[0].status == "True"
-                {
-                    p.conditions.push(c.clone());
-                }
-            }
-            status
-                .http_routes
-                .insert((ns.to_string(), name.to_string()), RouteStatus { parents });
-            if places.is_empty() {
-                continue;
-            }
-            for (ri, matched) in made {
-                for m in matched {
-                    let Matched {
-                        index: mi,
-                        key,
-                        kind,
-                        pattern,
-                        candidate,
-                    } = m;
-                    if let Some(p) = pattern {
-                        patterns.entry(key.clone()).or_insert(p);
-                    }
-                    for place in &places {
-                        pending
-                            .entry(((place.at, place.host.clone()), key.clone(), kind))
-                            .or_default()
-                            .push(Pending {
-                                listener: place.listener.clone(),
-                                rank: (
-                                    Reverse(candidate.method.is_some()),
-                                    Reverse(candidate.headers.len()),
-                                    Reverse(candidate.query.len()),
-                                    created.clone(),
-                                    (ns.to_string(), name.to_string()),
-                                    ri,
-                                    mi,
-                                ),
-                                candidate: candidate.clone(),
-                            });
-                    }
-                }
-            }
+            translated += 1;
+            let before = self.warnings.len();
+            let mut output = self.translate_route(
+                route,
+                (ns, name),
+                &gateways,
+                &namespace_labels,
+                &grants,
+                services,
+                &mut entry_ids,
+                &mut compiled,
+            );
+            output.warnings = self.warnings[before..].to_vec();
+            outputs.push(Arc::new(CachedRoute::new(
+                route,
+                (ns.to_string(), name.to_string()),
+                output,
+            )));
         }
 
-        // Routers, then the Gateways' status (attached routes are counted by now).
+        // Every output as the previous build had it, on the same listeners (a write that left
+        // every spec alone: status, labels nothing selects): the routers and the routes'
+        // status would come out as they are in the previous table and memo, which the caller
+        // shares instead of assembling them again (`RouteCache::same_routes`).
+        let same_routes = reusable.is_some_and(|c| {
+            translated == 0
+                && changed.gateways.is_empty()
+                && c.routes.len() == outputs.len()
+                && c.routes
+                    .iter()
+                    .zip(&outputs)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        });
+        // The routes' outputs assembled: status, attached counts, rules, then the routers.
         let mut routes = GatewayRoutes {
             http_port: self.options.gateway_http_port,
             https_port: self.options.gateway_https_port,
@@ -454,88 +344,200 @@ impl<'a> Builder<'a> {
                 .collect(),
             ..GatewayRoutes::default()
         };
-        routes.addressed.sort_by_key(|a| a.address);
-        // The listeners' hostnames first: candidates carry their listener's id.
-        for (_, listeners, _) in gateways.values() {
-            for l in listeners.iter().filter(|l| l.usable) {
-                let at = FrontendKey {
-                    address: l.address,
-                    https: l.https,
-                };
-                let Some((_, hosts)) = routes.frontend_mut(at) else {
+        {
+            #[allow(clippy::type_complexity)]
+            let mut pending: BTreeMap<
+                ((FrontendKey, Option<&HostPattern>), &str, PathKind),
+                Vec<Pending<'_>>,
+            > = BTreeMap::new();
+            // Path patterns by source.
+            let mut patterns: HashMap<&str, &Pattern> = HashMap::default();
+            let mut rules: Vec<GatewayRule> = Vec::new();
+            // Routes counted per listener, by Gateway key and listener index.
+            let mut attached: BTreeMap<(&str, &str), Vec<i32>> = BTreeMap::new();
+            for (pos, c) in outputs.iter().enumerate() {
+                let o = &c.output;
+                for ((gw_ns, gw_name), at) in &o.attached {
+                    let counts = attached
+                        .entry((gw_ns.as_str(), gw_name.as_str()))
+                        .or_default();
+                    if counts.len() <= *at {
+                        counts.resize(at + 1, 0);
+                    }
+                    counts[*at] += 1;
+                }
+                if same_routes {
+                    continue;
+                }
+                let Some(parents) = &o.parents else {
                     continue;
                 };
-                let (name, wildcard) = listener_key(l.hostname.as_ref());
-                hosts.add(name, wildcard);
-            }
-        }
-        routes.http_hosts.finish();
-        routes.https_hosts.finish();
-        for a in &mut routes.addressed {
-            a.http_hosts.finish();
-            a.https_hosts.finish();
-        }
-        let mut wildcard_at: HashMap<(FrontendKey, String), usize> = HashMap::default();
-        // Regular expressions are tried in their insertion order: collected, then inserted
-        // longest source first (as Istio orders them), then by the rank of their best
-        // candidate.
-        #[allow(clippy::type_complexity)]
-        let mut regex_rules: Vec<(
-            (Reverse<usize>, Rank),
-            FrontendKey,
-            Option<HostPattern>,
-            PathRule<CandidatesId>,
-        )> = Vec::new();
-        for (((at, host), key, kind), mut list) in pending {
-            list.sort_by(|a, b| a.rank.cmp(&b.rank));
-            let best = list.first().map(|p| p.rank.clone());
-            let id = CandidatesId::try_from(routes.candidates.len()).unwrap_or(CandidatesId::MAX);
-            let hosts = routes.hosts(at);
-            let candidates = list
-                .into_iter()
-                .map(|p| {
-                    let (name, wildcard) = listener_key(p.listener.as_ref());
-                    Candidate {
-                        listener: hosts.id(name, wildcard).unwrap_or(u32::MAX),
-                        ..p.candidate
-                    }
-                })
-                .collect();
-            routes.candidates.push(candidates);
-            let rule = PathRule {
-                regex: match kind {
-                    PathKind::Regex => patterns.get(&key).cloned(),
-                    _ => None,
-                },
-                prefix: key,
-                strip: false,
-                ignore_case: false,
-                exact: kind == PathKind::Exact,
-                policy: None,
-                target: id,
-            };
-            match (kind, best) {
-                (PathKind::Regex, Some(best)) => {
-                    regex_rules.push(((Reverse(rule.prefix.len()), best), at, host, rule));
+                status.http_routes.insert(
+                    c.key.clone(),
+                    RouteStatus {
+                        parents: parents.clone(),
+                    },
+                );
+                // A route's rules are in the table even when it attached nowhere.
+                let base = rules.len();
+                rules.extend(o.rules.iter().cloned());
+                if o.places.is_empty() {
+                    continue;
                 }
-                _ => place_rule(&mut routes, &mut wildcard_at, at, host, rule),
+                for (ri, matched) in &o.made {
+                    for m in matched {
+                        if let Some(p) = &m.pattern {
+                            patterns.entry(&m.key).or_insert(p);
+                        }
+                        let cand = &m.candidate;
+                        let rule = u32::try_from(base + cand.rule as usize).unwrap_or(u32::MAX);
+                        for place in &o.places {
+                            pending
+                                .entry(((place.at, place.host.as_ref()), &*m.key, m.kind))
+                                .or_default()
+                                .push(Pending {
+                                    listener: place.listener.as_ref(),
+                                    // Routes are in key order: `pos` ranks as their keys do.
+                                    rank: (
+                                        Reverse(cand.method.is_some()),
+                                        Reverse(cand.headers.len()),
+                                        Reverse(cand.query.len()),
+                                        o.created.as_str(),
+                                        pos,
+                                        *ri,
+                                        m.index,
+                                    ),
+                                    candidate: cand,
+                                    rule,
+                                });
+                        }
+                    }
+                }
+            }
+
+            for (key, (_, views, _)) in gateways.iter_mut() {
+                if let Some(counts) = attached.get(key) {
+                    for (v, n) in views.iter_mut().zip(counts) {
+                        v.attached += n;
+                    }
+                }
+            }
+
+            if !same_routes {
+                // The listeners' hostnames first: candidates carry their listener's id.
+                for (_, listeners, _) in gateways.values() {
+                    for l in listeners.iter().filter(|l| l.usable) {
+                        let at = FrontendKey {
+                            address: l.address,
+                            https: l.https,
+                        };
+                        let Some((_, hosts)) = routes.frontend_mut(at) else {
+                            continue;
+                        };
+                        let (name, wildcard) = listener_key(l.hostname.as_ref());
+                        hosts.add(name, wildcard);
+                    }
+                }
+                routes.http_hosts.finish();
+                routes.https_hosts.finish();
+                for a in &mut routes.addressed {
+                    a.http_hosts.finish();
+                    a.https_hosts.finish();
+                }
+                let mut wildcard_at: HashMap<(FrontendKey, String), usize> = HashMap::default();
+                // Regular expressions are tried in their insertion order: collected, then inserted
+                // longest source first (as Istio orders them), then by the rank of their best
+                // candidate.
+                #[allow(clippy::type_complexity)]
+                let mut regex_rules: Vec<(
+                    (Reverse<usize>, Rank<'_>),
+                    FrontendKey,
+                    Option<HostPattern>,
+                    PathRule<CandidatesId>,
+                )> = Vec::new();
+                for (((at, host), key, kind), mut list) in pending {
+                    list.sort_by(|a, b| a.rank.cmp(&b.rank));
+                    let best = list.first().map(|p| p.rank);
+                    let id = CandidatesId::try_from(routes.candidates.len())
+                        .unwrap_or(CandidatesId::MAX);
+                    let hosts = routes.hosts(at);
+                    let candidates = list
+                        .into_iter()
+                        .map(|p| {
+                            let (name, wildcard) = listener_key(p.listener);
+                            Candidate {
+                                listener: hosts.id(name, wildcard).unwrap_or(u32::MAX),
+                                rule: p.rule,
+                                ..p.candidate.clone()
+                            }
+                        })
+                        .collect();
+                    routes.candidates.push(candidates);
+                    let rule = PathRule {
+                        regex: match kind {
+                            PathKind::Regex => patterns.get(key).map(|p| Box::new((*p).clone())),
+                            _ => None,
+                        },
+                        prefix: key.into(),
+                        strip: false,
+                        ignore_case: false,
+                        exact: kind == PathKind::Exact,
+                        policy: None,
+                        target: id,
+                    };
+                    match (kind, best) {
+                        (PathKind::Regex, Some(best)) => {
+                            regex_rules.push((
+                                (Reverse(rule.prefix.len()), best),
+                                at,
+                                host.cloned(),
+                                rule,
+                            ));
+                        }
+                        _ => place_rule(&mut routes, &mut wildcard_at, at, host.cloned(), rule),
+                    }
+                }
+                regex_rules.sort_by(|a, b| a.0.cmp(&b.0));
+                for (_, at, host, rule) in regex_rules {
+                    place_rule(&mut routes, &mut wildcard_at, at, host, rule);
+                }
+                routes.http.finish();
+                routes.https.finish();
+                for a in &mut routes.addressed {
+                    a.http.finish();
+                    a.https.finish();
+                }
+                routes.rules = rules;
             }
         }
-        regex_rules.sort_by(|a, b| a.0.cmp(&b.0));
-        for (_, at, host, rule) in regex_rules {
-            place_rule(&mut routes, &mut wildcard_at, at, host, rule);
-        }
-        routes.http.finish();
-        routes.https.finish();
-        for a in &mut routes.addressed {
-            a.http.finish();
-            a.https.finish();
-        }
-        routes.rules = rules;
         self.gateway_routes = routes;
-        if self.frozen.is_none() {
-            self.entry_index = Some(Arc::new(entry_ids));
+        let index = match &self.frozen {
+            Some((index, _)) => Arc::clone(index),
+            None => {
+                let index = Arc::new(entry_ids);
+                self.entry_index = Some(Arc::clone(&index));
+                index
+            }
+        };
+        let failures_compiled = compiled.failures_compiled;
+        let mut failed = compiled.failed;
+        if let Some(c) = reusable {
+            // The failures of routes taken from the cache, which this build did not ask for.
+            for (source, e) in c.carried_failures() {
+                failed.entry(source.clone()).or_insert_with(|| e.clone());
+            }
         }
+        self.gateway_cache = Some(Arc::new(RouteCache {
+            index,
+            routes: outputs,
+            gateways: context.gateways,
+            namespaces: context.namespaces,
+            grants: context.grants,
+            failed,
+            compiled: translated,
+            failures_compiled,
+            same_routes,
+        }));
 
         for ((ns, name), (gw, listeners, statuses)) in gateways {
             let generation = gw.metadata.generation;
@@ -679,6 +681,202 @@ impl<'a> Builder<'a> {
         }
         status.own_addresses = !self.options.gateway_addresses.is_empty();
         self.gateway_status = status;
+    }
+
+    /// Translates one HTTPRoute on its own: its parents' status, where it attached, its
+    /// rules and their matches (a candidate's `rule` indexes the route's own rules), the
+    /// listeners it is counted on. Warnings go to `self.warnings` as ever; resolving a
+    /// backend may add an entry (or, in a Gateway-only build, ask for a full one).
+    #[allow(clippy::too_many_arguments)]
+    fn translate_route(
+        &mut self,
+        route: &HTTPRoute,
+        (ns, name): (&str, &str),
+        gateways: &Gateways<'_>,
+        namespace_labels: &HashMap<&str, &BTreeMap<String, String>>,
+        grants: &Grants<'_>,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+        compiled: &mut PatternSource<'_>,
+    ) -> RouteOutput {
+        let mut out = RouteOutput {
+            parents: None,
+            created: String::new(),
+            places: Vec::new(),
+            rules: Vec::new(),
+            made: Vec::new(),
+            attached: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let who = object(HTTP_ROUTE, ns, name);
+        let generation = route.metadata.generation;
+        let mut parents: Vec<RouteParentStatus> = Vec::new();
+        let mut places: BTreeSet<Place> = BTreeSet::new();
+        let mut attached_here = Vec::new();
+        for parent in &route.spec.parent_refs {
+            let group = parent.group.as_deref().unwrap_or(GROUP);
+            let kind = parent.kind.as_deref().unwrap_or("Gateway");
+            if group != GROUP || kind != "Gateway" {
+                continue;
+            }
+            let gw_ns = parent.namespace.as_deref().unwrap_or(ns);
+            let Some(((key_ns, key_name), (_, listeners, _))) =
+                gateways.get_key_value(&(gw_ns, parent.name.as_str()))
+            else {
+                continue;
+            };
+            if parents.iter().any(|p| p.parent_ref == *parent) {
+                continue;
+            }
+            let accepted = attach(
+                route,
+                ns,
+                parent,
+                listeners,
+                namespace_labels,
+                &mut places,
+                &mut attached_here,
+            );
+            for at in attached_here.drain(..) {
+                out.attached
+                    .push(((key_ns.to_string(), key_name.to_string()), at));
+            }
+            let cond = match accepted {
+                Ok(()) => Condition::new("Accepted", true, "Accepted", "accepted", generation),
+                Err((reason, message)) => {
+                    Condition::new("Accepted", false, reason, message, generation)
+                }
+            };
+            parents.push(RouteParentStatus {
+                parent_ref: parent.clone(),
+                controller_name: self.options.gateway_controller_name.clone(),
+                conditions: vec![cond],
+            });
+        }
+        if parents.is_empty() {
+            return out;
+        }
+        // The rules, once per route; their candidates go to every place it attached to.
+        out.created = route
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
+        let mut resolved: Result<(), Unresolved> = Ok(());
+        let default_rule = [HTTPRouteRule::default()];
+        let route_rules = route.spec.rules.as_deref().unwrap_or(&default_rule);
+        let mut made: Vec<(usize, Vec<Matched>)> = Vec::new();
+        // Rules that cannot be served (an invalid regular expression, a filter switchyard
+        // does not offer, filters the spec says may not be combined): each is dropped
+        // alone, as the spec's `PartiallyInvalid` condition describes, and the route's
+        // other rules serve. The reason is the first dropped rule's.
+        let mut dropped: Vec<Invalid> = Vec::new();
+        let mut route_patterns = 0;
+        for (ri, rule) in route_rules.iter().enumerate() {
+            let at = |i: Invalid| Invalid {
+                reason: i.reason,
+                message: format!("Rule {ri}: {}", i.message),
+            };
+            let matched = match self.rule_matches(&who, rule, compiled) {
+                Ok(m) => m,
+                Err(why) => {
+                    dropped.push(at(Invalid::unsupported(why)));
+                    continue;
+                }
+            };
+            if let Some(why) = incompatible_filters(rule) {
+                dropped.push(at(Invalid {
+                    reason: "IncompatibleFilters",
+                    message: why,
+                }));
+                continue;
+            }
+            let patterns_here: usize = matched.iter().map(Matched::patterns).sum();
+            if route_patterns + patterns_here > MAX_ROUTE_PATTERNS {
+                dropped.push(at(Invalid::unsupported(format!(
+                    "the route would hold more than {MAX_ROUTE_PATTERNS} regular expressions"
+                ))));
+                continue;
+            }
+            match self.gateway_rule(&who, rule, ri, grants, services, entry_ids) {
+                Ok((r, unresolved)) => {
+                    route_patterns += patterns_here;
+                    if let (Ok(()), Some(u)) = (&resolved, unresolved) {
+                        resolved = Err(u);
+                    }
+                    let id = u32::try_from(out.rules.len()).unwrap_or(u32::MAX);
+                    let matched = matched
+                        .into_iter()
+                        .map(|mut m| {
+                            m.candidate.rule = id;
+                            m
+                        })
+                        .collect();
+                    made.push((ri, matched));
+                    out.rules.push(r);
+                }
+                Err(why) => dropped.push(at(Invalid::unsupported(why))),
+            }
+        }
+        let mut partially = None;
+        if let Some(first) = dropped.first() {
+            let reason = first.reason;
+            let why = format!(
+                "Dropped {}",
+                dropped
+                    .iter()
+                    .map(|d| d.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            if made.is_empty() {
+                // Every rule is invalid: the route is.
+                self.warn_gateway(&who, format!("{why}; the route is not served"));
+                for p in &mut parents {
+                    p.conditions[0] =
+                        Condition::new("Accepted", false, reason, why.clone(), generation);
+                }
+                places.clear();
+            } else {
+                self.warn_gateway(&who, format!("{why}; the other rules serve"));
+                // The spec's one reason for it, whatever the rules' causes (the message
+                // says each).
+                partially = Some(Condition::new(
+                    "PartiallyInvalid",
+                    true,
+                    "UnsupportedValue",
+                    why,
+                    generation,
+                ));
+            }
+        }
+        let refs = match &resolved {
+            Ok(()) => Condition::new("ResolvedRefs", true, "ResolvedRefs", "resolved", generation),
+            Err(u) => {
+                self.warn_gateway(&who, u.message.clone());
+                Condition::new(
+                    "ResolvedRefs",
+                    false,
+                    u.reason,
+                    u.message.clone(),
+                    generation,
+                )
+            }
+        };
+        for p in &mut parents {
+            p.conditions.push(refs.clone());
+            // Only on a route that is accepted (the spec: never on a refused one).
+            if let Some(c) = &partially
+                && p.conditions[0].status == "True"
+            {
+                p.conditions.push(c.clone());
+            }
+        }
+        out.parents = Some(parents);
+        out.places = places.into_iter().collect();
+        out.made = made;
+        out
     }
 
     /// Checks a Gateway's listeners, records their status (but for the attached-route count)
@@ -1276,19 +1474,21 @@ impl<'a> Builder<'a> {
 }
 
 /// Attaches `route` to the listeners of `parent` that accept it, recording where its rules
-/// go; `Err` with the `Accepted` reason when none does.
+/// go and the listeners it counts on (by index); `Err` with the `Accepted` reason when none
+/// does.
 fn attach<'g>(
     route: &HTTPRoute,
     route_ns: &str,
     parent: &ParentReference,
-    listeners: &mut [ListenerView<'g>],
+    listeners: &[ListenerView<'g>],
     namespace_labels: &HashMap<&str, &BTreeMap<String, String>>,
     places: &mut BTreeSet<Place>,
+    attached: &mut Vec<usize>,
 ) -> Result<(), (&'static str, String)> {
     let mut named = false;
     let mut allowed_any = false;
     let mut host_any = false;
-    for l in listeners.iter_mut() {
+    for (at, l) in listeners.iter().enumerate() {
         if parent.section_name.as_deref().is_some_and(|s| s != l.name)
             || parent.port.is_some_and(|p| p != l.port)
         {
@@ -1312,7 +1512,7 @@ fn attach<'g>(
             continue;
         }
         host_any = true;
-        l.attached += 1;
+        attached.push(at);
         for host in hosts {
             places.insert(Place {
                 at: FrontendKey {
@@ -1390,20 +1590,39 @@ fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option
 
 /// The regular expressions of one build: the previous table's, reused by source (indexed
 /// on the first pattern asked for, so a build without any walks nothing), and those
-/// compiled so far.
+/// compiled so far; and those known not to compile (the previous build's failures, and
+/// this one's), which are not tried again: a failure depends on the source alone.
 struct PatternSource<'p> {
     previous: Option<&'p GatewayRoutes>,
     known: Option<Patterns>,
+    failed_before: Option<&'p HashMap<Box<str>, PatternError>>,
+    /// Failures asked for in this build, for the next one.
+    failed: HashMap<Box<str>, PatternError>,
+    /// Patterns that failed to compile in this build.
+    failures_compiled: usize,
 }
 
 impl PatternSource<'_> {
     fn get(&mut self, source: &str) -> Result<Pattern, PatternError> {
+        if let Some(e) = self.failed.get(source) {
+            return Err(e.clone());
+        }
+        if let Some(e) = self.failed_before.and_then(|f| f.get(source)) {
+            self.failed.insert(source.into(), e.clone());
+            return Err(e.clone());
+        }
         let previous = self.previous;
-        self.known
+        let got = self
+            .known
             .get_or_insert_with(|| {
                 Patterns::from_previous(previous.into_iter().flat_map(|g| g.patterns()))
             })
-            .get(source)
+            .get(source);
+        if let Err(e) = &got {
+            self.failures_compiled += 1;
+            self.failed.insert(source.into(), e.clone());
+        }
+        got
     }
 }
 
@@ -1852,13 +2071,15 @@ impl<'a> Grants<'a> {
 /// `items` sorted by namespace and name, one per key (the same objects in any order give
 /// the same table).
 fn sorted<'i, T>(items: &[&'i T], meta: impl Fn(&T) -> &ObjectMeta) -> Vec<&'i T> {
-    let key = |t: &T| {
+    // Borrowed keys: a build sorts every route, and allocating their keys was a visible part
+    // of a build that translates one.
+    let key = |t: &'i T| {
         let m = meta(t);
-        let (ns, name) = meta_key(&m.namespace, &m.name);
-        (ns.to_string(), name.to_string())
+        meta_key(&m.namespace, &m.name)
     };
     let mut v = items.to_vec();
-    v.sort_by_cached_key(|t| key(t));
+    // Stable: of objects with one key, the first in the input stays.
+    v.sort_by(|a, b| key(a).cmp(&key(b)));
     v.dedup_by(|a, b| key(a) == key(b));
     v
 }

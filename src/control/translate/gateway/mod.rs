@@ -10,6 +10,9 @@ use super::*;
 mod address;
 pub mod api;
 mod build;
+mod cache;
+
+pub(super) use self::cache::RouteCache;
 
 use self::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 
@@ -56,9 +59,12 @@ impl GatewayInputs<'_> {
 }
 
 /// The build after a change to Gateway API objects or Namespaces alone: the Gateway routes,
-/// their certificates and status are redone, everything else is shared with `prev`. The
-/// result is the table a full build would give (a test holds it to that). `None`: do a full
-/// build (no usable memo, or a backend that needs an entry the previous table lacks).
+/// their certificates and status are redone, everything else is shared with `prev`. Only
+/// the HTTPRoutes whose inputs changed are translated again; the others' output comes from
+/// the memo's cache (`cache.rs`), and the routers are assembled from all of them. The result
+/// is the table a full build would give (tests hold it to that along random changes).
+/// `None`: do a full build (no usable memo, or a backend that needs an entry the previous
+/// table lacks).
 pub(super) fn rebuild(
     services: &Store<Service>,
     inputs: IngressInputs<'_>,
@@ -82,7 +88,13 @@ pub(super) fn rebuild(
             )
         })
         .collect();
-    b.add_gateways(inputs.gateway, inputs.secrets, &by_key, Some(&prev.gateway));
+    b.add_gateways(
+        inputs.gateway,
+        inputs.secrets,
+        &by_key,
+        Some(&prev.gateway),
+        memo.gateway_cache.as_deref(),
+    );
     if b.needs_full {
         return None;
     }
@@ -92,6 +104,21 @@ pub(super) fn rebuild(
         let mut out: Vec<Warning> = list.iter().filter(|w| !old.contains(w)).cloned().collect();
         out.extend(gateway_warnings.iter().cloned());
         out
+    };
+    // Nothing of the routes changed: their routers and status are the previous build's.
+    let same_routes = b.gateway_cache.as_ref().is_some_and(|c| c.same_routes);
+    let gateway_status = if same_routes {
+        let prev = &memo.gateway_status;
+        if prev.classes == b.gateway_status.classes && prev.gateways == b.gateway_status.gateways {
+            Arc::clone(prev)
+        } else {
+            Arc::new(GatewayApiStatus {
+                http_routes: prev.http_routes.clone(),
+                ..std::mem::take(&mut b.gateway_status)
+            })
+        }
+    } else {
+        Arc::new(std::mem::take(&mut b.gateway_status))
     };
     let mut all = replace(&memo.all_warnings);
     all.sort();
@@ -109,10 +136,11 @@ pub(super) fn rebuild(
         route_warnings: memo.route_warnings.clone(),
         all_warnings: Arc::new(all.clone()),
         served_ingresses: Arc::clone(&memo.served_ingresses),
-        gateway_status: Arc::new(std::mem::take(&mut b.gateway_status)),
+        gateway_status,
         gateway_warnings,
         ingress_certificates: Arc::clone(&memo.ingress_certificates),
         entry_index: memo.entry_index.clone(),
+        gateway_cache: b.gateway_cache.take(),
         ingress_only: Arc::clone(&memo.ingress_only),
     };
     let table = RoutingTable {
@@ -123,7 +151,11 @@ pub(super) fn rebuild(
         tcp: prev.tcp.clone(),
         policies: Arc::clone(&prev.policies),
         certificates: Arc::new(secret_certs(std::mem::take(&mut b.certificates))),
-        gateway: Arc::new(std::mem::take(&mut b.gateway_routes)),
+        gateway: if same_routes {
+            Arc::clone(&prev.gateway)
+        } else {
+            Arc::new(std::mem::take(&mut b.gateway_routes))
+        },
     };
     Some((Built { table, memo: next }, all))
 }

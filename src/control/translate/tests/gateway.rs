@@ -889,6 +889,16 @@ fn build_changes(
     changes: Option<&Changes>,
     prev: Option<Previous<'_>>,
 ) -> (Built, Vec<Warning>) {
+    build_changes_with(w, changes, prev, &Options::default())
+}
+
+/// `build_changes` with `options`.
+fn build_changes_with(
+    w: &World,
+    changes: Option<&Changes>,
+    prev: Option<Previous<'_>>,
+    options: &Options,
+) -> (Built, Vec<Warning>) {
     let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
         classes: w.classes.iter().collect(),
         gateways: w.gateways.iter().collect(),
@@ -909,7 +919,7 @@ fn build_changes(
         &keyed(&slices),
         refs.inputs(),
         changes,
-        &Options::default(),
+        options,
         prev,
     )
 }
@@ -1249,3 +1259,5 @@ fn an_exhausted_pool_leaves_a_gateway_unserved_and_says_so() {
     assert_eq!(get_at(&b.table, "127.0.0.2", "h", "/"), "infra/v1:8080");
     assert_eq!(get_at(&b.table, "127.0.0.9", "h", "/"), "not gateway");
 }
+
+mod cache;
