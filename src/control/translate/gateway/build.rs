@@ -344,6 +344,8 @@ impl<'a> Builder<'a> {
                 .collect(),
             ..GatewayRoutes::default()
         };
+        // Looked up by binary search (`GatewayRoutes::frontend_mut`, `lookup_at`).
+        routes.addressed.sort_by_key(|a| a.address);
         {
             #[allow(clippy::type_complexity)]
             let mut pending: BTreeMap<

@@ -1122,6 +1122,13 @@ fn each_gateway_with_an_address_answers_alone_on_it() {
     // Any other address: no shared Gateway, the Services and Ingresses decide.
     assert_eq!(get_at(&b.table, "127.0.0.1", "h", "/"), "not gateway");
     assert_eq!(get(&b.table, "h", "/"), "not gateway");
+
+    // The pool's order is the order addresses are handed out in, not the order they are
+    // looked up in: gw (first by name) gets the higher address and is still found there.
+    let b = build_at(&w, &with_pool(&["127.0.0.3", "127.0.0.2"]), None);
+    assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.3"]);
+    assert_eq!(get_at(&b.table, "127.0.0.3", "h", "/"), "infra/v1:8080");
+    assert_eq!(get_at(&b.table, "127.0.0.2", "h", "/"), "infra/v2:8080");
 }
 
 #[test]
