@@ -226,20 +226,12 @@ impl<'a> Builder<'a> {
                 .is_some_and(|i| i.parameters_ref.is_some())
             {
                 // A refused Gateway serves nothing (its condition says why).
-                for v in &mut views {
-                    v.usable = false;
-                }
-                for c in statuses.iter_mut().flat_map(|s| s.conditions.iter_mut()) {
-                    if c.type_ == "Programmed" {
-                        *c = Condition::new(
-                            "Programmed",
-                            false,
-                            "Invalid",
-                            "the Gateway is not accepted",
-                            gw.metadata.generation,
-                        );
-                    }
-                }
+                unserve(
+                    &mut views,
+                    &mut statuses,
+                    "the Gateway is not accepted",
+                    gw.metadata.generation,
+                );
             }
             gateways.insert((ns, name), (gw, views, statuses));
         }
@@ -1798,25 +1790,35 @@ fn give_addresses<'g>(
             }
             _ => {
                 // Not served anywhere: a shared frontend is not its to take.
-                for v in views.iter_mut() {
-                    v.usable = false;
-                }
-                for c in statuses.iter_mut().flat_map(|s| s.conditions.iter_mut()) {
-                    if c.type_ == "Programmed" {
-                        *c = Condition::new(
-                            "Programmed",
-                            false,
-                            "Invalid",
-                            "the Gateway has no address",
-                            gw.metadata.generation,
-                        );
-                    }
-                }
+                unserve(
+                    views,
+                    statuses,
+                    "the Gateway has no address",
+                    gw.metadata.generation,
+                );
             }
         }
         out.insert(key, given);
     }
     out
+}
+
+/// A Gateway that serves nothing: its listeners take no routes and say they are not
+/// programmed, for `why`.
+fn unserve(
+    views: &mut [ListenerView<'_>],
+    statuses: &mut [ListenerStatus],
+    why: &str,
+    generation: Option<i64>,
+) {
+    for v in views.iter_mut() {
+        v.usable = false;
+    }
+    for c in statuses.iter_mut().flat_map(|s| s.conditions.iter_mut()) {
+        if c.type_ == "Programmed" {
+            *c = Condition::new("Programmed", false, "Invalid", why, generation);
+        }
+    }
 }
 
 /// Inserts a path rule at its host level of its frontend's router.
