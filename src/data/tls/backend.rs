@@ -101,6 +101,44 @@ struct Client {
     id: u64,
 }
 
+/// The loaded client certificates, by chain file then key file: two levels so that a request
+/// looks its Service's pair up by borrowed paths (`Path::new` of the table's strings), without
+/// building a key.
+#[derive(Clone, Default)]
+struct Clients(HashMap<PathBuf, HashMap<PathBuf, Client>>);
+
+impl Clients {
+    fn get(&self, chain: &Path, key: &Path) -> Option<&Client> {
+        self.0.get(chain)?.get(key)
+    }
+
+    fn contains(&self, (chain, key): &Pair) -> bool {
+        self.get(chain, key).is_some()
+    }
+
+    fn insert(&mut self, (chain, key): Pair, client: Client) {
+        self.0.entry(chain).or_default().insert(key, client);
+    }
+
+    fn pairs(&self) -> impl Iterator<Item = (&PathBuf, &PathBuf)> {
+        self.0
+            .iter()
+            .flat_map(|(chain, keys)| keys.keys().map(move |key| (chain, key)))
+    }
+
+    fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.values().flat_map(|keys| keys.values().map(|c| c.id))
+    }
+
+    /// Keeps the pairs in `wanted` only.
+    fn retain(&mut self, wanted: &[Pair]) {
+        for (chain, keys) in &mut self.0 {
+            keys.retain(|key, _| wanted.iter().any(|(c, k)| c == chain && k == key));
+        }
+        self.0.retain(|_, keys| !keys.is_empty());
+    }
+}
+
 /// Numbers loaded client certificates (0: none).
 static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 
@@ -131,7 +169,7 @@ pub struct BackendTls {
     /// for a bundle of a few KiB), not SipHash.
     held: ArcSwap<HeldBundles>,
     default_client: Option<Pair>,
-    clients: ArcSwap<HashMap<Pair, Client>>,
+    clients: ArcSwap<Clients>,
     /// The watcher's memory between polls.
     seen: Mutex<Seen>,
     /// The fast path's rustls client configurations, one per distinct `ConfigKey`: kept, so
@@ -328,7 +366,7 @@ impl BackendTls {
             cas: ArcSwap::from_pointee(HashMap::new()),
             held: ArcSwap::from_pointee(HeldBundles::default()),
             default_client,
-            clients: ArcSwap::from_pointee(HashMap::new()),
+            clients: ArcSwap::from_pointee(Clients::default()),
             seen: Mutex::new(Seen::default()),
             configs: Mutex::new(HashMap::new()),
             system_roots: OnceLock::new(),
@@ -433,10 +471,10 @@ impl BackendTls {
         let clients = self.clients.load();
         match (&u.client_cert, &self.default_client) {
             (Some((c, k)), _) => clients
-                .get(&(PathBuf::from(c.as_ref()), PathBuf::from(k.as_ref())))
+                .get(Path::new(c.as_ref()), Path::new(k.as_ref()))
                 .map(|c| Some(c.clone()))
                 .ok_or_else(|| ClientCertNotLoaded(c.clone())),
-            (None, Some(pair)) => Ok(clients.get(pair).cloned()),
+            (None, Some((c, k))) => Ok(clients.get(c, k).cloned()),
             (None, None) => Ok(None),
         }
     }
@@ -539,7 +577,7 @@ impl BackendTls {
     fn forget_configs(&self) {
         let mut live_cas: HashSet<u64> = self.cas.load().values().map(|b| b.id).collect();
         live_cas.extend(self.held.load().values().flatten().map(|b| b.id));
-        let live_clients: HashSet<u64> = self.clients.load().values().map(|c| c.id).collect();
+        let live_clients: HashSet<u64> = self.clients.load().ids().collect();
         let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
         configs.retain(|k, _| {
             (k.ca == 0 || live_cas.contains(&k.ca))
@@ -569,19 +607,19 @@ impl BackendTls {
     fn poll_clients(&self, table: &RoutingTable, seen: &mut Seen) {
         let wanted = self.wanted_pairs(table);
         let current = self.clients.load_full();
-        let mut next: Option<HashMap<Pair, Client>> = None;
+        let mut next: Option<Clients> = None;
         for pair in &wanted {
             let (Some(chain), Some(key)) = (seen.read(&pair.0), seen.read(&pair.1)) else {
                 continue;
             };
             let changed = chain.changed || key.changed;
-            if !changed && (current.contains_key(pair) || seen.refused.contains(pair)) {
+            if !changed && (current.contains(pair) || seen.refused.contains(pair)) {
                 continue;
             }
             match parse_pair(&chain.bytes, &key.bytes) {
                 Ok(ck) => {
                     seen.refused.remove(pair);
-                    let reloaded = current.contains_key(pair);
+                    let reloaded = current.contains(pair);
                     let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
                     next.get_or_insert_with(|| (*current).clone())
                         .insert(pair.clone(), Client { ck, id });
@@ -593,9 +631,12 @@ impl BackendTls {
                 }
             }
         }
-        if current.keys().any(|p| !wanted.contains(p)) {
+        if current
+            .pairs()
+            .any(|(chain, key)| !wanted.iter().any(|(c, k)| c == chain && k == key))
+        {
             next.get_or_insert_with(|| (*current).clone())
-                .retain(|p, _| wanted.contains(p));
+                .retain(&wanted);
         }
         seen.refused.retain(|p| wanted.contains(p));
         if let Some(next) = next {
@@ -896,6 +937,42 @@ mod tests {
         replace(&own_key, &ck.signing_key.serialize_pem());
         tls.poll(&table);
         assert!(tls.client_for(&own).unwrap().is_some(), "loaded once fixed");
+    }
+
+    #[test]
+    fn client_pairs_are_found_by_chain_and_key_and_forgotten_when_unwanted() {
+        let ck = rcgen::generate_simple_self_signed(vec!["client".to_string()]).unwrap();
+        let ck = parse_pair(
+            ck.cert.pem().as_bytes(),
+            ck.signing_key.serialize_pem().as_bytes(),
+        )
+        .unwrap();
+        let pair = |c: &str, k: &str| (PathBuf::from(c), PathBuf::from(k));
+        let mut clients = Clients::default();
+        for (id, (c, k)) in [(1, ("a", "x")), (2, ("a", "y")), (3, ("b", "x"))] {
+            let client = Client { ck: ck.clone(), id };
+            clients.insert(pair(c, k), client);
+        }
+        let id = |c: &str, k: &str| clients.get(Path::new(c), Path::new(k)).map(|c| c.id);
+        assert_eq!(
+            (id("a", "x"), id("a", "y"), id("b", "x")),
+            (Some(1), Some(2), Some(3))
+        );
+        assert_eq!(
+            id("b", "y"),
+            None,
+            "a chain with another's key is not a pair"
+        );
+
+        clients.retain(&[pair("a", "y"), pair("c", "z")]);
+        let id = |c: &str, k: &str| clients.get(Path::new(c), Path::new(k)).map(|c| c.id);
+        assert_eq!(
+            (id("a", "x"), id("a", "y"), id("b", "x")),
+            (None, Some(2), None)
+        );
+        assert_eq!(clients.pairs().count(), 1);
+        assert_eq!(clients.ids().collect::<Vec<_>>(), vec![2]);
+        assert!(clients.contains(&pair("a", "y")) && !clients.contains(&pair("b", "x")));
     }
 
     #[test]
