@@ -19,11 +19,16 @@ freed) is reported next to it: RSS minus heap is allocator slack, thread stacks 
 The connections are measured from the RSS settled after a first /metrics scrape, so that what
 a scrape leaves behind is not counted as theirs.
 
+`--routes R` adds a GatewayClass, one Gateway (an HTTP listener) and R HTTPRoutes with three
+rules each (a prefix with a header match, an exact path with a query match, `/`), route i to
+Service i modulo N: what switchyard holds for Gateway API routes, its route cache included
+(with `--connections 0` to measure the table alone).
+
 `--series 0,1000,3000,10000` instead loads each count in turn (no connections) and prints RSS,
 heap and build time by Service count; `--chart FILE` draws them as a PNG (matplotlib).
 
 Usage: python3 benches/scale.py [--services 10000] [--connections 10000] [--switchyard PATH]
-                                [--kinds h1,h1-tls,h2c,h2-tls]
+                                [--kinds h1,h1-tls,h2c,h2-tls] [--routes 0]
        python3 benches/scale.py --series 0,1000,3000,10000 [--chart FILE]
 """
 
@@ -96,8 +101,35 @@ def wait_ready(timeout):
     return False
 
 
-def manifest(n):
-    items = []
+def gateway_routes(routes, services):
+    """A GatewayClass of switchyard's default controller name, a Gateway with one HTTP listener on
+    port 80 (served on the HTTP port with --gateway-http-port 80) and `routes` HTTPRoutes."""
+    items = [{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "sy"},
+              "spec": {"controllerName": "switchyard.io/gateway-controller"}},
+             {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+              "metadata": {"name": "gw", "namespace": "ns-0"},
+              "spec": {"gatewayClassName": "sy", "listeners": [
+                  {"name": "http", "port": 80, "protocol": "HTTP",
+                   "allowedRoutes": {"namespaces": {"from": "All"}}}]}}]
+    for i in range(routes):
+        j = i % services
+        ref = [{"name": f"svc-{j}", "namespace": f"ns-{j % 20}", "port": 80}]
+        items.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                      "metadata": {"name": f"r-{i}", "namespace": f"ns-{j % 20}"},
+                      "spec": {"parentRefs": [{"name": "gw", "namespace": "ns-0"}],
+                               "hostnames": [f"r-{i}.example.com"],
+                               "rules": [
+                                   {"matches": [{"path": {"type": "PathPrefix", "value": "/api"},
+                                                 "headers": [{"name": "x-v", "value": "2"}]}], "backendRefs": ref},
+                                   {"matches": [{"path": {"type": "Exact", "value": "/q"},
+                                                 "queryParams": [{"name": "a", "value": "b"}]}], "backendRefs": ref},
+                                   {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                                    "backendRefs": ref}]}})
+    return items
+
+
+def manifest(n, routes=0):
+    items = gateway_routes(routes, n) if routes and n else []
     for i in range(n):
         name = f"svc-{i}"
         items.append({"apiVersion": "v1", "kind": "Service",
@@ -189,13 +221,13 @@ def tls_contexts():
     return out
 
 
-def measure(switchyard, services, connections, kinds):
-    """One switchyard with `services` Services loaded, then `connections` idle connections of
-    each of `kinds` in turn."""
+def measure(switchyard, services, connections, kinds, routes=0):
+    """One switchyard with `services` Services (and `routes` HTTPRoutes) loaded, then
+    `connections` idle connections of each of `kinds` in turn."""
     tmp = tempfile.mkdtemp(prefix="switchyard-scale-")
     path = os.path.join(tmp, "world.json")
     with open(path, "w") as f:
-        json.dump(manifest(services), f)
+        json.dump(manifest(services, routes), f)
     pem = os.path.join(tmp, "tls.pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
                     "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout", pem + ".key",
@@ -210,7 +242,7 @@ def measure(switchyard, services, connections, kinds):
                            "--stats-port", str(STATS_PORT), "--check-interval", "0", "--threads", "2",
                            "--ssl-cert", pem, "--https-port", str(HTTPS_PORT),
                            # Longer than all the kinds take: no connection may time out.
-                           "--keep-alive-timeout", "3600s"],
+                           "--keep-alive-timeout", "3600s"] + (["--gateway-http-port", "80"] if routes else []),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     conns = []
     try:
@@ -219,6 +251,12 @@ def measure(switchyard, services, connections, kinds):
         if not wait_ready(120):
             sys.exit("switchyard did not become ready")
         ready_s = time.time() - started
+        if routes:
+            # Routed, not sent: the endpoints are not on this machine.
+            last = routes - 1
+            answer = get(f"http://127.0.0.1:{ADMIN_PORT}/explain?host=r-{last}.example.com&path=/q%3Fa%3Db", 10)[1]
+            if f"svc-{last % services}" not in answer or '"outcome": "proxy"' not in answer:
+                sys.exit(f"the HTTPRoutes are not live: /explain says\n{answer}")
         time.sleep(1.0)
         rss_table_1s = rss_mib(sy.pid)
         rss_table = settled_rss(sy.pid)
@@ -296,6 +334,7 @@ def main():
     ap.add_argument("--chart", metavar="PNG", help="with --series: draw RSS and heap by Service count into PNG")
     ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
     ap.add_argument("--kinds", default=",".join(KINDS), help="which client connections to measure")
+    ap.add_argument("--routes", type=int, default=0, help="HTTPRoutes (3 rules each) on one Gateway, route i to Service i")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     if any(k not in KINDS for k in kinds):
@@ -318,8 +357,12 @@ def main():
             chart(rows, args.chart)
         return
 
-    r = measure(args.switchyard, args.services, args.connections, kinds)
+    if args.routes and not args.services:
+        sys.exit("--routes needs Services to route to (--services)")
+    r = measure(args.switchyard, args.services, args.connections, kinds, args.routes)
     print(f"| Services x endpoints | {args.services} x 10 |")
+    if args.routes:
+        print(f"| HTTPRoutes x rules | {args.routes} x 3 |")
     print(f"| RSS 0.3 s after start (parsing) | {r['rss_start']:.1f} MiB |")
     print(f"| RSS with the table, 1 s after ready | {r['rss_table_1s']:.1f} MiB |")
     print(f"| RSS with the table, settled | {r['rss_table']:.1f} MiB (heap allocated {r['heap_table']:.1f} MiB) |")
