@@ -43,6 +43,9 @@ pub(super) struct ListenerView<'g> {
     pub(super) usable: bool,
     pub(super) namespaces: Allowed<'g>,
     attached: i32,
+    /// An HTTPS listener's certificates (its `certificateRefs`, resolved): placed once every
+    /// Gateway's address is known (`place_certificates`).
+    certificates: Vec<(ObjectKey, Arc<[u8]>)>,
 }
 
 /// Our Gateways by key: each with its listeners as routes see them and their status.
@@ -236,6 +239,7 @@ impl<'a> Builder<'a> {
             gateways.insert((ns, name), (gw, views, statuses));
         }
         let addresses = give_addresses(&self.options.gateway_addresses, &mut gateways, previous);
+        self.place_certificates(&mut gateways);
 
         // The inputs routes read besides themselves, and what changed of them since the
         // previous build's cache.
@@ -610,7 +614,12 @@ impl<'a> Builder<'a> {
                     generation,
                 ));
             } else {
-                let (reason, message) = if all_usable {
+                let conflicted = statuses.iter().any(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Conflicted" && c.status == "True")
+                });
+                let (reason, message) = if all_usable && !conflicted {
                     ("Accepted", "accepted")
                 } else {
                     ("ListenersNotValid", "some listeners are not valid")
@@ -979,12 +988,12 @@ impl<'a> Builder<'a> {
                     }
                 }
             }
-            if https
-                && accepted.is_ok()
-                && let Err(e) =
-                    self.listener_certificates(&who, l, hostname.as_ref(), grants, secrets)
-            {
-                refs = Err(e);
+            let mut certificates = Vec::new();
+            if https && accepted.is_ok() {
+                match listener_certificates(&who, l, grants, secrets) {
+                    Ok(c) => certificates = c,
+                    Err(e) => refs = Err(e),
+                }
             }
             let namespaces = match allowed
                 .and_then(|a| a.namespaces.as_ref())
@@ -1060,89 +1069,175 @@ impl<'a> Builder<'a> {
                 usable,
                 namespaces,
                 attached: 0,
+                certificates,
             });
         }
         (views, statuses)
     }
 
-    /// Loads an HTTPS listener's certificates into the table (served by SNI for its
-    /// hostname, or for the names in the certificate).
-    fn listener_certificates(
-        &mut self,
-        who: &ObjectRef,
-        l: &Listener,
-        hostname: Option<&HostPattern>,
-        grants: &Grants<'_>,
-        secrets: &HashMap<(&str, &str), &Secret>,
-    ) -> Result<(), (&'static str, String)> {
-        let Some(tls) = l.tls.as_ref() else {
+    /// Loads the certificates of the served HTTPS listeners into the table, for SNI by the
+    /// listener's hostname (or, without one, by the names in the certificate): those of a
+    /// Gateway with an address of its own for handshakes to that address, the others for
+    /// every address. Two Gateways of the shared address space whose listeners give one
+    /// hostname different certificates conflict: the oldest Gateway's (then by namespace and
+    /// name, as routes rank) is served, and the other listener says `Conflicted: True`
+    /// (`HostnameConflict`) and a warning names both. Its routes stay served, as they are on
+    /// the HTTP port, where such listeners share their host levels.
+    fn place_certificates(&mut self, gateways: &mut Gateways<'_>) {
+        let mut order: Vec<(String, (&str, &str))> = gateways
+            .iter()
+            .map(|(&key, (gw, _, _))| (created(gw), key))
+            .collect();
+        order.sort();
+        // The shared address space: hostname -> the Gateway, listener and Secrets that have it.
+        let mut claimed: HashMap<String, ((&str, &str), &str, Vec<ObjectKey>)> = HashMap::default();
+        for (_, key) in &order {
+            let Some((gw, views, statuses)) = gateways.get_mut(key) else {
+                continue;
+            };
+            let generation = gw.metadata.generation;
+            for (l, st) in views.iter().zip(statuses.iter_mut()) {
+                if !l.usable || l.certificates.is_empty() {
+                    continue;
+                }
+                let host = match &l.hostname {
+                    None => "*".to_string(),
+                    Some(HostPattern::Exact(n)) => n.clone(),
+                    Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
+                };
+                let certs = match l.address {
+                    Some(ip) => self.address_certificates.entry(ip).or_default(),
+                    None => {
+                        let refs: Vec<ObjectKey> =
+                            l.certificates.iter().map(|(k, _)| k.clone()).collect();
+                        // Without a hostname the certificate's own names are served: which
+                        // of two such certificates a name gets is the store's order.
+                        if host != "*" {
+                            match claimed.get(&host) {
+                                Some((winner, wl, theirs)) if *theirs != refs => {
+                                    let message = format!(
+                                        "hostname {host} on the TLS port is also listener {wl} \
+                                         of Gateway {}/{}, older (or first by namespace and \
+                                         name), whose certificateRefs are served for it; this \
+                                         listener's are not",
+                                        winner.0, winner.1
+                                    );
+                                    let who = object("Gateway", key.0, key.1);
+                                    self.warn_gateway(
+                                        &who,
+                                        format!("listener {}: {message}", l.name),
+                                    );
+                                    for c in st.conditions.iter_mut() {
+                                        if c.type_ == "Conflicted" {
+                                            *c = Condition::new(
+                                                "Conflicted",
+                                                true,
+                                                "HostnameConflict",
+                                                message.clone(),
+                                                generation,
+                                            );
+                                        }
+                                    }
+                                    continue;
+                                }
+                                Some(_) => {}
+                                None => {
+                                    claimed.insert(host.clone(), (*key, l.name, refs));
+                                }
+                            }
+                        }
+                        &mut self.certificates
+                    }
+                };
+                for ((ns, name), pem) in &l.certificates {
+                    certs
+                        .entry((ns.clone(), name.clone()))
+                        .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
+                        .0
+                        .insert(host.clone());
+                }
+            }
+        }
+    }
+}
+
+/// A Gateway's `metadata.creationTimestamp` as text that sorts by time; empty when unknown.
+fn created(gw: &Gateway) -> String {
+    gw.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default()
+}
+
+/// An HTTPS listener's certificates, by Secret, or why they cannot be served.
+fn listener_certificates(
+    who: &ObjectRef,
+    l: &Listener,
+    grants: &Grants<'_>,
+    secrets: &HashMap<(&str, &str), &Secret>,
+) -> Result<Vec<(ObjectKey, Arc<[u8]>)>, (&'static str, String)> {
+    let Some(tls) = l.tls.as_ref() else {
+        return Err((
+            "InvalidCertificateRef",
+            "an HTTPS listener needs tls.certificateRefs".into(),
+        ));
+    };
+    if tls.mode.as_deref().is_some_and(|m| m != "Terminate") {
+        return Err((
+            "InvalidTLSConfiguration",
+            "only tls.mode Terminate is served".into(),
+        ));
+    }
+    if tls.certificate_refs.is_empty() {
+        return Err((
+            "InvalidCertificateRef",
+            "tls.certificateRefs is empty".into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(tls.certificate_refs.len());
+    for r in &tls.certificate_refs {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Secret");
+        if !(group.is_empty() || group == "core") || kind != "Secret" {
             return Err((
                 "InvalidCertificateRef",
-                "an HTTPS listener needs tls.certificateRefs".into(),
+                format!("certificateRef {kind} {} is not a Secret", r.name),
+            ));
+        }
+        let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
+        if ns != who.namespace
+            && !grants.allows(("Gateway", &who.namespace), ("", "Secret", ns, &r.name))
+        {
+            return Err((
+                "RefNotPermitted",
+                format!(
+                    "Secret {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                    r.name
+                ),
+            ));
+        }
+        let Some(secret) = secrets.get(&(ns, r.name.as_str())) else {
+            return Err((
+                "InvalidCertificateRef",
+                format!(
+                    "Secret {ns}/{} does not exist (or is not kubernetes.io/tls)",
+                    r.name
+                ),
             ));
         };
-        if tls.mode.as_deref().is_some_and(|m| m != "Terminate") {
-            return Err((
-                "InvalidTLSConfiguration",
-                "only tls.mode Terminate is served".into(),
-            ));
-        }
-        if tls.certificate_refs.is_empty() {
-            return Err((
+        let pem = secret_pem(secret).map_err(|why| {
+            (
                 "InvalidCertificateRef",
-                "tls.certificateRefs is empty".into(),
-            ));
-        }
-        for r in &tls.certificate_refs {
-            let group = r.group.as_deref().unwrap_or("");
-            let kind = r.kind.as_deref().unwrap_or("Secret");
-            if !(group.is_empty() || group == "core") || kind != "Secret" {
-                return Err((
-                    "InvalidCertificateRef",
-                    format!("certificateRef {kind} {} is not a Secret", r.name),
-                ));
-            }
-            let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
-            if ns != who.namespace
-                && !grants.allows(("Gateway", &who.namespace), ("", "Secret", ns, &r.name))
-            {
-                return Err((
-                    "RefNotPermitted",
-                    format!(
-                        "Secret {ns}/{} is in another namespace and no ReferenceGrant allows it",
-                        r.name
-                    ),
-                ));
-            }
-            let Some(secret) = secrets.get(&(ns, r.name.as_str())) else {
-                return Err((
-                    "InvalidCertificateRef",
-                    format!(
-                        "Secret {ns}/{} does not exist (or is not kubernetes.io/tls)",
-                        r.name
-                    ),
-                ));
-            };
-            let pem = secret_pem(secret).map_err(|why| {
-                (
-                    "InvalidCertificateRef",
-                    format!("Secret {ns}/{} {why}", r.name),
-                )
-            })?;
-            let slot = self
-                .certificates
-                .entry((ns.to_string(), r.name.clone()))
-                .or_insert_with(|| (BTreeSet::new(), pem));
-            // A listener without a hostname serves the certificate for the names it holds.
-            slot.0.insert(match hostname {
-                None => "*".to_string(),
-                Some(HostPattern::Exact(n)) => n.clone(),
-                Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
-            });
-        }
-        Ok(())
+                format!("Secret {ns}/{} {why}", r.name),
+            )
+        })?;
+        out.push(((ns.to_string(), r.name.clone()), pem));
     }
+    Ok(out)
+}
 
+impl<'a> Builder<'a> {
     /// One rule's table form, and the first of its backends (or filters) that does not
     /// resolve. `Err`: a filter or value switchyard does not offer (the rule is then
     /// dropped); checked before any backend is resolved, so a dropped rule makes no entry.
@@ -1746,12 +1841,7 @@ fn give_addresses<'g>(
         .map(|(&(ns, name), (gw, _, _))| Claim {
             namespace: ns,
             name,
-            created: gw
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default(),
+            created: created(gw),
             ask: Ask::of(
                 gw.spec
                     .addresses
