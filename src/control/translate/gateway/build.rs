@@ -34,8 +34,8 @@ pub(super) struct ListenerView<'g> {
     gateway: (&'g str, &'g str),
     pub(super) name: &'g str,
     pub(super) https: bool,
-    /// The Gateway's own address (`--gateway-addresses`); `None`: a shared Gateway.
-    pub(super) address: Option<IpAddr>,
+    /// The Gateway's own addresses (`--gateway-addresses`); empty: a shared Gateway.
+    pub(super) addresses: Vec<IpAddr>,
     pub(super) port: i32,
     /// Lower case; `None`: any host.
     pub(super) hostname: Option<HostPattern>,
@@ -97,6 +97,18 @@ struct Pending<'o> {
     candidate: &'o Candidate,
     /// Its rule's index in the table.
     rule: u32,
+}
+
+impl ListenerView<'_> {
+    /// The frontends its routes go to: one per address of its Gateway, or the shared one.
+    pub(super) fn frontends(&self) -> impl Iterator<Item = FrontendKey> + '_ {
+        let shared = self.addresses.is_empty().then_some(None);
+        let https = self.https;
+        shared
+            .into_iter()
+            .chain(self.addresses.iter().map(|ip| Some(*ip)))
+            .map(move |address| FrontendKey { address, https })
+    }
 }
 
 impl Matched {
@@ -333,9 +345,12 @@ impl<'a> Builder<'a> {
             https_port: self.options.gateway_https_port,
             addressed: addresses
                 .iter()
-                .filter_map(|((ns, name), a)| match a.outcome {
-                    Outcome::Address(ip) => Some(AddressRoutes::new(ip, ns, name)),
-                    _ => None,
+                .flat_map(|((ns, name), a)| {
+                    let ips = match &a.outcome {
+                        Outcome::Addresses(ips) => ips.as_slice(),
+                        _ => &[],
+                    };
+                    ips.iter().map(|ip| AddressRoutes::new(*ip, ns, name))
                 })
                 .collect(),
             ..GatewayRoutes::default()
@@ -425,15 +440,13 @@ impl<'a> Builder<'a> {
                 // The listeners' hostnames first: candidates carry their listener's id.
                 for (_, listeners, _) in gateways.values() {
                     for l in listeners.iter().filter(|l| l.usable) {
-                        let at = FrontendKey {
-                            address: l.address,
-                            https: l.https,
-                        };
-                        let Some((_, hosts)) = routes.frontend_mut(at) else {
-                            continue;
-                        };
-                        let (name, wildcard) = listener_key(l.hostname.as_ref());
-                        hosts.add(name, wildcard);
+                        for at in l.frontends() {
+                            let Some((_, hosts)) = routes.frontend_mut(at) else {
+                                continue;
+                            };
+                            let (name, wildcard) = listener_key(l.hostname.as_ref());
+                            hosts.add(name, wildcard);
+                        }
                     }
                 }
                 routes.http_hosts.finish();
@@ -671,10 +684,13 @@ impl<'a> Builder<'a> {
                 (ns.to_string(), name.to_string()),
                 GatewayStatus {
                     addresses: match outcome {
-                        Some(Outcome::Address(ip)) => vec![GatewayAddress {
-                            type_: Some("IPAddress".into()),
-                            value: ip.to_string(),
-                        }],
+                        Some(Outcome::Addresses(ips)) => ips
+                            .iter()
+                            .map(|ip| GatewayAddress {
+                                type_: Some("IPAddress".into()),
+                                value: ip.to_string(),
+                            })
+                            .collect(),
                         _ => Vec::new(),
                     },
                     conditions,
@@ -1063,7 +1079,7 @@ impl<'a> Builder<'a> {
                 gateway: (ns, name),
                 name: &l.name,
                 https,
-                address: None,
+                addresses: Vec::new(),
                 port: l.port,
                 hostname,
                 usable,
@@ -1105,59 +1121,58 @@ impl<'a> Builder<'a> {
                     Some(HostPattern::Exact(n)) => n.clone(),
                     Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
                 };
-                let certs = match l.address {
-                    Some(ip) => self.address_certificates.entry(ip).or_default(),
-                    None => {
-                        let refs: Vec<ObjectKey> =
-                            l.certificates.iter().map(|(k, _)| k.clone()).collect();
-                        // Without a hostname the certificate's own names are served: which
-                        // of two such certificates a name gets is the store's order.
-                        if host != "*" {
-                            match claimed.get(&host) {
-                                Some((winner, wl, theirs)) if *theirs != refs => {
-                                    let message = format!(
-                                        "hostname {host} on the TLS port is also listener {wl} \
-                                         of Gateway {}/{}, older (or first by namespace and \
-                                         name), whose certificateRefs are served for it; this \
-                                         listener's are not",
-                                        winner.0, winner.1
+                if l.addresses.is_empty() {
+                    let refs: Vec<ObjectKey> =
+                        l.certificates.iter().map(|(k, _)| k.clone()).collect();
+                    // Without a hostname the certificate's own names are served: which of
+                    // two such certificates a name gets is the store's order.
+                    match claimed.get(&host) {
+                        Some((winner, wl, theirs)) if host != "*" && *theirs != refs => {
+                            let message = format!(
+                                "hostname {host} on the TLS port is also listener {wl} of \
+                                 Gateway {}/{}, older (or first by namespace and name), whose \
+                                 certificateRefs are served for it; this listener's are not",
+                                winner.0, winner.1
+                            );
+                            let who = object("Gateway", key.0, key.1);
+                            self.warn_gateway(&who, format!("listener {}: {message}", l.name));
+                            for c in st.conditions.iter_mut() {
+                                if c.type_ == "Conflicted" {
+                                    *c = Condition::new(
+                                        "Conflicted",
+                                        true,
+                                        "HostnameConflict",
+                                        message.clone(),
+                                        generation,
                                     );
-                                    let who = object("Gateway", key.0, key.1);
-                                    self.warn_gateway(
-                                        &who,
-                                        format!("listener {}: {message}", l.name),
-                                    );
-                                    for c in st.conditions.iter_mut() {
-                                        if c.type_ == "Conflicted" {
-                                            *c = Condition::new(
-                                                "Conflicted",
-                                                true,
-                                                "HostnameConflict",
-                                                message.clone(),
-                                                generation,
-                                            );
-                                        }
-                                    }
-                                    continue;
-                                }
-                                Some(_) => {}
-                                None => {
-                                    claimed.insert(host.clone(), (*key, l.name, refs));
                                 }
                             }
+                            continue;
                         }
-                        &mut self.certificates
+                        Some(_) => {}
+                        None => {
+                            claimed.insert(host.clone(), (*key, l.name, refs));
+                        }
                     }
-                };
-                for ((ns, name), pem) in &l.certificates {
-                    certs
-                        .entry((ns.clone(), name.clone()))
-                        .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
-                        .0
-                        .insert(host.clone());
+                    add_certificates(&mut self.certificates, &l.certificates, &host);
+                }
+                // A Gateway with addresses of its own has its certificates on each of them.
+                for ip in &l.addresses {
+                    let certs = self.address_certificates.entry(*ip).or_default();
+                    add_certificates(certs, &l.certificates, &host);
                 }
             }
         }
+    }
+}
+
+/// Adds a listener's certificates to `to`, for its hostname `host` (`*`: none).
+fn add_certificates(to: &mut Certificates, certificates: &[(ObjectKey, Arc<[u8]>)], host: &str) {
+    for ((ns, name), pem) in certificates {
+        to.entry((ns.clone(), name.clone()))
+            .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
+            .0
+            .insert(host.to_string());
     }
 }
 
@@ -1603,14 +1618,13 @@ fn attach<'g>(
         host_any = true;
         attached.push(at);
         for host in hosts {
-            places.insert(Place {
-                at: FrontendKey {
-                    address: l.address,
-                    https: l.https,
-                },
-                host,
-                listener: l.hostname.clone(),
-            });
+            for at in l.frontends() {
+                places.insert(Place {
+                    at,
+                    host: host.clone(),
+                    listener: l.hostname.clone(),
+                });
+            }
         }
     }
     if !named {
@@ -1824,11 +1838,10 @@ fn give_addresses<'g>(
     if pool.is_empty() {
         return BTreeMap::new();
     }
-    let before: HashMap<(&str, &str), IpAddr> = previous
-        .into_iter()
-        .flat_map(GatewayRoutes::assigned)
-        .map(|(ns, name, ip)| ((ns, name), ip))
-        .collect();
+    let mut before: HashMap<(&str, &str), Vec<IpAddr>> = HashMap::default();
+    for (ns, name, ip) in previous.into_iter().flat_map(GatewayRoutes::assigned) {
+        before.entry((ns, name)).or_default().push(ip);
+    }
     let claims: Vec<Claim<'g>> = gateways
         .iter()
         // A Gateway refused for its parameters is not served: it takes no address.
@@ -1848,17 +1861,17 @@ fn give_addresses<'g>(
                     .iter()
                     .map(|a| (a.type_.as_deref(), a.value.as_str())),
             ),
-            previous: before.get(&(ns, name)).copied().or_else(|| {
-                // After a restart: the address its status shows, if the pool holds it.
-                gw.status
-                    .as_ref()?
-                    .addresses
+            previous: match before.get(&(ns, name)) {
+                Some(ips) => ips.clone(),
+                // After a restart: the addresses its status shows.
+                None => gw
+                    .status
                     .iter()
-                    .find(|a| a.type_.as_deref().unwrap_or("IPAddress") == "IPAddress")?
-                    .value
-                    .parse()
-                    .ok()
-            }),
+                    .flat_map(|s| &s.addresses)
+                    .filter(|a| a.type_.as_deref().unwrap_or("IPAddress") == "IPAddress")
+                    .filter_map(|a| a.value.parse().ok())
+                    .collect(),
+            },
         })
         .collect();
     let outcomes = address::assign(pool, &claims);
@@ -1872,10 +1885,10 @@ fn give_addresses<'g>(
             all_usable: views.iter().all(|l| l.usable),
             outcome,
         };
-        match given.outcome {
-            Outcome::Address(ip) => {
+        match &given.outcome {
+            Outcome::Addresses(ips) => {
                 for v in views.iter_mut() {
-                    v.address = Some(ip);
+                    v.addresses.clone_from(ips);
                 }
             }
             _ => {

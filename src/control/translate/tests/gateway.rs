@@ -1267,6 +1267,72 @@ fn an_exhausted_pool_leaves_a_gateway_unserved_and_says_so() {
     assert_eq!(get_at(&b.table, "127.0.0.9", "h", "/"), "not gateway");
 }
 
+#[test]
+fn a_gateway_asking_for_several_addresses_gets_them_all_or_none() {
+    let asked = |values: &str| {
+        world(&format!(
+            "{BASE}\n---\n{}",
+            TWO_GATEWAYS.replacen(
+                "  gatewayClassName: sy\n",
+                &format!("  gatewayClassName: sy\n  addresses: [{values}]\n"),
+                1
+            )
+        ))
+    };
+    let pool = with_pool(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
+    let w = asked("{value: 127.0.0.4}, {value: 127.0.0.2}");
+    let b = build_at(&w, &pool, None);
+    // Both, in the order asked; gw gets the free one.
+    assert_eq!(gateway_status(&b, "other").0, ["127.0.0.4", "127.0.0.2"]);
+    assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.3"]);
+    assert_eq!(
+        condition(&b, "other", "Programmed"),
+        ("True".into(), "Programmed".into())
+    );
+    for at in ["127.0.0.2", "127.0.0.4"] {
+        assert_eq!(get_at(&b.table, at, "h", "/"), "infra/v2:8080", "{at}");
+    }
+    assert_eq!(get_at(&b.table, "127.0.0.3", "h", "/"), "infra/v1:8080");
+    // Kept across a rebuild, and after a restart from its status.
+    let again = build_at(&w, &pool, Some(&b.table));
+    assert!(again.table == b.table);
+    let mut restarted = asked("{value: 127.0.0.4}, {value: 127.0.0.2}");
+    for g in &mut restarted.gateways {
+        g.status = Some(
+            b.memo.gateway_status().gateways
+                [&("infra".to_string(), g.metadata.name.clone().unwrap())]
+                .clone(),
+        );
+    }
+    assert!(build_at(&restarted, &pool, None).table == b.table);
+    // One of them outside the pool, or taken: none, and it is served nowhere.
+    for (values, why) in [
+        (
+            "{value: 127.0.0.4}, {value: 10.9.9.9}",
+            "10.9.9.9 is not one of --gateway-addresses",
+        ),
+        (
+            "{value: 127.0.0.4}, {value: 127.0.0.2}",
+            "127.0.0.2 is taken by Gateway infra/gw",
+        ),
+    ] {
+        let taken = build_at(&world(&format!("{BASE}\n---\n{TWO_GATEWAYS}")), &pool, None);
+        let (b, warnings) = build_at_warned(&asked(values), &pool, Some(&taken.table));
+        assert!(gateway_status(&b, "other").0.is_empty(), "{values}");
+        assert_eq!(
+            condition(&b, "other", "Programmed"),
+            ("False".into(), "AddressNotUsable".into())
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.object.name == "other" && w.message.contains(why)),
+            "{values}: {warnings:?}"
+        );
+        assert_eq!(get_at(&b.table, "127.0.0.4", "h", "/"), "not gateway");
+    }
+}
+
 /// Two Gateways with an HTTPS listener for one hostname, each naming its own Secret: `young`
 /// (created later, first by name) and `old`.
 const TWO_HTTPS_GATEWAYS: &str = r#"

@@ -38,8 +38,8 @@ struct Scene {
     labels: [u8; 2],
     /// Service `apps/s3` exists.
     s3: bool,
-    /// The address `infra/gw` asks for in `spec.addresses`: none, 127.0.0.4, 127.0.0.3, or
-    /// 127.0.0.9 (in no pool).
+    /// The addresses `infra/gw` asks for in `spec.addresses`: none, 127.0.0.4, 127.0.0.3,
+    /// 127.0.0.9 (in no pool), 127.0.0.3 and 127.0.0.2, or 127.0.0.4 and 127.0.0.9.
     ask: u8,
 }
 
@@ -72,7 +72,7 @@ fn scene() -> impl Strategy<Value = Scene> {
         any::<bool>(),
         (0u8..2, 0u8..2),
         any::<bool>(),
-        0u8..4,
+        0u8..6,
     )
         .prop_map(|(listener, grant, (a, b), s3, ask)| Scene {
             listener,
@@ -167,14 +167,19 @@ fn scene_world(s: &Scene, routes: &BTreeMap<u8, RouteP>) -> World {
         "metadata": {"name": "gw", "namespace": "infra", "generation": 1},
         "spec": {"gatewayClassName": "sy", "listeners": [listener]},
     });
-    if let Some(ip) = [
-        None,
-        Some("127.0.0.4"),
-        Some("127.0.0.3"),
-        Some("127.0.0.9"),
-    ][usize::from(s.ask)]
-    {
-        gw["spec"]["addresses"] = serde_json::json!([{"type": "IPAddress", "value": ip}]);
+    let asked: &[&str] = [
+        &[][..],
+        &["127.0.0.4"],
+        &["127.0.0.3"],
+        &["127.0.0.9"],
+        &["127.0.0.3", "127.0.0.2"],
+        &["127.0.0.4", "127.0.0.9"],
+    ][usize::from(s.ask)];
+    if !asked.is_empty() {
+        gw["spec"]["addresses"] = asked
+            .iter()
+            .map(|ip| serde_json::json!({"type": "IPAddress", "value": ip}))
+            .collect();
     }
     w.gateways.push(from(gw));
     w.gateways.push(from(serde_json::json!({
@@ -238,7 +243,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<bool>().prop_map(Step::Grant),
         2 => (0u8..2, 0u8..2).prop_map(|(n, l)| Step::Labels(n, l)),
         1 => any::<bool>().prop_map(Step::S3),
-        2 => (0u8..4).prop_map(Step::Ask),
+        3 => (0u8..6).prop_map(Step::Ask),
     ]
 }
 
