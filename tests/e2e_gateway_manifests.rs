@@ -343,12 +343,13 @@ async fn each_gateway_answers_alone_on_its_own_address() {
 }
 
 /// Two Gateways with an HTTPS listener for one hostname, each naming its own certificate.
-/// With `--gateway-addresses` each one's certificate is presented on its own address (and
-/// the shared `--ssl-cert` one for names they do not take, and on any other address);
-/// without, the older Gateway's is presented everywhere although its Secret sorts last, and
-/// the other's conflict is logged naming both.
+/// With `--gateway-addresses` each one's certificate is presented on its own addresses (`one`
+/// has two, and its route answers on both; the shared `--ssl-cert` one for names they do not
+/// take, and on any other address); without, the older Gateway's is presented although its
+/// Secret sorts last, and the other's conflict is logged naming both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_gateway_presents_its_own_certificate_on_its_own_address() {
+    let a = Backend::start("a").await;
     let ca = tls_client::Ca::new("gateway certificates test CA");
     let one = ca.server(&["secure.test"]);
     let two = ca.server(&["secure.test"]);
@@ -368,21 +369,34 @@ async fn each_gateway_presents_its_own_certificate_on_its_own_address() {
                     "tls": {"certificateRefs": [{"name": secret}]}}]}})
     };
     let objects = |with_addresses: bool| {
-        let ask = |ip: &str| {
+        let ask = |ips: &[&str]| {
             if with_addresses {
-                json!([{"type": "IPAddress", "value": ip}])
+                ips.iter()
+                    .map(|ip| json!({"type": "IPAddress", "value": ip}))
+                    .collect()
             } else {
                 json!([])
             }
         };
         vec![
+            svc("a", 80).into(),
+            slice("a", "", a.port),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                   "metadata": {"name": "to-a", "namespace": "default"},
+                   "spec": {"parentRefs": [{"name": "one"}],
+                            "rules": [{"backendRefs": [{"name": "a", "port": 80}]}]}}),
             tls_secret("a-cert", &one.cert_pem, &one.key_pem),
             tls_secret("z-cert", &two.cert_pem, &two.key_pem),
             json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
                    "metadata": {"name": "switchyard"},
                    "spec": {"controllerName": "switchyard.io/gateway-controller"}}),
-            gateway("one", "2026-02-01T00:00:00Z", ask("127.0.0.3"), "a-cert"),
-            gateway("two", "2026-01-01T00:00:00Z", ask("127.0.0.2"), "z-cert"),
+            gateway(
+                "one",
+                "2026-02-01T00:00:00Z",
+                ask(&["127.0.0.3", "127.0.0.4"]),
+                "a-cert",
+            ),
+            gateway("two", "2026-01-01T00:00:00Z", ask(&["127.0.0.2"]), "z-cert"),
         ]
     };
     // The handshake is the same for both engines (the listener guard runs it).
@@ -395,13 +409,19 @@ async fn each_gateway_presents_its_own_certificate_on_its_own_address() {
         &[
             &common[..],
             &["--ssl-cert", shared_pem.to_str().unwrap()],
-            &["--gateway-addresses", "127.0.0.2,127.0.0.3"],
+            &["--gateway-addresses", "127.0.0.2,127.0.0.3,127.0.0.4"],
         ]
         .concat(),
     )
     .await;
     let cases = [
         ("secure.test", "127.0.0.3", &one, "one's address: one's"),
+        (
+            "secure.test",
+            "127.0.0.4",
+            &one,
+            "one's other address: one's",
+        ),
         ("secure.test", "127.0.0.2", &two, "two's address: two's"),
         (
             "other.test",
@@ -426,6 +446,25 @@ async fn each_gateway_presents_its_own_certificate_on_its_own_address() {
         })
         .await;
         assert!(ok, "{what} ({name} on {ip}):\n{}", sy.stderr());
+    }
+    // one's route answers on both its addresses, and nowhere else.
+    for (ip, want) in [
+        ("127.0.0.3", Some("a")),
+        ("127.0.0.4", Some("a")),
+        ("127.0.0.2", None),
+    ] {
+        let args = vec![
+            "-k".to_string(),
+            "--resolve".to_string(),
+            format!("secure.test:{https_port}:{ip}"),
+            format!("https://secure.test:{https_port}/"),
+        ];
+        let ok = eventually(Duration::from_secs(10), || {
+            let args = args.clone();
+            async move { curl_backend(&args).await.as_deref() == want }
+        })
+        .await;
+        assert!(ok, "{ip}: {:?}\n{}", curl_backend(&args).await, sy.stderr());
     }
     drop(sy);
 

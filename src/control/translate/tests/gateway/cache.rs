@@ -163,9 +163,15 @@ fn scene_world(s: &Scene, routes: &BTreeMap<u8, RouteP>) -> World {
     if let Some(h) = hostname {
         listener["hostname"] = h.into();
     }
+    // Both Gateways give b.example.com a certificate on the TLS port, each its own: shared,
+    // they conflict (gw2 keeps it, first by namespace); with addresses, each has its own.
+    let https = |secret: &str| {
+        serde_json::json!({"name": "tls", "port": 443, "protocol": "HTTPS",
+            "hostname": "b.example.com", "tls": {"certificateRefs": [{"name": secret}]}})
+    };
     let mut gw = serde_json::json!({
         "metadata": {"name": "gw", "namespace": "infra", "generation": 1},
-        "spec": {"gatewayClassName": "sy", "listeners": [listener]},
+        "spec": {"gatewayClassName": "sy", "listeners": [listener, https("gw-cert")]},
     });
     let asked: &[&str] = [
         &[][..],
@@ -187,8 +193,20 @@ fn scene_world(s: &Scene, routes: &BTreeMap<u8, RouteP>) -> World {
         "spec": {"gatewayClassName": "sy", "listeners": [
             {"name": "web", "port": 80, "protocol": "HTTP", "hostname": "b.example.com",
              "allowedRoutes": {"namespaces": {"from": "Selector",
-                 "selector": {"matchLabels": {"env": "dev"}}}}}]},
+                 "selector": {"matchLabels": {"env": "dev"}}}}},
+            https("gw2-cert")]},
     })));
+    for (ns, name) in [("infra", "gw-cert"), ("apps", "gw2-cert")] {
+        // Syntactically valid PEM (the key's fit is the TLS side's check).
+        w.secrets.push(from(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns},
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJBQT09Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K",
+                "tls.key": "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUJBQT09Ci0tLS0tRU5EIFBSSVZBVEUgS0VZLS0tLS0K",
+            },
+        })));
+    }
     for (ns, label) in ["infra", "apps"].iter().zip(s.labels) {
         let env = ["prod", "dev"][usize::from(label)];
         w.namespaces.push(from(serde_json::json!({
