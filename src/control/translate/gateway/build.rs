@@ -1006,7 +1006,7 @@ impl<'a> Builder<'a> {
             }
             let mut certificates = Vec::new();
             if https && accepted.is_ok() {
-                match listener_certificates(&who, l, grants, secrets) {
+                match Self::listener_certificates(&who, l, grants, secrets) {
                     Ok(c) => certificates = c,
                     Err(e) => refs = Err(e),
                 }
@@ -1164,95 +1164,74 @@ impl<'a> Builder<'a> {
             }
         }
     }
-}
 
-/// Adds a listener's certificates to `to`, for its hostname `host` (`*`: none).
-fn add_certificates(to: &mut Certificates, certificates: &[(ObjectKey, Arc<[u8]>)], host: &str) {
-    for ((ns, name), pem) in certificates {
-        to.entry((ns.clone(), name.clone()))
-            .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
-            .0
-            .insert(host.to_string());
-    }
-}
-
-/// A Gateway's `metadata.creationTimestamp` as text that sorts by time; empty when unknown.
-fn created(gw: &Gateway) -> String {
-    gw.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.to_string())
-        .unwrap_or_default()
-}
-
-/// An HTTPS listener's certificates, by Secret, or why they cannot be served.
-fn listener_certificates(
-    who: &ObjectRef,
-    l: &Listener,
-    grants: &Grants<'_>,
-    secrets: &HashMap<(&str, &str), &Secret>,
-) -> Result<Vec<(ObjectKey, Arc<[u8]>)>, (&'static str, String)> {
-    let Some(tls) = l.tls.as_ref() else {
-        return Err((
-            "InvalidCertificateRef",
-            "an HTTPS listener needs tls.certificateRefs".into(),
-        ));
-    };
-    if tls.mode.as_deref().is_some_and(|m| m != "Terminate") {
-        return Err((
-            "InvalidTLSConfiguration",
-            "only tls.mode Terminate is served".into(),
-        ));
-    }
-    if tls.certificate_refs.is_empty() {
-        return Err((
-            "InvalidCertificateRef",
-            "tls.certificateRefs is empty".into(),
-        ));
-    }
-    let mut out = Vec::with_capacity(tls.certificate_refs.len());
-    for r in &tls.certificate_refs {
-        let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("Secret");
-        if !(group.is_empty() || group == "core") || kind != "Secret" {
+    /// An HTTPS listener's certificates, by Secret, or why they cannot be served.
+    fn listener_certificates(
+        who: &ObjectRef,
+        l: &Listener,
+        grants: &Grants<'_>,
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> Result<Vec<(ObjectKey, Arc<[u8]>)>, (&'static str, String)> {
+        let Some(tls) = l.tls.as_ref() else {
             return Err((
                 "InvalidCertificateRef",
-                format!("certificateRef {kind} {} is not a Secret", r.name),
-            ));
-        }
-        let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
-        if ns != who.namespace
-            && !grants.allows(("Gateway", &who.namespace), ("", "Secret", ns, &r.name))
-        {
-            return Err((
-                "RefNotPermitted",
-                format!(
-                    "Secret {ns}/{} is in another namespace and no ReferenceGrant allows it",
-                    r.name
-                ),
-            ));
-        }
-        let Some(secret) = secrets.get(&(ns, r.name.as_str())) else {
-            return Err((
-                "InvalidCertificateRef",
-                format!(
-                    "Secret {ns}/{} does not exist (or is not kubernetes.io/tls)",
-                    r.name
-                ),
+                "an HTTPS listener needs tls.certificateRefs".into(),
             ));
         };
-        let pem = secret_pem(secret).map_err(|why| {
-            (
+        if tls.mode.as_deref().is_some_and(|m| m != "Terminate") {
+            return Err((
+                "InvalidTLSConfiguration",
+                "only tls.mode Terminate is served".into(),
+            ));
+        }
+        if tls.certificate_refs.is_empty() {
+            return Err((
                 "InvalidCertificateRef",
-                format!("Secret {ns}/{} {why}", r.name),
-            )
-        })?;
-        out.push(((ns.to_string(), r.name.clone()), pem));
+                "tls.certificateRefs is empty".into(),
+            ));
+        }
+        let mut out = Vec::with_capacity(tls.certificate_refs.len());
+        for r in &tls.certificate_refs {
+            let group = r.group.as_deref().unwrap_or("");
+            let kind = r.kind.as_deref().unwrap_or("Secret");
+            if !(group.is_empty() || group == "core") || kind != "Secret" {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!("certificateRef {kind} {} is not a Secret", r.name),
+                ));
+            }
+            let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
+            if ns != who.namespace
+                && !grants.allows(("Gateway", &who.namespace), ("", "Secret", ns, &r.name))
+            {
+                return Err((
+                    "RefNotPermitted",
+                    format!(
+                        "Secret {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                        r.name
+                    ),
+                ));
+            }
+            let Some(secret) = secrets.get(&(ns, r.name.as_str())) else {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!(
+                        "Secret {ns}/{} does not exist (or is not kubernetes.io/tls)",
+                        r.name
+                    ),
+                ));
+            };
+            let pem = secret_pem(secret).map_err(|why| {
+                (
+                    "InvalidCertificateRef",
+                    format!("Secret {ns}/{} {why}", r.name),
+                )
+            })?;
+            out.push(((ns.to_string(), r.name.clone()), pem));
+        }
+        Ok(out)
     }
-    Ok(out)
-}
 
-impl<'a> Builder<'a> {
     /// One rule's table form, and the first of its backends (or filters) that does not
     /// resolve. `Err`: a filter or value switchyard does not offer (the rule is then
     /// dropped); checked before any backend is resolved, so a dropped rule makes no entry.
@@ -1814,6 +1793,25 @@ fn replaces_prefix(rule: &HTTPRouteRule) -> bool {
             .chain(f.request_redirect.as_ref().and_then(|r| r.path.as_ref()));
         path.into_iter().any(|p| p.type_ == "ReplacePrefixMatch")
     })
+}
+
+/// Adds a listener's certificates to `to`, for its hostname `host` (`*`: none).
+fn add_certificates(to: &mut Certificates, certificates: &[(ObjectKey, Arc<[u8]>)], host: &str) {
+    for ((ns, name), pem) in certificates {
+        to.entry((ns.clone(), name.clone()))
+            .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
+            .0
+            .insert(host.to_string());
+    }
+}
+
+/// A Gateway's `metadata.creationTimestamp` as text that sorts by time; empty when unknown.
+fn created(gw: &Gateway) -> String {
+    gw.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default()
 }
 
 /// What `--gateway-addresses` gave one Gateway, and how usable its listeners were before.
