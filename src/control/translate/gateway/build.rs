@@ -45,7 +45,18 @@ pub(super) struct ListenerView<'g> {
     attached: i32,
     /// An HTTPS listener's certificates (its `certificateRefs`, resolved): placed once every
     /// Gateway's address is known (`place_certificates`).
-    certificates: Vec<(ObjectKey, Arc<[u8]>)>,
+    certificates: ListenerCertificates,
+}
+
+/// An HTTPS listener's certificates: each Secret's key and PEM bundle.
+type ListenerCertificates = Vec<(ObjectKey, Arc<[u8]>)>;
+
+/// Which listener has a hostname's certificate in the shared address space.
+struct Holder<'g> {
+    gateway: (&'g str, &'g str),
+    listener: &'g str,
+    /// Its `certificateRefs`, resolved.
+    secrets: Vec<ObjectKey>,
 }
 
 /// Our Gateways by key: each with its listeners as routes see them and their status.
@@ -1106,7 +1117,7 @@ impl<'a> Builder<'a> {
             .collect();
         order.sort();
         // The shared address space: hostname -> the Gateway, listener and Secrets that have it.
-        let mut claimed: HashMap<String, ((&str, &str), &str, Vec<ObjectKey>)> = HashMap::default();
+        let mut claimed: HashMap<String, Holder<'_>> = HashMap::default();
         for (_, key) in &order {
             let Some((gw, views, statuses)) = gateways.get_mut(key) else {
                 continue;
@@ -1127,12 +1138,12 @@ impl<'a> Builder<'a> {
                     // Without a hostname the certificate's own names are served: which of
                     // two such certificates a name gets is the store's order.
                     match claimed.get(&host) {
-                        Some((winner, wl, theirs)) if host != "*" && *theirs != refs => {
+                        Some(h) if host != "*" && h.secrets != refs => {
                             let message = format!(
-                                "hostname {host} on the TLS port is also listener {wl} of \
+                                "hostname {host} on the TLS port is also listener {} of \
                                  Gateway {}/{}, older (or first by namespace and name), whose \
                                  certificateRefs are served for it; this listener's are not",
-                                winner.0, winner.1
+                                h.listener, h.gateway.0, h.gateway.1
                             );
                             let who = object("Gateway", key.0, key.1);
                             self.warn_gateway(&who, format!("listener {}: {message}", l.name));
@@ -1151,7 +1162,14 @@ impl<'a> Builder<'a> {
                         }
                         Some(_) => {}
                         None => {
-                            claimed.insert(host.clone(), (*key, l.name, refs));
+                            claimed.insert(
+                                host.clone(),
+                                Holder {
+                                    gateway: *key,
+                                    listener: l.name,
+                                    secrets: refs,
+                                },
+                            );
                         }
                     }
                     add_certificates(&mut self.certificates, &l.certificates, &host);
@@ -1171,7 +1189,7 @@ impl<'a> Builder<'a> {
         l: &Listener,
         grants: &Grants<'_>,
         secrets: &HashMap<(&str, &str), &Secret>,
-    ) -> Result<Vec<(ObjectKey, Arc<[u8]>)>, (&'static str, String)> {
+    ) -> Result<ListenerCertificates, (&'static str, String)> {
         let Some(tls) = l.tls.as_ref() else {
             return Err((
                 "InvalidCertificateRef",
@@ -1796,7 +1814,7 @@ fn replaces_prefix(rule: &HTTPRouteRule) -> bool {
 }
 
 /// Adds a listener's certificates to `to`, for its hostname `host` (`*`: none).
-fn add_certificates(to: &mut Certificates, certificates: &[(ObjectKey, Arc<[u8]>)], host: &str) {
+fn add_certificates(to: &mut Certificates, certificates: &ListenerCertificates, host: &str) {
     for ((ns, name), pem) in certificates {
         to.entry((ns.clone(), name.clone()))
             .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
