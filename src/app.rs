@@ -215,6 +215,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
                 secret: &c.secret,
                 hosts: &c.hosts,
                 pem: &c.pem,
+                address: c.address,
             }));
         });
     }
@@ -227,7 +228,10 @@ pub fn run(config: Config) -> Result<(), RunError> {
                 frontend: Frontend::Https,
                 addr: https_addr,
                 forwarding: Some(tls.forwarding()),
-                tls: Some(tls.acceptor(config.downstream.header_timeout)?),
+                tls: Some(
+                    tls.acceptor(config.downstream.header_timeout)?
+                        .with_local_addresses(!config.translate.gateway_addresses.is_empty()),
+                ),
                 h2c: false,
             },
         ));

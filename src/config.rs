@@ -218,10 +218,10 @@ pub struct Args {
     #[arg(long, value_name = "PORT", env = "SWITCHYARD_GATEWAY_HTTPS_PORT")]
     pub gateway_https_port: Option<u16>,
 
-    /// Local IP addresses to give Gateways, one each (e.g. `10.0.0.10,10.0.0.11`): a Gateway
-    /// gets the one its `spec.addresses` names, or else a free one (oldest Gateway first),
-    /// and keeps it; connections to that address see only that Gateway's listeners and
-    /// routes, on the HTTP and the TLS port. Each address is also listened on when
+    /// Local IP addresses to give Gateways (e.g. `10.0.0.10,10.0.0.11`): a Gateway gets
+    /// those its `spec.addresses` names, or else a free one (oldest Gateway first), and keeps
+    /// them; connections to its addresses see only that Gateway's listeners, routes and
+    /// certificates, on the HTTP and the TLS port. Each address is also listened on when
     /// --bind-address is a specific one. Without it every Gateway is served on every address.
     #[arg(
         long,

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod tls_client;
 
 use std::time::Duration;
 
@@ -339,6 +340,160 @@ async fn each_gateway_answers_alone_on_its_own_address() {
             assert_eq!(x["endpoint"], format!("127.0.0.1:{}", backend.port), "{x}");
         }
     }
+}
+
+/// Two Gateways with an HTTPS listener for one hostname, each naming its own certificate.
+/// With `--gateway-addresses` each one's certificate is presented on its own addresses (`one`
+/// has two, and its route answers on both; the shared `--ssl-cert` one for names they do not
+/// take, and on any other address); without, the older Gateway's is presented although its
+/// Secret sorts last, and the other's conflict is logged naming both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_gateway_presents_its_own_certificate_on_its_own_address() {
+    let a = Backend::start("a").await;
+    let ca = tls_client::Ca::new("gateway certificates test CA");
+    let one = ca.server(&["secure.test"]);
+    let two = ca.server(&["secure.test"]);
+    let shared = ca.server(&["secure.test", "other.test"]);
+    let dir = tempfile::tempdir().unwrap();
+    let shared_pem = dir.path().join("shared.pem");
+    std::fs::write(&shared_pem, shared.bundle()).unwrap();
+    // A `--ssl-cert` file for the name would win over every Secret: the second run has one
+    // for another name only.
+    let elsewhere_pem = dir.path().join("elsewhere.pem");
+    std::fs::write(&elsewhere_pem, ca.server(&["other.test"]).bundle()).unwrap();
+    let gateway = |name: &str, created: &str, addresses: Value, secret: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
+               "spec": {"gatewayClassName": "switchyard", "addresses": addresses, "listeners": [
+                   {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "secure.test",
+                    "tls": {"certificateRefs": [{"name": secret}]}}]}})
+    };
+    let objects = |with_addresses: bool| {
+        let ask = |ips: &[&str]| {
+            if with_addresses {
+                ips.iter()
+                    .map(|ip| json!({"type": "IPAddress", "value": ip}))
+                    .collect()
+            } else {
+                json!([])
+            }
+        };
+        vec![
+            svc("a", 80).into(),
+            slice("a", "", a.port),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                   "metadata": {"name": "to-a", "namespace": "default"},
+                   "spec": {"parentRefs": [{"name": "one"}],
+                            "rules": [{"backendRefs": [{"name": "a", "port": 80}]}]}}),
+            tls_secret("a-cert", &one.cert_pem, &one.key_pem),
+            tls_secret("z-cert", &two.cert_pem, &two.key_pem),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                   "metadata": {"name": "switchyard"},
+                   "spec": {"controllerName": "switchyard.io/gateway-controller"}}),
+            gateway(
+                "one",
+                "2026-02-01T00:00:00Z",
+                ask(&["127.0.0.3", "127.0.0.4"]),
+                "a-cert",
+            ),
+            gateway("two", "2026-01-01T00:00:00Z", ask(&["127.0.0.2"]), "z-cert"),
+        ]
+    };
+    // The handshake is the same for both engines (the listener guard runs it).
+    let https_port = free_port();
+    let port = https_port.to_string();
+    let common = ["--gateway-https-port", "443", "--https-port", &port];
+    let sy = switchyard_on(
+        objects(true),
+        "true",
+        &[
+            &common[..],
+            &["--ssl-cert", shared_pem.to_str().unwrap()],
+            &["--gateway-addresses", "127.0.0.2,127.0.0.3,127.0.0.4"],
+        ]
+        .concat(),
+    )
+    .await;
+    let cases = [
+        ("secure.test", "127.0.0.3", &one, "one's address: one's"),
+        (
+            "secure.test",
+            "127.0.0.4",
+            &one,
+            "one's other address: one's",
+        ),
+        ("secure.test", "127.0.0.2", &two, "two's address: two's"),
+        (
+            "other.test",
+            "127.0.0.2",
+            &shared,
+            "a name no listener takes: the shared one",
+        ),
+        (
+            "secure.test",
+            "127.0.0.1",
+            &shared,
+            "another address: the shared one",
+        ),
+    ];
+    for (name, ip, want, what) in cases {
+        let ok = eventually(Duration::from_secs(10), || async {
+            tls_client::sni(name)
+                .presented_at(ip, https_port)
+                .await
+                .as_deref()
+                == Some(&want.der[..])
+        })
+        .await;
+        assert!(ok, "{what} ({name} on {ip}):\n{}", sy.stderr());
+    }
+    // one's route answers on both its addresses, and nowhere else.
+    for (ip, want) in [
+        ("127.0.0.3", Some("a")),
+        ("127.0.0.4", Some("a")),
+        ("127.0.0.2", None),
+    ] {
+        let args = vec![
+            "-k".to_string(),
+            "--resolve".to_string(),
+            format!("secure.test:{https_port}:{ip}"),
+            format!("https://secure.test:{https_port}/"),
+        ];
+        let ok = eventually(Duration::from_secs(10), || {
+            let args = args.clone();
+            async move { curl_backend(&args).await.as_deref() == want }
+        })
+        .await;
+        assert!(ok, "{ip}: {:?}\n{}", curl_backend(&args).await, sy.stderr());
+    }
+    drop(sy);
+
+    let sy = switchyard_on(
+        objects(false),
+        "true",
+        &[
+            &common[..],
+            &["--ssl-cert", elsewhere_pem.to_str().unwrap()],
+        ]
+        .concat(),
+    )
+    .await;
+    // (Only the bind address is listened on without the flag.)
+    let ok = eventually(Duration::from_secs(10), || async {
+        tls_client::sni("secure.test")
+            .presented_at("127.0.0.1", https_port)
+            .await
+            .as_deref()
+            == Some(&two.der[..])
+    })
+    .await;
+    assert!(ok, "the older Gateway's certificate:\n{}", sy.stderr());
+    let logged = eventually(Duration::from_secs(10), || async {
+        sy.stderr()
+            .contains("also listener https of Gateway default/two")
+    })
+    .await;
+    assert!(logged, "the conflict is logged:\n{}", sy.stderr());
 }
 
 /// The backend that answered a curl run with `args`, if one of ours did.

@@ -128,10 +128,15 @@ async fn start(case: &str) -> Case {
 
 /// `start` with the objects edited first (a status another controller wrote, say).
 async fn start_with(case: &str, edit: impl FnOnce(&mut Vec<Value>)) -> Case {
-    let api = FakeApi::start().await;
     let mut objs = base();
     objs.extend(manifest(&format!("{case}.yaml")));
     edit(&mut objs);
+    start_objects(objs, &[]).await
+}
+
+/// A switchyard watching a fake API server that holds `objs`, with `extra` arguments.
+async fn start_objects(objs: Vec<Value>, extra: &[&str]) -> Case {
+    let api = FakeApi::start().await;
     api.apply_all(objs);
     let cert = tempfile::tempdir().unwrap();
     let ck = rcgen::generate_simple_self_signed(vec!["default.invalid".to_string()]).unwrap();
@@ -154,7 +159,10 @@ async fn start_with(case: &str, edit: impl FnOnce(&mut Vec<Value>)) -> Case {
             bundle.to_str().unwrap(),
             "--publish-status-address",
             "127.0.0.1",
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>(),
         "info",
     );
     Case {
@@ -1411,4 +1419,130 @@ async fn without_the_crds_services_are_served_and_the_gateway_api_is_picked_up_l
     );
     let web = try_request(sy.http_port, "GET", "/web", &[]).await;
     assert!(web.is_ok_and(|r| r.status == 200), "the Service stopped");
+}
+
+// === not upstream cases: switchyard's own conditions ===
+
+/// A Gateway of ours in `INFRA` with one HTTPS listener for `secure.test` naming `secret`,
+/// asking for `addresses`.
+fn https_gateway(name: &str, secret: &str, addresses: &[&str]) -> Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+           "metadata": {"name": name, "namespace": INFRA},
+           "spec": {"gatewayClassName": CLASS,
+                    "addresses": addresses.iter()
+                        .map(|a| json!({"type": "IPAddress", "value": a}))
+                        .collect::<Vec<_>>(),
+                    "listeners": [{"name": "https", "port": 443, "protocol": "HTTPS",
+                                   "hostname": "secure.test",
+                                   "tls": {"certificateRefs": [{"name": secret}]}}]}})
+}
+
+fn listener_conditions(case: &Case, gw: &str, conditions: &[Cond<'_>]) -> Result<(), String> {
+    let g = case.get(Kind::Gateway, INFRA, gw);
+    conditions_match(conditions, &g["status"]["listeners"][0]["conditions"])
+}
+
+/// Two Gateways sharing the address space whose HTTPS listeners give one hostname different
+/// certificates: the first (oldest, then by namespace/name) keeps it, the other's listener
+/// says `Conflicted: True` (`HostnameConflict`) and its Gateway `ListenersNotValid`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_giving_one_hostname_other_certificates_report_the_conflict() {
+    let mut objs = base();
+    objs.push(tls_secret(INFRA, "cert-a", &["secure.test"]));
+    objs.push(tls_secret(INFRA, "cert-b", &["secure.test"]));
+    objs.push(https_gateway("gw-a", "cert-a", &[]));
+    objs.push(https_gateway("gw-b", "cert-b", &[]));
+    let case = start_objects(objs, &[]).await;
+    case.must("the second Gateway's listener is conflicted", |c| {
+        listener_conditions(
+            c,
+            "gw-b",
+            &[
+                ("Conflicted", "True", "HostnameConflict"),
+                ("Accepted", "True", "Accepted"),
+                ("ResolvedRefs", "True", "ResolvedRefs"),
+            ],
+        )?;
+        let g = c.get(Kind::Gateway, INFRA, "gw-b");
+        conditions_match(
+            &[("Accepted", "True", "ListenersNotValid")],
+            &g["status"]["conditions"],
+        )
+    })
+    .await;
+    case.must("the first Gateway's is not", |c| {
+        listener_conditions(c, "gw-a", &[("Conflicted", "False", "NoConflicts")])?;
+        let g = c.get(Kind::Gateway, INFRA, "gw-a");
+        conditions_match(
+            &[("Accepted", "True", "Accepted")],
+            &g["status"]["conditions"],
+        )
+    })
+    .await;
+    let g = case.get(Kind::Gateway, INFRA, "gw-b");
+    let message = g["status"]["listeners"][0]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Conflicted")
+        .unwrap()["message"]
+        .to_string();
+    assert!(message.contains(&format!("{INFRA}/gw-a")), "{message}");
+}
+
+/// With `--gateway-addresses`, no conflict (each Gateway has its own addresses), a Gateway
+/// asking for several addresses gets them all in its status, and one asking for an address
+/// outside the pool beside a free one gets none: `Programmed: False` (`AddressNotUsable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_with_several_addresses_lists_them_all() {
+    let mut objs = base();
+    objs.push(tls_secret(INFRA, "cert-a", &["secure.test"]));
+    objs.push(tls_secret(INFRA, "cert-b", &["secure.test"]));
+    objs.push(https_gateway("gw-a", "cert-a", &["127.0.0.4", "127.0.0.2"]));
+    objs.push(https_gateway("gw-b", "cert-b", &["127.0.0.3", "10.9.9.9"]));
+    let case = start_objects(
+        objs,
+        &["--gateway-addresses", "127.0.0.2,127.0.0.3,127.0.0.4"],
+    )
+    .await;
+    case.must("gw-a has both addresses", |c| {
+        let g = c.get(Kind::Gateway, INFRA, "gw-a");
+        let want = json!([{"type": "IPAddress", "value": "127.0.0.4"},
+                          {"type": "IPAddress", "value": "127.0.0.2"}]);
+        if g["status"]["addresses"] != want {
+            return Err(format!("addresses: {}", g["status"]["addresses"]));
+        }
+        conditions_match(
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("Programmed", "True", "Programmed"),
+            ],
+            &g["status"]["conditions"],
+        )?;
+        listener_conditions(c, "gw-a", &[("Conflicted", "False", "NoConflicts")])
+    })
+    .await;
+    case.must("gw-b has none", |c| {
+        let g = c.get(Kind::Gateway, INFRA, "gw-b");
+        if g["status"]["addresses"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
+            return Err(format!("addresses: {}", g["status"]["addresses"]));
+        }
+        conditions_match(
+            &[("Programmed", "False", "AddressNotUsable")],
+            &g["status"]["conditions"],
+        )?;
+        listener_conditions(c, "gw-b", &[("Programmed", "False", "Invalid")])
+    })
+    .await;
+    let g = case.get(Kind::Gateway, INFRA, "gw-b");
+    assert!(
+        g["status"]["conditions"]
+            .to_string()
+            .contains("10.9.9.9 is not one of"),
+        "{}",
+        g["status"]
+    );
 }

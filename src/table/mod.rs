@@ -768,11 +768,14 @@ impl PartialEq for RoutingTable {
 }
 
 /// A certificate and key from a `kubernetes.io/tls` Secret, and the host names an Ingress
-/// serves it for on the TLS port (empty: the names in the certificate).
+/// or a Gateway listener serves it for on the TLS port (empty: the names in the certificate).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretCert {
     /// `namespace/name` of the Secret.
     pub secret: Box<str>,
+    /// The local address of the Gateway whose listeners serve it (`--gateway-addresses`):
+    /// only handshakes to that address see it. `None`: handshakes to every address.
+    pub address: Option<std::net::IpAddr>,
     /// Lower case; `*.example.com` for a wildcard.
     pub hosts: Vec<Box<str>>,
     /// The certificate chain and then the key, in PEM, as one bundle.
@@ -883,6 +886,7 @@ impl RoutingTable {
             "tcp": tcp,
             "certificates": self.certificates.iter().map(|c| json!({
                 "secret": &*c.secret,
+                "address": c.address,
                 "hosts": c.hosts.iter().map(|h| &**h).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });

@@ -224,8 +224,13 @@ impl Client<'_> {
     }
 
     pub async fn connect(&self, port: u16) -> Result<TlsStream<TcpStream>, String> {
+        self.connect_at("127.0.0.1", port).await
+    }
+
+    /// `connect` to local address `ip` (a `127.0.0.x`).
+    pub async fn connect_at(&self, ip: &str, port: u16) -> Result<TlsStream<TcpStream>, String> {
         let fut = async {
-            let tcp = TcpStream::connect(("127.0.0.1", port))
+            let tcp = TcpStream::connect((ip, port))
                 .await
                 .map_err(|e| format!("connect: {e}"))?;
             let name = ServerName::try_from(self.sni.unwrap_or("no-sni.invalid").to_string())
@@ -244,6 +249,12 @@ impl Client<'_> {
     pub async fn presented(&self, port: u16) -> Vec<u8> {
         let tls = self.connect(port).await.unwrap();
         tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+    }
+
+    /// The leaf certificate presented on local address `ip`, if the handshake succeeded.
+    pub async fn presented_at(&self, ip: &str, port: u16) -> Option<Vec<u8>> {
+        let tls = self.connect_at(ip, port).await.ok()?;
+        Some(tls.get_ref().1.peer_certificates()?.first()?.to_vec())
     }
 
     /// One request over a fresh TLS connection. With TLS 1.3 a rejected client certificate

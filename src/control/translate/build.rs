@@ -61,8 +61,11 @@ pub(super) struct Builder<'a> {
     pub(super) keyed: bool,
     /// Ingress route policies, by index.
     pub(super) policies: Vec<crate::table::policy::RoutePolicy>,
-    /// Certificates from Secrets that served Ingresses name, by Secret.
+    /// Certificates from Secrets that served Ingresses (and Gateways without an address of
+    /// their own) name, by Secret.
     pub(super) certificates: Certificates,
+    /// Certificates of the Gateways with an address of their own, by that address.
+    pub(super) address_certificates: BTreeMap<IpAddr, Certificates>,
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
     pub(super) gateway_status: GatewayApiStatus,
@@ -107,6 +110,7 @@ impl<'a> Builder<'a> {
             keyed: false,
             policies: Vec::new(),
             certificates: BTreeMap::new(),
+            address_certificates: BTreeMap::new(),
             served_ingresses: BTreeSet::new(),
             gateway_status: GatewayApiStatus::default(),
             gateway_routes: GatewayRoutes::default(),
@@ -708,7 +712,10 @@ impl<'a> Builder<'a> {
             gateway_cache: self.gateway_cache.take(),
             ingress_only: Arc::new(std::mem::take(&mut self.ingress_only)),
         };
-        let certificates = secret_certs(std::mem::take(&mut self.certificates));
+        let certificates = secret_certs(
+            std::mem::take(&mut self.certificates),
+            std::mem::take(&mut self.address_certificates),
+        );
         let table = RoutingTable {
             generation: 0,
             entries: self.entries.into_iter().map(Arc::new).collect(),
@@ -750,15 +757,26 @@ pub(super) fn share_repeated_states(entries: &mut [Entry]) {
     }
 }
 
-/// The certificates of a build as the table holds them.
-pub(super) fn secret_certs(certificates: Certificates) -> Vec<crate::table::SecretCert> {
-    certificates
+/// The certificates of a build as the table holds them: the shared ones, then each
+/// address's.
+pub(super) fn secret_certs(
+    certificates: Certificates,
+    by_address: BTreeMap<IpAddr, Certificates>,
+) -> Vec<crate::table::SecretCert> {
+    let shared = certificates.into_iter().map(|c| (None, c));
+    let own = by_address
         .into_iter()
-        .map(|((ns, name), (hosts, pem))| crate::table::SecretCert {
-            secret: format!("{ns}/{name}").into(),
-            hosts: hosts.into_iter().map(Into::into).collect(),
-            pem,
-        })
+        .flat_map(|(ip, certs)| certs.into_iter().map(move |c| (Some(ip), c)));
+    shared
+        .chain(own)
+        .map(
+            |(address, ((ns, name), (hosts, pem)))| crate::table::SecretCert {
+                secret: format!("{ns}/{name}").into(),
+                address,
+                hosts: hosts.into_iter().map(Into::into).collect(),
+                pem,
+            },
+        )
         .collect()
 }
 

@@ -144,7 +144,7 @@ pub struct Options {
     pub gateway_http_port: u16,
     /// The Gateway listener port that is switchyard's TLS frontend.
     pub gateway_https_port: u16,
-    /// `--gateway-addresses`: local addresses, one per Gateway (canonical: an IPv4-mapped
+    /// `--gateway-addresses`: local addresses, each for one Gateway (canonical: an IPv4-mapped
     /// IPv6 address is the IPv4 one); empty: every Gateway is served on every address.
     pub gateway_addresses: Vec<std::net::IpAddr>,
 }

@@ -43,6 +43,9 @@ pub struct LoadedCert {
     pub not_after: SystemTime,
     /// `not_after` as the certificate writes it, for messages.
     pub(super) not_after_text: String,
+    /// Served for any name at its address, after the names above: the certificate of a
+    /// Gateway listener without a hostname (which takes every host there).
+    pub(super) any_name: bool,
 }
 
 impl fmt::Debug for LoadedCert {
@@ -93,6 +96,7 @@ impl LoadedCert {
             subject,
             not_after,
             not_after_text,
+            any_name: false,
         })
     }
 

@@ -1,8 +1,10 @@
 //! The handshake on the TLS port (`HandshakeAcceptor`): run with a deadline on each accepted
 //! connection, and a failure classified by reason (`handshake_failure`) and counted. It must
 //! not choose certificates or verify clients (the rustls config it is given does that), and
-//! it never parses a request.
+//! it never parses a request. With `--gateway-addresses` it tells the certificate choice the
+//! connection's local address (`local_ip`), which rustls's resolver is not given.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,27 +14,57 @@ use pingora::protocols::tls::TlsStream;
 
 use crate::ops::metrics::{Metrics, TlsFailure};
 
+tokio::task_local! {
+    /// The local address of the connection whose handshake runs in this task. rustls calls
+    /// the certificate resolver from within the handshake's poll, on this task (Pingora's
+    /// handshake offload, which would move it to another runtime, is not turned on), so the
+    /// resolver reads it without a lock or an allocation.
+    static LOCAL_IP: Option<IpAddr>;
+}
+
+/// The local address of the connection being handshaken in this task, when the acceptor was
+/// told to look (`by_local_address`).
+pub(super) fn local_ip() -> Option<IpAddr> {
+    LOCAL_IP.try_with(|ip| *ip).ok().flatten()
+}
+
 /// Runs server handshakes with a deadline and counts the failures by reason.
 pub struct HandshakeAcceptor {
     pub(super) acceptor: Acceptor,
     pub(super) timeout: Duration,
     pub(super) metrics: Option<Arc<Metrics>>,
+    /// Certificates may depend on the local address (`--gateway-addresses`).
+    pub(super) by_local_address: bool,
 }
 
 impl HandshakeAcceptor {
+    /// Lets the certificate choice see each connection's local address, where Gateways with
+    /// an address of their own have certificates of their own.
+    pub fn with_local_addresses(mut self, on: bool) -> Self {
+        self.by_local_address = on;
+        self
+    }
+
     /// The TLS stream, or `None` when the handshake failed or timed out (the connection is
     /// then dropped; rustls has already sent its alert where there was one to send).
     pub async fn accept<S: IO + 'static>(&self, stream: S) -> Option<TlsStream<S>> {
-        let failure =
-            match tokio::time::timeout(self.timeout, self.acceptor.tls_handshake(stream)).await {
-                Ok(Ok(tls)) => return Some(tls),
-                Ok(Err(e)) => {
-                    let reason = handshake_failure(&e.to_string());
-                    tracing::debug!(error = %e, reason = reason.as_str(), "TLS handshake failed");
-                    reason
-                }
-                Err(_) => TlsFailure::Timeout,
-            };
+        let local = if self.by_local_address {
+            stream
+                .get_socket_digest()
+                .and_then(|d| d.local_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
+        } else {
+            None
+        };
+        let handshake = LOCAL_IP.scope(local, self.acceptor.tls_handshake(stream));
+        let failure = match tokio::time::timeout(self.timeout, handshake).await {
+            Ok(Ok(tls)) => return Some(tls),
+            Ok(Err(e)) => {
+                let reason = handshake_failure(&e.to_string());
+                tracing::debug!(error = %e, reason = reason.as_str(), "TLS handshake failed");
+                reason
+            }
+            Err(_) => TlsFailure::Timeout,
+        };
         if let Some(m) = &self.metrics {
             m.data
                 .tls_handshake_failed(super::client_auth::FRONTEND_LABEL, failure);

@@ -188,6 +188,7 @@ impl Tls {
             acceptor: self.listener_settings()?.build(),
             timeout,
             metrics: self.metrics.clone(),
+            by_local_address: false,
         })
     }
 

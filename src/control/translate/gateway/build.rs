@@ -34,8 +34,8 @@ pub(super) struct ListenerView<'g> {
     gateway: (&'g str, &'g str),
     pub(super) name: &'g str,
     pub(super) https: bool,
-    /// The Gateway's own address (`--gateway-addresses`); `None`: a shared Gateway.
-    pub(super) address: Option<IpAddr>,
+    /// The Gateway's own addresses (`--gateway-addresses`); empty: a shared Gateway.
+    pub(super) addresses: Vec<IpAddr>,
     pub(super) port: i32,
     /// Lower case; `None`: any host.
     pub(super) hostname: Option<HostPattern>,
@@ -43,6 +43,20 @@ pub(super) struct ListenerView<'g> {
     pub(super) usable: bool,
     pub(super) namespaces: Allowed<'g>,
     attached: i32,
+    /// An HTTPS listener's certificates (its `certificateRefs`, resolved): placed once every
+    /// Gateway's address is known (`place_certificates`).
+    certificates: ListenerCertificates,
+}
+
+/// An HTTPS listener's certificates: each Secret's key and PEM bundle.
+type ListenerCertificates = Vec<(ObjectKey, Arc<[u8]>)>;
+
+/// Which listener has a hostname's certificate in the shared address space.
+struct Holder<'g> {
+    gateway: (&'g str, &'g str),
+    listener: &'g str,
+    /// Its `certificateRefs`, resolved.
+    secrets: Vec<ObjectKey>,
 }
 
 /// Our Gateways by key: each with its listeners as routes see them and their status.
@@ -94,6 +108,18 @@ struct Pending<'o> {
     candidate: &'o Candidate,
     /// Its rule's index in the table.
     rule: u32,
+}
+
+impl ListenerView<'_> {
+    /// The frontends its routes go to: one per address of its Gateway, or the shared one.
+    pub(super) fn frontends(&self) -> impl Iterator<Item = FrontendKey> + '_ {
+        let shared = self.addresses.is_empty().then_some(None);
+        let https = self.https;
+        shared
+            .into_iter()
+            .chain(self.addresses.iter().map(|ip| Some(*ip)))
+            .map(move |address| FrontendKey { address, https })
+    }
 }
 
 impl Matched {
@@ -236,6 +262,7 @@ impl<'a> Builder<'a> {
             gateways.insert((ns, name), (gw, views, statuses));
         }
         let addresses = give_addresses(&self.options.gateway_addresses, &mut gateways, previous);
+        self.place_certificates(&mut gateways);
 
         // The inputs routes read besides themselves, and what changed of them since the
         // previous build's cache.
@@ -329,9 +356,12 @@ impl<'a> Builder<'a> {
             https_port: self.options.gateway_https_port,
             addressed: addresses
                 .iter()
-                .filter_map(|((ns, name), a)| match a.outcome {
-                    Outcome::Address(ip) => Some(AddressRoutes::new(ip, ns, name)),
-                    _ => None,
+                .flat_map(|((ns, name), a)| {
+                    let ips = match &a.outcome {
+                        Outcome::Addresses(ips) => ips.as_slice(),
+                        _ => &[],
+                    };
+                    ips.iter().map(|ip| AddressRoutes::new(*ip, ns, name))
                 })
                 .collect(),
             ..GatewayRoutes::default()
@@ -421,15 +451,13 @@ impl<'a> Builder<'a> {
                 // The listeners' hostnames first: candidates carry their listener's id.
                 for (_, listeners, _) in gateways.values() {
                     for l in listeners.iter().filter(|l| l.usable) {
-                        let at = FrontendKey {
-                            address: l.address,
-                            https: l.https,
-                        };
-                        let Some((_, hosts)) = routes.frontend_mut(at) else {
-                            continue;
-                        };
-                        let (name, wildcard) = listener_key(l.hostname.as_ref());
-                        hosts.add(name, wildcard);
+                        for at in l.frontends() {
+                            let Some((_, hosts)) = routes.frontend_mut(at) else {
+                                continue;
+                            };
+                            let (name, wildcard) = listener_key(l.hostname.as_ref());
+                            hosts.add(name, wildcard);
+                        }
                     }
                 }
                 routes.http_hosts.finish();
@@ -610,7 +638,12 @@ impl<'a> Builder<'a> {
                     generation,
                 ));
             } else {
-                let (reason, message) = if all_usable {
+                let conflicted = statuses.iter().any(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Conflicted" && c.status == "True")
+                });
+                let (reason, message) = if all_usable && !conflicted {
                     ("Accepted", "accepted")
                 } else {
                     ("ListenersNotValid", "some listeners are not valid")
@@ -662,10 +695,13 @@ impl<'a> Builder<'a> {
                 (ns.to_string(), name.to_string()),
                 GatewayStatus {
                     addresses: match outcome {
-                        Some(Outcome::Address(ip)) => vec![GatewayAddress {
-                            type_: Some("IPAddress".into()),
-                            value: ip.to_string(),
-                        }],
+                        Some(Outcome::Addresses(ips)) => ips
+                            .iter()
+                            .map(|ip| GatewayAddress {
+                                type_: Some("IPAddress".into()),
+                                value: ip.to_string(),
+                            })
+                            .collect(),
                         _ => Vec::new(),
                     },
                     conditions,
@@ -979,12 +1015,12 @@ impl<'a> Builder<'a> {
                     }
                 }
             }
-            if https
-                && accepted.is_ok()
-                && let Err(e) =
-                    self.listener_certificates(&who, l, hostname.as_ref(), grants, secrets)
-            {
-                refs = Err(e);
+            let mut certificates = Vec::new();
+            if https && accepted.is_ok() {
+                match Self::listener_certificates(&who, l, grants, secrets) {
+                    Ok(c) => certificates = c,
+                    Err(e) => refs = Err(e),
+                }
             }
             let namespaces = match allowed
                 .and_then(|a| a.namespaces.as_ref())
@@ -1054,27 +1090,106 @@ impl<'a> Builder<'a> {
                 gateway: (ns, name),
                 name: &l.name,
                 https,
-                address: None,
+                addresses: Vec::new(),
                 port: l.port,
                 hostname,
                 usable,
                 namespaces,
                 attached: 0,
+                certificates,
             });
         }
         (views, statuses)
     }
 
-    /// Loads an HTTPS listener's certificates into the table (served by SNI for its
-    /// hostname, or for the names in the certificate).
+    /// Loads the certificates of the served HTTPS listeners into the table, for SNI by the
+    /// listener's hostname (or, without one, by the names in the certificate): those of a
+    /// Gateway with an address of its own for handshakes to that address, the others for
+    /// every address. Two Gateways of the shared address space whose listeners give one
+    /// hostname different certificates conflict: the oldest Gateway's (then by namespace and
+    /// name, as routes rank) is served, and the other listener says `Conflicted: True`
+    /// (`HostnameConflict`) and a warning names both. Its routes stay served, as they are on
+    /// the HTTP port, where such listeners share their host levels.
+    fn place_certificates(&mut self, gateways: &mut Gateways<'_>) {
+        let mut order: Vec<(String, (&str, &str))> = gateways
+            .iter()
+            .map(|(&key, (gw, _, _))| (created(gw), key))
+            .collect();
+        order.sort();
+        // The shared address space: hostname -> the Gateway, listener and Secrets that have it.
+        let mut claimed: HashMap<String, Holder<'_>> = HashMap::default();
+        for (_, key) in &order {
+            let Some((gw, views, statuses)) = gateways.get_mut(key) else {
+                continue;
+            };
+            let generation = gw.metadata.generation;
+            for (l, st) in views.iter().zip(statuses.iter_mut()) {
+                if !l.usable || l.certificates.is_empty() {
+                    continue;
+                }
+                let host = match &l.hostname {
+                    None => "*".to_string(),
+                    Some(HostPattern::Exact(n)) => n.clone(),
+                    Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
+                };
+                if l.addresses.is_empty() {
+                    let refs: Vec<ObjectKey> =
+                        l.certificates.iter().map(|(k, _)| k.clone()).collect();
+                    // Without a hostname the certificate's own names are served: which of
+                    // two such certificates a name gets is the store's order.
+                    match claimed.get(&host) {
+                        Some(h) if host != "*" && h.secrets != refs => {
+                            let message = format!(
+                                "hostname {host} on the TLS port is also listener {} of \
+                                 Gateway {}/{}, older (or first by namespace and name), whose \
+                                 certificateRefs are served for it; this listener's are not",
+                                h.listener, h.gateway.0, h.gateway.1
+                            );
+                            let who = object("Gateway", key.0, key.1);
+                            self.warn_gateway(&who, format!("listener {}: {message}", l.name));
+                            for c in st.conditions.iter_mut() {
+                                if c.type_ == "Conflicted" {
+                                    *c = Condition::new(
+                                        "Conflicted",
+                                        true,
+                                        "HostnameConflict",
+                                        message.clone(),
+                                        generation,
+                                    );
+                                }
+                            }
+                            continue;
+                        }
+                        Some(_) => {}
+                        None => {
+                            claimed.insert(
+                                host.clone(),
+                                Holder {
+                                    gateway: *key,
+                                    listener: l.name,
+                                    secrets: refs,
+                                },
+                            );
+                        }
+                    }
+                    add_certificates(&mut self.certificates, &l.certificates, &host);
+                }
+                // A Gateway with addresses of its own has its certificates on each of them.
+                for ip in &l.addresses {
+                    let certs = self.address_certificates.entry(*ip).or_default();
+                    add_certificates(certs, &l.certificates, &host);
+                }
+            }
+        }
+    }
+
+    /// An HTTPS listener's certificates, by Secret, or why they cannot be served.
     fn listener_certificates(
-        &mut self,
         who: &ObjectRef,
         l: &Listener,
-        hostname: Option<&HostPattern>,
         grants: &Grants<'_>,
         secrets: &HashMap<(&str, &str), &Secret>,
-    ) -> Result<(), (&'static str, String)> {
+    ) -> Result<ListenerCertificates, (&'static str, String)> {
         let Some(tls) = l.tls.as_ref() else {
             return Err((
                 "InvalidCertificateRef",
@@ -1093,6 +1208,7 @@ impl<'a> Builder<'a> {
                 "tls.certificateRefs is empty".into(),
             ));
         }
+        let mut out = Vec::with_capacity(tls.certificate_refs.len());
         for r in &tls.certificate_refs {
             let group = r.group.as_deref().unwrap_or("");
             let kind = r.kind.as_deref().unwrap_or("Secret");
@@ -1129,18 +1245,9 @@ impl<'a> Builder<'a> {
                     format!("Secret {ns}/{} {why}", r.name),
                 )
             })?;
-            let slot = self
-                .certificates
-                .entry((ns.to_string(), r.name.clone()))
-                .or_insert_with(|| (BTreeSet::new(), pem));
-            // A listener without a hostname serves the certificate for the names it holds.
-            slot.0.insert(match hostname {
-                None => "*".to_string(),
-                Some(HostPattern::Exact(n)) => n.clone(),
-                Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
-            });
+            out.push(((ns.to_string(), r.name.clone()), pem));
         }
-        Ok(())
+        Ok(out)
     }
 
     /// One rule's table form, and the first of its backends (or filters) that does not
@@ -1508,14 +1615,13 @@ fn attach<'g>(
         host_any = true;
         attached.push(at);
         for host in hosts {
-            places.insert(Place {
-                at: FrontendKey {
-                    address: l.address,
-                    https: l.https,
-                },
-                host,
-                listener: l.hostname.clone(),
-            });
+            for at in l.frontends() {
+                places.insert(Place {
+                    at,
+                    host: host.clone(),
+                    listener: l.hostname.clone(),
+                });
+            }
         }
     }
     if !named {
@@ -1707,6 +1813,25 @@ fn replaces_prefix(rule: &HTTPRouteRule) -> bool {
     })
 }
 
+/// Adds a listener's certificates to `to`, for its hostname `host` (`*`: none).
+fn add_certificates(to: &mut Certificates, certificates: &ListenerCertificates, host: &str) {
+    for ((ns, name), pem) in certificates {
+        to.entry((ns.clone(), name.clone()))
+            .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
+            .0
+            .insert(host.to_string());
+    }
+}
+
+/// A Gateway's `metadata.creationTimestamp` as text that sorts by time; empty when unknown.
+fn created(gw: &Gateway) -> String {
+    gw.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default()
+}
+
 /// What `--gateway-addresses` gave one Gateway, and how usable its listeners were before.
 struct Given {
     outcome: Outcome,
@@ -1729,11 +1854,10 @@ fn give_addresses<'g>(
     if pool.is_empty() {
         return BTreeMap::new();
     }
-    let before: HashMap<(&str, &str), IpAddr> = previous
-        .into_iter()
-        .flat_map(GatewayRoutes::assigned)
-        .map(|(ns, name, ip)| ((ns, name), ip))
-        .collect();
+    let mut before: HashMap<(&str, &str), Vec<IpAddr>> = HashMap::default();
+    for (ns, name, ip) in previous.into_iter().flat_map(GatewayRoutes::assigned) {
+        before.entry((ns, name)).or_default().push(ip);
+    }
     let claims: Vec<Claim<'g>> = gateways
         .iter()
         // A Gateway refused for its parameters is not served: it takes no address.
@@ -1746,29 +1870,24 @@ fn give_addresses<'g>(
         .map(|(&(ns, name), (gw, _, _))| Claim {
             namespace: ns,
             name,
-            created: gw
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default(),
+            created: created(gw),
             ask: Ask::of(
                 gw.spec
                     .addresses
                     .iter()
                     .map(|a| (a.type_.as_deref(), a.value.as_str())),
             ),
-            previous: before.get(&(ns, name)).copied().or_else(|| {
-                // After a restart: the address its status shows, if the pool holds it.
-                gw.status
-                    .as_ref()?
-                    .addresses
+            previous: match before.get(&(ns, name)) {
+                Some(ips) => ips.clone(),
+                // After a restart: the addresses its status shows.
+                None => gw
+                    .status
                     .iter()
-                    .find(|a| a.type_.as_deref().unwrap_or("IPAddress") == "IPAddress")?
-                    .value
-                    .parse()
-                    .ok()
-            }),
+                    .flat_map(|s| &s.addresses)
+                    .filter(|a| a.type_.as_deref().unwrap_or("IPAddress") == "IPAddress")
+                    .filter_map(|a| a.value.parse().ok())
+                    .collect(),
+            },
         })
         .collect();
     let outcomes = address::assign(pool, &claims);
@@ -1782,10 +1901,10 @@ fn give_addresses<'g>(
             all_usable: views.iter().all(|l| l.usable),
             outcome,
         };
-        match given.outcome {
-            Outcome::Address(ip) => {
+        match &given.outcome {
+            Outcome::Addresses(ips) => {
                 for v in views.iter_mut() {
-                    v.address = Some(ip);
+                    v.addresses.clone_from(ips);
                 }
             }
             _ => {

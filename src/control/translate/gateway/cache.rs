@@ -83,8 +83,8 @@ pub(super) struct RouteOutput {
 pub(super) struct ListenerSig {
     name: String,
     https: bool,
-    /// The Gateway's own address: routes attached to it land in that address's routers.
-    address: Option<IpAddr>,
+    /// The Gateway's own addresses: routes attached to it land in each one's routers.
+    addresses: Vec<IpAddr>,
     port: i32,
     hostname: Option<HostPattern>,
     usable: bool,
@@ -103,7 +103,7 @@ impl ListenerSig {
         ListenerSig {
             name: v.name.to_string(),
             https: v.https,
-            address: v.address,
+            addresses: v.addresses.clone(),
             port: v.port,
             hostname: v.hostname.clone(),
             usable: v.usable,

@@ -150,7 +150,10 @@ pub(super) fn rebuild(
         https: Arc::clone(&prev.https),
         tcp: prev.tcp.clone(),
         policies: Arc::clone(&prev.policies),
-        certificates: Arc::new(secret_certs(std::mem::take(&mut b.certificates))),
+        certificates: Arc::new(secret_certs(
+            std::mem::take(&mut b.certificates),
+            std::mem::take(&mut b.address_certificates),
+        )),
         gateway: if same_routes {
             Arc::clone(&prev.gateway)
         } else {

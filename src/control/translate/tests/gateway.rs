@@ -1267,4 +1267,242 @@ fn an_exhausted_pool_leaves_a_gateway_unserved_and_says_so() {
     assert_eq!(get_at(&b.table, "127.0.0.9", "h", "/"), "not gateway");
 }
 
+#[test]
+fn a_gateway_asking_for_several_addresses_gets_them_all_or_none() {
+    let asked = |values: &str| {
+        world(&format!(
+            "{BASE}\n---\n{}",
+            TWO_GATEWAYS.replacen(
+                "  gatewayClassName: sy\n",
+                &format!("  gatewayClassName: sy\n  addresses: [{values}]\n"),
+                1
+            )
+        ))
+    };
+    let pool = with_pool(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
+    let w = asked("{value: 127.0.0.4}, {value: 127.0.0.2}");
+    let b = build_at(&w, &pool, None);
+    // Both, in the order asked; gw gets the free one.
+    assert_eq!(gateway_status(&b, "other").0, ["127.0.0.4", "127.0.0.2"]);
+    assert_eq!(gateway_status(&b, "gw").0, ["127.0.0.3"]);
+    assert_eq!(
+        condition(&b, "other", "Programmed"),
+        ("True".into(), "Programmed".into())
+    );
+    for at in ["127.0.0.2", "127.0.0.4"] {
+        assert_eq!(get_at(&b.table, at, "h", "/"), "infra/v2:8080", "{at}");
+    }
+    assert_eq!(get_at(&b.table, "127.0.0.3", "h", "/"), "infra/v1:8080");
+    // Kept across a rebuild, and after a restart from its status.
+    let again = build_at(&w, &pool, Some(&b.table));
+    assert!(again.table == b.table);
+    let mut restarted = asked("{value: 127.0.0.4}, {value: 127.0.0.2}");
+    for g in &mut restarted.gateways {
+        g.status = Some(
+            b.memo.gateway_status().gateways
+                [&("infra".to_string(), g.metadata.name.clone().unwrap())]
+                .clone(),
+        );
+    }
+    assert!(build_at(&restarted, &pool, None).table == b.table);
+    // One of them outside the pool, or taken: none, and it is served nowhere.
+    for (values, why) in [
+        (
+            "{value: 127.0.0.4}, {value: 10.9.9.9}",
+            "10.9.9.9 is not one of --gateway-addresses",
+        ),
+        (
+            "{value: 127.0.0.4}, {value: 127.0.0.2}",
+            "127.0.0.2 is taken by Gateway infra/gw",
+        ),
+    ] {
+        let taken = build_at(&world(&format!("{BASE}\n---\n{TWO_GATEWAYS}")), &pool, None);
+        let (b, warnings) = build_at_warned(&asked(values), &pool, Some(&taken.table));
+        assert!(gateway_status(&b, "other").0.is_empty(), "{values}");
+        assert_eq!(
+            condition(&b, "other", "Programmed"),
+            ("False".into(), "AddressNotUsable".into())
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.object.name == "other" && w.message.contains(why)),
+            "{values}: {warnings:?}"
+        );
+        assert_eq!(get_at(&b.table, "127.0.0.4", "h", "/"), "not gateway");
+    }
+}
+
+/// Two Gateways with an HTTPS listener for one hostname, each naming its own Secret: `young`
+/// (created later, first by name) and `old`.
+const TWO_HTTPS_GATEWAYS: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: young, namespace: infra, creationTimestamp: "2026-02-01T00:00:00Z", generation: 2}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: secure.test,
+     tls: {certificateRefs: [{name: young-cert}]}}
+  - {name: other, port: 443, protocol: HTTPS, hostname: young.test,
+     tls: {certificateRefs: [{name: young-cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: old, namespace: infra, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: secure.test,
+     tls: {certificateRefs: [{name: old-cert}]}}
+"#;
+
+fn https_world() -> World {
+    use k8s_openapi::ByteString;
+    let mut w = world(&format!("{BASE}\n---\n{TWO_HTTPS_GATEWAYS}"));
+    // Syntactically valid PEM (the key's fit is the TLS side's check).
+    let crt = "-----BEGIN CERTIFICATE-----\nMIIBAA==\n-----END CERTIFICATE-----\n";
+    let key = "-----BEGIN PRIVATE KEY-----\nMIIBAA==\n-----END PRIVATE KEY-----\n";
+    for name in ["young-cert", "old-cert"] {
+        w.secrets.push(k8s_openapi::api::core::v1::Secret {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("infra".into()),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(BTreeMap::from([
+                ("tls.crt".to_string(), ByteString(crt.as_bytes().to_vec())),
+                ("tls.key".to_string(), ByteString(key.as_bytes().to_vec())),
+            ])),
+            ..Default::default()
+        });
+    }
+    w
+}
+
+/// The table's certificates as (Secret, address, hosts).
+fn certificates(t: &RoutingTable) -> Vec<(String, Option<String>, Vec<String>)> {
+    t.certificates
+        .iter()
+        .map(|c| {
+            (
+                c.secret.to_string(),
+                c.address.map(|a| a.to_string()),
+                c.hosts.iter().map(|h| h.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn listener_conditions(b: &Built, gw: &str, listener: &str) -> Vec<(String, String, String)> {
+    let st = &b.memo.gateway_status().gateways[&("infra".to_string(), gw.to_string())];
+    st.listeners
+        .iter()
+        .find(|l| l.name == listener)
+        .unwrap()
+        .conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+        .collect()
+}
+
+#[test]
+fn two_gateways_giving_one_hostname_other_certificates_conflict_and_the_oldest_wins() {
+    let w = https_world();
+    let (b, warnings) = build_at_warned(&w, &Options::default(), None);
+    // The older Gateway's Secret has the hostname; the younger's keeps only its own name.
+    assert_eq!(
+        certificates(&b.table),
+        [
+            ("infra/old-cert".into(), None, vec!["secure.test".into()]),
+            ("infra/young-cert".into(), None, vec!["young.test".into()]),
+        ]
+    );
+    let conflicted = listener_conditions(&b, "young", "https");
+    assert!(
+        conflicted.contains(&(
+            "Conflicted".into(),
+            "True".into(),
+            "HostnameConflict".into()
+        )),
+        "{conflicted:?}"
+    );
+    // Still accepted and served: its routes share the host level, as on the HTTP port.
+    assert!(conflicted.contains(&("Accepted".into(), "True".into(), "Accepted".into())));
+    assert_eq!(
+        condition(&b, "young", "Accepted"),
+        ("True".into(), "ListenersNotValid".into())
+    );
+    assert!(listener_conditions(&b, "young", "other").contains(&(
+        "Conflicted".into(),
+        "False".into(),
+        "NoConflicts".into()
+    )));
+    assert!(listener_conditions(&b, "old", "https").contains(&(
+        "Conflicted".into(),
+        "False".into(),
+        "NoConflicts".into()
+    )));
+    assert_eq!(
+        condition(&b, "old", "Accepted"),
+        ("True".into(), "Accepted".into())
+    );
+    let warned: Vec<&Warning> = warnings
+        .iter()
+        .filter(|w| w.message.contains("secure.test"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warnings:?}");
+    assert_eq!(warned[0].object.name, "young");
+    assert!(
+        warned[0].message.contains("infra/old"),
+        "{}",
+        warned[0].message
+    );
+}
+
+#[test]
+fn a_gateway_with_an_address_has_its_certificates_for_that_address_alone() {
+    let w = https_world();
+    let pool = with_pool(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
+    let (b, warnings) = build_at_warned(&w, &pool, None);
+    // Oldest first (BASE's gw has no creation time): old gets .3, young .4; each Secret for
+    // its own address, no conflict.
+    assert_eq!(gateway_status(&b, "old").0, ["127.0.0.3"]);
+    assert_eq!(
+        certificates(&b.table),
+        [
+            (
+                "infra/old-cert".into(),
+                Some("127.0.0.3".into()),
+                vec!["secure.test".into()]
+            ),
+            (
+                "infra/young-cert".into(),
+                Some("127.0.0.4".into()),
+                vec!["secure.test".into(), "young.test".into()]
+            ),
+        ]
+    );
+    assert!(listener_conditions(&b, "young", "https").contains(&(
+        "Conflicted".into(),
+        "False".into(),
+        "NoConflicts".into()
+    )));
+    assert!(
+        !warnings.iter().any(|w| w.message.contains("secure.test")),
+        "{warnings:?}"
+    );
+    // A Gateway left without an address serves its certificates nowhere.
+    let (b, _) = build_at_warned(&w, &with_pool(&["127.0.0.2", "127.0.0.3"]), None);
+    assert_eq!(
+        certificates(&b.table),
+        [(
+            "infra/old-cert".into(),
+            Some("127.0.0.3".into()),
+            vec!["secure.test".into()]
+        )]
+    );
+}
+
 mod cache;

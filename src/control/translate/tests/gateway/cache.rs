@@ -38,8 +38,8 @@ struct Scene {
     labels: [u8; 2],
     /// Service `apps/s3` exists.
     s3: bool,
-    /// The address `infra/gw` asks for in `spec.addresses`: none, 127.0.0.4, 127.0.0.3, or
-    /// 127.0.0.9 (in no pool).
+    /// The addresses `infra/gw` asks for in `spec.addresses`: none, 127.0.0.4, 127.0.0.3,
+    /// 127.0.0.9 (in no pool), 127.0.0.3 and 127.0.0.2, or 127.0.0.4 and 127.0.0.9.
     ask: u8,
 }
 
@@ -72,7 +72,7 @@ fn scene() -> impl Strategy<Value = Scene> {
         any::<bool>(),
         (0u8..2, 0u8..2),
         any::<bool>(),
-        0u8..4,
+        0u8..6,
     )
         .prop_map(|(listener, grant, (a, b), s3, ask)| Scene {
             listener,
@@ -163,18 +163,29 @@ fn scene_world(s: &Scene, routes: &BTreeMap<u8, RouteP>) -> World {
     if let Some(h) = hostname {
         listener["hostname"] = h.into();
     }
+    // Both Gateways give b.example.com a certificate on the TLS port, each its own: shared,
+    // they conflict (gw2 keeps it, first by namespace); with addresses, each has its own.
+    let https = |secret: &str| {
+        serde_json::json!({"name": "tls", "port": 443, "protocol": "HTTPS",
+            "hostname": "b.example.com", "tls": {"certificateRefs": [{"name": secret}]}})
+    };
     let mut gw = serde_json::json!({
         "metadata": {"name": "gw", "namespace": "infra", "generation": 1},
-        "spec": {"gatewayClassName": "sy", "listeners": [listener]},
+        "spec": {"gatewayClassName": "sy", "listeners": [listener, https("gw-cert")]},
     });
-    if let Some(ip) = [
-        None,
-        Some("127.0.0.4"),
-        Some("127.0.0.3"),
-        Some("127.0.0.9"),
-    ][usize::from(s.ask)]
-    {
-        gw["spec"]["addresses"] = serde_json::json!([{"type": "IPAddress", "value": ip}]);
+    let asked: &[&str] = [
+        &[][..],
+        &["127.0.0.4"],
+        &["127.0.0.3"],
+        &["127.0.0.9"],
+        &["127.0.0.3", "127.0.0.2"],
+        &["127.0.0.4", "127.0.0.9"],
+    ][usize::from(s.ask)];
+    if !asked.is_empty() {
+        gw["spec"]["addresses"] = asked
+            .iter()
+            .map(|ip| serde_json::json!({"type": "IPAddress", "value": ip}))
+            .collect();
     }
     w.gateways.push(from(gw));
     w.gateways.push(from(serde_json::json!({
@@ -182,8 +193,20 @@ fn scene_world(s: &Scene, routes: &BTreeMap<u8, RouteP>) -> World {
         "spec": {"gatewayClassName": "sy", "listeners": [
             {"name": "web", "port": 80, "protocol": "HTTP", "hostname": "b.example.com",
              "allowedRoutes": {"namespaces": {"from": "Selector",
-                 "selector": {"matchLabels": {"env": "dev"}}}}}]},
+                 "selector": {"matchLabels": {"env": "dev"}}}}},
+            https("gw2-cert")]},
     })));
+    for (ns, name) in [("infra", "gw-cert"), ("apps", "gw2-cert")] {
+        // Syntactically valid PEM (the key's fit is the TLS side's check).
+        w.secrets.push(from(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns},
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJBQT09Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K",
+                "tls.key": "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUJBQT09Ci0tLS0tRU5EIFBSSVZBVEUgS0VZLS0tLS0K",
+            },
+        })));
+    }
     for (ns, label) in ["infra", "apps"].iter().zip(s.labels) {
         let env = ["prod", "dev"][usize::from(label)];
         w.namespaces.push(from(serde_json::json!({
@@ -238,7 +261,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<bool>().prop_map(Step::Grant),
         2 => (0u8..2, 0u8..2).prop_map(|(n, l)| Step::Labels(n, l)),
         1 => any::<bool>().prop_map(Step::S3),
-        2 => (0u8..4).prop_map(Step::Ask),
+        3 => (0u8..6).prop_map(Step::Ask),
     ]
 }
 
