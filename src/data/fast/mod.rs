@@ -18,6 +18,8 @@
 
 pub mod chunked;
 pub mod h2;
+pub mod h2_pool;
+mod h2_relay;
 pub mod pool;
 pub mod request;
 pub mod response;
@@ -35,6 +37,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::data::fast::chunked::{ChunkError, Chunks};
+use crate::data::fast::h2_pool::H2Pool;
 use crate::data::fast::pool::{Key, Pool, TlsUpstream, Upstream};
 use crate::data::fast::request::{Field, Parse, Request, build_request, parse_request, str_at};
 use crate::data::fast::response::{
@@ -78,6 +81,8 @@ pub enum Served {
 pub struct FastPath {
     proxy: HttpProxy,
     pool: Arc<Pool>,
+    /// HTTP/2 connections to `h2c`/`grpc` endpoints (`h2_relay`).
+    h2_pool: Arc<H2Pool>,
 }
 
 /// Per client connection: buffers reused by every request on it.
@@ -195,6 +200,7 @@ impl FastPath {
         FastPath {
             proxy,
             pool: Arc::default(),
+            h2_pool: Arc::default(),
         }
     }
 
