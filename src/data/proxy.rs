@@ -666,6 +666,18 @@ impl ProxyHttp for HttpProxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(uri) = ctx.rewrite.clone() {
+            // An HTTP/2 request's target carries `:scheme` and `:authority`, which Pingora's
+            // HTTP/2 upstream reads the backend's `:authority` from when there is no `host`:
+            // only the path and query change.
+            let uri = match (req.uri.scheme(), req.uri.authority()) {
+                (Some(scheme), Some(authority)) if session.is_http2() => {
+                    let mut parts = uri.clone().into_parts();
+                    parts.scheme = Some(scheme.clone());
+                    parts.authority = Some(authority.clone());
+                    Uri::from_parts(parts).unwrap_or(uri)
+                }
+                _ => uri,
+            };
             req.set_uri(uri);
         }
         // Pingora accepts identical duplicate lengths (RFC 9110 §8.6) but forwards them all;

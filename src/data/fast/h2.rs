@@ -1,7 +1,8 @@
 //! The fast path for HTTP/2 clients: each plain `GET` or `HEAD` stream without a body that
 //! the connection loop (`data::http2`) offers is served by the HTTP/1 fast path's own exchange
-//! with the backend (its pool, its `decide` calls, its recording); any other stream is handed
-//! back untouched for Pingora's proxy.
+//! with the backend (its pool, its `decide` calls, its recording); a stream whose route leads
+//! to an HTTP/2 backend goes to `h2_relay`; any other stream is handed back untouched for
+//! Pingora's proxy.
 //!
 //! Pingora's HTTP/2 path costs several times HAProxy's CPU per request (a session, a task and a
 //! channel per stream, an HTTP/1 upstream session with its own pool watcher, case-preserving

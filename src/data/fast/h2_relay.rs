@@ -7,7 +7,7 @@
 //! header edits (`request_edits`, `response_edits`), the call's deadline (`grpc::timeout`,
 //! `grpc::blame`), switchyard's own answers (`failure_answer`, `grpc_answer`, `grpc_status`);
 //! recording is `record::Recorder`'s. A stream this relay does not carry (a request Pingora
-//! would refuse or rewrite, a route to an HTTP/1 or TLS backend, a route with Gateway
+//! would refuse, a path Pingora would normalise, a route to an HTTP/1 or TLS backend, a route with Gateway
 //! filters or a body limit, any answer other than proxying) is handed back before a byte is
 //! written. It never holds a lock across an await.
 
@@ -90,6 +90,7 @@ impl FastPath {
         let mut attempt;
         let grpc;
         let client;
+        let rewrite;
         {
             let req = session.req_header();
             // What Pingora would refuse (its answer is its own) or rewrite stays Pingora's.
@@ -129,7 +130,26 @@ impl FastPath {
                 started,
             );
             let protocol = attempt.backend_protocol();
-            let taken = matches!(route, Ok(Route::Proxy { strip: None }))
+            // The target the backend gets: the route's prefix stripped or replaced, as on
+            // Pingora's path.
+            rewrite = match &route {
+                Ok(Route::Proxy { strip: Some(strip) }) => {
+                    let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+                    let (slash, rest) = strip.apply(pq);
+                    let target = format!("{slash}{rest}");
+                    let mut parts = req.uri.clone().into_parts();
+                    match target.parse() {
+                        Ok(pq) => parts.path_and_query = Some(pq),
+                        Err(_) => return Some(session),
+                    }
+                    match http::Uri::from_parts(parts) {
+                        Ok(uri) => Some(uri),
+                        Err(_) => return Some(session),
+                    }
+                }
+                _ => None,
+            };
+            let taken = matches!(route, Ok(Route::Proxy { .. }))
                 && protocol.http2()
                 && !protocol.tls()
                 && !attempt.rewrites()
@@ -139,6 +159,9 @@ impl FastPath {
             }
         }
         let _active = self.proxy.enter();
+        if let Some(uri) = rewrite {
+            session.req_header_mut().set_uri(uri);
+        }
         let deadline = if grpc {
             let header = session.req_header().headers.get("grpc-timeout");
             grpc::timeout(header.map(HeaderValue::as_bytes)).and_then(|t| started.checked_add(t))

@@ -9,7 +9,8 @@
 //! response back with its framing checked (`response`, `chunked`), over its own pool of
 //! upstream connections (`pool`): HTTP/1.1 in clear, or over TLS to `https` backends with the
 //! bundle, client certificate and verification `tls::BackendTls::choose` decides for Pingora's
-//! path too (HTTP/2 to backends stays Pingora's). Every decision — route, stickiness, pick, retry, ejection,
+//! path too. Streams of HTTP/2 clients to `h2c`/`grpc` backends are relayed frame by frame
+//! over the path's own HTTP/2 connections (`h2_relay`, `h2_pool`). Every decision — route, stickiness, pick, retry, ejection,
 //! header edits, answers — is the `Attempt`'s and the edit lists' of `decide`, the same the
 //! Pingora hooks apply; recording is `record::Recorder`'s. Anything this module is not sure of
 //! (a header it does not handle, a parse error, a method with a body) is declined before a
