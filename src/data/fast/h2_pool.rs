@@ -117,7 +117,15 @@ impl H2Pool {
         let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         let endpoint = endpoints.entry(addr).or_default();
         endpoint.opening = endpoint.opening.saturating_sub(1);
-        let (send, connection) = opened?;
+        let (send, connection) = match opened {
+            Ok(pair) => pair,
+            Err(e) => {
+                if endpoint.conns.is_empty() && endpoint.opening == 0 {
+                    endpoints.remove(&addr);
+                }
+                return Err(e);
+            }
+        };
         let conn = Arc::new(Conn {
             send: send.clone(),
             active: Arc::default(),
@@ -129,12 +137,24 @@ impl H2Pool {
         };
         endpoint.conns.push(Arc::clone(&conn));
         drop(endpoints);
+        let pool = Arc::downgrade(self);
         tokio::spawn(async move {
             tokio::select! {
                 _ = connection => {}
                 () = conn.active.idle_for(idle_timeout) => {}
             }
             conn.closed.store(true, Ordering::Relaxed);
+            // Gone from the pool, and the endpoint with it once it has no connection left (an
+            // endpoint no longer in the table leaves nothing behind).
+            if let Some(pool) = pool.upgrade() {
+                let mut endpoints = pool.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(endpoint) = endpoints.get_mut(&addr) {
+                    endpoint.conns.retain(|c| !Arc::ptr_eq(c, &conn));
+                    if endpoint.conns.is_empty() && endpoint.opening == 0 {
+                        endpoints.remove(&addr);
+                    }
+                }
+            }
         });
         Ok((send, lease, false))
     }

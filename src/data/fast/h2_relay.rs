@@ -25,7 +25,7 @@ use pingora::protocols::http::v2::server::HttpSession;
 use pingora::protocols::http::v2::write_body;
 
 use crate::data::fast::FastPath;
-use crate::data::fast::h2_pool::PoolError;
+use crate::data::fast::h2_pool::{Lease, PoolError};
 use crate::data::proxy::{PingoraView, apply};
 use crate::data::record::Finished;
 use crate::data::tls;
@@ -48,6 +48,8 @@ struct Call {
     body_done: bool,
     /// Some of the request body went to an endpoint: the call cannot be replayed.
     body_sent: bool,
+    /// The request's method is idempotent (`GET`, `PUT`, ...).
+    idempotent: bool,
     /// The HTTP status the client got (0: none).
     status: u16,
     failed: bool,
@@ -74,8 +76,9 @@ impl Call {
 /// Why a try ended before its response header.
 struct Broken {
     cause: Cause,
-    /// The backend's connection is not to be used again (GOAWAY, a connection error).
-    retire: bool,
+    /// The backend did not process the stream: it was never sent, or the backend refused it
+    /// (`REFUSED_STREAM`, or past a GOAWAY's last stream; RFC 9113 §8.7).
+    unprocessed: bool,
 }
 
 impl FastPath {
@@ -175,6 +178,7 @@ impl FastPath {
             server_timeout: attempt.server_timeout(self.proxy.timeouts.server_idle),
             body_done: session.is_body_done(),
             body_sent: false,
+            idempotent: session.req_header().method.is_idempotent(),
             status: 0,
             failed: false,
             ending: None,
@@ -210,7 +214,8 @@ impl FastPath {
     /// The tries, then the relay of the response that came.
     async fn exchange(&self, session: &mut HttpSession, attempt: &mut Attempt, call: &mut Call) {
         let policy = &self.proxy.policy;
-        let (resp, mut to_backend) = loop {
+        // The lease keeps the backend connection counted busy until the stream ends.
+        let (resp, mut to_backend, lease) = loop {
             let Some(addr) = attempt.next(Instant::now()) else {
                 self.answer(session, call, 503);
                 return;
@@ -229,9 +234,11 @@ impl FastPath {
             }
             let failure = Failure {
                 cause,
-                // A call whose body began to go out is not sent again (gRPC: a started
-                // stream is never retried).
-                replayable: !call.body_sent,
+                // As on Pingora's path, only an idempotent request is sent again once the
+                // backend may have begun it; a stream it did not process may go again whatever
+                // its method, while none of its body has been read (gRPC: a started stream is
+                // never retried).
+                replayable: !call.body_sent && (broken.unprocessed || call.idempotent),
             };
             let verdict = attempt.failed(failure, policy, Instant::now());
             self.proxy.recorder.failure(attempt, &verdict);
@@ -275,7 +282,7 @@ impl FastPath {
             return;
         }
         if let Err(cause) = self
-            .relay_response(session, call, &mut to_backend, &mut from_backend)
+            .relay_response(session, call, &lease, &mut to_backend, &mut from_backend)
             .await
         {
             call.failed = true;
@@ -319,7 +326,7 @@ impl FastPath {
         attempt: &mut Attempt,
         call: &mut Call,
         addr: SocketAddr,
-    ) -> Result<(http::Response<RecvStream>, SendStream<Bytes>), Broken> {
+    ) -> Result<(http::Response<RecvStream>, SendStream<Bytes>, Lease), Broken> {
         let connect_timeout = match call.deadline {
             Some(d) => self
                 .proxy
@@ -352,7 +359,7 @@ impl FastPath {
                 };
                 return Err(Broken {
                     cause,
-                    retire: false,
+                    unprocessed: true,
                 });
             }
         };
@@ -371,13 +378,13 @@ impl FastPath {
                 lease.retire();
                 return Err(Broken {
                     cause: Cause::UpstreamClosed,
-                    retire: true,
+                    unprocessed: true,
                 });
             }
             Err(_) => {
                 return Err(Broken {
                     cause: Cause::UpstreamTimedOut,
-                    retire: false,
+                    unprocessed: true,
                 });
             }
         };
@@ -386,25 +393,24 @@ impl FastPath {
             tokio::select! {
                 r = &mut response => {
                     return match r {
-                        Ok(resp) => Ok((resp, to_backend)),
+                        Ok(resp) => Ok((resp, to_backend, lease)),
                         Err(e) => {
-                            let broken = upstream_broken(&e, Cause::UpstreamClosed);
-                            if broken.retire {
+                            if retires(&e) {
                                 lease.retire();
                             }
-                            Err(broken)
+                            Err(upstream_broken(&e))
                         }
                     };
                 }
                 chunk = session.read_body_or_idle(call.body_done) => {
                     let last = session.is_body_done();
                     if let Err(cause) = self.forward_body(chunk, last, call, &mut to_backend).await {
-                        return Err(Broken { cause, retire: false });
+                        return Err(Broken { cause, unprocessed: false });
                     }
                 }
                 () = tokio::time::sleep_until(limit) => {
                     to_backend.send_reset(h2::Reason::CANCEL);
-                    return Err(Broken { cause: Cause::UpstreamTimedOut, retire: false });
+                    return Err(Broken { cause: Cause::UpstreamTimedOut, unprocessed: false });
                 }
             }
         }
@@ -446,6 +452,7 @@ impl FastPath {
         &self,
         session: &mut HttpSession,
         call: &mut Call,
+        lease: &Lease,
         to_backend: &mut SendStream<Bytes>,
         from_backend: &mut RecvStream,
     ) -> Result<(), Cause> {
@@ -462,7 +469,12 @@ impl FastPath {
                         // The backend may send more once the client took this.
                         let _ = from_backend.flow_control().release_capacity(n);
                     }
-                    Some(Err(e)) => return Err(upstream_broken(&e, Cause::ResponseTruncated).cause),
+                    Some(Err(e)) => {
+                        if retires(&e) {
+                            lease.retire();
+                        }
+                        return Err(Cause::ResponseTruncated);
+                    }
                     None => break,
                 },
                 chunk = session.read_body_or_idle(call.body_done) => {
@@ -485,7 +497,12 @@ impl FastPath {
                     .map_err(|_| Cause::ClientGone)
             }
             Ok(Ok(None)) => session.finish().map_err(|_| Cause::ClientGone),
-            Ok(Err(e)) => Err(upstream_broken(&e, Cause::ResponseTruncated).cause),
+            Ok(Err(e)) => {
+                if retires(&e) {
+                    lease.retire();
+                }
+                Err(Cause::ResponseTruncated)
+            }
             Err(_) => Err(Cause::UpstreamTimedOut),
         }
     }
@@ -557,18 +574,17 @@ fn host_of(req: &pingora::http::RequestHeader) -> Option<&[u8]> {
         .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
 }
 
-/// What an `h2` error from the backend's side means: a GOAWAY or a connection error retires
-/// the connection; a stream the backend refused (REFUSED_STREAM, or past a GOAWAY's last
-/// stream) was not processed and counts as a closed connection, which a try may replay.
-fn upstream_broken(e: &h2::Error, stream_cause: Cause) -> Broken {
-    let refused = e.reason() == Some(h2::Reason::REFUSED_STREAM);
-    let retire = e.is_go_away() || e.is_io() || (!e.is_reset() && !e.is_remote());
+/// What an `h2` error before the response header means: a stream the backend refused
+/// (REFUSED_STREAM, or past a GOAWAY's last stream) was not processed, and a closed
+/// connection either way, which a try may replay.
+fn upstream_broken(e: &h2::Error) -> Broken {
     Broken {
-        cause: if refused {
-            Cause::UpstreamClosed
-        } else {
-            stream_cause
-        },
-        retire,
+        cause: Cause::UpstreamClosed,
+        unprocessed: e.reason() == Some(h2::Reason::REFUSED_STREAM) || e.is_go_away(),
     }
+}
+
+/// The error ends the connection for new streams: a GOAWAY, an I/O or a connection error.
+fn retires(e: &h2::Error) -> bool {
+    e.is_go_away() || e.is_io() || (!e.is_reset() && !e.is_remote())
 }
