@@ -59,7 +59,9 @@ impl FastPath {
                 }
             }
         }
-        self.relay_h2(session, digest).await
+        // Boxed: the relay's state is kilobytes, and a GET's task (which the caller boxes
+        // whole) should not carry it.
+        Box::pin(self.relay_h2(session, digest)).await
     }
 }
 
