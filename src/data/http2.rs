@@ -109,24 +109,29 @@ pub async fn serve<A>(
 }
 
 /// The streams in flight on a connection, so that its idle timeout runs only while there are
-/// none.
+/// none (a client's here, a backend's in `fast::h2_pool`).
 #[derive(Default)]
-struct Active {
+pub(crate) struct Active {
     count: AtomicUsize,
     idle: Notify,
 }
 
 /// One stream in flight (see `Active`).
-struct Busy(Arc<Active>);
+pub(crate) struct Busy(Arc<Active>);
 
 impl Active {
-    fn start(self: &Arc<Self>) -> Busy {
+    pub(crate) fn start(self: &Arc<Self>) -> Busy {
         self.count.fetch_add(1, Ordering::Relaxed);
         Busy(self.clone())
     }
 
+    /// Streams in flight now.
+    pub(crate) fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
     /// Returns once no stream has been in flight for `timeout`.
-    async fn idle_for(&self, timeout: Duration) {
+    pub(crate) async fn idle_for(&self, timeout: Duration) {
         loop {
             while self.count.load(Ordering::Relaxed) != 0 {
                 self.idle.notified().await;

@@ -49,7 +49,7 @@ use crate::table::sticky::{self, COOKIE_NAME};
 
 /// Streams switchyard opens on one HTTP/2 connection to an endpoint before opening another
 /// (the common server default for concurrent streams).
-const H2_STREAMS_PER_CONNECTION: usize = 100;
+pub(crate) const H2_STREAMS_PER_CONNECTION: usize = 100;
 use crate::table::gateway::RequestView;
 use crate::table::{Frontend, TableReader};
 
@@ -208,24 +208,14 @@ pub struct Ctx {
     mirror_body: Option<BodyCopies>,
 }
 
-/// Pingora's timers round to 10 ms and may fire a hair before the instant asked for.
-const DEADLINE_SLACK: Duration = Duration::from_millis(5);
-
 impl Ctx {
-    /// `cause`, unless the call's own deadline (`grpc-timeout`) has passed: a timeout then is
-    /// the client's budget running out, not the endpoint's fault (no ejection, no retry).
+    /// `cause`, unless the call's own deadline has passed (`grpc::blame`).
     fn blame(&self, cause: Cause) -> Cause {
-        match cause {
-            Cause::UpstreamTimedOut | Cause::ConnectTimedOut if self.deadline_passed() => {
-                Cause::DeadlinePassed
-            }
-            c => c,
-        }
+        crate::decide::grpc::blame(cause, self.deadline, Instant::now())
     }
 
     fn deadline_passed(&self) -> bool {
-        self.deadline
-            .is_some_and(|d| Instant::now() + DEADLINE_SLACK >= d)
+        crate::decide::grpc::deadline_passed(self.deadline, Instant::now())
     }
 }
 
@@ -676,6 +666,18 @@ impl ProxyHttp for HttpProxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(uri) = ctx.rewrite.clone() {
+            // An HTTP/2 request's target carries `:scheme` and `:authority`, which Pingora's
+            // HTTP/2 upstream reads the backend's `:authority` from when there is no `host`:
+            // only the path and query change.
+            let uri = match (req.uri.scheme(), req.uri.authority()) {
+                (Some(scheme), Some(authority)) if session.is_http2() => {
+                    let mut parts = uri.clone().into_parts();
+                    parts.scheme = Some(scheme.clone());
+                    parts.authority = Some(authority.clone());
+                    Uri::from_parts(parts).unwrap_or(uri)
+                }
+                _ => uri,
+            };
             req.set_uri(uri);
         }
         // Pingora accepts identical duplicate lengths (RFC 9110 §8.6) but forwards them all;
@@ -857,7 +859,7 @@ impl ProxyHttp for HttpProxy {
 // === applying edits to Pingora's header maps ===
 
 /// Pingora's request and response headers, as far as `apply` needs them.
-trait Fields {
+pub(crate) trait Fields {
     fn map(&self) -> &http::HeaderMap;
     fn insert(&mut self, name: &'static str, value: Vec<u8>) -> Result<()>;
     fn append(&mut self, name: &'static str, value: Vec<u8>) -> Result<()>;
@@ -898,7 +900,7 @@ impl_fields!(RequestHeader);
 impl_fields!(ResponseHeader);
 
 /// Carries out `edits` on a header map, in order.
-fn apply(fields: &mut impl Fields, edits: &Edits<'_>) -> Result<()> {
+pub(crate) fn apply(fields: &mut impl Fields, edits: &Edits<'_>) -> Result<()> {
     for edit in edits.iter() {
         match *edit {
             Edit::Remove(name) => fields.remove(name),
@@ -1000,7 +1002,7 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for CountConnections<A> {
 }
 
 /// Pingora's request header as a Gateway route's conditions read it.
-struct PingoraView<'a>(&'a RequestHeader);
+pub(crate) struct PingoraView<'a>(pub(crate) &'a RequestHeader);
 
 impl RequestView for PingoraView<'_> {
     fn method(&self) -> &[u8] {

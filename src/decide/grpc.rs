@@ -3,7 +3,30 @@
 //! how a call ended (`Ending`: its `grpc-status`, one of 18 bounded values for metrics and
 //! logs). The answers to gRPC requests are `error_page::grpc_answer`. No I/O here.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::decide::cause::Cause;
+
+/// Engines' timers may fire a hair before the instant asked for (Pingora's round to 10 ms):
+/// a deadline this close counts as passed.
+pub const DEADLINE_SLACK: Duration = Duration::from_millis(5);
+
+/// Whether a call's deadline (from `grpc-timeout`, or a Gateway rule's request timeout) has
+/// passed at `now`.
+pub fn deadline_passed(deadline: Option<Instant>, now: Instant) -> bool {
+    deadline.is_some_and(|d| now + DEADLINE_SLACK >= d)
+}
+
+/// `cause`, unless the call's own deadline has passed: a timeout then is the client's budget
+/// running out, not the endpoint's fault (no ejection, no retry, DEADLINE_EXCEEDED).
+pub fn blame(cause: Cause, deadline: Option<Instant>, now: Instant) -> Cause {
+    match cause {
+        Cause::UpstreamTimedOut | Cause::ConnectTimedOut if deadline_passed(deadline, now) => {
+            Cause::DeadlinePassed
+        }
+        c => c,
+    }
+}
 
 /// `grpc-timeout`: the time the client gives the call, or `None` when the header is absent or
 /// malformed (the call then has no deadline of its own, as the gRPC spec says for a bad value).
@@ -121,6 +144,33 @@ mod tests {
         assert_eq!(all.len(), Ending::COUNT);
         assert_eq!((all[4], all[17]), ("DEADLINE_EXCEEDED", "none"));
         assert!(Ending::all().enumerate().all(|(i, e)| e.index() == i));
+    }
+
+    #[test]
+    fn a_timeout_past_the_deadline_is_the_clients() {
+        let now = Instant::now();
+        let past = Some(now);
+        let later = now.checked_add(Duration::from_secs(1));
+        assert_eq!(
+            blame(Cause::UpstreamTimedOut, past, now),
+            Cause::DeadlinePassed
+        );
+        assert_eq!(
+            blame(Cause::ConnectTimedOut, past, now),
+            Cause::DeadlinePassed
+        );
+        assert_eq!(
+            blame(Cause::UpstreamTimedOut, later, now),
+            Cause::UpstreamTimedOut
+        );
+        assert_eq!(
+            blame(Cause::UpstreamTimedOut, None, now),
+            Cause::UpstreamTimedOut
+        );
+        assert_eq!(
+            blame(Cause::UpstreamClosed, past, now),
+            Cause::UpstreamClosed
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The fast path for HTTP/2 clients: each plain `GET` or `HEAD` stream without a body that
 //! the connection loop (`data::http2`) offers is served by the HTTP/1 fast path's own exchange
-//! with the backend (its pool, its `decide` calls, its recording); any other stream is handed
-//! back untouched for Pingora's proxy.
+//! with the backend (its pool, its `decide` calls, its recording); a stream whose route leads
+//! to an HTTP/2 backend goes to `h2_relay`; any other stream is handed back untouched for
+//! Pingora's proxy.
 //!
 //! Pingora's HTTP/2 path costs several times HAProxy's CPU per request (a session, a task and a
 //! channel per stream, an HTTP/1 upstream session with its own pool watcher, case-preserving
@@ -29,31 +30,38 @@ impl FastPath {
         mut session: HttpSession,
         digest: &Digest,
     ) -> Option<HttpSession> {
-        if !session.is_body_done() {
-            return Some(session);
+        if session.is_body_done() {
+            let mut head = Vec::with_capacity(512);
+            if h1_head(&session, &mut head) {
+                let head = Bytes::from(head);
+                let mut conn = self.connection_of(
+                    digest.socket_digest.as_deref(),
+                    digest.ssl_digest.as_deref(),
+                );
+                if let Parse::Request(req) = parse_request(&head, &mut conn.fields) {
+                    let mut reply = Reply {
+                        session: &mut session,
+                        head_request: req.head,
+                        state: State::Head,
+                    };
+                    // An HTTP/2 stream never closes its connection: the other streams go on.
+                    // A response cut short leaves the stream open: dropping it resets it
+                    // (RST_STREAM).
+                    if self
+                        .proxy_request(&mut reply, &mut conn, &head, &req, false)
+                        .await
+                        .is_some()
+                    {
+                        return None;
+                    }
+                    // Declined once routed (an HTTP/2 backend, Gateway filters): nothing was
+                    // written.
+                }
+            }
         }
-        let mut head = Vec::with_capacity(512);
-        if !h1_head(&session, &mut head) {
-            return Some(session);
-        }
-        let head = Bytes::from(head);
-        let mut conn = self.connection_of(
-            digest.socket_digest.as_deref(),
-            digest.ssl_digest.as_deref(),
-        );
-        let Parse::Request(req) = parse_request(&head, &mut conn.fields) else {
-            return Some(session);
-        };
-        let mut reply = Reply {
-            session: &mut session,
-            head_request: req.head,
-            state: State::Head,
-        };
-        // An HTTP/2 stream never closes its connection: the other streams go on.
-        self.proxy_request(&mut reply, &mut conn, &head, &req, false)
-            .await?;
-        // A response cut short leaves the stream open: dropping it resets it (RST_STREAM).
-        None
+        // Boxed: the relay's state is kilobytes, and a GET's task (which the caller boxes
+        // whole) should not carry it.
+        Box::pin(self.relay_h2(session, digest)).await
     }
 }
 

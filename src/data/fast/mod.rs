@@ -9,7 +9,8 @@
 //! response back with its framing checked (`response`, `chunked`), over its own pool of
 //! upstream connections (`pool`): HTTP/1.1 in clear, or over TLS to `https` backends with the
 //! bundle, client certificate and verification `tls::BackendTls::choose` decides for Pingora's
-//! path too (HTTP/2 to backends stays Pingora's). Every decision — route, stickiness, pick, retry, ejection,
+//! path too. Streams of HTTP/2 clients to `h2c`/`grpc` backends are relayed frame by frame
+//! over the path's own HTTP/2 connections (`h2_relay`, `h2_pool`). Every decision — route, stickiness, pick, retry, ejection,
 //! header edits, answers — is the `Attempt`'s and the edit lists' of `decide`, the same the
 //! Pingora hooks apply; recording is `record::Recorder`'s. Anything this module is not sure of
 //! (a header it does not handle, a parse error, a method with a body) is declined before a
@@ -18,6 +19,8 @@
 
 pub mod chunked;
 pub mod h2;
+pub mod h2_pool;
+mod h2_relay;
 pub mod pool;
 pub mod request;
 pub mod response;
@@ -35,6 +38,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::data::fast::chunked::{ChunkError, Chunks};
+use crate::data::fast::h2_pool::H2Pool;
 use crate::data::fast::pool::{Key, Pool, TlsUpstream, Upstream};
 use crate::data::fast::request::{Field, Parse, Request, build_request, parse_request, str_at};
 use crate::data::fast::response::{
@@ -78,6 +82,8 @@ pub enum Served {
 pub struct FastPath {
     proxy: HttpProxy,
     pool: Arc<Pool>,
+    /// HTTP/2 connections to `h2c`/`grpc` endpoints (`h2_relay`).
+    h2_pool: Arc<H2Pool>,
 }
 
 /// Per client connection: buffers reused by every request on it.
@@ -195,6 +201,7 @@ impl FastPath {
         FastPath {
             proxy,
             pool: Arc::default(),
+            h2_pool: Arc::default(),
         }
     }
 

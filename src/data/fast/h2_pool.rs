@@ -1,0 +1,280 @@
+//! HTTP/2 connections of the fast path to `h2c`/`grpc` endpoints (`h2_relay` uses them):
+//! streams share few connections per endpoint address. A connection takes streams up to the
+//! fewer of the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` and `H2_STREAMS_PER_CONNECTION`;
+//! past that another is opened, up to `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams
+//! wait on the least busy one (the `h2` client queues them). Each connection is driven by its
+//! own task, which ends it after `--server-timeout` without a stream; one that ended (GOAWAY,
+//! an error, idle) is never handed out again. The pool is keyed by address, not by table, so
+//! a table swap keeps it. Knows nothing of requests; never holds its lock across an await.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use tokio::net::TcpStream;
+
+use crate::data::http2::{Active, Busy};
+use crate::data::proxy::H2_STREAMS_PER_CONNECTION;
+
+/// Connections opened to one endpoint before streams queue on the open ones.
+const MAX_CONNECTIONS_PER_ENDPOINT: usize = 16;
+
+/// Flow-control windows offered to a backend: large enough that a stream of messages is not
+/// paced by window updates on a fast network (the `h2` default of 64 KiB is per round trip).
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 8 << 20;
+
+/// One HTTP/2 connection to an endpoint.
+struct Conn {
+    send: SendRequest<Bytes>,
+    /// Its streams in flight (the idle timeout runs while there are none).
+    active: Arc<Active>,
+    /// The connection ended, or a stream on it failed as a connection does (GOAWAY).
+    closed: AtomicBool,
+}
+
+impl Conn {
+    /// Streams it takes before another connection is opened.
+    fn room(&self) -> usize {
+        self.send
+            .current_max_send_streams()
+            .min(H2_STREAMS_PER_CONNECTION)
+    }
+
+    fn usable(&self) -> bool {
+        !self.closed.load(Ordering::Relaxed)
+    }
+}
+
+/// A stream's hold on its connection: counted busy until dropped.
+pub struct Lease {
+    conn: Arc<Conn>,
+    _busy: Busy,
+}
+
+impl Lease {
+    /// The connection is not to be used for new streams (the backend said GOAWAY, or the
+    /// connection broke).
+    pub fn retire(&self) {
+        self.conn.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The endpoints' connections.
+#[derive(Default)]
+pub struct H2Pool {
+    endpoints: Mutex<HashMap<SocketAddr, Endpoint>>,
+}
+
+#[derive(Default)]
+struct Endpoint {
+    conns: Vec<Arc<Conn>>,
+    /// Connections being opened (counted against the bound).
+    opening: usize,
+}
+
+/// What `H2Pool::reserve` found.
+enum Found {
+    Open(SendRequest<Bytes>, Lease),
+    Connect,
+}
+
+impl H2Pool {
+    /// A stream's sender on a connection to `addr` and its lease; `true` when the connection
+    /// was already open. `connect` opens a TCP connection (the fast path's, with its timeout
+    /// and errors); the HTTP/2 handshake that follows is bounded by `handshake_timeout`.
+    pub async fn stream<F>(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        idle_timeout: Duration,
+        handshake_timeout: Duration,
+        connect: impl FnOnce() -> F,
+    ) -> Result<(SendRequest<Bytes>, Lease, bool), PoolError>
+    where
+        F: Future<Output = Result<TcpStream, crate::decide::cause::Cause>>,
+    {
+        if let Found::Open(send, lease) = self.reserve(addr) {
+            return Ok((send, lease, true));
+        }
+        let opened = async {
+            let tcp = connect().await.map_err(PoolError::Connect)?;
+            let mut builder = h2::client::Builder::new();
+            builder
+                .initial_window_size(STREAM_WINDOW)
+                .initial_connection_window_size(CONNECTION_WINDOW);
+            let handshake = builder.handshake::<_, Bytes>(tcp);
+            match tokio::time::timeout(handshake_timeout, handshake).await {
+                Ok(Ok(pair)) => Ok(pair),
+                Ok(Err(_)) => Err(PoolError::Handshake),
+                Err(_) => Err(PoolError::HandshakeTimedOut),
+            }
+        }
+        .await;
+        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let endpoint = endpoints.entry(addr).or_default();
+        endpoint.opening = endpoint.opening.saturating_sub(1);
+        let (send, connection) = match opened {
+            Ok(pair) => pair,
+            Err(e) => {
+                if endpoint.conns.is_empty() && endpoint.opening == 0 {
+                    endpoints.remove(&addr);
+                }
+                return Err(e);
+            }
+        };
+        let conn = Arc::new(Conn {
+            send: send.clone(),
+            active: Arc::default(),
+            closed: AtomicBool::new(false),
+        });
+        let lease = Lease {
+            conn: Arc::clone(&conn),
+            _busy: conn.active.start(),
+        };
+        endpoint.conns.push(Arc::clone(&conn));
+        drop(endpoints);
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = connection => {}
+                () = conn.active.idle_for(idle_timeout) => {}
+            }
+            conn.closed.store(true, Ordering::Relaxed);
+            // Gone from the pool, and the endpoint with it once it has no connection left (an
+            // endpoint no longer in the table leaves nothing behind).
+            if let Some(pool) = pool.upgrade() {
+                let mut endpoints = pool.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(endpoint) = endpoints.get_mut(&addr) {
+                    endpoint.conns.retain(|c| !Arc::ptr_eq(c, &conn));
+                    if endpoint.conns.is_empty() && endpoint.opening == 0 {
+                        endpoints.remove(&addr);
+                    }
+                }
+            }
+        });
+        Ok((send, lease, false))
+    }
+
+    /// A connection with room for a stream, or the duty to open one (counted in `opening`).
+    fn reserve(&self, addr: SocketAddr) -> Found {
+        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        let endpoint = endpoints.entry(addr).or_default();
+        endpoint.conns.retain(|c| c.usable());
+        let least = endpoint
+            .conns
+            .iter()
+            .min_by_key(|c| c.active.count())
+            .cloned();
+        let full = least.as_ref().is_none_or(|c| c.active.count() >= c.room());
+        let bounded = endpoint.conns.len() + endpoint.opening >= MAX_CONNECTIONS_PER_ENDPOINT;
+        match least {
+            Some(conn) if !full || bounded => {
+                let lease = Lease {
+                    _busy: conn.active.start(),
+                    conn: Arc::clone(&conn),
+                };
+                Found::Open(conn.send.clone(), lease)
+            }
+            _ => {
+                endpoint.opening += 1;
+                Found::Connect
+            }
+        }
+    }
+
+    /// Open connections to `addr` (tests and the stats of a test).
+    #[cfg(test)]
+    fn open(&self, addr: SocketAddr) -> usize {
+        let endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        endpoints
+            .get(&addr)
+            .map_or(0, |e| e.conns.iter().filter(|c| c.usable()).count())
+    }
+}
+
+/// Why no connection could be had.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+pub enum PoolError {
+    #[error("cannot connect: {0:?}")]
+    Connect(crate::decide::cause::Cause),
+    #[error("the HTTP/2 handshake failed")]
+    Handshake,
+    #[error("the HTTP/2 handshake timed out")]
+    HandshakeTimedOut,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend that accepts HTTP/2 connections with `max` concurrent streams and holds every
+    /// stream open; returns its address and the number of connections it accepted.
+    async fn holding_backend(max: u32) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let mut conn = h2::server::Builder::new()
+                        .max_concurrent_streams(max)
+                        .handshake::<_, Bytes>(tcp)
+                        .await
+                        .unwrap();
+                    let mut held = Vec::new();
+                    while let Some(Ok(stream)) = conn.accept().await {
+                        held.push(stream);
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn streams_share_a_connection_up_to_the_backends_limit() {
+        let (addr, accepted) = holding_backend(2).await;
+        let pool = Arc::new(H2Pool::default());
+        let second = Duration::from_secs(5);
+        let mut leases = Vec::new();
+        for i in 0..5 {
+            let (send, lease, reused) = pool
+                .stream(addr, second, second, || async {
+                    TcpStream::connect(addr)
+                        .await
+                        .map_err(|_| crate::decide::cause::Cause::ConnectFailed)
+                })
+                .await
+                .unwrap();
+            let mut send = send.ready().await.unwrap();
+            let req = http::Request::post(format!("http://{addr}/"))
+                .body(())
+                .unwrap();
+            let (_resp, body) = send.send_request(req, false).unwrap();
+            // The backend's SETTINGS come after the handshake: wait for its limit.
+            if !reused {
+                for _ in 0..100 {
+                    if send.current_max_send_streams() == 2 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            assert_eq!(reused, i % 2 == 1, "stream {i}");
+            leases.push((lease, body));
+        }
+        assert_eq!(pool.open(addr), 3);
+        assert_eq!(accepted.load(Ordering::Relaxed), 3);
+
+        // A retired connection is not handed out again.
+        leases[0].0.retire();
+        drop(leases.drain(..2));
+        assert_eq!(pool.open(addr), 2);
+    }
+}

@@ -1,0 +1,590 @@
+//! The fast path's HTTP/2 to HTTP/2 relay: a stream from an HTTP/2 client whose route leads
+//! to an `h2c`/`grpc` backend is carried over the fast path's HTTP/2 connections
+//! (`h2_pool`), frame by frame — request header, body and end; response header, body and
+//! trailers; resets both ways — instead of through Pingora's proxy (a session, a task and
+//! channels per stream). Every decision is `decide`'s, made by the same calls the Pingora hooks
+//! make: the route, the endpoint of each try and the verdict on a failure (`Attempt`), the
+//! header edits (`request_edits`, `response_edits`), the call's deadline (`grpc::timeout`,
+//! `grpc::blame`), switchyard's own answers (`failure_answer`, `grpc_answer`, `grpc_status`);
+//! recording is `record::Recorder`'s. A stream this relay does not carry (a request Pingora
+//! would refuse, a path Pingora would normalise, a route to an HTTP/1 or TLS backend, a route with Gateway
+//! filters or a body limit, any answer other than proxying) is handed back before a byte is
+//! written. It never holds a lock across an await.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::{RecvStream, SendStream};
+use http::HeaderValue;
+use http::header::{CONTENT_TYPE, COOKIE, HOST};
+use pingora::http::ResponseHeader;
+use pingora::protocols::Digest;
+use pingora::protocols::http::v2::server::HttpSession;
+use pingora::protocols::http::v2::write_body;
+
+use crate::data::fast::FastPath;
+use crate::data::fast::h2_pool::{Lease, PoolError};
+use crate::data::proxy::{PingoraView, apply};
+use crate::data::record::Finished;
+use crate::data::tls;
+use crate::decide::attempt::{Attempt, Failure, Route};
+use crate::decide::cause::Cause;
+use crate::decide::edits::{ClientCert, request_edits, response_edits};
+use crate::decide::error_page::{failure_answer, grpc_answer, grpc_status, is_grpc};
+use crate::decide::grpc::{self, Ending};
+use crate::decide::target::normalize_path;
+
+/// One stream's state across its tries.
+struct Call {
+    started: Instant,
+    grpc: bool,
+    /// The call's deadline (`grpc-timeout`), from when the stream arrived.
+    deadline: Option<Instant>,
+    /// The wait for each thing from the endpoint (`--server-timeout`, or the route's).
+    server_timeout: Duration,
+    /// The client's request body has ended (or there was none).
+    body_done: bool,
+    /// Some of the request body went to an endpoint: the call cannot be replayed.
+    body_sent: bool,
+    /// The request's method is idempotent (`GET`, `PUT`, ...).
+    idempotent: bool,
+    /// The HTTP status the client got (0: none).
+    status: u16,
+    failed: bool,
+    /// How the gRPC call ended, as the client was told.
+    ending: Option<Ending>,
+}
+
+impl Call {
+    /// When the current wait on the endpoint gives up: `server_timeout` from now, or the
+    /// deadline if sooner.
+    fn limit(&self) -> tokio::time::Instant {
+        let now = Instant::now();
+        let at = self.deadline.map_or(now + self.server_timeout, |d| {
+            d.min(now + self.server_timeout)
+        });
+        tokio::time::Instant::from_std(at)
+    }
+
+    fn blame(&self, cause: Cause) -> Cause {
+        grpc::blame(cause, self.deadline, Instant::now())
+    }
+}
+
+/// Why a try ended before its response header.
+struct Broken {
+    cause: Cause,
+    /// The backend did not process the stream: it was never sent, or the backend refused it
+    /// (`REFUSED_STREAM`, or past a GOAWAY's last stream; RFC 9113 §8.7).
+    unprocessed: bool,
+}
+
+impl FastPath {
+    /// Serves one HTTP/2 stream whose route leads to an `h2c`/`grpc` backend; hands any other
+    /// back untouched (nothing written) for Pingora.
+    pub(super) async fn relay_h2(
+        &self,
+        mut session: HttpSession,
+        digest: &Digest,
+    ) -> Option<HttpSession> {
+        let started = Instant::now();
+        let mut attempt;
+        let grpc;
+        let client;
+        let rewrite;
+        {
+            let req = session.req_header();
+            // What Pingora would refuse (its answer is its own) or rewrite stays Pingora's.
+            if crate::data::listener::check_request(req, || session.pseudo_raw_h1_request_header())
+                .is_err()
+                || req.uri.scheme().is_none()
+                || req.uri.authority().is_none()
+            {
+                return Some(session);
+            }
+            let path = normalize_path(req.uri.path());
+            if matches!(path, Cow::Owned(_)) {
+                return Some(session);
+            }
+            grpc = is_grpc(req.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes));
+            let socket = digest.socket_digest.as_deref();
+            client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
+            attempt = Attempt::new(client.map(|a| a.ip()));
+            if self.proxy.by_local_address {
+                attempt.set_local_ip(
+                    socket
+                        .and_then(|d| d.local_addr().and_then(|a| a.as_inet()))
+                        .map(|a| a.ip()),
+                );
+            }
+            let route = attempt.route_request(
+                self.proxy.table.load(),
+                self.proxy.frontend,
+                host_of(req),
+                &path,
+                &PingoraView(req),
+                req.headers
+                    .get_all(COOKIE)
+                    .iter()
+                    .map(HeaderValue::as_bytes),
+                &self.proxy.policy,
+                started,
+            );
+            let protocol = attempt.backend_protocol();
+            // The target the backend gets: the route's prefix stripped or replaced, as on
+            // Pingora's path.
+            rewrite = match &route {
+                Ok(Route::Proxy { strip: Some(strip) }) => {
+                    let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+                    let (slash, rest) = strip.apply(pq);
+                    let target = format!("{slash}{rest}");
+                    let mut parts = req.uri.clone().into_parts();
+                    match target.parse() {
+                        Ok(pq) => parts.path_and_query = Some(pq),
+                        Err(_) => return Some(session),
+                    }
+                    match http::Uri::from_parts(parts) {
+                        Ok(uri) => Some(uri),
+                        Err(_) => return Some(session),
+                    }
+                }
+                _ => None,
+            };
+            let taken = matches!(route, Ok(Route::Proxy { .. }))
+                && protocol.http2()
+                && !protocol.tls()
+                && !attempt.rewrites()
+                && attempt.body_allowed(u64::MAX);
+            if !taken {
+                return Some(session);
+            }
+        }
+        let _active = self.proxy.enter();
+        if let Some(uri) = rewrite {
+            session.req_header_mut().set_uri(uri);
+        }
+        let deadline = if grpc {
+            let header = session.req_header().headers.get("grpc-timeout");
+            grpc::timeout(header.map(HeaderValue::as_bytes)).and_then(|t| started.checked_add(t))
+        } else {
+            None
+        };
+        let mut call = Call {
+            started,
+            grpc,
+            deadline,
+            server_timeout: attempt.server_timeout(self.proxy.timeouts.server_idle),
+            body_done: session.is_body_done(),
+            body_sent: false,
+            idempotent: session.req_header().method.is_idempotent(),
+            status: 0,
+            failed: false,
+            ending: None,
+        };
+        session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
+
+        let client_ip = client.map(|a| a.ip().to_string());
+        let cert = if self.proxy.fwd.client_cert_headers {
+            tls::client_cert(digest.ssl_digest.as_deref())
+        } else {
+            ClientCert::Absent
+        };
+        let edits = request_edits(
+            &self.proxy.fwd,
+            client_ip.as_deref(),
+            attempt.cookie_sticky(),
+            cert,
+        );
+        if apply(session.req_header_mut(), &edits).is_err() {
+            self.answer(
+                &mut session,
+                &mut call,
+                Cause::Internal.status().unwrap_or(500),
+            );
+            self.record(&session, &mut attempt, &call, client);
+            return None;
+        }
+        self.exchange(&mut session, &mut attempt, &mut call).await;
+        self.record(&session, &mut attempt, &call, client);
+        None
+    }
+
+    /// The tries, then the relay of the response that came.
+    async fn exchange(&self, session: &mut HttpSession, attempt: &mut Attempt, call: &mut Call) {
+        let policy = &self.proxy.policy;
+        // The lease keeps the backend connection counted busy until the stream ends.
+        let (resp, mut to_backend, lease) = loop {
+            let Some(addr) = attempt.next(Instant::now()) else {
+                self.answer(session, call, 503);
+                return;
+            };
+            let broken = match self.try_once(session, attempt, call, addr).await {
+                Ok(pair) => {
+                    attempt.response_started(Instant::now());
+                    break pair;
+                }
+                Err(b) => b,
+            };
+            let cause = call.blame(broken.cause);
+            if cause == Cause::ClientGone {
+                call.failed = true;
+                return;
+            }
+            let failure = Failure {
+                cause,
+                // As on Pingora's path, only an idempotent request is sent again once the
+                // backend may have begun it; a stream it did not process may go again whatever
+                // its method, while none of its body has been read (gRPC: a started stream is
+                // never retried).
+                replayable: !call.body_sent && (broken.unprocessed || call.idempotent),
+            };
+            let verdict = attempt.failed(failure, policy, Instant::now());
+            self.proxy.recorder.failure(attempt, &verdict);
+            if verdict.retry {
+                continue;
+            }
+            self.answer(session, call, cause.status().unwrap_or(502));
+            return;
+        };
+        // The response.
+        let (parts, mut from_backend) = resp.into_parts();
+        let mut header = ResponseHeader::from(parts);
+        if apply(
+            &mut header,
+            &response_edits(&self.proxy.fwd, attempt.set_cookie()),
+        )
+        .is_err()
+        {
+            to_backend.send_reset(h2::Reason::CANCEL);
+            self.answer(session, call, Cause::Internal.status().unwrap_or(500));
+            return;
+        }
+        call.status = header.status.as_u16();
+        if call.grpc {
+            // A trailers-only answer has the status in its header.
+            call.ending = header
+                .headers
+                .get("grpc-status")
+                .map(|v| Ending::of(Some(v.as_bytes())));
+        }
+        let end = from_backend.is_end_stream();
+        if session
+            .write_response_header(Box::new(header), end)
+            .is_err()
+        {
+            to_backend.send_reset(h2::Reason::CANCEL);
+            call.failed = true;
+            return;
+        }
+        if end {
+            return;
+        }
+        if let Err(cause) = self
+            .relay_response(session, call, &lease, &mut to_backend, &mut from_backend)
+            .await
+        {
+            call.failed = true;
+            let cause = call.blame(cause);
+            let verdict = attempt.failed(
+                Failure {
+                    cause,
+                    replayable: false,
+                },
+                policy,
+                Instant::now(),
+            );
+            self.proxy.recorder.failure(attempt, &verdict);
+            if cause == Cause::ClientGone {
+                to_backend.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+            to_backend.send_reset(h2::Reason::CANCEL);
+            match cause.status() {
+                // A gRPC call broken mid-stream still ends as gRPC says (as on Pingora's path):
+                // its status in trailers after the messages already sent.
+                Some(code) if call.grpc => {
+                    let (status, message) = grpc_status(code);
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", HeaderValue::from(u16::from(status)));
+                    trailers.insert("grpc-message", HeaderValue::from_static(message));
+                    if session.write_trailers(trailers).is_ok() {
+                        call.ending = Some(Ending::code(status));
+                    }
+                }
+                _ => session.shutdown_with_reason(h2::Reason::INTERNAL_ERROR),
+            }
+        }
+    }
+
+    /// One try: a stream to `addr`, the request header, and the request body as the client
+    /// sends it until the response header comes.
+    async fn try_once(
+        &self,
+        session: &mut HttpSession,
+        attempt: &mut Attempt,
+        call: &mut Call,
+        addr: SocketAddr,
+    ) -> Result<(http::Response<RecvStream>, SendStream<Bytes>, Lease), Broken> {
+        let connect_timeout = match call.deadline {
+            Some(d) => self
+                .proxy
+                .timeouts
+                .connect
+                .min(d.saturating_duration_since(Instant::now())),
+            None => self.proxy.timeouts.connect,
+        };
+        let got = self
+            .h2_pool
+            .stream(
+                addr,
+                self.proxy.timeouts.server_idle,
+                connect_timeout,
+                || async move {
+                    match tokio::time::timeout(connect_timeout, self.connect_tcp(addr)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(Cause::ConnectTimedOut),
+                    }
+                },
+            )
+            .await;
+        let (send, lease, reused) = match got {
+            Ok(x) => x,
+            Err(e) => {
+                let cause = match e {
+                    PoolError::Connect(c) => c,
+                    PoolError::Handshake => Cause::ConnectFailed,
+                    PoolError::HandshakeTimedOut => Cause::ConnectTimedOut,
+                };
+                return Err(Broken {
+                    cause,
+                    unprocessed: true,
+                });
+            }
+        };
+        attempt.connected(reused, Instant::now());
+        let request = http::Request::from_parts(session.req_header().as_owned_parts(), ());
+        attempt.request_sent(Instant::now());
+        let limit = call.limit();
+        let sent = tokio::time::timeout_at(limit, async {
+            let mut send = send.ready().await?;
+            send.send_request(request, call.body_done)
+        })
+        .await;
+        let (response, mut to_backend) = match sent {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(_)) => {
+                lease.retire();
+                return Err(Broken {
+                    cause: Cause::UpstreamClosed,
+                    unprocessed: true,
+                });
+            }
+            Err(_) => {
+                return Err(Broken {
+                    cause: Cause::UpstreamTimedOut,
+                    unprocessed: true,
+                });
+            }
+        };
+        let mut response = std::pin::pin!(response);
+        loop {
+            tokio::select! {
+                r = &mut response => {
+                    return match r {
+                        Ok(resp) => Ok((resp, to_backend, lease)),
+                        Err(e) => {
+                            if retires(&e) {
+                                lease.retire();
+                            }
+                            Err(upstream_broken(&e))
+                        }
+                    };
+                }
+                chunk = session.read_body_or_idle(call.body_done) => {
+                    let last = session.is_body_done();
+                    if let Err(cause) = self.forward_body(chunk, last, call, &mut to_backend).await {
+                        return Err(Broken { cause, unprocessed: false });
+                    }
+                }
+                () = tokio::time::sleep_until(limit) => {
+                    to_backend.send_reset(h2::Reason::CANCEL);
+                    return Err(Broken { cause: Cause::UpstreamTimedOut, unprocessed: false });
+                }
+            }
+        }
+    }
+
+    /// Forwards what the client sent next (`chunk`, from `read_body_or_idle`; `last`: the
+    /// client's body ended with it) to the backend.
+    async fn forward_body(
+        &self,
+        chunk: pingora::Result<Option<Bytes>>,
+        last: bool,
+        call: &mut Call,
+        to_backend: &mut SendStream<Bytes>,
+    ) -> Result<(), Cause> {
+        match chunk {
+            Ok(Some(data)) => {
+                call.body_sent = true;
+                call.body_done = last;
+                write_body(to_backend, data, last, Some(call.server_timeout))
+                    .await
+                    .map_err(|_| Cause::UpstreamClosed)
+            }
+            Ok(None) => {
+                call.body_done = true;
+                to_backend
+                    .send_data(Bytes::new(), true)
+                    .map_err(|_| Cause::UpstreamClosed)
+            }
+            // The client reset the stream or went away: so does the backend's stream.
+            Err(_) => {
+                to_backend.send_reset(h2::Reason::CANCEL);
+                Err(Cause::ClientGone)
+            }
+        }
+    }
+
+    /// Relays the response body and trailers, and what is left of the request body.
+    async fn relay_response(
+        &self,
+        session: &mut HttpSession,
+        call: &mut Call,
+        lease: &Lease,
+        to_backend: &mut SendStream<Bytes>,
+        from_backend: &mut RecvStream,
+    ) -> Result<(), Cause> {
+        loop {
+            let limit = call.limit();
+            tokio::select! {
+                data = from_backend.data() => match data {
+                    Some(Ok(data)) => {
+                        let n = data.len();
+                        session
+                            .write_body(data, false)
+                            .await
+                            .map_err(|_| Cause::ClientGone)?;
+                        // The backend may send more once the client took this.
+                        let _ = from_backend.flow_control().release_capacity(n);
+                    }
+                    Some(Err(e)) => {
+                        if retires(&e) {
+                            lease.retire();
+                        }
+                        return Err(Cause::ResponseTruncated);
+                    }
+                    None => break,
+                },
+                chunk = session.read_body_or_idle(call.body_done) => {
+                    let last = session.is_body_done();
+                    self.forward_body(chunk, last, call, to_backend).await?;
+                }
+                () = tokio::time::sleep_until(limit) => return Err(Cause::UpstreamTimedOut),
+            }
+        }
+        let trailers = tokio::time::timeout_at(call.limit(), from_backend.trailers()).await;
+        match trailers {
+            Ok(Ok(Some(trailers))) => {
+                if call.grpc {
+                    call.ending = Some(Ending::of(
+                        trailers.get("grpc-status").map(HeaderValue::as_bytes),
+                    ));
+                }
+                session
+                    .write_trailers(trailers)
+                    .map_err(|_| Cause::ClientGone)
+            }
+            Ok(Ok(None)) => session.finish().map_err(|_| Cause::ClientGone),
+            Ok(Err(e)) => {
+                if retires(&e) {
+                    lease.retire();
+                }
+                Err(Cause::ResponseTruncated)
+            }
+            Err(_) => Err(Cause::UpstreamTimedOut),
+        }
+    }
+
+    /// Answers the stream with switchyard's own `status` (a gRPC status for a gRPC call), as
+    /// the whole response.
+    fn answer(&self, session: &mut HttpSession, call: &mut Call, status: u16) {
+        call.failed = true;
+        let answer = if call.grpc {
+            grpc_answer(status, &self.proxy.fwd)
+        } else {
+            failure_answer(status, &self.proxy.fwd)
+        };
+        let Ok(mut header) =
+            ResponseHeader::build(answer.status, Some(answer.fields.iter().count()))
+        else {
+            return;
+        };
+        if apply(&mut header, &answer.fields).is_err() {
+            return;
+        }
+        if call.grpc {
+            call.ending = header
+                .headers
+                .get("grpc-status")
+                .map(|v| Ending::of(Some(v.as_bytes())));
+        }
+        call.status = answer.status;
+        if session
+            .write_response_header(Box::new(header), true)
+            .is_err()
+        {
+            call.status = 0;
+        }
+    }
+
+    fn record(
+        &self,
+        session: &HttpSession,
+        attempt: &mut Attempt,
+        call: &Call,
+        client: Option<SocketAddr>,
+    ) {
+        let req = session.req_header();
+        self.proxy.recorder.finished(
+            attempt,
+            call.started,
+            &Finished {
+                status: call.status,
+                bytes_in: session.body_bytes_read() as u64,
+                bytes_out: session.body_bytes_sent() as u64,
+                failed: call.failed,
+                client,
+                host: host_of(req).unwrap_or_default(),
+                method: req.method.as_str(),
+                path: req.uri.path(),
+                rejected: None,
+                grpc: call.grpc.then(|| call.ending.unwrap_or(Ending::NONE)),
+            },
+        );
+    }
+}
+
+/// The request's host: its `host` field, else `:authority` (as Pingora's path reads it).
+fn host_of(req: &pingora::http::RequestHeader) -> Option<&[u8]> {
+    req.headers
+        .get(HOST)
+        .map(HeaderValue::as_bytes)
+        .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
+}
+
+/// What an `h2` error before the response header means: a stream the backend refused
+/// (REFUSED_STREAM, or past a GOAWAY's last stream) was not processed, and a closed
+/// connection either way, which a try may replay.
+fn upstream_broken(e: &h2::Error) -> Broken {
+    Broken {
+        cause: Cause::UpstreamClosed,
+        unprocessed: e.reason() == Some(h2::Reason::REFUSED_STREAM) || e.is_go_away(),
+    }
+}
+
+/// The error ends the connection for new streams: a GOAWAY, an I/O or a connection error.
+fn retires(e: &h2::Error) -> bool {
+    e.is_go_away() || e.is_io() || (!e.is_reset() && !e.is_remote())
+}

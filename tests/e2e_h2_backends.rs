@@ -1,0 +1,352 @@
+//! HTTP/2 clients to HTTP/2 backends (`appProtocol: h2c`) through a real switchyard on
+//! 127.0.0.1, on both engines (the fast path relays such streams itself; `--fast-path=false`
+//! leaves them to Pingora's proxy): requests with and without bodies and their trailers, streams
+//! sharing one backend connection, a client's reset reaching the backend as RST_STREAM, and
+//! rapid reset toward an h2c backend. The backend is written on the `h2` crate, not hyper,
+//! because these tests count what hyper hides: connections, open streams and resets. Every
+//! wait is bounded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+
+const ENGINES: [&[&str]; 2] = [&[], &["--fast-path", "false"]];
+
+/// What the backend saw.
+#[derive(Default)]
+struct Counts {
+    /// Connections that carried a stream (the health checks' bare connects do not count).
+    connections: AtomicUsize,
+    streams: AtomicUsize,
+    /// Streams open now (a `/hold` stream until it is reset).
+    open: AtomicUsize,
+    most_open: AtomicUsize,
+    /// `/hold` streams that the proxy reset.
+    resets: AtomicUsize,
+}
+
+/// An h2c backend (routed at `/h2`, stripped): `/hold…` streams are never answered (each waits for its reset, 10 s at
+/// most); any other is answered, once its body has ended, `200` with `<method> <path> <body
+/// bytes>` and the trailer `x-trailer: done`.
+struct H2Backend {
+    port: u16,
+    counts: Arc<Counts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for H2Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl H2Backend {
+    async fn start() -> H2Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counts = Arc::new(Counts::default());
+        let c = Arc::clone(&counts);
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                let c = Arc::clone(&c);
+                conns.spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                        return;
+                    };
+                    let mut streams = tokio::task::JoinSet::new();
+                    let mut first = true;
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        if std::mem::take(&mut first) {
+                            c.connections.fetch_add(1, Ordering::Relaxed);
+                        }
+                        c.streams.fetch_add(1, Ordering::Relaxed);
+                        let now = c.open.fetch_add(1, Ordering::Relaxed) + 1;
+                        c.most_open.fetch_max(now, Ordering::Relaxed);
+                        let open = Open(Arc::clone(&c));
+                        streams.spawn(stream(req, respond, open));
+                        while streams.try_join_next().is_some() {}
+                    }
+                });
+                while conns.try_join_next().is_some() {}
+            }
+        });
+        H2Backend { port, counts, task }
+    }
+}
+
+/// A stream counted open until its task ends (or is dropped with its connection: `h2` ends
+/// a connection whose peer resets many streams before they are accepted, as a rapid-reset
+/// defence).
+struct Open(Arc<Counts>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn stream(
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    open: Open,
+) {
+    let c = &open.0;
+    let (parts, mut body) = req.into_parts();
+    if parts.uri.path().contains("/hold") {
+        let reset = tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| respond.poll_reset(cx)),
+        )
+        .await;
+        if matches!(reset, Ok(Ok(_))) {
+            c.resets.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
+    let mut n = 0;
+    while let Some(Ok(chunk)) = body.data().await {
+        n += chunk.len();
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let resp = http::Response::builder().status(200).body(()).unwrap();
+    if let Ok(mut send) = respond.send_response(resp, false) {
+        let text = format!("{} {} {n}", parts.method, parts.uri.path());
+        let _ = send.send_data(Bytes::from(text), false);
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-trailer", http::HeaderValue::from_static("done"));
+        let _ = send.send_trailers(trailers);
+    }
+}
+
+fn world(backend: &H2Backend) -> Vec<Value> {
+    vec![
+        svc("h2", 80).app_protocol("h2c").into(),
+        slice("h2", "", backend.port),
+    ]
+}
+
+/// An HTTP/2 client connection (h2c, prior knowledge) to `port`.
+async fn client(port: u16) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// What a client got for one request.
+#[derive(Debug, PartialEq, Eq)]
+struct Got {
+    status: u16,
+    body: String,
+    trailer: Option<String>,
+}
+
+/// One request with `body` (none if empty), within 5 s.
+async fn exchange(
+    send: &h2::client::SendRequest<Bytes>,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<Got, String> {
+    let run = async {
+        let mut send = send.clone().ready().await.map_err(|e| e.to_string())?;
+        let req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://h2.test{path}"))
+            .body(())
+            .unwrap();
+        let (resp, mut stream) = send
+            .send_request(req, body.is_empty())
+            .map_err(|e| e.to_string())?;
+        if !body.is_empty() {
+            stream
+                .send_data(Bytes::copy_from_slice(body), true)
+                .map_err(|e| e.to_string())?;
+        }
+        let resp = resp.await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.map_err(|e| e.to_string())?;
+        Ok(Got {
+            status,
+            body: String::from_utf8_lossy(&got).into_owned(),
+            trailer: trailers
+                .and_then(|t| t.get("x-trailer").map(|v| v.to_str().unwrap().to_owned())),
+        })
+    };
+    match tokio::time::timeout(Duration::from_secs(5), run).await {
+        Ok(r) => r,
+        Err(_) => Err("timeout".into()),
+    }
+}
+
+/// Requests with and without a body reach the h2c backend (the route's prefix stripped), and its answer comes back whole,
+/// trailers included, the same on both engines (a `GET` through the fast path was reset,
+/// before it handed such streams back); concurrent streams of one client share one backend
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
+    let mut answers = Vec::new();
+    for engine in ENGINES {
+        let backend = H2Backend::start().await;
+        let sy = switchyard(world(&backend)).args(engine).start().await;
+        let send = client(sy.http_port).await;
+        let get = exchange(&send, "GET", "/h2/a", b"").await;
+        let post = exchange(&send, "POST", "/h2/b", b"hello").await;
+        let want = |body: &str| {
+            Ok(Got {
+                status: 200,
+                body: body.into(),
+                trailer: Some("done".into()),
+            })
+        };
+        assert_eq!(get, want("GET /a 0"), "{engine:?}");
+        assert_eq!(post, want("POST /b 5"), "{engine:?}");
+
+        let calls: Vec<_> = (0..20)
+            .map(|i| {
+                let send = send.clone();
+                tokio::spawn(
+                    async move { exchange(&send, "POST", &format!("/h2/m{i}"), b"x").await },
+                )
+            })
+            .collect();
+        for (i, call) in calls.into_iter().enumerate() {
+            assert_eq!(
+                call.await.unwrap(),
+                want(&format!("POST /m{i} 1")),
+                "{engine:?}"
+            );
+        }
+        assert_eq!(backend.counts.streams.load(Ordering::Relaxed), 22);
+        assert_eq!(
+            backend.counts.connections.load(Ordering::Relaxed),
+            1,
+            "{engine:?}: 22 streams on one backend connection"
+        );
+        answers.push((get, post));
+    }
+    assert_eq!(answers[0], answers[1], "the engines agree");
+}
+
+/// A client that resets its stream (a cancelled call) has the backend's stream reset too,
+/// so the backend stops working for nobody; the connection goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reset_reaches_the_backend_as_rst_stream() {
+    for engine in ENGINES {
+        let backend = H2Backend::start().await;
+        let sy = switchyard(world(&backend)).args(engine).start().await;
+        let send = client(sy.http_port).await;
+        for (i, with_body) in [(0, false), (1, true)] {
+            let mut ready = send.clone().ready().await.unwrap();
+            let req = http::Request::post("http://h2.test/h2/hold")
+                .body(())
+                .unwrap();
+            let (_resp, mut stream) = ready.send_request(req, false).unwrap();
+            if with_body {
+                stream
+                    .send_data(Bytes::from_static(b"part"), false)
+                    .unwrap();
+            }
+            assert!(
+                eventually(Duration::from_secs(5), || async {
+                    backend.counts.streams.load(Ordering::Relaxed) == i + 1
+                })
+                .await,
+                "{engine:?}: the stream reaches the backend"
+            );
+            stream.send_reset(h2::Reason::CANCEL);
+            assert!(
+                eventually(Duration::from_secs(5), || async {
+                    backend.counts.resets.load(Ordering::Relaxed) == i + 1
+                })
+                .await,
+                "{engine:?}: the backend's stream is reset"
+            );
+        }
+        assert_eq!(
+            exchange(&send, "GET", "/h2/after", b"")
+                .await
+                .map(|g| g.status),
+            Ok(200),
+            "{engine:?}"
+        );
+    }
+}
+
+/// Rapid reset (CVE-2023-44487) toward an h2c backend: a client opens 1,000 streams in rounds
+/// of 50 and resets each soon after. The streams open at the backend at once stay within the
+/// bound of one client connection (`MAX_STREAMS_IN_FLIGHT`, 200), none is left open there, and
+/// a polite client is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_toward_an_h2c_backend_is_bounded() {
+    for engine in ENGINES {
+        let backend = H2Backend::start().await;
+        let sy = switchyard(world(&backend)).args(engine).start().await;
+        let send = client(sy.http_port).await;
+        let started = Instant::now();
+        'rounds: for _ in 0..20 {
+            let mut streams = Vec::new();
+            for _ in 0..50 {
+                let Ok(Ok(mut ready)) =
+                    tokio::time::timeout(Duration::from_secs(5), send.clone().ready()).await
+                else {
+                    break 'rounds;
+                };
+                let req = http::Request::get("http://h2.test/h2/hold/r")
+                    .body(())
+                    .unwrap();
+                match ready.send_request(req, true) {
+                    Ok((resp, _)) => streams.push(resp),
+                    Err(_) => break 'rounds,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            // Dropping a response future before its answer resets the stream (CANCEL).
+            drop(streams);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        let polite = client(sy.http_port).await;
+        assert_eq!(
+            exchange(&polite, "GET", "/h2/fine", b"")
+                .await
+                .map(|g| g.status),
+            Ok(200),
+            "{engine:?}"
+        );
+        let c = &backend.counts;
+        let most = c.most_open.load(Ordering::Relaxed);
+        assert!(
+            most <= 201,
+            "{engine:?}: {most} streams open at the backend"
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                c.open.load(Ordering::Relaxed) == 0
+            })
+            .await,
+            "{engine:?}: every held stream is closed: {} of {} still open, {} resets",
+            c.open.load(Ordering::Relaxed),
+            c.streams.load(Ordering::Relaxed),
+            c.resets.load(Ordering::Relaxed)
+        );
+    }
+}
