@@ -352,7 +352,7 @@ fn bench_gateway(c: &mut Criterion) {
             ) else {
                 return None;
             };
-            let Action::Backends(backends) = &table.gateway.rules[c.rule as usize].action else {
+            let Action::Backends(backends) = &c.rule.action else {
                 return None;
             };
             let entry = table.entry(backends.next()?.1.entry?)?;
