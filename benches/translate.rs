@@ -33,6 +33,10 @@
 //! write that changed no spec (routers and route status shared). Result (2026-12-02 03:17,
 //! `--quick`, load average 0.1-0.5): one route created 38.5 ms at 3,000 and 170 ms at 10,000,
 //! against 61.4 ms and 321 ms translating every route; nothing translated 6.8 ms and 34 ms.
+//! With the host levels shared (h-25; 2026-12-02 06:24, `--quick`, load average 4.6-4.9 from
+//! other builds, same run, 532af4e then h-25): one route created 196.7 → 41.9 ms at 3,000 and
+//! 563.4 → 220.7 ms at 10,000; `gateway_10000/lookup_header_query_and_pick` 949 → 799 ns (both
+//! inflated by the load).
 //!
 //! Last result (2026-11-30, 2-vCPU sandbox VM, otherwise idle, release profile, jemalloc as in
 //! the binary, `--quick`, medians): cold 100 Services 0.65 ms, 1,000 12.8 ms, 10,000 167 ms
@@ -352,7 +356,7 @@ fn bench_gateway(c: &mut Criterion) {
             ) else {
                 return None;
             };
-            let Action::Backends(backends) = &table.gateway.rules[c.rule as usize].action else {
+            let Action::Backends(backends) = &c.rule.action else {
                 return None;
             };
             let entry = table.entry(backends.next()?.1.entry?)?;

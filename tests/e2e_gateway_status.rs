@@ -1205,7 +1205,7 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
             )]),
             http_routes: BTreeMap::from([(
                 (INFRA.to_string(), "r".to_string()),
-                RouteStatus {
+                std::sync::Arc::new(RouteStatus {
                     parents: vec![RouteParentStatus {
                         parent_ref: ParentReference {
                             group: Some(GROUP.into()),
@@ -1216,7 +1216,7 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
                         controller_name: CONTROLLER.into(),
                         conditions: vec![cond("Accepted", true)],
                     }],
-                },
+                }),
             )]),
             own_addresses: false,
         })

@@ -184,7 +184,7 @@ pub fn plan(
     if let Some(routes) = current.routes {
         let empty = RouteStatus::default();
         for (key, seen) in routes {
-            let want = desired.http_routes.get(key).unwrap_or(&empty);
+            let want = desired.http_routes.get(key).map_or(&empty, |s| &**s);
             let has_ours = seen
                 .status
                 .parents
@@ -820,9 +820,9 @@ mod tests {
         let desired = GatewayApiStatus {
             http_routes: BTreeMap::from([(
                 k("ns", "r"),
-                RouteStatus {
+                Arc::new(RouteStatus {
                     parents: vec![parent("gw", OURS, vec![cond("Accepted", true, 2, None)])],
-                },
+                }),
             )]),
             ..Default::default()
         };

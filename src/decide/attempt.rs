@@ -155,8 +155,8 @@ pub struct Attempt {
     entry: Option<EntryId>,
     /// The matched route's policy (an Ingress's settings), as an index into the table's.
     policy: Option<u32>,
-    /// The matched Gateway rule (index into the table's) and the backend it chose.
-    gateway: Option<(u32, usize)>,
+    /// The matched Gateway rule and the backend it chose.
+    gateway: Option<(Arc<GatewayRule>, usize)>,
     client_ip: Option<IpAddr>,
     /// The address the client connected to: a Gateway with that address
     /// (`--gateway-addresses`) answers alone.
@@ -271,9 +271,7 @@ impl Attempt {
             GatewayMatch::NotTaken => {}
             GatewayMatch::Matched(prule, candidate) => {
                 let gw = &table.gateway;
-                let Some(rule) = gw.rules.get(candidate.rule as usize) else {
-                    return Err(RouteError::MissingEntry);
-                };
+                let rule = &*candidate.rule;
                 let (entry, strip) = match &rule.action {
                     Action::Fail(status) => return Ok(Route::Fail(*status)),
                     Action::Redirect(r) => {
@@ -299,7 +297,7 @@ impl Attempt {
                         let Some(entry) = backend.entry else {
                             return Ok(Route::Fail(500));
                         };
-                        self.gateway = Some((candidate.rule, i));
+                        self.gateway = Some((Arc::clone(&candidate.rule), i));
                         let strip = match &rule.rewrite_path {
                             Some(PathRewrite::Full(p)) => Some(Strip::full(Arc::clone(p))),
                             Some(PathRewrite::Prefix(p)) => {
@@ -614,10 +612,9 @@ impl Attempt {
     /// The matched Gateway rule and the backend it chose, when a Gateway route took the
     /// request: the filters an engine applies.
     pub fn gateway_rule(&self) -> Option<(&GatewayRule, &Backend)> {
-        let (rule, backend) = self.gateway?;
-        let rule = self.table.as_ref()?.gateway.rules.get(rule as usize)?;
+        let (rule, backend) = self.gateway.as_ref()?;
         match &rule.action {
-            Action::Backends(b) => Some((rule, b.backends.get(backend)?)),
+            Action::Backends(b) => Some((rule, b.backends.get(*backend)?)),
             _ => None,
         }
     }

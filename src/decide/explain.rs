@@ -448,9 +448,7 @@ fn route_gateway(
         }
         GatewayMatch::Matched(prule, candidate) => (prule, candidate),
     };
-    let Some(rule) = gw.rules.get(candidate.rule as usize) else {
-        return GatewayStep::Entry(None);
-    };
+    let rule = &*candidate.rule;
     x.precedence.push(Step {
         level: "gateway",
         host: q.host.clone(),
@@ -768,9 +766,9 @@ mod tests {
         https_port: None,
     };
 
-    fn rules(list: &[(&str, bool, EntryId)]) -> PathRules<EntryId> {
+    fn rules<T: Clone>(list: &[(&str, bool, T)]) -> PathRules<T> {
         let mut r = PathRules::default();
-        for &(prefix, strip, target) in list {
+        for (prefix, strip, target) in list.iter().cloned() {
             r.insert(PathRule {
                 prefix: prefix.into(),
                 strip,
@@ -1085,34 +1083,17 @@ mod tests {
     #[test]
     fn gateway_routes_are_explained_before_the_others() {
         use crate::table::gateway::{
-            Backend, Backends, Candidate, GatewayRoutes, GatewayRule, HeaderFilter, Redirect,
+            Backend, Backends, Candidate, Candidates, GatewayRoutes, GatewayRule, HeaderFilter,
+            Redirect,
         };
+        use std::sync::Arc;
         let mut t = table();
         let mut g = GatewayRoutes::default();
-        let mut gw_rules = rules(&[("/app", false, 0), ("/old", false, 1)]);
-        gw_rules.insert(PathRule {
-            prefix: "/re/[0-9]+".into(),
-            strip: false,
-            ignore_case: false,
-            exact: false,
-            regex: Some(Box::new(
-                crate::table::pattern::Pattern::new("/re/[0-9]+").unwrap(),
-            )),
-            policy: None,
-            target: 0,
-        });
-        g.http.exact.insert("gw.example.com".into(), gw_rules);
-        let cand = |rule| Candidate {
-            method: None,
-            headers: Box::new([]),
-            query: Box::new([]),
-            rule,
-            listener: 1,
-        };
-        g.candidates = vec![Box::new([cand(0)]), Box::new([cand(1)])];
-        let rule = |action| GatewayRule {
-            action,
-            ..GatewayRule::answering("infra/r rule 0".into(), 500)
+        let rule = |action| {
+            Arc::new(GatewayRule {
+                action,
+                ..GatewayRule::answering("infra/r rule 0".into(), 500)
+            })
         };
         g.rules = vec![
             rule(Action::Backends(Backends {
@@ -1133,16 +1114,40 @@ mod tests {
                 status: 301,
             })),
         ];
-        g.http_hosts.exact.push("gw.example.com".into());
+        let cand = |rule: usize, listener| -> Candidates {
+            Arc::new([Candidate {
+                method: None,
+                headers: Box::new([]),
+                query: Box::new([]),
+                rule: Arc::clone(&g.rules[rule]),
+                listener,
+            }])
+        };
+        let mut gw_rules = rules(&[("/app", false, cand(0, 1)), ("/old", false, cand(1, 1))]);
+        gw_rules.insert(PathRule {
+            prefix: "/re/[0-9]+".into(),
+            strip: false,
+            ignore_case: false,
+            exact: false,
+            regex: Some(Box::new(
+                crate::table::pattern::Pattern::new("/re/[0-9]+").unwrap(),
+            )),
+            policy: None,
+            target: cand(0, 1),
+        });
         // A Gateway with an address of its own, whose host-less listener sends / to rule 0.
         let own: std::net::IpAddr = "127.0.0.2".parse().unwrap();
         let mut at = crate::table::gateway::AddressRoutes::new(own, "infra", "own");
-        at.http.any_host = rules(&[("/", false, 2)]);
+        at.http.any_host = Arc::new(rules(&[(
+            "/",
+            false,
+            cand(0, crate::table::gateway::ANY_LISTENER),
+        )]));
         at.http_hosts.any = true;
-        g.candidates.push(Box::new([Candidate {
-            listener: crate::table::gateway::ANY_LISTENER,
-            ..cand(0)
-        }]));
+        g.http
+            .exact
+            .insert("gw.example.com".into(), Arc::new(gw_rules));
+        g.http_hosts.exact.push("gw.example.com".into());
         g.addressed.push(at);
         t.gateway = std::sync::Arc::new(g);
         let t = std::sync::Arc::new(t);

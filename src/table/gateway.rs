@@ -20,12 +20,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::table::matcher::{PathRule, Router, normalize_host};
+use crate::table::matcher::{HostLevel, PathRule, PathRules, SharedRouter, normalize_host};
 use crate::table::pattern::Pattern;
 use crate::table::{EntryId, Shared};
 
-/// Index of a candidate list in `GatewayRoutes::candidates`.
-pub type CandidatesId = u32;
+/// The candidates of one routed (host, path), most precedent first: a path rule's target.
+/// Shared, like the host level that holds it, by the tables that have it unchanged.
+pub type Candidates = Arc<[Candidate]>;
+
+/// One host level of a Gateway router: the path rules of one host, with their candidates.
+pub type GatewayLevel = Arc<PathRules<Candidates>>;
 
 /// What a request offers to a candidate's conditions; each engine implements it over its own
 /// request representation.
@@ -67,12 +71,12 @@ impl RequestView for BareRequest<'_> {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GatewayRoutes {
     /// Routes of the HTTP listeners served on the plain port.
-    pub http: Router<CandidatesId>,
+    pub http: SharedRouter<Candidates>,
     /// Routes of the HTTPS listeners served on the TLS port.
-    pub https: Router<CandidatesId>,
-    /// Per routed (host, path): the candidates, most precedent first.
-    pub candidates: Vec<Box<[Candidate]>>,
-    pub rules: Vec<GatewayRule>,
+    pub https: SharedRouter<Candidates>,
+    /// Every rule of the routes, in route order (a route's rules are here even when it
+    /// attached nowhere); candidates hold their own.
+    pub rules: Vec<Arc<GatewayRule>>,
     /// The listener port a redirect without a port and scheme keeps, per frontend.
     pub http_port: u16,
     pub https_port: u16,
@@ -101,8 +105,8 @@ pub struct AddressRoutes {
     pub address: IpAddr,
     /// The Gateway's namespace and name.
     pub gateway: (Box<str>, Box<str>),
-    pub http: Router<CandidatesId>,
-    pub https: Router<CandidatesId>,
+    pub http: SharedRouter<Candidates>,
+    pub https: SharedRouter<Candidates>,
     pub http_hosts: ListenerHosts,
     pub https_hosts: ListenerHosts,
 }
@@ -112,8 +116,8 @@ impl AddressRoutes {
         AddressRoutes {
             address: address.to_canonical(),
             gateway: (namespace.into(), name.into()),
-            http: Router::default(),
-            https: Router::default(),
+            http: SharedRouter::default(),
+            https: SharedRouter::default(),
             http_hosts: ListenerHosts::default(),
             https_hosts: ListenerHosts::default(),
         }
@@ -209,18 +213,17 @@ impl GatewayRoutes {
                     .chain(r.wildcard.iter().map(|(_, rules)| rules))
                     .chain(r.one_label.values())
                     .chain(std::iter::once(&r.any_host))
-                    .flat_map(|rules| rules.iter())
-                    .filter_map(|rule| rule.regex.as_deref())
+                    .flat_map(|rules| rules.rules().iter())
             });
-        let values = self.candidates.iter().flat_map(|list| {
-            list.iter().flat_map(|c| {
+        paths.flat_map(|rule| {
+            let values = rule.target.iter().flat_map(|c| {
                 c.headers
                     .iter()
                     .chain(c.query.iter())
                     .filter_map(|m| m.regex.as_deref())
-            })
-        });
-        paths.chain(values)
+            });
+            rule.regex.as_deref().into_iter().chain(values)
+        })
     }
 
     /// The listener port of a frontend, which a redirect without a port or scheme keeps.
@@ -260,7 +263,7 @@ impl GatewayRoutes {
     pub fn frontend_mut(
         &mut self,
         at: FrontendKey,
-    ) -> Option<(&mut Router<CandidatesId>, &mut ListenerHosts)> {
+    ) -> Option<(&mut SharedRouter<Candidates>, &mut ListenerHosts)> {
         match at.address {
             None if at.https => Some((&mut self.https, &mut self.https_hosts)),
             None => Some((&mut self.http, &mut self.http_hosts)),
@@ -303,7 +306,7 @@ impl GatewayRoutes {
         &self,
         local: Option<IpAddr>,
         https: bool,
-    ) -> (&Router<CandidatesId>, &ListenerHosts) {
+    ) -> (&SharedRouter<Candidates>, &ListenerHosts) {
         if let Some(a) = local
             .filter(|_| !self.addressed.is_empty())
             .and_then(|ip| self.at_address(ip))
@@ -360,7 +363,7 @@ impl GatewayRoutes {
         let mut chosen = None;
         let found = router.walk(host, |_, rules| {
             rules.lookup_where(path, |rule| {
-                chosen = self.pick(rule.target, owner, req);
+                chosen = pick(&rule.target, owner, req);
                 chosen.is_some()
             })
         });
@@ -369,20 +372,19 @@ impl GatewayRoutes {
             _ => GatewayMatch::NoRoute,
         }
     }
+}
 
-    fn pick(&self, id: CandidatesId, owner: u32, req: &impl RequestView) -> Option<&Candidate> {
-        self.candidates
-            .get(id as usize)?
-            .iter()
-            .find(|c| c.listener == owner && c.matches(req))
-    }
+/// The first of `list` that a request of listener `owner` meets.
+#[inline]
+fn pick<'r>(list: &'r Candidates, owner: u32, req: &impl RequestView) -> Option<&'r Candidate> {
+    list.iter().find(|c| c.listener == owner && c.matches(req))
 }
 
 /// What the Gateway routes say of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GatewayMatch<'r> {
     /// This candidate, reached through this path rule.
-    Matched(&'r PathRule<CandidatesId>, &'r Candidate),
+    Matched(&'r PathRule<Candidates>, &'r Candidate),
     /// A listener takes the host but no route matches: 404.
     NoRoute,
     /// No listener takes the host: the Service and Ingress routes decide.
@@ -400,8 +402,9 @@ pub struct Candidate {
     /// Query parameter names as written (compared exactly); every one must match.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub query: Box<[ValueMatch]>,
-    /// Index in `GatewayRoutes::rules`.
-    pub rule: u32,
+    /// The rule it leads to (shown by its origin).
+    #[serde(serialize_with = "rule_origin")]
+    pub rule: Arc<GatewayRule>,
     /// The listener whose route this is (`ListenerHosts` id): a request belonging to another
     /// listener never meets it.
     pub listener: u32,
@@ -455,6 +458,10 @@ fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (k == name).then_some(v)
     })
+}
+
+fn rule_origin<S: serde::Serializer>(rule: &Arc<GatewayRule>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rule.origin)
 }
 
 /// What a rule does with the requests it matches.
@@ -686,7 +693,7 @@ mod tests {
             method: None,
             headers: Box::new([]),
             query: Box::new([]),
-            rule,
+            rule: Arc::new(GatewayRule::answering(rule.to_string().into(), 500)),
             listener: ANY_LISTENER,
         }
     }
@@ -706,14 +713,23 @@ mod tests {
         }
     }
 
-    fn regex_rule(pattern: &str, target: CandidatesId) -> PathRule<CandidatesId> {
+    /// The rule a candidate leads to, as `cand` numbered it.
+    fn number(c: &Candidate) -> u32 {
+        c.rule.origin.parse().unwrap()
+    }
+
+    fn regex_rule<const N: usize>(pattern: &str, target: [Candidate; N]) -> PathRule<Candidates> {
         PathRule {
             regex: Some(Box::new(Pattern::new(pattern).unwrap())),
             ..rule(pattern, false, target)
         }
     }
 
-    fn rule(prefix: &str, exact: bool, target: CandidatesId) -> PathRule<CandidatesId> {
+    fn rule<const N: usize>(
+        prefix: &str,
+        exact: bool,
+        target: [Candidate; N],
+    ) -> PathRule<Candidates> {
         PathRule {
             prefix: prefix.into(),
             strip: false,
@@ -721,34 +737,29 @@ mod tests {
             exact,
             regex: None,
             policy: None,
-            target,
+            target: target.into_iter().collect(),
         }
     }
 
     fn routes() -> GatewayRoutes {
         let mut g = GatewayRoutes::default();
         // example.com: /v2 (header version: two first), /; any host: /.
-        let mut ex = PathRules::default();
-        ex.insert(rule("/v2", false, 0));
-        ex.insert(rule("/", false, 1));
-        g.http.exact.insert("example.com".into(), ex);
-        g.http.any_host.insert(rule("/", false, 2));
-        g.http_hosts.any = true;
         let with_header = Candidate {
             headers: Box::new([vm("version", "two")]),
             ..cand(9)
         };
-        g.candidates = vec![
-            Box::new([cand(0)]),
-            Box::new([with_header, cand(1)]),
-            Box::new([cand(2)]),
-        ];
+        let mut ex = PathRules::default();
+        ex.insert(rule("/v2", false, [cand(0)]));
+        ex.insert(rule("/", false, [with_header, cand(1)]));
+        g.http.exact.insert("example.com".into(), Arc::new(ex));
+        Arc::make_mut(&mut g.http.any_host).insert(rule("/", false, [cand(2)]));
+        g.http_hosts.any = true;
         g
     }
 
     fn rule_of(g: &GatewayRoutes, host: &str, path: &str, req: &Req) -> Result<Option<u32>, ()> {
         match g.lookup(false, Some(host.as_bytes()), path, req) {
-            GatewayMatch::Matched(_, c) => Ok(Some(c.rule)),
+            GatewayMatch::Matched(_, c) => Ok(Some(number(c))),
             GatewayMatch::NoRoute => Err(()),
             GatewayMatch::NotTaken => Ok(None),
         }
@@ -778,14 +789,15 @@ mod tests {
         assert_eq!(g.http_hosts.owner(Some(b"ISO.example.com:80")), Some(iso));
         assert_eq!(g.http_hosts.owner(Some(b"other.org")), Some(ANY_LISTENER));
         let mut only = PathRules::default();
-        only.insert(rule("/only", true, 3));
-        only.insert(rule("/any", false, 4));
-        g.http.exact.insert("iso.example.com".into(), only);
-        g.candidates.push(Box::new([Candidate {
+        let iso_only = Candidate {
             listener: iso,
             ..cand(7)
-        }]));
-        g.candidates.push(Box::new([cand(8)]));
+        };
+        only.insert(rule("/only", true, [iso_only]));
+        only.insert(rule("/any", false, [cand(8)]));
+        g.http
+            .exact
+            .insert("iso.example.com".into(), Arc::new(only));
         assert_eq!(rule_of(&g, "iso.example.com", "/only", &get()), Ok(Some(7)));
         // The host-less listener's routes never answer a request of the iso listener, at
         // this host level or a less specific one.
@@ -806,9 +818,8 @@ mod tests {
         // The Gateway at .3 takes every host on the plain port and sends / to rule 5; the one
         // at .2 has no listener on it.
         let mut three = AddressRoutes::new(ip("127.0.0.3"), "ns", "three");
-        three.http.any_host.insert(rule("/", false, 3));
+        Arc::make_mut(&mut three.http.any_host).insert(rule("/", false, [cand(5)]));
         three.http_hosts.any = true;
-        g.candidates.push(Box::new([cand(5)]));
         g.addressed = vec![AddressRoutes::new(ip("127.0.0.2"), "ns", "two"), three];
         let at = |local: &str, https: bool, host: &str| match g.lookup_at(
             Some(ip(local)),
@@ -817,7 +828,7 @@ mod tests {
             "/",
             &get(),
         ) {
-            GatewayMatch::Matched(_, c) => Ok(Some(c.rule)),
+            GatewayMatch::Matched(_, c) => Ok(Some(number(c))),
             GatewayMatch::NoRoute => Err(()),
             GatewayMatch::NotTaken => Ok(None),
         };
@@ -850,11 +861,6 @@ mod tests {
     #[test]
     fn unmet_conditions_fall_to_a_shorter_prefix() {
         let mut g = GatewayRoutes::default();
-        let mut rules = PathRules::default();
-        rules.insert(rule("/a", false, 0));
-        rules.insert(rule("/", false, 1));
-        g.http.any_host = rules;
-        g.http_hosts.any = true;
         let post_only = Candidate {
             method: Some("POST".into()),
             ..cand(0)
@@ -863,7 +869,11 @@ mod tests {
             query: Box::new([vm("animal", "whale")]),
             ..cand(1)
         };
-        g.candidates = vec![Box::new([post_only]), Box::new([q])];
+        let mut rules = PathRules::default();
+        rules.insert(rule("/a", false, [post_only]));
+        rules.insert(rule("/", false, [q]));
+        g.http.any_host = Arc::new(rules);
+        g.http_hosts.any = true;
         let post = Req {
             method: "POST",
             ..get()
@@ -885,24 +895,18 @@ mod tests {
     #[test]
     fn regular_expressions_rank_after_exact_and_prefix_paths() {
         let mut g = GatewayRoutes::default();
-        let mut rules = PathRules::default();
-        // Inserted in precedence order: the longer pattern first.
-        rules.insert(regex_rule("/v[0-9]+/users/[a-z]+", 0));
-        rules.insert(regex_rule("/v[0-9]+/.*", 1));
-        rules.insert(rule("/v1/users/exact", true, 2));
-        rules.insert(rule("/v2", false, 3));
-        g.http.any_host = rules;
-        g.http_hosts.any = true;
         let post_only = Candidate {
             method: Some("POST".into()),
             ..cand(10)
         };
-        g.candidates = vec![
-            Box::new([cand(0)]),
-            Box::new([post_only, cand(1)]),
-            Box::new([cand(2)]),
-            Box::new([cand(3)]),
-        ];
+        let mut rules = PathRules::default();
+        // Inserted in precedence order: the longer pattern first.
+        rules.insert(regex_rule("/v[0-9]+/users/[a-z]+", [cand(0)]));
+        rules.insert(regex_rule("/v[0-9]+/.*", [post_only, cand(1)]));
+        rules.insert(rule("/v1/users/exact", true, [cand(2)]));
+        rules.insert(rule("/v2", false, [cand(3)]));
+        g.http.any_host = Arc::new(rules);
+        g.http_hosts.any = true;
         assert_eq!(rule_of(&g, "h", "/v1/users/exact", &get()), Ok(Some(2)));
         assert_eq!(rule_of(&g, "h", "/v1/users/bob", &get()), Ok(Some(0)));
         assert_eq!(rule_of(&g, "h", "/v1/other", &get()), Ok(Some(1)));
@@ -923,14 +927,13 @@ mod tests {
     #[test]
     fn header_and_query_patterns_match_whole_values() {
         let mut g = GatewayRoutes::default();
-        g.http.any_host.insert(rule("/", false, 0));
-        g.http_hosts.any = true;
         let re = Candidate {
             headers: Box::new([vm_re("version", "v[0-9]+"), vm("env", "prod")]),
             query: Box::new([vm_re("id", "[0-9]{1,3}")]),
             ..cand(1)
         };
-        g.candidates = vec![Box::new([re, cand(0)])];
+        Arc::make_mut(&mut g.http.any_host).insert(rule("/", false, [re, cand(0)]));
+        g.http_hosts.any = true;
         let req = |version: &'static str, query: &'static str| Req {
             headers: vec![("Version", version), ("env", "prod")],
             query: Some(query),

@@ -198,11 +198,11 @@ impl<T> PathRules<T> {
     /// whole-path or prefix rule took the request. Case-folded rules are not consulted (no
     /// Gateway route ignores case).
     #[inline]
-    pub fn lookup_where(
-        &self,
+    pub fn lookup_where<'a>(
+        &'a self,
         path: &str,
-        mut accept: impl FnMut(&PathRule<T>) -> bool,
-    ) -> Option<&PathRule<T>> {
+        mut accept: impl FnMut(&'a PathRule<T>) -> bool,
+    ) -> Option<&'a PathRule<T>> {
         if let Some(rule) = self.exact.as_deref().and_then(|e| e.get(path))
             && accept(rule)
         {
@@ -344,33 +344,52 @@ impl Strip {
     }
 }
 
-/// All routes of one frontend: exact hosts, wildcard hosts, and host-less rules.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Router<T> {
+/// All routes of one frontend: exact hosts, wildcard hosts, and host-less rules. `L` holds
+/// one host level's rules: by value (`Router`), or shared between tables (`SharedRouter`,
+/// the Gateway routes, whose builds keep the host levels a change did not touch).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HostRouter<L> {
     /// Lower-case host -> its rules.
-    pub exact: HashMap<Box<str>, PathRules<T>>,
+    pub exact: HashMap<Box<str>, L>,
     /// `*.example.com` stored as the suffix `.example.com`, longest first.
-    pub wildcard: Vec<(Box<str>, PathRules<T>)>,
+    pub wildcard: Vec<(Box<str>, L)>,
     /// Ingress wildcards, which match exactly one label (`*.example.com` takes
     /// `a.example.com`, not `a.b.example.com`): keyed by the suffix `.example.com`, so a host
     /// is one probe with everything after its first label.
-    pub one_label: HashMap<Box<str>, PathRules<T>>,
+    pub one_label: HashMap<Box<str>, L>,
     /// Rules that apply to any host.
-    pub any_host: PathRules<T>,
+    pub any_host: L,
 }
 
-impl<T> Default for Router<T> {
-    fn default() -> Self {
-        Self {
-            exact: HashMap::default(),
-            wildcard: Vec::new(),
-            one_label: HashMap::default(),
-            any_host: PathRules::default(),
-        }
+/// A router whose host levels are held by value.
+pub type Router<T> = HostRouter<PathRules<T>>;
+
+/// A router whose host levels are shared: an unchanged level is the previous table's.
+pub type SharedRouter<T> = HostRouter<Arc<PathRules<T>>>;
+
+/// How a router holds one host level's rules.
+pub trait HostLevel {
+    type Target;
+    fn rules(&self) -> &PathRules<Self::Target>;
+}
+
+impl<T> HostLevel for PathRules<T> {
+    type Target = T;
+    #[inline]
+    fn rules(&self) -> &PathRules<T> {
+        self
     }
 }
 
-impl<T> Router<T> {
+impl<T> HostLevel for Arc<PathRules<T>> {
+    type Target = T;
+    #[inline]
+    fn rules(&self) -> &PathRules<T> {
+        self
+    }
+}
+
+impl<L: HostLevel> HostRouter<L> {
     /// Sorts the wildcard list into precedence order; call once after building.
     pub fn finish(&mut self) {
         self.wildcard
@@ -381,13 +400,13 @@ impl<T> Router<T> {
         self.exact.is_empty()
             && self.wildcard.is_empty()
             && self.one_label.is_empty()
-            && self.any_host.is_empty()
+            && self.any_host.rules().is_empty()
     }
 
     /// Finds the route for a request. `host` is the raw Host header or `:authority` (any case,
     /// optional port); `path` is the path without the query.
     #[inline]
-    pub fn lookup(&self, host: Option<&[u8]>, path: &str) -> Option<&PathRule<T>> {
+    pub fn lookup(&self, host: Option<&[u8]>, path: &str) -> Option<&PathRule<L::Target>> {
         self.walk(host, |_, rules| rules.lookup(path))
     }
 
@@ -400,7 +419,7 @@ impl<T> Router<T> {
     pub fn walk<'r, R>(
         &'r self,
         host: Option<&[u8]>,
-        mut visit: impl FnMut(Level<'r>, &'r PathRules<T>) -> Option<R>,
+        mut visit: impl FnMut(Level<'r>, &'r PathRules<L::Target>) -> Option<R>,
     ) -> Option<R> {
         let mut buf = [0u8; MAX_HOST_LEN];
         if let Some(host) = host.and_then(|h| normalize_host(h, &mut buf)) {
@@ -408,19 +427,19 @@ impl<T> Router<T> {
             let has_port = full.len() != name.len();
             if has_port
                 && let Some((key, rules)) = self.exact.get_key_value(full)
-                && let Some(r) = visit(Level::ExactHost(key), rules)
+                && let Some(r) = visit(Level::ExactHost(key), rules.rules())
             {
                 return Some(r);
             }
             if let Some((key, rules)) = self.exact.get_key_value(name)
-                && let Some(r) = visit(Level::ExactHost(key), rules)
+                && let Some(r) = visit(Level::ExactHost(key), rules.rules())
             {
                 return Some(r);
             }
             if !self.one_label.is_empty()
                 && let Some(dot) = name.find('.')
                 && let Some((key, rules)) = self.one_label.get_key_value(&name[dot..])
-                && let Some(r) = visit(Level::OneLabelHost(key), rules)
+                && let Some(r) = visit(Level::OneLabelHost(key), rules.rules())
             {
                 return Some(r);
             }
@@ -432,13 +451,13 @@ impl<T> Router<T> {
                 };
                 if candidate.len() > suffix.len()
                     && candidate.ends_with(&**suffix)
-                    && let Some(r) = visit(Level::WildcardHost(suffix), rules)
+                    && let Some(r) = visit(Level::WildcardHost(suffix), rules.rules())
                 {
                     return Some(r);
                 }
             }
         }
-        visit(Level::AnyHost, &self.any_host)
+        visit(Level::AnyHost, self.any_host.rules())
     }
 }
 

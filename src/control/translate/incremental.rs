@@ -114,6 +114,12 @@ impl Memo {
         self.gateway_cache.as_ref().map(|c| c.compiled)
     }
 
+    /// How many host levels of the Gateway routers the build of this memo made (the others
+    /// it shared with the previous table); `None` when it had no Gateway API objects.
+    pub fn gateway_levels_made(&self) -> Option<usize> {
+        self.gateway_cache.as_ref().map(|c| c.levels_made)
+    }
+
     /// All warnings of the table this memo describes, sorted as a build returns them.
     pub(super) fn collect_warnings(&self) -> Vec<Warning> {
         let mut w = self.input_warnings.clone();

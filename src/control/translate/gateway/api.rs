@@ -9,6 +9,7 @@
 //! Kubernetes client.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::{Deserialize, Serialize};
@@ -598,6 +599,7 @@ pub struct GatewayApiStatus {
     /// none), and the published ones are not used.
     pub own_addresses: bool,
     /// By (namespace, name): HTTPRoutes with at least one parentRef to a Gateway of ours;
-    /// `parents` holds only our entries (controllerName = ours).
-    pub http_routes: BTreeMap<(String, String), RouteStatus>,
+    /// `parents` holds only our entries (controllerName = ours). Shared with the route's
+    /// translation, which a Gateway-only build keeps when the route did not change.
+    pub http_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
 }

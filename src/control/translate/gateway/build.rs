@@ -2,10 +2,11 @@
 //! attached to the listeners that accept them, their rules turned into candidates of the
 //! table's Gateway routers, and the status of every object decided on the way. Pure.
 //! Each route is translated on its own (`translate_route`) into an output that the memo's
-//! cache keeps (`cache.rs`); the routers are then assembled from every route's output, so a
-//! build that takes most outputs from the cache pays only for the assembly.
+//! cache keeps (`cache.rs`); the routers are then assembled from the routes' outputs
+//! (`assemble.rs`), which in a Gateway-only build makes again only the host levels that the
+//! routes it translated touch.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Ordering;
 use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -17,8 +18,8 @@ use super::api::*;
 use super::cache::{self, CachedRoute, RouteCache, RouteOutput};
 use super::*;
 use crate::table::gateway::{
-    ANY_LISTENER, Action, AddressRoutes, Backend, Backends, Candidate, CandidatesId, FrontendKey,
-    GatewayRule, HeaderFilter, Mirror, PathRewrite, Redirect, ValueMatch,
+    Action, AddressRoutes, Backend, Backends, FrontendKey, GatewayRule, HeaderFilter, Mirror,
+    PathRewrite, Redirect, ValueMatch,
 };
 use crate::table::pattern::{Pattern, PatternError, Patterns};
 
@@ -87,29 +88,6 @@ pub(super) enum PathKind {
     Regex,
 }
 
-/// The spec's precedence among candidates of one path: a method, more headers, more query
-/// parameters, the oldest route, its namespace/name (as its place among the routes sorted
-/// by key), then rule and match order.
-type Rank<'o> = (
-    Reverse<bool>,
-    Reverse<usize>,
-    Reverse<usize>,
-    &'o str,
-    usize,
-    usize,
-    usize,
-);
-
-/// A candidate waiting for its precedence rank, borrowed from its route's output.
-struct Pending<'o> {
-    /// The hostname of the listener it serves.
-    listener: Option<&'o HostPattern>,
-    rank: Rank<'o>,
-    candidate: &'o Candidate,
-    /// Its rule's index in the table.
-    rule: u32,
-}
-
 impl ListenerView<'_> {
     /// The frontends its routes go to: one per address of its Gateway, or the shared one.
     pub(super) fn frontends(&self) -> impl Iterator<Item = FrontendKey> + '_ {
@@ -125,14 +103,14 @@ impl ListenerView<'_> {
 impl Matched {
     /// How many regular expressions it holds.
     fn patterns(&self) -> usize {
-        let c = &self.candidate;
         usize::from(self.pattern.is_some())
-            + c.headers.iter().filter(|h| h.regex.is_some()).count()
-            + c.query.iter().filter(|q| q.regex.is_some()).count()
+            + self.headers.iter().filter(|h| h.regex.is_some()).count()
+            + self.query.iter().filter(|q| q.regex.is_some()).count()
     }
 }
 
-/// One match of a rule, ready for the table but for its rule's id.
+/// One match of a rule: a candidate but for its rule (its route's rule of the same place in
+/// `RouteOutput::made`) and its listener's id.
 pub(super) struct Matched {
     /// Its index in the rule's matches.
     pub(super) index: usize,
@@ -141,7 +119,10 @@ pub(super) struct Matched {
     pub(super) kind: PathKind,
     /// The compiled path pattern (`PathKind::Regex`).
     pub(super) pattern: Option<Box<Pattern>>,
-    pub(super) candidate: Candidate,
+    pub(super) method: Option<Box<str>>,
+    /// Header names in lower case.
+    pub(super) headers: Box<[ValueMatch]>,
+    pub(super) query: Box<[ValueMatch]>,
 }
 
 /// Why one rule cannot be served: the route's `Accepted` reason when no rule is left
@@ -368,169 +349,63 @@ impl<'a> Builder<'a> {
         };
         // Looked up by binary search (`GatewayRoutes::frontend_mut`, `lookup_at`).
         routes.addressed.sort_by_key(|a| a.address);
-        {
-            #[allow(clippy::type_complexity)]
-            let mut pending: BTreeMap<
-                ((FrontendKey, Option<&HostPattern>), &str, PathKind),
-                Vec<Pending<'_>>,
-            > = BTreeMap::new();
-            // Path patterns by source.
-            let mut patterns: HashMap<&str, &Pattern> = HashMap::default();
-            let mut rules: Vec<GatewayRule> = Vec::new();
-            // Routes counted per listener, by Gateway key and listener index.
-            let mut attached: BTreeMap<(&str, &str), Vec<i32>> = BTreeMap::new();
-            for (pos, c) in outputs.iter().enumerate() {
-                let o = &c.output;
-                for ((gw_ns, gw_name), at) in &o.attached {
-                    let counts = attached
-                        .entry((gw_ns.as_str(), gw_name.as_str()))
-                        .or_default();
-                    if counts.len() <= *at {
-                        counts.resize(at + 1, 0);
-                    }
-                    counts[*at] += 1;
+        // Routes counted per listener, by Gateway key and listener index; the routes' status.
+        let mut attached: BTreeMap<(&str, &str), Vec<i32>> = BTreeMap::new();
+        for c in &outputs {
+            let o = &c.output;
+            for ((gw_ns, gw_name), at) in &o.attached {
+                let counts = attached
+                    .entry((gw_ns.as_str(), gw_name.as_str()))
+                    .or_default();
+                if counts.len() <= *at {
+                    counts.resize(at + 1, 0);
                 }
-                if same_routes {
-                    continue;
+                counts[*at] += 1;
+            }
+            if same_routes {
+                continue;
+            }
+            if let Some(route) = &o.parents {
+                status.http_routes.insert(c.key.clone(), Arc::clone(route));
+            }
+        }
+        for (key, (_, views, _)) in gateways.iter_mut() {
+            if let Some(counts) = attached.get(key) {
+                for (v, n) in views.iter_mut().zip(counts) {
+                    v.attached += n;
                 }
-                let Some(parents) = &o.parents else {
-                    continue;
-                };
-                status.http_routes.insert(
-                    c.key.clone(),
-                    RouteStatus {
-                        parents: parents.clone(),
-                    },
-                );
-                // A route's rules are in the table even when it attached nowhere.
-                let base = rules.len();
-                rules.extend(o.rules.iter().cloned());
-                if o.places.is_empty() {
-                    continue;
-                }
-                for (ri, matched) in &o.made {
-                    for m in matched {
-                        if let Some(p) = &m.pattern {
-                            patterns.entry(&m.key).or_insert(p);
-                        }
-                        let cand = &m.candidate;
-                        let rule = u32::try_from(base + cand.rule as usize).unwrap_or(u32::MAX);
-                        for place in &o.places {
-                            pending
-                                .entry(((place.at, place.host.as_ref()), &*m.key, m.kind))
-                                .or_default()
-                                .push(Pending {
-                                    listener: place.listener.as_ref(),
-                                    // Routes are in key order: `pos` ranks as their keys do.
-                                    rank: (
-                                        Reverse(cand.method.is_some()),
-                                        Reverse(cand.headers.len()),
-                                        Reverse(cand.query.len()),
-                                        o.created.as_str(),
-                                        pos,
-                                        *ri,
-                                        m.index,
-                                    ),
-                                    candidate: cand,
-                                    rule,
-                                });
-                        }
+            }
+        }
+        let mut levels_made = 0;
+        if !same_routes {
+            // The listeners' hostnames first: candidates carry their listener's id.
+            for (_, listeners, _) in gateways.values() {
+                for l in listeners.iter().filter(|l| l.usable) {
+                    for at in l.frontends() {
+                        let Some((_, hosts)) = routes.frontend_mut(at) else {
+                            continue;
+                        };
+                        let (name, wildcard) = listener_key(l.hostname.as_ref());
+                        hosts.add(name, wildcard);
                     }
                 }
             }
-
-            for (key, (_, views, _)) in gateways.iter_mut() {
-                if let Some(counts) = attached.get(key) {
-                    for (v, n) in views.iter_mut().zip(counts) {
-                        v.attached += n;
-                    }
-                }
+            routes.http_hosts.finish();
+            routes.https_hosts.finish();
+            for a in &mut routes.addressed {
+                a.http_hosts.finish();
+                a.https_hosts.finish();
             }
-
-            if !same_routes {
-                // The listeners' hostnames first: candidates carry their listener's id.
-                for (_, listeners, _) in gateways.values() {
-                    for l in listeners.iter().filter(|l| l.usable) {
-                        for at in l.frontends() {
-                            let Some((_, hosts)) = routes.frontend_mut(at) else {
-                                continue;
-                            };
-                            let (name, wildcard) = listener_key(l.hostname.as_ref());
-                            hosts.add(name, wildcard);
-                        }
-                    }
-                }
-                routes.http_hosts.finish();
-                routes.https_hosts.finish();
-                for a in &mut routes.addressed {
-                    a.http_hosts.finish();
-                    a.https_hosts.finish();
-                }
-                let mut wildcard_at: HashMap<(FrontendKey, String), usize> = HashMap::default();
-                // Regular expressions are tried in their insertion order: collected, then inserted
-                // longest source first (as Istio orders them), then by the rank of their best
-                // candidate.
-                #[allow(clippy::type_complexity)]
-                let mut regex_rules: Vec<(
-                    (Reverse<usize>, Rank<'_>),
-                    FrontendKey,
-                    Option<HostPattern>,
-                    PathRule<CandidatesId>,
-                )> = Vec::new();
-                for (((at, host), key, kind), mut list) in pending {
-                    list.sort_by(|a, b| a.rank.cmp(&b.rank));
-                    let best = list.first().map(|p| p.rank);
-                    let id = CandidatesId::try_from(routes.candidates.len())
-                        .unwrap_or(CandidatesId::MAX);
-                    let hosts = routes.hosts(at);
-                    let candidates = list
-                        .into_iter()
-                        .map(|p| {
-                            let (name, wildcard) = listener_key(p.listener);
-                            Candidate {
-                                listener: hosts.id(name, wildcard).unwrap_or(u32::MAX),
-                                rule: p.rule,
-                                ..p.candidate.clone()
-                            }
-                        })
-                        .collect();
-                    routes.candidates.push(candidates);
-                    let rule = PathRule {
-                        regex: match kind {
-                            PathKind::Regex => patterns.get(key).map(|p| Box::new((*p).clone())),
-                            _ => None,
-                        },
-                        prefix: key.into(),
-                        strip: false,
-                        ignore_case: false,
-                        exact: kind == PathKind::Exact,
-                        policy: None,
-                        target: id,
-                    };
-                    match (kind, best) {
-                        (PathKind::Regex, Some(best)) => {
-                            regex_rules.push((
-                                (Reverse(rule.prefix.len()), best),
-                                at,
-                                host.cloned(),
-                                rule,
-                            ));
-                        }
-                        _ => place_rule(&mut routes, &mut wildcard_at, at, host.cloned(), rule),
-                    }
-                }
-                regex_rules.sort_by(|a, b| a.0.cmp(&b.0));
-                for (_, at, host, rule) in regex_rules {
-                    place_rule(&mut routes, &mut wildcard_at, at, host, rule);
-                }
-                routes.http.finish();
-                routes.https.finish();
-                for a in &mut routes.addressed {
-                    a.http.finish();
-                    a.https.finish();
-                }
-                routes.rules = rules;
-            }
+            // The previous table's host levels are shared when its routes' outputs are the
+            // ones this build started from.
+            let shared = match (reusable, previous) {
+                (Some(c), Some(table)) => Some(assemble::Previous {
+                    routes: &c.routes,
+                    table,
+                }),
+                _ => None,
+            };
+            levels_made = assemble::assemble(&outputs, &mut routes, shared);
         }
         self.gateway_routes = routes;
         let index = match &self.frozen {
@@ -557,6 +432,7 @@ impl<'a> Builder<'a> {
             grants: context.grants,
             failed,
             compiled: translated,
+            levels_made,
             failures_compiled,
             same_routes,
         }));
@@ -835,16 +711,8 @@ impl<'a> Builder<'a> {
                     if let (Ok(()), Some(u)) = (&resolved, unresolved) {
                         resolved = Err(u);
                     }
-                    let id = u32::try_from(out.rules.len()).unwrap_or(u32::MAX);
-                    let matched = matched
-                        .into_iter()
-                        .map(|mut m| {
-                            m.candidate.rule = id;
-                            m
-                        })
-                        .collect();
                     made.push((ri, matched));
-                    out.rules.push(r);
+                    out.rules.push(Arc::new(r));
                 }
                 Err(why) => dropped.push(at(Invalid::unsupported(why))),
             }
@@ -903,7 +771,7 @@ impl<'a> Builder<'a> {
                 p.conditions.push(c.clone());
             }
         }
-        out.parents = Some(parents);
+        out.parents = Some(Arc::new(RouteStatus { parents }));
         out.places = places.into_iter().collect();
         out.made = made;
         out
@@ -1553,15 +1421,9 @@ impl<'a> Builder<'a> {
             key: key.into(),
             kind,
             pattern,
-            candidate: Candidate {
-                method: m.method.as_deref().map(Into::into),
-                headers,
-                query,
-                // Set once the rule is made.
-                rule: u32::MAX,
-                // Set once the listeners' ids are known.
-                listener: ANY_LISTENER,
-            },
+            method: m.method.as_deref().map(Into::into),
+            headers,
+            query,
         }))
     }
 
@@ -1940,33 +1802,9 @@ fn unserve(
     }
 }
 
-/// Inserts a path rule at its host level of its frontend's router.
-fn place_rule(
-    routes: &mut GatewayRoutes,
-    wildcard_at: &mut HashMap<(FrontendKey, String), usize>,
-    at: FrontendKey,
-    host: Option<HostPattern>,
-    rule: PathRule<CandidatesId>,
-) {
-    let Some((router, _)) = routes.frontend_mut(at) else {
-        return;
-    };
-    match host {
-        None => router.any_host.insert(rule),
-        Some(HostPattern::Exact(h)) => router.exact.entry(h.into()).or_default().insert(rule),
-        Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => {
-            let i = *wildcard_at.entry((at, s.clone())).or_insert_with(|| {
-                router.wildcard.push((s.into(), PathRules::default()));
-                router.wildcard.len() - 1
-            });
-            router.wildcard[i].1.insert(rule);
-        }
-    }
-}
-
 /// A listener's hostname as `ListenerHosts` keys it: the name (or the wildcard's suffix) and
 /// whether it is a wildcard.
-fn listener_key(hostname: Option<&HostPattern>) -> (Option<&str>, bool) {
+pub(super) fn listener_key(hostname: Option<&HostPattern>) -> (Option<&str>, bool) {
     match hostname {
         None => (None, false),
         Some(HostPattern::Exact(h)) => (Some(h), false),

@@ -3,9 +3,10 @@
 //! counted on and its warnings, with the inputs they came from (the route itself, the listeners
 //! of the Gateways it names, its namespace's labels, the ReferenceGrants of the namespaces its
 //! backends are in). A Gateway-only build takes a route's output from here when none of those
-//! changed and translates only the others again; it then assembles the routers from every
-//! route's output, which is cheap next to translating them. Held to what a full build gives by
-//! the equality tests in `translate/tests/gateway.rs`.
+//! changed and translates only the others again; the routers are then assembled from the
+//! outputs, sharing the previous table's host levels that no route translated again touches
+//! (`assemble.rs`). Held to what a full build gives by the equality tests in
+//! `translate/tests/gateway.rs`.
 //!
 //! Pure like the rest of translate: owned by the memo, never by the table, and it must not
 //! change what a build gives, only how much work it takes. The Services a route names are not
@@ -43,6 +44,9 @@ pub(in crate::control::translate) struct RouteCache {
     pub(super) failed: HashMap<Box<str>, PatternError>,
     /// Routes translated by the build that made this (the others were taken from the cache).
     pub(in crate::control::translate) compiled: usize,
+    /// Host levels of the Gateway routers that build made (the others it shared with the
+    /// previous table).
+    pub(in crate::control::translate) levels_made: usize,
     /// That build took every route's output from the cache, on unchanged listeners: it left
     /// the Gateway routers and the routes' status unassembled, to be shared with the
     /// previous table and memo, which they would equal.
@@ -64,14 +68,14 @@ pub(super) struct CachedRoute {
 /// What translating one route gives, before the routers are assembled.
 pub(super) struct RouteOutput {
     /// Its parents' status; `None`: it names no Gateway of ours (nothing else is set).
-    pub(super) parents: Option<Vec<super::api::RouteParentStatus>>,
+    pub(super) parents: Option<Arc<super::api::RouteStatus>>,
     /// Its creation time as its candidates rank by.
     pub(super) created: String,
     /// Where its candidates go (empty: nowhere, but its rules are still in the table).
     pub(super) places: Vec<Place>,
-    /// Its rules; a candidate's `rule` is an index in here until assembled.
-    pub(super) rules: Vec<GatewayRule>,
-    /// Per served rule, its index in the route and its matches.
+    /// Its rules, shared by the table's candidates.
+    pub(super) rules: Vec<Arc<GatewayRule>>,
+    /// Per rule of `rules`, its index in the route and its matches.
     pub(super) made: Vec<(usize, Vec<Matched>)>,
     /// The listeners it is counted on: Gateway key and listener index.
     pub(super) attached: Vec<(ObjectKey, usize)>,

@@ -9,6 +9,7 @@ use super::*;
 
 mod address;
 pub mod api;
+mod assemble;
 mod build;
 mod cache;
 

@@ -127,7 +127,7 @@ fn goes(t: &RoutingTable, host: &str, path: &str, req: &impl RequestView) -> Str
     match t.gateway.lookup(false, Some(host.as_bytes()), path, req) {
         GatewayMatch::NoRoute => "404".into(),
         GatewayMatch::NotTaken => "not gateway".into(),
-        GatewayMatch::Matched(_, c) => match &t.gateway.rules[c.rule as usize].action {
+        GatewayMatch::Matched(_, c) => match &c.rule.action {
             Action::Fail(s) => s.to_string(),
             Action::Redirect(r) => format!("redirect {}", r.status),
             Action::Backends(b) => {
@@ -1066,7 +1066,7 @@ fn get_at(t: &RoutingTable, local: &str, host: &str, path: &str) -> String {
     ) {
         GatewayMatch::NoRoute => "404".into(),
         GatewayMatch::NotTaken => "not gateway".into(),
-        GatewayMatch::Matched(_, c) => match &g.rules[c.rule as usize].action {
+        GatewayMatch::Matched(_, c) => match &c.rule.action {
             Action::Backends(b) => t
                 .entry(b.backends[0].entry.unwrap())
                 .unwrap()

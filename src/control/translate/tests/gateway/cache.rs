@@ -91,11 +91,13 @@ fn route_json(name: &str, r: &RouteP) -> serde_json::Value {
         2 => serde_json::json!({"name": "gw", "namespace": "infra", "sectionName": "http"}),
         _ => serde_json::json!({"name": "nowhere", "namespace": "infra"}),
     };
-    let hostnames: Vec<&str> = match r.host {
+    let hostnames: Vec<String> = match r.host {
         0 => vec![],
-        1 => vec!["a.example.com"],
-        2 => vec!["b.example.com"],
-        _ => vec!["*.example.com"],
+        1 => vec!["a.example.com".into()],
+        2 => vec!["b.example.com".into()],
+        3 => vec!["*.example.com".into()],
+        // Beyond the random worlds' range: a host of its own.
+        h => vec![format!("h{h}.example.com")],
     };
     let rules: Vec<serde_json::Value> = r
         .rules
@@ -528,4 +530,86 @@ fn a_gateway_that_moves_address_takes_its_routes_along() {
         translated(&b1) > 0,
         "its routes are translated for the new address"
     );
+}
+
+/// A route change makes again only the host levels of the Gateway routers that the route had
+/// or now has: every other level is the previous table's own (`Arc`), and the table still
+/// equals a cold build.
+#[test]
+fn a_route_change_remakes_only_the_host_levels_it_touches() {
+    let mut s = Scene {
+        listener: 0,
+        grant: true,
+        labels: [0, 0],
+        s3: true,
+        ask: 0,
+    };
+    // 20 routes on hosts of their own, two on a.example.com, one on any host.
+    let route = |host: u8, path: u8| RouteP {
+        ns: 0,
+        parent: 0,
+        host,
+        created: 0,
+        rules: vec![RuleP {
+            path,
+            header: false,
+            backend: 0,
+        }],
+        version: 0,
+    };
+    let mut routes: BTreeMap<u8, RouteP> = (0..20).map(|i| (i, route(10 + i, 1))).collect();
+    routes.insert(20, route(1, 1));
+    routes.insert(21, route(1, 0));
+    routes.insert(22, route(0, 1));
+    let (b0, _) = build_changes(&scene_world(&s, &routes), None, None);
+    let levels = |b: &Built| b.table.gateway.http.exact.len();
+    assert_eq!(levels(&b0), 21);
+    assert_eq!(
+        b0.memo.gateway_levels_made(),
+        Some(22),
+        "a cold build makes every level"
+    );
+    let step = |s: &mut Scene, routes: &mut BTreeMap<u8, RouteP>, st: Step, prev: &Built| {
+        let changes = apply(s, routes, &st);
+        let w = scene_world(s, routes);
+        let (next, w_next) = build_changes(&w, Some(&changes), Some(prev.previous()));
+        let (cold, w_cold) = build_changes(&w, None, None);
+        assert!(next.table == cold.table, "tables differ after {st:?}");
+        assert_eq!(json_of(&next.table), json_of(&cold.table));
+        assert_eq!(w_next, w_cold);
+        next
+    };
+    // Every level but `changed` is the same `Arc` in both tables.
+    let shared_but = |a: &Built, b: &Built, changed: &[&str]| {
+        let (a, b) = (&a.table.gateway.http, &b.table.gateway.http);
+        for (host, level) in &b.exact {
+            let same = a.exact.get(host).is_some_and(|l| Arc::ptr_eq(l, level));
+            assert_eq!(same, !changed.contains(&&**host), "level {host}");
+        }
+        assert_eq!(
+            Arc::ptr_eq(&a.any_host, &b.any_host),
+            !changed.contains(&"")
+        );
+    };
+    // A route moved to a new host: its new level is made, its old one goes.
+    let b1 = step(&mut s, &mut routes, Step::PutRoute(3, route(40, 1)), &b0);
+    assert_eq!(b1.memo.gateway_levels_made(), Some(1));
+    assert!(!b1.table.gateway.http.exact.contains_key("h13.example.com"));
+    shared_but(&b0, &b1, &["h40.example.com"]);
+    // A route of a host that others share: that one level, with both routes' rules.
+    let b2 = step(&mut s, &mut routes, Step::PutRoute(21, route(1, 2)), &b1);
+    assert_eq!(b2.memo.gateway_levels_made(), Some(1));
+    shared_but(&b1, &b2, &["a.example.com"]);
+    // A route created on any host, and one deleted: the levels they are on.
+    let b3 = step(&mut s, &mut routes, Step::PutRoute(30, route(0, 2)), &b2);
+    assert_eq!(b3.memo.gateway_levels_made(), Some(1));
+    shared_but(&b2, &b3, &[""]);
+    let b4 = step(&mut s, &mut routes, Step::DeleteRoute(7), &b3);
+    assert_eq!(b4.memo.gateway_levels_made(), Some(0));
+    assert_eq!(levels(&b4), 20);
+    shared_but(&b3, &b4, &[]);
+    // A listener's hostname changed: its frontend's levels are all made again (candidates
+    // carry their listener's id).
+    let b5 = step(&mut s, &mut routes, Step::Listener(1), &b4);
+    assert!(b5.memo.gateway_levels_made() > Some(1));
 }
