@@ -564,9 +564,11 @@ fn a_route_change_remakes_only_the_host_levels_it_touches() {
     let (b0, _) = build_changes(&scene_world(&s, &routes), None, None);
     let levels = |b: &Built| b.table.gateway.http.exact.len();
     assert_eq!(levels(&b0), 21);
+    // 21 exact hosts and the any-host level on the HTTP port, and b.example.com on the TLS
+    // port, where the route without hostnames also attaches (the scene's HTTPS listener).
     assert_eq!(
         b0.memo.gateway_levels_made(),
-        Some(22),
+        Some(23),
         "a cold build makes every level"
     );
     let step = |s: &mut Scene, routes: &mut BTreeMap<u8, RouteP>, st: Step, prev: &Built| {
@@ -601,8 +603,9 @@ fn a_route_change_remakes_only_the_host_levels_it_touches() {
     assert_eq!(b2.memo.gateway_levels_made(), Some(1));
     shared_but(&b1, &b2, &["a.example.com"]);
     // A route created on any host, and one deleted: the levels they are on.
+    // (Without hostnames it also attaches to the HTTPS listener: b.example.com on the TLS port.)
     let b3 = step(&mut s, &mut routes, Step::PutRoute(30, route(0, 2)), &b2);
-    assert_eq!(b3.memo.gateway_levels_made(), Some(1));
+    assert_eq!(b3.memo.gateway_levels_made(), Some(2));
     shared_but(&b2, &b3, &[""]);
     let b4 = step(&mut s, &mut routes, Step::DeleteRoute(7), &b3);
     assert_eq!(b4.memo.gateway_levels_made(), Some(0));
