@@ -33,8 +33,8 @@
 //! write that changed no spec (routers and route status shared). Result (2026-12-02 03:17,
 //! `--quick`, load average 0.1-0.5): one route created 38.5 ms at 3,000 and 170 ms at 10,000,
 //! against 61.4 ms and 321 ms translating every route; nothing translated 6.8 ms and 34 ms.
-//! With the host levels shared (h-25; 2026-12-02 06:24, `--quick`, load average 4.6-4.9 from
-//! other builds, same run, 532af4e then h-25): one route created 196.7 → 41.9 ms at 3,000 and
+//! With the host levels shared (2be2125; 2026-12-02 06:24, `--quick`, load average 4.6-4.9 from
+//! other builds, same run, 532af4e then 2be2125): one route created 196.7 → 41.9 ms at 3,000 and
 //! 563.4 → 220.7 ms at 10,000; `gateway_10000/lookup_header_query_and_pick` 949 → 799 ns (both
 //! inflated by the load).
 //!
