@@ -199,8 +199,8 @@ async fn exchange(
 
 /// Requests with and without a body reach the h2c backend (the route's prefix stripped), and its answer comes back whole,
 /// trailers included, the same on both engines (a `GET` through the fast path was reset,
-/// before it handed such streams back); concurrent streams of one client share one backend
-/// connection.
+/// before it handed such streams back); through the fast path, concurrent streams of one
+/// client share one backend connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
     let mut answers = Vec::new();
@@ -236,11 +236,16 @@ async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
             );
         }
         assert_eq!(backend.counts.streams.load(Ordering::Relaxed), 22);
-        assert_eq!(
-            backend.counts.connections.load(Ordering::Relaxed),
-            1,
-            "{engine:?}: 22 streams on one backend connection"
-        );
+        // The fast path's pool puts them all on the connection the first two opened. Pingora's
+        // opens another connection when streams start while its pooled one is checked out,
+        // which depends on timing (6 connections under CI load), so it is not held to one.
+        if engine.is_empty() {
+            assert_eq!(
+                backend.counts.connections.load(Ordering::Relaxed),
+                1,
+                "{engine:?}: 22 streams on one backend connection"
+            );
+        }
         answers.push((get, post));
     }
     assert_eq!(answers[0], answers[1], "the engines agree");
