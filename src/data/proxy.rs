@@ -32,7 +32,7 @@ use crate::data::tls;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route, https_location};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
-    ClientCert, Edit, Edits, Forwarding, extended, no_cache_set_cookie, request_edits,
+    ClientCert, Edit, Edits, Forwarding, GRPC_STATUS, extended, no_cache_set_cookie, request_edits,
     response_edits,
 };
 use crate::decide::error_page::{
@@ -318,11 +318,7 @@ impl ProxyHttp for HttpProxy {
             );
             ctx.deadline = timeout.and_then(|t| ctx.started.checked_add(t));
         }
-        let host = req
-            .headers
-            .get(HOST)
-            .map(HeaderValue::as_bytes)
-            .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()));
+        let host = host_of(req);
         let client_ip: Option<IpAddr> = session
             .client_addr()
             .and_then(|a| a.as_inet())
@@ -421,14 +417,8 @@ impl ProxyHttp for HttpProxy {
                     Some(pq) => pq.as_str(),
                     None => req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
                 };
-                let (slash, rest) = strip.apply(pq);
-                let stripped = if slash.is_empty() {
-                    Uri::try_from(rest)
-                } else {
-                    Uri::try_from(format!("{slash}{rest}"))
-                };
                 ctx.rewrite = Some(
-                    stripped
+                    stripped_target(&strip, pq)
                         .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad path"))?,
                 );
             }
@@ -605,12 +595,9 @@ impl ProxyHttp for HttpProxy {
             // A gRPC call broken mid-stream (its deadline passed, the endpoint went away)
             // still ends as gRPC says: the status in trailers after the messages already sent.
             // (HTTP/2 only: an HTTP/1 client's connection is closed as for any request.)
-            let (status, message) = crate::decide::error_page::grpc_status(code);
-            let mut trailers = http::HeaderMap::new();
-            trailers.insert("grpc-status", HeaderValue::from(u16::from(status)));
-            trailers.insert("grpc-message", HeaderValue::from_static(message));
+            let (trailers, ending) = grpc_trailers(code);
             match session.write_response_trailers(trailers).await {
-                Ok(()) => ctx.grpc_trailer = Some(Ending::code(status)),
+                Ok(()) => ctx.grpc_trailer = Some(ending),
                 Err(err) => tracing::debug!(error = %err, "cannot end the gRPC call"),
             }
         }
@@ -666,17 +653,10 @@ impl ProxyHttp for HttpProxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(uri) = ctx.rewrite.clone() {
-            // An HTTP/2 request's target carries `:scheme` and `:authority`, which Pingora's
-            // HTTP/2 upstream reads the backend's `:authority` from when there is no `host`:
-            // only the path and query change.
-            let uri = match (req.uri.scheme(), req.uri.authority()) {
-                (Some(scheme), Some(authority)) if session.is_http2() => {
-                    let mut parts = uri.clone().into_parts();
-                    parts.scheme = Some(scheme.clone());
-                    parts.authority = Some(authority.clone());
-                    Uri::from_parts(parts).unwrap_or(uri)
-                }
-                _ => uri,
+            let uri = if session.is_http2() {
+                keep_origin(&req.uri, uri)
+            } else {
+                uri
             };
             req.set_uri(uri);
         }
@@ -802,7 +782,7 @@ impl ProxyHttp for HttpProxy {
     ) -> Result<()> {
         if ctx.grpc {
             ctx.grpc_trailer = Some(Ending::of(
-                trailers.get("grpc-status").map(HeaderValue::as_bytes),
+                trailers.get(GRPC_STATUS).map(HeaderValue::as_bytes),
             ));
         }
         Ok(())
@@ -814,7 +794,7 @@ impl ProxyHttp for HttpProxy {
         let grpc = ctx.grpc.then(|| {
             let header = session
                 .response_written()
-                .and_then(|r| r.headers.get("grpc-status"))
+                .and_then(|r| r.headers.get(GRPC_STATUS))
                 .map(HeaderValue::as_bytes);
             match header {
                 Some(v) => Ending::of(Some(v)),
@@ -822,12 +802,7 @@ impl ProxyHttp for HttpProxy {
             }
         });
         let req = session.req_header();
-        let host = req
-            .headers
-            .get(HOST)
-            .map(HeaderValue::as_bytes)
-            .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
-            .unwrap_or_default();
+        let host = host_of(req).unwrap_or_default();
         self.recorder.finished(
             &mut ctx.attempt,
             ctx.started,
@@ -854,6 +829,55 @@ impl ProxyHttp for HttpProxy {
             },
         );
     }
+}
+
+// === what both HTTP/2 paths (Pingora's, `fast::h2_relay`) write alike ===
+
+/// The request's host: its `host` field, else `:authority`.
+pub(crate) fn host_of(req: &RequestHeader) -> Option<&[u8]> {
+    req.headers
+        .get(HOST)
+        .map(HeaderValue::as_bytes)
+        .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
+}
+
+/// The target (path and query) that `pq` becomes with the route's prefix stripped or
+/// replaced.
+pub(crate) fn stripped_target(
+    strip: &crate::table::matcher::Strip,
+    pq: &str,
+) -> std::result::Result<Uri, http::uri::InvalidUri> {
+    let (slash, rest) = strip.apply(pq);
+    if slash.is_empty() {
+        Uri::try_from(rest)
+    } else {
+        Uri::try_from(format!("{slash}{rest}"))
+    }
+}
+
+/// `target` (a path and query) as an HTTP/2 request's target, whose `:scheme` and
+/// `:authority` it keeps from `from`: an HTTP/2 upstream reads the backend's `:authority`
+/// from them when there is no `host`, so only the path and query change.
+pub(crate) fn keep_origin(from: &Uri, target: Uri) -> Uri {
+    match (from.scheme(), from.authority()) {
+        (Some(scheme), Some(authority)) => {
+            let mut parts = target.clone().into_parts();
+            parts.scheme = Some(scheme.clone());
+            parts.authority = Some(authority.clone());
+            Uri::from_parts(parts).unwrap_or(target)
+        }
+        _ => target,
+    }
+}
+
+/// The trailers that end a gRPC call broken mid-stream as gRPC says (its status after the
+/// messages already sent), for switchyard's own `code`, and how the call ended.
+pub(crate) fn grpc_trailers(code: u16) -> (http::HeaderMap, Ending) {
+    let (status, message) = crate::decide::error_page::grpc_status(code);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert(GRPC_STATUS, HeaderValue::from(u16::from(status)));
+    trailers.insert("grpc-message", HeaderValue::from_static(message));
+    (trailers, Ending::code(status))
 }
 
 // === applying edits to Pingora's header maps ===

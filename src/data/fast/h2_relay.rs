@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::{RecvStream, SendStream};
 use http::HeaderValue;
-use http::header::{CONTENT_TYPE, COOKIE, HOST};
+use http::header::{CONTENT_TYPE, COOKIE};
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
@@ -26,13 +26,15 @@ use pingora::protocols::http::v2::write_body;
 
 use crate::data::fast::FastPath;
 use crate::data::fast::h2_pool::{Lease, PoolError};
-use crate::data::proxy::{PingoraView, apply};
+use crate::data::proxy::{
+    PingoraView, apply, grpc_trailers, host_of, keep_origin, stripped_target,
+};
 use crate::data::record::Finished;
 use crate::data::tls;
 use crate::decide::attempt::{Attempt, Failure, Route};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, request_edits, response_edits};
-use crate::decide::error_page::{failure_answer, grpc_answer, grpc_status, is_grpc};
+use crate::decide::edits::{ClientCert, GRPC_STATUS, request_edits, response_edits};
+use crate::decide::error_page::{failure_answer, grpc_answer, is_grpc};
 use crate::decide::grpc::{self, Ending};
 use crate::decide::target::normalize_path;
 
@@ -138,15 +140,8 @@ impl FastPath {
             rewrite = match &route {
                 Ok(Route::Proxy { strip: Some(strip) }) => {
                     let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
-                    let (slash, rest) = strip.apply(pq);
-                    let target = format!("{slash}{rest}");
-                    let mut parts = req.uri.clone().into_parts();
-                    match target.parse() {
-                        Ok(pq) => parts.path_and_query = Some(pq),
-                        Err(_) => return Some(session),
-                    }
-                    match http::Uri::from_parts(parts) {
-                        Ok(uri) => Some(uri),
+                    match stripped_target(strip, pq) {
+                        Ok(target) => Some(keep_origin(&req.uri, target)),
                         Err(_) => return Some(session),
                     }
                 }
@@ -264,10 +259,7 @@ impl FastPath {
         call.status = header.status.as_u16();
         if call.grpc {
             // A trailers-only answer has the status in its header.
-            call.ending = header
-                .headers
-                .get("grpc-status")
-                .map(|v| Ending::of(Some(v.as_bytes())));
+            call.ending = ending_in(&header);
         }
         let end = from_backend.is_end_stream();
         if session
@@ -296,21 +288,17 @@ impl FastPath {
                 Instant::now(),
             );
             self.proxy.recorder.failure(attempt, &verdict);
+            to_backend.send_reset(h2::Reason::CANCEL);
             if cause == Cause::ClientGone {
-                to_backend.send_reset(h2::Reason::CANCEL);
                 return;
             }
-            to_backend.send_reset(h2::Reason::CANCEL);
             match cause.status() {
                 // A gRPC call broken mid-stream still ends as gRPC says (as on Pingora's path):
                 // its status in trailers after the messages already sent.
                 Some(code) if call.grpc => {
-                    let (status, message) = grpc_status(code);
-                    let mut trailers = http::HeaderMap::new();
-                    trailers.insert("grpc-status", HeaderValue::from(u16::from(status)));
-                    trailers.insert("grpc-message", HeaderValue::from_static(message));
+                    let (trailers, ending) = grpc_trailers(code);
                     if session.write_trailers(trailers).is_ok() {
-                        call.ending = Some(Ending::code(status));
+                        call.ending = Some(ending);
                     }
                 }
                 _ => session.shutdown_with_reason(h2::Reason::INTERNAL_ERROR),
@@ -489,7 +477,7 @@ impl FastPath {
             Ok(Ok(Some(trailers))) => {
                 if call.grpc {
                     call.ending = Some(Ending::of(
-                        trailers.get("grpc-status").map(HeaderValue::as_bytes),
+                        trailers.get(GRPC_STATUS).map(HeaderValue::as_bytes),
                     ));
                 }
                 session
@@ -525,10 +513,7 @@ impl FastPath {
             return;
         }
         if call.grpc {
-            call.ending = header
-                .headers
-                .get("grpc-status")
-                .map(|v| Ending::of(Some(v.as_bytes())));
+            call.ending = ending_in(&header);
         }
         call.status = answer.status;
         if session
@@ -566,12 +551,13 @@ impl FastPath {
     }
 }
 
-/// The request's host: its `host` field, else `:authority` (as Pingora's path reads it).
-fn host_of(req: &pingora::http::RequestHeader) -> Option<&[u8]> {
-    req.headers
-        .get(HOST)
-        .map(HeaderValue::as_bytes)
-        .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
+/// How a gRPC answer whose header carries its status ("trailers-only") ended; `None` when
+/// the status is left to the trailers.
+fn ending_in(header: &ResponseHeader) -> Option<Ending> {
+    header
+        .headers
+        .get(GRPC_STATUS)
+        .map(|v| Ending::of(Some(v.as_bytes())))
 }
 
 /// What an `h2` error before the response header means: a stream the backend refused
