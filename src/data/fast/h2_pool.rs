@@ -100,6 +100,9 @@ impl H2Pool {
         if let Found::Open(send, lease) = self.reserve(addr) {
             return Ok((send, lease, true));
         }
+        // Counted in `opening` until settled, also when this future is dropped mid-connect
+        // (the client reset the stream, the call's deadline passed).
+        let opening = Opening { pool: self, addr };
         let opened = async {
             let tcp = connect().await.map_err(PoolError::Connect)?;
             let mut builder = h2::client::Builder::new();
@@ -114,18 +117,8 @@ impl H2Pool {
             }
         }
         .await;
-        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
-        let endpoint = endpoints.entry(addr).or_default();
-        endpoint.opening = endpoint.opening.saturating_sub(1);
-        let (send, connection) = match opened {
-            Ok(pair) => pair,
-            Err(e) => {
-                if endpoint.conns.is_empty() && endpoint.opening == 0 {
-                    endpoints.remove(&addr);
-                }
-                return Err(e);
-            }
-        };
+        drop(opening);
+        let (send, connection) = opened?;
         let conn = Arc::new(Conn {
             send: send.clone(),
             active: Arc::default(),
@@ -135,7 +128,12 @@ impl H2Pool {
             conn: Arc::clone(&conn),
             _busy: conn.active.start(),
         };
-        endpoint.conns.push(Arc::clone(&conn));
+        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        endpoints
+            .entry(addr)
+            .or_default()
+            .conns
+            .push(Arc::clone(&conn));
         drop(endpoints);
         let pool = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -186,6 +184,13 @@ impl H2Pool {
         }
     }
 
+    /// Connections to `addr` being opened (tests).
+    #[cfg(test)]
+    fn opening(&self, addr: SocketAddr) -> Option<usize> {
+        let endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        endpoints.get(&addr).map(|e| e.opening)
+    }
+
     /// Open connections to `addr` (tests and the stats of a test).
     #[cfg(test)]
     fn open(&self, addr: SocketAddr) -> usize {
@@ -193,6 +198,29 @@ impl H2Pool {
         endpoints
             .get(&addr)
             .map_or(0, |e| e.conns.iter().filter(|c| c.usable()).count())
+    }
+}
+
+/// A connection being opened to `addr`, counted in its endpoint's `opening` (by `reserve`)
+/// until dropped.
+struct Opening<'p> {
+    pool: &'p H2Pool,
+    addr: SocketAddr,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        let mut endpoints = self
+            .pool
+            .endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(endpoint) = endpoints.get_mut(&self.addr) {
+            endpoint.opening = endpoint.opening.saturating_sub(1);
+            if endpoint.conns.is_empty() && endpoint.opening == 0 {
+                endpoints.remove(&self.addr);
+            }
+        }
     }
 }
 
@@ -276,5 +304,36 @@ mod tests {
         leases[0].0.retire();
         drop(leases.drain(..2));
         assert_eq!(pool.open(addr), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connect_given_up_leaves_nothing_counted() {
+        let pool = Arc::new(H2Pool::default());
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let second = Duration::from_secs(5);
+        // The stream's future dropped while its connection is being opened (a client reset,
+        // a deadline), as the relay's task is.
+        let given_up = tokio::time::timeout(
+            Duration::from_millis(20),
+            pool.stream(addr, second, second, || {
+                std::future::pending::<Result<TcpStream, crate::decide::cause::Cause>>()
+            }),
+        )
+        .await;
+        assert!(given_up.is_err());
+        assert_eq!(
+            pool.opening(addr),
+            None,
+            "the endpoint is gone, nothing counted"
+        );
+
+        // A connect that fails settles its count too.
+        let failed = pool
+            .stream(addr, second, second, || async {
+                Err(crate::decide::cause::Cause::ConnectFailed)
+            })
+            .await;
+        assert!(matches!(failed, Err(PoolError::Connect(_))));
+        assert_eq!(pool.opening(addr), None);
     }
 }
