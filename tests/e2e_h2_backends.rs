@@ -1,21 +1,25 @@
-//! HTTP/2 clients to HTTP/2 backends (`appProtocol: h2c`) through a real switchyard on
-//! 127.0.0.1, on both engines (the fast path relays such streams itself; `--fast-path=false`
-//! leaves them to Pingora's proxy): requests with and without bodies and their trailers, streams
-//! sharing one backend connection, a client's reset reaching the backend as RST_STREAM, and
-//! rapid reset toward an h2c backend. The backend is written on the `h2` crate, not hyper,
+//! HTTP/2 clients to HTTP/2 backends (`appProtocol: h2c`, and `h2` over TLS) through a real
+//! switchyard on 127.0.0.1, on both engines (the fast path relays such streams itself;
+//! `--fast-path=false` leaves them to Pingora's proxy): requests with and without bodies and
+//! their trailers, streams sharing one backend connection, a client's reset reaching the
+//! backend as RST_STREAM, rapid reset toward an h2c backend, and over TLS the certificate
+//! verified against a Service's own bundle, the server name sent, and sessions resumed. The backend is written on the `h2` crate, not hyper,
 //! because these tests count what hyper hides: connections, open streams and resets. Every
 //! wait is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod tls_client;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
 use serde_json::Value;
+use tls_client::{Ca, server_config};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 const ENGINES: [&[&str]; 2] = [&[], &["--fast-path", "false"]];
@@ -31,6 +35,11 @@ struct Counts {
     most_open: AtomicUsize,
     /// `/hold` streams that the proxy reset.
     resets: AtomicUsize,
+    /// Over TLS, per connection that carried a stream: the server name it was sent and
+    /// whether its handshake resumed a session.
+    handshakes: Mutex<Vec<(Option<String>, bool)>>,
+    /// Connections that carried a stream and have ended.
+    ended: AtomicUsize,
 }
 
 /// An h2c backend (routed at `/h2`, stripped): `/hold…` streams are never answered (each waits for its reset, 10 s at
@@ -49,7 +58,13 @@ impl Drop for H2Backend {
 }
 
 impl H2Backend {
+    /// In clear (h2c, prior knowledge).
     async fn start() -> H2Backend {
+        H2Backend::start_with(None).await
+    }
+
+    /// Over TLS with `tls` when given.
+    async fn start_with(tls: Option<Arc<rustls::ServerConfig>>) -> H2Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let counts = Arc::new(Counts::default());
@@ -58,28 +73,57 @@ impl H2Backend {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((tcp, _)) = listener.accept().await {
                 let c = Arc::clone(&c);
+                let tls = tls.clone();
                 conns.spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                    let Some(tls) = tls else {
+                        return serve_conn(tcp, c, None).await;
+                    };
+                    let accept = tokio_rustls::TlsAcceptor::from(tls).accept(tcp);
+                    let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(5), accept).await
+                    else {
                         return;
                     };
-                    let mut streams = tokio::task::JoinSet::new();
-                    let mut first = true;
-                    while let Some(Ok((req, respond))) = conn.accept().await {
-                        if std::mem::take(&mut first) {
-                            c.connections.fetch_add(1, Ordering::Relaxed);
-                        }
-                        c.streams.fetch_add(1, Ordering::Relaxed);
-                        let now = c.open.fetch_add(1, Ordering::Relaxed) + 1;
-                        c.most_open.fetch_max(now, Ordering::Relaxed);
-                        let open = Open(Arc::clone(&c));
-                        streams.spawn(stream(req, respond, open));
-                        while streams.try_join_next().is_some() {}
-                    }
+                    let seen = (
+                        tls.get_ref().1.server_name().map(str::to_owned),
+                        tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+                    );
+                    serve_conn(tls, c, Some(seen)).await;
                 });
                 while conns.try_join_next().is_some() {}
             }
         });
         H2Backend { port, counts, task }
+    }
+}
+
+/// Serves one backend connection's streams; `handshake`: what its TLS handshake was (recorded
+/// once the connection carries a stream).
+async fn serve_conn<T: AsyncRead + AsyncWrite + Unpin>(
+    io: T,
+    c: Arc<Counts>,
+    handshake: Option<(Option<String>, bool)>,
+) {
+    let Ok(mut conn) = h2::server::handshake(io).await else {
+        return;
+    };
+    let mut streams = tokio::task::JoinSet::new();
+    let mut first = true;
+    while let Some(Ok((req, respond))) = conn.accept().await {
+        if std::mem::take(&mut first) {
+            c.connections.fetch_add(1, Ordering::Relaxed);
+            if let Some(h) = handshake.clone() {
+                c.handshakes.lock().unwrap().push(h);
+            }
+        }
+        c.streams.fetch_add(1, Ordering::Relaxed);
+        let now = c.open.fetch_add(1, Ordering::Relaxed) + 1;
+        c.most_open.fetch_max(now, Ordering::Relaxed);
+        let open = Open(Arc::clone(&c));
+        streams.spawn(stream(req, respond, open));
+        while streams.try_join_next().is_some() {}
+    }
+    if !first {
+        c.ended.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -354,4 +398,173 @@ async fn rapid_reset_toward_an_h2c_backend_is_bounded() {
             c.resets.load(Ordering::Relaxed)
         );
     }
+}
+
+/// `h2` backends (HTTP/2 over TLS, ALPN `h2`) with a Service's own CA bundle.
+fn tls_world(backend: &H2Backend, bundle: &str) -> Vec<Value> {
+    vec![
+        svc("h2", 80)
+            .app_protocol("h2")
+            .ann("serviceloadbalancer/lb.backend-ca-file", bundle)
+            .into(),
+        slice("h2", "", backend.port),
+    ]
+}
+
+/// A counter of switchyard's metrics (0 when the series is absent).
+async fn counter(sy: &Switchyard, series: &str) -> u64 {
+    let series = format!("{series} ");
+    sy.admin("/metrics")
+        .await
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (10 s at most) for the Service's own bundle to be loaded (by the watcher's next
+/// poll; until then its streams are refused before connecting), then for `want`.
+async fn first_answer(send: &h2::client::SendRequest<Bytes>, want: u16) -> Option<Got> {
+    poll(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            exchange(send, "GET", "/h2/a", b"")
+                .await
+                .ok()
+                .filter(|g| g.status == want)
+        },
+    )
+    .await
+}
+
+/// `h2` backends are verified against the Service's own bundle, sent its server name, and
+/// answer alike on both engines; through the fast path concurrent streams share one TLS
+/// connection, whose handshake the fast path counts (`resumed="false"`; Pingora's engine
+/// says `unknown`, which is how a test tells which engine served). A bundle from another CA is
+/// refused on both (502, counted, no stream reaches the backend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_backends_over_tls_are_verified_and_share_connections() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["h2.default.svc"]);
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("own.pem");
+    std::fs::write(&own, &ca.pem).unwrap();
+    let other = dir.path().join("other.pem");
+    std::fs::write(&other, &Ca::new("another CA").pem).unwrap();
+    let mut answers = Vec::new();
+    for engine in ENGINES {
+        let backend = H2Backend::start_with(Some(server_config(&leaf, &[b"h2"]))).await;
+        let sy = switchyard(tls_world(&backend, own.to_str().unwrap()))
+            .args(engine)
+            .args(&["--check-interval", "0"])
+            .start()
+            .await;
+        let send = client(sy.http_port).await;
+        let get = first_answer(&send, 200).await;
+        assert!(get.is_some(), "{engine:?}: {}", sy.stderr());
+        let calls: Vec<_> = (0..20)
+            .map(|i| {
+                let send = send.clone();
+                tokio::spawn(
+                    async move { exchange(&send, "POST", &format!("/h2/m{i}"), b"xy").await },
+                )
+            })
+            .collect();
+        for (i, call) in calls.into_iter().enumerate() {
+            let got = call.await.unwrap().unwrap();
+            assert_eq!(got.body, format!("POST /m{i} 2"), "{engine:?}");
+            assert_eq!(got.trailer.as_deref(), Some("done"), "{engine:?}");
+        }
+        let handshakes = backend.counts.handshakes.lock().unwrap().clone();
+        assert!(
+            handshakes
+                .iter()
+                .all(|(sni, _)| sni.as_deref() == Some("h2.default.svc")),
+            "{engine:?}: the Service's name is sent: {handshakes:?}"
+        );
+        let series = "switchyard_upstream_tls_handshakes_total{entry=\"h2\",resumed=";
+        if engine.is_empty() {
+            assert_eq!(
+                backend.counts.connections.load(Ordering::Relaxed),
+                1,
+                "21 streams on one TLS connection"
+            );
+            assert_eq!(counter(&sy, &format!("{series}\"false\"}}")).await, 1);
+        } else {
+            assert!(counter(&sy, &format!("{series}\"unknown\"}}")).await >= 1);
+        }
+        answers.push(get);
+    }
+    assert_eq!(answers[0], answers[1], "the engines agree");
+
+    for engine in ENGINES {
+        let backend = H2Backend::start_with(Some(server_config(&leaf, &[b"h2"]))).await;
+        let sy = switchyard(tls_world(&backend, other.to_str().unwrap()))
+            .args(engine)
+            .args(&["--check-interval", "0"])
+            .start()
+            .await;
+        let send = client(sy.http_port).await;
+        assert!(
+            first_answer(&send, 502).await.is_some(),
+            "{engine:?}: an untrusted certificate is refused"
+        );
+        assert!(
+            counter(&sy, "switchyard_upstream_tls_failures_total{entry=\"h2\"}").await >= 1,
+            "{engine:?}"
+        );
+        assert_eq!(
+            backend.counts.streams.load(Ordering::Relaxed),
+            0,
+            "{engine:?}"
+        );
+    }
+}
+
+/// Through the fast path, a new TLS connection to an `h2` backend resumes the session of the
+/// one before, also with a Service's own bundle (Pingora's connector makes a configuration,
+/// and so a session cache, per connection then, and never resumes). Each request waits until
+/// the connection before it ended (idle for `--server-timeout`), so each opens one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_tls_connections_to_an_h2_backend_resume_the_session() {
+    let ca = Ca::new("backend CA");
+    let leaf = ca.server(&["h2.default.svc"]);
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("own.pem");
+    std::fs::write(&own, &ca.pem).unwrap();
+    let backend = H2Backend::start_with(Some(server_config(&leaf, &[b"h2"]))).await;
+    let sy = switchyard(tls_world(&backend, own.to_str().unwrap()))
+        .args(&["--check-interval", "0", "--server-timeout", "1s"])
+        .start()
+        .await;
+    let send = client(sy.http_port).await;
+    assert!(first_answer(&send, 200).await.is_some(), "{}", sy.stderr());
+    for i in 1..3 {
+        let ended = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async { (backend.counts.ended.load(Ordering::Relaxed) == i).then_some(()) },
+        )
+        .await;
+        assert!(ended.is_some(), "the idle connection {i} ends");
+        let got = exchange(&send, "POST", "/h2/b", b"hello").await;
+        assert_eq!(got.map(|g| g.body), Ok("POST /b 5".into()), "request {i}");
+    }
+    let resumed: Vec<bool> = backend
+        .counts
+        .handshakes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h.1)
+        .collect();
+    assert_eq!(
+        resumed,
+        [false, true, true],
+        "one connection per stream, later ones resumed"
+    );
+    let series = "switchyard_upstream_tls_handshakes_total{entry=\"h2\",resumed=";
+    assert_eq!(counter(&sy, &format!("{series}\"true\"}}")).await, 2);
+    assert_eq!(counter(&sy, &format!("{series}\"false\"}}")).await, 1);
 }

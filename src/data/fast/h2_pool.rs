@@ -1,13 +1,16 @@
-//! HTTP/2 connections of the fast path to `h2c`/`grpc` endpoints (`h2_relay` uses them):
-//! streams share few connections per endpoint address. A connection takes streams up to the
+//! HTTP/2 connections of the fast path to `h2c`/`grpc` endpoints, and over TLS to `h2`/`grpcs`
+//! ones (`h2_relay` uses them): streams share few connections per endpoint address and, over
+//! TLS, per what the connection was verified with and the server name it sent (`pool::Key`). A connection takes streams up to the
 //! fewer of the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` and `H2_STREAMS_PER_CONNECTION`;
 //! past that another is opened, up to `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams
 //! wait on the least busy one (the `h2` client queues them). Each connection is driven by its
 //! own task, which ends it after `--server-timeout` without a stream; one that ended (GOAWAY,
 //! an error, idle) is never handed out again. The pool is keyed by address, not by table, so
-//! a table swap keeps it. Knows nothing of requests; never holds its lock across an await.
+//! a table swap keeps it; a rotated CA bundle is a new key, so connections verified under the
+//! old one take no new streams. Knows nothing of requests; never holds its lock across an await.
 
 use std::collections::HashMap;
+#[cfg(test)]
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,8 +18,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use h2::client::SendRequest;
-use tokio::net::TcpStream;
 
+use crate::data::fast::pool::{Key, Upstream};
 use crate::data::http2::{Active, Busy};
 use crate::data::proxy::H2_STREAMS_PER_CONNECTION;
 
@@ -35,6 +38,9 @@ struct Conn {
     active: Arc<Active>,
     /// The connection ended, or a stream on it failed as a connection does (GOAWAY).
     closed: AtomicBool,
+    /// Over TLS, the server name it sent and verified (`Key` holds only its hash); empty in
+    /// clear.
+    sni: Box<str>,
 }
 
 impl Conn {
@@ -67,7 +73,7 @@ impl Lease {
 /// The endpoints' connections.
 #[derive(Default)]
 pub struct H2Pool {
-    endpoints: Mutex<HashMap<SocketAddr, Endpoint>>,
+    endpoints: Mutex<HashMap<Key, Endpoint>>,
 }
 
 #[derive(Default)]
@@ -84,25 +90,27 @@ enum Found {
 }
 
 impl H2Pool {
-    /// A stream's sender on a connection to `addr` and its lease; `true` when the connection
-    /// was already open. `connect` opens a TCP connection (the fast path's, with its timeout
-    /// and errors); the HTTP/2 handshake that follows is bounded by `handshake_timeout`.
+    /// A stream's sender on a connection to `key` (over TLS, one that sent `sni`) and its
+    /// lease; `true` when the connection was already open. `connect` opens the connection
+    /// (the fast path's TCP connect, and over TLS its handshake, with their timeouts and
+    /// errors); the HTTP/2 handshake that follows is bounded by `handshake_timeout`.
     pub async fn stream<F>(
         self: &Arc<Self>,
-        addr: SocketAddr,
+        key: Key,
+        sni: &str,
         idle_timeout: Duration,
         handshake_timeout: Duration,
         connect: impl FnOnce() -> F,
     ) -> Result<(SendRequest<Bytes>, Lease, bool), PoolError>
     where
-        F: Future<Output = Result<TcpStream, crate::decide::cause::Cause>>,
+        F: Future<Output = Result<Upstream, crate::decide::cause::Cause>>,
     {
-        if let Found::Open(send, lease) = self.reserve(addr) {
+        if let Found::Open(send, lease) = self.reserve(key, sni) {
             return Ok((send, lease, true));
         }
         // Counted in `opening` until settled, also when this future is dropped mid-connect
         // (the client reset the stream, the call's deadline passed).
-        let opening = Opening { pool: self, addr };
+        let opening = Opening { pool: self, key };
         let opened = async {
             let tcp = connect().await.map_err(PoolError::Connect)?;
             let mut builder = h2::client::Builder::new();
@@ -123,6 +131,7 @@ impl H2Pool {
             send: send.clone(),
             active: Arc::default(),
             closed: AtomicBool::new(false),
+            sni: sni.into(),
         });
         let lease = Lease {
             conn: Arc::clone(&conn),
@@ -130,26 +139,29 @@ impl H2Pool {
         };
         let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         endpoints
-            .entry(addr)
+            .entry(key)
             .or_default()
             .conns
             .push(Arc::clone(&conn));
         drop(endpoints);
         let pool = Arc::downgrade(self);
         tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
             tokio::select! {
-                _ = connection => {}
+                _ = &mut connection => {}
                 () = conn.active.idle_for(idle_timeout) => {}
             }
+            // Closed, and gone from the pool, before its socket is (at the end of this task):
+            // a stream starting once the backend saw the connection end never gets it.
             conn.closed.store(true, Ordering::Relaxed);
             // Gone from the pool, and the endpoint with it once it has no connection left (an
             // endpoint no longer in the table leaves nothing behind).
             if let Some(pool) = pool.upgrade() {
                 let mut endpoints = pool.endpoints.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(endpoint) = endpoints.get_mut(&addr) {
+                if let Some(endpoint) = endpoints.get_mut(&key) {
                     endpoint.conns.retain(|c| !Arc::ptr_eq(c, &conn));
                     if endpoint.conns.is_empty() && endpoint.opening == 0 {
-                        endpoints.remove(&addr);
+                        endpoints.remove(&key);
                     }
                 }
             }
@@ -158,13 +170,15 @@ impl H2Pool {
     }
 
     /// A connection with room for a stream, or the duty to open one (counted in `opening`).
-    fn reserve(&self, addr: SocketAddr) -> Found {
+    fn reserve(&self, key: Key, sni: &str) -> Found {
         let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
-        let endpoint = endpoints.entry(addr).or_default();
+        let endpoint = endpoints.entry(key).or_default();
         endpoint.conns.retain(|c| c.usable());
         let least = endpoint
             .conns
             .iter()
+            // Two names of one hash (never seen) would share the bound, not connections.
+            .filter(|c| *c.sni == *sni)
             .min_by_key(|c| c.active.count())
             .cloned();
         let full = least.as_ref().is_none_or(|c| c.active.count() >= c.room());
@@ -188,7 +202,7 @@ impl H2Pool {
     #[cfg(test)]
     fn opening(&self, addr: SocketAddr) -> Option<usize> {
         let endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
-        endpoints.get(&addr).map(|e| e.opening)
+        endpoints.get(&Key::plain(addr)).map(|e| e.opening)
     }
 
     /// Open connections to `addr` (tests and the stats of a test).
@@ -196,16 +210,16 @@ impl H2Pool {
     fn open(&self, addr: SocketAddr) -> usize {
         let endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         endpoints
-            .get(&addr)
+            .get(&Key::plain(addr))
             .map_or(0, |e| e.conns.iter().filter(|c| c.usable()).count())
     }
 }
 
-/// A connection being opened to `addr`, counted in its endpoint's `opening` (by `reserve`)
+/// A connection being opened to `key`, counted in its endpoint's `opening` (by `reserve`)
 /// until dropped.
 struct Opening<'p> {
     pool: &'p H2Pool,
-    addr: SocketAddr,
+    key: Key,
 }
 
 impl Drop for Opening<'_> {
@@ -215,10 +229,10 @@ impl Drop for Opening<'_> {
             .endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some(endpoint) = endpoints.get_mut(&self.addr) {
+        if let Some(endpoint) = endpoints.get_mut(&self.key) {
             endpoint.opening = endpoint.opening.saturating_sub(1);
             if endpoint.conns.is_empty() && endpoint.opening == 0 {
-                endpoints.remove(&self.addr);
+                endpoints.remove(&self.key);
             }
         }
     }
@@ -273,9 +287,10 @@ mod tests {
         let mut leases = Vec::new();
         for i in 0..5 {
             let (send, lease, reused) = pool
-                .stream(addr, second, second, || async {
-                    TcpStream::connect(addr)
+                .stream(Key::plain(addr), "", second, second, || async {
+                    tokio::net::TcpStream::connect(addr)
                         .await
+                        .map(Upstream::Plain)
                         .map_err(|_| crate::decide::cause::Cause::ConnectFailed)
                 })
                 .await
@@ -315,8 +330,8 @@ mod tests {
         // a deadline), as the relay's task is.
         let given_up = tokio::time::timeout(
             Duration::from_millis(20),
-            pool.stream(addr, second, second, || {
-                std::future::pending::<Result<TcpStream, crate::decide::cause::Cause>>()
+            pool.stream(Key::plain(addr), "", second, second, || {
+                std::future::pending::<Result<Upstream, crate::decide::cause::Cause>>()
             }),
         )
         .await;
@@ -329,7 +344,7 @@ mod tests {
 
         // A connect that fails settles its count too.
         let failed = pool
-            .stream(addr, second, second, || async {
+            .stream(Key::plain(addr), "", second, second, || async {
                 Err(crate::decide::cause::Cause::ConnectFailed)
             })
             .await;

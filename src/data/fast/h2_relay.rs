@@ -1,14 +1,17 @@
 //! The fast path's HTTP/2 to HTTP/2 relay: a stream from an HTTP/2 client whose route leads
-//! to an `h2c`/`grpc` backend is carried over the fast path's HTTP/2 connections
-//! (`h2_pool`), frame by frame — request header, body and end; response header, body and
+//! to an `h2c`/`grpc` backend, or over TLS to an `h2`/`grpcs` one, is carried over the fast
+//! path's HTTP/2 connections (`h2_pool`; over TLS made by the fast path's handshake, so with
+//! the bundle, client certificate, verification and session resumption `tls::BackendTls`
+//! decides, as for `https` backends), frame by frame — request header, body and end; response header, body and
 //! trailers; resets both ways — instead of through Pingora's proxy (a session, a task and
 //! channels per stream). Every decision is `decide`'s, made by the same calls the Pingora hooks
 //! make: the route, the endpoint of each try and the verdict on a failure (`Attempt`), the
 //! header edits (`request_edits`, `response_edits`), the call's deadline (`grpc::timeout`,
 //! `grpc::blame`), switchyard's own answers (`failure_answer`, `grpc_answer`, `grpc_status`);
 //! recording is `record::Recorder`'s. A stream this relay does not carry (a request Pingora
-//! would refuse, a path Pingora would normalise, a route to an HTTP/1 or TLS backend, a route with Gateway
-//! filters or a body limit, any answer other than proxying) is handed back before a byte is
+//! would refuse, a path Pingora would normalise, a route to an HTTP/1 backend, a TLS backend
+//! without a server name, a route with Gateway filters or a body limit, any answer other than
+//! proxying) is handed back before a byte is
 //! written. It never holds a lock across an await.
 
 use std::borrow::Cow;
@@ -24,13 +27,14 @@ use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
 use pingora::protocols::http::v2::write_body;
 
-use crate::data::fast::FastPath;
 use crate::data::fast::h2_pool::{Lease, PoolError};
+use crate::data::fast::pool::Key;
+use crate::data::fast::{FastPath, tls_entry};
 use crate::data::proxy::{
     PingoraView, apply, grpc_trailers, host_of, keep_origin, stripped_target,
 };
 use crate::data::record::Finished;
-use crate::data::tls;
+use crate::data::tls::{self, TlsChoice};
 use crate::decide::attempt::{Attempt, Failure, Route};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, GRPC_STATUS, request_edits, response_edits};
@@ -84,8 +88,8 @@ struct Broken {
 }
 
 impl FastPath {
-    /// Serves one HTTP/2 stream whose route leads to an `h2c`/`grpc` backend; hands any other
-    /// back untouched (nothing written) for Pingora.
+    /// Serves one HTTP/2 stream whose route leads to an `h2c`/`grpc` or `h2`/`grpcs` backend;
+    /// hands any other back untouched (nothing written) for Pingora.
     pub(super) async fn relay_h2(
         &self,
         mut session: HttpSession,
@@ -149,13 +153,15 @@ impl FastPath {
             };
             let taken = matches!(route, Ok(Route::Proxy { .. }))
                 && protocol.http2()
-                && !protocol.tls()
                 && !attempt.rewrites()
                 && attempt.body_allowed(u64::MAX);
             if !taken {
                 return Some(session);
             }
         }
+        let Ok(tls_entry) = tls_entry(&attempt) else {
+            return Some(session);
+        };
         let _active = self.proxy.enter();
         if let Some(uri) = rewrite {
             session.req_header_mut().set_uri(uri);
@@ -201,13 +207,43 @@ impl FastPath {
             self.record(&session, &mut attempt, &call, client);
             return None;
         }
-        self.exchange(&mut session, &mut attempt, &mut call).await;
+        // Over TLS: how each connection is made (chosen once for the call).
+        let tls = match tls_entry.as_deref().map(|e| &e.upstream) {
+            None => None,
+            Some(u) => match self.proxy.backend_tls.choose(u) {
+                Ok(choice) => Some((choice, &*u.sni)),
+                Err(e) => {
+                    // A Service's own bundle or client certificate is not loaded: refused as an
+                    // untrusted certificate would be, as on the other paths; not the endpoint's
+                    // fault, so no ejection and no other endpoint.
+                    tracing::debug!(error = %e, "backend TLS not loaded");
+                    self.proxy.recorder.tls_failure(&attempt);
+                    self.answer(
+                        &mut session,
+                        &mut call,
+                        Cause::UpstreamTls.status().unwrap_or(502),
+                    );
+                    self.record(&session, &mut attempt, &call, client);
+                    return None;
+                }
+            },
+        };
+        let tls = tls.as_ref().map(|(choice, sni)| (choice, *sni));
+        self.exchange(&mut session, &mut attempt, &mut call, tls)
+            .await;
         self.record(&session, &mut attempt, &call, client);
         None
     }
 
-    /// The tries, then the relay of the response that came.
-    async fn exchange(&self, session: &mut HttpSession, attempt: &mut Attempt, call: &mut Call) {
+    /// The tries, then the relay of the response that came; over TLS, each new connection
+    /// made with `tls`'s choice and server name.
+    async fn exchange(
+        &self,
+        session: &mut HttpSession,
+        attempt: &mut Attempt,
+        call: &mut Call,
+        tls: Option<(&TlsChoice, &str)>,
+    ) {
         let policy = &self.proxy.policy;
         // The lease keeps the backend connection counted busy until the stream ends.
         let (resp, mut to_backend, lease) = loop {
@@ -215,7 +251,7 @@ impl FastPath {
                 self.answer(session, call, 503);
                 return;
             };
-            let broken = match self.try_once(session, attempt, call, addr).await {
+            let broken = match self.try_once(session, attempt, call, addr, tls).await {
                 Ok(pair) => {
                     attempt.response_started(Instant::now());
                     break pair;
@@ -237,6 +273,9 @@ impl FastPath {
             };
             let verdict = attempt.failed(failure, policy, Instant::now());
             self.proxy.recorder.failure(attempt, &verdict);
+            if cause == Cause::UpstreamTls {
+                self.proxy.recorder.tls_failure(attempt);
+            }
             if verdict.retry {
                 continue;
             }
@@ -306,14 +345,15 @@ impl FastPath {
         }
     }
 
-    /// One try: a stream to `addr`, the request header, and the request body as the client
-    /// sends it until the response header comes.
+    /// One try: a stream to `addr` (over TLS with `tls`), the request header, and the request
+    /// body as the client sends it until the response header comes.
     async fn try_once(
         &self,
         session: &mut HttpSession,
         attempt: &mut Attempt,
         call: &mut Call,
         addr: SocketAddr,
+        tls: Option<(&TlsChoice, &str)>,
     ) -> Result<(http::Response<RecvStream>, SendStream<Bytes>, Lease), Broken> {
         let connect_timeout = match call.deadline {
             Some(d) => self
@@ -323,14 +363,21 @@ impl FastPath {
                 .min(d.saturating_duration_since(Instant::now())),
             None => self.proxy.timeouts.connect,
         };
+        let (key, sni) = match tls {
+            None => (Key::plain(addr), ""),
+            Some((choice, sni)) => (Key::tls(addr, choice.key(), sni), sni),
+        };
+        let connecting: &Attempt = attempt;
         let got = self
             .h2_pool
             .stream(
-                addr,
+                key,
+                sni,
                 self.proxy.timeouts.server_idle,
                 connect_timeout,
                 || async move {
-                    match tokio::time::timeout(connect_timeout, self.connect_tcp(addr)).await {
+                    let connect = self.connect(addr, tls, connecting);
+                    match tokio::time::timeout(connect_timeout, connect).await {
                         Ok(r) => r,
                         Err(_) => Err(Cause::ConnectTimedOut),
                     }

@@ -53,6 +53,7 @@ use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
 use crate::ops::metrics::Resumed;
+use crate::table::Entry;
 use crate::table::gateway::RequestView;
 
 /// Room made in a read buffer before each read.
@@ -194,6 +195,28 @@ enum Read {
     Request(Request),
     Declined,
     Closed,
+}
+
+/// An entry spoken to over TLS has no server name: Pingora's connector has its own rule for
+/// that (no SNI), so the fast path leaves such requests to it.
+struct NoServerName;
+
+/// Over TLS, the routed entry, whose connection settings (server name, bundle, client
+/// certificate, verification) every try uses, held apart from the attempt, which the tries
+/// borrow mutably; `None` in clear. The same rule for HTTP/1 (`https`) and HTTP/2 (`h2`)
+/// backends.
+fn tls_entry(attempt: &Attempt) -> Result<Option<Arc<Entry>>, NoServerName> {
+    if !attempt.backend_protocol().tls() {
+        return Ok(None);
+    }
+    let entry = attempt
+        .table()
+        .zip(attempt.entry_id())
+        .and_then(|(t, id)| t.entries.get(id as usize));
+    match entry {
+        Some(e) if !e.upstream.sni.is_empty() => Ok(Some(Arc::clone(e))),
+        _ => Err(NoServerName),
+    }
 }
 
 impl FastPath {
@@ -426,22 +449,10 @@ impl FastPath {
             }
         };
 
-        // Over TLS: the entry's connection settings (server name, bundle, client certificate,
-        // verification), held apart from `attempt`, which the tries below borrow mutably.
-        let tls_table = if attempt.backend_protocol().tls() {
-            attempt.table().cloned()
-        } else {
-            None
+        let Ok(tls_entry) = tls_entry(&attempt) else {
+            return None;
         };
-        let tls_upstream = match (&tls_table, attempt.entry_id()) {
-            (None, _) => None,
-            (Some(t), Some(id)) => match t.entry(id) {
-                Some(e) if !e.upstream.sni.is_empty() => Some(&e.upstream),
-                // No server name: Pingora's connector has its own rule for that (no SNI).
-                _ => return None,
-            },
-            (Some(_), None) => return None,
-        };
+        let tls_upstream = tls_entry.as_deref().map(|e| &e.upstream);
         let sni = tls_upstream.map_or("", |u| &*u.sni);
         let mut tls: Option<TlsChoice> = None;
 

@@ -24,11 +24,11 @@
 //! Which bundle, which client certificate, whether to verify: decided once, by `choose`, for
 //! both engines and the health checks. Pingora's path writes the `TlsChoice` into its
 //! `HttpPeer` (`PeerTls::configure`); the fast path, which speaks HTTP/1.1 over TLS to `https`
-//! backends itself, gets a rustls client configuration for it (`client_config`), built the way
-//! Pingora's connector builds one (TLS 1.2 and 1.3, the installed crypto provider, ALPN
-//! `http/1.1`, the system's roots when no bundle applies, any certificate accepted only when the
-//! Service skips verification) and kept per `ConfigKey` — bundle version, client certificate
-//! version, verification — so its session cache resumes TLS sessions with the backends, and a
+//! backends and HTTP/2 over TLS to `h2`/`grpcs` ones itself, gets a rustls client configuration
+//! for it (`client_config`), built the way Pingora's connector builds one (TLS 1.2 and 1.3, the
+//! installed crypto provider, ALPN `http/1.1`, or `h2` alone, the system's roots when no bundle
+//! applies, any certificate accepted only when the Service skips verification) and kept per
+//! `ConfigKey` — bundle version, client certificate version, verification, ALPN — so its session cache resumes TLS sessions with the backends, and a
 //! rotated bundle is a new key (and a new pool group) from the next connection on. The poll
 //! forgets the configurations of versions no longer loaded.
 //!
@@ -192,6 +192,16 @@ pub struct TlsChoice {
     client: Option<Client>,
     /// Off only by `lb.backend-insecure-skip-verify` (`Upstream::verify`).
     verify: bool,
+    /// What the fast path's handshake offers by ALPN (Pingora's path sets its own).
+    alpn: Alpn,
+}
+
+/// The protocol a fast-path TLS connection offers by ALPN: `http/1.1` for `https` backends,
+/// `h2` alone for `h2`/`grpcs` ones (as Pingora's connector offers for an HTTP/2-only peer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Alpn {
+    Http11,
+    H2,
 }
 
 /// What a connection was verified with and presented: the fast path's configuration cache
@@ -204,6 +214,8 @@ pub struct ConfigKey {
     /// The client certificate's id; 0: none.
     client: u64,
     verify: bool,
+    /// A connection offering `h2` is never one for HTTP/1.1, and back.
+    alpn: Alpn,
 }
 
 impl TlsChoice {
@@ -212,6 +224,7 @@ impl TlsChoice {
             ca: self.ca.as_ref().map_or(0, |b| b.id),
             client: self.client.as_ref().map_or(0, |c| c.id),
             verify: self.verify,
+            alpn: self.alpn,
         }
     }
 
@@ -489,6 +502,11 @@ impl BackendTls {
             ca: self.bundle_for(u)?,
             client: self.client_of(u)?,
             verify: u.verify,
+            alpn: if u.protocol.http2() {
+                Alpn::H2
+            } else {
+                Alpn::Http11
+            },
         })
     }
 
@@ -511,9 +529,9 @@ impl BackendTls {
         Ok(Arc::clone(configs.entry(c.key()).or_insert(built)))
     }
 
-    /// A rustls client configuration as Pingora's connector makes one for an HTTP/1.1 peer:
-    /// TLS 1.2 and 1.3 with the provider the binary installed, the chosen roots and client
-    /// certificate, ALPN `http/1.1`.
+    /// A rustls client configuration as Pingora's connector makes one: TLS 1.2 and 1.3 with
+    /// the provider the binary installed, the chosen roots and client certificate, ALPN
+    /// `http/1.1` or `h2` (`Alpn`).
     fn build_config(&self, c: &TlsChoice) -> Result<ClientConfig, String> {
         let provider = CryptoProvider::get_default()
             .cloned()
@@ -558,7 +576,10 @@ impl BackendTls {
             }
             None => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![match c.alpn {
+            Alpn::Http11 => b"http/1.1".to_vec(),
+            Alpn::H2 => b"h2".to_vec(),
+        }];
         Ok(config)
     }
 
@@ -1001,6 +1022,19 @@ mod tests {
         assert!(Arc::ptr_eq(&config, &tls.cached_config(&a).unwrap()));
         assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
         assert!(!Arc::ptr_eq(&config, &tls.client_config(&b).unwrap()));
+        // HTTP/2 over TLS offers `h2` alone, under a key of its own (never a connection made
+        // for HTTP/1.1).
+        let h2 = tls
+            .choose(&Upstream {
+                protocol: BackendProtocol::H2,
+                ..tls_upstream(None)
+            })
+            .unwrap();
+        assert_ne!(h2.key(), a.key());
+        assert_eq!(
+            tls.client_config(&h2).unwrap().alpn_protocols,
+            [b"h2".to_vec()]
+        );
         // Rotated: a new key and configuration; the old one is forgotten by the poll.
         replace(&default, &ca_pem("second"));
         tls.poll(&RoutingTable::default());
