@@ -1,13 +1,18 @@
 //! HTTP/2 connections of the fast path to `h2c`/`grpc` endpoints, and over TLS to `h2`/`grpcs`
 //! ones (`h2_relay` uses them): streams share few connections per endpoint address and, over
-//! TLS, per what the connection was verified with and the server name it sent (`pool::Key`). A connection takes streams up to the
-//! fewer of the backend's `SETTINGS_MAX_CONCURRENT_STREAMS` and `H2_STREAMS_PER_CONNECTION`;
-//! past that another is opened, up to `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams
-//! wait on the least busy one (the `h2` client queues them). Each connection is driven by its
-//! own task, which ends it after `--server-timeout` without a stream; one that ended (GOAWAY,
-//! an error, idle) is never handed out again. The pool is keyed by address, not by table, so
-//! a table swap keeps it; a rotated CA bundle is a new key, so connections verified under the
-//! old one take no new streams. Knows nothing of requests; never holds its lock across an await.
+//! TLS, per what the connection was verified with and the server name it sent (`pool::Key`).
+//! A connection takes streams up to the fewer of the backend's `SETTINGS_MAX_CONCURRENT_STREAMS`
+//! and `H2_STREAMS_PER_CONNECTION`; past that another is opened, up to
+//! `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams wait on the least busy one (the `h2`
+//! client queues them). Streams are packed: a new one goes to the busiest connection with
+//! room, and one that comes while a connection is being opened waits for it rather than
+//! opening its own, so a burst of streams does not open a connection each. Few connections
+//! carrying many streams write their frames together (one send for many), where many
+//! half-idle ones would each send their own. Each connection is driven by its own task, which
+//! ends it after `--server-timeout` without a stream; one that ended (GOAWAY, an error, idle)
+//! is never handed out again. The pool is keyed by address, not by table, so a table swap
+//! keeps it; a rotated CA bundle is a new key, so connections verified under the old one take
+//! no new streams. Knows nothing of requests; never holds its lock across an await.
 
 use std::collections::HashMap;
 #[cfg(test)]
@@ -18,7 +23,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use h2::client::SendRequest;
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 
+use crate::data::fast::batch::Batched;
 use crate::data::fast::pool::{Key, Upstream};
 use crate::data::http2::{Active, Busy};
 use crate::data::proxy::H2_STREAMS_PER_CONNECTION;
@@ -63,6 +71,13 @@ pub struct Lease {
 }
 
 impl Lease {
+    fn on(conn: &Arc<Conn>) -> Lease {
+        Lease {
+            _busy: conn.active.start(),
+            conn: Arc::clone(conn),
+        }
+    }
+
     /// The connection is not to be used for new streams (the backend said GOAWAY, or the
     /// connection broke).
     pub fn retire(&self) {
@@ -81,11 +96,24 @@ struct Endpoint {
     conns: Vec<Arc<Conn>>,
     /// Connections being opened (counted against the bound).
     opening: usize,
+    /// Streams waiting for a connection being opened (`Found::Wait`).
+    waiting: usize,
+    /// Woken when a connection being opened is open or has failed.
+    settled: Arc<Notify>,
+}
+
+impl Endpoint {
+    /// Nothing open, opening or waiting: the endpoint may be forgotten.
+    fn unused(&self) -> bool {
+        self.conns.is_empty() && self.opening == 0 && self.waiting == 0
+    }
 }
 
 /// What `H2Pool::reserve` found.
 enum Found {
     Open(SendRequest<Bytes>, Lease),
+    /// Wait for a connection being opened (counted in `waiting` by a `Waiting`).
+    Wait(OwnedNotified),
     Connect,
 }
 
@@ -105,19 +133,36 @@ impl H2Pool {
     where
         F: Future<Output = Result<Upstream, crate::decide::cause::Cause>>,
     {
-        if let Found::Open(send, lease) = self.reserve(key, sni) {
-            return Ok((send, lease, true));
+        let mut may_wait = true;
+        loop {
+            match self.reserve(key, sni, may_wait) {
+                Found::Open(send, lease) => return Ok((send, lease, true)),
+                Found::Connect => break,
+                Found::Wait(settled) => {
+                    // Counted in `waiting` until this wait ends, also when the future is
+                    // dropped. Once only: a stream whose connection failed or is slow opens
+                    // its own.
+                    let _waiting = Waiting { pool: self, key };
+                    let _ = tokio::time::timeout(handshake_timeout, settled).await;
+                    may_wait = false;
+                }
+            }
         }
         // Counted in `opening` until settled, also when this future is dropped mid-connect
         // (the client reset the stream, the call's deadline passed).
-        let opening = Opening { pool: self, key };
+        let mut opening = Opening {
+            pool: self,
+            key,
+            opened: None,
+        };
         let opened = async {
             let tcp = connect().await.map_err(PoolError::Connect)?;
             let mut builder = h2::client::Builder::new();
             builder
                 .initial_window_size(STREAM_WINDOW)
                 .initial_connection_window_size(CONNECTION_WINDOW);
-            let handshake = builder.handshake::<_, Bytes>(tcp);
+            // Streams are served by their own tasks: their frames go out together.
+            let handshake = builder.handshake::<_, Bytes>(Batched::new(tcp));
             match tokio::time::timeout(handshake_timeout, handshake).await {
                 Ok(Ok(pair)) => Ok(pair),
                 Ok(Err(_)) => Err(PoolError::Handshake),
@@ -125,25 +170,23 @@ impl H2Pool {
             }
         }
         .await;
-        drop(opening);
-        let (send, connection) = opened?;
+        let (send, connection) = match opened {
+            Ok(pair) => pair,
+            Err(e) => {
+                drop(opening);
+                return Err(e);
+            }
+        };
         let conn = Arc::new(Conn {
             send: send.clone(),
             active: Arc::default(),
             closed: AtomicBool::new(false),
             sni: sni.into(),
         });
-        let lease = Lease {
-            conn: Arc::clone(&conn),
-            _busy: conn.active.start(),
-        };
-        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
-        endpoints
-            .entry(key)
-            .or_default()
-            .conns
-            .push(Arc::clone(&conn));
-        drop(endpoints);
+        let lease = Lease::on(&conn);
+        // In the pool, and the streams waiting for it woken.
+        opening.opened = Some(Arc::clone(&conn));
+        drop(opening);
         let pool = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut connection = std::pin::pin!(connection);
@@ -160,7 +203,7 @@ impl H2Pool {
                 let mut endpoints = pool.endpoints.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(endpoint) = endpoints.get_mut(&key) {
                     endpoint.conns.retain(|c| !Arc::ptr_eq(c, &conn));
-                    if endpoint.conns.is_empty() && endpoint.opening == 0 {
+                    if endpoint.unused() {
                         endpoints.remove(&key);
                     }
                 }
@@ -169,29 +212,40 @@ impl H2Pool {
         Ok((send, lease, false))
     }
 
-    /// A connection with room for a stream, or the duty to open one (counted in `opening`).
-    fn reserve(&self, key: Key, sni: &str) -> Found {
+    /// The busiest connection with room for a stream; else, with `may_wait`, a wait for a
+    /// connection being opened that is not yet promised to as many streams as it takes; else
+    /// the duty to open one (counted in `opening`); past the bound, the least busy connection.
+    fn reserve(&self, key: Key, sni: &str, may_wait: bool) -> Found {
         let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         let endpoint = endpoints.entry(key).or_default();
         endpoint.conns.retain(|c| c.usable());
+        // Two names of one hash (never seen) would share the bound, not connections.
+        let named = |c: &&Arc<Conn>| sni.is_empty() || *c.sni == *sni;
+        let busiest = endpoint
+            .conns
+            .iter()
+            .filter(named)
+            .filter(|c| c.active.count() < c.room())
+            .max_by_key(|c| c.active.count());
+        if let Some(conn) = busiest {
+            return Found::Open(conn.send.clone(), Lease::on(conn));
+        }
+        if may_wait && endpoint.waiting < endpoint.opening * H2_STREAMS_PER_CONNECTION {
+            endpoint.waiting += 1;
+            return Found::Wait(Arc::clone(&endpoint.settled).notified_owned());
+        }
+        if endpoint.conns.len() + endpoint.opening < MAX_CONNECTIONS_PER_ENDPOINT {
+            endpoint.opening += 1;
+            return Found::Connect;
+        }
         let least = endpoint
             .conns
             .iter()
-            // Two names of one hash (never seen) would share the bound, not connections.
-            .filter(|c| *c.sni == *sni)
-            .min_by_key(|c| c.active.count())
-            .cloned();
-        let full = least.as_ref().is_none_or(|c| c.active.count() >= c.room());
-        let bounded = endpoint.conns.len() + endpoint.opening >= MAX_CONNECTIONS_PER_ENDPOINT;
+            .filter(named)
+            .min_by_key(|c| c.active.count());
         match least {
-            Some(conn) if !full || bounded => {
-                let lease = Lease {
-                    _busy: conn.active.start(),
-                    conn: Arc::clone(&conn),
-                };
-                Found::Open(conn.send.clone(), lease)
-            }
-            _ => {
+            Some(conn) => Found::Open(conn.send.clone(), Lease::on(conn)),
+            None => {
                 endpoint.opening += 1;
                 Found::Connect
             }
@@ -216,10 +270,12 @@ impl H2Pool {
 }
 
 /// A connection being opened to `key`, counted in its endpoint's `opening` (by `reserve`)
-/// until dropped.
+/// until dropped; then `opened`, if it was, joins the pool, and the streams waiting for it
+/// are woken (to take it, or to open their own if it failed).
 struct Opening<'p> {
     pool: &'p H2Pool,
     key: Key,
+    opened: Option<Arc<Conn>>,
 }
 
 impl Drop for Opening<'_> {
@@ -229,9 +285,33 @@ impl Drop for Opening<'_> {
             .endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let endpoint = endpoints.entry(self.key).or_default();
+        endpoint.opening = endpoint.opening.saturating_sub(1);
+        endpoint.conns.extend(self.opened.take());
+        endpoint.settled.notify_waiters();
+        if endpoint.unused() {
+            endpoints.remove(&self.key);
+        }
+    }
+}
+
+/// A stream waiting for a connection being opened to `key`, counted in its endpoint's
+/// `waiting` (by `reserve`) until dropped.
+struct Waiting<'p> {
+    pool: &'p H2Pool,
+    key: Key,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut endpoints = self
+            .pool
+            .endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(endpoint) = endpoints.get_mut(&self.key) {
-            endpoint.opening = endpoint.opening.saturating_sub(1);
-            if endpoint.conns.is_empty() && endpoint.opening == 0 {
+            endpoint.waiting = endpoint.waiting.saturating_sub(1);
+            if endpoint.unused() {
                 endpoints.remove(&self.key);
             }
         }
@@ -319,6 +399,103 @@ mod tests {
         leases[0].0.retire();
         drop(leases.drain(..2));
         assert_eq!(pool.open(addr), 2);
+    }
+
+    /// A connection to `addr` for the pool (a plain TCP connect, after `delay`).
+    async fn connect_after(
+        addr: SocketAddr,
+        delay: Duration,
+    ) -> Result<Upstream, crate::decide::cause::Cause> {
+        tokio::time::sleep(delay).await;
+        tokio::net::TcpStream::connect(addr)
+            .await
+            .map(Upstream::Plain)
+            .map_err(|_| crate::decide::cause::Cause::ConnectFailed)
+    }
+
+    /// Waits until the connection of `send` has the backend's stream limit `max`.
+    async fn settled(send: SendRequest<Bytes>, max: usize) {
+        let send = send.ready().await.unwrap();
+        for _ in 0..100 {
+            if send.current_max_send_streams() == max {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no SETTINGS from the backend");
+    }
+
+    #[tokio::test]
+    async fn streams_that_come_while_a_connection_opens_wait_for_it() {
+        let (addr, accepted) = holding_backend(100).await;
+        let pool = Arc::new(H2Pool::default());
+        let second = Duration::from_secs(5);
+        // Ten streams at once, while the first connection takes 50 ms to open.
+        let streams: Vec<_> = (0..10)
+            .map(|_| {
+                let pool = Arc::clone(&pool);
+                tokio::spawn(async move {
+                    let (_, lease, reused) = pool
+                        .stream(Key::plain(addr), "", second, second, || {
+                            connect_after(addr, Duration::from_millis(50))
+                        })
+                        .await
+                        .unwrap();
+                    (lease, reused)
+                })
+            })
+            .collect();
+        let mut opened = 0;
+        let mut leases = Vec::new();
+        for s in streams {
+            let (lease, reused) = s.await.unwrap();
+            opened += usize::from(!reused);
+            leases.push(lease);
+        }
+        assert_eq!(opened, 1, "one stream opened the connection");
+        assert_eq!(accepted.load(Ordering::Relaxed), 1);
+        assert_eq!(pool.open(addr), 1);
+        assert!(leases.iter().all(|l| Arc::ptr_eq(&l.conn, &leases[0].conn)));
+        drop(leases);
+        let endpoints = pool.endpoints.lock().unwrap();
+        let endpoint = &endpoints[&Key::plain(addr)];
+        assert_eq!((endpoint.opening, endpoint.waiting), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_new_stream_goes_to_the_busiest_connection_with_room() {
+        let (addr, _) = holding_backend(3).await;
+        let pool = Arc::new(H2Pool::default());
+        let second = Duration::from_secs(5);
+        let mut leases = Vec::new();
+        for _ in 0..4 {
+            let (send, lease, reused) = pool
+                .stream(Key::plain(addr), "", second, second, || {
+                    connect_after(addr, Duration::ZERO)
+                })
+                .await
+                .unwrap();
+            if !reused {
+                settled(send, 3).await;
+            }
+            leases.push(lease);
+        }
+        // Three streams on the first connection (full), one on the second.
+        let (first, second_conn) = (Arc::clone(&leases[0].conn), Arc::clone(&leases[3].conn));
+        assert!(!Arc::ptr_eq(&first, &second_conn));
+        // One of the first ends: both have room, the first is the busier (2 against 1).
+        leases.remove(0);
+        let (_, lease, reused) = pool
+            .stream(Key::plain(addr), "", second, second, || {
+                connect_after(addr, Duration::ZERO)
+            })
+            .await
+            .unwrap();
+        assert!(reused);
+        assert!(
+            Arc::ptr_eq(&lease.conn, &first),
+            "packed onto the busier connection"
+        );
     }
 
     #[tokio::test]

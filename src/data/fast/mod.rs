@@ -17,6 +17,7 @@
 //! byte goes upstream: the bytes read are put back and Pingora serves the request, refusing
 //! what it must. It must not guess at framing, and it never holds a lock across an await.
 
+pub mod batch;
 pub mod chunked;
 pub mod h2;
 pub mod h2_pool;
