@@ -10,20 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use pingora::apps::HttpServerApp;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::http::v2::server::{self, H2Accept, HttpSession};
-use pingora::protocols::tls::{SslDigest, TlsRef};
-use pingora::protocols::{
-    ALPN, Digest, GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest,
-    Ssl, Stream, TimingDigest, UniqueID, UniqueIDType,
-};
+use pingora::protocols::{Digest, Stream};
 use pingora::server::ShutdownWatch;
 use tokio::sync::Notify;
 
 use crate::data::fast::FastPath;
-use crate::data::fast::batch::Batched;
 
 /// Streams refused by Pingora's request checks before the connection is closed (Pingora's
 /// own loop allows as many; its constant is private).
@@ -52,8 +46,6 @@ pub async fn serve<A>(
         proxy_digest: stream.get_proxy_digest(),
         socket_digest: stream.get_socket_digest(),
     });
-    // The streams' tasks queue their frames; they go out together (`fast::batch`).
-    let stream: Stream = Box::new(Batched::new(stream));
     let Ok(mut conn) = server::handshake(stream, app.h2_options()).await else {
         return;
     };
@@ -157,72 +149,5 @@ impl Drop for Busy {
         if self.0.count.fetch_sub(1, Ordering::Relaxed) == 1 {
             self.0.idle.notify_one();
         }
-    }
-}
-
-// A client connection as Pingora's HTTP/2 session takes it (`Stream`): its writes batched, all
-// else the connection's own.
-
-#[async_trait]
-impl Shutdown for Batched<Stream> {
-    async fn shutdown(&mut self) {
-        self.get_mut().shutdown().await;
-    }
-}
-
-impl UniqueID for Batched<Stream> {
-    fn id(&self) -> UniqueIDType {
-        self.get_ref().id()
-    }
-}
-
-impl Ssl for Batched<Stream> {
-    fn get_ssl(&self) -> Option<&TlsRef> {
-        self.get_ref().get_ssl()
-    }
-
-    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
-        self.get_ref().get_ssl_digest()
-    }
-
-    fn selected_alpn_proto(&self) -> Option<ALPN> {
-        self.get_ref().selected_alpn_proto()
-    }
-}
-
-impl GetTimingDigest for Batched<Stream> {
-    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
-        self.get_ref().get_timing_digest()
-    }
-
-    fn get_read_pending_time(&self) -> Duration {
-        self.get_ref().get_read_pending_time()
-    }
-
-    fn get_write_pending_time(&self) -> Duration {
-        self.get_ref().get_write_pending_time()
-    }
-}
-
-impl GetProxyDigest for Batched<Stream> {
-    fn get_proxy_digest(&self) -> Option<Arc<pingora::protocols::raw_connect::ProxyDigest>> {
-        self.get_ref().get_proxy_digest()
-    }
-}
-
-impl GetSocketDigest for Batched<Stream> {
-    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
-        self.get_ref().get_socket_digest()
-    }
-
-    fn set_socket_digest(&mut self, socket_digest: SocketDigest) {
-        self.get_mut().set_socket_digest(socket_digest);
-    }
-}
-
-#[async_trait]
-impl Peek for Batched<Stream> {
-    async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
-        self.get_mut().try_peek(buf).await
     }
 }
