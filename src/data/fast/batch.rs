@@ -11,7 +11,7 @@
 //! receiver's wakeup: sends were a third of switchyard's CPU under gRPC load
 //! (docs/performance.md). Reads are untouched. Knows nothing of HTTP/2.
 //! Client connections are not wrapped: tried there too, it did not lower a gRPC call's CPU
-//! further and cost plain HTTP/2 GETs about 6 % (one more poll of the connection per burst).
+//! further (docs/performance.md).
 
 use std::future::Future;
 use std::io;
