@@ -367,28 +367,20 @@ mod tests {
         let mut leases = Vec::new();
         for i in 0..5 {
             let (send, lease, reused) = pool
-                .stream(Key::plain(addr), "", second, second, || async {
-                    tokio::net::TcpStream::connect(addr)
-                        .await
-                        .map(Upstream::Plain)
-                        .map_err(|_| crate::decide::cause::Cause::ConnectFailed)
+                .stream(Key::plain(addr), "", second, second, || {
+                    connect_after(addr, Duration::ZERO)
                 })
                 .await
                 .unwrap();
+            // The backend's SETTINGS come after the handshake: wait for its limit.
+            if !reused {
+                settled(send.clone(), 2).await;
+            }
             let mut send = send.ready().await.unwrap();
             let req = http::Request::post(format!("http://{addr}/"))
                 .body(())
                 .unwrap();
             let (_resp, body) = send.send_request(req, false).unwrap();
-            // The backend's SETTINGS come after the handshake: wait for its limit.
-            if !reused {
-                for _ in 0..100 {
-                    if send.current_max_send_streams() == 2 {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
             assert_eq!(reused, i % 2 == 1, "stream {i}");
             leases.push((lease, body));
         }
