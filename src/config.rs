@@ -438,8 +438,9 @@ pub struct Args {
 
     /// Serve plain GET and HEAD requests without a body (HTTP/1.1, and HTTP/2 streams) to
     /// HTTP/1.1 backends, in clear or over TLS (`https`), and every HTTP/2 client's stream to
-    /// HTTP/2 backends (h2c/gRPC, and h2/grpcs over TLS), on switchyard's own lean path, with the same routing, retries, TLS
-    /// verification, metrics and logs; `false` sends every request through Pingora's proxy.
+    /// HTTP/2 backends (h2c/gRPC, and h2/grpcs over TLS), on switchyard's own lean path, with
+    /// the same routing, retries, TLS verification, metrics and logs; `false` sends every
+    /// request through Pingora's proxy.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
           env = "SWITCHYARD_FAST_PATH")]
     pub fast_path: bool,

@@ -1,11 +1,11 @@
 //! HTTP/2 clients to HTTP/2 backends (`appProtocol: h2c`, and `h2` over TLS) through a real
 //! switchyard on 127.0.0.1, on both engines (the fast path relays such streams itself;
-//! `--fast-path=false` leaves them to Pingora's proxy): requests with and without bodies and
-//! their trailers, streams sharing one backend connection, a client's reset reaching the
-//! backend as RST_STREAM, rapid reset toward an h2c backend, and over TLS the certificate
-//! verified against a Service's own bundle, the server name sent, and sessions resumed. The backend is written on the `h2` crate, not hyper,
-//! because these tests count what hyper hides: connections, open streams and resets. Every
-//! wait is bounded.
+//! `--fast-path=false` leaves them to Pingora's proxy): requests with and without bodies and their
+//! trailers, streams sharing one backend connection, a client's reset reaching the backend as
+//! RST_STREAM, rapid reset toward an h2c backend, and over TLS the certificate verified against a
+//! Service's own bundle, the server name sent, and sessions resumed. The backend is written on the
+//! `h2` crate, not hyper, because these tests count what hyper hides: connections, open streams and
+//! resets. Every wait is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -101,7 +101,7 @@ impl H2Backend {
 async fn serve_conn<T: AsyncRead + AsyncWrite + Unpin>(
     io: T,
     c: Arc<Counts>,
-    handshake: Option<(Option<String>, bool)>,
+    mut handshake: Option<(Option<String>, bool)>,
 ) {
     let Ok(mut conn) = h2::server::handshake(io).await else {
         return;
@@ -111,7 +111,7 @@ async fn serve_conn<T: AsyncRead + AsyncWrite + Unpin>(
     while let Some(Ok((req, respond))) = conn.accept().await {
         if std::mem::take(&mut first) {
             c.connections.fetch_add(1, Ordering::Relaxed);
-            if let Some(h) = handshake.clone() {
+            if let Some(h) = handshake.take() {
                 c.handshakes.lock().unwrap().push(h);
             }
         }

@@ -90,9 +90,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Batched<T> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // `h2` flushes on every poll of its connection, also when it wrote nothing (a poll for
+        // a read): with no write since the last flush there is nothing to gather, so no wait.
+        // After writes, the flush (over TLS it may still send records) ends the burst.
         let this = self.get_mut();
-        // Over TLS a flush may still send records: it is part of the burst.
-        ready!(this.poll_open(cx));
         let flushed = ready!(Pin::new(&mut this.io).poll_flush(cx));
         this.open = false;
         Poll::Ready(flushed)
@@ -133,7 +134,7 @@ mod tests {
     }
 
     /// The first write of a burst waits for the tasks that were ready to run; its later
-    /// writes do not; the next burst waits again.
+    /// writes do not; the next burst waits again; a flush with nothing written does not wait.
     #[tokio::test(flavor = "current_thread")]
     async fn a_burst_waits_once_for_the_other_ready_tasks() {
         let sink = Sink::default();
@@ -157,5 +158,13 @@ mod tests {
         ran.lock().unwrap().push("next burst");
         task.await.unwrap();
         assert_eq!(ran.lock().unwrap()[2..], ["another task", "next burst"]);
+        io.flush().await.unwrap();
+
+        let other = Arc::clone(&ran);
+        let task = tokio::spawn(async move { other.lock().unwrap().push("a third task") });
+        io.flush().await.unwrap();
+        ran.lock().unwrap().push("bare flush");
+        task.await.unwrap();
+        assert_eq!(ran.lock().unwrap()[4..], ["bare flush", "a third task"]);
     }
 }

@@ -363,19 +363,9 @@ mod tests {
     async fn streams_share_a_connection_up_to_the_backends_limit() {
         let (addr, accepted) = holding_backend(2).await;
         let pool = Arc::new(H2Pool::default());
-        let second = Duration::from_secs(5);
         let mut leases = Vec::new();
         for i in 0..5 {
-            let (send, lease, reused) = pool
-                .stream(Key::plain(addr), "", second, second, || {
-                    connect_after(addr, Duration::ZERO)
-                })
-                .await
-                .unwrap();
-            // The backend's SETTINGS come after the handshake: wait for its limit.
-            if !reused {
-                settled(send.clone(), 2).await;
-            }
+            let (send, lease, reused) = stream_to(&pool, addr, 2).await;
             let mut send = send.ready().await.unwrap();
             let req = http::Request::post(format!("http://{addr}/"))
                 .body(())
@@ -403,6 +393,26 @@ mod tests {
             .await
             .map(Upstream::Plain)
             .map_err(|_| crate::decide::cause::Cause::ConnectFailed)
+    }
+
+    /// A stream from `pool` to the backend at `addr`, whose stream limit is `max`: on a new
+    /// connection, once the backend's SETTINGS (which come after the handshake) say so.
+    async fn stream_to(
+        pool: &Arc<H2Pool>,
+        addr: SocketAddr,
+        max: usize,
+    ) -> (SendRequest<Bytes>, Lease, bool) {
+        let second = Duration::from_secs(5);
+        let (send, lease, reused) = pool
+            .stream(Key::plain(addr), "", second, second, || {
+                connect_after(addr, Duration::ZERO)
+            })
+            .await
+            .unwrap();
+        if !reused {
+            settled(send.clone(), max).await;
+        }
+        (send, lease, reused)
     }
 
     /// Waits until the connection of `send` has the backend's stream limit `max`.
@@ -458,31 +468,16 @@ mod tests {
     async fn a_new_stream_goes_to_the_busiest_connection_with_room() {
         let (addr, _) = holding_backend(3).await;
         let pool = Arc::new(H2Pool::default());
-        let second = Duration::from_secs(5);
         let mut leases = Vec::new();
         for _ in 0..4 {
-            let (send, lease, reused) = pool
-                .stream(Key::plain(addr), "", second, second, || {
-                    connect_after(addr, Duration::ZERO)
-                })
-                .await
-                .unwrap();
-            if !reused {
-                settled(send, 3).await;
-            }
-            leases.push(lease);
+            leases.push(stream_to(&pool, addr, 3).await.1);
         }
         // Three streams on the first connection (full), one on the second.
         let (first, second_conn) = (Arc::clone(&leases[0].conn), Arc::clone(&leases[3].conn));
         assert!(!Arc::ptr_eq(&first, &second_conn));
         // One of the first ends: both have room, the first is the busier (2 against 1).
         leases.remove(0);
-        let (_, lease, reused) = pool
-            .stream(Key::plain(addr), "", second, second, || {
-                connect_after(addr, Duration::ZERO)
-            })
-            .await
-            .unwrap();
+        let (_, lease, reused) = stream_to(&pool, addr, 3).await;
         assert!(reused);
         assert!(
             Arc::ptr_eq(&lease.conn, &first),

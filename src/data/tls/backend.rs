@@ -21,16 +21,16 @@
 //! parse is refused (warned once): either way those connections fail closed, as for an
 //! unloadable file, and never fall back to the flag's bundle or the system's roots.
 //!
-//! Which bundle, which client certificate, whether to verify: decided once, by `choose`, for
-//! both engines and the health checks. Pingora's path writes the `TlsChoice` into its
-//! `HttpPeer` (`PeerTls::configure`); the fast path, which speaks HTTP/1.1 over TLS to `https`
-//! backends and HTTP/2 over TLS to `h2`/`grpcs` ones itself, gets a rustls client configuration
-//! for it (`client_config`), built the way Pingora's connector builds one (TLS 1.2 and 1.3, the
-//! installed crypto provider, ALPN `http/1.1`, or `h2` alone, the system's roots when no bundle
-//! applies, any certificate accepted only when the Service skips verification) and kept per
-//! `ConfigKey` — bundle version, client certificate version, verification, ALPN — so its session cache resumes TLS sessions with the backends, and a
-//! rotated bundle is a new key (and a new pool group) from the next connection on. The poll
-//! forgets the configurations of versions no longer loaded.
+//! Which bundle, which client certificate, whether to verify: decided once, by `choose`, for both
+//! engines and the health checks. Pingora's path writes the `TlsChoice` into its `HttpPeer`
+//! (`PeerTls::configure`); the fast path, which speaks HTTP/1.1 over TLS to `https` backends and
+//! HTTP/2 over TLS to `h2`/`grpcs` ones itself, gets a rustls client configuration for it
+//! (`client_config`), built the way Pingora's connector builds one (TLS 1.2 and 1.3, the installed
+//! crypto provider, ALPN `http/1.1`, or `h2` alone, the system's roots when no bundle applies, any
+//! certificate accepted only when the Service skips verification) and kept per `ConfigKey` — bundle
+//! version, client certificate version, verification, ALPN — so its session cache resumes TLS
+//! sessions with the backends, and a rotated bundle is a new key (and a new pool group) from the
+//! next connection on. The poll forgets the configurations of versions no longer loaded.
 //!
 //! The price of a per-connection bundle on Pingora's path: Pingora then builds the connection's
 //! rustls client configuration each time, with a fresh session cache, so those TLS sessions are
