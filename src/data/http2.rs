@@ -54,6 +54,11 @@ pub async fn serve<A>(
     let mut watch = shutdown.clone();
     let mut draining = false;
     let mut malformed = 0;
+    // Made once for the connection, not once per stream: each would register a waiter (and,
+    // for the idle timeout, a timer) at every stream's turn of the loop.
+    let changed = watch.changed();
+    let idle = active.idle_for(idle_timeout.unwrap_or_default());
+    tokio::pin!(changed, idle);
     loop {
         // `from_h2_conn` drives the whole connection (it writes what the streams queued).
         let next = if draining {
@@ -61,13 +66,13 @@ pub async fn serve<A>(
         } else {
             tokio::select! {
                 biased;
-                _ = watch.changed() => {
+                _ = &mut changed => {
                     conn.graceful_shutdown();
                     draining = true;
                     continue;
                 }
                 next = HttpSession::from_h2_conn(&mut conn, digest.clone()) => next,
-                _ = active.idle_for(idle_timeout.unwrap_or_default()), if idle_timeout.is_some() => {
+                () = &mut idle, if idle_timeout.is_some() => {
                     return;
                 }
             }
@@ -113,6 +118,7 @@ pub async fn serve<A>(
 #[derive(Default)]
 pub(crate) struct Active {
     count: AtomicUsize,
+    /// Woken when the last stream in flight ends.
     idle: Notify,
 }
 
@@ -130,13 +136,25 @@ impl Active {
         self.count.load(Ordering::Relaxed)
     }
 
-    /// Returns once no stream has been in flight for `timeout`.
+    /// Returns once no stream has been in flight for `timeout`. Right also when made once and
+    /// awaited across many streams (as `serve` and the pool's connection task do): a stream
+    /// that comes and goes during the wait starts it again from its end.
     pub(crate) async fn idle_for(&self, timeout: Duration) {
         loop {
             while self.count.load(Ordering::Relaxed) != 0 {
                 self.idle.notified().await;
             }
-            tokio::time::sleep(timeout).await;
+            let quiet = tokio::time::sleep(timeout);
+            tokio::pin!(quiet);
+            loop {
+                tokio::select! {
+                    () = &mut quiet => break,
+                    // The last stream in flight ended (one came and went): quiet from now.
+                    () = self.idle.notified() => {
+                        quiet.as_mut().reset(tokio::time::Instant::now() + timeout);
+                    }
+                }
+            }
             if self.count.load(Ordering::Relaxed) == 0 {
                 return;
             }
@@ -149,5 +167,34 @@ impl Drop for Busy {
         if self.0.count.fetch_sub(1, Ordering::Relaxed) == 1 {
             self.0.idle.notify_one();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The idle wait is made once per connection (`serve`, and the pool's connection task), so
+    /// it must count from the last stream's end, not from when it began.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_comes_and_goes_during_the_idle_wait_restarts_it() {
+        let active = Arc::new(Active::default());
+        let started = tokio::time::Instant::now();
+        let idle = active.idle_for(Duration::from_secs(10));
+        tokio::pin!(idle);
+        // Idle from the start: 4 s in, a stream comes and goes within a second.
+        tokio::select! {
+            () = &mut idle => panic!("idle before any timeout"),
+            () = tokio::time::sleep(Duration::from_secs(4)) => {}
+        }
+        let busy = active.start();
+        tokio::select! {
+            () = &mut idle => panic!("idle with a stream in flight"),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        drop(busy);
+        idle.await;
+        // Not at 10 s (the first wait's end) but 10 s after the stream ended.
+        assert_eq!(started.elapsed().as_secs(), 15);
     }
 }
