@@ -98,12 +98,13 @@ pub async fn serve<A>(
         let app = app.clone();
         let shutdown = shutdown.clone();
         let digest = digest.clone();
-        // The exchanges are boxed so that the task stays small: spawning it then copies a few
-        // words rather than the whole state of an exchange (kilobytes, per stream).
+        // The exchanges are boxed so that the task stays small: spawning it then copies the
+        // session and a few words rather than the whole state of an exchange (kilobytes, per
+        // stream). `serve_stream` boxes its own.
         tokio::spawn(async move {
             let _busy = busy;
             let session = match &fast {
-                Some(fast) => Box::pin(fast.serve_stream(session, &digest)).await,
+                Some(fast) => fast.serve_stream(session, &digest).await,
                 None => Some(session),
             };
             if let Some(session) = session {

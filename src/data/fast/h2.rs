@@ -24,44 +24,52 @@ use crate::data::fast::{Downstream, FastPath};
 
 impl FastPath {
     /// Serves one HTTP/2 stream if it is one for this path; otherwise hands it back untouched
-    /// (nothing written) for Pingora.
-    pub async fn serve_stream(
+    /// (nothing written) for Pingora. Small itself (a stream's task holds it unboxed): each
+    /// way of serving is boxed, so a stream carries only the state of the one it takes.
+    pub async fn serve_stream(&self, session: HttpSession, digest: &Digest) -> Option<HttpSession> {
+        let session = if session.is_body_done() {
+            Box::pin(self.serve_without_body(session, digest)).await?
+        } else {
+            session
+        };
+        Box::pin(self.relay_h2(session, digest)).await
+    }
+
+    /// A stream without a body through the HTTP/1 fast path's exchange; handed back untouched
+    /// if that path does not take it.
+    async fn serve_without_body(
         &self,
         mut session: HttpSession,
         digest: &Digest,
     ) -> Option<HttpSession> {
-        if session.is_body_done() {
-            let mut head = Vec::with_capacity(512);
-            if h1_head(&session, &mut head) {
-                let head = Bytes::from(head);
-                let mut conn = self.connection_of(
-                    digest.socket_digest.as_deref(),
-                    digest.ssl_digest.as_deref(),
-                );
-                if let Parse::Request(req) = parse_request(&head, &mut conn.fields) {
-                    let mut reply = Reply {
-                        session: &mut session,
-                        head_request: req.head,
-                        state: State::Head,
-                    };
-                    // An HTTP/2 stream never closes its connection: the other streams go on.
-                    // A response cut short leaves the stream open: dropping it resets it
-                    // (RST_STREAM).
-                    if self
-                        .proxy_request(&mut reply, &mut conn, &head, &req, false)
-                        .await
-                        .is_some()
-                    {
-                        return None;
-                    }
-                    // Declined once routed (an HTTP/2 backend, Gateway filters): nothing was
-                    // written.
+        let mut head = Vec::with_capacity(512);
+        if h1_head(&session, &mut head) {
+            let head = Bytes::from(head);
+            let mut conn = self.connection_of(
+                digest.socket_digest.as_deref(),
+                digest.ssl_digest.as_deref(),
+            );
+            if let Parse::Request(req) = parse_request(&head, &mut conn.fields) {
+                let mut reply = Reply {
+                    session: &mut session,
+                    head_request: req.head,
+                    state: State::Head,
+                };
+                // An HTTP/2 stream never closes its connection: the other streams go on.
+                // A response cut short leaves the stream open: dropping it resets it
+                // (RST_STREAM).
+                if self
+                    .proxy_request(&mut reply, &mut conn, &head, &req, false)
+                    .await
+                    .is_some()
+                {
+                    return None;
                 }
+                // Declined once routed (an HTTP/2 backend, Gateway filters): nothing was
+                // written.
             }
         }
-        // Boxed: the relay's state is kilobytes, and a GET's task (which the caller boxes
-        // whole) should not carry it.
-        Box::pin(self.relay_h2(session, digest)).await
+        Some(session)
     }
 }
 

@@ -155,7 +155,10 @@ impl H2Pool {
             key,
             opened: None,
         };
-        let opened = async {
+        // Boxed: the connect and handshake futures (a TLS handshake's is kilobytes) would
+        // otherwise be part of every stream's state, moved with it on each call, while most
+        // streams take an open connection.
+        let opened = Box::pin(async {
             let tcp = connect().await.map_err(PoolError::Connect)?;
             let mut builder = h2::client::Builder::new();
             builder
@@ -168,7 +171,7 @@ impl H2Pool {
                 Ok(Err(_)) => Err(PoolError::Handshake),
                 Err(_) => Err(PoolError::HandshakeTimedOut),
             }
-        }
+        })
         .await;
         let (send, connection) = match opened {
             Ok(pair) => pair,
