@@ -295,6 +295,40 @@ async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
     assert_eq!(answers[0], answers[1], "the engines agree");
 }
 
+/// The access log names the path the client asked for, not the one the backend got once the
+/// route's prefix was stripped, on both engines (the relay once logged the stripped one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_names_the_clients_path_on_both_engines() {
+    for engine in ENGINES {
+        let backend = H2Backend::start().await;
+        let sy = switchyard(world(&backend))
+            .args(engine)
+            .args(&["--access-log", "json"])
+            .start()
+            .await;
+        let send = client(sy.http_port).await;
+        let post = exchange(&send, "POST", "/h2/logged", b"hello")
+            .await
+            .unwrap();
+        assert_eq!(post.body, "POST /logged 5", "{engine:?}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let line = loop {
+            let out = sy.stdout();
+            if let Some(l) = out.lines().find(|l| l.contains("logged")) {
+                break l.to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{engine:?}: no access log line in {out:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["path"], "/h2/logged", "{engine:?}: {line}");
+        assert_eq!(v["status"], 200, "{engine:?}: {line}");
+    }
+}
+
 /// A client that resets its stream (a cancelled call) has the backend's stream reset too,
 /// so the backend stops working for nobody; the connection goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::{RecvStream, SendStream};
-use http::HeaderValue;
 use http::header::{CONTENT_TYPE, COOKIE};
+use http::{HeaderValue, Uri};
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
@@ -162,9 +162,6 @@ impl FastPath {
             return Some(session);
         };
         let _active = self.proxy.enter();
-        if let Some(uri) = rewrite {
-            session.req_header_mut().set_uri(uri);
-        }
         let deadline = if grpc {
             let header = session.req_header().headers.get("grpc-timeout");
             grpc::timeout(header.map(HeaderValue::as_bytes)).and_then(|t| started.checked_add(t))
@@ -228,17 +225,19 @@ impl FastPath {
             },
         };
         let tls = tls.as_ref().map(|(choice, sni)| (choice, *sni));
-        self.exchange(&mut session, &mut attempt, &mut call, tls)
+        self.exchange(&mut session, rewrite.as_ref(), &mut attempt, &mut call, tls)
             .await;
         self.record(&session, &mut attempt, &call, client);
         None
     }
 
-    /// The tries, then the relay of the response that came; over TLS, each new connection
-    /// made with `tls`'s choice and server name.
+    /// The tries (of the request with `target` in place of the client's, if given), then the
+    /// relay of the response that came; over TLS, each new connection made with `tls`'s choice
+    /// and server name.
     async fn exchange(
         &self,
         session: &mut HttpSession,
+        target: Option<&Uri>,
         attempt: &mut Attempt,
         call: &mut Call,
         tls: Option<(&TlsChoice, &str)>,
@@ -250,7 +249,10 @@ impl FastPath {
                 self.answer(session, call, 503);
                 return;
             };
-            let broken = match self.try_once(session, attempt, call, addr, tls).await {
+            let broken = match self
+                .try_once(session, target, attempt, call, addr, tls)
+                .await
+            {
                 Ok(pair) => {
                     attempt.response_started(Instant::now());
                     break pair;
@@ -344,11 +346,13 @@ impl FastPath {
         }
     }
 
-    /// One try: a stream to `addr` (over TLS with `tls`), the request header, and the request
-    /// body as the client sends it until the response header comes.
+    /// One try: a stream to `addr` (over TLS with `tls`), the request header (with `target`
+    /// in place of the client's, if given), and the request body as the client sends it until
+    /// the response header comes.
     async fn try_once(
         &self,
         session: &mut HttpSession,
+        target: Option<&Uri>,
         attempt: &mut Attempt,
         call: &mut Call,
         addr: SocketAddr,
@@ -398,7 +402,12 @@ impl FastPath {
             }
         };
         attempt.connected(reused, Instant::now());
-        let request = http::Request::from_parts(session.req_header().as_owned_parts(), ());
+        // The session's own header keeps the client's target: the access log names it, as on
+        // Pingora's path.
+        let mut request = http::Request::from_parts(session.req_header().as_owned_parts(), ());
+        if let Some(uri) = target {
+            *request.uri_mut() = uri.clone();
+        }
         attempt.request_sent(Instant::now());
         let limit = call.limit();
         let sent = tokio::time::timeout_at(limit, async {
