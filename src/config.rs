@@ -422,7 +422,8 @@ pub struct Args {
     pub shutdown_grace: Duration,
 
     /// Format of switchyard's own log lines on stderr: `text` (coloured only on a terminal,
-    /// never with NO_COLOR set) or `json` (one object per line). RUST_LOG sets the levels.
+    /// never with NO_COLOR set) or `json` (one object per line). RUST_LOG sets the levels
+    /// (`debug` at most in a release build: `trace` is compiled out).
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text,
           env = "SWITCHYARD_LOG_FORMAT")]
     pub log_format: LogFormat,
