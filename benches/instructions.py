@@ -14,12 +14,20 @@ are off for both (HAProxy's `check inter 5` and switchyard's checks cost per sec
 request, and would not cancel). Kernel time (the loopback send/receive both do alike) is not
 counted: this is the user-space share only.
 
+With `--grpc`: instructions per gRPC unary call instead (issue #17): h2c on both sides,
+`h2load -c16 -m10` posting one length-prefixed message to examples/grpc_bench_backend.rs on
+three ports, HAProxy with `proto h2` on its server lines (`http-reuse always`), switchyard with
+the load benchmark's grpc Service (`appProtocol: grpc`). valgrind runs one thread at a time,
+so how many frames a read or a write carries differs from a real run; the counts still
+repeat to about 1 % (two runs of one binary: 98.9k and 98.9k per call).
+
 Caveat: valgrind counts each iteration of `rep movsb` as an instruction, so large memcpys
 (Pingora moves big future state machines) weigh more here than in cycles; `perf` on the real
 run is the check for that.
 
-Usage: python3 benches/instructions.py [--n1 2000] [--n2 6000] [--switchyard PATH]
-Needs: valgrind, haproxy, nginx, h2load, curl; a release build (`cargo build --release`).
+Usage: python3 benches/instructions.py [--n1 2000] [--n2 6000] [--switchyard PATH] [--grpc]
+Needs: valgrind, haproxy, nginx, h2load, curl; a release build (`cargo build --release`), and
+for --grpc `cargo build --release --example grpc_bench_backend`.
 Takes about a minute. Last result (2-vCPU VM, 2026-11-30, switchyard with jemalloc):
 see docs/performance.md.
 """
@@ -36,6 +44,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 BACKENDS = [18181, 18182, 18183]
+GRPC_PORTS = [18184, 18185, 18186]
+GRPC_PATH = "/bench.Echo/Say"
 PROXY_PORT = 18191
 ADMIN_PORT = 18192
 STATS_PORT = 18193
@@ -60,17 +70,31 @@ def total_ir(out_file):
     raise RuntimeError(f"no totals in {out_file}")
 
 
-def run_one(cmd, n, tmp, tag):
-    """Ir of the proxy process `cmd` serving n keep-alive requests (plus the readiness probe)."""
+def load_cmd(n, grpc, tmp):
+    """The h2load command for n requests: keep-alive HTTP/1.1, or gRPC unary calls over h2c (one
+    client for fewer than 16: h2load wants at least one request per client)."""
+    if grpc:
+        clients = "16" if n >= 16 else "1"
+        return ["h2load", "-n", str(n), "-c", clients, "-m", "10", "-d", os.path.join(tmp, "grpc-request.bin"),
+                "-H", "content-type: application/grpc", "-H", "te: trailers",
+                f"http://127.0.0.1:{PROXY_PORT}{GRPC_PATH}"]
+    return ["h2load", "--h1", "-n", str(n), "-c", "4", f"http://127.0.0.1:{PROXY_PORT}/svc/"]
+
+
+def run_one(cmd, n, tmp, tag, grpc):
+    """Ir of the proxy process `cmd` serving n requests (plus the readiness probe)."""
     out = os.path.join(tmp, f"callgrind.{tag}.{n}")
     log = open(os.path.join(tmp, f"{tag}.{n}.log"), "w")
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd,
                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                          start_new_session=True)
     try:
-        wait_ok(f"http://127.0.0.1:{PROXY_PORT}/svc/")
-        r = subprocess.run(["h2load", "--h1", "-n", str(n), "-c", "4", f"http://127.0.0.1:{PROXY_PORT}/svc/"],
-                           capture_output=True, text=True, timeout=600)
+        if grpc:
+            # No HTTP/1 route to probe: wait for the port, then for a first call to succeed.
+            wait_calls(tmp)
+        else:
+            wait_ok(f"http://127.0.0.1:{PROXY_PORT}/svc/")
+        r = subprocess.run(load_cmd(n, grpc, tmp), capture_output=True, text=True, timeout=600)
         if f"{n} succeeded" not in r.stdout:
             raise RuntimeError(f"{tag}: not all of {n} requests succeeded:\n{r.stdout}")
     finally:
@@ -88,11 +112,48 @@ def run_one(cmd, n, tmp, tag):
     return total_ir(out)
 
 
+def wait_port(ports, timeout=30.0):
+    """Waits until each of `ports` on 127.0.0.1 accepts a connection."""
+    import socket
+    deadline = time.time() + timeout
+    for p in ports:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", p), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"nothing listens on 127.0.0.1:{p} after {timeout}s")
+                time.sleep(0.1)
+
+
+def wait_calls(tmp, timeout=60.0):
+    """Waits until one gRPC call through the proxy succeeds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = subprocess.run(load_cmd(1, True, tmp), capture_output=True, text=True)
+        if "1 succeeded" in r.stdout:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"no gRPC call succeeded through port {PROXY_PORT} within {timeout}s")
+
+
+def grpc_message(path, text):
+    """A gRPC request body: one uncompressed length-prefixed message `Msg { string text = 1 }`."""
+    raw = text.encode()
+    msg = bytes([0x0A, len(raw)]) + raw
+    with open(path, "wb") as f:
+        f.write(bytes([0]) + len(msg).to_bytes(4, "big") + msg)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n1", type=int, default=2000)
     ap.add_argument("--n2", type=int, default=6000)
     ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
+    ap.add_argument("--grpc", action="store_true", help="gRPC unary calls over h2c instead of HTTP/1.1")
+    ap.add_argument("--grpc-backend", default=os.path.join(ROOT, "target", "release", "examples", "grpc_bench_backend"),
+                    help="examples/grpc_bench_backend.rs built with --release")
     args = ap.parse_args()
     if args.n2 <= args.n1:
         sys.exit("instructions: --n2 must be larger than --n1")
@@ -102,6 +163,9 @@ def main():
                      "nghttp2-client curl)")
     if not os.path.exists(args.switchyard):
         sys.exit(f"instructions: no switchyard binary at {args.switchyard} (cargo build --release)")
+    if args.grpc and not os.path.exists(args.grpc_backend):
+        sys.exit(f"instructions: no gRPC backend at {args.grpc_backend} "
+                 "(cargo build --release --example grpc_bench_backend)")
 
     tmp = tempfile.mkdtemp(prefix="switchyard-instructions-")
     servers = "\n  ".join(f'server {{ listen 127.0.0.1:{p}; location / {{ return 200 "ok"; }} }}' for p in BACKENDS)
@@ -121,12 +185,30 @@ http {{
     # TCP frontends and the health checks.
     with open(os.path.join(HERE, "loadtest", "haproxy.cfg")) as f:
         cfg = f.read().split("# TLS termination")[0]
-    cfg = cfg.replace("@PORT@", str(PROXY_PORT)).replace(" check inter 5", "")
+    cfg = cfg.replace("@PORT@", str(PROXY_PORT)).replace(" check inter 5", "").replace("@NBTHREAD@", "1")
+    # The route to the TLS backends names a backend defined past the cut.
+    cfg = "".join(line for line in cfg.splitlines(keepends=True) if "https_backends" not in line)
     with open(os.path.join(HERE, "loadtest", "manifests.yaml")) as f:
-        man = f.read().split("# The same endpoints, TLS-terminated")[0]
+        whole = f.read()
+    man = whole.split("# The same endpoints, TLS-terminated")[0]
+    if args.grpc:
+        # The load benchmark's grpc Service alone, and HAProxy's h2c frontend and grpc backend
+        # from its configuration (`proto h2` both sides), health checks off.
+        man = whole.split("# gRPC unary")[1].split("\n---\n# ")[0]
+        man = "# gRPC unary" + man
+        with open(os.path.join(HERE, "loadtest", "haproxy.cfg")) as f:
+            full = f.read()
+        backend = "backend grpc\n" + full.split("\nbackend grpc\n", 1)[1].split("\n\n")[0]
+        cfg = (cfg.split("frontend httpfrontend")[0]
+               + f"frontend grpcfrontend\n    bind 127.0.0.1:{PROXY_PORT} proto h2\n"
+               + "    default_backend grpc\n\n" + backend.replace(" check inter 5s", "") + "\n")
+        grpc_message(os.path.join(tmp, "grpc-request.bin"), "hello from h2load")
     for i, p in enumerate(BACKENDS):
         cfg = cfg.replace(f"@BACKEND{i + 1}@", str(p))
         man = man.replace(f"@BACKEND{i + 1}@", str(p))
+    for i, p in enumerate(GRPC_PORTS):
+        cfg = cfg.replace(f"@GRPC{i + 1}@", str(p))
+        man = man.replace(f"@GRPC{i + 1}@", str(p))
     with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
         f.write(cfg)
     with open(os.path.join(tmp, "manifests.yaml"), "w") as f:
@@ -138,15 +220,22 @@ http {{
                        "127.0.0.1", "--http-port", str(PROXY_PORT), "--admin-port", str(ADMIN_PORT),
                        "--stats-port", str(STATS_PORT), "--threads", "1", "--check-interval", "0s"],
     }
-    nginx = subprocess.Popen(["nginx", "-c", os.path.join(tmp, "nginx.conf")], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    if args.grpc:
+        nginx = subprocess.Popen([args.grpc_backend] + [str(p) for p in GRPC_PORTS], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+    else:
+        nginx = subprocess.Popen(["nginx", "-c", os.path.join(tmp, "nginx.conf")], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
     per_request = {}
     try:
-        for b in BACKENDS:
-            wait_ok(f"http://127.0.0.1:{b}/")
+        if args.grpc:
+            wait_port(GRPC_PORTS)
+        else:
+            for b in BACKENDS:
+                wait_ok(f"http://127.0.0.1:{b}/")
         for tag, cmd in proxies.items():
-            a = run_one(cmd, args.n1, tmp, tag)
-            b = run_one(cmd, args.n2, tmp, tag)
+            a = run_one(cmd, args.n1, tmp, tag, args.grpc)
+            b = run_one(cmd, args.n2, tmp, tag, args.grpc)
             per_request[tag] = (b - a) / (args.n2 - args.n1)
             print(f"{tag:10} {per_request[tag]:10.0f} instructions per request", flush=True)
     finally:
@@ -156,7 +245,8 @@ http {{
             pass
         nginx.wait(timeout=10)
     print()
-    print("| proxy | user-space instructions per keep-alive request | / HAProxy |")
+    what = "gRPC unary call (h2c -c16 -m10)" if args.grpc else "keep-alive request"
+    print(f"| proxy | user-space instructions per {what} | / HAProxy |")
     print("|---|---|---|")
     for tag, v in per_request.items():
         print(f"| {tag} | {v:.0f} | {v / per_request['haproxy']:.2f}x |")
