@@ -2,10 +2,10 @@
 //! switchyard on 127.0.0.1, on both engines (the fast path relays such streams itself;
 //! `--fast-path=false` leaves them to Pingora's proxy): requests with and without bodies and their
 //! trailers, streams sharing one backend connection, a client's reset reaching the backend as
-//! RST_STREAM, rapid reset toward an h2c backend, and over TLS the certificate verified against a
-//! Service's own bundle, the server name sent, and sessions resumed. The backend is written on the
-//! `h2` crate, not hyper, because these tests count what hyper hides: connections, open streams and
-//! resets. Every wait is bounded.
+//! RST_STREAM, rapid reset toward an h2c backend, the access log naming the client's path, and
+//! over TLS the certificate verified against a Service's own bundle, the server name sent, and
+//! sessions resumed. The backend is written on the `h2` crate, not hyper, because these tests
+//! count what hyper hides: connections, open streams and resets. Every wait is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
