@@ -160,6 +160,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
 
     let mut conf = ServerConf {
         threads: config.threads,
+        work_stealing: config.work_stealing,
         max_retries: config.connect_tries.max(1),
         // Pingora's connector verifies TLS backends against this bundle (else the system's).
         ca_file: config

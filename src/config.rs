@@ -437,6 +437,15 @@ pub struct Args {
     )]
     pub threads: usize,
 
+    /// `true`: tokio's work-stealing scheduler, whose threads share the work. `false`: one
+    /// single-threaded runtime per thread, each client connection placed on one at random and
+    /// kept there with all it starts (as HAProxy pins a connection to a thread); about 30 %
+    /// less CPU per HTTP/2 request on one thread (docs/performance.md), but with several
+    /// threads a busy connection's streams cannot spread.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          env = "SWITCHYARD_WORK_STEALING")]
+    pub work_stealing: bool,
+
     /// Serve plain GET and HEAD requests without a body (HTTP/1.1, and HTTP/2 streams) to
     /// HTTP/1.1 backends, in clear or over TLS (`https`), and every HTTP/2 client's stream to
     /// HTTP/2 backends (h2c/gRPC, and h2/grpcs over TLS), on switchyard's own lean path, with
@@ -624,6 +633,8 @@ pub struct Config {
     /// Tries per request on connect failure (HAProxy `retries 3` + `option redispatch`).
     pub connect_tries: usize,
     pub threads: usize,
+    /// `--work-stealing`.
+    pub work_stealing: bool,
     /// `--fast-path`.
     pub fast_path: bool,
     /// `--traffic-healthz`.
@@ -838,6 +849,7 @@ impl Config {
             },
             connect_tries: 3,
             threads,
+            work_stealing: args.work_stealing,
             fast_path: args.fast_path,
             traffic_healthz: args.traffic_healthz,
             proxy_protocol: proxy,
@@ -958,6 +970,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "traffic_healthz",
             "fast_path",
             "threads",
+            "work_stealing",
         ],
     ),
     (

@@ -295,6 +295,49 @@ async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
     assert_eq!(answers[0], answers[1], "the engines agree");
 }
 
+/// With `--work-stealing false` (one single-threaded runtime per thread, two threads here)
+/// HTTP/2 streams with and without bodies still reach the h2c backend and come back whole,
+/// many at once, and an HTTP/1 client's request too (through Pingora's proxy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_served_without_work_stealing() {
+    let backend = H2Backend::start().await;
+    let sy = switchyard(world(&backend))
+        .args(&["--work-stealing", "false", "--threads", "2"])
+        .start()
+        .await;
+    let send = client(sy.http_port).await;
+    let want = |body: &str| {
+        Ok(Got {
+            status: 200,
+            body: body.into(),
+            trailer: Some("done".into()),
+        })
+    };
+    assert_eq!(exchange(&send, "GET", "/h2/a", b"").await, want("GET /a 0"));
+    assert_eq!(
+        exchange(&send, "POST", "/h2/b", b"hello").await,
+        want("POST /b 5")
+    );
+    let calls: Vec<_> = (0..20)
+        .map(|i| {
+            let send = send.clone();
+            tokio::spawn(async move { exchange(&send, "POST", &format!("/h2/m{i}"), b"x").await })
+        })
+        .collect();
+    for (i, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.await.unwrap(), want(&format!("POST /m{i} 1")));
+    }
+    // A second client connection (placed on either thread) shares the backend connection.
+    let other = client(sy.http_port).await;
+    assert_eq!(
+        exchange(&other, "POST", "/h2/c", b"yo").await,
+        want("POST /c 2")
+    );
+    let h1 = sy.get("/h2/h1").await;
+    assert_eq!((h1.status, h1.body.as_str()), (200, "GET /h1 0"));
+    assert_eq!(backend.counts.streams.load(Ordering::Relaxed), 24);
+}
+
 /// The access log names the path the client asked for, not the one the backend got once the
 /// route's prefix was stripped, on both engines (the relay once logged the stripped one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
