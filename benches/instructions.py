@@ -36,6 +36,7 @@ import argparse
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -43,9 +44,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
+# The load benchmark's gRPC request body and method, so that both benchmarks send the same call.
+sys.path.insert(0, os.path.join(HERE, "loadtest"))
+from run import GRPC_PATH, grpc_message  # noqa: E402
 BACKENDS = [18181, 18182, 18183]
 GRPC_PORTS = [18184, 18185, 18186]
-GRPC_PATH = "/bench.Echo/Say"
 PROXY_PORT = 18191
 ADMIN_PORT = 18192
 STATS_PORT = 18193
@@ -114,7 +117,6 @@ def run_one(cmd, n, tmp, tag, grpc):
 
 def wait_port(ports, timeout=30.0):
     """Waits until each of `ports` on 127.0.0.1 accepts a connection."""
-    import socket
     deadline = time.time() + timeout
     for p in ports:
         while True:
@@ -136,14 +138,6 @@ def wait_calls(tmp, timeout=60.0):
             return
         time.sleep(0.2)
     raise RuntimeError(f"no gRPC call succeeded through port {PROXY_PORT} within {timeout}s")
-
-
-def grpc_message(path, text):
-    """A gRPC request body: one uncompressed length-prefixed message `Msg { string text = 1 }`."""
-    raw = text.encode()
-    msg = bytes([0x0A, len(raw)]) + raw
-    with open(path, "wb") as f:
-        f.write(bytes([0]) + len(msg).to_bytes(4, "big") + msg)
 
 
 def main():
@@ -220,12 +214,11 @@ http {{
                        "127.0.0.1", "--http-port", str(PROXY_PORT), "--admin-port", str(ADMIN_PORT),
                        "--stats-port", str(STATS_PORT), "--threads", "1", "--check-interval", "0s"],
     }
-    if args.grpc:
-        nginx = subprocess.Popen([args.grpc_backend] + [str(p) for p in GRPC_PORTS], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
-    else:
-        nginx = subprocess.Popen(["nginx", "-c", os.path.join(tmp, "nginx.conf")], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
+    # The backends: nginx, or for --grpc the gRPC bench backend on its three ports.
+    backend_cmd = ([args.grpc_backend] + [str(p) for p in GRPC_PORTS] if args.grpc
+                   else ["nginx", "-c", os.path.join(tmp, "nginx.conf")])
+    backends = subprocess.Popen(backend_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
     per_request = {}
     try:
         if args.grpc:
@@ -240,10 +233,10 @@ http {{
             print(f"{tag:10} {per_request[tag]:10.0f} instructions per request", flush=True)
     finally:
         try:
-            os.killpg(nginx.pid, signal.SIGKILL)
+            os.killpg(backends.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        nginx.wait(timeout=10)
+        backends.wait(timeout=10)
     print()
     what = "gRPC unary call (h2c -c16 -m10)" if args.grpc else "keep-alive request"
     print(f"| proxy | user-space instructions per {what} | / HAProxy |")

@@ -439,9 +439,9 @@ pub struct Args {
 
     /// `true`: tokio's work-stealing scheduler, whose threads share the work. `false`: one
     /// single-threaded runtime per thread, each client connection placed on one at random and
-    /// kept there with all it starts (as HAProxy pins a connection to a thread); about 30 %
-    /// less CPU per HTTP/2 request on one thread (docs/performance.md), but with several
-    /// threads a busy connection's streams cannot spread.
+    /// kept there with all it starts (as HAProxy pins a connection to a thread); on one
+    /// thread, 22-30 % less CPU per HTTP/2 request as measured (docs/performance.md), but with
+    /// several threads a busy connection's streams cannot spread.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
           env = "SWITCHYARD_WORK_STEALING")]
     pub work_stealing: bool,

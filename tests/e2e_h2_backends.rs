@@ -241,6 +241,33 @@ async fn exchange(
     }
 }
 
+/// The backend's whole answer to a request whose method, stripped path and body length are
+/// `body`.
+fn answered(body: &str) -> Result<Got, String> {
+    Ok(Got {
+        status: 200,
+        body: body.into(),
+        trailer: Some("done".into()),
+    })
+}
+
+/// Twenty `POST /h2/m<i>` streams at once on `send`, each answered whole.
+async fn twenty_at_once(send: &h2::client::SendRequest<Bytes>, engine: &[&str]) {
+    let calls: Vec<_> = (0..20)
+        .map(|i| {
+            let send = send.clone();
+            tokio::spawn(async move { exchange(&send, "POST", &format!("/h2/m{i}"), b"x").await })
+        })
+        .collect();
+    for (i, call) in calls.into_iter().enumerate() {
+        assert_eq!(
+            call.await.unwrap(),
+            answered(&format!("POST /m{i} 1")),
+            "{engine:?}"
+        );
+    }
+}
+
 /// Requests with and without a body reach the h2c backend (the route's prefix stripped), and its answer comes back whole,
 /// trailers included, the same on both engines (a `GET` through the fast path was reset,
 /// before it handed such streams back); through the fast path, concurrent streams of one
@@ -254,31 +281,9 @@ async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
         let send = client(sy.http_port).await;
         let get = exchange(&send, "GET", "/h2/a", b"").await;
         let post = exchange(&send, "POST", "/h2/b", b"hello").await;
-        let want = |body: &str| {
-            Ok(Got {
-                status: 200,
-                body: body.into(),
-                trailer: Some("done".into()),
-            })
-        };
-        assert_eq!(get, want("GET /a 0"), "{engine:?}");
-        assert_eq!(post, want("POST /b 5"), "{engine:?}");
-
-        let calls: Vec<_> = (0..20)
-            .map(|i| {
-                let send = send.clone();
-                tokio::spawn(
-                    async move { exchange(&send, "POST", &format!("/h2/m{i}"), b"x").await },
-                )
-            })
-            .collect();
-        for (i, call) in calls.into_iter().enumerate() {
-            assert_eq!(
-                call.await.unwrap(),
-                want(&format!("POST /m{i} 1")),
-                "{engine:?}"
-            );
-        }
+        assert_eq!(get, answered("GET /a 0"), "{engine:?}");
+        assert_eq!(post, answered("POST /b 5"), "{engine:?}");
+        twenty_at_once(&send, engine).await;
         assert_eq!(backend.counts.streams.load(Ordering::Relaxed), 22);
         // The fast path's pool puts them all on the connection the first two opened. Pingora's
         // opens another connection when streams start while its pooled one is checked out,
@@ -306,33 +311,23 @@ async fn streams_are_served_without_work_stealing() {
         .start()
         .await;
     let send = client(sy.http_port).await;
-    let want = |body: &str| {
-        Ok(Got {
-            status: 200,
-            body: body.into(),
-            trailer: Some("done".into()),
-        })
-    };
-    assert_eq!(exchange(&send, "GET", "/h2/a", b"").await, want("GET /a 0"));
+    let engine: &[&str] = &["--work-stealing", "false"];
+    assert_eq!(
+        exchange(&send, "GET", "/h2/a", b"").await,
+        answered("GET /a 0")
+    );
     assert_eq!(
         exchange(&send, "POST", "/h2/b", b"hello").await,
-        want("POST /b 5")
+        answered("POST /b 5")
     );
-    let calls: Vec<_> = (0..20)
-        .map(|i| {
-            let send = send.clone();
-            tokio::spawn(async move { exchange(&send, "POST", &format!("/h2/m{i}"), b"x").await })
-        })
-        .collect();
-    for (i, call) in calls.into_iter().enumerate() {
-        assert_eq!(call.await.unwrap(), want(&format!("POST /m{i} 1")));
-    }
+    twenty_at_once(&send, engine).await;
     // A second client connection (placed on either thread) shares the backend connection.
     let other = client(sy.http_port).await;
     assert_eq!(
         exchange(&other, "POST", "/h2/c", b"yo").await,
-        want("POST /c 2")
+        answered("POST /c 2")
     );
+    assert_eq!(backend.counts.connections.load(Ordering::Relaxed), 1);
     let h1 = sy.get("/h2/h1").await;
     assert_eq!((h1.status, h1.body.as_str()), (200, "GET /h1 0"));
     assert_eq!(backend.counts.streams.load(Ordering::Relaxed), 24);

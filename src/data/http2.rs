@@ -54,8 +54,8 @@ pub async fn serve<A>(
     let mut watch = shutdown.clone();
     let mut draining = false;
     let mut malformed = 0;
-    // Made once for the connection, not once per stream: each would register a waiter (and,
-    // for the idle timeout, a timer) at every stream's turn of the loop.
+    // Made once for the connection, not once per stream: made at every stream's turn of the
+    // loop, each registered a waiter (and the idle wait, with no stream in flight, a timer).
     let changed = watch.changed();
     let idle = active.idle_for(idle_timeout.unwrap_or_default());
     tokio::pin!(changed, idle);
