@@ -34,8 +34,8 @@ API), so its column stays empty.
 
 HTTP/2, gRPC and TLS to backends (issues #14 and #17), both proxies in the same interleaved
 runs: h2load over TLS with ALPN h2 (`HTTP/2 TLS`: 16 connections with 1, 10 or 100 streams in
-flight each, and a fixed 500 req/s for latency) and h2c with prior knowledge (same stream counts)
-to the nginx backends over HTTP/1. HAProxy takes them on their own frontends (`alpn h2,http/1.1`
+flight each, and a fixed 500 req/s for latency) and h2c with prior knowledge (same stream counts,
+and one connection with 100 streams in flight) to the nginx backends over HTTP/1. HAProxy takes them on their own frontends (`alpn h2,http/1.1`
 and `proto h2`) with `http-reuse always`; switchyard on its TLS port (ALPN h2) and its HTTP port
 (which takes h2c by the connection preface). `gRPC unary`: h2load posting one length-prefixed
 protobuf message (`content-type: application/grpc`, `te: trailers`) over h2c to
@@ -294,6 +294,9 @@ SCENARIOS = [
     ("h2c -c16 -m1", "h2load", {"clients": 16, "streams": 1, "h1": False}, "h2c"),
     ("h2c -c16 -m10", "h2load", {"clients": 16, "streams": 10, "h1": False}, "h2c"),
     ("h2c -c16 -m100", "h2load", {"clients": 16, "streams": 100, "h1": False}, "h2c"),
+    # One client connection carrying every stream, as from a CDN or an upstream proxy that
+    # multiplexes: with several proxy threads, can its streams use more than one?
+    ("h2c -c1 -m100 (one busy connection)", "h2load", {"clients": 1, "streams": 100, "h1": False}, "h2c"),
     # gRPC unary over h2c on both sides (issue #17), to examples/grpc_bench_backend.rs.
     ("gRPC unary h2c -c16 -m10", "h2load", {"clients": 16, "streams": 10, "h1": False, "grpc": True}, "grpc"),
     # HTTP/1 keep-alive clients, backends over TLS with connection reuse (issue #17); read
