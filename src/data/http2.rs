@@ -98,10 +98,11 @@ pub async fn serve<A>(
         let app = app.clone();
         let shutdown = shutdown.clone();
         let digest = digest.clone();
-        // The exchanges are boxed so that the task stays small: spawning it then copies the
-        // session and a few words rather than the whole state of an exchange (kilobytes, per
-        // stream). `serve_stream` boxes its own.
-        tokio::spawn(async move {
+        // The exchanges are boxed so that the task stays small (`serve_stream` boxes its own),
+        // and the task itself too: tokio copies a task's future whole into its cell and again
+        // at each change of stage, which for this one (the 536-byte session and the state
+        // around it) cost 1.6k instructions per stream, 1.8 % of a relayed gRPC call.
+        tokio::spawn(Box::pin(async move {
             let _busy = busy;
             let session = match &fast {
                 Some(fast) => fast.serve_stream(session, &digest).await,
@@ -110,7 +111,7 @@ pub async fn serve<A>(
             if let Some(session) = session {
                 Box::pin(app.process_new_http(ServerSession::new_http2(session), &shutdown)).await;
             }
-        });
+        }));
     }
 }
 
