@@ -923,19 +923,33 @@ macro_rules! impl_fields {
 impl_fields!(RequestHeader);
 impl_fields!(ResponseHeader);
 
+/// The first value of the field `name` (lower case, as the edits' names are), found by
+/// comparing it with the names present: `http` parses a `&str` name before each lookup, which
+/// costs more than these comparisons for the few fields a message has (1.7k of the 88k
+/// instructions of a relayed gRPC call).
+fn first<'m>(map: &'m http::HeaderMap, name: &str) -> Option<&'m HeaderValue> {
+    map.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v)
+}
+
 /// Carries out `edits` on a header map, in order.
 pub(crate) fn apply(fields: &mut impl Fields, edits: &Edits<'_>) -> Result<()> {
     for edit in edits.iter() {
         match *edit {
-            Edit::Remove(name) => fields.remove(name),
+            // Most messages have none of the fields removed (Pingora's removal parses the name
+            // before it finds nothing).
+            Edit::Remove(name) => {
+                if first(fields.map(), name).is_some() {
+                    fields.remove(name);
+                }
+            }
             Edit::Add(name, v) => fields.append(name, v.to_vec())?,
             Edit::AddIfAbsent(name, v) => {
-                if !fields.map().contains_key(name) {
+                if first(fields.map(), name).is_none() {
                     fields.append(name, v.to_vec())?;
                 }
             }
             Edit::Extend(name, v) => {
-                let value = extended(fields.map().get(name).map(HeaderValue::as_bytes), &v);
+                let value = extended(first(fields.map(), name).map(HeaderValue::as_bytes), &v);
                 fields.insert(name, value)?;
             }
             Edit::StripCookie => strip_our_cookie(fields)?,
