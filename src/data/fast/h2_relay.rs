@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::{RecvStream, SendStream};
 use http::header::{CONTENT_TYPE, COOKIE};
-use http::{HeaderValue, Uri};
+use http::{HeaderName, HeaderValue, Uri};
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
@@ -163,7 +163,7 @@ impl FastPath {
         };
         let _active = self.proxy.enter();
         let deadline = if grpc {
-            let header = session.req_header().headers.get("grpc-timeout");
+            let header = session.req_header().headers.get(&GRPC_TIMEOUT_NAME);
             grpc::timeout(header.map(HeaderValue::as_bytes)).and_then(|t| started.checked_add(t))
         } else {
             None
@@ -532,7 +532,7 @@ impl FastPath {
             Ok(Ok(Some(trailers))) => {
                 if call.grpc {
                     call.ending = Some(Ending::of(
-                        trailers.get(GRPC_STATUS).map(HeaderValue::as_bytes),
+                        trailers.get(&GRPC_STATUS_NAME).map(HeaderValue::as_bytes),
                     ));
                 }
                 session
@@ -606,12 +606,17 @@ impl FastPath {
     }
 }
 
+/// The gRPC fields looked up on every call, made once: `http` parses a `&str` name at each
+/// lookup.
+static GRPC_STATUS_NAME: HeaderName = HeaderName::from_static(GRPC_STATUS);
+static GRPC_TIMEOUT_NAME: HeaderName = HeaderName::from_static("grpc-timeout");
+
 /// How a gRPC answer whose header carries its status ("trailers-only") ended; `None` when
 /// the status is left to the trailers.
 fn ending_in(header: &ResponseHeader) -> Option<Ending> {
     header
         .headers
-        .get(GRPC_STATUS)
+        .get(&GRPC_STATUS_NAME)
         .map(|v| Ending::of(Some(v.as_bytes())))
 }
 
