@@ -38,8 +38,9 @@ flight each, and a fixed 500 req/s for latency) and h2c with prior knowledge (sa
 and one connection with 100 streams in flight) to the nginx backends over HTTP/1. HAProxy takes
 them on their own frontends (`alpn h2,http/1.1` and `proto h2`) with `http-reuse always`;
 switchyard on its TLS port (ALPN h2) and its HTTP port (which takes h2c by the connection
-preface). `gRPC unary`: h2load posting one length-prefixed protobuf message (`content-type: application/grpc`, `te: trailers`) over h2c to
-examples/grpc_bench_backend.rs (tonic's codec over hyper, one thread, three ports), which
+preface). `gRPC unary`: h2load posting one length-prefixed protobuf message (`content-type:
+application/grpc`, `te: trailers`) over h2c to examples/grpc_bench_backend.rs (tonic's codec
+over hyper, one thread, three ports), which
 switchyard reaches as a Service port with `appProtocol: grpc` and HAProxy with `server ... proto
 h2`. `HTTPS to backends`: wrk keep-alive as in `keep-alive`, to nginx listening with TLS (a CA
 made in the temporary directory; switchyard: `appProtocol: https` and `--backend-ca-file`;
