@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, COOKIE, HOST};
-use http::{HeaderValue, Uri};
+use http::{HeaderName, HeaderValue, Uri};
 use pingora::apps::ServerApp;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, ProxyHttp, Session};
@@ -314,7 +314,9 @@ impl ProxyHttp for HttpProxy {
         );
         if ctx.grpc {
             let timeout = crate::decide::grpc::timeout(
-                req.headers.get("grpc-timeout").map(HeaderValue::as_bytes),
+                req.headers
+                    .get(&GRPC_TIMEOUT_NAME)
+                    .map(HeaderValue::as_bytes),
             );
             ctx.deadline = timeout.and_then(|t| ctx.started.checked_add(t));
         }
@@ -782,7 +784,7 @@ impl ProxyHttp for HttpProxy {
     ) -> Result<()> {
         if ctx.grpc {
             ctx.grpc_trailer = Some(Ending::of(
-                trailers.get(GRPC_STATUS).map(HeaderValue::as_bytes),
+                trailers.get(&GRPC_STATUS_NAME).map(HeaderValue::as_bytes),
             ));
         }
         Ok(())
@@ -794,7 +796,7 @@ impl ProxyHttp for HttpProxy {
         let grpc = ctx.grpc.then(|| {
             let header = session
                 .response_written()
-                .and_then(|r| r.headers.get(GRPC_STATUS))
+                .and_then(|r| r.headers.get(&GRPC_STATUS_NAME))
                 .map(HeaderValue::as_bytes);
             match header {
                 Some(v) => Ending::of(Some(v)),
@@ -922,6 +924,11 @@ macro_rules! impl_fields {
 }
 impl_fields!(RequestHeader);
 impl_fields!(ResponseHeader);
+
+/// The gRPC fields both engines look up on every call, made once: `http` parses a `&str` name
+/// at each lookup.
+pub(crate) static GRPC_STATUS_NAME: HeaderName = HeaderName::from_static(GRPC_STATUS);
+pub(crate) static GRPC_TIMEOUT_NAME: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The first value of the field `name` (lower case, as the edits' names are), found by
 /// comparing it with the names present: `http` parses a `&str` name before each lookup, which

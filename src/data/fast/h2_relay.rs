@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::{RecvStream, SendStream};
 use http::header::{CONTENT_TYPE, COOKIE};
-use http::{HeaderName, HeaderValue, Uri};
+use http::{HeaderValue, Uri};
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
@@ -30,13 +30,14 @@ use crate::data::fast::h2_pool::{Lease, PoolError};
 use crate::data::fast::pool::Key;
 use crate::data::fast::{FastPath, tls_entry};
 use crate::data::proxy::{
-    PingoraView, apply, grpc_trailers, host_of, keep_origin, stripped_target,
+    GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, host_of, keep_origin,
+    stripped_target,
 };
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
 use crate::decide::attempt::{Attempt, Failure, Route};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, GRPC_STATUS, request_edits, response_edits};
+use crate::decide::edits::{ClientCert, request_edits, response_edits};
 use crate::decide::error_page::{failure_answer, grpc_answer, is_grpc};
 use crate::decide::grpc::{self, Ending};
 use crate::decide::target::normalize_path;
@@ -605,11 +606,6 @@ impl FastPath {
         );
     }
 }
-
-/// The gRPC fields looked up on every call, made once: `http` parses a `&str` name at each
-/// lookup.
-static GRPC_STATUS_NAME: HeaderName = HeaderName::from_static(GRPC_STATUS);
-static GRPC_TIMEOUT_NAME: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// How a gRPC answer whose header carries its status ("trailers-only") ended; `None` when
 /// the status is left to the trailers.
