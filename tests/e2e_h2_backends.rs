@@ -300,19 +300,18 @@ async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
     assert_eq!(answers[0], answers[1], "the engines agree");
 }
 
-/// With `--work-stealing true` (tokio's work-stealing scheduler, not the default; two threads
-/// here) HTTP/2 streams with and without bodies still reach the h2c backend and come back whole,
-/// many at once, and an HTTP/1 client's request too (through Pingora's proxy). Every other test
-/// runs the default, one single-threaded runtime per thread.
+/// With `--work-stealing false` (one single-threaded runtime per thread, not the default; two
+/// threads here) HTTP/2 streams with and without bodies still reach the h2c backend and come
+/// back whole, many at once, and an HTTP/1 client's request too (through Pingora's proxy).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_are_served_with_work_stealing() {
+async fn streams_are_served_without_work_stealing() {
     let backend = H2Backend::start().await;
     let sy = switchyard(world(&backend))
-        .args(&["--work-stealing", "true", "--threads", "2"])
+        .args(&["--work-stealing", "false", "--threads", "2"])
         .start()
         .await;
     let send = client(sy.http_port).await;
-    let engine: &[&str] = &["--work-stealing", "true"];
+    let engine: &[&str] = &["--work-stealing", "false"];
     assert_eq!(
         exchange(&send, "GET", "/h2/a", b"").await,
         answered("GET /a 0")
