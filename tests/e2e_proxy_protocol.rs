@@ -22,6 +22,15 @@ use tokio_rustls::TlsConnector;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What a read that got nothing within `IO_TIMEOUT` reports: switchyard's log and access log.
+fn stalled(sy: &Switchyard) -> String {
+    format!(
+        "nothing within {IO_TIMEOUT:?}; stderr:\n{}\nstdout:\n{}",
+        sy.stderr(),
+        sy.stdout()
+    )
+}
+
 /// A v1 header for a TCP4 client `ip:port` (the destination is informational).
 fn v1(ip: &str, port: u16) -> Vec<u8> {
     format!("PROXY TCP4 {ip} 127.0.0.1 {port} 80\r\n").into_bytes()
@@ -341,7 +350,7 @@ async fn the_tls_frontend_reads_the_header_before_the_client_hello() {
         .start()
         .await;
     assert!(
-        eventually(Duration::from_secs(10), || async { listening(port) }).await,
+        eventually(Duration::from_secs(10), || async { sy.listens(port) }).await,
         "TLS port never opened; stderr:\n{}",
         sy.stderr()
     );
@@ -405,7 +414,7 @@ async fn tcp_frontends_take_the_client_from_the_header() {
         .await;
     assert!(
         eventually(Duration::from_secs(10), || async {
-            listening(port) && listening(plain)
+            sy.listens(port) && sy.listens(plain)
         })
         .await,
         "TCP ports never opened; stderr:\n{}",
@@ -421,7 +430,7 @@ async fn tcp_frontends_take_the_client_from_the_header() {
         let mut greeting = String::new();
         tokio::time::timeout(IO_TIMEOUT, r.read_line(&mut greeting))
             .await
-            .unwrap()
+            .unwrap_or_else(|_| panic!("{}", stalled(&sy)))
             .unwrap();
         assert_eq!(greeting.trim(), "echo");
         // The backend gets exactly the client's bytes: the header is not relayed.
@@ -429,7 +438,7 @@ async fn tcp_frontends_take_the_client_from_the_header() {
         let mut back = String::new();
         tokio::time::timeout(IO_TIMEOUT, r.read_line(&mut back))
             .await
-            .unwrap()
+            .unwrap_or_else(|_| panic!("{}", stalled(&sy)))
             .unwrap();
         assert_eq!(back, "ping\n");
         drop(r);
@@ -455,7 +464,7 @@ async fn tcp_frontends_take_the_client_from_the_header() {
     let mut greeting = String::new();
     tokio::time::timeout(IO_TIMEOUT, r.read_line(&mut greeting))
         .await
-        .unwrap()
+        .unwrap_or_else(|_| panic!("{}", stalled(&sy)))
         .unwrap();
     assert_eq!(greeting.trim(), "echo");
 }
@@ -478,7 +487,7 @@ async fn tcp_backends_get_a_v2_header_by_annotation() {
         .start()
         .await;
     assert!(
-        eventually(Duration::from_secs(10), || async { listening(port) }).await,
+        eventually(Duration::from_secs(10), || async { sy.listens(port) }).await,
         "TCP port never opened; stderr:\n{}",
         sy.stderr()
     );
@@ -489,7 +498,7 @@ async fn tcp_backends_get_a_v2_header_by_annotation() {
     let mut greeting = String::new();
     tokio::time::timeout(IO_TIMEOUT, r.read_line(&mut greeting))
         .await
-        .unwrap()
+        .unwrap_or_else(|_| panic!("{}", stalled(&sy)))
         .unwrap();
     assert_eq!(greeting.trim(), "echo");
     let mut want = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
@@ -499,14 +508,14 @@ async fn tcp_backends_get_a_v2_header_by_annotation() {
     let mut echoed = vec![0u8; want.len()];
     tokio::time::timeout(IO_TIMEOUT, r.read_exact(&mut echoed))
         .await
-        .unwrap()
+        .unwrap_or_else(|_| panic!("{}", stalled(&sy)))
         .unwrap();
     assert_eq!(echoed, want, "the header the backend got");
     r.get_mut().write_all(b"ping\n").await.unwrap();
     let mut back = String::new();
     tokio::time::timeout(IO_TIMEOUT, r.read_line(&mut back))
         .await
-        .unwrap()
+        .unwrap_or_else(|_| panic!("{}", stalled(&sy)))
         .unwrap();
     assert_eq!(back, "ping\n");
 }

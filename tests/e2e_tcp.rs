@@ -363,3 +363,44 @@ async fn idle_tcp_connections_time_out() {
     assert_eq!(n, 0, "nothing was sent, nothing comes back");
     assert!(started.elapsed() >= Duration::from_millis(800));
 }
+
+/// A port another process holds is not opened, said once, and retried: switchyard takes it
+/// once it is free, and serves it. (The harness's `Switchyard::listens` tells switchyard's own
+/// listener from the other process's, which `listening` cannot.)
+#[tokio::test]
+async fn a_port_taken_by_another_process_is_retried_until_free() {
+    let web = Backend::start("web").await;
+    let e = echo("echo").await;
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let mut objs = http_objs(&web);
+    objs.extend(tcp_objs(port, &[&e]));
+    let sy = switchyard(objs)
+        .args(&["--tcp-services", &format!("db:{port}")])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            sy.stderr().contains("cannot listen for TCP service")
+        })
+        .await,
+        "no warning; stderr:\n{}",
+        sy.stderr()
+    );
+    assert!(
+        listening(port) && !sy.listens(port),
+        "the other process holds it"
+    );
+    drop(holder);
+    // Retried every 5 s.
+    assert!(
+        eventually(Duration::from_secs(10), || async { sy.listens(port) }).await,
+        "never taken once free; stderr:\n{}",
+        sy.stderr()
+    );
+    let mut c = Conn::open(port).await.unwrap();
+    assert_eq!(c.backend, "echo");
+    assert_eq!(c.echo("hi\n").await.unwrap(), "hi\n");
+    let warned = sy.stderr().matches("cannot listen for TCP service").count();
+    assert_eq!(warned, 1, "said once per episode:\n{}", sy.stderr());
+}

@@ -56,6 +56,35 @@ pub fn listening(port: u16) -> bool {
     })
 }
 
+/// Whether process `pid` itself listens on `port` (any local address): a listening socket in
+/// `/proc/net/tcp` whose inode is one of the process's descriptors. Unlike [`listening`], not
+/// fooled by another process (another test's backend) that took a [`free_port`] first. True
+/// where `/proc/net/tcp` does not exist (not Linux), as with [`listening`].
+pub fn listens(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return true;
+    };
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local = f.get(1).and_then(|a| a.split_once(':'));
+            let ours = f.get(3) == Some(&"0A")
+                && local.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) == Some(port);
+            ours.then(|| Some(format!("socket:[{}]", f.get(9)?)))
+                .flatten()
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
+}
+
 /// A port that refuses every connection for as long as this value lives: the socket is bound
 /// but never listens, so no other test can take the port (as one can a [`free_port`] that is
 /// merely "free a moment ago") and a connect to it is answered with a reset.
@@ -527,7 +556,7 @@ impl Switchyard {
 
     /// Err((exited_early, message)).
     async fn wait_ready(&mut self, limit: Duration) -> Result<(), (bool, String)> {
-        let (admin, http) = (self.admin_port, self.http_port);
+        let (admin, http, pid) = (self.admin_port, self.http_port, self.child.id());
         let last = std::cell::RefCell::new(String::from("no attempt"));
         let child = &mut self.child;
         let outcome = poll(limit, Duration::from_millis(100), || {
@@ -539,8 +568,9 @@ impl Switchyard {
                 }
                 match try_request(admin, "GET", "/readyz", &[]).await {
                     // Ready means a table is live; the traffic listener binds on its own
-                    // schedule, and a test's first request must not meet a refused connect.
-                    Ok(r) if r.status == 200 && listening(http) => return Some(Ok(())),
+                    // schedule, and a test's first request must not meet a refused connect
+                    // (nor another process that took the port).
+                    Ok(r) if r.status == 200 && listens(pid, http) => return Some(Ok(())),
                     Ok(r) if r.status == 200 => {
                         *last.borrow_mut() = format!("ready, but nothing listens on {http}")
                     }
@@ -937,6 +967,11 @@ pub async fn spread(sy: &Switchyard, path: &str, n: usize) -> BTreeMap<String, u
 // ---------------------------------------------------------------------------
 
 impl Switchyard {
+    /// Whether switchyard itself listens on `port` (see [`listens`]).
+    pub fn listens(&self, port: u16) -> bool {
+        listens(self.child.id(), port)
+    }
+
     /// What the process wrote to stdout so far (access log lines).
     pub fn stdout(&self) -> String {
         std::fs::read_to_string(self.stderr_path.with_extension("stdout")).unwrap_or_default()
