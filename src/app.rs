@@ -248,6 +248,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .with_lifecycle(Arc::clone(&lifecycle))
         .with_fail_open(config.health.fail_open)
         .with_proxy_protocol(config.proxy_protocol.clone())
+        .with_spread(!config.work_stealing)
         .with_observability(Arc::clone(&metrics), Arc::clone(&access_log));
         let mut tcp = background_service("tcp frontends", frontends);
         // Background services get one thread by default; TCP relaying is data-plane work.

@@ -85,6 +85,8 @@ const WINGS: &[Wing] = &[
         wings: &["decide", "table", "ops"],
         crates: &[
             "pingora",
+            // Which of Pingora's per-thread runtimes a TCP connection goes to.
+            "pingora_runtime",
             "tokio",
             "bytes",
             "http",

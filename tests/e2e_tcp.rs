@@ -404,3 +404,77 @@ async fn a_port_taken_by_another_process_is_retried_until_free() {
     let warned = sy.stderr().matches("cannot listen for TCP service").count();
     assert_eq!(warned, 1, "said once per episode:\n{}", sy.stderr());
 }
+
+/// Time on CPU (nanoseconds, `/proc/PID/task/TID/schedstat`) of each of `pid`'s threads named
+/// `name` (as the kernel keeps it: cut to 15 bytes).
+fn thread_cpu(pid: u32, name: &str) -> Vec<u64> {
+    let mut ns = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        ns.push(
+            stat.split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+        );
+    }
+    ns
+}
+
+/// The threads of Pingora's service "tcp frontends" (`BG ` for a background service).
+const TCP_THREADS: &str = "BG tcp frontend";
+
+/// Without work stealing (Pingora's per-thread runtimes) the TCP connections are spread over
+/// the service's threads, not all kept on the thread that accepts them: with two threads and
+/// sixteen busy connections, both threads relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_connections_spread_over_threads_without_work_stealing() {
+    let web = Backend::start("web").await;
+    let e = echo("echo").await;
+    let port = free_port();
+    let mut objs = http_objs(&web);
+    objs.extend(tcp_objs(port, &[&e]));
+    let sy = switchyard(objs)
+        .args(&["--tcp-services", &format!("db:{port}")])
+        .args(&["--threads", "2", "--work-stealing", "false"])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async { sy.listens(port) }).await,
+        "never listened; stderr:\n{}",
+        sy.stderr()
+    );
+    let pid = sy.child.id();
+    let before = thread_cpu(pid, TCP_THREADS);
+    assert_eq!(before.len(), 2, "two threads");
+    let mut relays = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        relays.spawn(async move {
+            let mut c = Conn::open(port).await.unwrap();
+            let chunk = "x".repeat(64 * 1024);
+            for _ in 0..64 {
+                assert_eq!(c.echo(&chunk).await.unwrap().len(), chunk.len());
+            }
+        });
+    }
+    while let Some(done) = relays.join_next().await {
+        done.unwrap();
+    }
+    // Each thread's share of the relaying: with the connections placed at random, about half;
+    // all on one thread, the other's is its start-up alone (well under 1 %).
+    let after = thread_cpu(pid, TCP_THREADS);
+    let used: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let total: u64 = used.iter().sum();
+    assert!(
+        used.iter().all(|&t| t * 20 >= total),
+        "each thread relayed at least 5 % (ns on CPU per thread: {used:?}); stderr:\n{}",
+        sy.stderr()
+    );
+}

@@ -4,10 +4,11 @@
 //! affinity, passive marks, in-flight counting).
 //!
 //! A reconciler polls the table (the table module stays free of tokio) and makes the set of
-//! open listeners match it. Every accepted connection is a task of its own that keeps the
-//! endpoint it connected to: neither a table swap nor its listener closing cuts it; only its
-//! peers or the idle (tunnel) timeout end it. Metrics and the access log are recorded once per
-//! connection, when it closes. On a `--proxy-protocol` port the PROXY header is read first and
+//! open listeners match it. Every accepted connection is a task of its own (without work
+//! stealing, placed on one of the service's threads at random) that keeps the endpoint it
+//! connected to: neither a table swap nor its listener closing cuts it; only its peers or the
+//! idle (tunnel) timeout end it. Metrics and the access log are recorded once per connection,
+//! when it closes. On a `--proxy-protocol` port the PROXY header is read first and
 //! its client is the connection's client from then on; an entry with `send_proxy` tells its
 //! endpoint that client in a PROXY v2 header. This module must not know about Kubernetes or
 //! translation, and reads the table only through `TableReader`.
@@ -66,6 +67,8 @@ struct ConnSettings {
     access_log: Arc<AccessLog>,
     /// Which ports expect a PROXY header first (`--proxy-protocol`), from whom.
     proxy_protocol: proxy_protocol::Settings,
+    /// `--work-stealing false`: each connection is placed on one of the service's threads.
+    spread: bool,
 }
 
 impl TcpFrontends {
@@ -79,6 +82,7 @@ impl TcpFrontends {
                 metrics: Arc::new(Metrics::new()),
                 access_log: Arc::new(AccessLog::off()),
                 proxy_protocol: proxy_protocol::Settings::default(),
+                spread: false,
             }),
             bind,
         }
@@ -100,6 +104,16 @@ impl TcpFrontends {
     /// `--proxy-protocol`: the ports it names (`Settings::tcp`) read a PROXY header first.
     pub fn with_proxy_protocol(mut self, settings: proxy_protocol::Settings) -> Self {
         Arc::make_mut(&mut self.conn).proxy_protocol = settings;
+        self
+    }
+
+    /// `--work-stealing false`: Pingora's per-thread runtimes, where a task stays on the thread
+    /// that spawned it. Without this every connection of every port would stay on the one
+    /// thread that runs the accept loops; with it each is placed on one of the service's
+    /// threads at random and its socket registered there, as Pingora places an HTTP
+    /// connection. (With work stealing tokio spreads them itself.)
+    pub fn with_spread(mut self, spread: bool) -> Self {
+        Arc::make_mut(&mut self.conn).spread = spread;
         self
     }
 
@@ -266,7 +280,11 @@ async fn accept_loop(
                         metrics: metrics.clone(),
                         proxy_protocol: proxy_protocol.clone(),
                     };
-                    tokio::spawn(serve(stream, accepted, Arc::clone(&conn)));
+                    if conn.spread {
+                        spread(stream, accepted, Arc::clone(&conn));
+                    } else {
+                        tokio::spawn(serve(stream, accepted, Arc::clone(&conn)));
+                    }
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -276,6 +294,27 @@ async fn accept_loop(
             },
         }
     }
+}
+
+/// Serves `stream` on a thread of the service's runtime picked at random (Pingora's per-thread
+/// runtimes: `pingora_runtime::current_handle`), its socket moved to that thread's reactor so
+/// that its readiness is not relayed from the accepting thread.
+fn spread(stream: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
+    let stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(port = accepted.port, error = %e, "cannot move the connection");
+            return;
+        }
+    };
+    pingora_runtime::current_handle().spawn(async move {
+        match TcpStream::from_std(stream) {
+            Ok(stream) => serve(stream, accepted, conn).await,
+            Err(e) => {
+                tracing::debug!(port = accepted.port, error = %e, "cannot move the connection")
+            }
+        }
+    });
 }
 
 /// One accepted client connection and its listener's handles.
