@@ -14,9 +14,9 @@ mod backend;
 pub use backend::{Backend, BackendBuilder, Behaviour, Fault, Script, Seen, Transport};
 
 use std::collections::BTreeMap;
-use std::net::TcpListener as StdTcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -35,10 +35,22 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 // Ports
 // ---------------------------------------------------------------------------
 
-/// A port that was free a moment ago (bind 127.0.0.1:0, read, drop).
+/// A free port, kept from everyone else for the rest of this test process: a socket bound to
+/// it with `SO_REUSEADDR` that never listens stays open. The kernel then hands the port to no
+/// other `bind(0)` or outgoing connection (another test's backend took one "free a moment ago"
+/// and answered in switchyard's place), while a listener that sets `SO_REUSEADDR` itself (std,
+/// tokio, Pingora, switchyard) can still bind and listen on it; a connect to it is refused
+/// until one does.
 pub fn free_port() -> u16 {
-    let l = StdTcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    static HELD: Mutex<Vec<tokio::net::TcpSocket>> = Mutex::new(Vec::new());
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind 127.0.0.1:0");
+    let port = socket.local_addr().expect("local_addr").port();
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).push(socket);
+    port
 }
 
 /// Whether a socket listens on `port` (any local address), from `/proc/net/tcp`; read
