@@ -418,7 +418,7 @@ fn http_service(
     }
     let fast = config
         .fast_path
-        .then(|| crate::data::fast::FastPath::new(proxy.clone()));
+        .then(|| crate::data::fast::FastPath::new(proxy.clone(), !config.work_stealing));
     // How the guard answers and records the requests it refuses, as this proxy would.
     let refusals = crate::data::intake::Refusals::new(&proxy);
     let mut app = pingora::proxy::http_proxy(shared.server_conf, proxy);

@@ -12,12 +12,14 @@
 //! ends it after `--server-timeout` without a stream; one that ended (GOAWAY, an error, idle)
 //! is never handed out again. The pool is keyed by address, not by table, so a table swap
 //! keeps it; a rotated CA bundle is a new key, so connections verified under the old one take
-//! no new streams. Knows nothing of requests; never holds its lock across an await.
+//! no new streams. Without work stealing each thread has connections of its own (the bound
+//! is then per thread), so that no stream is served across threads. Knows nothing of
+//! requests; never holds its lock across an await.
 
 use std::collections::HashMap;
 #[cfg(test)]
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -86,9 +88,23 @@ impl Lease {
 }
 
 /// The endpoints' connections.
-#[derive(Default)]
 pub struct H2Pool {
-    endpoints: Mutex<HashMap<Key, Endpoint>>,
+    endpoints: Mutex<HashMap<Share, Endpoint>>,
+    /// Each thread has connections of its own (`per_thread`).
+    per_thread: bool,
+}
+
+/// An endpoint's connections as one thread sees them: the thread's number (`thread_number`)
+/// with `per_thread`, else 0 for every thread.
+type Share = (Key, u32);
+
+/// This thread's number, from 1 in the order threads first ask.
+fn thread_number() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    thread_local! {
+        static NUMBER: u32 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
 }
 
 #[derive(Default)]
@@ -118,6 +134,18 @@ enum Found {
 }
 
 impl H2Pool {
+    /// With `per_thread` (Pingora's per-thread runtimes, `--work-stealing false`) each thread's
+    /// streams take connections of that thread's own: a connection's task runs on the thread
+    /// that opened it, and a stream of another thread would wake it, and be woken by it, across
+    /// threads at every request and response (as HAProxy keeps its idle connections per
+    /// thread). The bound of connections per endpoint is then per thread.
+    pub fn new(per_thread: bool) -> H2Pool {
+        H2Pool {
+            endpoints: Mutex::default(),
+            per_thread,
+        }
+    }
+
     /// A stream's sender on a connection to `key` (over TLS, one that sent `sni`) and its
     /// lease; `true` when the connection was already open. `connect` opens the connection
     /// (the fast path's TCP connect, and over TLS its handshake, with their timeouts and
@@ -133,6 +161,7 @@ impl H2Pool {
     where
         F: Future<Output = Result<Upstream, crate::decide::cause::Cause>>,
     {
+        let key = (key, if self.per_thread { thread_number() } else { 0 });
         let mut may_wait = true;
         loop {
             match self.reserve(key, sni, may_wait) {
@@ -218,7 +247,7 @@ impl H2Pool {
     /// The busiest connection with room for a stream; else, with `may_wait`, a wait for a
     /// connection being opened that is not yet promised to as many streams as it takes; else
     /// the duty to open one (counted in `opening`); past the bound, the least busy connection.
-    fn reserve(&self, key: Key, sni: &str, may_wait: bool) -> Found {
+    fn reserve(&self, key: Share, sni: &str, may_wait: bool) -> Found {
         let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         let endpoint = endpoints.entry(key).or_default();
         endpoint.conns.retain(|c| c.usable());
@@ -259,7 +288,7 @@ impl H2Pool {
     #[cfg(test)]
     fn opening(&self, addr: SocketAddr) -> Option<usize> {
         let endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
-        endpoints.get(&Key::plain(addr)).map(|e| e.opening)
+        endpoints.get(&(Key::plain(addr), 0)).map(|e| e.opening)
     }
 
     /// Open connections to `addr` (tests and the stats of a test).
@@ -267,7 +296,7 @@ impl H2Pool {
     fn open(&self, addr: SocketAddr) -> usize {
         let endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
         endpoints
-            .get(&Key::plain(addr))
+            .get(&(Key::plain(addr), 0))
             .map_or(0, |e| e.conns.iter().filter(|c| c.usable()).count())
     }
 }
@@ -277,7 +306,7 @@ impl H2Pool {
 /// are woken (to take it, or to open their own if it failed).
 struct Opening<'p> {
     pool: &'p H2Pool,
-    key: Key,
+    key: Share,
     opened: Option<Arc<Conn>>,
 }
 
@@ -302,7 +331,7 @@ impl Drop for Opening<'_> {
 /// `waiting` (by `reserve`) until dropped.
 struct Waiting<'p> {
     pool: &'p H2Pool,
-    key: Key,
+    key: Share,
 }
 
 impl Drop for Waiting<'_> {
@@ -365,7 +394,7 @@ mod tests {
     #[tokio::test]
     async fn streams_share_a_connection_up_to_the_backends_limit() {
         let (addr, accepted) = holding_backend(2).await;
-        let pool = Arc::new(H2Pool::default());
+        let pool = Arc::new(H2Pool::new(false));
         let mut leases = Vec::new();
         for i in 0..5 {
             let (send, lease, reused) = stream_to(&pool, addr, 2).await;
@@ -384,6 +413,48 @@ mod tests {
         leases[0].0.retire();
         drop(leases.drain(..2));
         assert_eq!(pool.open(addr), 2);
+    }
+
+    /// With `per_thread`, a stream on another thread does not take the first thread's
+    /// connection but opens its own (each thread a runtime of its own, as Pingora's per-thread
+    /// runtimes are); without, it shares it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn each_thread_has_connections_of_its_own_when_asked() {
+        for per_thread in [true, false] {
+            let (addr, accepted) = holding_backend(100).await;
+            let pool = Arc::new(H2Pool::new(per_thread));
+            // Both threads' runtimes live until both have their stream (a connection's task
+            // ends with its runtime).
+            let opened = Arc::new(std::sync::Barrier::new(2));
+            let done = Arc::new(std::sync::Barrier::new(2));
+            let on_thread = |first: bool| {
+                let (pool, opened, done) = (Arc::clone(&pool), opened.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    if !first {
+                        opened.wait();
+                    }
+                    let (_send, _lease, reused) = rt.block_on(stream_to(&pool, addr, 100));
+                    if first {
+                        opened.wait();
+                    }
+                    done.wait();
+                    reused
+                })
+            };
+            let (first, second) = (on_thread(true), on_thread(false));
+            assert!(
+                !first.join().unwrap(),
+                "the first stream opens a connection"
+            );
+            let reused = second.join().unwrap();
+            assert_eq!(reused, !per_thread, "per_thread: {per_thread}");
+            let connections = if per_thread { 2 } else { 1 };
+            assert_eq!(accepted.load(Ordering::Relaxed), connections);
+        }
     }
 
     /// A connection to `addr` for the pool (a plain TCP connect, after `delay`).
@@ -433,7 +504,7 @@ mod tests {
     #[tokio::test]
     async fn streams_that_come_while_a_connection_opens_wait_for_it() {
         let (addr, accepted) = holding_backend(100).await;
-        let pool = Arc::new(H2Pool::default());
+        let pool = Arc::new(H2Pool::new(false));
         let second = Duration::from_secs(5);
         // Ten streams at once, while the first connection takes 50 ms to open.
         let streams: Vec<_> = (0..10)
@@ -463,14 +534,14 @@ mod tests {
         assert!(leases.iter().all(|l| Arc::ptr_eq(&l.conn, &leases[0].conn)));
         drop(leases);
         let endpoints = pool.endpoints.lock().unwrap();
-        let endpoint = &endpoints[&Key::plain(addr)];
+        let endpoint = &endpoints[&(Key::plain(addr), 0)];
         assert_eq!((endpoint.opening, endpoint.waiting), (0, 0));
     }
 
     #[tokio::test]
     async fn a_new_stream_goes_to_the_busiest_connection_with_room() {
         let (addr, _) = holding_backend(3).await;
-        let pool = Arc::new(H2Pool::default());
+        let pool = Arc::new(H2Pool::new(false));
         let mut leases = Vec::new();
         for _ in 0..4 {
             leases.push(stream_to(&pool, addr, 3).await.1);
@@ -490,7 +561,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connect_given_up_leaves_nothing_counted() {
-        let pool = Arc::new(H2Pool::default());
+        let pool = Arc::new(H2Pool::new(false));
         let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let second = Duration::from_secs(5);
         // The stream's future dropped while its connection is being opened (a client reset,

@@ -221,11 +221,13 @@ fn tls_entry(attempt: &Attempt) -> Result<Option<Arc<Entry>>, NoServerName> {
 }
 
 impl FastPath {
-    pub fn new(proxy: HttpProxy) -> FastPath {
+    /// `per_thread`: Pingora's per-thread runtimes (`--work-stealing false`), whose threads
+    /// each keep HTTP/2 connections of their own (`H2Pool::new`).
+    pub fn new(proxy: HttpProxy, per_thread: bool) -> FastPath {
         FastPath {
             proxy,
             pool: Arc::default(),
-            h2_pool: Arc::default(),
+            h2_pool: Arc::new(H2Pool::new(per_thread)),
         }
     }
 
