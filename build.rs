@@ -1,5 +1,7 @@
 //! Build facts for `--version`: the git commit of the checkout (`unknown` outside one, or
-//! without git) and the Pingora version from Cargo.lock. Never fails the build.
+//! without git) and the Pingora version from Cargo.lock, marked `+vendored-core` while
+//! `pingora-core` is the copy in vendor/ (its lock entry has no registry source). Never fails the
+//! build.
 
 use std::process::Command;
 
@@ -9,17 +11,27 @@ fn git(args: &[&str]) -> Option<String> {
     (out.status.success() && !s.is_empty()).then_some(s)
 }
 
-/// The `version` of the `[[package]] name = "pingora"` entry of Cargo.lock.
+/// The `version` of the `[[package]] name = "pingora"` entry of Cargo.lock, with
+/// `+vendored-core` when the `pingora-core` entry has no `source` (a path dependency).
 fn pingora_version() -> Option<String> {
     let lock = std::fs::read_to_string("Cargo.lock").ok()?;
+    let mut version = None;
+    let mut vendored = false;
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
-        if line.trim() == "name = \"pingora\"" {
-            let v = lines.next()?.trim().strip_prefix("version = \"")?;
-            return Some(v.trim_end_matches('"').to_string());
+        match line.trim() {
+            "name = \"pingora\"" => {
+                let v = lines.next()?.trim().strip_prefix("version = \"")?;
+                version = Some(v.trim_end_matches('"').to_string());
+            }
+            "name = \"pingora-core\"" => {
+                let _version = lines.next();
+                vendored = !lines.next().is_some_and(|l| l.starts_with("source = "));
+            }
+            _ => {}
         }
     }
-    None
+    version.map(|v| if vendored { v + "+vendored-core" } else { v })
 }
 
 fn main() {

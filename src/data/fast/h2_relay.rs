@@ -2,9 +2,9 @@
 //! `h2c`/`grpc` backend, or over TLS to an `h2`/`grpcs` one, is carried over the fast path's HTTP/2
 //! connections (`h2_pool`; over TLS made by the fast path's handshake, so with the bundle, client
 //! certificate, verification and session resumption `tls::BackendTls` decides, as for `https`
-//! backends), frame by frame — request header, body and end; response header, body and trailers;
-//! resets both ways — instead of through Pingora's proxy (a session, a task and channels per
-//! stream). Every decision is `decide`'s, made by the same calls the Pingora hooks make: the route,
+//! backends), frame by frame — request header, body, trailers and end; response header, body and
+//! trailers; resets both ways — instead of through Pingora's proxy (a session, a task and channels
+//! per stream). Every decision is `decide`'s, made by the same calls the Pingora hooks make: the route,
 //! the endpoint of each try and the verdict on a failure (`Attempt`), the header edits
 //! (`request_edits`, `response_edits`), the call's deadline (`grpc::timeout`, `grpc::blame`),
 //! switchyard's own answers (`failure_answer`, `grpc_answer`, `grpc_status`); recording is
@@ -448,7 +448,7 @@ impl FastPath {
                 }
                 chunk = session.read_body_or_idle(call.body_done) => {
                     let last = session.is_body_done();
-                    if let Err(cause) = self.forward_body(chunk, last, call, &mut to_backend).await {
+                    if let Err(cause) = self.forward_body(session, chunk, last, call, &mut to_backend).await {
                         return Err(Broken { cause, unprocessed: false });
                     }
                 }
@@ -460,10 +460,12 @@ impl FastPath {
         }
     }
 
-    /// Forwards what the client sent next (`chunk`, from `read_body_or_idle`; `last`: the
-    /// client's body ended with it) to the backend.
+    /// Forwards what the client sent next (`chunk`, from `session`'s `read_body_or_idle`;
+    /// `last`: the client's body ended with it) to the backend: the body, then its end with the
+    /// client's trailers if it sent any.
     async fn forward_body(
         &self,
+        session: &mut HttpSession,
         chunk: pingora::Result<Option<Bytes>>,
         last: bool,
         call: &mut Call,
@@ -479,9 +481,23 @@ impl FastPath {
             }
             Ok(None) => {
                 call.body_done = true;
-                to_backend
-                    .send_data(Bytes::new(), true)
-                    .map_err(|_| Cause::UpstreamClosed)
+                // The body's end: the trailers, if the client sent any, are already in hand.
+                match session.read_request_trailers().await {
+                    Ok(Some(trailers)) => {
+                        // Read once: the call cannot be replayed with them.
+                        call.body_sent = true;
+                        to_backend
+                            .send_trailers(trailers)
+                            .map_err(|_| Cause::UpstreamClosed)
+                    }
+                    Ok(None) => to_backend
+                        .send_data(Bytes::new(), true)
+                        .map_err(|_| Cause::UpstreamClosed),
+                    Err(_) => {
+                        to_backend.send_reset(h2::Reason::CANCEL);
+                        Err(Cause::ClientGone)
+                    }
+                }
             }
             // The client reset the stream or went away: so does the backend's stream.
             Err(_) => {
@@ -523,7 +539,7 @@ impl FastPath {
                 },
                 chunk = session.read_body_or_idle(call.body_done) => {
                     let last = session.is_body_done();
-                    self.forward_body(chunk, last, call, to_backend).await?;
+                    self.forward_body(session, chunk, last, call, to_backend).await?;
                 }
                 () = tokio::time::sleep_until(limit) => return Err(Cause::UpstreamTimedOut),
             }
