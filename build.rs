@@ -1,6 +1,6 @@
 //! Build facts for `--version`: the git commit of the checkout (`unknown` outside one, or
-//! without git) and the Pingora version from Cargo.lock, marked `+vendored-core` while
-//! `pingora-core` is the copy in vendor/ (its lock entry has no registry source). Never fails the
+//! without git) and the Pingora version from Cargo.lock, marked `+vendored` while
+//! Pingora's crates are the copies in vendor/ (their lock entries have no registry source). Never fails the
 //! build.
 
 use std::process::Command;
@@ -12,7 +12,8 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 /// The `version` of the `[[package]] name = "pingora"` entry of Cargo.lock, with
-/// `+vendored-core` when the `pingora-core` entry has no `source` (a path dependency).
+/// `+vendored` when the `pingora-core` or `pingora-proxy` entry has no `source` (a path
+/// dependency).
 fn pingora_version() -> Option<String> {
     let lock = std::fs::read_to_string("Cargo.lock").ok()?;
     let mut version = None;
@@ -24,14 +25,14 @@ fn pingora_version() -> Option<String> {
                 let v = lines.next()?.trim().strip_prefix("version = \"")?;
                 version = Some(v.trim_end_matches('"').to_string());
             }
-            "name = \"pingora-core\"" => {
+            "name = \"pingora-core\"" | "name = \"pingora-proxy\"" => {
                 let _version = lines.next();
-                vendored = !lines.next().is_some_and(|l| l.starts_with("source = "));
+                vendored |= !lines.next().is_some_and(|l| l.starts_with("source = "));
             }
             _ => {}
         }
     }
-    version.map(|v| if vendored { v + "+vendored-core" } else { v })
+    version.map(|v| if vendored { v + "+vendored" } else { v })
 }
 
 fn main() {

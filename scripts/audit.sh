@@ -19,9 +19,9 @@ if [ -n "$db" ]; then
   echo "advisory database: $db ($(cat "$db/SNAPSHOT" 2>/dev/null | head -1 || echo 'no SNAPSHOT file'))"
   args+=(--db "$db" --no-fetch)
 fi
-# cargo-audit skips packages without a registry source, so the vendored copy of pingora-core
-# (vendor/README.md: the published crate plus one method) would go unchecked: each lock is
-# audited with that package marked as the crates.io version it is a copy of.
+# cargo-audit skips packages without a registry source, so the copies of Pingora's crates in
+# vendor/ (vendor/README.md: the published crates plus a method each) would go unchecked: each
+# lock is audited with those packages marked as the crates.io versions they are copies of.
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 for lock in Cargo.lock fuzz/Cargo.lock; do
@@ -29,12 +29,14 @@ for lock in Cargo.lock fuzz/Cargo.lock; do
   echo "--- $lock"
   audited="$scratch/$(echo "$lock" | tr / _)"
   awk '{ print }
-    /^name = "pingora-core"$/ { core = 1; next }
-    core && /^version = / { print "source = \"registry+https://github.com/rust-lang/crates.io-index\"" }
-    { core = 0 }' "$lock" > "$audited"
-  if ! grep -A2 '^name = "pingora-core"$' "$audited" | grep -q '^source = "registry+'; then
-    echo "audit.sh: no pingora-core entry in $lock to mark (vendor/README.md)" >&2
-    exit 1
-  fi
+    /^name = "pingora-(core|proxy)"$/ { copy = 1; next }
+    copy && /^version = / { print "source = \"registry+https://github.com/rust-lang/crates.io-index\"" }
+    { copy = 0 }' "$lock" > "$audited"
+  for name in pingora-core pingora-proxy; do
+    if ! grep -A2 "^name = \"$name\"\$" "$audited" | grep -q '^source = "registry+'; then
+      echo "audit.sh: no $name entry in $lock to mark (vendor/README.md)" >&2
+      exit 1
+    fi
+  done
   cargo "${args[@]}" --file "$audited"
 done

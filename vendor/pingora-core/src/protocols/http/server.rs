@@ -249,6 +249,16 @@ impl Session {
         }
     }
 
+    /// Read the request trailers, once the request body has been read to its end. Only an H2
+    /// session has them; `None` from the others, and when the request has none.
+    // Added by switchyard (vendor/README.md), for Pingora's proxy to pass them on.
+    pub async fn read_request_trailers(&mut self) -> Result<Option<HeaderMap>> {
+        match self {
+            Self::H2(s) => s.read_request_trailers().await,
+            Self::H1(_) | Self::Subrequest(_) | Self::Custom(_) => Ok(None),
+        }
+    }
+
     /// Write the response trailers to client
     pub async fn write_response_trailers(&mut self, trailers: HeaderMap) -> Result<()> {
         match self {
