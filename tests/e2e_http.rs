@@ -1413,3 +1413,58 @@ async fn dot_segments_are_removed_before_routing_and_forwarding() {
         }
     }
 }
+
+/// Without work stealing (`--work-stealing false`: a runtime and an epoll per thread) an HTTP
+/// connection placed on another thread than the one that accepted it is registered with that
+/// thread's epoll, not left with the accepting thread's reactor relaying its readiness for its
+/// whole life (Pingora 0.9.1 left it; a change in the vendored core, vendor/README.md). Sixteen
+/// keep-alive connections, each placed at random on one of two threads: some are in an epoll
+/// other than the listener's (all sixteen on the accepting thread: one chance in 65,536).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_served_by_their_threads_reactor_without_work_stealing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = Backend::start("b").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b])]))
+        .args(&["--threads", "2", "--work-stealing", "false"])
+        .start()
+        .await;
+    let mut conns = Vec::new();
+    for _ in 0..16 {
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        c.write_all(b"GET /web/ HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        // The response's start is enough: the connection has been placed and served.
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+                .await
+                .expect("an answer within 5 s")
+                .unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            got.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        conns.push(c);
+    }
+    let (listener, accepted) = epolls_of_port(sy.child.id(), sy.http_port);
+    assert_eq!(listener.len(), 1, "the listener in one epoll: {listener:?}");
+    assert_eq!(
+        accepted.len(),
+        16,
+        "each connection in one epoll: {accepted:?}"
+    );
+    let elsewhere = accepted.iter().filter(|&&e| e != listener[0]).count();
+    assert!(
+        elsewhere > 0,
+        "all 16 connections' readiness is served by the accepting thread's epoll {}",
+        listener[0]
+    );
+}

@@ -97,6 +97,82 @@ pub fn listens(pid: u32, port: u16) -> bool {
     })
 }
 
+/// For the sockets of process `pid` on local TCP `port` (from /proc/net/tcp and /proc/PID/fd):
+/// the epoll instance (an fd number of it) each is registered in, from the epolls' fdinfo. The
+/// first list is the listening socket's, the second the accepted connections' (one entry per
+/// epoll a socket is in; none if it is in none). Without work stealing each runtime thread has an
+/// epoll of its own, so this shows which thread's reactor serves a connection's readiness.
+pub fn epolls_of_port(pid: u32, port: u16) -> (Vec<u32>, Vec<u32>) {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    // socket inode -> listening?
+    let mut ours = std::collections::HashMap::new();
+    for l in table.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local = f.get(1).and_then(|a| a.split_once(':'));
+        if local.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) != Some(port) {
+            continue;
+        }
+        if let (Some(state), Some(inode)) = (f.get(3), f.get(9)) {
+            ours.insert(format!("socket:[{inode}]"), *state == "0A");
+        }
+    }
+    let mut listening = std::collections::HashSet::new();
+    let mut accepted = std::collections::HashSet::new();
+    let mut epolls = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(n) = fd.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy().into_owned();
+        match ours.get(&target) {
+            Some(true) => {
+                listening.insert(n);
+            }
+            Some(false) => {
+                accepted.insert(n);
+            }
+            None if target == "anon_inode:[eventpoll]" => epolls.push(n),
+            None => {}
+        }
+    }
+    // An epoll instance can be open under two fds (mio duplicates a runtime's): the same
+    // registrations under each, counted once, under the lower fd.
+    let mut instances: std::collections::BTreeMap<Vec<u32>, u32> = Default::default();
+    for epoll in epolls {
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epoll}"));
+        let mut targets: Vec<u32> = info
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("tfd:")
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse::<u32>().ok())
+            })
+            .collect();
+        targets.sort_unstable();
+        let first = instances.entry(targets).or_insert(epoll);
+        *first = (*first).min(epoll);
+    }
+    let (mut of_listener, mut of_accepted) = (Vec::new(), Vec::new());
+    for (targets, epoll) in instances {
+        for fd in targets {
+            if listening.contains(&fd) {
+                of_listener.push(epoll);
+            } else if accepted.contains(&fd) {
+                of_accepted.push(epoll);
+            }
+        }
+    }
+    (of_listener, of_accepted)
+}
+
 /// A port that refuses every connection for as long as this value lives: the socket is bound
 /// but never listens, so no other test can take the port (as one can a [`free_port`] that is
 /// merely "free a moment ago") and a connect to it is answered with a reset.

@@ -80,7 +80,7 @@ use crate::protocols::{l4::socket::SocketAddr, tls::TlsRef, Stream};
 use crate::server::ListenFds;
 
 use async_trait::async_trait;
-use pingora_error::Result;
+use pingora_error::{ErrorType::AcceptError, OrErr, Result};
 use std::{any::Any, fs::Permissions, sync::Arc};
 
 use l4::{ListenerEndpoint, Stream as L4Stream};
@@ -326,6 +326,15 @@ impl UninitializedStream {
         } else {
             Ok(Box::new(self.l4))
         }
+    }
+
+    /// Registers the socket with the I/O driver of the runtime this is called on (switchyard,
+    /// vendor/README.md: for a connection placed on another thread than the one that accepted
+    /// it, without work stealing).
+    pub fn register_here(&mut self) -> Result<()> {
+        self.l4
+            .register_here()
+            .or_err(AcceptError, "while registering an accepted socket")
     }
 
     /// Get the peer address of the connection if available

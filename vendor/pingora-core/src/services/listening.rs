@@ -39,6 +39,7 @@ use pingora_timeout::timeout;
 use std::fs::Permissions;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::RuntimeFlavor;
 
 /// Override the runtime options used to run a listening service.
 pub type RuntimeOptsOverride = Arc<dyn Fn(&RuntimeOpts) -> Option<RuntimeOpts> + Send + Sync>;
@@ -226,10 +227,20 @@ impl<A: ServerApp + Send + Sync + 'static> Service<A> {
                 }
             };
             match new_io {
-                Ok(io) => {
+                Ok(mut io) => {
                     let app = app_logic.clone();
                     let shutdown = shutdown.clone();
-                    current_handle().spawn(async move {
+                    // Added by switchyard (vendor/README.md): without work stealing, the thread
+                    // picked at random for the connection serves its socket's readiness too.
+                    let handle = current_handle();
+                    let own_driver = handle.runtime_flavor() == RuntimeFlavor::CurrentThread;
+                    handle.spawn(async move {
+                        if own_driver {
+                            if let Err(e) = io.register_here() {
+                                error!("{e}");
+                                return;
+                            }
+                        }
                         let peer_addr = io.peer_addr();
                         match timeout(Duration::from_secs(60), io.handshake()).await {
                             Ok(handshake) => {

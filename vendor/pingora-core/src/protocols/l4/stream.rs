@@ -641,6 +641,25 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Moves a TCP socket's registration to the I/O driver of the runtime this is called on,
+    /// before anything is read (the buffers it had are not kept). Added by switchyard
+    /// (vendor/README.md): without work stealing each thread has a runtime and a driver of its
+    /// own, and a connection accepted on one thread and served on another otherwise has its
+    /// readiness relayed by the accepting thread's driver for its whole life.
+    pub(crate) fn register_here(&mut self) -> io::Result<()> {
+        let Some(buffered) = self.stream.take() else {
+            return Ok(());
+        };
+        let mut raw = buffered.into_inner();
+        if let RawStream::Tcp(tcp) = raw.stream {
+            raw.stream = RawStream::Tcp(TcpStream::from_std(tcp.into_std()?)?);
+        }
+        self.stream = Some(BufferedStream::with_capacity(0, 0, raw));
+        Ok(())
+    }
+}
+
 impl From<TcpStream> for Stream {
     fn from(s: TcpStream) -> Self {
         Stream {

@@ -543,10 +543,10 @@ impl HttpSession {
     // Added by switchyard (vendor/README.md): the request's `RecvStream` is private, so without
     // this a relay cannot pass on a client's request trailers.
     pub async fn read_request_trailers(&mut self) -> Result<Option<HeaderMap>> {
-        self.request_body_reader
-            .trailers()
-            .await
-            .or_err(ErrorType::ReadError, "while reading downstream request trailers")
+        self.request_body_reader.trailers().await.or_err(
+            ErrorType::ReadError,
+            "while reading downstream request trailers",
+        )
     }
 
     #[doc(hidden)]
