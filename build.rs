@@ -1,7 +1,7 @@
 //! Build facts for `--version`: the git commit of the checkout (`unknown` outside one, or
-//! without git) and the Pingora version from Cargo.lock, marked `+vendored` while
-//! Pingora's crates are the copies in vendor/ (their lock entries have no registry source). Never fails the
-//! build.
+//! without git) and the Pingora version from Cargo.lock, marked `+vendored` while Pingora's
+//! crates are the copies in vendor/ (their lock entries have no registry source). Never fails
+//! the build.
 
 use std::process::Command;
 

@@ -28,9 +28,12 @@ for lock in Cargo.lock fuzz/Cargo.lock; do
   [ -f "$lock" ] || continue
   echo "--- $lock"
   audited="$scratch/$(echo "$lock" | tr / _)"
-  awk '{ print }
+  # After the entry's version line, unless a source follows already (not a copy).
+  awk -v src='source = "registry+https://github.com/rust-lang/crates.io-index"' '
+    pending && !/^source = / { print src }
+    { pending = 0; print }
     /^name = "pingora-(core|proxy)"$/ { copy = 1; next }
-    copy && /^version = / { print "source = \"registry+https://github.com/rust-lang/crates.io-index\"" }
+    copy && /^version = / { pending = 1 }
     { copy = 0 }' "$lock" > "$audited"
   for name in pingora-core pingora-proxy; do
     if ! grep -A2 "^name = \"$name\"\$" "$audited" | grep -q '^source = "registry+'; then

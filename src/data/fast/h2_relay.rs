@@ -3,15 +3,15 @@
 //! connections (`h2_pool`; over TLS made by the fast path's handshake, so with the bundle, client
 //! certificate, verification and session resumption `tls::BackendTls` decides, as for `https`
 //! backends), frame by frame — request header, body, trailers and end; response header, body and
-//! trailers; resets both ways — instead of through Pingora's proxy (a session, a task and channels
-//! per stream). Every decision is `decide`'s, made by the same calls the Pingora hooks make: the route,
-//! the endpoint of each try and the verdict on a failure (`Attempt`), the header edits
-//! (`request_edits`, `response_edits`), the call's deadline (`grpc::timeout`, `grpc::blame`),
-//! switchyard's own answers (`failure_answer`, `grpc_answer`, `grpc_status`); recording is
-//! `record::Recorder`'s. A stream this relay does not carry (a request Pingora would refuse, a path
-//! Pingora would normalise, a route to an HTTP/1 backend, a TLS backend without a server name, a
-//! route with Gateway filters or a body limit, any answer other than proxying) is handed back
-//! before a byte is written. It never holds a lock across an await.
+//! trailers; resets both ways — instead of through Pingora's proxy (a session, a task and
+//! channels per stream). Every decision is `decide`'s, made by the same calls the Pingora hooks
+//! make: the route, the endpoint of each try and the verdict on a failure (`Attempt`), the header
+//! edits (`request_edits`, `response_edits`), the call's deadline (`grpc::timeout`,
+//! `grpc::blame`), switchyard's own answers (`failure_answer`, `grpc_answer`, `grpc_status`);
+//! recording is `record::Recorder`'s. A stream this relay does not carry (a request Pingora would
+//! refuse, a path Pingora would normalise, a route to an HTTP/1 backend, a TLS backend without a
+//! server name, a route with Gateway filters or a body limit, any answer other than proxying) is
+//! handed back before a byte is written. It never holds a lock across an await.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -448,7 +448,8 @@ impl FastPath {
                 }
                 chunk = session.read_body_or_idle(call.body_done) => {
                     let last = session.is_body_done();
-                    if let Err(cause) = self.forward_body(session, chunk, last, call, &mut to_backend).await {
+                    let forwarded = self.forward_body(session, chunk, last, call, &mut to_backend);
+                    if let Err(cause) = forwarded.await {
                         return Err(Broken { cause, unprocessed: false });
                     }
                 }
