@@ -20,7 +20,7 @@ if [ -n "$db" ]; then
   args+=(--db "$db" --no-fetch)
 fi
 # cargo-audit skips packages without a registry source, so the copies of Pingora's crates in
-# vendor/ (vendor/README.md: the published crates plus a method each) would go unchecked: each
+# vendor/ (vendor/README.md: the published crates with small patches) would go unchecked: each
 # lock is audited with those packages marked as the crates.io versions they are copies of.
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

@@ -73,28 +73,35 @@ pub fn listening(port: u16) -> bool {
 /// fooled by another process (another test's backend) that took a [`free_port`] first. True
 /// where `/proc/net/tcp` does not exist (not Linux), as with [`listening`].
 pub fn listens(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+    let Some(sockets) = sockets_on_port(port) else {
         return true;
     };
-    let inodes: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let local = f.get(1).and_then(|a| a.split_once(':'));
-            let ours = f.get(3) == Some(&"0A")
-                && local.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) == Some(port);
-            ours.then(|| Some(format!("socket:[{}]", f.get(9)?)))
-                .flatten()
-        })
-        .collect();
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
     fds.flatten().any(|fd| {
         std::fs::read_link(fd.path())
-            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+            .is_ok_and(|target| sockets.get(&*target.to_string_lossy()) == Some(&true))
     })
+}
+
+/// The TCP sockets on local `port` in `/proc/net/tcp` (any process): each as its descriptors'
+/// link target (`socket:[INODE]`), and whether it is listening. `None` where the file does not
+/// exist (not Linux).
+fn sockets_on_port(port: u16) -> Option<std::collections::HashMap<String, bool>> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let mut sockets = std::collections::HashMap::new();
+    for l in table.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local = f.get(1).and_then(|a| a.split_once(':'));
+        if local.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) != Some(port) {
+            continue;
+        }
+        if let (Some(state), Some(inode)) = (f.get(3), f.get(9)) {
+            sockets.insert(format!("socket:[{inode}]"), *state == "0A");
+        }
+    }
+    Some(sockets)
 }
 
 /// For the sockets of process `pid` on local TCP `port` (from /proc/net/tcp and /proc/PID/fd):
@@ -103,19 +110,7 @@ pub fn listens(pid: u32, port: u16) -> bool {
 /// epoll a socket is in; none if it is in none). Without work stealing each runtime thread has an
 /// epoll of its own, so this shows which thread's reactor serves a connection's readiness.
 pub fn epolls_of_port(pid: u32, port: u16) -> (Vec<u32>, Vec<u32>) {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    // socket inode -> listening?
-    let mut ours = std::collections::HashMap::new();
-    for l in table.lines().skip(1) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let local = f.get(1).and_then(|a| a.split_once(':'));
-        if local.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) != Some(port) {
-            continue;
-        }
-        if let (Some(state), Some(inode)) = (f.get(3), f.get(9)) {
-            ours.insert(format!("socket:[{inode}]"), *state == "0A");
-        }
-    }
+    let ours = sockets_on_port(port).unwrap_or_default();
     let mut listening = std::collections::HashSet::new();
     let mut accepted = std::collections::HashSet::new();
     let mut epolls = Vec::new();
