@@ -170,18 +170,49 @@ async fn stream(
     };
     let resp = http::Response::builder().status(200).body(()).unwrap();
     if let Ok(mut send) = respond.send_response(resp, false) {
-        let text = format!(
-            "{} {} {n}{}",
-            parts.method,
-            parts.uri.path(),
-            request_trailer.unwrap_or_default()
-        );
+        let text = if parts.uri.path().contains("/fields") {
+            // The forwarding fields as the backend got them: every value of each, or `-`.
+            FORWARDING
+                .iter()
+                .map(|name| {
+                    let values: Vec<_> = parts
+                        .headers
+                        .get_all(*name)
+                        .iter()
+                        .map(|v| v.to_str().unwrap_or("?"))
+                        .collect();
+                    let values = if values.is_empty() {
+                        "-".into()
+                    } else {
+                        values.join("|")
+                    };
+                    format!("{name}={values}")
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else {
+            format!(
+                "{} {} {n}{}",
+                parts.method,
+                parts.uri.path(),
+                request_trailer.unwrap_or_default()
+            )
+        };
         let _ = send.send_data(Bytes::from(text), false);
         let mut trailers = http::HeaderMap::new();
         trailers.insert("x-trailer", http::HeaderValue::from_static("done"));
         let _ = send.send_trailers(trailers);
     }
 }
+
+/// The fields switchyard sets on the way to a backend (`src/decide/edits.rs`), which the
+/// backend echoes for a path with `/fields` in it.
+const FORWARDING: [&str; 4] = [
+    "x-forwarded-for",
+    "x-real-ip",
+    "x-forwarded-proto",
+    "x-client-verify",
+];
 
 fn world(backend: &H2Backend) -> Vec<Value> {
     vec![
@@ -347,6 +378,49 @@ async fn request_trailers_reach_the_backend_on_both_engines() {
         let plain = exchange(&send, "POST", "/h2/v", b"hi").await;
         assert_eq!(plain, answered("POST /v 2"), "{engine:?}");
     }
+}
+
+/// The forwarding fields reach an h2c backend as on HTTP/1 (`e2e_parity`), on both engines: the
+/// client's address added to its own `x-forwarded-for`, `x-real-ip` and `x-forwarded-proto`
+/// set by switchyard alone whatever the client sent, and a client's `x-client-verify` removed.
+/// The fast path's relay carries these edits out on its copy of the request, not on Pingora's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_fields_reach_an_h2c_backend_on_both_engines() {
+    let mut seen = Vec::new();
+    for engine in ENGINES {
+        let backend = H2Backend::start().await;
+        let sy = switchyard(world(&backend)).args(engine).start().await;
+        let send = client(sy.http_port).await;
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::builder()
+            .uri("http://h2.test/h2/fields")
+            .header("x-forwarded-for", "203.0.113.7")
+            .header("x-real-ip", "192.0.2.66")
+            .header("x-forwarded-proto", "https")
+            .header("x-client-verify", "SUCCESS")
+            .body(())
+            .unwrap();
+        let (resp, _) = send.send_request(req, true).unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{engine:?}");
+        let mut body = resp.into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = body.data().await {
+            got.extend_from_slice(&chunk.unwrap());
+        }
+        let got = String::from_utf8(got).unwrap();
+        assert_eq!(
+            got,
+            "x-forwarded-for=203.0.113.7, 127.0.0.1 x-real-ip=127.0.0.1 \
+             x-forwarded-proto=http x-client-verify=-",
+            "{engine:?}"
+        );
+        seen.push(got);
+    }
+    assert_eq!(seen[0], seen[1], "the engines agree");
 }
 
 /// With `--work-stealing false` (one single-threaded runtime per thread, not the default; two

@@ -227,6 +227,30 @@ pub fn request_edits<'a>(
     e
 }
 
+/// A client's address as `X-Forwarded-For` and `X-Real-IP` carry it, the same text as its
+/// `Display`. An IPv4 address is written digit by digit: `Display` pads each octet through
+/// `core::fmt`, 1.6k instructions an address, 2 % of a relayed gRPC call (the fast path's
+/// HTTP/2 streams format it once each).
+pub fn ip_text(ip: std::net::IpAddr) -> String {
+    let std::net::IpAddr::V4(v4) = ip else {
+        return ip.to_string();
+    };
+    let mut out = String::with_capacity(15);
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+    out
+}
+
 /// A backend's response as the client gets it: the stickiness cookie when one is due
 /// (`set_cookie`, from `Attempt::set_cookie`), HSTS unless the backend set its own (it may
 /// want `includeSubDomains` or `preload`).
@@ -364,5 +388,28 @@ mod tests {
             b"max-age=5, no-cache=\"set-cookie\""
         );
         assert_eq!(no_cache_set_cookie(None), b"no-cache=\"set-cookie\"");
+    }
+
+    /// The text is `Display`'s, for every value of each octet and for IPv6.
+    #[test]
+    fn ip_text_is_display() {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        for octet in 0..=255u8 {
+            for pos in 0..4 {
+                let mut o = [1, 20, 255, 7];
+                o[pos] = octet;
+                let ip = IpAddr::V4(Ipv4Addr::from(o));
+                assert_eq!(ip_text(ip), ip.to_string());
+            }
+        }
+        for ip in [
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V4(Ipv4Addr::BROADCAST),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+            IpAddr::V6("2001:db8::7:1".parse().unwrap()),
+            IpAddr::V6("::ffff:192.0.2.1".parse().unwrap()),
+        ] {
+            assert_eq!(ip_text(ip), ip.to_string());
+        }
     }
 }

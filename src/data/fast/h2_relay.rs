@@ -37,7 +37,7 @@ use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
 use crate::decide::attempt::{Attempt, Failure, Route};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, request_edits, response_edits};
+use crate::decide::edits::{ClientCert, Edits, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{failure_answer, grpc_answer, is_grpc};
 use crate::decide::grpc::{self, Ending};
 use crate::decide::target::normalize_path;
@@ -183,7 +183,7 @@ impl FastPath {
         };
         session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
 
-        let client_ip = client.map(|a| a.ip().to_string());
+        let client_ip = client.map(|a| ip_text(a.ip()));
         let cert = if self.proxy.fwd.client_cert_headers {
             tls::client_cert(digest.ssl_digest.as_deref())
         } else {
@@ -195,7 +195,8 @@ impl FastPath {
             attempt.cookie_sticky(),
             cert,
         );
-        if apply(session.req_header_mut(), &edits).is_err() {
+        // The session keeps the client's header as it came: the access log names its target.
+        let Ok(request) = backend_request(&session, rewrite.as_ref(), &edits) else {
             self.answer(
                 &mut session,
                 &mut call,
@@ -203,7 +204,7 @@ impl FastPath {
             );
             self.record(&session, &mut attempt, &call, client);
             return None;
-        }
+        };
         // Over TLS: how each connection is made (chosen once for the call).
         let tls = match tls_entry.as_deref().map(|e| &e.upstream) {
             None => None,
@@ -226,32 +227,43 @@ impl FastPath {
             },
         };
         let tls = tls.as_ref().map(|(choice, sni)| (choice, *sni));
-        self.exchange(&mut session, rewrite.as_ref(), &mut attempt, &mut call, tls)
+        let first = (request, rewrite.as_ref(), &edits);
+        self.exchange(&mut session, first, &mut attempt, &mut call, tls)
             .await;
         self.record(&session, &mut attempt, &call, client);
         None
     }
 
-    /// The tries (of the request with `target` in place of the client's, if given), then the
-    /// relay of the response that came; over TLS, each new connection made with `tls`'s choice
-    /// and server name.
+    /// The tries, then the relay of the response that came; over TLS, each new connection made
+    /// with `tls`'s choice and server name. `first` is the request for the first try, with the
+    /// target and edits it was made with, to make it again for each further try.
     async fn exchange(
         &self,
         session: &mut HttpSession,
-        target: Option<&Uri>,
+        first: (http::Request<()>, Option<&Uri>, &Edits<'_>),
         attempt: &mut Attempt,
         call: &mut Call,
         tls: Option<(&TlsChoice, &str)>,
     ) {
         let policy = &self.proxy.policy;
+        let (request, target, edits) = first;
+        let mut request = Some(request);
         // The lease keeps the backend connection counted busy until the stream ends.
         let (resp, mut to_backend, lease) = loop {
             let Some(addr) = attempt.next(Instant::now()) else {
                 self.answer(session, call, 503);
                 return;
             };
+            // Made as the first one was, so it cannot fail where that one did not.
+            let Some(request) = request
+                .take()
+                .or_else(|| backend_request(session, target, edits).ok())
+            else {
+                self.answer(session, call, Cause::Internal.status().unwrap_or(500));
+                return;
+            };
             let broken = match self
-                .try_once(session, target, attempt, call, addr, tls)
+                .try_once(session, request, attempt, call, addr, tls)
                 .await
             {
                 Ok(pair) => {
@@ -347,13 +359,12 @@ impl FastPath {
         }
     }
 
-    /// One try: a stream to `addr` (over TLS with `tls`), the request header (with `target`
-    /// in place of the client's, if given), and the request body as the client sends it until
-    /// the response header comes.
+    /// One try: a stream to `addr` (over TLS with `tls`), `request`'s header, and the request
+    /// body as the client sends it until the response header comes.
     async fn try_once(
         &self,
         session: &mut HttpSession,
-        target: Option<&Uri>,
+        request: http::Request<()>,
         attempt: &mut Attempt,
         call: &mut Call,
         addr: SocketAddr,
@@ -403,12 +414,6 @@ impl FastPath {
             }
         };
         attempt.connected(reused, Instant::now());
-        // The session's own header keeps the client's target: the access log names it, as on
-        // Pingora's path.
-        let mut request = http::Request::from_parts(session.req_header().as_owned_parts(), ());
-        if let Some(uri) = target {
-            *request.uri_mut() = uri.clone();
-        }
         attempt.request_sent(Instant::now());
         let limit = call.limit();
         let sent = tokio::time::timeout_at(limit, async {
@@ -622,6 +627,22 @@ impl FastPath {
             },
         );
     }
+}
+
+/// The request a backend gets: a copy of the client's header with `target` in place of its
+/// own (if given) and `edits` carried out. Fails only on an edit's value that is no valid field
+/// (a client certificate's subject, for one).
+fn backend_request(
+    session: &HttpSession,
+    target: Option<&Uri>,
+    edits: &Edits<'_>,
+) -> pingora::Result<http::Request<()>> {
+    let mut parts = session.req_header().as_owned_parts();
+    if let Some(uri) = target {
+        parts.uri = uri.clone();
+    }
+    apply(&mut parts.headers, edits)?;
+    Ok(http::Request::from_parts(parts, ()))
 }
 
 /// How a gRPC answer whose header carries its status ("trailers-only") ended; `None` when

@@ -51,7 +51,7 @@ use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
 use crate::decide::attempt::{Attempt, Failure, Route, https_location};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, Edit, Edits, request_edits, response_edits};
+use crate::decide::edits::{ClientCert, Edit, Edits, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
 use crate::ops::metrics::Resumed;
 use crate::table::Entry;
@@ -254,7 +254,7 @@ impl FastPath {
                 .filter(|_| self.proxy.by_local_address)
                 .and_then(|d| d.local_addr().and_then(|a| a.as_inet()))
                 .map(|a| a.ip()),
-            client_ip_text: client.map(|a| a.ip().to_string()),
+            client_ip_text: client.map(|a| ip_text(a.ip())),
             fresh: true,
             // Both grow at their first read (`reserve(READ_SIZE)`), not before.
             buf: BytesMut::new(),
