@@ -935,18 +935,10 @@ impl Fields for http::HeaderMap {
         self
     }
     fn insert(&mut self, name: &'static str, value: Vec<u8>) -> Result<()> {
-        let value = field_value(value)?;
-        let name = field_name(name)?;
-        self.try_insert(name, value)
-            .map(drop)
-            .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "too many header fields"))
+        put(self, field_name(name)?, field_value(value)?, true)
     }
     fn append(&mut self, name: &'static str, value: Vec<u8>) -> Result<()> {
-        let value = field_value(value)?;
-        let name = field_name(name)?;
-        self.try_append(name, value)
-            .map(drop)
-            .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "too many header fields"))
+        put(self, field_name(name)?, field_value(value)?, false)
     }
     fn remove(&mut self, name: &'static str) {
         http::HeaderMap::remove(self, name);
@@ -962,14 +954,23 @@ impl Fields for http::HeaderMap {
         };
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "invalid header name"))?;
-        let value = field_value(value.as_bytes().to_vec())?;
-        let added = if set {
-            self.try_insert(name, value).map(drop)
-        } else {
-            self.try_append(name, value).map(drop)
-        };
-        added.map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "too many header fields"))
+        put(self, name, field_value(value.as_bytes().to_vec())?, set)
     }
+}
+
+/// Adds the field to `map`, in place of any of its name with `replace`.
+fn put(
+    map: &mut http::HeaderMap,
+    name: HeaderName,
+    value: HeaderValue,
+    replace: bool,
+) -> Result<()> {
+    let added = if replace {
+        map.try_insert(name, value).map(drop)
+    } else {
+        map.try_append(name, value).map(drop)
+    };
+    added.map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "too many header fields"))
 }
 
 /// The fields switchyard adds to requests that `http` does not know, made at compile time.
