@@ -32,9 +32,8 @@ use crate::data::tls;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route, https_location};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
-    CLIENT_DN_HEADER, CLIENT_VERIFY_HEADER, ClientCert, Edit, Edits, Forwarding, GRPC_STATUS,
-    X_FORWARDED_FOR, X_FORWARDED_PROTO, X_REAL_IP, extended, ip_text, no_cache_set_cookie,
-    request_edits, response_edits,
+    ClientCert, Edit, Edits, Forwarding, GRPC_STATUS, extended, ip_text, made_name,
+    no_cache_set_cookie, request_edits, response_edits,
 };
 use crate::decide::error_page::{
     Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, redirect_answer, rejection_answer,
@@ -973,28 +972,14 @@ fn put(
     added.map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "too many header fields"))
 }
 
-/// The fields switchyard adds to requests that `http` does not know, made at compile time.
-static X_FORWARDED_FOR_NAME: HeaderName = HeaderName::from_static(X_FORWARDED_FOR);
-static X_FORWARDED_PROTO_NAME: HeaderName = HeaderName::from_static(X_FORWARDED_PROTO);
-static X_REAL_IP_NAME: HeaderName = HeaderName::from_static(X_REAL_IP);
-static CLIENT_VERIFY_NAME: HeaderName = HeaderName::from_static(CLIENT_VERIFY_HEADER);
-static CLIENT_DN_NAME: HeaderName = HeaderName::from_static(CLIENT_DN_HEADER);
-
-/// `name` as `http` keeps it: one of the names above, or parsed (the names `http` knows
-/// parse without a copy).
+/// `name` as `http` keeps it: made at compile time for the fields switchyard adds to requests
+/// (`edits::made_name`), else parsed (the names `http` knows parse without a copy).
 fn field_name(name: &'static str) -> Result<HeaderName> {
-    let made = match name {
-        X_FORWARDED_FOR => &X_FORWARDED_FOR_NAME,
-        X_FORWARDED_PROTO => &X_FORWARDED_PROTO_NAME,
-        X_REAL_IP => &X_REAL_IP_NAME,
-        CLIENT_VERIFY_HEADER => &CLIENT_VERIFY_NAME,
-        CLIENT_DN_HEADER => &CLIENT_DN_NAME,
-        _ => {
-            return HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "invalid header name"));
-        }
-    };
-    Ok(made.clone())
+    match made_name(name) {
+        Some(made) => Ok(made.clone()),
+        None => HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "invalid header name")),
+    }
 }
 
 fn field_value(value: Vec<u8>) -> Result<HeaderValue> {
@@ -1218,6 +1203,9 @@ mod tests {
     /// Each name made once is the name `http` parses from the same text.
     #[test]
     fn names_made_once_are_the_parsed_names() {
+        use crate::decide::edits::{
+            CLIENT_DN_HEADER, CLIENT_VERIFY_HEADER, X_FORWARDED_FOR, X_FORWARDED_PROTO, X_REAL_IP,
+        };
         for name in [
             X_FORWARDED_FOR,
             X_FORWARDED_PROTO,
