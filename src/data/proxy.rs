@@ -1200,25 +1200,14 @@ mod tests {
         assert!(apply(&mut copy, &edits).is_err());
     }
 
-    /// Each name made once is the name `http` parses from the same text.
+    /// A name not made at compile time (`edits::made_name`, tested there) is parsed, and one
+    /// that is no field name refused.
     #[test]
-    fn names_made_once_are_the_parsed_names() {
-        use crate::decide::edits::{
-            CLIENT_DN_HEADER, CLIENT_VERIFY_HEADER, X_FORWARDED_FOR, X_FORWARDED_PROTO, X_REAL_IP,
-        };
-        for name in [
-            X_FORWARDED_FOR,
-            X_FORWARDED_PROTO,
-            X_REAL_IP,
-            CLIENT_VERIFY_HEADER,
-            CLIENT_DN_HEADER,
-            "cache-control",
-        ] {
-            assert_eq!(
-                field_name(name).unwrap(),
-                HeaderName::from_bytes(name.as_bytes()).unwrap()
-            );
-        }
+    fn other_names_are_parsed() {
+        assert_eq!(
+            field_name("cache-control").unwrap(),
+            http::header::CACHE_CONTROL
+        );
         assert!(field_name("not a name").is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! The header rules, written once as data: what switchyard changes in a request before it goes
 //! upstream, in a response before it goes back, and which fields its own answers carry. Each
 //! engine only applies an `Edits` list to its representation (Pingora to its header maps, the
-//! fast path to bytes); a new header rule is a line here, and both engines follow. Nothing here
+//! fast path to bytes, its HTTP/2 relay to `http`'s map, with the added fields' names made here
+//! once); a new header rule is a line here, and both engines follow. Nothing here
 //! touches a header map or a socket.
 
 use std::io::Write as _;
