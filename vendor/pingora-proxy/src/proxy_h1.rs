@@ -1064,6 +1064,18 @@ where
         // upgraded body needs to be marked
         if session.was_upgraded() {
             tx.send(HttpTask::UpgradedBody(data, upstream_end_of_body));
+        } else if data.is_none() && end_of_body {
+            // Added by switchyard (vendor/README.md): the client's request trailers, if it sent
+            // any, end the upstream request (in the last chunk of a chunked body).
+            let trailers = session
+                .downstream_session
+                .read_request_trailers()
+                .await
+                .map_err(|e| e.into_down())?;
+            match trailers {
+                Some(t) => tx.send(HttpTask::Trailer(Some(Box::new(t)))),
+                None => tx.send(HttpTask::Body(data, upstream_end_of_body)),
+            }
         } else {
             tx.send(HttpTask::Body(data, upstream_end_of_body));
         }
@@ -1077,9 +1089,15 @@ pub(crate) async fn send_body_to1(
     recv_task: Option<HttpTask>,
 ) -> Result<bool> {
     let body_done;
+    // switchyard (vendor/README.md): the client's request trailers, written with the body's end.
+    let mut trailers = None;
 
     if let Some(task) = recv_task {
         match task {
+            HttpTask::Trailer(t) => {
+                body_done = true;
+                trailers = t;
+            }
             HttpTask::Body(data, end) => {
                 body_done = end;
                 if let Some(d) = data {
@@ -1145,7 +1163,10 @@ pub(crate) async fn send_body_to1(
     }
 
     if body_done {
-        match client_session.finish_body().await {
+        match client_session
+            .finish_body_with_trailers(trailers.as_deref())
+            .await
+        {
             Ok(_) => {
                 debug!("finish sending body to upstream");
                 Ok(true)

@@ -249,20 +249,25 @@ impl Session {
         }
     }
 
-    /// Read the request trailers, once the request body has been read to its end. Only an H2
-    /// session has them; `None` from the others, and when the request has none.
+    /// Read the request trailers, once the request body has been read to its end: an H2
+    /// stream's, or an H1 chunked body's. `None` from the others, and when the request has none.
     // Added by switchyard (vendor/README.md), for Pingora's proxy to pass them on.
     pub async fn read_request_trailers(&mut self) -> Result<Option<HeaderMap>> {
         match self {
+            Self::H1(s) => Ok(s.take_request_trailers().map(|t| *t)),
             Self::H2(s) => s.read_request_trailers().await,
-            Self::H1(_) | Self::Subrequest(_) | Self::Custom(_) => Ok(None),
+            Self::Subrequest(_) | Self::Custom(_) => Ok(None),
         }
     }
 
     /// Write the response trailers to client
     pub async fn write_response_trailers(&mut self, trailers: HeaderMap) -> Result<()> {
         match self {
-            Self::H1(_) => Ok(()), // TODO: support trailers for h1
+            // switchyard (vendor/README.md): in a chunked body's last chunk.
+            Self::H1(s) => s
+                .finish_body_with_trailers(Some(&trailers))
+                .await
+                .map(|_| ()),
             Self::H2(s) => s.write_trailers(trailers),
             Self::Subrequest(s) => s.write_trailers(Some(Box::new(trailers))).await,
             Self::Custom(s) => s.write_trailers(trailers).await,

@@ -44,6 +44,29 @@ const CRLF: &[u8; 2] = &[CR, LF];
 // This is really the CRLF end of the last trailer (or 0 chunk), + the last CRLF.
 const TRAILERS_END: &[u8; 4] = &[CR, LF, CR, LF];
 
+// switchyard (vendor/README.md): at most this many trailer fields are parsed.
+const MAX_TRAILER_FIELDS: usize = 64;
+
+// switchyard (vendor/README.md): fields dropped from trailers, read or written: the ones that
+// frame the message or belong to one connection (RFC 9110, section 6.5.1). An HTTP/2 peer resets
+// a stream whose trailers carry a connection-specific field.
+const NOT_TRAILERS: [http::header::HeaderName; 9] = [
+    http::header::CONNECTION,
+    http::header::CONTENT_LENGTH,
+    http::header::HOST,
+    http::header::HeaderName::from_static("keep-alive"),
+    http::header::HeaderName::from_static("proxy-connection"),
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+];
+
+/// Whether a field may travel in trailers (switchyard, vendor/README.md).
+pub fn is_trailer_field(name: &http::header::HeaderName) -> bool {
+    !NOT_TRAILERS.contains(name)
+}
+
 pub const INVALID_CHUNK: ErrorType = ErrorType::new("InvalidChunk");
 pub const INVALID_TRAILER_END: ErrorType = ErrorType::new("InvalidTrailerEnd");
 pub const PREMATURE_BODY_END: ErrorType = ErrorType::new("PrematureBodyEnd");
@@ -151,6 +174,10 @@ pub struct BodyReader {
     rewind_buf_len: usize,
     upstream: bool,
     body_buf_overread: Option<BytesMut>,
+    // switchyard (vendor/README.md): the bytes of a chunked body's trailer section as they are
+    // read, then the fields parsed from them once the section ends.
+    trailer_bytes: Vec<u8>,
+    trailers: Option<Box<http::HeaderMap>>,
 }
 
 impl BodyReader {
@@ -162,7 +189,55 @@ impl BodyReader {
             rewind_buf_len: 0,
             upstream,
             body_buf_overread: None,
+            trailer_bytes: Vec::new(),
+            trailers: None,
         }
+    }
+
+    /// The trailer fields of a chunked body, once it has been read to its end; `None` when it
+    /// had none (or was not chunked). Taken once.
+    // Added by switchyard (vendor/README.md), for Pingora's proxy to pass them on.
+    pub fn take_trailers(&mut self) -> Option<Box<http::HeaderMap>> {
+        self.trailers.take()
+    }
+
+    /// Whether [`Self::take_trailers`] has trailers to give (switchyard, vendor/README.md).
+    pub fn has_trailers(&self) -> bool {
+        self.trailers.is_some()
+    }
+
+    // Parses the trailer section collected in `trailer_bytes`: field lines, then the empty line.
+    // A malformed field is an invalid body, as a malformed chunk is.
+    fn parse_trailers(&mut self) -> Result<()> {
+        let bytes = std::mem::take(&mut self.trailer_bytes);
+        if bytes == CRLF[..] {
+            return Ok(());
+        }
+        let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
+        let parsed = match httparse::parse_headers(&bytes, &mut fields) {
+            Ok(httparse::Status::Complete((_, parsed))) => parsed,
+            Ok(httparse::Status::Partial) => {
+                return Error::e_explain(INVALID_TRAILER_END, "incomplete trailer section")
+            }
+            Err(e) => {
+                return Error::e_explain(INVALID_TRAILER_END, format!("malformed trailer: {e}"))
+            }
+        };
+        let mut map = http::HeaderMap::with_capacity(parsed.len());
+        for f in parsed {
+            let name = http::header::HeaderName::from_bytes(f.name.as_bytes())
+                .or_err(INVALID_TRAILER_END, "malformed trailer name")?;
+            if !is_trailer_field(&name) {
+                continue;
+            }
+            let value = http::HeaderValue::from_bytes(f.value)
+                .or_err(INVALID_TRAILER_END, "malformed trailer value")?;
+            map.append(name, value);
+        }
+        if !map.is_empty() {
+            self.trailers = Some(Box::new(map));
+        }
+        Ok(())
     }
 
     pub fn need_init(&self) -> bool {
@@ -171,6 +246,8 @@ impl BodyReader {
 
     pub fn reinit(&mut self) {
         self.body_state = PS::ToStart;
+        self.trailer_bytes.clear();
+        self.trailers = None;
     }
 
     fn prepare_buf(&mut self, buf_to_rewind: &[u8]) {
@@ -852,6 +929,8 @@ impl BodyReader {
                     .body_buf
                     .as_deref()
                     .expect("body buf is initialized before reading trailers")[..n];
+                // switchyard: the whole read, for the trailer section (the loop narrows `buf`).
+                let whole = buf;
 
                 let mut start = 0;
                 // try to find end within the current IO buffer
@@ -913,11 +992,20 @@ impl BodyReader {
                                 String::from_utf8_lossy(buf).escape_default(),
                             );
 
-                            self.finish_body_buf(start + end_idx, n);
+                            // switchyard: the section's last bytes, then its fields.
+                            let end = start + end_idx;
+                            self.trailer_bytes.extend_from_slice(&whole[..end]);
+                            self.finish_body_buf(end, n);
+                            if let Err(e) = self.parse_trailers() {
+                                self.body_state = PS::Done(read);
+                                return Err(e);
+                            }
                             return Ok(None);
                         }
                     }
                 }
+                // switchyard: every byte of this read belongs to the trailer section.
+                self.trailer_bytes.extend_from_slice(whole);
             }
             _ => panic!("wrong body state: {:?}", self.body_state),
         }
@@ -1452,6 +1540,41 @@ impl BodyWriter {
                 Ok(Some(written))
             }
             _ => panic!("wrong body mode: {:?}", self.body_mode),
+        }
+    }
+
+    /// Ends the body as [`Self::finish`] does, with `trailers` in a chunked body's last chunk.
+    /// No other framing can carry them: the body then ends as `finish` ends it, without them.
+    /// Fields that are not trailers (`is_trailer_field`) are left out.
+    // Added by switchyard (vendor/README.md), for Pingora's proxy to pass trailers on.
+    pub async fn finish_with_trailers<S>(
+        &mut self,
+        stream: &mut S,
+        trailers: Option<&http::HeaderMap>,
+    ) -> Result<Option<usize>>
+    where
+        S: AsyncWrite + Unpin + Send,
+    {
+        let (BM::ChunkedEncoding(written), Some(trailers)) = (&self.body_mode, trailers) else {
+            return self.finish(stream).await;
+        };
+        let written = *written;
+        let mut last = Vec::with_capacity(64);
+        last.extend_from_slice(b"0\r\n");
+        for (name, value) in trailers {
+            if is_trailer_field(name) {
+                last.extend_from_slice(name.as_str().as_bytes());
+                last.extend_from_slice(b": ");
+                last.extend_from_slice(value.as_bytes());
+                last.extend_from_slice(CRLF);
+            }
+        }
+        last.extend_from_slice(CRLF);
+        let res = stream.write_all(&last).await;
+        self.body_mode = BM::Complete(written);
+        match res {
+            Ok(()) => Ok(Some(written)),
+            Err(e) => Error::e_because(WriteError, "while writing trailers", e),
         }
     }
 

@@ -191,7 +191,20 @@ impl HttpSession {
     /// Flush local buffer and notify the server by sending the last chunk if chunked encoding is
     /// used.
     pub async fn finish_body(&mut self) -> Result<Option<usize>> {
-        let res = self.body_writer.finish(&mut self.underlying_stream).await?;
+        self.finish_body_with_trailers(None).await
+    }
+
+    /// [`Self::finish_body`] with the request's trailers, written when the body is chunked
+    /// (`BodyWriter::finish_with_trailers`).
+    // Added by switchyard (vendor/README.md), for Pingora's proxy to pass trailers on.
+    pub async fn finish_body_with_trailers(
+        &mut self,
+        trailers: Option<&http::HeaderMap>,
+    ) -> Result<Option<usize>> {
+        let res = self
+            .body_writer
+            .finish_with_trailers(&mut self.underlying_stream, trailers)
+            .await?;
         self.underlying_stream
             .flush()
             .await
@@ -819,13 +832,19 @@ impl HttpSession {
             );
             Ok(HttpTask::Header(resp_header, end_of_body))
         } else if self.is_body_done() {
+            // switchyard (vendor/README.md): a chunked body's trailers, if it had any, end the
+            // response after its last data.
+            if let Some(trailers) = self.body_reader.take_trailers() {
+                return Ok(HttpTask::Trailer(Some(trailers)));
+            }
             // no body
             debug!("Response is done");
             Ok(HttpTask::Done)
         } else {
             /* need to read body */
             let body = self.read_body_bytes().await?;
-            let end_of_body = self.is_body_done();
+            // switchyard: with trailers read, the trailers task is the end (above).
+            let end_of_body = self.is_body_done() && !self.body_reader.has_trailers();
             debug!(
                 "Response body: {} bytes, end: {end_of_body}",
                 body.as_ref().map_or(0, |b| b.len())
@@ -837,7 +856,6 @@ impl HttpSession {
                 Ok(HttpTask::Body(body, end_of_body))
             }
         }
-        // TODO: support h1 trailer
     }
 
     /// Return the [Digest] of the connection

@@ -15,6 +15,8 @@
 //! HTTP/1.x implementation
 
 pub(crate) mod body;
+// switchyard (vendor/README.md): which fields trailers carry, for its fuzz check.
+pub use body::is_trailer_field;
 pub mod client;
 pub mod common;
 pub(crate) mod header;

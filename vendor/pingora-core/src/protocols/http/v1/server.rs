@@ -18,8 +18,8 @@ use bstr::ByteSlice;
 use bytes::Bytes;
 use bytes::{BufMut, BytesMut};
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::HeaderValue;
 use http::{header, header::AsHeaderName, Method, Version};
+use http::{HeaderMap, HeaderValue};
 use log::{debug, trace, warn};
 use once_cell::sync::Lazy;
 use percent_encoding::{percent_encode, AsciiSet, CONTROLS};
@@ -638,6 +638,13 @@ impl HttpSession {
     }
 
     /// Whether there is no (more) body to be read.
+    /// The request's trailers, once its chunked body has been read to its end
+    /// (`BodyReader::take_trailers`). Taken once.
+    // Added by switchyard (vendor/README.md), for Pingora's proxy to pass them on.
+    pub fn take_request_trailers(&mut self) -> Option<Box<HeaderMap>> {
+        self.body_reader.take_trailers()
+    }
+
     pub fn is_body_done(&mut self) -> bool {
         self.init_body_reader();
         self.body_reader.body_done()
@@ -1083,7 +1090,20 @@ impl HttpSession {
     /// For chunked encoding response, this call will also send the last chunk.
     /// For upgraded sessions, this call will also close the reading of the client body.
     pub async fn finish_body(&mut self) -> Result<Option<usize>> {
-        let res = self.body_writer.finish(&mut self.underlying_stream).await?;
+        self.finish_body_with_trailers(None).await
+    }
+
+    /// [`Self::finish_body`] with the response's trailers, written when the body is chunked
+    /// (`BodyWriter::finish_with_trailers`).
+    // Added by switchyard (vendor/README.md), for Pingora's proxy to pass trailers on.
+    pub async fn finish_body_with_trailers(
+        &mut self,
+        trailers: Option<&HeaderMap>,
+    ) -> Result<Option<usize>> {
+        let res = self
+            .body_writer
+            .finish_with_trailers(&mut self.underlying_stream, trailers)
+            .await?;
         self.underlying_stream
             .flush()
             .await
@@ -1521,7 +1541,13 @@ impl HttpSession {
                 self.write_non_empty_body(data, true).await?;
                 end_stream
             }
-            HttpTask::Trailer(_) => true, // h1 trailer is not supported yet
+            HttpTask::Trailer(trailers) => {
+                // switchyard (vendor/README.md): in a chunked body's last chunk.
+                self.finish_body_with_trailers(trailers.as_deref())
+                    .await
+                    .map_err(|e| e.into_down())?;
+                true
+            }
             HttpTask::Done => true,
             HttpTask::Failed(e) => return Err(e),
         };
@@ -1558,6 +1584,7 @@ impl HttpSession {
         }
 
         let mut end_stream = false;
+        let mut trailers = None;
         for task in tasks.into_iter() {
             end_stream = match task {
                 HttpTask::Header(header, end_stream) => {
@@ -1574,7 +1601,11 @@ impl HttpSession {
                     self.buffer_body_data(data, true);
                     end_stream
                 }
-                HttpTask::Trailer(_) => true, // h1 trailer is not supported yet
+                HttpTask::Trailer(t) => {
+                    // switchyard (vendor/README.md): written after the buffered body.
+                    trailers = t;
+                    true
+                }
                 HttpTask::Done => true,
                 HttpTask::Failed(e) => {
                     // flush the data we have and quit
@@ -1590,7 +1621,9 @@ impl HttpSession {
         self.write_body_buf().await.map_err(|e| e.into_down())?;
         if end_stream {
             // no-op if body wasn't initialized or is finished already
-            self.finish_body().await.map_err(|e| e.into_down())?;
+            self.finish_body_with_trailers(trailers.as_deref())
+                .await
+                .map_err(|e| e.into_down())?;
         }
         Ok(end_stream || self.body_writer.finished())
     }
