@@ -2,8 +2,10 @@
 //! cargo-fuzz targets in `fuzz/fuzz_targets/` (`http_request`, `http_response`, `chunked`,
 //! `http1_differential`) and by `tests/fuzz_corpus.rs`, which replays `fuzz/corpus/<target>/`
 //! through them in `cargo test`. Each `check_*` takes the fuzzer's bytes and panics on a
-//! violation. Only `switchyard`, `httparse` and `std` are used, so this file compiles in both
-//! crates.
+//! violation. `check_pingora_trailers` checks Pingora's HTTP/1 body reader instead (the copy in
+//! `vendor/`, where switchyard added trailers). Only `switchyard`, `pingora`, `tokio`, `http`,
+//! `httparse` and `std` are used, each a dependency of both crates, so this file compiles in
+//! both.
 //!
 //! Input layout: the first byte holds flags (which frontend, client IP, stickiness, …), the
 //! rest is the wire data. An empty input checks nothing.
@@ -948,4 +950,84 @@ pub fn check_proxy_protocol(data: &[u8]) {
         assert_eq!(h.source.map(canonical), Some(canonical(source)));
         assert_eq!(h.destination.map(canonical), Some(canonical(dest)));
     }
+}
+
+// === Pingora's chunked body reader with trailers ===
+
+/// `pingora_trailers`: Pingora's HTTP/1 body reader (the vendored copy, which now keeps a
+/// chunked body's trailers: vendor/README.md) reading a request. The first byte seeds the
+/// sizes of the pieces the bytes arrive in; the rest is the body of a fixed chunked `POST`.
+/// Read whole or piece by piece, the body must be read the same: its data, its trailers, or
+/// its refusal. A field that frames a message or belongs to one connection is never among the
+/// trailers. Pingora's own tests of this reader are not in the copy (vendor/README.md).
+pub fn check_pingora_trailers(data: &[u8]) {
+    let Some((&seed, body)) = data.split_first() else {
+        return;
+    };
+    let mut wire = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    wire.extend_from_slice(body);
+    let whole = read_chunked_request(&wire, None);
+    let pieces = read_chunked_request(&wire, Some(seed));
+    assert_eq!(whole, pieces, "read whole and in pieces (seed {seed})");
+    if let Ok((_, Some(trailers))) = &whole {
+        for (name, _) in trailers {
+            let name = http::HeaderName::from_bytes(name.as_bytes()).expect("a parsed name");
+            assert!(
+                pingora::protocols::http::v1::is_trailer_field(&name),
+                "{name} kept as a trailer"
+            );
+        }
+    }
+}
+
+/// What Pingora's server session read of a request's body: data and trailers, or a refusal.
+type BodyRead = Result<(Vec<u8>, Option<Vec<(String, Vec<u8>)>>), ()>;
+
+/// Reads `wire` (a whole request) through Pingora's HTTP/1 server session, the bytes arriving
+/// whole or, with a seed, in pieces of 1 to 16 bytes.
+fn read_chunked_request(wire: &[u8], seed: Option<u8>) -> BodyRead {
+    use pingora::protocols::http::v1::server::HttpSession;
+    use tokio::io::AsyncWriteExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let write = async move {
+            let mut rest = wire;
+            let mut state = seed.map(u32::from);
+            while !rest.is_empty() {
+                let n = match state.as_mut() {
+                    None => rest.len(),
+                    Some(s) => {
+                        *s = s.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                        (((*s >> 16) % 16) as usize + 1).min(rest.len())
+                    }
+                };
+                if client.write_all(&rest[..n]).await.is_err() {
+                    return;
+                }
+                rest = &rest[n..];
+                // Let the reader take this piece before the next is written.
+                tokio::task::yield_now().await;
+            }
+            // Dropping the client ends the stream.
+        };
+        let read = async {
+            let mut session = HttpSession::new(Box::new(server));
+            session.read_request().await.map_err(drop)?;
+            let mut body = Vec::new();
+            while let Some(bytes) = session.read_body_bytes().await.map_err(drop)? {
+                body.extend_from_slice(&bytes);
+            }
+            let trailers = session.take_request_trailers().map(|t| {
+                t.iter()
+                    .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                    .collect()
+            });
+            Ok((body, trailers))
+        };
+        let ((), read) = tokio::join!(write, read);
+        read
+    })
 }

@@ -57,3 +57,8 @@ fn http1_differential_corpus() {
 fn proxy_protocol_corpus() {
     assert!(replay("proxy_protocol", checks::check_proxy_protocol) > 0);
 }
+
+#[test]
+fn pingora_trailers_corpus() {
+    assert!(replay("pingora_trailers", checks::check_pingora_trailers) > 0);
+}
