@@ -437,14 +437,14 @@ pub struct Args {
     )]
     pub threads: usize,
 
-    /// `true` (the default): tokio's work-stealing scheduler, whose threads share the work.
-    /// `false`: one single-threaded runtime per thread, each client connection (HTTP or raw
-    /// TCP) placed on one at random and kept there with all it starts (its socket served by
-    /// that thread's reactor), and each thread with HTTP/2 connections to backends of its own,
-    /// as HAProxy and Envoy pin a connection to a thread; measured on one thread and two, work
-    /// stealing took 11-63 % more CPU per HTTP/2 request (docs/performance.md). Not the default
-    /// while two stalls seen in test runs are not explained.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+    /// `false` (the default): one single-threaded runtime per thread, each client connection
+    /// (HTTP or raw TCP) placed on one at random and kept there with all it starts (its socket
+    /// served by that thread's reactor), and each thread with HTTP/2 connections to backends of
+    /// its own, as HAProxy and Envoy pin a connection to a thread. `true`: tokio's
+    /// work-stealing scheduler, whose threads share the work; measured on one thread and two,
+    /// it took 11-63 % more CPU per HTTP/2 request (docs/performance.md). It may still serve
+    /// better a machine with many more cores than busy connections (not measured).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set,
           env = "SWITCHYARD_WORK_STEALING")]
     pub work_stealing: bool,
 

@@ -421,7 +421,34 @@ async fn forwarding_fields_reach_an_h2c_backend_on_both_engines() {
     assert_eq!(seen[0], seen[1], "the engines agree");
 }
 
-/// With `--work-stealing false` (one single-threaded runtime per thread, not the default; two
+/// With `--work-stealing true` (tokio's work-stealing scheduler, not the default; two threads
+/// here) HTTP/2 streams with and without bodies reach the h2c backend and come back whole, many
+/// at once, and an HTTP/1 client's request too; the threads share one backend connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_served_with_work_stealing() {
+    let backend = H2Backend::start().await;
+    let sy = switchyard(world(&backend))
+        .args(&["--work-stealing", "true", "--threads", "2"])
+        .start()
+        .await;
+    let send = client(sy.http_port).await;
+    assert_eq!(
+        exchange(&send, "POST", "/h2/b", b"hello").await,
+        answered("POST /b 5")
+    );
+    twenty_at_once(&send, &["--work-stealing", "true"]).await;
+    let other = client(sy.http_port).await;
+    assert_eq!(
+        exchange(&other, "GET", "/h2/c", b"").await,
+        answered("GET /c 0")
+    );
+    assert_eq!(backend.counts.connections.load(Ordering::Relaxed), 1);
+    let h1 = sy.get("/h2/h1").await;
+    assert_eq!((h1.status, h1.body.as_str()), (200, "GET /h1 0"));
+    assert_eq!(backend.counts.streams.load(Ordering::Relaxed), 23);
+}
+
+/// With `--work-stealing false` (the default: one single-threaded runtime per thread; two
 /// threads here) HTTP/2 streams with and without bodies still reach the h2c backend and come
 /// back whole, many at once, and an HTTP/1 client's request too (through Pingora's proxy);
 /// each thread has backend connections of its own (the pool's unit test shows that a stream
