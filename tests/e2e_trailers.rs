@@ -223,6 +223,17 @@ async fn h1_send(conn: &mut BufReader<TcpStream>, request: &str) -> Message {
     }
 }
 
+/// `got` is a `200` with `body` and the backends' trailer `x-trailer: done`.
+fn answered(got: &Message, body: &str, engine: &[&str]) {
+    assert!(got.start.starts_with("HTTP/1.1 200"), "{engine:?}: {got:?}");
+    assert_eq!(String::from_utf8_lossy(&got.body), body, "{engine:?}");
+    assert_eq!(
+        got.trailer("x-trailer"),
+        Some("done"),
+        "{engine:?}: {got:?}"
+    );
+}
+
 /// A chunked `POST` to `path` with `hello` and the given trailer section.
 fn chunked_post(path: &str, trailers: &str) -> String {
     format!(
@@ -255,17 +266,7 @@ async fn an_http1_client_and_an_h2c_backend_exchange_trailers() {
             &chunked_post("/h2/t", "x-request-trailer: from-h1\r\nte: gzip\r\n"),
         )
         .await;
-        assert!(got.start.starts_with("HTTP/1.1 200"), "{engine:?}: {got:?}");
-        assert_eq!(
-            String::from_utf8_lossy(&got.body),
-            "POST /t 5 from-h1 x-request-trailer",
-            "{engine:?}"
-        );
-        assert_eq!(
-            got.trailer("x-trailer"),
-            Some("done"),
-            "{engine:?}: {got:?}"
-        );
+        answered(&got, "POST /t 5 from-h1 x-request-trailer", engine);
         // Without trailers, as before.
         let plain = h1_exchange(sy.http_port, &chunked_post("/h2/u", "")).await;
         assert_eq!(String::from_utf8_lossy(&plain.body), "POST /u 5 - -");
@@ -292,30 +293,11 @@ async fn http1_trailers_travel_both_ways_on_both_engines() {
             ),
         )
         .await;
-        assert!(got.start.starts_with("HTTP/1.1 200"), "{engine:?}: {got:?}");
-        assert_eq!(
-            String::from_utf8_lossy(&got.body),
-            "POST /t 5 from-h1 x-request-trailer,x-other",
-            "{engine:?}"
-        );
-        assert_eq!(
-            got.trailer("x-trailer"),
-            Some("done"),
-            "{engine:?}: {got:?}"
-        );
+        answered(&got, "POST /t 5 from-h1 x-request-trailer,x-other", engine);
         // The connection goes on after trailers both ways. A response's trailers to a plain
         // GET (which the fast path relays itself).
         let get = h1_send(&mut conn, "GET /web/g HTTP/1.1\r\nhost: t.test\r\n\r\n").await;
-        assert_eq!(
-            String::from_utf8_lossy(&get.body),
-            "GET /g 0 - -",
-            "{engine:?}"
-        );
-        assert_eq!(
-            get.trailer("x-trailer"),
-            Some("done"),
-            "{engine:?}: {get:?}"
-        );
+        answered(&get, "GET /g 0 - -", engine);
         // A trailer section that is not field lines: 400, and the log says why.
         let bad = h1_exchange(
             sy.http_port,
