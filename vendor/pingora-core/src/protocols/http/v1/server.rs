@@ -637,7 +637,6 @@ impl HttpSession {
         }
     }
 
-    /// Whether there is no (more) body to be read.
     /// The request's trailers, once its chunked body has been read to its end
     /// (`BodyReader::take_trailers`). Taken once.
     // Added by switchyard (vendor/README.md), for Pingora's proxy to pass them on.
@@ -645,6 +644,7 @@ impl HttpSession {
         self.body_reader.take_trailers()
     }
 
+    /// Whether there is no (more) body to be read.
     pub fn is_body_done(&mut self) -> bool {
         self.init_body_reader();
         self.body_reader.body_done()
