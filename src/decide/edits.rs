@@ -329,12 +329,18 @@ pub fn no_cache_set_cookie(prev: Option<&[u8]>) -> Vec<u8> {
 /// The `Extend` result: `prev, value` when `prev` is visible text, else `value` alone.
 pub fn extended(prev: Option<&[u8]>, value: &Value<'_>) -> Vec<u8> {
     let mut v = Vec::with_capacity(64);
-    if let Some(p) = prev.filter(|p| extendable(p)) {
-        v.extend_from_slice(p);
-        v.extend_from_slice(b", ");
-    }
-    value.write_to(&mut v);
+    extend_into(&mut v, prev, value);
     v
+}
+
+/// Writes the `Extend` result (`extended`) at the end of `out`: for an engine that writes the
+/// field into its own buffer.
+pub fn extend_into(out: &mut Vec<u8>, prev: Option<&[u8]>, value: &Value<'_>) {
+    if let Some(p) = prev.filter(|p| extendable(p)) {
+        out.extend_from_slice(p);
+        out.extend_from_slice(b", ");
+    }
+    value.write_to(out);
 }
 
 /// A value `Extend` keeps: non-empty visible ASCII text (tabs allowed).

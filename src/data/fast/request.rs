@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::decide::edits::{Edit, Edits, extendable, no_cache_set_cookie};
+use crate::decide::edits::{Edit, Edits, extend_into, no_cache_set_cookie};
 use crate::decide::target::{has_dot_segment, valid_host};
 use crate::table::sticky::{self, COOKIE_NAME};
 
@@ -324,13 +324,7 @@ impl Seen {
                 }
                 Edit::Extend(name, v) => {
                     field_start(out, name);
-                    if let Some(prev) = self.first[0].clone().map(|r| &head[r])
-                        && extendable(prev)
-                    {
-                        out.extend_from_slice(prev);
-                        out.extend_from_slice(b", ");
-                    }
-                    v.write_to(out);
+                    extend_into(out, self.first[0].clone().map(|r| &head[r]), &v);
                     out.extend_from_slice(b"\r\n");
                 }
                 Edit::NoCacheSetCookie => {
