@@ -1020,7 +1020,7 @@ fn read_chunked_request(wire: &[u8], seed: Option<u8>) -> BodyRead {
             while let Some(bytes) = session.read_body_bytes().await.map_err(drop)? {
                 body.extend_from_slice(&bytes);
             }
-            let trailers = session.take_request_trailers().map(|t| {
+            let trailers = session.request_trailers().map(|t| {
                 t.iter()
                     .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
                     .collect()

@@ -10,6 +10,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,18 +43,43 @@ fn text(method: &str, path: &str, n: usize, trailer: Option<&str>, names: &[&str
     format!("{method} {path} {n} {} {names}", trailer.unwrap_or("-"))
 }
 
-/// An h2c backend (prior knowledge) on a free port.
-async fn h2c_backend() -> (u16, Task) {
+/// An h2c backend (prior knowledge) on a free port. While `dropping` is set, the next request
+/// (of any backend sharing it) is read to its end, trailers too, and its connection closed
+/// unanswered, as by a backend that goes away mid-request.
+async fn h2c_backend(dropping: Arc<AtomicBool>) -> (u16, Task) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
+            let dropping = dropping.clone();
             tokio::spawn(async move {
                 let Ok(mut conn) = h2::server::handshake(tcp).await else {
                     return;
                 };
-                while let Some(Ok((req, respond))) = conn.accept().await {
-                    tokio::spawn(h2_answer(req, respond));
+                // The connection must go on being polled while a body is read.
+                let read = Arc::new(tokio::sync::Notify::new());
+                loop {
+                    let (req, respond) = tokio::select! {
+                        next = conn.accept() => match next {
+                            Some(Ok(stream)) => stream,
+                            _ => return,
+                        },
+                        () = read.notified() => return,
+                    };
+                    if dropping.swap(false, Ordering::SeqCst) {
+                        let read = read.clone();
+                        tokio::spawn(async move {
+                            let mut body = req.into_body();
+                            while let Some(Ok(chunk)) = body.data().await {
+                                let _ = body.flow_control().release_capacity(chunk.len());
+                            }
+                            let _ = body.trailers().await;
+                            read.notify_one();
+                            drop(respond);
+                        });
+                    } else {
+                        tokio::spawn(h2_answer(req, respond));
+                    }
                 }
             });
         }
@@ -87,15 +114,19 @@ async fn h2_answer(
 
 /// An HTTP/1.1 backend on a free port, keeping connections alive. A chunked request's trailers
 /// are read; the answer is chunked with a trailer. `Content-Length` bodies are read too, and
-/// any other request has none.
-async fn h1_backend() -> (u16, Task) {
+/// any other request has none. `dropping` as for `h2c_backend`.
+async fn h1_backend(dropping: Arc<AtomicBool>) -> (u16, Task) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
+            let dropping = dropping.clone();
             tokio::spawn(async move {
                 let mut conn = BufReader::new(tcp);
                 while let Ok(Some(msg)) = read_message(&mut conn, true).await {
+                    if dropping.swap(false, Ordering::SeqCst) {
+                        return;
+                    }
                     let (method, path) = msg.start.split_once(' ').unwrap_or(("?", "?"));
                     let path = path.split(' ').next().unwrap_or("?");
                     let trailer = msg.trailer("x-request-trailer");
@@ -255,7 +286,7 @@ fn world(name: &str, app_protocol: Option<&str>, port: u16) -> Vec<Value> {
 /// peer refuses in trailers) is left out and the rest still goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_client_and_an_h2c_backend_exchange_trailers() {
-    let (port, _task) = h2c_backend().await;
+    let (port, _task) = h2c_backend(Arc::default()).await;
     for engine in ENGINES {
         let sy = switchyard(world("h2", Some("h2c"), port))
             .args(engine)
@@ -278,7 +309,7 @@ async fn an_http1_client_and_an_h2c_backend_exchange_trailers() {
 /// and writes the trailer section again). A malformed trailer section is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http1_trailers_travel_both_ways_on_both_engines() {
-    let (port, _task) = h1_backend().await;
+    let (port, _task) = h1_backend(Arc::default()).await;
     for engine in ENGINES {
         let sy = switchyard(world("web", None, port))
             .args(engine)
@@ -317,54 +348,129 @@ async fn http1_trailers_travel_both_ways_on_both_engines() {
 /// backend's trailers come back as HTTP/2 trailers, on both engines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_client_and_an_http1_backend_exchange_trailers() {
-    let (port, _task) = h1_backend().await;
+    let (port, _task) = h1_backend(Arc::default()).await;
     for engine in ENGINES {
         let sy = switchyard(world("web", None, port))
             .args(engine)
             .start()
             .await;
-        let tcp = TcpStream::connect(("127.0.0.1", sy.http_port))
-            .await
-            .unwrap();
-        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let run = async {
-            let mut send = send.ready().await.unwrap();
-            let req = http::Request::builder()
-                .method("POST")
-                .uri("http://t.test/web/t")
-                .body(())
-                .unwrap();
-            let (resp, mut stream) = send.send_request(req, false).unwrap();
-            stream
-                .send_data(Bytes::from_static(b"hello"), false)
-                .unwrap();
-            let mut trailers = http::HeaderMap::new();
-            trailers.insert(
-                "x-request-trailer",
-                http::HeaderValue::from_static("from-h2"),
-            );
-            stream.send_trailers(trailers).unwrap();
-            let resp = resp.await.unwrap();
-            assert_eq!(resp.status(), 200, "{engine:?}");
-            let mut body = resp.into_body();
-            let mut got = Vec::new();
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk.unwrap();
-                let _ = body.flow_control().release_capacity(chunk.len());
-                got.extend_from_slice(&chunk);
-            }
-            let trailers = body.trailers().await.unwrap();
-            (String::from_utf8_lossy(&got).into_owned(), trailers)
-        };
-        let (body, trailers) = tokio::time::timeout(WAIT, run).await.expect("no answer");
+        let (body, trailers) = h2_exchange(sy.http_port, "POST", engine).await;
         assert_eq!(body, "POST /t 5 from-h2 x-request-trailer", "{engine:?}");
         assert_eq!(
             trailers.as_ref().and_then(|t| t.get("x-trailer")),
             Some(&http::HeaderValue::from_static("done")),
             "{engine:?}"
         );
+    }
+}
+
+/// An HTTP/2 request (prior knowledge) to `port`: `method` `/web/t` with `hello` and the trailer
+/// `x-request-trailer: from-h2`; the answer's body and trailers, which must be a `200`.
+async fn h2_exchange(
+    port: u16,
+    method: &str,
+    engine: &[&str],
+) -> (String, Option<http::HeaderMap>) {
+    let (status, body, trailers) = h2_request(port, method, Bytes::from_static(b"hello")).await;
+    assert_eq!(status, 200, "{engine:?}: {body}");
+    (body, trailers)
+}
+
+/// As `h2_exchange`, with `body`; the answer's status too.
+async fn h2_request(
+    port: u16,
+    method: &str,
+    body: Bytes,
+) -> (u16, String, Option<http::HeaderMap>) {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let run = async {
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::builder()
+            .method(method)
+            .uri("http://t.test/web/t")
+            .body(())
+            .unwrap();
+        let (resp, mut stream) = send.send_request(req, false).unwrap();
+        stream.send_data(body, false).unwrap();
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert(
+            "x-request-trailer",
+            http::HeaderValue::from_static("from-h2"),
+        );
+        stream.send_trailers(trailers).unwrap();
+        let resp = resp.await.unwrap();
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        let mut got = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.unwrap();
+        (status, String::from_utf8_lossy(&got).into_owned(), trailers)
+    };
+    tokio::time::timeout(WAIT, run).await.expect("no answer")
+}
+
+/// A request sent again keeps its trailers. The first request either of two backends gets is
+/// read whole, trailers included, and its connection closed unanswered; switchyard replays the
+/// `PUT` (idempotent, its body kept) on the other, which must get the trailers too. A body
+/// longer than what is kept for a replay (64 KiB) is not sent again: `502`. HTTP/1.1 and HTTP/2
+/// clients, HTTP/1.1 and h2c backends, both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_again_keeps_its_trailers() {
+    for engine in ENGINES {
+        for h2c in [false, true] {
+            let dropping = Arc::new(AtomicBool::new(true));
+            let backend = || async {
+                if h2c {
+                    h2c_backend(dropping.clone()).await
+                } else {
+                    h1_backend(dropping.clone()).await
+                }
+            };
+            let ((a, _a), (b, _b)) = (backend().await, backend().await);
+            let mut s = svc("web", 80);
+            if h2c {
+                s = s.app_protocol("h2c");
+            }
+            let sy = switchyard(vec![s.into(), slice("web", "", a), slice("web", "", b)])
+                .args(engine)
+                .start()
+                .await;
+            let to = if h2c { "h2c" } else { "h1" };
+            let put =
+                chunked_post("/web/t", "x-request-trailer: from-h1\r\n").replacen("POST", "PUT", 1);
+            let got = h1_exchange(sy.http_port, &put).await;
+            answered(&got, "PUT /t 5 from-h1 x-request-trailer", engine);
+            assert!(
+                !dropping.load(Ordering::SeqCst),
+                "{engine:?} to {to}: none dropped"
+            );
+            dropping.store(true, Ordering::SeqCst);
+            let (body, trailers) = h2_exchange(sy.http_port, "PUT", engine).await;
+            assert_eq!(
+                body, "PUT /t 5 from-h2 x-request-trailer",
+                "{engine:?} to {to}"
+            );
+            assert!(trailers.is_some_and(|t| t.contains_key("x-trailer")));
+            assert!(
+                !dropping.load(Ordering::SeqCst),
+                "{engine:?} to {to}: none dropped"
+            );
+            dropping.store(true, Ordering::SeqCst);
+            let long = Bytes::from(vec![b'x'; 70 * 1024]);
+            let (status, body, _) = h2_request(sy.http_port, "PUT", long).await;
+            assert_eq!(status, 502, "{engine:?} to {to}: {body}");
+            assert!(
+                !dropping.load(Ordering::SeqCst),
+                "{engine:?} to {to}: none dropped"
+            );
+        }
     }
 }

@@ -29,7 +29,7 @@ use crate::data::Timeouts;
 use crate::data::mirror::{BodyCopies, Mirrors};
 use crate::data::record::{Finished, Recorder};
 use crate::data::tls;
-use crate::decide::attempt::{Attempt, Failure, Policy, Route, https_location};
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Policy, Route, Sent, https_location};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
     ClientCert, Edit, Edits, Forwarding, GRPC_STATUS, extended, ip_text, made_name,
@@ -572,9 +572,18 @@ impl ProxyHttp for HttpProxy {
             .is_some_and(|r| r.status == http::StatusCode::SWITCHING_PROTOCOLS);
         let failure = Failure {
             cause: ctx.blame(cause_of(&e, session.response_written().is_some(), tunnel)),
-            replayable: session.req_header().method.is_idempotent()
-                && !session.as_ref().retry_buffer_truncated()
-                && session.response_written().is_none(),
+            replayable: Sent {
+                idempotent: session.req_header().method.is_idempotent(),
+                // Pingora's proxy does not tell a refused HTTP/2 stream from another error.
+                unprocessed: false,
+                body: if session.as_ref().retry_buffer_truncated() {
+                    BodyKept::Partly
+                } else {
+                    BodyKept::All
+                },
+                answered: session.response_written().is_some(),
+            }
+            .replayable(),
         };
         let verdict = ctx.attempt.failed(failure, &self.policy, Instant::now());
         self.recorder.failure(&ctx.attempt, &verdict);

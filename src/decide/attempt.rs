@@ -131,9 +131,41 @@ pub enum RouteError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure {
     pub cause: Cause,
-    /// Nothing reached the client yet and the request may be sent again (an idempotent
-    /// method whose body is still buffered). Irrelevant before a connection: nothing was sent.
+    /// The request may be sent again (`Sent::replayable`). Irrelevant before a connection:
+    /// nothing was sent.
     pub replayable: bool,
+}
+
+/// How much of the request body that went to the endpoint an engine still has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKept {
+    /// All of it: none went, or what went is still in the replay buffer (64 KiB, Pingora's
+    /// `BODY_BUF_LIMIT`), the trailers with it.
+    All,
+    /// Some of it is gone: past the replay buffer, or not buffered.
+    Partly,
+}
+
+/// What a try that failed after connecting had done, to say whether its request may go again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// The method is idempotent (RFC 9110 §9.2.2): sending it twice is the same as once.
+    pub idempotent: bool,
+    /// The backend said it did not process the request (HTTP/2 `REFUSED_STREAM`, or past a
+    /// GOAWAY's last stream; RFC 9113 §8.7).
+    pub unprocessed: bool,
+    pub body: BodyKept,
+    /// The client has had some of a response (even a `1xx`).
+    pub answered: bool,
+}
+
+impl Sent {
+    /// Every engine's rule for sending a request again once a backend may have seen it: only
+    /// while the client has had nothing, all of the body sent is still at hand, and the request
+    /// is idempotent or was not processed.
+    pub fn replayable(&self) -> bool {
+        !self.answered && self.body == BodyKept::All && (self.idempotent || self.unprocessed)
+    }
 }
 
 /// What to do after a failure.

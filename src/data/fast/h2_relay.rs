@@ -35,7 +35,7 @@ use crate::data::proxy::{
 };
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
-use crate::decide::attempt::{Attempt, Failure, Route};
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edits, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{failure_answer, grpc_answer, is_grpc};
@@ -76,6 +76,36 @@ impl Call {
 
     fn blame(&self, cause: Cause) -> Cause {
         grpc::blame(cause, self.deadline, Instant::now())
+    }
+}
+
+/// A further try's request body: what the session kept of it (`enable_retry_buffering`), then,
+/// if the client has ended it, its end with the trailers if it sent any.
+async fn resend_body(
+    session: &mut HttpSession,
+    call: &Call,
+    to_backend: &mut SendStream<Bytes>,
+) -> Result<(), Cause> {
+    let trailers = if call.body_done {
+        session
+            .read_request_trailers()
+            .await
+            .map_err(|_| Cause::ClientGone)?
+    } else {
+        None
+    };
+    let body = session.get_retry_buffer().unwrap_or_default();
+    let end = call.body_done && trailers.is_none();
+    if !body.is_empty() || end {
+        write_body(to_backend, body, end, Some(call.server_timeout))
+            .await
+            .map_err(|_| Cause::UpstreamClosed)?;
+    }
+    match trailers {
+        Some(trailers) => to_backend
+            .send_trailers(trailers)
+            .map_err(|_| Cause::UpstreamClosed),
+        None => Ok(()),
     }
 }
 
@@ -182,6 +212,10 @@ impl FastPath {
             ending: None,
         };
         session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
+        if call.idempotent && !call.body_done {
+            // Kept as it is read, as on Pingora's path, so that a further try can send it again.
+            session.enable_retry_buffering();
+        }
 
         let client_ip = client.map(|a| ip_text(a.ip()));
         let cert = if self.proxy.fwd.client_cert_headers {
@@ -277,13 +311,23 @@ impl FastPath {
                 call.failed = true;
                 return;
             }
+            // Only an idempotent request's body is kept (so a gRPC call whose message went is
+            // never sent again).
+            let kept = !call.body_sent || (call.idempotent && !session.retry_buffer_truncated());
+            let sent = Sent {
+                idempotent: call.idempotent,
+                unprocessed: broken.unprocessed,
+                body: if kept {
+                    BodyKept::All
+                } else {
+                    BodyKept::Partly
+                },
+                // A try fails here before its response header.
+                answered: false,
+            };
             let failure = Failure {
                 cause,
-                // As on Pingora's path, only an idempotent request is sent again once the
-                // backend may have begun it; a stream it did not process may go again whatever
-                // its method, while none of its body has been read (gRPC: a started stream is
-                // never retried).
-                replayable: !call.body_sent && (broken.unprocessed || call.idempotent),
+                replayable: sent.replayable(),
             };
             let verdict = attempt.failed(failure, policy, Instant::now());
             self.proxy.recorder.failure(attempt, &verdict);
@@ -418,7 +462,7 @@ impl FastPath {
         let limit = call.limit();
         let sent = tokio::time::timeout_at(limit, async {
             let mut send = send.ready().await?;
-            send.send_request(request, call.body_done)
+            send.send_request(request, call.body_done && !call.body_sent)
         })
         .await;
         let (response, mut to_backend) = match sent {
@@ -437,6 +481,15 @@ impl FastPath {
                 });
             }
         };
+        if call.body_sent {
+            // Sent again (`Sent::replayable` allowed it: all of the body that went is kept).
+            if let Err(cause) = resend_body(session, call, &mut to_backend).await {
+                return Err(Broken {
+                    cause,
+                    unprocessed: false,
+                });
+            }
+        }
         let mut response = std::pin::pin!(response);
         loop {
             tokio::select! {
@@ -490,7 +543,7 @@ impl FastPath {
                 // The body's end: the trailers, if the client sent any, are already in hand.
                 match session.read_request_trailers().await {
                     Ok(Some(trailers)) => {
-                        // Read once: the call cannot be replayed with them.
+                        // The session keeps them: a further try sends them again.
                         call.body_sent = true;
                         to_backend
                             .send_trailers(trailers)

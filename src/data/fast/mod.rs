@@ -49,7 +49,7 @@ use crate::data::listener::GuardedStream;
 use crate::data::proxy::HttpProxy;
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
-use crate::decide::attempt::{Attempt, Failure, Route, https_location};
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent, https_location};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
@@ -571,9 +571,16 @@ impl FastPath {
                     break (up, key, resp);
                 }
                 Err(x) => {
+                    let sent = Sent {
+                        // This path takes only `GET` and `HEAD`, without a body.
+                        idempotent: true,
+                        unprocessed: false,
+                        body: BodyKept::All,
+                        answered: x.informed,
+                    };
                     let failure = Failure {
                         cause: x.cause,
-                        replayable: !x.informed,
+                        replayable: sent.replayable(),
                     };
                     let verdict = attempt.failed(failure, policy, Instant::now());
                     self.proxy.recorder.failure(&attempt, &verdict);

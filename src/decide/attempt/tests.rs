@@ -386,3 +386,23 @@ fn https_locations_keep_path_and_query_and_drop_the_port() {
     assert_eq!(https_location(b"[::1]:80", "/x", 443), "https://[::1]/x");
     assert_eq!(https_location(b"[::1]", "/x", 443), "https://[::1]/x");
 }
+
+#[test]
+fn a_request_goes_again_only_whole_unanswered_and_idempotent_or_unprocessed() {
+    use BodyKept::{All, Partly};
+    for (idempotent, unprocessed, body, answered, replayable) in [
+        (true, false, All, false, true),
+        (false, true, All, false, true),
+        (false, false, All, false, false),
+        (true, true, Partly, false, false),
+        (true, true, All, true, false),
+    ] {
+        let sent = Sent {
+            idempotent,
+            unprocessed,
+            body,
+            answered,
+        };
+        assert_eq!(sent.replayable(), replayable, "{sent:?}");
+    }
+}

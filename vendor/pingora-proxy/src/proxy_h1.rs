@@ -484,6 +484,17 @@ where
 
         // retry, send buffer if it exists or body empty
         if buffer.is_some() || session.as_mut().is_body_empty() {
+            // switchyard (vendor/README.md): a body read to its end on an earlier try ends with
+            // its trailers again.
+            let trailers = if buffer.is_some() && downstream_state.is_done() {
+                session
+                    .downstream_session
+                    .read_request_trailers()
+                    .await
+                    .map_err(|e| e.into_down())?
+            } else {
+                None
+            };
             let send_permit = tx
                 .reserve()
                 .await
@@ -491,11 +502,16 @@ where
             self.send_body_to_pipe(
                 session,
                 buffer,
-                downstream_state.is_done(),
+                downstream_state.is_done() && trailers.is_none(),
                 send_permit,
                 ctx,
             )
             .await?;
+            if let Some(trailers) = trailers {
+                tx.send(HttpTask::Trailer(Some(Box::new(trailers))))
+                    .await
+                    .or_err(InternalError, "sending request trailers to pipe")?;
+            }
         }
 
         let mut response_state = ResponseStateMachine::new();

@@ -528,15 +528,32 @@ where
 
         // retry, send buffer if it exists
         if let Some(buffer) = session.as_mut().get_retry_buffer() {
+            // switchyard (vendor/README.md): a body read to its end on an earlier try ends with
+            // its trailers again.
+            let trailers = if downstream_state.is_done() {
+                session
+                    .downstream_session
+                    .read_request_trailers()
+                    .await
+                    .map_err(|e| e.into_down())?
+            } else {
+                None
+            };
             self.send_body_to2(
                 session,
                 Some(buffer),
-                downstream_state.is_done(),
+                downstream_state.is_done() && trailers.is_none(),
                 client_body,
                 ctx,
                 write_timeout,
             )
             .await?;
+            if let Some(trailers) = trailers {
+                client_body
+                    .send_trailers(trailers)
+                    .or_err(WriteError, "while writing h2 request trailers to upstream")
+                    .map_err(|e| e.into_up())?;
+            }
         }
 
         let mut response_state = ResponseStateMachine::new();

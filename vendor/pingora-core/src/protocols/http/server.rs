@@ -251,10 +251,11 @@ impl Session {
 
     /// Read the request trailers, once the request body has been read to its end: an H2
     /// stream's, or an H1 chunked body's. `None` from the others, and when the request has none.
+    /// They are kept: a later call (a retry's) gets them again.
     // Added by switchyard (vendor/README.md), for Pingora's proxy to pass them on.
     pub async fn read_request_trailers(&mut self) -> Result<Option<HeaderMap>> {
         match self {
-            Self::H1(s) => Ok(s.take_request_trailers().map(|t| *t)),
+            Self::H1(s) => Ok(s.request_trailers().cloned()),
             Self::H2(s) => s.read_request_trailers().await,
             Self::Subrequest(_) | Self::Custom(_) => Ok(None),
         }

@@ -201,6 +201,12 @@ impl BodyReader {
         self.trailers.take()
     }
 
+    /// The trailer fields of a chunked body read to its end, kept (switchyard,
+    /// vendor/README.md): a server session gives a request's again to a retry.
+    pub fn trailers(&self) -> Option<&http::HeaderMap> {
+        self.trailers.as_deref()
+    }
+
     /// Whether [`Self::take_trailers`] has trailers to give (switchyard, vendor/README.md).
     pub fn has_trailers(&self) -> bool {
         self.trailers.is_some()

@@ -638,10 +638,10 @@ impl HttpSession {
     }
 
     /// The request's trailers, once its chunked body has been read to its end
-    /// (`BodyReader::take_trailers`). Taken once.
+    /// (`BodyReader::trailers`). Kept until the next request: a retry sends them again.
     // Added by switchyard (vendor/README.md), for Pingora's proxy to pass them on.
-    pub fn take_request_trailers(&mut self) -> Option<Box<HeaderMap>> {
-        self.body_reader.take_trailers()
+    pub fn request_trailers(&self) -> Option<&HeaderMap> {
+        self.body_reader.trailers()
     }
 
     /// Whether there is no (more) body to be read.

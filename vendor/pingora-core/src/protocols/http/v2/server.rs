@@ -283,6 +283,9 @@ pub struct HttpSession {
     body_sent: usize,
     // buffered request body for retry logic
     retry_buffer: Option<FixedBuffer>,
+    // switchyard (vendor/README.md): the request trailers once read, kept for a retry, as the
+    // body is in `retry_buffer`.
+    request_trailers: Option<Box<HeaderMap>>,
     // digest to record underlying connection info
     digest: Arc<Digest>,
     /// The write timeout which will be applied to writing response body.
@@ -496,6 +499,7 @@ impl HttpSession {
             body_read: 0,
             body_sent: 0,
             retry_buffer: None,
+            request_trailers: None,
             digest,
             write_timeout: None,
             total_drain_timeout: None,
@@ -539,14 +543,20 @@ impl HttpSession {
     }
 
     /// Read the request trailers, once the request body has been read to its end
-    /// (`read_body_bytes()` returned `None`). `None` when the request has no trailers.
+    /// (`read_body_bytes()` returned `None`). `None` when the request has no trailers. Once
+    /// read they are kept, and given again to a later call (a retry sends them again).
     // Added by switchyard (vendor/README.md): the request's `RecvStream` is private, so without
     // this a relay cannot pass on a client's request trailers.
     pub async fn read_request_trailers(&mut self) -> Result<Option<HeaderMap>> {
-        self.request_body_reader.trailers().await.or_err(
+        if let Some(kept) = &self.request_trailers {
+            return Ok(Some(HeaderMap::clone(kept)));
+        }
+        let trailers = self.request_body_reader.trailers().await.or_err(
             ErrorType::ReadError,
             "while reading downstream request trailers",
-        )
+        )?;
+        self.request_trailers = trailers.clone().map(Box::new);
+        Ok(trailers)
     }
 
     #[doc(hidden)]
