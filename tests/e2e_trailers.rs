@@ -4,8 +4,10 @@
 //! backend; each backend's response trailers back to the client in the same protocol. On
 //! HTTP/1.1 trailers ride in the last chunk of a chunked body, which Pingora 0.9.1 parsed and
 //! dropped (vendor/README.md). Fields that frame a message or belong to one connection are not
-//! trailers and are left out on the way. Both test backends are written here by hand, so they
-//! show exactly what reached them; every wait is bounded.
+//! trailers and are left out on the way. A request sent again to another backend, after the
+//! first went away with its body read whole or in part, carries its body and trailers again.
+//! The test backends are written here by hand, so they show exactly what reached them; every
+//! wait is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -43,10 +45,41 @@ fn text(method: &str, path: &str, n: usize, trailer: Option<&str>, names: &[&str
     format!("{method} {path} {n} {} {names}", trailer.unwrap_or("-"))
 }
 
-/// An h2c backend (prior knowledge) on a free port. While `dropping` is set, the next request
-/// (of any backend sharing it) is read to its end, trailers too, and its connection closed
-/// unanswered, as by a backend that goes away mid-request.
-async fn h2c_backend(dropping: Arc<AtomicBool>) -> (u16, Task) {
+/// What the test backends sharing it do with the next request while `armed` is set: read it to
+/// its end, trailers too (only its first chunk of body with `first_chunk_only`, h2c backends),
+/// then close its connection unanswered, as a backend that goes away mid-request does; and say
+/// so on `closed`.
+#[derive(Default)]
+struct Dropper {
+    armed: AtomicBool,
+    first_chunk_only: bool,
+    closed: tokio::sync::Notify,
+}
+
+impl Dropper {
+    fn armed(first_chunk_only: bool) -> Arc<Self> {
+        Arc::new(Self {
+            armed: AtomicBool::new(true),
+            first_chunk_only,
+            closed: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn take(&self) -> bool {
+        self.armed.swap(false, Ordering::SeqCst)
+    }
+
+    fn dropped(&self) -> bool {
+        !self.armed.load(Ordering::SeqCst)
+    }
+}
+
+/// An h2c backend (prior knowledge) on a free port, dropping requests as `dropping` says.
+async fn h2c_backend(dropping: Arc<Dropper>) -> (u16, Task) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
@@ -66,16 +99,23 @@ async fn h2c_backend(dropping: Arc<AtomicBool>) -> (u16, Task) {
                         },
                         () = read.notified() => return,
                     };
-                    if dropping.swap(false, Ordering::SeqCst) {
+                    if dropping.take() {
                         let read = read.clone();
+                        let dropping = dropping.clone();
                         tokio::spawn(async move {
                             let mut body = req.into_body();
                             while let Some(Ok(chunk)) = body.data().await {
                                 let _ = body.flow_control().release_capacity(chunk.len());
+                                if dropping.first_chunk_only {
+                                    break;
+                                }
                             }
-                            let _ = body.trailers().await;
+                            if !dropping.first_chunk_only {
+                                let _ = body.trailers().await;
+                            }
                             read.notify_one();
                             drop(respond);
+                            dropping.closed.notify_one();
                         });
                     } else {
                         tokio::spawn(h2_answer(req, respond));
@@ -114,8 +154,8 @@ async fn h2_answer(
 
 /// An HTTP/1.1 backend on a free port, keeping connections alive. A chunked request's trailers
 /// are read; the answer is chunked with a trailer. `Content-Length` bodies are read too, and
-/// any other request has none. `dropping` as for `h2c_backend`.
-async fn h1_backend(dropping: Arc<AtomicBool>) -> (u16, Task) {
+/// any other request has none. It drops requests as `dropping` says (whole ones only).
+async fn h1_backend(dropping: Arc<Dropper>) -> (u16, Task) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
@@ -124,7 +164,8 @@ async fn h1_backend(dropping: Arc<AtomicBool>) -> (u16, Task) {
             tokio::spawn(async move {
                 let mut conn = BufReader::new(tcp);
                 while let Ok(Some(msg)) = read_message(&mut conn, true).await {
-                    if dropping.swap(false, Ordering::SeqCst) {
+                    if dropping.take() {
+                        dropping.closed.notify_one();
                         return;
                     }
                     let (method, path) = msg.start.split_once(' ').unwrap_or(("?", "?"));
@@ -426,7 +467,7 @@ async fn h2_request(
 async fn a_request_sent_again_keeps_its_trailers() {
     for engine in ENGINES {
         for h2c in [false, true] {
-            let dropping = Arc::new(AtomicBool::new(true));
+            let dropping = Dropper::armed(false);
             let backend = || async {
                 if h2c {
                     h2c_backend(dropping.clone()).await
@@ -448,29 +489,73 @@ async fn a_request_sent_again_keeps_its_trailers() {
                 chunked_post("/web/t", "x-request-trailer: from-h1\r\n").replacen("POST", "PUT", 1);
             let got = h1_exchange(sy.http_port, &put).await;
             answered(&got, "PUT /t 5 from-h1 x-request-trailer", engine);
-            assert!(
-                !dropping.load(Ordering::SeqCst),
-                "{engine:?} to {to}: none dropped"
-            );
-            dropping.store(true, Ordering::SeqCst);
+            assert!(dropping.dropped(), "{engine:?} to {to}: none dropped");
+            dropping.arm();
             let (body, trailers) = h2_exchange(sy.http_port, "PUT", engine).await;
             assert_eq!(
                 body, "PUT /t 5 from-h2 x-request-trailer",
                 "{engine:?} to {to}"
             );
             assert!(trailers.is_some_and(|t| t.contains_key("x-trailer")));
-            assert!(
-                !dropping.load(Ordering::SeqCst),
-                "{engine:?} to {to}: none dropped"
-            );
-            dropping.store(true, Ordering::SeqCst);
+            assert!(dropping.dropped(), "{engine:?} to {to}: none dropped");
+            dropping.arm();
             let long = Bytes::from(vec![b'x'; 70 * 1024]);
             let (status, body, _) = h2_request(sy.http_port, "PUT", long).await;
             assert_eq!(status, 502, "{engine:?} to {to}: {body}");
-            assert!(
-                !dropping.load(Ordering::SeqCst),
-                "{engine:?} to {to}: none dropped"
-            );
+            assert!(dropping.dropped(), "{engine:?} to {to}: none dropped");
         }
+    }
+}
+
+/// A request whose first try breaks while the client is still sending its body goes again
+/// whole: the part kept, then the rest as it comes, then the trailers. The first backend closes
+/// its connection after the body's first chunk; only then does the client send the rest. An
+/// HTTP/2 client and h2c backends, on both engines (the fast path's relay, Pingora's proxy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_broken_mid_body_goes_again_whole() {
+    for engine in ENGINES {
+        let dropping = Dropper::armed(true);
+        let (a, _a) = h2c_backend(dropping.clone()).await;
+        let (b, _b) = h2c_backend(dropping.clone()).await;
+        let s = svc("web", 80).app_protocol("h2c");
+        let sy = switchyard(vec![s.into(), slice("web", "", a), slice("web", "", b)])
+            .args(engine)
+            .start()
+            .await;
+        let tcp = TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let run = async {
+            let mut send = send.ready().await.unwrap();
+            let req = http::Request::builder()
+                .method("PUT")
+                .uri("http://t.test/web/t")
+                .body(())
+                .unwrap();
+            let (resp, mut stream) = send.send_request(req, false).unwrap();
+            stream.send_data(Bytes::from_static(b"hel"), false).unwrap();
+            dropping.closed.notified().await;
+            stream.send_data(Bytes::from_static(b"lo"), false).unwrap();
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("x-request-trailer", http::HeaderValue::from_static("late"));
+            stream.send_trailers(trailers).unwrap();
+            let resp = resp.await.unwrap();
+            let status = resp.status();
+            let mut body = resp.into_body();
+            let mut got = Vec::new();
+            while let Some(Ok(chunk)) = body.data().await {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                got.extend_from_slice(&chunk);
+            }
+            (status, String::from_utf8_lossy(&got).into_owned())
+        };
+        let (status, body) = tokio::time::timeout(WAIT, run).await.expect("no answer");
+        assert!(dropping.dropped(), "{engine:?}");
+        assert_eq!(status, 200, "{engine:?}: {body}");
+        assert_eq!(body, "PUT /t 5 late x-request-trailer", "{engine:?}");
     }
 }
