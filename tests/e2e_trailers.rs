@@ -45,22 +45,33 @@ fn text(method: &str, path: &str, n: usize, trailer: Option<&str>, names: &[&str
     format!("{method} {path} {n} {} {names}", trailer.unwrap_or("-"))
 }
 
-/// What the test backends sharing it do with the next request while `armed` is set: read it to
-/// its end, trailers too (only its first chunk of body with `first_chunk_only`, h2c backends),
-/// then close its connection unanswered, as a backend that goes away mid-request does; and say
-/// so on `closed`.
+/// What the test backends sharing it do with the next request while `armed` is set (`how`),
+/// saying so on `closed` when done.
 #[derive(Default)]
 struct Dropper {
     armed: AtomicBool,
-    first_chunk_only: bool,
+    how: Failing,
     closed: tokio::sync::Notify,
 }
 
+/// How a backend fails a request.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Failing {
+    /// Read it to its end, trailers too, then close the connection unanswered, as a backend
+    /// that goes away mid-request does.
+    #[default]
+    Whole,
+    /// The same after the first chunk of its body (h2c backends only).
+    FirstChunk,
+    /// Refuse the stream unprocessed (`REFUSED_STREAM`, h2c backends only).
+    Refuse,
+}
+
 impl Dropper {
-    fn armed(first_chunk_only: bool) -> Arc<Self> {
+    fn armed(how: Failing) -> Arc<Self> {
         Arc::new(Self {
             armed: AtomicBool::new(true),
-            first_chunk_only,
+            how,
             closed: tokio::sync::Notify::new(),
         })
     }
@@ -99,26 +110,34 @@ async fn h2c_backend(dropping: Arc<Dropper>) -> (u16, Task) {
                         },
                         () = read.notified() => return,
                     };
-                    if dropping.take() {
-                        let read = read.clone();
-                        let dropping = dropping.clone();
-                        tokio::spawn(async move {
-                            let mut body = req.into_body();
-                            while let Some(Ok(chunk)) = body.data().await {
-                                let _ = body.flow_control().release_capacity(chunk.len());
-                                if dropping.first_chunk_only {
-                                    break;
-                                }
-                            }
-                            if !dropping.first_chunk_only {
-                                let _ = body.trailers().await;
-                            }
-                            read.notify_one();
-                            drop(respond);
+                    match (dropping.take(), dropping.how) {
+                        (false, _) => {
+                            tokio::spawn(h2_answer(req, respond));
+                        }
+                        (true, Failing::Refuse) => {
+                            let mut respond = respond;
+                            respond.send_reset(h2::Reason::REFUSED_STREAM);
                             dropping.closed.notify_one();
-                        });
-                    } else {
-                        tokio::spawn(h2_answer(req, respond));
+                        }
+                        (true, how) => {
+                            let read = read.clone();
+                            let dropping = dropping.clone();
+                            tokio::spawn(async move {
+                                let mut body = req.into_body();
+                                while let Some(Ok(chunk)) = body.data().await {
+                                    let _ = body.flow_control().release_capacity(chunk.len());
+                                    if how == Failing::FirstChunk {
+                                        break;
+                                    }
+                                }
+                                if how == Failing::Whole {
+                                    let _ = body.trailers().await;
+                                }
+                                read.notify_one();
+                                drop(respond);
+                                dropping.closed.notify_one();
+                            });
+                        }
                     }
                 }
             });
@@ -467,7 +486,7 @@ async fn h2_request(
 async fn a_request_sent_again_keeps_its_trailers() {
     for engine in ENGINES {
         for h2c in [false, true] {
-            let dropping = Dropper::armed(false);
+            let dropping = Dropper::armed(Failing::Whole);
             let backend = || async {
                 if h2c {
                     h2c_backend(dropping.clone()).await
@@ -514,7 +533,7 @@ async fn a_request_sent_again_keeps_its_trailers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_broken_mid_body_goes_again_whole() {
     for engine in ENGINES {
-        let dropping = Dropper::armed(true);
+        let dropping = Dropper::armed(Failing::FirstChunk);
         let (a, _a) = h2c_backend(dropping.clone()).await;
         let (b, _b) = h2c_backend(dropping.clone()).await;
         let s = svc("web", 80).app_protocol("h2c");
@@ -557,5 +576,51 @@ async fn a_request_broken_mid_body_goes_again_whole() {
         assert!(dropping.dropped(), "{engine:?}");
         assert_eq!(status, 200, "{engine:?}: {body}");
         assert_eq!(body, "PUT /t 5 late x-request-trailer", "{engine:?}");
+    }
+}
+
+/// A request an HTTP/2 backend refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7) goes to
+/// another endpoint whatever its method: a `POST` here, on both engines (the fast path's relay
+/// and Pingora's proxy tell a refused stream alike).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_post_goes_to_another_endpoint_on_both_engines() {
+    for engine in ENGINES {
+        let dropping = Dropper::armed(Failing::Refuse);
+        let (a, _a) = h2c_backend(dropping.clone()).await;
+        let (b, _b) = h2c_backend(dropping.clone()).await;
+        let s = svc("web", 80).app_protocol("h2c");
+        let sy = switchyard(vec![s.into(), slice("web", "", a), slice("web", "", b)])
+            .args(engine)
+            .start()
+            .await;
+        let tcp = TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let run = async {
+            let mut send = send.ready().await.unwrap();
+            let req = http::Request::builder()
+                .method("POST")
+                .uri("http://t.test/web/t")
+                .body(())
+                .unwrap();
+            let (resp, _) = send.send_request(req, true).unwrap();
+            let resp = resp.await.unwrap();
+            let status = resp.status();
+            let mut body = resp.into_body();
+            let mut got = Vec::new();
+            while let Some(Ok(chunk)) = body.data().await {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                got.extend_from_slice(&chunk);
+            }
+            (status, String::from_utf8_lossy(&got).into_owned())
+        };
+        let (status, body) = tokio::time::timeout(WAIT, run).await.expect("no answer");
+        assert!(dropping.dropped(), "{engine:?}");
+        assert_eq!(status, 200, "{engine:?}: {body}");
+        assert_eq!(body, "POST /t 0 - -", "{engine:?}");
     }
 }

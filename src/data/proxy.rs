@@ -244,6 +244,8 @@ fn connect_cause(t: &ErrorType) -> Option<Cause> {
 fn cause_of(e: &Error, responded: bool, tunnel: bool) -> Cause {
     match (e.esource(), e.etype()) {
         (ErrorSource::Upstream, t) if let Some(c) = connect_cause(t) => c,
+        // As the fast path's relay says of it: the stream went nowhere, as a closed connection.
+        (ErrorSource::Upstream, _) if refused(e) => Cause::UpstreamClosed,
         (ErrorSource::Upstream, _) if tunnel => Cause::TunnelEnded,
         (
             ErrorSource::Upstream,
@@ -264,6 +266,22 @@ fn cause_of(e: &Error, responded: bool, tunnel: bool) -> Cause {
         (ErrorSource::Downstream, _) => Cause::BadRequest,
         _ => Cause::Internal,
     }
+}
+
+/// The backend did not process the stream (RFC 9113 §8.7): it refused it (`REFUSED_STREAM`), or
+/// the stream was past the last one of the GOAWAY it sent. A GOAWAY `h2` sends itself (the
+/// backend broke the protocol) says no such thing. The fast path's relay and Pingora's proxy
+/// read an `h2` error alike with this.
+pub(crate) fn h2_unprocessed(e: &h2::Error) -> bool {
+    e.is_remote()
+        && (e.is_go_away() || (e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM)))
+}
+
+/// `h2_unprocessed` of the `h2` error that caused `e`, if one did (Pingora's HTTP/2 upstream).
+fn refused(e: &Error) -> bool {
+    e.root_cause()
+        .downcast_ref::<h2::Error>()
+        .is_some_and(h2_unprocessed)
 }
 
 /// Writes one of switchyard's own answers as the whole response.
@@ -574,8 +592,7 @@ impl ProxyHttp for HttpProxy {
             cause: ctx.blame(cause_of(&e, session.response_written().is_some(), tunnel)),
             replayable: Sent {
                 idempotent: session.req_header().method.is_idempotent(),
-                // Pingora's proxy does not tell a refused HTTP/2 stream from another error.
-                unprocessed: false,
+                unprocessed: refused(&e),
                 body: if session.as_ref().retry_buffer_truncated() {
                     BodyKept::Partly
                 } else {

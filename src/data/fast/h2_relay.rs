@@ -30,8 +30,8 @@ use crate::data::fast::h2_pool::{Lease, PoolError};
 use crate::data::fast::pool::Key;
 use crate::data::fast::{FastPath, tls_entry};
 use crate::data::proxy::{
-    GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, host_of, keep_origin,
-    stripped_target,
+    GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, h2_unprocessed,
+    host_of, keep_origin, stripped_target,
 };
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
@@ -707,13 +707,12 @@ fn ending_in(header: &ResponseHeader) -> Option<Ending> {
         .map(|v| Ending::of(Some(v.as_bytes())))
 }
 
-/// What an `h2` error before the response header means: a stream the backend refused
-/// (REFUSED_STREAM, or past a GOAWAY's last stream) was not processed, and a closed
-/// connection either way, which a try may replay.
+/// What an `h2` error before the response header means: a closed connection, and whether the
+/// backend processed the stream (`h2_unprocessed`, as on Pingora's path).
 fn upstream_broken(e: &h2::Error) -> Broken {
     Broken {
         cause: Cause::UpstreamClosed,
-        unprocessed: e.reason() == Some(h2::Reason::REFUSED_STREAM) || e.is_go_away(),
+        unprocessed: h2_unprocessed(e),
     }
 }
 
