@@ -5,15 +5,15 @@
 //! HTTP/1.1 trailers ride in the last chunk of a chunked body, which Pingora 0.9.1 parsed and
 //! dropped (vendor/README.md). Fields that frame a message or belong to one connection are not
 //! trailers and are left out on the way. A request sent again to another backend, after the
-//! first went away with its body read whole or in part, carries its body and trailers again.
-//! The test backends are written here by hand, so they show exactly what reached them; every
+//! first went away with its body read whole or in part, carries its body and trailers again;
+//! a `POST` goes again only when an HTTP/2 backend refused it unprocessed. The test backends are written here by hand, so they show exactly what reached them; every
 //! wait is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -593,34 +593,102 @@ async fn a_refused_post_goes_to_another_endpoint_on_both_engines() {
             .args(engine)
             .start()
             .await;
-        let tcp = TcpStream::connect(("127.0.0.1", sy.http_port))
-            .await
-            .unwrap();
-        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let run = async {
-            let mut send = send.ready().await.unwrap();
-            let req = http::Request::builder()
-                .method("POST")
-                .uri("http://t.test/web/t")
-                .body(())
-                .unwrap();
-            let (resp, _) = send.send_request(req, true).unwrap();
-            let resp = resp.await.unwrap();
-            let status = resp.status();
-            let mut body = resp.into_body();
-            let mut got = Vec::new();
-            while let Some(Ok(chunk)) = body.data().await {
-                let _ = body.flow_control().release_capacity(chunk.len());
-                got.extend_from_slice(&chunk);
-            }
-            (status, String::from_utf8_lossy(&got).into_owned())
-        };
-        let (status, body) = tokio::time::timeout(WAIT, run).await.expect("no answer");
+        let (status, body) = h2_bodiless_post(sy.http_port).await;
         assert!(dropping.dropped(), "{engine:?}");
         assert_eq!(status, 200, "{engine:?}: {body}");
         assert_eq!(body, "POST /t 0 - -", "{engine:?}");
     }
+}
+
+/// An "h2c backend" that breaks the protocol once it has a request's HEADERS frame: it answers
+/// with a DATA frame on stream 0, a connection error (RFC 9113 §6.1), so `h2` sends a GOAWAY of
+/// its own. `seen` counts the requests that reached one.
+async fn protocol_breaking_backend(seen: Arc<AtomicUsize>) -> (u16, Task) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The client's preface (24 bytes), then frames until a HEADERS one.
+                let mut at = 24;
+                loop {
+                    match tcp.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    let mut headers = false;
+                    while buf.len() >= at + 9 {
+                        let len = usize::from(buf[at]) << 16
+                            | usize::from(buf[at + 1]) << 8
+                            | usize::from(buf[at + 2]);
+                        headers |= buf[at + 3] == 0x1;
+                        at += 9 + len;
+                    }
+                    if headers {
+                        break;
+                    }
+                }
+                seen.fetch_add(1, Ordering::SeqCst);
+                let settings = [0, 0, 0, 0x4, 0, 0, 0, 0, 0];
+                let data_on_stream_0 = [0, 0, 1, 0x0, 0, 0, 0, 0, 0, b'x'];
+                let _ = tcp.write_all(&settings).await;
+                let _ = tcp.write_all(&data_on_stream_0).await;
+                // Held open until switchyard closes it.
+                let _ = tcp.read(&mut chunk).await;
+            });
+        }
+    });
+    (port, Task(task))
+}
+
+/// A GOAWAY that `h2` sends itself, because the backend broke the protocol, does not make a
+/// `POST` unprocessed: it is not sent again (the backend may have processed it), on both
+/// engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_is_not_replayed_after_the_backend_broke_the_protocol() {
+    for engine in ENGINES {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let (a, _a) = protocol_breaking_backend(seen.clone()).await;
+        let (b, _b) = protocol_breaking_backend(seen.clone()).await;
+        let s = svc("web", 80).app_protocol("h2c");
+        let sy = switchyard(vec![s.into(), slice("web", "", a), slice("web", "", b)])
+            .args(engine)
+            .start()
+            .await;
+        let (status, body) = h2_bodiless_post(sy.http_port).await;
+        assert_eq!(status, 502, "{engine:?}: {body}");
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "{engine:?}: sent again");
+    }
+}
+
+/// An HTTP/2 `POST /web/t` without a body (the header ends the stream) to `port`: the answer's
+/// status and body.
+async fn h2_bodiless_post(port: u16) -> (u16, String) {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let run = async {
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("http://t.test/web/t")
+            .body(())
+            .unwrap();
+        let (resp, _) = send.send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        let mut got = Vec::new();
+        while let Some(Ok(chunk)) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        (status, String::from_utf8_lossy(&got).into_owned())
+    };
+    tokio::time::timeout(WAIT, run).await.expect("no answer")
 }
