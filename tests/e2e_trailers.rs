@@ -580,8 +580,9 @@ async fn a_request_broken_mid_body_goes_again_whole() {
 }
 
 /// A request an HTTP/2 backend refused unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7) goes to
-/// another endpoint whatever its method: a `POST` here, on both engines (the fast path's relay
-/// and Pingora's proxy tell a refused stream alike).
+/// another endpoint whatever its method: a `POST` here, without a body and with one, on both
+/// engines (the fast path's relay and Pingora's proxy tell a refused stream alike, and keep
+/// the body for it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_post_goes_to_another_endpoint_on_both_engines() {
     for engine in ENGINES {
@@ -597,6 +598,12 @@ async fn a_refused_post_goes_to_another_endpoint_on_both_engines() {
         assert!(dropping.dropped(), "{engine:?}");
         assert_eq!(status, 200, "{engine:?}: {body}");
         assert_eq!(body, "POST /t 0 - -", "{engine:?}");
+        // With a body, which may have gone before the refusal came: kept, and sent again.
+        dropping.arm();
+        let (status, body, _) = h2_request(sy.http_port, "POST", Bytes::from("hello")).await;
+        assert!(dropping.dropped(), "{engine:?}");
+        assert_eq!(status, 200, "{engine:?}: {body}");
+        assert_eq!(body, "POST /t 5 from-h2 x-request-trailer", "{engine:?}");
     }
 }
 

@@ -212,8 +212,9 @@ impl FastPath {
             ending: None,
         };
         session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
-        if call.idempotent && !call.body_done {
-            // Kept as it is read, as on Pingora's path, so that a further try can send it again.
+        if !call.body_done {
+            // Kept as it is read (up to 64 KiB), as on Pingora's path, so that a further try
+            // can send it again: an idempotent request's, or one the backend refused unprocessed.
             session.enable_retry_buffering();
         }
 
@@ -311,9 +312,7 @@ impl FastPath {
                 call.failed = true;
                 return;
             }
-            // Only an idempotent request's body is kept (so a gRPC call whose message went is
-            // never sent again).
-            let kept = !call.body_sent || (call.idempotent && !session.retry_buffer_truncated());
+            let kept = !call.body_sent || !session.retry_buffer_truncated();
             let sent = Sent {
                 idempotent: call.idempotent,
                 unprocessed: broken.unprocessed,
