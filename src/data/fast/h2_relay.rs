@@ -27,6 +27,7 @@ use pingora::protocols::http::v2::server::HttpSession;
 use pingora::protocols::http::v2::write_body;
 
 use crate::data::fast::h2_pool::{Lease, PoolError};
+use crate::data::fast::kept_body::KeptBody;
 use crate::data::fast::pool::Key;
 use crate::data::fast::{FastPath, tls_entry};
 use crate::data::proxy::{
@@ -52,8 +53,10 @@ struct Call {
     server_timeout: Duration,
     /// The client's request body has ended (or there was none).
     body_done: bool,
-    /// Some of the request body went to an endpoint: the call cannot be replayed.
+    /// Some of the request body (or its trailers) went to an endpoint.
     body_sent: bool,
+    /// What went of it, for a further try.
+    kept: KeptBody,
     /// The request's method is idempotent (`GET`, `PUT`, ...).
     idempotent: bool,
     /// The HTTP status the client got (0: none).
@@ -79,8 +82,8 @@ impl Call {
     }
 }
 
-/// A further try's request body: what the session kept of it (`enable_retry_buffering`), then,
-/// if the client has ended it, its end with the trailers if it sent any.
+/// A further try's request body: what was kept of it (`KeptBody`), then, if the client has
+/// ended it, its end with the trailers if it sent any (the session keeps them).
 async fn resend_body(
     session: &mut HttpSession,
     call: &Call,
@@ -94,7 +97,7 @@ async fn resend_body(
     } else {
         None
     };
-    let body = session.get_retry_buffer().unwrap_or_default();
+    let body = call.kept.body();
     let end = call.body_done && trailers.is_none();
     if !body.is_empty() || end {
         write_body(to_backend, body, end, Some(call.server_timeout))
@@ -206,17 +209,13 @@ impl FastPath {
             server_timeout: attempt.server_timeout(self.proxy.timeouts.server_idle),
             body_done: session.is_body_done(),
             body_sent: false,
+            kept: KeptBody::default(),
             idempotent: session.req_header().method.is_idempotent(),
             status: 0,
             failed: false,
             ending: None,
         };
         session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
-        if !call.body_done {
-            // Kept as it is read (up to 64 KiB), as on Pingora's path, so that a further try
-            // can send it again: an idempotent request's, or one the backend refused unprocessed.
-            session.enable_retry_buffering();
-        }
 
         let client_ip = client.map(|a| ip_text(a.ip()));
         let cert = if self.proxy.fwd.client_cert_headers {
@@ -312,7 +311,9 @@ impl FastPath {
                 call.failed = true;
                 return;
             }
-            let kept = !call.body_sent || !session.retry_buffer_truncated();
+            // Every body is kept (up to 64 KiB), as on Pingora's path: an idempotent request's
+            // may go again, and so may one the backend refused unprocessed.
+            let kept = call.kept.whole();
             let sent = Sent {
                 idempotent: call.idempotent,
                 unprocessed: broken.unprocessed,
@@ -533,6 +534,7 @@ impl FastPath {
             Ok(Some(data)) => {
                 call.body_sent = true;
                 call.body_done = last;
+                call.kept.keep(&data);
                 write_body(to_backend, data, last, Some(call.server_timeout))
                     .await
                     .map_err(|_| Cause::UpstreamClosed)

@@ -22,6 +22,7 @@ pub mod chunked;
 pub mod h2;
 pub mod h2_pool;
 mod h2_relay;
+pub mod kept_body;
 pub mod pool;
 pub mod request;
 pub mod response;
