@@ -442,19 +442,10 @@ async fn h2_request(
     method: &str,
     body: Bytes,
 ) -> (u16, String, Option<http::HeaderMap>) {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let send = h2_client(port).await;
     let run = async {
         let mut send = send.ready().await.unwrap();
-        let req = http::Request::builder()
-            .method(method)
-            .uri("http://t.test/web/t")
-            .body(())
-            .unwrap();
-        let (resp, mut stream) = send.send_request(req, false).unwrap();
+        let (resp, mut stream) = send.send_request(web_request(method), false).unwrap();
         stream.send_data(body, false).unwrap();
         let mut trailers = http::HeaderMap::new();
         trailers.insert(
@@ -462,19 +453,64 @@ async fn h2_request(
             http::HeaderValue::from_static("from-h2"),
         );
         stream.send_trailers(trailers).unwrap();
-        let resp = resp.await.unwrap();
-        let status = resp.status().as_u16();
-        let mut body = resp.into_body();
-        let mut got = Vec::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.unwrap();
-            let _ = body.flow_control().release_capacity(chunk.len());
-            got.extend_from_slice(&chunk);
-        }
-        let trailers = body.trailers().await.unwrap();
-        (status, String::from_utf8_lossy(&got).into_owned(), trailers)
+        read_h2_answer(resp).await
     };
     tokio::time::timeout(WAIT, run).await.expect("no answer")
+}
+
+/// An HTTP/2 connection (prior knowledge) to `port`, driven in a task of its own.
+async fn h2_client(port: u16) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// `method` `http://t.test/web/t`, the target of every HTTP/2 request here.
+fn web_request(method: &str) -> http::Request<()> {
+    http::Request::builder()
+        .method(method)
+        .uri("http://t.test/web/t")
+        .body(())
+        .unwrap()
+}
+
+/// The answer's status, body and trailers.
+async fn read_h2_answer(
+    resp: h2::client::ResponseFuture,
+) -> (u16, String, Option<http::HeaderMap>) {
+    let resp = resp.await.unwrap();
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await.unwrap();
+    (status, String::from_utf8_lossy(&got).into_owned(), trailers)
+}
+
+/// switchyard with `engine`'s flags before two h2c backends that fail the next request as
+/// `how` says.
+async fn two_failing_h2c(how: Failing, engine: &[&str]) -> (Arc<Dropper>, Switchyard, [Task; 2]) {
+    let dropping = Dropper::armed(how);
+    let (a, task_a) = h2c_backend(dropping.clone()).await;
+    let (b, task_b) = h2c_backend(dropping.clone()).await;
+    let sy = switchyard(two_h2c_endpoints(a, b))
+        .args(engine)
+        .start()
+        .await;
+    (dropping, sy, [task_a, task_b])
+}
+
+/// Service `web` (`appProtocol: h2c`) with the endpoints on ports `a` and `b`.
+fn two_h2c_endpoints(a: u16, b: u16) -> Vec<Value> {
+    let s = svc("web", 80).app_protocol("h2c");
+    vec![s.into(), slice("web", "", a), slice("web", "", b)]
 }
 
 /// A request sent again keeps its trailers. The first request either of two backends gets is
@@ -533,46 +569,20 @@ async fn a_request_sent_again_keeps_its_trailers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_broken_mid_body_goes_again_whole() {
     for engine in ENGINES {
-        let dropping = Dropper::armed(Failing::FirstChunk);
-        let (a, _a) = h2c_backend(dropping.clone()).await;
-        let (b, _b) = h2c_backend(dropping.clone()).await;
-        let s = svc("web", 80).app_protocol("h2c");
-        let sy = switchyard(vec![s.into(), slice("web", "", a), slice("web", "", b)])
-            .args(engine)
-            .start()
-            .await;
-        let tcp = TcpStream::connect(("127.0.0.1", sy.http_port))
-            .await
-            .unwrap();
-        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let (dropping, sy, _backends) = two_failing_h2c(Failing::FirstChunk, engine).await;
+        let send = h2_client(sy.http_port).await;
         let run = async {
             let mut send = send.ready().await.unwrap();
-            let req = http::Request::builder()
-                .method("PUT")
-                .uri("http://t.test/web/t")
-                .body(())
-                .unwrap();
-            let (resp, mut stream) = send.send_request(req, false).unwrap();
+            let (resp, mut stream) = send.send_request(web_request("PUT"), false).unwrap();
             stream.send_data(Bytes::from_static(b"hel"), false).unwrap();
             dropping.closed.notified().await;
             stream.send_data(Bytes::from_static(b"lo"), false).unwrap();
             let mut trailers = http::HeaderMap::new();
             trailers.insert("x-request-trailer", http::HeaderValue::from_static("late"));
             stream.send_trailers(trailers).unwrap();
-            let resp = resp.await.unwrap();
-            let status = resp.status();
-            let mut body = resp.into_body();
-            let mut got = Vec::new();
-            while let Some(Ok(chunk)) = body.data().await {
-                let _ = body.flow_control().release_capacity(chunk.len());
-                got.extend_from_slice(&chunk);
-            }
-            (status, String::from_utf8_lossy(&got).into_owned())
+            read_h2_answer(resp).await
         };
-        let (status, body) = tokio::time::timeout(WAIT, run).await.expect("no answer");
+        let (status, body, _) = tokio::time::timeout(WAIT, run).await.expect("no answer");
         assert!(dropping.dropped(), "{engine:?}");
         assert_eq!(status, 200, "{engine:?}: {body}");
         assert_eq!(body, "PUT /t 5 late x-request-trailer", "{engine:?}");
@@ -586,14 +596,7 @@ async fn a_request_broken_mid_body_goes_again_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_post_goes_to_another_endpoint_on_both_engines() {
     for engine in ENGINES {
-        let dropping = Dropper::armed(Failing::Refuse);
-        let (a, _a) = h2c_backend(dropping.clone()).await;
-        let (b, _b) = h2c_backend(dropping.clone()).await;
-        let s = svc("web", 80).app_protocol("h2c");
-        let sy = switchyard(vec![s.into(), slice("web", "", a), slice("web", "", b)])
-            .args(engine)
-            .start()
-            .await;
+        let (dropping, sy, _backends) = two_failing_h2c(Failing::Refuse, engine).await;
         let (status, body) = h2_bodiless_post(sy.http_port).await;
         assert!(dropping.dropped(), "{engine:?}");
         assert_eq!(status, 200, "{engine:?}: {body}");
@@ -660,8 +663,7 @@ async fn a_post_is_not_replayed_after_the_backend_broke_the_protocol() {
         let seen = Arc::new(AtomicUsize::new(0));
         let (a, _a) = protocol_breaking_backend(seen.clone()).await;
         let (b, _b) = protocol_breaking_backend(seen.clone()).await;
-        let s = svc("web", 80).app_protocol("h2c");
-        let sy = switchyard(vec![s.into(), slice("web", "", a), slice("web", "", b)])
+        let sy = switchyard(two_h2c_endpoints(a, b))
             .args(engine)
             .start()
             .await;
@@ -674,28 +676,12 @@ async fn a_post_is_not_replayed_after_the_backend_broke_the_protocol() {
 /// An HTTP/2 `POST /web/t` without a body (the header ends the stream) to `port`: the answer's
 /// status and body.
 async fn h2_bodiless_post(port: u16) -> (u16, String) {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let send = h2_client(port).await;
     let run = async {
         let mut send = send.ready().await.unwrap();
-        let req = http::Request::builder()
-            .method("POST")
-            .uri("http://t.test/web/t")
-            .body(())
-            .unwrap();
-        let (resp, _) = send.send_request(req, true).unwrap();
-        let resp = resp.await.unwrap();
-        let status = resp.status().as_u16();
-        let mut body = resp.into_body();
-        let mut got = Vec::new();
-        while let Some(Ok(chunk)) = body.data().await {
-            let _ = body.flow_control().release_capacity(chunk.len());
-            got.extend_from_slice(&chunk);
-        }
-        (status, String::from_utf8_lossy(&got).into_owned())
+        let (resp, _) = send.send_request(web_request("POST"), true).unwrap();
+        let (status, body, _) = read_h2_answer(resp).await;
+        (status, body)
     };
     tokio::time::timeout(WAIT, run).await.expect("no answer")
 }
