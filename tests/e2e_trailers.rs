@@ -6,8 +6,9 @@
 //! dropped (vendor/README.md). Fields that frame a message or belong to one connection are not
 //! trailers and are left out on the way. A request sent again to another backend, after the
 //! first went away with its body read whole or in part, carries its body and trailers again;
-//! a `POST` goes again only when an HTTP/2 backend refused it unprocessed. The test backends are written here by hand, so they show exactly what reached them; every
-//! wait is bounded.
+//! a `POST` goes again only when an HTTP/2 backend did not process it (refused, or past its
+//! GOAWAY). The test backends are written here by hand, so they show exactly what reached them;
+//! every wait is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -610,10 +611,21 @@ async fn a_refused_post_goes_to_another_endpoint_on_both_engines() {
     }
 }
 
-/// An "h2c backend" that breaks the protocol once it has a request's HEADERS frame: it answers
-/// with a DATA frame on stream 0, a connection error (RFC 9113 §6.1), so `h2` sends a GOAWAY of
-/// its own. `seen` counts the requests that reached one.
-async fn protocol_breaking_backend(seen: Arc<AtomicUsize>) -> (u16, Task) {
+/// What a `raw_h2_backend` does with the first request any of them gets.
+#[derive(Clone, Copy)]
+enum RawFirst {
+    /// A DATA frame on stream 0, a connection error (RFC 9113 §6.1): `h2` sends a GOAWAY of its
+    /// own.
+    BreakProtocol,
+    /// A GOAWAY whose last stream is 0, as a backend shutting down sends: the request was not
+    /// processed (RFC 9113 §6.8).
+    GoAway,
+}
+
+/// An "h2c backend" written frame by frame, to fail a request in ways `h2`'s server does not:
+/// the first request any of those sharing `seen` gets is failed as `first` says; a later one
+/// gets a `200` without a body. `seen` counts the requests that reached one.
+async fn raw_h2_backend(seen: Arc<AtomicUsize>, first: RawFirst) -> (u16, Task) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let task = tokio::spawn(async move {
@@ -624,30 +636,43 @@ async fn protocol_breaking_backend(seen: Arc<AtomicUsize>) -> (u16, Task) {
                 let mut chunk = [0u8; 4096];
                 // The client's preface (24 bytes), then frames until a HEADERS one.
                 let mut at = 24;
-                loop {
+                let stream = loop {
                     match tcp.read(&mut chunk).await {
                         Ok(0) | Err(_) => return,
                         Ok(n) => buf.extend_from_slice(&chunk[..n]),
                     }
-                    let mut headers = false;
+                    let mut headers = None;
                     while buf.len() >= at + 9 {
                         let len = usize::from(buf[at]) << 16
                             | usize::from(buf[at + 1]) << 8
                             | usize::from(buf[at + 2]);
-                        headers |= buf[at + 3] == 0x1;
+                        if buf[at + 3] == 0x1 {
+                            headers =
+                                Some([buf[at + 5] & 0x7f, buf[at + 6], buf[at + 7], buf[at + 8]]);
+                        }
                         at += 9 + len;
                     }
-                    if headers {
+                    if let Some(stream) = headers {
+                        break stream;
+                    }
+                };
+                let settings_and_ack = [0, 0, 0, 0x4, 0, 0, 0, 0, 0, 0, 0, 0, 0x4, 0x1, 0, 0, 0, 0];
+                let _ = tcp.write_all(&settings_and_ack).await;
+                let answer: Vec<u8> = match (seen.fetch_add(1, Ordering::SeqCst), first) {
+                    (0, RawFirst::BreakProtocol) => vec![0, 0, 1, 0x0, 0, 0, 0, 0, 0, b'x'],
+                    (0, RawFirst::GoAway) => {
+                        vec![0, 0, 8, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+                    }
+                    // HEADERS, END_STREAM | END_HEADERS: `:status: 200` (static index 8).
+                    _ => [&[0, 0, 1, 0x1, 0x5][..], &stream, &[0x88]].concat(),
+                };
+                let _ = tcp.write_all(&answer).await;
+                // Held open until switchyard closes it.
+                while let Ok(n) = tcp.read(&mut chunk).await {
+                    if n == 0 {
                         break;
                     }
                 }
-                seen.fetch_add(1, Ordering::SeqCst);
-                let settings = [0, 0, 0, 0x4, 0, 0, 0, 0, 0];
-                let data_on_stream_0 = [0, 0, 1, 0x0, 0, 0, 0, 0, 0, b'x'];
-                let _ = tcp.write_all(&settings).await;
-                let _ = tcp.write_all(&data_on_stream_0).await;
-                // Held open until switchyard closes it.
-                let _ = tcp.read(&mut chunk).await;
             });
         }
     });
@@ -661,8 +686,8 @@ async fn protocol_breaking_backend(seen: Arc<AtomicUsize>) -> (u16, Task) {
 async fn a_post_is_not_replayed_after_the_backend_broke_the_protocol() {
     for engine in ENGINES {
         let seen = Arc::new(AtomicUsize::new(0));
-        let (a, _a) = protocol_breaking_backend(seen.clone()).await;
-        let (b, _b) = protocol_breaking_backend(seen.clone()).await;
+        let (a, _a) = raw_h2_backend(seen.clone(), RawFirst::BreakProtocol).await;
+        let (b, _b) = raw_h2_backend(seen.clone(), RawFirst::BreakProtocol).await;
         let sy = switchyard(two_h2c_endpoints(a, b))
             .args(engine)
             .start()
@@ -670,6 +695,24 @@ async fn a_post_is_not_replayed_after_the_backend_broke_the_protocol() {
         let (status, body) = h2_bodiless_post(sy.http_port).await;
         assert_eq!(status, 502, "{engine:?}: {body}");
         assert_eq!(seen.load(Ordering::SeqCst), 1, "{engine:?}: sent again");
+    }
+}
+
+/// A `POST` past the last stream of a GOAWAY the backend sent (a backend shutting down) was
+/// not processed, and goes to another endpoint, on both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_past_a_backends_goaway_goes_to_another_endpoint() {
+    for engine in ENGINES {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let (a, _a) = raw_h2_backend(seen.clone(), RawFirst::GoAway).await;
+        let (b, _b) = raw_h2_backend(seen.clone(), RawFirst::GoAway).await;
+        let sy = switchyard(two_h2c_endpoints(a, b))
+            .args(engine)
+            .start()
+            .await;
+        let (status, body) = h2_bodiless_post(sy.http_port).await;
+        assert_eq!(status, 200, "{engine:?}: {body}");
+        assert_eq!(seen.load(Ordering::SeqCst), 2, "{engine:?}");
     }
 }
 
