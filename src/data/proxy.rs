@@ -32,8 +32,8 @@ use crate::data::tls;
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Policy, Route, Sent, https_location};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
-    ClientCert, Edit, Edits, Forwarding, GRPC_STATUS, extended, ip_text, made_name,
-    no_cache_set_cookie, request_edits, response_edits,
+    ClientCert, Edit, Edits, Forwarding, GRPC_STATUS, ip_text, made_name, request_edits,
+    response_edits,
 };
 use crate::decide::error_page::{
     Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, redirect_answer, rejection_answer,
@@ -1026,36 +1026,33 @@ fn first<'m>(map: &'m http::HeaderMap, name: &str) -> Option<&'m HeaderValue> {
     map.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v)
 }
 
-/// Carries out `edits` on a header map, in order.
+/// Carries out `edits` on a header map, in order, as each edit says (`Edit::keeps_existing`,
+/// `writes`, `write_value`).
 pub(crate) fn apply(fields: &mut impl Fields, edits: &Edits<'_>) -> Result<()> {
     for edit in edits.iter() {
-        match *edit {
+        if *edit == Edit::StripCookie {
+            strip_our_cookie(fields)?;
+            continue;
+        }
+        let name = edit.name();
+        // `Add` reads nothing: most edits are, and the lookup is skipped.
+        let prev = edit
+            .touches()
+            .and_then(|n| first(fields.map(), n))
+            .map(HeaderValue::as_bytes);
+        let present = prev.is_some();
+        let value = edit.writes(present).then(|| {
+            let mut v = Vec::with_capacity(64);
+            edit.write_value(prev, &mut v);
+            v
+        });
+        match (value, edit.keeps_existing()) {
+            (Some(v), true) => fields.append(name, v)?,
+            (Some(v), false) => fields.insert(name, v)?,
             // Most messages have none of the fields removed (Pingora's removal parses the name
             // before it finds nothing).
-            Edit::Remove(name) => {
-                if first(fields.map(), name).is_some() {
-                    fields.remove(name);
-                }
-            }
-            Edit::Add(name, v) => fields.append(name, v.to_vec())?,
-            Edit::AddIfAbsent(name, v) => {
-                if first(fields.map(), name).is_none() {
-                    fields.append(name, v.to_vec())?;
-                }
-            }
-            Edit::Extend(name, v) => {
-                let value = extended(first(fields.map(), name).map(HeaderValue::as_bytes), &v);
-                fields.insert(name, value)?;
-            }
-            Edit::StripCookie => strip_our_cookie(fields)?,
-            Edit::NoCacheSetCookie => {
-                let prev = fields
-                    .map()
-                    .get(http::header::CACHE_CONTROL)
-                    .map(HeaderValue::as_bytes);
-                let value = no_cache_set_cookie(prev);
-                fields.insert("cache-control", value)?;
-            }
+            (None, false) if present => fields.remove(name),
+            (None, _) => {}
         }
     }
     Ok(())

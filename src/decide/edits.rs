@@ -147,6 +147,43 @@ pub enum Edit<'a> {
 }
 
 impl Edit<'_> {
+    /// The field this edit writes or removes (`StripCookie` rewrites each `Cookie` field in
+    /// place instead: `sticky::strip_cookie`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Edit::Remove(n) | Edit::Add(n, _) | Edit::AddIfAbsent(n, _) | Edit::Extend(n, _) => n,
+            Edit::StripCookie => COOKIE,
+            Edit::NoCacheSetCookie => CACHE_CONTROL,
+        }
+    }
+
+    /// Whether the message's own fields of `name` stay: an edit that does not keep them drops
+    /// them all, writing its one field (`write_value`) in their place if `writes` says so.
+    pub fn keeps_existing(&self) -> bool {
+        matches!(self, Edit::Add(..) | Edit::AddIfAbsent(..))
+    }
+
+    /// Whether the edit writes a field of `name`, the message having one already (`present`)
+    /// or not. The one reading of each edit that every engine carries out.
+    pub fn writes(&self, present: bool) -> bool {
+        match self {
+            Edit::Remove(_) | Edit::StripCookie => false,
+            Edit::AddIfAbsent(..) => !present,
+            Edit::Add(..) | Edit::Extend(..) | Edit::NoCacheSetCookie => true,
+        }
+    }
+
+    /// Writes the value of the field the edit writes (when `writes`) at the end of `out`, from
+    /// the first value of `name` the message has (`prev`).
+    pub fn write_value(&self, prev: Option<&[u8]>, out: &mut Vec<u8>) {
+        match self {
+            Edit::Add(_, v) | Edit::AddIfAbsent(_, v) => v.write_to(out),
+            Edit::Extend(_, v) => extend_into(out, prev, v),
+            Edit::NoCacheSetCookie => no_cache_set_cookie_into(out, prev),
+            Edit::Remove(_) | Edit::StripCookie => {}
+        }
+    }
+
     /// The field name whose existing values this edit reads or replaces (`Add` touches none).
     pub fn touches(&self) -> Option<&'static str> {
         match self {
@@ -313,29 +350,18 @@ pub fn grpc_answer_fields<'a>(fwd: &'a Forwarding, code: u8, message: &'static s
     e
 }
 
-/// `Cache-Control` with `no-cache="set-cookie"` added to `prev`.
-pub fn no_cache_set_cookie(prev: Option<&[u8]>) -> Vec<u8> {
-    match prev {
-        Some(p) if !p.is_empty() && std::str::from_utf8(p).is_ok() => {
-            let mut v = Vec::with_capacity(p.len() + 22);
-            v.extend_from_slice(p);
-            v.extend_from_slice(b", no-cache=\"set-cookie\"");
-            v
-        }
-        _ => b"no-cache=\"set-cookie\"".to_vec(),
+/// `Cache-Control` with `no-cache="set-cookie"` added to `prev`, at the end of `out`.
+fn no_cache_set_cookie_into(out: &mut Vec<u8>, prev: Option<&[u8]>) {
+    if let Some(p) = prev.filter(|p| !p.is_empty() && std::str::from_utf8(p).is_ok()) {
+        out.extend_from_slice(p);
+        out.extend_from_slice(b", ");
     }
+    out.extend_from_slice(b"no-cache=\"set-cookie\"");
 }
 
-/// The `Extend` result: `prev, value` when `prev` is visible text, else `value` alone.
-pub fn extended(prev: Option<&[u8]>, value: &Value<'_>) -> Vec<u8> {
-    let mut v = Vec::with_capacity(64);
-    extend_into(&mut v, prev, value);
-    v
-}
-
-/// Writes the `Extend` result (`extended`) at the end of `out`: for an engine that writes the
-/// field into its own buffer.
-pub fn extend_into(out: &mut Vec<u8>, prev: Option<&[u8]>, value: &Value<'_>) {
+/// The `Extend` result at the end of `out`: `prev, value` when `prev` is visible text, else
+/// `value` alone.
+fn extend_into(out: &mut Vec<u8>, prev: Option<&[u8]>, value: &Value<'_>) {
     if let Some(p) = prev.filter(|p| extendable(p)) {
         out.extend_from_slice(p);
         out.extend_from_slice(b", ");
@@ -403,15 +429,45 @@ mod tests {
     #[test]
     fn extend_keeps_only_visible_text() {
         let ip = Value::Text("10.0.0.1");
-        assert_eq!(extended(Some(b"1.2.3.4"), &ip), b"1.2.3.4, 10.0.0.1");
-        assert_eq!(extended(Some(b""), &ip), b"10.0.0.1");
-        assert_eq!(extended(Some(b"a\x01b"), &ip), b"10.0.0.1");
-        assert_eq!(extended(None, &ip), b"10.0.0.1");
+        let extended = |prev: Option<&[u8]>| written(Edit::Extend(X_FORWARDED_FOR, ip), prev);
+        assert_eq!(extended(Some(b"1.2.3.4")), b"1.2.3.4, 10.0.0.1");
+        assert_eq!(extended(Some(b"")), b"10.0.0.1");
+        assert_eq!(extended(Some(b"a\x01b")), b"10.0.0.1");
+        assert_eq!(extended(None), b"10.0.0.1");
         assert_eq!(
-            no_cache_set_cookie(Some(b"max-age=5")),
+            written(Edit::NoCacheSetCookie, Some(b"max-age=5")),
             b"max-age=5, no-cache=\"set-cookie\""
         );
-        assert_eq!(no_cache_set_cookie(None), b"no-cache=\"set-cookie\"");
+        assert_eq!(
+            written(Edit::NoCacheSetCookie, None),
+            b"no-cache=\"set-cookie\""
+        );
+    }
+
+    fn written(edit: Edit<'_>, prev: Option<&[u8]>) -> Vec<u8> {
+        let mut out = Vec::new();
+        edit.write_value(prev, &mut out);
+        out
+    }
+
+    /// What each edit does with the message's own fields of its name, and whether it writes
+    /// one, with and without one there.
+    #[test]
+    fn each_edit_keeps_drops_and_writes_as_it_says() {
+        let v = Value::Text("v");
+        for (edit, keeps, writes_absent, writes_present) in [
+            (Edit::Remove("x"), false, false, false),
+            (Edit::Add("x", v), true, true, true),
+            (Edit::AddIfAbsent("x", v), true, true, false),
+            (Edit::Extend("x", v), false, true, true),
+            (Edit::NoCacheSetCookie, false, true, true),
+        ] {
+            assert_eq!(edit.keeps_existing(), keeps, "{edit:?}");
+            assert_eq!(edit.writes(false), writes_absent, "{edit:?}");
+            assert_eq!(edit.writes(true), writes_present, "{edit:?}");
+        }
+        assert_eq!(written(Edit::AddIfAbsent("x", v), None), b"v");
+        assert_eq!(Edit::NoCacheSetCookie.name(), CACHE_CONTROL);
     }
 
     /// The text is `Display`'s, for every value of each octet and for IPv6.

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::decide::edits::{Edit, Edits, extend_into, no_cache_set_cookie};
+use crate::decide::edits::{Edit, Edits};
 use crate::decide::target::{has_dot_segment, valid_host};
 use crate::table::sticky::{self, COOKIE_NAME};
 
@@ -267,8 +267,15 @@ impl Seen {
         kept_cookies: &mut Vec<Vec<u8>>,
     ) -> bool {
         match *edit {
-            Edit::Remove(_) => false,
-            Edit::Add(..) => true,
+            Edit::StripCookie => {
+                if sticky::find_cookie(value, COOKIE_NAME).is_none() {
+                    return true;
+                }
+                if let Some(kept) = sticky::strip_cookie(value, COOKIE_NAME) {
+                    kept_cookies.push(kept);
+                }
+                false
+            }
             Edit::AddIfAbsent(name, _) => {
                 if let Some(slot) = self
                     .present
@@ -279,23 +286,21 @@ impl Seen {
                 }
                 true
             }
-            Edit::Extend(..) => {
-                self.first[0].get_or_insert(at);
-                false
-            }
-            Edit::NoCacheSetCookie => {
-                self.first[1].get_or_insert(at);
-                false
-            }
-            Edit::StripCookie => {
-                if sticky::find_cookie(value, COOKIE_NAME).is_none() {
-                    return true;
+            _ => {
+                if let Some(slot) = Self::slot(edit) {
+                    self.first[slot].get_or_insert(at);
                 }
-                if let Some(kept) = sticky::strip_cookie(value, COOKIE_NAME) {
-                    kept_cookies.push(kept);
-                }
-                false
+                edit.keeps_existing()
             }
+        }
+    }
+
+    /// Which of `first` keeps the first value an edit reads.
+    fn slot(edit: &Edit<'_>) -> Option<usize> {
+        match edit {
+            Edit::Extend(..) => Some(0),
+            Edit::NoCacheSetCookie => Some(1),
+            _ => None,
         }
     }
 
@@ -308,38 +313,25 @@ impl Seen {
         kept_cookies: &[Vec<u8>],
     ) {
         for edit in edits.iter() {
-            match *edit {
-                Edit::Remove(_) => {}
-                Edit::Add(name, v) => {
-                    field_start(out, name);
-                    v.write_to(out);
+            if *edit == Edit::StripCookie {
+                for kept in kept_cookies {
+                    field_start(out, "cookie");
+                    out.extend_from_slice(kept);
                     out.extend_from_slice(b"\r\n");
                 }
-                Edit::AddIfAbsent(name, v) => {
-                    if !self.present.contains(&Some(name)) {
-                        field_start(out, name);
-                        v.write_to(out);
-                        out.extend_from_slice(b"\r\n");
-                    }
-                }
-                Edit::Extend(name, v) => {
-                    field_start(out, name);
-                    extend_into(out, self.first[0].clone().map(|r| &head[r]), &v);
-                    out.extend_from_slice(b"\r\n");
-                }
-                Edit::NoCacheSetCookie => {
-                    field_start(out, "cache-control");
-                    let prev = self.first[1].clone().map(|r| &head[r]);
-                    out.extend_from_slice(&no_cache_set_cookie(prev));
-                    out.extend_from_slice(b"\r\n");
-                }
-                Edit::StripCookie => {
-                    for kept in kept_cookies {
-                        field_start(out, "cookie");
-                        out.extend_from_slice(kept);
-                        out.extend_from_slice(b"\r\n");
-                    }
-                }
+                continue;
+            }
+            let present = match *edit {
+                Edit::AddIfAbsent(name, _) => self.present.contains(&Some(name)),
+                _ => false,
+            };
+            let prev = Self::slot(edit)
+                .and_then(|slot| self.first[slot].clone())
+                .map(|r| &head[r]);
+            if edit.writes(present || prev.is_some()) {
+                field_start(out, edit.name());
+                edit.write_value(prev, out);
+                out.extend_from_slice(b"\r\n");
             }
         }
     }
