@@ -691,12 +691,22 @@ fn backend_request(
     target: Option<&Uri>,
     edits: &Edits<'_>,
 ) -> pingora::Result<http::Request<()>> {
-    let mut parts = session.req_header().as_owned_parts();
-    if let Some(uri) = target {
-        parts.uri = uri.clone();
+    let client = session.req_header();
+    // A map with room for the fields the edits add: they made a plain copy grow (new tables,
+    // every field hashed again: about 1k of a relayed gRPC call's 82k instructions).
+    let added = edits.iter().filter(|e| e.writes(false)).count();
+    let mut headers = http::HeaderMap::with_capacity(client.headers.keys_len() + added);
+    for (name, value) in &client.headers {
+        headers.append(name, value.clone());
     }
-    apply(&mut parts.headers, edits)?;
-    Ok(http::Request::from_parts(parts, ()))
+    apply(&mut headers, edits)?;
+    let mut request = http::Request::new(());
+    *request.method_mut() = client.method.clone();
+    *request.uri_mut() = target.unwrap_or(&client.uri).clone();
+    *request.version_mut() = client.version;
+    *request.headers_mut() = headers;
+    *request.extensions_mut() = client.extensions.clone();
+    Ok(request)
 }
 
 /// How a gRPC answer whose header carries its status ("trailers-only") ended; `None` when
