@@ -4,6 +4,7 @@
 //! type.
 
 pub mod fast;
+pub mod hpack;
 pub mod http2;
 pub mod intake;
 pub mod listener;
