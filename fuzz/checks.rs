@@ -3,9 +3,11 @@
 //! `http1_differential`) and by `tests/fuzz_corpus.rs`, which replays `fuzz/corpus/<target>/`
 //! through them in `cargo test`. Each `check_*` takes the fuzzer's bytes and panics on a
 //! violation. `check_pingora_trailers` checks Pingora's HTTP/1 body reader instead (the copy in
-//! `vendor/`, where switchyard added trailers). Only `switchyard`, `pingora`, `tokio`, `http`,
-//! `httparse` and `std` are used, each a dependency of both crates, so this file compiles in
-//! both.
+//! `vendor/`, where switchyard added trailers); `check_hpack` the HPACK decoder and encoder
+//! (`switchyard::data::hpack`); `check_h2_client` the fast path's HTTP/2 connection to a
+//! backend, reading what a backend sends (`switchyard::data::fast::h2_client`). Only
+//! `switchyard`, `pingora`, `tokio`, `http`, `httparse`, `bytes` and `std` are used, each a
+//! dependency of both crates, so this file compiles in both.
 //!
 //! Input layout: the first byte holds flags (which frontend, client IP, stickiness, …), the
 //! rest is the wire data. An empty input checks nothing.
@@ -15,9 +17,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use switchyard::data::fast::chunked::Chunks;
+use switchyard::data::fast::h2_client;
 use switchyard::data::fast::request::{Field, MAX_REQUEST_HEADERS, Parse, Request};
 use switchyard::data::fast::request::{build_request, parse_request};
 use switchyard::data::fast::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
+use switchyard::data::hpack::{Decoder, Encoder, huffman};
 use switchyard::decide::edits::{ASSERTED, ClientCert, Forwarding, request_edits, response_edits};
 use switchyard::decide::target::valid_host;
 use switchyard::table::sticky::{COOKIE_NAME, find_cookie, strip_cookie};
@@ -1030,4 +1034,121 @@ fn read_chunked_request(wire: &[u8], seed: Option<u8>) -> BodyRead {
         let ((), read) = tokio::join!(write, read);
         read
     })
+}
+
+/// HPACK: the first byte picks our table limit (0, 64, 256 or 4096 bytes), the rest is header
+/// blocks parted at each 0xfe byte, decoded in turn on one connection's decoder until one is
+/// refused. Decoding never panics; every block decoded, encoded again by switchyard's encoder
+/// and decoded on a second connection, gives the same fields; any bytes go through the Huffman
+/// code and come back.
+pub fn check_hpack(data: &[u8]) {
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let limit = [0, 64, 256, 4096][usize::from(flags & 3)];
+    let mut decoder = Decoder::new(limit);
+    let mut encoder = Encoder::new();
+    let mut again = Decoder::new(4096);
+    for block in rest.split(|&b| b == 0xfe) {
+        let mut fields = Vec::new();
+        let decoded = decoder.decode(&block.to_vec().into(), |f| {
+            fields.push((f.name.to_vec(), f.value.to_vec(), f.sensitive))
+        });
+        if decoded.is_err() {
+            break;
+        }
+        let mut out = Vec::new();
+        encoder.encode(
+            fields.iter().map(|(n, v, s)| (&n[..], &v[..], *s)),
+            &mut out,
+        );
+        let mut back = Vec::new();
+        again
+            .decode(&out.into(), |f| {
+                back.push((f.name.to_vec(), f.value.to_vec(), f.sensitive))
+            })
+            .expect("an encoded block decodes");
+        assert_eq!(back, fields, "{block:02x?}");
+    }
+    let mut coded = Vec::new();
+    huffman::encode(rest, &mut coded);
+    assert_eq!(coded.len(), huffman::encoded_len(rest));
+    let mut decoded = Vec::new();
+    huffman::decode(&coded, &mut decoded).expect("a coded string decodes");
+    assert_eq!(decoded, rest);
+    let _ = huffman::decode(rest, &mut Vec::new());
+}
+
+/// The fast path's HTTP/2 client connection, fed any bytes as its backend's: the first byte's
+/// bits say whether a valid SETTINGS frame comes first (as it must for anything else to be
+/// read), whether the request has a body, and whether a second stream is open. Nothing panics,
+/// every call on a stream returns once the backend's bytes are all read and its side closed,
+/// the connection's task ends, and no stream gets more body than the backend sent.
+pub fn check_h2_client(data: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some((&flags, wire)) = data.split_first() else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
+    rt.block_on(async {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (send, conn) = h2_client::handshake(ours, 1 << 16, 1 << 20);
+        let driver = tokio::spawn(conn.run());
+        let (mut from_us, mut to_us) = tokio::io::split(theirs);
+        // What the connection writes is read and dropped, so that its writes never wait.
+        let drain = tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 14];
+            while matches!(from_us.read(&mut buf).await, Ok(n) if n > 0) {}
+        });
+        let request = http::Request::post("http://backend/svc/Method")
+            .body(())
+            .unwrap();
+        let streams = [
+            send.send_request(&request, flags & 2 == 0).await.ok(),
+            if flags & 4 != 0 {
+                send.send_request(&request, true).await.ok()
+            } else {
+                None
+            },
+        ];
+        let backend = async move {
+            if flags & 1 != 0 {
+                let _ = to_us.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await;
+            }
+            let _ = to_us.write_all(wire).await;
+            // The backend closes its side once all is written.
+            let _ = to_us.shutdown().await;
+            drop(to_us);
+        };
+        let reading = async {
+            let mut body = 0usize;
+            for stream in streams.iter().flatten() {
+                if flags & 2 != 0 {
+                    let _ = stream
+                        .send_data(bytes::Bytes::from_static(b"message"), true)
+                        .await;
+                }
+                if stream.response().await.is_ok() {
+                    while let Some(Ok(chunk)) = stream.data().await {
+                        body += chunk.len();
+                        stream.release_capacity(chunk.len());
+                    }
+                    let _ = stream.trailers().await;
+                }
+            }
+            body
+        };
+        let ((), body) = tokio::join!(backend, reading);
+        assert!(
+            body <= wire.len(),
+            "{body} bytes of body from {} sent",
+            wire.len()
+        );
+        drop(streams);
+        drop(send);
+        drain.abort();
+        let _ = driver.await;
+    });
 }

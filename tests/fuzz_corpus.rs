@@ -62,3 +62,13 @@ fn proxy_protocol_corpus() {
 fn pingora_trailers_corpus() {
     assert!(replay("pingora_trailers", checks::check_pingora_trailers) > 0);
 }
+
+#[test]
+fn hpack_corpus() {
+    assert!(replay("hpack", checks::check_hpack) > 0);
+}
+
+#[test]
+fn h2_client_corpus() {
+    assert!(replay("h2_client", checks::check_h2_client) > 0);
+}

@@ -23,8 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use h2::client::SendRequest;
+use crate::data::fast::h2_client::{self, SendRequest};
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
@@ -43,7 +42,7 @@ const CONNECTION_WINDOW: u32 = 8 << 20;
 
 /// One HTTP/2 connection to an endpoint.
 struct Conn {
-    send: SendRequest<Bytes>,
+    send: SendRequest,
     /// Its streams in flight (the idle timeout runs while there are none).
     active: Arc<Active>,
     /// The connection ended, or a stream on it failed as a connection does (GOAWAY).
@@ -127,7 +126,7 @@ impl Endpoint {
 
 /// What `H2Pool::reserve` found.
 enum Found {
-    Open(SendRequest<Bytes>, Lease),
+    Open(SendRequest, Lease),
     /// Wait for a connection being opened (counted in `waiting` by a `Waiting`).
     Wait(OwnedNotified),
     Connect,
@@ -149,15 +148,16 @@ impl H2Pool {
     /// A stream's sender on a connection to `key` (over TLS, one that sent `sni`) and its
     /// lease; `true` when the connection was already open. `connect` opens the connection
     /// (the fast path's TCP connect, and over TLS its handshake, with their timeouts and
-    /// errors); the HTTP/2 handshake that follows is bounded by `handshake_timeout`.
+    /// errors); a wait for a connection another stream is opening is bounded by
+    /// `open_timeout`, after which the stream opens its own.
     pub async fn stream<F>(
         self: &Arc<Self>,
         key: Key,
         sni: &str,
         idle_timeout: Duration,
-        handshake_timeout: Duration,
+        open_timeout: Duration,
         connect: impl FnOnce() -> F,
-    ) -> Result<(SendRequest<Bytes>, Lease, bool), PoolError>
+    ) -> Result<(SendRequest, Lease, bool), PoolError>
     where
         F: Future<Output = Result<Upstream, crate::decide::cause::Cause>>,
     {
@@ -172,7 +172,7 @@ impl H2Pool {
                     // dropped. Once only: a stream whose connection failed or is slow opens
                     // its own.
                     let _waiting = Waiting { pool: self, key };
-                    let _ = tokio::time::timeout(handshake_timeout, settled).await;
+                    let _ = tokio::time::timeout(open_timeout, settled).await;
                     may_wait = false;
                 }
             }
@@ -189,17 +189,14 @@ impl H2Pool {
         // streams take an open connection.
         let opened = Box::pin(async {
             let tcp = connect().await.map_err(PoolError::Connect)?;
-            let mut builder = h2::client::Builder::new();
-            builder
-                .initial_window_size(STREAM_WINDOW)
-                .initial_connection_window_size(CONNECTION_WINDOW);
-            // Streams are served by their own tasks: their frames go out together.
-            let handshake = builder.handshake::<_, Bytes>(Batched::new(tcp));
-            match tokio::time::timeout(handshake_timeout, handshake).await {
-                Ok(Ok(pair)) => Ok(pair),
-                Ok(Err(_)) => Err(PoolError::Handshake),
-                Err(_) => Err(PoolError::HandshakeTimedOut),
-            }
+            // Streams are served by their own tasks: their frames go out together. The
+            // preface is queued, not awaited (as with `h2`): a backend that does not speak
+            // HTTP/2 fails the first stream.
+            Ok(h2_client::handshake(
+                Batched::new(tcp),
+                STREAM_WINDOW,
+                CONNECTION_WINDOW,
+            ))
         })
         .await;
         let (send, connection) = match opened {
@@ -221,7 +218,7 @@ impl H2Pool {
         drop(opening);
         let pool = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut connection = std::pin::pin!(connection);
+            let mut connection = std::pin::pin!(connection.run());
             tokio::select! {
                 _ = &mut connection => {}
                 () = conn.active.idle_for(idle_timeout) => {}
@@ -355,14 +352,12 @@ impl Drop for Waiting<'_> {
 pub enum PoolError {
     #[error("cannot connect: {0:?}")]
     Connect(crate::decide::cause::Cause),
-    #[error("the HTTP/2 handshake failed")]
-    Handshake,
-    #[error("the HTTP/2 handshake timed out")]
-    HandshakeTimedOut,
 }
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     /// A backend that accepts HTTP/2 connections with `max` concurrent streams and holds every
@@ -398,11 +393,10 @@ mod tests {
         let mut leases = Vec::new();
         for i in 0..5 {
             let (send, lease, reused) = stream_to(&pool, addr, 2).await;
-            let mut send = send.ready().await.unwrap();
             let req = http::Request::post(format!("http://{addr}/"))
                 .body(())
                 .unwrap();
-            let (_resp, body) = send.send_request(req, false).unwrap();
+            let body = send.send_request(&req, false).await.unwrap();
             assert_eq!(reused, i % 2 == 1, "stream {i}");
             leases.push((lease, body));
         }
@@ -475,7 +469,7 @@ mod tests {
         pool: &Arc<H2Pool>,
         addr: SocketAddr,
         max: usize,
-    ) -> (SendRequest<Bytes>, Lease, bool) {
+    ) -> (SendRequest, Lease, bool) {
         let second = Duration::from_secs(5);
         let (send, lease, reused) = pool
             .stream(Key::plain(addr), "", second, second, || {
@@ -490,8 +484,7 @@ mod tests {
     }
 
     /// Waits until the connection of `send` has the backend's stream limit `max`.
-    async fn settled(send: SendRequest<Bytes>, max: usize) {
-        let send = send.ready().await.unwrap();
+    async fn settled(send: SendRequest, max: usize) {
         for _ in 0..100 {
             if send.current_max_send_streams() == max {
                 return;

@@ -18,21 +18,20 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use h2::{RecvStream, SendStream};
 use http::header::{CONTENT_TYPE, COOKIE};
 use http::{HeaderValue, Uri};
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
-use pingora::protocols::http::v2::write_body;
 
+use crate::data::fast::h2_client::{self, Stream};
 use crate::data::fast::h2_pool::{Lease, PoolError};
 use crate::data::fast::kept_body::KeptBody;
 use crate::data::fast::pool::Key;
 use crate::data::fast::{FastPath, tls_entry};
 use crate::data::proxy::{
-    GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, h2_unprocessed,
-    host_of, keep_origin, stripped_target,
+    GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, host_of, keep_origin,
+    stripped_target,
 };
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
@@ -87,7 +86,7 @@ impl Call {
 async fn resend_body(
     session: &mut HttpSession,
     call: &Call,
-    to_backend: &mut SendStream<Bytes>,
+    to_backend: &Stream,
 ) -> Result<(), Cause> {
     let trailers = if call.body_done {
         session
@@ -100,15 +99,22 @@ async fn resend_body(
     let body = call.kept.body();
     let end = call.body_done && trailers.is_none();
     if !body.is_empty() || end {
-        write_body(to_backend, body, end, Some(call.server_timeout))
-            .await
-            .map_err(|_| Cause::UpstreamClosed)?;
+        send(to_backend, body, end, call.server_timeout).await?;
     }
     match trailers {
         Some(trailers) => to_backend
-            .send_trailers(trailers)
+            .send_trailers(&trailers)
             .map_err(|_| Cause::UpstreamClosed),
         None => Ok(()),
+    }
+}
+
+/// Sends `data` (the body's end with it if `end`) on the backend's stream, waiting for its
+/// flow-control window at most `timeout`.
+async fn send(to_backend: &Stream, data: Bytes, end: bool, timeout: Duration) -> Result<(), Cause> {
+    match tokio::time::timeout(timeout, to_backend.send_data(data, end)).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(Cause::UpstreamClosed),
     }
 }
 
@@ -283,7 +289,7 @@ impl FastPath {
         let (request, target, edits) = first;
         let mut request = Some(request);
         // The lease keeps the backend connection counted busy until the stream ends.
-        let (resp, mut to_backend, lease) = loop {
+        let (resp, stream, lease) = loop {
             let Some(addr) = attempt.next(Instant::now()) else {
                 self.answer(session, call, 503);
                 return;
@@ -341,7 +347,7 @@ impl FastPath {
             return;
         };
         // The response.
-        let (parts, mut from_backend) = resp.into_parts();
+        let (parts, ()) = resp.into_parts();
         let mut header = ResponseHeader::from(parts);
         if apply(
             &mut header,
@@ -349,7 +355,7 @@ impl FastPath {
         )
         .is_err()
         {
-            to_backend.send_reset(h2::Reason::CANCEL);
+            stream.send_reset(h2::Reason::CANCEL);
             self.answer(session, call, Cause::Internal.status().unwrap_or(500));
             return;
         }
@@ -358,22 +364,19 @@ impl FastPath {
             // A trailers-only answer has the status in its header.
             call.ending = ending_in(&header);
         }
-        let end = from_backend.is_end_stream();
+        let end = stream.is_end_stream();
         if session
             .write_response_header(Box::new(header), end)
             .is_err()
         {
-            to_backend.send_reset(h2::Reason::CANCEL);
+            stream.send_reset(h2::Reason::CANCEL);
             call.failed = true;
             return;
         }
         if end {
             return;
         }
-        if let Err(cause) = self
-            .relay_response(session, call, &lease, &mut to_backend, &mut from_backend)
-            .await
-        {
+        if let Err(cause) = self.relay_response(session, call, &lease, &stream).await {
             call.failed = true;
             let cause = call.blame(cause);
             let verdict = attempt.failed(
@@ -385,7 +388,7 @@ impl FastPath {
                 Instant::now(),
             );
             self.proxy.recorder.failure(attempt, &verdict);
-            to_backend.send_reset(h2::Reason::CANCEL);
+            stream.send_reset(h2::Reason::CANCEL);
             if cause == Cause::ClientGone {
                 return;
             }
@@ -413,7 +416,7 @@ impl FastPath {
         call: &mut Call,
         addr: SocketAddr,
         tls: Option<(&TlsChoice, &str)>,
-    ) -> Result<(http::Response<RecvStream>, SendStream<Bytes>, Lease), Broken> {
+    ) -> Result<(http::Response<()>, Stream, Lease), Broken> {
         let connect_timeout = match call.deadline {
             Some(d) => self
                 .proxy
@@ -445,12 +448,7 @@ impl FastPath {
             .await;
         let (send, lease, reused) = match got {
             Ok(x) => x,
-            Err(e) => {
-                let cause = match e {
-                    PoolError::Connect(c) => c,
-                    PoolError::Handshake => Cause::ConnectFailed,
-                    PoolError::HandshakeTimedOut => Cause::ConnectTimedOut,
-                };
+            Err(PoolError::Connect(cause)) => {
                 return Err(Broken {
                     cause,
                     unprocessed: true,
@@ -460,13 +458,10 @@ impl FastPath {
         attempt.connected(reused, Instant::now());
         attempt.request_sent(Instant::now());
         let limit = call.limit();
-        let sent = tokio::time::timeout_at(limit, async {
-            let mut send = send.ready().await?;
-            send.send_request(request, call.body_done && !call.body_sent)
-        })
-        .await;
-        let (response, mut to_backend) = match sent {
-            Ok(Ok(pair)) => pair,
+        let end = call.body_done && !call.body_sent;
+        let sent = tokio::time::timeout_at(limit, send.send_request(&request, end)).await;
+        let stream = match sent {
+            Ok(Ok(stream)) => stream,
             Ok(Err(_)) => {
                 lease.retire();
                 return Err(Broken {
@@ -483,21 +478,20 @@ impl FastPath {
         };
         if call.body_sent {
             // Sent again (`Sent::replayable` allowed it: all of the body that went is kept).
-            if let Err(cause) = resend_body(session, call, &mut to_backend).await {
+            if let Err(cause) = resend_body(session, call, &stream).await {
                 return Err(Broken {
                     cause,
                     unprocessed: false,
                 });
             }
         }
-        let mut response = std::pin::pin!(response);
         loop {
             tokio::select! {
-                r = &mut response => {
+                r = stream.response() => {
                     return match r {
-                        Ok(resp) => Ok((resp, to_backend, lease)),
+                        Ok(resp) => Ok((resp, stream, lease)),
                         Err(e) => {
-                            if retires(&e) {
+                            if e.ends_connection() {
                                 lease.retire();
                             }
                             Err(upstream_broken(&e))
@@ -506,13 +500,13 @@ impl FastPath {
                 }
                 chunk = session.read_body_or_idle(call.body_done) => {
                     let last = session.is_body_done();
-                    let forwarded = self.forward_body(session, chunk, last, call, &mut to_backend);
+                    let forwarded = self.forward_body(session, chunk, last, call, &stream);
                     if let Err(cause) = forwarded.await {
                         return Err(Broken { cause, unprocessed: false });
                     }
                 }
                 () = tokio::time::sleep_until(limit) => {
-                    to_backend.send_reset(h2::Reason::CANCEL);
+                    stream.send_reset(h2::Reason::CANCEL);
                     return Err(Broken { cause: Cause::UpstreamTimedOut, unprocessed: false });
                 }
             }
@@ -528,16 +522,14 @@ impl FastPath {
         chunk: pingora::Result<Option<Bytes>>,
         last: bool,
         call: &mut Call,
-        to_backend: &mut SendStream<Bytes>,
+        to_backend: &Stream,
     ) -> Result<(), Cause> {
         match chunk {
             Ok(Some(data)) => {
                 call.body_sent = true;
                 call.body_done = last;
                 call.kept.keep(&data);
-                write_body(to_backend, data, last, Some(call.server_timeout))
-                    .await
-                    .map_err(|_| Cause::UpstreamClosed)
+                send(to_backend, data, last, call.server_timeout).await
             }
             Ok(None) => {
                 call.body_done = true;
@@ -547,12 +539,10 @@ impl FastPath {
                         // The session keeps them: a further try sends them again.
                         call.body_sent = true;
                         to_backend
-                            .send_trailers(trailers)
+                            .send_trailers(&trailers)
                             .map_err(|_| Cause::UpstreamClosed)
                     }
-                    Ok(None) => to_backend
-                        .send_data(Bytes::new(), true)
-                        .map_err(|_| Cause::UpstreamClosed),
+                    Ok(None) => send(to_backend, Bytes::new(), true, call.server_timeout).await,
                     Err(_) => {
                         to_backend.send_reset(h2::Reason::CANCEL);
                         Err(Cause::ClientGone)
@@ -573,13 +563,12 @@ impl FastPath {
         session: &mut HttpSession,
         call: &mut Call,
         lease: &Lease,
-        to_backend: &mut SendStream<Bytes>,
-        from_backend: &mut RecvStream,
+        stream: &Stream,
     ) -> Result<(), Cause> {
         loop {
             let limit = call.limit();
             tokio::select! {
-                data = from_backend.data() => match data {
+                data = stream.data() => match data {
                     Some(Ok(data)) => {
                         let n = data.len();
                         session
@@ -587,10 +576,10 @@ impl FastPath {
                             .await
                             .map_err(|_| Cause::ClientGone)?;
                         // The backend may send more once the client took this.
-                        let _ = from_backend.flow_control().release_capacity(n);
+                        stream.release_capacity(n);
                     }
                     Some(Err(e)) => {
-                        if retires(&e) {
+                        if e.ends_connection() {
                             lease.retire();
                         }
                         return Err(Cause::ResponseTruncated);
@@ -599,12 +588,12 @@ impl FastPath {
                 },
                 chunk = session.read_body_or_idle(call.body_done) => {
                     let last = session.is_body_done();
-                    self.forward_body(session, chunk, last, call, to_backend).await?;
+                    self.forward_body(session, chunk, last, call, stream).await?;
                 }
                 () = tokio::time::sleep_until(limit) => return Err(Cause::UpstreamTimedOut),
             }
         }
-        let trailers = tokio::time::timeout_at(call.limit(), from_backend.trailers()).await;
+        let trailers = tokio::time::timeout_at(call.limit(), stream.trailers()).await;
         match trailers {
             Ok(Ok(Some(trailers))) => {
                 if call.grpc {
@@ -618,7 +607,7 @@ impl FastPath {
             }
             Ok(Ok(None)) => session.finish().map_err(|_| Cause::ClientGone),
             Ok(Err(e)) => {
-                if retires(&e) {
+                if e.ends_connection() {
                     lease.retire();
                 }
                 Err(Cause::ResponseTruncated)
@@ -718,16 +707,12 @@ fn ending_in(header: &ResponseHeader) -> Option<Ending> {
         .map(|v| Ending::of(Some(v.as_bytes())))
 }
 
-/// What an `h2` error before the response header means: a closed connection, and whether the
-/// backend processed the stream (`h2_unprocessed`, as on Pingora's path).
-fn upstream_broken(e: &h2::Error) -> Broken {
+/// What a stream error before the response header means: a closed connection, and whether
+/// the backend processed the stream (`Error::unprocessed`, read as `h2_unprocessed` reads an
+/// `h2` error on Pingora's path).
+fn upstream_broken(e: &h2_client::Error) -> Broken {
     Broken {
         cause: Cause::UpstreamClosed,
-        unprocessed: h2_unprocessed(e),
+        unprocessed: e.unprocessed(),
     }
-}
-
-/// The error ends the connection for new streams: a GOAWAY, an I/O or a connection error.
-fn retires(e: &h2::Error) -> bool {
-    e.is_go_away() || e.is_io() || (!e.is_reset() && !e.is_remote())
 }

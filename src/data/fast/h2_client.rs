@@ -1,0 +1,1605 @@
+//! The fast path's HTTP/2 client connection to a backend (RFC 9113), written for the relay in
+//! place of the `h2` crate's: one task per connection reads and writes the socket; the
+//! streams, each served by its own task, share its state behind one lock, which no await holds.
+//! It speaks what a relay to a backend needs and no more: requests with bodies and trailers,
+//! responses with bodies and trailers, resets both ways, flow control both ways, the peer's
+//! settings, PING, GOAWAY (a stream past its last stream id is told it was not processed).
+//! It refuses server push. Header blocks are HPACK-coded by `data::hpack` (its encoder uses the
+//! static table only). Frames go out as one write per scheduler pass (`batch::Batched` wraps
+//! the socket). It knows nothing of routes, retries or timeouts: the relay decides those.
+//! Where `h2` costs a relayed gRPC call's backend leg its stream store, frame queues and
+//! HPACK's dynamic table (docs/performance.md), this keeps a map of streams and one output
+//! buffer.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::poll_fn;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::Reason;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Request, Response, StatusCode, Version};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Notify;
+
+use crate::data::hpack::{Decoder, Encoder, Field};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const PRIORITY: u8 = 0x2;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PUSH_PROMISE: u8 = 0x5;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
+
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY_FLAG: u8 = 0x20;
+
+/// The frame size every peer must accept, which this connection keeps to for what it reads.
+const MAX_FRAME: usize = 16_384;
+/// The most a header block (HEADERS and its CONTINUATIONs) may hold here, coded.
+const MAX_BLOCK: usize = 256 * 1024;
+/// The most a response header or trailer section may hold decoded, counted as HTTP/2 counts it
+/// (each field's name and value and 32 bytes): a few bytes of indices can name large table
+/// entries many times over. Our `SETTINGS_MAX_HEADER_LIST_SIZE`.
+const MAX_HEADER_LIST: usize = 256 * 1024;
+/// The windows a peer starts with (RFC 9113 §6.9.2).
+const DEFAULT_WINDOW: i64 = 65_535;
+const MAX_WINDOW: i64 = (1 << 31) - 1;
+
+/// Why a stream, or its connection, failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The stream was reset: by the backend (`remote`), or here.
+    #[error("stream reset ({reason:?}, remote: {remote})")]
+    Reset { reason: Reason, remote: bool },
+    /// The connection was ended by a GOAWAY: the backend's (`remote`), or one sent here on a
+    /// protocol error. `unprocessed`: the stream was past the GOAWAY's last stream id.
+    #[error("connection gone away ({reason:?}, remote: {remote})")]
+    GoAway {
+        reason: Reason,
+        remote: bool,
+        unprocessed: bool,
+    },
+    /// The connection broke or was closed.
+    #[error("connection I/O: {0:?}")]
+    Io(io::ErrorKind),
+}
+
+impl Error {
+    /// The backend did not process the stream: it refused it (`REFUSED_STREAM`), or the stream
+    /// was past the last one of the GOAWAY it sent (RFC 9113 §8.7).
+    pub fn unprocessed(&self) -> bool {
+        match *self {
+            Error::Reset { reason, remote } => remote && reason == Reason::REFUSED_STREAM,
+            Error::GoAway {
+                remote,
+                unprocessed,
+                ..
+            } => remote && unprocessed,
+            Error::Io(_) => false,
+        }
+    }
+
+    /// The connection takes no new stream after this error.
+    pub fn ends_connection(&self) -> bool {
+        !matches!(self, Error::Reset { .. })
+    }
+}
+
+/// Stream ids hash to themselves: they are distinct and few.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n);
+    }
+}
+
+type Streams = HashMap<u32, StreamState, BuildHasherDefault<IdHasher>>;
+
+/// What the connection and its streams share.
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the connection's task: frames to write, or a stream gone.
+    wake: Notify,
+}
+
+struct State {
+    streams: Streams,
+    next_id: u32,
+    /// Frames to write.
+    out: Vec<u8>,
+    encoder: Encoder,
+    /// Streams counted against the peer's `SETTINGS_MAX_CONCURRENT_STREAMS`.
+    open: usize,
+    max_send_streams: usize,
+    /// Streams waiting for one of those.
+    slot_waiters: Vec<Waker>,
+    peer_initial_window: i64,
+    peer_max_frame: usize,
+    /// What the peer lets this side send on the connection.
+    send_window: i64,
+    /// What this side lets the peer send on the connection, and what the streams have taken
+    /// of what came but not yet given back in a WINDOW_UPDATE.
+    recv_window: i64,
+    recv_released: i64,
+    /// Our initial stream window and connection window.
+    stream_window: i64,
+    connection_window: i64,
+    /// The connection takes no new stream (a GOAWAY either way, an error).
+    closing: bool,
+    /// The error every stream gets from now on.
+    failed: Option<Error>,
+}
+
+#[derive(Default)]
+struct StreamState {
+    send_window: i64,
+    /// END_STREAM sent (or the stream reset).
+    send_closed: bool,
+    /// The response header came; `head` holds it until the relay takes it.
+    responded: bool,
+    head: Option<Response<()>>,
+    /// The response's body, as it came.
+    data: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+    /// END_STREAM received.
+    recv_closed: bool,
+    recv_window: i64,
+    /// Taken by the relay, not yet given back to the peer.
+    released: i64,
+    /// Received, not yet released by the relay (given back when the stream goes).
+    unreleased: i64,
+    /// The response's `content-length`, and how much of the body came.
+    content_length: Option<u64>,
+    received: u64,
+    error: Option<Error>,
+    /// Counted in `open`.
+    counted: bool,
+    recv_waker: Option<Waker>,
+    send_waker: Option<Waker>,
+}
+
+impl StreamState {
+    fn closed(&self) -> bool {
+        self.error.is_some() || (self.send_closed && self.recv_closed)
+    }
+
+    fn wake(&mut self, wakers: &mut Vec<Waker>) {
+        wakers.extend(self.recv_waker.take());
+        wakers.extend(self.send_waker.take());
+    }
+}
+
+impl State {
+    fn frame_head(&mut self, len: usize, kind: u8, flags: u8, id: u32) {
+        let len = len as u32;
+        self.out.extend_from_slice(&len.to_be_bytes()[1..]);
+        self.out.push(kind);
+        self.out.push(flags);
+        self.out.extend_from_slice(&id.to_be_bytes());
+    }
+
+    fn reset(&mut self, id: u32, reason: Reason) {
+        self.frame_head(4, RST_STREAM, 0, id);
+        self.out.extend_from_slice(&u32::from(reason).to_be_bytes());
+    }
+
+    fn window_update(&mut self, id: u32, n: i64) {
+        self.frame_head(4, WINDOW_UPDATE, 0, id);
+        self.out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+
+    /// A header block as HEADERS and, past the peer's frame size, CONTINUATIONs.
+    fn header_block(&mut self, id: u32, end_stream: bool, block: &[u8]) {
+        let (first, mut rest) = block.split_at(block.len().min(self.peer_max_frame));
+        let end = if end_stream { END_STREAM } else { 0 };
+        let more = if rest.is_empty() { END_HEADERS } else { 0 };
+        self.frame_head(first.len(), HEADERS, end | more, id);
+        self.out.extend_from_slice(first);
+        while !rest.is_empty() {
+            let (chunk, tail) = rest.split_at(rest.len().min(self.peer_max_frame));
+            rest = tail;
+            let flags = if rest.is_empty() { END_HEADERS } else { 0 };
+            self.frame_head(chunk.len(), CONTINUATION, flags, id);
+            self.out.extend_from_slice(chunk);
+        }
+    }
+
+    /// Stops counting a stream against the peer's limit once it is closed.
+    fn uncount(&mut self, id: u32, wakers: &mut Vec<Waker>) {
+        if let Some(s) = self.streams.get_mut(&id)
+            && s.counted
+            && s.closed()
+        {
+            s.counted = false;
+            self.open -= 1;
+            wakers.append(&mut self.slot_waiters);
+        }
+    }
+
+    /// A stream error: the stream reset with `reason` here, its task told.
+    fn stream_error(&mut self, id: u32, reason: Reason, wakers: &mut Vec<Waker>) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if s.error.is_none() {
+            s.error = Some(Error::Reset {
+                reason,
+                remote: false,
+            });
+            s.wake(wakers);
+            self.reset(id, reason);
+            self.uncount(id, wakers);
+        }
+    }
+
+    /// A connection error: GOAWAY with `reason`, every stream failed.
+    fn connection_error(&mut self, reason: Reason, wakers: &mut Vec<Waker>) -> Error {
+        let e = Error::GoAway {
+            reason,
+            remote: false,
+            unprocessed: false,
+        };
+        if self.failed.is_none() {
+            self.frame_head(8, GOAWAY, 0, 0);
+            self.out.extend_from_slice(&0u32.to_be_bytes());
+            self.out.extend_from_slice(&u32::from(reason).to_be_bytes());
+            self.fail(e, wakers);
+        }
+        e
+    }
+
+    fn fail(&mut self, e: Error, wakers: &mut Vec<Waker>) {
+        self.closing = true;
+        self.failed.get_or_insert(e);
+        for s in self.streams.values_mut() {
+            s.error.get_or_insert(e);
+            s.wake(wakers);
+            s.counted = false;
+        }
+        self.open = 0;
+        wakers.append(&mut self.slot_waiters);
+    }
+
+    /// Gives `n` bytes of window back to the peer: the connection's, and `stream`'s if given
+    /// and still open; a WINDOW_UPDATE once half a window is owed.
+    fn give_back(&mut self, stream: Option<u32>, n: i64) {
+        if n <= 0 {
+            return;
+        }
+        self.recv_released += n;
+        if self.recv_released >= self.connection_window / 2 {
+            let n = std::mem::take(&mut self.recv_released);
+            self.recv_window += n;
+            self.window_update(0, n);
+        }
+        let half = self.stream_window / 2;
+        let Some((id, s)) = stream.and_then(|id| Some(id).zip(self.streams.get_mut(&id))) else {
+            return;
+        };
+        s.released += n;
+        if s.released >= half && !s.recv_closed && s.error.is_none() {
+            let n = std::mem::take(&mut s.released);
+            s.recv_window += n;
+            self.window_update(id, n);
+        }
+    }
+}
+
+/// Starts a connection over `io`: the preface and settings are queued (no round trip is
+/// awaited, as with `h2`); `Connection::run` then drives it.
+pub fn handshake<T>(
+    io: T,
+    stream_window: u32,
+    connection_window: u32,
+) -> (SendRequest, Connection<T>)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let stream_window = i64::from(stream_window.min(MAX_WINDOW as u32));
+    let connection_window = i64::from(connection_window.min(MAX_WINDOW as u32));
+    let mut state = State {
+        streams: Streams::default(),
+        next_id: 1,
+        out: Vec::with_capacity(4096),
+        encoder: Encoder::new(),
+        open: 0,
+        max_send_streams: usize::MAX,
+        slot_waiters: Vec::new(),
+        peer_initial_window: DEFAULT_WINDOW,
+        peer_max_frame: MAX_FRAME,
+        send_window: DEFAULT_WINDOW,
+        recv_window: connection_window.max(DEFAULT_WINDOW),
+        recv_released: 0,
+        stream_window,
+        connection_window: connection_window.max(DEFAULT_WINDOW),
+        closing: false,
+        failed: None,
+    };
+    state.out.extend_from_slice(PREFACE);
+    // SETTINGS_ENABLE_PUSH 0, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE.
+    state.frame_head(18, SETTINGS, 0, 0);
+    state.out.extend_from_slice(&[0, 2, 0, 0, 0, 0, 0, 4]);
+    state
+        .out
+        .extend_from_slice(&(stream_window as u32).to_be_bytes());
+    state.out.extend_from_slice(&[0, 6]);
+    state
+        .out
+        .extend_from_slice(&(MAX_HEADER_LIST as u32).to_be_bytes());
+    if state.connection_window > DEFAULT_WINDOW {
+        state.window_update(0, state.connection_window - DEFAULT_WINDOW);
+    }
+    let shared = Arc::new(Shared {
+        state: Mutex::new(state),
+        wake: Notify::new(),
+    });
+    let conn = Connection {
+        io,
+        shared: Arc::clone(&shared),
+        read: BytesMut::with_capacity(32 * 1024),
+        spare: Vec::with_capacity(4096),
+        decoder: Decoder::new(4096),
+        block: None,
+        settings_seen: false,
+    };
+    (SendRequest { shared }, conn)
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    shared.state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A header block being read: its stream, its HEADERS flags, what came so far.
+struct Block {
+    id: u32,
+    flags: u8,
+    bytes: BytesMut,
+}
+
+/// The connection's task: reads frames and writes what the streams queued.
+pub struct Connection<T> {
+    io: T,
+    shared: Arc<Shared>,
+    read: BytesMut,
+    /// The write buffer not in use, swapped with the state's.
+    spare: Vec<u8>,
+    decoder: Decoder,
+    block: Option<Block>,
+    /// The peer's first frame, its SETTINGS, came.
+    settings_seen: bool,
+}
+
+impl<T> Connection<T>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    /// Runs the connection until it ends: the socket closes or breaks, a connection error, or a
+    /// GOAWAY once its streams are done. Every stream left gets the reason.
+    pub async fn run(mut self) {
+        let end = self.serve().await;
+        self.end(end);
+    }
+
+    async fn serve(&mut self) -> Error {
+        loop {
+            let (pending, done) = {
+                let mut st = lock(&self.shared);
+                let done = st.failed.or_else(|| {
+                    (st.closing && st.streams.is_empty())
+                        .then_some(Error::Io(io::ErrorKind::NotConnected))
+                });
+                if st.out.is_empty() {
+                    (None, done)
+                } else {
+                    self.spare.clear();
+                    (
+                        Some(std::mem::replace(
+                            &mut st.out,
+                            std::mem::take(&mut self.spare),
+                        )),
+                        done,
+                    )
+                }
+            };
+            if let Some(buf) = pending {
+                let written = async {
+                    self.io.write_all(&buf).await?;
+                    self.io.flush().await
+                };
+                if let Err(e) = written.await {
+                    return Error::Io(e.kind());
+                }
+                self.spare = buf;
+                continue;
+            }
+            if let Some(e) = done {
+                return e;
+            }
+            if self.read.capacity() - self.read.len() < MAX_FRAME {
+                self.read.reserve(2 * MAX_FRAME);
+            }
+            tokio::select! {
+                r = self.io.read_buf(&mut self.read) => match r {
+                    Ok(0) => return Error::Io(io::ErrorKind::UnexpectedEof),
+                    Ok(_) => self.frames(),
+                    Err(e) => return Error::Io(e.kind()),
+                },
+                () = self.shared.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Handles every whole frame read so far.
+    fn frames(&mut self) {
+        let mut wakers = Vec::new();
+        let shared = Arc::clone(&self.shared);
+        let mut st = lock(&shared);
+        while self.read.len() >= 9 && st.failed.is_none() {
+            let len = u32::from_be_bytes([0, self.read[0], self.read[1], self.read[2]]) as usize;
+            if len > MAX_FRAME {
+                st.connection_error(Reason::FRAME_SIZE_ERROR, &mut wakers);
+                break;
+            }
+            if self.read.len() < 9 + len {
+                break;
+            }
+            let kind = self.read[3];
+            let flags = self.read[4];
+            let id = u32::from_be_bytes([self.read[5], self.read[6], self.read[7], self.read[8]])
+                & 0x7fff_ffff;
+            self.read.advance(9);
+            let payload = self.read.split_to(len).freeze();
+            if let Err(reason) = self.frame(&mut st, kind, flags, id, payload, &mut wakers) {
+                st.connection_error(reason, &mut wakers);
+            }
+        }
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn frame(
+        &mut self,
+        st: &mut State,
+        kind: u8,
+        flags: u8,
+        id: u32,
+        payload: Bytes,
+        wakers: &mut Vec<Waker>,
+    ) -> Result<(), Reason> {
+        if !self.settings_seen {
+            // The server's preface is a SETTINGS frame (RFC 9113 §3.4).
+            if kind != SETTINGS || flags & ACK != 0 {
+                return Err(Reason::PROTOCOL_ERROR);
+            }
+            self.settings_seen = true;
+        }
+        if self.block.is_some() && kind != CONTINUATION {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        match kind {
+            DATA => self.data(st, flags, id, payload, wakers),
+            HEADERS => {
+                if id == 0 {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                let mut p = payload;
+                unpad(&mut p, flags)?;
+                if flags & PRIORITY_FLAG != 0 {
+                    if p.len() < 5 {
+                        return Err(Reason::FRAME_SIZE_ERROR);
+                    }
+                    p.advance(5);
+                }
+                let block = Block {
+                    id,
+                    flags,
+                    bytes: BytesMut::from(&p[..]),
+                };
+                if flags & END_HEADERS != 0 {
+                    self.headers(st, block, wakers)
+                } else {
+                    self.block = Some(block);
+                    Ok(())
+                }
+            }
+            CONTINUATION => {
+                let Some(mut block) = self.block.take() else {
+                    return Err(Reason::PROTOCOL_ERROR);
+                };
+                if block.id != id {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                if block.bytes.len() + payload.len() > MAX_BLOCK {
+                    return Err(Reason::ENHANCE_YOUR_CALM);
+                }
+                block.bytes.extend_from_slice(&payload);
+                if flags & END_HEADERS != 0 {
+                    self.headers(st, block, wakers)
+                } else {
+                    self.block = Some(block);
+                    Ok(())
+                }
+            }
+            PRIORITY => {
+                if id == 0 {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                if payload.len() != 5 {
+                    st.stream_error(id, Reason::FRAME_SIZE_ERROR, wakers);
+                }
+                Ok(())
+            }
+            RST_STREAM => {
+                if id == 0 {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                if payload.len() != 4 {
+                    return Err(Reason::FRAME_SIZE_ERROR);
+                }
+                if id >= st.next_id {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                let reason = Reason::from(u32::from_be_bytes([
+                    payload[0], payload[1], payload[2], payload[3],
+                ]));
+                if let Some(s) = st.streams.get_mut(&id)
+                    && s.error.is_none()
+                {
+                    s.error = Some(Error::Reset {
+                        reason,
+                        remote: true,
+                    });
+                    s.wake(wakers);
+                }
+                st.uncount(id, wakers);
+                Ok(())
+            }
+            SETTINGS => self.settings(st, flags, id, &payload, wakers),
+            PUSH_PROMISE => Err(Reason::PROTOCOL_ERROR),
+            PING => {
+                if id != 0 {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                if payload.len() != 8 {
+                    return Err(Reason::FRAME_SIZE_ERROR);
+                }
+                if flags & ACK == 0 {
+                    st.frame_head(8, PING, ACK, 0);
+                    st.out.extend_from_slice(&payload);
+                }
+                Ok(())
+            }
+            GOAWAY => {
+                if id != 0 {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                if payload.len() < 8 {
+                    return Err(Reason::FRAME_SIZE_ERROR);
+                }
+                let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                    & 0x7fff_ffff;
+                let reason = Reason::from(u32::from_be_bytes([
+                    payload[4], payload[5], payload[6], payload[7],
+                ]));
+                st.closing = true;
+                let gone = Error::GoAway {
+                    reason,
+                    remote: true,
+                    unprocessed: true,
+                };
+                let ids: Vec<u32> = st.streams.keys().copied().filter(|&s| s > last).collect();
+                for sid in ids {
+                    if let Some(s) = st.streams.get_mut(&sid) {
+                        s.error.get_or_insert(gone);
+                        s.wake(wakers);
+                    }
+                    st.uncount(sid, wakers);
+                }
+                wakers.append(&mut st.slot_waiters);
+                Ok(())
+            }
+            WINDOW_UPDATE => {
+                if payload.len() != 4 {
+                    return Err(Reason::FRAME_SIZE_ERROR);
+                }
+                let n = i64::from(
+                    u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                        & 0x7fff_ffff,
+                );
+                if id == 0 {
+                    if n == 0 {
+                        return Err(Reason::PROTOCOL_ERROR);
+                    }
+                    st.send_window += n;
+                    if st.send_window > MAX_WINDOW {
+                        return Err(Reason::FLOW_CONTROL_ERROR);
+                    }
+                    for s in st.streams.values_mut() {
+                        wakers.extend(s.send_waker.take());
+                    }
+                    return Ok(());
+                }
+                if id >= st.next_id {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                let Some(s) = st.streams.get_mut(&id) else {
+                    return Ok(());
+                };
+                if n == 0 {
+                    st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+                    return Ok(());
+                }
+                s.send_window += n;
+                if s.send_window > MAX_WINDOW {
+                    st.stream_error(id, Reason::FLOW_CONTROL_ERROR, wakers);
+                    return Ok(());
+                }
+                wakers.extend(s.send_waker.take());
+                Ok(())
+            }
+            // Unknown frame types are ignored (RFC 9113 §4.1).
+            _ => Ok(()),
+        }
+    }
+
+    fn data(
+        &mut self,
+        st: &mut State,
+        flags: u8,
+        id: u32,
+        mut payload: Bytes,
+        wakers: &mut Vec<Waker>,
+    ) -> Result<(), Reason> {
+        if id == 0 || id >= st.next_id {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        let len = payload.len() as i64;
+        if len > st.recv_window {
+            return Err(Reason::FLOW_CONTROL_ERROR);
+        }
+        st.recv_window -= len;
+        unpad(&mut payload, flags)?;
+        let body = payload.len() as i64;
+        let Some(s) = st.streams.get_mut(&id) else {
+            // A stream gone from here: its share of the window is given back at once.
+            st.give_back(None, len);
+            return Ok(());
+        };
+        if s.error.is_some() || s.recv_closed || !s.responded {
+            let fault = !s.responded && s.error.is_none();
+            st.give_back(None, len);
+            if fault {
+                st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+            }
+            return Ok(());
+        }
+        if len > s.recv_window {
+            st.give_back(None, len);
+            st.stream_error(id, Reason::FLOW_CONTROL_ERROR, wakers);
+            return Ok(());
+        }
+        s.recv_window -= len;
+        s.received += body as u64;
+        s.unreleased += body;
+        if !payload.is_empty() {
+            s.data.push_back(payload);
+        }
+        let too_long = s.content_length.is_some_and(|n| s.received > n);
+        let short = flags & END_STREAM != 0 && s.content_length.is_some_and(|n| s.received != n);
+        if flags & END_STREAM != 0 {
+            s.recv_closed = true;
+        }
+        wakers.extend(s.recv_waker.take());
+        // Padding is given back at once; the body when the relay has taken it.
+        if len > body {
+            st.give_back(Some(id), len - body);
+        }
+        if too_long || short {
+            st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+        }
+        st.uncount(id, wakers);
+        Ok(())
+    }
+
+    fn headers(
+        &mut self,
+        st: &mut State,
+        block: Block,
+        wakers: &mut Vec<Waker>,
+    ) -> Result<(), Reason> {
+        let Block { id, flags, bytes } = block;
+        if id % 2 == 0 || id >= st.next_id {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        let mut fields = Vec::with_capacity(16);
+        let mut size = 0;
+        // Decoded whole even for a stream gone from here, or a list too large: the table must
+        // follow the peer's.
+        self.decoder
+            .decode(&bytes.freeze(), |f| {
+                size += f.name.len() + f.value.len() + 32;
+                if size <= MAX_HEADER_LIST {
+                    fields.push(f);
+                }
+            })
+            .map_err(|_| Reason::COMPRESSION_ERROR)?;
+        let end = flags & END_STREAM != 0;
+        let Some(s) = st.streams.get_mut(&id) else {
+            return Ok(());
+        };
+        if s.error.is_some() || s.recv_closed {
+            return Ok(());
+        }
+        if size > MAX_HEADER_LIST {
+            st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+            return Ok(());
+        }
+        if !s.responded {
+            match response_head(fields) {
+                // An interim response (1xx) is not relayed.
+                Ok(head) if head.status().is_informational() => {
+                    if end {
+                        st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+                    }
+                    return Ok(());
+                }
+                Ok(head) => {
+                    s.content_length = head
+                        .headers()
+                        .get(http::header::CONTENT_LENGTH)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok());
+                    s.head = Some(head);
+                    s.responded = true;
+                }
+                Err(()) => {
+                    st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+                    return Ok(());
+                }
+            }
+        } else {
+            // Trailers: they end the stream and hold no pseudo-field.
+            match trailer_fields(fields) {
+                Ok(trailers) if end => s.trailers = Some(trailers),
+                _ => {
+                    st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+                    return Ok(());
+                }
+            }
+        }
+        if end {
+            s.recv_closed = true;
+            if s.content_length.is_some_and(|n| n != s.received) {
+                st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+                return Ok(());
+            }
+        }
+        wakers.extend(s.recv_waker.take());
+        st.uncount(id, wakers);
+        Ok(())
+    }
+
+    fn settings(
+        &mut self,
+        st: &mut State,
+        flags: u8,
+        id: u32,
+        payload: &[u8],
+        wakers: &mut Vec<Waker>,
+    ) -> Result<(), Reason> {
+        if id != 0 {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        if flags & ACK != 0 {
+            return if payload.is_empty() {
+                Ok(())
+            } else {
+                Err(Reason::FRAME_SIZE_ERROR)
+            };
+        }
+        if !payload.len().is_multiple_of(6) {
+            return Err(Reason::FRAME_SIZE_ERROR);
+        }
+        for setting in payload.chunks_exact(6) {
+            let value = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
+            match u16::from_be_bytes([setting[0], setting[1]]) {
+                // SETTINGS_HEADER_TABLE_SIZE
+                1 => st.encoder.peer_table_size_changed(),
+                // SETTINGS_MAX_CONCURRENT_STREAMS
+                3 => {
+                    st.max_send_streams = value as usize;
+                    wakers.append(&mut st.slot_waiters);
+                }
+                // SETTINGS_INITIAL_WINDOW_SIZE: applies to every open stream (§6.9.2).
+                4 => {
+                    let value = i64::from(value);
+                    if value > MAX_WINDOW {
+                        return Err(Reason::FLOW_CONTROL_ERROR);
+                    }
+                    let delta = value - st.peer_initial_window;
+                    st.peer_initial_window = value;
+                    for s in st.streams.values_mut() {
+                        s.send_window += delta;
+                        if s.send_window > MAX_WINDOW {
+                            return Err(Reason::FLOW_CONTROL_ERROR);
+                        }
+                        wakers.extend(s.send_waker.take());
+                    }
+                }
+                // SETTINGS_MAX_FRAME_SIZE
+                5 => {
+                    if !(16_384..=16_777_215).contains(&value) {
+                        return Err(Reason::PROTOCOL_ERROR);
+                    }
+                    st.peer_max_frame = value as usize;
+                }
+                // SETTINGS_ENABLE_PUSH (a server's means nothing), SETTINGS_MAX_HEADER_LIST_SIZE
+                // (advisory), and unknown settings.
+                _ => {}
+            }
+        }
+        st.frame_head(0, SETTINGS, ACK, 0);
+        Ok(())
+    }
+}
+
+impl<T> Connection<T> {
+    /// Every stream left gets `e` (the first reason only).
+    fn end(&self, e: Error) {
+        let mut wakers = Vec::new();
+        lock(&self.shared).fail(e, &mut wakers);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+impl<T> Drop for Connection<T> {
+    /// Dropped without ending (the pool's idle timeout): the streams are told.
+    fn drop(&mut self) {
+        self.end(Error::Io(io::ErrorKind::NotConnected));
+    }
+}
+
+/// Strips a padded frame's padding (`PADDED`), or fails the connection on a bad length.
+fn unpad(payload: &mut Bytes, flags: u8) -> Result<(), Reason> {
+    if flags & PADDED == 0 {
+        return Ok(());
+    }
+    let Some(&pad) = payload.first() else {
+        return Err(Reason::FRAME_SIZE_ERROR);
+    };
+    let pad = usize::from(pad);
+    if pad + 1 > payload.len() {
+        return Err(Reason::PROTOCOL_ERROR);
+    }
+    payload.advance(1);
+    payload.truncate(payload.len() - pad);
+    Ok(())
+}
+
+/// Fields that a connection carries and HTTP/2 forbids (RFC 9113 §8.2.2).
+fn connection_specific(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade"
+    )
+}
+
+/// A regular field as `http` keeps it, or `Err` if HTTP/2 calls it malformed (§8.2).
+fn regular(field: Field) -> Result<(HeaderName, HeaderValue), ()> {
+    let name = &field.name[..];
+    if name.is_empty()
+        || name[0] == b':'
+        || name.iter().any(u8::is_ascii_uppercase)
+        || connection_specific(name)
+    {
+        return Err(());
+    }
+    let name = HeaderName::from_bytes(name).map_err(drop)?;
+    let mut value = HeaderValue::from_maybe_shared(field.value).map_err(drop)?;
+    if field.sensitive {
+        value.set_sensitive(true);
+    }
+    Ok((name, value))
+}
+
+/// A response header: `:status` first and alone of the pseudo-fields, then regular fields.
+fn response_head(fields: Vec<Field>) -> Result<Response<()>, ()> {
+    let mut fields = fields.into_iter();
+    let status = match fields.next() {
+        Some(f) if &f.name[..] == b":status" => StatusCode::from_bytes(&f.value).map_err(drop)?,
+        _ => return Err(()),
+    };
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for field in fields {
+        let (name, value) = regular(field)?;
+        headers.append(name, value);
+    }
+    let mut head = Response::new(());
+    *head.status_mut() = status;
+    *head.version_mut() = Version::HTTP_2;
+    *head.headers_mut() = headers;
+    Ok(head)
+}
+
+fn trailer_fields(fields: Vec<Field>) -> Result<HeaderMap, ()> {
+    let mut trailers = HeaderMap::with_capacity(fields.len());
+    for field in fields {
+        let (name, value) = regular(field)?;
+        trailers.append(name, value);
+    }
+    Ok(trailers)
+}
+
+/// Streams are opened through it; cheap to clone.
+#[derive(Clone)]
+pub struct SendRequest {
+    shared: Arc<Shared>,
+}
+
+impl SendRequest {
+    /// The peer's `SETTINGS_MAX_CONCURRENT_STREAMS` (unbounded until it says).
+    pub fn current_max_send_streams(&self) -> usize {
+        lock(&self.shared).max_send_streams
+    }
+
+    /// Opens a stream with `request`'s header (its body, if `end` is false, follows through
+    /// `Stream::send_data`), waiting while the peer's limit of streams is reached.
+    pub async fn send_request(&self, request: &Request<()>, end: bool) -> Result<Stream, Error> {
+        let id = poll_fn(|cx| {
+            let mut st = lock(&self.shared);
+            if let Some(e) = st.failed {
+                return Poll::Ready(Err(e));
+            }
+            if st.closing || st.next_id > MAX_WINDOW as u32 {
+                return Poll::Ready(Err(Error::GoAway {
+                    reason: Reason::NO_ERROR,
+                    remote: false,
+                    unprocessed: true,
+                }));
+            }
+            if st.open >= st.max_send_streams {
+                st.slot_waiters.push(cx.waker().clone());
+                return Poll::Pending;
+            }
+            let id = st.next_id;
+            st.next_id += 2;
+            st.open += 1;
+            let mut block = Vec::with_capacity(256);
+            encode_request(&mut st.encoder, request, &mut block);
+            st.header_block(id, end, &block);
+            let send_window = st.peer_initial_window;
+            let recv_window = st.stream_window;
+            st.streams.insert(
+                id,
+                StreamState {
+                    send_window,
+                    send_closed: end,
+                    recv_window,
+                    counted: true,
+                    ..StreamState::default()
+                },
+            );
+            Poll::Ready(Ok(id))
+        })
+        .await?;
+        self.shared.wake.notify_one();
+        Ok(Stream {
+            shared: Arc::clone(&self.shared),
+            id,
+        })
+    }
+}
+
+/// A request's header block: the pseudo-fields from its method and target, then its fields
+/// less those HTTP/2 forbids.
+fn encode_request(encoder: &mut Encoder, request: &Request<()>, block: &mut Vec<u8>) {
+    let uri = request.uri();
+    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let pseudo = [
+        (&b":method"[..], request.method().as_str().as_bytes()),
+        (b":scheme", uri.scheme_str().unwrap_or("http").as_bytes()),
+        (b":path", path.as_bytes()),
+    ];
+    let authority = uri
+        .authority()
+        .map(|a| (&b":authority"[..], a.as_str().as_bytes()));
+    let fields = request
+        .headers()
+        .iter()
+        .filter(|(n, v)| {
+            let n = n.as_str().as_bytes();
+            !connection_specific(n) && (n != b"te" || v.as_bytes() == b"trailers")
+        })
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
+    encoder.encode(
+        pseudo
+            .into_iter()
+            .chain(authority)
+            .map(|(n, v)| (n, v, false))
+            .chain(fields),
+        block,
+    );
+}
+
+/// One stream: the request's body and trailers go out through it, the response comes in.
+/// Dropped before it closed, it resets the stream (`CANCEL`).
+pub struct Stream {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+impl Stream {
+    /// The response header (interim ones are passed over); once only.
+    pub async fn response(&self) -> Result<Response<()>, Error> {
+        poll_fn(|cx| {
+            let mut st = lock(&self.shared);
+            let Some(s) = st.streams.get_mut(&self.id) else {
+                return Poll::Ready(Err(Error::Io(io::ErrorKind::NotConnected)));
+            };
+            if let Some(head) = s.head.take() {
+                return Poll::Ready(Ok(head));
+            }
+            if let Some(e) = s.error {
+                return Poll::Ready(Err(e));
+            }
+            s.recv_waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// The response ended with its header (no body, no trailers).
+    pub fn is_end_stream(&self) -> bool {
+        let st = lock(&self.shared);
+        st.streams.get(&self.id).is_some_and(|s| {
+            s.recv_closed && s.data.is_empty() && s.trailers.is_none() && s.received == 0
+        })
+    }
+
+    /// The next piece of the response body; `None` at its end.
+    pub async fn data(&self) -> Option<Result<Bytes, Error>> {
+        poll_fn(|cx| {
+            let mut st = lock(&self.shared);
+            let Some(s) = st.streams.get_mut(&self.id) else {
+                return Poll::Ready(Some(Err(Error::Io(io::ErrorKind::NotConnected))));
+            };
+            if let Some(data) = s.data.pop_front() {
+                return Poll::Ready(Some(Ok(data)));
+            }
+            if let Some(e) = s.error {
+                return Poll::Ready(Some(Err(e)));
+            }
+            if s.recv_closed {
+                return Poll::Ready(None);
+            }
+            s.recv_waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// The response's trailers, once its body has ended; `None` if it ended without.
+    pub async fn trailers(&self) -> Result<Option<HeaderMap>, Error> {
+        poll_fn(|cx| {
+            let mut st = lock(&self.shared);
+            let Some(s) = st.streams.get_mut(&self.id) else {
+                return Poll::Ready(Err(Error::Io(io::ErrorKind::NotConnected)));
+            };
+            if let Some(trailers) = s.trailers.take() {
+                return Poll::Ready(Ok(Some(trailers)));
+            }
+            if let Some(e) = s.error {
+                return Poll::Ready(Err(e));
+            }
+            if s.recv_closed {
+                return Poll::Ready(Ok(None));
+            }
+            s.recv_waker = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// `n` bytes of the body were taken: the backend may send as many more.
+    pub fn release_capacity(&self, n: usize) {
+        let mut st = lock(&self.shared);
+        let before = st.out.len();
+        if let Some(s) = st.streams.get_mut(&self.id) {
+            s.unreleased -= n as i64;
+        }
+        st.give_back(Some(self.id), n as i64);
+        let queued = st.out.len() > before;
+        drop(st);
+        if queued {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Sends `data`, the end of the body with it if `end`, as the peer's windows allow
+    /// (waiting for them).
+    pub async fn send_data(&self, data: Bytes, end: bool) -> Result<(), Error> {
+        let mut rest = &data[..];
+        let mut ended = false;
+        poll_fn(|cx| {
+            let mut wakers = Vec::new();
+            let mut guard = lock(&self.shared);
+            let st = &mut *guard;
+            let Some(s) = st.streams.get_mut(&self.id) else {
+                return Poll::Ready(Err(Error::Io(io::ErrorKind::NotConnected)));
+            };
+            if let Some(e) = s.error {
+                return Poll::Ready(Err(e));
+            }
+            if s.send_closed {
+                return Poll::Ready(Err(Error::Reset {
+                    reason: Reason::STREAM_CLOSED,
+                    remote: false,
+                }));
+            }
+            let room = st.send_window.min(s.send_window).max(0);
+            let n = (rest.len() as i64).min(room) as usize;
+            let (now, later) = rest.split_at(n);
+            rest = later;
+            s.send_window -= n as i64;
+            st.send_window -= n as i64;
+            let finish = rest.is_empty() && end;
+            if finish {
+                s.send_closed = true;
+            }
+            // In frames of at most the peer's size; an empty body's end is a frame of its own.
+            let mut chunks = now.chunks(st.peer_max_frame).peekable();
+            if now.is_empty() && finish {
+                st.frame_head(0, DATA, END_STREAM, self.id);
+            }
+            while let Some(chunk) = chunks.next() {
+                let flags = if finish && chunks.peek().is_none() {
+                    END_STREAM
+                } else {
+                    0
+                };
+                st.frame_head(chunk.len(), DATA, flags, self.id);
+                st.out.extend_from_slice(chunk);
+            }
+            if finish {
+                st.uncount(self.id, &mut wakers);
+                ended = true;
+            }
+            let done = rest.is_empty();
+            if !done && let Some(s) = st.streams.get_mut(&self.id) {
+                s.send_waker = Some(cx.waker().clone());
+            }
+            let wrote = n > 0 || ended;
+            drop(guard);
+            wakers.into_iter().for_each(Waker::wake);
+            if wrote {
+                self.shared.wake.notify_one();
+            }
+            if done {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Ends the request with `trailers`.
+    pub fn send_trailers(&self, trailers: &HeaderMap) -> Result<(), Error> {
+        let mut st = lock(&self.shared);
+        let Some(s) = st.streams.get_mut(&self.id) else {
+            return Err(Error::Io(io::ErrorKind::NotConnected));
+        };
+        if let Some(e) = s.error {
+            return Err(e);
+        }
+        if s.send_closed {
+            return Err(Error::Reset {
+                reason: Reason::STREAM_CLOSED,
+                remote: false,
+            });
+        }
+        s.send_closed = true;
+        let mut block = Vec::with_capacity(64);
+        let fields = trailers
+            .iter()
+            .filter(|(n, _)| !connection_specific(n.as_str().as_bytes()))
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
+        st.encoder.encode(fields, &mut block);
+        st.header_block(self.id, true, &block);
+        let mut wakers = Vec::new();
+        st.uncount(self.id, &mut wakers);
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Resets the stream with `reason`.
+    pub fn send_reset(&self, reason: Reason) {
+        let mut wakers = Vec::new();
+        let mut st = lock(&self.shared);
+        st.stream_error(self.id, reason, &mut wakers);
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut wakers = Vec::new();
+        let mut st = lock(&self.shared);
+        let Some(s) = st.streams.get(&self.id) else {
+            return;
+        };
+        let open = !s.closed() && st.failed.is_none();
+        let unreleased = s.unreleased;
+        if open {
+            st.stream_error(self.id, Reason::CANCEL, &mut wakers);
+        }
+        if let Some(s) = st.streams.remove(&self.id)
+            && s.counted
+        {
+            st.open -= 1;
+            wakers.append(&mut st.slot_waiters);
+        }
+        // What the peer sent and the relay never took is the connection's window still.
+        st.give_back(None, unreleased);
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+        self.shared.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    /// An `h2` server on 127.0.0.1 allowing `max` streams, each served by `serve`.
+    async fn h2_server<F, Fut>(max: u32, serve: F) -> SocketAddr
+    where
+        F: Fn(http::Request<h2::RecvStream>, h2::server::SendResponse<Bytes>) -> Fut
+            + Send
+            + Sync
+            + Clone
+            + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let serve = serve.clone();
+                tokio::spawn(async move {
+                    let mut conn = h2::server::Builder::new()
+                        .max_concurrent_streams(max)
+                        .handshake::<_, Bytes>(tcp)
+                        .await
+                        .unwrap();
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        tokio::spawn(serve.clone()(req, respond));
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn client(addr: SocketAddr) -> SendRequest {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = handshake(tcp, 1 << 20, 8 << 20);
+        tokio::spawn(conn.run());
+        send
+    }
+
+    /// Echoes the request body back with trailers naming how much came and the request's own
+    /// trailer.
+    async fn echo(
+        req: http::Request<h2::RecvStream>,
+        mut respond: h2::server::SendResponse<Bytes>,
+    ) {
+        let (parts, mut body) = req.into_parts();
+        let mut got = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            body.flow_control().release_capacity(chunk.len()).unwrap();
+            got.extend_from_slice(&chunk);
+        }
+        let asked = body
+            .trailers()
+            .await
+            .unwrap()
+            .and_then(|t| t.get("x-asked").cloned());
+        let response = http::Response::builder()
+            .status(200)
+            .header("x-method", parts.method.as_str())
+            .body(())
+            .unwrap();
+        let mut send = respond.send_response(response, false).unwrap();
+        let len = got.len();
+        let mut rest = Bytes::from(got);
+        while !rest.is_empty() {
+            send.reserve_capacity(rest.len());
+            let n = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                .await
+                .unwrap()
+                .unwrap();
+            send.send_data(rest.split_to(n.min(rest.len())), false)
+                .unwrap();
+        }
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-len", len.into());
+        if let Some(asked) = asked {
+            trailers.insert("x-asked", asked);
+        }
+        send.send_trailers(trailers).unwrap();
+    }
+
+    async fn body_of(stream: &Stream) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.data().await {
+            let chunk = chunk.unwrap();
+            stream.release_capacity(chunk.len());
+            out.extend_from_slice(&chunk);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn bodies_larger_than_every_window_go_both_ways_with_trailers() {
+        let addr = h2_server(100, echo).await;
+        let send = client(addr).await;
+        // Past the backend's 64 KiB windows one way, and past this side's 1 MiB stream
+        // window the other.
+        for len in [0, 1, 70_000, 3 << 20] {
+            let req = http::Request::post(format!("http://{addr}/echo"))
+                .body(())
+                .unwrap();
+            let stream = send.send_request(&req, false).await.unwrap();
+            let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let sending = async {
+                stream
+                    .send_data(Bytes::from(body.clone()), false)
+                    .await
+                    .unwrap();
+                let mut trailers = HeaderMap::new();
+                trailers.insert("x-asked", "yes".parse().unwrap());
+                stream.send_trailers(&trailers).unwrap();
+            };
+            let receiving = async {
+                let head = stream.response().await.unwrap();
+                assert_eq!(head.status(), 200);
+                assert_eq!(head.headers()["x-method"], "POST");
+                let got = body_of(&stream).await;
+                let trailers = stream.trailers().await.unwrap().unwrap();
+                (got, trailers)
+            };
+            let ((), (got, trailers)) = tokio::join!(sending, receiving);
+            assert!(got == body, "{len}");
+            assert_eq!(trailers["x-len"], len.to_string().as_str());
+            assert_eq!(trailers["x-asked"], "yes");
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_past_the_backends_limit_wait_for_one_to_close() {
+        let addr = h2_server(1, echo).await;
+        let send = client(addr).await;
+        let req = http::Request::post(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let first = send.send_request(&req, false).await.unwrap();
+        // The backend's SETTINGS have come once the first stream's response can: wait for it.
+        for _ in 0..100 {
+            if send.current_max_send_streams() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(send.current_max_send_streams(), 1);
+        let second =
+            tokio::time::timeout(Duration::from_millis(100), send.send_request(&req, true));
+        assert!(second.await.is_err(), "the second waits");
+        first
+            .send_data(Bytes::from_static(b"x"), true)
+            .await
+            .unwrap();
+        first.response().await.unwrap();
+        assert_eq!(body_of(&first).await, b"x");
+        first.trailers().await.unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(5), send.send_request(&req, true));
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(second.response().await.unwrap().status(), 200);
+    }
+
+    /// A backend written frame by frame: a response split over CONTINUATION, a padded DATA
+    /// frame, a PING between, trailers; then a second stream's malformed response header.
+    #[tokio::test]
+    async fn frames_of_every_shape_are_read_and_a_ping_is_answered() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let backend = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut preface = [0u8; 24];
+            s.read_exact(&mut preface).await.unwrap();
+            assert_eq!(&preface[..], PREFACE);
+            let frame = |kind: u8, flags: u8, id: u32, payload: &[u8]| {
+                let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+                out.extend_from_slice(&[kind, flags]);
+                out.extend_from_slice(&id.to_be_bytes());
+                out.extend_from_slice(payload);
+                out
+            };
+            let mut wire = frame(SETTINGS, 0, 0, &[]);
+            // :status 200 (0x88), then "x-a: 1" literal, split after the status.
+            wire.extend(frame(HEADERS, 0, 1, &[0x88]));
+            wire.extend(frame(CONTINUATION, END_HEADERS, 1, b"\x00\x03x-a\x011"));
+            wire.extend(frame(PING, 0, 0, b"12345678"));
+            wire.extend(frame(DATA, PADDED, 1, b"\x03hello\0\0\0"));
+            // Trailers: "grpc-status: 0".
+            wire.extend(frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                1,
+                b"\x00\x0bgrpc-status\x010",
+            ));
+            // Stream 3: an upper-case field name is malformed.
+            wire.extend(frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                3,
+                b"\x88\x00\x03X-B\x011",
+            ));
+            s.write_all(&wire).await.unwrap();
+            // Read until the PING's answer and stream 3's reset have come.
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            let ping_ack = frame(PING, ACK, 0, b"12345678");
+            let reset = frame(
+                RST_STREAM,
+                0,
+                3,
+                &u32::from(Reason::PROTOCOL_ERROR).to_be_bytes(),
+            );
+            let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+            while !(has(&got, &ping_ack) && has(&got, &reset)) {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed before the PING's answer");
+                got.extend_from_slice(&buf[..n]);
+            }
+            s
+        });
+        let send = client(addr).await;
+        let req = http::Request::get(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let first = send.send_request(&req, true).await.unwrap();
+        let second = send.send_request(&req, true).await.unwrap();
+        let head = first.response().await.unwrap();
+        assert_eq!(head.headers()["x-a"], "1");
+        assert_eq!(body_of(&first).await, b"hello");
+        assert_eq!(first.trailers().await.unwrap().unwrap()["grpc-status"], "0");
+        assert_eq!(
+            second.response().await.unwrap_err(),
+            Error::Reset {
+                reason: Reason::PROTOCOL_ERROR,
+                remote: false
+            }
+        );
+        let _backend = tokio::time::timeout(Duration::from_secs(5), backend)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// A backend that reads the preface, sends `wire` (after its SETTINGS) and holds the
+    /// connection open.
+    async fn raw_backend(wire: Vec<u8>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 24];
+            s.read_exact(&mut buf).await.unwrap();
+            s.write_all(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0])
+                .await
+                .unwrap();
+            s.write_all(&wire).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_goaway_fails_the_streams_past_its_last_as_unprocessed() {
+        // GOAWAY(last stream 1, NO_ERROR), then stream 1's answer.
+        let mut wire = vec![0, 0, 8, GOAWAY, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+        wire.extend_from_slice(&[0, 0, 1, HEADERS, END_STREAM | END_HEADERS, 0, 0, 0, 1, 0x88]);
+        let addr = raw_backend(wire).await;
+        let send = client(addr).await;
+        let req = http::Request::get(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let first = send.send_request(&req, true).await.unwrap();
+        let second = send.send_request(&req, true).await.unwrap();
+        assert_eq!(first.response().await.unwrap().status(), 200);
+        let e = second.response().await.unwrap_err();
+        assert!(e.unprocessed() && e.ends_connection(), "{e:?}");
+        let third = send.send_request(&req, true).await;
+        assert!(third.is_err(), "no stream after a GOAWAY");
+    }
+
+    /// A few hundred bytes of indices naming a 4 KB table entry past the header list limit:
+    /// the stream is reset, the connection (and its table) goes on.
+    #[tokio::test]
+    async fn a_header_list_past_the_limit_resets_only_its_stream() {
+        let mut block = vec![0x88, 0x40, 5];
+        block.extend_from_slice(b"x-big");
+        // The value's length, 4000, on a 7-bit prefix: 127, then 3873 in 7-bit groups.
+        block.extend_from_slice(&[0x7f, 0xa1, 0x1e]);
+        block.extend(std::iter::repeat_n(b'v', 4000));
+        block.extend(std::iter::repeat_n(0xbe, 80));
+        let mut wire = (block.len() as u32).to_be_bytes()[1..].to_vec();
+        wire.extend_from_slice(&[HEADERS, END_STREAM | END_HEADERS, 0, 0, 0, 1]);
+        wire.extend_from_slice(&block);
+        // Stream 3 uses the entry once: within the limit.
+        wire.extend_from_slice(&[
+            0,
+            0,
+            2,
+            HEADERS,
+            END_STREAM | END_HEADERS,
+            0,
+            0,
+            0,
+            3,
+            0x88,
+            0xbe,
+        ]);
+        let addr = raw_backend(wire).await;
+        let send = client(addr).await;
+        let req = http::Request::get(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let first = send.send_request(&req, true).await.unwrap();
+        let second = send.send_request(&req, true).await.unwrap();
+        assert_eq!(
+            first.response().await.unwrap_err(),
+            Error::Reset {
+                reason: Reason::PROTOCOL_ERROR,
+                remote: false
+            }
+        );
+        let head = second.response().await.unwrap();
+        assert_eq!(head.headers()["x-big"].len(), 4000);
+    }
+}
