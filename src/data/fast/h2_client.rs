@@ -22,7 +22,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use h2::Reason;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode, Version};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::Notify;
 
 use crate::data::hpack::{Decoder, Encoder, Field};
@@ -357,7 +357,7 @@ where
         wake: Notify::new(),
     });
     let conn = Connection {
-        io,
+        io: Some(io),
         shared: Arc::clone(&shared),
         read: BytesMut::with_capacity(32 * 1024),
         spare: Vec::with_capacity(4096),
@@ -381,7 +381,8 @@ struct Block {
 
 /// The connection's task: reads frames and writes what the streams queued.
 pub struct Connection<T> {
-    io: T,
+    /// Taken, and split in two, when the connection runs.
+    io: Option<T>,
     shared: Arc<Shared>,
     read: BytesMut,
     /// The write buffer not in use, swapped with the state's.
@@ -399,55 +400,61 @@ where
     /// Runs the connection until it ends: the socket closes or breaks, a connection error, or a
     /// GOAWAY once its streams are done. Every stream left gets the reason.
     pub async fn run(mut self) {
-        let end = self.serve().await;
+        let Some(io) = self.io.take() else {
+            return;
+        };
+        let (mut reader, mut writer) = tokio::io::split(io);
+        let end = self.serve(&mut reader, &mut writer).await;
         self.end(end);
     }
 
-    async fn serve(&mut self) -> Error {
+    /// Reads and writes at once: a backend that stops reading while its own writes wait (as
+    /// this side would while it wrote) must not stop this side reading.
+    async fn serve(&mut self, reader: &mut ReadHalf<T>, writer: &mut WriteHalf<T>) -> Error {
+        let mut writing = std::mem::take(&mut self.spare);
+        let mut at = 0;
+        let mut flushing = false;
         loop {
-            let (pending, done) = {
+            if at == writing.len() && !flushing {
+                writing.clear();
+                at = 0;
                 let mut st = lock(&self.shared);
-                let done = st.failed.or_else(|| {
-                    (st.closing && st.streams.is_empty())
-                        .then_some(Error::Io(io::ErrorKind::NotConnected))
-                });
-                if st.out.is_empty() {
-                    (None, done)
-                } else {
-                    self.spare.clear();
-                    (
-                        Some(std::mem::replace(
-                            &mut st.out,
-                            std::mem::take(&mut self.spare),
-                        )),
-                        done,
-                    )
+                if !st.out.is_empty() {
+                    std::mem::swap(&mut st.out, &mut writing);
+                } else if let Some(e) = st.failed {
+                    return e;
+                } else if st.closing && st.streams.is_empty() {
+                    return Error::Io(io::ErrorKind::NotConnected);
                 }
-            };
-            if let Some(buf) = pending {
-                let written = async {
-                    self.io.write_all(&buf).await?;
-                    self.io.flush().await
-                };
-                if let Err(e) = written.await {
-                    return Error::Io(e.kind());
-                }
-                self.spare = buf;
-                continue;
-            }
-            if let Some(e) = done {
-                return e;
             }
             if self.read.capacity() - self.read.len() < MAX_FRAME {
                 self.read.reserve(2 * MAX_FRAME);
             }
+            let pending = at < writing.len();
+            // Each branch is cancel-safe: a write that loses the race wrote nothing.
             tokio::select! {
-                r = self.io.read_buf(&mut self.read) => match r {
+                r = reader.read_buf(&mut self.read) => match r {
                     Ok(0) => return Error::Io(io::ErrorKind::UnexpectedEof),
                     Ok(_) => self.frames(),
                     Err(e) => return Error::Io(e.kind()),
                 },
-                () = self.shared.wake.notified() => {}
+                // Bytes written, or `None` once flushed.
+                w = async {
+                    if pending {
+                        writer.write(&writing[at..]).await.map(Some)
+                    } else {
+                        writer.flush().await.map(|()| None)
+                    }
+                }, if pending || flushing => match w {
+                    Ok(Some(0)) => return Error::Io(io::ErrorKind::WriteZero),
+                    Ok(Some(n)) => {
+                        at += n;
+                        flushing = at == writing.len();
+                    }
+                    Ok(None) => flushing = false,
+                    Err(e) => return Error::Io(e.kind()),
+                },
+                () = self.shared.wake.notified(), if !pending && !flushing => {}
             }
         }
     }
@@ -1601,5 +1608,83 @@ mod tests {
         );
         let head = second.response().await.unwrap();
         assert_eq!(head.headers()["x-big"].len(), 4000);
+    }
+
+    /// A backend that writes its responses whole before it reads a byte, with small socket
+    /// buffers both ways: this side must read while its own large writes wait, or neither side
+    /// moves again.
+    #[tokio::test]
+    async fn a_backend_that_writes_before_it_reads_does_not_stall_the_connection() {
+        const STREAMS: u32 = 4;
+        const LEN: usize = 1 << 20;
+        let small = || {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(32 * 1024).unwrap();
+            socket.set_send_buffer_size(32 * 1024).unwrap();
+            socket
+        };
+        let listening = small();
+        listening.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = listening.listen(8).unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut preface = [0u8; 24];
+            s.read_exact(&mut preface).await.unwrap();
+            // The client's streams are open by now.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // SETTINGS_INITIAL_WINDOW_SIZE 16 MiB, and as much more for the connection.
+            let mut wire = vec![0, 0, 6, SETTINGS, 0, 0, 0, 0, 0, 0, 4, 1, 0, 0, 0];
+            wire.extend_from_slice(&[0, 0, 4, WINDOW_UPDATE, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
+            for i in 0..STREAMS {
+                let id = (1 + 2 * i).to_be_bytes();
+                wire.extend_from_slice(&[
+                    0,
+                    0,
+                    1,
+                    HEADERS,
+                    END_HEADERS,
+                    id[0],
+                    id[1],
+                    id[2],
+                    id[3],
+                    0x88,
+                ]);
+                let frames = LEN / MAX_FRAME;
+                for f in 0..frames {
+                    let flags = if f + 1 == frames { END_STREAM } else { 0 };
+                    wire.extend_from_slice(&[0, 0x40, 0, DATA, flags, id[0], id[1], id[2], id[3]]);
+                    wire.extend(std::iter::repeat_n(b'r', MAX_FRAME));
+                }
+            }
+            s.write_all(&wire).await.unwrap();
+            let mut sink = vec![0u8; 1 << 16];
+            while s.read(&mut sink).await.unwrap_or(0) > 0 {}
+        });
+        let tcp = small().connect(addr).await.unwrap();
+        let (send, conn) = handshake(tcp, 1 << 20, 8 << 20);
+        tokio::spawn(conn.run());
+        let req = http::Request::post(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let mut streams = Vec::new();
+        for _ in 0..STREAMS {
+            streams.push(send.send_request(&req, false).await.unwrap());
+        }
+        let exchanges = streams.iter().map(|stream| async move {
+            let sending = stream.send_data(Bytes::from(vec![b'q'; LEN]), true);
+            let receiving = async {
+                stream.response().await.unwrap();
+                body_of(stream).await.len()
+            };
+            let (sent, got) = tokio::join!(sending, receiving);
+            sent.unwrap();
+            got
+        });
+        let all = futures::future::join_all(exchanges);
+        let got = tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("stalled");
+        assert!(got.iter().all(|&n| n == LEN), "{got:?}");
     }
 }

@@ -3,11 +3,11 @@
 //! TLS, per what the connection was verified with and the server name it sent (`pool::Key`).
 //! A connection takes streams up to the fewer of the backend's `SETTINGS_MAX_CONCURRENT_STREAMS`
 //! and `H2_STREAMS_PER_CONNECTION`; past that another is opened, up to
-//! `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams wait on the least busy one (the `h2`
-//! client queues them). Streams are packed: a new one goes to the busiest connection with
-//! room, and one that comes while a connection is being opened waits for it rather than
-//! opening its own, so a burst of streams does not open a connection each. Few connections
-//! carrying many streams write their frames together (one send for many), where many
+//! `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams wait on the least busy one (its
+//! connection queues them: `h2_client`). Streams are packed: a new one goes to the busiest
+//! connection with room, and one that comes while a connection is being opened waits for it
+//! rather than opening its own, so a burst of streams does not open a connection each. Few
+//! connections carrying many streams write their frames together (one send for many), where many
 //! half-idle ones would each send their own. Each connection is driven by its own task, which
 //! ends it after `--server-timeout` without a stream; one that ended (GOAWAY, an error, idle)
 //! is never handed out again. The pool is keyed by address, not by table, so a table swap
@@ -36,7 +36,7 @@ use crate::data::proxy::H2_STREAMS_PER_CONNECTION;
 const MAX_CONNECTIONS_PER_ENDPOINT: usize = 16;
 
 /// Flow-control windows offered to a backend: large enough that a stream of messages is not
-/// paced by window updates on a fast network (the `h2` default of 64 KiB is per round trip).
+/// paced by window updates on a fast network (HTTP/2's default of 64 KiB is per round trip).
 const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 8 << 20;
 

@@ -1,10 +1,11 @@
 //! HPACK (RFC 7541), the header compression of HTTP/2: a decoder that keeps the dynamic table
 //! a peer's encoder fills, and an encoder that, as HAProxy's does, uses the static table only.
-//! These are the first part of an HTTP/2 codec leaner than the `h2` crate, for the relay's two
-//! legs (issue #17: `h2`'s HPACK, stream store and frame queues are most of the instructions a
-//! relayed gRPC call costs beyond HAProxy's); the relay still speaks through `h2`. Pure byte
-//! work: no I/O, no allocation but the decoded strings, nothing that can panic on input
-//! (fuzzed: `fuzz/fuzz_targets/hpack.rs`).
+//! Part of an HTTP/2 codec leaner than the `h2` crate (issue #17: `h2`'s HPACK, stream store
+//! and frame queues were most of the instructions a relayed gRPC call cost beyond HAProxy's):
+//! the relay's connections to backends code their header blocks with it
+//! (`data::fast::h2_client`); the client side is still `h2`'s, inside Pingora. Pure byte work:
+//! no I/O, no allocation but the decoded strings, nothing that can panic on input (fuzzed:
+//! `fuzz/fuzz_targets/hpack.rs`).
 
 mod decoder;
 mod encoder;
