@@ -245,12 +245,16 @@ impl State {
             return;
         };
         if s.error.is_none() {
+            // A stream closed both ways is over for the peer too: nothing to reset.
+            let open = !(s.send_closed && s.recv_closed);
             s.error = Some(Error::Reset {
                 reason,
                 remote: false,
             });
             s.wake(wakers);
-            self.reset(id, reason);
+            if open {
+                self.reset(id, reason);
+            }
             self.uncount(id, wakers);
         }
     }
@@ -714,9 +718,11 @@ where
         if !payload.is_empty() {
             s.data.push_back(payload);
         }
+        let end = flags & END_STREAM != 0;
         let too_long = s.content_length.is_some_and(|n| s.received > n);
-        let short = flags & END_STREAM != 0 && s.content_length.is_some_and(|n| s.received != n);
-        if flags & END_STREAM != 0 {
+        let short = end && s.content_length.is_some_and(|n| s.received != n);
+        // A body its `content-length` belies is not ended cleanly but reset.
+        if end && !too_long && !short {
             s.recv_closed = true;
         }
         wakers.extend(s.recv_waker.take());
@@ -798,11 +804,11 @@ where
             }
         }
         if end {
-            s.recv_closed = true;
             if s.content_length.is_some_and(|n| n != s.received) {
                 st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
                 return Ok(());
             }
+            s.recv_closed = true;
         }
         wakers.extend(s.recv_waker.take());
         st.uncount(id, wakers);
@@ -1096,11 +1102,13 @@ impl Stream {
             if let Some(data) = s.data.pop_front() {
                 return Poll::Ready(Some(Ok(data)));
             }
-            if let Some(e) = s.error {
-                return Poll::Ready(Some(Err(e)));
-            }
+            // A response received whole stays whole, whatever befalls the stream or the
+            // connection after it.
             if s.recv_closed {
                 return Poll::Ready(None);
+            }
+            if let Some(e) = s.error {
+                return Poll::Ready(Some(Err(e)));
             }
             s.recv_waker = Some(cx.waker().clone());
             Poll::Pending
@@ -1118,11 +1126,11 @@ impl Stream {
             if let Some(trailers) = s.trailers.take() {
                 return Poll::Ready(Ok(Some(trailers)));
             }
-            if let Some(e) = s.error {
-                return Poll::Ready(Err(e));
-            }
             if s.recv_closed {
                 return Poll::Ready(Ok(None));
+            }
+            if let Some(e) = s.error {
+                return Poll::Ready(Err(e));
             }
             s.recv_waker = Some(cx.waker().clone());
             Poll::Pending
@@ -1686,5 +1694,39 @@ mod tests {
             .await
             .expect("stalled");
         assert!(got.iter().all(|&n| n == LEN), "{got:?}");
+    }
+
+    /// A backend that answers whole and closes the connection at once: the answer is read
+    /// whole after the connection is gone.
+    #[tokio::test]
+    async fn a_whole_response_outlives_its_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 24];
+            s.read_exact(&mut buf).await.unwrap();
+            let mut wire = vec![0, 0, 0, SETTINGS, 0, 0, 0, 0, 0];
+            wire.extend_from_slice(&[0, 0, 1, HEADERS, END_HEADERS, 0, 0, 0, 1, 0x88]);
+            wire.extend_from_slice(&[0, 0, 4, DATA, END_STREAM, 0, 0, 0, 1]);
+            wire.extend_from_slice(b"done");
+            s.write_all(&wire).await.unwrap();
+        });
+        let send = client(addr).await;
+        let req = http::Request::get(format!("http://{addr}/"))
+            .body(())
+            .unwrap();
+        let stream = send.send_request(&req, true).await.unwrap();
+        // The close is read before the stream asks for anything.
+        for _ in 0..100 {
+            if send.send_request(&req, true).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(stream.response().await.unwrap().status(), 200);
+        assert_eq!(stream.data().await.unwrap().unwrap(), "done");
+        assert!(stream.data().await.is_none(), "ended, not broken");
+        assert_eq!(stream.trailers().await.unwrap(), None);
     }
 }
