@@ -1067,21 +1067,9 @@ pub struct Stream {
 impl Stream {
     /// The response header (interim ones are passed over); once only.
     pub async fn response(&self) -> Result<Response<()>, Error> {
-        poll_fn(|cx| {
-            let mut st = lock(&self.shared);
-            let Some(s) = st.streams.get_mut(&self.id) else {
-                return Poll::Ready(Err(Error::Io(io::ErrorKind::NotConnected)));
-            };
-            if let Some(head) = s.head.take() {
-                return Poll::Ready(Ok(head));
-            }
-            if let Some(e) = s.error {
-                return Poll::Ready(Err(e));
-            }
-            s.recv_waker = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
+        self.received(|s| s.head.take().map(Ok).or_else(|| s.error.map(Err)))
+            .await
+            .unwrap_or_else(Err)
     }
 
     /// The response ended with its header (no body, no trailers).
@@ -1092,48 +1080,48 @@ impl Stream {
         })
     }
 
-    /// The next piece of the response body; `None` at its end.
+    /// The next piece of the response body; `None` at its end. A response received whole
+    /// stays whole, whatever befalls the stream or the connection after it.
     pub async fn data(&self) -> Option<Result<Bytes, Error>> {
-        poll_fn(|cx| {
-            let mut st = lock(&self.shared);
-            let Some(s) = st.streams.get_mut(&self.id) else {
-                return Poll::Ready(Some(Err(Error::Io(io::ErrorKind::NotConnected))));
-            };
-            if let Some(data) = s.data.pop_front() {
-                return Poll::Ready(Some(Ok(data)));
-            }
-            // A response received whole stays whole, whatever befalls the stream or the
-            // connection after it.
-            if s.recv_closed {
-                return Poll::Ready(None);
-            }
-            if let Some(e) = s.error {
-                return Poll::Ready(Some(Err(e)));
-            }
-            s.recv_waker = Some(cx.waker().clone());
-            Poll::Pending
+        self.received(|s| {
+            let next = s.data.pop_front().map(|data| Some(Ok(data)));
+            next.or_else(|| s.recv_closed.then_some(None))
+                .or_else(|| s.error.map(|e| Some(Err(e))))
         })
         .await
+        .unwrap_or_else(|e| Some(Err(e)))
     }
 
     /// The response's trailers, once its body has ended; `None` if it ended without.
     pub async fn trailers(&self) -> Result<Option<HeaderMap>, Error> {
+        self.received(|s| {
+            let trailers = s.trailers.take().map(|t| Ok(Some(t)));
+            trailers
+                .or_else(|| s.recv_closed.then_some(Ok(None)))
+                .or_else(|| s.error.map(Err))
+        })
+        .await
+        .unwrap_or_else(Err)
+    }
+
+    /// What `take` finds of the response in the stream's state, once it finds something (the
+    /// task is woken when more comes); `Err` if the stream is gone from the connection.
+    async fn received<R>(
+        &self,
+        mut take: impl FnMut(&mut StreamState) -> Option<R>,
+    ) -> Result<R, Error> {
         poll_fn(|cx| {
             let mut st = lock(&self.shared);
             let Some(s) = st.streams.get_mut(&self.id) else {
                 return Poll::Ready(Err(Error::Io(io::ErrorKind::NotConnected)));
             };
-            if let Some(trailers) = s.trailers.take() {
-                return Poll::Ready(Ok(Some(trailers)));
+            match take(s) {
+                Some(r) => Poll::Ready(Ok(r)),
+                None => {
+                    s.recv_waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
             }
-            if s.recv_closed {
-                return Poll::Ready(Ok(None));
-            }
-            if let Some(e) = s.error {
-                return Poll::Ready(Err(e));
-            }
-            s.recv_waker = Some(cx.waker().clone());
-            Poll::Pending
         })
         .await
     }
