@@ -920,6 +920,15 @@ fn connection_specific(name: &[u8]) -> bool {
     )
 }
 
+/// The fields gRPC backends send on every call that `http` does not know, made once: `http`
+/// copies such a name into an allocation of its own each time it parses one.
+static MADE: [HeaderName; 4] = [
+    HeaderName::from_static("grpc-status"),
+    HeaderName::from_static("grpc-message"),
+    HeaderName::from_static("grpc-encoding"),
+    HeaderName::from_static("grpc-accept-encoding"),
+];
+
 /// A regular field as `http` keeps it, or `Err` if HTTP/2 calls it malformed (§8.2).
 fn regular(field: Field) -> Result<(HeaderName, HeaderValue), ()> {
     let name = &field.name[..];
@@ -930,7 +939,10 @@ fn regular(field: Field) -> Result<(HeaderName, HeaderValue), ()> {
     {
         return Err(());
     }
-    let name = HeaderName::from_bytes(name).map_err(drop)?;
+    let name = match MADE.iter().find(|made| made.as_str().as_bytes() == name) {
+        Some(made) => made.clone(),
+        None => HeaderName::from_bytes(name).map_err(drop)?,
+    };
     let mut value = HeaderValue::from_maybe_shared(field.value).map_err(drop)?;
     if field.sensitive {
         value.set_sensitive(true);
