@@ -664,11 +664,21 @@ impl HttpSession {
 
         // remove other h1 hop headers that cannot be present in H2
         // https://httpwg.org/specs/rfc7540.html#n-connection-specific-header-fields
-        header.remove_header(&header::TRANSFER_ENCODING);
-        header.remove_header(&header::CONNECTION);
-        header.remove_header(&header::UPGRADE);
-        header.remove_header(&HeaderName::from_static("keep-alive"));
-        header.remove_header(&HeaderName::from_static("proxy-connection"));
+        // (switchyard: most responses have none of them, which one pass over the names tells;
+        // each removal hashes its name and looks it up.)
+        let hop = |name: &HeaderName| {
+            matches!(
+                name.as_str(),
+                "transfer-encoding" | "connection" | "upgrade" | "keep-alive" | "proxy-connection"
+            )
+        };
+        if header.headers.keys().any(hop) {
+            header.remove_header(&header::TRANSFER_ENCODING);
+            header.remove_header(&header::CONNECTION);
+            header.remove_header(&header::UPGRADE);
+            header.remove_header(&HeaderName::from_static("keep-alive"));
+            header.remove_header(&HeaderName::from_static("proxy-connection"));
+        }
 
         let resp = Response::from_parts(header.as_owned_parts(), ());
 
