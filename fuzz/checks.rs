@@ -1102,9 +1102,11 @@ pub fn check_h2_client(data: &[u8]) {
             let mut buf = vec![0u8; 1 << 14];
             while matches!(from_us.read(&mut buf).await, Ok(n) if n > 0) {}
         });
-        let request = http::Request::post("http://backend/svc/Method")
-            .body(())
-            .unwrap();
+        let request = h2_client::RequestBlock::from(
+            &http::Request::post("http://backend/svc/Method")
+                .body(())
+                .unwrap(),
+        );
         let streams = [
             send.send_request(&request, flags & 2 == 0).await.ok(),
             if flags & 4 != 0 {

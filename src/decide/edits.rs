@@ -1,9 +1,10 @@
 //! The header rules, written once as data: what switchyard changes in a request before it goes
 //! upstream, in a response before it goes back, and which fields its own answers carry. Each
-//! engine only applies an `Edits` list to its representation (Pingora to its header maps, the
-//! fast path to bytes, its HTTP/2 relay to `http`'s map, with the added fields' names made here
-//! once); a new header rule is a line here, and both engines follow. Nothing here
-//! touches a header map or a socket.
+//! engine only applies an `Edits` list to its representation: Pingora to its header maps
+//! (`data::proxy::apply`); the fast path's HTTP/1 heads and its HTTP/2 relay's request blocks,
+//! written as the fields pass, through the one carrier here (`Seen`, into a `Sink`). A new
+//! header rule is a line here, and every engine follows. Nothing here touches a header map or
+//! a socket.
 
 use std::io::Write as _;
 
@@ -28,23 +29,6 @@ pub const COOKIE: &str = "cookie";
 pub const GRPC_STATUS: &str = "grpc-status";
 pub const GRPC_MESSAGE: &str = "grpc-message";
 pub const LOCATION: &str = "location";
-
-/// The fields switchyard adds to requests, as `http` keeps names, made at compile time: an
-/// engine that builds an `http` map takes the name from here (`made_name`) rather than parse
-/// it for each message, which copies a name `http` does not know (and Pingora's maps parse a
-/// `&str` at every insertion: 1k instructions a field).
-static MADE: [http::HeaderName; 5] = [
-    http::HeaderName::from_static(X_FORWARDED_FOR),
-    http::HeaderName::from_static(X_FORWARDED_PROTO),
-    http::HeaderName::from_static(X_REAL_IP),
-    http::HeaderName::from_static(CLIENT_VERIFY_HEADER),
-    http::HeaderName::from_static(CLIENT_DN_HEADER),
-];
-
-/// `name` as made at compile time, if it is one of the fields switchyard adds to requests.
-pub fn made_name(name: &str) -> Option<&'static http::HeaderName> {
-    MADE.iter().find(|made| made.as_str() == name)
-}
 
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
 /// frontend, so that no client can tell a backend what only switchyard may (a backend that
@@ -374,6 +358,90 @@ pub fn extendable(v: &[u8]) -> bool {
     !v.is_empty() && v.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
+/// Where an engine writes a message's fields as it carries out `Edits` in one pass over them
+/// (`Seen`): HTTP/1 lines, or an HTTP/2 header block.
+pub trait Sink {
+    /// Adds one field named `name`, its value written by `value` at the end of the buffer.
+    fn add(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>));
+}
+
+/// The one carrier of `Edits` over a message's fields as they pass, for the engines that write
+/// the message rather than edit a map (the fast path's HTTP/1 heads, the HTTP/2 relay's request
+/// block): each field an edit touches goes through `field`, which says whether it stays; then
+/// `additions` writes the fields the edits add, from what the existing ones told them. What
+/// the existing fields told the edits that read them is kept here.
+#[derive(Default)]
+pub struct Seen<'v> {
+    /// The first value of the field an `Extend` or `NoCacheSetCookie` reads.
+    first: [Option<&'v [u8]>; 2],
+    /// Names an `AddIfAbsent` found.
+    present: [Option<&'static str>; 2],
+    /// The `Cookie` values `StripCookie` kept, once the load balancer's cookie was taken out.
+    kept_cookies: Vec<Vec<u8>>,
+}
+
+impl<'v> Seen<'v> {
+    /// One field `edit` touches (`Edits::touching`); says whether it is kept as it is.
+    pub fn field(&mut self, edit: &Edit<'_>, value: &'v [u8]) -> bool {
+        match *edit {
+            Edit::StripCookie => {
+                if sticky::find_cookie(value, sticky::COOKIE_NAME).is_none() {
+                    return true;
+                }
+                if let Some(kept) = sticky::strip_cookie(value, sticky::COOKIE_NAME) {
+                    self.kept_cookies.push(kept);
+                }
+                false
+            }
+            Edit::AddIfAbsent(name, _) => {
+                if let Some(slot) = self
+                    .present
+                    .iter_mut()
+                    .find(|s| s.is_none_or(|n| n == name))
+                {
+                    *slot = Some(name);
+                }
+                true
+            }
+            _ => {
+                if let Some(slot) = Self::slot(edit) {
+                    self.first[slot].get_or_insert(value);
+                }
+                edit.keeps_existing()
+            }
+        }
+    }
+
+    /// Which of `first` keeps the first value an edit reads.
+    fn slot(edit: &Edit<'_>) -> Option<usize> {
+        match edit {
+            Edit::Extend(..) => Some(0),
+            Edit::NoCacheSetCookie => Some(1),
+            _ => None,
+        }
+    }
+
+    /// Writes the fields the edits add into `sink`, in their order.
+    pub fn additions(&self, edits: &Edits<'_>, sink: &mut impl Sink) {
+        for edit in edits.iter() {
+            if *edit == Edit::StripCookie {
+                for kept in &self.kept_cookies {
+                    sink.add(COOKIE, |out| out.extend_from_slice(kept));
+                }
+                continue;
+            }
+            let present = match *edit {
+                Edit::AddIfAbsent(name, _) => self.present.contains(&Some(name)),
+                _ => false,
+            };
+            let prev = Self::slot(edit).and_then(|slot| self.first[slot]);
+            if edit.writes(present || prev.is_some()) {
+                sink.add(edit.name(), |out| edit.write_value(prev, out));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,24 +559,5 @@ mod tests {
         ] {
             assert_eq!(ip_text(ip), ip.to_string());
         }
-    }
-
-    /// Every field the request edits add is made at compile time, so an engine never parses
-    /// one per message; `made_name` knows no other.
-    #[test]
-    fn every_added_request_field_is_made_once() {
-        let tls = Forwarding::tls(Some(10), true);
-        let certs = [ClientCert::Absent, ClientCert::Verified { subject: "CN=a" }];
-        for cert in certs {
-            let e = request_edits(&tls, Some("192.0.2.1"), true, cert);
-            for edit in e.iter() {
-                let name = match *edit {
-                    Edit::Add(n, _) | Edit::AddIfAbsent(n, _) | Edit::Extend(n, _) => n,
-                    _ => continue,
-                };
-                assert_eq!(made_name(name).map(|m| m.as_str()), Some(name));
-            }
-        }
-        assert!(made_name("cache-control").is_none());
     }
 }

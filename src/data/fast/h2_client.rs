@@ -25,7 +25,7 @@ use http::{HeaderMap, Request, Response, StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::Notify;
 
-use crate::data::hpack::{Decoder, Encoder, Field};
+use crate::data::hpack::{self, Decoder, Encoder, Field};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -992,7 +992,7 @@ impl SendRequest {
 
     /// Opens a stream with `request`'s header (its body, if `end` is false, follows through
     /// `Stream::send_data`), waiting while the peer's limit of streams is reached.
-    pub async fn send_request(&self, request: &Request<()>, end: bool) -> Result<Stream, Error> {
+    pub async fn send_request(&self, request: &RequestBlock, end: bool) -> Result<Stream, Error> {
         let id = poll_fn(|cx| {
             let mut st = lock(&self.shared);
             if let Some(e) = st.failed {
@@ -1012,9 +1012,16 @@ impl SendRequest {
             let id = st.next_id;
             st.next_id += 2;
             st.open += 1;
-            let mut block = Vec::with_capacity(256);
-            encode_request(&mut st.encoder, request, &mut block);
-            st.header_block(id, end, &block);
+            match st.encoder.size_update() {
+                // Once a connection, and after the peer changes its table size.
+                Some(update) => {
+                    let mut block = Vec::with_capacity(request.0.len() + 1);
+                    block.push(update);
+                    block.extend_from_slice(&request.0);
+                    st.header_block(id, end, &block);
+                }
+                None => st.header_block(id, end, &request.0),
+            }
             let send_window = st.peer_initial_window;
             let recv_window = st.stream_window;
             st.streams.insert(
@@ -1038,35 +1045,72 @@ impl SendRequest {
     }
 }
 
-/// A request's header block: the pseudo-fields from its method and target, then its fields
-/// less those HTTP/2 forbids.
-fn encode_request(encoder: &mut Encoder, request: &Request<()>, block: &mut Vec<u8>) {
-    let uri = request.uri();
-    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let pseudo = [
-        (&b":method"[..], request.method().as_str().as_bytes()),
-        (b":scheme", uri.scheme_str().unwrap_or("http").as_bytes()),
-        (b":path", path.as_bytes()),
-    ];
-    let authority = uri
-        .authority()
-        .map(|a| (&b":authority"[..], a.as_str().as_bytes()));
-    let fields = request
-        .headers()
-        .iter()
-        .filter(|(n, v)| {
-            let n = n.as_str().as_bytes();
-            !connection_specific(n) && (n != b"te" || v.as_bytes() == b"trailers")
-        })
-        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
-    encoder.encode(
-        pseudo
-            .into_iter()
-            .chain(authority)
-            .map(|(n, v)| (n, v, false))
-            .chain(fields),
-        block,
-    );
+/// A request's header block as it goes out (`SendRequest::send_request`): its pseudo-fields
+/// first (`new`), then its fields (`field`, `field_written`) less those HTTP/2 forbids,
+/// HPACK-coded as they come (`hpack::field`). The table size update the connection may owe
+/// the peer is added when the block is sent, so that a caller codes its block apart from the
+/// connection (and once for every try).
+#[derive(Clone, Debug)]
+pub struct RequestBlock(Vec<u8>);
+
+impl RequestBlock {
+    /// A block with the request's pseudo-fields.
+    pub fn new(method: &[u8], scheme: &[u8], path: &[u8], authority: Option<&[u8]>) -> Self {
+        let mut block = Vec::with_capacity(256);
+        hpack::field(b":method", method, false, &mut block);
+        hpack::field(b":scheme", scheme, false, &mut block);
+        hpack::field(b":path", path, false, &mut block);
+        if let Some(authority) = authority {
+            hpack::field(b":authority", authority, false, &mut block);
+        }
+        RequestBlock(block)
+    }
+
+    /// Adds a field (lower-case `name`), unless HTTP/2 forbids it (RFC 9113 §8.2.2).
+    pub fn field(&mut self, name: &[u8], value: &[u8], sensitive: bool) {
+        if !connection_specific(name) && (name != b"te" || value == b"trailers") {
+            hpack::field(name, value, sensitive, &mut self.0);
+        }
+    }
+
+    /// Adds a field whose value `value` writes in place (`hpack::field_written`), unless
+    /// HTTP/2 forbids its name.
+    pub fn field_written(&mut self, name: &[u8], value: impl FnOnce(&mut Vec<u8>)) {
+        if !connection_specific(name) && name != b"te" {
+            hpack::field_written(name, &mut self.0, value);
+        }
+    }
+}
+
+#[cfg(test)]
+impl RequestBlock {
+    /// The block as coded (without a table size update).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// `http`'s request as a block: its method and target, then its fields.
+impl From<&Request<()>> for RequestBlock {
+    fn from(request: &Request<()>) -> Self {
+        let uri = request.uri();
+        let mut block = RequestBlock::new(
+            request.method().as_str().as_bytes(),
+            uri.scheme_str().unwrap_or("http").as_bytes(),
+            uri.path_and_query()
+                .map_or("/", |pq| pq.as_str())
+                .as_bytes(),
+            uri.authority().map(|a| a.as_str().as_bytes()),
+        );
+        for (name, value) in request.headers() {
+            block.field(
+                name.as_str().as_bytes(),
+                value.as_bytes(),
+                value.is_sensitive(),
+            );
+        }
+        block
+    }
 }
 
 /// One stream: the request's body and trailers go out through it, the response comes in.
@@ -1396,9 +1440,11 @@ mod tests {
         // Past the backend's 64 KiB windows one way, and past this side's 1 MiB stream
         // window the other.
         for len in [0, 1, 70_000, 3 << 20] {
-            let req = http::Request::post(format!("http://{addr}/echo"))
-                .body(())
-                .unwrap();
+            let req = RequestBlock::from(
+                &http::Request::post(format!("http://{addr}/echo"))
+                    .body(())
+                    .unwrap(),
+            );
             let stream = send.send_request(&req, false).await.unwrap();
             let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
             let sending = async {
@@ -1429,9 +1475,11 @@ mod tests {
     async fn streams_past_the_backends_limit_wait_for_one_to_close() {
         let addr = h2_server(1, echo).await;
         let send = client(addr).await;
-        let req = http::Request::post(format!("http://{addr}/"))
-            .body(())
-            .unwrap();
+        let req = RequestBlock::from(
+            &http::Request::post(format!("http://{addr}/"))
+                .body(())
+                .unwrap(),
+        );
         let first = send.send_request(&req, false).await.unwrap();
         // The backend's SETTINGS have come once the first stream's response can: wait for it.
         for _ in 0..100 {
@@ -1514,9 +1562,11 @@ mod tests {
             s
         });
         let send = client(addr).await;
-        let req = http::Request::get(format!("http://{addr}/"))
-            .body(())
-            .unwrap();
+        let req = RequestBlock::from(
+            &http::Request::get(format!("http://{addr}/"))
+                .body(())
+                .unwrap(),
+        );
         let first = send.send_request(&req, true).await.unwrap();
         let second = send.send_request(&req, true).await.unwrap();
         let head = first.response().await.unwrap();
@@ -1561,9 +1611,11 @@ mod tests {
         wire.extend_from_slice(&[0, 0, 1, HEADERS, END_STREAM | END_HEADERS, 0, 0, 0, 1, 0x88]);
         let addr = raw_backend(wire).await;
         let send = client(addr).await;
-        let req = http::Request::get(format!("http://{addr}/"))
-            .body(())
-            .unwrap();
+        let req = RequestBlock::from(
+            &http::Request::get(format!("http://{addr}/"))
+                .body(())
+                .unwrap(),
+        );
         let first = send.send_request(&req, true).await.unwrap();
         let second = send.send_request(&req, true).await.unwrap();
         assert_eq!(first.response().await.unwrap().status(), 200);
@@ -1602,9 +1654,11 @@ mod tests {
         ]);
         let addr = raw_backend(wire).await;
         let send = client(addr).await;
-        let req = http::Request::get(format!("http://{addr}/"))
-            .body(())
-            .unwrap();
+        let req = RequestBlock::from(
+            &http::Request::get(format!("http://{addr}/"))
+                .body(())
+                .unwrap(),
+        );
         let first = send.send_request(&req, true).await.unwrap();
         let second = send.send_request(&req, true).await.unwrap();
         assert_eq!(
@@ -1672,9 +1726,11 @@ mod tests {
         let tcp = small().connect(addr).await.unwrap();
         let (send, conn) = handshake(tcp, 1 << 20, 8 << 20);
         tokio::spawn(conn.run());
-        let req = http::Request::post(format!("http://{addr}/"))
-            .body(())
-            .unwrap();
+        let req = RequestBlock::from(
+            &http::Request::post(format!("http://{addr}/"))
+                .body(())
+                .unwrap(),
+        );
         let mut streams = Vec::new();
         for _ in 0..STREAMS {
             streams.push(send.send_request(&req, false).await.unwrap());
@@ -1713,9 +1769,11 @@ mod tests {
             s.write_all(&wire).await.unwrap();
         });
         let send = client(addr).await;
-        let req = http::Request::get(format!("http://{addr}/"))
-            .body(())
-            .unwrap();
+        let req = RequestBlock::from(
+            &http::Request::get(format!("http://{addr}/"))
+                .body(())
+                .unwrap(),
+        );
         let stream = send.send_request(&req, true).await.unwrap();
         // The close is read before the stream asks for anything.
         for _ in 0..100 {

@@ -358,6 +358,8 @@ pub enum PoolError {
 mod tests {
     use bytes::Bytes;
 
+    use crate::data::fast::h2_client::RequestBlock;
+
     use super::*;
 
     /// A backend that accepts HTTP/2 connections with `max` concurrent streams and holds every
@@ -393,9 +395,11 @@ mod tests {
         let mut leases = Vec::new();
         for i in 0..5 {
             let (send, lease, reused) = stream_to(&pool, addr, 2).await;
-            let req = http::Request::post(format!("http://{addr}/"))
-                .body(())
-                .unwrap();
+            let req = RequestBlock::from(
+                &http::Request::post(format!("http://{addr}/"))
+                    .body(())
+                    .unwrap(),
+            );
             let body = send.send_request(&req, false).await.unwrap();
             assert_eq!(reused, i % 2 == 1, "stream {i}");
             leases.push((lease, body));

@@ -6,9 +6,10 @@
 //! trailers; resets both ways — instead of through Pingora's proxy (a session, a task and
 //! channels per stream). Every decision is `decide`'s, made by the same calls the Pingora hooks
 //! make: the route, the endpoint of each try and the verdict on a failure (`Attempt`), the header
-//! edits (`request_edits`, `response_edits`), the call's deadline (`grpc::timeout`,
-//! `grpc::blame`), switchyard's own answers (`failure_answer`, `grpc_answer`, `grpc_status`);
-//! recording is `record::Recorder`'s. A stream this relay does not carry (a request Pingora would
+//! edits (`request_edits`, carried out by `edits::Seen` as the backend's header block is coded
+//! from the client's fields, as the HTTP/1 fast path writes its heads; `response_edits`), the
+//! call's deadline (`grpc::timeout`, `grpc::blame`), switchyard's own answers
+//! (`failure_answer`, `grpc_answer`, `grpc_status`); recording is `record::Recorder`'s. A stream this relay does not carry (a request Pingora would
 //! refuse, a path Pingora would normalise, a route to an HTTP/1 backend, a TLS backend without a
 //! server name, a route with Gateway filters or a body limit, any answer other than proxying) is
 //! handed back before a byte is written. It never holds a lock across an await.
@@ -20,11 +21,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, COOKIE};
 use http::{HeaderValue, Uri};
-use pingora::http::ResponseHeader;
+use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
 
-use crate::data::fast::h2_client::{self, Stream};
+use crate::data::fast::h2_client::{self, RequestBlock, Stream};
 use crate::data::fast::h2_pool::{Lease, PoolError};
 use crate::data::fast::kept_body::KeptBody;
 use crate::data::fast::pool::Key;
@@ -37,7 +38,7 @@ use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, Edits, ip_text, request_edits, response_edits};
+use crate::decide::edits::{ClientCert, Edits, Seen, Sink, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{failure_answer, grpc_answer, is_grpc};
 use crate::decide::grpc::{self, Ending};
 use crate::decide::target::normalize_path;
@@ -236,15 +237,7 @@ impl FastPath {
             cert,
         );
         // The session keeps the client's header as it came: the access log names its target.
-        let Ok(request) = backend_request(&session, rewrite.as_ref(), &edits) else {
-            self.answer(
-                &mut session,
-                &mut call,
-                Cause::Internal.status().unwrap_or(500),
-            );
-            self.record(&session, &mut attempt, &call, client);
-            return None;
-        };
+        let request = request_block(session.req_header(), rewrite.as_ref(), &edits);
         // Over TLS: how each connection is made (chosen once for the call).
         let tls = match tls_entry.as_deref().map(|e| &e.upstream) {
             None => None,
@@ -267,39 +260,28 @@ impl FastPath {
             },
         };
         let tls = tls.as_ref().map(|(choice, sni)| (choice, *sni));
-        let first = (request, rewrite.as_ref(), &edits);
-        self.exchange(&mut session, first, &mut attempt, &mut call, tls)
+        self.exchange(&mut session, &request, &mut attempt, &mut call, tls)
             .await;
         self.record(&session, &mut attempt, &call, client);
         None
     }
 
     /// The tries, then the relay of the response that came; over TLS, each new connection made
-    /// with `tls`'s choice and server name. `first` is the request for the first try, with the
-    /// target and edits it was made with, to make it again for each further try.
+    /// with `tls`'s choice and server name. `request` is the request's header block, coded
+    /// once for every try.
     async fn exchange(
         &self,
         session: &mut HttpSession,
-        first: (http::Request<()>, Option<&Uri>, &Edits<'_>),
+        request: &RequestBlock,
         attempt: &mut Attempt,
         call: &mut Call,
         tls: Option<(&TlsChoice, &str)>,
     ) {
         let policy = &self.proxy.policy;
-        let (request, target, edits) = first;
-        let mut request = Some(request);
         // The lease keeps the backend connection counted busy until the stream ends.
         let (resp, stream, lease) = loop {
             let Some(addr) = attempt.next(Instant::now()) else {
                 self.answer(session, call, 503);
-                return;
-            };
-            // Made as the first one was, so it cannot fail where that one did not.
-            let Some(request) = request
-                .take()
-                .or_else(|| backend_request(session, target, edits).ok())
-            else {
-                self.answer(session, call, Cause::Internal.status().unwrap_or(500));
                 return;
             };
             let broken = match self
@@ -411,7 +393,7 @@ impl FastPath {
     async fn try_once(
         &self,
         session: &mut HttpSession,
-        request: http::Request<()>,
+        request: &RequestBlock,
         attempt: &mut Attempt,
         call: &mut Call,
         addr: SocketAddr,
@@ -459,7 +441,7 @@ impl FastPath {
         attempt.request_sent(Instant::now());
         let limit = call.limit();
         let end = call.body_done && !call.body_sent;
-        let sent = tokio::time::timeout_at(limit, send.send_request(&request, end)).await;
+        let sent = tokio::time::timeout_at(limit, send.send_request(request, end)).await;
         let stream = match sent {
             Ok(Ok(stream)) => stream,
             Ok(Err(_)) => {
@@ -672,30 +654,38 @@ impl FastPath {
     }
 }
 
-/// The request a backend gets: a copy of the client's header with `target` in place of its
-/// own (if given) and `edits` carried out. Fails only on an edit's value that is no valid field
-/// (a client certificate's subject, for one).
-fn backend_request(
-    session: &HttpSession,
-    target: Option<&Uri>,
-    edits: &Edits<'_>,
-) -> pingora::Result<http::Request<()>> {
-    let client = session.req_header();
-    // A map with room for the fields the edits add: they made a plain copy grow (new tables,
-    // every field hashed again: about 1k of a relayed gRPC call's 82k instructions).
-    let added = edits.iter().filter(|e| e.writes(false)).count();
-    let mut headers = http::HeaderMap::with_capacity(client.headers.keys_len() + added);
+/// The request's header block for the backend: the client's method, the target (the route's
+/// rewrite, or the client's), the client's fields with `edits` carried out as they pass
+/// (`Seen`), coded straight from the client's header: no copy of its map is made and edited.
+fn request_block(client: &RequestHeader, target: Option<&Uri>, edits: &Edits<'_>) -> RequestBlock {
+    let uri = target.unwrap_or(&client.uri);
+    let mut block = RequestBlock::new(
+        client.method.as_str().as_bytes(),
+        uri.scheme_str().unwrap_or("http").as_bytes(),
+        uri.path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .as_bytes(),
+        uri.authority().map(|a| a.as_str().as_bytes()),
+    );
+    let mut seen = Seen::default();
     for (name, value) in &client.headers {
-        headers.append(name, value.clone());
+        let name = name.as_str().as_bytes();
+        let keep = match edits.touching(name) {
+            None => true,
+            Some(edit) => seen.field(edit, value.as_bytes()),
+        };
+        if keep {
+            block.field(name, value.as_bytes(), value.is_sensitive());
+        }
     }
-    apply(&mut headers, edits)?;
-    let mut request = http::Request::new(());
-    *request.method_mut() = client.method.clone();
-    *request.uri_mut() = target.unwrap_or(&client.uri).clone();
-    *request.version_mut() = client.version;
-    *request.headers_mut() = headers;
-    *request.extensions_mut() = client.extensions.clone();
-    Ok(request)
+    seen.additions(edits, &mut block);
+    block
+}
+
+impl Sink for RequestBlock {
+    fn add(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
+        self.field_written(name.as_bytes(), value);
+    }
 }
 
 /// How a gRPC answer whose header carries its status ("trailers-only") ended; `None` when
@@ -714,5 +704,76 @@ fn upstream_broken(e: &h2_client::Error) -> Broken {
     Broken {
         cause: Cause::UpstreamClosed,
         unprocessed: e.unprocessed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::data::hpack::Decoder;
+    use crate::decide::edits::Forwarding;
+
+    /// The relay's request block and Pingora's header, each carrying out the same edits on the
+    /// same client request, give the backend the same fields: the two carriers of `Edits`
+    /// (`Seen` as the fields pass, `apply` on a map) cannot drift.
+    #[test]
+    fn the_block_carries_the_edits_as_pingoras_header_does() {
+        let fwd = Forwarding::tls(Some(60), true);
+        // As an HTTP/2 client's request comes: its target whole (the relay takes no other).
+        let mut client = RequestHeader::build("POST", b"/", None).unwrap();
+        client.set_uri(Uri::from_static("https://grpc.test/svc/Method?x=1"));
+        for (name, value) in [
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-real-ip", "192.0.2.66"),
+            ("x-client-verify", "SUCCESS"),
+            ("cookie", "a=1; SERVERID=00000000000000ab; b=2"),
+            ("cookie", "c=3"),
+            ("te", "trailers"),
+            ("content-type", "application/grpc"),
+            ("x-forwarded-for", "198.51.100.1"),
+        ] {
+            client.append_header(name, value).unwrap();
+        }
+        for cert in [
+            ClientCert::Absent,
+            ClientCert::Verified {
+                subject: "/CN=alice",
+            },
+        ] {
+            for sticky in [false, true] {
+                let edits = request_edits(&fwd, Some("127.0.0.1"), sticky, cert);
+                let block = request_block(&client, None, &edits);
+                let mut got = Vec::new();
+                Decoder::new(4096)
+                    .decode(&Bytes::copy_from_slice(block.bytes()), |f| {
+                        got.push((f.name.to_vec(), f.value.to_vec()))
+                    })
+                    .unwrap();
+                let pseudo: Vec<_> = got.drain(..4).collect();
+                assert_eq!(
+                    pseudo,
+                    [
+                        (b":method".to_vec(), b"POST".to_vec()),
+                        (b":scheme".to_vec(), b"https".to_vec()),
+                        (b":path".to_vec(), b"/svc/Method?x=1".to_vec()),
+                        (b":authority".to_vec(), b"grpc.test".to_vec()),
+                    ]
+                );
+                let mut pingora = client.clone();
+                apply(&mut pingora, &edits).unwrap();
+                let mut want: Vec<_> = pingora
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+                    .collect();
+                got.sort();
+                want.sort();
+                assert_eq!(got, want, "sticky {sticky}, {cert:?}");
+            }
+        }
     }
 }

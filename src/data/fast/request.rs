@@ -6,9 +6,8 @@
 
 use std::ops::Range;
 
-use crate::decide::edits::{Edit, Edits};
+use crate::decide::edits::{Edits, Seen, Sink};
 use crate::decide::target::{has_dot_segment, valid_host};
-use crate::table::sticky::{self, COOKIE_NAME};
 
 /// Most headers a request may have here (Pingora takes the rest and refuses what it must).
 pub const MAX_REQUEST_HEADERS: usize = 96;
@@ -218,7 +217,6 @@ pub fn build_request(
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut seen = Seen::default();
-    let mut kept_cookies: Vec<Vec<u8>> = Vec::new();
     // Runs of lines kept as they are go out in one copy.
     let mut run: Option<Range<usize>> = None;
     for f in fields {
@@ -227,7 +225,7 @@ pub fn build_request(
         let keep = !f.hop
             && match edits.touching(name) {
                 None => true,
-                Some(edit) => seen.field(edit, value, f.value.clone(), &mut kept_cookies),
+                Some(edit) => seen.field(edit, value),
             };
         if keep {
             match &mut run {
@@ -244,102 +242,20 @@ pub fn build_request(
     if let Some(r) = run {
         out.extend_from_slice(&head[r]);
     }
-    seen.additions(out, head, edits, &kept_cookies);
+    seen.additions(edits, &mut Lines(out));
     out.extend_from_slice(b"\r\n");
 }
 
-/// What the existing fields told the edits that read them, by edit name.
-#[derive(Default)]
-pub(super) struct Seen {
-    /// The first value of the field an `Extend` or `NoCacheSetCookie` reads.
-    first: [Option<Range<usize>>; 2],
-    /// Names an `AddIfAbsent` found.
-    present: [Option<&'static str>; 2],
-}
+/// HTTP/1 header lines: the fast path's requests and responses.
+pub(super) struct Lines<'o>(pub(super) &'o mut Vec<u8>);
 
-impl Seen {
-    /// One field an edit touches; says whether its line is kept as it is.
-    pub(super) fn field(
-        &mut self,
-        edit: &Edit<'_>,
-        value: &[u8],
-        at: Range<usize>,
-        kept_cookies: &mut Vec<Vec<u8>>,
-    ) -> bool {
-        match *edit {
-            Edit::StripCookie => {
-                if sticky::find_cookie(value, COOKIE_NAME).is_none() {
-                    return true;
-                }
-                if let Some(kept) = sticky::strip_cookie(value, COOKIE_NAME) {
-                    kept_cookies.push(kept);
-                }
-                false
-            }
-            Edit::AddIfAbsent(name, _) => {
-                if let Some(slot) = self
-                    .present
-                    .iter_mut()
-                    .find(|s| s.is_none_or(|n| n == name))
-                {
-                    *slot = Some(name);
-                }
-                true
-            }
-            _ => {
-                if let Some(slot) = Self::slot(edit) {
-                    self.first[slot].get_or_insert(at);
-                }
-                edit.keeps_existing()
-            }
-        }
+impl Sink for Lines<'_> {
+    fn add(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
+        self.0.extend_from_slice(name.as_bytes());
+        self.0.extend_from_slice(b": ");
+        value(self.0);
+        self.0.extend_from_slice(b"\r\n");
     }
-
-    /// Which of `first` keeps the first value an edit reads.
-    fn slot(edit: &Edit<'_>) -> Option<usize> {
-        match edit {
-            Edit::Extend(..) => Some(0),
-            Edit::NoCacheSetCookie => Some(1),
-            _ => None,
-        }
-    }
-
-    /// Writes the fields the edits add, in their order.
-    pub(super) fn additions(
-        &self,
-        out: &mut Vec<u8>,
-        head: &[u8],
-        edits: &Edits<'_>,
-        kept_cookies: &[Vec<u8>],
-    ) {
-        for edit in edits.iter() {
-            if *edit == Edit::StripCookie {
-                for kept in kept_cookies {
-                    field_start(out, "cookie");
-                    out.extend_from_slice(kept);
-                    out.extend_from_slice(b"\r\n");
-                }
-                continue;
-            }
-            let present = match *edit {
-                Edit::AddIfAbsent(name, _) => self.present.contains(&Some(name)),
-                _ => false,
-            };
-            let prev = Self::slot(edit)
-                .and_then(|slot| self.first[slot].clone())
-                .map(|r| &head[r]);
-            if edit.writes(present || prev.is_some()) {
-                field_start(out, edit.name());
-                edit.write_value(prev, out);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-    }
-}
-
-fn field_start(out: &mut Vec<u8>, name: &str) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::io::Write as _;
 use http::StatusCode;
 use pingora::protocols::http::date::get_cached_date;
 
-use crate::data::fast::request::Seen;
-use crate::decide::edits::Edits;
+use crate::data::fast::request::Lines;
+use crate::decide::edits::{Edits, Seen};
 
 /// Most headers a backend's response may have.
 pub const MAX_RESPONSE_HEADERS: usize = 256;
@@ -155,7 +155,6 @@ pub fn response_head(
     let reusable = !upstream_close && !ambiguous && framing != Framing::UntilClose;
 
     write_status(out, status, resp.reason.unwrap_or(""));
-    let base = buf.as_ptr() as usize;
     let mut seen = Seen::default();
     let mut wrote_length = false;
     for h in resp.headers.iter() {
@@ -170,10 +169,7 @@ pub fn response_head(
             ResponseKind::Date | ResponseKind::Other => {
                 let keep = match edits.touching(h.name.as_bytes()) {
                     None => true,
-                    Some(edit) => {
-                        let at = h.value.as_ptr() as usize - base;
-                        seen.field(edit, h.value, at..at + h.value.len(), &mut Vec::new())
-                    }
+                    Some(edit) => seen.field(edit, h.value),
                 };
                 if keep {
                     header(out, h.name, h.value);
@@ -188,7 +184,7 @@ pub fn response_head(
     if matches!(framing, Framing::Chunked | Framing::UntilClose) {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
-    seen.additions(out, buf, edits, &[]);
+    seen.additions(edits, &mut Lines(out));
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }

@@ -34,6 +34,12 @@ impl Encoder {
         self.owes_size_update = true;
     }
 
+    /// The "table size 0" update the next block must start with, once, when one is owed: for
+    /// a block encoded field by field (`field`) apart from the connection.
+    pub fn size_update(&mut self) -> Option<u8> {
+        std::mem::take(&mut self.owes_size_update).then_some(0x20)
+    }
+
     /// Appends the block for `fields` (lower-case names, pseudo-fields first), each with
     /// whether it is sensitive (sent "never indexed", §6.2.3).
     pub fn encode<'f>(
@@ -41,8 +47,8 @@ impl Encoder {
         fields: impl IntoIterator<Item = (&'f [u8], &'f [u8], bool)>,
         dst: &mut Vec<u8>,
     ) {
-        if std::mem::take(&mut self.owes_size_update) {
-            dst.push(0x20);
+        if let Some(update) = self.size_update() {
+            dst.push(update);
         }
         for (name, value, sensitive) in fields {
             field(name, value, sensitive, dst);
@@ -50,7 +56,9 @@ impl Encoder {
     }
 }
 
-fn field(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Vec<u8>) {
+/// Appends one field (a lower-case name), sensitive ones "never indexed" (§6.2.3), as `encode`
+/// does; the block's size update, if owed, is `Encoder::size_update`'s.
+pub fn field(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Vec<u8>) {
     let found = static_name(name);
     if let (Some((first, count)), false) = (found, sensitive) {
         let whole = (first..first + count).find(|&i| STATIC[i - 1].1.as_bytes() == value);
@@ -68,6 +76,29 @@ fn field(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Vec<u8>) {
         }
     }
     string(value, dst);
+}
+
+/// Appends one field (a lower-case name, not sensitive) whose value `value` writes at the end
+/// of `dst`: the value is written in place, not copied, its length put before it after.
+pub fn field_written(name: &[u8], dst: &mut Vec<u8>, value: impl FnOnce(&mut Vec<u8>)) {
+    match static_name(name) {
+        Some((first, _)) => int(first, 4, 0, dst),
+        None => {
+            dst.push(0);
+            string(name, dst);
+        }
+    }
+    let at = dst.len();
+    dst.push(0);
+    value(dst);
+    let len = dst.len() - at - 1;
+    if len < 0x7f {
+        dst[at] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(5);
+        int(len, 7, 0, &mut prefix);
+        dst.splice(at..=at, prefix);
+    }
 }
 
 /// `value` with a `prefix`-bit prefix under `flags` (§5.1).
@@ -187,6 +218,32 @@ mod tests {
                     (n.as_bytes(), v.as_bytes(), s)
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_value_written_in_place_decodes_as_one_copied() {
+        // Lengths either side of the one-byte prefix's limit (126, 127), and a long one.
+        for len in [1, 5, 126, 127, 128, 300, 20_000] {
+            let value = "x".repeat(len);
+            let mut written = vec![0x20];
+            field_written(b"x-forwarded-for", &mut written, |out| {
+                out.extend_from_slice(value.as_bytes())
+            });
+            field_written(b"cookie", &mut written, |out| {
+                out.extend_from_slice(value.as_bytes())
+            });
+            let mut copied = vec![0x20];
+            field(b"x-forwarded-for", value.as_bytes(), false, &mut copied);
+            field(b"cookie", value.as_bytes(), false, &mut copied);
+            assert_eq!(written, copied, "{len}");
+            let mut got = Vec::new();
+            Decoder::new(4096)
+                .decode(&Bytes::from(written), |f| got.push(f))
+                .unwrap();
+            assert_eq!(got.len(), 2);
+            assert_eq!(&got[1].name[..], b"cookie");
+            assert_eq!(&got[1].value[..], value.as_bytes());
         }
     }
 }
