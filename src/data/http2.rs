@@ -86,7 +86,9 @@ pub async fn serve<A>(
                 }
                 continue;
             }
-            Ok(Some(H2Accept::Session(session))) => session,
+            // Boxed once: the stream's exchanges hand it on, and each move of the 536 bytes
+            // was a copy.
+            Ok(Some(H2Accept::Session(session))) => Box::new(session),
         };
         if active.count.load(Ordering::Relaxed) >= MAX_STREAMS_IN_FLIGHT {
             // Not processed: a client may retry it (RFC 9113 §8.7).
@@ -109,7 +111,7 @@ pub async fn serve<A>(
                 None => Some(session),
             };
             if let Some(session) = session {
-                Box::pin(app.process_new_http(ServerSession::new_http2(session), &shutdown)).await;
+                Box::pin(app.process_new_http(ServerSession::new_http2(*session), &shutdown)).await;
             }
         }));
     }

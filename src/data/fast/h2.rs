@@ -26,7 +26,11 @@ impl FastPath {
     /// Serves one HTTP/2 stream if it is one for this path; otherwise hands it back untouched
     /// (nothing written) for Pingora. Small itself (a stream's task holds it unboxed): each
     /// way of serving is boxed, so a stream carries only the state of the one it takes.
-    pub async fn serve_stream(&self, session: HttpSession, digest: &Digest) -> Option<HttpSession> {
+    pub async fn serve_stream(
+        &self,
+        session: Box<HttpSession>,
+        digest: &Digest,
+    ) -> Option<Box<HttpSession>> {
         let session = if session.is_body_done() {
             Box::pin(self.serve_without_body(session, digest)).await?
         } else {
@@ -39,9 +43,9 @@ impl FastPath {
     /// if that path does not take it.
     async fn serve_without_body(
         &self,
-        mut session: HttpSession,
+        mut session: Box<HttpSession>,
         digest: &Digest,
-    ) -> Option<HttpSession> {
+    ) -> Option<Box<HttpSession>> {
         let mut head = Vec::with_capacity(512);
         if h1_head(&session, &mut head) {
             let head = Bytes::from(head);

@@ -132,9 +132,9 @@ impl FastPath {
     /// hands any other back untouched (nothing written) for Pingora.
     pub(super) async fn relay_h2(
         &self,
-        mut session: HttpSession,
+        mut session: Box<HttpSession>,
         digest: &Digest,
-    ) -> Option<HttpSession> {
+    ) -> Option<Box<HttpSession>> {
         let started = Instant::now();
         let mut attempt;
         let grpc;
@@ -224,20 +224,24 @@ impl FastPath {
         };
         session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
 
-        let client_ip = client.map(|a| ip_text(a.ip()));
-        let cert = if self.proxy.fwd.client_cert_headers {
-            tls::client_cert(digest.ssl_digest.as_deref())
-        } else {
-            ClientCert::Absent
-        };
-        let edits = request_edits(
-            &self.proxy.fwd,
-            client_ip.as_deref(),
-            attempt.cookie_sticky(),
-            cert,
-        );
         // The session keeps the client's header as it came: the access log names its target.
-        let request = request_block(session.req_header(), rewrite.as_ref(), &edits);
+        // What the block is made from is not kept across the awaits below (the stream's
+        // future, copied when boxed, would carry it).
+        let request = {
+            let client_ip = client.map(|a| ip_text(a.ip()));
+            let cert = if self.proxy.fwd.client_cert_headers {
+                tls::client_cert(digest.ssl_digest.as_deref())
+            } else {
+                ClientCert::Absent
+            };
+            let edits = request_edits(
+                &self.proxy.fwd,
+                client_ip.as_deref(),
+                attempt.cookie_sticky(),
+                cert,
+            );
+            request_block(session.req_header(), rewrite.as_ref(), &edits)
+        };
         // Over TLS: how each connection is made (chosen once for the call).
         let tls = match tls_entry.as_deref().map(|e| &e.upstream) {
             None => None,
