@@ -78,6 +78,14 @@ pub fn field(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Vec<u8>) {
     string(value, dst);
 }
 
+/// Appends one field named by the static table's entry `index` (RFC 7541 Appendix A), its
+/// value as a literal the peer does not index: what `field` sends for such a name and a value
+/// the table lacks, without looking the name up.
+pub fn field_named(index: usize, value: &[u8], dst: &mut Vec<u8>) {
+    int(index, 4, 0, dst);
+    string(value, dst);
+}
+
 /// Appends one field (a lower-case name, not sensitive) whose value `value` writes at the end
 /// of `dst`: the value is written in place, not copied, its length put before it after.
 pub fn field_written(name: &[u8], dst: &mut Vec<u8>, value: impl FnOnce(&mut Vec<u8>)) {

@@ -13,4 +13,4 @@ pub mod huffman;
 mod table;
 
 pub use decoder::{DecodeError, Decoder, Field};
-pub use encoder::{Encoder, field, field_written};
+pub use encoder::{Encoder, field, field_named, field_written};
