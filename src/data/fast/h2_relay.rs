@@ -15,7 +15,9 @@
 //! handed back before a byte is written. It never holds a lock across an await.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,6 +26,7 @@ use http::{HeaderValue, Uri};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
+use tokio::time::Sleep;
 
 use crate::data::fast::h2_client::{self, RequestBlock, Stream};
 use crate::data::fast::h2_pool::{Lease, PoolError};
@@ -44,7 +47,7 @@ use crate::decide::grpc::{self, Ending};
 use crate::decide::target::normalize_path;
 
 /// One stream's state across its tries.
-struct Call {
+struct Call<'t> {
     started: Instant,
     grpc: bool,
     /// The call's deadline (`grpc-timeout`), from when the stream arrived.
@@ -64,9 +67,14 @@ struct Call {
     failed: bool,
     /// How the gRPC call ended, as the client was told.
     ending: Option<Ending>,
+    /// The one timer of the call's waits on the endpoint, moved to each wait's limit
+    /// (`timer`, `timer_at`). A timer made for each wait was registered with tokio's timer
+    /// wheel and taken out again whenever the wait was not over at once; this one is
+    /// registered once, and a later limit only moves its expiry.
+    timer: Pin<&'t mut Sleep>,
 }
 
-impl Call {
+impl Call<'_> {
     /// When the current wait on the endpoint gives up: `server_timeout` from now, or the
     /// deadline if sooner.
     fn limit(&self) -> tokio::time::Instant {
@@ -80,13 +88,35 @@ impl Call {
     fn blame(&self, cause: Cause) -> Cause {
         grpc::blame(cause, self.deadline, Instant::now())
     }
+
+    /// The call's timer, set to go off at `at`.
+    fn timer_at(&mut self, at: tokio::time::Instant) -> Pin<&mut Sleep> {
+        self.timer.as_mut().reset(at);
+        self.timer.as_mut()
+    }
+
+    /// The call's timer, set to go off at the current wait's limit (`limit`).
+    fn timer(&mut self) -> Pin<&mut Sleep> {
+        let at = self.limit();
+        self.timer_at(at)
+    }
+}
+
+/// What `wait` gives, or `None` if `timer` goes off first (it is not polled, so not
+/// registered, when `wait` is ready at once).
+async fn within<F: Future>(timer: Pin<&mut Sleep>, wait: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        out = wait => Some(out),
+        () = timer => None,
+    }
 }
 
 /// A further try's request body: what was kept of it (`KeptBody`), then, if the client has
 /// ended it, its end with the trailers if it sent any (the session keeps them).
 async fn resend_body(
     session: &mut HttpSession,
-    call: &Call,
+    call: &mut Call<'_>,
     to_backend: &Stream,
 ) -> Result<(), Cause> {
     let trailers = if call.body_done {
@@ -100,7 +130,7 @@ async fn resend_body(
     let body = call.kept.body();
     let end = call.body_done && trailers.is_none();
     if !body.is_empty() || end {
-        send(to_backend, body, end, call.server_timeout).await?;
+        send(to_backend, body, end, call.timer()).await?;
     }
     match trailers {
         Some(trailers) => to_backend
@@ -111,10 +141,15 @@ async fn resend_body(
 }
 
 /// Sends `data` (the body's end with it if `end`) on the backend's stream, waiting for its
-/// flow-control window at most `timeout`.
-async fn send(to_backend: &Stream, data: Bytes, end: bool, timeout: Duration) -> Result<(), Cause> {
-    match tokio::time::timeout(timeout, to_backend.send_data(data, end)).await {
-        Ok(Ok(())) => Ok(()),
+/// flow-control window until `timer` goes off.
+async fn send(
+    to_backend: &Stream,
+    data: Bytes,
+    end: bool,
+    timer: Pin<&mut Sleep>,
+) -> Result<(), Cause> {
+    match within(timer, to_backend.send_data(data, end)).await {
+        Some(Ok(())) => Ok(()),
         _ => Err(Cause::UpstreamClosed),
     }
 }
@@ -209,6 +244,9 @@ impl FastPath {
         } else {
             None
         };
+        // Set before each wait (`Call::timer`); made here, it is not registered until one
+        // waits on it.
+        let timer = std::pin::pin!(tokio::time::sleep_until(started.into()));
         let mut call = Call {
             started,
             grpc,
@@ -221,6 +259,7 @@ impl FastPath {
             status: 0,
             failed: false,
             ending: None,
+            timer,
         };
         session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
 
@@ -278,7 +317,7 @@ impl FastPath {
         session: &mut HttpSession,
         request: &RequestBlock,
         attempt: &mut Attempt,
-        call: &mut Call,
+        call: &mut Call<'_>,
         tls: Option<(&TlsChoice, &str)>,
     ) {
         let policy = &self.proxy.policy;
@@ -399,7 +438,7 @@ impl FastPath {
         session: &mut HttpSession,
         request: &RequestBlock,
         attempt: &mut Attempt,
-        call: &mut Call,
+        call: &mut Call<'_>,
         addr: SocketAddr,
         tls: Option<(&TlsChoice, &str)>,
     ) -> Result<(http::Response<()>, Stream, Lease), Broken> {
@@ -445,17 +484,17 @@ impl FastPath {
         attempt.request_sent(Instant::now());
         let limit = call.limit();
         let end = call.body_done && !call.body_sent;
-        let sent = tokio::time::timeout_at(limit, send.send_request(request, end)).await;
+        let sent = within(call.timer_at(limit), send.send_request(request, end)).await;
         let stream = match sent {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(_)) => {
+            Some(Ok(stream)) => stream,
+            Some(Err(_)) => {
                 lease.retire();
                 return Err(Broken {
                     cause: Cause::UpstreamClosed,
                     unprocessed: true,
                 });
             }
-            Err(_) => {
+            None => {
                 return Err(Broken {
                     cause: Cause::UpstreamTimedOut,
                     unprocessed: true,
@@ -491,7 +530,7 @@ impl FastPath {
                         return Err(Broken { cause, unprocessed: false });
                     }
                 }
-                () = tokio::time::sleep_until(limit) => {
+                () = call.timer_at(limit) => {
                     stream.send_reset(h2::Reason::CANCEL);
                     return Err(Broken { cause: Cause::UpstreamTimedOut, unprocessed: false });
                 }
@@ -507,7 +546,7 @@ impl FastPath {
         session: &mut HttpSession,
         chunk: pingora::Result<Option<Bytes>>,
         last: bool,
-        call: &mut Call,
+        call: &mut Call<'_>,
         to_backend: &Stream,
     ) -> Result<(), Cause> {
         match chunk {
@@ -515,7 +554,7 @@ impl FastPath {
                 call.body_sent = true;
                 call.body_done = last;
                 call.kept.keep(&data);
-                send(to_backend, data, last, call.server_timeout).await
+                send(to_backend, data, last, call.timer()).await
             }
             Ok(None) => {
                 call.body_done = true;
@@ -528,7 +567,7 @@ impl FastPath {
                             .send_trailers(&trailers)
                             .map_err(|_| Cause::UpstreamClosed)
                     }
-                    Ok(None) => send(to_backend, Bytes::new(), true, call.server_timeout).await,
+                    Ok(None) => send(to_backend, Bytes::new(), true, call.timer()).await,
                     Err(_) => {
                         to_backend.send_reset(h2::Reason::CANCEL);
                         Err(Cause::ClientGone)
@@ -547,12 +586,11 @@ impl FastPath {
     async fn relay_response(
         &self,
         session: &mut HttpSession,
-        call: &mut Call,
+        call: &mut Call<'_>,
         lease: &Lease,
         stream: &Stream,
     ) -> Result<(), Cause> {
         loop {
-            let limit = call.limit();
             tokio::select! {
                 data = stream.data() => match data {
                     Some(Ok(data)) => {
@@ -576,12 +614,12 @@ impl FastPath {
                     let last = session.is_body_done();
                     self.forward_body(session, chunk, last, call, stream).await?;
                 }
-                () = tokio::time::sleep_until(limit) => return Err(Cause::UpstreamTimedOut),
+                () = call.timer() => return Err(Cause::UpstreamTimedOut),
             }
         }
-        let trailers = tokio::time::timeout_at(call.limit(), stream.trailers()).await;
+        let trailers = within(call.timer(), stream.trailers()).await;
         match trailers {
-            Ok(Ok(Some(trailers))) => {
+            Some(Ok(Some(trailers))) => {
                 if call.grpc {
                     call.ending = Some(Ending::of(
                         trailers.get(&GRPC_STATUS_NAME).map(HeaderValue::as_bytes),
@@ -591,20 +629,20 @@ impl FastPath {
                     .write_trailers(trailers)
                     .map_err(|_| Cause::ClientGone)
             }
-            Ok(Ok(None)) => session.finish().map_err(|_| Cause::ClientGone),
-            Ok(Err(e)) => {
+            Some(Ok(None)) => session.finish().map_err(|_| Cause::ClientGone),
+            Some(Err(e)) => {
                 if e.ends_connection() {
                     lease.retire();
                 }
                 Err(Cause::ResponseTruncated)
             }
-            Err(_) => Err(Cause::UpstreamTimedOut),
+            None => Err(Cause::UpstreamTimedOut),
         }
     }
 
     /// Answers the stream with switchyard's own `status` (a gRPC status for a gRPC call), as
     /// the whole response.
-    fn answer(&self, session: &mut HttpSession, call: &mut Call, status: u16) {
+    fn answer(&self, session: &mut HttpSession, call: &mut Call<'_>, status: u16) {
         call.failed = true;
         let answer = if call.grpc {
             grpc_answer(status, &self.proxy.fwd)
@@ -635,7 +673,7 @@ impl FastPath {
         &self,
         session: &HttpSession,
         attempt: &mut Attempt,
-        call: &Call,
+        call: &Call<'_>,
         client: Option<SocketAddr>,
     ) {
         let req = session.req_header();
