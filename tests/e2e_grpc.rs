@@ -168,6 +168,80 @@ async fn grpc_timeout_is_the_deadline() {
     );
 }
 
+/// A backend that never opens its flow-control window holds the request's message back; the
+/// call still ends at its deadline (DEADLINE_EXCEEDED), not at the server timeout (50 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_never_takes_the_message_ends_the_call_at_its_deadline() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Takes each stream's header and holds the stream, with a window of 0 for its body.
+    let backend = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::Builder::new()
+                    .initial_window_size(0)
+                    .handshake::<_, bytes::Bytes>(tcp)
+                    .await
+                else {
+                    return;
+                };
+                let mut held = Vec::new();
+                while let Some(Ok(stream)) = conn.accept().await {
+                    held.push(stream);
+                }
+            });
+        }
+    });
+    let objs = vec![
+        svc("stuck", 80)
+            .app_protocol("grpc")
+            .acl("/test.Echo/")
+            .into(),
+        slice("stuck", "", port),
+    ];
+    let sy = switchyard(objs).start().await;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // One message of 100,000 bytes (flag 0, then the length): past the 65,535 bytes a
+    // connection may send before the backend's settings say its windows are 0.
+    let mut message = vec![0u8];
+    message.extend_from_slice(&100_000u32.to_be_bytes());
+    message.resize(5 + 100_000, 7);
+    let body = http_body_util::Full::new(bytes::Bytes::from(message));
+    let req = http::Request::post(format!("http://127.0.0.1:{}/test.Echo/Say", sy.http_port))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", "300m")
+        .body(body)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req))
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        resp.headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok()),
+        Some("4"),
+        "DEADLINE_EXCEEDED: {resp:?}"
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "at the deadline: {took:?}"
+    );
+    backend.abort();
+}
+
 // === streaming calls, against a tonic server in this test ===
 //
 // The backend below is tonic's server codec (`tonic::server::Grpc`) over hyper's HTTP/2

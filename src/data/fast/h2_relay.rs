@@ -141,7 +141,8 @@ async fn resend_body(
 }
 
 /// Sends `data` (the body's end with it if `end`) on the backend's stream, waiting for its
-/// flow-control window until `timer` goes off.
+/// flow-control window until `timer` goes off (the backend then timed out: it did not take
+/// the body in time).
 async fn send(
     to_backend: &Stream,
     data: Bytes,
@@ -150,7 +151,8 @@ async fn send(
 ) -> Result<(), Cause> {
     match within(timer, to_backend.send_data(data, end)).await {
         Some(Ok(())) => Ok(()),
-        _ => Err(Cause::UpstreamClosed),
+        Some(Err(_)) => Err(Cause::UpstreamClosed),
+        None => Err(Cause::UpstreamTimedOut),
     }
 }
 
