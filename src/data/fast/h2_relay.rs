@@ -9,10 +9,11 @@
 //! edits (`request_edits`, carried out by `edits::Seen` as the backend's header block is coded
 //! from the client's fields, as the HTTP/1 fast path writes its heads; `response_edits`), the
 //! call's deadline (`grpc::timeout`, `grpc::blame`), switchyard's own answers
-//! (`failure_answer`, `grpc_answer`, `grpc_status`); recording is `record::Recorder`'s. A stream this relay does not carry (a request Pingora would
-//! refuse, a path Pingora would normalise, a route to an HTTP/1 backend, a TLS backend without a
-//! server name, a route with Gateway filters or a body limit, any answer other than proxying) is
-//! handed back before a byte is written. It never holds a lock across an await.
+//! (`failure_answer`, `grpc_answer`, `grpc_status`); recording is `record::Recorder`'s. A
+//! stream this relay does not carry (a request Pingora would refuse, a path Pingora would
+//! normalise, a route to an HTTP/1 backend, a TLS backend without a server name, a route with
+//! Gateway filters or a body limit, any answer other than proxying) is handed back before a
+//! byte is written. It never holds a lock across an await.
 
 use std::borrow::Cow;
 use std::future::Future;
