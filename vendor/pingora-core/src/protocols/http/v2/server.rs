@@ -639,7 +639,7 @@ impl HttpSession {
     /// If the `end` flag is set, no more header or body can be sent to the client.
     pub fn write_response_header(
         &mut self,
-        mut header: Box<ResponseHeader>,
+        header: Box<ResponseHeader>,
         end: bool,
     ) -> Result<()> {
         if self.ended {
@@ -660,32 +660,26 @@ impl HttpSession {
         }
 
         /* update headers */
-        // (switchyard: `Date` is put into the map sent, below, made with room for it, not into
-        // `header` through `insert_header`, which titles the name and parses it back for a case
-        // map HTTP/2 has no use for, before a clone that grew to take it: 3k instructions a
-        // response. `response_written` keeps the header as the application wrote it.)
-
-        // remove other h1 hop headers that cannot be present in H2
-        // https://httpwg.org/specs/rfc7540.html#n-connection-specific-header-fields
-        // (switchyard: most responses have none of them, which one pass over the names tells;
-        // each removal hashes its name and looks it up.)
+        // (switchyard: the map `h2` gets is made here, with room for `Date`, and leaves out the
+        // h1 hop headers that cannot be present in H2
+        // (https://httpwg.org/specs/rfc7540.html#n-connection-specific-header-fields) as it
+        // copies. Pingora put `Date` into `header` through `insert_header`, which titles the
+        // name and parses it back for a case map HTTP/2 has no use for, removed the five fields
+        // one by one (each removal hashing its name and looking it up), then cloned the map,
+        // which grew to take `Date`: 3k instructions a response. `response_written` keeps the
+        // header as the application wrote it: its readers take the status, and switchyard's
+        // `grpc-status`, which are the same in both.)
         let hop = |name: &HeaderName| {
             matches!(
                 name.as_str(),
                 "transfer-encoding" | "connection" | "upgrade" | "keep-alive" | "proxy-connection"
             )
         };
-        if header.headers.keys().any(hop) {
-            header.remove_header(&header::TRANSFER_ENCODING);
-            header.remove_header(&header::CONNECTION);
-            header.remove_header(&header::UPGRADE);
-            header.remove_header(&HeaderName::from_static("keep-alive"));
-            header.remove_header(&HeaderName::from_static("proxy-connection"));
-        }
-
         let mut headers = HeaderMap::with_capacity(header.headers.keys_len() + 1);
         for (name, value) in header.headers.iter() {
-            headers.append(name, value.clone());
+            if !hop(name) {
+                headers.append(name, value.clone());
+            }
         }
         headers.insert(header::DATE, get_cached_date());
         let mut resp = Response::new(());
