@@ -1358,6 +1358,16 @@ mod tests {
 
     use super::*;
 
+    /// A request's block without fields, as the tests send it.
+    fn request(method: &str, addr: SocketAddr, path: &str) -> RequestBlock {
+        RequestBlock::new(
+            method.as_bytes(),
+            b"http",
+            path.as_bytes(),
+            Some(addr.to_string().as_bytes()),
+        )
+    }
+
     /// The pseudo-fields coded without a search are coded as `hpack::field` codes them.
     #[test]
     fn pseudo_fields_are_coded_as_the_encoder_codes_them() {
@@ -1482,11 +1492,7 @@ mod tests {
         // Past the backend's 64 KiB windows one way, and past this side's 1 MiB stream
         // window the other.
         for len in [0, 1, 70_000, 3 << 20] {
-            let req = RequestBlock::from(
-                &http::Request::post(format!("http://{addr}/echo"))
-                    .body(())
-                    .unwrap(),
-            );
+            let req = request("POST", addr, "/echo");
             let stream = send.send_request(&req, false).await.unwrap();
             let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
             let sending = async {
@@ -1517,11 +1523,7 @@ mod tests {
     async fn streams_past_the_backends_limit_wait_for_one_to_close() {
         let addr = h2_server(1, echo).await;
         let send = client(addr).await;
-        let req = RequestBlock::from(
-            &http::Request::post(format!("http://{addr}/"))
-                .body(())
-                .unwrap(),
-        );
+        let req = request("POST", addr, "/");
         let first = send.send_request(&req, false).await.unwrap();
         // The backend's SETTINGS have come once the first stream's response can: wait for it.
         for _ in 0..100 {
@@ -1604,11 +1606,7 @@ mod tests {
             s
         });
         let send = client(addr).await;
-        let req = RequestBlock::from(
-            &http::Request::get(format!("http://{addr}/"))
-                .body(())
-                .unwrap(),
-        );
+        let req = request("GET", addr, "/");
         let first = send.send_request(&req, true).await.unwrap();
         let second = send.send_request(&req, true).await.unwrap();
         let head = first.response().await.unwrap();
@@ -1629,8 +1627,8 @@ mod tests {
     }
 
     /// A backend that reads the preface, sends `wire` (after its SETTINGS) and holds the
-    /// connection open.
-    async fn raw_backend(wire: Vec<u8>) -> SocketAddr {
+    /// connection open for `held`.
+    async fn raw_backend(wire: Vec<u8>, held: Duration) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -1641,7 +1639,7 @@ mod tests {
                 .await
                 .unwrap();
             s.write_all(&wire).await.unwrap();
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            tokio::time::sleep(held).await;
         });
         addr
     }
@@ -1651,13 +1649,9 @@ mod tests {
         // GOAWAY(last stream 1, NO_ERROR), then stream 1's answer.
         let mut wire = vec![0, 0, 8, GOAWAY, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
         wire.extend_from_slice(&[0, 0, 1, HEADERS, END_STREAM | END_HEADERS, 0, 0, 0, 1, 0x88]);
-        let addr = raw_backend(wire).await;
+        let addr = raw_backend(wire, Duration::from_secs(5)).await;
         let send = client(addr).await;
-        let req = RequestBlock::from(
-            &http::Request::get(format!("http://{addr}/"))
-                .body(())
-                .unwrap(),
-        );
+        let req = request("GET", addr, "/");
         let first = send.send_request(&req, true).await.unwrap();
         let second = send.send_request(&req, true).await.unwrap();
         assert_eq!(first.response().await.unwrap().status(), 200);
@@ -1694,13 +1688,9 @@ mod tests {
             0x88,
             0xbe,
         ]);
-        let addr = raw_backend(wire).await;
+        let addr = raw_backend(wire, Duration::from_secs(5)).await;
         let send = client(addr).await;
-        let req = RequestBlock::from(
-            &http::Request::get(format!("http://{addr}/"))
-                .body(())
-                .unwrap(),
-        );
+        let req = request("GET", addr, "/");
         let first = send.send_request(&req, true).await.unwrap();
         let second = send.send_request(&req, true).await.unwrap();
         assert_eq!(
@@ -1768,11 +1758,7 @@ mod tests {
         let tcp = small().connect(addr).await.unwrap();
         let (send, conn) = handshake(tcp, 1 << 20, 8 << 20);
         tokio::spawn(conn.run());
-        let req = RequestBlock::from(
-            &http::Request::post(format!("http://{addr}/"))
-                .body(())
-                .unwrap(),
-        );
+        let req = request("POST", addr, "/");
         let mut streams = Vec::new();
         for _ in 0..STREAMS {
             streams.push(send.send_request(&req, false).await.unwrap());
@@ -1798,24 +1784,12 @@ mod tests {
     /// whole after the connection is gone.
     #[tokio::test]
     async fn a_whole_response_outlives_its_connection() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut buf = vec![0u8; 24];
-            s.read_exact(&mut buf).await.unwrap();
-            let mut wire = vec![0, 0, 0, SETTINGS, 0, 0, 0, 0, 0];
-            wire.extend_from_slice(&[0, 0, 1, HEADERS, END_HEADERS, 0, 0, 0, 1, 0x88]);
-            wire.extend_from_slice(&[0, 0, 4, DATA, END_STREAM, 0, 0, 0, 1]);
-            wire.extend_from_slice(b"done");
-            s.write_all(&wire).await.unwrap();
-        });
+        let mut wire = vec![0, 0, 1, HEADERS, END_HEADERS, 0, 0, 0, 1, 0x88];
+        wire.extend_from_slice(&[0, 0, 4, DATA, END_STREAM, 0, 0, 0, 1]);
+        wire.extend_from_slice(b"done");
+        let addr = raw_backend(wire, Duration::ZERO).await;
         let send = client(addr).await;
-        let req = RequestBlock::from(
-            &http::Request::get(format!("http://{addr}/"))
-                .body(())
-                .unwrap(),
-        );
+        let req = request("GET", addr, "/");
         let stream = send.send_request(&req, true).await.unwrap();
         // The close is read before the stream asks for anything.
         for _ in 0..100 {

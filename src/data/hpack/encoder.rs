@@ -67,15 +67,21 @@ pub fn field(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Vec<u8>) {
             return;
         }
     }
+    name_of_literal(name, found.map(|(first, _)| first), sensitive, dst);
+    string(value, dst);
+}
+
+/// The start of a literal field the peer does not index (never indexes when `sensitive`):
+/// its name as the static table's entry `index`, or as a string.
+fn name_of_literal(name: &[u8], index: Option<usize>, sensitive: bool, dst: &mut Vec<u8>) {
     let flags = if sensitive { 0x10 } else { 0x00 };
-    match found {
-        Some((first, _)) => int(first, 4, flags, dst),
+    match index {
+        Some(index) => int(index, 4, flags, dst),
         None => {
             dst.push(flags);
             string(name, dst);
         }
     }
-    string(value, dst);
 }
 
 /// Appends one field named by the static table's entry `index` (RFC 7541 Appendix A), its
@@ -89,13 +95,7 @@ pub fn field_named(index: usize, value: &[u8], dst: &mut Vec<u8>) {
 /// Appends one field (a lower-case name, not sensitive) whose value `value` writes at the end
 /// of `dst`: the value is written in place, not copied, its length put before it after.
 pub fn field_written(name: &[u8], dst: &mut Vec<u8>, value: impl FnOnce(&mut Vec<u8>)) {
-    match static_name(name) {
-        Some((first, _)) => int(first, 4, 0, dst),
-        None => {
-            dst.push(0);
-            string(name, dst);
-        }
-    }
+    name_of_literal(name, static_name(name).map(|(first, _)| first), false, dst);
     let at = dst.len();
     dst.push(0);
     value(dst);
@@ -235,14 +235,14 @@ mod tests {
         for len in [1, 5, 126, 127, 128, 300, 20_000] {
             let value = "x".repeat(len);
             let mut written = vec![0x20];
-            field_written(b"x-forwarded-for", &mut written, |out| {
+            field_written(b"x-trace", &mut written, |out| {
                 out.extend_from_slice(value.as_bytes())
             });
             field_written(b"cookie", &mut written, |out| {
                 out.extend_from_slice(value.as_bytes())
             });
             let mut copied = vec![0x20];
-            field(b"x-forwarded-for", value.as_bytes(), false, &mut copied);
+            field(b"x-trace", value.as_bytes(), false, &mut copied);
             field(b"cookie", value.as_bytes(), false, &mut copied);
             assert_eq!(written, copied, "{len}");
             let mut got = Vec::new();
