@@ -5,7 +5,7 @@
 //! violation. `check_pingora_trailers` checks Pingora's HTTP/1 body reader instead (the copy in
 //! `vendor/`, where switchyard added trailers); `check_hpack` the HPACK decoder and encoder
 //! (`switchyard::data::hpack`); `check_h2_client` the fast path's HTTP/2 connection to a
-//! backend, reading what a backend sends (`switchyard::data::fast::h2_client`). Only
+//! backend, reading what a backend sends (`switchyard::data::fast::h2_conn`). Only
 //! `switchyard`, `pingora`, `tokio`, `http`, `httparse`, `bytes` and `std` are used, each a
 //! dependency of both crates, so this file compiles in both.
 //!
@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use switchyard::data::fast::chunked::Chunks;
-use switchyard::data::fast::h2_client;
+use switchyard::data::fast::h2_conn;
 use switchyard::data::fast::request::{Field, MAX_REQUEST_HEADERS, Parse, Request};
 use switchyard::data::fast::request::{build_request, parse_request};
 use switchyard::data::fast::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
@@ -1094,7 +1094,7 @@ pub fn check_h2_client(data: &[u8]) {
     };
     rt.block_on(async {
         let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let (send, conn) = h2_client::handshake(ours, 1 << 16, 1 << 20);
+        let (send, conn) = h2_conn::handshake(ours, 1 << 16, 1 << 20);
         let driver = tokio::spawn(conn.run());
         let (mut from_us, mut to_us) = tokio::io::split(theirs);
         // What the connection writes is read and dropped, so that its writes never wait.
@@ -1102,7 +1102,7 @@ pub fn check_h2_client(data: &[u8]) {
             let mut buf = vec![0u8; 1 << 14];
             while matches!(from_us.read(&mut buf).await, Ok(n) if n > 0) {}
         });
-        let request = h2_client::RequestBlock::from(
+        let request = h2_conn::RequestBlock::from(
             &http::Request::post("http://backend/svc/Method")
                 .body(())
                 .unwrap(),

@@ -4,7 +4,7 @@
 //! A connection takes streams up to the fewer of the backend's `SETTINGS_MAX_CONCURRENT_STREAMS`
 //! and `H2_STREAMS_PER_CONNECTION`; past that another is opened, up to
 //! `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams wait on the least busy one (its
-//! connection queues them: `h2_client`). Streams are packed: a new one goes to the busiest
+//! connection queues them: `h2_conn`). Streams are packed: a new one goes to the busiest
 //! connection with room, and one that comes while a connection is being opened waits for it
 //! rather than opening its own, so a burst of streams does not open a connection each. Few
 //! connections carrying many streams write their frames together (one send for many), where many
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::data::fast::h2_client::{self, SendRequest};
+use crate::data::fast::h2_conn::{self, SendRequest};
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
@@ -192,7 +192,7 @@ impl H2Pool {
             // Streams are served by their own tasks: their frames go out together. The
             // preface is queued, not awaited (as with `h2`): a backend that does not speak
             // HTTP/2 fails the first stream.
-            Ok(h2_client::handshake(
+            Ok(h2_conn::handshake(
                 Batched::new(tcp),
                 STREAM_WINDOW,
                 CONNECTION_WINDOW,
@@ -358,7 +358,7 @@ pub enum PoolError {
 mod tests {
     use bytes::Bytes;
 
-    use crate::data::fast::h2_client::RequestBlock;
+    use crate::data::fast::h2_conn::RequestBlock;
 
     use super::*;
 

@@ -29,7 +29,7 @@ use pingora::protocols::Digest;
 use pingora::protocols::http::v2::server::HttpSession;
 use tokio::time::Sleep;
 
-use crate::data::fast::h2_client::{self, RequestBlock, Stream};
+use crate::data::fast::h2_conn::{self, RequestBlock, Stream};
 use crate::data::fast::h2_pool::{Lease, PoolError};
 use crate::data::fast::kept_body::KeptBody;
 use crate::data::fast::pool::Key;
@@ -745,7 +745,7 @@ fn ending_in(header: &ResponseHeader) -> Option<Ending> {
 /// What a stream error before the response header means: a closed connection, and whether
 /// the backend processed the stream (`Error::unprocessed`, read as `h2_unprocessed` reads an
 /// `h2` error on Pingora's path).
-fn upstream_broken(e: &h2_client::Error) -> Broken {
+fn upstream_broken(e: &h2_conn::Error) -> Broken {
     Broken {
         cause: Cause::UpstreamClosed,
         unprocessed: e.unprocessed(),

@@ -20,7 +20,7 @@
 pub mod batch;
 pub mod chunked;
 pub mod h2;
-pub mod h2_client;
+pub mod h2_conn;
 pub mod h2_pool;
 mod h2_relay;
 pub mod kept_body;

@@ -1,12 +1,16 @@
-//! The fast path's HTTP/2 client connection to a backend (RFC 9113), written for the relay in
-//! place of the `h2` crate's: one task per connection reads and writes the socket; the
-//! streams, each served by its own task, share its state behind one lock, which no await holds.
-//! It speaks what a relay to a backend needs and no more: requests with bodies and trailers,
-//! responses with bodies and trailers, resets both ways, flow control both ways, the peer's
-//! settings, PING, GOAWAY (a stream past its last stream id is told it was not processed).
-//! It refuses server push. Header blocks are HPACK-coded by `data::hpack` (its encoder uses the
-//! static table only). Frames go out as one write per scheduler pass (`batch::Batched` wraps
-//! the socket). It knows nothing of routes, retries or timeouts: the relay decides those.
+//! The fast path's HTTP/2 connection (RFC 9113), written for the relay in place of the `h2`
+//! crate's: one task per connection reads and writes the socket; the streams, each served by
+//! its own task, share its state behind one lock, which no await holds. It has two roles.
+//! As a client (`handshake`), to a backend: requests with bodies and trailers out, responses
+//! with bodies and trailers in; it refuses server push. As a server (`accept`), to a client:
+//! requests come in (`Incoming::accept`), checked as RFC 9113 §8.3 says, past the streams it
+//! allows refused (`REFUSED_STREAM`), and responses go out. Both: resets both ways, flow
+//! control both ways, the peer's settings, PING, GOAWAY (a stream past its last stream id is
+//! told it was not processed), and no more read while a megabyte of frames it must answer
+//! (PING and SETTINGS acknowledgements) waits for a peer that does not read. Header blocks are
+//! HPACK-coded by `data::hpack` (its encoder uses the static table only). Frames go out as one
+//! write per scheduler pass (`batch::Batched` wraps the socket). It knows nothing of routes,
+//! retries or timeouts: the relay decides those.
 //! Where `h2` costs a relayed gRPC call's backend leg its stream store, frame queues and
 //! HPACK's dynamic table (docs/performance.md), this keeps a map of streams and one output
 //! buffer.
@@ -21,7 +25,8 @@ use std::task::{Poll, Waker};
 use bytes::{Buf, Bytes, BytesMut};
 use h2::Reason;
 use http::header::{HeaderName, HeaderValue};
-use http::{HeaderMap, Request, Response, StatusCode, Version};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::Notify;
 
@@ -57,6 +62,12 @@ const MAX_HEADER_LIST: usize = 256 * 1024;
 /// The windows a peer starts with (RFC 9113 §6.9.2).
 const DEFAULT_WINDOW: i64 = 65_535;
 const MAX_WINDOW: i64 = (1 << 31) - 1;
+/// Bytes of frames waiting to be written past which no more is read: a peer that sends PINGs
+/// or SETTINGS and never reads the acknowledgements must not make them pile up here.
+const MAX_BACKLOG: usize = 1 << 20;
+/// Requests refused as malformed (RFC 9113 §8.1.1) before the connection is ended, as
+/// Pingora's connection loop allows.
+const MAX_MALFORMED: usize = 32;
 
 /// Why a stream, or its connection, failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -125,9 +136,26 @@ struct Shared {
     wake: Notify,
 }
 
+/// Which end of the connection this side is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Role {
+    Client,
+    Server,
+}
+
 struct State {
+    role: Role,
     streams: Streams,
+    /// A client's next stream id.
     next_id: u32,
+    /// A server's: the highest stream id a client opened, and the streams opened, not yet
+    /// accepted, and the task waiting for one.
+    last_peer_id: u32,
+    accepted: VecDeque<(u32, Request<()>)>,
+    accept_waker: Option<Waker>,
+    /// A server's `SETTINGS_MAX_CONCURRENT_STREAMS`, and the requests refused as malformed.
+    max_recv_streams: usize,
+    malformed: usize,
     /// Frames to write.
     out: Vec<u8>,
     encoder: Encoder,
@@ -156,10 +184,13 @@ struct State {
 #[derive(Default)]
 struct StreamState {
     send_window: i64,
+    /// A server's response header went out.
+    answered: bool,
     /// END_STREAM sent (or the stream reset).
     send_closed: bool,
-    /// The response header came; `head` holds it until the relay takes it.
-    responded: bool,
+    /// The peer's header came: the response's (which `head` holds until the relay takes it),
+    /// or on a server the request's.
+    headed: bool,
     head: Option<Response<()>>,
     /// The response's body, as it came.
     data: VecDeque<Bytes>,
@@ -193,6 +224,15 @@ impl StreamState {
 }
 
 impl State {
+    /// A stream the peer may not yet name (RFC 9113 §5.1): one this client has not opened, or
+    /// on a server one no request opened (servers open none: push is off).
+    fn idle(&self, id: u32) -> bool {
+        match self.role {
+            Role::Client => id >= self.next_id,
+            Role::Server => id.is_multiple_of(2) || id > self.last_peer_id,
+        }
+    }
+
     fn frame_head(&mut self, len: usize, kind: u8, flags: u8, id: u32) {
         let len = len as u32;
         self.out.extend_from_slice(&len.to_be_bytes()[1..]);
@@ -267,12 +307,100 @@ impl State {
             unprocessed: false,
         };
         if self.failed.is_none() {
-            self.frame_head(8, GOAWAY, 0, 0);
-            self.out.extend_from_slice(&0u32.to_be_bytes());
-            self.out.extend_from_slice(&u32::from(reason).to_be_bytes());
+            self.goaway(reason);
             self.fail(e, wakers);
         }
         e
+    }
+
+    /// A GOAWAY with `reason`: a server's names the last stream a client opened, which it may
+    /// still be serving; a client's, no stream (it takes no push).
+    fn goaway(&mut self, reason: Reason) {
+        let last = match self.role {
+            Role::Client => 0,
+            Role::Server => self.last_peer_id,
+        };
+        self.frame_head(8, GOAWAY, 0, 0);
+        self.out.extend_from_slice(&last.to_be_bytes());
+        self.out.extend_from_slice(&u32::from(reason).to_be_bytes());
+    }
+
+    /// Removes a stream no one serves any longer; what the peer sent on it and no one took is
+    /// the connection's window still.
+    fn forget(&mut self, id: u32, wakers: &mut Vec<Waker>) {
+        let Some(s) = self.streams.remove(&id) else {
+            return;
+        };
+        if s.counted {
+            self.open -= 1;
+            wakers.append(&mut self.slot_waiters);
+        }
+        self.give_back(None, s.unreleased);
+    }
+
+    /// A server's new stream `id`, opened by a client's header block (`fields`, `size` as
+    /// HTTP/2 counts it): queued for `Incoming::accept`, or refused.
+    fn opened(
+        &mut self,
+        id: u32,
+        end: bool,
+        fields: Vec<Field>,
+        size: usize,
+        wakers: &mut Vec<Waker>,
+    ) -> Result<(), Reason> {
+        self.last_peer_id = id;
+        if self.closing {
+            // Past our GOAWAY: ignored (RFC 9113 §6.8).
+            return Ok(());
+        }
+        // Streams reset before they were taken wait in the queue too: it is bounded as well.
+        if self.open >= self.max_recv_streams || self.accepted.len() >= self.max_recv_streams {
+            // Not processed: the client may send it again (§8.7).
+            self.reset(id, Reason::REFUSED_STREAM);
+            return Ok(());
+        }
+        let head = if size > MAX_HEADER_LIST {
+            Err(())
+        } else {
+            request_head(fields)
+        };
+        let content_length = match &head {
+            Ok(head) => content_length(head.headers()),
+            Err(()) => Ok(None),
+        };
+        let (Ok(head), Ok(content_length)) = (head, content_length) else {
+            return self.malformed(id);
+        };
+        // A request ended with its header has no body for a length to count (§8.1.1).
+        if end && content_length.is_some_and(|n| n != 0) {
+            return self.malformed(id);
+        }
+        self.open += 1;
+        self.streams.insert(
+            id,
+            StreamState {
+                send_window: self.peer_initial_window,
+                headed: true,
+                recv_closed: end,
+                recv_window: self.stream_window,
+                content_length,
+                counted: true,
+                ..StreamState::default()
+            },
+        );
+        self.accepted.push_back((id, head));
+        wakers.extend(self.accept_waker.take());
+        Ok(())
+    }
+
+    /// A request refused as malformed (§8.1.1); past `MAX_MALFORMED` of them, the connection.
+    fn malformed(&mut self, id: u32) -> Result<(), Reason> {
+        self.reset(id, Reason::PROTOCOL_ERROR);
+        self.malformed += 1;
+        if self.malformed > MAX_MALFORMED {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        Ok(())
     }
 
     fn fail(&mut self, e: Error, wakers: &mut Vec<Waker>) {
@@ -285,6 +413,7 @@ impl State {
         }
         self.open = 0;
         wakers.append(&mut self.slot_waiters);
+        wakers.extend(self.accept_waker.take());
     }
 
     /// Gives `n` bytes of window back to the peer: the connection's, and `stream`'s if given
@@ -312,21 +441,19 @@ impl State {
     }
 }
 
-/// Starts a connection over `io`: the preface and settings are queued (no round trip is
-/// awaited, as with `h2`); `Connection::run` then drives it.
-pub fn handshake<T>(
-    io: T,
-    stream_window: u32,
-    connection_window: u32,
-) -> (SendRequest, Connection<T>)
-where
-    T: AsyncRead + AsyncWrite + Unpin,
-{
+/// A new connection's state, its own windows capped as HTTP/2 caps them.
+fn state(role: Role, stream_window: u32, connection_window: u32) -> State {
     let stream_window = i64::from(stream_window.min(MAX_WINDOW as u32));
-    let connection_window = i64::from(connection_window.min(MAX_WINDOW as u32));
-    let mut state = State {
+    let connection_window = i64::from(connection_window.min(MAX_WINDOW as u32)).max(DEFAULT_WINDOW);
+    State {
+        role,
         streams: Streams::default(),
         next_id: 1,
+        last_peer_id: 0,
+        accepted: VecDeque::new(),
+        accept_waker: None,
+        max_recv_streams: usize::MAX,
+        malformed: 0,
         out: Vec::with_capacity(4096),
         encoder: Encoder::new(),
         open: 0,
@@ -335,27 +462,31 @@ where
         peer_initial_window: DEFAULT_WINDOW,
         peer_max_frame: MAX_FRAME,
         send_window: DEFAULT_WINDOW,
-        recv_window: connection_window.max(DEFAULT_WINDOW),
+        recv_window: connection_window,
         recv_released: 0,
         stream_window,
-        connection_window: connection_window.max(DEFAULT_WINDOW),
+        connection_window,
         closing: false,
         failed: None,
-    };
-    state.out.extend_from_slice(PREFACE);
-    // SETTINGS_ENABLE_PUSH 0, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE.
-    state.frame_head(18, SETTINGS, 0, 0);
-    state.out.extend_from_slice(&[0, 2, 0, 0, 0, 0, 0, 4]);
-    state
-        .out
-        .extend_from_slice(&(stream_window as u32).to_be_bytes());
-    state.out.extend_from_slice(&[0, 6]);
-    state
-        .out
-        .extend_from_slice(&(MAX_HEADER_LIST as u32).to_be_bytes());
+    }
+}
+
+/// Queues our SETTINGS (`settings`: identifier and value pairs) and the connection window
+/// past the default, and makes the connection's task.
+fn start<T>(mut state: State, settings: &[(u16, u32)], io: T) -> (Arc<Shared>, Connection<T>) {
+    state.frame_head(6 * settings.len(), SETTINGS, 0, 0);
+    for &(id, value) in settings {
+        state.out.extend_from_slice(&id.to_be_bytes());
+        state.out.extend_from_slice(&value.to_be_bytes());
+    }
     if state.connection_window > DEFAULT_WINDOW {
         state.window_update(0, state.connection_window - DEFAULT_WINDOW);
     }
+    let preface_due = if state.role == Role::Server {
+        PREFACE.len()
+    } else {
+        0
+    };
     let shared = Arc::new(Shared {
         state: Mutex::new(state),
         wake: Notify::new(),
@@ -367,9 +498,67 @@ where
         spare: Vec::with_capacity(4096),
         decoder: Decoder::new(4096),
         block: None,
+        preface_due,
         settings_seen: false,
+        backlog: 0,
     };
+    (shared, conn)
+}
+
+/// Starts a client connection over `io`: the preface and settings are queued (no round trip
+/// is awaited, as with `h2`); `Connection::run` then drives it.
+pub fn handshake<T>(
+    io: T,
+    stream_window: u32,
+    connection_window: u32,
+) -> (SendRequest, Connection<T>)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut state = state(Role::Client, stream_window, connection_window);
+    state.out.extend_from_slice(PREFACE);
+    let settings = [
+        // SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE.
+        (2, 0),
+        (4, state.stream_window as u32),
+        (6, MAX_HEADER_LIST as u32),
+    ];
+    let (shared, conn) = start(state, &settings, io);
     (SendRequest { shared }, conn)
+}
+
+/// What a server connection allows its client.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerSettings {
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`: streams past it are refused.
+    pub max_streams: u32,
+    /// Our initial stream window and connection window: what a client may send ahead.
+    pub stream_window: u32,
+    pub connection_window: u32,
+}
+
+/// Starts a server connection over `io` (h2c with prior knowledge, or TLS with ALPN `h2`):
+/// its settings are queued and the client's preface is expected first; `Connection::run`
+/// then drives it, and `Incoming::accept` hands out its requests.
+pub fn accept<T>(io: T, settings: ServerSettings) -> (Incoming, Connection<T>)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut state = state(
+        Role::Server,
+        settings.stream_window,
+        settings.connection_window,
+    );
+    state.max_recv_streams = settings.max_streams as usize;
+    let settings = [
+        // SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_INITIAL_WINDOW_SIZE,
+        // SETTINGS_MAX_HEADER_LIST_SIZE.
+        (3, settings.max_streams),
+        (4, state.stream_window as u32),
+        (6, MAX_HEADER_LIST as u32),
+    ];
+    let (shared, conn) = start(state, &settings, io);
+    (Incoming { shared }, conn)
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
@@ -393,8 +582,12 @@ pub struct Connection<T> {
     spare: Vec<u8>,
     decoder: Decoder,
     block: Option<Block>,
+    /// Bytes of the client's preface still to come (a server's).
+    preface_due: usize,
     /// The peer's first frame, its SETTINGS, came.
     settings_seen: bool,
+    /// Bytes of frames waiting in the state's buffer when the last were read.
+    backlog: usize,
 }
 
 impl<T> Connection<T>
@@ -425,6 +618,7 @@ where
                 let mut st = lock(&self.shared);
                 if !st.out.is_empty() {
                     std::mem::swap(&mut st.out, &mut writing);
+                    self.backlog = 0;
                 } else if let Some(e) = st.failed {
                     return e;
                 } else if st.closing && st.streams.is_empty() {
@@ -435,9 +629,10 @@ where
                 self.read.reserve(2 * MAX_FRAME);
             }
             let pending = at < writing.len();
+            let reading = self.backlog < MAX_BACKLOG;
             // Each branch is cancel-safe: a write that loses the race wrote nothing.
             tokio::select! {
-                r = reader.read_buf(&mut self.read) => match r {
+                r = reader.read_buf(&mut self.read), if reading => match r {
                     Ok(0) => return Error::Io(io::ErrorKind::UnexpectedEof),
                     Ok(_) => self.frames(),
                     Err(e) => return Error::Io(e.kind()),
@@ -468,6 +663,16 @@ where
         let mut wakers = Vec::new();
         let shared = Arc::clone(&self.shared);
         let mut st = lock(&shared);
+        if self.preface_due > 0 {
+            let n = self.preface_due.min(self.read.len());
+            let at = PREFACE.len() - self.preface_due;
+            if self.read[..n] != PREFACE[at..at + n] {
+                // Not HTTP/2: nothing to answer (RFC 9113 §3.4).
+                st.fail(Error::Io(io::ErrorKind::InvalidData), &mut wakers);
+            }
+            self.read.advance(n);
+            self.preface_due -= n;
+        }
         while self.read.len() >= 9 && st.failed.is_none() {
             let len = u32::from_be_bytes([0, self.read[0], self.read[1], self.read[2]]) as usize;
             if len > MAX_FRAME {
@@ -487,6 +692,7 @@ where
                 st.connection_error(reason, &mut wakers);
             }
         }
+        self.backlog = st.out.len();
         drop(st);
         wakers.into_iter().for_each(Waker::wake);
     }
@@ -570,7 +776,7 @@ where
                 if payload.len() != 4 {
                     return Err(Reason::FRAME_SIZE_ERROR);
                 }
-                if id >= st.next_id {
+                if st.idle(id) {
                     return Err(Reason::PROTOCOL_ERROR);
                 }
                 let reason = Reason::from(u32::from_be_bytes([
@@ -616,6 +822,12 @@ where
                     payload[4], payload[5], payload[6], payload[7],
                 ]));
                 st.closing = true;
+                if st.role == Role::Server {
+                    // A client's GOAWAY names no stream of ours (we push none): the requests it
+                    // made are still served; it opens no more.
+                    wakers.extend(st.accept_waker.take());
+                    return Ok(());
+                }
                 let gone = Error::GoAway {
                     reason,
                     remote: true,
@@ -653,7 +865,7 @@ where
                     }
                     return Ok(());
                 }
-                if id >= st.next_id {
+                if st.idle(id) {
                     return Err(Reason::PROTOCOL_ERROR);
                 }
                 let Some(s) = st.streams.get_mut(&id) else {
@@ -684,7 +896,7 @@ where
         mut payload: Bytes,
         wakers: &mut Vec<Waker>,
     ) -> Result<(), Reason> {
-        if id == 0 || id >= st.next_id {
+        if id == 0 || st.idle(id) {
             return Err(Reason::PROTOCOL_ERROR);
         }
         let len = payload.len() as i64;
@@ -699,8 +911,8 @@ where
             st.give_back(None, len);
             return Ok(());
         };
-        if s.error.is_some() || s.recv_closed || !s.responded {
-            let fault = !s.responded && s.error.is_none();
+        if s.error.is_some() || s.recv_closed || !s.headed {
+            let fault = !s.headed && s.error.is_none();
             st.give_back(None, len);
             if fault {
                 st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
@@ -744,7 +956,8 @@ where
         wakers: &mut Vec<Waker>,
     ) -> Result<(), Reason> {
         let Block { id, flags, bytes } = block;
-        if id % 2 == 0 || id >= st.next_id {
+        let opens = st.role == Role::Server && id > st.last_peer_id;
+        if id.is_multiple_of(2) || (st.role == Role::Client && st.idle(id)) {
             return Err(Reason::PROTOCOL_ERROR);
         }
         let mut fields = Vec::with_capacity(16);
@@ -760,6 +973,9 @@ where
             })
             .map_err(|_| Reason::COMPRESSION_ERROR)?;
         let end = flags & END_STREAM != 0;
+        if opens {
+            return st.opened(id, end, fields, size, wakers);
+        }
         let Some(s) = st.streams.get_mut(&id) else {
             return Ok(());
         };
@@ -770,7 +986,7 @@ where
             st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
             return Ok(());
         }
-        if !s.responded {
+        if !s.headed {
             match response_head(fields) {
                 // An interim response (1xx) is not relayed.
                 Ok(head) if head.status().is_informational() => {
@@ -780,13 +996,9 @@ where
                     return Ok(());
                 }
                 Ok(head) => {
-                    s.content_length = head
-                        .headers()
-                        .get(http::header::CONTENT_LENGTH)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse().ok());
+                    s.content_length = content_length(head.headers()).ok().flatten();
                     s.head = Some(head);
-                    s.responded = true;
+                    s.headed = true;
                 }
                 Err(()) => {
                     st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
@@ -920,6 +1132,74 @@ fn connection_specific(name: &[u8]) -> bool {
     )
 }
 
+/// A message's `content-length`, if it has one; `Err` if it is not a number.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
+    let Some(value) = headers.get(http::header::CONTENT_LENGTH) else {
+        return Ok(None);
+    };
+    let value = std::str::from_utf8(value.as_bytes()).map_err(drop)?;
+    value.parse().map(Some).map_err(drop)
+}
+
+/// A request header as RFC 9113 §8.3.1 wants it: `:method`, `:scheme` and `:path` (a
+/// `CONNECT` names only `:authority`), each once and before the regular fields, no other
+/// pseudo-field; built as `h2` builds it (the scheme dropped when there is no authority: `http`
+/// cannot hold one without the other).
+fn request_head(fields: Vec<Field>) -> Result<Request<()>, ()> {
+    let mut method = None;
+    let mut scheme = None;
+    let mut authority = None;
+    let mut path = None;
+    let mut fields = fields.into_iter().peekable();
+    while let Some(f) = fields.next_if(|f| f.name.first() == Some(&b':')) {
+        let slot = match &f.name[..] {
+            b":method" => &mut method,
+            b":scheme" => &mut scheme,
+            b":authority" => &mut authority,
+            b":path" => &mut path,
+            _ => return Err(()),
+        };
+        if slot.replace(f.value).is_some() {
+            return Err(());
+        }
+    }
+    let method = Method::from_bytes(&method.ok_or(())?).map_err(drop)?;
+    let connect = method == Method::CONNECT;
+    let mut parts = http::uri::Parts::default();
+    if let Some(a) = authority {
+        parts.authority = Some(Authority::from_maybe_shared(a).map_err(drop)?);
+    }
+    match scheme {
+        Some(_) if connect => return Err(()),
+        Some(s) => {
+            let s = Scheme::try_from(&s[..]).map_err(drop)?;
+            if parts.authority.is_some() {
+                parts.scheme = Some(s);
+            }
+        }
+        None if !connect => return Err(()),
+        None => {}
+    }
+    match path {
+        Some(_) if connect => return Err(()),
+        Some(p) if p.is_empty() => return Err(()),
+        Some(p) => parts.path_and_query = Some(PathAndQuery::from_maybe_shared(p).map_err(drop)?),
+        None if !connect => return Err(()),
+        None => {}
+    }
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for field in fields {
+        let (name, value) = regular(field)?;
+        headers.append(name, value);
+    }
+    let mut head = Request::new(());
+    *head.method_mut() = method;
+    *head.uri_mut() = Uri::from_parts(parts).map_err(drop)?;
+    *head.version_mut() = Version::HTTP_2;
+    *head.headers_mut() = headers;
+    Ok(head)
+}
+
 /// The fields gRPC backends send on every call that `http` does not know, made once: `http`
 /// copies such a name into an allocation of its own each time it parses one.
 static MADE: [HeaderName; 4] = [
@@ -943,6 +1223,10 @@ fn regular(field: Field) -> Result<(HeaderName, HeaderValue), ()> {
         Some(made) => made.clone(),
         None => HeaderName::from_bytes(name).map_err(drop)?,
     };
+    // `te` may only say that trailers are welcome (§8.2.2).
+    if name == http::header::TE && &field.value[..] != b"trailers" {
+        return Err(());
+    }
     let mut value = HeaderValue::from_maybe_shared(field.value).map_err(drop)?;
     if field.sensitive {
         value.set_sensitive(true);
@@ -1042,6 +1326,70 @@ impl SendRequest {
             shared: Arc::clone(&self.shared),
             id,
         })
+    }
+}
+
+/// A server connection's requests come through it.
+pub struct Incoming {
+    shared: Arc<Shared>,
+}
+
+impl Incoming {
+    /// The next request, and its stream for the rest of the request and the response; `None`
+    /// once the connection has ended, or the client or this side has said GOAWAY and no
+    /// request is left to take.
+    pub async fn accept(&self) -> Option<(Request<()>, Stream)> {
+        poll_fn(|cx| {
+            let mut wakers = Vec::new();
+            let mut st = lock(&self.shared);
+            let mut next = None;
+            while let Some((id, head)) = st.accepted.pop_front() {
+                if st.streams.get(&id).is_some_and(|s| s.error.is_none()) {
+                    next = Some((id, head));
+                    break;
+                }
+                // Reset before it was taken: never served.
+                st.forget(id, &mut wakers);
+            }
+            let ready = match next {
+                Some((id, head)) => Poll::Ready(Some((
+                    head,
+                    Stream {
+                        shared: Arc::clone(&self.shared),
+                        id,
+                    },
+                ))),
+                None if st.failed.is_some() || st.closing => Poll::Ready(None),
+                None => {
+                    st.accept_waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            };
+            drop(st);
+            wakers.into_iter().for_each(Waker::wake);
+            ready
+        })
+        .await
+    }
+
+    /// Takes no new request: a GOAWAY naming the last one opened, which are still served; the
+    /// connection ends once they are done.
+    pub fn graceful_shutdown(&self) {
+        let mut st = lock(&self.shared);
+        if st.closing || st.failed.is_some() {
+            return;
+        }
+        st.closing = true;
+        st.goaway(Reason::NO_ERROR);
+        let waker = st.accept_waker.take();
+        drop(st);
+        waker.into_iter().for_each(Waker::wake);
+        self.shared.wake.notify_one();
+    }
+
+    /// Streams open now (for the caller's idle timeout).
+    pub fn open_streams(&self) -> usize {
+        lock(&self.shared).streams.len()
     }
 }
 
@@ -1280,7 +1628,46 @@ impl Stream {
         .await
     }
 
-    /// Ends the request with `trailers`.
+    /// A server's response header, ending the stream if `end`; once only.
+    pub fn send_response(&self, head: &Response<()>, end: bool) -> Result<(), Error> {
+        let mut st = lock(&self.shared);
+        let Some(s) = st.streams.get_mut(&self.id) else {
+            return Err(Error::Io(io::ErrorKind::NotConnected));
+        };
+        if let Some(e) = s.error {
+            return Err(e);
+        }
+        if s.answered || s.send_closed {
+            return Err(Error::Reset {
+                reason: Reason::STREAM_CLOSED,
+                remote: false,
+            });
+        }
+        s.answered = true;
+        s.send_closed = end;
+        let mut block = Vec::with_capacity(64);
+        let code = head.status();
+        let status = (&b":status"[..], code.as_str().as_bytes(), false);
+        let fields = head
+            .headers()
+            .iter()
+            .filter(|(n, _)| !connection_specific(n.as_str().as_bytes()))
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
+        st.encoder
+            .encode(std::iter::once(status).chain(fields), &mut block);
+        st.header_block(self.id, end, &block);
+        let mut wakers = Vec::new();
+        if end {
+            st.uncount(self.id, &mut wakers);
+        }
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Ends the message this side sends (a client's request, a server's response) with
+    /// `trailers`.
     pub fn send_trailers(&self, trailers: &HeaderMap) -> Result<(), Error> {
         let mut st = lock(&self.shared);
         let Some(s) = st.streams.get_mut(&self.id) else {
@@ -1329,19 +1716,16 @@ impl Drop for Stream {
         let Some(s) = st.streams.get(&self.id) else {
             return;
         };
-        let open = !s.closed() && st.failed.is_none();
-        let unreleased = s.unreleased;
-        if open {
-            st.stream_error(self.id, Reason::CANCEL, &mut wakers);
+        if !s.closed() && st.failed.is_none() {
+            // A server that answered whole wants no more of the request (RFC 9113 §8.1).
+            let reason = if st.role == Role::Server && s.send_closed {
+                Reason::NO_ERROR
+            } else {
+                Reason::CANCEL
+            };
+            st.stream_error(self.id, reason, &mut wakers);
         }
-        if let Some(s) = st.streams.remove(&self.id)
-            && s.counted
-        {
-            st.open -= 1;
-            wakers.append(&mut st.slot_waiters);
-        }
-        // What the peer sent and the relay never took is the connection's window still.
-        st.give_back(None, unreleased);
+        st.forget(self.id, &mut wakers);
         drop(st);
         wakers.into_iter().for_each(Waker::wake);
         self.shared.wake.notify_one();
@@ -1802,5 +2186,334 @@ mod tests {
         assert_eq!(stream.data().await.unwrap().unwrap(), "done");
         assert!(stream.data().await.is_none(), "ended, not broken");
         assert_eq!(stream.trailers().await.unwrap(), None);
+    }
+
+    /// Our server on 127.0.0.1 allowing `max` streams, each request served by `serve`.
+    async fn our_server<F, Fut>(max: u32, serve: F) -> SocketAddr
+    where
+        F: Fn(Request<()>, Stream) -> Fut + Send + Sync + Clone + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let settings = ServerSettings {
+            max_streams: max,
+            stream_window: 65_535,
+            connection_window: 1 << 20,
+        };
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let serve = serve.clone();
+                tokio::spawn(async move {
+                    let (incoming, conn) = accept(tcp, settings);
+                    tokio::spawn(conn.run());
+                    while let Some((head, stream)) = incoming.accept().await {
+                        tokio::spawn(serve.clone()(head, stream));
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// Our server's echo: the request body back, with the request's method, target and
+    /// authority as fields, and trailers naming how much came and the request's own trailer.
+    async fn serve_echo(head: Request<()>, stream: Stream) {
+        let got = body_of(&stream).await;
+        let asked = stream
+            .trailers()
+            .await
+            .unwrap()
+            .and_then(|t| t.get("x-asked").cloned());
+        let mut response = Response::new(());
+        let fields = response.headers_mut();
+        fields.insert("x-method", head.method().as_str().parse().unwrap());
+        fields.insert("x-target", head.uri().to_string().parse().unwrap());
+        let len = got.len();
+        stream.send_response(&response, false).unwrap();
+        stream.send_data(Bytes::from(got), false).await.unwrap();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-len", len.into());
+        if let Some(asked) = asked {
+            trailers.insert("x-asked", asked);
+        }
+        stream.send_trailers(&trailers).unwrap();
+    }
+
+    /// An `h2` client to our server: bodies past every window both ways, with trailers, on
+    /// streams at once.
+    #[tokio::test]
+    async fn an_h2_client_is_served_bodies_and_trailers_both_ways() {
+        let addr = our_server(100, serve_echo).await;
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let calls = [0usize, 1, 70_000, 3 << 20].map(|len| {
+            let mut send = send.clone();
+            async move {
+                let req = http::Request::post(format!("http://{addr}/echo?n={len}"))
+                    .body(())
+                    .unwrap();
+                let (response, mut body) = send.send_request(req, false).unwrap();
+                let sent: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+                let mut rest = Bytes::from(sent.clone());
+                while !rest.is_empty() {
+                    body.reserve_capacity(rest.len());
+                    let n = std::future::poll_fn(|cx| body.poll_capacity(cx))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    body.send_data(rest.split_to(n.min(rest.len())), false)
+                        .unwrap();
+                }
+                let mut trailers = HeaderMap::new();
+                trailers.insert("x-asked", "yes".parse().unwrap());
+                body.send_trailers(trailers).unwrap();
+                let (parts, mut got_body) = response.await.unwrap().into_parts();
+                assert_eq!(parts.status, 200);
+                assert_eq!(parts.headers["x-method"], "POST");
+                let target = format!("http://{addr}/echo?n={len}");
+                assert_eq!(parts.headers["x-target"], target.as_str());
+                let mut got = Vec::new();
+                while let Some(chunk) = got_body.data().await {
+                    let chunk = chunk.unwrap();
+                    got_body
+                        .flow_control()
+                        .release_capacity(chunk.len())
+                        .unwrap();
+                    got.extend_from_slice(&chunk);
+                }
+                let trailers = got_body.trailers().await.unwrap().unwrap();
+                assert!(got == sent, "{len}");
+                assert_eq!(trailers["x-len"], len.to_string().as_str());
+                assert_eq!(trailers["x-asked"], "yes");
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(calls))
+            .await
+            .expect("stalled");
+    }
+
+    /// Our client to our server, a request without a body: the two roles agree.
+    #[tokio::test]
+    async fn our_client_is_served_by_our_server() {
+        let addr = our_server(100, serve_echo).await;
+        let send = client(addr).await;
+        let stream = send
+            .send_request(&request("GET", addr, "/x"), true)
+            .await
+            .unwrap();
+        let head = stream.response().await.unwrap();
+        assert_eq!(head.headers()["x-method"], "GET");
+        assert!(body_of(&stream).await.is_empty());
+        assert_eq!(stream.trailers().await.unwrap().unwrap()["x-len"], "0");
+    }
+
+    fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        out.extend_from_slice(&[kind, flags]);
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// A request header block of `fields` as a client codes them.
+    fn block(fields: &[(&str, &str)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, value) in fields {
+            hpack::field(name.as_bytes(), value.as_bytes(), false, &mut out);
+        }
+        out
+    }
+
+    const GET: [(&str, &str); 4] = [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", "a.test"),
+        (":path", "/"),
+    ];
+
+    /// A raw client of a server connection over an in-memory pipe: `accepted` gets its
+    /// requests, which are held unanswered.
+    struct Raw {
+        wire: tokio::io::DuplexStream,
+        incoming: Incoming,
+    }
+
+    fn raw_client(max: u32) -> Raw {
+        let (wire, ours) = tokio::io::duplex(64 * 1024);
+        let settings = ServerSettings {
+            max_streams: max,
+            stream_window: 65_535,
+            connection_window: 65_535,
+        };
+        let (incoming, conn) = accept(ours, settings);
+        tokio::spawn(conn.run());
+        Raw { wire, incoming }
+    }
+
+    /// The frames a peer read until `done` says it has what it waits for, or the connection
+    /// closed: (kind, flags, stream, payload) each, and whether it closed.
+    async fn read_frames(
+        wire: &mut tokio::io::DuplexStream,
+        done: impl Fn(&[(u8, u8, u32, Vec<u8>)]) -> bool,
+    ) -> (Vec<(u8, u8, u32, Vec<u8>)>, bool) {
+        let mut got = Vec::new();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            while buf.len() >= 9 {
+                let len = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]) as usize;
+                if buf.len() < 9 + len {
+                    break;
+                }
+                let id = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]);
+                got.push((buf[3], buf[4], id, buf[9..9 + len].to_vec()));
+                buf.drain(..9 + len);
+            }
+            if done(&got) {
+                return (got, false);
+            }
+            let read = tokio::time::timeout(Duration::from_secs(5), wire.read(&mut chunk));
+            match read.await.expect("nothing more came") {
+                Ok(0) | Err(_) => return (got, true),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    fn reset_of(frames: &[(u8, u8, u32, Vec<u8>)], id: u32) -> Option<Reason> {
+        frames.iter().find_map(|(kind, _, s, p)| {
+            (*kind == RST_STREAM && *s == id)
+                .then(|| Reason::from(u32::from_be_bytes([p[0], p[1], p[2], p[3]])))
+        })
+    }
+
+    fn goaway_of(frames: &[(u8, u8, u32, Vec<u8>)]) -> Option<(u32, Reason)> {
+        frames.iter().find_map(|(kind, _, _, p)| {
+            (*kind == GOAWAY).then(|| {
+                let last = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+                (
+                    last,
+                    Reason::from(u32::from_be_bytes([p[4], p[5], p[6], p[7]])),
+                )
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn streams_past_the_servers_limit_are_refused_and_malformed_ones_reset() {
+        let mut raw = raw_client(3);
+        let mut wire = PREFACE.to_vec();
+        wire.extend(frame(SETTINGS, 0, 0, &[]));
+        let open = END_STREAM | END_HEADERS;
+        // 1: taken. 3: no :path. 5: an upper-case name. 7: `te` other than "trailers".
+        // 9: a length with no body. 11: a pseudo-field after a regular one. 13, 15: taken,
+        // the limit of 3 reached. 17: refused.
+        wire.extend(frame(HEADERS, open, 1, &block(&GET)));
+        wire.extend(frame(HEADERS, open, 3, &block(&GET[..3])));
+        let upper = [&GET[..], &[("X-Up", "1")]].concat();
+        wire.extend(frame(HEADERS, open, 5, &block(&upper)));
+        let te = [&GET[..], &[("te", "gzip")]].concat();
+        wire.extend(frame(HEADERS, open, 7, &block(&te)));
+        let length = [&GET[..], &[("content-length", "3")]].concat();
+        wire.extend(frame(HEADERS, open, 9, &block(&length)));
+        let late = [&GET[..3], &[("x-a", "1"), (":path", "/")]].concat();
+        wire.extend(frame(HEADERS, open, 11, &block(&late)));
+        for id in [13, 15, 17] {
+            wire.extend(frame(HEADERS, open, id, &block(&GET)));
+        }
+        raw.wire.write_all(&wire).await.unwrap();
+        let mut taken = Vec::new();
+        for _ in 0..3 {
+            let (head, stream) = raw.incoming.accept().await.unwrap();
+            assert_eq!(head.uri(), "http://a.test/");
+            taken.push(stream.id);
+        }
+        assert_eq!(taken, [1, 13, 15]);
+        let (frames, closed) = read_frames(&mut raw.wire, |f| reset_of(f, 17).is_some()).await;
+        assert!(!closed);
+        for id in [3, 5, 7, 9, 11] {
+            assert_eq!(reset_of(&frames, id), Some(Reason::PROTOCOL_ERROR), "{id}");
+        }
+        assert_eq!(reset_of(&frames, 17), Some(Reason::REFUSED_STREAM));
+        let settings = &frames[0];
+        assert_eq!(settings.0, SETTINGS);
+        assert!(settings.3.chunks(6).any(|s| s == [0, 3, 0, 0, 0, 3]));
+    }
+
+    #[tokio::test]
+    async fn malformed_requests_past_the_budget_end_the_connection() {
+        let mut raw = raw_client(100);
+        let mut wire = PREFACE.to_vec();
+        wire.extend(frame(SETTINGS, 0, 0, &[]));
+        for i in 0..=MAX_MALFORMED as u32 {
+            let id = 2 * i + 1;
+            wire.extend(frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                id,
+                &block(&GET[..3]),
+            ));
+        }
+        raw.wire.write_all(&wire).await.unwrap();
+        let (frames, _) = read_frames(&mut raw.wire, |f| goaway_of(f).is_some()).await;
+        let last = 2 * MAX_MALFORMED as u32 + 1;
+        assert_eq!(goaway_of(&frames), Some((last, Reason::ENHANCE_YOUR_CALM)));
+        assert!(raw.incoming.accept().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_bad_preface_ends_the_connection_unanswered() {
+        let mut raw = raw_client(100);
+        raw.wire.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let (frames, closed) = read_frames(&mut raw.wire, |_| false).await;
+        assert!(closed);
+        assert!(frames.iter().all(|f| f.0 == SETTINGS), "{frames:?}");
+        assert!(raw.incoming.accept().await.is_none());
+    }
+
+    /// A graceful shutdown: GOAWAY naming the last stream; that stream is still answered, a
+    /// later one is ignored, and the connection ends when the answer is out.
+    #[tokio::test]
+    async fn a_graceful_shutdown_finishes_what_was_opened() {
+        let mut raw = raw_client(100);
+        let mut wire = PREFACE.to_vec();
+        wire.extend(frame(SETTINGS, 0, 0, &[]));
+        wire.extend(frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET)));
+        raw.wire.write_all(&wire).await.unwrap();
+        let (_, stream) = raw.incoming.accept().await.unwrap();
+        raw.incoming.graceful_shutdown();
+        raw.wire
+            .write_all(&frame(HEADERS, END_STREAM | END_HEADERS, 3, &block(&GET)))
+            .await
+            .unwrap();
+        assert!(raw.incoming.accept().await.is_none());
+        stream.send_response(&Response::new(()), true).unwrap();
+        drop(stream);
+        let (frames, closed) = read_frames(&mut raw.wire, |_| false).await;
+        assert!(closed, "the connection ends once its streams are done");
+        assert_eq!(goaway_of(&frames), Some((1, Reason::NO_ERROR)));
+        let answered: Vec<u32> = frames
+            .iter()
+            .filter(|f| f.0 == HEADERS)
+            .map(|f| f.2)
+            .collect();
+        assert_eq!(answered, [1]);
+    }
+
+    /// SETTINGS frames from a client that reads nothing: past a megabyte of acknowledgements
+    /// waiting, the server reads no more, so the flood stalls at the client.
+    #[tokio::test]
+    async fn a_client_that_never_reads_is_not_read_past_the_backlog() {
+        let mut raw = raw_client(100);
+        let mut wire = PREFACE.to_vec();
+        let one = frame(SETTINGS, 0, 0, &[0, 4, 0, 1, 0, 0]);
+        // 4 MB of SETTINGS: 2.7 MB of acknowledgements if all were read.
+        for _ in 0..300_000 {
+            wire.extend_from_slice(&one);
+        }
+        let written = tokio::time::timeout(Duration::from_secs(2), raw.wire.write_all(&wire));
+        assert!(written.await.is_err(), "the whole flood was read");
     }
 }
