@@ -5,7 +5,8 @@
 //! violation. `check_pingora_trailers` checks Pingora's HTTP/1 body reader instead (the copy in
 //! `vendor/`, where switchyard added trailers); `check_hpack` the HPACK decoder and encoder
 //! (`switchyard::data::hpack`); `check_h2_client` the fast path's HTTP/2 connection to a
-//! backend, reading what a backend sends (`switchyard::data::fast::h2_conn`). Only
+//! backend, reading what a backend sends (`switchyard::data::fast::h2_conn`), and
+//! `check_h2_server` the same connection's server role, reading what a client sends. Only
 //! `switchyard`, `pingora`, `tokio`, `http`, `httparse`, `bytes` and `std` are used, each a
 //! dependency of both crates, so this file compiles in both.
 //!
@@ -1153,4 +1154,197 @@ pub fn check_h2_client(data: &[u8]) {
         drain.abort();
         let _ = driver.await;
     });
+}
+
+/// The fast path's HTTP/2 server connection, fed any bytes as its client's: a server's bytes
+/// come from anyone who can connect. The first byte's bits say whether the client's preface
+/// and an empty SETTINGS frame come first (as they must for anything else to be read as
+/// frames), whether a request is answered with a header, a body and trailers or with a header
+/// alone, whether the server shuts down gracefully once it has taken a request, whether every
+/// second request is dropped unanswered (a reset), whether the server's stream window is small
+/// enough for the fuzzer's bytes to fill it, whether the client closes its side as soon as its
+/// bytes are written (the requests not yet taken are then never served) or once the server has
+/// nothing left to do, and whether the bytes come whole or in pieces of 1 to 16 bytes. Four
+/// streams at most, so that more are refused; every request is served in a task of its own, as
+/// a relay would. Nothing panics; the accept loop and every call on a stream return once the
+/// client's bytes are all read and its side closed; the connection's task ends; a request taken
+/// holds no field HTTP/2 forbids, and a body ended cleanly is as long as its `content-length`
+/// says; the requests together get no more body than the client sent.
+pub fn check_h2_server(data: &[u8]) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some((&flags, wire)) = data.split_first() else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
+    rt.block_on(async {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let settings = h2_conn::ServerSettings {
+            max_streams: 4,
+            stream_window: if flags & 16 != 0 { 1024 } else { 1 << 16 },
+            connection_window: 1 << 20,
+        };
+        let (incoming, conn) = h2_conn::accept(ours, settings);
+        let driver = tokio::spawn(conn.run());
+        let (mut from_us, mut to_us) = tokio::io::split(theirs);
+        // Bumped by whatever the server does that the client can see (bytes written, requests
+        // taken, body read), so that the client can tell when it has nothing left to do.
+        let progress = Arc::new(AtomicUsize::new(0));
+        // What the connection writes is read and dropped, so that its writes never wait.
+        let drain = tokio::spawn({
+            let progress = Arc::clone(&progress);
+            async move {
+                let mut buf = vec![0u8; 1 << 14];
+                while let Ok(n @ 1..) = from_us.read(&mut buf).await {
+                    progress.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+        });
+        let client = async {
+            let mut bytes = Vec::with_capacity(33 + wire.len());
+            if flags & 1 != 0 {
+                bytes.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+                bytes.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+            }
+            bytes.extend_from_slice(wire);
+            let mut rest = &bytes[..];
+            let mut seed = u32::from(flags);
+            while !rest.is_empty() {
+                let n = if flags & 64 != 0 {
+                    seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    (((seed >> 16) % 16) as usize + 1).min(rest.len())
+                } else {
+                    rest.len()
+                };
+                if to_us.write_all(&rest[..n]).await.is_err() {
+                    break;
+                }
+                rest = &rest[n..];
+                if !rest.is_empty() {
+                    // Let the connection read this piece before the next is written.
+                    tokio::task::yield_now().await;
+                }
+            }
+            if flags & 32 == 0 {
+                // Until the server has nothing left to do: a round of yields in which nothing
+                // the client can see happened.
+                let mut seen = usize::MAX;
+                while progress.load(Ordering::Relaxed) != seen {
+                    seen = progress.load(Ordering::Relaxed);
+                    for _ in 0..4 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
+            // The client closes its side once all is written.
+            let _ = to_us.shutdown().await;
+            drop(to_us);
+        };
+        let serving = async {
+            let mut served = tokio::task::JoinSet::new();
+            let mut taken = 0usize;
+            while let Some((request, stream)) = incoming.accept().await {
+                taken += 1;
+                progress.fetch_add(1, Ordering::Relaxed);
+                if taken == 1 && flags & 4 != 0 {
+                    incoming.graceful_shutdown();
+                }
+                if flags & 8 != 0 && taken.is_multiple_of(2) {
+                    drop(stream);
+                    continue;
+                }
+                let progress = Arc::clone(&progress);
+                served.spawn(serve_h2_request(request, stream, flags & 2 != 0, progress));
+            }
+            let mut body = 0usize;
+            while let Some(done) = served.join_next().await {
+                match done {
+                    Ok(n) => body += n,
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(e) => panic!("a request's task did not finish: {e}"),
+                }
+            }
+            body
+        };
+        let ((), body) = tokio::join!(client, serving);
+        assert!(
+            body <= wire.len(),
+            "{body} bytes of body from {} sent",
+            wire.len()
+        );
+        drop(incoming);
+        drain.abort();
+        let _ = driver.await;
+    });
+}
+
+/// One request as `check_h2_server` serves it: its body read to the end (each piece's window
+/// given back), its trailers, then the response, `full` with a body and trailers. Returns the
+/// body's length.
+async fn serve_h2_request(
+    request: http::Request<()>,
+    stream: h2_conn::Stream,
+    full: bool,
+    progress: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> usize {
+    use std::sync::atomic::Ordering;
+    assert_eq!(request.version(), http::Version::HTTP_2);
+    for (name, value) in request.headers() {
+        assert!(
+            !matches!(
+                name.as_str(),
+                "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+            ),
+            "{name} accepted"
+        );
+        assert!(
+            name != http::header::TE || value == "trailers",
+            "te: {value:?} accepted"
+        );
+    }
+    let mut body = 0usize;
+    let ended = loop {
+        match stream.data().await {
+            Some(Ok(chunk)) => {
+                body += chunk.len();
+                progress.fetch_add(1, Ordering::Relaxed);
+                stream.release_capacity(chunk.len());
+            }
+            Some(Err(_)) => break false,
+            None => break true,
+        }
+    };
+    let length = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let (true, Some(length)) = (ended, length) {
+        assert_eq!(
+            body as u64, length,
+            "a body ended cleanly, against its content-length"
+        );
+    }
+    let _ = stream.trailers().await;
+    let mut head = http::Response::new(());
+    head.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    if full {
+        if stream.send_response(&head, false).is_ok() {
+            let _ = stream
+                .send_data(bytes::Bytes::from_static(b"message"), false)
+                .await;
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            let _ = stream.send_trailers(&trailers);
+        }
+    } else {
+        let _ = stream.send_response(&head, true);
+    }
+    progress.fetch_add(1, Ordering::Relaxed);
+    body
 }

@@ -72,3 +72,8 @@ fn hpack_corpus() {
 fn h2_client_corpus() {
     assert!(replay("h2_client", checks::check_h2_client) > 0);
 }
+
+#[test]
+fn h2_server_corpus() {
+    assert!(replay("h2_server", checks::check_h2_server) > 0);
+}
