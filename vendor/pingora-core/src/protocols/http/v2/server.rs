@@ -367,6 +367,54 @@ fn invalid_request_authority(request: &RequestHeader) -> bool {
     }
 }
 
+/// What `from_h2_conn` does with a request, by the checks it makes before serving one.
+// Added by switchyard (vendor/README.md): its own HTTP/2 server connection serves some streams
+// itself and must refuse what this one refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum H2RequestCheck {
+    /// Served.
+    Valid,
+    /// Reset with `PROTOCOL_ERROR`.
+    Reset,
+    /// Answered `400 Bad Request`.
+    BadRequest,
+}
+
+/// The checks `from_h2_conn` makes of a request before serving it.
+pub fn check_h2_request(request_header: &RequestHeader) -> H2RequestCheck {
+    // Depending on how the request URI is parsed, control bytes
+    // (including CR and LF) may be accepted in the `:path`
+    // pseudo-header. Reject them here as defense-in-depth: these
+    // bytes are not permitted in a URI, and they would be dangerous
+    // if forwarded to an HTTP/1.1 upstream. Reset only the offending
+    // stream so sibling streams on the connection are unaffected.
+    if request_target_has_forbidden_byte(request_header.raw_path()) {
+        debug!("Rejecting H2 request: forbidden delimiter byte in request target");
+        return H2RequestCheck::Reset;
+    }
+
+    // Reject ambiguous Content-Length framing at the stream level.
+    // Identical duplicates and comma-combined identical values are
+    // reconciled (RFC 9110 section 8.6), but conflicting or unparseable
+    // values are an unrecoverable error and are treated as a stream
+    // error per RFC 9113 section 8.1.1. This keeps the request path
+    // consistent with HTTP/1 and prevents ambiguous framing from being
+    // forwarded (e.g. when downgraded to an HTTP/1 upstream).
+    if let Err(e) = validate_content_length_without_transfer_encoding(&request_header.headers) {
+        // debug, not warn: per-stream, client-influenced; avoids log
+        // floods. Connection-level abuse is surfaced via the error below.
+        debug!("rejecting downstream h2 request: {e}");
+        return H2RequestCheck::Reset;
+    }
+
+    // RFC 9113 section 8.1.1 forbids forwarding a malformed request:
+    // https://www.rfc-editor.org/rfc/rfc9113.html#section-8.1.1
+    if invalid_request_authority(request_header) {
+        return H2RequestCheck::BadRequest;
+    }
+    H2RequestCheck::Valid
+}
+
 fn account_malformed_stream(malformed_streams: &mut usize) -> Result<()> {
     *malformed_streams += 1;
     if *malformed_streams >= MAX_MALFORMED_STREAMS_PER_CONN {
@@ -444,49 +492,25 @@ impl HttpSession {
         let (request_header, request_body_reader) = req.into_parts();
         let request_header: RequestHeader = request_header.into();
 
-        // Depending on how the request URI is parsed, control bytes
-        // (including CR and LF) may be accepted in the `:path`
-        // pseudo-header. Reject them here as defense-in-depth: these
-        // bytes are not permitted in a URI, and they would be dangerous
-        // if forwarded to an HTTP/1.1 upstream. Reset only the offending
-        // stream so sibling streams on the connection are unaffected.
-        if request_target_has_forbidden_byte(request_header.raw_path()) {
-            debug!("Rejecting H2 request: forbidden delimiter byte in request target");
-            send_response.send_reset(h2::Reason::PROTOCOL_ERROR);
-            account_malformed_stream(malformed_streams)?;
-            return Ok(Some(H2Accept::Rejected));
-        }
-
-        // Reject ambiguous Content-Length framing at the stream level.
-        // Identical duplicates and comma-combined identical values are
-        // reconciled (RFC 9110 section 8.6), but conflicting or unparseable
-        // values are an unrecoverable error and are treated as a stream
-        // error per RFC 9113 section 8.1.1. This keeps the request path
-        // consistent with HTTP/1 and prevents ambiguous framing from being
-        // forwarded (e.g. when downgraded to an HTTP/1 upstream).
-        if let Err(e) = validate_content_length_without_transfer_encoding(&request_header.headers) {
-            // debug, not warn: per-stream, client-influenced; avoids log
-            // floods. Connection-level abuse is surfaced via the error below.
-            debug!("rejecting downstream h2 request: {e}");
-            send_response.send_reset(h2::Reason::PROTOCOL_ERROR);
-
-            account_malformed_stream(malformed_streams)?;
-            return Ok(Some(H2Accept::Rejected));
-        }
-
-        // RFC 9113 section 8.1.1 forbids forwarding a malformed request:
-        // https://www.rfc-editor.org/rfc/rfc9113.html#section-8.1.1
-        if invalid_request_authority(&request_header) {
-            let mut response = Response::new(());
-            *response.status_mut() = StatusCode::BAD_REQUEST;
-            // An immediate PROTOCOL_ERROR reset would replace this observable 400 in h2. Dropping
-            // an unfinished request body can still reset the stream.
-            if let Err(e) = send_response.send_response(response, true) {
-                // A client reset before the write is stream-local; siblings survive.
-                debug!("failed to send downstream h2 authority rejection: {e}");
+        match check_h2_request(&request_header) {
+            H2RequestCheck::Valid => {}
+            H2RequestCheck::Reset => {
+                send_response.send_reset(h2::Reason::PROTOCOL_ERROR);
+                account_malformed_stream(malformed_streams)?;
+                return Ok(Some(H2Accept::Rejected));
             }
-            account_malformed_stream(malformed_streams)?;
-            return Ok(Some(H2Accept::Rejected));
+            H2RequestCheck::BadRequest => {
+                let mut response = Response::new(());
+                *response.status_mut() = StatusCode::BAD_REQUEST;
+                // An immediate PROTOCOL_ERROR reset would replace this observable 400 in h2.
+                // Dropping an unfinished request body can still reset the stream.
+                if let Err(e) = send_response.send_response(response, true) {
+                    // A client reset before the write is stream-local; siblings survive.
+                    debug!("failed to send downstream h2 authority rejection: {e}");
+                }
+                account_malformed_stream(malformed_streams)?;
+                return Ok(Some(H2Accept::Rejected));
+            }
         }
 
         Ok(Some(H2Accept::Session(HttpSession {
@@ -637,11 +661,7 @@ impl HttpSession {
     /// # the `end` flag
     /// `end` marks the end of this session.
     /// If the `end` flag is set, no more header or body can be sent to the client.
-    pub fn write_response_header(
-        &mut self,
-        header: Box<ResponseHeader>,
-        end: bool,
-    ) -> Result<()> {
+    pub fn write_response_header(&mut self, header: Box<ResponseHeader>, end: bool) -> Result<()> {
         if self.ended {
             // TODO: error or warn?
             return Ok(());
