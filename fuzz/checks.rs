@@ -1186,6 +1186,7 @@ pub fn check_h2_server(data: &[u8]) {
             max_streams: 4,
             stream_window: if flags & 16 != 0 { 1024 } else { 1 << 16 },
             connection_window: 1 << 20,
+            max_header_list: 64 * 1024,
         };
         let (incoming, conn) = h2_conn::accept(ours, settings);
         let driver = tokio::spawn(conn.run());

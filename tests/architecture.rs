@@ -87,6 +87,9 @@ const WINGS: &[Wing] = &[
             "pingora",
             // Which of Pingora's per-thread runtimes a TCP connection goes to.
             "pingora_runtime",
+            // Pingora's timer wheel: the write timeout of the fast path's own HTTP/2 server's
+            // streams, as Pingora's session times its writes.
+            "pingora_timeout",
             "tokio",
             "bytes",
             "http",

@@ -1,7 +1,7 @@
 //! Hostile HTTP/2 clients against a real switchyard process on 127.0.0.1, on both engines (the
 //! fast path accepts HTTP/2 streams itself; `--fast-path=false` leaves them to Pingora's loop):
 //! rapid reset (CVE-2023-44487), a CONTINUATION flood (CVE-2024-27316 and kin), a SETTINGS
-//! flood, and more streams than the connection allows. The frames are written by hand (h2c
+//! flood, more streams than the connection allows, and requests Pingora's checks refuse. The frames are written by hand (h2c
 //! with prior knowledge on the HTTP port) so that a client can do what no library client
 //! would. Each case checks that the attack is bounded and that another client is still served
 //! meanwhile. Every loop is bounded in count and time.
@@ -61,6 +61,9 @@ struct Heard {
     resets: Vec<(u32, u32)>,
     /// Streams that got a response header.
     responses: usize,
+    /// Each response header's stream and first field's first byte (an indexed `:status`: 0x88
+    /// is 200, 0x8c 400).
+    answers: Vec<(u32, u8)>,
     /// The server's `SETTINGS_MAX_CONCURRENT_STREAMS`, if it sent one.
     max_streams: Option<u32>,
     closed: bool,
@@ -81,7 +84,12 @@ async fn listen(mut r: tokio::net::tcp::OwnedReadHalf, within: Duration) -> Hear
             let (kind, stream) = (buf[3], u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]));
             let p = &buf[9..9 + len];
             match kind {
-                HEADERS => heard.responses += 1,
+                HEADERS => {
+                    heard.responses += 1;
+                    // Past a table size update (0x20 to 0x3f; one byte, as both send it).
+                    let status = p.iter().find(|&&b| b & 0xe0 != 0x20);
+                    heard.answers.push((stream, status.copied().unwrap_or(0)));
+                }
                 RST_STREAM if len >= 4 => {
                     heard
                         .resets
@@ -340,4 +348,66 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap()
+}
+
+/// A literal field with a new name, without indexing, no Huffman coding (short name and value).
+fn field(name: &str, value: &str) -> Vec<u8> {
+    let mut b = vec![0x00, name.len() as u8];
+    b.extend_from_slice(name.as_bytes());
+    b.push(value.len() as u8);
+    b.extend_from_slice(value.as_bytes());
+    b
+}
+
+/// Requests Pingora refuses before serving them (`check_h2_request`, and `h2`'s own checks)
+/// are refused the same way by the fast path's own connection, which serves streams before
+/// Pingora sees them: a target with a space and a request without `:path` reset
+/// (`PROTOCOL_ERROR`), two different `content-length`s reset, a `host` other than the
+/// `:authority` answered 400; a good request on the same connection is answered 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_refused_alike_by_both_engines() {
+    let backend = Backend::start("h2").await;
+    let mut heard_by_engine = Vec::new();
+    for engine in ENGINES {
+        let sy = switchyard(world(&backend)).args(engine).start().await;
+        let (r, mut w) = open(sy.http_port).await.into_split();
+        let heard = tokio::spawn(listen(r, Duration::from_secs(3)));
+        let open_end = END_STREAM | END_HEADERS;
+        let mut wire = frame(HEADERS, open_end, 1, &get_block("/h2/a b"));
+        let mut lengths = get_block("/h2/l");
+        lengths.extend(field("content-length", "3"));
+        lengths.extend(field("content-length", "4"));
+        wire.extend(frame(HEADERS, END_HEADERS, 3, &lengths));
+        let mut host = get_block("/h2/h");
+        host.extend(field("host", "other.test"));
+        wire.extend(frame(HEADERS, open_end, 5, &host));
+        // `:method GET`, `:scheme http`, `:authority h2.test`: no `:path`.
+        let mut pathless = vec![0x82, 0x86, 0x01, 7];
+        pathless.extend_from_slice(b"h2.test");
+        wire.extend(frame(HEADERS, open_end, 7, &pathless));
+        wire.extend(frame(HEADERS, open_end, 9, &get_block("/h2/fine")));
+        w.write_all(&wire).await.unwrap();
+        let mut heard = heard.await.unwrap();
+        heard.resets.sort_unstable();
+        heard.answers.sort_unstable();
+        let protocol_error = 1;
+        assert_eq!(
+            heard.resets,
+            [
+                (1, protocol_error),
+                (3, protocol_error),
+                (7, protocol_error)
+            ],
+            "{engine:?}: {heard:?}"
+        );
+        assert_eq!(
+            heard.answers,
+            [(5, 0x8c), (9, 0x88)],
+            "{engine:?}: {heard:?}"
+        );
+        assert_eq!(heard.goaway, None, "{engine:?}");
+        heard_by_engine.push((heard.resets, heard.answers));
+        drop(w);
+    }
+    assert_eq!(heard_by_engine[0], heard_by_engine[1], "the engines agree");
 }

@@ -1,23 +1,43 @@
 //! HTTP/2 client connections: the loop that accepts their streams, in place of Pingora's
 //! (`pingora::apps::ServerApp::process_new`), so that the fast path can take the streams it
-//! serves (`fast::h2`) and hand the others to Pingora's proxy, and so that the work a
-//! connection starts is bounded. Pingora's rules for the connection are kept: its request
-//! checks (`HttpSession::from_h2_conn`, with the same budget of refused streams), the stream
-//! and header-list limits of its `H2Options`, graceful shutdown with GOAWAY, and the idle
-//! timeout. This module decides nothing about requests and knows nothing of the table.
+//! serves and hand the others to Pingora's proxy, and so that the work a connection starts is
+//! bounded. With the fast path on, the connection is the fast path's own (`fast::h2_conn`,
+//! with Pingora's settings: 100 streams, a 64 KiB header list, `h2`'s 64 KiB windows): its
+//! streams go to the fast path (`fast::h2`), and those it does not serve are carried to
+//! Pingora's proxy over a connection inside the process (`fast::h2_bridge`), which the loop of
+//! Pingora's own below serves. Without it, the connection is `h2`'s inside Pingora. Pingora's
+//! rules for the connection are kept either way: its request checks (`check_h2_request`, with
+//! the same budget of refused streams), the stream and header-list limits, graceful shutdown
+//! with GOAWAY, and the idle timeout. This module decides nothing about requests and knows
+//! nothing of the table.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use pingora::apps::HttpServerApp;
+use pingora::http::RequestHeader;
 use pingora::protocols::http::ServerSession;
-use pingora::protocols::http::v2::server::{self, H2Accept, HttpSession};
+use pingora::protocols::http::v2::server::{
+    self, H2Accept, H2RequestCheck, HttpSession, check_h2_request,
+};
 use pingora::protocols::{Digest, Stream};
 use pingora::server::ShutdownWatch;
 use tokio::sync::Notify;
 
 use crate::data::fast::FastPath;
+use crate::data::fast::client_stream::ClientStream;
+use crate::data::fast::h2_bridge::Bridge;
+use crate::data::fast::h2_conn::{self, ServerSettings};
+
+/// The fast path's own connection's settings: Pingora's (`default_h2_options`: 100 streams, a
+/// 64 KiB header list) and `h2`'s windows.
+const SETTINGS: ServerSettings = ServerSettings {
+    max_streams: 100,
+    stream_window: 65_535,
+    connection_window: 65_535,
+    max_header_list: 64 * 1024,
+};
 
 /// Streams refused by Pingora's request checks before the connection is closed (Pingora's
 /// own loop allows as many; its constant is private).
@@ -46,6 +66,108 @@ pub async fn serve<A>(
         proxy_digest: stream.get_proxy_digest(),
         socket_digest: stream.get_socket_digest(),
     });
+    match fast {
+        Some(fast) => serve_own(fast, app, stream, digest, shutdown).await,
+        None => serve_pingora(app, stream, digest, shutdown).await,
+    }
+}
+
+/// The fast path's own connection: each stream to `fast`, or over the bridge to `app`.
+async fn serve_own<A>(
+    fast: &Arc<FastPath>,
+    app: &Arc<A>,
+    stream: Stream,
+    digest: Arc<Digest>,
+    shutdown: &ShutdownWatch,
+) where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    let id = stream.id();
+    let (incoming, conn) = h2_conn::accept(stream, SETTINGS);
+    let run = conn.run();
+    let bridge = {
+        let app = Arc::clone(app);
+        let shutdown = shutdown.clone();
+        Arc::new(Bridge::new(Arc::clone(&digest), id, move |io| {
+            let app = Arc::clone(&app);
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let stream: Stream = Box::new(io);
+                let digest = Arc::new(Digest {
+                    ssl_digest: stream.get_ssl_digest(),
+                    timing_digest: stream.get_timing_digest(),
+                    proxy_digest: stream.get_proxy_digest(),
+                    socket_digest: stream.get_socket_digest(),
+                });
+                serve_pingora(&app, stream, digest, &shutdown).await;
+            });
+        }))
+    };
+    let idle_timeout = app.server_options().and_then(|o| o.h2_idle_timeout);
+    let active = Arc::new(Active::default());
+    let mut watch = shutdown.clone();
+    let changed = watch.changed();
+    let idle = active.idle_for(idle_timeout.unwrap_or_default());
+    tokio::pin!(run, changed, idle);
+    let mut draining = false;
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = &mut run => return,
+            _ = &mut changed, if !draining => {
+                incoming.graceful_shutdown();
+                draining = true;
+                continue;
+            }
+            next = incoming.accept() => next,
+            () = &mut idle, if idle_timeout.is_some() && !draining => return,
+        };
+        let Some((head, stream)) = next else {
+            // No more streams: the connection runs until those in flight are done.
+            return run.await;
+        };
+        let (parts, ()) = head.into_parts();
+        let header = RequestHeader::from(parts);
+        match check_h2_request(&header) {
+            H2RequestCheck::Valid => {}
+            H2RequestCheck::Reset => {
+                incoming.refuse(stream, false);
+                continue;
+            }
+            H2RequestCheck::BadRequest => {
+                incoming.refuse(stream, true);
+                continue;
+            }
+        }
+        if active.count() >= MAX_STREAMS_IN_FLIGHT {
+            // Not processed: a client may retry it (RFC 9113 §8.7).
+            stream.send_reset(h2::Reason::REFUSED_STREAM);
+            continue;
+        }
+        let busy = active.start();
+        let fast = Arc::clone(fast);
+        let digest = Arc::clone(&digest);
+        let bridge = Arc::clone(&bridge);
+        // Boxed: the task stays small (see `serve_pingora`).
+        tokio::spawn(Box::pin(async move {
+            let _busy = busy;
+            let client = Box::new(ClientStream::new(header, stream));
+            if let Some(client) = fast.serve_stream(client, &digest).await {
+                bridge.carry(*client).await;
+            }
+        }));
+    }
+}
+
+/// `h2`'s connection inside Pingora, every stream through `app`.
+async fn serve_pingora<A>(
+    app: &Arc<A>,
+    stream: Stream,
+    digest: Arc<Digest>,
+    shutdown: &ShutdownWatch,
+) where
+    A: HttpServerApp + Send + Sync + 'static,
+{
     let Ok(mut conn) = server::handshake(stream, app.h2_options()).await else {
         return;
     };
@@ -96,23 +218,15 @@ pub async fn serve<A>(
             continue;
         }
         let busy = active.start();
-        let fast = fast.cloned();
         let app = app.clone();
         let shutdown = shutdown.clone();
-        let digest = digest.clone();
-        // The exchanges are boxed so that the task stays small (`serve_stream` boxes its own),
-        // and the task itself too: tokio copies a task's future whole into its cell and again
-        // at each change of stage, which for this one (the 536-byte session and the state
-        // around it) cost 1.7k instructions per stream, 1.9 % of a relayed gRPC call.
+        // The exchange is boxed so that the task stays small, and the task itself too: tokio
+        // copies a task's future whole into its cell and again at each change of stage, which
+        // for a stream (the 536-byte session and the state around it) cost 1.7k instructions,
+        // 1.9 % of a relayed gRPC call when the relay took its streams from here.
         tokio::spawn(Box::pin(async move {
             let _busy = busy;
-            let session = match &fast {
-                Some(fast) => fast.serve_stream(session, &digest).await,
-                None => Some(session),
-            };
-            if let Some(session) = session {
-                Box::pin(app.process_new_http(ServerSession::new_http2(*session), &shutdown)).await;
-            }
+            Box::pin(app.process_new_http(ServerSession::new_http2(*session), &shutdown)).await;
         }));
     }
 }

@@ -15,9 +15,9 @@
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
-use pingora::protocols::http::v2::server::HttpSession;
 
 use crate::data::fast::chunked::Chunks;
+use crate::data::fast::client_stream::ClientStream;
 use crate::data::fast::request::{Parse, parse_request};
 use crate::data::fast::response::MAX_RESPONSE_HEADERS;
 use crate::data::fast::{Downstream, FastPath};
@@ -28,9 +28,9 @@ impl FastPath {
     /// way of serving is boxed, so a stream carries only the state of the one it takes.
     pub async fn serve_stream(
         &self,
-        session: Box<HttpSession>,
+        session: Box<ClientStream>,
         digest: &Digest,
-    ) -> Option<Box<HttpSession>> {
+    ) -> Option<Box<ClientStream>> {
         let session = if session.is_body_done() {
             Box::pin(self.serve_without_body(session, digest)).await?
         } else {
@@ -43,9 +43,9 @@ impl FastPath {
     /// if that path does not take it.
     async fn serve_without_body(
         &self,
-        mut session: Box<HttpSession>,
+        mut session: Box<ClientStream>,
         digest: &Digest,
-    ) -> Option<Box<HttpSession>> {
+    ) -> Option<Box<ClientStream>> {
         let mut head = Vec::with_capacity(512);
         if h1_head(&session, &mut head) {
             let head = Bytes::from(head);
@@ -81,7 +81,7 @@ impl FastPath {
 /// line, `Host` from `:authority`, the fields as they came, split `cookie` fields joined into
 /// one. False for a request this path does not take (a method other than `GET` and `HEAD`, no
 /// origin-form path, a field that cannot be written as an HTTP/1 line).
-fn h1_head(session: &HttpSession, out: &mut Vec<u8>) -> bool {
+fn h1_head(session: &ClientStream, out: &mut Vec<u8>) -> bool {
     let req = session.req_header();
     let method = req.method.as_str();
     if method != "GET" && method != "HEAD" {
@@ -136,7 +136,7 @@ fn h1_head(session: &HttpSession, out: &mut Vec<u8>) -> bool {
 /// One HTTP/2 stream as the fast path's client: the HTTP/1 response bytes it is given become
 /// a response header and DATA frames, the last one ending the stream.
 struct Reply<'a> {
-    session: &'a mut HttpSession,
+    session: &'a mut ClientStream,
     head_request: bool,
     state: State,
 }

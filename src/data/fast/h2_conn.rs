@@ -53,11 +53,10 @@ const PRIORITY_FLAG: u8 = 0x20;
 
 /// The frame size every peer must accept, which this connection keeps to for what it reads.
 const MAX_FRAME: usize = 16_384;
-/// The most a header block (HEADERS and its CONTINUATIONs) may hold here, coded.
-const MAX_BLOCK: usize = 256 * 1024;
-/// The most a response header or trailer section may hold decoded, counted as HTTP/2 counts it
-/// (each field's name and value and 32 bytes): a few bytes of indices can name large table
-/// entries many times over. Our `SETTINGS_MAX_HEADER_LIST_SIZE`.
+/// A client's `SETTINGS_MAX_HEADER_LIST_SIZE` (a server's is `ServerSettings`'): the most a
+/// response header or trailer section may hold decoded, counted as HTTP/2 counts it (each
+/// field's name and value and 32 bytes), as a few bytes of indices can name large table entries
+/// many times over; and the most a header block (HEADERS and its CONTINUATIONs) may hold coded.
 const MAX_HEADER_LIST: usize = 256 * 1024;
 /// The windows a peer starts with (RFC 9113 §6.9.2).
 const DEFAULT_WINDOW: i64 = 65_535;
@@ -65,8 +64,8 @@ const MAX_WINDOW: i64 = (1 << 31) - 1;
 /// Bytes of frames waiting to be written past which no more is read: a peer that sends PINGs
 /// or SETTINGS and never reads the acknowledgements must not make them pile up here.
 const MAX_BACKLOG: usize = 1 << 20;
-/// Requests refused as malformed (RFC 9113 §8.1.1) before the connection is ended, as
-/// Pingora's connection loop allows.
+/// Requests refused as malformed (RFC 9113 §8.1.1) on one connection, the last of which ends
+/// it, as in Pingora's `from_h2_conn`.
 const MAX_MALFORMED: usize = 32;
 
 /// Why a stream, or its connection, failed.
@@ -156,6 +155,8 @@ struct State {
     /// A server's `SETTINGS_MAX_CONCURRENT_STREAMS`, and the requests refused as malformed.
     max_recv_streams: usize,
     malformed: usize,
+    /// Our `SETTINGS_MAX_HEADER_LIST_SIZE`.
+    max_header_list: usize,
     /// Frames to write.
     out: Vec<u8>,
     encoder: Encoder,
@@ -359,7 +360,7 @@ impl State {
             self.reset(id, Reason::REFUSED_STREAM);
             return Ok(());
         }
-        let head = if size > MAX_HEADER_LIST {
+        let head = if size > self.max_header_list {
             Err(())
         } else {
             request_head(fields)
@@ -393,11 +394,11 @@ impl State {
         Ok(())
     }
 
-    /// A request refused as malformed (§8.1.1); past `MAX_MALFORMED` of them, the connection.
+    /// A request refused as malformed (§8.1.1); the `MAX_MALFORMED`th ends the connection.
     fn malformed(&mut self, id: u32) -> Result<(), Reason> {
         self.reset(id, Reason::PROTOCOL_ERROR);
         self.malformed += 1;
-        if self.malformed > MAX_MALFORMED {
+        if self.malformed >= MAX_MALFORMED {
             return Err(Reason::ENHANCE_YOUR_CALM);
         }
         Ok(())
@@ -454,6 +455,7 @@ fn state(role: Role, stream_window: u32, connection_window: u32) -> State {
         accept_waker: None,
         max_recv_streams: usize::MAX,
         malformed: 0,
+        max_header_list: MAX_HEADER_LIST,
         out: Vec::with_capacity(4096),
         encoder: Encoder::new(),
         open: 0,
@@ -535,6 +537,9 @@ pub struct ServerSettings {
     /// Our initial stream window and connection window: what a client may send ahead.
     pub stream_window: u32,
     pub connection_window: u32,
+    /// `SETTINGS_MAX_HEADER_LIST_SIZE`: a larger request header is refused, and a header
+    /// block coded larger ends the connection.
+    pub max_header_list: u32,
 }
 
 /// Starts a server connection over `io` (h2c with prior knowledge, or TLS with ALPN `h2`):
@@ -550,12 +555,13 @@ where
         settings.connection_window,
     );
     state.max_recv_streams = settings.max_streams as usize;
+    state.max_header_list = settings.max_header_list as usize;
     let settings = [
         // SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_INITIAL_WINDOW_SIZE,
         // SETTINGS_MAX_HEADER_LIST_SIZE.
         (3, settings.max_streams),
         (4, state.stream_window as u32),
-        (6, MAX_HEADER_LIST as u32),
+        (6, settings.max_header_list),
     ];
     let (shared, conn) = start(state, &settings, io);
     (Incoming { shared }, conn)
@@ -749,7 +755,7 @@ where
                 if block.id != id {
                     return Err(Reason::PROTOCOL_ERROR);
                 }
-                if block.bytes.len() + payload.len() > MAX_BLOCK {
+                if block.bytes.len() + payload.len() > st.max_header_list {
                     return Err(Reason::ENHANCE_YOUR_CALM);
                 }
                 block.bytes.extend_from_slice(&payload);
@@ -962,12 +968,13 @@ where
         }
         let mut fields = Vec::with_capacity(16);
         let mut size = 0;
+        let limit = st.max_header_list;
         // Decoded whole even for a stream gone from here, or a list too large: the table must
         // follow the peer's.
         self.decoder
             .decode(&bytes.freeze(), |f| {
                 size += f.name.len() + f.value.len() + 32;
-                if size <= MAX_HEADER_LIST {
+                if size <= limit {
                     fields.push(f);
                 }
             })
@@ -982,7 +989,7 @@ where
         if s.error.is_some() || s.recv_closed {
             return Ok(());
         }
-        if size > MAX_HEADER_LIST {
+        if size > limit {
             st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
             return Ok(());
         }
@@ -1274,6 +1281,18 @@ impl SendRequest {
         lock(&self.shared).max_send_streams
     }
 
+    /// Opens no more streams: a GOAWAY, and the connection ends once its streams are done.
+    pub fn close(&self) {
+        let mut st = lock(&self.shared);
+        if st.closing || st.failed.is_some() {
+            return;
+        }
+        st.closing = true;
+        st.goaway(Reason::NO_ERROR);
+        drop(st);
+        self.shared.wake.notify_one();
+    }
+
     /// Opens a stream with `request`'s header (its body, if `end` is false, follows through
     /// `Stream::send_data`), waiting while the peer's limit of streams is reached.
     pub async fn send_request(&self, request: &RequestBlock, end: bool) -> Result<Stream, Error> {
@@ -1387,9 +1406,27 @@ impl Incoming {
         self.shared.wake.notify_one();
     }
 
-    /// Streams open now (for the caller's idle timeout).
-    pub fn open_streams(&self) -> usize {
-        lock(&self.shared).streams.len()
+    /// Refuses a request the caller found malformed after `accept` gave it: answered `400`
+    /// (`bad_request`) or reset (`PROTOCOL_ERROR`), and counted with the connection's own
+    /// refusals: the `MAX_MALFORMED`th ends the connection.
+    pub fn refuse(&self, stream: Stream, bad_request: bool) {
+        if bad_request {
+            let mut answer = Response::new(());
+            *answer.status_mut() = StatusCode::BAD_REQUEST;
+            let _ = stream.send_response(&answer, true);
+        } else {
+            stream.send_reset(Reason::PROTOCOL_ERROR);
+        }
+        drop(stream);
+        let mut wakers = Vec::new();
+        let mut st = lock(&self.shared);
+        st.malformed += 1;
+        if st.malformed >= MAX_MALFORMED {
+            st.connection_error(Reason::ENHANCE_YOUR_CALM, &mut wakers);
+        }
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+        self.shared.wake.notify_one();
     }
 }
 
@@ -1426,6 +1463,15 @@ impl RequestBlock {
         if let Some(authority) = authority {
             hpack::field_named(1, authority, &mut block);
         }
+        RequestBlock(block)
+    }
+
+    /// A `CONNECT` request's block: its pseudo-fields are `:method` and `:authority` alone
+    /// (RFC 9113 §8.5).
+    pub fn connect(authority: &[u8]) -> Self {
+        let mut block = Vec::with_capacity(128);
+        hpack::field_named(2, b"CONNECT", &mut block);
+        hpack::field_named(1, authority, &mut block);
         RequestBlock(block)
     }
 
@@ -1630,6 +1676,19 @@ impl Stream {
 
     /// A server's response header, ending the stream if `end`; once only.
     pub fn send_response(&self, head: &Response<()>, end: bool) -> Result<(), Error> {
+        self.send_head(head.status(), head.headers(), &[], end)
+    }
+
+    /// A server's response header: `status`, `fields` less those HTTP/2 forbids, and `more`
+    /// (lower-case names), which replace any of `fields` by the same name; ending the stream if
+    /// `end`; once only.
+    pub fn send_head(
+        &self,
+        status: StatusCode,
+        fields: &HeaderMap,
+        more: &[(&[u8], &[u8])],
+        end: bool,
+    ) -> Result<(), Error> {
         let mut st = lock(&self.shared);
         let Some(s) = st.streams.get_mut(&self.id) else {
             return Err(Error::Io(io::ErrorKind::NotConnected));
@@ -1646,15 +1705,17 @@ impl Stream {
         s.answered = true;
         s.send_closed = end;
         let mut block = Vec::with_capacity(64);
-        let code = head.status();
-        let status = (&b":status"[..], code.as_str().as_bytes(), false);
-        let fields = head
-            .headers()
+        let status = (&b":status"[..], status.as_str().as_bytes(), false);
+        let fields = fields
             .iter()
-            .filter(|(n, _)| !connection_specific(n.as_str().as_bytes()))
-            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
-        st.encoder
-            .encode(std::iter::once(status).chain(fields), &mut block);
+            .map(|(n, v)| (n.as_str().as_bytes(), v))
+            .filter(|&(n, _)| !connection_specific(n) && !more.iter().any(|&(m, _)| m == n))
+            .map(|(n, v)| (n, v.as_bytes(), v.is_sensitive()));
+        let more = more.iter().map(|&(n, v)| (n, v, false));
+        st.encoder.encode(
+            std::iter::once(status).chain(fields).chain(more),
+            &mut block,
+        );
         st.header_block(self.id, end, &block);
         let mut wakers = Vec::new();
         if end {
@@ -1664,6 +1725,45 @@ impl Stream {
         wakers.into_iter().for_each(Waker::wake);
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// Ends the message this side sends without trailers: an empty DATA frame, which needs no
+    /// window.
+    pub fn send_end(&self) -> Result<(), Error> {
+        let mut st = lock(&self.shared);
+        let Some(s) = st.streams.get_mut(&self.id) else {
+            return Err(Error::Io(io::ErrorKind::NotConnected));
+        };
+        if let Some(e) = s.error {
+            return Err(e);
+        }
+        if s.send_closed {
+            return Err(Error::Reset {
+                reason: Reason::STREAM_CLOSED,
+                remote: false,
+            });
+        }
+        s.send_closed = true;
+        st.frame_head(0, DATA, END_STREAM, self.id);
+        let mut wakers = Vec::new();
+        st.uncount(self.id, &mut wakers);
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// The peer's message has been read to its end: its body and trailers (if any) taken.
+    pub fn is_recv_done(&self) -> bool {
+        let st = lock(&self.shared);
+        st.streams
+            .get(&self.id)
+            .is_none_or(|s| s.recv_closed && s.data.is_empty() && s.trailers.is_none())
+    }
+
+    /// Returns once the stream is reset (either way) or its connection gone.
+    pub async fn reset(&self) -> Error {
+        self.received(|s| s.error).await.unwrap_or_else(|e| e)
     }
 
     /// Ends the message this side sends (a client's request, a server's response) with
@@ -2200,6 +2300,7 @@ mod tests {
             max_streams: max,
             stream_window: 65_535,
             connection_window: 1 << 20,
+            max_header_list: 65_536,
         };
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
@@ -2346,6 +2447,7 @@ mod tests {
             max_streams: max,
             stream_window: 65_535,
             connection_window: 65_535,
+            max_header_list: 65_536,
         };
         let (incoming, conn) = accept(ours, settings);
         tokio::spawn(conn.run());
@@ -2443,11 +2545,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn malformed_requests_past_the_budget_end_the_connection() {
+    async fn malformed_requests_to_the_budget_end_the_connection() {
         let mut raw = raw_client(100);
         let mut wire = PREFACE.to_vec();
         wire.extend(frame(SETTINGS, 0, 0, &[]));
-        for i in 0..=MAX_MALFORMED as u32 {
+        for i in 0..MAX_MALFORMED as u32 {
             let id = 2 * i + 1;
             wire.extend(frame(
                 HEADERS,
@@ -2458,7 +2560,7 @@ mod tests {
         }
         raw.wire.write_all(&wire).await.unwrap();
         let (frames, _) = read_frames(&mut raw.wire, |f| goaway_of(f).is_some()).await;
-        let last = 2 * MAX_MALFORMED as u32 + 1;
+        let last = 2 * MAX_MALFORMED as u32 - 1;
         assert_eq!(goaway_of(&frames), Some((last, Reason::ENHANCE_YOUR_CALM)));
         assert!(raw.incoming.accept().await.is_none());
     }

@@ -26,9 +26,9 @@ use http::header::{CONTENT_TYPE, COOKIE};
 use http::{HeaderValue, Uri};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::Digest;
-use pingora::protocols::http::v2::server::HttpSession;
 use tokio::time::Sleep;
 
+use crate::data::fast::client_stream::{ClientGone, ClientStream};
 use crate::data::fast::h2_conn::{self, RequestBlock, Stream};
 use crate::data::fast::h2_pool::{Lease, PoolError};
 use crate::data::fast::kept_body::KeptBody;
@@ -116,7 +116,7 @@ async fn within<F: Future>(timer: Pin<&mut Sleep>, wait: F) -> Option<F::Output>
 /// A further try's request body: what was kept of it (`KeptBody`), then, if the client has
 /// ended it, its end with the trailers if it sent any (the session keeps them).
 async fn resend_body(
-    session: &mut HttpSession,
+    session: &mut ClientStream,
     call: &mut Call<'_>,
     to_backend: &Stream,
 ) -> Result<(), Cause> {
@@ -170,9 +170,9 @@ impl FastPath {
     /// hands any other back untouched (nothing written) for Pingora.
     pub(super) async fn relay_h2(
         &self,
-        mut session: Box<HttpSession>,
+        mut session: Box<ClientStream>,
         digest: &Digest,
-    ) -> Option<Box<HttpSession>> {
+    ) -> Option<Box<ClientStream>> {
         let started = Instant::now();
         let mut attempt;
         let grpc;
@@ -181,8 +181,7 @@ impl FastPath {
         {
             let req = session.req_header();
             // What Pingora would refuse (its answer is its own) or rewrite stays Pingora's.
-            if crate::data::listener::check_request(req, || session.pseudo_raw_h1_request_header())
-                .is_err()
+            if crate::data::listener::check_request(req, || session.raw_h1_header()).is_err()
                 || req.uri.scheme().is_none()
                 || req.uri.authority().is_none()
             {
@@ -264,7 +263,7 @@ impl FastPath {
             ending: None,
             timer,
         };
-        session.set_write_timeout(Some(self.proxy.timeouts.client_idle));
+        session.set_write_timeout(self.proxy.timeouts.client_idle);
 
         // The session keeps the client's header as it came: the access log names its target.
         // What the block is made from is not kept across the awaits below (the stream's
@@ -317,7 +316,7 @@ impl FastPath {
     /// once for every try.
     async fn exchange(
         &self,
-        session: &mut HttpSession,
+        session: &mut ClientStream,
         request: &RequestBlock,
         attempt: &mut Attempt,
         call: &mut Call<'_>,
@@ -438,7 +437,7 @@ impl FastPath {
     /// body as the client sends it until the response header comes.
     async fn try_once(
         &self,
-        session: &mut HttpSession,
+        session: &mut ClientStream,
         request: &RequestBlock,
         attempt: &mut Attempt,
         call: &mut Call<'_>,
@@ -546,8 +545,8 @@ impl FastPath {
     /// client's trailers if it sent any.
     async fn forward_body(
         &self,
-        session: &mut HttpSession,
-        chunk: pingora::Result<Option<Bytes>>,
+        session: &mut ClientStream,
+        chunk: Result<Option<Bytes>, ClientGone>,
         last: bool,
         call: &mut Call<'_>,
         to_backend: &Stream,
@@ -588,7 +587,7 @@ impl FastPath {
     /// Relays the response body and trailers, and what is left of the request body.
     async fn relay_response(
         &self,
-        session: &mut HttpSession,
+        session: &mut ClientStream,
         call: &mut Call<'_>,
         lease: &Lease,
         stream: &Stream,
@@ -645,7 +644,7 @@ impl FastPath {
 
     /// Answers the stream with switchyard's own `status` (a gRPC status for a gRPC call), as
     /// the whole response.
-    fn answer(&self, session: &mut HttpSession, call: &mut Call<'_>, status: u16) {
+    fn answer(&self, session: &mut ClientStream, call: &mut Call<'_>, status: u16) {
         call.failed = true;
         let answer = if call.grpc {
             grpc_answer(status, &self.proxy.fwd)
@@ -674,7 +673,7 @@ impl FastPath {
 
     fn record(
         &self,
-        session: &HttpSession,
+        session: &ClientStream,
         attempt: &mut Attempt,
         call: &Call<'_>,
         client: Option<SocketAddr>,

@@ -19,7 +19,9 @@
 
 pub mod batch;
 pub mod chunked;
+pub mod client_stream;
 pub mod h2;
+pub mod h2_bridge;
 pub mod h2_conn;
 pub mod h2_pool;
 mod h2_relay;
