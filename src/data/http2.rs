@@ -26,6 +26,7 @@ use pingora::server::ShutdownWatch;
 use tokio::sync::Notify;
 
 use crate::data::fast::FastPath;
+use crate::data::fast::batch::Batched;
 use crate::data::fast::client_stream::ClientStream;
 use crate::data::fast::h2_bridge::Bridge;
 use crate::data::fast::h2_conn::{self, ServerSettings};
@@ -83,7 +84,9 @@ async fn serve_own<A>(
     A: HttpServerApp + Send + Sync + 'static,
 {
     let id = stream.id();
-    let (incoming, conn) = h2_conn::accept(stream, SETTINGS);
+    // Its writes batched as a backend connection's are: the responses of the streams that
+    // finish in one scheduler pass go out in one send.
+    let (incoming, conn) = h2_conn::accept(Batched::new(stream), SETTINGS);
     let run = conn.run();
     let bridge = {
         let app = Arc::clone(app);
