@@ -61,16 +61,21 @@ pub async fn serve<A>(
 ) where
     A: HttpServerApp + Send + Sync + 'static,
 {
-    let digest = Arc::new(Digest {
-        ssl_digest: stream.get_ssl_digest(),
-        timing_digest: stream.get_timing_digest(),
-        proxy_digest: stream.get_proxy_digest(),
-        socket_digest: stream.get_socket_digest(),
-    });
+    let digest = digest_of(&stream);
     match fast {
         Some(fast) => serve_own(fast, app, stream, digest, shutdown).await,
         None => serve_pingora(app, stream, digest, shutdown).await,
     }
+}
+
+/// What a connection's streams are told of it: its address, TLS, PROXY protocol and timing.
+fn digest_of(stream: &Stream) -> Arc<Digest> {
+    Arc::new(Digest {
+        ssl_digest: stream.get_ssl_digest(),
+        timing_digest: stream.get_timing_digest(),
+        proxy_digest: stream.get_proxy_digest(),
+        socket_digest: stream.get_socket_digest(),
+    })
 }
 
 /// The fast path's own connection: each stream to `fast`, or over the bridge to `app`.
@@ -96,12 +101,7 @@ async fn serve_own<A>(
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 let stream: Stream = Box::new(io);
-                let digest = Arc::new(Digest {
-                    ssl_digest: stream.get_ssl_digest(),
-                    timing_digest: stream.get_timing_digest(),
-                    proxy_digest: stream.get_proxy_digest(),
-                    socket_digest: stream.get_socket_digest(),
-                });
+                let digest = digest_of(&stream);
                 serve_pingora(&app, stream, digest, &shutdown).await;
             });
         }))

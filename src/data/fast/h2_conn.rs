@@ -1689,47 +1689,38 @@ impl Stream {
         more: &[(&[u8], &[u8])],
         end: bool,
     ) -> Result<(), Error> {
-        let mut st = lock(&self.shared);
-        let Some(s) = st.streams.get_mut(&self.id) else {
-            return Err(Error::Io(io::ErrorKind::NotConnected));
-        };
-        if let Some(e) = s.error {
-            return Err(e);
-        }
-        if s.answered || s.send_closed {
-            return Err(Error::Reset {
-                reason: Reason::STREAM_CLOSED,
-                remote: false,
-            });
-        }
-        s.answered = true;
-        s.send_closed = end;
-        let mut block = Vec::with_capacity(64);
-        let status = (&b":status"[..], status.as_str().as_bytes(), false);
-        let fields = fields
-            .iter()
-            .map(|(n, v)| (n.as_str().as_bytes(), v))
-            .filter(|&(n, _)| !connection_specific(n) && !more.iter().any(|&(m, _)| m == n))
-            .map(|(n, v)| (n, v.as_bytes(), v.is_sensitive()));
-        let more = more.iter().map(|&(n, v)| (n, v, false));
-        st.encoder.encode(
-            std::iter::once(status).chain(fields).chain(more),
-            &mut block,
-        );
-        st.header_block(self.id, end, &block);
-        let mut wakers = Vec::new();
-        if end {
-            st.uncount(self.id, &mut wakers);
-        }
-        drop(st);
-        wakers.into_iter().for_each(Waker::wake);
-        self.shared.wake.notify_one();
-        Ok(())
+        self.send_with(end, true, |st, id| {
+            let mut block = Vec::with_capacity(64);
+            let status = (&b":status"[..], status.as_str().as_bytes(), false);
+            let fields = fields
+                .iter()
+                .map(|(n, v)| (n.as_str().as_bytes(), v))
+                .filter(|&(n, _)| !connection_specific(n) && !more.iter().any(|&(m, _)| m == n))
+                .map(|(n, v)| (n, v.as_bytes(), v.is_sensitive()));
+            let more = more.iter().map(|&(n, v)| (n, v, false));
+            st.encoder.encode(
+                std::iter::once(status).chain(fields).chain(more),
+                &mut block,
+            );
+            st.header_block(id, end, &block);
+        })
     }
 
     /// Ends the message this side sends without trailers: an empty DATA frame, which needs no
     /// window.
     pub fn send_end(&self) -> Result<(), Error> {
+        self.send_with(true, false, |st, id| st.frame_head(0, DATA, END_STREAM, id))
+    }
+
+    /// Queues what `write` writes for this stream (a header, if `head`: a server's response
+    /// header, once), the last this side sends on it if `end`; fails as the stream did (reset,
+    /// gone) or if this side's message has ended.
+    fn send_with(
+        &self,
+        end: bool,
+        head: bool,
+        write: impl FnOnce(&mut State, u32),
+    ) -> Result<(), Error> {
         let mut st = lock(&self.shared);
         let Some(s) = st.streams.get_mut(&self.id) else {
             return Err(Error::Io(io::ErrorKind::NotConnected));
@@ -1737,16 +1728,19 @@ impl Stream {
         if let Some(e) = s.error {
             return Err(e);
         }
-        if s.send_closed {
+        if s.send_closed || (head && s.answered) {
             return Err(Error::Reset {
                 reason: Reason::STREAM_CLOSED,
                 remote: false,
             });
         }
-        s.send_closed = true;
-        st.frame_head(0, DATA, END_STREAM, self.id);
+        s.answered |= head;
+        s.send_closed = end;
+        write(&mut st, self.id);
         let mut wakers = Vec::new();
-        st.uncount(self.id, &mut wakers);
+        if end {
+            st.uncount(self.id, &mut wakers);
+        }
         drop(st);
         wakers.into_iter().for_each(Waker::wake);
         self.shared.wake.notify_one();
@@ -1769,33 +1763,15 @@ impl Stream {
     /// Ends the message this side sends (a client's request, a server's response) with
     /// `trailers`.
     pub fn send_trailers(&self, trailers: &HeaderMap) -> Result<(), Error> {
-        let mut st = lock(&self.shared);
-        let Some(s) = st.streams.get_mut(&self.id) else {
-            return Err(Error::Io(io::ErrorKind::NotConnected));
-        };
-        if let Some(e) = s.error {
-            return Err(e);
-        }
-        if s.send_closed {
-            return Err(Error::Reset {
-                reason: Reason::STREAM_CLOSED,
-                remote: false,
-            });
-        }
-        s.send_closed = true;
-        let mut block = Vec::with_capacity(64);
-        let fields = trailers
-            .iter()
-            .filter(|(n, _)| !connection_specific(n.as_str().as_bytes()))
-            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
-        st.encoder.encode(fields, &mut block);
-        st.header_block(self.id, true, &block);
-        let mut wakers = Vec::new();
-        st.uncount(self.id, &mut wakers);
-        drop(st);
-        wakers.into_iter().for_each(Waker::wake);
-        self.shared.wake.notify_one();
-        Ok(())
+        self.send_with(true, false, |st, id| {
+            let mut block = Vec::with_capacity(64);
+            let fields = trailers
+                .iter()
+                .filter(|(n, _)| !connection_specific(n.as_str().as_bytes()))
+                .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes(), v.is_sensitive()));
+            st.encoder.encode(fields, &mut block);
+            st.header_block(id, true, &block);
+        })
     }
 
     /// Resets the stream with `reason`.
