@@ -1,10 +1,10 @@
 //! Hostile HTTP/2 clients against a real switchyard process on 127.0.0.1, on both engines (the
-//! fast path accepts HTTP/2 streams itself; `--fast-path=false` leaves them to Pingora's loop):
-//! rapid reset (CVE-2023-44487), a CONTINUATION flood (CVE-2024-27316 and kin), a SETTINGS
-//! flood, more streams than the connection allows, and requests Pingora's checks refuse. The frames are written by hand (h2c
-//! with prior knowledge on the HTTP port) so that a client can do what no library client
-//! would. Each case checks that the attack is bounded and that another client is still served
-//! meanwhile. Every loop is bounded in count and time.
+//! fast path serves HTTP/2 connections on its own; `--fast-path=false` leaves them to Pingora's
+//! loop): rapid reset (CVE-2023-44487), a CONTINUATION flood (CVE-2024-27316 and kin), a
+//! SETTINGS flood, more streams than the connection allows, and requests Pingora's checks
+//! refuse. The frames are written by hand (h2c with prior knowledge on the HTTP port) so that a
+//! client can do what no library client would. Each case checks that the attack is bounded and
+//! that another client is still served meanwhile. Every loop is bounded in count and time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
