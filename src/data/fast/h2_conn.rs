@@ -64,6 +64,13 @@ const MAX_WINDOW: i64 = (1 << 31) - 1;
 /// Bytes of frames waiting to be written past which no more is read: a peer that sends PINGs
 /// or SETTINGS and never reads the acknowledgements must not make them pile up here.
 const MAX_BACKLOG: usize = 1 << 20;
+/// Bytes of DATA frames queued and not yet handed to the socket past which `send_data` waits:
+/// a peer's flow-control window is its own to set (up to 2 GiB a stream), so without this a
+/// client that grants a large window and reads slowly would have every response body it asked
+/// for held here, read from the backends as fast as they send. (`h2` bounds it too, at 400 KiB a
+/// stream.) One batch being written is held beside it. Below `MAX_BACKLOG`, so that a
+/// connection whose writes wait still reads.
+const MAX_UNSENT: usize = 256 * 1024;
 /// Requests refused as malformed (RFC 9113 §8.1.1) on one connection, the last of which ends
 /// it, as in Pingora's `from_h2_conn`.
 const MAX_MALFORMED: usize = 32;
@@ -165,6 +172,8 @@ struct State {
     max_send_streams: usize,
     /// Streams waiting for one of those.
     slot_waiters: Vec<Waker>,
+    /// Streams waiting for `out` to go below `MAX_UNSENT`.
+    unsent_waiters: Vec<Waker>,
     peer_initial_window: i64,
     peer_max_frame: usize,
     /// What the peer lets this side send on the connection.
@@ -360,11 +369,11 @@ impl State {
             self.reset(id, Reason::REFUSED_STREAM);
             return Ok(());
         }
-        let head = if size > self.max_header_list {
-            Err(())
-        } else {
-            request_head(fields)
-        };
+        if size > self.max_header_list {
+            self.too_large(id, end);
+            return Ok(());
+        }
+        let head = request_head(fields);
         let content_length = match &head {
             Ok(head) => content_length(head.headers()),
             Err(()) => Ok(None),
@@ -394,6 +403,24 @@ impl State {
         Ok(())
     }
 
+    /// A request whose header list is past our `SETTINGS_MAX_HEADER_LIST_SIZE`: answered 431
+    /// (RFC 9113 §10.5.1, RFC 6585), as `h2`'s server answers it for Pingora, and reset if its
+    /// body was still to come, so that none is sent. The client broke no rule: the stream is
+    /// not counted with the malformed ones.
+    fn too_large(&mut self, id: u32, end: bool) {
+        let mut block = Vec::with_capacity(8);
+        let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+        self.encoder.encode(
+            [(&b":status"[..], status.as_str().as_bytes(), false)],
+            &mut block,
+        );
+        self.header_block(id, true, &block);
+        if !end {
+            // What `h2` sends after its 431 (an implicit reset of the half-closed stream).
+            self.reset(id, Reason::PROTOCOL_ERROR);
+        }
+    }
+
     /// A request refused as malformed (§8.1.1); the `MAX_MALFORMED`th ends the connection.
     fn malformed(&mut self, id: u32) -> Result<(), Reason> {
         self.reset(id, Reason::PROTOCOL_ERROR);
@@ -414,6 +441,7 @@ impl State {
         }
         self.open = 0;
         wakers.append(&mut self.slot_waiters);
+        wakers.append(&mut self.unsent_waiters);
         wakers.extend(self.accept_waker.take());
     }
 
@@ -461,6 +489,7 @@ fn state(role: Role, stream_window: u32, connection_window: u32) -> State {
         open: 0,
         max_send_streams: usize::MAX,
         slot_waiters: Vec::new(),
+        unsent_waiters: Vec::new(),
         peer_initial_window: DEFAULT_WINDOW,
         peer_max_frame: MAX_FRAME,
         send_window: DEFAULT_WINDOW,
@@ -625,6 +654,9 @@ where
                 if !st.out.is_empty() {
                     std::mem::swap(&mut st.out, &mut writing);
                     self.backlog = 0;
+                    let waiting = std::mem::take(&mut st.unsent_waiters);
+                    drop(st);
+                    waiting.into_iter().for_each(Waker::wake);
                 } else if let Some(e) = st.failed {
                     return e;
                 } else if st.closing && st.streams.is_empty() {
@@ -1627,8 +1659,15 @@ impl Stream {
                     remote: false,
                 }));
             }
+            if st.out.len() >= MAX_UNSENT {
+                // Woken when the connection takes `out` to write it.
+                st.unsent_waiters.push(cx.waker().clone());
+                return Poll::Pending;
+            }
             let room = st.send_window.min(s.send_window).max(0);
+            // At most up to the bound, so that DATA alone never stops the reading (MAX_BACKLOG).
             let n = (rest.len() as i64).min(room) as usize;
+            let n = n.min(MAX_UNSENT - st.out.len());
             let (now, later) = rest.split_at(n);
             rest = later;
             s.send_window -= n as i64;
@@ -1657,7 +1696,11 @@ impl Stream {
             }
             let done = rest.is_empty();
             if !done && let Some(s) = st.streams.get_mut(&self.id) {
+                // Waiting for a window, or for the queue to be written.
                 s.send_waker = Some(cx.waker().clone());
+                if st.out.len() >= MAX_UNSENT {
+                    st.unsent_waiters.push(cx.waker().clone());
+                }
             }
             let wrote = n > 0 || ended;
             drop(guard);
@@ -2520,6 +2563,63 @@ mod tests {
         assert!(settings.3.chunks(6).any(|s| s == [0, 3, 0, 0, 0, 3]));
     }
 
+    /// Requests whose header lists are past the limit (a 4 KB field entered in the table, then
+    /// named again by index): each answered 431, the one whose body was to come reset as well;
+    /// they are not malformed, and the connection goes on.
+    #[tokio::test]
+    async fn a_header_list_past_the_servers_limit_is_answered_431() {
+        let mut raw = raw_client(100);
+        let mut big = block(&GET);
+        big.extend_from_slice(&[0x40, 5]);
+        big.extend_from_slice(b"x-big");
+        // The value's length, 4000, on a 7-bit prefix: 127, then 3873 in 7-bit groups.
+        big.extend_from_slice(&[0x7f, 0xa1, 0x1e]);
+        big.extend(std::iter::repeat_n(b'v', 4000));
+        // 17 more times by index: 18 x 4,037 bytes as HTTP/2 counts them, past 65,536.
+        big.extend(std::iter::repeat_n(0xbe, 17));
+        let again = [&block(&GET)[..], &[0xbe; 18][..]].concat();
+        let mut wire = PREFACE.to_vec();
+        wire.extend(frame(SETTINGS, 0, 0, &[]));
+        // 1: its body to come. 3 .. 3 + 2 x MAX_MALFORMED: ended with their headers.
+        wire.extend(frame(HEADERS, END_HEADERS, 1, &big));
+        let last = 3 + 2 * MAX_MALFORMED as u32;
+        for id in (3..=last).step_by(2) {
+            wire.extend(frame(HEADERS, END_STREAM | END_HEADERS, id, &again));
+        }
+        wire.extend(frame(
+            HEADERS,
+            END_STREAM | END_HEADERS,
+            last + 2,
+            &block(&GET),
+        ));
+        raw.wire.write_all(&wire).await.unwrap();
+        let (head, stream) = raw.incoming.accept().await.unwrap();
+        assert_eq!((head.uri().path(), stream.id), ("/", last + 2));
+        let (frames, closed) = read_frames(&mut raw.wire, |f| {
+            f.iter().filter(|f| f.0 == HEADERS).count() > MAX_MALFORMED + 1
+        })
+        .await;
+        assert!(!closed);
+        assert_eq!(goaway_of(&frames), None);
+        let mut decoder = Decoder::new(4096);
+        let mut answered = Vec::new();
+        for (kind, flags, id, payload) in &frames {
+            if *kind == HEADERS {
+                assert_eq!(flags & END_STREAM, END_STREAM);
+                let mut status = Vec::new();
+                decoder
+                    .decode(&Bytes::copy_from_slice(payload), |f| status.push(f.value))
+                    .unwrap();
+                assert_eq!(status, ["431"], "{id}");
+                answered.push(*id);
+            }
+        }
+        let expected: Vec<u32> = std::iter::once(1).chain((3..=last).step_by(2)).collect();
+        assert_eq!(answered, expected);
+        assert_eq!(reset_of(&frames, 1), Some(Reason::PROTOCOL_ERROR));
+        assert_eq!(reset_of(&frames, 3), None);
+    }
+
     #[tokio::test]
     async fn malformed_requests_to_the_budget_end_the_connection() {
         let mut raw = raw_client(100);
@@ -2578,6 +2678,60 @@ mod tests {
             .map(|f| f.2)
             .collect();
         assert_eq!(answered, [1]);
+    }
+
+    /// A client that grants 2 GiB windows and then reads nothing: a stream sending a 16 MiB
+    /// body waits once `MAX_UNSENT` is queued, instead of queueing the whole body here; when
+    /// the client reads again, all of it comes, in order.
+    #[tokio::test]
+    async fn a_large_window_does_not_let_a_slow_client_queue_a_whole_body() {
+        const CHUNK: usize = 256 * 1024;
+        const CHUNKS: usize = 64;
+        let mut raw = raw_client(100);
+        let mut wire = PREFACE.to_vec();
+        // SETTINGS_INITIAL_WINDOW_SIZE 2^31 - 1, and the connection's window raised to it.
+        wire.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+        let more = (MAX_WINDOW - DEFAULT_WINDOW) as u32;
+        wire.extend(frame(WINDOW_UPDATE, 0, 0, &more.to_be_bytes()));
+        wire.extend(frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET)));
+        raw.wire.write_all(&wire).await.unwrap();
+        let (_, stream) = raw.incoming.accept().await.unwrap();
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&sent);
+        let sender = tokio::spawn(async move {
+            stream.send_response(&Response::new(()), false).unwrap();
+            for i in 0..CHUNKS {
+                let chunk = Bytes::from(vec![i as u8; CHUNK]);
+                stream.send_data(chunk, i + 1 == CHUNKS).await.unwrap();
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            stream
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let queued = sent.load(std::sync::atomic::Ordering::Relaxed);
+        // The queue's bound, one batch in the pipe's writer, and the chunk that crossed it.
+        assert!(
+            queued <= 3,
+            "{queued} chunks of 256 KiB queued for a client that reads nothing"
+        );
+        let (frames, closed) = read_frames(&mut raw.wire, |f| {
+            f.last()
+                .is_some_and(|f| f.0 == DATA && f.1 & END_STREAM != 0)
+        })
+        .await;
+        assert!(!closed);
+        let body: Vec<u8> = frames
+            .iter()
+            .filter(|f| f.0 == DATA)
+            .flat_map(|f| f.3.iter().copied())
+            .collect();
+        assert_eq!(body.len(), CHUNK * CHUNKS);
+        assert!(
+            body.chunks(CHUNK)
+                .enumerate()
+                .all(|(i, c)| c.iter().all(|&b| b == i as u8))
+        );
+        drop(sender.await.unwrap());
     }
 
     /// SETTINGS frames from a client that reads nothing: past a megabyte of acknowledgements
