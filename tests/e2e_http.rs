@@ -1327,6 +1327,71 @@ async fn first_moves_on_when_maxconn_is_reached() {
     );
 }
 
+/// SIGTERM with an HTTP/2 stream in flight (the backend holds it 1 s; no shutdown delay): the
+/// connection gets a GOAWAY, yet the stream is answered whole; then the connection ends and the
+/// process exits within the grace period. Run by CI on both engines (the fast path's own
+/// connection, and Pingora's with `--fast-path=false`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_http2_streams_in_flight_finish() {
+    let held = Backend::start("held").await;
+    let mut sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&held])]))
+        .args(&["--shutdown-delay", "0s", "--shutdown-grace", "5s"])
+        .start()
+        .await;
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get("http://web.test/web/slow")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let answer = tokio::spawn(sender.send_request(req));
+    let in_flight = eventually(Duration::from_secs(5), || async { held.count() == 1 }).await;
+    assert!(in_flight, "the held request never reached the backend");
+    let signalled = Instant::now();
+    let pid = sy.child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let resp = tokio::time::timeout(Duration::from_secs(5), answer)
+        .await
+        .expect("answered within the grace period")
+        .unwrap()
+        .expect("the stream in flight is answered, not refused");
+    assert_eq!(resp.status(), 200);
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .expect("the body whole")
+        .to_bytes();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["uri"], "/slow");
+    // The GOAWAY came: the connection ends once its stream is done, without an error.
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the connection ends after its last stream")
+        .unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+    let exited = poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        std::future::ready(sy.child.try_wait().unwrap())
+    })
+    .await
+    .expect("exited within the grace period");
+    assert!(exited.success(), "{exited}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        signalled.elapsed()
+    );
+}
+
 /// HTTP/2 (cleartext, prior knowledge) carries the host in `:authority`, with no Host header:
 /// host rules must match it all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

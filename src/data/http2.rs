@@ -112,18 +112,20 @@ async fn serve_own<A>(
     let changed = watch.changed();
     let idle = active.idle_for(idle_timeout.unwrap_or_default());
     tokio::pin!(run, changed, idle);
-    let mut draining = false;
+    // Held from the GOAWAY until the connection ends: a stream's answer may still be queued
+    // on it when the stream's own guard is dropped, and the process must not exit under it.
+    let mut draining = None;
     loop {
         let next = tokio::select! {
             biased;
             () = &mut run => return,
-            _ = &mut changed, if !draining => {
+            _ = &mut changed, if draining.is_none() => {
                 incoming.graceful_shutdown();
-                draining = true;
+                draining = Some(fast.enter());
                 continue;
             }
             next = incoming.accept() => next,
-            () = &mut idle, if idle_timeout.is_some() && !draining => return,
+            () = &mut idle, if idle_timeout.is_some() && draining.is_none() => return,
         };
         let Some((head, stream)) = next else {
             // No more streams: the connection runs until those in flight are done.

@@ -225,6 +225,13 @@ fn tls_entry(attempt: &Attempt) -> Result<Option<Arc<Entry>>, NoServerName> {
 }
 
 impl FastPath {
+    /// Keeps a graceful shutdown waiting until the returned guard is dropped: an HTTP/2
+    /// connection holds one while it drains, since its streams' answers are queued on it after
+    /// their requests' own guards are gone.
+    pub(crate) fn enter(&self) -> crate::ops::lifecycle::Active {
+        self.proxy.enter()
+    }
+
     /// `per_thread`: Pingora's per-thread runtimes (`--work-stealing false`), whose threads
     /// each keep HTTP/2 connections of their own (`H2Pool::new`).
     pub fn new(proxy: HttpProxy, per_thread: bool) -> FastPath {
