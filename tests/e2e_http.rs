@@ -1327,6 +1327,25 @@ async fn first_moves_on_when_maxconn_is_reached() {
     );
 }
 
+/// An HTTP/2 client connection (cleartext, prior knowledge) to `port`, driven by its own task.
+async fn h2c(
+    port: u16,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    (sender, tokio::spawn(conn))
+}
+
 /// SIGTERM with an HTTP/2 stream in flight (the backend holds it 1 s; no shutdown delay): the
 /// connection gets a GOAWAY, yet the stream is answered whole; then the connection ends and the
 /// process exits within the grace period. Run by CI on both engines (the fast path's own
@@ -1338,16 +1357,7 @@ async fn sigterm_lets_http2_streams_in_flight_finish() {
         .args(&["--shutdown-delay", "0s", "--shutdown-grace", "5s"])
         .start()
         .await;
-    let stream = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
-        .await
-        .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = h2c(sy.http_port).await;
     let req = http::Request::get("http://web.test/web/slow")
         .body(http_body_util::Empty::<bytes::Bytes>::new())
         .unwrap();
@@ -1404,16 +1414,7 @@ async fn http2_authority_is_matched_like_host() {
     ))
     .start()
     .await;
-    let stream = tokio::net::TcpStream::connect(("127.0.0.1", sy.http_port))
-        .await
-        .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let (mut sender, _conn) = h2c(sy.http_port).await;
     let mut seen = Vec::new();
     for uri in [
         "http://FOO.example.com:8080/a?b",
