@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::control::status::{Address, Publish};
-use crate::control::translate::{Options, TcpService};
+use crate::control::translate::{Options, ServiceRoutes, TcpService};
 use crate::data::Timeouts;
 use crate::data::proxy_protocol;
 use crate::data::tls::{ClientVerify, TlsOptions};
@@ -185,6 +185,16 @@ pub struct Args {
     /// Also serve `default/kubernetes`, the API server's own Service (skipped by default).
     #[arg(long, env = "SWITCHYARD_SERVE_KUBERNETES_SERVICE")]
     pub serve_kubernetes_service: bool,
+
+    /// Which Services get routes of their own (the path route `/<name>`, or their `lb.host` /
+    /// `lb.aclMatch` routes) on the public ports: `annotated` only those that ask
+    /// (`serviceloadbalancer/lb.expose: "true"`, `lb.host` or `lb.aclMatch`); `namespace` also
+    /// every Service of the home namespace (--namespace, else `default`: the original
+    /// service-loadbalancer's mode); `all` every Service of every namespace. Ingresses, Gateway
+    /// routes and --tcp-services reach any Service whatever this says.
+    #[arg(long, value_name = "MODE", default_value = "annotated", value_parser = parse_service_routes,
+          env = "SWITCHYARD_SERVICE_ROUTES")]
+    pub service_routes: ServiceRoutes,
 
     /// Forward to the Service's clusterIP:port instead of its endpoints (kube-proxy balances).
     #[arg(long, env = "SWITCHYARD_FORWARD_SERVICES")]
@@ -544,6 +554,10 @@ fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
     s.parse::<Algorithm>().map_err(|e| e.to_string())
 }
 
+fn parse_service_routes(s: &str) -> Result<ServiceRoutes, String> {
+    s.parse()
+}
+
 fn parse_proxy_frontend(s: &str) -> Result<proxy_protocol::FrontendSel, String> {
     s.parse()
 }
@@ -834,6 +848,7 @@ impl Config {
                 tcp_services: args.tcp_services,
                 home_namespace: args.namespace.clone().unwrap_or_else(|| "default".into()),
                 only_namespace: args.namespace,
+                service_routes: args.service_routes,
                 serve_kubernetes_service: args.serve_kubernetes_service,
                 controller_name: args.controller_name,
                 watch_ingress_without_class: args.watch_ingress_without_class,
@@ -929,6 +944,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "namespace",
             "target_service",
             "serve_kubernetes_service",
+            "service_routes",
             "forward_services",
         ],
     ),

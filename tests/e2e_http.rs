@@ -33,6 +33,65 @@ fn objs(svcs: Vec<Svc>, slices: Vec<Vec<Value>>) -> Vec<Value> {
     v
 }
 
+// 0 ---------------------------------------------------------------------------
+
+/// Safe by default: a Service that does not ask to be routed (`internal/admin-api:9000`, no
+/// annotation) is not reachable on the public port, on any host, while one that asks is; an
+/// Ingress still reaches an unannotated Service; `--service-routes namespace` is the original's
+/// mode (the home namespace's Services by name, the others not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unannotated_service_is_not_reachable_by_default() {
+    let admin = Backend::start("admin").await;
+    let public = Backend::start("public").await;
+    let home = Backend::start("home").await;
+    let objects = || {
+        objs(
+            vec![
+                svc("admin-api", 9000).ns("internal"),
+                svc("site", 80)
+                    .ns("internal")
+                    .ann("serviceloadbalancer/lb.expose", "true"),
+                svc("home", 80),
+            ],
+            vec![
+                vec![slice_ns("internal", "admin-api", "", admin.port)],
+                vec![slice_ns("internal", "site", "", public.port)],
+                slices("home", &[&home]),
+            ],
+        )
+    };
+    let mut with_ingress = objects();
+    with_ingress.push(ingress_class("switchyard", false));
+    with_ingress.push(
+        ing("admin")
+            .ns("internal")
+            .rule(Some("admin.test"), &[("/", "Prefix", "admin-api", 9000)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard(with_ingress.clone())
+            .service_routes_default()
+            .args(&["--fast-path", engine])
+            .start()
+            .await;
+        let before = admin.count();
+        for host in [None, Some("anything.test")] {
+            expect_404(&sy, host, "/internal/admin-api:9000/users/delete").await;
+            expect_404(&sy, host, "/home/").await;
+        }
+        assert_eq!(admin.count(), before, "{engine}");
+        expect_route(&sy, None, "/internal/site/x", &public, "/x").await;
+        expect_route(&sy, Some("admin.test"), "/users", &admin, "/users").await;
+    }
+    let sy = switchyard(objects())
+        .args(&["--service-routes", "namespace"])
+        .start()
+        .await;
+    expect_route(&sy, None, "/home/x", &home, "/x").await;
+    expect_route(&sy, None, "/internal/site/x", &public, "/x").await;
+    expect_404(&sy, None, "/internal/admin-api:9000/users").await;
+}
+
 // 1 ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1203,6 +1262,7 @@ async fn not_ready_until_a_good_manifest_loads() {
         .args(["--http-port", &http_port.to_string()])
         .args(["--admin-port", &admin_port.to_string()])
         .args(["--stats-port", "0"])
+        .env(EVERY_SERVICE_ROUTED.0, EVERY_SERVICE_ROUTED.1)
         .env("RUST_LOG", "error")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

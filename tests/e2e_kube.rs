@@ -629,6 +629,7 @@ async fn dry_run_lists_the_cluster() {
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--dry-run")
+            .env(EVERY_SERVICE_ROUTED.0, EVERY_SERVICE_ROUTED.1)
             .output()
             .unwrap()
     })

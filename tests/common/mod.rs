@@ -328,11 +328,13 @@ pub struct Ing {
     rules: Vec<Value>,
     tls: Vec<Value>,
     default_backend: Option<Value>,
+    namespace: String,
 }
 
-/// An Ingress of class `switchyard`.
+/// An Ingress of class `switchyard`, in `default`.
 pub fn ing(name: &str) -> Ing {
     Ing {
+        namespace: "default".into(),
         name: name.into(),
         class: Some("switchyard".into()),
         annotations: BTreeMap::new(),
@@ -347,6 +349,10 @@ fn ingress_backend(svc: &str, port: u16) -> Value {
 }
 
 impl Ing {
+    pub fn ns(mut self, ns: &str) -> Self {
+        self.namespace = ns.into();
+        self
+    }
     pub fn class(mut self, c: Option<&str>) -> Self {
         self.class = c.map(Into::into);
         self
@@ -390,7 +396,7 @@ impl From<Ing> for Value {
         if let Some(b) = i.default_backend {
             spec["defaultBackend"] = b;
         }
-        let mut meta = json!({"name": i.name, "namespace": "default"});
+        let mut meta = json!({"name": i.name, "namespace": i.namespace});
         if !i.annotations.is_empty() {
             meta["annotations"] = json!(i.annotations);
         }
@@ -495,13 +501,22 @@ pub struct SwitchyardBuilder {
     objs: Vec<Value>,
     args: Vec<String>,
     layout: Layout,
+    every_service_routed: bool,
 }
+
+/// The suites' Services are written as the original service-loadbalancer's were, reached by
+/// their path route `/<name>` without an annotation; the default `--service-routes annotated`
+/// routes only the Services that ask. So every switchyard the suites start routes every
+/// Service (`SWITCHYARD_SERVICE_ROUTES=all`, which a `--service-routes` flag overrides), but
+/// for those started with `SwitchyardBuilder::service_routes_default`.
+pub const EVERY_SERVICE_ROUTED: (&str, &str) = ("SWITCHYARD_SERVICE_ROUTES", "all");
 
 pub fn switchyard(objs: Vec<Value>) -> SwitchyardBuilder {
     SwitchyardBuilder {
         objs,
         args: vec![],
         layout: Layout::YamlFile,
+        every_service_routed: true,
     }
 }
 
@@ -518,6 +533,11 @@ impl SwitchyardBuilder {
         self.layout = layout;
         self
     }
+    /// Leaves `--service-routes` at the binary's default (see `EVERY_SERVICE_ROUTED`).
+    pub fn service_routes_default(mut self) -> Self {
+        self.every_service_routed = false;
+        self
+    }
     /// Write the manifests (see [`Layout`]), start the binary and wait
     /// (≤ 20 s) until `/readyz` answers 200.
     pub async fn start(self) -> Switchyard {
@@ -532,7 +552,8 @@ impl SwitchyardBuilder {
             }
         };
         write_layout(self.layout, &manifest, &self.objs);
-        Switchyard::spawn(dir, manifest, self.args, self.layout).await
+        let env = self.every_service_routed.then_some(EVERY_SERVICE_ROUTED);
+        Switchyard::spawn(dir, manifest, self.args, self.layout, env).await
     }
 }
 
@@ -564,6 +585,7 @@ impl Switchyard {
         manifest: PathBuf,
         extra: Vec<String>,
         layout: Layout,
+        env: Option<(&str, &str)>,
     ) -> Switchyard {
         // Ports are picked by bind-and-drop, so another process may grab one
         // before switchyard binds it: retry a failed start (at most 3 times).
@@ -599,6 +621,7 @@ impl Switchyard {
                 .args(["--admin-port", &admin_port.to_string()])
                 .args(["--stats-port", &stats_port.to_string()])
                 .args(&extra)
+                .envs(env)
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(stdout))
@@ -740,6 +763,7 @@ pub fn run_to_exit_with(args: &[&str], env: &[(&str, &str)]) -> std::process::Ou
     let mut cmd = Command::new(bin());
     cmd.args(args)
         .env_remove("NO_COLOR")
+        .env(EVERY_SERVICE_ROUTED.0, EVERY_SERVICE_ROUTED.1)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1340,6 +1340,10 @@ impl FakeApi {
             .args(["--admin-port", &admin_port.to_string()])
             .args(["--stats-port", "0"])
             .args(extra)
+            .env(
+                crate::common::EVERY_SERVICE_ROUTED.0,
+                crate::common::EVERY_SERVICE_ROUTED.1,
+            )
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

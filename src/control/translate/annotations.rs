@@ -246,6 +246,19 @@ impl<'a> Annotations<'a> {
     }
 }
 
+/// Whether a Service asks for routes of its own: `lb.expose` when it is a boolean, else
+/// whether it names where to be routed (`lb.host`, `lb.aclMatch`); `None` when it says
+/// nothing (`--service-routes` decides). A bad `lb.expose` is warned about by `settings`.
+pub(super) fn asks_for_routes(svc: &Service) -> Option<bool> {
+    let map = svc.metadata.annotations.as_ref()?;
+    if let Some(v) = map.get(annotation::EXPOSE)
+        && let Some(b) = parse_bool(v)
+    {
+        return Some(b);
+    }
+    (map.contains_key(annotation::HOST) || map.contains_key(annotation::ACL_MATCH)).then_some(true)
+}
+
 pub(super) fn settings(
     svc: &Service,
     options: &Options,
@@ -308,6 +321,15 @@ pub(super) fn settings(
             acl
         }
     };
+    if let Some(v) = ann.get(annotation::EXPOSE)
+        && parse_bool(v).is_none()
+    {
+        ann.warn(
+            annotation::EXPOSE,
+            v,
+            "is not a boolean; --service-routes decides whether the Service is routed",
+        );
+    }
     let ssl_term = ann.flag(annotation::SSL_TERM);
     let cookie_sticky = ann.flag(annotation::COOKIE_STICKY);
     let maxconn = ann

@@ -213,8 +213,39 @@ impl<'a> Builder<'a> {
                 return;
             }
         }
-        let who = object("Service", ns, name);
         let asked_for = self.options.target_service.is_some();
+        // A Service no one asked to route gets no entry of its own, and no warning either
+        // (a cluster has many): an Ingress or a Gateway route that names it makes its entry.
+        let routed = asked_for
+            || asks_for_routes(svc).unwrap_or(match self.options.service_routes {
+                ServiceRoutes::All => true,
+                ServiceRoutes::Namespace => ns == self.options.home_namespace,
+                ServiceRoutes::Annotated => false,
+            });
+        let tcp_port = |sp: &ServicePort| {
+            u16::try_from(sp.port).is_ok_and(|port| {
+                self.options
+                    .tcp_services
+                    .iter()
+                    .any(|t| t.matches(ns, name, port))
+            })
+        };
+        let ports = svc.spec.as_ref().and_then(|s| s.ports.as_deref());
+        let who = object("Service", ns, name);
+        if !routed && !ports.unwrap_or(&[]).iter().any(tcp_port) {
+            // Its own annotations are still read for their warnings (a typo in `lb.expose`
+            // is why it is not routed); an Ingress that names it reads them again, and the
+            // duplicates go in `finish`.
+            let annotated = svc
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.keys().any(|k| k.starts_with(annotation::PREFIX)));
+            if annotated {
+                self.service_settings(svc, &who);
+            }
+            return;
+        }
         if (ns, name) == ("default", "kubernetes")
             && !self.options.serve_kubernetes_service
             && !asked_for
@@ -234,6 +265,9 @@ impl<'a> Builder<'a> {
         }
         let settings = self.service_settings(svc, &who);
         for sp in spec.and_then(|s| s.ports.as_deref()).unwrap_or(&[]) {
+            if !routed && !tcp_port(sp) {
+                continue;
+            }
             let protocol = sp.protocol.as_deref().unwrap_or("TCP");
             if protocol != "TCP" {
                 self.skip(

@@ -82,8 +82,11 @@ pub mod annotation {
     pub const BACKEND_CA_CONFIGMAP: &str = "serviceloadbalancer/lb.backend-ca-configmap";
     pub const BACKEND_CLIENT_CERT: &str = "serviceloadbalancer/lb.backend-client-cert";
     pub const BACKEND_CLIENT_KEY: &str = "serviceloadbalancer/lb.backend-client-key";
+    /// `"true"`: the Service gets routes of its own whatever `--service-routes` says;
+    /// `"false"`: it gets none (it can still be an Ingress's or a Gateway route's backend).
+    pub const EXPOSE: &str = "serviceloadbalancer/lb.expose";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 18] = [
+    pub const KNOWN: [&str; 19] = [
         ALGORITHM,
         HOST,
         SSL_TERM,
@@ -102,6 +105,7 @@ pub mod annotation {
         BACKEND_CA_CONFIGMAP,
         BACKEND_CLIENT_CERT,
         BACKEND_CLIENT_KEY,
+        EXPOSE,
     ];
 }
 
@@ -113,6 +117,56 @@ pub const DEFAULT_AFFINITY_TIMEOUT: Duration = Duration::from_secs(10_800);
 
 /// Longest annotation value we accept; longer ones are a warning.
 const MAX_ANNOTATION_LEN: usize = 4096;
+
+/// Which Services get routes of their own (`--service-routes`): the path route `/<name>`, or
+/// the routes their `lb.host` and `lb.aclMatch` annotations ask for. Any Service can still be
+/// the backend of an Ingress or a Gateway route, and `--tcp-services` ports are always served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServiceRoutes {
+    /// Only the Services that ask: `lb.expose: "true"`, `lb.host` or `lb.aclMatch`. An ingress
+    /// pod's safe default: nothing internal becomes reachable because it exists.
+    #[default]
+    Annotated,
+    /// Those, and every Service of the home namespace (`--namespace`, else `default`): the
+    /// original service-loadbalancer's mode.
+    Namespace,
+    /// Every Service of every namespace switchyard watches.
+    All,
+}
+
+impl ServiceRoutes {
+    pub const NAMES: [&str; 3] = ["annotated", "namespace", "all"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceRoutes::Annotated => "annotated",
+            ServiceRoutes::Namespace => "namespace",
+            ServiceRoutes::All => "all",
+        }
+    }
+}
+
+impl std::str::FromStr for ServiceRoutes {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "annotated" => Ok(ServiceRoutes::Annotated),
+            "namespace" => Ok(ServiceRoutes::Namespace),
+            "all" => Ok(ServiceRoutes::All),
+            other => Err(format!(
+                "{other:?} is not one of {}",
+                ServiceRoutes::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ServiceRoutes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How to translate; built from flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +183,8 @@ pub struct Options {
     pub home_namespace: String,
     /// `--namespace`: serve only Services of this namespace.
     pub only_namespace: Option<String>,
+    /// `--service-routes`: which Services get routes of their own.
+    pub service_routes: ServiceRoutes,
     /// `--serve-kubernetes-service`: also serve `default/kubernetes`, the API server's own
     /// Service (skipped otherwise: exposing the API server through the ingress is never a
     /// default, and its port is HTTPS that switchyard would speak plain HTTP to).
@@ -149,6 +205,8 @@ pub struct Options {
     pub gateway_addresses: Vec<std::net::IpAddr>,
 }
 
+/// Every Service routed (`ServiceRoutes::All`), unlike the flag's default: the translation's
+/// tests describe what each Service becomes, and the few about the choice itself set it.
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -158,6 +216,7 @@ impl Default for Options {
             tcp_services: Vec::new(),
             home_namespace: "default".into(),
             only_namespace: None,
+            service_routes: ServiceRoutes::All,
             serve_kubernetes_service: false,
             controller_name: DEFAULT_CONTROLLER_NAME.into(),
             watch_ingress_without_class: false,
@@ -214,17 +273,22 @@ pub enum WarningReason {
     DuplicateObject,
     /// TLS to a Service's endpoints without certificate verification, as its annotation asks.
     InsecureBackend,
+    /// The object (or a listener of it) asks for something that restricts access and that
+    /// switchyard does not carry out (authentication, client certificates, canary-only
+    /// traffic): it is not served, never served open.
+    NotServed,
 }
 
 impl WarningReason {
     /// Every reason, so that each series can start at 0.
-    pub const ALL: [WarningReason; 6] = [
+    pub const ALL: [WarningReason; 7] = [
         WarningReason::InvalidAnnotation,
         WarningReason::RouteConflict,
         WarningReason::Skipped,
         WarningReason::InvalidObject,
         WarningReason::DuplicateObject,
         WarningReason::InsecureBackend,
+        WarningReason::NotServed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -235,6 +299,7 @@ impl WarningReason {
             WarningReason::InvalidObject => "InvalidObject",
             WarningReason::DuplicateObject => "DuplicateObject",
             WarningReason::InsecureBackend => "InsecureBackend",
+            WarningReason::NotServed => "NotServed",
         }
     }
 }

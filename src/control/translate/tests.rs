@@ -197,6 +197,129 @@ fn namespace_option_keeps_only_that_namespace() {
     assert_eq!(names, ["b"]);
 }
 
+/// The Services routed on their own under `mode`, as the names of their entries.
+fn routed_under(mode: ServiceRoutes, svcs: &[Service]) -> (Vec<String>, Vec<Warning>) {
+    let opts = Options {
+        service_routes: mode,
+        tcp_services: vec![TcpService {
+            namespace: Some("db".into()),
+            name: "pg".into(),
+            port: 5432,
+        }],
+        ..Default::default()
+    };
+    let (t, w) = translate(svcs, &[], &opts, None);
+    let mut names: Vec<String> = t.entries.iter().map(|e| e.name.to_string()).collect();
+    names.sort();
+    (names, w)
+}
+
+#[test]
+fn service_routes_serve_only_the_services_asked_for() {
+    let svcs = [
+        mk_service("default", "plain", &[80]),
+        mk_service("internal", "admin-api", &[9000]),
+        annotate(
+            mk_service("internal", "shown", &[80]),
+            annotation::EXPOSE,
+            "true",
+        ),
+        annotate(
+            mk_service("internal", "hosted", &[80]),
+            annotation::HOST,
+            "h.test",
+        ),
+        annotate(
+            mk_service("internal", "acl", &[80]),
+            annotation::ACL_MATCH,
+            "/acl",
+        ),
+        annotate(
+            mk_service("default", "hidden", &[80]),
+            annotation::EXPOSE,
+            "false",
+        ),
+        // Asks for nothing about routes: an Ingress backend's protocol, say.
+        annotate(
+            mk_service("internal", "h2", &[80]),
+            annotation::BACKEND_PROTOCOL,
+            "h2c",
+        ),
+        // A --tcp-services port is asked for by the flag; its other ports are not.
+        mk_service("db", "pg", &[5432, 8080]),
+        // UDP and LoadBalancer Services no one asked for are not even warned about.
+        annotate(mk_service("kube-system", "dns", &[53]), "x", "y"),
+    ];
+    let (annotated, w) = routed_under(ServiceRoutes::Annotated, &svcs);
+    assert_eq!(
+        annotated,
+        [
+            "db/pg:5432",
+            "internal/acl",
+            "internal/hosted",
+            "internal/shown"
+        ]
+    );
+    assert!(w.is_empty(), "{w:?}");
+    let (namespace, _) = routed_under(ServiceRoutes::Namespace, &svcs);
+    assert_eq!(
+        namespace,
+        [
+            "db/pg:5432",
+            "internal/acl",
+            "internal/hosted",
+            "internal/shown",
+            "plain"
+        ]
+    );
+    let (all, _) = routed_under(ServiceRoutes::All, &svcs);
+    assert_eq!(
+        all,
+        [
+            "db/pg:5432",
+            "db/pg:8080",
+            "internal/acl",
+            "internal/admin-api:9000",
+            "internal/h2",
+            "internal/hosted",
+            "internal/shown",
+            "kube-system/dns:53",
+            "plain"
+        ]
+    );
+}
+
+#[test]
+fn a_service_not_routed_is_still_an_ingress_backend_and_a_bad_expose_is_warned() {
+    let svc = annotate(
+        mk_service("internal", "admin-api", &[9000]),
+        annotation::EXPOSE,
+        "sometimes",
+    );
+    let opts = Options {
+        service_routes: ServiceRoutes::Annotated,
+        ..Default::default()
+    };
+    let (t, w) = translate(&[svc], &[], &opts, None);
+    assert!(t.entries.is_empty());
+    assert_eq!(route(&t, "", "/internal/admin-api:9000/users/delete"), None);
+    assert_eq!(reasons(&w), [WarningReason::InvalidAnnotation], "{w:?}");
+    assert!(w[0].message.contains("--service-routes"), "{w:?}");
+}
+
+#[test]
+fn service_routes_read_as_the_flag_says() {
+    for mode in [
+        ServiceRoutes::Annotated,
+        ServiceRoutes::Namespace,
+        ServiceRoutes::All,
+    ] {
+        assert_eq!(mode.as_str().parse::<ServiceRoutes>(), Ok(mode));
+    }
+    let err = "everything".parse::<ServiceRoutes>().unwrap_err();
+    assert!(err.contains("annotated, namespace, all"), "{err}");
+}
+
 #[test]
 fn udp_ports_are_skipped_with_a_notice() {
     let mut svc = mk_service("default", "dns", &[53, 80]);
