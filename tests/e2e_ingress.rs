@@ -405,3 +405,77 @@ async fn backend_protocol_timeout_and_body_size_per_ingress() {
         );
     }
 }
+
+/// ingress-nginx's authentication annotations are not served yet: the Ingress that carries
+/// them answers 403 to every client on every path it claims, on both engines, rather than fall
+/// through to another Ingress's `/` or reach its backend unauthenticated; a canary Ingress
+/// never takes its main Ingress's traffic, however old it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_restricting_annotations_not_served_refuse_rather_than_serve_open() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("site")
+            .rule(Some("site.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("admin")
+            .ann("nginx.ingress.kubernetes.io/auth-type", "basic")
+            .ann("nginx.ingress.kubernetes.io/auth-secret", "admins")
+            .rule(Some("site.test"), &[("/admin", "Prefix", "api", 8080)])
+            .into(),
+    );
+    objs.push(
+        ing("sso")
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-url",
+                "http://oauth2-proxy.auth.svc/oauth2/auth",
+            )
+            .rule(Some("sso.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    // A canary created before its main Ingress (`created` defaults to none, which sorts first).
+    objs.push(
+        ing("canary")
+            .ann("nginx.ingress.kubernetes.io/canary", "true")
+            .ann("nginx.ingress.kubernetes.io/canary-weight", "100")
+            .rule(Some("site.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let before = api.count();
+        for (host, path) in [
+            ("site.test", "/admin"),
+            ("site.test", "/admin/users?delete=1"),
+            ("sso.test", "/"),
+            ("sso.test", "/anything"),
+        ] {
+            let r = sy.get_host(host, path).await;
+            assert_eq!(r.status, 403, "{host}{path} ({engine}): {r:?}");
+        }
+        assert_eq!(
+            api.count(),
+            before,
+            "a protected backend was reached ({engine})"
+        );
+        // The main Ingress keeps its paths and all of the traffic.
+        expect_route(&sy, Some("site.test"), "/", &web, "/").await;
+        expect_route(&sy, Some("site.test"), "/shop", &web, "/shop").await;
+        let log = sy.stderr();
+        for name in ["admin", "sso", "canary"] {
+            assert!(
+                log.lines()
+                    .any(|l| l.contains(&format!("default/{name}")) && l.contains("NotServed")),
+                "no NotServed warning for {name} ({engine}):\n{log}"
+            );
+        }
+        let metrics = sy.admin("/metrics").await.body;
+        assert!(
+            metrics.contains("switchyard_translate_warnings_total{reason=\"NotServed\"} 3"),
+            "({engine})\n{metrics}"
+        );
+    }
+}

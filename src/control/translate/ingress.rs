@@ -145,9 +145,41 @@ impl<'a> Builder<'a> {
             if !self.is_ours(ing, &classes, default_class) {
                 continue;
             }
-            self.served_ingresses
-                .insert((ns.to_string(), name.to_string()));
-            self.add_ingress(ing, &secrets, services, &mut entry_ids);
+            let who = object("Ingress", ns, name);
+            let annotations = ing.metadata.annotations.as_ref();
+            if let Some(key) = annotations.and_then(canary) {
+                // Not served at all: claiming its paths would let a canary older than its main
+                // Ingress win their conflict and take every request.
+                self.warnings.push(Warning {
+                    object: who,
+                    reason: WarningReason::NotServed,
+                    message: format!(
+                        "{key} is \"true\": switchyard does not split traffic by canary \
+                         annotations yet, and a canary must never serve as the main Ingress; \
+                         not served (the main Ingress keeps all the traffic)"
+                    ),
+                });
+                continue;
+            }
+            let refused = annotations.map(unserved_restrictions).unwrap_or_default();
+            if refused.is_empty() {
+                self.served_ingresses
+                    .insert((ns.to_string(), name.to_string()));
+            } else {
+                // Its paths stay claimed, refused to everyone: left unclaimed, a request for a
+                // protected path would fall through to a shorter prefix and be served open.
+                self.warnings.push(Warning {
+                    object: who,
+                    reason: WarningReason::NotServed,
+                    message: format!(
+                        "{} restrict{} access, which switchyard does not carry out yet; not \
+                         served: its routes answer 403 to every client",
+                        refused.join(", "),
+                        if refused.len() == 1 { "s" } else { "" }
+                    ),
+                });
+            }
+            self.add_ingress(ing, &secrets, services, &mut entry_ids, !refused.is_empty());
         }
     }
 
@@ -200,10 +232,15 @@ impl<'a> Builder<'a> {
         secrets: &HashMap<(&str, &str), &Secret>,
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
+        refused: bool,
     ) {
         let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
         let who = object("Ingress", ns, name);
-        let settings = self.ingress_settings(ing, &who);
+        let mut settings = self.ingress_settings(ing, &who, refused);
+        if refused {
+            settings.allow.clear();
+            settings.deny = every_address();
+        }
         let me = Arc::new(IngressRef {
             created: ing
                 .metadata
@@ -343,7 +380,12 @@ impl<'a> Builder<'a> {
     /// Reads the Ingress's `switchyard.io/` annotations (and the ingress-nginx ones that mean
     /// the same); warns about unknown switchyard keys and, once, about the ingress-nginx keys
     /// that have no equivalent here.
-    fn ingress_settings(&mut self, ing: &Ingress, who: &ObjectRef) -> IngressSettings {
+    fn ingress_settings(
+        &mut self,
+        ing: &Ingress,
+        who: &ObjectRef,
+        refused: bool,
+    ) -> IngressSettings {
         let mut s = IngressSettings {
             ssl_redirect: true,
             ..IngressSettings::default()
@@ -365,7 +407,11 @@ impl<'a> Builder<'a> {
                     reason: WarningReason::InvalidAnnotation,
                     message: format!("unknown annotation {k}; ignored"),
                 });
-            } else if k.starts_with(ia::NGINX_PREFIX) && !nginx_harmless(k, v) {
+            } else if k.starts_with(ia::NGINX_PREFIX)
+                && !nginx_harmless(k, v)
+                && !(refused && k[ia::NGINX_PREFIX.len()..].starts_with("auth-"))
+            {
+                // (An Ingress refused for its authentication is warned about once for it.)
                 unsupported.push(k.as_str());
             }
         }
@@ -431,11 +477,7 @@ impl<'a> Builder<'a> {
                                 v,
                                 "has no valid range; the routes refuse every client".into(),
                             );
-                            s.deny.extend(
-                                ["0.0.0.0/0", "::/0"]
-                                    .iter()
-                                    .filter_map(|n| n.parse::<Cidr>().ok()),
-                            );
+                            s.deny.extend(every_address());
                         }
                         s.allow = nets;
                     } else {
@@ -694,6 +736,44 @@ impl<'a> Builder<'a> {
         entry_ids.insert(key, id);
         id
     }
+}
+
+/// Every IPv4 and IPv6 client, as deny ranges: routes that refuse everyone.
+fn every_address() -> Vec<Cidr> {
+    ["0.0.0.0/0", "::/0"]
+        .iter()
+        .filter_map(|n| n.parse::<Cidr>().ok())
+        .collect()
+}
+
+/// The ingress-nginx annotations an Ingress carries that restrict who is served and that
+/// switchyard does not carry out yet: basic or digest authentication (`auth-type`,
+/// `auth-secret`), external authentication (`auth-url`), client certificates
+/// (`auth-tls-secret`, unless `auth-tls-verify-client` is `off`). An Ingress with any is not
+/// served, never served open.
+fn unserved_restrictions(map: &BTreeMap<String, String>) -> Vec<&'static str> {
+    const KEYS: [&str; 4] = [
+        "nginx.ingress.kubernetes.io/auth-type",
+        "nginx.ingress.kubernetes.io/auth-secret",
+        "nginx.ingress.kubernetes.io/auth-url",
+        "nginx.ingress.kubernetes.io/auth-tls-secret",
+    ];
+    let tls_verify_off = map
+        .get("nginx.ingress.kubernetes.io/auth-tls-verify-client")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"));
+    KEYS.into_iter()
+        .filter(|k| map.contains_key(*k))
+        .filter(|k| !(tls_verify_off && k.ends_with("/auth-tls-secret")))
+        .collect()
+}
+
+/// The key that makes an Ingress a canary of another (`canary: "true"`, read as ingress-nginx
+/// reads a boolean), if it does.
+fn canary(map: &BTreeMap<String, String>) -> Option<&'static str> {
+    const KEY: &str = "nginx.ingress.kubernetes.io/canary";
+    map.get(KEY)
+        .is_some_and(|v| parse_bool(v) == Some(true))
+        .then_some(KEY)
 }
 
 /// switchyard's key for a known one (the keys are `&'static`).

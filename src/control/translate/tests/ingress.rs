@@ -875,3 +875,176 @@ fn a_service_annotation_beats_an_ingress_on_the_same_host_and_path() {
         "{w:?}"
     );
 }
+
+/// The Ingress `name` served (given an address in its status) by `b`.
+fn is_served(b: &Built, name: &str) -> bool {
+    b.memo.served_ingresses().iter().any(|k| k.1 == name)
+}
+
+#[test]
+fn an_ingress_asking_for_authentication_is_refused_to_everyone_not_served_open() {
+    let (s, e) = svcs();
+    let protected = |name: &str, key: &str, value: &str| {
+        annotated(
+            ing(
+                "default",
+                name,
+                Some("switchyard"),
+                vec![rule(
+                    Some("h.test"),
+                    vec![path(&format!("/{name}"), "Prefix", backend("api", 8080))],
+                )],
+            ),
+            key,
+            value,
+        )
+    };
+    let open = ing(
+        "default",
+        "open",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![path("/", "Prefix", backend("web", 80))],
+        )],
+    );
+    let basic = annotated(
+        protected("basic", "nginx.ingress.kubernetes.io/auth-type", "basic"),
+        "nginx.ingress.kubernetes.io/auth-secret",
+        "users",
+    );
+    let basic = annotated(basic, "nginx.ingress.kubernetes.io/auth-realm", "Go away");
+    let external = protected(
+        "external",
+        "nginx.ingress.kubernetes.io/auth-url",
+        "http://auth.svc/check",
+    );
+    let mtls = protected(
+        "mtls",
+        "nginx.ingress.kubernetes.io/auth-tls-secret",
+        "default/ca",
+    );
+    // Verification off restricts nothing: served, the key warned about as unsupported.
+    let mtls_off = annotated(
+        protected(
+            "mtlsoff",
+            "nginx.ingress.kubernetes.io/auth-tls-secret",
+            "default/ca",
+        ),
+        "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+        "off",
+    );
+    let ingresses = [open, basic, external, mtls, mtls_off];
+    let (b, w) = build(&s, &e, &ingresses, &[ours()], &[], &Options::default());
+    let t = &b.table;
+    for name in ["basic", "external", "mtls"] {
+        assert!(!is_served(&b, name), "{name} has an address in its status");
+        // Its path is still claimed (not left to `/` of `open`), by a policy refusing everyone.
+        let hit = t
+            .http
+            .lookup(Some(b"h.test"), &format!("/{name}/x"))
+            .unwrap();
+        assert_eq!(t.entries[hit.target as usize].name.as_ref(), "api:8080");
+        let p = &t.policies[hit.policy.unwrap() as usize];
+        for ip in ["10.1.2.3", "127.0.0.1", "::1", "2001:db8::1"] {
+            assert!(!p.admits(Some(ip.parse().unwrap())), "{name} admits {ip}");
+        }
+        assert!(!p.admits(None), "{name} admits a client of no address");
+    }
+    assert!(is_served(&b, "open") && is_served(&b, "mtlsoff"));
+    let hit = t.http.lookup(Some(b"h.test"), "/mtlsoff").unwrap();
+    let p = &t.policies[hit.policy.unwrap() as usize];
+    assert!(p.admits(Some("10.1.2.3".parse().unwrap())));
+    let not_served: Vec<_> = w
+        .iter()
+        .filter(|w| w.reason == WarningReason::NotServed)
+        .map(|w| format!("{}: {}", w.object.name, w.message))
+        .collect();
+    assert_eq!(not_served.len(), 3, "{not_served:?}");
+    assert!(
+        not_served[0].starts_with(
+            "basic: nginx.ingress.kubernetes.io/auth-type, \
+             nginx.ingress.kubernetes.io/auth-secret restrict access"
+        ) && not_served[0].contains("403"),
+        "{not_served:?}"
+    );
+    // One warning for the refused Ingress: its other auth-* keys are not listed as ignored.
+    let warned = ingress_warnings(&w);
+    assert!(
+        !warned
+            .iter()
+            .any(|m| m.starts_with("basic:") && m.contains("ignored")),
+        "{warned:?}"
+    );
+    assert!(
+        warned
+            .iter()
+            .any(|m| m.starts_with("mtlsoff:") && m.contains("auth-tls-secret")),
+        "{warned:?}"
+    );
+}
+
+#[test]
+fn a_canary_ingress_is_never_served_even_when_older_than_its_main_one() {
+    let (s, e) = svcs();
+    let r = |to: &str, port: u16| {
+        vec![rule(
+            Some("h.test"),
+            vec![path("/", "Prefix", backend(to, port))],
+        )]
+    };
+    let canary = created(
+        annotated(
+            ing("default", "canary", Some("switchyard"), r("api", 8080)),
+            "nginx.ingress.kubernetes.io/canary",
+            "true",
+        ),
+        "2020-01-01T00:00:00Z",
+    );
+    let canary = annotated(canary, "nginx.ingress.kubernetes.io/canary-weight", "10");
+    let main = created(
+        ing("default", "main", Some("switchyard"), r("web", 80)),
+        "2024-01-01T00:00:00Z",
+    );
+    // `canary: "false"` is an ordinary Ingress.
+    let not_canary = annotated(
+        ing(
+            "default",
+            "plain",
+            Some("switchyard"),
+            vec![rule(
+                Some("p.test"),
+                vec![path("/", "Prefix", backend("api", 8080))],
+            )],
+        ),
+        "nginx.ingress.kubernetes.io/canary",
+        "false",
+    );
+    let (b, w) = build(
+        &s,
+        &e,
+        &[canary, main, not_canary],
+        &[ours()],
+        &[],
+        &Options::default(),
+    );
+    assert_eq!(
+        reach(&b.table, Frontend::Http, "h.test", "/x").as_deref(),
+        Some("web")
+    );
+    assert_eq!(
+        reach(&b.table, Frontend::Https, "h.test", "/x").as_deref(),
+        Some("web")
+    );
+    assert!(!is_served(&b, "canary") && is_served(&b, "main") && is_served(&b, "plain"));
+    let refused: Vec<_> = w
+        .iter()
+        .filter(|w| w.reason == WarningReason::NotServed)
+        .collect();
+    assert_eq!(refused.len(), 1, "{w:?}");
+    assert_eq!(refused[0].object.name, "canary");
+    assert!(
+        !w.iter().any(|w| w.reason == WarningReason::RouteConflict),
+        "{w:?}"
+    );
+}
