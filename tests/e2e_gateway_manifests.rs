@@ -516,3 +516,107 @@ async fn curl(args: &[String]) -> String {
     .expect("curl task");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A Gateway asking for client-certificate validation (`spec.tls.frontend`), which switchyard
+/// does not carry out yet: its HTTPS listener is not served, so a client without a
+/// certificate never reaches the route's backend (nothing takes the host: 404); the same
+/// Gateway without the field is served once the file changes; `AllowInsecureFallback`, which
+/// the spec lets clients without a certificate through, is served. Both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_asking_for_client_certificates_is_not_served_open() {
+    let a = Backend::start("a").await;
+    let ca = tls_client::Ca::new("gateway frontend validation test CA");
+    let server = ca.server(&["secure.test", "open.test"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("server.pem");
+    std::fs::write(&pem, server.bundle()).unwrap();
+    let gateway = |name: &str, host: &str, mode: Option<&str>| {
+        let mut validation = json!({"caCertificateRefs": [
+            {"group": "", "kind": "ConfigMap", "name": "client-ca"}]});
+        let mut spec = json!({"gatewayClassName": "switchyard", "listeners": [
+            {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": host,
+             "tls": {"certificateRefs": [{"name": "cert"}]}}]});
+        if let Some(mode) = mode {
+            if mode != "none" {
+                validation["mode"] = json!(mode);
+            }
+            spec["tls"] = json!({"frontend": {"default": {"validation": validation}}});
+        }
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    };
+    let objects = |secure_mode: Option<&str>| {
+        vec![
+            svc("a", 80).into(),
+            slice("a", "", a.port),
+            tls_secret("cert", &server.cert_pem, &server.key_pem),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                   "metadata": {"name": "switchyard"},
+                   "spec": {"controllerName": "switchyard.io/gateway-controller"}}),
+            gateway("secure", "secure.test", secure_mode),
+            gateway("open", "open.test", Some("AllowInsecureFallback")),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                   "metadata": {"name": "to-a", "namespace": "default"},
+                   "spec": {"parentRefs": [{"name": "secure"}, {"name": "open"}],
+                            "rules": [{"backendRefs": [{"name": "a", "port": 80}]}]}}),
+        ]
+    };
+    for engine in ENGINES {
+        let https_port = free_port();
+        let port = https_port.to_string();
+        let sy = switchyard_on(
+            objects(Some("none")),
+            engine,
+            &[
+                "--gateway-https-port",
+                "443",
+                "--https-port",
+                &port,
+                "--ssl-cert",
+                pem.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let get = |host: &str| {
+            vec![
+                "-k".to_string(),
+                "-o".to_string(),
+                "/dev/null".to_string(),
+                "-w".to_string(),
+                "%{http_code}".to_string(),
+                "--resolve".to_string(),
+                format!("{host}:{https_port}:127.0.0.1"),
+                format!("https://{host}:{https_port}/private"),
+            ]
+        };
+        let before = a.count();
+        assert_eq!(curl(&get("secure.test")).await, "404", "{engine}");
+        assert_eq!(
+            a.count(),
+            before,
+            "no client certificate reached the backend ({engine})"
+        );
+        assert_eq!(curl(&get("open.test")).await, "200", "{engine}");
+        let log = sy.stderr();
+        assert!(
+            log.lines().any(|l| l.contains("default/secure")
+                && l.contains("NotServed")
+                && l.contains("verify client certificates")),
+            "{engine}:\n{log}"
+        );
+        // Without the field the listener is served, live.
+        sy.rewrite(&objects(None));
+        let served = eventually(Duration::from_secs(10), || async {
+            curl(&get("secure.test")).await == "200"
+        })
+        .await;
+        assert!(served, "{engine}:\n{}", sy.stderr());
+        // And asked again (the default mode, AllowValidOnly), it is refused again.
+        sy.rewrite(&objects(Some("AllowValidOnly")));
+        let refused = eventually(Duration::from_secs(10), || async {
+            curl(&get("secure.test")).await == "404"
+        })
+        .await;
+        assert!(refused, "{engine}:\n{}", sy.stderr());
+    }
+}

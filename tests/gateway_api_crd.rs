@@ -288,6 +288,30 @@ fn gateway() -> Gateway {
                     name: "p".into(),
                 }),
             }),
+            tls: Some(GatewayTlsConfig {
+                frontend: Some(FrontendTlsConfig {
+                    default: Some(TlsConfig {
+                        validation: Some(FrontendTlsValidation {
+                            ca_certificate_refs: vec![ObjectReference {
+                                group: String::new(),
+                                kind: "ConfigMap".into(),
+                                name: "ca".into(),
+                                namespace: Some("certs".into()),
+                            }],
+                            mode: Some("AllowValidOnly".into()),
+                        }),
+                    }),
+                    per_port: vec![TlsPortConfig {
+                        port: 8443,
+                        tls: TlsConfig {
+                            validation: Some(FrontendTlsValidation {
+                                ca_certificate_refs: Vec::new(),
+                                mode: Some("AllowInsecureFallback".into()),
+                            }),
+                        },
+                    }],
+                }),
+            }),
         },
         status: Some(GatewayStatus {
             addresses: vec![address],

@@ -134,6 +134,79 @@ pub struct GatewaySpec {
     pub addresses: Vec<GatewayAddress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infrastructure: Option<GatewayInfrastructure>,
+    /// Read for `frontend` only: a listener it asks to verify client certificates on is not
+    /// served until switchyard does (`backend`, the Gateway's own client certificate, is not
+    /// read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<GatewayTlsConfig>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTlsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<FrontendTlsConfig>,
+}
+
+/// Client-certificate validation on the Gateway's HTTPS listeners: `default` for every port,
+/// `perPort` instead of it on the ports it names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<TlsConfig>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_port: Vec<TlsPortConfig>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsPortConfig {
+    #[serde(default)]
+    pub port: i32,
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<FrontendTlsValidation>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsValidation {
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<ObjectReference>,
+    /// `AllowValidOnly` (the default) or `AllowInsecureFallback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+/// A reference to an object of any kind (a CA bundle's ConfigMap or Secret).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl FrontendTlsConfig {
+    /// The validation asked for on `port`: its `perPort` entry's, else the default's.
+    pub fn validation_on(&self, port: i32) -> Option<&FrontendTlsValidation> {
+        match self.per_port.iter().find(|p| p.port == port) {
+            Some(p) => p.tls.validation.as_ref(),
+            None => self.default.as_ref()?.validation.as_ref(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

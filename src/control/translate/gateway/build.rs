@@ -883,6 +883,41 @@ impl<'a> Builder<'a> {
                     }
                 }
             }
+            // Client-certificate validation is not carried out yet: a listener asked to verify
+            // clients is not served, so that none is served without a valid certificate. With
+            // `AllowInsecureFallback` the spec lets clients without one in: served, and said.
+            let mut not_served = false;
+            if let Some(v) = gw
+                .spec
+                .tls
+                .as_ref()
+                .and_then(|t| t.frontend.as_ref())
+                .and_then(|f| f.validation_on(l.port))
+                .filter(|_| https && accepted.is_ok())
+            {
+                if v.mode.as_deref() == Some("AllowInsecureFallback") {
+                    self.warn_gateway(
+                        &who,
+                        format!(
+                            "listener {}: spec.tls.frontend's client-certificate validation \
+                             (AllowInsecureFallback) is not carried out: clients are not asked \
+                             for a certificate",
+                            l.name
+                        ),
+                    );
+                } else {
+                    not_served = true;
+                    accepted = Err((
+                        "UnsupportedValue",
+                        format!(
+                            "spec.tls.frontend asks to verify client certificates on port {}, \
+                             which switchyard does not carry out yet; not served, so that no \
+                             client is served without a valid certificate",
+                            l.port
+                        ),
+                    ));
+                }
+            }
             let mut certificates = Vec::new();
             if https && accepted.is_ok() {
                 match Self::listener_certificates(&who, l, grants, secrets) {
@@ -945,7 +980,16 @@ impl<'a> Builder<'a> {
             });
             for c in &conditions {
                 if c.status == "False" && c.type_ != "Conflicted" && c.type_ != "Programmed" {
-                    self.warn_gateway(&who, format!("listener {}: {}", l.name, c.message));
+                    let message = format!("listener {}: {}", l.name, c.message);
+                    if not_served && c.type_ == "Accepted" {
+                        self.warnings.push(Warning {
+                            object: who.clone(),
+                            reason: WarningReason::NotServed,
+                            message,
+                        });
+                    } else {
+                        self.warn_gateway(&who, message);
+                    }
                 }
             }
             statuses.push(ListenerStatus {

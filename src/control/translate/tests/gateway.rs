@@ -1506,3 +1506,121 @@ fn a_gateway_with_an_address_has_its_certificates_for_that_address_alone() {
 }
 
 mod cache;
+
+/// Gateways asking for client-certificate validation: `mtls` on every HTTPS port, `fallback`
+/// with `AllowInsecureFallback`, `perport` by default but not on 443 (its `perPort` entry
+/// there asks for none). One route attached to all three.
+const FRONTEND_VALIDATION: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: mtls, namespace: infra, generation: 1}
+spec:
+  gatewayClassName: sy
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{group: "", kind: ConfigMap, name: client-ca}]
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: secure.test,
+     tls: {certificateRefs: [{name: young-cert}]}}
+  - {name: http, port: 80, protocol: HTTP, hostname: plain.test}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: fallback, namespace: infra}
+spec:
+  gatewayClassName: sy
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{group: "", kind: ConfigMap, name: client-ca}]
+          mode: AllowInsecureFallback
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: fallback.test,
+     tls: {certificateRefs: [{name: young-cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: perport, namespace: infra}
+spec:
+  gatewayClassName: sy
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{group: "", kind: ConfigMap, name: client-ca}]
+      perPort:
+      - {port: 443, tls: {}}
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, hostname: perport.test,
+     tls: {certificateRefs: [{name: young-cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: infra}
+spec:
+  parentRefs: [{name: mtls}, {name: fallback}, {name: perport}]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+"#;
+
+#[test]
+fn a_listener_asked_to_verify_client_certificates_is_not_served_open() {
+    let mut w = https_world();
+    w.gateways.clear();
+    w.gateways.extend(world(FRONTEND_VALIDATION).gateways);
+    w.routes.extend(world(FRONTEND_VALIDATION).routes);
+    let (b, warnings) = build_at_warned(&w, &Options::default(), None);
+    let t = &b.table;
+    let https =
+        |host: &str| match t
+            .gateway
+            .lookup(true, Some(host.as_bytes()), "/", &BareRequest::GET)
+        {
+            GatewayMatch::Matched(..) => "served",
+            GatewayMatch::NoRoute => "404",
+            GatewayMatch::NotTaken => "not gateway",
+        };
+    // Not served on the TLS port; no certificate of its is loaded either.
+    assert_eq!(https("secure.test"), "not gateway");
+    assert!(
+        !certificates(t)
+            .iter()
+            .any(|(_, _, hosts)| hosts.contains(&"secure.test".to_string())),
+        "{:?}",
+        certificates(t)
+    );
+    let conditions = listener_conditions(&b, "mtls", "https");
+    assert!(
+        conditions.contains(&("Accepted".into(), "False".into(), "UnsupportedValue".into()))
+            && conditions.contains(&("Programmed".into(), "False".into(), "Invalid".into())),
+        "{conditions:?}"
+    );
+    // Validation is about HTTPS listeners: the plain one is served.
+    assert_eq!(get(t, "plain.test", "/"), "infra/v1:8080");
+    // The spec lets clients without a certificate in with AllowInsecureFallback: served, said.
+    assert_eq!(https("fallback.test"), "served");
+    assert_eq!(https("perport.test"), "served");
+    let not_served: Vec<_> = warnings
+        .iter()
+        .filter(|w| w.reason == WarningReason::NotServed)
+        .collect();
+    assert_eq!(not_served.len(), 1, "{warnings:?}");
+    assert_eq!(not_served[0].object.name, "mtls");
+    assert!(
+        not_served[0].message.contains("listener https")
+            && not_served[0].message.contains("client certificates"),
+        "{not_served:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.object.name == "fallback" && w.message.contains("AllowInsecureFallback")),
+        "{warnings:?}"
+    );
+    assert!(
+        !warnings.iter().any(|w| w.object.name == "perport"),
+        "{warnings:?}"
+    );
+}
