@@ -1481,6 +1481,12 @@ impl BodyWriter {
         match self.body_mode {
             BM::ChunkedEncoding(written) => {
                 let chunk_size = buf.len();
+                // An empty chunk is the last-chunk marker: written here, the body would end
+                // here and again at `finish` (an HTTP/2 client's empty END_STREAM DATA frame
+                // did that). Nothing to write. (switchyard, vendor/README.md)
+                if chunk_size == 0 {
+                    return Ok(Some(0));
+                }
 
                 let chuck_size_buf = format!("{:X}\r\n", chunk_size);
                 let mut output_buf = Bytes::from(chuck_size_buf).chain(buf).chain(&b"\r\n"[..]);
@@ -2007,6 +2013,13 @@ impl BodyWriter {
         if matches!(self.send_body_state.write_state, WriteState::Idle) {
             if let Some(bytes) = self.send_body_state.pending_bytes.take() {
                 let application_bytes_size = bytes.len();
+                // An empty chunk would be the last-chunk marker, written again by the finish
+                // task: nothing to write. (switchyard, vendor/README.md)
+                if application_bytes_size == 0 {
+                    self.send_body_state.write_state = WriteState::Done(0);
+                    self.send_body_state.timeout_fut = None;
+                    return Poll::Ready(Ok(Some(0)));
+                }
 
                 // Format the chunk: size\r\ndata\r\n
                 let chunk_size_header = format!("{:X}\r\n", application_bytes_size);
@@ -3429,6 +3442,27 @@ mod tests {
         let res = body_writer.finish(&mut mock_io).await.unwrap().unwrap();
         assert_eq!(res, data.len() * 2);
         assert_eq!(body_writer.body_mode, BodyMode::Complete(data.len() * 2));
+    }
+
+    // Added by switchyard (vendor/README.md): an empty write is no chunk, so the body ends once.
+    #[tokio::test]
+    async fn write_body_chunked_empty_writes_nothing() {
+        init_log();
+        let data = b"abcdefghij";
+        let output = b"A\r\nabcdefghij\r\n";
+        let mut mock_io = Builder::new()
+            .write(&output[..])
+            .write(&LAST_CHUNK[..])
+            .build();
+        let mut body_writer = BodyWriter::new();
+        body_writer.init_chunked();
+        let res = body_writer.write_body(&mut mock_io, &data[..]).await;
+        assert_eq!(res.unwrap(), Some(data.len()));
+        let res = body_writer.write_body(&mut mock_io, b"").await;
+        assert_eq!(res.unwrap(), Some(0));
+        let res = body_writer.finish(&mut mock_io).await.unwrap().unwrap();
+        assert_eq!(res, data.len());
+        assert_eq!(body_writer.body_mode, BodyMode::Complete(data.len()));
     }
 
     #[tokio::test]
