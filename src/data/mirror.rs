@@ -19,6 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use crate::data::wire::fields::{is_connection_field, named_by_connection};
 use crate::ops::metrics::Metrics;
 use crate::table::upstream::BackendProtocol;
 
@@ -35,17 +36,22 @@ const BODY_BUDGET: usize = 32 << 20;
 /// Body chunks queued for one copy (one more place is kept for the end).
 const QUEUED_CHUNKS: usize = 64;
 
-/// Fields that belong to the client's connection or framing, not to the copy.
-const NOT_COPIED: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-];
+/// Whether a field of the client's request stays off the copy: the connection's own (`wire`,
+/// and those its `Connection` names), and the framing, which the copy states for itself
+/// (`content-length`; `trailer`, as trailers are not copied).
+fn not_copied(name: &http::HeaderName, req: &RequestHeader) -> bool {
+    let name = name.as_str().as_bytes();
+    is_connection_field(name)
+        || name == b"content-length"
+        || name == b"trailer"
+        || named_by_connection(
+            name,
+            req.headers
+                .get_all(http::header::CONNECTION)
+                .iter()
+                .map(http::HeaderValue::as_bytes),
+        )
+}
 
 pub struct Mirrors {
     slots: Arc<Semaphore>,
@@ -193,7 +199,7 @@ fn copy_of(req: &RequestHeader, framing: Framing) -> Arc<[u8]> {
         out.extend_from_slice(b"\r\n");
     }
     for (name, value) in &req.headers {
-        if NOT_COPIED.contains(&name.as_str()) {
+        if not_copied(name, req) {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());

@@ -14,6 +14,7 @@ pub mod proxy_protocol;
 pub mod record;
 pub mod tcp;
 pub mod tls;
+pub mod wire;
 
 mod timeouts;
 

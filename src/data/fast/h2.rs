@@ -21,6 +21,7 @@ use crate::data::fast::client_stream::ClientStream;
 use crate::data::fast::request::{Parse, parse_request};
 use crate::data::fast::response::MAX_RESPONSE_HEADERS;
 use crate::data::fast::{Downstream, FastPath};
+use crate::data::wire::fields::parse_length;
 
 impl FastPath {
     /// Serves one HTTP/2 stream if it is one for this path; otherwise hands it back untouched
@@ -214,10 +215,7 @@ impl Reply<'_> {
             if f.name.eq_ignore_ascii_case("transfer-encoding") {
                 state = State::Chunked(Chunks::default());
             } else if f.name.eq_ignore_ascii_case("content-length") {
-                let n = std::str::from_utf8(f.value)
-                    .ok()
-                    .and_then(|v| v.parse().ok());
-                state = State::Length(n.ok_or(())?);
+                state = State::Length(parse_length(f.value).ok_or(())?);
             }
             // The connection's own fields go (Pingora's `write_response_header` drops them too).
             let name = http::HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| ())?;

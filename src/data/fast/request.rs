@@ -6,6 +6,7 @@
 
 use std::ops::Range;
 
+use crate::data::wire::fields::is_connection_field;
 use crate::decide::edits::{Edits, Seen, Sink};
 use crate::decide::target::{has_dot_segment, valid_host};
 
@@ -66,16 +67,12 @@ enum Kind {
 fn kind(name: &str) -> Kind {
     let is = |n: &str| name.eq_ignore_ascii_case(n);
     match name.len() {
-        2 if is("te") => Kind::Decline,
         4 if is("host") => Kind::Host,
-        6 if is("expect") => Kind::Decline,
-        7 if is("upgrade") => Kind::Decline,
         10 if is("connection") => Kind::Connection,
-        10 if is("keep-alive") => Kind::Decline,
+        // A body or an expectation, or any other field of the connection (`wire`).
+        6 if is("expect") => Kind::Decline,
         14 if is("content-length") => Kind::Decline,
-        14 if is("http2-settings") => Kind::Decline,
-        16 if is("proxy-connection") => Kind::Decline,
-        17 if is("transfer-encoding") => Kind::Decline,
+        _ if is_connection_field(name.as_bytes()) => Kind::Decline,
         _ => Kind::Other,
     }
 }

@@ -9,6 +9,7 @@ use http::StatusCode;
 use pingora::protocols::http::date::get_cached_date;
 
 use crate::data::fast::request::Lines;
+use crate::data::wire::fields::{is_connection_field, named_by_connection, parse_length};
 use crate::decide::edits::{Edits, Seen};
 
 /// Most headers a backend's response may have.
@@ -61,10 +62,9 @@ fn response_kind(name: &str) -> ResponseKind {
     match name.len() {
         4 if is("date") => Date,
         10 if is("connection") => Connection,
-        10 if is("keep-alive") => HopByHop,
         14 if is("content-length") => ContentLength,
-        16 if is("proxy-connection") => HopByHop,
         17 if is("transfer-encoding") => TransferEncoding,
+        _ if is_connection_field(name.as_bytes()) => HopByHop,
         _ => Other,
     }
 }
@@ -100,6 +100,9 @@ pub fn response_head(
     let mut other_coding = false;
     let mut upstream_close = version == 0;
     let mut has_date = false;
+    // A `Connection` value names a field other than `close` and `keep-alive` (rare: only
+    // then is each field looked up among them).
+    let mut names_fields = false;
     for h in resp.headers.iter() {
         match response_kind(h.name) {
             ResponseKind::ContentLength => {
@@ -128,9 +131,10 @@ pub fn response_head(
                     } else if token.eq_ignore_ascii_case(b"keep-alive") {
                         upstream_close &= version != 0;
                     } else if !token.is_empty() {
-                        // A header named in Connection is hop-by-hop; not worth the
-                        // bookkeeping here, and the connection is not reused.
+                        // A field it names is the connection's: left out below. Such a
+                        // backend connection is not reused.
                         upstream_close = true;
+                        names_fields = true;
                     }
                 }
             }
@@ -166,6 +170,9 @@ pub fn response_head(
                 }
             }
             ResponseKind::TransferEncoding | ResponseKind::Connection | ResponseKind::HopByHop => {}
+            ResponseKind::Date | ResponseKind::Other
+                if names_fields
+                    && named_by_connection(h.name.as_bytes(), connection_values(resp.headers)) => {}
             ResponseKind::Date | ResponseKind::Other => {
                 let keep = match edits.touching(h.name.as_bytes()) {
                     None => true,
@@ -197,14 +204,14 @@ pub fn response_head(
     })
 }
 
-pub fn parse_length(v: &[u8]) -> Option<u64> {
-    let v = v.trim_ascii();
-    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    v.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
+/// The values of the `Connection` fields among `headers`.
+fn connection_values<'h>(
+    headers: &'h [httparse::Header<'_>],
+) -> impl Iterator<Item = &'h [u8]> + 'h {
+    headers
+        .iter()
+        .filter(|h| response_kind(h.name) == ResponseKind::Connection)
+        .map(|h| h.value)
 }
 
 pub fn write_status(out: &mut Vec<u8>, status: u16, reason: &str) {
@@ -230,11 +237,33 @@ pub fn header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 mod tests {
     use super::*;
 
+    fn rewritten(response: &str) -> String {
+        let mut out = Vec::new();
+        let edits = Edits::default();
+        let Head::Final(_) = response_head(response.as_bytes(), false, false, &edits, &mut out)
+        else {
+            panic!("not a final head: {response:?}");
+        };
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
-    fn lengths_must_be_plain_digits() {
-        assert_eq!(parse_length(b" 42 "), Some(42));
-        for bad in [&b""[..], b"-1", b"4 2", b"0x10", b"99999999999999999999"] {
-            assert_eq!(parse_length(bad), None);
+    fn fields_of_the_connection_are_not_passed_on() {
+        let out = rewritten(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nx-hop: 1\r\n\
+             Keep-Alive: timeout=5\r\nUpgrade: h2c\r\nTE: trailers\r\nx-kept: 2\r\n\
+             Content-Length: 0\r\n\r\n",
+        )
+        .to_ascii_lowercase();
+        for gone in ["x-hop:", "keep-alive:", "upgrade:", "te:", "connection:"] {
+            assert!(
+                !out.lines().any(|l| l.starts_with(gone)),
+                "{gone} passed on: {out}"
+            );
         }
+        assert!(
+            out.contains("x-kept: 2\r\n") && out.contains("content-length: 0\r\n"),
+            "{out}"
+        );
     }
 }
