@@ -29,16 +29,18 @@ use crate::data::Timeouts;
 use crate::data::mirror::{BodyCopies, Mirrors};
 use crate::data::record::{Finished, Recorder};
 use crate::data::tls;
-use crate::decide::attempt::{Attempt, BodyKept, Failure, Policy, Route, Sent, https_location};
+use crate::data::wire::fields::parse_length;
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Policy, Sent};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{
     ClientCert, Edit, Edits, Forwarding, GRPC_STATUS, ip_text, request_edits, response_edits,
 };
 use crate::decide::error_page::{
-    Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, redirect_answer, rejection_answer,
+    Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, rejection_answer,
 };
 use crate::decide::gateway::{self, HeaderOp};
 use crate::decide::grpc::Ending;
+use crate::decide::reply::{Asked, Pages, Reply, reply};
 use crate::decide::target::normalize_path;
 use crate::ops::access_log::AccessLog;
 use crate::ops::health::PeerTls;
@@ -60,12 +62,8 @@ pub struct HttpProxy {
     pub(crate) fwd: Arc<Forwarding>,
     pub(crate) policy: Policy,
     pub(crate) timeouts: Timeouts,
-    pub(crate) not_found: ErrorPage,
-    pub(crate) unavailable: ErrorPage,
-    /// A route's source ranges refuse the client.
-    pub(crate) forbidden: ErrorPage,
-    /// `200 ok` for an unrouted `/healthz` (`--traffic-healthz`).
-    pub(crate) healthz: ErrorPage,
+    /// The pages this frontend answers with itself.
+    pub(crate) pages: Pages,
     lifecycle: Arc<Lifecycle>,
     pub(crate) recorder: Recorder,
     /// The CA bundles TLS backends are verified against and the client certificates shown to
@@ -100,10 +98,7 @@ impl HttpProxy {
             fwd: Arc::new(fwd),
             policy: Policy::new(tries, timeouts.passive_down, true),
             timeouts,
-            not_found,
-            unavailable: ErrorPage::builtin(503),
-            forbidden: ErrorPage::builtin(403),
-            healthz: ErrorPage::healthz(),
+            pages: Pages::new(not_found),
             lifecycle: Lifecycle::new(),
             recorder: Recorder::new(frontend, metrics, Arc::new(AccessLog::off())),
             backend_tls: Arc::new(tls::BackendTls::new(None, None)),
@@ -156,19 +151,6 @@ impl HttpProxy {
     pub fn with_https_port(mut self, port: Option<u16>) -> Self {
         self.policy.https_port = port;
         self
-    }
-
-    /// The page switchyard answers a route with itself, if it does.
-    pub(crate) fn page(&self, route: &Route) -> Option<&ErrorPage> {
-        match route {
-            Route::NotFound => Some(&self.not_found),
-            Route::Unavailable => Some(&self.unavailable),
-            Route::Healthz => Some(&self.healthz),
-            Route::Forbidden => Some(&self.forbidden),
-            Route::Proxy { .. } | Route::Redirect { .. } | Route::Moved { .. } | Route::Fail(_) => {
-                None
-            }
-        }
     }
 
     /// The TLS port's forwarding settings (HSTS, client-certificate headers).
@@ -374,55 +356,23 @@ impl ProxyHttp for HttpProxy {
             (Cow::Owned(p), None) => Some(p.clone()),
             (Cow::Owned(p), Some(q)) => Some(format!("{p}?{q}")),
         };
-        match route {
-            Err(e) => return Err(Error::explain(ErrorType::InternalError, e.to_string())),
-            Ok(Route::Redirect { status, https_port }) => {
-                let req = session.req_header();
-                let pq = match &normalized {
-                    Some(pq) => pq.as_str(),
-                    None => req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
-                };
-                let location = https_location(host.unwrap_or_default(), pq, https_port);
-                write_answer(
-                    session,
-                    &redirect_answer(status, &location, &self.fwd),
-                    Bytes::new(),
-                )
-                .await?;
+        let route = route.map_err(|e| Error::explain(ErrorType::InternalError, e.to_string()))?;
+        let pq = match &normalized {
+            Some(pq) => pq.as_str(),
+            None => req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+        };
+        let asked = Asked {
+            host: host.unwrap_or_default(),
+            path_and_query: pq,
+            grpc: ctx.grpc,
+        };
+        let mut location = String::new();
+        match reply(&route, asked, &self.pages, &self.fwd, &mut location) {
+            Reply::Answer { answer, body, .. } => {
+                write_answer(session, &answer, body).await?;
                 return Ok(true);
             }
-            Ok(Route::Moved { status, location }) => {
-                write_answer(
-                    session,
-                    &redirect_answer(status, &location, &self.fwd),
-                    Bytes::new(),
-                )
-                .await?;
-                return Ok(true);
-            }
-            Ok(Route::Fail(status)) => {
-                let answer = if ctx.grpc {
-                    grpc_answer(status, &self.fwd)
-                } else {
-                    failure_answer(status, &self.fwd)
-                };
-                write_answer(session, &answer, Bytes::new()).await?;
-                return Ok(true);
-            }
-            Ok(r @ (Route::NotFound | Route::Unavailable | Route::Healthz | Route::Forbidden)) => {
-                match self.page(&r) {
-                    Some(page) if ctx.grpc && r != Route::Healthz => {
-                        write_answer(session, &grpc_answer(page.status, &self.fwd), Bytes::new())
-                            .await?;
-                    }
-                    Some(page) => {
-                        write_answer(session, &page.answer(&self.fwd), page.body.clone()).await?;
-                    }
-                    None => {}
-                }
-                return Ok(true);
-            }
-            Ok(Route::Proxy { strip: None }) => {
+            Reply::Proxy { strip: None } => {
                 if let Some(pq) = normalized {
                     ctx.rewrite =
                         Some(Uri::try_from(pq).map_err(|_| {
@@ -430,14 +380,9 @@ impl ProxyHttp for HttpProxy {
                         })?);
                 }
             }
-            Ok(Route::Proxy { strip: Some(strip) }) => {
-                let req = session.req_header();
-                let pq = match &normalized {
-                    Some(pq) => pq.as_str(),
-                    None => req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
-                };
+            Reply::Proxy { strip: Some(strip) } => {
                 ctx.rewrite = Some(
-                    stripped_target(&strip, pq)
+                    stripped_target(strip, pq)
                         .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad path"))?,
                 );
             }
@@ -465,7 +410,7 @@ impl ProxyHttp for HttpProxy {
             .req_header()
             .headers
             .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            .and_then(|v| parse_length(v.as_bytes()));
         if announced.is_some_and(|len| !ctx.attempt.body_allowed(len)) {
             session.set_keepalive(None);
             let answer = if ctx.grpc {

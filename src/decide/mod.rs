@@ -11,4 +11,5 @@ pub mod error_page;
 pub mod explain;
 pub mod gateway;
 pub mod grpc;
+pub mod reply;
 pub mod target;

@@ -53,10 +53,11 @@ use crate::data::listener::GuardedStream;
 use crate::data::proxy::HttpProxy;
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
-use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent, https_location};
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edit, Edits, ip_text, request_edits, response_edits};
-use crate::decide::error_page::{Answer, failure_answer, redirect_answer};
+use crate::decide::error_page::{Answer, failure_answer};
+use crate::decide::reply::{Asked, Reply, reply};
 use crate::ops::metrics::Resumed;
 use crate::table::Entry;
 use crate::table::gateway::RequestView;
@@ -409,20 +410,14 @@ impl FastPath {
             // This path takes GET and HEAD only: never a gRPC call.
             grpc: None,
         };
-        let strip = match route {
+        let route = match route {
             // This path speaks HTTP/1.1 to backends, in clear or over TLS; HTTP/2 to backends
             // (h2c, h2, gRPC) is Pingora's.
             Ok(Route::Proxy { .. }) if attempt.backend_protocol().http2() => return None,
             // A Gateway rule's filters are carried out by Pingora's engine alone (one place
             // applies them; this path stays lean).
             Ok(Route::Proxy { .. }) if attempt.rewrites() => return None,
-            Ok(Route::Fail(status)) => {
-                return Some(
-                    self.fail(stream, conn, &mut attempt, started, &mut fin, status)
-                        .await,
-                );
-            }
-            Ok(Route::Proxy { strip }) => strip,
+            Ok(route) => route,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot route");
                 let status = Cause::Internal.status().unwrap_or(500);
@@ -431,26 +426,33 @@ impl FastPath {
                         .await,
                 );
             }
-            Ok(
-                ref r @ (Route::NotFound
-                | Route::Unavailable
-                | Route::Healthz
-                | Route::Forbidden
-                | Route::Redirect { .. }
-                | Route::Moved { .. }),
-            ) => {
-                let location;
-                let answer = match (r, self.proxy.page(r)) {
-                    (&Route::Redirect { status, https_port }, _) => {
-                        location = https_location(host, target, https_port);
-                        redirect_answer(status, &location, &self.proxy.fwd)
-                    }
-                    (Route::Moved { status, location }, _) => {
-                        redirect_answer(*status, location, &self.proxy.fwd)
-                    }
-                    (_, Some(page)) => page.answer(&self.proxy.fwd),
-                    (_, None) => return Some(false),
-                };
+        };
+        // This path takes GET and HEAD only: never a gRPC call.
+        let asked = Asked {
+            host,
+            path_and_query: target,
+            grpc: false,
+        };
+        let mut location = String::new();
+        let strip = match reply(
+            &route,
+            asked,
+            &self.proxy.pages,
+            &self.proxy.fwd,
+            &mut location,
+        ) {
+            Reply::Proxy { strip } => strip,
+            Reply::Answer {
+                answer,
+                close: true,
+                ..
+            } => {
+                return Some(
+                    self.fail(stream, conn, &mut attempt, started, &mut fin, answer.status)
+                        .await,
+                );
+            }
+            Reply::Answer { answer, .. } => {
                 let body = if req.head { &[][..] } else { answer.body };
                 write_answer(&mut conn.out, &answer, close);
                 conn.out.extend_from_slice(body);
@@ -487,7 +489,7 @@ impl FastPath {
             head,
             req,
             &conn.fields,
-            strip.as_ref().map(|s| s.apply(target)),
+            strip.map(|s| s.apply(target)),
             &edits,
         );
 
