@@ -29,7 +29,7 @@ Usage: python3 benches/instructions.py [--n1 2000] [--n2 6000] [--switchyard PAT
 Needs: valgrind, haproxy, nginx, h2load, curl; a release build (`cargo build --release`), and
 for --grpc `cargo build --release --example grpc_bench_backend`.
 Takes about a minute. Last result (2-vCPU VM, 2026-11-30, switchyard with jemalloc):
-see docs/performance.md.
+see docs/performance-notebook.md.
 """
 
 import argparse

@@ -30,7 +30,8 @@ pub const MIRROR_RESULTS: [&str; 4] = ["sent", "failed", "skipped", "dropped"];
 
 pub struct Metrics {
     registry: Registry,
-    /// The `process_*` series, unprefixed as every exporter names them (`ops::process`).
+    /// The `process_*` series, unprefixed as every exporter names them (the prometheus crate's
+    /// process collector).
     process: Registry,
     pub table_generation: IntGauge,
     pub table_swaps_total: IntCounter,
@@ -166,9 +167,12 @@ impl Metrics {
             registry,
             process: Registry::new(),
         };
-        if let Some(c) = crate::ops::process::ProcessCollector::new() {
-            register(&m.process, Box::new(c));
-        }
+        // The prometheus crate's own collector (`procfs`): the Go client's names and meanings,
+        // so that dashboards built for those work unchanged. Linux only; elsewhere, none.
+        register(
+            &m.process,
+            Box::new(prometheus::process_collector::ProcessCollector::for_self()),
+        );
         let collectors: [Box<dyn prometheus::core::Collector>; 10] = [
             Box::new(m.build_info.clone()),
             Box::new(m.table_generation.clone()),

@@ -7,5 +7,4 @@ pub mod health;
 pub mod lifecycle;
 pub mod metrics;
 pub mod page_loader;
-pub mod process;
 pub mod stats;
