@@ -452,7 +452,7 @@ pub struct Args {
     /// served by that thread's reactor), and each thread with HTTP/2 connections to backends of
     /// its own, as HAProxy and Envoy pin a connection to a thread. `true`: tokio's
     /// work-stealing scheduler, whose threads share the work; measured on one thread and two,
-    /// it took 11-63 % more CPU per HTTP/2 request (docs/performance.md). It may still serve
+    /// it took 11-63 % more CPU per HTTP/2 request (docs/performance-notebook.md). It may still serve
     /// better a machine with many more cores than busy connections (not measured).
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set,
           env = "SWITCHYARD_WORK_STEALING")]

@@ -7,7 +7,7 @@
 //!   of changes is still coalesced into a few builds.
 //! - `figures_10k_services` (ignored by default, see its attribute): event-to-live with 10,000
 //!   Services × 10 endpoints on a quiet pipeline, and under a storm of 1,000 changes a second
-//!   for 10 s (latency, builds, CPU, backlog). It prints figures for docs/performance.md and
+//!   for 10 s (latency, builds, CPU, backlog). It prints figures for docs/performance-notebook.md and
 //!   checks only that every change arrived: timing targets belong to figures, not to tests.
 //!   With `SWITCHYARD_FIGURE_JSON=FILE` it also writes every sample there, which
 //!   `benches/convergence_chart.py` draws as histograms.

@@ -3,7 +3,7 @@
 //! static table has it and its value sent as is. Nothing is added to the peer's dynamic table,
 //! so the encoder keeps no state but whether it still owes the peer a table size update, and
 //! no Huffman coding is spent: on switchyard's measurement a table-free encoder with raw
-//! literals did an HTTP/2 relay's work in the fewest instructions (docs/performance.md).
+//! literals did an HTTP/2 relay's work in the fewest instructions (docs/performance-notebook.md).
 
 use super::table::{STATIC, static_name};
 
