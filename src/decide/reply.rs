@@ -38,6 +38,9 @@ impl Pages {
 }
 
 /// What an engine does with a routed request.
+// Lives on the stack for one request and is matched at once; boxing the answer would allocate
+// for every page and redirect.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Reply<'a> {
     /// Proxy it, its target's matched prefix removed or replaced when `strip` says so.
