@@ -208,21 +208,7 @@ impl<'a> Annotations<'a> {
             if !key.starts_with(annotation::PREFIX) || annotation::KNOWN.contains(&key.as_str()) {
                 continue;
             }
-            let typed = key[annotation::PREFIX.len()..].to_ascii_lowercase();
-            // A known key that contains what was typed (`lb.sticky`) is the likelier meaning;
-            // otherwise the closest spelling.
-            let nearest = annotation::KNOWN
-                .iter()
-                .min_by_key(|k| {
-                    let known = k[annotation::PREFIX.len()..].to_ascii_lowercase();
-                    let part = typed.trim_start_matches("lb.");
-                    if !part.is_empty() && known.contains(part) {
-                        0
-                    } else {
-                        1 + edit_distance(&typed, &known)
-                    }
-                })
-                .copied()
+            let nearest = nearest_key(key, annotation::PREFIX, "lb.", &annotation::KNOWN)
                 .unwrap_or(annotation::HOST);
             self.warnings.push(Warning {
                 object: self.who.clone(),
@@ -257,6 +243,30 @@ pub(super) fn asks_for_routes(svc: &Service) -> Option<bool> {
         return Some(b);
     }
     (map.contains_key(annotation::HOST) || map.contains_key(annotation::ACL_MATCH)).then_some(true)
+}
+
+/// The known key (each under `prefix`) a user most likely meant by `key`: one that contains
+/// what was typed after `prefix` and `common` (`lb.sticky`: `lb.cookie-sticky-session`) is the
+/// likelier meaning; otherwise the closest spelling.
+pub(super) fn nearest_key(
+    key: &str,
+    prefix: &str,
+    common: &str,
+    known: &[&'static str],
+) -> Option<&'static str> {
+    let typed = key.get(prefix.len()..)?.to_ascii_lowercase();
+    let part = typed.trim_start_matches(common);
+    known
+        .iter()
+        .min_by_key(|k| {
+            let known = k.get(prefix.len()..).unwrap_or(k).to_ascii_lowercase();
+            if !part.is_empty() && known.contains(part) {
+                0
+            } else {
+                1 + edit_distance(&typed, &known)
+            }
+        })
+        .copied()
 }
 
 pub(super) fn settings(

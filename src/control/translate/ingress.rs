@@ -321,6 +321,17 @@ impl<'a> Builder<'a> {
                     self.warn_ingress(&who, format!("path {} {why}; path skipped", show(path)));
                     continue;
                 }
+                if looks_like_regex(path) {
+                    self.warn_ingress(
+                        &who,
+                        format!(
+                            "path {} looks like a regular expression (ingress-nginx's \
+                             use-regex), which switchyard does not serve yet; it is matched as \
+                             a literal prefix",
+                            show(path)
+                        ),
+                    );
+                }
                 // Prefix matching is element-wise and ignores a trailing slash (the spec:
                 // `/foo/` matches `/foo`).
                 let key = if exact {
@@ -402,10 +413,13 @@ impl<'a> Builder<'a> {
             } else if ia::KNOWN.contains(&k.as_str()) {
                 values.insert(ours_key(k), (k.as_str(), v.as_str()));
             } else if k.starts_with(ia::PREFIX) {
+                let hint = nearest_key(k, ia::PREFIX, "", &ia::KNOWN)
+                    .map(|n| format!("; did you mean {n}?"))
+                    .unwrap_or_default();
                 self.warnings.push(Warning {
                     object: who.clone(),
                     reason: WarningReason::InvalidAnnotation,
-                    message: format!("unknown annotation {k}; ignored"),
+                    message: format!("unknown annotation {k}; ignored{hint}"),
                 });
             } else if k.starts_with(ia::NGINX_PREFIX)
                 && !nginx_harmless(k, v)
@@ -451,9 +465,11 @@ impl<'a> Builder<'a> {
                         bad(
                             key,
                             v,
-                            "uses capture groups ($1), which need regular-expression paths; \
-                             switchyard replaces the matched prefix only; ignored"
-                                .into(),
+                            format!(
+                                "uses capture groups ({}), which need regular-expression paths; \
+                                 switchyard replaces the matched prefix only; ignored",
+                                capture_groups(v)
+                            ),
                         );
                     } else if let Err(why) = validate_prefix(v.trim()) {
                         bad(key, v, format!("{why}; ignored"));
@@ -499,7 +515,16 @@ impl<'a> Builder<'a> {
                 },
                 ia::PROXY_BODY_SIZE => match body_size(v) {
                     Ok(n) => s.max_body = n,
-                    Err(why) => bad(key, v, format!("{why}; no limit applies")),
+                    // A limit that cannot be read is not dropped: no body is taken until the
+                    // value is fixed (a GET without one is served).
+                    Err(why) => {
+                        bad(
+                            key,
+                            v,
+                            format!("{why}; no request body is accepted until it is fixed (413)"),
+                        );
+                        s.max_body = Some(0);
+                    }
                 },
                 _ => {}
             }
@@ -738,6 +763,31 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// The capture groups a rewrite target names (`$1, $2`), as written, for a warning.
+fn capture_groups(v: &str) -> String {
+    let mut groups: Vec<&str> = Vec::new();
+    for (i, _) in v.match_indices('$') {
+        let digits = v[i + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or(&v[i..], |n| &v[i..i + 1 + n]);
+        if digits.len() > 1 && !groups.contains(&digits) {
+            groups.push(digits);
+        }
+    }
+    if groups.is_empty() {
+        "$".into()
+    } else {
+        groups.join(", ")
+    }
+}
+
+/// Whether an Ingress path holds what only a regular expression means (groups, classes,
+/// repetition, alternation, anchors), as ingress-nginx's `use-regex` paths do. A `.` alone
+/// is left out: literal paths hold dots (`/v1.2/`, `/favicon.ico`).
+fn looks_like_regex(path: &str) -> bool {
+    path.contains(['(', ')', '[', ']', '*', '+', '|', '^', '$', '{', '}', '\\'])
+}
+
 /// Every IPv4 and IPv6 client, as deny ranges: routes that refuse everyone.
 fn every_address() -> Vec<Cidr> {
     ["0.0.0.0/0", "::/0"]
@@ -806,15 +856,17 @@ fn read_timeout(v: &str) -> Result<Duration, String> {
 /// (powers of 1024, any case); `0` is no limit (`None`).
 fn body_size(v: &str) -> Result<Option<u64>, &'static str> {
     let v = v.trim();
-    let (digits, unit) = match v.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&v[..i], c.to_ascii_lowercase()),
-        _ => (v, ' '),
-    };
-    let shift = match unit {
-        ' ' => 0,
-        'k' => 10,
-        'm' => 20,
-        'g' => 30,
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    if digits.is_empty() {
+        return Err("is not a size like 1048576, 512k, 8m or 1g");
+    }
+    // nginx's units (`8m`); the ways people also write them (`8mb`, `8MiB`) mean the same.
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
         _ => return Err("has a unit other than k, m or g"),
     };
     let n: u64 = digits

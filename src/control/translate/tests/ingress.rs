@@ -798,12 +798,6 @@ fn protocol_timeout_and_body_size_annotations() {
             "soon",
             "not a duration",
         ),
-        (ingress_annotation::PROXY_BODY_SIZE, "8t", "unit other than"),
-        (
-            ingress_annotation::PROXY_BODY_SIZE,
-            "99999999999g",
-            "too large",
-        ),
     ] {
         let (p, w) = policy_of(annotated(base(), key, value));
         assert!(w.iter().any(|m| m.contains(why)), "{key}={value}: {w:?}");
@@ -812,6 +806,77 @@ fn protocol_timeout_and_body_size_annotations() {
             (None, None, None)
         );
     }
+    // A body limit is read as people write it, and one that cannot be read is not dropped:
+    // no body is taken until it is fixed.
+    for (value, bytes) in [
+        ("8mb", 8 << 20),
+        ("8MiB", 8 << 20),
+        ("512K", 512 << 10),
+        ("1g", 1 << 30),
+    ] {
+        let (p, w) = policy_of(annotated(
+            base(),
+            "nginx.ingress.kubernetes.io/proxy-body-size",
+            value,
+        ));
+        assert_eq!((p.max_body, w.len()), (Some(bytes), 0), "{value}: {w:?}");
+    }
+    for (value, why) in [
+        ("8t", "unit other than"),
+        ("99999999999g", "too large"),
+        ("eight", "is not a size"),
+        ("-1m", "is not a size"),
+    ] {
+        let (p, w) = policy_of(annotated(
+            base(),
+            ingress_annotation::PROXY_BODY_SIZE,
+            value,
+        ));
+        assert!(
+            w.iter()
+                .any(|m| m.contains(why) && m.contains("no request body")),
+            "{value}: {w:?}"
+        );
+        assert_eq!(p.max_body, Some(0), "{value}: the limit fails closed");
+    }
+}
+
+#[test]
+fn typos_and_regular_expressions_are_named_in_warnings() {
+    let i = ing(
+        "default",
+        "i",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![
+                path(
+                    "/something(/|$)(.*)",
+                    "ImplementationSpecific",
+                    backend("web", 80),
+                ),
+                path("/v1.2/files", "Prefix", backend("web", 80)),
+            ],
+        )],
+    );
+    let i = annotated(i, "switchyard.io/ssl-redirct", "false");
+    let i = annotated(i, "nginx.ingress.kubernetes.io/rewrite-target", "/$2");
+    let (_, w) = with(&[i]);
+    let warned = ingress_warnings(&w);
+    let has = |s: &str| warned.iter().any(|m| m.contains(s));
+    assert!(
+        has("did you mean switchyard.io/ssl-redirect?"),
+        "{warned:?}"
+    );
+    assert!(has("capture groups ($2)"), "{warned:?}");
+    assert!(
+        has("\"/something(/|$)(.*)\" looks like a regular expression"),
+        "{warned:?}"
+    );
+    assert!(
+        !has("/v1.2/files"),
+        "a dot is no regular expression: {warned:?}"
+    );
 }
 
 /// The bundled demo (`--demo`) serves its Ingresses beside its annotated Services, cleanly.
