@@ -540,6 +540,9 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
             return Err(RunError::KubeConfig("no client configuration".into()));
         }
     };
+    for note in &objects.unread {
+        tracing::warn!("{note}");
+    }
     let (services, slices) = (&objects.services, &objects.slices);
     let refs = objects.ingress_refs();
     let (built, warnings) =

@@ -711,13 +711,30 @@ pub enum ConfigError {
     BackendClientCert(&'static str, String, String),
     #[error("--gateway-addresses {0}: a Gateway's address must be a specific address, not {0}")]
     GatewayAddress(IpAddr),
+    #[error("--manifests {0}: no such file or directory")]
+    NoManifests(String),
+    #[error("--demo: cannot write the bundled manifest: {0}")]
+    Demo(String),
 }
 
 impl Config {
+    /// Checks that the sources exist: a `--manifests` path that does not is a bad flag (one
+    /// line, exit 2), not a process left unready for ever. Apart from `from_args`, whose
+    /// checks need no file system.
+    pub fn check_sources(&self) -> Result<(), ConfigError> {
+        if let Source::Manifests(paths) = &self.source
+            && let Some(missing) = paths.iter().find(|p| !p.exists())
+        {
+            return Err(ConfigError::NoManifests(missing.display().to_string()));
+        }
+        Ok(())
+    }
+
     pub fn from_args(args: Args) -> Result<Config, ConfigError> {
         let mut manifests = args.manifests;
         if args.demo && manifests.is_empty() {
-            manifests.push(PathBuf::from(crate::demo::MANIFEST_PATH));
+            manifests
+                .push(crate::demo::manifest_path().map_err(|e| ConfigError::Demo(e.to_string()))?);
         }
         // `KUBECONFIG` is often set in a shell; explicit manifests still win over it.
         let source = if manifests.is_empty() {

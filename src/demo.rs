@@ -13,6 +13,25 @@ use tokio::net::{TcpListener, TcpStream};
 /// The manifest `--demo` serves when no `--manifests` is given (in the source tree).
 pub const MANIFEST_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo.yaml");
 
+/// The same manifest, compiled in, for a binary run away from its source tree (the container
+/// image, an installed copy).
+pub const MANIFEST: &str = include_str!("../examples/demo.yaml");
+
+/// The manifest file `--demo` serves: the source tree's, where it is (edits to it are live),
+/// else the compiled-in copy written to a file of this process in the temporary directory.
+pub fn manifest_path() -> std::io::Result<std::path::PathBuf> {
+    manifest_path_from(std::path::Path::new(MANIFEST_PATH))
+}
+
+fn manifest_path_from(tree: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    if tree.is_file() {
+        return Ok(tree.to_path_buf());
+    }
+    let copy = std::env::temp_dir().join(format!("switchyard-demo-{}.yaml", std::process::id()));
+    std::fs::write(&copy, MANIFEST)?;
+    Ok(copy)
+}
+
 /// The demo backends' ports.
 pub const PORTS: [u16; 2] = [9001, 9002];
 
@@ -91,5 +110,21 @@ async fn connection(mut stream: TcpStream, name: String) {
         if stream.write_all(resp.as_bytes()).await.is_err() || has_body {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn away_from_the_source_tree_the_compiled_in_manifest_is_served() {
+        let here = manifest_path().unwrap();
+        assert_eq!(here, std::path::Path::new(MANIFEST_PATH));
+        let away =
+            manifest_path_from(std::path::Path::new("/nonexistent/examples/demo.yaml")).unwrap();
+        assert_ne!(away, here);
+        assert_eq!(std::fs::read_to_string(&away).unwrap(), MANIFEST);
+        let _ = std::fs::remove_file(away);
     }
 }

@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let config = match Config::from_args(args) {
+    let config = match Config::from_args(args).and_then(|c| c.check_sources().map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("switchyard: {e}");

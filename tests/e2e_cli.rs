@@ -364,3 +364,38 @@ fn no_color_turns_colour_off_on_a_terminal() {
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
+
+/// A `--manifests` path that does not exist is a bad flag: one line naming it, exit 2, at
+/// once (it used to leave the process running, unready for ever). A manifest with a misspelt
+/// field or kind is served, and the log names what was not read.
+#[test]
+fn a_missing_manifest_is_a_bad_flag_and_typos_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("nope.yaml");
+    let out = run(&["--manifests", gone.to_str().unwrap()], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--manifests") && err.contains("nope.yaml") && err.contains("no such file"),
+        "{err}"
+    );
+    let m = dir.path().join("typos.yaml");
+    std::fs::write(
+        &m,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  prots: [{port: 80}]\n\
+         ---\napiVersion: v1\nkind: Servce\nmetadata: {name: x}\n",
+    )
+    .unwrap();
+    let out = run(&["--dry-run", "--manifests", m.to_str().unwrap()], &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("Service default/web: spec.prots: not a field switchyard knows"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kind Servce") && err.contains("did you mean Service?"),
+        "{err}"
+    );
+}

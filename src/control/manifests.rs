@@ -54,6 +54,10 @@ pub struct Objects {
     /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
     pub reference_grants: Vec<ReferenceGrant>,
     pub namespaces: Vec<Namespace>,
+    /// What was read past without effect and was likely meant to have one: a field its object
+    /// has not (`spec.prots`), a kind that is a misspelling of one switchyard reads
+    /// (`Servce`). Each names its file, document and object; the loader logs them.
+    pub unread: Vec<String>,
 }
 
 impl Objects {
@@ -82,6 +86,7 @@ impl Objects {
         self.http_routes.extend(other.http_routes);
         self.reference_grants.extend(other.reference_grants);
         self.namespaces.extend(other.namespaces);
+        self.unread.extend(other.unread);
     }
 }
 
@@ -132,19 +137,132 @@ pub fn parse_into(text: &str, path: &Path, objects: &mut Objects) -> Result<(), 
         // `end` only skips whitespace: it fails while another document follows.
         while de.end().is_err() {
             document += 1;
+            let from = objects.unread.len();
             ObjectSeed { out: objects }
                 .deserialize(&mut de)
                 .map_err(|e| err(document, e.to_string()))?;
+            locate(&mut objects.unread[from..], path, document);
         }
     } else {
         // The iterator may repeat an error forever, so stop at the first one.
         for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+            let from = objects.unread.len();
             ObjectSeed { out: objects }
                 .deserialize(doc)
                 .map_err(|e| err(i + 1, e.to_string()))?;
+            locate(&mut objects.unread[from..], path, i + 1);
         }
     }
     Ok(())
+}
+
+/// Puts the file and document in front of the notes one document left.
+fn locate(notes: &mut [String], path: &Path, document: usize) {
+    for n in notes {
+        *n = format!("{}: document {document}: {n}", path.display());
+    }
+}
+
+/// The kinds switchyard reads, for a misspelt one.
+const KINDS: [&str; 12] = [
+    "Service",
+    "EndpointSlice",
+    "Endpoints",
+    "Ingress",
+    "IngressClass",
+    "Secret",
+    "ConfigMap",
+    "GatewayClass",
+    "Gateway",
+    "HTTPRoute",
+    "ReferenceGrant",
+    "Namespace",
+];
+
+/// The kind switchyard reads that `kind` is likely a misspelling of (at most two edits, any
+/// case), if any: a kind no one spells that way is another API's, ignored without a word.
+fn misspelt_kind(kind: &str) -> Option<&'static str> {
+    KINDS
+        .iter()
+        .map(|k| {
+            (
+                edit_distance(&kind.to_ascii_lowercase(), &k.to_ascii_lowercase()),
+                *k,
+            )
+        })
+        .filter(|&(d, _)| d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance (kinds are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Reads a `T` under key `at`, noting each path in it that `T` has no field for
+/// (`spec.prots`) in `unread`.
+struct Noted<'u, T> {
+    at: &'static str,
+    unread: &'u mut Vec<String>,
+    of: std::marker::PhantomData<T>,
+}
+
+impl<'u, T> Noted<'u, T> {
+    fn at(at: &'static str, unread: &'u mut Vec<String>) -> Self {
+        Noted {
+            at,
+            unread,
+            of: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'de, T: de::Deserialize<'de>> DeserializeSeed<'de> for Noted<'_, T> {
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<T, D::Error> {
+        let (at, unread) = (self.at, self.unread);
+        serde_ignored::deserialize(de, |path| {
+            let mut out = at.to_string();
+            dotted(&path, &mut out);
+            unread.push(out);
+        })
+    }
+}
+
+/// `path` as `a.b.0.c` (serde_ignored writes an optional value's step as `?`).
+fn dotted(path: &serde_ignored::Path<'_>, out: &mut String) {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => {}
+        Path::Seq { parent, index } => {
+            dotted(parent, out);
+            out.push('.');
+            out.push_str(&index.to_string());
+        }
+        Path::Map { parent, key } => {
+            dotted(parent, out);
+            out.push('.');
+            out.push_str(key);
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => {
+            dotted(parent, out);
+        }
+    }
 }
 
 // === impl ObjectSeed ===
@@ -191,6 +309,30 @@ enum Partial {
 }
 
 impl Partial {
+    /// The object's `namespace/name` (`default` when it names no namespace), for a note.
+    fn name(&self) -> String {
+        let meta = match self {
+            Partial::Service(o) => &o.metadata,
+            Partial::Slice(o) => &o.metadata,
+            Partial::Endpoints(o) => &o.metadata,
+            Partial::Ingress(o) => &o.metadata,
+            Partial::Class(o) => &o.metadata,
+            Partial::Secret(o) => &o.metadata,
+            Partial::ConfigMap(o) => &o.metadata,
+            Partial::GatewayClass(o) => &o.metadata,
+            Partial::Gateway(o) => &o.metadata,
+            Partial::HTTPRoute(o) => &o.metadata,
+            Partial::ReferenceGrant(o) => &o.metadata,
+            Partial::Namespace(o) => &o.metadata,
+            Partial::List | Partial::Other => return String::new(),
+        };
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or("")
+        )
+    }
+
     fn for_kind(kind: &str) -> Partial {
         match kind {
             "Service" => Partial::Service(Box::default()),
@@ -242,6 +384,8 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
         // Keys read before `kind`, replayed once it is known.
         let mut early: Vec<(String, Value)> = Vec::new();
         let mut items: Option<Items> = None;
+        // Paths of this object that its type has no field for.
+        let mut unread: Vec<String> = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
             match (key.as_str(), kind.as_mut()) {
                 ("kind", None) => {
@@ -255,7 +399,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 }
                 (_, None) => early.push((key, map.next_value()?)),
                 (_, Some((k, partial))) => {
-                    field(partial, &key, &mut map).map_err(|e| invalid(k, e))?;
+                    field(partial, &key, &mut map, &mut unread).map_err(|e| invalid(k, e))?;
                 }
             }
         }
@@ -263,7 +407,28 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
             return Err(de::Error::custom("not a Kubernetes object: no `kind`"));
         };
         for (key, value) in early {
-            replay(&mut partial, &key, value).map_err(|e| invalid(&kind, e))?;
+            replay(&mut partial, &key, value, &mut unread).map_err(|e| invalid(&kind, e))?;
+        }
+        if matches!(partial, Partial::Other)
+            && let Some(meant) = misspelt_kind(&kind)
+        {
+            self.out.unread.push(format!(
+                "kind {kind} is not one switchyard reads (did you mean {meant}?); the object is \
+                 ignored"
+            ));
+        }
+        if !unread.is_empty() && !matches!(partial, Partial::Other | Partial::List) {
+            self.out.unread.push(format!(
+                "{kind} {}: {}: not {} switchyard knows in {kind} (misspelt, or not served); \
+                 ignored",
+                partial.name(),
+                unread.join(", "),
+                if unread.len() == 1 {
+                    "a field"
+                } else {
+                    "fields"
+                }
+            ));
         }
         if let Some(v) = &api_version {
             if foreign_group(&partial, v) {
@@ -367,20 +532,27 @@ fn field<'de, A: MapAccess<'de>>(
     partial: &mut Partial,
     key: &str,
     map: &mut A,
+    unread: &mut Vec<String>,
 ) -> Result<(), A::Error> {
     match (partial, key) {
         (Partial::Service(s), "metadata") => s.metadata = map.next_value()?,
-        (Partial::Service(s), "spec") => s.spec = map.next_value()?,
+        (Partial::Service(s), "spec") => s.spec = map.next_value_seed(Noted::at("spec", unread))?,
         (Partial::Slice(s), "metadata") => s.metadata = map.next_value()?,
         (Partial::Slice(s), "addressType") => s.address_type = map.next_value()?,
-        (Partial::Slice(s), "endpoints") => s.endpoints = map.next_value()?,
-        (Partial::Slice(s), "ports") => s.ports = map.next_value()?,
+        (Partial::Slice(s), "endpoints") => {
+            s.endpoints = map.next_value_seed(Noted::at("endpoints", unread))?;
+        }
+        (Partial::Slice(s), "ports") => {
+            s.ports = map.next_value_seed(Noted::at("ports", unread))?
+        }
         (Partial::Endpoints(e), "metadata") => e.metadata = map.next_value()?,
-        (Partial::Endpoints(e), "subsets") => e.subsets = map.next_value()?,
+        (Partial::Endpoints(e), "subsets") => {
+            e.subsets = map.next_value_seed(Noted::at("subsets", unread))?;
+        }
         (Partial::Ingress(i), "metadata") => i.metadata = map.next_value()?,
-        (Partial::Ingress(i), "spec") => i.spec = map.next_value()?,
+        (Partial::Ingress(i), "spec") => i.spec = map.next_value_seed(Noted::at("spec", unread))?,
         (Partial::Class(c), "metadata") => c.metadata = map.next_value()?,
-        (Partial::Class(c), "spec") => c.spec = map.next_value()?,
+        (Partial::Class(c), "spec") => c.spec = map.next_value_seed(Noted::at("spec", unread))?,
         (Partial::Secret(s), "metadata") => s.metadata = map.next_value()?,
         (Partial::Secret(s), "type") => s.type_ = map.next_value()?,
         (Partial::Secret(s), "data") => s.data = map.next_value()?,
@@ -389,28 +561,46 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::ConfigMap(c), "data") => c.data = map.next_value()?,
         (Partial::ConfigMap(c), "binaryData") => c.binary_data = map.next_value()?,
         (Partial::GatewayClass(c), "metadata") => c.metadata = map.next_value()?,
-        (Partial::GatewayClass(c), "spec") => c.spec = map.next_value()?,
+        (Partial::GatewayClass(c), "spec") => {
+            c.spec = map.next_value_seed(Noted::at("spec", unread))?;
+        }
         (Partial::Gateway(g), "metadata") => g.metadata = map.next_value()?,
-        (Partial::Gateway(g), "spec") => g.spec = map.next_value()?,
+        (Partial::Gateway(g), "spec") => g.spec = map.next_value_seed(Noted::at("spec", unread))?,
         (Partial::HTTPRoute(r), "metadata") => r.metadata = map.next_value()?,
-        (Partial::HTTPRoute(r), "spec") => r.spec = map.next_value()?,
+        (Partial::HTTPRoute(r), "spec") => {
+            r.spec = map.next_value_seed(Noted::at("spec", unread))?
+        }
         (Partial::ReferenceGrant(g), "metadata") => g.metadata = map.next_value()?,
-        (Partial::ReferenceGrant(g), "spec") => g.spec = map.next_value()?,
+        (Partial::ReferenceGrant(g), "spec") => {
+            g.spec = map.next_value_seed(Noted::at("spec", unread))?;
+        }
         // Only the labels matter (allowedRoutes selectors); spec and status are skipped.
         (Partial::Namespace(n), "metadata") => n.metadata = map.next_value()?,
         // `status`, a repeated `kind`, other kinds' fields: read past without building them.
-        _ => {
+        (partial, key) => {
             map.next_value::<IgnoredAny>()?;
+            if !matches!(
+                partial,
+                Partial::Other | Partial::List | Partial::Namespace(_)
+            ) && !matches!(key, "status" | "kind" | "immutable")
+            {
+                unread.push(key.to_string());
+            }
         }
     }
     Ok(())
 }
 
 /// `field` for a key that was buffered before `kind` was known.
-fn replay(partial: &mut Partial, key: &str, value: Value) -> Result<(), serde_json::Error> {
+fn replay(
+    partial: &mut Partial,
+    key: &str,
+    value: Value,
+    unread: &mut Vec<String>,
+) -> Result<(), serde_json::Error> {
     let mut one = MapDeserializer::new(std::iter::once((key, value)));
     if one.next_key::<IgnoredAny>()?.is_some() {
-        field(partial, key, &mut one)?;
+        field(partial, key, &mut one, unread)?;
     }
     one.end()
 }
@@ -678,6 +868,10 @@ pub async fn watch(
         last = Some(fp);
         match load(&paths) {
             Ok(objects) => {
+                // Logged at each load (a file changed): a typo is named until it is fixed.
+                for note in &objects.unread {
+                    tracing::warn!("{note}");
+                }
                 let refs = objects.ingress_refs();
                 pipeline.apply_with(&objects.services, &objects.slices, refs.inputs());
             }
@@ -695,6 +889,33 @@ mod tests {
     fn parse(text: &str, name: &str) -> Result<Objects, ManifestError> {
         let mut o = Objects::default();
         parse_into(text, Path::new(name), &mut o).map(|()| o)
+    }
+
+    #[test]
+    fn fields_and_kinds_that_are_misspelt_are_named() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+                    spec:\n  prots: [{port: 80}]\n  ports: [{port: 81, nmae: x}]\nsepc: {}\n\
+                    status: {}\n---\napiVersion: v1\nkind: Servce\nmetadata: {name: a}\n---\n\
+                    apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {x: 1}\n\
+                    ---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: i}\n\
+                    spec:\n  rules: [{host: a.test, htp: {}}]\n";
+        let o = parse(text, "m.yaml").unwrap();
+        assert_eq!(o.services.len(), 1, "the object is still read");
+        assert_eq!(
+            o.unread,
+            [
+                "m.yaml: document 1: Service shop/web: spec.prots, spec.ports.0.nmae, sepc: \
+                 not fields switchyard knows in Service (misspelt, or not served); ignored",
+                "m.yaml: document 2: kind Servce is not one switchyard reads (did you mean \
+                 Service?); the object is ignored",
+                "m.yaml: document 4: Ingress default/i: spec.rules.0.htp: not a field \
+                 switchyard knows in Ingress (misspelt, or not served); ignored",
+            ]
+        );
+        // Objects of other kinds, and well-formed ones, leave no note.
+        let clean = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  ports: \
+                     [{port: 80}]\nstatus: {loadBalancer: {}}\n---\nkind: PodDisruptionBudget\n";
+        assert!(parse(clean, "c.yaml").unwrap().unread.is_empty());
     }
 
     const SVC: &str =
