@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::networking::v1::{IngressClass, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -84,6 +86,9 @@ fn every_manifest_parses_into_its_type() {
             "Service" => drop(round_trip::<Service>(&file, &v)),
             "ConfigMap" => drop(round_trip::<ConfigMap>(&file, &v)),
             "NetworkPolicy" => drop(round_trip::<NetworkPolicy>(&file, &v)),
+            "IngressClass" => drop(round_trip::<IngressClass>(&file, &v)),
+            "PodDisruptionBudget" => drop(round_trip::<PodDisruptionBudget>(&file, &v)),
+            "PriorityClass" => drop(round_trip::<PriorityClass>(&file, &v)),
             "Kustomization" => {
                 for r in v["resources"].as_array().unwrap() {
                     let path = file.parent().unwrap().join(r.as_str().unwrap());
@@ -135,10 +140,31 @@ fn workload_flags_parse_and_grace_period_covers_shutdown() {
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let config = Config::from_args(parsed).unwrap();
         let grace = spec.termination_grace_period_seconds.unwrap_or(30);
-        let needed = (config.shutdown_delay + config.shutdown_grace).as_secs();
+        // A preStop sleep runs before SIGTERM, inside the same grace period.
+        let pre_stop = c
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|h| h.sleep.as_ref())
+            .map_or(0, |s| u64::try_from(s.seconds).unwrap());
+        let needed = pre_stop + (config.shutdown_delay + config.shutdown_grace).as_secs();
         assert!(
             needed < u64::try_from(grace).unwrap(),
-            "{}: delay + grace {needed}s must fit in terminationGracePeriodSeconds {grace}",
+            "{}: preStop + delay + grace {needed}s must fit in terminationGracePeriodSeconds \
+             {grace}",
+            file.display()
+        );
+        // An image that says which release it is, the crate's own.
+        assert_eq!(
+            c.image.as_deref(),
+            Some(concat!("switchyard:", env!("CARGO_PKG_VERSION"))),
+            "{}",
+            file.display()
+        );
+        let ready = c.readiness_probe.as_ref().unwrap();
+        assert!(
+            ready.failure_threshold.unwrap_or(3) >= 2,
+            "{}: one slow probe must not take the pod out",
             file.display()
         );
         let probe = c
@@ -398,4 +424,70 @@ fn offline_configmap_routes_translate_cleanly() {
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(table.entries.len(), 1);
     assert_eq!(table.entries[0].endpoints.len(), 2);
+}
+
+/// The cluster install ships what an ingress pod needs to be served and kept: an IngressClass
+/// of switchyard's controller (not the cluster default unless the user opts in), a disruption
+/// budget that selects the Deployment's pods, replicas spread over nodes, and a priority
+/// class that exists.
+#[test]
+fn the_install_ships_a_class_a_budget_spread_and_priority() {
+    let docs = documents();
+    let of = |kind: &str| -> Vec<Value> {
+        docs.iter()
+            .filter(|(f, v)| {
+                v["kind"] == kind
+                    && f.parent() == Some(deploy_dir().as_path())
+                    && !f.ends_with("offline.yaml")
+            })
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let classes = of("IngressClass");
+    assert_eq!(classes.len(), 1);
+    let class: IngressClass = serde_json::from_value(classes[0].clone()).unwrap();
+    assert_eq!(
+        class.spec.unwrap().controller.as_deref(),
+        Some(switchyard::control::translate::DEFAULT_CONTROLLER_NAME)
+    );
+    assert!(
+        class
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("ingressclass.kubernetes.io/is-default-class")
+            .is_none(),
+        "the default class is the user's choice"
+    );
+    let deployment: Deployment = serde_json::from_value(of("Deployment")[0].clone()).unwrap();
+    let labels = deployment
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    let pdb: PodDisruptionBudget =
+        serde_json::from_value(of("PodDisruptionBudget")[0].clone()).unwrap();
+    let selects = pdb.spec.unwrap().selector.unwrap().match_labels.unwrap();
+    assert!(
+        selects.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "{selects:?} against {labels:?}"
+    );
+    let pod = deployment.spec.template.spec.unwrap();
+    let spread = pod.topology_spread_constraints.unwrap_or_default();
+    assert!(
+        spread
+            .iter()
+            .any(|t| t.topology_key == "kubernetes.io/hostname"),
+        "{spread:?}"
+    );
+    let priority: PriorityClass = serde_json::from_value(of("PriorityClass")[0].clone()).unwrap();
+    assert_eq!(pod.priority_class_name, priority.metadata.name);
+    let kustomization = std::fs::read_to_string(deploy_dir().join("kustomization.yaml")).unwrap();
+    for file in ["ingressclass.yaml", "pdb.yaml", "priorityclass.yaml"] {
+        assert!(kustomization.contains(file), "{file} is not installed");
+    }
 }
