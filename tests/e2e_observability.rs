@@ -147,6 +147,18 @@ async fn metrics_after_a_known_sequence_of_requests() {
         assert_eq!(r.backend().as_deref(), Some("live"));
     }
 
+    // The stats page counts the 503 switchyard answered for the entry without endpoints, as
+    // the metrics do (it showed 0).
+    let page = sy.stats("/?json").await.json();
+    let empty = page["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["type"] == "entry" && row["entry"] == "empty")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(empty["hrsp_5xx"], 1, "{empty}");
+
     let (_, m) = metrics(&sy).await;
     let web = |name: &str| value(&m, &format!("switchyard_{name}{{entry=\"web\"}}"));
     assert_eq!(

@@ -139,6 +139,12 @@ impl Recorder {
                         }
                     }
                     endpoint = Some(ep.addr);
+                } else {
+                    let own = &entry.state.own_answers;
+                    own.bytes_out.fetch_add(f.bytes_out, Ordering::Relaxed);
+                    if let Some(c) = own.responses.get(status_class(f.status)) {
+                        c.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             _ if f.rejected.is_none() => self.unmatched.inc(),

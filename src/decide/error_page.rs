@@ -29,7 +29,9 @@ impl ErrorPage {
         let detail = match status {
             404 => "No route matches this host and path.",
             403 => "This route does not serve your address.",
-            503 => "This service has no ready endpoints.",
+            503 => {
+                "No endpoint can serve this request: its Service has no ready endpoint, or does not exist."
+            }
             _ => "The load balancer could not serve this request.",
         };
         let body = format!(

@@ -379,6 +379,10 @@ pub fn snapshot(
             for r in &eps {
                 totals.add(r);
             }
+            // What switchyard answered itself for the entry (503 with no ready endpoint).
+            let mut own = Row::default();
+            fill_traffic(&mut own, &entry.state.own_answers, now);
+            totals.add(&own);
             rows.push(totals);
             rows.extend(eps);
         }

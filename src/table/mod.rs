@@ -162,6 +162,10 @@ pub struct EntryState {
     /// This entry's traffic to each of its endpoints (the stats page). Per entry, not per
     /// address: two Services on one address each see their own traffic.
     pub totals: EndpointTotals,
+    /// Requests of this entry that no endpoint served: answered by switchyard itself (503
+    /// when none is ready, 502/504 when every try failed before an endpoint was kept). The
+    /// stats page adds them to the entry's row, as HAProxy counts a backend's own answers.
+    pub own_answers: Totals,
 }
 
 impl Default for EntryState {
@@ -170,6 +174,7 @@ impl Default for EntryState {
             cursor: AtomicUsize::new(0),
             affinity: LazyLock::new(AffinityTable::default),
             totals: EndpointTotals::default(),
+            own_answers: Totals::default(),
         }
     }
 }
