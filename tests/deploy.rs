@@ -451,12 +451,11 @@ fn the_install_ships_a_class_a_budget_spread_and_priority() {
         Some(switchyard::control::translate::DEFAULT_CONTROLLER_NAME)
     );
     assert!(
-        class
+        !class
             .metadata
             .annotations
             .unwrap_or_default()
-            .get("ingressclass.kubernetes.io/is-default-class")
-            .is_none(),
+            .contains_key("ingressclass.kubernetes.io/is-default-class"),
         "the default class is the user's choice"
     );
     let deployment: Deployment = serde_json::from_value(of("Deployment")[0].clone()).unwrap();
