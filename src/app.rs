@@ -553,6 +553,46 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
     for w in &warnings {
         eprintln!("warning: {w}");
     }
+    // Ingresses of other controllers: not warnings (they are not switchyard's), but a user
+    // wondering why nothing is served should see them.
+    let served = built.memo.served_ingresses();
+    for ing in &objects.ingresses {
+        let key = (
+            ing.metadata.namespace.clone().unwrap_or_default(),
+            ing.metadata.name.clone().unwrap_or_default(),
+        );
+        let warned = warnings.iter().any(|w| {
+            w.object.kind == "Ingress" && (&w.object.namespace, &w.object.name) == (&key.0, &key.1)
+        });
+        let outside = config
+            .translate
+            .only_namespace
+            .as_ref()
+            .is_some_and(|ns| *ns != key.0);
+        if served.contains(&key) || warned || outside {
+            continue;
+        }
+        let class = ing
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref())
+            .or_else(|| {
+                ing.metadata
+                    .annotations
+                    .as_ref()?
+                    .get("kubernetes.io/ingress.class")
+                    .map(String::as_str)
+            });
+        eprintln!(
+            "skipped: Ingress {}/{}: {}, not one of switchyard's (--controller-name {})",
+            key.0,
+            key.1,
+            class.map_or("no class and no default class".to_string(), |c| format!(
+                "class {c}"
+            )),
+            config.translate.controller_name
+        );
+    }
     let json = match &config.explain {
         None if config.migration_preview => {
             serde_json::to_string_pretty(&translate::migration_preview(

@@ -399,3 +399,31 @@ fn a_missing_manifest_is_a_bad_flag_and_typos_are_named() {
         "{err}"
     );
 }
+
+/// `--dry-run` lists the Ingresses it does not serve because they are another controller's,
+/// so a user moving from ingress-nginx sees why nothing is served (issue 41, item 3).
+#[test]
+fn dry_run_lists_ingresses_of_other_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.yaml");
+    let objs: Vec<Value> = vec![
+        svc("web", 80).into(),
+        ingress_class("switchyard", false),
+        ing("mine")
+            .rule(Some("a.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+        ing("theirs")
+            .class(Some("nginx"))
+            .rule(Some("b.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    ];
+    std::fs::write(&m, multi_doc(&objs)).unwrap();
+    let out = run(&["--dry-run", "--manifests", m.to_str().unwrap()], &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("skipped: Ingress default/theirs: class nginx, not one of switchyard's"),
+        "{err}"
+    );
+    assert!(!err.contains("default/mine"), "{err}");
+}
