@@ -808,11 +808,12 @@ mod tests {
         let line = error_line(&e);
         assert_eq!(line.matches(&io().to_string()).count(), 1, "{line}");
         let e = RunError::from(tls::TlsError::Read {
+            flag: "--ssl-cert",
             path: "/nope.pem".into(),
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         });
         let line = error_line(&e);
         assert_eq!(line.matches("not found").count(), 1, "{line}");
-        assert!(line.starts_with("TLS: /nope.pem"), "{line}");
+        assert!(line.starts_with("TLS: --ssl-cert /nope.pem"), "{line}");
     }
 }

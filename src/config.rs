@@ -1109,6 +1109,13 @@ pub fn error_line(e: &clap::Error) -> String {
         line.push_str(": ");
         line.push_str(&missing.join(", "));
     }
+    // A value not among the accepted ones: say which are (clap writes them on a later line).
+    let valid = names(ContextKind::ValidValue);
+    if e.kind() == clap::error::ErrorKind::InvalidValue && !valid.is_empty() {
+        line.push_str(" (one of: ");
+        line.push_str(&valid.join(", "));
+        line.push(')');
+    }
     let suggested = names(ContextKind::SuggestedArg);
     if !suggested.is_empty() {
         let quoted: Vec<String> = suggested.iter().map(|s| format!("'{s}'")).collect();

@@ -427,3 +427,17 @@ fn dry_run_lists_ingresses_of_other_classes() {
     );
     assert!(!err.contains("default/mine"), "{err}");
 }
+
+/// Bad values say what is accepted, once, and name the flag (issue 41, item 11).
+#[test]
+fn bad_values_say_what_is_accepted() {
+    let out = run(&["--log-format", "yaml"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("(one of: text, json)"), "{err}");
+    let out = run(&["--manifests", "/tmp", "--server-timeout", "5x"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("months") && !err.contains("years"), "{err}");
+    assert!(err.contains("1h30m"), "{err}");
+}

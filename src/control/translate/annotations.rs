@@ -119,8 +119,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// a unit, several of them summed: `250ms`, `30s`, `5m`, `2h`, `1h30m`. At most a week.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("{s:?} is not a duration like 500ms, 30s, 5m or 2h ({e})"))?;
+    // humantime's own message offers months and years, which are never accepted here.
+    let d = humantime::parse_duration(s).map_err(|_| {
+        format!("{s:?} is not a duration like 500ms, 30s, 5m, 2h or 1h30m (ms, s, m, h, d)")
+    })?;
     if d > MAX_DURATION {
         return Err(format!("{s:?} is longer than a week"));
     }

@@ -76,6 +76,7 @@ impl Tls {
     pub fn load(options: &TlsOptions) -> Result<Tls, TlsError> {
         let now = SystemTime::now();
         let files = cert_files(options).map_err(|source| TlsError::Read {
+            flag: "--ssl-cert",
             path: options.cert.clone(),
             source,
         })?;
@@ -88,10 +89,12 @@ impl Tls {
         let mut seen = Seen::default();
         for path in &files {
             let (stamp, pem) = read_file(path).map_err(|source| TlsError::Read {
+                flag: "--ssl-cert",
                 path: path.clone(),
                 source,
             })?;
             let cert = LoadedCert::from_pem(&pem).map_err(|reason| TlsError::Invalid {
+                flag: "--ssl-cert",
                 path: path.clone(),
                 reason,
             })?;
@@ -115,11 +118,13 @@ impl Tls {
             None => None,
             Some(path) => {
                 let (stamp, pem) = read_file(path).map_err(|source| TlsError::Read {
+                    flag: "--ssl-ca-cert",
                     path: path.clone(),
                     source,
                 })?;
                 let auth = ClientAuth::from_pem(&pem, options.verify, now).map_err(|reason| {
                     TlsError::Invalid {
+                        flag: "--ssl-ca-cert",
                         path: path.clone(),
                         reason,
                     }

@@ -68,13 +68,19 @@ pub struct TlsOptions {
 /// Why TLS could not start. At runtime the same problems are warnings.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("{}: {source}", path.display())]
+    #[error("{flag} {}: {source}", path.display())]
     Read {
+        /// The flag that named the file (`--ssl-cert`, `--ssl-ca-cert`).
+        flag: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: {reason}", path.display())]
-    Invalid { path: PathBuf, reason: String },
+    #[error("{flag} {}: {reason}", path.display())]
+    Invalid {
+        flag: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
     #[error("{}: no certificate file in this directory", path.display())]
     EmptyDir { path: PathBuf },
     #[error("--ssl-default-cert {}: no such file (nor in the --ssl-cert directory)", path.display())]
