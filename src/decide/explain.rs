@@ -80,8 +80,12 @@ impl Query {
     }
 
     /// From `HOST/PATH`, `/PATH` (no Host), optionally led by `http://` or `https://` (which
-    /// picks the frontend).
+    /// picks the frontend); or from `/explain`'s query string (`host=H&path=P...`), which a
+    /// host can never look like (`=` is not in a host name).
     pub fn from_target(target: &str) -> Result<Query, String> {
+        if target.split('/').next().is_some_and(|h| h.contains('=')) {
+            return Query::from_query_string(target);
+        }
         let (frontend, rest) = if let Some(r) = target.strip_prefix("https://") {
             (Frontend::Https, r)
         } else {
@@ -1078,6 +1082,15 @@ mod tests {
         let t = Query::from_target("https://a.com").unwrap();
         assert_eq!((t.frontend, t.path.as_str()), (Frontend::Https, "/"));
         assert!(Query::from_target("").is_err());
+        // /explain's query string, as docs/migration.md writes it.
+        for qs in ["host=h.test&path=/p", "path=/p&host=h.test"] {
+            let t = Query::from_target(qs).unwrap();
+            assert_eq!(
+                (t.host.as_deref(), t.path.as_str()),
+                (Some("h.test"), "/p"),
+                "{qs}"
+            );
+        }
     }
 
     #[test]
