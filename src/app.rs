@@ -572,17 +572,7 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
         if served.contains(&key) || warned || outside {
             continue;
         }
-        let class = ing
-            .spec
-            .as_ref()
-            .and_then(|s| s.ingress_class_name.as_deref())
-            .or_else(|| {
-                ing.metadata
-                    .annotations
-                    .as_ref()?
-                    .get("kubernetes.io/ingress.class")
-                    .map(String::as_str)
-            });
+        let class = translate::ingress_class_of(ing);
         eprintln!(
             "skipped: Ingress {}/{}: {}, not one of switchyard's (--controller-name {})",
             key.0,

@@ -209,18 +209,7 @@ impl<'a> Builder<'a> {
     /// Whether switchyard serves `ing`: its class is one of ours, or it names none and one of
     /// ours is the default (or `--watch-ingress-without-class`).
     fn is_ours(&self, ing: &Ingress, classes: &BTreeSet<&str>, default_class: bool) -> bool {
-        let named = ing
-            .spec
-            .as_ref()
-            .and_then(|s| s.ingress_class_name.as_deref())
-            .or_else(|| {
-                ing.metadata
-                    .annotations
-                    .as_ref()?
-                    .get(LEGACY_CLASS_ANNOTATION)
-                    .map(String::as_str)
-            });
-        match named {
+        match class_of(ing) {
             Some(class) => classes.contains(class),
             None => default_class || self.options.watch_ingress_without_class,
         }
@@ -786,6 +775,20 @@ fn capture_groups(v: &str) -> String {
 /// is left out: literal paths hold dots (`/v1.2/`, `/favicon.ico`).
 fn looks_like_regex(path: &str) -> bool {
     path.contains(['(', ')', '[', ']', '*', '+', '|', '^', '$', '{', '}', '\\'])
+}
+
+/// The IngressClass an Ingress names: `spec.ingressClassName`, else the older annotation.
+pub fn class_of(ing: &Ingress) -> Option<&str> {
+    ing.spec
+        .as_ref()
+        .and_then(|s| s.ingress_class_name.as_deref())
+        .or_else(|| {
+            ing.metadata
+                .annotations
+                .as_ref()?
+                .get(LEGACY_CLASS_ANNOTATION)
+                .map(String::as_str)
+        })
 }
 
 /// Every IPv4 and IPv6 client, as deny ranges: routes that refuse everyone.

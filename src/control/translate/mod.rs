@@ -46,7 +46,9 @@ pub use self::annotations::{MAX_DURATION, parse_duration};
 use self::gateway::api::GatewayApiStatus;
 pub use self::gateway::{DEFAULT_GATEWAY_CONTROLLER_NAME, GatewayInputs, GatewayRefs};
 pub use self::incremental::Memo;
-pub use self::ingress::{DEFAULT_CONTROLLER_NAME, ingress_annotation};
+pub use self::ingress::{
+    DEFAULT_CONTROLLER_NAME, class_of as ingress_class_of, ingress_annotation,
+};
 pub use self::original::{Difference, Outcome, migration_preview};
 use self::{annotations::*, build::*, endpoints::*, incremental::*, inputs::*, trust::*};
 use crate::table::balance::Algorithm;
