@@ -70,6 +70,8 @@ const WINGS: &[Wing] = &[
             "serde",
             "serde_json",
             "serde_yaml_ng",
+            // Names the fields a manifest's object has that its kind does not (spec.prots).
+            "serde_ignored",
             "tracing",
             "thiserror",
             "ahash",
