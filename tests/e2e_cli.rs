@@ -78,6 +78,28 @@ fn logs_on_a_pipe_have_no_colour_codes() {
 }
 
 #[test]
+fn text_logs_quote_values_with_spaces_and_round_build_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest_with_a_warning(&dir);
+    let err = serve_briefly(&m, &[], &[]);
+    // A logfmt parser reads object="Service default/web" as one field (it split at the space).
+    assert!(
+        err.contains("object=\"Service default/web\""),
+        "object not quoted: {err}"
+    );
+    let swap = err
+        .lines()
+        .find(|l| l.contains("routing table swapped"))
+        .unwrap_or_default();
+    let build_ms = swap
+        .split(' ')
+        .find_map(|f| f.strip_prefix("build_ms="))
+        .unwrap_or_else(|| panic!("no build_ms: {swap}"));
+    let decimals = build_ms.split('.').nth(1).map_or(0, str::len);
+    assert!(decimals <= 2, "build_ms={build_ms}: {swap}");
+}
+
+#[test]
 fn log_format_json_writes_one_object_per_line() {
     let dir = tempfile::tempdir().unwrap();
     let m = manifest_with_a_warning(&dir);
@@ -91,8 +113,19 @@ fn log_format_json_writes_one_object_per_line() {
             for key in ["timestamp", "level", "target"] {
                 assert!(v.get(key).is_some(), "no {key}: {line}");
             }
-            assert!(v["fields"]["message"].is_string(), "no message: {line}");
+            // The event's fields beside timestamp and level, not nested under "fields".
+            assert!(v["message"].is_string(), "no message: {line}");
+            assert!(v.get("fields").is_none(), "nested fields: {line}");
         }
+        let warned = err
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["level"] == "WARN" && v["object"].is_string());
+        assert_eq!(
+            warned.as_ref().map(|v| v["object"].clone()),
+            Some(Value::from("Service default/web")),
+            "the warning's object as a top-level field: {err}"
+        );
     }
     let out = run(&["--log-format", "yaml"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

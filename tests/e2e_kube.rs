@@ -250,6 +250,21 @@ async fn broken_watch_relists_and_catches_missed_deletes() {
     api.apply(slice("web", "web-2", b2.port, true, true, false));
     let sy = Cluster::start(&api, &[]);
     sy.wait_ready().await;
+    // The watch's counters have a series per resource from the start, at 0, so that an alert
+    // on their rate works before the first error.
+    let metrics = try_request(sy.admin_port, "GET", "/metrics", &[])
+        .await
+        .expect("metrics")
+        .body;
+    for resource in ["services", "endpointslices", "ingresses", "httproutes"] {
+        for name in ["switchyard_watch_errors_total", "switchyard_relists_total"] {
+            let series = format!("{name}{{resource=\"{resource}\"}} 0");
+            assert!(
+                metrics.contains(&series),
+                "no {series} at start:\n{metrics}"
+            );
+        }
+    }
     let lists_before = api.lists(Kind::EndpointSlice);
     let load = Load::start(sy.http_port, "/web");
 

@@ -450,6 +450,21 @@ impl RetryBackoff {
     }
 }
 
+/// The `resource` label of every watch `ClusterSource::run` keeps.
+const WATCHED: [&str; 11] = [
+    "services",
+    "endpointslices",
+    "ingresses",
+    "ingressclasses",
+    "secrets",
+    "configmaps",
+    "gatewayclasses",
+    "gateways",
+    "httproutes",
+    "referencegrants",
+    "namespaces",
+];
+
 impl ClusterSource {
     /// Runs until `shutdown` turns true.
     pub async fn run(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -501,6 +516,14 @@ impl ClusterSource {
                 self.leader.clone(),
             )
         });
+        // Every resource's error and re-list counters exist from the start at 0, so that an
+        // alert on their rate has a series before the first error (they appeared only then).
+        for resource in WATCHED {
+            self.metrics
+                .watch_errors_total
+                .with_label_values(&[resource]);
+            self.metrics.relists_total.with_label_values(&[resource]);
+        }
         let mut coalescer = Coalescer::new(self.coalesce);
         loop {
             let ready = svc_store.synced
