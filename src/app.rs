@@ -757,8 +757,54 @@ impl BackgroundService for ClusterWatch {
     }
 }
 
+/// One field of a text log line, as logfmt parsers read it: the message bare, every other
+/// value quoted when it holds a space, a quote, an `=` or nothing (`object=Ingress shop/web`
+/// split into two fields before). The `log.*` fields of records from the `log` crate (Pingora's)
+/// are their metadata, already in the line's target.
+pub fn logfmt_field(
+    w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+    field: &tracing::field::Field,
+    value: &dyn std::fmt::Debug,
+) -> std::fmt::Result {
+    let name = field.name();
+    if name.starts_with("log.") {
+        return Ok(());
+    }
+    let text = format!("{value:?}");
+    if name == "message" {
+        return w.write_str(&text);
+    }
+    let name = name.strip_prefix("r#").unwrap_or(name);
+    write!(w, "{name}={}", logfmt_value(&text))
+}
+
+/// `text` as a logfmt value: as is when `Debug` already quoted it (a `&str` field), else as the
+/// access log writes its values (`push_logfmt_value`).
+fn logfmt_value(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 2);
+    crate::ops::access_log::push_logfmt_value(&mut out, text);
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn logfmt_values_with_spaces_are_quoted() {
+        assert_eq!(
+            logfmt_value("Ingress shop/rewrite"),
+            "\"Ingress shop/rewrite\""
+        );
+        assert_eq!(logfmt_value("shop/rewrite"), "shop/rewrite");
+        assert_eq!(logfmt_value("\"already quoted\""), "\"already quoted\"");
+        assert_eq!(logfmt_value(""), "\"\"");
+        assert_eq!(logfmt_value("a=b"), "\"a=b\"");
+        assert_eq!(logfmt_value("say \"hi\" \\"), "\"say \\\"hi\\\" \\\\\"");
+        assert_eq!(logfmt_value("two\nlines"), "\"two\\nlines\"");
+    }
+
     use super::*;
 
     #[test]

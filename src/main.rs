@@ -68,73 +68,9 @@ fn init_tracing(format: LogFormat) {
             // (no-color.org: any non-empty value).
             let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
             let ansi = std::io::stderr().is_terminal() && !no_color;
-            let fields = tracing_subscriber::fmt::format::debug_fn(logfmt_field).delimited(" ");
+            let fields = tracing_subscriber::fmt::format::debug_fn(switchyard::app::logfmt_field)
+                .delimited(" ");
             builder.fmt_fields(fields).with_ansi(ansi).init()
         }
-    }
-}
-
-/// One field of a text log line, as logfmt parsers read it: the message bare, every other
-/// value quoted when it holds a space, a quote, an `=` or nothing (`object=Ingress shop/web`
-/// split into two fields before). The `log.*` fields of records from the `log` crate (Pingora's)
-/// are their metadata, already in the line's target.
-fn logfmt_field(
-    w: &mut tracing_subscriber::fmt::format::Writer<'_>,
-    field: &tracing::field::Field,
-    value: &dyn std::fmt::Debug,
-) -> std::fmt::Result {
-    let name = field.name();
-    if name.starts_with("log.") {
-        return Ok(());
-    }
-    let text = format!("{value:?}");
-    if name == "message" {
-        return w.write_str(&text);
-    }
-    let name = name.strip_prefix("r#").unwrap_or(name);
-    write!(w, "{name}={}", logfmt_value(&text))
-}
-
-/// `text` as a logfmt value: as is when a parser reads it whole (a bare word, or already a
-/// quoted string as `Debug` writes a `&str`), else quoted with `"` and `\` escaped.
-fn logfmt_value(text: &str) -> std::borrow::Cow<'_, str> {
-    let quoted = text.len() >= 2 && text.starts_with('"') && text.ends_with('"');
-    let bare = !text.is_empty()
-        && !text
-            .chars()
-            .any(|c| c == ' ' || c == '"' || c == '=' || c == '\\' || c.is_control());
-    if quoted || bare {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    std::borrow::Cow::Owned(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::logfmt_value;
-
-    #[test]
-    fn logfmt_values_with_spaces_are_quoted() {
-        assert_eq!(
-            logfmt_value("Ingress shop/rewrite"),
-            "\"Ingress shop/rewrite\""
-        );
-        assert_eq!(logfmt_value("shop/rewrite"), "shop/rewrite");
-        assert_eq!(logfmt_value("\"already quoted\""), "\"already quoted\"");
-        assert_eq!(logfmt_value(""), "\"\"");
-        assert_eq!(logfmt_value("a=b"), "\"a=b\"");
-        assert_eq!(logfmt_value("say \"hi\" \\"), "\"say \\\"hi\\\" \\\\\"");
-        assert_eq!(logfmt_value("two\nlines"), "\"two\\nlines\"");
     }
 }

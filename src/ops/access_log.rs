@@ -278,6 +278,34 @@ fn json_line<T: Serialize>(kind: &'static str, record: &T) -> String {
     s
 }
 
+/// Appends `v` as a logfmt value: bare when a parser reads it whole, else quoted with quotes,
+/// backslashes and control characters escaped. The access log's lines and switchyard's own text
+/// log (the binary's field formatter) both write values with it.
+pub fn push_logfmt_value(out: &mut String, v: &str) {
+    let plain = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'=' && b != b'\\');
+    if plain {
+        out.push_str(v);
+        return;
+    }
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// A logfmt line builder: `key=value`, values quoted when they need it.
 struct Logfmt(String);
 
@@ -296,28 +324,7 @@ impl Logfmt {
 
     fn str(&mut self, k: &str, v: &str) {
         self.key(k);
-        let plain = !v.is_empty()
-            && v.bytes()
-                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'=' && b != b'\\');
-        if plain {
-            self.0.push_str(v);
-            return;
-        }
-        self.0.push('"');
-        for c in v.chars() {
-            match c {
-                '"' => self.0.push_str("\\\""),
-                '\\' => self.0.push_str("\\\\"),
-                '\n' => self.0.push_str("\\n"),
-                '\r' => self.0.push_str("\\r"),
-                '\t' => self.0.push_str("\\t"),
-                c if c.is_control() => {
-                    let _ = write!(self.0, "\\u{{{:04x}}}", u32::from(c));
-                }
-                c => self.0.push(c),
-            }
-        }
-        self.0.push('"');
+        push_logfmt_value(&mut self.0, v);
     }
 
     fn num(&mut self, k: &str, v: impl std::fmt::Display) {
