@@ -485,9 +485,11 @@ pub struct Args {
           env = "SWITCHYARD_ELECTION_ID")]
     pub election_id: String,
 
-    /// The leader-election lease duration (default 15s; renew deadline 2/3 of it, retry period
-    /// 2/15). Hidden and without an environment variable: only the tests shorten it.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide = true)]
+    /// How long a leader's Lease holds without renewal (3s to 5m, default 15s): a killed leader
+    /// (SIGKILL, a lost node) is replaced after about this long. The renew deadline is 2/3 of
+    /// it and the retry period 2/15, so they stay in client-go's order (lease > renew > retry).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease_duration,
+          env = "SWITCHYARD_ELECTION_LEASE_DURATION")]
     pub election_lease_duration: Option<Duration>,
 
     /// Set status.loadBalancer.ingress of served Ingresses to this Service's addresses
@@ -528,6 +530,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn parse_timeout(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err(format!("{s:?}: a timeout must be above zero")),
+        d => Ok(d),
+    }
+}
+
+/// A lease shorter than 3 s renews every 400 ms or faster, and one API-server hiccup costs
+/// the leadership; one longer than 5 minutes leaves status unwritten that long after a crash.
+fn parse_lease_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d < Duration::from_secs(3) || d > Duration::from_secs(300) => {
+            Err(format!("{s:?}: the lease duration is between 3s and 5m"))
+        }
         d => Ok(d),
     }
 }
@@ -987,6 +1000,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
         &[
             "leader_elect",
             "election_id",
+            "election_lease_duration",
             "publish_service",
             "publish_status_address",
         ],
@@ -1267,6 +1281,12 @@ mod tests {
         let e = c.election.unwrap();
         assert_eq!(e.renew_deadline, Duration::from_secs(2));
         assert_eq!(e.retry_period, Duration::from_millis(400));
+        assert!(e.lease_duration > e.renew_deadline && e.renew_deadline > e.retry_period);
+        for bad in ["2s", "500ms", "6m", "0s"] {
+            let flag = format!("--election-lease-duration={bad}");
+            let e = parse(&["--kubeconfig=/k", &flag]).unwrap_err();
+            assert!(error_line(&e).contains("between 3s and 5m"), "{bad}: {e}");
+        }
     }
 
     #[test]

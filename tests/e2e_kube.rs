@@ -407,6 +407,98 @@ async fn each_new_bad_value_is_its_own_event() {
     }
 }
 
+/// Two warnings with one reason about one Service version are two Events, each with its own
+/// note (kube's recorder folded the second into the first's series, its message lost), and
+/// once the Service is fixed a Normal `WarningsResolved` Event says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_warnings_with_one_reason_are_two_events_and_a_fix_resolves_them() {
+    let api = FakeApi::start().await;
+    api.apply(slice_at(
+        "web",
+        "web-1",
+        "192.0.2.10",
+        8080,
+        true,
+        true,
+        false,
+    ));
+    api.apply(service(
+        "web",
+        &[
+            ("serviceloadbalancer/lb.algorithm", "nope"),
+            ("serviceloadbalancer/lb.maxconn", "-1"),
+        ],
+    ));
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    let created = |reason: &str, word: &str| {
+        api.events().iter().any(|e| {
+            e["_method"] == "POST"
+                && e["reason"] == reason
+                && e["regarding"]["name"] == "web"
+                && e["note"].as_str().is_some_and(|n| n.contains(word))
+        })
+    };
+    let both = eventually(Duration::from_secs(10), || async {
+        created("InvalidAnnotation", "nope") && created("InvalidAnnotation", "-1")
+    })
+    .await;
+    let notes = |api: &FakeApi| -> Vec<String> {
+        api.events()
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} {} {}",
+                    e["_method"], e["type"], e["reason"], e["note"]
+                )
+            })
+            .collect()
+    };
+    assert!(
+        both,
+        "each warning is not its own Event: {:#?}",
+        notes(&api)
+    );
+    // Every create succeeded: no Event was folded into another's series.
+    assert!(
+        api.events().iter().all(|e| e["_method"] == "POST"),
+        "{:#?}",
+        notes(&api)
+    );
+    assert!(!created(events_resolved(), ""), "resolved before the fix");
+
+    api.apply(service("web", &[]));
+    let resolved = eventually(Duration::from_secs(10), || async {
+        api.events().iter().any(|e| {
+            e["_method"] == "POST"
+                && e["type"] == "Normal"
+                && e["reason"] == events_resolved()
+                && e["regarding"]["name"] == "web"
+                && e["regarding"]["kind"] == "Service"
+        })
+    })
+    .await;
+    assert!(resolved, "no WarningsResolved Event: {:#?}", notes(&api));
+}
+
+fn events_resolved() -> &'static str {
+    "WarningsResolved"
+}
+
+/// Every request names switchyard and its version, so that an API server's audit log and its
+/// priority-and-fairness rules can tell switchyard's requests apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_carries_switchyards_user_agent() {
+    let api = FakeApi::start().await;
+    api.apply(service("web", &[]));
+    let sy = Cluster::start(&api, &[]);
+    sy.wait_ready().await;
+    let want = format!("switchyard/{}", env!("CARGO_PKG_VERSION"));
+    // The lease and status writers run too: give them a round.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(api.user_agents(), vec![want]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_annotation_becomes_a_kubernetes_event() {
     let b1 = Backend::start("b1").await;

@@ -25,13 +25,13 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
+use kube::api::Patch;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::control::retry::{Outage, backed_off, is_not_found};
 use crate::control::status::{Address, Bucket, Limits, Publish, paced, service_addresses};
 use crate::control::translate::gateway::api::{
     Condition, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass, GatewayClassStatus,
@@ -268,6 +268,8 @@ struct View<S> {
     live: BTreeMap<Key, Seen<S>>,
     relist: Option<BTreeMap<Key, Seen<S>>>,
     synced: bool,
+    /// One warning per outage of this kind's watch, not one per retry.
+    outage: Outage,
 }
 
 impl<S> Default for View<S> {
@@ -276,6 +278,7 @@ impl<S> Default for View<S> {
             live: BTreeMap::new(),
             relist: None,
             synced: false,
+            outage: Outage::default(),
         }
     }
 }
@@ -293,6 +296,9 @@ impl<S: PartialEq + Clone> View<S> {
             status: status(o),
             resource_version: o.meta().resource_version.clone(),
         };
+        if ev.is_ok() && self.outage.worked() {
+            tracing::info!(kind, "status: watching again");
+        }
         match ev {
             Ok(Event::Init) => {
                 self.relist = Some(BTreeMap::new());
@@ -317,25 +323,19 @@ impl<S: PartialEq + Clone> View<S> {
             Ok(Event::Delete(o)) => self.live.remove(&key(&o)).is_some(),
             // A kind whose CRD is not installed: nothing to write to; quiet, as the cluster
             // source already said it once.
-            Err(e) if not_found(&e) => {
+            Err(e) if is_not_found(&e) => {
                 tracing::debug!(kind, "status: Gateway API kind not served");
                 false
             }
             Err(e) => {
-                tracing::warn!(kind, error = %e, "status: cannot watch; retrying");
+                if self.outage.failed() {
+                    tracing::warn!(kind, error = %e, "status: cannot watch; retrying with backoff");
+                } else {
+                    tracing::debug!(kind, error = %e, "status: watch error; backing off");
+                }
                 false
             }
         }
-    }
-}
-
-fn not_found(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
-        watcher::Error::WatchError(s) => s.code == 404,
-        _ => false,
     }
 }
 
@@ -346,6 +346,7 @@ struct Views {
     routes: View<RouteStatus>,
     /// The published Service's addresses as last seen (`Publish::Service`).
     service: Option<Vec<Address>>,
+    service_outage: Outage,
 }
 
 impl Views {
@@ -460,7 +461,7 @@ impl GatewayStatusWriter {
             Some(Publish::Service { namespace, name }) => {
                 let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
                 let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-                Some(watcher::watcher(api, config).default_backoff().boxed())
+                Some(backed_off(watcher::watcher(api, config), None).boxed())
             }
             _ => None,
         };
@@ -491,6 +492,9 @@ impl GatewayStatusWriter {
             return false;
         };
         let before = views.service.clone();
+        if ev.is_ok() {
+            views.service_outage.worked();
+        }
         match ev {
             Ok(Event::Apply(svc) | Event::InitApply(svc)) if svc.name_any() == *name => {
                 views.service = Some(service_addresses(&svc));
@@ -500,7 +504,9 @@ impl GatewayStatusWriter {
             Ok(Event::InitDone) if views.service.is_none() => views.service = Some(Vec::new()),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "status: cannot watch the --publish-service Service")
+                if views.service_outage.failed() {
+                    tracing::warn!(error = %e, "status: cannot watch the --publish-service Service; retrying with backoff")
+                }
             }
         }
         views.service != before
@@ -561,7 +567,7 @@ impl GatewayStatusWriter {
 
     /// One merge patch of the status subresource; the new resourceVersion.
     async fn write(&self, w: &Write) -> Result<Option<String>, kube::Error> {
-        let pp = PatchParams::default();
+        let pp = crate::control::patch_params();
         // A merge patch replaces lists whole, so each list written is the complete one.
         match w {
             Write::Class((_, name), s) => {
@@ -587,11 +593,11 @@ impl GatewayStatusWriter {
 }
 
 /// The cluster source's retry policy for a Gateway API watch: a missing CRD (404) is looked
-/// for again every `GATEWAY_API_RETRY`, not at kube's backoff (which would start at 800 ms).
+/// for again every `GATEWAY_API_RETRY`, other failures back off as every watch does.
 fn gateway_api_backoff<K: Send + 'static>(
     inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 ) -> Stream_<K> {
-    crate::control::watch::backed_off(inner, Some(crate::control::watch::GATEWAY_API_RETRY)).boxed()
+    backed_off(inner, Some(crate::control::watch::GATEWAY_API_RETRY)).boxed()
 }
 
 /// Notes a successful write in the views.

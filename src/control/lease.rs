@@ -24,7 +24,6 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::PostParams;
 use tokio::sync::watch;
 
 use crate::ops::metrics::Metrics;
@@ -324,12 +323,14 @@ impl Elector {
                     },
                     spec: Some(self.spec_taking_over(None)),
                 };
-                self.api.create(&PostParams::default(), &lease).await
+                self.api
+                    .create(&crate::control::post_params(), &lease)
+                    .await
             }
             (Step::Acquire, Some(mut lease)) => {
                 lease.spec = Some(self.spec_taking_over(lease.spec.as_ref()));
                 self.api
-                    .replace(&name, &PostParams::default(), &lease)
+                    .replace(&name, &crate::control::post_params(), &lease)
                     .await
             }
             (Step::Renew, Some(mut lease)) => {
@@ -337,7 +338,7 @@ impl Elector {
                 spec.renew_time = Some(MicroTime(Timestamp::now()));
                 spec.lease_duration_seconds = Some(seconds(self.election.lease_duration));
                 self.api
-                    .replace(&name, &PostParams::default(), &lease)
+                    .replace(&name, &crate::control::post_params(), &lease)
                     .await
             }
             (Step::Acquire | Step::Renew, None) => return Ok(None),
@@ -382,7 +383,7 @@ impl Elector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(Timestamp::now()));
-        let pp = PostParams::default();
+        let pp = crate::control::post_params();
         let write = self.api.replace(&self.election.name, &pp, &lease);
         match tokio::time::timeout(self.election.retry_period, write).await {
             Ok(Ok(_)) => tracing::info!(lease = %self.lease_name(), "leader election: released"),

@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::control::translate::{
-    Built, Changes, IngressInputs, Memo, Options, Previous, Store, Warning, WarningReason,
-    translate_changes, translate_with,
+    Built, Changes, IngressInputs, Memo, ObjectRef, Options, Previous, Store, Warning,
+    WarningReason, translate_changes, translate_with,
 };
 use crate::ops::metrics::Metrics;
 use crate::table::{RoutingTable, TableWriter};
@@ -31,6 +31,8 @@ pub struct Applied {
     pub warnings: usize,
     /// Warnings that were not present after the previous apply (just logged).
     pub new_warnings: Vec<Warning>,
+    /// Objects that had a warning after the previous apply and have none now.
+    pub resolved: Vec<ObjectRef>,
 }
 
 /// What runs with each table swapped in.
@@ -261,18 +263,30 @@ impl Pipeline {
         } else {
             tracing::debug!(generation = now, "routing table unchanged");
         }
-        let new_warnings = self.report(warnings);
+        let (new_warnings, resolved) = self.report(warnings);
         Applied {
             swapped,
             generation: now,
             warnings: warnings.len(),
             new_warnings,
+            resolved,
         }
     }
 
-    /// Logs and counts the warnings not reported before; returns them.
-    fn report(&mut self, warnings: &[Warning]) -> Vec<Warning> {
+    /// Logs and counts the warnings not reported before; returns them, and the objects whose
+    /// every warning went away.
+    fn report(&mut self, warnings: &[Warning]) -> (Vec<Warning>, Vec<ObjectRef>) {
         let current: HashSet<Warning> = warnings.iter().cloned().collect();
+        let warned_now: HashSet<&ObjectRef> = warnings.iter().map(|w| &w.object).collect();
+        let mut resolved: Vec<ObjectRef> = self
+            .reported
+            .iter()
+            .map(|w| &w.object)
+            .filter(|o| !warned_now.contains(o))
+            .cloned()
+            .collect();
+        resolved.sort();
+        resolved.dedup();
         let mut new = Vec::new();
         for w in warnings {
             if self.reported.contains(w) {
@@ -292,7 +306,7 @@ impl Pipeline {
         }
         // Forget warnings that went away, so they are reported again if they come back.
         self.reported = current;
-        new
+        (new, resolved)
     }
 }
 
@@ -315,6 +329,35 @@ mod tests {
             assert!(text.contains(&line), "{line} missing:\n{text}");
         }
         assert!(text.contains("switchyard_build_info{"), "{text}");
+    }
+
+    /// An object is resolved when its last warning goes, not when one of two goes; and a
+    /// warning that comes back is new again.
+    #[test]
+    fn objects_are_resolved_when_their_every_warning_is_gone() {
+        let (w, _) = table::handle(RoutingTable::default());
+        let mut p = Pipeline::new(w, Options::default(), Arc::new(Metrics::new()));
+        let obj = |name: &str| ObjectRef {
+            kind: "Service",
+            namespace: "shop".into(),
+            name: name.into(),
+        };
+        let warn = |name: &str, message: &str| Warning {
+            object: obj(name),
+            reason: WarningReason::InvalidAnnotation,
+            message: message.into(),
+        };
+        let (new, resolved) = p.report(&[warn("web", "a"), warn("web", "b"), warn("api", "c")]);
+        assert_eq!(new.len(), 3);
+        assert!(resolved.is_empty());
+        let (new, resolved) = p.report(&[warn("web", "b"), warn("api", "c")]);
+        assert!(new.is_empty());
+        assert!(resolved.is_empty(), "web still has a warning: {resolved:?}");
+        let (_, resolved) = p.report(&[warn("api", "c")]);
+        assert_eq!(resolved, vec![obj("web")]);
+        let (new, resolved) = p.report(&[warn("web", "a")]);
+        assert_eq!(new, vec![warn("web", "a")]);
+        assert_eq!(resolved, vec![obj("api")]);
     }
 
     #[test]

@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
+use kube::api::Patch;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::control::retry::{Outage, backed_off};
 use crate::ops::metrics::Metrics;
 
 /// (namespace, name) of an Ingress.
@@ -257,6 +257,9 @@ struct View {
     synced: bool,
     /// The published Service as last seen (`Publish::Service`).
     service: Option<Vec<Address>>,
+    /// One warning per outage of each watch, not one per retry.
+    outage: Outage,
+    service_outage: Outage,
 }
 
 impl StatusWriter {
@@ -360,9 +363,7 @@ impl StatusWriter {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
         };
-        watcher::watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed()
+        backed_off(watcher::watcher(api, watcher::Config::default()), None).boxed()
     }
 
     fn service_stream(&self) -> Option<Stream_<Service>> {
@@ -371,7 +372,7 @@ impl StatusWriter {
         };
         let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        Some(watcher::watcher(api, config).default_backoff().boxed())
+        Some(backed_off(watcher::watcher(api, config), None).boxed())
     }
 
     fn on_service(&self, view: &mut View, ev: Result<Event<Service>, watcher::Error>) -> bool {
@@ -379,6 +380,9 @@ impl StatusWriter {
             return false;
         };
         let before = view.service.clone();
+        if ev.is_ok() {
+            view.service_outage.worked();
+        }
         match ev {
             Ok(Event::Apply(svc) | Event::InitApply(svc)) if svc.name_any() == *name => {
                 view.service = Some(service_addresses(&svc));
@@ -389,7 +393,9 @@ impl StatusWriter {
             Ok(Event::InitDone) if view.service.is_none() => view.service = Some(Vec::new()),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "status: cannot watch the --publish-service Service")
+                if view.service_outage.failed() {
+                    tracing::warn!(error = %e, "status: cannot watch the --publish-service Service; retrying with backoff")
+                }
             }
         }
         view.service != before || view.service.is_some() && before.is_none()
@@ -466,7 +472,11 @@ impl StatusWriter {
             json!({ "status": { "loadBalancer": { "ingress": list } } })
         };
         let ing = api
-            .patch_status(&w.key.1, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                &w.key.1,
+                &crate::control::patch_params(),
+                &Patch::Merge(&patch),
+            )
             .await?;
         Ok(ing.metadata.resource_version)
     }
@@ -483,6 +493,9 @@ async fn next<T>(s: &mut Option<Stream_<T>>) -> Option<Result<Event<T>, watcher:
 /// Applies an Ingress watch event to the view; returns whether the known statuses changed.
 fn on_ingress(view: &mut View, ev: Result<Event<Ingress>, watcher::Error>) -> bool {
     let key = |i: &Ingress| (i.namespace().unwrap_or_default(), i.name_any());
+    if ev.is_ok() && view.outage.worked() {
+        tracing::info!("status: watching Ingresses again");
+    }
     match ev {
         Ok(Event::Init) => {
             view.relist = Some(BTreeMap::new());
@@ -508,7 +521,11 @@ fn on_ingress(view: &mut View, ev: Result<Event<Ingress>, watcher::Error>) -> bo
         }
         Ok(Event::Delete(i)) => view.ingresses.remove(&key(&i)).is_some(),
         Err(e) => {
-            tracing::warn!(error = %e, "status: cannot watch Ingresses; retrying");
+            if view.outage.failed() {
+                tracing::warn!(error = %e, "status: cannot watch Ingresses; retrying with backoff");
+            } else {
+                tracing::debug!(error = %e, "status: watch error; backing off");
+            }
             false
         }
     }

@@ -12,13 +12,13 @@
 //! the keys they touched go with the stores to the build as its change set, so a rebuild redoes
 //! only the Services they affect (a list, first or re-list, makes the next build a full one). Watch errors back off and retry (a
 //! 410 Gone makes the watcher re-list) while the last good table keeps serving. Warnings about
-//! Services become Kubernetes Events, rate-limited. The Gateway API is optional: where its CRDs
+//! Services and Ingresses become Kubernetes Events (`control::events`). The Gateway API is optional: where its CRDs
 //! are not installed (a list answers 404) one warning says so, the Gateway stores count as
 //! empty so Services and Ingresses keep being served, and each kind's list is tried again every
 //! `GATEWAY_API_RETRY`, so CRDs installed later are picked up without a restart. This module must
 //! not touch the data plane.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,17 +26,19 @@ use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
 
 use crate::control::coalesce::Coalescer;
+use crate::control::events;
 use crate::control::pipeline::Pipeline;
+use crate::control::retry::{HEALTH, backed_off, is_not_found};
 use crate::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
-use crate::control::translate::{Changes, GatewayRefs, IngressRefs, Warning, WarningReason};
+use crate::control::translate::{
+    Changes, GatewayRefs, IngressRefs, ObjectRef, Warning, WarningReason,
+};
 use crate::ops::metrics::Metrics;
 use crate::table::upstream::CA_KEY;
 
@@ -327,129 +329,6 @@ where
     )
 }
 
-/// Retries a failing watch with `RetryBackoff`, which only a completed list or a watch event
-/// resets: kube's own `backoff` adapter resets on any event, and its watcher emits `Init`
-/// before every list, so a list that keeps failing (API server down, RBAC removed) was retried
-/// every 100 ms forever. A
-/// 410 Gone (history compacted, as after an API-server restart) re-lists at once: the API
-/// server is there and only the resume point is stale. With `absent_retry`, a 404 (the
-/// resource is not served: a CRD not installed) waits that long instead, with jitter.
-pub(crate) fn backed_off<K: Send + 'static>(
-    inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-    absent_retry: Option<Duration>,
-) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
-    // (stream, delays, wait before the next poll, a 410 came since the last watch event)
-    let state = (
-        Box::pin(inner),
-        RetryBackoff::default(),
-        None::<Duration>,
-        false,
-    );
-    futures::stream::unfold(
-        state,
-        move |(mut inner, mut backoff, wait, mut gone)| async move {
-            if let Some(d) = wait {
-                tokio::time::sleep(d).await;
-            }
-            let item = inner.next().await?;
-            let wait = match &item {
-                // An event of a running watch: the API server answers.
-                Ok(Event::Apply(_) | Event::Delete(_)) => {
-                    backoff.reset();
-                    gone = false;
-                    None
-                }
-                // A completed list; unless a 410 keeps following lists (a server whose lists give
-                // versions it cannot watch from), which must not spin.
-                Ok(Event::InitDone) => {
-                    if !gone {
-                        backoff.reset();
-                    }
-                    None
-                }
-                Ok(Event::Init | Event::InitApply(_)) => None,
-                Err(e) if is_gone(e) && !gone => {
-                    gone = true;
-                    None
-                }
-                Err(e) if absent_retry.is_some() && is_not_found(e) => {
-                    absent_retry.map(|d| d + d.mul_f64(jitter() / 4.0))
-                }
-                Err(_) => backoff.next(),
-            };
-            Some((item, (inner, backoff, wait, gone)))
-        },
-    )
-}
-
-/// A 404 Not Found answering a list or watch: the resource is not served (its CRD is not
-/// installed, or was deleted).
-fn is_not_found(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::WatchError(status) => status.code == 404,
-        watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status))
-        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 404,
-        _ => false,
-    }
-}
-
-/// A fraction in [0, 1) from the clock, to spread retries of many replicas.
-fn jitter() -> f64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    f64::from(nanos % 1000) / 1000.0
-}
-
-/// A 410 Gone, as a watch `ERROR` event or as the answer to the watch request.
-fn is_gone(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::WatchError(status) => status.code == 410,
-        watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status))
-        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 410,
-        _ => false,
-    }
-}
-
-/// Watch retry delays: 100 ms doubling to 1 s, with up to 25 % jitter, reset when a list
-/// completes or the watch answers. kube's default starts at 800 ms and grows to 30 s; a load
-/// balancer wants the first retry fast and a recovered API server picked up within 2 s, at
-/// under one request a second per resource while it is down.
-#[derive(Debug, Clone)]
-struct RetryBackoff {
-    next: Duration,
-}
-
-impl RetryBackoff {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(1);
-}
-
-impl Default for RetryBackoff {
-    fn default() -> Self {
-        RetryBackoff { next: Self::FIRST }
-    }
-}
-
-impl Iterator for RetryBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let base = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        // Up to 25 % jitter so that many replicas do not retry in lockstep.
-        Some(base + base.mul_f64(jitter() / 4.0))
-    }
-}
-
-impl RetryBackoff {
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
 /// The `resource` label of every watch `ClusterSource::run` keeps.
 const WATCHED: [&str; 11] = [
     "services",
@@ -509,8 +388,10 @@ impl ClusterSource {
         // A Gateway API list answered 404 and no Gateway API list has completed since: the
         // one warning about missing CRDs was logged.
         let mut gateway_api_absent = false;
+        // Backed-off watches wake at once when the API server is ready again.
+        HEALTH.start_probe(self.client.clone());
         let events = self.events.then(|| {
-            spawn_event_sink(
+            events::spawn(
                 self.client.clone(),
                 Arc::clone(&self.metrics),
                 self.leader.clone(),
@@ -734,15 +615,20 @@ impl ClusterSource {
                 );
             }
             if let Some(tx) = &events {
-                for w in &applied.new_warnings {
-                    if let Some(reference) = warning_reference(&svc_store, &ing_store, w) {
-                        // Never block publishing on the API server: drop when full.
-                        if tx.try_send((w.clone(), reference)).is_err() {
-                            self.metrics
-                                .kube_events_total
-                                .with_label_values(&["dropped"])
-                                .inc();
-                        }
+                let warned = applied.new_warnings.iter().filter_map(|w| {
+                    warning_reference(&svc_store, &ing_store, w)
+                        .map(|r| events::Report::Warning(w.clone(), r))
+                });
+                let resolved = applied.resolved.iter().filter_map(|o| {
+                    object_reference(&svc_store, &ing_store, o).map(events::Report::Resolved)
+                });
+                for report in warned.chain(resolved) {
+                    // Never block publishing on the API server: drop when full.
+                    if tx.try_send(report).is_err() {
+                        self.metrics
+                            .kube_events_total
+                            .with_label_values(&["dropped"])
+                            .inc();
                     }
                 }
             }
@@ -895,14 +781,27 @@ fn warning_reference(
     ingresses: &Store<Ingress>,
     w: &Warning,
 ) -> Option<ObjectReference> {
-    let key = (w.object.namespace.clone(), w.object.name.clone());
-    let (mut reference, version) = match w.object.kind {
-        "Service"
-            if matches!(
-                w.reason,
-                WarningReason::InvalidAnnotation | WarningReason::RouteConflict
-            ) =>
-        {
+    if w.object.kind == "Service"
+        && !matches!(
+            w.reason,
+            WarningReason::InvalidAnnotation | WarningReason::RouteConflict
+        )
+    {
+        return None;
+    }
+    object_reference(services, ingresses, &w.object)
+}
+
+/// The reference to the current version of a Service or Ingress in the stores; `None` for
+/// other kinds and objects that are gone.
+fn object_reference(
+    services: &Store<Service>,
+    ingresses: &Store<Ingress>,
+    object: &ObjectRef,
+) -> Option<ObjectReference> {
+    let key = (object.namespace.clone(), object.name.clone());
+    let (mut reference, version) = match object.kind {
+        "Service" => {
             let svc = services.live.get(&key)?;
             (svc.object_ref(&()), svc.metadata.resource_version.clone())
         }
@@ -912,129 +811,10 @@ fn warning_reference(
         }
         _ => return None,
     };
-    // kube's recorder groups Events by reference and reason and only counts repeats: with the
-    // version in the reference, each version of the object gets its own Event, so a changed
-    // message is seen instead of a higher count on the old one.
+    // Each version of the object is its own Event (`events::event_name`), so a changed
+    // annotation's new message is a new Event rather than a higher count on the old one.
     reference.resource_version = version;
     Some(reference)
-}
-
-/// Events in flight to the API server at most.
-const EVENT_QUEUE: usize = 256;
-/// Global rate: one Event per this interval, with a burst of `EVENT_BURST`.
-const EVENT_INTERVAL: Duration = Duration::from_millis(500);
-const EVENT_BURST: u32 = 10;
-/// The same (object version, reason, message) is published once.
-const EVENT_MEMORY: usize = 10_000;
-
-fn spawn_event_sink(
-    client: Client,
-    metrics: Arc<Metrics>,
-    leader: Option<tokio::sync::watch::Receiver<bool>>,
-) -> mpsc::Sender<(Warning, ObjectReference)> {
-    let (tx, mut rx) = mpsc::channel::<(Warning, ObjectReference)>(EVENT_QUEUE);
-    let reporter = Reporter {
-        controller: "switchyard".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let recorder = Recorder::new(client, reporter);
-    tokio::spawn(async move {
-        let mut seen: HashSet<(String, String, String, String)> = HashSet::new();
-        let mut tokens = EVENT_BURST;
-        let mut refill = Instant::now();
-        let mut leader = leader;
-        // Warnings that came while another replica led: published if this one comes to lead
-        // (at startup the first tables are built before the first election round).
-        let mut parked: VecDeque<(Warning, ObjectReference)> = VecDeque::new();
-        let mut ready: VecDeque<(Warning, ObjectReference)> = VecDeque::new();
-        loop {
-            if ready.is_empty() {
-                let leading = async {
-                    match leader.as_mut() {
-                        Some(l) => l.changed().await.is_ok(),
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    item = rx.recv() => match item {
-                        Some(item) => ready.push_back(item),
-                        None => return,
-                    },
-                    open = leading => {
-                        if !open {
-                            // The election ended (shutting down): nothing more to publish.
-                            return;
-                        }
-                        if leader.as_ref().is_some_and(|l| *l.borrow()) {
-                            ready.extend(parked.drain(..));
-                        }
-                    }
-                }
-            }
-            let Some((w, reference)) = ready.pop_front() else {
-                continue;
-            };
-            let key = (
-                reference.uid.clone().unwrap_or_default(),
-                reference.resource_version.clone().unwrap_or_default(),
-                w.reason.as_str().to_string(),
-                w.message.clone(),
-            );
-            if seen.contains(&key) {
-                continue;
-            }
-            // Every replica sees the same warning; the leader's Event is the one.
-            if leader.as_ref().is_some_and(|l| !*l.borrow()) {
-                metrics
-                    .kube_events_total
-                    .with_label_values(&["not_leader"])
-                    .inc();
-                parked.push_back((w, reference));
-                if parked.len() > EVENT_QUEUE {
-                    parked.pop_front();
-                }
-                continue;
-            }
-            let earned = (refill.elapsed().as_millis() / EVENT_INTERVAL.as_millis()) as u32;
-            if earned > 0 {
-                tokens = (tokens + earned).min(EVENT_BURST);
-                refill = Instant::now();
-            }
-            if tokens == 0 {
-                metrics
-                    .kube_events_total
-                    .with_label_values(&["rate_limited"])
-                    .inc();
-                continue;
-            }
-            tokens -= 1;
-            if seen.len() >= EVENT_MEMORY {
-                seen.clear();
-            }
-            seen.insert(key);
-            let event = KubeEvent {
-                type_: EventType::Warning,
-                reason: w.reason.as_str().to_string(),
-                note: Some(w.message.chars().take(1000).collect()),
-                action: "Route".into(),
-                secondary: None,
-            };
-            match recorder.publish(&event, &reference).await {
-                Ok(()) => metrics
-                    .kube_events_total
-                    .with_label_values(&["published"])
-                    .inc(),
-                Err(e) => {
-                    metrics
-                        .kube_events_total
-                        .with_label_values(&["failed"])
-                        .inc();
-                    tracing::warn!(error = %e, "could not publish a Kubernetes Event");
-                }
-            }
-        }
-    });
-    tx
 }
 
 /// Lists the routing objects once (for `--dry-run` against a cluster). Services and
@@ -1181,18 +961,6 @@ mod tests {
     }
 
     #[test]
-    fn retry_backoff_grows_caps_and_resets() {
-        let mut b = RetryBackoff::default();
-        let first = b.next().unwrap();
-        assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(125));
-        let delays: Vec<Duration> = (0..20).filter_map(|_| b.next()).collect();
-        assert!(delays.iter().all(|d| *d <= Duration::from_millis(1_250)));
-        assert!(delays.last().unwrap() >= &Duration::from_secs(1));
-        b.reset();
-        assert!(b.next().unwrap() <= Duration::from_millis(125));
-    }
-
-    #[test]
     fn slim_drops_managed_fields_and_last_applied() {
         let mut s = svc("a");
         s.metadata.managed_fields = Some(vec![Default::default()]);
@@ -1206,11 +974,6 @@ mod tests {
         slim(&mut s);
         assert!(s.metadata.managed_fields.is_none());
         assert_eq!(s.metadata.annotations.unwrap().len(), 1);
-    }
-
-    fn api_error(code: u16) -> watcher::Error {
-        let status = kube::core::Status::failure("x", "y").with_code(code);
-        watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))
     }
 
     #[test]
@@ -1228,31 +991,5 @@ mod tests {
         assert!(s.set_absent());
         assert!(s.live.is_empty());
         assert_eq!(s.take_changes(), None);
-        assert!(is_not_found(&api_error(404)));
-        assert!(!is_not_found(&api_error(403)));
-        assert!(!is_gone(&api_error(404)));
-    }
-
-    /// The delay between a failed list and the next item of a `backed_off` stream.
-    async fn delay_after(code: u16, absent_retry: Option<Duration>) -> Duration {
-        let items: Vec<Result<Event<Service>, watcher::Error>> =
-            vec![Err(api_error(code)), Ok(Event::InitDone)];
-        let mut s = Box::pin(backed_off(futures::stream::iter(items), absent_retry));
-        assert!(s.next().await.unwrap().is_err());
-        let t = Instant::now();
-        assert!(s.next().await.unwrap().is_ok());
-        t.elapsed()
-    }
-
-    #[tokio::test]
-    async fn a_missing_crd_is_looked_for_at_its_own_interval() {
-        let retry = Duration::from_millis(400);
-        let absent = delay_after(404, Some(retry)).await;
-        assert!(absent >= retry && absent < retry * 2, "{absent:?}");
-        // Other failures of the same kind, and 404s of core kinds, back off as usual.
-        let forbidden = delay_after(403, Some(retry)).await;
-        assert!(forbidden < Duration::from_millis(300), "{forbidden:?}");
-        let core = delay_after(404, None).await;
-        assert!(core < Duration::from_millis(300), "{core:?}");
     }
 }

@@ -31,9 +31,14 @@
 //! `set_gateway_api_installed(false)` answers every `/apis/gateway.networking.k8s.io/...`
 //! request 404 NotFound (and deletes the objects, ending open watches), as a cluster without
 //! the CRDs, or whose CRDs were just deleted, does.
+//!
+//! `events.k8s.io/v1` Events are checked as the real server (v1.32, `../shared/kube`) checks
+//! them: a create needs a name (taken once: 409), `eventTime`, `reportingController`,
+//! `reportingInstance`, `action` and `reason`, and a note of at most 1 kB (422 otherwise).
+//! Every request's User-Agent is kept (`user_agents`): the real server logs it for audits.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -187,6 +192,8 @@ struct State {
     compacted_below: u64,
     lists: BTreeMap<Kind, u32>,
     events: Vec<Value>,
+    /// Every User-Agent a request came with ("" for none): a real server logs it per request.
+    user_agents: BTreeSet<String>,
     /// While set, list requests for this kind wait (to observe readiness before a full list).
     hold_lists: Option<Kind>,
     /// Bumped by `break_watches`, under the same lock as the log, so a watch never sends an
@@ -618,6 +625,17 @@ impl FakeApi {
             .unwrap_or(0)
     }
 
+    /// Every User-Agent requests came with, "" for a request without one.
+    pub fn user_agents(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .user_agents
+            .iter()
+            .cloned()
+            .collect()
+    }
+
     /// Event objects clients created or patched.
     pub fn events(&self) -> Vec<Value> {
         self.state.lock().unwrap().events.clone()
@@ -998,6 +1016,30 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
 
 async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
+    let agent = req
+        .headers()
+        .get(hyper::header::USER_AGENT)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    ctx.state.lock().unwrap().user_agents.insert(agent);
+    if path == "/readyz" {
+        // While `fail_requests` holds, the server is as one booting or without etcd: not ready.
+        return match ctx.state.lock().unwrap().failing {
+            Some(_) => Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .body(
+                    Full::new(Bytes::from_static(
+                        b"[-]etcd failed: reason withheld\nreadyz check failed\n",
+                    ))
+                    .boxed(),
+                )
+                .unwrap(),
+            None => Response::builder()
+                .status(StatusCode::OK)
+                .body(Full::new(Bytes::from_static(b"ok")).boxed())
+                .unwrap(),
+        };
+    }
     if path.starts_with("/apis/events.k8s.io/v1/namespaces/") && path.contains("/events") {
         let method = req.method().clone();
         let body = req
@@ -1008,8 +1050,54 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
             .unwrap_or_default();
         let mut v: Value =
             serde_json::from_slice(&body).unwrap_or(json!({"raw": String::from_utf8_lossy(&body)}));
+        let mut st = ctx.state.lock().unwrap();
+        if method == Method::POST {
+            // As a real server: the fields events.k8s.io/v1 requires, a note of at most 1 kB,
+            // and a name taken once (409 AlreadyExists).
+            let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
+            for field in [
+                "eventTime",
+                "reportingController",
+                "reportingInstance",
+                "action",
+                "reason",
+            ] {
+                if v[field].is_null() {
+                    return status(
+                        422,
+                        "Invalid",
+                        format!(
+                            "Event.events.k8s.io \"{name}\" is invalid: {field}: Required value"
+                        ),
+                    );
+                }
+            }
+            if v["note"].as_str().is_some_and(|n| n.len() > 1024) {
+                return status(
+                    422,
+                    "Invalid",
+                    format!("Event.events.k8s.io \"{name}\" is invalid: note: Too long"),
+                );
+            }
+            if name.is_empty() {
+                return status(422, "Invalid", "metadata.name: Required value".into());
+            }
+            let taken = st
+                .events
+                .iter()
+                .any(|e| e["_method"] == "POST" && e["metadata"]["name"] == name.as_str());
+            if taken {
+                return status(
+                    409,
+                    "AlreadyExists",
+                    format!("events.events.k8s.io \"{name}\" already exists"),
+                );
+            }
+        } else {
+            v["_name"] = json!(path.rsplit('/').next().unwrap_or(""));
+        }
         v["_method"] = json!(method.as_str());
-        ctx.state.lock().unwrap().events.push(v.clone());
+        st.events.push(v.clone());
         let status = if method == Method::POST {
             StatusCode::CREATED
         } else {
