@@ -27,9 +27,16 @@ Service i modulo N: what switchyard holds for Gateway API routes, its route cach
 `--series 0,1000,3000,10000` instead loads each count in turn (no connections) and prints RSS,
 heap and build time by Service count; `--chart FILE` draws them as a PNG (matplotlib).
 
+`--scrape K` instead asks what one Prometheus scrape of `/metrics` costs with the table loaded
+(no connections): K scrapes, each with the kernel's RSS high-water mark reset first
+(`/proc/PID/clear_refs`), reporting the body's size, the median scrape time and the largest RSS
+rise a scrape caused above the settled RSS before it; `--switchyard-args` passes flags (e.g.
+`--metrics-endpoint-series=false`).
+
 Usage: python3 benches/scale.py [--services 10000] [--connections 10000] [--switchyard PATH]
                                 [--kinds h1,h1-tls,h2c,h2-tls] [--routes 0]
        python3 benches/scale.py --series 0,1000,3000,10000 [--chart FILE]
+       python3 benches/scale.py --scrape 5 [--services 10000] [--switchyard-args "..."]
 """
 
 import argparse
@@ -221,7 +228,34 @@ def tls_contexts():
     return out
 
 
-def measure(switchyard, services, connections, kinds, routes=0):
+def hwm_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def scrapes(pid, count):
+    """`count` scrapes of /metrics: (body bytes, median seconds, largest RSS rise in MiB)."""
+    base = settled_rss(pid)
+    sizes, times, rises = [], [], []
+    for _ in range(count):
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        before = rss_mib(pid)
+        t = time.time()
+        body = get(f"http://127.0.0.1:{ADMIN_PORT}/metrics", 60)[1]
+        times.append(time.time() - t)
+        sizes.append(len(body.encode()))
+        rises.append(hwm_mib(pid) - before)
+        del body
+        time.sleep(1.0)
+    times.sort()
+    return base, sizes[-1], times[len(times) // 2], max(rises)
+
+
+def measure(switchyard, services, connections, kinds, routes=0, extra=(), scrape=0):
     """One switchyard with `services` Services (and `routes` HTTPRoutes) loaded, then
     `connections` idle connections of each of `kinds` in turn."""
     tmp = tempfile.mkdtemp(prefix="switchyard-scale-")
@@ -242,7 +276,10 @@ def measure(switchyard, services, connections, kinds, routes=0):
                            "--stats-port", str(STATS_PORT), "--check-interval", "0", "--threads", "2",
                            "--ssl-cert", pem, "--https-port", str(HTTPS_PORT),
                            # Longer than all the kinds take: no connection may time out.
-                           "--keep-alive-timeout", "3600s"] + (["--gateway-http-port", "80"] if routes else []),
+                           "--keep-alive-timeout", "3600s",
+                           # Every Service is routed: the table holds all of them.
+                           "--service-routes", "all"] + (["--gateway-http-port", "80"] if routes else [])
+                          + list(extra),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     conns = []
     try:
@@ -257,6 +294,8 @@ def measure(switchyard, services, connections, kinds, routes=0):
             answer = get(f"http://127.0.0.1:{ADMIN_PORT}/explain?host=r-{last}.example.com&path=/q%3Fa%3Db", 10)[1]
             if f"svc-{last % services}" not in answer or '"outcome": "proxy"' not in answer:
                 sys.exit(f"the HTTPRoutes are not live: /explain says\n{answer}")
+        if scrape:
+            return scrapes(sy.pid, scrape)
         time.sleep(1.0)
         rss_table_1s = rss_mib(sy.pid)
         rss_table = settled_rss(sy.pid)
@@ -335,6 +374,9 @@ def main():
     ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
     ap.add_argument("--kinds", default=",".join(KINDS), help="which client connections to measure")
     ap.add_argument("--routes", type=int, default=0, help="HTTPRoutes (3 rules each) on one Gateway, route i to Service i")
+    ap.add_argument("--scrape", type=int, default=0, metavar="K",
+                    help="measure K /metrics scrapes with the table loaded (no connections)")
+    ap.add_argument("--switchyard-args", default="", help="more flags for switchyard (space-separated)")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     if any(k not in KINDS for k in kinds):
@@ -344,12 +386,23 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.connections + 1000)), hard))
 
+    extra = args.switchyard_args.split()
+    if args.scrape:
+        base, size, median, rise = measure(args.switchyard, args.services, 0, [], extra=extra,
+                                           scrape=args.scrape)
+        print(f"| Services x endpoints | {args.services} x 10 | flags: {' '.join(extra) or '(none)'} |")
+        print(f"| RSS settled before scraping | {base:.1f} MiB |")
+        print(f"| /metrics body | {size / 2**20:.2f} MiB ({size} bytes) |")
+        print(f"| scrape time, median of {args.scrape} | {median * 1000:.0f} ms |")
+        print(f"| largest RSS rise during a scrape | {rise:.1f} MiB |")
+        return
+
     if args.series:
         rows = []
         print("| Services × 10 endpoints | RSS settled | live heap | RSS 1 s after ready | build | start to ready |")
         print("|---|---|---|---|---|---|")
         for n in [int(x) for x in args.series.split(",")]:
-            r = measure(args.switchyard, n, 0, [])
+            r = measure(args.switchyard, n, 0, [], extra=extra)
             rows.append(r)
             print(f"| {n} | {r['rss_table']:.1f} MiB | {r['heap_table']:.1f} MiB | {r['rss_table_1s']:.1f} MiB | "
                   f"{r['build_s'] * 1000:.0f} ms | {r['ready_s']:.2f} s |", flush=True)
@@ -359,7 +412,7 @@ def main():
 
     if args.routes and not args.services:
         sys.exit("--routes needs Services to route to (--services)")
-    r = measure(args.switchyard, args.services, args.connections, kinds, args.routes)
+    r = measure(args.switchyard, args.services, args.connections, kinds, args.routes, extra)
     print(f"| Services x endpoints | {args.services} x 10 |")
     if args.routes:
         print(f"| HTTPRoutes x rules | {args.routes} x 3 |")

@@ -129,7 +129,10 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new());
     let lifecycle = Lifecycle::new();
     let (writer, reader) = table::handle(RoutingTable::default());
-    metrics.register_endpoints(Box::new(stats::TableEndpoints(reader.clone())));
+    metrics.register_endpoints(
+        Box::new(stats::TableEndpoints(reader.clone())),
+        config.metrics_endpoint_series,
+    );
     let access_log = Arc::new(
         AccessLog::start(
             config.access_log,

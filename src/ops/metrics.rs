@@ -11,11 +11,12 @@
 //! observe things call its methods.
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
-use prometheus::core::{Collector, Desc};
+use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -33,6 +34,8 @@ pub struct Metrics {
     /// The `process_*` series, unprefixed as every exporter names them (the prometheus crate's
     /// process collector).
     process: Registry,
+    /// The endpoint series, written at each scrape (`register_endpoints`).
+    endpoints: OnceLock<EndpointSeries>,
     pub table_generation: IntGauge,
     pub table_swaps_total: IntCounter,
     pub table_build_seconds: Histogram,
@@ -166,6 +169,7 @@ impl Metrics {
             data: DataMetrics::new(&registry),
             registry,
             process: Registry::new(),
+            endpoints: OnceLock::new(),
         };
         // The prometheus crate's own collector (`procfs`): the Go client's names and meanings,
         // so that dashboards built for those work unchanged. Linux only; elsewhere, none.
@@ -213,6 +217,10 @@ impl Metrics {
         families.extend(self.process.gather());
         if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
             tracing::error!(error = %e, "encoding metrics failed");
+        }
+        drop(families);
+        if let Some(endpoints) = self.endpoints.get() {
+            endpoints.write(&mut out);
         }
         String::from_utf8(out).unwrap_or_default()
     }
@@ -385,21 +393,24 @@ struct EntryView {
     by_name: HashMap<Box<str>, usize>,
 }
 
-/// One endpoint of one entry, as a scrape sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointSample {
-    pub entry: String,
-    pub endpoint: String,
+/// One endpoint of one entry, as a scrape sees it (borrowed from the table: a scrape of
+/// 100,000 endpoints copies no name).
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointSample<'a> {
+    pub entry: &'a str,
+    pub endpoint: SocketAddr,
     /// Requests (HTTP) or connections (TCP) in flight.
     pub in_flight: u32,
     /// Takes new traffic as far as health goes (active checks and passive marks).
     pub up: bool,
 }
 
-/// Where the per-endpoint series come from at scrape time: the live table. Reading them from
-/// the table means an endpoint's series disappear exactly when the endpoint leaves it.
+/// Where the per-endpoint and per-entry endpoint series come from at scrape time: the live
+/// table. Reading them from the table means an endpoint's series disappear exactly when the
+/// endpoint leaves it.
 pub trait EndpointSource: Send + Sync {
-    fn endpoint_samples(&self) -> Vec<EndpointSample>;
+    /// Calls `f` for every endpoint, the endpoints of one entry one after another.
+    fn visit(&self, f: &mut dyn FnMut(EndpointSample<'_>));
 }
 
 /// A TCP frontend's handles (see `DataMetrics::tcp_frontend`).
@@ -1001,102 +1012,144 @@ impl DataMetrics {
     }
 }
 
-/// Produces `endpoint_in_flight` and `endpoint_up` from an `EndpointSource` at scrape time,
-/// as families built for that scrape and dropped after it: nothing is kept between scrapes
-/// (gauge vectors filled at each scrape kept two series per endpoint alive, about 60 MB at
-/// 100,000 endpoints, until the next one).
-struct EndpointCollector {
+/// The endpoint series, written straight into the scrape's text from the live table
+/// (`write_endpoint_series`): per entry always (`entry_endpoints`, `entry_endpoints_up`,
+/// `entry_in_flight`), per endpoint (`endpoint_in_flight`, `endpoint_up`) unless
+/// `--metrics-endpoint-series=false`. Nothing is kept between scrapes, and no protobuf family
+/// is built: at 10,000 Services × 10 endpoints those cost 85 MiB of RSS and 3.3 s (debug build)
+/// per scrape, for a 15 MiB body (benches/scale.py --scrape).
+struct EndpointSeries {
     source: Box<dyn EndpointSource>,
-    /// For the descriptions only; never filled.
-    in_flight: IntGaugeVec,
-    up: IntGaugeVec,
-}
-
-/// One gauge family of `(entry, endpoint, value)` samples.
-fn endpoint_family(
-    vec: &IntGaugeVec,
-    samples: &[EndpointSample],
-    value: fn(&EndpointSample) -> f64,
-) -> MetricFamily {
-    use prometheus::proto::{Gauge, LabelPair, Metric, MetricType};
-    let desc = vec.desc();
-    let mut family = MetricFamily::default();
-    if let Some(d) = desc.first() {
-        family.set_name(d.fq_name.clone());
-        family.set_help(d.help.clone());
-    }
-    family.set_field_type(MetricType::GAUGE);
-    let pair = |name: &str, value: &str| {
-        let mut l = LabelPair::default();
-        l.set_name(name.to_string());
-        l.set_value(value.to_string());
-        l
-    };
-    family.set_metric(
-        samples
-            .iter()
-            .map(|s| {
-                let mut m = Metric::default();
-                // Sorted by label name, as the vectors write them.
-                m.set_label(vec![pair("endpoint", &s.endpoint), pair("entry", &s.entry)]);
-                let mut g = Gauge::default();
-                g.set_value(value(s));
-                m.set_gauge(g);
-                m
-            })
-            .collect(),
-    );
-    family
-}
-
-impl Collector for EndpointCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        let mut d = self.in_flight.desc();
-        d.extend(self.up.desc());
-        d
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let samples = self.source.endpoint_samples();
-        vec![
-            endpoint_family(&self.in_flight, &samples, |s| f64::from(s.in_flight)),
-            endpoint_family(&self.up, &samples, |s| f64::from(u8::from(s.up))),
-        ]
-    }
+    per_endpoint: bool,
 }
 
 impl Metrics {
-    /// Adds the per-endpoint series (`endpoint_in_flight`, `endpoint_up`), read from `source`
-    /// at every scrape. Call once.
-    pub fn register_endpoints(&self, source: Box<dyn EndpointSource>) {
-        register(&self.registry, Box::new(EndpointCollector::new(source)));
+    /// Adds the endpoint series, read from `source` at every scrape; the per-endpoint ones only
+    /// with `per_endpoint`. Call once (later calls are ignored).
+    pub fn register_endpoints(&self, source: Box<dyn EndpointSource>, per_endpoint: bool) {
+        let _ = self.endpoints.set(EndpointSeries {
+            source,
+            per_endpoint,
+        });
     }
 }
 
-impl EndpointCollector {
-    fn new(source: Box<dyn EndpointSource>) -> EndpointCollector {
-        let labels = ["entry", "endpoint"];
-        let in_flight = IntGaugeVec::new(
-            Opts::new(
-                "endpoint_in_flight",
-                "Requests (HTTP) or connections (TCP) in flight to an endpoint",
-            ),
-            &labels,
-        )
-        .unwrap_or_else(|_| unreachable_metric());
-        let up = IntGaugeVec::new(
-            Opts::new(
-                "endpoint_up",
-                "1 when an endpoint takes new traffic as far as health goes (active checks and passive marks), else 0",
-            ),
-            &labels,
-        )
-        .unwrap_or_else(|_| unreachable_metric());
-        EndpointCollector {
-            source,
-            in_flight,
-            up,
+const ENDPOINT_IN_FLIGHT: (&str, &str) = (
+    "switchyard_endpoint_in_flight",
+    "Requests (HTTP) or connections (TCP) in flight to an endpoint",
+);
+const ENDPOINT_UP: (&str, &str) = (
+    "switchyard_endpoint_up",
+    "1 when an endpoint takes new traffic as far as health goes (active checks and passive marks), else 0",
+);
+const ENTRY_ENDPOINTS: (&str, &str) = (
+    "switchyard_entry_endpoints",
+    "Endpoints of an entry in the routing table",
+);
+const ENTRY_ENDPOINTS_UP: (&str, &str) = (
+    "switchyard_entry_endpoints_up",
+    "Endpoints of an entry that take new traffic as far as health goes",
+);
+const ENTRY_IN_FLIGHT: (&str, &str) = (
+    "switchyard_entry_in_flight",
+    "Requests (HTTP) or connections (TCP) in flight to an entry's endpoints",
+);
+
+fn push_header(out: &mut Vec<u8>, (name, help): (&str, &str)) {
+    use std::io::Write;
+    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n");
+}
+
+/// A label value as the text format quotes it: backslash, double quote and newline escaped.
+fn push_label_value(out: &mut Vec<u8>, v: &str) {
+    for b in v.bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b => out.push(b),
         }
+    }
+}
+
+fn push_endpoint_line(out: &mut Vec<u8>, name: &str, s: &EndpointSample<'_>, value: u32) {
+    use std::io::Write;
+    // Labels sorted by name, as the registry's encoder writes them.
+    let _ = write!(out, "{name}{{endpoint=\"{}\",entry=\"", s.endpoint);
+    push_label_value(out, s.entry);
+    let _ = writeln!(out, "\"}} {value}");
+}
+
+fn push_entry_line(out: &mut Vec<u8>, name: &str, entry: &str, value: u64) {
+    use std::io::Write;
+    let _ = write!(out, "{name}{{entry=\"");
+    push_label_value(out, entry);
+    let _ = writeln!(out, "\"}} {value}");
+}
+
+/// Per-entry sums while the visit goes through one entry's endpoints.
+#[derive(Default)]
+struct EntrySums {
+    endpoints: u64,
+    up: u64,
+    in_flight: u64,
+}
+
+impl EndpointSeries {
+    /// Appends the endpoint families to a scrape's text.
+    fn write(&self, out: &mut Vec<u8>) {
+        if self.per_endpoint {
+            // Room for both per-endpoint families at once: growing a 15 MiB buffer by doubling
+            // would hold the old and the new copy together, twice the body at the peak.
+            let mut room = 0;
+            self.source.visit(&mut |s| room += 2 * (s.entry.len() + 96));
+            out.reserve(room);
+        }
+        // The per-entry families are small (three lines an entry): built aside, appended after.
+        let mut counts = Vec::new();
+        let mut ups = Vec::new();
+        let mut flights = Vec::new();
+        push_header(&mut counts, ENTRY_ENDPOINTS);
+        push_header(&mut ups, ENTRY_ENDPOINTS_UP);
+        push_header(&mut flights, ENTRY_IN_FLIGHT);
+        let mut current: Option<String> = None;
+        let mut sums = EntrySums::default();
+        let mut flush = |entry: &str, sums: &EntrySums| {
+            push_entry_line(&mut counts, ENTRY_ENDPOINTS.0, entry, sums.endpoints);
+            push_entry_line(&mut ups, ENTRY_ENDPOINTS_UP.0, entry, sums.up);
+            push_entry_line(&mut flights, ENTRY_IN_FLIGHT.0, entry, sums.in_flight);
+        };
+        if self.per_endpoint {
+            push_header(out, ENDPOINT_IN_FLIGHT);
+        }
+        self.source.visit(&mut |s| {
+            if current.as_deref() != Some(s.entry) {
+                if let Some(done) = current.as_deref() {
+                    flush(done, &sums);
+                }
+                current = Some(s.entry.to_string());
+                sums = EntrySums::default();
+            }
+            sums.endpoints += 1;
+            sums.up += u64::from(s.up);
+            sums.in_flight += u64::from(s.in_flight);
+            if self.per_endpoint {
+                push_endpoint_line(out, ENDPOINT_IN_FLIGHT.0, &s, s.in_flight);
+            }
+        });
+        if let Some(done) = current.as_deref() {
+            flush(done, &sums);
+        }
+        if self.per_endpoint {
+            // A second walk for the second family: each family's lines are contiguous.
+            push_header(out, ENDPOINT_UP);
+            self.source.visit(&mut |s| {
+                push_endpoint_line(out, ENDPOINT_UP.0, &s, u32::from(s.up));
+            });
+        }
+        out.extend_from_slice(&counts);
+        out.extend_from_slice(&ups);
+        out.extend_from_slice(&flights);
     }
 }
 
@@ -1269,57 +1322,92 @@ mod tests {
         assert_eq!(STATUS_CLASSES[status_class(600)], "other");
     }
 
-    struct Fixed(Mutex<Vec<EndpointSample>>);
+    /// (entry, endpoint, in flight, up) rows, entry by entry.
+    struct Fixed(Mutex<Vec<(&'static str, &'static str, u32, bool)>>);
     impl EndpointSource for Fixed {
-        fn endpoint_samples(&self) -> Vec<EndpointSample> {
-            self.0.lock().unwrap().clone()
+        fn visit(&self, f: &mut dyn FnMut(EndpointSample<'_>)) {
+            for (entry, endpoint, in_flight, up) in self.0.lock().unwrap().iter() {
+                f(EndpointSample {
+                    entry,
+                    endpoint: endpoint.parse().unwrap(),
+                    in_flight: *in_flight,
+                    up: *up,
+                });
+            }
+        }
+    }
+    struct Shared(Arc<Fixed>);
+    impl EndpointSource for Shared {
+        fn visit(&self, f: &mut dyn FnMut(EndpointSample<'_>)) {
+            self.0.visit(f)
         }
     }
 
     #[test]
     fn endpoint_series_come_and_go_with_the_source() {
         let m = Metrics::new();
-        let samples = Arc::new(Fixed(Mutex::new(vec![EndpointSample {
-            entry: "web".into(),
-            endpoint: "10.0.0.1:80".into(),
-            in_flight: 3,
-            up: true,
-        }])));
-        struct Shared(Arc<Fixed>);
-        impl EndpointSource for Shared {
-            fn endpoint_samples(&self) -> Vec<EndpointSample> {
-                self.0.endpoint_samples()
-            }
-        }
-        m.register_endpoints(Box::new(Shared(Arc::clone(&samples))));
+        let samples = Arc::new(Fixed(Mutex::new(vec![
+            ("web", "10.0.0.1:80", 3, true),
+            ("web", "10.0.0.2:80", 1, false),
+            ("a\"b", "10.0.0.3:80", 0, true),
+        ])));
+        m.register_endpoints(Box::new(Shared(Arc::clone(&samples))), true);
         let text = m.render();
-        assert!(
-            text.contains(r#"switchyard_endpoint_in_flight{endpoint="10.0.0.1:80",entry="web"} 3"#)
-        );
-        assert!(text.contains(r#"switchyard_endpoint_up{endpoint="10.0.0.1:80",entry="web"} 1"#));
+        for want in [
+            r#"switchyard_endpoint_in_flight{endpoint="10.0.0.1:80",entry="web"} 3"#,
+            r#"switchyard_endpoint_up{endpoint="10.0.0.1:80",entry="web"} 1"#,
+            r#"switchyard_endpoint_up{endpoint="10.0.0.2:80",entry="web"} 0"#,
+            r#"switchyard_entry_endpoints{entry="web"} 2"#,
+            r#"switchyard_entry_endpoints_up{entry="web"} 1"#,
+            r#"switchyard_entry_in_flight{entry="web"} 4"#,
+            // A label value is escaped as the text format wants.
+            r#"switchyard_entry_endpoints{entry="a\"b"} 1"#,
+        ] {
+            assert!(text.contains(want), "missing {want}:\n{text}");
+        }
         samples.0.lock().unwrap().clear();
-        assert!(!m.render().contains("10.0.0.1:80"));
+        let text = m.render();
+        assert!(!text.contains("10.0.0.1:80"));
+        assert!(!text.contains(r#"entry="web""#), "{text}");
     }
 
+    /// The text is what Prometheus parses: each family once, its HELP and TYPE first, its lines
+    /// together; and without per-endpoint series only the per-entry ones.
     #[test]
-    fn endpoint_series_are_not_kept_between_scrapes() {
-        let c = EndpointCollector::new(Box::new(Fixed(Mutex::new(vec![EndpointSample {
-            entry: "web".into(),
-            endpoint: "10.0.0.1:80".into(),
-            in_flight: 2,
-            up: false,
-        }]))));
-        let families = c.collect();
-        let names: Vec<&str> = families.iter().map(|f| f.name()).collect();
-        assert_eq!(names, ["endpoint_in_flight", "endpoint_up"]);
-        let values: Vec<f64> = families
-            .iter()
-            .map(|f| f.get_metric()[0].get_gauge().get_value())
-            .collect();
-        assert_eq!(values, [2.0, 0.0]);
-        // The scrape's families are its own: the collector holds no series afterwards.
-        assert!(c.in_flight.collect()[0].get_metric().is_empty());
-        assert!(c.up.collect()[0].get_metric().is_empty());
+    fn endpoint_families_are_contiguous_and_per_endpoint_series_can_be_off() {
+        let rows = vec![
+            ("web", "10.0.0.1:80", 0, true),
+            ("web", "10.0.0.2:80", 0, true),
+            ("api", "10.0.1.1:80", 2, true),
+        ];
+        let m = Metrics::new();
+        m.register_endpoints(Box::new(Fixed(Mutex::new(rows.clone()))), true);
+        let text = m.render();
+        let mut seen: Vec<String> = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap_or("").to_string();
+            if seen.last() != Some(&name) {
+                assert!(!seen.contains(&name), "{name} is split:\n{text}");
+                seen.push(name);
+            }
+        }
+        for family in [
+            "switchyard_endpoint_in_flight",
+            "switchyard_endpoint_up",
+            "switchyard_entry_endpoints",
+        ] {
+            let help = format!("# HELP {family} ");
+            let ty = format!("# TYPE {family} gauge");
+            assert_eq!(text.matches(&help).count(), 1, "{family}");
+            let first = text.find(&format!("\n{family}{{")).unwrap();
+            assert!(text.find(&ty).unwrap() < first, "{family}");
+        }
+        let m = Metrics::new();
+        m.register_endpoints(Box::new(Fixed(Mutex::new(rows))), false);
+        let text = m.render();
+        assert!(!text.contains("switchyard_endpoint_"), "{text}");
+        assert!(text.contains(r#"switchyard_entry_in_flight{entry="api"} 2"#));
+        assert!(text.contains(r#"switchyard_entry_endpoints_up{entry="web"} 2"#));
     }
 
     #[test]

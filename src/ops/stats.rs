@@ -830,21 +830,19 @@ impl ServeHttp for StatsPage {
 pub struct TableEndpoints(pub TableReader);
 
 impl EndpointSource for TableEndpoints {
-    fn endpoint_samples(&self) -> Vec<EndpointSample> {
+    fn visit(&self, f: &mut dyn FnMut(EndpointSample<'_>)) {
         let table = self.0.load();
         let now = Instant::now();
-        let mut out = Vec::new();
         for entry in &table.entries {
             for e in &entry.endpoints {
-                out.push(EndpointSample {
-                    entry: entry.name.to_string(),
-                    endpoint: e.addr.to_string(),
+                f(EndpointSample {
+                    entry: &entry.name,
+                    endpoint: e.addr,
                     in_flight: e.state.in_flight.load(Ordering::Relaxed),
                     up: e.state.is_up(now),
                 });
             }
         }
-        out
     }
 }
 
