@@ -335,6 +335,32 @@ async fn an_endpoint_removed_from_the_table_removes_its_series() {
         )),
         "the remaining endpoint keeps its series:\n{text}"
     );
+    assert!(
+        text.contains("switchyard_entry_endpoints{entry=\"web\"} 1"),
+        "{text}"
+    );
+}
+
+/// `--metrics-endpoint-series=false`: no series per endpoint, the per-entry ones still there
+/// and counting what the table holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_endpoint_series_can_be_turned_off() {
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    let sy = switchyard(objs(vec![svc("web", 80)], vec![slices("web", &[&b1, &b2])]))
+        .args(&["--metrics-endpoint-series=false"])
+        .start()
+        .await;
+    assert_eq!(sy.get("/web").await.status, 200);
+    let (text, m) = metrics(&sy).await;
+    assert!(!text.contains("switchyard_endpoint_"), "{text}");
+    assert!(!text.contains(&ep(b1.port)), "{text}");
+    assert_eq!(value(&m, r#"switchyard_entry_endpoints{entry="web"}"#), 2.0);
+    assert_eq!(
+        value(&m, r#"switchyard_entry_endpoints_up{entry="web"}"#),
+        2.0
+    );
+    assert_eq!(value(&m, r#"switchyard_entry_in_flight{entry="web"}"#), 0.0);
 }
 
 // 3 ---------------------------------------------------------------------------
