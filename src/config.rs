@@ -290,7 +290,9 @@ pub struct Args {
           requires = "proxy_protocol", env = "SWITCHYARD_PROXY_PROTOCOL_TRUSTED")]
     pub proxy_protocol_trusted: Vec<proxy_protocol::Cidr>,
 
-    /// Port for TLS-terminated services (lb.sslTerm); opened only with --ssl-cert.
+    /// Port of the TLS frontend (Ingress and Gateway Secrets, lb.sslTerm Services). Opened with
+    /// --ssl-cert, and in a cluster without it (a generated self-signed certificate is then
+    /// the default); 0 keeps it closed.
     #[arg(
         long,
         value_name = "PORT",
@@ -722,6 +724,8 @@ pub enum ConfigError {
     HttpsPortClash(u16),
     #[error("{0} needs --ssl-cert")]
     NeedsSslCert(&'static str),
+    #[error("--https-port 0 turns the TLS port off, and --ssl-cert needs it")]
+    TlsPortOff,
     #[error("--proxy-protocol tcp:{0}: no --tcp-services entry has port {0}")]
     ProxyProtocolPort(u16),
     #[error("--backend-ca-file {0}: {1}")]
@@ -805,13 +809,15 @@ impl Config {
         {
             return Err(ConfigError::StatsPortClash(args.stats_port));
         }
+        let hsts_max_age = (args.hsts_max_age > 0).then_some(args.hsts_max_age);
         let tls = match args.ssl_cert {
+            Some(_) if args.https_port == 0 => return Err(ConfigError::TlsPortOff),
             Some(cert) => Some(TlsOptions {
-                cert,
+                cert: Some(cert),
                 default_cert: args.ssl_default_cert,
                 client_ca: args.ssl_ca_cert,
                 verify: args.ssl_verify,
-                hsts_max_age: (args.hsts_max_age > 0).then_some(args.hsts_max_age),
+                hsts_max_age,
             }),
             None if args.ssl_ca_cert.is_some() => {
                 return Err(ConfigError::NeedsSslCert("--ssl-ca-cert"));
@@ -819,8 +825,18 @@ impl Config {
             None if args.ssl_default_cert.is_some() => {
                 return Err(ConfigError::NeedsSslCert("--ssl-default-cert"));
             }
+            // In a cluster, Ingress and Gateway Secrets may come at any time: the TLS port is
+            // open, with a generated default certificate, unless --https-port 0 turns it off.
+            None if cluster && args.https_port != 0 => Some(TlsOptions {
+                cert: None,
+                default_cert: None,
+                client_ca: None,
+                verify: args.ssl_verify,
+                hsts_max_age,
+            }),
             None => None,
         };
+        let tls_port = tls.is_some();
         let others = [http_port, args.admin_port, args.stats_port];
         if tls.is_some() && others.contains(&args.https_port) {
             return Err(ConfigError::HttpsPortClash(args.https_port));
@@ -897,6 +913,7 @@ impl Config {
                 gateway_http_port: args.gateway_http_port.unwrap_or(http_port),
                 gateway_https_port: args.gateway_https_port.unwrap_or(args.https_port),
                 gateway_addresses,
+                tls_port,
             },
             timeouts: Timeouts {
                 tunnel: args.tunnel_timeout,

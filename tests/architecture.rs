@@ -101,6 +101,8 @@ const WINGS: &[Wing] = &[
             // crate Pingora's rustls connector uses).
             "tokio_rustls",
             "x509_parser",
+            // The TLS port's self-signed default certificate when no --ssl-cert is given.
+            "rcgen",
             "async_trait",
             "tracing",
             "thiserror",

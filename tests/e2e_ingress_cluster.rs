@@ -2,11 +2,13 @@
 //! HTTP: an Ingress and its changes reach clients, a bad one becomes an Event on itself, the
 //! status of served Ingresses follows a leader takeover, an Ingress change at 2,000 Ingresses
 //! is measured from apply to client, and Secrets that cannot hold a certificate are never
-//! sent to switchyard.
+//! sent to switchyard; and an Ingress's TLS Secret is served in a cluster without
+//! `--ssl-cert`, next to a generated default certificate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod kube_api;
+mod tls_client;
 
 use std::time::{Duration, Instant};
 
@@ -323,7 +325,8 @@ async fn the_secret_label_selector_limits_the_secrets_watched() {
         &["--secret-label-selector", "switchyard.io/tls=true"],
         "warn",
     );
-    assert!(until_status(&w, "a.test", "/", 200, Duration::from_secs(20)).await);
+    // Served: plain HTTP to a TLS host is redirected to the TLS port (open in a cluster).
+    assert!(until_status(&w, "a.test", "/", 308, Duration::from_secs(20)).await);
     let warned = eventually(Duration::from_secs(10), || async {
         w.stderr()
             .contains("TLS Secret default/plain does not exist")
@@ -332,4 +335,65 @@ async fn the_secret_label_selector_limits_the_secrets_watched() {
     let log = w.stderr();
     assert!(warned, "{log}");
     assert!(!log.contains("default/labelled does not exist"), "{log}");
+}
+
+/// TLS as shipped: in a cluster, no `--ssl-cert`, the TLS port opens anyway; an Ingress's TLS
+/// Secret serves its host, and other names get the generated self-signed default certificate
+/// (as ingress-nginx's "Fake Certificate").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingress_tls_is_served_without_ssl_cert_next_to_a_generated_default() {
+    use tls_client::{Ca, sni};
+    let web = Backend::start("web").await;
+    let ca = Ca::new("cluster CA");
+    let shop = ca.server(&["shop.test"]);
+    let api = FakeApi::start_reaching_local_backends().await;
+    let mut ing = ingress("shop", "switchyard", "shop.test", &["/"]);
+    ing["spec"]["tls"] = json!([{"hosts": ["shop.test"], "secretName": "shop-tls"}]);
+    api.apply_all(vec![
+        class(),
+        service("web", &[]),
+        slice("web", "web-1", web.port, true, true, false),
+        common::tls_secret("shop-tls", &shop.cert_pem, &shop.key_pem),
+        ing,
+    ]);
+    let w = api.spawn_switchyard(&[], "warn,switchyard=info");
+    let port = w.https_port;
+    let served = eventually(Duration::from_secs(20), || async {
+        match sni("shop.test").connect(port).await {
+            Ok(tls) => {
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first().map(|c| c.to_vec()))
+                    == Some(shop.der.clone())
+            }
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert!(
+        served,
+        "the Secret's certificate is not served:\n{}",
+        w.stderr()
+    );
+    let r = sni("shop.test").get(port, "/x", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.backend().as_deref(), Some("web"));
+    // Another name: the generated certificate, self-signed for switchyard.invalid.
+    let other = sni("other.test").presented(port).await;
+    assert_ne!(other, shop.der);
+    let (_, cert) = x509_parser::parse_x509_certificate(&other).unwrap();
+    assert_eq!(cert.subject(), cert.issuer(), "self-signed");
+    assert!(
+        cert.subject()
+            .to_string()
+            .contains("switchyard default certificate"),
+        "{}",
+        cert.subject()
+    );
+    assert!(
+        w.stderr().contains("generated self-signed certificate"),
+        "{}",
+        w.stderr()
+    );
 }

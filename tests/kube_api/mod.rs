@@ -1400,6 +1400,8 @@ pub struct Watching {
     pub child: Child,
     pub http_port: u16,
     pub admin_port: u16,
+    /// The TLS port (open in a cluster without --ssl-cert, with a generated certificate).
+    pub https_port: u16,
     pub dir: tempfile::TempDir,
 }
 
@@ -1420,6 +1422,20 @@ impl FakeApi {
         while admin_port == http_port {
             admin_port = crate::common::free_port();
         }
+        // In a cluster the TLS port opens without --ssl-cert: each instance gets its own,
+        // unless the test chose one.
+        let chosen = extra
+            .iter()
+            .position(|a| *a == "--https-port")
+            .and_then(|i| extra.get(i + 1))
+            .and_then(|p| p.parse().ok());
+        let mut https_port = chosen.unwrap_or_else(crate::common::free_port);
+        while chosen.is_none() && (https_port == http_port || https_port == admin_port) {
+            https_port = crate::common::free_port();
+        }
+        let own_https = chosen
+            .is_none()
+            .then(|| ["--https-port".to_string(), https_port.to_string()]);
         let child = Command::new(crate::common::bin())
             .arg("--kubeconfig")
             .arg(&kubeconfig)
@@ -1427,6 +1443,7 @@ impl FakeApi {
             .args(["--http-port", &http_port.to_string()])
             .args(["--admin-port", &admin_port.to_string()])
             .args(["--stats-port", "0"])
+            .args(own_https.iter().flatten())
             .args(extra)
             .env(
                 crate::common::EVERY_SERVICE_ROUTED.0,
@@ -1444,6 +1461,7 @@ impl FakeApi {
             child,
             http_port,
             admin_port,
+            https_port,
             dir,
         }
     }

@@ -531,6 +531,15 @@ impl<'a> Builder<'a> {
         secrets: &HashMap<(&str, &str), &Secret>,
     ) -> Vec<HostPattern> {
         let mut covered = Vec::new();
+        if !tls.is_empty() && !self.options.tls_port {
+            self.warn_ingress(
+                who,
+                "spec.tls cannot be served: no TLS port is open (start switchyard with \
+                 --ssl-cert, or in a cluster without --https-port 0); its hosts are served \
+                 over plain HTTP only"
+                    .to_string(),
+            );
+        }
         for t in tls {
             let hosts: Vec<HostPattern> = t
                 .hosts

@@ -205,6 +205,9 @@ pub struct Options {
     /// `--gateway-addresses`: local addresses, each for one Gateway (canonical: an IPv4-mapped
     /// IPv6 address is the IPv4 one); empty: every Gateway is served on every address.
     pub gateway_addresses: Vec<std::net::IpAddr>,
+    /// A TLS port is open (`--ssl-cert`, or a cluster without `--https-port 0`): without one, an
+    /// Ingress's `spec.tls` cannot be served, which is a warning on it.
+    pub tls_port: bool,
 }
 
 /// Every Service routed (`ServiceRoutes::All`), unlike the flag's default: the translation's
@@ -226,6 +229,7 @@ impl Default for Options {
             gateway_http_port: 80,
             gateway_https_port: 443,
             gateway_addresses: Vec::new(),
+            tls_port: true,
         }
     }
 }

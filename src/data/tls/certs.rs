@@ -58,6 +58,12 @@ impl fmt::Debug for LoadedCert {
     }
 }
 
+/// The one name of the generated default certificate: under `.invalid`, which no real host
+/// has (RFC 2606), so it never claims a name a Secret should serve.
+pub const SELF_SIGNED_NAME: &str = "switchyard.invalid";
+/// Its subject's common name, as clients show it.
+pub const SELF_SIGNED_SUBJECT: &str = "switchyard default certificate (self-signed)";
+
 impl LoadedCert {
     /// Parses an HAProxy-style PEM bundle: the certificate chain (leaf first) and its private
     /// key in one file. Checks that it parses and that the key matches the leaf; expiry is the
@@ -98,6 +104,28 @@ impl LoadedCert {
             not_after_text,
             any_name: false,
         })
+    }
+
+    /// A self-signed certificate for `SELF_SIGNED_NAME`, valid for ten years from an hour ago,
+    /// with a new ECDSA P-256 key: what a TLS port without `--ssl-cert` serves to names no
+    /// Secret covers (ingress-nginx serves its "Fake Certificate" the same way). Clients are
+    /// meant to distrust it: it says TLS works and the certificate is missing.
+    pub fn self_signed() -> Result<LoadedCert, String> {
+        let key = rcgen::KeyPair::generate().map_err(|e| format!("key generation: {e}"))?;
+        let mut params = rcgen::CertificateParams::new(vec![SELF_SIGNED_NAME.to_string()])
+            .map_err(|e| format!("certificate parameters: {e}"))?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, SELF_SIGNED_SUBJECT);
+        let now = std::time::SystemTime::now();
+        params.not_before = (now - std::time::Duration::from_secs(3600)).into();
+        params.not_after = (now + std::time::Duration::from_secs(10 * 365 * 86_400)).into();
+        let cert = params
+            .self_signed(&key)
+            .map_err(|e| format!("self-signing: {e}"))?;
+        let pem = format!("{}{}", cert.pem(), key.serialize_pem());
+        LoadedCert::from_pem(pem.as_bytes())
     }
 
     pub fn is_expired(&self, now: SystemTime) -> bool {
@@ -197,6 +225,17 @@ pub(super) mod tests {
         let e = LoadedCert::from_pem(mismatched.as_bytes()).unwrap_err();
         assert!(e.contains("does not match"), "{e}");
         assert!(LoadedCert::from_pem(b"garbage").is_err());
+    }
+
+    #[test]
+    fn the_generated_certificate_is_self_signed_for_an_invalid_name() {
+        let c = LoadedCert::self_signed().unwrap();
+        assert_eq!(c.names, vec![SELF_SIGNED_NAME.to_string()]);
+        assert!(c.subject.contains(SELF_SIGNED_SUBJECT), "{}", c.subject);
+        assert!(c.not_after > SystemTime::now() + Duration::from_secs(9 * 365 * 86_400));
+        // A new key each time.
+        let d = LoadedCert::self_signed().unwrap();
+        assert_ne!(c.key.cert[0], d.key.cert[0]);
     }
 
     impl LoadedCert {

@@ -77,15 +77,26 @@ impl Tls {
         let now = SystemTime::now();
         let files = cert_files(options).map_err(|source| TlsError::Read {
             flag: "--ssl-cert",
-            path: options.cert.clone(),
+            path: options.cert.clone().unwrap_or_default(),
             source,
         })?;
-        if files.is_empty() {
-            return Err(TlsError::EmptyDir {
-                path: options.cert.clone(),
-            });
-        }
         let store = Arc::new(CertStore::default());
+        match &options.cert {
+            Some(cert) if files.is_empty() => {
+                return Err(TlsError::EmptyDir { path: cert.clone() });
+            }
+            Some(_) => {}
+            None => {
+                let cert = LoadedCert::self_signed().map_err(TlsError::Generate)?;
+                tracing::info!(
+                    name = certs::SELF_SIGNED_NAME,
+                    "no --ssl-cert: serving a generated self-signed certificate to names no \
+                     Secret covers"
+                );
+                store.insert(CertSource::Generated, cert);
+                store.set_default(Some(CertSource::Generated));
+            }
+        }
         let mut seen = Seen::default();
         for path in &files {
             let (stamp, pem) = read_file(path).map_err(|source| TlsError::Read {

@@ -53,8 +53,10 @@ impl FromStr for ClientVerify {
 /// What the TLS frontend serves; built from flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsOptions {
-    /// `--ssl-cert`: a PEM file (chain and key) or a directory of them.
-    pub cert: PathBuf,
+    /// `--ssl-cert`: a PEM file (chain and key) or a directory of them. `None`: the TLS port
+    /// opened without it (in a cluster, for Secrets): a generated self-signed certificate is
+    /// the default (`LoadedCert::self_signed`).
+    pub cert: Option<PathBuf>,
     /// `--ssl-default-cert`: the certificate for clients without SNI or with an unknown name
     /// (a path, or a file name inside the `--ssl-cert` directory).
     pub default_cert: Option<PathBuf>,
@@ -87,6 +89,8 @@ pub enum TlsError {
     NoDefault { path: PathBuf },
     #[error("configuring the TLS listener: {0}")]
     Listener(String),
+    #[error("generating the self-signed default certificate (no --ssl-cert): {0}")]
+    Generate(String),
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub enum CertSource {
     /// A Secret that the listeners of the Gateway with this local address name: served to
     /// handshakes to that address only.
     AddressSecret(IpAddr, String),
+    /// The self-signed certificate made at startup when the TLS port opened without
+    /// `--ssl-cert` (`LoadedCert::self_signed`): the default, for names no Secret serves.
+    Generated,
 }
 
 impl CertSource {
@@ -40,7 +43,7 @@ impl CertSource {
     fn address(&self) -> Option<IpAddr> {
         match self {
             CertSource::AddressSecret(ip, _) => Some(*ip),
-            CertSource::File(_) | CertSource::Secret(_) => None,
+            CertSource::File(_) | CertSource::Secret(_) | CertSource::Generated => None,
         }
     }
 }
@@ -51,6 +54,7 @@ impl fmt::Display for CertSource {
             CertSource::File(p) => write!(f, "{}", p.display()),
             CertSource::Secret(s) => write!(f, "secret:{s}"),
             CertSource::AddressSecret(ip, s) => write!(f, "secret:{s}@{ip}"),
+            CertSource::Generated => write!(f, "generated"),
         }
     }
 }

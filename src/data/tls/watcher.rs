@@ -26,8 +26,12 @@ const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// directory, hidden entries (Kubernetes' `..data` links among them) and non-files are skipped.
 pub(super) fn cert_files(options: &TlsOptions) -> std::io::Result<Vec<PathBuf>> {
     let mut files: BTreeSet<PathBuf> = BTreeSet::new();
-    if std::fs::metadata(&options.cert)?.is_dir() {
-        for entry in std::fs::read_dir(&options.cert)? {
+    let Some(cert) = &options.cert else {
+        // No --ssl-cert (hence no --ssl-default-cert either): no file at all.
+        return Ok(Vec::new());
+    };
+    if std::fs::metadata(cert)?.is_dir() {
+        for entry in std::fs::read_dir(cert)? {
             let path = entry?.path();
             let hidden = path
                 .file_name()
@@ -38,7 +42,7 @@ pub(super) fn cert_files(options: &TlsOptions) -> std::io::Result<Vec<PathBuf>> 
             }
         }
     } else {
-        files.insert(options.cert.clone());
+        files.insert(cert.clone());
     }
     if let Some(d) = options.default_cert.as_ref()
         && let Some(p) = resolve_default(options, d)
@@ -55,10 +59,11 @@ pub(super) fn cert_files(options: &TlsOptions) -> std::io::Result<Vec<PathBuf>> 
 /// (spelled the way the directory listing spells it when it is inside), else a file of that
 /// name inside the `--ssl-cert` directory.
 pub(super) fn resolve_default(options: &TlsOptions, default: &Path) -> Option<PathBuf> {
-    let candidates = [default.to_path_buf(), options.cert.join(default)];
-    let found = candidates.into_iter().find(|p| p.is_file())?;
-    if options.cert.is_dir()
-        && let Ok(entries) = std::fs::read_dir(&options.cert)
+    let dir = options.cert.as_deref();
+    let candidates = [Some(default.to_path_buf()), dir.map(|d| d.join(default))];
+    let found = candidates.into_iter().flatten().find(|p| p.is_file())?;
+    if let Some(dir) = dir.filter(|d| d.is_dir())
+        && let Ok(entries) = std::fs::read_dir(dir)
     {
         for entry in entries.flatten() {
             if same_file(&entry.path(), &found) {
@@ -155,9 +160,10 @@ impl CertWatcher {
                 }
             }
             Err(e) => {
-                if seen.unreadable.insert(self.options.cert.clone()) {
+                let cert = self.options.cert.clone().unwrap_or_default();
+                if seen.unreadable.insert(cert.clone()) {
                     tracing::warn!(
-                        path = %self.options.cert.display(),
+                        path = %cert.display(),
                         error = %e,
                         "cannot list certificates; the loaded ones keep serving"
                     );
@@ -179,7 +185,9 @@ impl CertWatcher {
     /// Returns whether the set of loaded certificates changed.
     fn poll_certs(&self, files: &[PathBuf], seen: &mut Seen, now: SystemTime) -> bool {
         let mut changed = false;
-        seen.unreadable.remove(&self.options.cert);
+        if let Some(cert) = &self.options.cert {
+            seen.unreadable.remove(cert);
+        }
         for path in files {
             let current = match stamp(path) {
                 Ok(s) => s,
@@ -247,7 +255,7 @@ impl CertWatcher {
         let empty = self.store.is_empty();
         if empty && !seen.warned_empty {
             tracing::warn!(
-                path = %self.options.cert.display(),
+                path = %self.options.cert.as_deref().unwrap_or(Path::new("")).display(),
                 "no certificate loaded: TLS handshakes fail until one is added"
             );
         }

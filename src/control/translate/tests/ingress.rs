@@ -410,13 +410,13 @@ fn tls_secrets_become_certificates_and_their_hosts_redirect() {
         secret_name: Some("secure-cert".into()),
     }]);
     let (s, e) = svcs();
-    let secret = tls_secret("default", "secure-cert", CRT, KEY);
+    let secret_of = || tls_secret("default", "secure-cert", CRT, KEY);
     let (b, w) = build(
         &s,
         &e,
         &[i.clone()],
         &[ours()],
-        &[secret],
+        &[secret_of()],
         &Options::default(),
     );
     assert!(ingress_warnings(&w).is_empty(), "{w:?}");
@@ -436,6 +436,17 @@ fn tls_secrets_become_certificates_and_their_hosts_redirect() {
     // The TLS port serves the same rules, never redirecting.
     let rule = t.https.lookup(Some(b"secure.test"), "/").unwrap();
     assert_eq!(t.entries[rule.target as usize].name.as_ref(), "web");
+
+    // Without a TLS port (offline, no --ssl-cert) spec.tls cannot be served: a warning on the
+    // Ingress, which still builds.
+    let closed = Options {
+        tls_port: false,
+        ..Options::default()
+    };
+    let (b, w) = build(&s, &e, &[i.clone()], &[ours()], &[secret_of()], &closed);
+    let warned = ingress_warnings(&w).join("\n");
+    assert!(warned.contains("spec.tls cannot be served"), "{warned}");
+    assert!(b.table.http.lookup(Some(b"secure.test"), "/").is_some());
 
     // ssl-redirect "false" proxies plain HTTP; a missing Secret is a warning, routes stay.
     let off = annotated(i.clone(), ingress_annotation::SSL_REDIRECT, "false");
