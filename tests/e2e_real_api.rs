@@ -696,7 +696,8 @@ fn annotated_service_reaches_netns_backends_and_follows_its_endpoint_slice() {
 
 /// An Ingress of class `switchyard` (deploy/ingressclass.yaml) is served and its
 /// status.loadBalancer gets `--publish-status-address`; moved to a class that is not
-/// switchyard's, it is no longer served and its status is cleared.
+/// switchyard's, it is no longer served and its status is cleared. The same when the
+/// IngressClass of another Ingress (one of switchyard's, made by the test) is deleted.
 #[test]
 fn ingress_is_served_and_its_status_written_then_cleared() {
     let Some(c) = cluster("ingress_status") else {
@@ -706,10 +707,15 @@ fn ingress_is_served_and_its_status_written_then_cleared() {
     let port = free_port();
     let _web = c.backend("web", c.backend_ip(2), port);
     let host = "shop.rt-ing.test";
+    let class = json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+                       "metadata": {"name": "rt-class"},
+                       "spec": {"controller": "switchyard.io/ingress-controller"}});
     c.apply(&[
         service(&ns.name, "web", port, &[]),
         slice(&ns.name, "web", &[c.backend_ip(2)], port),
         ingress(&ns.name, "shop", "switchyard", host, "web"),
+        class,
+        ingress(&ns.name, "cafe", "rt-class", "cafe.rt-ing.test", "web"),
     ]);
     let sy = c.switchyard(
         "sy-ing",
@@ -720,7 +726,9 @@ fn ingress_is_served_and_its_status_written_then_cleared() {
         ],
     );
     sy.wait_backend(host, "web");
+    sy.wait_backend("cafe.rt-ing.test", "web");
     wait_ingress_status(&c, &sy, &ns.name, "shop", &["192.0.2.10"]);
+    wait_ingress_status(&c, &sy, &ns.name, "cafe", &["192.0.2.10"]);
 
     c.apply(&[ingress(&ns.name, "shop", "not-ours", host, "web")]);
     wait_ingress_status(&c, &sy, &ns.name, "shop", &[]);
@@ -730,6 +738,17 @@ fn ingress_is_served_and_its_status_written_then_cleared() {
     assert!(
         gone.is_some(),
         "{host} still served after its class changed"
+    );
+
+    c.kubectl(&["delete", "ingressclass", "rt-class"], None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_ingress_status(&c, &sy, &ns.name, "cafe", &[]);
+    let gone = poll_blocking(CHANGE, POLL, || {
+        sy.get("cafe.rt-ing.test", "/").ok().filter(|r| r.0 == 404)
+    });
+    assert!(
+        gone.is_some(),
+        "cafe still served after its class was deleted"
     );
     assert_no_forbidden("ingress_status", &sy.stderr());
 }
