@@ -778,4 +778,18 @@ async fn the_fake_refuses_addresses_a_real_api_server_refuses() {
         api.apply(slice("web", "web-1", 80, true, true, false))
     }));
     assert!(refused.is_err(), "a loopback slice was accepted");
+    // A clusterIP outside the service range, as the real server (10.96.0.0/16 there too).
+    let mut svc = service("web", &[]);
+    svc["spec"]["clusterIP"] = serde_json::json!("10.0.0.10");
+    let msg = kube_api::invalid_cluster_ip(&svc).unwrap_or_default();
+    assert!(msg.contains("not in the valid range"), "{msg}");
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| api.apply(svc)));
+    assert!(
+        refused.is_err(),
+        "a clusterIP outside the range was accepted"
+    );
+    assert_eq!(kube_api::invalid_cluster_ip(&service("web", &[])), None);
+    let mut headless = service("web", &[]);
+    headless["spec"]["clusterIP"] = serde_json::json!("None");
+    assert_eq!(kube_api::invalid_cluster_ip(&headless), None);
 }

@@ -288,7 +288,7 @@ impl Svc {
         if !self.annotations.is_empty() {
             meta["annotations"] = json!(self.annotations);
         }
-        let mut spec = json!({"type": "ClusterIP", "clusterIP": "10.0.0.10", "ports": ports});
+        let mut spec = json!({"type": "ClusterIP", "clusterIP": "10.96.0.10", "ports": ports});
         if let Some(a) = &self.affinity {
             spec["sessionAffinity"] = json!(a);
             spec["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 10800}});

@@ -32,9 +32,12 @@
 //! request 404 NotFound (and deletes the objects, ending open watches), as a cluster without
 //! the CRDs, or whose CRDs were just deleted, does.
 //!
+//! A Service's `clusterIP` must be in the fake's service range, 10.96.0.0/16 (as `start.sh`
+//! configures the real one; it refused the 10.0.0.10 the shared builder used).
 //! `events.k8s.io/v1` Events are checked as the real server (v1.32, `../shared/kube`) checks
 //! them: a create needs a name (taken once: 409), `eventTime`, `reportingController`,
-//! `reportingInstance`, `action` and `reason`, and a note of at most 1 kB (422 otherwise).
+//! `reportingInstance`, `action` and `reason`, and a note of at most 1 kB (422 otherwise); a
+//! patch of one is answered with the merged Event, 404 when there is none of that name.
 //! Every request's User-Agent is kept (`user_agents`): the real server logs it for audits.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -470,6 +473,12 @@ impl FakeApi {
             if kind == Kind::EndpointSlice
                 && !st.allow_loopback
                 && let Some(why) = invalid_endpoint_address(&obj)
+            {
+                drop(st);
+                panic!("422 Invalid: {why}");
+            }
+            if kind == Kind::Service
+                && let Some(why) = invalid_cluster_ip(&obj)
             {
                 drop(st);
                 panic!("422 Invalid: {why}");
@@ -1093,17 +1102,31 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
                     format!("events.events.k8s.io \"{name}\" already exists"),
                 );
             }
-        } else {
-            v["_name"] = json!(path.rsplit('/').next().unwrap_or(""));
+            v["_method"] = json!("POST");
+            st.events.push(v.clone());
+            return full(StatusCode::CREATED, v);
         }
-        v["_method"] = json!(method.as_str());
-        st.events.push(v.clone());
-        let status = if method == Method::POST {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
+        // A patch of an Event: 404 when there is none of that name, else the merged Event (as
+        // a real server answers; the patch body alone was answered before).
+        let name = path.rsplit('/').next().unwrap_or("").to_string();
+        let Some(mut merged) = st
+            .events
+            .iter()
+            .rev()
+            .find(|e| e["_method"] == "POST" && e["metadata"]["name"] == name.as_str())
+            .cloned()
+        else {
+            return status(
+                404,
+                "NotFound",
+                format!("events.events.k8s.io \"{name}\" not found"),
+            );
         };
-        return full(status, v);
+        merge_patch(&mut merged, &v);
+        v["_name"] = json!(name);
+        v["_method"] = json!(method.as_str());
+        st.events.push(v);
+        return full(StatusCode::OK, merged);
     }
     let absent = {
         let mut st = ctx.state.lock().unwrap();
@@ -1347,6 +1370,32 @@ pub fn invalid_endpoint_address(slice: &Value) -> Option<String> {
         }
     }
     None
+}
+
+/// The service IP range of the fake, as `../shared/kube/start.sh` configures the real server
+/// (`--service-cluster-ip-range=10.96.0.0/16`).
+pub const SERVICE_CIDR: ([u8; 2], &str) = ([10, 96], "10.96.0.0/16");
+
+/// What a real API server says of a Service whose `clusterIP` is outside its service range
+/// (found by the real-API tier: the fake took any address), if it is.
+pub fn invalid_cluster_ip(service: &Value) -> Option<String> {
+    let name = service["metadata"]["name"].as_str().unwrap_or("");
+    let ip = service["spec"]["clusterIP"].as_str()?;
+    if ip.is_empty() || ip == "None" {
+        return None;
+    }
+    let inside = match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => v4.octets()[..2] == SERVICE_CIDR.0,
+        _ => false,
+    };
+    (!inside).then(|| {
+        format!(
+            "Service \"{name}\" is invalid: spec.clusterIPs: Invalid value: [\"{ip}\"]: failed \
+             to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of \
+             valid IPs is {}",
+            SERVICE_CIDR.1
+        )
+    })
 }
 
 /// A Service with one named port `http` (port 80) and optional annotations.
