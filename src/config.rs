@@ -1103,7 +1103,39 @@ const HEADINGS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// The command line: `Args` with its flags grouped under headings for `--help`.
+/// The flags `-h` shows: what a first run needs. `--help` shows every flag.
+const SHORT_HELP: &[&str] = &[
+    "manifests",
+    "demo",
+    "dry_run",
+    "explain",
+    "kubeconfig",
+    "namespace",
+    "service_routes",
+    "http_port",
+    "https_port",
+    "ssl_cert",
+    "leader_elect",
+    "publish_service",
+    "admin_port",
+    "stats_port",
+    "access_log",
+    "log_format",
+];
+
+/// A flag's help up to the end of its first sentence: its one line in `-h`.
+fn first_sentence(help: &str) -> String {
+    let end = help
+        .match_indices(". ")
+        .map(|(i, _)| i + 1)
+        .chain(help.find(" [").into_iter())
+        .min()
+        .unwrap_or(help.len());
+    help[..end].trim_end_matches(['.', ':', ';']).to_string()
+}
+
+/// The command line: `Args` with its flags grouped under headings for `--help`; `-h` is a
+/// summary of the flags a first run needs, each in its first sentence.
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
     let mut cmd = Args::command();
@@ -1112,7 +1144,26 @@ pub fn command() -> clap::Command {
             cmd = cmd.mut_arg(*id, |a| a.help_heading(*heading));
         }
     }
-    cmd
+    let ids: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && a.get_long().is_some_and(|l| l != "help" && l != "version"))
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let all = ids.len();
+    for id in &ids {
+        cmd = cmd.mut_arg(id.as_str(), |a| {
+            let full = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let short = first_sentence(&full);
+            a.long_help(full)
+                .help(short)
+                .hide_short_help(!SHORT_HELP.contains(&id.as_str()))
+        });
+    }
+    cmd.after_help(format!(
+        "{} of {all} flags shown; `switchyard --help` lists them all, with their \
+         environment variables (docs/operations.md#flags)",
+        SHORT_HELP.len()
+    ))
 }
 
 /// Parses the process's arguments (and `SWITCHYARD_*` variables) through [`command`].
@@ -1175,6 +1226,41 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         parse_from(std::iter::once("switchyard").chain(args.iter().copied()))
+    }
+
+    /// `-h` is a summary (a screen or so, the flags a first run needs, one sentence each);
+    /// `--help` has every flag in full.
+    #[test]
+    fn short_help_is_a_summary_and_long_help_is_whole() {
+        let short = command().term_width(100).render_help().to_string();
+        let long = command().term_width(100).render_long_help().to_string();
+        assert!(
+            short.lines().count() <= 80,
+            "{} lines:\n{short}",
+            short.lines().count()
+        );
+        let cmd = command();
+        for id in SHORT_HELP {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == *id);
+            let long_name = arg
+                .and_then(|a| a.get_long())
+                .unwrap_or_else(|| panic!("{id}"));
+            assert!(short.contains(&format!("--{long_name}")), "{id} not in -h");
+        }
+        for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+            if let Some(l) = arg.get_long() {
+                assert!(long.contains(&format!("--{l}")), "--{l} not in --help");
+            }
+        }
+        assert!(short.contains("switchyard --help"), "{short}");
+        // The long help keeps what the short one cuts.
+        assert!(long.contains("Files are watched and"), "{long}");
+        assert!(!short.contains("Files are watched and"), "{short}");
+        assert_eq!(first_sentence("One. Two [env: X]"), "One");
+        assert_eq!(
+            first_sentence("Port for plain HTTP [env: X]"),
+            "Port for plain HTTP"
+        );
     }
 
     #[test]
