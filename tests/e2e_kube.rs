@@ -752,6 +752,29 @@ async fn dry_run_lists_the_cluster() {
         table["entries"]["web"]["endpoints"][0]["address"],
         "192.0.2.10:9999"
     );
+
+    // Without the Gateway API CRDs: one line says so, not a 404 per kind.
+    api.set_gateway_api_installed(false);
+    let kubeconfig = api.kubeconfig(dir.path());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--dry-run")
+            .env(EVERY_SERVICE_ROUTED.0, EVERY_SERVICE_ROUTED.1)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("Gateway API CRDs are not installed").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("404"), "{stderr}");
 }
 
 /// The fake is as strict as a real API server: it refuses an EndpointSlice on a loopback,

@@ -860,6 +860,52 @@ pub async fn snapshot(
         optional("configmaps", api::<ConfigMap>(client, namespace).list(&lp)).await;
     config_maps.iter_mut().for_each(slim_config_map);
     config_maps.retain(holds_ca);
+    // The Gateway API kinds: a 404 means their CRDs are not installed, said once for the four
+    // (each kind's raw 404 was printed before); other failures are said per kind.
+    fn gateway_kind<K>(
+        what: &str,
+        listed: Result<kube::core::ObjectList<K>, kube::Error>,
+        crds_absent: &mut bool,
+    ) -> Vec<K>
+    where
+        K: Clone + DeserializeOwned,
+    {
+        match listed {
+            Ok(list) => list.items,
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                *crds_absent = true;
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(resource = what, error = %e, "cannot list; left out");
+                Vec::new()
+            }
+        }
+    }
+    let mut crds_absent = false;
+    let gateway_classes = gateway_kind(
+        "gatewayclasses",
+        Api::<GatewayClass>::all(client.clone()).list(&lp).await,
+        &mut crds_absent,
+    );
+    let gateways = gateway_kind(
+        "gateways",
+        api::<Gateway>(client, namespace).list(&lp).await,
+        &mut crds_absent,
+    );
+    let http_routes = gateway_kind(
+        "httproutes",
+        api::<HTTPRoute>(client, namespace).list(&lp).await,
+        &mut crds_absent,
+    );
+    let reference_grants = gateway_kind(
+        "referencegrants",
+        api::<ReferenceGrant>(client, namespace).list(&lp).await,
+        &mut crds_absent,
+    );
+    if crds_absent {
+        tracing::warn!("the Gateway API CRDs are not installed; no Gateway API objects listed");
+    }
     Ok(crate::control::manifests::Objects {
         services,
         slices,
@@ -867,18 +913,10 @@ pub async fn snapshot(
         classes,
         secrets,
         config_maps,
-        gateway_classes: optional(
-            "gatewayclasses",
-            Api::<GatewayClass>::all(client.clone()).list(&lp),
-        )
-        .await,
-        gateways: optional("gateways", api::<Gateway>(client, namespace).list(&lp)).await,
-        http_routes: optional("httproutes", api::<HTTPRoute>(client, namespace).list(&lp)).await,
-        reference_grants: optional(
-            "referencegrants",
-            api::<ReferenceGrant>(client, namespace).list(&lp),
-        )
-        .await,
+        gateway_classes,
+        gateways,
+        http_routes,
+        reference_grants,
         namespaces: optional(
             "namespaces",
             Api::<Namespace>::all(client.clone()).list(&lp),
