@@ -72,6 +72,17 @@ async fn ingresses_from_the_api_server_route_follow_changes_and_warn_on_themselv
         w.stderr()
     );
     assert_eq!(status_for(&w, "theirs.test", "/").await, Some(404));
+    // Counted: one served, one left to its own controller.
+    let metrics = try_request(w.admin_port, "GET", "/metrics", &[])
+        .await
+        .unwrap();
+    let text = metrics.body;
+    for want in [
+        r#"switchyard_ingresses{state="served"} 1"#,
+        r#"switchyard_ingresses{state="other_class"} 1"#,
+    ] {
+        assert!(text.contains(want), "missing {want}:\n{text}");
+    }
     // A change to the Ingress is live without a restart.
     api.apply(ingress("shop", "switchyard", "shop.test", &["/basket"]));
     assert!(until_status(&w, "shop.test", "/basket", 200, Duration::from_secs(10)).await);

@@ -18,7 +18,7 @@ use crate::control::translate::{
     Built, Changes, IngressInputs, Memo, ObjectRef, Options, Previous, Store, Warning,
     WarningReason, translate_changes, translate_with,
 };
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{INGRESS_STATES, Metrics};
 use crate::table::{RoutingTable, TableWriter};
 
 /// What one `apply` did.
@@ -179,8 +179,15 @@ impl Pipeline {
     }
 
     /// Tells the status writer which Ingresses are served: after the first build, and
-    /// whenever the set changed.
+    /// whenever the set changed; and counts them, and those left to other controllers.
     fn served_from(&mut self, memo: &Memo) {
+        let counts = [memo.served_ingresses().len(), memo.other_class_ingresses()];
+        for (state, n) in INGRESS_STATES.iter().zip(counts) {
+            self.metrics
+                .ingresses
+                .with_label_values(&[state])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
         let Some(tx) = &self.served else {
             return;
         };

@@ -47,6 +47,8 @@ pub struct Metrics {
     pub watch_errors_total: IntCounterVec,
     pub relists_total: IntCounterVec,
     pub kube_events_total: IntCounterVec,
+    /// Ingresses by what switchyard does with them (`INGRESS_STATES`), as of the last build.
+    pub ingresses: IntGaugeVec,
     /// 1 while this replica holds the leader-election Lease (`control::lease`).
     pub leader: IntGauge,
     /// Ingress and Gateway API status writes by the leader, by result (`STATUS_WRITE_RESULTS`).
@@ -147,6 +149,15 @@ impl Metrics {
                 &["outcome"],
             )
             .unwrap_or_else(|_| unreachable_metric()),
+            ingresses: IntGaugeVec::new(
+                Opts::new(
+                    "ingresses",
+                    "Ingresses by what switchyard does with them: served, or left to another \
+                     controller (other_class), as of the last table built",
+                ),
+                &["state"],
+            )
+            .unwrap_or_else(|_| unreachable_metric()),
             leader: IntGauge::new(
                 "leader",
                 "1 while this replica holds the leader-election Lease (writes status and Events)",
@@ -198,9 +209,13 @@ impl Metrics {
         for result in STATUS_WRITE_RESULTS {
             m.status_writes_total.with_label_values(&[result]);
         }
+        for state in INGRESS_STATES {
+            m.ingresses.with_label_values(&[state]);
+        }
         for c in [
             Box::new(m.leader.clone()) as Box<dyn Collector>,
             Box::new(m.status_writes_total.clone()),
+            Box::new(m.ingresses.clone()),
         ] {
             if let Err(e) = m.registry.register(c) {
                 tracing::error!(error = %e, "metric registration failed");
@@ -225,6 +240,9 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 }
+
+/// The `state` label values of `ingresses`: served by switchyard, or of another class.
+pub const INGRESS_STATES: [&str; 2] = ["served", "other_class"];
 
 /// The `result` label values of `status_writes_total`: written, answered 409 (the Ingress
 /// changed since it was read; retried from the next version), 404 (deleted meanwhile), or

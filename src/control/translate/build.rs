@@ -68,6 +68,8 @@ pub(super) struct Builder<'a> {
     pub(super) address_certificates: BTreeMap<IpAddr, Certificates>,
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
+    /// Ingresses left to other controllers (their class is not switchyard's).
+    pub(super) other_class_ingresses: usize,
     pub(super) gateway_status: GatewayApiStatus,
     pub(super) gateway_routes: GatewayRoutes,
     /// Entry ids by key, as the Gateway build resolved its backends (for the next
@@ -112,6 +114,7 @@ impl<'a> Builder<'a> {
             certificates: BTreeMap::new(),
             address_certificates: BTreeMap::new(),
             served_ingresses: BTreeSet::new(),
+            other_class_ingresses: 0,
             gateway_status: GatewayApiStatus::default(),
             gateway_routes: GatewayRoutes::default(),
             entry_index: None,
@@ -739,6 +742,7 @@ impl<'a> Builder<'a> {
             route_warnings,
             all_warnings: Arc::new(self.warnings.clone()),
             served_ingresses: Arc::new(std::mem::take(&mut self.served_ingresses)),
+            other_class_ingresses: self.other_class_ingresses,
             gateway_status: Arc::new(std::mem::take(&mut self.gateway_status)),
             gateway_warnings: inputs.gateway_warnings,
             ingress_certificates: inputs.ingress_certificates,

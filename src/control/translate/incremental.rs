@@ -32,6 +32,8 @@ pub struct Memo {
     pub(super) ingress_warnings: Vec<Warning>,
     /// The Ingresses this table serves (for their status).
     pub(super) served_ingresses: Arc<BTreeSet<ObjectKey>>,
+    /// Ingresses of another class (left to other controllers).
+    pub(super) other_class_ingresses: usize,
     /// The status of the Gateway API objects this table serves (any change to those is a
     /// full build, so it stands until the next one).
     pub(super) gateway_status: Arc<GatewayApiStatus>,
@@ -94,6 +96,11 @@ impl Memo {
     /// The Ingresses (namespace, name) the table of this build serves.
     pub fn served_ingresses(&self) -> &Arc<BTreeSet<ObjectKey>> {
         &self.served_ingresses
+    }
+
+    /// How many Ingresses this build left to other controllers (their class is not ours).
+    pub fn other_class_ingresses(&self) -> usize {
+        self.other_class_ingresses
     }
 
     /// What the Gateway API objects' status should say, as of this table.
@@ -348,6 +355,7 @@ pub(super) fn incremental(
         route_warnings: memo.route_warnings.clone(),
         all_warnings: Arc::clone(&memo.all_warnings),
         served_ingresses: Arc::clone(&memo.served_ingresses),
+        other_class_ingresses: memo.other_class_ingresses,
         gateway_status: Arc::clone(&memo.gateway_status),
         gateway_warnings: Arc::clone(&memo.gateway_warnings),
         ingress_certificates: Arc::clone(&memo.ingress_certificates),

@@ -143,6 +143,7 @@ impl<'a> Builder<'a> {
                 continue;
             }
             if !self.is_ours(ing, &classes, default_class) {
+                self.other_class_ingresses += 1;
                 continue;
             }
             let who = object("Ingress", ns, name);

@@ -137,6 +137,7 @@ pub(super) fn rebuild(
         route_warnings: memo.route_warnings.clone(),
         all_warnings: Arc::new(all.clone()),
         served_ingresses: Arc::clone(&memo.served_ingresses),
+        other_class_ingresses: memo.other_class_ingresses,
         gateway_status,
         gateway_warnings,
         ingress_certificates: Arc::clone(&memo.ingress_certificates),
