@@ -350,7 +350,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
         );
     }
     tracing::info!(http = %http_addr, admin = %admin_addr,
-        https = ?tls.as_ref().map(|_| https_addr), "switchyard starting");
+        https = %tls.as_ref().map_or("off".to_string(), |_| https_addr.to_string()),
+        "switchyard starting");
     server.run(RunArgs {
         shutdown_signal: Box::new(Signals {
             lifecycle,
@@ -789,6 +790,77 @@ pub fn logfmt_field(
     }
     let name = name.strip_prefix("r#").unwrap_or(name);
     write!(w, "{name}={}", logfmt_value(&text))
+}
+
+/// The JSON log line: one object with `timestamp` (RFC 3339, UTC), `level`, `target`,
+/// `message` and the event's own fields at the top level, as log pipelines index them.
+/// tracing-subscriber's JSON formatter kept the `log.file` / `log.module_path` fields of
+/// records from the `log` crate (Pingora's: `"log.file":"vendor/..."`), as strings get past its
+/// filter; here every `log.*` field is left out (the target already says where it came from).
+pub struct JsonLine;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for JsonLine
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let meta = event.metadata();
+        let mut line = serde_json::Map::new();
+        line.insert(
+            "timestamp".into(),
+            crate::ops::access_log::rfc3339(std::time::SystemTime::now()).into(),
+        );
+        line.insert("level".into(), meta.level().as_str().into());
+        line.insert("target".into(), meta.target().into());
+        event.record(&mut JsonFields(&mut line));
+        writeln!(writer, "{}", serde_json::Value::Object(line))
+    }
+}
+
+/// An event's fields into a JSON object: numbers and booleans as such, the rest as text.
+struct JsonFields<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
+
+impl JsonFields<'_> {
+    fn put(&mut self, field: &tracing::field::Field, value: serde_json::Value) {
+        let name = field.name();
+        // A `log` record's own target (the event's is "log"); its other metadata is dropped.
+        if name == "log.target" {
+            self.0.insert("target".into(), value);
+            return;
+        }
+        if name.starts_with("log.") {
+            return;
+        }
+        let name = name.strip_prefix("r#").unwrap_or(name);
+        self.0.insert(name.to_string(), value);
+    }
+}
+
+impl tracing::field::Visit for JsonFields<'_> {
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.put(field, value.into());
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.put(field, value.into());
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.put(field, value.into());
+    }
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.put(field, value.into());
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.put(field, value.into());
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.put(field, format!("{value:?}").into());
+    }
 }
 
 /// `text` as a logfmt value: as is when `Debug` already quoted it (a `&str` field), else as the

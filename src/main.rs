@@ -62,7 +62,11 @@ fn init_tracing(format: LogFormat) {
     match format {
         // The event's fields at the top level, beside timestamp and level, as log pipelines
         // index them (they were nested under "fields").
-        LogFormat::Json => builder.json().flatten_event(true).with_ansi(false).init(),
+        // (`app::JsonLine`: no `log.*` fields of Pingora's records.)
+        LogFormat::Json => builder
+            .with_ansi(false)
+            .event_format(switchyard::app::JsonLine)
+            .init(),
         LogFormat::Text => {
             // Colour codes only for a person at a terminal, and never against NO_COLOR
             // (no-color.org: any non-empty value).

@@ -103,9 +103,20 @@ fn text_logs_quote_values_with_spaces_and_round_build_times() {
 fn log_format_json_writes_one_object_per_line() {
     let dir = tempfile::tempdir().unwrap();
     let m = manifest_with_a_warning(&dir);
+    // With Pingora's own info lines (records of the `log` crate) let through too.
+    let pingora = serve_briefly(
+        &m,
+        &["--log-format", "json"],
+        &[("RUST_LOG", "info,pingora_core=info")],
+    );
+    assert!(
+        pingora.lines().any(|l| l.contains(r#""target":"pingora"#)),
+        "no Pingora line: {pingora}"
+    );
     for err in [
         serve_briefly(&m, &["--log-format", "json"], &[]),
         serve_briefly(&m, &[], &[("SWITCHYARD_LOG_FORMAT", "json")]),
+        pingora,
     ] {
         for line in err.lines() {
             let v: Value =
@@ -116,6 +127,20 @@ fn log_format_json_writes_one_object_per_line() {
             // The event's fields beside timestamp and level, not nested under "fields".
             assert!(v["message"].is_string(), "no message: {line}");
             assert!(v.get("fields").is_none(), "nested fields: {line}");
+            // No metadata of `log` records (log.file, log.module_path), and no Rust debug
+            // forms of options or lists.
+            let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+            assert!(!keys.iter().any(|k| k.starts_with("log.")), "{line}");
+            assert!(
+                !line.contains(r#""None""#) && !line.contains(r#""Some("#),
+                "{line}"
+            );
+            if v["message"] == "routing table swapped" {
+                assert!(
+                    v["build_ms"].is_number() && v["entries"].is_number(),
+                    "{line}"
+                );
+            }
         }
         let warned = err
             .lines()

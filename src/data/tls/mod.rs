@@ -147,7 +147,7 @@ impl Tls {
         for c in store.certificates() {
             tracing::info!(
                 file = %c.source,
-                names = ?c.names,
+                names = %c.names.join(","),
                 default = c.is_default,
                 "certificate loaded"
             );

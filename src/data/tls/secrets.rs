@@ -90,7 +90,8 @@ impl SecretCerts {
                     } else if !c.hosts.is_empty() {
                         cert.names = given.collect();
                     }
-                    tracing::info!(secret = c.secret, address = ?c.address, names = ?cert.names,
+                    tracing::info!(secret = c.secret, address = %c.address.map_or("any".to_string(), |a| a.to_string()),
+                        names = %cert.names.join(","),
                         "certificate loaded from Secret");
                     self.store.insert(source, cert);
                 }

@@ -224,7 +224,7 @@ impl CertWatcher {
             });
             match checked {
                 Ok(cert) => {
-                    tracing::info!(file = %path.display(), names = ?cert.names,
+                    tracing::info!(file = %path.display(), names = %cert.names.join(","),
                         not_after = %cert.not_after_text, "certificate loaded");
                     self.store.insert(source, cert);
                     changed = true;
