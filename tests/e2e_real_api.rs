@@ -163,9 +163,10 @@ impl Cluster {
             subnet,
         };
         // As a new user: deploy/ unchanged (the namespace, RBAC, leader election, the
-        // IngressClass; the Deployment and its Service are inert without a kubelet).
-        c.kubectl(&["apply", "-k", DEPLOY], None)
-            .expect("apply -k deploy/");
+        // IngressClass; the Deployment and its Service are inert without a kubelet), applied
+        // server-side so that the API server checks every field against its schema.
+        c.kubectl(&["apply", "--server-side", "-k", DEPLOY], None)
+            .expect("apply --server-side -k deploy/");
         c.kubectl(&["apply", "--server-side", "-f", GATEWAY_CRDS], None)
             .expect("install the Gateway API CRDs");
         c.kubectl(
