@@ -1128,7 +1128,7 @@ fn first_sentence(help: &str) -> String {
     let end = help
         .match_indices(". ")
         .map(|(i, _)| i + 1)
-        .chain(help.find(" [").into_iter())
+        .chain(help.find(" ["))
         .min()
         .unwrap_or(help.len());
     help[..end].trim_end_matches(['.', ':', ';']).to_string()
