@@ -22,35 +22,12 @@ fi
 # Cases failing today, as "ENGINE TRANSPORT CASE" (h2spec's numbering: section/case).
 # 3.5/2 (an invalid connection preface) cannot pass on the plain port: it takes HTTP/1 and h2c
 # on one port, so a preface that is not HTTP/2's is read as HTTP/1 and answered 400, as HAProxy
-# does on such a port. The rest are server-role defects of the fast path's HTTP/2 connection
-# (src/data/fast/h2_conn.rs; issue 37): frames on half-closed and closed streams (5.1/5-12, 6.1/2),
-# a stream id lower than the last (5.1.1/2), a stream depending on itself (5.3.1), and
-# SETTINGS_ENABLE_PUSH above 1 (6.5.2/1) are not answered with the error the RFC asks for.
+# does on such a port. (The fast path's eleven server-role defects in its HTTP/2 connection
+# were fixed: frames on half-closed and closed streams, a stream id lower than the last, a
+# stream depending on itself, SETTINGS_ENABLE_PUSH above 1; src/data/fast/h2_conn.rs.)
 known_failures="$(cat <<'EOF'
 fast h2c 3.5/2
 pingora h2c 3.5/2
-fast h2c 5.1/5
-fast h2c 5.1/6
-fast h2c 5.1/8
-fast h2c 5.1/9
-fast h2c 5.1/11
-fast h2c 5.1/12
-fast h2c 5.1.1/2
-fast h2c 5.3.1/1
-fast h2c 5.3.1/2
-fast h2c 6.1/2
-fast h2c 6.5.2/1
-fast tls 5.1/5
-fast tls 5.1/6
-fast tls 5.1/8
-fast tls 5.1/9
-fast tls 5.1/11
-fast tls 5.1/12
-fast tls 5.1.1/2
-fast tls 5.3.1/1
-fast tls 5.3.1/2
-fast tls 6.1/2
-fast tls 6.5.2/1
 EOF
 )"
 

@@ -75,6 +75,78 @@ const MAX_UNSENT: usize = 256 * 1024;
 /// it, as in Pingora's `from_h2_conn`.
 const MAX_MALFORMED: usize = 32;
 
+/// Closed streams remembered per connection, for what a late frame on one means (§5.1):
+/// bounded, the oldest forgotten first.
+const CLOSED_MEMORY: usize = 256;
+
+/// How a stream that is gone from the map closed, as far as frames still coming on it go.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Closed {
+    /// The peer ended it (END_STREAM) and it closed both ways: more frames on it break the
+    /// protocol (a connection error STREAM_CLOSED, RFC 9113 §5.1 "closed").
+    PeerEnded,
+    /// The peer reset it: a stream error STREAM_CLOSED.
+    PeerReset,
+    /// Reset here (or refused, or past our GOAWAY): frames the peer sent before it knew are
+    /// ignored.
+    LocalReset,
+}
+
+/// What a DATA or HEADERS frame means on a stream still in the map that takes no more: one
+/// the peer ended, or reset; one reset here; or, on a client, a body before its header.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Late {
+    AfterEnd { send_closed: bool },
+    AfterPeerReset,
+    AfterLocalReset,
+    BeforeHeader,
+}
+
+impl Late {
+    fn of(s: &StreamState) -> Late {
+        match s.error {
+            Some(Error::Reset { remote: true, .. }) => Late::AfterPeerReset,
+            Some(_) => Late::AfterLocalReset,
+            None if s.recv_closed => Late::AfterEnd {
+                send_closed: s.send_closed,
+            },
+            None => Late::BeforeHeader,
+        }
+    }
+}
+
+/// The stream a priority block (5 bytes: E, dependency, weight) depends on.
+fn dependency(priority: &[u8]) -> u32 {
+    match priority {
+        [a, b, c, d, ..] => u32::from_be_bytes([*a, *b, *c, *d]) & 0x7fff_ffff,
+        _ => 0,
+    }
+}
+
+/// The last `CLOSED_MEMORY` streams closed and forgotten, with how.
+#[derive(Default)]
+struct ClosedStreams {
+    order: VecDeque<u32>,
+    how: HashMap<u32, Closed>,
+}
+
+impl ClosedStreams {
+    fn insert(&mut self, id: u32, how: Closed) {
+        if self.how.insert(id, how).is_none() {
+            self.order.push_back(id);
+            if self.order.len() > CLOSED_MEMORY
+                && let Some(old) = self.order.pop_front()
+            {
+                self.how.remove(&old);
+            }
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<Closed> {
+        self.how.get(&id).copied()
+    }
+}
+
 /// Why a stream, or its connection, failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -187,6 +259,8 @@ struct State {
     connection_window: i64,
     /// The connection takes no new stream (a GOAWAY either way, an error).
     closing: bool,
+    /// Streams gone from `streams`, and how they closed.
+    closed: ClosedStreams,
     /// The error every stream gets from now on.
     failed: Option<Error>,
 }
@@ -289,6 +363,39 @@ impl State {
         }
     }
 
+    /// A DATA or HEADERS frame on stream `id`, known (not idle) and gone from the map: a
+    /// connection error when the peer had ended it, a stream error when it had reset it,
+    /// ignored when it was reset here (its frames may have been on their way, §5.1).
+    /// `unknown`: what a stream never opened below the last one means for this frame.
+    fn on_closed(&mut self, id: u32, unknown: Result<(), Reason>) -> Result<(), Reason> {
+        match self.closed.get(id) {
+            Some(Closed::PeerEnded) => Err(Reason::STREAM_CLOSED),
+            Some(Closed::PeerReset) => {
+                self.reset(id, Reason::STREAM_CLOSED);
+                Ok(())
+            }
+            Some(Closed::LocalReset) => Ok(()),
+            None => unknown,
+        }
+    }
+
+    /// A frame on a stream still here that takes no more (§5.1): after the peer's END_STREAM a
+    /// stream error STREAM_CLOSED (half-closed, remote), or a connection error once closed
+    /// both ways; after the peer's RST_STREAM a stream error STREAM_CLOSED; after ours,
+    /// ignored; a body before its header, a stream error PROTOCOL_ERROR.
+    fn late(&mut self, id: u32, late: Late, wakers: &mut Vec<Waker>) -> Result<(), Reason> {
+        match late {
+            Late::AfterEnd { send_closed: true } => return Err(Reason::STREAM_CLOSED),
+            Late::AfterEnd { send_closed: false } => {
+                self.stream_error(id, Reason::STREAM_CLOSED, wakers);
+            }
+            Late::AfterPeerReset => self.reset(id, Reason::STREAM_CLOSED),
+            Late::AfterLocalReset => {}
+            Late::BeforeHeader => self.stream_error(id, Reason::PROTOCOL_ERROR, wakers),
+        }
+        Ok(())
+    }
+
     /// A stream error: the stream reset with `reason` here, its task told.
     fn stream_error(&mut self, id: u32, reason: Reason, wakers: &mut Vec<Waker>) {
         let Some(s) = self.streams.get_mut(&id) else {
@@ -341,6 +448,12 @@ impl State {
         let Some(s) = self.streams.remove(&id) else {
             return;
         };
+        let how = match s.error {
+            Some(Error::Reset { remote: true, .. }) => Closed::PeerReset,
+            None if s.recv_closed => Closed::PeerEnded,
+            _ => Closed::LocalReset,
+        };
+        self.closed.insert(id, how);
         if s.counted {
             self.open -= 1;
             wakers.append(&mut self.slot_waiters);
@@ -361,16 +474,19 @@ impl State {
         self.last_peer_id = id;
         if self.closing {
             // Past our GOAWAY: ignored (RFC 9113 §6.8).
+            self.closed.insert(id, Closed::LocalReset);
             return Ok(());
         }
         // Streams reset before they were taken wait in the queue too: it is bounded as well.
         if self.open >= self.max_recv_streams || self.accepted.len() >= self.max_recv_streams {
             // Not processed: the client may send it again (§8.7).
             self.reset(id, Reason::REFUSED_STREAM);
+            self.closed.insert(id, Closed::LocalReset);
             return Ok(());
         }
         if size > self.max_header_list {
             self.too_large(id, end);
+            self.closed.insert(id, Closed::LocalReset);
             return Ok(());
         }
         let head = request_head(fields);
@@ -424,6 +540,7 @@ impl State {
     /// A request refused as malformed (§8.1.1); the `MAX_MALFORMED`th ends the connection.
     fn malformed(&mut self, id: u32) -> Result<(), Reason> {
         self.reset(id, Reason::PROTOCOL_ERROR);
+        self.closed.insert(id, Closed::LocalReset);
         self.malformed += 1;
         if self.malformed >= MAX_MALFORMED {
             return Err(Reason::ENHANCE_YOUR_CALM);
@@ -498,6 +615,7 @@ fn state(role: Role, stream_window: u32, connection_window: u32) -> State {
         stream_window,
         connection_window,
         closing: false,
+        closed: ClosedStreams::default(),
         failed: None,
     }
 }
@@ -605,6 +723,8 @@ struct Block {
     id: u32,
     flags: u8,
     bytes: BytesMut,
+    /// Its priority names the stream itself as its dependency (RFC 9113 §5.3.1).
+    self_dependent: bool,
 }
 
 /// The connection's task: reads frames and writes what the streams queued.
@@ -762,16 +882,19 @@ where
                 }
                 let mut p = payload;
                 unpad(&mut p, flags)?;
+                let mut self_dependent = false;
                 if flags & PRIORITY_FLAG != 0 {
                     if p.len() < 5 {
                         return Err(Reason::FRAME_SIZE_ERROR);
                     }
+                    self_dependent = dependency(&p) == id;
                     p.advance(5);
                 }
                 let block = Block {
                     id,
                     flags,
                     bytes: BytesMut::from(&p[..]),
+                    self_dependent,
                 };
                 if flags & END_HEADERS != 0 {
                     self.headers(st, block, wakers)
@@ -804,6 +927,13 @@ where
                 }
                 if payload.len() != 5 {
                     st.stream_error(id, Reason::FRAME_SIZE_ERROR, wakers);
+                } else if dependency(&payload) == id {
+                    // A stream that depends on itself: a stream error (§5.3.1), or for a
+                    // stream not open, where no RST_STREAM may go, the connection's.
+                    if !st.streams.contains_key(&id) {
+                        return Err(Reason::PROTOCOL_ERROR);
+                    }
+                    st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
                 }
                 Ok(())
             }
@@ -947,15 +1077,12 @@ where
         let Some(s) = st.streams.get_mut(&id) else {
             // A stream gone from here: its share of the window is given back at once.
             st.give_back(None, len);
-            return Ok(());
+            return st.on_closed(id, Ok(()));
         };
         if s.error.is_some() || s.recv_closed || !s.headed {
-            let fault = !s.headed && s.error.is_none();
+            let late = Late::of(s);
             st.give_back(None, len);
-            if fault {
-                st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
-            }
-            return Ok(());
+            return st.late(id, late, wakers);
         }
         if len > s.recv_window {
             st.give_back(None, len);
@@ -993,7 +1120,12 @@ where
         block: Block,
         wakers: &mut Vec<Waker>,
     ) -> Result<(), Reason> {
-        let Block { id, flags, bytes } = block;
+        let Block {
+            id,
+            flags,
+            bytes,
+            self_dependent,
+        } = block;
         let opens = st.role == Role::Server && id > st.last_peer_id;
         if id.is_multiple_of(2) || (st.role == Role::Client && st.idle(id)) {
             return Err(Reason::PROTOCOL_ERROR);
@@ -1012,14 +1144,33 @@ where
             })
             .map_err(|_| Reason::COMPRESSION_ERROR)?;
         let end = flags & END_STREAM != 0;
+        if self_dependent {
+            // Its own dependency (§5.3.1): a stream error; a stream it would open is opened
+            // reset.
+            if opens {
+                st.last_peer_id = id;
+                st.reset(id, Reason::PROTOCOL_ERROR);
+                st.closed.insert(id, Closed::LocalReset);
+            } else {
+                st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+            }
+            return Ok(());
+        }
         if opens {
             return st.opened(id, end, fields, size, wakers);
         }
         let Some(s) = st.streams.get_mut(&id) else {
-            return Ok(());
+            // On a server, a stream below the last one opened that was never opened: a
+            // stream identifier out of order (§5.1.1).
+            let unknown = match st.role {
+                Role::Server => Err(Reason::PROTOCOL_ERROR),
+                Role::Client => Ok(()),
+            };
+            return st.on_closed(id, unknown);
         };
         if s.error.is_some() || s.recv_closed {
-            return Ok(());
+            let late = Late::of(s);
+            return st.late(id, late, wakers);
         }
         if size > limit {
             st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
@@ -1120,8 +1271,13 @@ where
                     }
                     st.peer_max_frame = value as usize;
                 }
-                // SETTINGS_ENABLE_PUSH (a server's means nothing), SETTINGS_MAX_HEADER_LIST_SIZE
-                // (advisory), and unknown settings.
+                // SETTINGS_ENABLE_PUSH: 0 or 1, and a server may not offer push (§6.5.2);
+                // a client's turns on nothing here (no push is sent).
+                2 if value > 1 || (value == 1 && st.role == Role::Client) => {
+                    return Err(Reason::PROTOCOL_ERROR);
+                }
+                // SETTINGS_ENABLE_PUSH otherwise, SETTINGS_MAX_HEADER_LIST_SIZE (advisory),
+                // and unknown settings.
                 _ => {}
             }
         }
@@ -2747,5 +2903,195 @@ mod tests {
         }
         let written = tokio::time::timeout(Duration::from_secs(2), raw.wire.write_all(&wire));
         assert!(written.await.is_err(), "the whole flood was read");
+    }
+
+    /// Opens `raw` with the preface and an empty SETTINGS, then `frames`; returns what the
+    /// server wrote until `done` holds or it closed.
+    async fn exchange(
+        raw: &mut Raw,
+        frames: &[Vec<u8>],
+        done: impl Fn(&[(u8, u8, u32, Vec<u8>)]) -> bool,
+    ) -> (Vec<(u8, u8, u32, Vec<u8>)>, bool) {
+        let mut wire = PREFACE.to_vec();
+        wire.extend(frame(SETTINGS, 0, 0, &[]));
+        for f in frames {
+            wire.extend_from_slice(f);
+        }
+        raw.wire.write_all(&wire).await.unwrap();
+        read_frames(&mut raw.wire, done).await
+    }
+
+    /// h2spec 5.1/5, 5.1/6, 6.1/2: after the client's END_STREAM the stream is half-closed
+    /// (remote): a DATA or HEADERS frame on it is a stream error STREAM_CLOSED.
+    #[tokio::test]
+    async fn frames_after_the_clients_end_stream_are_stream_closed() {
+        for late in [
+            frame(DATA, END_STREAM, 1, b"test"),
+            frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET)),
+        ] {
+            let mut raw = raw_client(10);
+            let open = frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET));
+            let (got, _) = exchange(&mut raw, &[open], |f| {
+                f.iter().any(|(k, _, _, _)| *k == SETTINGS)
+            })
+            .await;
+            assert!(!got.is_empty());
+            // Held unanswered: the stream is half-closed (remote) when the frame comes.
+            let (_head, stream) = raw.incoming.accept().await.unwrap();
+            raw.wire.write_all(&late).await.unwrap();
+            let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 1).is_some()).await;
+            assert_eq!(reset_of(&got, 1), Some(Reason::STREAM_CLOSED), "{got:?}");
+            drop(stream);
+        }
+    }
+
+    /// h2spec 5.1/8, 5.1/9: after the client's RST_STREAM, a DATA or HEADERS frame on the
+    /// stream is a stream error STREAM_CLOSED (whether the stream is still here or gone).
+    #[tokio::test]
+    async fn frames_after_the_clients_reset_are_stream_closed() {
+        for late in [
+            frame(DATA, END_STREAM, 1, b"test"),
+            frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET)),
+        ] {
+            let mut raw = raw_client(10);
+            let open = frame(HEADERS, END_HEADERS, 1, &block(&GET));
+            let cancel = frame(RST_STREAM, 0, 1, &u32::from(Reason::CANCEL).to_be_bytes());
+            let (got, closed) = exchange(&mut raw, &[open, cancel, late], |f| {
+                reset_of(f, 1).is_some() || goaway_of(f).is_some()
+            })
+            .await;
+            assert_eq!(reset_of(&got, 1), Some(Reason::STREAM_CLOSED), "{got:?}");
+            assert!(
+                !closed && goaway_of(&got).is_none(),
+                "a stream error only: {got:?}"
+            );
+        }
+    }
+
+    /// h2spec 5.1/11, 5.1/12: on a stream closed both ways after the client's END_STREAM,
+    /// a further frame is a connection error STREAM_CLOSED.
+    #[tokio::test]
+    async fn frames_on_a_stream_closed_both_ways_end_the_connection() {
+        for late in [
+            frame(DATA, END_STREAM, 1, b"test"),
+            frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET)),
+        ] {
+            let mut raw = raw_client(10);
+            let open = frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET));
+            exchange(&mut raw, &[open], |f| {
+                f.iter().any(|(k, _, _, _)| *k == SETTINGS)
+            })
+            .await;
+            let (_head, stream) = raw.incoming.accept().await.unwrap();
+            stream
+                .send_response(&Response::new(()), true)
+                .expect("answered");
+            drop(stream);
+            let (got, _) = read_frames(&mut raw.wire, |f| {
+                f.iter()
+                    .any(|(k, fl, id, _)| *k == HEADERS && *id == 1 && fl & END_STREAM != 0)
+            })
+            .await;
+            assert!(!got.is_empty());
+            raw.wire.write_all(&late).await.unwrap();
+            let (got, _) = read_frames(&mut raw.wire, |f| goaway_of(f).is_some()).await;
+            assert_eq!(
+                goaway_of(&got).map(|g| g.1),
+                Some(Reason::STREAM_CLOSED),
+                "{got:?}"
+            );
+        }
+    }
+
+    /// h2spec 5.1.1/2: a HEADERS frame on a stream id below the last one the client opened,
+    /// never opened itself, is a connection error PROTOCOL_ERROR.
+    #[tokio::test]
+    async fn a_stream_id_below_the_last_opened_ends_the_connection() {
+        let mut raw = raw_client(10);
+        let open = END_STREAM | END_HEADERS;
+        let (got, _) = exchange(
+            &mut raw,
+            &[
+                frame(HEADERS, open, 5, &block(&GET)),
+                frame(HEADERS, open, 3, &block(&GET)),
+            ],
+            |f| goaway_of(f).is_some(),
+        )
+        .await;
+        assert_eq!(
+            goaway_of(&got),
+            Some((5, Reason::PROTOCOL_ERROR)),
+            "{got:?}"
+        );
+    }
+
+    /// h2spec 5.3.1/1, 5.3.1/2: a stream that depends on itself, in its HEADERS or in a
+    /// PRIORITY frame, is a PROTOCOL_ERROR; other streams are served on.
+    #[tokio::test]
+    async fn a_stream_depending_on_itself_is_a_protocol_error() {
+        let mut raw = raw_client(10);
+        let mut prioritised = 1u32.to_be_bytes().to_vec();
+        prioritised.push(16);
+        prioritised.extend(block(&GET));
+        let (got, closed) = exchange(
+            &mut raw,
+            &[frame(
+                HEADERS,
+                END_STREAM | END_HEADERS | PRIORITY_FLAG,
+                1,
+                &prioritised,
+            )],
+            |f| reset_of(f, 1).is_some(),
+        )
+        .await;
+        assert_eq!(reset_of(&got, 1), Some(Reason::PROTOCOL_ERROR), "{got:?}");
+        assert!(!closed);
+        // The next stream is served; a PRIORITY of an open stream on itself resets it.
+        let open = frame(HEADERS, END_HEADERS, 3, &block(&GET));
+        raw.wire.write_all(&open).await.unwrap();
+        let (_head, stream) = raw.incoming.accept().await.unwrap();
+        assert_eq!(stream.id, 3);
+        let mut on_itself = 3u32.to_be_bytes().to_vec();
+        on_itself.push(16);
+        raw.wire
+            .write_all(&frame(PRIORITY, 0, 3, &on_itself))
+            .await
+            .unwrap();
+        let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 3).is_some()).await;
+        assert_eq!(reset_of(&got, 3), Some(Reason::PROTOCOL_ERROR), "{got:?}");
+        // On an idle stream, where no reset may go: the connection's error.
+        let mut idle = 7u32.to_be_bytes().to_vec();
+        idle.push(16);
+        raw.wire
+            .write_all(&frame(PRIORITY, 0, 7, &idle))
+            .await
+            .unwrap();
+        let (got, _) = read_frames(&mut raw.wire, |f| goaway_of(f).is_some()).await;
+        assert_eq!(goaway_of(&got).map(|g| g.1), Some(Reason::PROTOCOL_ERROR));
+    }
+
+    /// h2spec 6.5.2/1: SETTINGS_ENABLE_PUSH above 1 is a connection error PROTOCOL_ERROR;
+    /// 0 and 1 from a client are fine.
+    #[tokio::test]
+    async fn enable_push_above_one_ends_the_connection() {
+        let setting = |value: u32| {
+            let mut p = 2u16.to_be_bytes().to_vec();
+            p.extend(value.to_be_bytes());
+            frame(SETTINGS, 0, 0, &p)
+        };
+        for ok in [0, 1] {
+            let mut raw = raw_client(10);
+            let (got, _) = exchange(&mut raw, &[setting(ok)], |f| {
+                f.iter()
+                    .filter(|(k, fl, _, _)| *k == SETTINGS && fl & ACK != 0)
+                    .count()
+                    == 2
+            })
+            .await;
+            assert!(goaway_of(&got).is_none(), "{ok}: {got:?}");
+        }
+        let mut raw = raw_client(10);
+        let (got, _) = exchange(&mut raw, &[setting(2)], |f| goaway_of(f).is_some()).await;
+        assert_eq!(goaway_of(&got).map(|g| g.1), Some(Reason::PROTOCOL_ERROR));
     }
 }
