@@ -488,7 +488,8 @@ async fn streams_are_served_without_work_stealing() {
 }
 
 /// The access log names the path the client asked for, not the one the backend got once the
-/// route's prefix was stripped, on both engines (the relay once logged the stripped one).
+/// route's prefix was stripped, on both engines (the relay once logged the stripped one); the
+/// stripped one is its `upstream_path`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_access_log_names_the_clients_path_on_both_engines() {
     for engine in ENGINES {
@@ -518,6 +519,11 @@ async fn the_access_log_names_the_clients_path_on_both_engines() {
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["path"], "/h2/logged", "{engine:?}: {line}");
         assert_eq!(v["status"], 200, "{engine:?}: {line}");
+        // The path the backend got, its status and the client's protocol are fields of their
+        // own (the relay's `Finished`, and Pingora's hooks).
+        assert_eq!(v["upstream_path"], "/logged", "{engine:?}: {line}");
+        assert_eq!(v["upstream_status"], 200, "{engine:?}: {line}");
+        assert_eq!(v["protocol"], "HTTP/2.0", "{engine:?}: {line}");
     }
 }
 

@@ -222,6 +222,38 @@ async fn metrics_after_a_known_sequence_of_requests() {
         ),
         4.0
     );
+    // The same requests by exact code: the server errors' series from 0 with the entry's first
+    // request, any other code with its first use.
+    let code = |entry: &str, code: &str| {
+        value(
+            &m,
+            &format!(r#"switchyard_http_responses_total{{code="{code}",entry="{entry}"}}"#),
+        )
+    };
+    assert_eq!(code("web", "200"), 5.0);
+    assert_eq!(code("flaky", "200"), 4.0);
+    assert_eq!(code("empty", "503"), 1.0);
+    for c in ["500", "502", "504", "5xx_other"] {
+        assert_eq!(code("web", c), 0.0, "{c}");
+        assert_eq!(code("empty", c), 0.0, "{c}");
+    }
+    assert_eq!(code("web", "503"), 0.0);
+    assert!(
+        !m.contains_key(r#"switchyard_http_responses_total{code="404",entry="web"}"#),
+        "a code never answered has no series"
+    );
+    let by_code: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("switchyard_http_responses_total{"))
+        .map(|(_, v)| v)
+        .sum();
+    let by_class: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("switchyard_http_requests_total{"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(by_code, by_class, "every counted request has one code");
+    assert_eq!(by_code, 10.0);
     for b in [&b1, &b2] {
         let labels = format!("{{endpoint=\"{}\",entry=\"web\"}}", ep(b.port));
         assert_eq!(
@@ -1076,22 +1108,93 @@ async fn stats_page_renders_in_headless_chromium() {
 
 // 7 ---------------------------------------------------------------------------
 
-/// One structured line per request on stdout, JSON or logfmt.
+/// One request through `curl` (which speaks HTTP/1.0 and HTTP/2 in clear with prior
+/// knowledge, as the suites' own clients do not), with `args` before the URL; its status.
+async fn curl(args: &[&str], url: String) -> u16 {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+    ])
+    .args(args)
+    .arg(url);
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .expect("curl runs (.ci/run installs it)");
+    assert!(out.status.success(), "curl: {out:?}");
+    String::from_utf8_lossy(&out.stdout).parse().unwrap()
+}
+
+/// One structured line per request on stdout, JSON or logfmt: the client's protocol, the
+/// status the endpoint answered, the path it got when the route rewrote it, and the client's
+/// request id, user agent and referer (the latter without its query), through every way a
+/// request is served: HTTP/1.1 and HTTP/2 on either engine (CI runs this suite again with
+/// `SWITCHYARD_FAST_PATH=false`), HTTP/1.0 (Pingora's), an HTTP/2 backend (the fast path's
+/// relay, or Pingora's), and switchyard's own answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_lines_on_stdout() {
     let b1 = Backend::start("b1").await;
-    let world = objs(vec![svc("web", 80)], vec![slices("web", &[&b1])]);
+    let h2b = Backend::builder("h2b")
+        .transport(Transport::H2c)
+        .start()
+        .await;
+    let world = objs(
+        vec![
+            svc("web", 80),
+            svc("empty", 80),
+            svc("h2b", 80).app_protocol("h2c"),
+        ],
+        vec![slices("web", &[&b1]), slices("h2b", &[&h2b])],
+    );
     let sy = switchyard(world.clone())
         .args(&["--access-log", "json"])
         .start()
         .await;
+    let r = sy
+        .get_with(
+            "/web/a/b?secret=1",
+            &[
+                ("host", "Shop.Example.com"),
+                ("user-agent", "probe/1.0 (e2e)"),
+                ("referer", "https://ref.example/page?token=secret"),
+                ("x-request-id", "req-42"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.uri(), "/a/b?secret=1", "the route strips its prefix");
+    assert_eq!(sy.get("/nope").await.status, 404);
+    assert_eq!(sy.get("/empty").await.status, 503);
+    let url = |path: &str| sy.url(path);
     assert_eq!(
-        sy.get_host("Shop.Example.com", "/web/a/b?secret=1")
-            .await
-            .status,
+        curl(&["--http1.0", "-A", "old/1"], url("/web/ten")).await,
         200
     );
-    assert_eq!(sy.get("/nope").await.status, 404);
+    assert_eq!(
+        curl(
+            &[
+                "--http2-prior-knowledge",
+                "-A",
+                "h2-client/2",
+                "-H",
+                "X-Request-Id: h2-7",
+            ],
+            url("/web/two?x=1"),
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        curl(&["--http2-prior-knowledge"], url("/h2b/relayed")).await,
+        200
+    );
+    assert_eq!(curl(&["--http1.1"], url("/h2b/over-h1")).await, 200);
     let lines = || {
         sy.stdout()
             .lines()
@@ -1099,17 +1202,32 @@ async fn access_log_lines_on_stdout() {
             .collect::<Vec<_>>()
     };
     assert!(
-        eventually(Duration::from_secs(10), || async { lines().len() >= 2 }).await,
+        eventually(Duration::from_secs(10), || async { lines().len() >= 7 }).await,
         "stdout: {}",
         sy.stdout()
     );
     let all = lines();
-    let hit = all.iter().find(|l| l["entry"] == "web").unwrap();
+    let by_path = |path: &str| {
+        all.iter()
+            .find(|l| l["path"] == path)
+            .unwrap_or_else(|| panic!("no line for {path}: {all:?}"))
+    };
+    let hit = by_path("/web/a/b");
     assert_eq!(hit["kind"], "http");
+    assert_eq!(hit["entry"], "web");
     assert_eq!(hit["host"], "Shop.Example.com");
     assert_eq!(hit["method"], "GET");
     assert_eq!(hit["path"], "/web/a/b", "no query string in the log");
+    assert_eq!(hit["upstream_path"], "/a/b", "the path the endpoint got");
     assert_eq!(hit["status"], 200);
+    assert_eq!(hit["upstream_status"], 200);
+    assert_eq!(hit["protocol"], "HTTP/1.1");
+    assert_eq!(hit["request_id"], "req-42");
+    assert_eq!(hit["user_agent"], "probe/1.0 (e2e)");
+    assert_eq!(
+        hit["referer"], "https://ref.example/page",
+        "no query string in the referer either"
+    );
     assert_eq!(hit["frontend"], "http");
     assert_eq!(hit["endpoint"], ep(b1.port));
     assert_eq!(hit["retries"], 0);
@@ -1117,31 +1235,126 @@ async fn access_log_lines_on_stdout() {
     assert!(hit["bytes_out"].as_u64().unwrap() > 0);
     assert!(hit["duration_ms"].as_f64().unwrap() >= 0.0);
     assert!(hit["client"].as_str().unwrap().starts_with("127.0.0.1:"));
-    assert!(hit["time"].as_str().unwrap().ends_with('Z'));
-    let miss = all.iter().find(|l| l["status"] == 404).unwrap();
+    assert!(hit["timestamp"].as_str().unwrap().ends_with('Z'));
+    assert!(hit.get("time").is_none(), "renamed to timestamp: {hit}");
+
+    let miss = by_path("/nope");
     assert_eq!(miss["entry"], "");
     assert_eq!(miss["endpoint"], Value::Null);
+    assert_eq!(miss["status"], 404);
+    assert_eq!(miss["protocol"], "HTTP/1.1");
+    // Switchyard answered: no endpoint status; no rewrite; the client sent no such fields.
+    for absent in [
+        "upstream_status",
+        "upstream_path",
+        "request_id",
+        "user_agent",
+        "referer",
+    ] {
+        assert!(miss.get(absent).is_none(), "{absent}: {miss}");
+    }
+    let empty = by_path("/empty");
+    assert_eq!(empty["status"], 503);
+    assert_eq!(empty["entry"], "empty");
+    assert!(empty.get("upstream_status").is_none(), "{empty}");
+    assert!(
+        empty.get("upstream_path").is_none(),
+        "not sent anywhere: {empty}"
+    );
+
+    let ten = by_path("/web/ten");
+    assert_eq!(ten["protocol"], "HTTP/1.0");
+    assert_eq!(ten["user_agent"], "old/1");
+    assert_eq!(ten["upstream_status"], 200);
+    assert_eq!(ten["upstream_path"], "/ten");
+
+    let two = by_path("/web/two");
+    assert_eq!(two["protocol"], "HTTP/2.0");
+    assert_eq!(two["request_id"], "h2-7");
+    assert_eq!(two["user_agent"], "h2-client/2");
+    assert_eq!(two["upstream_status"], 200);
+    assert_eq!(two["upstream_path"], "/two");
+    assert!(two.get("referer").is_none(), "{two}");
+
+    for (path, protocol, forwarded) in [
+        ("/h2b/relayed", "HTTP/2.0", "/relayed"),
+        ("/h2b/over-h1", "HTTP/1.1", "/over-h1"),
+    ] {
+        let l = by_path(path);
+        assert_eq!(l["entry"], "h2b", "{l}");
+        assert_eq!(l["protocol"], protocol, "{l}");
+        assert_eq!(l["upstream_status"], 200, "{l}");
+        assert_eq!(l["upstream_path"], forwarded, "{l}");
+        assert!(
+            l["user_agent"].as_str().unwrap().starts_with("curl/"),
+            "{l}"
+        );
+    }
 
     let sy = switchyard(world)
         .args(&["--access-log", "logfmt"])
         .start()
         .await;
     assert_eq!(sy.get("/web").await.status, 200);
+    assert_eq!(
+        curl(
+            &[
+                "--http2-prior-knowledge",
+                "-A",
+                "two words",
+                "-e",
+                "https://ref.example/r?q=1",
+                "-H",
+                "X-Request-Id: lf-1",
+            ],
+            sy.url("/web/lf"),
+        )
+        .await,
+        200
+    );
+    assert_eq!(sy.get("/empty").await.status, 503);
     assert!(
         eventually(Duration::from_secs(10), || async {
-            sy.stdout().contains(" status=200 entry=web ")
+            sy.stdout().lines().count() >= 3
         })
         .await,
-        "logfmt line: {}",
+        "logfmt lines: {}",
         sy.stdout()
     );
-    let line = sy.stdout();
-    assert!(line.starts_with("time="), "{line}");
-    assert!(line.contains(" kind=http client=127.0.0.1:"), "{line}");
+    let out = sy.stdout();
+    let line = |needle: &str| {
+        out.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle}: {out}"))
+    };
+    let plain = line(" path=/web ");
+    assert!(plain.starts_with("timestamp="), "{plain}");
+    assert!(plain.contains(" kind=http client=127.0.0.1:"), "{plain}");
     assert!(
-        line.contains(&format!(" endpoint={} ", ep(b1.port))),
-        "{line}"
+        plain.contains(" frontend=http protocol=HTTP/1.1 host="),
+        "{plain}"
     );
+    assert!(
+        plain.contains(" path=/web upstream_path=/ status=200 upstream_status=200 entry=web "),
+        "{plain}"
+    );
+    assert!(
+        plain.contains(&format!(" endpoint={} ", ep(b1.port))),
+        "{plain}"
+    );
+    let two = line(" path=/web/lf ");
+    assert!(two.contains(" protocol=HTTP/2.0 "), "{two}");
+    assert!(
+        two.contains(" upstream_path=/lf status=200 upstream_status=200 "),
+        "{two}"
+    );
+    assert!(
+        two.contains(" request_id=lf-1 user_agent=\"two words\" referer=https://ref.example/r"),
+        "{two}"
+    );
+    let own = line(" path=/empty ");
+    assert!(own.contains(" status=503 entry=empty "), "{own}");
+    assert!(!own.contains("upstream_status"), "{own}");
 }
 
 // 8 ---------------------------------------------------------------------------

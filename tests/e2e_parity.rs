@@ -658,6 +658,10 @@ struct Run {
     /// Per case: the problems found against its expectation.
     problems: Vec<(String, Vec<String>)>,
     logged: Vec<Logged>,
+    /// Per access-log line, sorted: method, path, status and the fields that say what reached
+    /// the endpoint (`upstream_status`, `upstream_path`) and how the client spoke (`protocol`),
+    /// which the engines must fill alike.
+    upstream: Vec<String>,
     /// Sum of the access log's retries for the redispatch entry.
     redispatch_retries: u64,
     /// Growth of `switchyard_http_requests_total` per (entry, class).
@@ -989,6 +993,21 @@ async fn run_engine(w: &World, args: &[&str], cases: &[Case]) -> Run {
         })
         .collect();
     logged.sort();
+    let mut upstream: Vec<String> = lines
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {} {} upstream_status={} upstream_path={} protocol={}",
+                v["method"],
+                v["path"],
+                v["status"],
+                v["upstream_status"],
+                v["upstream_path"],
+                v["protocol"]
+            )
+        })
+        .collect();
+    upstream.sort();
     let redispatch_retries = lines
         .iter()
         .filter(|v| v["entry"] == "redispatch")
@@ -998,6 +1017,7 @@ async fn run_engine(w: &World, args: &[&str], cases: &[Case]) -> Run {
         observed,
         problems,
         logged,
+        upstream,
         redispatch_retries,
         counted,
         plain_connections: conns.plain_opened,
@@ -1054,6 +1074,20 @@ async fn both_engines_meet_every_case_alike() {
         }
     }
     let (fast, slow) = (&runs[0].1, &runs[1].1);
+    let stripped = |l: &String| l.contains("upstream_status=200 upstream_path=\"/");
+    if !fast.upstream.iter().any(stripped) {
+        report.push(format!(
+            "no line of an endpoint's answer to a stripped path: {:#?}",
+            fast.upstream
+        ));
+    }
+    if fast.upstream != slow.upstream {
+        report.push(format!(
+            "the engines' access logs differ on what reached the endpoint:\n  fast path: \
+             {:#?}\n  pingora:   {:#?}",
+            fast.upstream, slow.upstream
+        ));
+    }
     for ((case, f), s) in cases.iter().zip(&fast.observed).zip(&slow.observed) {
         if f != s {
             report.push(format!(

@@ -187,6 +187,8 @@ pub struct Ctx {
     grpc_trailer: Option<Ending>,
     /// The `RequestMirror` copies still waiting for this request's body.
     mirror_body: Option<BodyCopies>,
+    /// The status of the endpoint's response header (1xx not counted), for the access log.
+    upstream_status: Option<u16>,
 }
 
 impl Ctx {
@@ -290,6 +292,7 @@ impl ProxyHttp for HttpProxy {
             body_read: 0,
             grpc_trailer: None,
             mirror_body: None,
+            upstream_status: None,
         }
     }
 
@@ -707,6 +710,7 @@ impl ProxyHttp for HttpProxy {
         // Informational answers (100 Continue) are not the response.
         if !resp.status.is_informational() || resp.status == http::StatusCode::SWITCHING_PROTOCOLS {
             ctx.attempt.response_started(Instant::now());
+            ctx.upstream_status = Some(resp.status.as_u16());
         }
         Ok(())
     }
@@ -775,35 +779,52 @@ impl ProxyHttp for HttpProxy {
         });
         let req = session.req_header();
         let host = host_of(req).unwrap_or_default();
-        self.recorder.finished(
-            &mut ctx.attempt,
-            ctx.started,
-            &Finished {
-                status: session.response_written().map_or(0, |r| r.status.as_u16()),
-                bytes_in: session.body_bytes_read() as u64,
-                bytes_out: session.body_bytes_sent() as u64,
-                failed: e.is_some(),
-                client: session
-                    .client_addr()
-                    .and_then(|a| a.as_inet())
-                    .map(|a| std::net::SocketAddr::new(a.ip(), a.port())),
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| std::net::SocketAddr::new(a.ip(), a.port()));
+        let mut fin = Finished {
+            status: session.response_written().map_or(0, |r| r.status.as_u16()),
+            bytes_in: session.body_bytes_read() as u64,
+            bytes_out: session.body_bytes_sent() as u64,
+            failed: e.is_some(),
+            // A body that broke after routing is refused too (Pingora answered 400
+            // through `fail_to_proxy`).
+            rejected: ctx.rejected.or_else(|| {
+                e.filter(|e| cause_of(e, false, false) == Cause::BadRequest)
+                    .filter(|_| session.response_written().is_some_and(|r| r.status == 400))
+                    .map(|_| Rejection::BadBody)
+            }),
+            grpc,
+            upstream_status: ctx.upstream_status,
+            forwarded: ctx.rewrite.as_ref().map(|u| ("", u.path())),
+            ..Finished::new(
+                client,
+                protocol_name(req.version),
                 host,
-                method: req.method.as_str(),
-                path: req.uri.path(),
-                // A body that broke after routing is refused too (Pingora answered 400
-                // through `fail_to_proxy`).
-                rejected: ctx.rejected.or_else(|| {
-                    e.filter(|e| cause_of(e, false, false) == Cause::BadRequest)
-                        .filter(|_| session.response_written().is_some_and(|r| r.status == 400))
-                        .map(|_| Rejection::BadBody)
-                }),
-                grpc,
-            },
-        );
+                req.method.as_str(),
+                req.uri.path(),
+            )
+        };
+        if self.recorder.logs() {
+            fin.fields(|name| req.headers.get(name).map(HeaderValue::as_bytes));
+        }
+        self.recorder.finished(&mut ctx.attempt, ctx.started, &fin);
     }
 }
 
 // === what both HTTP/2 paths (Pingora's, `fast::h2_relay`) write alike ===
+
+/// A request's protocol as the access log names it.
+pub(crate) fn protocol_name(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2.0",
+        http::Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
 
 /// The request's host: its `host` field, else `:authority`.
 pub(crate) fn host_of(req: &RequestHeader) -> Option<&[u8]> {

@@ -32,6 +32,81 @@ pub struct Finished<'a> {
     /// For a gRPC request, how the call ended (`grpc_responses_total`, the log's
     /// `grpc_status`); `None` for any other request.
     pub grpc: Option<Ending>,
+    /// The client's protocol: `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`.
+    pub protocol: &'static str,
+    /// The client's `User-Agent`, `Referer` and `X-Request-Id` fields, as sent. Borrowed from
+    /// the request header: nothing is copied unless the access log is on.
+    pub user_agent: Option<&'a [u8]>,
+    pub referer: Option<&'a [u8]>,
+    pub request_id: Option<&'a [u8]>,
+    /// The status the endpoint answered; `None` when switchyard answered itself.
+    pub upstream_status: Option<u16>,
+    /// The target the endpoint got when a route rewrote it (prefix stripped or replaced, dot
+    /// segments removed), in the two pieces `Strip::apply` gives (the query, if any, at the
+    /// end of the second); `None` when it is the client's.
+    pub forwarded: Option<(&'a str, &'a str)>,
+}
+
+impl<'a> Finished<'a> {
+    /// What the access log needs of the request's fields, with the defaults for everything
+    /// else: what a driver that knows only those starts from.
+    pub fn new(
+        client: Option<SocketAddr>,
+        protocol: &'static str,
+        host: &'a [u8],
+        method: &'a str,
+        path: &'a str,
+    ) -> Finished<'a> {
+        Finished {
+            status: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            failed: false,
+            client,
+            host,
+            method,
+            path,
+            rejected: None,
+            grpc: None,
+            protocol,
+            user_agent: None,
+            referer: None,
+            request_id: None,
+            upstream_status: None,
+            forwarded: None,
+        }
+    }
+
+    /// Fills the client's fields the access log names, each found by `get` (a lookup by
+    /// lower-case field name). Callers call it only when `Recorder::logs`: with the log off,
+    /// no field is looked up.
+    pub fn fields(&mut self, get: impl Fn(&str) -> Option<&'a [u8]>) {
+        self.user_agent = get("user-agent");
+        self.referer = get("referer");
+        self.request_id = get("x-request-id");
+    }
+}
+
+/// The longest `User-Agent`, `Referer` or `X-Request-Id` value logged, in bytes: a client
+/// decides their length, the log line should not grow without bound.
+const FIELD_MAX: usize = 512;
+
+/// A request field as log text: at most `FIELD_MAX` bytes, lossy UTF-8.
+fn field_text(v: Option<&[u8]>) -> Option<std::borrow::Cow<'_, str>> {
+    v.map(|v| String::from_utf8_lossy(&v[..v.len().min(FIELD_MAX)]))
+}
+
+/// The path that `forwarded` says the endpoint got, when it differs from `path`.
+fn forwarded_path(forwarded: Option<(&str, &str)>, path: &str) -> Option<String> {
+    let (head, rest) = forwarded?;
+    let rest = rest.split_once('?').map_or(rest, |(p, _)| p);
+    let mut out = String::with_capacity(head.len() + rest.len() + 1);
+    out.push_str(head);
+    out.push_str(rest);
+    if out.is_empty() {
+        out.push('/');
+    }
+    (out != path).then_some(out)
 }
 
 /// One frontend's metrics and access log.
@@ -61,6 +136,12 @@ impl Recorder {
             access_log,
             label,
         }
+    }
+
+    /// Whether requests are written to the access log: a driver fills the fields only the log
+    /// reads (`Finished::fields`) only then.
+    pub fn logs(&self) -> bool {
+        self.access_log.enabled()
     }
 
     /// Counts a failed try that was the endpoint's fault: an ejection, a retry, or a
@@ -114,6 +195,7 @@ impl Recorder {
                     .data
                     .with_entry(table.generation, id as usize, &entry.name, |h| {
                         h.requests(f.status).inc();
+                        h.response(f.status);
                         h.duration.observe(duration.as_secs_f64());
                         if let Some(c) = a.connect_time() {
                             h.connect.observe(c.as_secs_f64());
@@ -159,8 +241,23 @@ impl Recorder {
         }
         let host = String::from_utf8_lossy(&f.host[..f.host.len().min(255)]);
         let entry = a.entry().map_or("", |e| &e.name);
+        let user_agent = field_text(f.user_agent);
+        // Without its query, as the path: a query often carries credentials.
+        let referer = field_text(
+            f.referer
+                .map(|r| &r[..r.iter().position(|&b| b == b'?').unwrap_or(r.len())]),
+        );
+        let request_id = field_text(f.request_id);
+        // Only a request that had an endpoint went anywhere (not a 503 without endpoints).
+        let upstream_path = endpoint.and_then(|_| forwarded_path(f.forwarded, f.path));
         self.access_log.http(&HttpRecord {
-            time: SystemTime::now(),
+            timestamp: SystemTime::now(),
+            protocol: f.protocol,
+            user_agent: user_agent.as_deref(),
+            referer: referer.as_deref(),
+            request_id: request_id.as_deref(),
+            upstream_status: f.upstream_status,
+            upstream_path: upstream_path.as_deref(),
             client: f.client,
             frontend: &self.label,
             host: &host,
@@ -190,30 +287,26 @@ impl Recorder {
         client: Option<SocketAddr>,
         head: &[u8],
     ) {
-        let (method, path) = request_line(head);
+        let (method, path, protocol) = request_line(head);
         let mut attempt = Attempt::new(None);
         self.finished(
             &mut attempt,
             started,
             &Finished {
                 status: r.status(),
-                bytes_in: 0,
-                bytes_out: 0,
                 failed: true,
-                client,
-                host: b"",
-                method,
-                path,
                 rejected: Some(r),
-                grpc: None,
+                ..Finished::new(client, protocol, b"", method, path)
             },
         );
     }
 }
 
 /// The method and the path (without query) of a request line, when both are short printable
-/// ASCII; empty strings otherwise (a refused request may be any bytes at all).
-fn request_line(head: &[u8]) -> (&str, &str) {
+/// ASCII; empty strings otherwise (a refused request may be any bytes at all). And its
+/// protocol, `HTTP/1.0` or `HTTP/1.1` (the latter for anything else: a refused header is read
+/// as HTTP/1.1 is).
+fn request_line(head: &[u8]) -> (&str, &str, &'static str) {
     let start = head
         .iter()
         .position(|&b| b != b'\r' && b != b'\n')
@@ -232,7 +325,11 @@ fn request_line(head: &[u8]) -> (&str, &str) {
         .map(|w| &w[..w.iter().position(|&b| b == b'?').unwrap_or(w.len())])
         .and_then(|w| plain(w, 2048))
         .unwrap_or("");
-    (method, path)
+    let protocol = match words.next().map(<[u8]>::trim_ascii_end) {
+        Some(b"HTTP/1.0") => "HTTP/1.0",
+        _ => "HTTP/1.1",
+    };
+    (method, path, protocol)
 }
 
 #[cfg(test)]
@@ -241,9 +338,47 @@ mod tests {
 
     #[test]
     fn request_lines_of_refused_requests_are_read_only_when_plain() {
-        assert_eq!(request_line(b"\r\nGET /a?b HTTP/1.1\r\nx"), ("GET", "/a"));
-        assert_eq!(request_line(b"GET /\x00 HTTP/1.1\r\n"), ("GET", ""));
-        assert_eq!(request_line(b""), ("", ""));
-        assert_eq!(request_line(b"\x01\x02"), ("", ""));
+        let h11 = "HTTP/1.1";
+        assert_eq!(
+            request_line(b"\r\nGET /a?b HTTP/1.1\r\nx"),
+            ("GET", "/a", h11)
+        );
+        assert_eq!(request_line(b"GET /\x00 HTTP/1.1\r\n"), ("GET", "", h11));
+        assert_eq!(
+            request_line(b"GET / HTTP/1.0\r\n"),
+            ("GET", "/", "HTTP/1.0")
+        );
+        assert_eq!(request_line(b""), ("", "", h11));
+        assert_eq!(request_line(b"\x01\x02"), ("", "", h11));
+    }
+
+    #[test]
+    fn the_forwarded_path_is_logged_only_when_it_differs() {
+        assert_eq!(forwarded_path(None, "/a"), None);
+        assert_eq!(forwarded_path(Some(("", "/a?q=1")), "/a"), None);
+        assert_eq!(
+            forwarded_path(Some(("", "/b?q=1")), "/web/b").as_deref(),
+            Some("/b")
+        );
+        assert_eq!(
+            forwarded_path(Some(("/new", "/b")), "/old/b").as_deref(),
+            Some("/new/b")
+        );
+        assert_eq!(
+            forwarded_path(Some(("/", "")), "/web").as_deref(),
+            Some("/")
+        );
+        assert_eq!(
+            forwarded_path(Some(("", "?q")), "/web").as_deref(),
+            Some("/")
+        );
+    }
+
+    #[test]
+    fn request_fields_are_bounded_in_the_log() {
+        let long = vec![b'a'; 2 * FIELD_MAX];
+        assert_eq!(field_text(Some(&long)).map(|t| t.len()), Some(FIELD_MAX));
+        assert_eq!(field_text(None), None);
+        assert_eq!(field_text(Some(b"curl/8")).as_deref(), Some("curl/8"));
     }
 }

@@ -385,7 +385,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
     tracing::debug!(port = accepted.port, endpoint = ?outcome.endpoint, error = ?outcome.error, "TCP connection ended");
     if conn.access_log.enabled() {
         conn.access_log.tcp(&TcpRecord {
-            time: SystemTime::now(),
+            timestamp: SystemTime::now(),
             client: Some(accepted.peer),
             frontend: &accepted.frontend,
             entry: &entry.name,

@@ -42,17 +42,27 @@ impl FromStr for Format {
 /// One finished HTTP request.
 #[derive(Debug, Clone, Serialize)]
 pub struct HttpRecord<'a> {
-    /// When the request finished (RFC 3339, UTC, milliseconds).
+    /// When the request finished (RFC 3339, UTC, milliseconds); named as in switchyard's own
+    /// log, so one pipeline parses both.
     #[serde(serialize_with = "ser_time")]
-    pub time: SystemTime,
+    pub timestamp: SystemTime,
     pub client: Option<SocketAddr>,
     pub frontend: &'a str,
+    /// The client's protocol: `HTTP/1.0`, `HTTP/1.1`, `HTTP/2.0`.
+    pub protocol: &'a str,
     pub host: &'a str,
     pub method: &'a str,
     /// The path without the query (queries often carry credentials).
     pub path: &'a str,
+    /// The path the endpoint got, when a route rewrote it (without the query); absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_path: Option<&'a str>,
     /// 0 when no response was written (the client went away).
     pub status: u16,
+    /// The status the endpoint answered; absent when switchyard answered itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
     /// Empty when no route matched.
     pub entry: &'a str,
     pub endpoint: Option<SocketAddr>,
@@ -65,6 +75,15 @@ pub struct HttpRecord<'a> {
     pub connect: Option<Duration>,
     pub generation: u64,
     pub retries: u32,
+    /// The client's `X-Request-Id`, `User-Agent` and `Referer` (the latter without its query),
+    /// each cut at 512 bytes; absent when the client sent none. Switchyard generates no
+    /// request id of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub referer: Option<&'a str>,
     /// Why the request was refused before routing (a `reason` label of
     /// `http_rejected_requests_total`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,7 +98,7 @@ pub struct HttpRecord<'a> {
 #[derive(Debug, Clone, Serialize)]
 pub struct TcpRecord<'a> {
     #[serde(serialize_with = "ser_time")]
-    pub time: SystemTime,
+    pub timestamp: SystemTime,
     pub client: Option<SocketAddr>,
     /// `tcp:PORT`.
     pub frontend: &'a str,
@@ -210,14 +229,21 @@ pub fn format_http(format: Format, r: &HttpRecord<'_>) -> String {
         Format::Json => json_line("http", r),
         Format::Logfmt => {
             let mut l = Logfmt::new();
-            l.str("time", &rfc3339(r.time));
+            l.str("timestamp", &rfc3339(r.timestamp));
             l.str("kind", "http");
             l.opt_addr("client", r.client);
             l.str("frontend", r.frontend);
+            l.str("protocol", r.protocol);
             l.str("host", r.host);
             l.str("method", r.method);
             l.str("path", r.path);
+            if let Some(p) = r.upstream_path {
+                l.str("upstream_path", p);
+            }
             l.num("status", r.status);
+            if let Some(s) = r.upstream_status {
+                l.num("upstream_status", s);
+            }
             l.str("entry", r.entry);
             l.opt_addr("endpoint", r.endpoint);
             l.num("bytes_in", r.bytes_in);
@@ -226,6 +252,15 @@ pub fn format_http(format: Format, r: &HttpRecord<'_>) -> String {
             l.opt_ms("connect_ms", r.connect);
             l.num("generation", r.generation);
             l.num("retries", r.retries);
+            for (k, v) in [
+                ("request_id", r.request_id),
+                ("user_agent", r.user_agent),
+                ("referer", r.referer),
+            ] {
+                if let Some(v) = v {
+                    l.str(k, v);
+                }
+            }
             if let Some(e) = r.error {
                 l.str("error", e);
             }
@@ -243,7 +278,7 @@ pub fn format_tcp(format: Format, r: &TcpRecord<'_>) -> String {
         Format::Json => json_line("tcp", r),
         Format::Logfmt => {
             let mut l = Logfmt::new();
-            l.str("time", &rfc3339(r.time));
+            l.str("timestamp", &rfc3339(r.timestamp));
             l.str("kind", "tcp");
             l.opt_addr("client", r.client);
             l.str("frontend", r.frontend);
@@ -383,13 +418,16 @@ mod tests {
 
     fn record() -> HttpRecord<'static> {
         HttpRecord {
-            time: UNIX_EPOCH + Duration::from_millis(1_714_566_896_789),
+            timestamp: UNIX_EPOCH + Duration::from_millis(1_714_566_896_789),
             client: Some("127.0.0.1:5555".parse().unwrap()),
             frontend: "http",
+            protocol: "HTTP/1.1",
             host: "shop.example.com",
             method: "GET",
             path: "/a \"b\"",
+            upstream_path: None,
             status: 200,
+            upstream_status: Some(200),
             entry: "web",
             endpoint: Some("10.0.0.1:80".parse().unwrap()),
             bytes_in: 0,
@@ -398,6 +436,9 @@ mod tests {
             connect: None,
             generation: 3,
             retries: 1,
+            request_id: None,
+            user_agent: None,
+            referer: None,
             error: None,
             grpc_status: None,
         }
@@ -421,7 +462,18 @@ mod tests {
         let line = format_http(Format::Json, &record());
         assert!(line.ends_with('\n'));
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(v["time"], "2024-05-01T12:34:56.789Z");
+        assert_eq!(v["timestamp"], "2024-05-01T12:34:56.789Z");
+        assert_eq!(v["protocol"], "HTTP/1.1");
+        assert_eq!(v["upstream_status"], 200);
+        for absent in [
+            "upstream_path",
+            "request_id",
+            "user_agent",
+            "referer",
+            "time",
+        ] {
+            assert!(v.get(absent).is_none(), "{absent} in {line}");
+        }
         assert_eq!(v["kind"], "http");
         assert_eq!(v["client"], "127.0.0.1:5555");
         assert_eq!(v["path"], "/a \"b\"");
@@ -437,11 +489,48 @@ mod tests {
         let line = format_http(Format::Logfmt, &record());
         assert_eq!(
             line,
-            "time=2024-05-01T12:34:56.789Z kind=http client=127.0.0.1:5555 frontend=http \
-             host=shop.example.com method=GET path=\"/a \\\"b\\\"\" status=200 entry=web \
-             endpoint=10.0.0.1:80 bytes_in=0 bytes_out=42 duration_ms=1.5 connect_ms=\"\" \
-             generation=3 retries=1\n"
+            "timestamp=2024-05-01T12:34:56.789Z kind=http client=127.0.0.1:5555 frontend=http \
+             protocol=HTTP/1.1 host=shop.example.com method=GET path=\"/a \\\"b\\\"\" \
+             status=200 upstream_status=200 entry=web endpoint=10.0.0.1:80 bytes_in=0 \
+             bytes_out=42 duration_ms=1.5 connect_ms=\"\" generation=3 retries=1\n"
         );
+    }
+
+    #[test]
+    fn request_fields_and_the_rewritten_path_when_present() {
+        let r = HttpRecord {
+            protocol: "HTTP/2.0",
+            upstream_path: Some("/b"),
+            upstream_status: None,
+            request_id: Some("abc-1"),
+            user_agent: Some("curl/8.0 (x)"),
+            referer: Some("https://a.example/p"),
+            ..record()
+        };
+        let line = format_http(Format::Logfmt, &r);
+        assert!(
+            line.contains(" protocol=HTTP/2.0 host=shop.example.com "),
+            "{line}"
+        );
+        assert!(
+            line.contains(" upstream_path=/b status=200 entry=web "),
+            "{line}"
+        );
+        assert!(!line.contains("upstream_status"), "{line}");
+        assert!(
+            line.ends_with(
+                " retries=1 request_id=abc-1 user_agent=\"curl/8.0 (x)\" \
+                 referer=https://a.example/p\n"
+            ),
+            "{line}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&format_http(Format::Json, &r)).unwrap();
+        assert_eq!(v["protocol"], "HTTP/2.0");
+        assert_eq!(v["upstream_path"], "/b");
+        assert!(v.get("upstream_status").is_none());
+        assert_eq!(v["request_id"], "abc-1");
+        assert_eq!(v["user_agent"], "curl/8.0 (x)");
+        assert_eq!(v["referer"], "https://a.example/p");
     }
 
     #[test]
@@ -461,7 +550,7 @@ mod tests {
     #[test]
     fn tcp_lines() {
         let r = TcpRecord {
-            time: UNIX_EPOCH,
+            timestamp: UNIX_EPOCH,
             client: None,
             frontend: "tcp:3306",
             entry: "db:3306",

@@ -271,6 +271,60 @@ pub fn status_class(status: u16) -> usize {
     }
 }
 
+/// The statuses that `http_responses_total` counts under their own `code`: the ones an alert
+/// or a dashboard tells apart (a 502 is not a 504). Any other status is counted by its class.
+pub const EXACT_CODES: [u16; 20] = [
+    101, 200, 201, 204, 301, 302, 304, 400, 401, 403, 404, 405, 408, 413, 429, 499, 500, 502, 503,
+    504,
+];
+
+/// The `code` label values of `http_responses_total`, indexed by `response_code`: the
+/// `EXACT_CODES`, then `1xx_other` ... `5xx_other` for the other statuses of each class, then
+/// `other` for no response (0) or a status outside 100-599. Bounded: 26 series per entry at
+/// most.
+pub const RESPONSE_CODES: [&str; 26] = [
+    "101",
+    "200",
+    "201",
+    "204",
+    "301",
+    "302",
+    "304",
+    "400",
+    "401",
+    "403",
+    "404",
+    "405",
+    "408",
+    "413",
+    "429",
+    "499",
+    "500",
+    "502",
+    "503",
+    "504",
+    "1xx_other",
+    "2xx_other",
+    "3xx_other",
+    "4xx_other",
+    "5xx_other",
+    "other",
+];
+
+/// Index into `RESPONSE_CODES` for an HTTP status (0: no response was written). A scan of 20
+/// integers: no label string is looked at on the request path.
+pub fn response_code(status: u16) -> usize {
+    match EXACT_CODES.iter().position(|&c| c == status) {
+        Some(i) => i,
+        None => EXACT_CODES.len() + status_class(status),
+    }
+}
+
+/// The codes whose series an entry's first response creates at 0, so that `rate()` and
+/// `increase()` see the first of each: the server errors, which is what alerts watch. The
+/// other codes' series appear with their first use (born at 1).
+const EAGER_CODES: [u16; 4] = [500, 502, 503, 504];
+
 /// Why a TLS handshake failed: the bounded `reason` label of `tls_handshake_failures_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TlsFailure {
@@ -313,6 +367,10 @@ impl TlsFailure {
 /// that later requests record without hashing label strings.
 pub struct EntryMetrics {
     requests: [IntCounter; 6],
+    /// `http_responses_total` of this entry, by `response_code`: each resolved on the code's
+    /// first use (`EAGER_CODES` and `5xx_other` with the entry's handles).
+    responses: [OnceLock<IntCounter>; RESPONSE_CODES.len()],
+    responses_vec: IntCounterVec,
     pub duration: Histogram,
     pub connect: Histogram,
     /// From the request header going to the endpoint to its response header arriving.
@@ -367,6 +425,20 @@ impl EntryMetrics {
         &self.requests[status_class(status)]
     }
 
+    /// Counts a response of this entry in `http_responses_total` by its `code` (0: none was
+    /// written). Only a code's first use in the entry hashes its labels.
+    pub fn response(&self, status: u16) {
+        let i = response_code(status);
+        let (Some(slot), Some(code)) = (self.responses.get(i), RESPONSE_CODES.get(i)) else {
+            return;
+        };
+        slot.get_or_init(|| {
+            self.responses_vec
+                .with_label_values(&[self.name.as_ref(), code])
+        })
+        .inc();
+    }
+
     /// Counts a completed TLS handshake with an endpoint of this entry, and its duration.
     pub fn tls_handshake(&self, took: std::time::Duration, resumed: Resumed) {
         let count = self.tls_counts[resumed.index()].get_or_init(|| {
@@ -400,8 +472,10 @@ impl EntryMetrics {
 
 /// One entry's handles: empty until the entry's first request, then filled once. An entry
 /// that stays in the table keeps its slot across swaps. Boxed so that an empty slot is
-/// 16 bytes: a filled one holds 14 series with their label pairs, histogram buckets and the
-/// vectors' maps, about 5.7 KB by massif (57 MB for 10,000 entries resolved up front).
+/// 16 bytes: a filled one held 14 series with their label pairs, histogram buckets and the
+/// vectors' maps, about 5.7 KB by massif (57 MB for 10,000 entries resolved up front), before
+/// the five server-error series of `http_responses_total` and its 26 slots (416 bytes) were
+/// added (not measured again).
 type EntrySlot = OnceLock<Box<EntryMetrics>>;
 
 /// Per-entry slots of one table generation, indexed by entry id.
@@ -474,6 +548,7 @@ impl Drop for OpenConnection {
 /// Every metric of the data plane.
 pub struct DataMetrics {
     pub http_requests_total: IntCounterVec,
+    pub http_responses_total: IntCounterVec,
     pub http_unmatched_requests_total: IntCounterVec,
     pub http_request_duration_seconds: HistogramVec,
     pub upstream_connect_duration_seconds: HistogramVec,
@@ -572,6 +647,13 @@ impl DataMetrics {
                 "http_requests_total",
                 "HTTP requests that matched a route, by entry and status class",
                 &["entry", "class"],
+            ),
+            http_responses_total: counter_vec(
+                r,
+                "http_responses_total",
+                "HTTP requests that matched a route, by entry and status code (the common codes \
+                 exact, others as 1xx_other ... 5xx_other, other: no response)",
+                &["entry", "code"],
             ),
             http_unmatched_requests_total: counter_vec(
                 r,
@@ -751,6 +833,17 @@ impl DataMetrics {
         EntryMetrics {
             requests: STATUS_CLASSES
                 .map(|class| self.http_requests_total.with_label_values(&[entry, class])),
+            responses: std::array::from_fn(|i| {
+                let eager =
+                    EAGER_CODES.iter().any(|&c| response_code(c) == i) || i == response_code(599);
+                match RESPONSE_CODES.get(i) {
+                    Some(code) if eager => {
+                        OnceLock::from(self.http_responses_total.with_label_values(&[entry, code]))
+                    }
+                    _ => OnceLock::new(),
+                }
+            }),
+            responses_vec: self.http_responses_total.clone(),
             duration: self
                 .http_request_duration_seconds
                 .with_label_values(&[entry]),
@@ -844,7 +937,11 @@ impl DataMetrics {
                 remove(&map);
             }
         }
-        for v in [&self.http_requests_total, &self.grpc_responses_total] {
+        for v in [
+            &self.http_requests_total,
+            &self.http_responses_total,
+            &self.grpc_responses_total,
+        ] {
             remove(v, keep, |l| {
                 let _ = v.remove(l);
             });
@@ -1329,6 +1426,74 @@ mod tests {
             !m.render().contains(r#"entry="tls""#),
             "gone with the entry"
         );
+    }
+
+    #[test]
+    fn response_codes_are_exact_for_the_common_ones_and_bounded_for_the_rest() {
+        for (i, c) in EXACT_CODES.iter().enumerate() {
+            assert_eq!(
+                RESPONSE_CODES[i],
+                c.to_string(),
+                "labels in the order of the codes"
+            );
+            assert_eq!(response_code(*c), i);
+        }
+        let label = |s: u16| RESPONSE_CODES[response_code(s)];
+        assert_eq!(label(502), "502");
+        assert_eq!(label(504), "504");
+        assert_eq!(label(100), "1xx_other");
+        assert_eq!(label(206), "2xx_other");
+        assert_eq!(label(308), "3xx_other");
+        assert_eq!(label(418), "4xx_other");
+        assert_eq!(label(599), "5xx_other");
+        assert_eq!(label(0), "other");
+        assert_eq!(label(600), "other");
+        let distinct: HashSet<&str> = (0..=1000).map(label).collect();
+        assert_eq!(
+            distinct.len(),
+            RESPONSE_CODES.len(),
+            "every label reachable, none else"
+        );
+    }
+
+    #[test]
+    fn response_code_series_the_server_errors_from_0_the_others_on_first_use() {
+        let m = Metrics::new();
+        m.data.set_entries(1, &["web"]);
+        let series = |text: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("switchyard_http_responses_total{"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            series(&m.render()).is_empty(),
+            "nothing before the first request"
+        );
+        m.data.with_entry(1, 0, "web", |h| {
+            h.response(200);
+            h.response(200);
+            h.response(418);
+            h.response(0);
+        });
+        let text = m.render();
+        for (code, n) in [
+            ("200", 2),
+            ("4xx_other", 1),
+            ("other", 1),
+            ("500", 0),
+            ("502", 0),
+            ("503", 0),
+            ("504", 0),
+            ("5xx_other", 0),
+        ] {
+            let line =
+                format!(r#"switchyard_http_responses_total{{code="{code}",entry="web"}} {n}"#);
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        assert_eq!(series(&text).len(), 8, "no other code: {:?}", series(&text));
+        m.data.set_entries(2, &["api"]);
+        assert!(series(&m.render()).is_empty(), "gone with the entry");
     }
 
     #[test]

@@ -156,6 +156,8 @@ enum State {
 }
 
 impl Downstream for Reply<'_> {
+    const PROTOCOL: &'static str = "HTTP/2.0";
+
     async fn send(&mut self, bytes: &[u8]) -> bool {
         let mut body = bytes;
         if matches!(self.state, State::Head) {

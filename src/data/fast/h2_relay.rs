@@ -65,6 +65,8 @@ struct Call<'t> {
     idempotent: bool,
     /// The HTTP status the client got (0: none).
     status: u16,
+    /// The status of the backend's response header; `None` when switchyard answered itself.
+    upstream_status: Option<u16>,
     failed: bool,
     /// How the gRPC call ended, as the client was told.
     ending: Option<Ending>,
@@ -259,6 +261,7 @@ impl FastPath {
             kept: KeptBody::default(),
             idempotent: session.req_header().method.is_idempotent(),
             status: 0,
+            upstream_status: None,
             failed: false,
             ending: None,
             timer,
@@ -299,7 +302,7 @@ impl FastPath {
                         &mut call,
                         Cause::UpstreamTls.status().unwrap_or(502),
                     );
-                    self.record(&session, &mut attempt, &call, client);
+                    self.record(&session, &mut attempt, &call, client, rewrite.as_ref());
                     return None;
                 }
             },
@@ -307,7 +310,7 @@ impl FastPath {
         let tls = tls.as_ref().map(|(choice, sni)| (choice, *sni));
         self.exchange(&mut session, &request, &mut attempt, &mut call, tls)
             .await;
-        self.record(&session, &mut attempt, &call, client);
+        self.record(&session, &mut attempt, &call, client, rewrite.as_ref());
         None
     }
 
@@ -387,6 +390,7 @@ impl FastPath {
             return;
         }
         call.status = header.status.as_u16();
+        call.upstream_status = Some(call.status);
         if call.grpc {
             // A trailers-only answer has the status in its header.
             call.ending = ending_in(&header);
@@ -671,30 +675,38 @@ impl FastPath {
         }
     }
 
+    /// Counts the call once; `rewrite` is the target the backend got when the route rewrote
+    /// it.
     fn record(
         &self,
         session: &ClientStream,
         attempt: &mut Attempt,
         call: &Call<'_>,
         client: Option<SocketAddr>,
+        rewrite: Option<&Uri>,
     ) {
         let req = session.req_header();
-        self.proxy.recorder.finished(
-            attempt,
-            call.started,
-            &Finished {
-                status: call.status,
-                bytes_in: session.body_bytes_read() as u64,
-                bytes_out: session.body_bytes_sent() as u64,
-                failed: call.failed,
+        let mut fin = Finished {
+            status: call.status,
+            bytes_in: session.body_bytes_read() as u64,
+            bytes_out: session.body_bytes_sent() as u64,
+            failed: call.failed,
+            grpc: call.grpc.then(|| call.ending.unwrap_or(Ending::NONE)),
+            upstream_status: call.upstream_status,
+            forwarded: rewrite.map(|u| ("", u.path())),
+            // The client's stream: this path serves HTTP/2 clients only.
+            ..Finished::new(
                 client,
-                host: host_of(req).unwrap_or_default(),
-                method: req.method.as_str(),
-                path: req.uri.path(),
-                rejected: None,
-                grpc: call.grpc.then(|| call.ending.unwrap_or(Ending::NONE)),
-            },
-        );
+                "HTTP/2.0",
+                host_of(req).unwrap_or_default(),
+                req.method.as_str(),
+                req.uri.path(),
+            )
+        };
+        if self.proxy.recorder.logs() {
+            fin.fields(|name| req.headers.get(name).map(HeaderValue::as_bytes));
+        }
+        self.proxy.recorder.finished(attempt, call.started, &fin);
     }
 }
 

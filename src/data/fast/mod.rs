@@ -397,19 +397,11 @@ impl FastPath {
             policy,
             started,
         );
-        let mut fin = Finished {
-            status: 0,
-            bytes_in: 0,
-            bytes_out: 0,
-            failed: false,
-            client: conn.client,
-            host,
-            method: req.method(),
-            path,
-            rejected: None,
-            // This path takes GET and HEAD only: never a gRPC call.
-            grpc: None,
-        };
+        // This path takes GET and HEAD only: never a gRPC call.
+        let mut fin = Finished::new(conn.client, D::PROTOCOL, host, req.method(), path);
+        if self.proxy.recorder.logs() {
+            fin.fields(|name| field_value(head, &conn.fields, name));
+        }
         let route = match route {
             // This path speaks HTTP/1.1 to backends, in clear or over TLS; HTTP/2 to backends
             // (h2c, h2, gRPC) is Pingora's.
@@ -484,14 +476,9 @@ impl FastPath {
             attempt.cookie_sticky(),
             cert,
         );
-        build_request(
-            &mut conn.out,
-            head,
-            req,
-            &conn.fields,
-            strip.map(|s| s.apply(target)),
-            &edits,
-        );
+        let forwarded = strip.map(|s| s.apply(target));
+        fin.forwarded = forwarded;
+        build_request(&mut conn.out, head, req, &conn.fields, forwarded, &edits);
 
         // Tries: connect, send, read the response header; replay where the attempt says so.
         let (mut up, key, resp) = loop {
@@ -619,6 +606,7 @@ impl FastPath {
 
         // The response: its header is in `conn.out`, what followed it in `upstream_buf`.
         fin.status = resp.status;
+        fin.upstream_status = Some(resp.status);
         let relayed = self.relay_body(&mut up, stream, conn, resp.framing).await;
         match relayed {
             Ok(body) => {
@@ -976,14 +964,28 @@ impl FastPath {
 /// way the bytes are the whole response as this path makes it: informational heads alone, then
 /// the final head, then the body in HTTP/1 framing.
 pub(crate) trait Downstream {
+    /// The client's protocol, as the access log names it (`HTTP/1.1`, `HTTP/2.0`).
+    const PROTOCOL: &'static str;
+
     /// Writes `bytes` of the response; false when the client is gone.
     async fn send(&mut self, bytes: &[u8]) -> bool;
 }
 
 impl Downstream for GuardedStream {
+    // `parse_request` takes HTTP/1.1 only (an HTTP/1.0 request is Pingora's).
+    const PROTOCOL: &'static str = "HTTP/1.1";
+
     async fn send(&mut self, bytes: &[u8]) -> bool {
         self.write_all(bytes).await.is_ok() && self.flush().await.is_ok()
     }
+}
+
+/// The value of the first of the request's `fields` named `name` (case ignored), in `head`.
+fn field_value<'h>(head: &'h [u8], fields: &[Field], name: &str) -> Option<&'h [u8]> {
+    fields
+        .iter()
+        .find(|f| head[f.name.clone()].eq_ignore_ascii_case(name.as_bytes()))
+        .map(|f| &head[f.value.clone()])
 }
 
 /// Writes an answer's status line and fields into `out` (the body is the caller's).
