@@ -488,7 +488,7 @@ fn events_resolved() -> &'static str {
 /// Every request names switchyard and its version, so that an API server's audit log and its
 /// priority-and-fairness rules can tell switchyard's requests apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_carries_switchyards_user_agent() {
+async fn every_request_carries_switchyards_user_agent_and_writes_its_field_manager() {
     let api = FakeApi::start().await;
     api.apply(service("web", &[]));
     let sy = Cluster::start(&api, &[]);
@@ -497,6 +497,13 @@ async fn every_request_carries_switchyards_user_agent() {
     // The lease and status writers run too: give them a round.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(api.user_agents(), vec![want]);
+    // Writes (the leader-election Lease here) name switchyard as their field manager.
+    let wrote = eventually(Duration::from_secs(10), || async {
+        !api.field_managers().is_empty()
+    })
+    .await;
+    assert!(wrote, "no write reached the fake");
+    assert_eq!(api.field_managers(), vec!["switchyard".to_string()]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -197,6 +197,8 @@ struct State {
     events: Vec<Value>,
     /// Every User-Agent a request came with ("" for none): a real server logs it per request.
     user_agents: BTreeSet<String>,
+    /// Every field manager a write named ("" for none).
+    field_managers: BTreeSet<String>,
     /// While set, list requests for this kind wait (to observe readiness before a full list).
     hold_lists: Option<Kind>,
     /// Bumped by `break_watches`, under the same lock as the log, so a watch never sends an
@@ -634,6 +636,17 @@ impl FakeApi {
             .unwrap_or(0)
     }
 
+    /// Every field manager writes named, "" for a write without one.
+    pub fn field_managers(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .field_managers
+            .iter()
+            .cloned()
+            .collect()
+    }
+
     /// Every User-Agent requests came with, "" for a request without one.
     pub fn user_agents(&self) -> Vec<String> {
         self.state
@@ -866,6 +879,11 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 /// Creates, reads, replaces, patches or deletes one object (or its `/status`).
 async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Response<Body> {
     let method = req.method().clone();
+    if method != Method::GET {
+        // The field manager a write names (`managedFields` on a real server), "" for none.
+        let manager = query(&req).get("fieldManager").cloned().unwrap_or_default();
+        ctx.state.lock().unwrap().field_managers.insert(manager);
+    }
     let content_type = req
         .headers()
         .get("content-type")
