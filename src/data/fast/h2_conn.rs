@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, Wr
 use tokio::sync::Notify;
 
 use crate::data::hpack::{self, Decoder, Encoder, Field};
+use crate::data::wire::fields;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -1319,21 +1320,26 @@ fn unpad(payload: &mut Bytes, flags: u8) -> Result<(), Reason> {
     Ok(())
 }
 
-/// Fields that a connection carries and HTTP/2 forbids (RFC 9113 §8.2.2).
+/// Fields that a connection carries and HTTP/2 forbids (RFC 9113 §8.2.2): the one list every
+/// codec keeps (`wire::fields`), but for `te`, which HTTP/2 allows as `trailers` and each use
+/// here checks itself.
 fn connection_specific(name: &[u8]) -> bool {
-    matches!(
-        name,
-        b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade"
-    )
+    name != b"te" && fields::is_connection_field(name)
 }
 
-/// A message's `content-length`, if it has one; `Err` if it is not a number.
+/// A message's `content-length`, if it has one, read as every codec reads it
+/// (`wire::fields::parse_length`: digits only, no sign); `Err` if a value is not one length or
+/// two values differ.
 fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
-    let Some(value) = headers.get(http::header::CONTENT_LENGTH) else {
-        return Ok(None);
-    };
-    let value = std::str::from_utf8(value.as_bytes()).map_err(drop)?;
-    value.parse().map(Some).map_err(drop)
+    let mut found = None;
+    for value in headers.get_all(http::header::CONTENT_LENGTH) {
+        let n = fields::parse_length(value.as_bytes()).ok_or(())?;
+        if found.is_some_and(|f| f != n) {
+            return Err(());
+        }
+        found = Some(n);
+    }
+    Ok(found)
 }
 
 /// A request header as RFC 9113 §8.3.1 wants it: `:method`, `:scheme` and `:path` (a
@@ -2903,6 +2909,30 @@ mod tests {
         }
         let written = tokio::time::timeout(Duration::from_secs(2), raw.wire.write_all(&wire));
         assert!(written.await.is_err(), "the whole flood was read");
+    }
+
+    /// Content lengths as every codec reads them: no sign, no list; repeated only if equal.
+    #[test]
+    fn content_length_is_read_as_the_other_codecs_read_it() {
+        let of = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(
+                    http::header::CONTENT_LENGTH,
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            content_length(&h)
+        };
+        assert_eq!(of(&[]), Ok(None));
+        assert_eq!(of(&["5"]), Ok(Some(5)));
+        assert_eq!(of(&["5", "5"]), Ok(Some(5)));
+        for bad in [&["+5"][..], &["5, 5"], &["5", "6"], &["-1"], &["0x5"]] {
+            assert_eq!(of(bad), Err(()), "{bad:?}");
+        }
+        assert!(connection_specific(b"connection") && connection_specific(b"upgrade"));
+        assert!(connection_specific(b"http2-settings"));
+        assert!(!connection_specific(b"te") && !connection_specific(b"x-te"));
     }
 
     /// Opens `raw` with the preface and an empty SETTINGS, then `frames`; returns what the
