@@ -737,18 +737,7 @@ async fn dry_run_lists_the_cluster() {
         false,
     ));
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = api.kubeconfig(dir.path());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--dry-run")
-            .env(EVERY_SERVICE_ROUTED.0, EVERY_SERVICE_ROUTED.1)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = dry_run(&api, dir.path()).await;
     assert!(
         out.status.success(),
         "{}",
@@ -762,8 +751,21 @@ async fn dry_run_lists_the_cluster() {
 
     // Without the Gateway API CRDs: one line says so, not a 404 per kind.
     api.set_gateway_api_installed(false);
-    let kubeconfig = api.kubeconfig(dir.path());
-    let out = tokio::task::spawn_blocking(move || {
+    let out = dry_run(&api, dir.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("Gateway API CRDs are not installed").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("404"), "{stderr}");
+}
+
+/// `switchyard --dry-run` against the fake (its kubeconfig written into `dir`).
+async fn dry_run(api: &FakeApi, dir: &std::path::Path) -> std::process::Output {
+    let kubeconfig = api.kubeconfig(dir);
+    tokio::task::spawn_blocking(move || {
         Command::new(bin())
             .arg("--kubeconfig")
             .arg(&kubeconfig)
@@ -773,15 +775,7 @@ async fn dry_run_lists_the_cluster() {
             .unwrap()
     })
     .await
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(
-        stderr.matches("Gateway API CRDs are not installed").count(),
-        1,
-        "{stderr}"
-    );
-    assert!(!stderr.contains("404"), "{stderr}");
+    .unwrap()
 }
 
 /// The fake is as strict as a real API server: it refuses an EndpointSlice on a loopback,
