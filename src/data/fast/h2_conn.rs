@@ -124,16 +124,21 @@ fn dependency(priority: &[u8]) -> u32 {
     }
 }
 
-/// The last `CLOSED_MEMORY` streams closed and forgotten, with how.
+/// The last `CLOSED_MEMORY` streams closed and forgotten, with how, and the send window each
+/// had (a WINDOW_UPDATE may still come and overflow it, §6.9.1).
 #[derive(Default)]
 struct ClosedStreams {
     order: VecDeque<u32>,
-    how: HashMap<u32, Closed>,
+    how: HashMap<u32, (Closed, i64)>,
 }
 
 impl ClosedStreams {
     fn insert(&mut self, id: u32, how: Closed) {
-        if self.how.insert(id, how).is_none() {
+        self.insert_with_window(id, how, 0);
+    }
+
+    fn insert_with_window(&mut self, id: u32, how: Closed, window: i64) {
+        if self.how.insert(id, (how, window)).is_none() {
             self.order.push_back(id);
             if self.order.len() > CLOSED_MEMORY
                 && let Some(old) = self.order.pop_front()
@@ -144,7 +149,15 @@ impl ClosedStreams {
     }
 
     fn get(&self, id: u32) -> Option<Closed> {
-        self.how.get(&id).copied()
+        self.how.get(&id).map(|&(how, _)| how)
+    }
+
+    /// Adds `n` to a closed stream's send window; whether it went past the largest window.
+    fn window_overflows(&mut self, id: u32, n: i64) -> bool {
+        self.how.get_mut(&id).is_some_and(|(_, w)| {
+            *w += n;
+            *w > MAX_WINDOW
+        })
     }
 }
 
@@ -454,7 +467,7 @@ impl State {
             None if s.recv_closed => Closed::PeerEnded,
             _ => Closed::LocalReset,
         };
-        self.closed.insert(id, how);
+        self.closed.insert_with_window(id, how, s.send_window);
         if s.counted {
             self.open -= 1;
             wakers.append(&mut self.slot_waiters);
@@ -1037,13 +1050,25 @@ where
                 if st.idle(id) {
                     return Err(Reason::PROTOCOL_ERROR);
                 }
-                let Some(s) = st.streams.get_mut(&id) else {
-                    return Ok(());
-                };
                 if n == 0 {
-                    st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+                    // A stream error (§6.9) whether or not the stream is still here: one that
+                    // was answered and forgotten while the frame was on its way is reset again,
+                    // not passed over (h2spec 6.9/2 raced on this).
+                    if st.streams.contains_key(&id) {
+                        st.stream_error(id, Reason::PROTOCOL_ERROR, wakers);
+                    } else {
+                        st.reset(id, Reason::PROTOCOL_ERROR);
+                    }
                     return Ok(());
                 }
+                let Some(s) = st.streams.get_mut(&id) else {
+                    // Answered and forgotten while the frame was on its way: an overflow is
+                    // still a stream error (h2spec 6.9.1/3 raced on this too).
+                    if st.closed.window_overflows(id, n) {
+                        st.reset(id, Reason::FLOW_CONTROL_ERROR);
+                    }
+                    return Ok(());
+                };
                 s.send_window += n;
                 if s.send_window > MAX_WINDOW {
                     st.stream_error(id, Reason::FLOW_CONTROL_ERROR, wakers);
@@ -3031,6 +3056,51 @@ mod tests {
                 "{got:?}"
             );
         }
+    }
+
+    /// h2spec 6.9/2: a WINDOW_UPDATE of 0 on a stream is a stream error PROTOCOL_ERROR, also
+    /// when the stream was answered and forgotten before it came.
+    #[tokio::test]
+    async fn a_zero_window_update_on_a_finished_stream_is_still_an_error() {
+        let mut raw = raw_client(10);
+        let open = frame(HEADERS, END_HEADERS, 1, &block(&GET));
+        exchange(&mut raw, &[open], |f| {
+            f.iter().any(|(k, _, _, _)| *k == SETTINGS)
+        })
+        .await;
+        let (_head, stream) = raw.incoming.accept().await.unwrap();
+        stream
+            .send_response(&Response::new(()), true)
+            .expect("answered");
+        // Answered whole, the request's body not ended: reset NO_ERROR and forgotten.
+        drop(stream);
+        let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 1).is_some()).await;
+        assert_eq!(reset_of(&got, 1), Some(Reason::NO_ERROR), "{got:?}");
+        raw.wire
+            .write_all(&frame(WINDOW_UPDATE, 0, 1, &0u32.to_be_bytes()))
+            .await
+            .unwrap();
+        let (got, closed) = read_frames(&mut raw.wire, |f| reset_of(f, 1).is_some()).await;
+        assert_eq!(reset_of(&got, 1), Some(Reason::PROTOCOL_ERROR), "{got:?}");
+        assert!(!closed);
+        // h2spec 6.9.1/3 on stream 3 the same way: past the largest window, FLOW_CONTROL_ERROR.
+        let open = frame(HEADERS, END_HEADERS, 3, &block(&GET));
+        raw.wire.write_all(&open).await.unwrap();
+        let (_head, stream) = raw.incoming.accept().await.unwrap();
+        stream
+            .send_response(&Response::new(()), true)
+            .expect("answered");
+        drop(stream);
+        let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 3).is_some()).await;
+        assert_eq!(reset_of(&got, 3), Some(Reason::NO_ERROR), "{got:?}");
+        let most = frame(WINDOW_UPDATE, 0, 3, &0x7fff_ffffu32.to_be_bytes());
+        raw.wire.write_all(&most).await.unwrap();
+        let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 3).is_some()).await;
+        assert_eq!(
+            reset_of(&got, 3),
+            Some(Reason::FLOW_CONTROL_ERROR),
+            "{got:?}"
+        );
     }
 
     /// h2spec 5.1.1/2: a HEADERS frame on a stream id below the last one the client opened,
