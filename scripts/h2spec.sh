@@ -131,10 +131,13 @@ for engine in fast pingora; do
   for transport in h2c tls; do
     port="$http_port"; tls_args=()
     [ "$transport" = tls ] && { port="$https_port"; tls_args=(-t -k); }
-    # A case fails only if it fails in two runs: on a loaded machine an answer can miss h2spec's
-    # wait now and then (seen: one or two cases in 146, a different one each run).
+    # A case fails only if it fails in three runs: on a loaded machine an answer can miss
+    # h2spec's wait now and then (seen: one or two cases in 146, a different one each run), and
+    # h2spec sends a stream's frames one write at a time, so under load a response can overtake
+    # the client's next frame (seen twice in CI: 6.9/2, 8.1/1; both closed in h2_conn.rs since).
+    # A run without failures ends the retries.
     fails=""
-    for run in 1 2; do
+    for run in 1 2 3; do
       report="$work/$engine-$transport-$run.xml"
       timeout 300 "$work/h2spec" -h 127.0.0.1 -p "$port" "${tls_args[@]}" -o 2 -j "$report" \
         >"$work/$engine-$transport-$run.out" 2>&1 || true

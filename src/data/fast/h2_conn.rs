@@ -91,6 +91,11 @@ enum Closed {
     /// Reset here (or refused, or past our GOAWAY): frames the peer sent before it knew are
     /// ignored.
     LocalReset,
+    /// On a server, answered whole while the request was still coming, and reset NO_ERROR
+    /// (§8.1): the rest of its body and its trailers may still come and are ignored, but a
+    /// HEADERS frame that cannot be trailers (no END_STREAM, a pseudo-field) is still reset
+    /// PROTOCOL_ERROR, as it would have been a moment earlier (h2spec 8.1/1 raced on this).
+    Answered,
 }
 
 /// What a DATA or HEADERS frame means on a stream still in the map that takes no more: one
@@ -388,7 +393,7 @@ impl State {
                 self.reset(id, Reason::STREAM_CLOSED);
                 Ok(())
             }
-            Some(Closed::LocalReset) => Ok(()),
+            Some(Closed::LocalReset | Closed::Answered) => Ok(()),
             None => unknown,
         }
     }
@@ -464,6 +469,10 @@ impl State {
         };
         let how = match s.error {
             Some(Error::Reset { remote: true, .. }) => Closed::PeerReset,
+            Some(Error::Reset {
+                reason: Reason::NO_ERROR,
+                remote: false,
+            }) if self.role == Role::Server && s.send_closed => Closed::Answered,
             None if s.recv_closed => Closed::PeerEnded,
             _ => Closed::LocalReset,
         };
@@ -1186,6 +1195,12 @@ where
             return st.opened(id, end, fields, size, wakers);
         }
         let Some(s) = st.streams.get_mut(&id) else {
+            if st.closed.get(id) == Some(Closed::Answered) {
+                if !end || trailer_fields(fields).is_err() {
+                    st.reset(id, Reason::PROTOCOL_ERROR);
+                }
+                return Ok(());
+            }
             // On a server, a stream below the last one opened that was never opened: a
             // stream identifier out of order (§5.1.1).
             let unknown = match st.role {
@@ -3083,6 +3098,24 @@ mod tests {
         let (got, closed) = read_frames(&mut raw.wire, |f| reset_of(f, 1).is_some()).await;
         assert_eq!(reset_of(&got, 1), Some(Reason::PROTOCOL_ERROR), "{got:?}");
         assert!(!closed);
+        // h2spec 8.1/1 the same way: a second HEADERS without END_STREAM cannot be trailers,
+        // answered or not; trailers that can be are ignored.
+        raw.wire
+            .write_all(&frame(
+                HEADERS,
+                END_HEADERS | END_STREAM,
+                1,
+                &block(&[("x-t", "1")]),
+            ))
+            .await
+            .unwrap();
+        raw.wire
+            .write_all(&frame(HEADERS, END_HEADERS, 1, &block(&[("x-t", "1")])))
+            .await
+            .unwrap();
+        let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 1).is_some()).await;
+        assert_eq!(reset_of(&got, 1), Some(Reason::PROTOCOL_ERROR), "{got:?}");
+        assert_eq!(got.len(), 1, "one reset, for the second: {got:?}");
         // h2spec 6.9.1/3 on stream 3 the same way: past the largest window, FLOW_CONTROL_ERROR.
         let open = frame(HEADERS, END_HEADERS, 3, &block(&GET));
         raw.wire.write_all(&open).await.unwrap();
