@@ -2975,6 +2975,21 @@ mod tests {
         assert!(!connection_specific(b"te") && !connection_specific(b"x-te"));
     }
 
+    /// Takes the next request and answers it whole at once (a response header with
+    /// END_STREAM), dropping its stream, which the server then forgets.
+    async fn answer_next(raw: &mut Raw) {
+        let (_head, stream) = raw.incoming.accept().await.unwrap();
+        stream
+            .send_response(&Response::new(()), true)
+            .expect("answered");
+        drop(stream);
+    }
+
+    /// The server's SETTINGS came: the connection is up.
+    fn settled(frames: &[(u8, u8, u32, Vec<u8>)]) -> bool {
+        frames.iter().any(|(k, _, _, _)| *k == SETTINGS)
+    }
+
     /// Opens `raw` with the preface and an empty SETTINGS, then `frames`; returns what the
     /// server wrote until `done` holds or it closed.
     async fn exchange(
@@ -3001,10 +3016,7 @@ mod tests {
         ] {
             let mut raw = raw_client(10);
             let open = frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET));
-            let (got, _) = exchange(&mut raw, &[open], |f| {
-                f.iter().any(|(k, _, _, _)| *k == SETTINGS)
-            })
-            .await;
+            let (got, _) = exchange(&mut raw, &[open], settled).await;
             assert!(!got.is_empty());
             // Held unanswered: the stream is half-closed (remote) when the frame comes.
             let (_head, stream) = raw.incoming.accept().await.unwrap();
@@ -3048,15 +3060,8 @@ mod tests {
         ] {
             let mut raw = raw_client(10);
             let open = frame(HEADERS, END_STREAM | END_HEADERS, 1, &block(&GET));
-            exchange(&mut raw, &[open], |f| {
-                f.iter().any(|(k, _, _, _)| *k == SETTINGS)
-            })
-            .await;
-            let (_head, stream) = raw.incoming.accept().await.unwrap();
-            stream
-                .send_response(&Response::new(()), true)
-                .expect("answered");
-            drop(stream);
+            exchange(&mut raw, &[open], settled).await;
+            answer_next(&mut raw).await;
             let (got, _) = read_frames(&mut raw.wire, |f| {
                 f.iter()
                     .any(|(k, fl, id, _)| *k == HEADERS && *id == 1 && fl & END_STREAM != 0)
@@ -3079,16 +3084,9 @@ mod tests {
     async fn a_zero_window_update_on_a_finished_stream_is_still_an_error() {
         let mut raw = raw_client(10);
         let open = frame(HEADERS, END_HEADERS, 1, &block(&GET));
-        exchange(&mut raw, &[open], |f| {
-            f.iter().any(|(k, _, _, _)| *k == SETTINGS)
-        })
-        .await;
-        let (_head, stream) = raw.incoming.accept().await.unwrap();
-        stream
-            .send_response(&Response::new(()), true)
-            .expect("answered");
+        exchange(&mut raw, &[open], settled).await;
         // Answered whole, the request's body not ended: reset NO_ERROR and forgotten.
-        drop(stream);
+        answer_next(&mut raw).await;
         let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 1).is_some()).await;
         assert_eq!(reset_of(&got, 1), Some(Reason::NO_ERROR), "{got:?}");
         raw.wire
@@ -3119,11 +3117,7 @@ mod tests {
         // h2spec 6.9.1/3 on stream 3 the same way: past the largest window, FLOW_CONTROL_ERROR.
         let open = frame(HEADERS, END_HEADERS, 3, &block(&GET));
         raw.wire.write_all(&open).await.unwrap();
-        let (_head, stream) = raw.incoming.accept().await.unwrap();
-        stream
-            .send_response(&Response::new(()), true)
-            .expect("answered");
-        drop(stream);
+        answer_next(&mut raw).await;
         let (got, _) = read_frames(&mut raw.wire, |f| reset_of(f, 3).is_some()).await;
         assert_eq!(reset_of(&got, 3), Some(Reason::NO_ERROR), "{got:?}");
         let most = frame(WINDOW_UPDATE, 0, 3, &0x7fff_ffffu32.to_be_bytes());
