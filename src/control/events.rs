@@ -157,8 +157,9 @@ struct Sink {
     instance: String,
     /// UIDs of objects a Warning Event was written about and no `WarningsResolved` since.
     warned: HashSet<String>,
-    /// Event names written, with the count their series has reached.
-    written: HashMap<String, i32>,
+    /// Event names written, with the UID of the object each is about and the count its series
+    /// has reached.
+    written: HashMap<String, (String, i32)>,
     tokens: u32,
     refill: Instant,
 }
@@ -253,7 +254,7 @@ impl Sink {
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 // Written before (by this replica, or by a former leader): one more sighting on
                 // its series, as kube's recorder counts repeats.
-                let count = self.written.get(&name).copied().unwrap_or(1) + 1;
+                let count = self.written.get(&name).map_or(1, |&(_, n)| n) + 1;
                 let series = EventSeries {
                     count,
                     last_observed_time: MicroTime(Timestamp::now()),
@@ -264,12 +265,12 @@ impl Sink {
                     .await
                     .map(|_| ());
                 if done.is_ok() {
-                    self.written.insert(name.clone(), count);
+                    self.written.insert(name.clone(), (uid.clone(), count));
                 }
                 done
             }
             Ok(_) => {
-                self.written.insert(name.clone(), 1);
+                self.written.insert(name.clone(), (uid.clone(), 1));
                 Ok(())
             }
             Err(e) => Err(e),
@@ -285,9 +286,8 @@ impl Sink {
                         self.warned.remove(&uid);
                         // The warnings may come back at this same version (a Secret deleted
                         // again): their Events must be counted again, not skipped.
-                        let prefix = format!("{}.", regarding.name.as_deref().unwrap_or(""));
                         self.written
-                            .retain(|n, _| !n.starts_with(&prefix) || n == &name);
+                            .retain(|n, (about, _)| *about != uid || *n == name);
                     }
                 }
             }
