@@ -4,8 +4,8 @@
 //! through them in `cargo test`. Each `check_*` takes the fuzzer's bytes and panics on a
 //! violation. `check_pingora_trailers` checks Pingora's HTTP/1 body reader instead (the copy in
 //! `vendor/`, where switchyard added trailers); `check_hpack` the HPACK decoder and encoder
-//! (`switchyard::data::hpack`); `check_h2_client` the fast path's HTTP/2 connection to a
-//! backend, reading what a backend sends (`switchyard::data::fast::h2_conn`), and
+//! (`switchyard::data::wire::hpack`); `check_h2_client` the fast path's HTTP/2 connection to a
+//! backend, reading what a backend sends (`switchyard::data::wire::h2::conn`), and
 //! `check_h2_server` the same connection's server role, reading what a client sends. Only
 //! `switchyard`, `pingora`, `tokio`, `http`, `httparse`, `bytes` and `std` are used, each a
 //! dependency of both crates, so this file compiles in both.
@@ -17,12 +17,12 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
-use switchyard::data::fast::chunked::Chunks;
-use switchyard::data::fast::h2_conn;
-use switchyard::data::fast::request::{Field, MAX_REQUEST_HEADERS, Parse, Request};
-use switchyard::data::fast::request::{build_request, parse_request};
-use switchyard::data::fast::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
-use switchyard::data::hpack::{Decoder, Encoder, huffman};
+use switchyard::data::wire::h1::chunked::Chunks;
+use switchyard::data::wire::h1::request::{Field, MAX_REQUEST_HEADERS, Parse, Request};
+use switchyard::data::wire::h1::request::{build_request, parse_request};
+use switchyard::data::wire::h1::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
+use switchyard::data::wire::h2::conn as h2_conn;
+use switchyard::data::wire::hpack::{Decoder, Encoder, huffman};
 use switchyard::decide::edits::{ASSERTED, ClientCert, Forwarding, request_edits, response_edits};
 use switchyard::decide::target::valid_host;
 use switchyard::table::sticky::{COOKIE_NAME, find_cookie, strip_cookie};
@@ -891,12 +891,12 @@ pub fn check_differential(data: &[u8]) {
 
 // === PROXY protocol ===
 
-/// The PROXY protocol parser (`data::proxy_protocol::parse`) on any bytes: no panic; a header
+/// The PROXY protocol parser (`data::wire::proxy_protocol::parse`) on any bytes: no panic; a header
 /// it accepts is accepted the same from exactly its own bytes; fed the way the listener reads
 /// (never more than `need` bytes at a time) it asks for no byte past the header and reaches the
 /// same verdict; lengths stay within the protocol's bounds; a v2 header it writes reads back.
 pub fn check_proxy_protocol(data: &[u8]) {
-    use switchyard::data::proxy_protocol::{
+    use switchyard::data::wire::proxy_protocol::{
         Parsed, V1_MAX, V2_MAX_BODY, V2_SIGNATURE, Version, parse, v2_header,
     };
     let whole = parse(data);

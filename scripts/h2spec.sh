@@ -24,7 +24,7 @@ fi
 # on one port, so a preface that is not HTTP/2's is read as HTTP/1 and answered 400, as HAProxy
 # does on such a port. (The fast path's eleven server-role defects in its HTTP/2 connection
 # were fixed: frames on half-closed and closed streams, a stream id lower than the last, a
-# stream depending on itself, SETTINGS_ENABLE_PUSH above 1; src/data/fast/h2_conn.rs.)
+# stream depending on itself, SETTINGS_ENABLE_PUSH above 1; src/data/wire/h2/conn.rs.)
 known_failures="$(cat <<'EOF'
 fast h2c 3.5/2
 pingora h2c 3.5/2

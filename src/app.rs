@@ -16,8 +16,10 @@ use pingora::services::listening::Service as ListeningService;
 use crate::config::{Config, Source};
 use crate::control::pipeline::Pipeline;
 use crate::control::{gateway_status, lease, manifests, status, translate, watch};
+use crate::data::engine::pingora::CountConnections;
+use crate::data::engine::tcp as tcp_proxy;
 use crate::data::tls::{self, HandshakeAcceptor};
-use crate::data::{listener as downstream, proxy as http_proxy, tcp as tcp_proxy};
+use crate::data::{frontend, guard, listener};
 use crate::decide::edits::Forwarding;
 use crate::decide::error_page::ErrorPage;
 use crate::decide::explain;
@@ -180,7 +182,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
     server.bootstrap();
 
     // One connection limit for both HTTP frontends, as HAProxy's global maxconn.
-    let limit = downstream::ConnectionLimit::new(config.downstream.max_connections);
+    let limit = guard::ConnectionLimit::new(config.downstream.max_connections);
     let server_conf = Arc::clone(&server.configuration);
     // The backend CA bundles, followed on disk: the proxies and the health checks verify TLS
     // endpoints against what is loaded now.
@@ -371,7 +373,7 @@ struct HttpShared<'a> {
     metrics: &'a Arc<Metrics>,
     access_log: &'a Arc<AccessLog>,
     /// The connection limit both HTTP frontends count against.
-    limit: &'a Arc<downstream::ConnectionLimit>,
+    limit: &'a Arc<guard::ConnectionLimit>,
     not_found: &'a ErrorPage,
     backend_tls: &'a Arc<crate::data::tls::BackendTls>,
 }
@@ -403,7 +405,7 @@ fn http_service(
 ) -> ListeningService<impl ServerApp + Send + Sync + 'static> {
     let config = shared.config;
     let label = listener.frontend.label();
-    let mut proxy = http_proxy::HttpProxy::new(
+    let mut proxy = frontend::HttpProxy::new(
         shared.table.clone(),
         listener.frontend,
         config.timeouts,
@@ -422,9 +424,9 @@ fn http_service(
     }
     let fast = config
         .fast_path
-        .then(|| crate::data::fast::FastPath::new(proxy.clone(), !config.work_stealing));
+        .then(|| crate::data::engine::h1::FastPath::new(proxy.clone(), !config.work_stealing));
     // How the guard answers and records the requests it refuses, as this proxy would.
-    let refusals = crate::data::intake::Refusals::new(&proxy);
+    let refusals = crate::data::refusals::Refusals::new(&proxy);
     let mut app = pingora::proxy::http_proxy(shared.server_conf, proxy);
     let mut options = HttpServerOptions::default();
     options.h2c = listener.h2c;
@@ -432,11 +434,11 @@ fn http_service(
     // otherwise keeps them for as long as the client wants).
     options.h2_idle_timeout = Some(config.timeouts.keep_alive);
     app.server_options = Some(options);
-    let mut guarded = downstream::Guard::new(
+    let mut guarded = listener::Guard::new(
         app,
         config.downstream,
         Arc::clone(shared.limit),
-        downstream::Counters::new(shared.metrics, &label, refusals),
+        guard::Counters::new(shared.metrics, &label, refusals),
     );
     let pp = &config.proxy_protocol;
     let proxied = match listener.frontend {
@@ -445,7 +447,7 @@ fn http_service(
         Frontend::Tcp(port) => pp.tcp(port),
     };
     if proxied {
-        guarded = guarded.with_proxy_protocol(crate::data::proxy_protocol::Acceptor::new(
+        guarded = guarded.with_proxy_protocol(crate::data::wire::proxy_protocol::Acceptor::new(
             shared.metrics,
             &label,
             pp.clone(),
@@ -459,8 +461,7 @@ fn http_service(
     if let Some(fast) = fast {
         guarded = guarded.with_fast_path(fast);
     }
-    let counted =
-        http_proxy::CountConnections::new(guarded, shared.metrics.data.open_connections(&label));
+    let counted = CountConnections::new(guarded, shared.metrics.data.open_connections(&label));
     let mut service = ListeningService::new(label, counted);
     let gateways = gateway_listen_addresses(config);
     for addr in std::iter::once(listener.addr).chain(

@@ -14,8 +14,8 @@ use clap::Parser;
 use crate::control::status::{Address, Publish};
 use crate::control::translate::{Options, ServiceRoutes, TcpService};
 use crate::data::Timeouts;
-use crate::data::proxy_protocol;
 use crate::data::tls::{ClientVerify, TlsOptions};
+use crate::data::wire::proxy_protocol;
 use crate::ops::health::HealthChecks;
 use crate::table::balance::Algorithm;
 
@@ -654,7 +654,7 @@ pub struct Config {
     pub admin_port: u16,
     pub https_port: u16,
     /// `--max-connections`, `--max-request-header-bytes` (with `timeouts.request_headers`).
-    pub downstream: crate::data::listener::Limits,
+    pub downstream: crate::data::guard::Limits,
     /// TLS termination; `None` without `--ssl-cert` (the TLS port is not opened).
     pub tls: Option<TlsOptions>,
     /// 0: no stats page.
@@ -874,7 +874,7 @@ impl Config {
             admin_bind_address: args.admin_bind_address.unwrap_or(args.bind_address),
             stats_bind_address: args.stats_bind_address,
             expose_explain: args.expose_explain,
-            downstream: crate::data::listener::Limits {
+            downstream: crate::data::guard::Limits {
                 max_connections: args.max_connections as usize,
                 max_header_bytes: args.max_request_header_bytes as usize,
                 header_timeout: args.request_header_timeout,
@@ -1654,7 +1654,7 @@ mod tests {
         assert!(parse(&["--server-timeout", "0s"]).is_err());
         let c = Config::from_args(parse(&["--manifests=m"]).unwrap()).unwrap();
         assert_eq!(c.admin_bind_address, IpAddr::from([0, 0, 0, 0]));
-        assert_eq!(c.downstream, crate::data::listener::Limits::default());
+        assert_eq!(c.downstream, crate::data::guard::Limits::default());
         assert_eq!(c.timeouts.request_headers, Duration::from_secs(5));
         let c = Config::from_args(
             parse(&[

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use switchyard::data::hpack::Decoder;
+use switchyard::data::wire::hpack::Decoder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

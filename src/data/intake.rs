@@ -6,30 +6,25 @@
 //! writes its own `400` (naming itself in `Server: Pingora`) and closes, with no hook for the
 //! application (`handle_new_request` in pingora-proxy). So the header is read here, checked with
 //! Pingora's own parser over the bytes in memory (the verdict is exactly the one Pingora would
-//! reach, not a second parser's guess), plus switchyard's checks (`listener::check_request`),
+//! reach, not a second parser's guess), plus switchyard's checks (`decide::validity`),
 //! and only a header that passes is put back on the stream for Pingora's session to read.
 //! A target in absolute form is rewritten first as `decide::target` says (RFC 9112 §3.2.2:
 //! origin form, `Host` from the target's authority), because Pingora refuses a `Host` that
 //! differs from the authority. Which status a refusal answers is `decide`'s (`Rejection`,
 //! `error_page::rejection_answer`). This module routes nothing.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use pingora::protocols::Shutdown;
 use pingora::protocols::http::ServerSession;
-use pingora::protocols::{GetSocketDigest, Shutdown};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::data::fast::write_answer;
-use crate::data::listener::{GuardedStream, HeaderEnd, check_request};
-use crate::data::proxy::HttpProxy;
-use crate::data::record::Recorder;
+use crate::data::guard::{GuardedStream, HeaderEnd};
+use crate::data::headers::check_request;
+use crate::data::refusals::Refusals;
 use crate::decide::cause::Rejection;
-use crate::decide::edits::Forwarding;
-use crate::decide::error_page::rejection_answer;
 use crate::decide::target::{TargetForm, target_form};
 
 /// Room made in the buffer before each read.
@@ -38,52 +33,18 @@ const READ_SIZE: usize = 8 * 1024;
 /// How long writing a refusal may take before the connection is dropped anyway.
 const ANSWER_WRITE: Duration = Duration::from_secs(5);
 
-/// What one frontend needs to refuse a request: its forwarding settings (for the answer's
-/// fields) and its recorder.
-pub struct Refusals {
-    pub fwd: Arc<Forwarding>,
-    pub recorder: Recorder,
-}
-
-impl Refusals {
-    pub fn new(proxy: &HttpProxy) -> Refusals {
-        Refusals {
-            fwd: Arc::clone(&proxy.fwd),
-            recorder: proxy.recorder.clone(),
-        }
-    }
-
-    /// The whole answer to `r`, as bytes (it closes the connection).
-    pub fn answer(&self, r: Rejection) -> Vec<u8> {
-        let mut out = Vec::with_capacity(160);
-        write_answer(&mut out, &rejection_answer(r, &self.fwd), true);
-        out
-    }
-
-    /// Counts `r` and writes its access-log line. `head`: what was read of the header.
-    pub fn record(&self, r: Rejection, started: Instant, stream: &GuardedStream, head: &[u8]) {
-        self.recorder.rejected(r, started, client_of(stream), head);
-    }
-
-    /// Answers `r` on `stream`, records it and closes the connection.
-    pub async fn refuse(&self, stream: &mut GuardedStream, r: Rejection, head: &[u8]) {
-        let started = stream.header_started().unwrap_or_else(Instant::now);
-        let answer = self.answer(r);
-        let write = async {
-            stream.write_all(&answer).await?;
-            stream.flush().await
-        };
-        let _ = tokio::time::timeout(ANSWER_WRITE, write).await;
-        self.record(r, started, stream, head);
-        // As Pingora ends a connection: TLS gets its close_notify.
-        Shutdown::shutdown(stream).await;
-    }
-}
-
-fn client_of(stream: &GuardedStream) -> Option<SocketAddr> {
-    stream
-        .get_socket_digest()
-        .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied())
+/// Answers `r` on `stream`, records it and closes the connection.
+pub async fn refuse(refusals: &Refusals, stream: &mut GuardedStream, r: Rejection, head: &[u8]) {
+    let started = stream.header_started().unwrap_or_else(Instant::now);
+    let answer = refusals.answer(r);
+    let write = async {
+        stream.write_all(&answer).await?;
+        stream.flush().await
+    };
+    let _ = tokio::time::timeout(ANSWER_WRITE, write).await;
+    refusals.record(r, started, stream.client(), head);
+    // As Pingora ends a connection: TLS gets its close_notify.
+    Shutdown::shutdown(stream).await;
 }
 
 /// How reading a request header for Pingora's path ended.

@@ -1,19 +1,22 @@
-//! The engines: Pingora's HTTP proxy, the HTTP/1 fast path and the TCP relay, behind the
-//! client-connection guards and TLS. Each applies the decisions of `decide` to its own wire
-//! representation and holds no request policy of its own; nothing here names a Kubernetes
-//! type.
+//! The data plane, by layer: `wire` (codecs), `upstream` (pools of backend connections),
+//! `tls`, then what every engine shares — the frontend's context (`frontend`), recording
+//! (`record`), mirror copies (`mirror`), the HTTP/1 header's intake and refusals — then the
+//! engines (`engine`), and `listener`, which only guards a client connection and hands it to
+//! one. Each applies the decisions of `decide` to its own wire representation and holds no
+//! request policy of its own; nothing here names a Kubernetes type. A module names only
+//! modules of its own layer or below it (the architecture test forbids any import cycle).
 
-pub mod fast;
-pub mod hpack;
-pub mod http2;
+pub mod engine;
+pub mod frontend;
+pub mod guard;
+pub mod headers;
 pub mod intake;
 pub mod listener;
 pub mod mirror;
-pub mod proxy;
-pub mod proxy_protocol;
 pub mod record;
-pub mod tcp;
+pub mod refusals;
 pub mod tls;
+pub mod upstream;
 pub mod wire;
 
 mod timeouts;

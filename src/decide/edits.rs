@@ -1,7 +1,7 @@
 //! The header rules, written once as data: what switchyard changes in a request before it goes
 //! upstream, in a response before it goes back, and which fields its own answers carry. Each
 //! engine only applies an `Edits` list to its representation: Pingora to its header maps
-//! (`data::proxy::apply`); the fast path's HTTP/1 heads and its HTTP/2 relay's request blocks,
+//! (`data::engine::pingora::apply`); the fast path's HTTP/1 heads and its HTTP/2 relay's request blocks,
 //! written as the fields pass, through the one carrier here (`Seen`, into a `Sink`). A new
 //! header rule is a line here, and every engine follows. Nothing here touches a header map or
 //! a socket.

@@ -13,3 +13,4 @@ pub mod gateway;
 pub mod grpc;
 pub mod reply;
 pub mod target;
+pub mod validity;

@@ -35,10 +35,11 @@ use pingora::{Error, ErrorType};
 
 use crate::ops::metrics::Metrics;
 use crate::table::upstream::{BackendProtocol, Upstream};
-use crate::table::{CheckResult, EndpointState, Entry, Shared, TableReader};
+use crate::table::{CheckResult, EndpointState, Shared, TableReader};
 
 mod schedule;
 use schedule::Schedule;
+pub use schedule::Target;
 
 /// Active health-check settings (the flags; Services refine them by annotation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,24 +80,6 @@ const STATUS_LINE_MAX: usize = 1024;
 const GRPC_ANSWER_MAX: usize = 4096;
 /// The gRPC health-checking protocol's method.
 const GRPC_HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
-
-/// What to check at one address. Cheap to clone (two `Arc`s; a second state is rare): the
-/// checker keeps one per endpoint address, 100,000 at 10,000 Services.
-#[derive(Clone, Debug)]
-pub struct Target {
-    pub addr: SocketAddr,
-    pub interval: Duration,
-    /// The entry whose settings the check follows: the first (in table order) of those using
-    /// the address that asks for more than a connect, else the first. Its `check.path` and
-    /// `check.grpc` say what is asked; its `upstream` how to speak to the address (the
-    /// protocol, and for TLS the name and verification); its name is in the logs.
-    pub entry: Arc<Entry>,
-    /// The address's state (translate gives every entry of a table the same one).
-    pub state: Shared<EndpointState>,
-    /// Other states of the same address, if entries disagree: all are kept so none is left
-    /// unchecked. Empty (no allocation) in a table translate built.
-    pub others: Vec<Shared<EndpointState>>,
-}
 
 impl Target {
     /// HTTP GET this path; `None`: TCP connect.

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::table::matcher::{HostLevel, PathRule, PathRules, SharedRouter, normalize_host};
 use crate::table::pattern::Pattern;
-use crate::table::{EntryId, Shared};
+use crate::table::shared::{EntryId, Shared};
 
 /// The candidates of one routed (host, path), most precedent first: a path rule's target.
 /// Shared, like the host level that holds it, by the tables that have it unchanged.

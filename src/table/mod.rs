@@ -15,8 +15,11 @@ pub mod gateway;
 pub mod matcher;
 pub mod pattern;
 pub mod policy;
+pub mod shared;
 pub mod sticky;
 pub mod upstream;
+
+pub use shared::{EntryId, Shared};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -32,40 +35,6 @@ use serde_json::{Value, json};
 use crate::table::balance::{Algorithm, Candidate};
 use crate::table::matcher::{PathRules, Router};
 use crate::table::sticky::AffinityTable;
-
-/// Index of an entry in `RoutingTable::entries`.
-pub type EntryId = u32;
-
-/// Runtime state shared across table generations. Equality ignores it on purpose.
-pub struct Shared<T>(pub Arc<T>);
-
-impl<T> Clone for Shared<T> {
-    fn clone(&self) -> Self {
-        Shared(Arc::clone(&self.0))
-    }
-}
-impl<T: Default> Default for Shared<T> {
-    fn default() -> Self {
-        Shared(Arc::default())
-    }
-}
-impl<T> PartialEq for Shared<T> {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl<T> Eq for Shared<T> {}
-impl<T> fmt::Debug for Shared<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Shared(..)")
-    }
-}
-impl<T> std::ops::Deref for Shared<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
 
 /// Identifies the Service port an entry came from; the key that carries entry state over.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

@@ -51,6 +51,15 @@ pub fn parse_length(v: &[u8]) -> Option<u64> {
     })
 }
 
+/// Whether a raw HTTP/1 request header (from its request line on) has a `Content-Length`
+/// line, whatever its case or line ending.
+pub fn names_content_length(raw_header: &[u8]) -> bool {
+    const NAME: &[u8] = b"\ncontent-length";
+    raw_header
+        .windows(NAME.len())
+        .any(|w| w.eq_ignore_ascii_case(NAME))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +133,17 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn a_content_length_line_is_found_in_any_case_and_line_ending() {
+        assert!(names_content_length(
+            b"POST / HTTP/1.1\r\nCONTENT-length: 4\r\n"
+        ));
+        assert!(names_content_length(
+            b"POST / HTTP/1.1\nContent-Length: 4\n"
+        ));
+        assert!(!names_content_length(b"POST / HTTP/1.1\r\nHost: a\r\n"));
+        assert!(!names_content_length(b"POST /content-length HTTP/1.1\r\n"));
     }
 }

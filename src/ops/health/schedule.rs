@@ -14,8 +14,25 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Target;
-use crate::table::{Entry, RoutingTable};
+use crate::table::{EndpointState, Entry, RoutingTable, Shared};
+
+/// What to check at one address. Cheap to clone (two `Arc`s; a second state is rare): the
+/// checker keeps one per endpoint address, 100,000 at 10,000 Services.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub interval: Duration,
+    /// The entry whose settings the check follows: the first (in table order) of those using
+    /// the address that asks for more than a connect, else the first. Its `check.path` and
+    /// `check.grpc` say what is asked; its `upstream` how to speak to the address (the
+    /// protocol, and for TLS the name and verification); its name is in the logs.
+    pub entry: Arc<Entry>,
+    /// The address's state (translate gives every entry of a table the same one).
+    pub state: Shared<EndpointState>,
+    /// Other states of the same address, if entries disagree: all are kept so none is left
+    /// unchecked. Empty (no allocation) in a table translate built.
+    pub others: Vec<Shared<EndpointState>>,
+}
 
 /// One address's place in the schedule.
 struct Slot {

@@ -28,18 +28,18 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::Digest;
 use tokio::time::Sleep;
 
-use crate::data::fast::client_stream::{ClientGone, ClientStream};
-use crate::data::fast::h2_conn::{self, RequestBlock, Stream};
-use crate::data::fast::h2_pool::{Lease, PoolError};
-use crate::data::fast::kept_body::KeptBody;
-use crate::data::fast::pool::Key;
-use crate::data::fast::{FastPath, tls_entry};
-use crate::data::proxy::{
+use crate::data::engine::client_stream::{ClientGone, ClientStream};
+use crate::data::engine::h1::{FastPath, tls_entry};
+use crate::data::headers::{
     GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, host_of, keep_origin,
     stripped_target,
 };
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
+use crate::data::upstream::h2_pool::{Lease, PoolError};
+use crate::data::upstream::kept_body::KeptBody;
+use crate::data::upstream::pool::Key;
+use crate::data::wire::h2::conn::{self, RequestBlock, Stream};
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edits, Seen, Sink, ip_text, request_edits, response_edits};
@@ -183,7 +183,7 @@ impl FastPath {
         {
             let req = session.req_header();
             // What Pingora would refuse (its answer is its own) or rewrite stays Pingora's.
-            if crate::data::listener::check_request(req, || session.raw_h1_header()).is_err()
+            if crate::data::headers::check_request(req, || session.raw_h1_header()).is_err()
                 || req.uri.scheme().is_none()
                 || req.uri.authority().is_none()
             {
@@ -756,7 +756,7 @@ fn ending_in(header: &ResponseHeader) -> Option<Ending> {
 /// What a stream error before the response header means: a closed connection, and whether
 /// the backend processed the stream (`Error::unprocessed`, read as `h2_unprocessed` reads an
 /// `h2` error on Pingora's path).
-fn upstream_broken(e: &h2_conn::Error) -> Broken {
+fn upstream_broken(e: &conn::Error) -> Broken {
     Broken {
         cause: Cause::UpstreamClosed,
         unprocessed: e.unprocessed(),
@@ -770,7 +770,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::data::hpack::Decoder;
+    use crate::data::wire::hpack::Decoder;
     use crate::decide::edits::Forwarding;
 
     /// The relay's request block and Pingora's header, each carrying out the same edits on the

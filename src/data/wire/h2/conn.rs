@@ -8,7 +8,7 @@
 //! control both ways, the peer's settings, PING, GOAWAY (a stream past its last stream id is
 //! told it was not processed), and no more read while a megabyte of frames it must answer
 //! (PING and SETTINGS acknowledgements) waits for a peer that does not read. Header blocks are
-//! HPACK-coded by `data::hpack` (its encoder uses the static table only). Frames go out as one
+//! HPACK-coded by `data::wire::hpack` (its encoder uses the static table only). Frames go out as one
 //! write per scheduler pass (`batch::Batched` wraps the socket). It knows nothing of routes,
 //! retries or timeouts: the relay decides those.
 //! Where `h2` costs a relayed gRPC call's backend leg its stream store, frame queues and
@@ -30,8 +30,8 @@ use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::Notify;
 
-use crate::data::hpack::{self, Decoder, Encoder, Field};
 use crate::data::wire::fields;
+use crate::data::wire::hpack::{self, Decoder, Encoder, Field};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

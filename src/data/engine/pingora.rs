@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, COOKIE, HOST};
-use http::{HeaderName, HeaderValue, Uri};
+use http::{HeaderValue, Uri};
 use pingora::apps::ServerApp;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, ProxyHttp, Session};
@@ -25,145 +25,27 @@ use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use prometheus::IntGauge;
 
-use crate::data::Timeouts;
-use crate::data::mirror::{BodyCopies, Mirrors};
-use crate::data::record::{Finished, Recorder};
+use crate::data::frontend::HttpProxy;
+use crate::data::headers::{
+    Fields, GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, host_of,
+    join_cookies, keep_origin, protocol_name, stripped_target,
+};
+use crate::data::mirror::BodyCopies;
+use crate::data::record::Finished;
 use crate::data::tls;
+use crate::data::upstream::h2_pool::H2_STREAMS_PER_CONNECTION;
 use crate::data::wire::fields::parse_length;
-use crate::decide::attempt::{Attempt, BodyKept, Failure, Policy, Sent};
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
 use crate::decide::cause::{Cause, Rejection};
-use crate::decide::edits::{
-    ClientCert, Edit, Edits, Forwarding, GRPC_STATUS, ip_text, request_edits, response_edits,
-};
-use crate::decide::error_page::{
-    Answer, ErrorPage, failure_answer, grpc_answer, is_grpc, rejection_answer,
-};
-use crate::decide::gateway::{self, HeaderOp};
+use crate::decide::edits::{ClientCert, ip_text, request_edits, response_edits};
+use crate::decide::error_page::{Answer, failure_answer, grpc_answer, is_grpc, rejection_answer};
+use crate::decide::gateway::{self};
 use crate::decide::grpc::Ending;
-use crate::decide::reply::{Asked, Pages, Reply, reply};
+use crate::decide::reply::{Asked, Reply, reply};
 use crate::decide::target::normalize_path;
-use crate::ops::access_log::AccessLog;
 use crate::ops::health::PeerTls;
-use crate::ops::lifecycle::{Active, Lifecycle};
-use crate::ops::metrics::{Metrics, OpenConnection, Resumed};
-use crate::table::sticky::{self, COOKIE_NAME};
-
-/// Streams switchyard opens on one HTTP/2 connection to an endpoint before opening another
-/// (the common server default for concurrent streams).
-pub(crate) const H2_STREAMS_PER_CONNECTION: usize = 100;
-use crate::table::gateway::RequestView;
-use crate::table::{Frontend, TableReader};
-
-/// The proxy for one frontend: its settings, shared by the Pingora hooks and the fast path.
-#[derive(Clone)]
-pub struct HttpProxy {
-    pub(crate) table: TableReader,
-    pub(crate) frontend: Frontend,
-    pub(crate) fwd: Arc<Forwarding>,
-    pub(crate) policy: Policy,
-    pub(crate) timeouts: Timeouts,
-    /// The pages this frontend answers with itself.
-    pub(crate) pages: Pages,
-    lifecycle: Arc<Lifecycle>,
-    pub(crate) recorder: Recorder,
-    /// The CA bundles TLS backends are verified against and the client certificates shown to
-    /// them, as loaded now (rotated by `BackendTlsWatcher`).
-    pub(crate) backend_tls: Arc<tls::BackendTls>,
-    /// Copies of requests for Gateway `RequestMirror` backends.
-    mirrors: Arc<Mirrors>,
-    /// `--gateway-addresses` is set: a request's route depends on the address the client
-    /// connected to, so the connection's local address is read (a `getsockname` per
-    /// connection, spared otherwise).
-    pub(crate) by_local_address: bool,
-}
-
-impl HttpProxy {
-    pub fn new(
-        table: TableReader,
-        frontend: Frontend,
-        timeouts: Timeouts,
-        tries: usize,
-        not_found: ErrorPage,
-    ) -> Self {
-        let fwd = if frontend == Frontend::Https {
-            Forwarding::tls(None, false)
-        } else {
-            Forwarding::plain()
-        };
-        let metrics = Arc::new(Metrics::new());
-        HttpProxy {
-            mirrors: Arc::new(Mirrors::new(&metrics)),
-            table,
-            frontend,
-            fwd: Arc::new(fwd),
-            policy: Policy::new(tries, timeouts.passive_down, true),
-            timeouts,
-            pages: Pages::new(not_found),
-            lifecycle: Lifecycle::new(),
-            recorder: Recorder::new(frontend, metrics, Arc::new(AccessLog::off())),
-            backend_tls: Arc::new(tls::BackendTls::new(None, None)),
-            by_local_address: false,
-        }
-    }
-
-    /// `--gateway-addresses`: route by the connection's local address too (Gateways with an
-    /// address of their own).
-    pub fn with_local_addresses(mut self, on: bool) -> Self {
-        self.by_local_address = on;
-        self
-    }
-
-    /// Verifies TLS backends against `backend_tls`'s bundles and presents its client
-    /// certificates (without this, Pingora's default roots and no client certificate).
-    pub fn with_backend_tls(mut self, backend_tls: Arc<tls::BackendTls>) -> Self {
-        self.backend_tls = backend_tls;
-        self
-    }
-
-    /// Counts this proxy's requests in `lifecycle`, so a graceful shutdown waits for them.
-    pub fn with_lifecycle(mut self, lifecycle: Arc<Lifecycle>) -> Self {
-        self.lifecycle = lifecycle;
-        self
-    }
-
-    /// Records into `metrics` and `access_log` (without this, into a private registry and no
-    /// log).
-    pub fn with_observability(mut self, metrics: Arc<Metrics>, access_log: Arc<AccessLog>) -> Self {
-        self.mirrors = Arc::new(Mirrors::new(&metrics));
-        self.recorder = Recorder::new(self.frontend, metrics, access_log);
-        self
-    }
-
-    /// `--health-fail-open`: when every endpoint is marked down, use them all (default) rather
-    /// than answer 503.
-    pub fn with_fail_open(mut self, fail_open: bool) -> Self {
-        self.policy.fail_open = fail_open;
-        self
-    }
-
-    /// `--traffic-healthz`: answer an unrouted `GET /healthz` with `200 ok`.
-    pub fn with_traffic_healthz(mut self, on: bool) -> Self {
-        self.policy.traffic_healthz = on;
-        self
-    }
-
-    /// The TLS port plain-HTTP requests of TLS routes are redirected to (`None`: no TLS port).
-    pub fn with_https_port(mut self, port: Option<u16>) -> Self {
-        self.policy.https_port = port;
-        self
-    }
-
-    /// The TLS port's forwarding settings (HSTS, client-certificate headers).
-    pub fn with_forwarding(mut self, fwd: Forwarding) -> Self {
-        self.fwd = Arc::new(fwd);
-        self
-    }
-
-    /// Keeps a graceful shutdown waiting until the returned guard is dropped.
-    pub(crate) fn enter(&self) -> Active {
-        self.lifecycle.enter()
-    }
-}
+use crate::ops::lifecycle::Active;
+use crate::ops::metrics::{OpenConnection, Resumed};
 
 /// Per-request state.
 pub struct Ctx {
@@ -284,7 +166,7 @@ impl ProxyHttp for HttpProxy {
         Ctx {
             attempt: Attempt::new(None),
             rewrite: None,
-            _active: self.lifecycle.enter(),
+            _active: self.enter(),
             started: Instant::now(),
             grpc: false,
             deadline: None,
@@ -299,7 +181,7 @@ impl ProxyHttp for HttpProxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         // HTTP/1 headers were checked before Pingora read them (`intake`); this catches
         // HTTP/2 ones, with the same rule and answer.
-        if let Err(r) = crate::data::listener::check_request(session.req_header(), || {
+        if let Err(r) = crate::data::headers::check_request(session.req_header(), || {
             session.as_downstream().to_h1_raw()
         }) {
             tracing::debug!(reason = r.as_str(), "request refused");
@@ -813,193 +695,6 @@ impl ProxyHttp for HttpProxy {
     }
 }
 
-// === what both HTTP/2 paths (Pingora's, `fast::h2_relay`) write alike ===
-
-/// A request's protocol as the access log names it.
-pub(crate) fn protocol_name(v: http::Version) -> &'static str {
-    match v {
-        http::Version::HTTP_09 => "HTTP/0.9",
-        http::Version::HTTP_10 => "HTTP/1.0",
-        http::Version::HTTP_2 => "HTTP/2.0",
-        http::Version::HTTP_3 => "HTTP/3.0",
-        _ => "HTTP/1.1",
-    }
-}
-
-/// The request's host: its `host` field, else `:authority`.
-pub(crate) fn host_of(req: &RequestHeader) -> Option<&[u8]> {
-    req.headers
-        .get(HOST)
-        .map(HeaderValue::as_bytes)
-        .or_else(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
-}
-
-/// The target (path and query) that `pq` becomes with the route's prefix stripped or
-/// replaced.
-pub(crate) fn stripped_target(
-    strip: &crate::table::matcher::Strip,
-    pq: &str,
-) -> std::result::Result<Uri, http::uri::InvalidUri> {
-    let (slash, rest) = strip.apply(pq);
-    if slash.is_empty() {
-        Uri::try_from(rest)
-    } else {
-        Uri::try_from(format!("{slash}{rest}"))
-    }
-}
-
-/// `target` (a path and query) as an HTTP/2 request's target, whose `:scheme` and
-/// `:authority` it keeps from `from`: an HTTP/2 upstream reads the backend's `:authority`
-/// from them when there is no `host`, so only the path and query change.
-pub(crate) fn keep_origin(from: &Uri, target: Uri) -> Uri {
-    match (from.scheme(), from.authority()) {
-        (Some(scheme), Some(authority)) => {
-            let mut parts = target.clone().into_parts();
-            parts.scheme = Some(scheme.clone());
-            parts.authority = Some(authority.clone());
-            Uri::from_parts(parts).unwrap_or(target)
-        }
-        _ => target,
-    }
-}
-
-/// The trailers that end a gRPC call broken mid-stream as gRPC says (its status after the
-/// messages already sent), for switchyard's own `code`, and how the call ended.
-pub(crate) fn grpc_trailers(code: u16) -> (http::HeaderMap, Ending) {
-    let (status, message) = crate::decide::error_page::grpc_status(code);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert(GRPC_STATUS, HeaderValue::from(u16::from(status)));
-    trailers.insert("grpc-message", HeaderValue::from_static(message));
-    (trailers, Ending::code(status))
-}
-
-// === applying edits to header maps ===
-
-/// Pingora's request and response headers, as far as `apply` needs them.
-pub(crate) trait Fields {
-    fn map(&self) -> &http::HeaderMap;
-    fn insert(&mut self, name: &'static str, value: Vec<u8>) -> Result<()>;
-    fn append(&mut self, name: &'static str, value: Vec<u8>) -> Result<()>;
-    fn remove(&mut self, name: &'static str);
-    /// A Gateway rule's header operation (names come from the route, not from code).
-    fn apply_op(&mut self, op: HeaderOp<'_>) -> Result<()>;
-}
-
-macro_rules! impl_fields {
-    ($t:ty) => {
-        impl Fields for $t {
-            fn map(&self) -> &http::HeaderMap {
-                &self.headers
-            }
-            fn insert(&mut self, name: &'static str, value: Vec<u8>) -> Result<()> {
-                self.insert_header(name, value).map(drop)
-            }
-            fn append(&mut self, name: &'static str, value: Vec<u8>) -> Result<()> {
-                self.append_header(name, value).map(drop)
-            }
-            fn remove(&mut self, name: &'static str) {
-                self.remove_header(name);
-            }
-            fn apply_op(&mut self, op: HeaderOp<'_>) -> Result<()> {
-                match op {
-                    HeaderOp::Set(n, v) => self.insert_header(n.to_string(), v).map(drop),
-                    HeaderOp::Add(n, v) => self.append_header(n.to_string(), v).map(drop),
-                    HeaderOp::Remove(n) => {
-                        self.remove_header(n);
-                        Ok(())
-                    }
-                }
-            }
-        }
-    };
-}
-impl_fields!(RequestHeader);
-impl_fields!(ResponseHeader);
-
-/// The gRPC fields both engines look up on every call, made once: `http` parses a `&str` name
-/// at each lookup.
-pub(crate) static GRPC_STATUS_NAME: HeaderName = HeaderName::from_static(GRPC_STATUS);
-pub(crate) static GRPC_TIMEOUT_NAME: HeaderName = HeaderName::from_static("grpc-timeout");
-
-/// The first value of the field `name` (lower case, as the edits' names are), found by
-/// comparing it with the names present: `http` parses a `&str` name before each lookup, which
-/// costs more than these comparisons for the few fields a message has (1.7k of the 88k
-/// instructions of a relayed gRPC call).
-fn first<'m>(map: &'m http::HeaderMap, name: &str) -> Option<&'m HeaderValue> {
-    map.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v)
-}
-
-/// Carries out `edits` on a header map, in order, as each edit says (`Edit::keeps_existing`,
-/// `writes`, `write_value`).
-pub(crate) fn apply(fields: &mut impl Fields, edits: &Edits<'_>) -> Result<()> {
-    for edit in edits.iter() {
-        if *edit == Edit::StripCookie {
-            strip_our_cookie(fields)?;
-            continue;
-        }
-        let name = edit.name();
-        // `Add` reads nothing: most edits are, and the lookup is skipped.
-        let prev = edit
-            .touches()
-            .and_then(|n| first(fields.map(), n))
-            .map(HeaderValue::as_bytes);
-        let present = prev.is_some();
-        let value = edit.writes(present).then(|| {
-            let mut v = Vec::with_capacity(64);
-            edit.write_value(prev, &mut v);
-            v
-        });
-        match (value, edit.keeps_existing()) {
-            (Some(v), true) => fields.append(name, v)?,
-            (Some(v), false) => fields.insert(name, v)?,
-            // Most messages have none of the fields removed (Pingora's removal parses the name
-            // before it finds nothing).
-            (None, false) if present => fields.remove(name),
-            (None, _) => {}
-        }
-    }
-    Ok(())
-}
-
-/// Joins several `cookie` fields into one, separated by "; " (RFC 9113 §8.2.3).
-fn join_cookies(req: &mut RequestHeader) -> Result<()> {
-    let mut values = req.headers.get_all(COOKIE).iter();
-    let (Some(first), Some(_)) = (values.next(), values.next()) else {
-        return Ok(());
-    };
-    let mut joined = first.as_bytes().to_vec();
-    for v in req.headers.get_all(COOKIE).iter().skip(1) {
-        joined.extend_from_slice(b"; ");
-        joined.extend_from_slice(v.as_bytes());
-    }
-    req.insert_header(COOKIE, joined)?;
-    Ok(())
-}
-
-/// Removes the load balancer's cookie from the forwarded request ("indirect" mode), keeping
-/// every other cookie.
-fn strip_our_cookie(req: &mut impl Fields) -> Result<()> {
-    let has_ours = req
-        .map()
-        .get_all(COOKIE)
-        .iter()
-        .any(|v| sticky::find_cookie(v.as_bytes(), COOKIE_NAME).is_some());
-    if !has_ours {
-        return Ok(());
-    }
-    let kept: Vec<Vec<u8>> = req
-        .map()
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| sticky::strip_cookie(v.as_bytes(), COOKIE_NAME))
-        .collect();
-    req.remove("cookie");
-    for v in kept {
-        req.append("cookie", v)?;
-    }
-    Ok(())
-}
-
 // === impl CountConnections ===
 
 /// Wraps a Pingora server application so that `downstream_open_connections` counts the client
@@ -1031,41 +726,5 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for CountConnections<A> {
 
     async fn cleanup(&self) {
         self.inner.cleanup().await;
-    }
-}
-
-/// Pingora's request header as a Gateway route's conditions read it.
-pub(crate) struct PingoraView<'a>(pub(crate) &'a RequestHeader);
-
-impl RequestView for PingoraView<'_> {
-    fn method(&self) -> &[u8] {
-        self.0.method.as_str().as_bytes()
-    }
-
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.0.headers.get(name).map(HeaderValue::as_bytes)
-    }
-
-    fn query(&self) -> Option<&str> {
-        self.0.uri.query()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    /// A value that is no valid field is refused on Pingora's header.
-    #[test]
-    fn an_invalid_value_is_refused() {
-        let fwd = Forwarding::tls(None, true);
-        let cert = ClientCert::Verified {
-            subject: "/CN=a\nb",
-        };
-        let edits = request_edits(&fwd, None, false, cert);
-        let mut pingora = RequestHeader::build("GET", b"/", None).unwrap();
-        assert!(apply(&mut pingora, &edits).is_err());
     }
 }

@@ -8,9 +8,10 @@ use std::io::Write as _;
 use http::StatusCode;
 use pingora::protocols::http::date::get_cached_date;
 
-use crate::data::fast::request::Lines;
 use crate::data::wire::fields::{is_connection_field, named_by_connection, parse_length};
-use crate::decide::edits::{Edits, Seen};
+use crate::data::wire::h1::request::Lines;
+use crate::decide::edits::{Edit, Edits, Seen};
+use crate::decide::error_page::Answer;
 
 /// Most headers a backend's response may have.
 pub const MAX_RESPONSE_HEADERS: usize = 256;
@@ -230,6 +231,27 @@ pub fn header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes an answer's status line and fields into `out` (the body is the caller's).
+pub fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
+    out.clear();
+    write_status(out, a.status, "");
+    for edit in a.fields.iter() {
+        if let Edit::Add(name, v) | Edit::AddIfAbsent(name, v) = *edit {
+            let _ = write!(out, "{name}: ");
+            v.write_to(out);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    // RFC 9110 §6.6.1, as Pingora does for every response it writes.
+    out.extend_from_slice(b"Date: ");
+    out.extend_from_slice(get_cached_date().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
     out.extend_from_slice(b"\r\n");
 }
 

@@ -1,6 +1,6 @@
 //! The client's side of an HTTP/2 stream of the fast path's own server connection
-//! (`h2_conn`), as the relay (`h2_relay`) and the HTTP/1 exchange for HTTP/2 clients
-//! (`fast::h2`) use it: the request's header, its body and trailers, the response written
+//! (`wire::h2::conn`), as the relay (`relay`) and the HTTP/1 exchange for HTTP/2 clients
+//! (`h2`) use it: the request's header, its body and trailers, the response written
 //! back, a reset. It does what Pingora's HTTP/2 session did for them, where a client or the
 //! access log can see it: the request's header as Pingora makes it (`RequestHeader`), `Date`
 //! on every response (in place of any the response had), interim responses and a second
@@ -15,7 +15,7 @@ use http::HeaderMap;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::date::get_cached_date;
 
-use crate::data::fast::h2_conn::Stream;
+use crate::data::wire::h2::conn::Stream;
 
 /// Why the client's side failed: it reset the stream or went away, or a write timed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -11,7 +11,7 @@
 //! next stream task has run: one `sendto` per request. On loopback each send also carries the
 //! receiver's wakeup: sends were a third of switchyard's CPU under gRPC load
 //! (docs/performance-notebook.md). Reads are untouched. Knows nothing of HTTP/2.
-//! Client connections are wrapped too since they are the fast path's own (`h2_conn`'s server
+//! Client connections are wrapped too since they are the fast path's own (`conn`'s server
 //! role): with `h2`'s, inside Pingora, it had not lowered a gRPC call's CPU; with the fast
 //! path's, system calls per call went from 0.75 to 0.72 (docs/performance-notebook.md).
 

@@ -1,10 +1,10 @@
 //! HTTP/2 client connections: the loop that accepts their streams, in place of Pingora's
 //! (`pingora::apps::ServerApp::process_new`), so that the fast path can take the streams it
 //! serves and hand the others to Pingora's proxy, and so that the work a connection starts is
-//! bounded. With the fast path on, the connection is the fast path's own (`fast::h2_conn`,
+//! bounded. With the fast path on, the connection is the fast path's own (`wire::h2::conn`,
 //! with Pingora's settings: 100 streams, a 64 KiB header list, `h2`'s 64 KiB windows): its
-//! streams go to the fast path (`fast::h2`), and those it does not serve are carried to
-//! Pingora's proxy over a connection inside the process (`fast::h2_bridge`), which the loop of
+//! streams go to the fast path (`h2`), and those it does not serve are carried to
+//! Pingora's proxy over a connection inside the process (`h2_bridge`), which the loop of
 //! Pingora's own below serves. Without it, the connection is `h2`'s inside Pingora. Pingora's
 //! rules for the connection are kept either way: its request checks (`check_h2_request`, with
 //! the same budget of refused streams), the stream and header-list limits, graceful shutdown
@@ -12,8 +12,6 @@
 //! nothing of the table.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use pingora::apps::HttpServerApp;
 use pingora::http::RequestHeader;
@@ -23,13 +21,13 @@ use pingora::protocols::http::v2::server::{
 };
 use pingora::protocols::{Digest, Stream};
 use pingora::server::ShutdownWatch;
-use tokio::sync::Notify;
 
-use crate::data::fast::FastPath;
-use crate::data::fast::batch::Batched;
-use crate::data::fast::client_stream::ClientStream;
-use crate::data::fast::h2_bridge::Bridge;
-use crate::data::fast::h2_conn::{self, ServerSettings};
+use crate::data::engine::client_stream::ClientStream;
+use crate::data::engine::h1::FastPath;
+use crate::data::engine::h2_bridge::Bridge;
+use crate::data::wire::h2::active::Active;
+use crate::data::wire::h2::batch::Batched;
+use crate::data::wire::h2::conn::{self, ServerSettings};
 
 /// The fast path's own connection's settings: Pingora's (`default_h2_options`: 100 streams, a
 /// 64 KiB header list) and `h2`'s windows.
@@ -91,7 +89,7 @@ async fn serve_own<A>(
     let id = stream.id();
     // Its writes batched as a backend connection's are: the responses of the streams that
     // finish in one scheduler pass go out in one send.
-    let (incoming, conn) = h2_conn::accept(Batched::new(stream), SETTINGS);
+    let (incoming, conn) = conn::accept(Batched::new(stream), SETTINGS);
     let run = conn.run();
     let bridge = {
         let app = Arc::clone(app);
@@ -217,7 +215,7 @@ async fn serve_pingora<A>(
             // was a copy.
             Ok(Some(H2Accept::Session(session))) => Box::new(session),
         };
-        if active.count.load(Ordering::Relaxed) >= MAX_STREAMS_IN_FLIGHT {
+        if active.count() >= MAX_STREAMS_IN_FLIGHT {
             // Not processed: a client may retry it (RFC 9113 §8.7).
             session.shutdown_with_reason(h2::Reason::REFUSED_STREAM);
             continue;
@@ -233,91 +231,5 @@ async fn serve_pingora<A>(
             let _busy = busy;
             Box::pin(app.process_new_http(ServerSession::new_http2(*session), &shutdown)).await;
         }));
-    }
-}
-
-/// The streams in flight on a connection, so that its idle timeout runs only while there are
-/// none (a client's here, a backend's in `fast::h2_pool`).
-#[derive(Default)]
-pub(crate) struct Active {
-    count: AtomicUsize,
-    /// Woken when the last stream in flight ends.
-    idle: Notify,
-}
-
-/// One stream in flight (see `Active`).
-pub(crate) struct Busy(Arc<Active>);
-
-impl Active {
-    pub(crate) fn start(self: &Arc<Self>) -> Busy {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        Busy(self.clone())
-    }
-
-    /// Streams in flight now.
-    pub(crate) fn count(&self) -> usize {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// Returns once no stream has been in flight for `timeout`. Right also when made once and
-    /// awaited across many streams (as `serve` and the pool's connection task do): a stream
-    /// that comes and goes during the wait starts it again from its end.
-    pub(crate) async fn idle_for(&self, timeout: Duration) {
-        loop {
-            while self.count.load(Ordering::Relaxed) != 0 {
-                self.idle.notified().await;
-            }
-            let quiet = tokio::time::sleep(timeout);
-            tokio::pin!(quiet);
-            loop {
-                tokio::select! {
-                    () = &mut quiet => break,
-                    // The last stream in flight ended (one came and went): quiet from now.
-                    () = self.idle.notified() => {
-                        quiet.as_mut().reset(tokio::time::Instant::now() + timeout);
-                    }
-                }
-            }
-            if self.count.load(Ordering::Relaxed) == 0 {
-                return;
-            }
-        }
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.0.idle.notify_one();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The idle wait is made once per connection (`serve`, and the pool's connection task), so
-    /// it must count from the last stream's end, not from when it began.
-    #[tokio::test(start_paused = true)]
-    async fn a_stream_that_comes_and_goes_during_the_idle_wait_restarts_it() {
-        let active = Arc::new(Active::default());
-        let started = tokio::time::Instant::now();
-        let idle = active.idle_for(Duration::from_secs(10));
-        tokio::pin!(idle);
-        // Idle from the start: 4 s in, a stream comes and goes within a second.
-        tokio::select! {
-            () = &mut idle => panic!("idle before any timeout"),
-            () = tokio::time::sleep(Duration::from_secs(4)) => {}
-        }
-        let busy = active.start();
-        tokio::select! {
-            () = &mut idle => panic!("idle with a stream in flight"),
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-        drop(busy);
-        idle.await;
-        // Not at 10 s (the first wait's end) but 10 s after the stream ended.
-        assert_eq!(started.elapsed().as_secs(), 15);
     }
 }

@@ -10,25 +10,12 @@
 //! upstream connections (`pool`): HTTP/1.1 in clear, or over TLS to `https` backends with the
 //! bundle, client certificate and verification `tls::BackendTls::choose` decides for Pingora's
 //! path too. Streams of HTTP/2 clients to `h2c`/`grpc` backends are relayed frame by frame
-//! over the path's own HTTP/2 connections (`h2_relay`, `h2_pool`). Every decision — route, stickiness, pick, retry, ejection,
+//! over the path's own HTTP/2 connections (`relay`, `h2_pool`). Every decision — route, stickiness, pick, retry, ejection,
 //! header edits, answers — is the `Attempt`'s and the edit lists' of `decide`, the same the
 //! Pingora hooks apply; recording is `record::Recorder`'s. Anything this module is not sure of
 //! (a header it does not handle, a parse error, a method with a body) is declined before a
 //! byte goes upstream: the bytes read are put back and Pingora serves the request, refusing
 //! what it must. It must not guess at framing, and it never holds a lock across an await.
-
-pub mod batch;
-pub mod chunked;
-pub mod client_stream;
-pub mod h2;
-pub mod h2_bridge;
-pub mod h2_conn;
-pub mod h2_pool;
-mod h2_relay;
-pub mod kept_body;
-pub mod pool;
-pub mod request;
-pub mod response;
 
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -42,21 +29,21 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::data::fast::chunked::{ChunkError, Chunks};
-use crate::data::fast::h2_pool::H2Pool;
-use crate::data::fast::pool::{Key, Pool, TlsUpstream, Upstream};
-use crate::data::fast::request::{Field, Parse, Request, build_request, parse_request, str_at};
-use crate::data::fast::response::{
-    Framing, Head, MAX_RESPONSE_HEAD, ResponseHead, response_head, write_status,
-};
-use crate::data::listener::GuardedStream;
-use crate::data::proxy::HttpProxy;
+use crate::data::frontend::HttpProxy;
+use crate::data::guard::GuardedStream;
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
+use crate::data::upstream::h2_pool::H2Pool;
+use crate::data::upstream::pool::{Key, Pool, TlsUpstream, Upstream};
+use crate::data::wire::h1::chunked::{ChunkError, Chunks};
+use crate::data::wire::h1::request::{Field, Parse, Request, build_request, parse_request, str_at};
+use crate::data::wire::h1::response::{
+    Framing, Head, MAX_RESPONSE_HEAD, ResponseHead, response_head, write_answer,
+};
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, Edit, Edits, ip_text, request_edits, response_edits};
-use crate::decide::error_page::{Answer, failure_answer};
+use crate::decide::edits::{ClientCert, Edits, ip_text, request_edits, response_edits};
+use crate::decide::error_page::failure_answer;
 use crate::decide::reply::{Asked, Reply, reply};
 use crate::ops::metrics::Resumed;
 use crate::table::Entry;
@@ -87,10 +74,10 @@ pub enum Served {
 
 /// The fast path of one frontend.
 pub struct FastPath {
-    proxy: HttpProxy,
-    pool: Arc<Pool>,
-    /// HTTP/2 connections to `h2c`/`grpc` endpoints (`h2_relay`).
-    h2_pool: Arc<H2Pool>,
+    pub(super) proxy: HttpProxy,
+    pub(super) pool: Arc<Pool>,
+    /// HTTP/2 connections to `h2c`/`grpc` endpoints (`relay`).
+    pub(super) h2_pool: Arc<H2Pool>,
 }
 
 /// Per client connection: buffers reused by every request on it.
@@ -111,7 +98,7 @@ pub struct Connection {
     /// What is written next, to the backend or to the client.
     out: Vec<u8>,
     /// The header lines of the current request.
-    fields: Vec<Field>,
+    pub(super) fields: Vec<Field>,
     /// The verified client certificate's subject (the TLS port, when backends are told).
     subject: Option<String>,
     /// The current request's wait for its endpoint (`--server-timeout`, or its route's).
@@ -205,13 +192,13 @@ enum Read {
 
 /// An entry spoken to over TLS has no server name: Pingora's connector has its own rule for
 /// that (no SNI), so the fast path leaves such requests to it.
-struct NoServerName;
+pub(super) struct NoServerName;
 
 /// Over TLS, the routed entry, whose connection settings (server name, bundle, client
 /// certificate, verification) every try uses, held apart from the attempt, which the tries
 /// borrow mutably; `None` in clear. The same rule for HTTP/1 (`https`) and HTTP/2 (`h2`)
 /// backends.
-fn tls_entry(attempt: &Attempt) -> Result<Option<Arc<Entry>>, NoServerName> {
+pub(super) fn tls_entry(attempt: &Attempt) -> Result<Option<Arc<Entry>>, NoServerName> {
     if !attempt.backend_protocol().tls() {
         return Ok(None);
     }
@@ -252,7 +239,11 @@ impl FastPath {
     }
 
     /// The state of a client connection with these digests (an HTTP/2 stream gets its own).
-    fn connection_of(&self, socket: Option<&SocketDigest>, ssl: Option<&SslDigest>) -> Connection {
+    pub(super) fn connection_of(
+        &self,
+        socket: Option<&SocketDigest>,
+        ssl: Option<&SslDigest>,
+    ) -> Connection {
         let client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
         let subject = if self.proxy.fwd.client_cert_headers {
             tls::peer_subject(ssl).map(str::to_owned)
@@ -360,7 +351,7 @@ impl FastPath {
 
     /// Proxies one request whose header is `head`; says whether the client connection may
     /// serve another.
-    async fn proxy_request<D: Downstream>(
+    pub(super) async fn proxy_request<D: Downstream>(
         &self,
         stream: &mut D,
         conn: &mut Connection,
@@ -657,7 +648,7 @@ impl FastPath {
 
     /// Opens a connection to `addr`: TCP, then over TLS the handshake with `tls`'s choice and
     /// server name, each within `--connect-timeout` (as Pingora's connector bounds each).
-    async fn connect(
+    pub(super) async fn connect(
         &self,
         addr: SocketAddr,
         tls: Option<(&TlsChoice, &str)>,
@@ -986,27 +977,6 @@ fn field_value<'h>(head: &'h [u8], fields: &[Field], name: &str) -> Option<&'h [
         .iter()
         .find(|f| head[f.name.clone()].eq_ignore_ascii_case(name.as_bytes()))
         .map(|f| &head[f.value.clone()])
-}
-
-/// Writes an answer's status line and fields into `out` (the body is the caller's).
-pub(crate) fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
-    out.clear();
-    write_status(out, a.status, "");
-    for edit in a.fields.iter() {
-        if let Edit::Add(name, v) | Edit::AddIfAbsent(name, v) = *edit {
-            let _ = write!(out, "{name}: ");
-            v.write_to(out);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    // RFC 9110 §6.6.1, as Pingora does for every response it writes.
-    out.extend_from_slice(b"Date: ");
-    out.extend_from_slice(pingora::protocols::http::date::get_cached_date().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
 }
 
 /// The fast path's request as a Gateway route's conditions read it.

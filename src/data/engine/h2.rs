@@ -1,7 +1,7 @@
 //! The fast path for HTTP/2 clients: each plain `GET` or `HEAD` stream without a body that
-//! the connection loop (`data::http2`) offers is served by the HTTP/1 fast path's own exchange
+//! the connection loop (`data::engine::http2`) offers is served by the HTTP/1 fast path's own exchange
 //! with the backend (its pool, its `decide` calls, its recording); a stream whose route leads
-//! to an HTTP/2 backend goes to `h2_relay`; any other stream is handed back untouched for
+//! to an HTTP/2 backend goes to `relay`; any other stream is handed back untouched for
 //! Pingora's proxy.
 //!
 //! Pingora's HTTP/2 path costs several times HAProxy's CPU per request (a session, a task and a
@@ -16,12 +16,12 @@ use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
 
-use crate::data::fast::chunked::Chunks;
-use crate::data::fast::client_stream::ClientStream;
-use crate::data::fast::request::{Parse, parse_request};
-use crate::data::fast::response::MAX_RESPONSE_HEADERS;
-use crate::data::fast::{Downstream, FastPath};
+use crate::data::engine::client_stream::ClientStream;
+use crate::data::engine::h1::{Downstream, FastPath};
 use crate::data::wire::fields::parse_length;
+use crate::data::wire::h1::chunked::Chunks;
+use crate::data::wire::h1::request::{Parse, parse_request};
+use crate::data::wire::h1::response::MAX_RESPONSE_HEADERS;
 
 impl FastPath {
     /// Serves one HTTP/2 stream if it is one for this path; otherwise hands it back untouched

@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::data::Timeouts;
-use crate::data::proxy_protocol;
+use crate::data::wire::proxy_protocol;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route};
 use crate::decide::cause::Cause;
 use crate::ops::access_log::{AccessLog, TcpRecord};

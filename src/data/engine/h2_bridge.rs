@@ -1,4 +1,4 @@
-//! The streams of the fast path's own HTTP/2 server connection (`data::http2`) that the fast
+//! The streams of the fast path's own HTTP/2 server connection (`data::engine::http2`) that the fast
 //! path does not serve, carried to Pingora's proxy as they came: over an HTTP/2 connection
 //! inside the process (a pipe, `tokio::io::duplex`), which Pingora's own connection loop
 //! serves as it serves a client's, through `InProcess`, an I/O type that reports the client
@@ -27,8 +27,8 @@ use pingora::protocols::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
-use crate::data::fast::client_stream::ClientStream;
-use crate::data::fast::h2_conn::{self, Error, RequestBlock, SendRequest, Stream};
+use crate::data::engine::client_stream::ClientStream;
+use crate::data::wire::h2::conn::{self, Error, RequestBlock, SendRequest, Stream};
 
 /// The pipe's buffer each way, and the windows this side opens to Pingora's answers.
 const PIPE: usize = 256 * 1024;
@@ -67,7 +67,7 @@ impl Bridge {
                 digest: Arc::clone(&self.digest),
                 id: self.id,
             });
-            let (send, conn) = h2_conn::handshake(ours, WINDOW, WINDOW);
+            let (send, conn) = conn::handshake(ours, WINDOW, WINDOW);
             tokio::spawn(conn.run());
             send
         })

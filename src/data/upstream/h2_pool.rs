@@ -1,10 +1,10 @@
 //! HTTP/2 connections of the fast path to `h2c`/`grpc` endpoints, and over TLS to `h2`/`grpcs`
-//! ones (`h2_relay` uses them): streams share few connections per endpoint address and, over
+//! ones (`relay` uses them): streams share few connections per endpoint address and, over
 //! TLS, per what the connection was verified with and the server name it sent (`pool::Key`).
 //! A connection takes streams up to the fewer of the backend's `SETTINGS_MAX_CONCURRENT_STREAMS`
 //! and `H2_STREAMS_PER_CONNECTION`; past that another is opened, up to
 //! `MAX_CONNECTIONS_PER_ENDPOINT`, after which streams wait on the least busy one (its
-//! connection queues them: `h2_conn`). Streams are packed: a new one goes to the busiest
+//! connection queues them: `wire::h2::conn`). Streams are packed: a new one goes to the busiest
 //! connection with room, and one that comes while a connection is being opened waits for it
 //! rather than opening its own, so a burst of streams does not open a connection each. Few
 //! connections carrying many streams write their frames together (one send for many), where many
@@ -23,14 +23,17 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::data::fast::h2_conn::{self, SendRequest};
+use crate::data::wire::h2::conn::{self, SendRequest};
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
-use crate::data::fast::batch::Batched;
-use crate::data::fast::pool::{Key, Upstream};
-use crate::data::http2::{Active, Busy};
-use crate::data::proxy::H2_STREAMS_PER_CONNECTION;
+use crate::data::upstream::pool::{Key, Upstream};
+use crate::data::wire::h2::active::{Active, Busy};
+use crate::data::wire::h2::batch::Batched;
+
+/// Streams switchyard opens on one HTTP/2 connection to an endpoint before opening another
+/// (the common server default for concurrent streams).
+pub(crate) const H2_STREAMS_PER_CONNECTION: usize = 100;
 
 /// Connections opened to one endpoint before streams queue on the open ones.
 const MAX_CONNECTIONS_PER_ENDPOINT: usize = 16;
@@ -192,7 +195,7 @@ impl H2Pool {
             // Streams are served by their own tasks: their frames go out together. The
             // preface is queued, not awaited (as with `h2`): a backend that does not speak
             // HTTP/2 fails the first stream.
-            Ok(h2_conn::handshake(
+            Ok(conn::handshake(
                 Batched::new(tcp),
                 STREAM_WINDOW,
                 CONNECTION_WINDOW,
@@ -358,7 +361,7 @@ pub enum PoolError {
 mod tests {
     use bytes::Bytes;
 
-    use crate::data::fast::h2_conn::RequestBlock;
+    use crate::data::wire::h2::conn::RequestBlock;
 
     use super::*;
 

@@ -1,0 +1,132 @@
+//! One frontend's context, which every engine carries for its requests: the routing table's
+//! reader, the frontend (plain or TLS port), its forwarding settings and pages, the decision
+//! core's policy, timeouts, the backend TLS material, mirrors, the recorder, and the lifecycle
+//! a graceful shutdown waits on. Built once per frontend at startup (`app`); the engines only
+//! read it. No request passes through here.
+
+use std::sync::Arc;
+
+use crate::data::Timeouts;
+use crate::data::mirror::Mirrors;
+use crate::data::record::Recorder;
+use crate::data::tls;
+use crate::decide::attempt::Policy;
+use crate::decide::edits::Forwarding;
+use crate::decide::error_page::ErrorPage;
+use crate::decide::reply::Pages;
+use crate::ops::access_log::AccessLog;
+use crate::ops::lifecycle::{Active, Lifecycle};
+use crate::ops::metrics::Metrics;
+use crate::table::{Frontend, TableReader};
+
+/// One frontend's context: its settings, shared by every engine (Pingora's hooks and the fast
+/// path's).
+#[derive(Clone)]
+pub struct HttpProxy {
+    pub(crate) table: TableReader,
+    pub(crate) frontend: Frontend,
+    pub(crate) fwd: Arc<Forwarding>,
+    pub(crate) policy: Policy,
+    pub(crate) timeouts: Timeouts,
+    /// The pages this frontend answers with itself.
+    pub(crate) pages: Pages,
+    lifecycle: Arc<Lifecycle>,
+    pub(crate) recorder: Recorder,
+    /// The CA bundles TLS backends are verified against and the client certificates shown to
+    /// them, as loaded now (rotated by `BackendTlsWatcher`).
+    pub(crate) backend_tls: Arc<tls::BackendTls>,
+    /// Copies of requests for Gateway `RequestMirror` backends.
+    pub(crate) mirrors: Arc<Mirrors>,
+    /// `--gateway-addresses` is set: a request's route depends on the address the client
+    /// connected to, so the connection's local address is read (a `getsockname` per
+    /// connection, spared otherwise).
+    pub(crate) by_local_address: bool,
+}
+
+impl HttpProxy {
+    pub fn new(
+        table: TableReader,
+        frontend: Frontend,
+        timeouts: Timeouts,
+        tries: usize,
+        not_found: ErrorPage,
+    ) -> Self {
+        let fwd = if frontend == Frontend::Https {
+            Forwarding::tls(None, false)
+        } else {
+            Forwarding::plain()
+        };
+        let metrics = Arc::new(Metrics::new());
+        HttpProxy {
+            mirrors: Arc::new(Mirrors::new(&metrics)),
+            table,
+            frontend,
+            fwd: Arc::new(fwd),
+            policy: Policy::new(tries, timeouts.passive_down, true),
+            timeouts,
+            pages: Pages::new(not_found),
+            lifecycle: Lifecycle::new(),
+            recorder: Recorder::new(frontend, metrics, Arc::new(AccessLog::off())),
+            backend_tls: Arc::new(tls::BackendTls::new(None, None)),
+            by_local_address: false,
+        }
+    }
+
+    /// `--gateway-addresses`: route by the connection's local address too (Gateways with an
+    /// address of their own).
+    pub fn with_local_addresses(mut self, on: bool) -> Self {
+        self.by_local_address = on;
+        self
+    }
+
+    /// Verifies TLS backends against `backend_tls`'s bundles and presents its client
+    /// certificates (without this, Pingora's default roots and no client certificate).
+    pub fn with_backend_tls(mut self, backend_tls: Arc<tls::BackendTls>) -> Self {
+        self.backend_tls = backend_tls;
+        self
+    }
+
+    /// Counts this proxy's requests in `lifecycle`, so a graceful shutdown waits for them.
+    pub fn with_lifecycle(mut self, lifecycle: Arc<Lifecycle>) -> Self {
+        self.lifecycle = lifecycle;
+        self
+    }
+
+    /// Records into `metrics` and `access_log` (without this, into a private registry and no
+    /// log).
+    pub fn with_observability(mut self, metrics: Arc<Metrics>, access_log: Arc<AccessLog>) -> Self {
+        self.mirrors = Arc::new(Mirrors::new(&metrics));
+        self.recorder = Recorder::new(self.frontend, metrics, access_log);
+        self
+    }
+
+    /// `--health-fail-open`: when every endpoint is marked down, use them all (default) rather
+    /// than answer 503.
+    pub fn with_fail_open(mut self, fail_open: bool) -> Self {
+        self.policy.fail_open = fail_open;
+        self
+    }
+
+    /// `--traffic-healthz`: answer an unrouted `GET /healthz` with `200 ok`.
+    pub fn with_traffic_healthz(mut self, on: bool) -> Self {
+        self.policy.traffic_healthz = on;
+        self
+    }
+
+    /// The TLS port plain-HTTP requests of TLS routes are redirected to (`None`: no TLS port).
+    pub fn with_https_port(mut self, port: Option<u16>) -> Self {
+        self.policy.https_port = port;
+        self
+    }
+
+    /// The TLS port's forwarding settings (HSTS, client-certificate headers).
+    pub fn with_forwarding(mut self, fwd: Forwarding) -> Self {
+        self.fwd = Arc::new(fwd);
+        self
+    }
+
+    /// Keeps a graceful shutdown waiting until the returned guard is dropped.
+    pub(crate) fn enter(&self) -> Active {
+        self.lifecycle.enter()
+    }
+}
