@@ -13,6 +13,7 @@ use crate::data::tls;
 use crate::decide::attempt::Policy;
 use crate::decide::edits::Forwarding;
 use crate::decide::error_page::ErrorPage;
+use crate::decide::exchange::Desk;
 use crate::decide::reply::Pages;
 use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
@@ -123,6 +124,16 @@ impl HttpProxy {
     pub fn with_forwarding(mut self, fwd: Forwarding) -> Self {
         self.fwd = Arc::new(fwd);
         self
+    }
+
+    /// What `decide::exchange` reads of this frontend.
+    pub(crate) fn desk(&self) -> Desk<'_> {
+        Desk {
+            frontend: self.frontend,
+            policy: &self.policy,
+            pages: &self.pages,
+            fwd: &self.fwd,
+        }
     }
 
     /// Keeps a graceful shutdown waiting until the returned guard is dropped.

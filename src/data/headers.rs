@@ -5,14 +5,16 @@
 //! its target after a prefix strip, gRPC's trailers, and the validity verdict asked of
 //! `decide::validity`. It decides nothing and holds no state.
 
-use http::header::{COOKIE, HOST};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, COOKIE, HOST};
 use http::{HeaderName, HeaderValue, Uri};
 use pingora::Result;
 use pingora::http::{RequestHeader, ResponseHeader};
 
-use crate::data::wire::fields::names_content_length;
+use crate::data::wire::fields::{names_content_length, parse_length};
 use crate::decide::cause::Rejection;
 use crate::decide::edits::{Edit, Edits, GRPC_STATUS};
+use crate::decide::error_page::is_grpc;
+use crate::decide::exchange;
 use crate::decide::gateway::HeaderOp;
 use crate::decide::grpc::Ending;
 use crate::decide::validity;
@@ -220,6 +222,44 @@ impl RequestView for PingoraView<'_> {
 
     fn query(&self) -> Option<&str> {
         self.0.uri.query()
+    }
+}
+
+// === what decide::exchange reads ===
+
+/// Whether `req` is a gRPC call (its content type).
+pub(crate) fn grpc_of(req: &RequestHeader) -> bool {
+    is_grpc(req.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes))
+}
+
+/// `req` as `decide::exchange` opens it: `path` is the path routed on, `path_and_query` the
+/// target forwarded, `grpc` what `grpc_of` said.
+pub(crate) fn exchange_request<'r>(
+    req: &'r RequestHeader,
+    view: &'r PingoraView<'r>,
+    path: &'r str,
+    path_and_query: &'r str,
+    grpc: bool,
+) -> exchange::Request<'r, PingoraView<'r>, impl Iterator<Item = &'r [u8]> + use<'r>> {
+    exchange::Request {
+        host: host_of(req),
+        path,
+        path_and_query,
+        view,
+        cookies: req
+            .headers
+            .get_all(COOKIE)
+            .iter()
+            .map(HeaderValue::as_bytes),
+        grpc,
+        grpc_timeout: req
+            .headers
+            .get(&GRPC_TIMEOUT_NAME)
+            .map(HeaderValue::as_bytes),
+        content_length: req
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| parse_length(v.as_bytes())),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod attempt;
 pub mod cause;
 pub mod edits;
 pub mod error_page;
+pub mod exchange;
 pub mod explain;
 pub mod gateway;
 pub mod grpc;

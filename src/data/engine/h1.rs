@@ -44,7 +44,8 @@ use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edits, ip_text, request_edits, response_edits};
 use crate::decide::error_page::failure_answer;
-use crate::decide::reply::{Asked, Reply, reply};
+use crate::decide::exchange;
+use crate::decide::reply::Reply;
 use crate::ops::metrics::Resumed;
 use crate::table::Entry;
 use crate::table::gateway::RequestView;
@@ -378,29 +379,36 @@ impl FastPath {
             method: req.method().as_bytes(),
             query: target.split_once('?').map(|(_, q)| q),
         };
-        let route = attempt.route_request(
-            self.proxy.table.load(),
-            self.proxy.frontend,
-            Some(host),
+        let desk = self.proxy.desk();
+        // This path takes GET and HEAD without a body only: never a gRPC call, no length.
+        let asked = exchange::Request {
+            host: Some(host),
             path,
-            &view,
+            path_and_query: target,
+            view: &view,
             cookies,
-            policy,
-            started,
-        );
+            grpc: false,
+            grpc_timeout: None,
+            content_length: None,
+        };
+        let opened = exchange::open(&mut attempt, self.proxy.table.load(), desk, asked, started);
         // This path takes GET and HEAD only: never a gRPC call.
         let mut fin = Finished::new(conn.client, D::PROTOCOL, host, req.method(), path);
         if self.proxy.recorder.logs() {
             fin.fields(|name| field_value(head, &conn.fields, name));
         }
-        let route = match route {
+        let opened = match opened {
             // This path speaks HTTP/1.1 to backends, in clear or over TLS; HTTP/2 to backends
-            // (h2c, h2, gRPC) is Pingora's.
-            Ok(Route::Proxy { .. }) if attempt.backend_protocol().http2() => return None,
+            // (h2c, h2, gRPC) is the relay's or Pingora's.
+            Ok(o)
+                if matches!(o.route, Route::Proxy { .. }) && attempt.backend_protocol().http2() =>
+            {
+                return None;
+            }
             // A Gateway rule's filters are carried out by Pingora's engine alone (one place
             // applies them; this path stays lean).
-            Ok(Route::Proxy { .. }) if attempt.rewrites() => return None,
-            Ok(route) => route,
+            Ok(o) if matches!(o.route, Route::Proxy { .. }) && attempt.rewrites() => return None,
+            Ok(opened) => opened,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot route");
                 let status = Cause::Internal.status().unwrap_or(500);
@@ -410,20 +418,8 @@ impl FastPath {
                 );
             }
         };
-        // This path takes GET and HEAD only: never a gRPC call.
-        let asked = Asked {
-            host,
-            path_and_query: target,
-            grpc: false,
-        };
         let mut location = String::new();
-        let strip = match reply(
-            &route,
-            asked,
-            &self.proxy.pages,
-            &self.proxy.fwd,
-            &mut location,
-        ) {
+        let strip = match opened.reply(host, target, desk, &mut location) {
             Reply::Proxy { strip } => strip,
             Reply::Answer {
                 answer,

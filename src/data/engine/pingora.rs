@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, COOKIE, HOST};
+use http::header::{CONTENT_LENGTH, HOST};
 use http::{HeaderValue, Uri};
 use pingora::apps::ServerApp;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -27,21 +27,21 @@ use prometheus::IntGauge;
 
 use crate::data::frontend::HttpProxy;
 use crate::data::headers::{
-    Fields, GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, host_of,
-    join_cookies, keep_origin, protocol_name, stripped_target,
+    Fields, GRPC_STATUS_NAME, PingoraView, apply, exchange_request, grpc_of, grpc_trailers,
+    host_of, join_cookies, keep_origin, protocol_name, stripped_target,
 };
 use crate::data::mirror::BodyCopies;
 use crate::data::record::Finished;
 use crate::data::tls;
 use crate::data::upstream::h2_pool::H2_STREAMS_PER_CONNECTION;
-use crate::data::wire::fields::parse_length;
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{ClientCert, ip_text, request_edits, response_edits};
-use crate::decide::error_page::{Answer, failure_answer, grpc_answer, is_grpc, rejection_answer};
+use crate::decide::error_page::{Answer, failure_answer, grpc_answer, rejection_answer};
+use crate::decide::exchange;
 use crate::decide::gateway::{self};
 use crate::decide::grpc::Ending;
-use crate::decide::reply::{Asked, Reply, reply};
+use crate::decide::reply::Reply;
 use crate::decide::target::normalize_path;
 use crate::ops::health::PeerTls;
 use crate::ops::lifecycle::Active;
@@ -191,19 +191,7 @@ impl ProxyHttp for HttpProxy {
             return Ok(true);
         }
         let req = session.req_header();
-        ctx.grpc = is_grpc(
-            req.headers
-                .get(http::header::CONTENT_TYPE)
-                .map(HeaderValue::as_bytes),
-        );
-        if ctx.grpc {
-            let timeout = crate::decide::grpc::timeout(
-                req.headers
-                    .get(&GRPC_TIMEOUT_NAME)
-                    .map(HeaderValue::as_bytes),
-            );
-            ctx.deadline = timeout.and_then(|t| ctx.started.checked_add(t));
-        }
+        ctx.grpc = grpc_of(req);
         let host = host_of(req);
         let client_ip: Option<IpAddr> = session
             .client_addr()
@@ -218,42 +206,38 @@ impl ProxyHttp for HttpProxy {
                     .map(|a| a.ip()),
             );
         }
-        let cookies = req
-            .headers
-            .get_all(COOKIE)
-            .iter()
-            .map(HeaderValue::as_bytes);
         // The path routed on is the path forwarded: dot-segments removed (decide::target).
         let path = normalize_path(req.uri.path());
-        let view = PingoraView(req);
-        let route = ctx.attempt.route_request(
-            self.table.load(),
-            self.frontend,
-            host,
-            &path,
-            &view,
-            cookies,
-            &self.policy,
-            Instant::now(),
-        );
         let normalized = match (&path, req.uri.query()) {
             (Cow::Borrowed(_), _) => None,
             (Cow::Owned(p), None) => Some(p.clone()),
             (Cow::Owned(p), Some(q)) => Some(format!("{p}?{q}")),
         };
-        let route = route.map_err(|e| Error::explain(ErrorType::InternalError, e.to_string()))?;
         let pq = match &normalized {
             Some(pq) => pq.as_str(),
             None => req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
         };
-        let asked = Asked {
-            host: host.unwrap_or_default(),
-            path_and_query: pq,
-            grpc: ctx.grpc,
-        };
+        let view = PingoraView(req);
+        let desk = self.desk();
+        let opened = exchange::open(
+            &mut ctx.attempt,
+            self.table.load(),
+            desk,
+            exchange_request(req, &view, &path, pq, ctx.grpc),
+            ctx.started,
+        )
+        .map_err(|e| Error::explain(ErrorType::InternalError, e.to_string()))?;
+        ctx.deadline = opened.deadline;
         let mut location = String::new();
-        match reply(&route, asked, &self.pages, &self.fwd, &mut location) {
-            Reply::Answer { answer, body, .. } => {
+        match opened.reply(host.unwrap_or_default(), pq, desk, &mut location) {
+            Reply::Answer {
+                answer,
+                body,
+                close,
+            } => {
+                if close {
+                    session.set_keepalive(None);
+                }
                 write_answer(session, &answer, body).await?;
                 return Ok(true);
             }
@@ -277,34 +261,6 @@ impl ProxyHttp for HttpProxy {
         if !mirrors.is_empty() {
             let has_body = !session.is_body_empty();
             ctx.mirror_body = self.mirrors.send(mirrors, session.req_header(), has_body);
-        }
-
-        // A Gateway rule's `timeouts.request` bounds the whole exchange, as a gRPC deadline
-        // does (the earlier of the two holds).
-        if let Some(t) = ctx
-            .attempt
-            .gateway_rule()
-            .and_then(|(r, _)| r.request_timeout)
-            && let Some(at) = ctx.started.checked_add(t)
-        {
-            ctx.deadline = Some(ctx.deadline.map_or(at, |d| d.min(at)));
-        }
-
-        // A body announced longer than the route allows is refused before it is read.
-        let announced = session
-            .req_header()
-            .headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| parse_length(v.as_bytes()));
-        if announced.is_some_and(|len| !ctx.attempt.body_allowed(len)) {
-            session.set_keepalive(None);
-            let answer = if ctx.grpc {
-                grpc_answer(413, &self.fwd)
-            } else {
-                failure_answer(413, &self.fwd)
-            };
-            write_answer(session, &answer, Bytes::new()).await?;
-            return Ok(true);
         }
 
         let upgrade = session.is_upgrade_req();

@@ -22,7 +22,6 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, COOKIE};
 use http::{HeaderValue, Uri};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::Digest;
@@ -31,8 +30,8 @@ use tokio::time::Sleep;
 use crate::data::engine::client_stream::{ClientGone, ClientStream};
 use crate::data::engine::h1::{FastPath, tls_entry};
 use crate::data::headers::{
-    GRPC_STATUS_NAME, GRPC_TIMEOUT_NAME, PingoraView, apply, grpc_trailers, host_of, keep_origin,
-    stripped_target,
+    GRPC_STATUS_NAME, PingoraView, apply, exchange_request, grpc_of, grpc_trailers, host_of,
+    keep_origin, stripped_target,
 };
 use crate::data::record::Finished;
 use crate::data::tls::{self, TlsChoice};
@@ -40,11 +39,13 @@ use crate::data::upstream::h2_pool::{Lease, PoolError};
 use crate::data::upstream::kept_body::KeptBody;
 use crate::data::upstream::pool::Key;
 use crate::data::wire::h2::conn::{self, RequestBlock, Stream};
-use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
 use crate::decide::cause::Cause;
 use crate::decide::edits::{ClientCert, Edits, Seen, Sink, ip_text, request_edits, response_edits};
-use crate::decide::error_page::{failure_answer, grpc_answer, is_grpc};
+use crate::decide::error_page::{failure_answer, grpc_answer};
+use crate::decide::exchange;
 use crate::decide::grpc::{self, Ending};
+use crate::decide::reply::Reply;
 use crate::decide::target::normalize_path;
 
 /// One stream's state across its tries.
@@ -180,6 +181,7 @@ impl FastPath {
         let grpc;
         let client;
         let rewrite;
+        let deadline;
         {
             let req = session.req_header();
             // What Pingora would refuse (its answer is its own) or rewrite stays Pingora's.
@@ -193,7 +195,7 @@ impl FastPath {
             if matches!(path, Cow::Owned(_)) {
                 return Some(session);
             }
-            grpc = is_grpc(req.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes));
+            grpc = grpc_of(req);
             let socket = digest.socket_digest.as_deref();
             client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
             attempt = Attempt::new(client.map(|a| a.ip()));
@@ -204,50 +206,38 @@ impl FastPath {
                         .map(|a| a.ip()),
                 );
             }
-            let route = attempt.route_request(
-                self.proxy.table.load(),
-                self.proxy.frontend,
-                host_of(req),
-                &path,
-                &PingoraView(req),
-                req.headers
-                    .get_all(COOKIE)
-                    .iter()
-                    .map(HeaderValue::as_bytes),
-                &self.proxy.policy,
-                started,
-            );
-            let protocol = attempt.backend_protocol();
-            // The target the backend gets: the route's prefix stripped or replaced, as on
-            // Pingora's path.
-            rewrite = match &route {
-                Ok(Route::Proxy { strip: Some(strip) }) => {
-                    let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
-                    match stripped_target(strip, pq) {
-                        Ok(target) => Some(keep_origin(&req.uri, target)),
-                        Err(_) => return Some(session),
-                    }
-                }
-                _ => None,
+            let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+            let view = PingoraView(req);
+            let desk = self.proxy.desk();
+            let asked = exchange_request(req, &view, &path, pq, grpc);
+            let table = self.proxy.table.load();
+            let Ok(opened) = exchange::open(&mut attempt, table, desk, asked, started) else {
+                return Some(session);
             };
-            let taken = matches!(route, Ok(Route::Proxy { .. }))
-                && protocol.http2()
+            // The target the backend gets: the route's prefix stripped or replaced, as on
+            // Pingora's path; any answer of switchyard's own is Pingora's to write.
+            let mut location = String::new();
+            rewrite = match opened.reply(host_of(req).unwrap_or_default(), pq, desk, &mut location)
+            {
+                Reply::Proxy { strip: Some(strip) } => match stripped_target(strip, pq) {
+                    Ok(target) => Some(keep_origin(&req.uri, target)),
+                    Err(_) => return Some(session),
+                },
+                Reply::Proxy { strip: None } => None,
+                Reply::Answer { .. } => return Some(session),
+            };
+            let taken = attempt.backend_protocol().http2()
                 && !attempt.rewrites()
                 && attempt.body_allowed(u64::MAX);
             if !taken {
                 return Some(session);
             }
+            deadline = opened.deadline;
         }
         let Ok(tls_entry) = tls_entry(&attempt) else {
             return Some(session);
         };
         let _active = self.proxy.enter();
-        let deadline = if grpc {
-            let header = session.req_header().headers.get(&GRPC_TIMEOUT_NAME);
-            grpc::timeout(header.map(HeaderValue::as_bytes)).and_then(|t| started.checked_add(t))
-        } else {
-            None
-        };
         // Set before each wait (`Call::timer`); made here, it is not registered until one
         // waits on it.
         let timer = std::pin::pin!(tokio::time::sleep_until(started.into()));
