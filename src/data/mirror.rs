@@ -1,6 +1,8 @@
 //! Fire-and-forget copies of requests for a Gateway rule's `RequestMirror` backends (the
 //! decision core says which endpoints get one). A copy is the request line and header as the
-//! client sent them, over HTTP/1.1 in clear with `Connection: close`, and the body as it is
+//! client sent them with `decide::edits`' request edits carried out as for any request (the
+//! forwarding fields, the asserted fields removed, the load balancer's cookie out), over
+//! HTTP/1.1 in clear with `Connection: close`, and the body as it is
 //! read (`content-length` kept when the client sent one, else chunked); its answer is read and
 //! dropped. Nothing about a copy — a refused connection, a slow or dead mirror — ever touches
 //! the client's request: each copy is its own task, bounded in time and in number, and its
@@ -20,6 +22,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::data::wire::fields::{is_connection_field, named_by_connection};
+use crate::data::wire::h1::request::Lines;
+use crate::decide::edits::{Edits, Seen};
 use crate::ops::metrics::Metrics;
 use crate::table::upstream::BackendProtocol;
 
@@ -82,10 +86,11 @@ impl Mirrors {
         &self,
         targets: Vec<(SocketAddr, BackendProtocol)>,
         req: &RequestHeader,
+        edits: &Edits<'_>,
         has_body: bool,
     ) -> Option<BodyCopies> {
         let framing = framing(req, has_body);
-        let head = copy_of(req, framing);
+        let head = copy_of(req, edits, framing);
         let mut bodies = Vec::new();
         for (addr, protocol) in targets {
             if protocol != BackendProtocol::Http {
@@ -183,8 +188,9 @@ impl BodyCopies {
     }
 }
 
-/// The request line and fields of the copy, framed for its body.
-fn copy_of(req: &RequestHeader, framing: Framing) -> Arc<[u8]> {
+/// The request line and fields of the copy, with `edits` carried out as for the request
+/// itself, framed for its body.
+fn copy_of(req: &RequestHeader, edits: &Edits<'_>, framing: Framing) -> Arc<[u8]> {
     let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(req.method.as_str().as_bytes());
@@ -198,8 +204,14 @@ fn copy_of(req: &RequestHeader, framing: Framing) -> Arc<[u8]> {
         out.extend_from_slice(a.as_str().as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    let mut seen = Seen::default();
     for (name, value) in &req.headers {
         if not_copied(name, req) {
+            continue;
+        }
+        if let Some(edit) = edits.touching(name.as_str().as_bytes())
+            && !seen.field(edit, value.as_bytes())
+        {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());
@@ -207,6 +219,7 @@ fn copy_of(req: &RequestHeader, framing: Framing) -> Arc<[u8]> {
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    seen.additions(edits, &mut Lines(&mut out));
     match framing {
         Framing::None => {}
         Framing::Length => {
@@ -267,12 +280,41 @@ mod tests {
         req.insert_header("Host", "example.com").unwrap();
         req.insert_header("X-Keep", "yes").unwrap();
         req.insert_header("Connection", "keep-alive").unwrap();
-        let copy = String::from_utf8(copy_of(&req, Framing::None).to_vec()).unwrap();
+        let copy = String::from_utf8(copy_of(&req, &Edits::new(), Framing::None).to_vec()).unwrap();
         assert!(copy.starts_with("GET /mirror?x=1 HTTP/1.1\r\n"), "{copy}");
         assert!(copy.contains("host: example.com\r\n"));
         assert!(copy.contains("x-keep: yes\r\n"));
         assert!(!copy.contains("keep-alive"));
         assert!(copy.ends_with("connection: close\r\n\r\n"));
+    }
+
+    /// A copy is the request as the backend gets it: the forwarding fields written, the
+    /// fields only switchyard asserts taken from the client, the load balancer's cookie out.
+    #[test]
+    fn a_copy_gets_the_request_edits_every_request_gets() {
+        use crate::decide::edits::{ClientCert, Forwarding, request_edits};
+        let mut req = RequestHeader::build("GET", b"/m", None).unwrap();
+        req.insert_header("Host", "example.com").unwrap();
+        req.insert_header("X-Forwarded-For", "198.51.100.7")
+            .unwrap();
+        req.insert_header("X-Client-Verify", "SUCCESS").unwrap();
+        let cookie = format!("a=1; {}=xyz", crate::table::sticky::COOKIE_NAME);
+        req.insert_header("Cookie", cookie).unwrap();
+        let fwd = Forwarding::plain();
+        let edits = request_edits(&fwd, Some("192.0.2.1"), true, ClientCert::Absent);
+        let copy = String::from_utf8(copy_of(&req, &edits, Framing::None).to_vec()).unwrap();
+        assert!(
+            copy.contains("x-forwarded-for: 198.51.100.7, 192.0.2.1\r\n"),
+            "{copy}"
+        );
+        assert!(copy.contains("x-real-ip: 192.0.2.1\r\n"), "{copy}");
+        assert!(copy.contains("x-forwarded-proto: http\r\n"), "{copy}");
+        assert!(
+            !copy.to_ascii_lowercase().contains("x-client-verify"),
+            "{copy}"
+        );
+        assert!(copy.contains("cookie: a=1\r\n"), "{copy}");
+        assert_eq!(copy.matches("198.51.100.7").count(), 1, "{copy}");
     }
 
     #[test]
@@ -284,12 +326,14 @@ mod tests {
         assert_eq!(framing(&req, true), Framing::Chunked);
         req.insert_header("Content-Length", "5").unwrap();
         assert_eq!(framing(&req, true), Framing::Length);
-        let copy = String::from_utf8(copy_of(&req, Framing::Length).to_vec()).unwrap();
+        let copy =
+            String::from_utf8(copy_of(&req, &Edits::new(), Framing::Length).to_vec()).unwrap();
         assert!(copy.contains("content-length: 5\r\n"), "{copy}");
         assert_eq!(copy.matches("content-length").count(), 1, "{copy}");
         req.insert_header("Transfer-Encoding", "chunked").unwrap();
         assert_eq!(framing(&req, true), Framing::Chunked);
-        let copy = String::from_utf8(copy_of(&req, Framing::Chunked).to_vec()).unwrap();
+        let copy =
+            String::from_utf8(copy_of(&req, &Edits::new(), Framing::Chunked).to_vec()).unwrap();
         assert!(copy.contains("transfer-encoding: chunked\r\n"), "{copy}");
         assert!(!copy.contains("content-length"), "{copy}");
     }
@@ -346,7 +390,12 @@ mod tests {
             }
             let (addr, read) = mirror_reading().await;
             let mut body = mirrors
-                .send(vec![(addr, BackendProtocol::Http)], &req, true)
+                .send(
+                    vec![(addr, BackendProtocol::Http)],
+                    &req,
+                    &Edits::new(),
+                    true,
+                )
                 .expect("a copy waits for the body");
             body.feed(Some(&Bytes::from_static(b"hel")), false);
             body.feed(None, false);

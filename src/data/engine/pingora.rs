@@ -36,7 +36,7 @@ use crate::data::tls;
 use crate::data::upstream::h2_pool::H2_STREAMS_PER_CONNECTION;
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
 use crate::decide::cause::{Cause, Rejection};
-use crate::decide::edits::{ClientCert, ip_text, request_edits, response_edits};
+use crate::decide::edits::{ClientCert, Forwarding, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, grpc_answer, rejection_answer};
 use crate::decide::exchange;
 use crate::decide::gateway::{self};
@@ -259,8 +259,19 @@ impl ProxyHttp for HttpProxy {
 
         let mirrors = ctx.attempt.mirrors(Instant::now());
         if !mirrors.is_empty() {
+            // A copy gets the request edits every request gets (the forwarding fields, the
+            // asserted ones removed, the load balancer's cookie taken out).
             let has_body = !session.is_body_empty();
-            ctx.mirror_body = self.mirrors.send(mirrors, session.req_header(), has_body);
+            let (client_ip, cert) = forwarded(&self.fwd, session, &ctx.attempt);
+            let edits = request_edits(
+                &self.fwd,
+                client_ip.as_deref(),
+                ctx.attempt.cookie_sticky(),
+                cert,
+            );
+            ctx.mirror_body = self
+                .mirrors
+                .send(mirrors, session.req_header(), &edits, has_body);
         }
 
         let upgrade = session.is_upgrade_req();
@@ -485,12 +496,7 @@ impl ProxyHttp for HttpProxy {
         if session.is_http2() && !ctx.attempt.backend_protocol().http2() {
             join_cookies(req)?;
         }
-        let cert = if self.fwd.client_cert_headers {
-            tls::client_cert(session.digest().and_then(|d| d.ssl_digest.as_deref()))
-        } else {
-            ClientCert::Absent
-        };
-        let client_ip = ctx.attempt.client_ip().map(ip_text);
+        let (client_ip, cert) = forwarded(&self.fwd, session, &ctx.attempt);
         let edits = request_edits(
             &self.fwd,
             client_ip.as_deref(),
@@ -649,6 +655,21 @@ impl ProxyHttp for HttpProxy {
         }
         self.recorder.finished(&mut ctx.attempt, ctx.started, &fin);
     }
+}
+
+/// What the request edits read of a request on Pingora's path: its client's address as text
+/// and, where backends are told, its verified certificate.
+fn forwarded<'s>(
+    fwd: &Forwarding,
+    session: &'s Session,
+    attempt: &Attempt,
+) -> (Option<String>, ClientCert<'s>) {
+    let cert = if fwd.client_cert_headers {
+        tls::client_cert(session.digest().and_then(|d| d.ssl_digest.as_deref()))
+    } else {
+        ClientCert::Absent
+    };
+    (attempt.client_ip().map(ip_text), cert)
 }
 
 // === impl CountConnections ===

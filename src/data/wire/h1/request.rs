@@ -243,8 +243,8 @@ pub fn build_request(
     out.extend_from_slice(b"\r\n");
 }
 
-/// HTTP/1 header lines: the fast path's requests and responses.
-pub(super) struct Lines<'o>(pub(super) &'o mut Vec<u8>);
+/// HTTP/1 header lines: the fast path's requests and responses, the mirror's copies.
+pub struct Lines<'o>(pub &'o mut Vec<u8>);
 
 impl Sink for Lines<'_> {
     fn add(&mut self, name: &'static str, value: impl FnOnce(&mut Vec<u8>)) {
