@@ -1,10 +1,17 @@
-//! The Pingora adapter: `ProxyHttp` for one frontend (the plain port or the TLS port). Each
-//! hook asks the request's `Attempt` (`decide`) what to do and carries it out on Pingora's
-//! types: the route and pin, the endpoint for each try, the verdict on a failure, the header
-//! edits, switchyard's own answers. It must hold no request policy of its own (that is
-//! `decide`'s, shared with the fast path and the TCP relay), do no DNS, hold no lock across an
-//! await and log nothing per request above debug. Recording goes through `record::Recorder`,
-//! once per request, in `logging`.
+//! The fallback seam: Pingora's `ProxyHttp` for one frontend (the plain port or the TLS
+//! port), serving what the fast path declines before a byte goes upstream. That is what
+//! Pingora still serves better than switchyard's own engines, and only that: requests with a
+//! body to HTTP/1 backends (its body buffering and replay), upgrades and tunnels (WebSocket,
+//! CONNECT-style relays), Gateway rules with filters or timeouts (header operations, URL
+//! rewrites, mirrors, request timeouts, carried out on its header maps), HTTP/1.0 and HTTP/1
+//! heads the fast path's parser is not sure of (odd framing, dot-segments, bare line feeds,
+//! non-ASCII targets), HTTP/2 streams the relay does not take, and, with `--fast-path=false`,
+//! everything. Each hook asks `decide` what to do — the exchange's opening
+//! (`decide::exchange`), the endpoint for each try and the verdict on a failure (`Attempt`),
+//! the header edits, switchyard's own answers — and carries it out on Pingora's types. It must
+//! hold no request policy of its own, do no DNS, hold no lock across an await and log nothing
+//! per request above debug. Recording goes through `record::Recorder`, once per request, in
+//! `logging`.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
