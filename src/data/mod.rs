@@ -7,6 +7,7 @@
 //! modules of its own layer or below it (the architecture test forbids any import cycle).
 
 pub mod engine;
+pub mod exchange;
 pub mod frontend;
 pub mod guard;
 pub mod headers;

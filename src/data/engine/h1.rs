@@ -29,6 +29,7 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::data::exchange::{NoResponse, TryFailed, after_failure, next_endpoint};
 use crate::data::frontend::HttpProxy;
 use crate::data::guard::GuardedStream;
 use crate::data::record::Finished;
@@ -449,7 +450,24 @@ impl FastPath {
         };
         let tls_upstream = tls_entry.as_deref().map(|e| &e.upstream);
         let sni = tls_upstream.map_or("", |u| &*u.sni);
-        let mut tls: Option<TlsChoice> = None;
+        // Over TLS: how each connection is made, chosen once for the request.
+        let tls: Option<TlsChoice> = match tls_upstream.map(|u| self.proxy.backend_tls.choose(u)) {
+            None => None,
+            Some(Ok(choice)) => Some(choice),
+            Some(Err(e)) => {
+                // A Service's own bundle or client certificate is not loaded (the watcher
+                // warned why): refused as an untrusted certificate would be, and counted as one,
+                // as on Pingora's path; not the endpoint's fault, so no ejection and no other
+                // endpoint.
+                tracing::debug!(error = %e, "backend TLS not loaded");
+                self.proxy.recorder.tls_failure(&attempt);
+                let status = Cause::UpstreamTls.status().unwrap_or(502);
+                return Some(
+                    self.fail(stream, conn, &mut attempt, started, &mut fin, status)
+                        .await,
+                );
+            }
+        };
 
         conn.server_timeout = attempt.server_timeout(self.proxy.timeouts.server_idle);
         // The request as the backend gets it.
@@ -469,125 +487,38 @@ impl FastPath {
 
         // Tries: connect, send, read the response header; replay where the attempt says so.
         let (mut up, key, resp) = loop {
-            let Some(addr) = attempt.next(Instant::now()) else {
+            let addr = match next_endpoint(&mut attempt) {
+                Ok(addr) => addr,
+                Err(end) => {
+                    return Some(
+                        self.ended(stream, conn, &mut attempt, started, &mut fin, end)
+                            .await,
+                    );
+                }
+            };
+            let failed = match self
+                .try_h1(
+                    stream,
+                    conn,
+                    &mut attempt,
+                    addr,
+                    (tls.as_ref(), sni),
+                    req.head,
+                    close,
+                )
+                .await
+            {
+                Ok(answered) => {
+                    attempt.response_started(Instant::now());
+                    break answered;
+                }
+                Err(failed) => failed,
+            };
+            if let Some(end) = after_failure(&self.proxy.recorder, policy, &mut attempt, failed) {
                 return Some(
-                    self.fail(stream, conn, &mut attempt, started, &mut fin, 503)
+                    self.ended(stream, conn, &mut attempt, started, &mut fin, end)
                         .await,
                 );
-            };
-            let key = match tls_upstream {
-                None => Key::plain(addr),
-                Some(u) => {
-                    let choice = match tls.take() {
-                        Some(c) => c,
-                        None => match self.proxy.backend_tls.choose(u) {
-                            Ok(c) => c,
-                            Err(e) => {
-                                // A Service's own bundle or client certificate is not loaded
-                                // (the watcher warned why): refused as an untrusted certificate
-                                // would be, and counted as one, as on Pingora's path; not the
-                                // endpoint's fault, so no ejection and no other endpoint.
-                                tracing::debug!(error = %e, "backend TLS not loaded");
-                                self.proxy.recorder.tls_failure(&attempt);
-                                let status = Cause::UpstreamTls.status().unwrap_or(502);
-                                return Some(
-                                    self.fail(
-                                        stream,
-                                        conn,
-                                        &mut attempt,
-                                        started,
-                                        &mut fin,
-                                        status,
-                                    )
-                                    .await,
-                                );
-                            }
-                        },
-                    };
-                    let key = Key::tls(addr, choice.key(), sni);
-                    tls = Some(choice);
-                    key
-                }
-            };
-            let idle = self.proxy.timeouts.server_idle;
-            let (mut up, reused) = match self.pool.take(&key, sni, idle) {
-                Some(up) => (up, true),
-                None => match self
-                    .connect(addr, tls.as_ref().map(|c| (c, sni)), &attempt)
-                    .await
-                {
-                    Ok(up) => (up, false),
-                    Err(cause) => {
-                        let failure = Failure {
-                            cause,
-                            replayable: true,
-                        };
-                        let verdict = attempt.failed(failure, policy, Instant::now());
-                        self.proxy.recorder.failure(&attempt, &verdict);
-                        if cause == Cause::UpstreamTls {
-                            self.proxy.recorder.tls_failure(&attempt);
-                        }
-                        if verdict.retry {
-                            continue;
-                        }
-                        let status = cause.status().unwrap_or(503);
-                        return Some(
-                            self.fail(stream, conn, &mut attempt, started, &mut fin, status)
-                                .await,
-                        );
-                    }
-                },
-            };
-            attempt.connected(reused, Instant::now());
-            conn.upstream_buf.clear();
-            attempt.request_sent(Instant::now());
-            let outcome = match self.send(&mut up, &conn.out, conn.server_timeout).await {
-                Ok(()) => {
-                    let edits = response_edits(&self.proxy.fwd, attempt.set_cookie());
-                    self.read_response(&mut up, stream, conn, req.head, &edits, close)
-                        .await
-                }
-                Err(cause) => Err(Exchange {
-                    cause,
-                    informed: false,
-                }),
-            };
-            match outcome {
-                Ok(resp) => {
-                    attempt.response_started(Instant::now());
-                    break (up, key, resp);
-                }
-                Err(x) => {
-                    let sent = Sent {
-                        // This path takes only `GET` and `HEAD`, without a body.
-                        idempotent: true,
-                        unprocessed: false,
-                        body: BodyKept::All,
-                        answered: x.informed,
-                    };
-                    let failure = Failure {
-                        cause: x.cause,
-                        replayable: sent.replayable(),
-                    };
-                    let verdict = attempt.failed(failure, policy, Instant::now());
-                    self.proxy.recorder.failure(&attempt, &verdict);
-                    if verdict.retry {
-                        continue;
-                    }
-                    match x.cause.status() {
-                        Some(status) if !x.informed => {
-                            return Some(
-                                self.fail(stream, conn, &mut attempt, started, &mut fin, status)
-                                    .await,
-                            );
-                        }
-                        _ => {
-                            fin.failed = true;
-                            self.proxy.recorder.finished(&mut attempt, started, &fin);
-                            return Some(false);
-                        }
-                    }
-                }
             }
         };
 
@@ -615,6 +546,83 @@ impl FastPath {
                 self.proxy.recorder.failure(&attempt, &verdict);
                 self.proxy.recorder.finished(&mut attempt, started, &fin);
                 Some(false)
+            }
+        }
+    }
+
+    /// One try at `addr`: a pooled connection or a new one (over TLS with `tls`'s choice and
+    /// server name), the request in `conn.out` sent, the response header read and relayed.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_h1<D: Downstream>(
+        &self,
+        stream: &mut D,
+        conn: &mut Connection,
+        attempt: &mut Attempt,
+        addr: SocketAddr,
+        (tls, sni): (Option<&TlsChoice>, &str),
+        head_only: bool,
+        close: bool,
+    ) -> Result<(Upstream, Key, ResponseHead), TryFailed> {
+        let key = match tls {
+            None => Key::plain(addr),
+            Some(choice) => Key::tls(addr, choice.key(), sni),
+        };
+        let idle = self.proxy.timeouts.server_idle;
+        let (mut up, reused) = match self.pool.take(&key, sni, idle) {
+            Some(up) => (up, true),
+            None => {
+                let up = self.connect(addr, tls.map(|c| (c, sni)), attempt).await;
+                (up.map_err(TryFailed::unsent)?, false)
+            }
+        };
+        attempt.connected(reused, Instant::now());
+        conn.upstream_buf.clear();
+        attempt.request_sent(Instant::now());
+        // This path takes only `GET` and `HEAD`, without a body.
+        let sent = |answered| Sent {
+            idempotent: true,
+            unprocessed: false,
+            body: BodyKept::All,
+            answered,
+        };
+        if let Err(cause) = self.send(&mut up, &conn.out, conn.server_timeout).await {
+            return Err(TryFailed {
+                cause,
+                sent: sent(false),
+            });
+        }
+        let edits = response_edits(&self.proxy.fwd, attempt.set_cookie());
+        match self
+            .read_response(&mut up, stream, conn, head_only, &edits, close)
+            .await
+        {
+            Ok(resp) => Ok((up, key, resp)),
+            Err(x) => Err(TryFailed {
+                cause: x.cause,
+                sent: sent(x.informed),
+            }),
+        }
+    }
+
+    /// Ends a request whose tries gave no response: answered with a status and the
+    /// connection closed, or (the client gone, or part of an answer written) only closed.
+    async fn ended<D: Downstream>(
+        &self,
+        stream: &mut D,
+        conn: &mut Connection,
+        attempt: &mut Attempt,
+        started: Instant,
+        fin: &mut Finished<'_>,
+        end: NoResponse,
+    ) -> bool {
+        match end {
+            NoResponse::Answer(status) => {
+                self.fail(stream, conn, attempt, started, fin, status).await
+            }
+            NoResponse::Gone => {
+                fin.failed = true;
+                self.proxy.recorder.finished(attempt, started, fin);
+                false
             }
         }
     }

@@ -29,6 +29,7 @@ use tokio::time::Sleep;
 
 use crate::data::engine::client_stream::{ClientGone, ClientStream};
 use crate::data::engine::h1::{FastPath, tls_entry};
+use crate::data::exchange::{NoResponse, TryFailed, after_failure, next_endpoint};
 use crate::data::headers::{
     GRPC_STATUS_NAME, PingoraView, apply, exchange_request, grpc_of, grpc_trailers, host_of,
     keep_origin, stripped_target,
@@ -318,9 +319,9 @@ impl FastPath {
         let policy = &self.proxy.policy;
         // The lease keeps the backend connection counted busy until the stream ends.
         let (resp, stream, lease) = loop {
-            let Some(addr) = attempt.next(Instant::now()) else {
-                self.answer(session, call, 503);
-                return;
+            let addr = match next_endpoint(attempt) {
+                Ok(addr) => addr,
+                Err(end) => return self.call_ended(session, call, end),
             };
             let broken = match self
                 .try_once(session, request, attempt, call, addr, tls)
@@ -332,39 +333,26 @@ impl FastPath {
                 }
                 Err(b) => b,
             };
-            let cause = call.blame(broken.cause);
-            if cause == Cause::ClientGone {
-                call.failed = true;
-                return;
-            }
             // Every body is kept (up to 64 KiB), as on Pingora's path: an idempotent request's
             // may go again, and so may one the backend refused unprocessed.
-            let kept = call.kept.whole();
-            let sent = Sent {
-                idempotent: call.idempotent,
-                unprocessed: broken.unprocessed,
-                body: if kept {
-                    BodyKept::All
-                } else {
-                    BodyKept::Partly
+            let body = if call.kept.whole() {
+                BodyKept::All
+            } else {
+                BodyKept::Partly
+            };
+            let failed = TryFailed {
+                cause: call.blame(broken.cause),
+                sent: Sent {
+                    idempotent: call.idempotent,
+                    unprocessed: broken.unprocessed,
+                    body,
+                    // A try fails here before its response header.
+                    answered: false,
                 },
-                // A try fails here before its response header.
-                answered: false,
             };
-            let failure = Failure {
-                cause,
-                replayable: sent.replayable(),
-            };
-            let verdict = attempt.failed(failure, policy, Instant::now());
-            self.proxy.recorder.failure(attempt, &verdict);
-            if cause == Cause::UpstreamTls {
-                self.proxy.recorder.tls_failure(attempt);
+            if let Some(end) = after_failure(&self.proxy.recorder, policy, attempt, failed) {
+                return self.call_ended(session, call, end);
             }
-            if verdict.retry {
-                continue;
-            }
-            self.answer(session, call, cause.status().unwrap_or(502));
-            return;
         };
         // The response.
         let (parts, ()) = resp.into_parts();
@@ -424,6 +412,15 @@ impl FastPath {
                 }
                 _ => session.shutdown_with_reason(h2::Reason::INTERNAL_ERROR),
             }
+        }
+    }
+
+    /// Ends a call whose tries gave no response: answered with a status, or (the client gone)
+    /// only counted failed.
+    fn call_ended(&self, session: &mut ClientStream, call: &mut Call<'_>, end: NoResponse) {
+        match end {
+            NoResponse::Answer(status) => self.answer(session, call, status),
+            NoResponse::Gone => call.failed = true,
         }
     }
 
