@@ -31,7 +31,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::control::retry::{Outage, backed_off, is_not_found};
+use crate::control::retry::{GATEWAY_API_RETRY, Outage, backed_off, is_not_found};
 use crate::control::status::{Address, Bucket, Limits, Publish, paced, service_addresses};
 use crate::control::translate::gateway::api::{
     Condition, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass, GatewayClassStatus,
@@ -597,7 +597,7 @@ impl GatewayStatusWriter {
 fn gateway_api_backoff<K: Send + 'static>(
     inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 ) -> Stream_<K> {
-    backed_off(inner, Some(crate::control::watch::GATEWAY_API_RETRY)).boxed()
+    backed_off(inner, Some(GATEWAY_API_RETRY)).boxed()
 }
 
 /// Notes a successful write in the views.

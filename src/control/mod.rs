@@ -7,6 +7,7 @@ pub mod events;
 pub mod gateway_status;
 pub mod lease;
 pub mod manifests;
+pub mod objects;
 pub mod pipeline;
 pub mod retry;
 pub mod status;
