@@ -11,6 +11,7 @@ pub mod objects;
 pub mod pipeline;
 pub mod retry;
 pub mod status;
+pub mod status_writer;
 pub mod translate;
 pub mod watch;
 
