@@ -11,8 +11,8 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use super::build::{Matched, PathKind, listener_key};
 use super::cache::CachedRoute;
+use super::view::{Matched, PathKind, listener_key};
 use super::*;
 use crate::table::gateway::{
     Candidate, Candidates, FrontendKey, GatewayLevel, GatewayRoutes, GatewayRule,

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::api::{HTTPRoute, HTTPRouteFilter, HTTPRouteSpec, ReferenceGrant, ReferenceGrantSpec};
-use super::build::{Allowed, ListenerView, Matched, Place};
+use super::view::{Allowed, ListenerView, Matched, Place};
 use super::*;
 use crate::table::gateway::GatewayRule;
 use crate::table::pattern::PatternError;

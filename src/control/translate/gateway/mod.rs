@@ -10,8 +10,14 @@ use super::*;
 mod address;
 pub mod api;
 mod assemble;
+mod attach;
 mod build;
 mod cache;
+mod classes;
+mod listeners;
+mod rules;
+mod status;
+mod view;
 
 pub(super) use self::cache::RouteCache;
 
