@@ -3,14 +3,18 @@
 //! with each parent's `Accepted` condition and the places its rules go; then the routes
 //! counted on each listener. It must not read a route's rules or backends.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::api::*;
-use super::build::RouteInputs;
 use super::cache::CachedRoute;
-use super::view::{Allowed, Gateways, ListenerView, Place, gateway_host};
-use super::*;
+use super::view::{Allowed, Gateways, ListenerView, Place, RouteInputs, gateway_host};
+use crate::control::translate::build::Builder;
+use crate::control::translate::view::*;
+use crate::table::matcher::HostPattern;
 
 impl Builder<'_> {
     /// The route's parents that are our Gateways, each with its `Accepted` condition, and

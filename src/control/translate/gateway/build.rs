@@ -9,6 +9,11 @@
 //! levels that the routes it translated touch. Pure; it must not decide a phase's details.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::address::Outcome;
 use super::api::*;
@@ -17,17 +22,13 @@ use super::cache::{self, CachedRoute, RouteCache, RouteOutput};
 use super::classes::claim_classes;
 use super::listeners::{Given, give_addresses};
 use super::rules::PatternSource;
-use super::view::{Gateways, Grants, HTTP_ROUTE, listener_key, sorted};
-use super::*;
-use crate::table::gateway::AddressRoutes;
-
-/// What translating a route reads besides the route.
-pub(super) struct RouteInputs<'a, 'g> {
-    pub(super) gateways: &'a Gateways<'g>,
-    pub(super) namespace_labels: &'a HashMap<&'g str, &'g BTreeMap<String, String>>,
-    pub(super) grants: &'a Grants<'g>,
-    pub(super) services: &'a HashMap<(&'a str, &'a str), (&'a Service, Vec<&'a EndpointSlice>)>,
-}
+use super::view::{Gateways, Grants, HTTP_ROUTE, RouteInputs, listener_key, sorted};
+use crate::control::translate::build::Builder;
+use crate::control::translate::gateway::assemble;
+use crate::control::translate::inputs::{meta_key, object};
+use crate::control::translate::view::*;
+use crate::table::gateway::{AddressRoutes, GatewayRoutes};
+use crate::table::{EntryId, EntryKey};
 
 /// The routes' outputs of one build.
 struct Routes {
@@ -43,7 +44,7 @@ struct Routes {
 impl<'a> Builder<'a> {
     /// Adds the routes of every HTTPRoute attached to one of our Gateways, and decides the
     /// status of our GatewayClasses, their Gateways and those routes.
-    pub(in crate::control::translate) fn add_gateways(
+    pub(crate) fn add_gateways(
         &mut self,
         inputs: GatewayInputs<'_>,
         secrets: &[&Secret],

@@ -2,9 +2,10 @@
 //! `controllerName` is `--gateway-controller-name`) and their status. It must not look at
 //! Gateways, listeners or routes.
 
+use std::collections::BTreeSet;
+
 use super::api::*;
 use super::view::sorted;
-use super::*;
 
 /// The names of the GatewayClasses `ours` claims, each given its status in `status`.
 pub(super) fn claim_classes<'i>(

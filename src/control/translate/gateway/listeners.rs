@@ -3,9 +3,11 @@
 //! status but for the routes counted on them, an address of `--gateway-addresses` given to
 //! each, and the HTTPS listeners' certificates placed for SNI. It must not look at routes.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use crate::control::translate::ingress::secret_pem;
+use k8s_openapi::api::core::v1::Secret;
 
 use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
@@ -13,7 +15,13 @@ use super::view::{
     Allowed, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView, created,
     gateway_host, programmed, sorted,
 };
-use super::*;
+use crate::control::translate::annotations::show;
+use crate::control::translate::build::Builder;
+use crate::control::translate::ingress::secret_pem;
+use crate::control::translate::inputs::{meta_key, object};
+use crate::control::translate::view::*;
+use crate::table::gateway::GatewayRoutes;
+use crate::table::matcher::HostPattern;
 
 impl Builder<'_> {
     /// Our Gateways (of a class in `classes`, in the namespace served) by key, with their

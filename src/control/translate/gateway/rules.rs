@@ -4,15 +4,26 @@
 //! (`PartiallyInvalid`, `ResolvedRefs`). It must not decide where a route attaches nor touch
 //! Gateway or listener status.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
 use super::api::*;
-use super::build::RouteInputs;
 use super::cache::{RouteCache, RouteOutput};
-use super::view::{Grants, HTTP_ROUTE, Matched, PathKind, Place};
-use super::*;
+use super::view::{Grants, HTTP_ROUTE, Matched, PathKind, Place, RouteInputs};
+use crate::control::translate::annotations::show;
+use crate::control::translate::build::Builder;
+use crate::control::translate::view::*;
 use crate::table::gateway::{
-    Action, Backend, Backends, GatewayRule, HeaderFilter, Mirror, PathRewrite, Redirect, ValueMatch,
+    Action, Backend, Backends, GatewayRoutes, GatewayRule, HeaderFilter, Mirror, PathRewrite,
+    Redirect, ValueMatch,
 };
+use crate::table::matcher::validate_prefix;
 use crate::table::pattern::{Pattern, PatternError, Patterns};
+use crate::table::{EntryId, EntryKey, Shared};
 
 /// The most regular expressions (path, header and query patterns together) one HTTPRoute's
 /// served rules may hold: with each bounded by `Pattern::SIZE_LIMIT`, one route can take at

@@ -2,11 +2,14 @@
 //! its parameters, the address it was given and its listeners, and the listeners' status with
 //! the routes counted on each. It must not change what is served.
 
+use std::collections::BTreeMap;
+
 use super::address::Outcome;
 use super::api::*;
 use super::listeners::Given;
 use super::view::{Gateways, ListenerView, programmed};
-use super::*;
+use crate::control::translate::build::Builder;
+use crate::control::translate::inputs::object;
 
 impl Builder<'_> {
     /// Each of our Gateways' status: its conditions (from its parameters, its address and

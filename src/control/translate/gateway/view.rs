@@ -4,11 +4,19 @@
 //! Gateway's age, a listener's hostname). Plain data and pure helpers: it must not decide
 //! status, warn, or build any part of the table.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::api::*;
-use super::*;
+use crate::control::translate::inputs::meta_key;
+use crate::control::translate::view::*;
 use crate::table::gateway::{FrontendKey, ValueMatch};
+use crate::table::matcher::{HostPattern, validate_host};
 use crate::table::pattern::Pattern;
 
 /// The kind of route a listener takes.
@@ -186,4 +194,12 @@ pub(super) fn sorted<'i, T>(items: &[&'i T], meta: impl Fn(&T) -> &ObjectMeta) -
     v.sort_by(|a, b| key(a).cmp(&key(b)));
     v.dedup_by(|a, b| key(a) == key(b));
     v
+}
+
+/// What translating a route reads besides the route.
+pub(super) struct RouteInputs<'a, 'g> {
+    pub(super) gateways: &'a Gateways<'g>,
+    pub(super) namespace_labels: &'a HashMap<&'g str, &'g BTreeMap<String, String>>,
+    pub(super) grants: &'a Grants<'g>,
+    pub(super) services: &'a HashMap<(&'a str, &'a str), (&'a Service, Vec<&'a EndpointSlice>)>,
 }
