@@ -84,37 +84,7 @@ impl Builder<'_> {
         let mut seen: BTreeMap<(i32, String), usize> = BTreeMap::new();
         let mut protocols: BTreeMap<i32, &str> = BTreeMap::new();
         for l in &gw.spec.listeners {
-            let mut accepted: Result<(), (&str, String)> = Ok(());
-            let mut conflicted: Option<(&str, String)> = None;
-            let mut refs: Result<(), (&str, String)> = Ok(());
-            let https = match l.protocol.as_str() {
-                "HTTP" => false,
-                "HTTPS" => true,
-                other => {
-                    accepted = Err((
-                        "UnsupportedProtocol",
-                        format!("protocol {other} is not served (HTTP and HTTPS are)"),
-                    ));
-                    false
-                }
-            };
-            let served_port = if https {
-                self.options.gateway_https_port
-            } else {
-                self.options.gateway_http_port
-            };
-            if accepted.is_ok() && l.port != i32::from(served_port) {
-                accepted = Err((
-                    "PortUnavailable",
-                    format!(
-                        "port {} is not served: {} listeners are served on port {served_port} \
-                         (--gateway-{}-port)",
-                        l.port,
-                        l.protocol,
-                        if https { "https" } else { "http" }
-                    ),
-                ));
-            }
+            let (https, mut accepted) = self.listener_port(l);
             let hostname = match l.hostname.as_deref().filter(|h| !h.is_empty()) {
                 None => None,
                 Some(h) => match gateway_host(h) {
@@ -125,88 +95,12 @@ impl Builder<'_> {
                     }
                 },
             };
-            let host_key = l.hostname.clone().unwrap_or_default().to_ascii_lowercase();
-            match protocols.get(&l.port) {
-                Some(p) if *p != l.protocol => {
-                    conflicted = Some((
-                        "ProtocolConflict",
-                        format!("port {} has another protocol", l.port),
-                    ));
-                }
-                _ => {
-                    protocols.insert(l.port, &l.protocol);
-                }
-            }
-            if conflicted.is_none() {
-                if let Some(&first) = seen.get(&(l.port, host_key.clone())) {
-                    conflicted = Some((
-                        "HostnameConflict",
-                        format!("same port and hostname as listener #{first}"),
-                    ));
-                } else {
-                    seen.insert((l.port, host_key), views.len());
-                }
-            }
-            // Kinds: HTTPRoute is the one this listener can take.
+            let conflicted = conflict(l, &mut protocols, &mut seen, views.len());
             let allowed = l.allowed_routes.as_ref();
-            let kinds = allowed.map(|a| a.kinds.as_slice()).unwrap_or(&[]);
-            let mut supported = Vec::new();
-            let http_route = RouteGroupKind {
-                group: Some(GROUP.into()),
-                kind: HTTP_ROUTE.into(),
-            };
-            if !matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
-                // A listener of a protocol not served supports no kind of route.
-            } else if kinds.is_empty() {
-                supported.push(http_route.clone());
-            } else {
-                for k in kinds {
-                    if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == HTTP_ROUTE {
-                        if !supported.contains(&http_route) {
-                            supported.push(http_route.clone());
-                        }
-                    } else {
-                        refs = Err((
-                            "InvalidRouteKinds",
-                            format!("route kind {} is not supported", k.kind),
-                        ));
-                    }
-                }
-            }
-            // Client-certificate validation is not carried out yet: a listener asked to verify
-            // clients is not served, so that none is served without a valid certificate. With
-            // `AllowInsecureFallback` the spec lets clients without one in: served, and said.
-            let mut not_served = false;
-            if let Some(v) = gw
-                .spec
-                .tls
-                .as_ref()
-                .and_then(|t| t.frontend.as_ref())
-                .and_then(|f| f.validation_on(l.port))
-                .filter(|_| https && accepted.is_ok())
-            {
-                if v.mode.as_deref() == Some("AllowInsecureFallback") {
-                    self.warn_gateway(
-                        &who,
-                        format!(
-                            "listener {}: spec.tls.frontend's client-certificate validation \
-                             (AllowInsecureFallback) is not carried out: clients are not asked \
-                             for a certificate",
-                            l.name
-                        ),
-                    );
-                } else {
-                    not_served = true;
-                    accepted = Err((
-                        "UnsupportedValue",
-                        format!(
-                            "spec.tls.frontend asks to verify client certificates on port {}, \
-                             which switchyard does not carry out yet; not served, so that no \
-                             client is served without a valid certificate",
-                            l.port
-                        ),
-                    ));
-                }
+            let (supported, mut refs) = route_kinds(l, allowed);
+            let not_served = https && accepted.is_ok() && self.client_validation(&who, gw, l);
+            if not_served {
+                accepted = Err(client_validation_refused(l));
             }
             let mut certificates = Vec::new();
             if https && accepted.is_ok() {
@@ -215,67 +109,15 @@ impl Builder<'_> {
                     Err(e) => refs = Err(e),
                 }
             }
-            let namespaces = match allowed
-                .and_then(|a| a.namespaces.as_ref())
-                .map(|n| (n.from.as_deref().unwrap_or("Same"), n.selector.as_ref()))
-            {
-                None | Some(("Same", _)) => Allowed::Same,
-                Some(("All", _)) => Allowed::All,
-                Some(("Selector", Some(sel))) => Allowed::Selector(sel),
-                Some((other, _)) => {
-                    accepted = Err((
-                        "UnsupportedValue",
-                        format!(
-                            "allowedRoutes.namespaces.from {} (or a missing selector)",
-                            show(other)
-                        ),
-                    ));
-                    Allowed::Same
-                }
-            };
+            let namespaces = allowed_namespaces(allowed).unwrap_or_else(|e| {
+                accepted = Err(e);
+                Allowed::Same
+            });
             let usable = accepted.is_ok() && conflicted.is_none() && !supported.is_empty();
             let programmed_ok = usable && refs.is_ok();
-            let mut conditions = vec![
-                match &accepted {
-                    Ok(()) => Condition::new("Accepted", true, "Accepted", "accepted", generation),
-                    Err((r, m)) => Condition::new("Accepted", false, r, m.clone(), generation),
-                },
-                match &conflicted {
-                    None => Condition::new(
-                        "Conflicted",
-                        false,
-                        "NoConflicts",
-                        "no conflicts",
-                        generation,
-                    ),
-                    Some((r, m)) => Condition::new("Conflicted", true, r, m.clone(), generation),
-                },
-                match &refs {
-                    Ok(()) => {
-                        Condition::new("ResolvedRefs", true, "ResolvedRefs", "resolved", generation)
-                    }
-                    Err((r, m)) => Condition::new("ResolvedRefs", false, r, m.clone(), generation),
-                },
-            ];
-            conditions.push(programmed(
-                programmed_ok,
-                "not served as configured",
-                generation,
-            ));
-            for c in &conditions {
-                if c.status == "False" && c.type_ != "Conflicted" && c.type_ != "Programmed" {
-                    let message = format!("listener {}: {}", l.name, c.message);
-                    if not_served && c.type_ == "Accepted" {
-                        self.warnings.push(Warning {
-                            object: who.clone(),
-                            reason: WarningReason::NotServed,
-                            message,
-                        });
-                    } else {
-                        self.warn_gateway(&who, message);
-                    }
-                }
-            }
+            let conditions =
+                listener_conditions(&accepted, &conflicted, &refs, programmed_ok, generation);
+            self.warn_listener(&who, l, &conditions, not_served);
             statuses.push(ListenerStatus {
                 name: l.name.clone(),
                 supported_kinds: supported,
@@ -296,6 +138,95 @@ impl Builder<'_> {
             });
         }
         (views, statuses)
+    }
+
+    /// Whether a listener is HTTPS, and whether its protocol and port are served.
+    fn listener_port(&self, l: &Listener) -> (bool, Checked) {
+        let mut accepted: Checked = Ok(());
+        let https = match l.protocol.as_str() {
+            "HTTP" => false,
+            "HTTPS" => true,
+            other => {
+                accepted = Err((
+                    "UnsupportedProtocol",
+                    format!("protocol {other} is not served (HTTP and HTTPS are)"),
+                ));
+                false
+            }
+        };
+        let served_port = if https {
+            self.options.gateway_https_port
+        } else {
+            self.options.gateway_http_port
+        };
+        if accepted.is_ok() && l.port != i32::from(served_port) {
+            accepted = Err((
+                "PortUnavailable",
+                format!(
+                    "port {} is not served: {} listeners are served on port {served_port} \
+                     (--gateway-{}-port)",
+                    l.port,
+                    l.protocol,
+                    if https { "https" } else { "http" }
+                ),
+            ));
+        }
+        (https, accepted)
+    }
+
+    /// Whether `gw` asks to verify the clients of HTTPS listener `l`, which is not carried
+    /// out yet: such a listener is not served, so that none is served without a valid
+    /// certificate. With `AllowInsecureFallback` the spec lets clients without one in: served,
+    /// and said.
+    fn client_validation(&mut self, who: &ObjectRef, gw: &Gateway, l: &Listener) -> bool {
+        let Some(v) = gw
+            .spec
+            .tls
+            .as_ref()
+            .and_then(|t| t.frontend.as_ref())
+            .and_then(|f| f.validation_on(l.port))
+        else {
+            return false;
+        };
+        if v.mode.as_deref() != Some("AllowInsecureFallback") {
+            return true;
+        }
+        self.warn_gateway(
+            who,
+            format!(
+                "listener {}: spec.tls.frontend's client-certificate validation \
+                 (AllowInsecureFallback) is not carried out: clients are not asked \
+                 for a certificate",
+                l.name
+            ),
+        );
+        false
+    }
+
+    /// Warns of each of a listener's conditions that is false but `Conflicted` and
+    /// `Programmed` (the first says it, the second follows); a listener refused for client
+    /// validation is `NotServed`.
+    fn warn_listener(
+        &mut self,
+        who: &ObjectRef,
+        l: &Listener,
+        conditions: &[Condition],
+        not_served: bool,
+    ) {
+        for c in conditions {
+            if c.status == "False" && c.type_ != "Conflicted" && c.type_ != "Programmed" {
+                let message = format!("listener {}: {}", l.name, c.message);
+                if not_served && c.type_ == "Accepted" {
+                    self.warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::NotServed,
+                        message,
+                    });
+                } else {
+                    self.warn_gateway(who, message);
+                }
+            }
+        }
     }
 
     /// Loads the certificates of the served HTTPS listeners into the table, for SNI by the
@@ -445,6 +376,151 @@ impl Builder<'_> {
         }
         Ok(out)
     }
+}
+
+/// A listener check: `Err` with its condition's reason and message.
+type Checked = Result<(), (&'static str, String)>;
+
+/// Why a listener is refused for client validation.
+fn client_validation_refused(l: &Listener) -> (&'static str, String) {
+    (
+        "UnsupportedValue",
+        format!(
+            "spec.tls.frontend asks to verify client certificates on port {}, \
+             which switchyard does not carry out yet; not served, so that no \
+             client is served without a valid certificate",
+            l.port
+        ),
+    )
+}
+
+/// A listener's conflict with those before it (`ProtocolConflict` on its port, else
+/// `HostnameConflict` with the same port and hostname), noting it in `protocols` and `seen`
+/// (as listener `index`) when it has none.
+fn conflict<'l>(
+    l: &'l Listener,
+    protocols: &mut BTreeMap<i32, &'l str>,
+    seen: &mut BTreeMap<(i32, String), usize>,
+    index: usize,
+) -> Option<(&'static str, String)> {
+    let mut conflicted = None;
+    let host_key = l.hostname.clone().unwrap_or_default().to_ascii_lowercase();
+    match protocols.get(&l.port) {
+        Some(p) if *p != l.protocol => {
+            conflicted = Some((
+                "ProtocolConflict",
+                format!("port {} has another protocol", l.port),
+            ));
+        }
+        _ => {
+            protocols.insert(l.port, &l.protocol);
+        }
+    }
+    if conflicted.is_none() {
+        if let Some(&first) = seen.get(&(l.port, host_key.clone())) {
+            conflicted = Some((
+                "HostnameConflict",
+                format!("same port and hostname as listener #{first}"),
+            ));
+        } else {
+            seen.insert((l.port, host_key), index);
+        }
+    }
+    conflicted
+}
+
+/// The kinds of route a listener supports (HTTPRoute, the one it can take), and
+/// `InvalidRouteKinds` for any other it names.
+fn route_kinds(l: &Listener, allowed: Option<&AllowedRoutes>) -> (Vec<RouteGroupKind>, Checked) {
+    let mut refs: Checked = Ok(());
+    let kinds = allowed.map(|a| a.kinds.as_slice()).unwrap_or(&[]);
+    let mut supported = Vec::new();
+    let http_route = RouteGroupKind {
+        group: Some(GROUP.into()),
+        kind: HTTP_ROUTE.into(),
+    };
+    if !matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
+        // A listener of a protocol not served supports no kind of route.
+    } else if kinds.is_empty() {
+        supported.push(http_route.clone());
+    } else {
+        for k in kinds {
+            if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == HTTP_ROUTE {
+                if !supported.contains(&http_route) {
+                    supported.push(http_route.clone());
+                }
+            } else {
+                refs = Err((
+                    "InvalidRouteKinds",
+                    format!("route kind {} is not supported", k.kind),
+                ));
+            }
+        }
+    }
+    (supported, refs)
+}
+
+/// The namespaces a listener takes routes from; `Err` for a `from` switchyard does not know
+/// (or a `Selector` without its selector).
+fn allowed_namespaces(
+    allowed: Option<&AllowedRoutes>,
+) -> Result<Allowed<'_>, (&'static str, String)> {
+    match allowed
+        .and_then(|a| a.namespaces.as_ref())
+        .map(|n| (n.from.as_deref().unwrap_or("Same"), n.selector.as_ref()))
+    {
+        None | Some(("Same", _)) => Ok(Allowed::Same),
+        Some(("All", _)) => Ok(Allowed::All),
+        Some(("Selector", Some(sel))) => Ok(Allowed::Selector(sel)),
+        Some((other, _)) => Err((
+            "UnsupportedValue",
+            format!(
+                "allowedRoutes.namespaces.from {} (or a missing selector)",
+                show(other)
+            ),
+        )),
+    }
+}
+
+/// A listener's conditions from its checks.
+fn listener_conditions(
+    accepted: &Checked,
+    conflicted: &Option<(&'static str, String)>,
+    refs: &Checked,
+    programmed_ok: bool,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    let mut conditions = vec![
+        match &accepted {
+            Ok(()) => Condition::new("Accepted", true, "Accepted", "accepted", generation),
+            Err((r, m)) => Condition::new("Accepted", false, r, m.clone(), generation),
+        },
+        match &conflicted {
+            None => Condition::new(
+                "Conflicted",
+                false,
+                "NoConflicts",
+                "no conflicts",
+                generation,
+            ),
+            Some((r, m)) => Condition::new("Conflicted", true, r, m.clone(), generation),
+        },
+        match &refs {
+            Ok(()) => Condition::new("ResolvedRefs", true, "ResolvedRefs", "resolved", generation),
+            Err((r, m)) => Condition::new("ResolvedRefs", false, r, m.clone(), generation),
+        },
+    ];
+    conditions.push(programmed(
+        programmed_ok,
+        "not served as configured",
+        generation,
+    ));
+    conditions.push(programmed(
+        programmed_ok,
+        "not served as configured",
+        generation,
+    ));
+    conditions
 }
 
 /// Which listener has a hostname's certificate in the shared address space.

@@ -70,6 +70,66 @@ fn gateway_conditions(
     statuses: &[ListenerStatus],
 ) -> Vec<Condition> {
     let generation = gw.metadata.generation;
+    let outcome = given.map(|g| &g.outcome);
+    // `Accepted` and `Programmed` false, each with its reason and message.
+    let refused = |accepted: (&str, String), not_programmed: (&str, String)| {
+        vec![
+            Condition::new("Accepted", false, accepted.0, accepted.1, generation),
+            Condition::new(
+                "Programmed",
+                false,
+                not_programmed.0,
+                not_programmed.1,
+                generation,
+            ),
+        ]
+    };
+    if let Some(p) = gw
+        .spec
+        .infrastructure
+        .as_ref()
+        .and_then(|i| i.parameters_ref.as_ref())
+    {
+        // No parameters kind is switchyard's: the Gateway is refused, not served.
+        return refused(
+            (
+                "InvalidParameters",
+                format!(
+                    "infrastructure.parametersRef {} {}: switchyard takes no parameters",
+                    p.kind, p.name
+                ),
+            ),
+            ("Invalid", "the Gateway is not accepted".into()),
+        );
+    }
+    if let Some(Outcome::Unsupported(why)) = outcome {
+        return refused(
+            ("UnsupportedAddress", why.clone()),
+            ("AddressNotUsable", why.clone()),
+        );
+    }
+    if given.is_none() && !gw.spec.addresses.is_empty() {
+        return refused(
+            (
+                "UnsupportedAddress",
+                "switchyard takes its addresses from --publish-service or \
+                 --publish-status-address; spec.addresses is not supported"
+                    .into(),
+            ),
+            ("AddressNotUsable", "spec.addresses is not supported".into()),
+        );
+    }
+    served_conditions(given, listeners, statuses, generation)
+}
+
+/// The conditions of a Gateway that is not refused: accepted when some listener is usable
+/// (or it has none), programmed when one serves at the address it was given.
+fn served_conditions(
+    given: Option<&Given>,
+    listeners: &[ListenerView<'_>],
+    statuses: &[ListenerStatus],
+    generation: Option<i64>,
+) -> Vec<Condition> {
     // Listeners unusable for want of an address count as they were before.
     let (any_usable, all_usable) = match given {
         Some(g) => (g.any_usable, g.all_usable),
@@ -80,98 +140,41 @@ fn gateway_conditions(
     };
     let outcome = given.map(|g| &g.outcome);
     let mut conditions = Vec::new();
-    if let Some(p) = gw
-        .spec
-        .infrastructure
-        .as_ref()
-        .and_then(|i| i.parameters_ref.as_ref())
-    {
-        // No parameters kind is switchyard's: the Gateway is refused, not served.
-        conditions.push(Condition::new(
-            "Accepted",
-            false,
-            "InvalidParameters",
-            format!(
-                "infrastructure.parametersRef {} {}: switchyard takes no parameters",
-                p.kind, p.name
-            ),
-            generation,
-        ));
-        conditions.push(Condition::new(
-            "Programmed",
-            false,
-            "Invalid",
-            "the Gateway is not accepted",
-            generation,
-        ));
-    } else if let Some(Outcome::Unsupported(why)) = outcome {
-        conditions.push(Condition::new(
-            "Accepted",
-            false,
-            "UnsupportedAddress",
-            why.clone(),
-            generation,
-        ));
-        conditions.push(Condition::new(
-            "Programmed",
-            false,
-            "AddressNotUsable",
-            why.clone(),
-            generation,
-        ));
-    } else if given.is_none() && !gw.spec.addresses.is_empty() {
-        conditions.push(Condition::new(
-            "Accepted",
-            false,
-            "UnsupportedAddress",
-            "switchyard takes its addresses from --publish-service or \
-         --publish-status-address; spec.addresses is not supported",
-            generation,
-        ));
-        conditions.push(Condition::new(
-            "Programmed",
-            false,
-            "AddressNotUsable",
-            "spec.addresses is not supported",
-            generation,
-        ));
+    let conflicted = statuses.iter().any(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Conflicted" && c.status == "True")
+    });
+    let (reason, message) = if all_usable && !conflicted {
+        ("Accepted", "accepted")
     } else {
-        let conflicted = statuses.iter().any(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Conflicted" && c.status == "True")
-        });
-        let (reason, message) = if all_usable && !conflicted {
-            ("Accepted", "accepted")
-        } else {
-            ("ListenersNotValid", "some listeners are not valid")
-        };
-        conditions.push(Condition::new(
-            "Accepted",
-            any_usable || listeners.is_empty(),
-            reason,
-            message,
+        ("ListenersNotValid", "some listeners are not valid")
+    };
+    conditions.push(Condition::new(
+        "Accepted",
+        any_usable || listeners.is_empty(),
+        reason,
+        message,
+        generation,
+    ));
+    conditions.push(if let Some(Outcome::NotUsable(why)) = outcome {
+        Condition::new(
+            "Programmed",
+            false,
+            "AddressNotUsable",
+            why.clone(),
             generation,
-        ));
-        conditions.push(if let Some(Outcome::NotUsable(why)) = outcome {
-            Condition::new(
-                "Programmed",
-                false,
-                "AddressNotUsable",
-                why.clone(),
-                generation,
-            )
-        } else if let Some(Outcome::NotAssigned(why)) = outcome {
-            Condition::new(
-                "Programmed",
-                false,
-                "AddressNotAssigned",
-                why.clone(),
-                generation,
-            )
-        } else {
-            programmed(any_usable, "no listener can be served", generation)
-        });
-    }
+        )
+    } else if let Some(Outcome::NotAssigned(why)) = outcome {
+        Condition::new(
+            "Programmed",
+            false,
+            "AddressNotAssigned",
+            why.clone(),
+            generation,
+        )
+    } else {
+        programmed(any_usable, "no listener can be served", generation)
+    });
     conditions
 }
