@@ -110,7 +110,7 @@ impl Builder<'_> {
                 ))));
                 continue;
             }
-            match self.gateway_rule(who, rule, ri, given.grants, given.services, entry_ids) {
+            match self.gateway_rule(who, rule, ri, given, entry_ids) {
                 Ok((r, unresolved)) => {
                     route_patterns += patterns_here;
                     if let (Ok(()), Some(u)) = (&resolved, unresolved) {
@@ -209,71 +209,16 @@ impl Builder<'_> {
         who: &ObjectRef,
         rule: &HTTPRouteRule,
         index: usize,
-        grants: &Grants<'_>,
-        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        given: &RouteInputs<'_, '_>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
     ) -> Result<(GatewayRule, Option<Unresolved>), String> {
         let mut out = GatewayRule::answering(
             format!("{}/{} rule {index}", who.namespace, who.name).into(),
             500,
         );
-        let mut redirect = None;
-        let mut unresolved = None;
-        let mut mirrors = Vec::new();
-        let mut extension = None;
-        for f in &rule.filters {
-            match filter(f, &mut out.request_headers, &mut out.response_headers)? {
-                Some(Filtered::Redirect(r)) => redirect = Some(r),
-                Some(Filtered::Rewrite(host, path)) => {
-                    out.rewrite_host = host;
-                    out.rewrite_path = path;
-                }
-                Some(Filtered::Mirror(to, numerator, denominator)) => {
-                    mirrors.push((to, numerator, denominator));
-                }
-                Some(Filtered::Extension(why)) => {
-                    extension.get_or_insert(why);
-                }
-                None => {}
-            }
-        }
-        if let Some(t) = &rule.timeouts {
-            out.request_timeout = t
-                .request
-                .as_deref()
-                .map(gateway_duration)
-                .transpose()?
-                .flatten();
-            out.backend_timeout = t
-                .backend_request
-                .as_deref()
-                .map(gateway_duration)
-                .transpose()?
-                .flatten();
-        }
-        // Each backendRef's filters, read before any backend is resolved.
-        let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
-        for b in &rule.backend_refs {
-            let mut request_headers = HeaderFilter::default();
-            let mut response_headers = HeaderFilter::default();
-            let mut extension = None;
-            for f in &b.filters {
-                match filter(f, &mut request_headers, &mut response_headers)? {
-                    None => {}
-                    Some(Filtered::Extension(why)) => {
-                        extension.get_or_insert(why);
-                    }
-                    Some(_) => {
-                        return Err(format!(
-                            "filter {} on a backendRef is not supported",
-                            f.type_
-                        ));
-                    }
-                }
-            }
-            backend_filters.push((request_headers, response_headers, extension));
-        }
-        if let Some(message) = extension {
+        let asked = rule_filters(rule, &mut out)?;
+        let backend_filters = backend_filters(rule)?;
+        if let Some(message) = asked.extension {
             // The spec: a filter that cannot be resolved is never skipped; the requests it
             // would have processed get an error. So the rule stays (a broader rule must not
             // take its requests without the filter) and answers 500, doing nothing else.
@@ -284,8 +229,9 @@ impl Builder<'_> {
             };
             return Ok((failed, Some(u)));
         }
-        for (to, numerator, denominator) in mirrors {
-            match self.gateway_backend(who, &to, grants, services, entry_ids) {
+        let mut unresolved = None;
+        for (to, numerator, denominator) in asked.mirrors {
+            match self.gateway_backend(who, &to, given.grants, given.services, entry_ids) {
                 Ok(entry) => out.mirrors.push(Mirror {
                     entry,
                     numerator,
@@ -297,10 +243,40 @@ impl Builder<'_> {
                 }
             }
         }
-        if let Some(r) = redirect {
+        if let Some(r) = asked.redirect {
             out.action = Action::Redirect(r);
             return Ok((out, unresolved));
         }
+        let backends = self.rule_backends(
+            who,
+            rule,
+            backend_filters,
+            given,
+            entry_ids,
+            &mut unresolved,
+        );
+        let total: u64 = backends.iter().map(|b| b.weight).sum();
+        if total > 0 {
+            out.action = Action::Backends(Backends {
+                backends: backends.into_boxed_slice(),
+                total,
+                turn: Shared::default(),
+            });
+        }
+        Ok((out, unresolved))
+    }
+
+    /// The backends of a rule that neither redirects nor fails, each resolved to its entry,
+    /// with its share and its filters; the first that does not resolve goes to `unresolved`.
+    fn rule_backends(
+        &mut self,
+        who: &ObjectRef,
+        rule: &HTTPRouteRule,
+        backend_filters: Vec<BackendFilters>,
+        given: &RouteInputs<'_, '_>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+        unresolved: &mut Option<Unresolved>,
+    ) -> Vec<Backend> {
         let mut backends = Vec::new();
         for (b, (request_headers, response_headers, extension)) in
             rule.backend_refs.iter().zip(backend_filters)
@@ -315,7 +291,13 @@ impl Builder<'_> {
                     });
                     None
                 }
-                None => match self.gateway_backend(who, &b.backend, grants, services, entry_ids) {
+                None => match self.gateway_backend(
+                    who,
+                    &b.backend,
+                    given.grants,
+                    given.services,
+                    entry_ids,
+                ) {
                     Ok(id) => Some(id),
                     Err(u) => {
                         unresolved.get_or_insert(u);
@@ -330,15 +312,7 @@ impl Builder<'_> {
                 response_headers,
             });
         }
-        let total: u64 = backends.iter().map(|b| b.weight).sum();
-        if total > 0 {
-            out.action = Action::Backends(Backends {
-                backends: backends.into_boxed_slice(),
-                total,
-                turn: Shared::default(),
-            });
-        }
-        Ok((out, unresolved))
+        backends
     }
 
     /// The entry a backendRef names.
@@ -509,6 +483,87 @@ impl Builder<'_> {
             query,
         }))
     }
+}
+
+/// What a rule's own filters ask beyond header changes.
+struct Asked {
+    redirect: Option<Redirect>,
+    /// A backend and the share of requests it gets a copy of (numerator, denominator).
+    mirrors: Vec<(BackendObjectReference, u64, u64)>,
+    /// An `ExtensionRef`'s why, for `ResolvedRefs`.
+    extension: Option<String>,
+}
+
+/// Reads a rule's filters (header changes and rewrites into `out`) and its timeouts.
+fn rule_filters(rule: &HTTPRouteRule, out: &mut GatewayRule) -> Result<Asked, String> {
+    let mut redirect = None;
+    let mut mirrors = Vec::new();
+    let mut extension = None;
+    for f in &rule.filters {
+        match filter(f, &mut out.request_headers, &mut out.response_headers)? {
+            Some(Filtered::Redirect(r)) => redirect = Some(r),
+            Some(Filtered::Rewrite(host, path)) => {
+                out.rewrite_host = host;
+                out.rewrite_path = path;
+            }
+            Some(Filtered::Mirror(to, numerator, denominator)) => {
+                mirrors.push((to, numerator, denominator));
+            }
+            Some(Filtered::Extension(why)) => {
+                extension.get_or_insert(why);
+            }
+            None => {}
+        }
+    }
+    if let Some(t) = &rule.timeouts {
+        out.request_timeout = t
+            .request
+            .as_deref()
+            .map(gateway_duration)
+            .transpose()?
+            .flatten();
+        out.backend_timeout = t
+            .backend_request
+            .as_deref()
+            .map(gateway_duration)
+            .transpose()?
+            .flatten();
+    }
+    Ok(Asked {
+        redirect,
+        mirrors,
+        extension,
+    })
+}
+
+/// A backendRef's filters: its request and response header changes, and an `ExtensionRef`'s
+/// why.
+type BackendFilters = (HeaderFilter, HeaderFilter, Option<String>);
+
+/// Each backendRef's filters, read before any backend is resolved.
+fn backend_filters(rule: &HTTPRouteRule) -> Result<Vec<BackendFilters>, String> {
+    let mut backend_filters = Vec::with_capacity(rule.backend_refs.len());
+    for b in &rule.backend_refs {
+        let mut request_headers = HeaderFilter::default();
+        let mut response_headers = HeaderFilter::default();
+        let mut extension = None;
+        for f in &b.filters {
+            match filter(f, &mut request_headers, &mut response_headers)? {
+                None => {}
+                Some(Filtered::Extension(why)) => {
+                    extension.get_or_insert(why);
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "filter {} on a backendRef is not supported",
+                        f.type_
+                    ));
+                }
+            }
+        }
+        backend_filters.push((request_headers, response_headers, extension));
+    }
+    Ok(backend_filters)
 }
 
 /// The regular expressions of one build: the previous table's, reused by source (indexed
