@@ -5,7 +5,7 @@
 //! `Hostname`); HTTPRoutes the `status.parents` entries whose `controllerName` is ours, beside
 //! other controllers' entries, which are kept. Only the leader writes (`control::lease`).
 //!
-//! It runs beside the Ingress writer (`control::status`) with the same habits: while leading it
+//! It runs the same loop as the Ingress writer (`control::status_writer`): while leading it
 //! watches the three kinds (status only matters) so that an object already right costs no
 //! request, batches changes for `Limits::coalesce`, and writes merge patches of the `status`
 //! subresource at most `Limits::concurrency` at once and `Limits::per_second` a second. It is
@@ -21,26 +21,23 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Service;
 use kube::api::Patch;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::control::retry::{Outage, backed_off, is_not_found};
-use crate::control::status::{Address, Bucket, Limits, Publish, paced, service_addresses};
+use crate::control::retry::{GATEWAY_API_RETRY, Outage, backed_off, is_not_found};
+pub use crate::control::status_writer::Key;
+use crate::control::status_writer::{Address, Limits, Publish, Side, Writer};
 use crate::control::translate::gateway::api::{
     Condition, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass, GatewayClassStatus,
     GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus,
 };
 use crate::ops::metrics::Metrics;
-
-/// (namespace, name); the namespace is empty for a GatewayClass.
-pub type Key = (String, String);
 
 /// What translate decided, as the pipeline publishes it.
 pub type Desired = Arc<GatewayApiStatus>;
@@ -233,9 +230,6 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
-/// Delay before deciding again after a batch in which a write failed or met a newer version.
-const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(2);
-
 /// Everything the Gateway API status writer needs.
 pub struct GatewayStatusWriter {
     pub client: Client,
@@ -251,16 +245,6 @@ pub struct GatewayStatusWriter {
     pub leader: watch::Receiver<bool>,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
-}
-
-type Stream_<T> = std::pin::Pin<Box<dyn Stream<Item = Result<Event<T>, watcher::Error>> + Send>>;
-
-/// The watches the writer holds while leading.
-struct Streams {
-    classes: Stream_<GatewayClass>,
-    gateways: Stream_<Gateway>,
-    routes: Stream_<HTTPRoute>,
-    service: Option<Stream_<Service>>,
 }
 
 /// A kind's statuses as the watch tells them, with the re-list buffer.
@@ -344,9 +328,6 @@ struct Views {
     classes: View<GatewayClassStatus>,
     gateways: View<GatewayStatus>,
     routes: View<RouteStatus>,
-    /// The published Service's addresses as last seen (`Publish::Service`).
-    service: Option<Vec<Address>>,
-    service_outage: Outage,
 }
 
 impl Views {
@@ -368,78 +349,46 @@ impl GatewayStatusWriter {
         tokio::spawn(self.run(stop))
     }
 
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let mut views = Views::default();
-        let (mut classes, mut gateways, mut routes, mut service) = (None, None, None, None);
-        // The pipeline has published a decision (its initial value means nothing yet).
-        let mut desired_known = false;
-        let mut due: Option<Instant> = None;
-        let mut leading = false;
-        let mut leader_open = true;
-        let mut bucket = Bucket::new(self.limits.per_second, self.limits.burst);
-        loop {
-            let now_leading = *self.leader.borrow_and_update();
-            if now_leading != leading {
-                leading = now_leading;
-                views = Views::default();
-                due = None;
-                let s = leading.then(|| self.streams());
-                (classes, gateways, routes, service) = match s {
-                    Some(s) => (Some(s.classes), Some(s.gateways), Some(s.routes), s.service),
-                    None => (None, None, None, None),
-                };
-            }
-            let sleep = async {
-                match due {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let mut changed = false;
-            tokio::select! {
-                r = self.leader.changed(), if leader_open => if r.is_err() { leader_open = false },
-                r = self.desired.changed() => {
-                    if r.is_err() { return }
-                    desired_known = true;
-                    changed = true;
-                }
-                Some(ev) = next(classes.as_mut()) => {
-                    changed = views.classes.apply("gatewayclasses", ev, |c: &GatewayClass| c.status.clone().unwrap_or_default());
-                }
-                Some(ev) = next(gateways.as_mut()) => {
-                    changed = views.gateways.apply("gateways", ev, |g: &Gateway| g.status.clone().unwrap_or_default());
-                }
-                Some(ev) = next(routes.as_mut()) => {
-                    changed = views.routes.apply("httproutes", ev, |r: &HTTPRoute| r.status.clone().unwrap_or_default());
-                }
-                Some(ev) = next(service.as_mut()) => {
-                    changed = self.on_service(&mut views, ev);
-                }
-                _ = sleep => {
-                    due = None;
-                    if !(leading && desired_known) {
-                        continue;
-                    }
-                    let Some(addresses) = self.addresses(&views) else { continue };
-                    let desired = Arc::clone(&self.desired.borrow());
-                    let writes = plan(&desired, &addresses, &self.controller_name, &views.current(), &now_rfc3339());
-                    if !writes.is_empty() && self.write_all(writes, &mut views, &mut bucket, &stop).await {
-                        due = Some(Instant::now() + RETRY_AFTER_FAILURE);
-                    }
-                }
-                r = stop.changed() => if r.is_err() { return },
-            }
-            if *stop.borrow() {
-                return;
-            }
-            if changed && leading && due.is_none() {
-                due = Some(Instant::now() + self.limits.coalesce);
-            }
-        }
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let writer = Writer {
+            side: Kinds {
+                namespace: self.namespace,
+                controller_name: self.controller_name,
+            },
+            client: self.client,
+            publish: self.publish,
+            desired: self.desired,
+            leader: self.leader,
+            limits: self.limits,
+            metrics: self.metrics,
+        };
+        writer.run(stop).await
     }
+}
 
-    fn streams(&self) -> Streams {
-        fn namespaced<K>(client: &Client, ns: Option<&str>) -> Stream_<K>
+/// The Gateway API side of the status writer.
+struct Kinds {
+    namespace: Option<String>,
+    controller_name: String,
+}
+
+/// An event of one of the three watches.
+enum KindEvent {
+    Class(Result<Event<GatewayClass>, watcher::Error>),
+    Gateway(Result<Event<Gateway>, watcher::Error>),
+    Route(Result<Event<HTTPRoute>, watcher::Error>),
+}
+
+impl Side for Kinds {
+    type Desired = Desired;
+    type Event = KindEvent;
+    type View = Views;
+    type Write = Write;
+
+    const UPDATED: &'static str = "status: Gateway API status updated";
+
+    fn watches(&self, client: &Client) -> Vec<BoxStream<'static, KindEvent>> {
+        fn namespaced<K>(client: &Client, ns: Option<&str>) -> Watched<K>
         where
             K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
                 + Clone
@@ -456,148 +405,94 @@ impl GatewayStatusWriter {
             gateway_api_backoff(watcher::watcher(api, watcher::Config::default()))
         }
         let ns = self.namespace.as_deref();
-        let classes: Api<GatewayClass> = Api::all(self.client.clone());
-        let service = match &self.publish {
-            Some(Publish::Service { namespace, name }) => {
-                let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
-                let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-                Some(backed_off(watcher::watcher(api, config), None).boxed())
-            }
-            _ => None,
-        };
-        Streams {
-            classes: gateway_api_backoff(watcher::watcher(classes, watcher::Config::default())),
-            gateways: namespaced(&self.client, ns),
-            routes: namespaced(&self.client, ns),
-            service,
-        }
+        let classes: Api<GatewayClass> = Api::all(client.clone());
+        vec![
+            gateway_api_backoff(watcher::watcher(classes, watcher::Config::default()))
+                .map(KindEvent::Class)
+                .boxed(),
+            namespaced(client, ns).map(KindEvent::Gateway).boxed(),
+            namespaced(client, ns).map(KindEvent::Route).boxed(),
+        ]
     }
 
-    /// The addresses to publish now; `None` while the published Service is not known yet.
-    fn addresses(&self, views: &Views) -> Option<Vec<Address>> {
-        match &self.publish {
-            None => Some(Vec::new()),
-            Some(Publish::Static(list)) => {
-                let mut v = list.clone();
-                v.sort();
-                v.dedup();
-                Some(v)
-            }
-            Some(Publish::Service { .. }) => views.service.clone(),
-        }
-    }
-
-    fn on_service(&self, views: &mut Views, ev: Result<Event<Service>, watcher::Error>) -> bool {
-        let Some(Publish::Service { name, .. }) = &self.publish else {
-            return false;
-        };
-        let before = views.service.clone();
-        if ev.is_ok() {
-            views.service_outage.worked();
-        }
+    fn apply(views: &mut Views, ev: KindEvent) -> bool {
         match ev {
-            Ok(Event::Apply(svc) | Event::InitApply(svc)) if svc.name_any() == *name => {
-                views.service = Some(service_addresses(&svc));
+            KindEvent::Class(ev) => {
+                views
+                    .classes
+                    .apply("gatewayclasses", ev, |c: &GatewayClass| {
+                        c.status.clone().unwrap_or_default()
+                    })
             }
-            Ok(Event::Delete(svc)) if svc.name_any() == *name => views.service = Some(Vec::new()),
-            Ok(Event::Init) => views.service = None,
-            Ok(Event::InitDone) if views.service.is_none() => views.service = Some(Vec::new()),
-            Ok(_) => {}
-            Err(e) => {
-                if views.service_outage.failed() {
-                    tracing::warn!(error = %e, "status: cannot watch the --publish-service Service; retrying with backoff")
-                }
-            }
+            KindEvent::Gateway(ev) => views.gateways.apply("gateways", ev, |g: &Gateway| {
+                g.status.clone().unwrap_or_default()
+            }),
+            KindEvent::Route(ev) => views.routes.apply("httproutes", ev, |r: &HTTPRoute| {
+                r.status.clone().unwrap_or_default()
+            }),
         }
-        views.service != before
     }
 
-    /// Writes each, within the limits; returns whether any is to be decided again.
-    async fn write_all(
-        &self,
-        writes: Vec<Write>,
-        views: &mut Views,
-        bucket: &mut Bucket,
-        stop: &watch::Receiver<bool>,
-    ) -> bool {
-        let total = writes.len();
-        let paced = paced(writes, bucket, self.leader.clone(), stop.clone());
-        let mut results = std::pin::pin!(
-            paced
-                .map(|w| async move {
-                    let r = self.write(&w).await;
-                    (w, r)
-                })
-                .buffer_unordered(self.limits.concurrency.max(1))
-        );
-        let (mut written, mut failed) = (0usize, false);
-        while let Some((w, result)) = results.next().await {
-            let label = match result {
-                Ok(rv) => {
-                    written += 1;
-                    // What the watch will say soon; until then a new batch must not redo it.
-                    record(views, &w, rv);
-                    "written"
-                }
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    failed = true;
-                    "conflict"
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => "not_found",
-                Err(e) => {
-                    failed = true;
-                    let (ns, name) = w.key();
-                    tracing::warn!(kind = w.kind(), namespace = %ns, name = %name, error = %e,
-                        "status: write failed; retrying");
-                    "failed"
-                }
-            };
-            self.metrics
-                .status_writes_total
-                .with_label_values(&[label])
-                .inc();
-        }
-        tracing::info!(
-            planned = total,
-            written,
-            "status: Gateway API status updated"
-        );
-        failed
+    fn plan(
+        &mut self,
+        desired: &Desired,
+        addresses: &[Address],
+        views: &Views,
+    ) -> Option<Vec<Write>> {
+        Some(plan(
+            desired,
+            addresses,
+            &self.controller_name,
+            &views.current(),
+            &now_rfc3339(),
+        ))
     }
 
     /// One merge patch of the status subresource; the new resourceVersion.
-    async fn write(&self, w: &Write) -> Result<Option<String>, kube::Error> {
+    async fn write(&self, client: &Client, w: &Write) -> Result<Option<String>, kube::Error> {
         let pp = crate::control::patch_params();
         // A merge patch replaces lists whole, so each list written is the complete one.
         match w {
             Write::Class((_, name), s) => {
-                let api: Api<GatewayClass> = Api::all(self.client.clone());
+                let api: Api<GatewayClass> = Api::all(client.clone());
                 let patch = json!({ "status": s });
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
             Write::Gateway((ns, name), s) => {
-                let api: Api<Gateway> = Api::namespaced(self.client.clone(), ns);
+                let api: Api<Gateway> = Api::namespaced(client.clone(), ns);
                 let patch = json!({ "status": s });
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
             Write::Route((ns, name), s, rv) => {
-                let api: Api<HTTPRoute> = Api::namespaced(self.client.clone(), ns);
+                let api: Api<HTTPRoute> = Api::namespaced(client.clone(), ns);
                 let patch = json!({ "metadata": { "resourceVersion": rv }, "status": s });
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
         }
     }
+
+    fn record(views: &mut Views, w: &Write, rv: Option<String>) {
+        record(views, w, rv)
+    }
+
+    fn warn_failed(w: &Write, e: &kube::Error) {
+        let (ns, name) = w.key();
+        tracing::warn!(kind = w.kind(), namespace = %ns, name = %name, error = %e,
+            "status: write failed; retrying");
+    }
 }
+
+type Watched<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
 
 /// The cluster source's retry policy for a Gateway API watch: a missing CRD (404) is looked
 /// for again every `GATEWAY_API_RETRY`, other failures back off as every watch does.
 fn gateway_api_backoff<K: Send + 'static>(
     inner: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-) -> Stream_<K> {
-    backed_off(inner, Some(crate::control::watch::GATEWAY_API_RETRY)).boxed()
+) -> Watched<K> {
+    backed_off(inner, Some(GATEWAY_API_RETRY)).boxed()
 }
 
 /// Notes a successful write in the views.
@@ -612,14 +507,6 @@ fn record(views: &mut Views, w: &Write, rv: Option<String>) {
         Write::Class(k, s) => set(&mut views.classes, k, s, rv),
         Write::Gateway(k, s) => set(&mut views.gateways, k, s, rv),
         Write::Route(k, s, _) => set(&mut views.routes, k, s, rv),
-    }
-}
-
-/// The next item of an optional stream; pending forever without one.
-async fn next<T>(s: Option<&mut Stream_<T>>) -> Option<Result<Event<T>, watcher::Error>> {
-    match s {
-        Some(s) => s.next().await,
-        None => std::future::pending().await,
     }
 }
 

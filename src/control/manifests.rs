@@ -28,6 +28,7 @@ use serde::de::value::MapDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+pub use crate::control::objects::Objects;
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::SERVICE_NAME_LABEL;
 use crate::control::translate::gateway::api::{
@@ -37,58 +38,6 @@ use crate::table::upstream::CA_KEY;
 
 /// How often the files are checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
-
-/// The routing objects read from the files.
-#[derive(Debug, Default, Clone)]
-pub struct Objects {
-    pub services: Vec<Service>,
-    pub slices: Vec<EndpointSlice>,
-    pub ingresses: Vec<Ingress>,
-    pub classes: Vec<IngressClass>,
-    pub secrets: Vec<Secret>,
-    /// Those that hold a `ca.crt`, cut down to it (as the cluster source keeps them).
-    pub config_maps: Vec<ConfigMap>,
-    pub gateway_classes: Vec<GatewayClass>,
-    pub gateways: Vec<Gateway>,
-    pub http_routes: Vec<HTTPRoute>,
-    /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
-    pub reference_grants: Vec<ReferenceGrant>,
-    pub namespaces: Vec<Namespace>,
-    /// What was read past without effect and was likely meant to have one: a field its object
-    /// has not (`spec.prots`), a kind that is a misspelling of one switchyard reads
-    /// (`Servce`). Each names its file, document and object; the loader logs them.
-    pub unread: Vec<String>,
-}
-
-impl Objects {
-    /// The Ingress side (with the Gateway API objects), by reference, for translate.
-    pub fn ingress_refs(&self) -> crate::control::translate::IngressRefs<'_> {
-        crate::control::translate::IngressRefs::of(&self.ingresses, &self.classes, &self.secrets)
-            .with_config_maps(&self.config_maps)
-            .with_gateway(crate::control::translate::GatewayRefs {
-                classes: self.gateway_classes.iter().collect(),
-                gateways: self.gateways.iter().collect(),
-                routes: self.http_routes.iter().collect(),
-                grants: self.reference_grants.iter().collect(),
-                namespaces: self.namespaces.iter().collect(),
-            })
-    }
-
-    fn extend(&mut self, other: Objects) {
-        self.services.extend(other.services);
-        self.slices.extend(other.slices);
-        self.ingresses.extend(other.ingresses);
-        self.classes.extend(other.classes);
-        self.secrets.extend(other.secrets);
-        self.config_maps.extend(other.config_maps);
-        self.gateway_classes.extend(other.gateway_classes);
-        self.gateways.extend(other.gateways);
-        self.http_routes.extend(other.http_routes);
-        self.reference_grants.extend(other.reference_grants);
-        self.namespaces.extend(other.namespaces);
-        self.unread.extend(other.unread);
-    }
-}
 
 /// Why the manifests could not be loaded. Every variant names the file.
 #[derive(Debug, thiserror::Error)]

@@ -7,9 +7,11 @@ pub mod events;
 pub mod gateway_status;
 pub mod lease;
 pub mod manifests;
+pub mod objects;
 pub mod pipeline;
 pub mod retry;
 pub mod status;
+pub mod status_writer;
 pub mod translate;
 pub mod watch;
 

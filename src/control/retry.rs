@@ -16,6 +16,14 @@ use kube::Client;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
+/// How often a Gateway API kind whose CRD is not installed (its list answers 404) is listed
+/// again. A cluster without the Gateway API is the common case and stays so for weeks: the
+/// usual 1 s retry would cost four requests a second for nothing, while an operator who
+/// installs the CRDs waits at most this long (plus jitter) for switchyard to notice. A watch on
+/// CustomResourceDefinitions would notice at once but needs read access to every CRD of the
+/// cluster, which least privilege keeps from switchyard.
+pub const GATEWAY_API_RETRY: Duration = Duration::from_secs(15);
+
 /// Retries a failing watch with `RetryBackoff`, which only a completed list or a watch event
 /// resets: kube's own `backoff` adapter resets on any event, and its watcher emits `Init`
 /// before every list, so a list that keeps failing (API server down, RBAC removed) was retried

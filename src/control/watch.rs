@@ -34,21 +34,13 @@ use serde::de::DeserializeOwned;
 use crate::control::coalesce::Coalescer;
 use crate::control::events;
 use crate::control::pipeline::Pipeline;
-use crate::control::retry::{HEALTH, backed_off, is_not_found};
+use crate::control::retry::{GATEWAY_API_RETRY, HEALTH, backed_off, is_not_found};
 use crate::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use crate::control::translate::{
     Changes, GatewayRefs, IngressRefs, ObjectRef, Warning, WarningReason,
 };
 use crate::ops::metrics::Metrics;
 use crate::table::upstream::CA_KEY;
-
-/// How often a Gateway API kind whose CRD is not installed (its list answers 404) is listed
-/// again. A cluster without the Gateway API is the common case and stays so for weeks: the
-/// usual 1 s retry would cost four requests a second for nothing, while an operator who
-/// installs the CRDs waits at most this long (plus jitter) for switchyard to notice. A watch on
-/// CustomResourceDefinitions would notice at once but needs read access to every CRD of the
-/// cluster, which least privilege keeps from switchyard.
-pub const GATEWAY_API_RETRY: Duration = Duration::from_secs(15);
 
 /// Annotation that `kubectl apply` stores: large and useless to routing, so dropped.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -822,7 +814,7 @@ fn object_reference(
 pub async fn snapshot(
     client: &Client,
     namespace: Option<&str>,
-) -> Result<crate::control::manifests::Objects, kube::Error> {
+) -> Result<crate::control::objects::Objects, kube::Error> {
     fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -906,7 +898,7 @@ pub async fn snapshot(
     if crds_absent {
         tracing::warn!("the Gateway API CRDs are not installed; no Gateway API objects listed");
     }
-    Ok(crate::control::manifests::Objects {
+    Ok(crate::control::objects::Objects {
         services,
         slices,
         ingresses,

@@ -1,7 +1,16 @@
 //! A Service's annotations and spec settings parsed into `Settings`: each bad value is a
 //! warning and a default for that setting alone. Pure.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+
+use super::view::*;
+use crate::table::CheckSpec;
+use crate::table::balance::Algorithm;
+use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
+use crate::table::upstream::{BackendProtocol, CaBundle};
 
 /// Parsed annotations and spec settings of one Service.
 pub(super) struct Settings {

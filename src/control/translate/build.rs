@@ -1,7 +1,28 @@
 //! The full build: entries, routes and their conflicts, TCP frontends and warnings, with
 //! per-endpoint state carried over from the previous table by key. Pure.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::annotations::{AclPrefix, Settings, asks_for_routes, settings, show};
+use super::endpoints::endpoint_addrs;
+use super::gateway::api::GatewayApiStatus;
+use super::gateway::cache::RouteCache;
+use super::inputs::{meta_key, object};
+use super::memo::{Built, Memo, MemoInputs, ServiceMemo, options_fingerprint, version_fingerprint};
+use super::trust::Trust;
+use super::view::*;
+use crate::table::gateway::GatewayRoutes;
+use crate::table::matcher::{HostPattern, PathRule, PathRules, Router};
+use crate::table::upstream::{BackendProtocol, CaBundle, Upstream};
+use crate::table::{
+    Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend, RoutingTable, Shared,
+    TcpFrontend,
+};
 
 /// Where a route lives: frontend, host level, prefix.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -80,7 +101,7 @@ pub(super) struct Builder<'a> {
     pub(super) frozen: Option<(Arc<EntryIndex>, &'a [Arc<Entry>])>,
     pub(super) needs_full: bool,
     /// What the Gateway build kept of each route's translation (for the next build).
-    pub(super) gateway_cache: Option<Arc<gateway::RouteCache>>,
+    pub(super) gateway_cache: Option<Arc<RouteCache>>,
     pub(super) ingress_only: BTreeSet<ObjectKey>,
     /// The Secrets and ConfigMaps a Service's CA bundle annotations may name.
     pub(super) trust: Trust<'a>,
@@ -817,12 +838,6 @@ pub(super) fn secret_certs(
         )
         .collect()
 }
-
-/// Entry ids by entry key.
-pub(super) type EntryIndex = HashMap<EntryKey, EntryId>;
-
-/// TLS Secrets by key, with the hosts to serve each for and its PEM bundle.
-pub(super) type Certificates = BTreeMap<ObjectKey, (BTreeSet<String>, Arc<[u8]>)>;
 
 /// An entry's name: `svc` for port 80, else `svc:port`, with `ns/` in front when `ns` is
 /// given. Built by hand at its exact length (it becomes a `Box<str>` without reallocating):

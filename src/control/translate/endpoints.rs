@@ -1,7 +1,15 @@
 //! The endpoints of one Service port from its EndpointSlices: matched by port name or
 //! number, ready or draining (serving and terminating), sorted and deduplicated. Pure.
 
-use super::*;
+use std::net::{IpAddr, SocketAddr};
+
+use k8s_openapi::api::core::v1::ServicePort;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::annotations::show;
+use super::inputs::{meta_key, object};
+use super::view::*;
 
 /// The endpoint addresses of one Service port, from its EndpointSlices, sorted and
 /// deduplicated, each with whether it is draining: ready endpoints take new traffic; endpoints

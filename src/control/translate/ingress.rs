@@ -5,14 +5,25 @@
 //! is element-wise, `Exact` is the whole path. Each bad part of an Ingress is a warning about
 //! that Ingress alone. Pure: no I/O, no clock, no logging.
 
-use super::*;
-use crate::table::cidr::Cidr;
-use crate::table::policy::RoutePolicy;
-use k8s_openapi::api::networking::v1::{IngressBackend, IngressTLS};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// The controller name switchyard claims IngressClasses by, unless `--controller-name` says
-/// otherwise.
-pub const DEFAULT_CONTROLLER_NAME: &str = "switchyard.io/ingress-controller";
+use k8s_openapi::api::core::v1::{Secret, Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass, IngressTLS};
+
+use self::ingress_annotation as ia;
+use super::annotations::{MAX_DURATION, nearest_key, parse_bool, parse_duration, show};
+use super::build::{Builder, IngressRef, RouteClaim, RouteKey, entry_name};
+use super::inputs::{meta_key, object};
+use super::view::*;
+use crate::table::cidr::Cidr;
+use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
+use crate::table::policy::RoutePolicy;
+use crate::table::upstream::{BackendProtocol, Upstream};
+use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
 /// The annotation that makes an IngressClass the cluster's default.
 const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
@@ -89,8 +100,6 @@ pub mod ingress_annotation {
         ),
     ];
 }
-
-use self::ingress_annotation as ia;
 
 /// The status of a plain-HTTP request redirected to HTTPS (ingress-nginx's default): 308
 /// keeps the method and body, which a 301 would let a client turn into a GET.

@@ -1,7 +1,12 @@
 //! The inputs as translate reads them: Services deduplicated and sorted by key, EndpointSlices
 //! indexed by the Service they feed, object keys. Pure.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::view::*;
 
 pub(super) fn meta_key<'a>(
     namespace: &'a Option<String>,
@@ -142,4 +147,14 @@ pub(super) fn index_slices<'a>(
         }
     }
     index
+}
+
+/// The Service an EndpointSlice names, if any.
+pub(super) fn slice_service(slice: &EndpointSlice) -> Option<&str> {
+    let labels = slice.metadata.labels.as_ref()?;
+    labels.get(SERVICE_NAME_LABEL).map(String::as_str)
+}
+
+pub(super) fn served_address_type(slice: &EndpointSlice) -> bool {
+    matches!(slice.address_type.as_str(), "IPv4" | "IPv6")
 }

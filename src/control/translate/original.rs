@@ -10,7 +10,14 @@
 //! (`/healthz` 200, else `--default-return-code`). `lb.aclMatch` applied on the TLS port only,
 //! and TLS-terminated and TCP Services are not previewed. Pure: no I/O, no clock.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Service;
+
+use super::inputs::meta_key;
+use super::view::*;
+use crate::control::translate::build;
+use crate::table::{EntryKey, Frontend, RoutingTable};
 
 /// One request the two answer differently.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -164,9 +171,12 @@ fn original_rewrite(path: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::translate::translate;
     use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
     use k8s_openapi::api::discovery::v1::{Endpoint as SliceEndpoint, EndpointPort};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
 
     fn svc(ns: &str, name: &str, host: Option<&str>) -> Service {
         Service {

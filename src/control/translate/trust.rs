@@ -6,7 +6,13 @@
 //! it reads the objects it is handed and nothing else; the data plane parses the certificates
 //! (and refuses one that does not parse).
 
-use super::*;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
+use super::annotations::show;
+use super::inputs::meta_key;
+use super::view::*;
 use crate::table::upstream::CA_KEY;
 
 /// The Secrets and ConfigMaps of one build, indexed on first use (most builds name none).

@@ -10,10 +10,12 @@
 //! it is made again: held to a cold build by `translate/tests/gateway`.
 
 use std::cmp::{Ordering, Reverse};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use super::build::{Matched, PathKind, listener_key};
 use super::cache::CachedRoute;
-use super::*;
+use super::view::{Matched, PathKind, listener_key};
+use crate::control::translate::view::*;
 use crate::table::gateway::{
     Candidate, Candidates, FrontendKey, GatewayLevel, GatewayRoutes, GatewayRule,
 };

@@ -13,14 +13,18 @@
 //! among the inputs checked here: the cache is used only with the entry index it was made
 //! with (the same `Arc`), and any Service change is a full build that makes a new index.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::api::{HTTPRoute, HTTPRouteFilter, HTTPRouteSpec, ReferenceGrant, ReferenceGrantSpec};
-use super::build::{Allowed, ListenerView, Matched, Place};
-use super::*;
+use super::view::{Allowed, ListenerView, Matched, Place};
+use crate::control::translate::inputs::meta_key;
+use crate::control::translate::view::*;
 use crate::table::gateway::GatewayRule;
+use crate::table::matcher::HostPattern;
 use crate::table::pattern::PatternError;
 
 /// The most failed patterns a Gateway-only build carries over without having asked for them
@@ -29,7 +33,7 @@ use crate::table::pattern::PatternError;
 const MAX_CARRIED_FAILURES: usize = 4_096;
 
 /// One build's route outputs and the inputs they were judged by.
-pub(in crate::control::translate) struct RouteCache {
+pub(crate) struct RouteCache {
     /// The entry index the cached rules' entry ids refer to.
     pub(super) index: Arc<EntryIndex>,
     /// By (namespace, name), in that order: every route the build looked at.
@@ -43,17 +47,17 @@ pub(in crate::control::translate) struct RouteCache {
     /// Regular expressions that did not compile, by source: not tried again.
     pub(super) failed: HashMap<Box<str>, PatternError>,
     /// Routes translated by the build that made this (the others were taken from the cache).
-    pub(in crate::control::translate) compiled: usize,
+    pub(crate) compiled: usize,
     /// Host levels of the Gateway routers that build made (the others it shared with the
     /// previous table).
-    pub(in crate::control::translate) levels_made: usize,
+    pub(crate) levels_made: usize,
     /// That build took every route's output from the cache, on unchanged listeners: it left
     /// the Gateway routers and the routes' status unassembled, to be shared with the
     /// previous table and memo, which they would equal.
-    pub(in crate::control::translate) same_routes: bool,
+    pub(crate) same_routes: bool,
     /// Patterns that failed to compile in that build (not those known to fail).
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(in crate::control::translate) failures_compiled: usize,
+    pub(crate) failures_compiled: usize,
 }
 
 /// One route's translation and the route it came from.

@@ -1,0 +1,646 @@
+//! The Gateway build's second phase: our Gateways (of a claimed class) with their listeners
+//! checked (protocol, port, hostname, conflicts, allowed routes, certificates) and their
+//! status but for the routes counted on them, an address of `--gateway-addresses` given to
+//! each, and the HTTPS listeners' certificates placed for SNI. It must not look at routes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use super::address::{self, Ask, Claim, Outcome};
+use super::api::*;
+use super::view::{
+    Allowed, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView, created,
+    gateway_host, programmed, sorted,
+};
+use crate::control::translate::annotations::show;
+use crate::control::translate::build::Builder;
+use crate::control::translate::ingress::secret_pem;
+use crate::control::translate::inputs::{meta_key, object};
+use crate::control::translate::view::*;
+use crate::table::gateway::GatewayRoutes;
+use crate::table::matcher::HostPattern;
+
+impl Builder<'_> {
+    /// Our Gateways (of a class in `classes`, in the namespace served) by key, with their
+    /// listeners checked and their status but for the attached-route count.
+    pub(super) fn our_gateways<'g>(
+        &mut self,
+        gateways_in: &[&'g Gateway],
+        classes: &BTreeSet<&str>,
+        grants: &Grants<'_>,
+        secrets: &[&Secret],
+    ) -> Gateways<'g> {
+        let secrets: HashMap<(&str, &str), &Secret> = secrets
+            .iter()
+            .map(|s| (meta_key(&s.metadata.namespace, &s.metadata.name), *s))
+            .collect();
+        let mut gateways: Gateways<'g> = BTreeMap::new();
+        for gw in sorted(gateways_in, |g| &g.metadata) {
+            let (ns, name) = meta_key(&gw.metadata.namespace, &gw.metadata.name);
+            if name.is_empty()
+                || !classes.contains(gw.spec.gateway_class_name.as_str())
+                || self.outside_namespace(ns)
+            {
+                continue;
+            }
+            let (mut views, mut statuses) =
+                self.gateway_listeners(gw, (ns, name), grants, &secrets);
+            if gw
+                .spec
+                .infrastructure
+                .as_ref()
+                .is_some_and(|i| i.parameters_ref.is_some())
+            {
+                // A refused Gateway serves nothing (its condition says why).
+                unserve(
+                    &mut views,
+                    &mut statuses,
+                    "the Gateway is not accepted",
+                    gw.metadata.generation,
+                );
+            }
+            gateways.insert((ns, name), (gw, views, statuses));
+        }
+        gateways
+    }
+
+    /// Checks a Gateway's listeners, records their status (but for the attached-route count)
+    /// and their certificates.
+    fn gateway_listeners<'g>(
+        &mut self,
+        gw: &'g Gateway,
+        (ns, name): (&'g str, &'g str),
+        grants: &Grants<'_>,
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> (Vec<ListenerView<'g>>, Vec<ListenerStatus>) {
+        let who = object("Gateway", ns, name);
+        let generation = gw.metadata.generation;
+        let mut views = Vec::new();
+        let mut statuses = Vec::new();
+        // (port, hostname) taken by the listeners so far, and each port's protocol.
+        let mut seen: BTreeMap<(i32, String), usize> = BTreeMap::new();
+        let mut protocols: BTreeMap<i32, &str> = BTreeMap::new();
+        for l in &gw.spec.listeners {
+            let (https, mut accepted) = self.listener_port(l);
+            let hostname = match l.hostname.as_deref().filter(|h| !h.is_empty()) {
+                None => None,
+                Some(h) => match gateway_host(h) {
+                    Ok(p) => Some(p),
+                    Err(why) => {
+                        accepted = Err(("UnsupportedValue", format!("hostname {} {why}", show(h))));
+                        None
+                    }
+                },
+            };
+            let conflicted = conflict(l, &mut protocols, &mut seen, views.len());
+            let allowed = l.allowed_routes.as_ref();
+            let (supported, mut refs) = route_kinds(l, allowed);
+            let not_served = https && accepted.is_ok() && self.client_validation(&who, gw, l);
+            if not_served {
+                accepted = Err(client_validation_refused(l));
+            }
+            let mut certificates = Vec::new();
+            if https && accepted.is_ok() {
+                match Self::listener_certificates(&who, l, grants, secrets) {
+                    Ok(c) => certificates = c,
+                    Err(e) => refs = Err(e),
+                }
+            }
+            let namespaces = allowed_namespaces(allowed).unwrap_or_else(|e| {
+                accepted = Err(e);
+                Allowed::Same
+            });
+            let usable = accepted.is_ok() && conflicted.is_none() && !supported.is_empty();
+            let programmed_ok = usable && refs.is_ok();
+            let conditions =
+                listener_conditions(&accepted, &conflicted, &refs, programmed_ok, generation);
+            self.warn_listener(&who, l, &conditions, not_served);
+            statuses.push(ListenerStatus {
+                name: l.name.clone(),
+                supported_kinds: supported,
+                attached_routes: 0,
+                conditions,
+            });
+            views.push(ListenerView {
+                gateway: (ns, name),
+                name: &l.name,
+                https,
+                addresses: Vec::new(),
+                port: l.port,
+                hostname,
+                usable,
+                namespaces,
+                attached: 0,
+                certificates,
+            });
+        }
+        (views, statuses)
+    }
+
+    /// Whether a listener is HTTPS, and whether its protocol and port are served.
+    fn listener_port(&self, l: &Listener) -> (bool, Checked) {
+        let mut accepted: Checked = Ok(());
+        let https = match l.protocol.as_str() {
+            "HTTP" => false,
+            "HTTPS" => true,
+            other => {
+                accepted = Err((
+                    "UnsupportedProtocol",
+                    format!("protocol {other} is not served (HTTP and HTTPS are)"),
+                ));
+                false
+            }
+        };
+        let served_port = if https {
+            self.options.gateway_https_port
+        } else {
+            self.options.gateway_http_port
+        };
+        if accepted.is_ok() && l.port != i32::from(served_port) {
+            accepted = Err((
+                "PortUnavailable",
+                format!(
+                    "port {} is not served: {} listeners are served on port {served_port} \
+                     (--gateway-{}-port)",
+                    l.port,
+                    l.protocol,
+                    if https { "https" } else { "http" }
+                ),
+            ));
+        }
+        (https, accepted)
+    }
+
+    /// Whether `gw` asks to verify the clients of HTTPS listener `l`, which is not carried
+    /// out yet: such a listener is not served, so that none is served without a valid
+    /// certificate. With `AllowInsecureFallback` the spec lets clients without one in: served,
+    /// and said.
+    fn client_validation(&mut self, who: &ObjectRef, gw: &Gateway, l: &Listener) -> bool {
+        let Some(v) = gw
+            .spec
+            .tls
+            .as_ref()
+            .and_then(|t| t.frontend.as_ref())
+            .and_then(|f| f.validation_on(l.port))
+        else {
+            return false;
+        };
+        if v.mode.as_deref() != Some("AllowInsecureFallback") {
+            return true;
+        }
+        self.warn_gateway(
+            who,
+            format!(
+                "listener {}: spec.tls.frontend's client-certificate validation \
+                 (AllowInsecureFallback) is not carried out: clients are not asked \
+                 for a certificate",
+                l.name
+            ),
+        );
+        false
+    }
+
+    /// Warns of each of a listener's conditions that is false but `Conflicted` and
+    /// `Programmed` (the first says it, the second follows); a listener refused for client
+    /// validation is `NotServed`.
+    fn warn_listener(
+        &mut self,
+        who: &ObjectRef,
+        l: &Listener,
+        conditions: &[Condition],
+        not_served: bool,
+    ) {
+        for c in conditions {
+            if c.status == "False" && c.type_ != "Conflicted" && c.type_ != "Programmed" {
+                let message = format!("listener {}: {}", l.name, c.message);
+                if not_served && c.type_ == "Accepted" {
+                    self.warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::NotServed,
+                        message,
+                    });
+                } else {
+                    self.warn_gateway(who, message);
+                }
+            }
+        }
+    }
+
+    /// Loads the certificates of the served HTTPS listeners into the table, for SNI by the
+    /// listener's hostname (or, without one, by the names in the certificate): those of a
+    /// Gateway with an address of its own for handshakes to that address, the others for
+    /// every address. Two Gateways of the shared address space whose listeners give one
+    /// hostname different certificates conflict: the oldest Gateway's (then by namespace and
+    /// name, as routes rank) is served, and the other listener says `Conflicted: True`
+    /// (`HostnameConflict`) and a warning names both. Its routes stay served, as they are on
+    /// the HTTP port, where such listeners share their host levels.
+    pub(super) fn place_certificates(&mut self, gateways: &mut Gateways<'_>) {
+        let mut order: Vec<(String, (&str, &str))> = gateways
+            .iter()
+            .map(|(&key, (gw, _, _))| (created(gw), key))
+            .collect();
+        order.sort();
+        // The shared address space: hostname -> the Gateway, listener and Secrets that have it.
+        let mut claimed: HashMap<String, Holder<'_>> = HashMap::default();
+        for (_, key) in &order {
+            let Some((gw, views, statuses)) = gateways.get_mut(key) else {
+                continue;
+            };
+            let generation = gw.metadata.generation;
+            for (l, st) in views.iter().zip(statuses.iter_mut()) {
+                if !l.usable || l.certificates.is_empty() {
+                    continue;
+                }
+                let host = match &l.hostname {
+                    None => "*".to_string(),
+                    Some(HostPattern::Exact(n)) => n.clone(),
+                    Some(HostPattern::Wildcard(s) | HostPattern::OneLabel(s)) => format!("*{s}"),
+                };
+                if l.addresses.is_empty() {
+                    let refs: Vec<ObjectKey> =
+                        l.certificates.iter().map(|(k, _)| k.clone()).collect();
+                    // Without a hostname the certificate's own names are served: which of
+                    // two such certificates a name gets is the store's order.
+                    match claimed.get(&host) {
+                        Some(h) if host != "*" && h.secrets != refs => {
+                            let message = format!(
+                                "hostname {host} on the TLS port is also listener {} of \
+                                 Gateway {}/{}, older (or first by namespace and name), whose \
+                                 certificateRefs are served for it; this listener's are not",
+                                h.listener, h.gateway.0, h.gateway.1
+                            );
+                            let who = object("Gateway", key.0, key.1);
+                            self.warn_gateway(&who, format!("listener {}: {message}", l.name));
+                            for c in st.conditions.iter_mut() {
+                                if c.type_ == "Conflicted" {
+                                    *c = Condition::new(
+                                        "Conflicted",
+                                        true,
+                                        "HostnameConflict",
+                                        message.clone(),
+                                        generation,
+                                    );
+                                }
+                            }
+                            continue;
+                        }
+                        Some(_) => {}
+                        None => {
+                            claimed.insert(
+                                host.clone(),
+                                Holder {
+                                    gateway: *key,
+                                    listener: l.name,
+                                    secrets: refs,
+                                },
+                            );
+                        }
+                    }
+                    add_certificates(&mut self.certificates, &l.certificates, &host);
+                }
+                // A Gateway with addresses of its own has its certificates on each of them.
+                for ip in &l.addresses {
+                    let certs = self.address_certificates.entry(*ip).or_default();
+                    add_certificates(certs, &l.certificates, &host);
+                }
+            }
+        }
+    }
+
+    /// An HTTPS listener's certificates, by Secret, or why they cannot be served.
+    fn listener_certificates(
+        who: &ObjectRef,
+        l: &Listener,
+        grants: &Grants<'_>,
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> Result<ListenerCertificates, (&'static str, String)> {
+        let Some(tls) = l.tls.as_ref() else {
+            return Err((
+                "InvalidCertificateRef",
+                "an HTTPS listener needs tls.certificateRefs".into(),
+            ));
+        };
+        if tls.mode.as_deref().is_some_and(|m| m != "Terminate") {
+            return Err((
+                "InvalidTLSConfiguration",
+                "only tls.mode Terminate is served".into(),
+            ));
+        }
+        if tls.certificate_refs.is_empty() {
+            return Err((
+                "InvalidCertificateRef",
+                "tls.certificateRefs is empty".into(),
+            ));
+        }
+        let mut out = Vec::with_capacity(tls.certificate_refs.len());
+        for r in &tls.certificate_refs {
+            let group = r.group.as_deref().unwrap_or("");
+            let kind = r.kind.as_deref().unwrap_or("Secret");
+            if !(group.is_empty() || group == "core") || kind != "Secret" {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!("certificateRef {kind} {} is not a Secret", r.name),
+                ));
+            }
+            let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
+            if ns != who.namespace
+                && !grants.allows(("Gateway", &who.namespace), ("", "Secret", ns, &r.name))
+            {
+                return Err((
+                    "RefNotPermitted",
+                    format!(
+                        "Secret {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                        r.name
+                    ),
+                ));
+            }
+            let Some(secret) = secrets.get(&(ns, r.name.as_str())) else {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!(
+                        "Secret {ns}/{} does not exist (or is not kubernetes.io/tls)",
+                        r.name
+                    ),
+                ));
+            };
+            let pem = secret_pem(secret).map_err(|why| {
+                (
+                    "InvalidCertificateRef",
+                    format!("Secret {ns}/{} {why}", r.name),
+                )
+            })?;
+            out.push(((ns.to_string(), r.name.clone()), pem));
+        }
+        Ok(out)
+    }
+}
+
+/// A listener check: `Err` with its condition's reason and message.
+type Checked = Result<(), (&'static str, String)>;
+
+/// Why a listener is refused for client validation.
+fn client_validation_refused(l: &Listener) -> (&'static str, String) {
+    (
+        "UnsupportedValue",
+        format!(
+            "spec.tls.frontend asks to verify client certificates on port {}, \
+             which switchyard does not carry out yet; not served, so that no \
+             client is served without a valid certificate",
+            l.port
+        ),
+    )
+}
+
+/// A listener's conflict with those before it (`ProtocolConflict` on its port, else
+/// `HostnameConflict` with the same port and hostname), noting it in `protocols` and `seen`
+/// (as listener `index`) when it has none.
+fn conflict<'l>(
+    l: &'l Listener,
+    protocols: &mut BTreeMap<i32, &'l str>,
+    seen: &mut BTreeMap<(i32, String), usize>,
+    index: usize,
+) -> Option<(&'static str, String)> {
+    let mut conflicted = None;
+    let host_key = l.hostname.clone().unwrap_or_default().to_ascii_lowercase();
+    match protocols.get(&l.port) {
+        Some(p) if *p != l.protocol => {
+            conflicted = Some((
+                "ProtocolConflict",
+                format!("port {} has another protocol", l.port),
+            ));
+        }
+        _ => {
+            protocols.insert(l.port, &l.protocol);
+        }
+    }
+    if conflicted.is_none() {
+        if let Some(&first) = seen.get(&(l.port, host_key.clone())) {
+            conflicted = Some((
+                "HostnameConflict",
+                format!("same port and hostname as listener #{first}"),
+            ));
+        } else {
+            seen.insert((l.port, host_key), index);
+        }
+    }
+    conflicted
+}
+
+/// The kinds of route a listener supports (HTTPRoute, the one it can take), and
+/// `InvalidRouteKinds` for any other it names.
+fn route_kinds(l: &Listener, allowed: Option<&AllowedRoutes>) -> (Vec<RouteGroupKind>, Checked) {
+    let mut refs: Checked = Ok(());
+    let kinds = allowed.map(|a| a.kinds.as_slice()).unwrap_or(&[]);
+    let mut supported = Vec::new();
+    let http_route = RouteGroupKind {
+        group: Some(GROUP.into()),
+        kind: HTTP_ROUTE.into(),
+    };
+    if !matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
+        // A listener of a protocol not served supports no kind of route.
+    } else if kinds.is_empty() {
+        supported.push(http_route.clone());
+    } else {
+        for k in kinds {
+            if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == HTTP_ROUTE {
+                if !supported.contains(&http_route) {
+                    supported.push(http_route.clone());
+                }
+            } else {
+                refs = Err((
+                    "InvalidRouteKinds",
+                    format!("route kind {} is not supported", k.kind),
+                ));
+            }
+        }
+    }
+    (supported, refs)
+}
+
+/// The namespaces a listener takes routes from; `Err` for a `from` switchyard does not know
+/// (or a `Selector` without its selector).
+fn allowed_namespaces(
+    allowed: Option<&AllowedRoutes>,
+) -> Result<Allowed<'_>, (&'static str, String)> {
+    match allowed
+        .and_then(|a| a.namespaces.as_ref())
+        .map(|n| (n.from.as_deref().unwrap_or("Same"), n.selector.as_ref()))
+    {
+        None | Some(("Same", _)) => Ok(Allowed::Same),
+        Some(("All", _)) => Ok(Allowed::All),
+        Some(("Selector", Some(sel))) => Ok(Allowed::Selector(sel)),
+        Some((other, _)) => Err((
+            "UnsupportedValue",
+            format!(
+                "allowedRoutes.namespaces.from {} (or a missing selector)",
+                show(other)
+            ),
+        )),
+    }
+}
+
+/// A listener's conditions from its checks.
+fn listener_conditions(
+    accepted: &Checked,
+    conflicted: &Option<(&'static str, String)>,
+    refs: &Checked,
+    programmed_ok: bool,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    let mut conditions = vec![
+        match &accepted {
+            Ok(()) => Condition::new("Accepted", true, "Accepted", "accepted", generation),
+            Err((r, m)) => Condition::new("Accepted", false, r, m.clone(), generation),
+        },
+        match &conflicted {
+            None => Condition::new(
+                "Conflicted",
+                false,
+                "NoConflicts",
+                "no conflicts",
+                generation,
+            ),
+            Some((r, m)) => Condition::new("Conflicted", true, r, m.clone(), generation),
+        },
+        match &refs {
+            Ok(()) => Condition::new("ResolvedRefs", true, "ResolvedRefs", "resolved", generation),
+            Err((r, m)) => Condition::new("ResolvedRefs", false, r, m.clone(), generation),
+        },
+    ];
+    conditions.push(programmed(
+        programmed_ok,
+        "not served as configured",
+        generation,
+    ));
+    conditions.push(programmed(
+        programmed_ok,
+        "not served as configured",
+        generation,
+    ));
+    conditions
+}
+
+/// Which listener has a hostname's certificate in the shared address space.
+struct Holder<'g> {
+    gateway: (&'g str, &'g str),
+    listener: &'g str,
+    /// Its `certificateRefs`, resolved.
+    secrets: Vec<ObjectKey>,
+}
+
+/// Adds a listener's certificates to `to`, for its hostname `host` (`*`: none).
+fn add_certificates(to: &mut Certificates, certificates: &ListenerCertificates, host: &str) {
+    for ((ns, name), pem) in certificates {
+        to.entry((ns.clone(), name.clone()))
+            .or_insert_with(|| (BTreeSet::new(), Arc::clone(pem)))
+            .0
+            .insert(host.to_string());
+    }
+}
+
+/// What `--gateway-addresses` gave one Gateway, and how usable its listeners were before.
+pub(super) struct Given {
+    pub(super) outcome: Outcome,
+    pub(super) any_usable: bool,
+    pub(super) all_usable: bool,
+}
+
+/// Gives each served Gateway an address of `pool` (none when it is empty: every Gateway is
+/// shared), keeping the addresses of `previous`: a Gateway with one serves its listeners on
+/// it alone; a Gateway that gets none serves nothing (its status says why).
+pub(super) fn give_addresses<'g>(
+    pool: &[IpAddr],
+    gateways: &mut Gateways<'g>,
+    previous: Option<&GatewayRoutes>,
+) -> BTreeMap<(&'g str, &'g str), Given> {
+    if pool.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut before: HashMap<(&str, &str), Vec<IpAddr>> = HashMap::default();
+    for (ns, name, ip) in previous.into_iter().flat_map(GatewayRoutes::assigned) {
+        before.entry((ns, name)).or_default().push(ip);
+    }
+    let claims: Vec<Claim<'g>> = gateways
+        .iter()
+        // A Gateway refused for its parameters is not served: it takes no address.
+        .filter(|(_, (gw, _, _))| {
+            gw.spec
+                .infrastructure
+                .as_ref()
+                .is_none_or(|i| i.parameters_ref.is_none())
+        })
+        .map(|(&(ns, name), (gw, _, _))| Claim {
+            namespace: ns,
+            name,
+            created: created(gw),
+            ask: Ask::of(
+                gw.spec
+                    .addresses
+                    .iter()
+                    .map(|a| (a.type_.as_deref(), a.value.as_str())),
+            ),
+            previous: match before.get(&(ns, name)) {
+                Some(ips) => ips.clone(),
+                // After a restart: the addresses its status shows.
+                None => gw
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.addresses)
+                    .filter(|a| a.type_.as_deref().unwrap_or("IPAddress") == "IPAddress")
+                    .filter_map(|a| a.value.parse().ok())
+                    .collect(),
+            },
+        })
+        .collect();
+    let outcomes = address::assign(pool, &claims);
+    let mut out = BTreeMap::new();
+    for (key, outcome) in outcomes {
+        let Some((gw, views, statuses)) = gateways.get_mut(&key) else {
+            continue;
+        };
+        let given = Given {
+            any_usable: views.iter().any(|l| l.usable),
+            all_usable: views.iter().all(|l| l.usable),
+            outcome,
+        };
+        match &given.outcome {
+            Outcome::Addresses(ips) => {
+                for v in views.iter_mut() {
+                    v.addresses.clone_from(ips);
+                }
+            }
+            _ => {
+                // Not served anywhere: a shared frontend is not its to take.
+                unserve(
+                    views,
+                    statuses,
+                    "the Gateway has no address",
+                    gw.metadata.generation,
+                );
+            }
+        }
+        out.insert(key, given);
+    }
+    out
+}
+
+/// A Gateway that serves nothing: its listeners take no routes and say they are not
+/// programmed, for `why`.
+fn unserve(
+    views: &mut [ListenerView<'_>],
+    statuses: &mut [ListenerStatus],
+    why: &str,
+    generation: Option<i64>,
+) {
+    for v in views.iter_mut() {
+        v.usable = false;
+    }
+    for c in statuses.iter_mut().flat_map(|s| s.conditions.iter_mut()) {
+        if c.type_ == "Programmed" {
+            *c = Condition::new("Programmed", false, "Invalid", why, generation);
+        }
+    }
+}
