@@ -89,32 +89,13 @@ mod tests {
     use super::*;
     use crate::ops::access_log::AccessLog;
     use crate::ops::metrics::Metrics;
-    use crate::table::matcher::{PathRule, PathRules, Router};
     use crate::table::{Entry, Frontend, RoutingTable};
 
     /// An attempt routed to an entry of two endpoints, and what a try at each can end with.
     fn routed() -> (Attempt, Recorder, Policy) {
-        let mut rules = PathRules::default();
-        rules.insert(PathRule {
-            prefix: "/".into(),
-            strip: false,
-            ignore_case: false,
-            exact: false,
-            regex: None,
-            policy: None,
-            target: 0,
-        });
-        let mut http = Router {
-            any_host: rules,
-            ..Router::default()
-        };
-        http.finish();
         let addrs = ["192.0.2.10:80", "192.0.2.11:80"];
-        let table = Arc::new(RoutingTable {
-            entries: vec![Arc::new(Entry::fixture("web", Frontend::Http, &addrs))],
-            http: Arc::new(http),
-            ..Default::default()
-        });
+        let entry = Entry::fixture("web", Frontend::Http, &addrs);
+        let table = RoutingTable::fixture(entry, "/", false, None);
         let policy = Policy::new(3, Duration::from_secs(5), true);
         let mut attempt = Attempt::new(None);
         let cookies = std::iter::empty();

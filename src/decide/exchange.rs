@@ -158,38 +158,14 @@ mod tests {
     use crate::decide::error_page::ErrorPage;
     use crate::table::Entry;
     use crate::table::gateway::BareRequest;
-    use crate::table::matcher::{PathRule, PathRules, Router};
     use crate::table::policy::RoutePolicy;
 
     /// `/small` -> entry 0 with a 5-byte body limit; nothing else.
     fn table() -> Arc<RoutingTable> {
-        let mut rules = PathRules::default();
-        rules.insert(PathRule {
-            prefix: "/small".into(),
-            strip: false,
-            ignore_case: false,
-            exact: false,
-            regex: None,
-            policy: Some(0),
-            target: 0,
-        });
-        let mut http = Router {
-            any_host: rules,
-            ..Router::default()
-        };
-        http.finish();
         let mut policy = RoutePolicy::of("ns/small");
         policy.max_body = Some(5);
-        Arc::new(RoutingTable {
-            entries: vec![Arc::new(Entry::fixture(
-                "small",
-                Frontend::Http,
-                &["192.0.2.10:80"],
-            ))],
-            http: Arc::new(http),
-            policies: Arc::new(vec![policy]),
-            ..Default::default()
-        })
+        let entry = Entry::fixture("small", Frontend::Http, &["192.0.2.10:80"]);
+        RoutingTable::fixture(entry, "/small", false, Some(policy))
     }
 
     struct Case {

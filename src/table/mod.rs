@@ -199,6 +199,40 @@ impl EndpointTotals {
     }
 }
 
+impl RoutingTable {
+    /// A table of one entry reached on the plain port by the path `prefix` (removed from the
+    /// target when `strip`), under an Ingress `policy` when given, for module tests.
+    #[cfg(test)]
+    pub(crate) fn fixture(
+        entry: Entry,
+        prefix: &str,
+        strip: bool,
+        policy: Option<policy::RoutePolicy>,
+    ) -> Arc<RoutingTable> {
+        let mut rules = matcher::PathRules::default();
+        rules.insert(matcher::PathRule {
+            prefix: prefix.into(),
+            strip,
+            ignore_case: false,
+            exact: false,
+            regex: None,
+            policy: policy.is_some().then_some(0),
+            target: 0,
+        });
+        let mut http = Router {
+            any_host: rules,
+            ..Router::default()
+        };
+        http.finish();
+        Arc::new(RoutingTable {
+            entries: vec![Arc::new(entry)],
+            http: Arc::new(http),
+            policies: Arc::new(policy.into_iter().collect()),
+            ..Default::default()
+        })
+    }
+}
+
 impl Entry {
     /// A plain HTTP entry in `default` on port 80 over `addrs`, for module tests.
     #[cfg(test)]

@@ -43,7 +43,7 @@ use crate::data::tls;
 use crate::data::upstream::h2_pool::H2_STREAMS_PER_CONNECTION;
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
 use crate::decide::cause::{Cause, Rejection};
-use crate::decide::edits::{ClientCert, Forwarding, ip_text, request_edits, response_edits};
+use crate::decide::edits::{ClientCert, Edits, Forwarding, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, grpc_answer, rejection_answer};
 use crate::decide::exchange;
 use crate::decide::gateway::{self};
@@ -269,16 +269,10 @@ impl ProxyHttp for HttpProxy {
             // A copy gets the request edits every request gets (the forwarding fields, the
             // asserted ones removed, the load balancer's cookie taken out).
             let has_body = !session.is_body_empty();
-            let (client_ip, cert) = forwarded(&self.fwd, session, &ctx.attempt);
-            let edits = request_edits(
-                &self.fwd,
-                client_ip.as_deref(),
-                ctx.attempt.cookie_sticky(),
-                cert,
-            );
-            ctx.mirror_body = self
-                .mirrors
-                .send(mirrors, session.req_header(), &edits, has_body);
+            ctx.mirror_body = with_request_edits(&self.fwd, session, &ctx.attempt, |edits| {
+                self.mirrors
+                    .send(mirrors, session.req_header(), edits, has_body)
+            });
         }
 
         let upgrade = session.is_upgrade_req();
@@ -503,14 +497,7 @@ impl ProxyHttp for HttpProxy {
         if session.is_http2() && !ctx.attempt.backend_protocol().http2() {
             join_cookies(req)?;
         }
-        let (client_ip, cert) = forwarded(&self.fwd, session, &ctx.attempt);
-        let edits = request_edits(
-            &self.fwd,
-            client_ip.as_deref(),
-            ctx.attempt.cookie_sticky(),
-            cert,
-        );
-        apply(req, &edits)?;
+        with_request_edits(&self.fwd, session, &ctx.attempt, |edits| apply(req, edits))?;
         if let Some((rule, backend)) = ctx.attempt.gateway_rule() {
             for op in gateway::request_ops(rule, backend) {
                 req.apply_op(op)?;
@@ -664,19 +651,26 @@ impl ProxyHttp for HttpProxy {
     }
 }
 
-/// What the request edits read of a request on Pingora's path: its client's address as text
-/// and, where backends are told, its verified certificate.
-fn forwarded<'s>(
+/// Runs `f` with the request edits of a request on Pingora's path (its client's address
+/// and, where backends are told, its verified certificate, read from `session`).
+fn with_request_edits<R>(
     fwd: &Forwarding,
-    session: &'s Session,
+    session: &Session,
     attempt: &Attempt,
-) -> (Option<String>, ClientCert<'s>) {
+    f: impl FnOnce(&Edits<'_>) -> R,
+) -> R {
     let cert = if fwd.client_cert_headers {
         tls::client_cert(session.digest().and_then(|d| d.ssl_digest.as_deref()))
     } else {
         ClientCert::Absent
     };
-    (attempt.client_ip().map(ip_text), cert)
+    let client_ip = attempt.client_ip().map(ip_text);
+    f(&request_edits(
+        fwd,
+        client_ip.as_deref(),
+        attempt.cookie_sticky(),
+        cert,
+    ))
 }
 
 // === impl CountConnections ===
