@@ -81,7 +81,8 @@ class World:
 
 def service():
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "svc", "namespace": "default"},
+            "metadata": {"name": "svc", "namespace": "default",
+                         "annotations": {"serviceloadbalancer/lb.expose": "true"}},
             "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}], "clusterIP": "10.96.0.1"}}
 
 
