@@ -39,6 +39,8 @@
 //! `reportingInstance`, `action` and `reason`, and a note of at most 1 kB (422 otherwise); a
 //! patch of one is answered with the merged Event, 404 when there is none of that name.
 //! Every request's User-Agent is kept (`user_agents`): the real server logs it for audits.
+//! A Gateway API status whose `conditions` list names one `type` twice is a 422, as the CRDs'
+//! list-map keys make it on the real server.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1027,6 +1029,13 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         };
         let mut next = next;
         next["metadata"]["name"] = json!(name);
+        // The Gateway API CRDs declare every `conditions` list a map keyed by `type`
+        // (x-kubernetes-list-map-keys): the real server refuses one that names a type twice.
+        if kind.is_gateway_api()
+            && let Some(why) = duplicate_condition(&next["status"], "status")
+        {
+            return status(422, "Invalid", format!("{name:?} is invalid: {why}"));
+        }
         if next == current {
             // A no-op write stores nothing new (as a real server: same resourceVersion).
             return full(StatusCode::OK, in_version(current, &version));
@@ -1039,6 +1048,35 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
     };
     let _ = ctx.changed.send(());
     full(StatusCode::OK, in_version(stored, &version))
+}
+
+/// The first `conditions` list under `value` (at `path`) with two entries of one `type`, as
+/// the real server words it (`status.listeners[0].conditions[4]: Duplicate value: ...`).
+fn duplicate_condition(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::Object(m) => m.iter().find_map(|(k, v)| {
+            let here = format!("{path}.{k}");
+            if k == "conditions"
+                && let Some(list) = v.as_array()
+            {
+                let mut seen = BTreeSet::new();
+                for (i, c) in list.iter().enumerate() {
+                    let t = c["type"].as_str().unwrap_or_default();
+                    if !seen.insert(t) {
+                        return Some(format!(
+                            "{here}[{i}]: Duplicate value: map[string]interface {{}}{{\"type\":{t:?}}}"
+                        ));
+                    }
+                }
+            }
+            duplicate_condition(v, &here)
+        }),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| duplicate_condition(v, &format!("{path}[{i}]"))),
+        _ => None,
+    }
 }
 
 async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {

@@ -515,11 +515,6 @@ fn listener_conditions(
         "not served as configured",
         generation,
     ));
-    conditions.push(programmed(
-        programmed_ok,
-        "not served as configured",
-        generation,
-    ));
     conditions
 }
 
