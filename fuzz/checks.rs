@@ -167,7 +167,7 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
         ClientCert::Absent
     };
     let ip_text = c.ip.map(|ip| ip.to_string());
-    let edits = request_edits(&c.fwd, ip_text.as_deref(), c.sticky, cert);
+    let edits = request_edits(&c.fwd, ip_text.as_deref(), c.sticky, || cert);
     let mut out = Vec::new();
     build_request(&mut out, buf, req, fields, None, &edits);
     let ctx = || format!("input {:?}\noutput {:?}", show(buf), show(&out));

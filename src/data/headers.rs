@@ -294,7 +294,7 @@ mod tests {
         let cert = ClientCert::Verified {
             subject: "/CN=a\nb",
         };
-        let edits = request_edits(&fwd, None, false, cert);
+        let edits = request_edits(&fwd, None, false, || cert);
         let mut pingora = RequestHeader::build("GET", b"/", None).unwrap();
         assert!(apply(&mut pingora, &edits).is_err());
     }

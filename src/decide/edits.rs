@@ -234,13 +234,15 @@ impl Default for Edits<'_> {
 }
 
 /// The request as a backend gets it: asserted fields removed, the client appended to
-/// `X-Forwarded-For` and named in `X-Real-IP`, the stickiness cookie hidden, the scheme and the client-certificate
-/// result asserted.
+/// `X-Forwarded-For` and named in `X-Real-IP`, the stickiness cookie hidden, the scheme and,
+/// where the frontend tells backends (`Forwarding::client_cert_headers`), the
+/// client-certificate result asserted. `cert` reads the connection's certificate; it is asked
+/// only then, so no engine decides for itself when the certificate matters.
 pub fn request_edits<'a>(
     fwd: &'a Forwarding,
     client_ip: Option<&'a str>,
     cookie_sticky: bool,
-    cert: ClientCert<'a>,
+    cert: impl FnOnce() -> ClientCert<'a>,
 ) -> Edits<'a> {
     let mut e = Edits::new();
     for name in ASSERTED {
@@ -255,7 +257,7 @@ pub fn request_edits<'a>(
     }
     e.push(Edit::Add(X_FORWARDED_PROTO, Value::Text(fwd.scheme)));
     if fwd.client_cert_headers {
-        match cert {
+        match cert() {
             ClientCert::Absent => e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("NONE"))),
             ClientCert::Verified { subject } => {
                 e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("SUCCESS")));
@@ -446,10 +448,35 @@ impl<'v> Seen<'v> {
 mod tests {
     use super::*;
 
+    /// Whether backends hear of the client certificate is decided here alone: a frontend that
+    /// does not tell them never has the connection's certificate read.
+    #[test]
+    fn the_certificate_is_read_only_where_backends_are_told() {
+        let read = std::cell::Cell::new(0);
+        let cert = || {
+            read.set(read.get() + 1);
+            ClientCert::Verified { subject: "/CN=a" }
+        };
+        let plain_fwd = Forwarding::plain();
+        let plain = request_edits(&plain_fwd, Some("192.0.2.1"), false, cert);
+        assert_eq!(read.get(), 0);
+        assert_eq!(
+            plain.touching(CLIENT_VERIFY_HEADER.as_bytes()),
+            Some(&Edit::Remove(CLIENT_VERIFY_HEADER))
+        );
+        let told = Forwarding::tls(None, true);
+        let e = request_edits(&told, Some("192.0.2.1"), false, cert);
+        assert_eq!(read.get(), 1);
+        assert!(
+            e.iter()
+                .any(|x| *x == Edit::Add(CLIENT_DN_HEADER, Value::Text("/CN=a")))
+        );
+    }
+
     #[test]
     fn every_frontend_removes_the_fields_switchyard_asserts() {
         let plain = Forwarding::plain();
-        let e = request_edits(&plain, None, false, ClientCert::Absent);
+        let e = request_edits(&plain, None, false, || ClientCert::Absent);
         for name in ASSERTED {
             assert_eq!(e.touching(name.as_bytes()), Some(&Edit::Remove(name)));
             assert_eq!(
@@ -463,12 +490,9 @@ mod tests {
     #[test]
     fn request_edits_fit() {
         let tls = Forwarding::tls(Some(10), true);
-        let e = request_edits(
-            &tls,
-            Some("192.0.2.1"),
-            true,
-            ClientCert::Verified { subject: "CN=a" },
-        );
+        let e = request_edits(&tls, Some("192.0.2.1"), true, || ClientCert::Verified {
+            subject: "CN=a",
+        });
         let n = e.iter().count();
         assert_eq!(n, ASSERTED.len() + 2 + 1 + 1 + 2);
         assert_eq!(

@@ -140,11 +140,6 @@ impl Opened {
         };
         reply(&self.route, asked, desk.pages, desk.fwd, location)
     }
-
-    /// The request speaks gRPC.
-    pub fn grpc(&self) -> bool {
-        self.grpc
-    }
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use crate::data::wire::h1::response::{
 };
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, Edits, ip_text, request_edits, response_edits};
+use crate::decide::edits::{Edits, ip_text, request_edits, response_edits};
 use crate::decide::error_page::failure_answer;
 use crate::decide::exchange;
 use crate::decide::reply::Reply;
@@ -101,8 +101,8 @@ pub struct Connection {
     out: Vec<u8>,
     /// The header lines of the current request.
     pub(super) fields: Vec<Field>,
-    /// The verified client certificate's subject (the TLS port, when backends are told).
-    subject: Option<String>,
+    /// The connection's TLS digest (its verified client certificate, for the request edits).
+    ssl: Option<Arc<SslDigest>>,
     /// The current request's wait for its endpoint (`--server-timeout`, or its route's).
     server_timeout: std::time::Duration,
 }
@@ -236,7 +236,7 @@ impl FastPath {
     pub fn connection(&self, stream: &GuardedStream) -> Connection {
         self.connection_of(
             stream.get_socket_digest().as_deref(),
-            stream.get_ssl_digest().as_deref(),
+            stream.get_ssl_digest(),
         )
     }
 
@@ -244,14 +244,9 @@ impl FastPath {
     pub(super) fn connection_of(
         &self,
         socket: Option<&SocketDigest>,
-        ssl: Option<&SslDigest>,
+        ssl: Option<Arc<SslDigest>>,
     ) -> Connection {
         let client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
-        let subject = if self.proxy.fwd.client_cert_headers {
-            tls::peer_subject(ssl).map(str::to_owned)
-        } else {
-            None
-        };
         Connection {
             client,
             client_ip: client.map(|a| a.ip()),
@@ -266,7 +261,7 @@ impl FastPath {
             upstream_buf: BytesMut::new(),
             out: Vec::with_capacity(1024),
             fields: Vec::new(),
-            subject,
+            ssl,
             server_timeout: self.proxy.timeouts.server_idle,
         }
     }
@@ -471,15 +466,11 @@ impl FastPath {
 
         conn.server_timeout = attempt.server_timeout(self.proxy.timeouts.server_idle);
         // The request as the backend gets it.
-        let cert = match &conn.subject {
-            Some(subject) => ClientCert::Verified { subject },
-            None => ClientCert::Absent,
-        };
         let edits = request_edits(
             &self.proxy.fwd,
             conn.client_ip_text.as_deref(),
             attempt.cookie_sticky(),
-            cert,
+            || tls::client_cert(conn.ssl.as_deref()),
         );
         let forwarded = strip.map(|s| s.apply(target));
         fin.forwarded = forwarded;
@@ -1029,7 +1020,7 @@ mod tests {
             upstream_buf: BytesMut::with_capacity(READ_SIZE),
             out: Vec::with_capacity(READ_SIZE),
             fields: Vec::with_capacity(16),
-            subject: None,
+            ssl: None,
             server_timeout: Duration::from_secs(60),
         }
     }

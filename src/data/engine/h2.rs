@@ -50,10 +50,8 @@ impl FastPath {
         let mut head = Vec::with_capacity(512);
         if h1_head(&session, &mut head) {
             let head = Bytes::from(head);
-            let mut conn = self.connection_of(
-                digest.socket_digest.as_deref(),
-                digest.ssl_digest.as_deref(),
-            );
+            let mut conn =
+                self.connection_of(digest.socket_digest.as_deref(), digest.ssl_digest.clone());
             if let Parse::Request(req) = parse_request(&head, &mut conn.fields) {
                 let mut reply = Reply {
                     session: &mut session,

@@ -43,7 +43,7 @@ use crate::data::tls;
 use crate::data::upstream::h2_pool::H2_STREAMS_PER_CONNECTION;
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
 use crate::decide::cause::{Cause, Rejection};
-use crate::decide::edits::{ClientCert, Edits, Forwarding, ip_text, request_edits, response_edits};
+use crate::decide::edits::{Edits, Forwarding, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, grpc_answer, rejection_answer};
 use crate::decide::exchange;
 use crate::decide::gateway::{self};
@@ -651,25 +651,20 @@ impl ProxyHttp for HttpProxy {
     }
 }
 
-/// Runs `f` with the request edits of a request on Pingora's path (its client's address
-/// and, where backends are told, its verified certificate, read from `session`).
+/// Runs `f` with the request edits of a request on Pingora's path (its client's address, and
+/// its certificate read from `session`).
 fn with_request_edits<R>(
     fwd: &Forwarding,
     session: &Session,
     attempt: &Attempt,
     f: impl FnOnce(&Edits<'_>) -> R,
 ) -> R {
-    let cert = if fwd.client_cert_headers {
-        tls::client_cert(session.digest().and_then(|d| d.ssl_digest.as_deref()))
-    } else {
-        ClientCert::Absent
-    };
     let client_ip = attempt.client_ip().map(ip_text);
     f(&request_edits(
         fwd,
         client_ip.as_deref(),
         attempt.cookie_sticky(),
-        cert,
+        || tls::client_cert(session.digest().and_then(|d| d.ssl_digest.as_deref())),
     ))
 }
 

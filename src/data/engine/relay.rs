@@ -42,7 +42,7 @@ use crate::data::upstream::pool::Key;
 use crate::data::wire::h2::conn::{self, RequestBlock, Stream};
 use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{ClientCert, Edits, Seen, Sink, ip_text, request_edits, response_edits};
+use crate::decide::edits::{Edits, Seen, Sink, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{failure_answer, grpc_answer};
 use crate::decide::exchange;
 use crate::decide::grpc::{self, Ending};
@@ -264,16 +264,11 @@ impl FastPath {
         // future, copied when boxed, would carry it).
         let request = {
             let client_ip = client.map(|a| ip_text(a.ip()));
-            let cert = if self.proxy.fwd.client_cert_headers {
-                tls::client_cert(digest.ssl_digest.as_deref())
-            } else {
-                ClientCert::Absent
-            };
             let edits = request_edits(
                 &self.proxy.fwd,
                 client_ip.as_deref(),
                 attempt.cookie_sticky(),
-                cert,
+                || tls::client_cert(digest.ssl_digest.as_deref()),
             );
             request_block(session.req_header(), rewrite.as_ref(), &edits)
         };
@@ -758,7 +753,7 @@ mod tests {
 
     use super::*;
     use crate::data::wire::hpack::Decoder;
-    use crate::decide::edits::Forwarding;
+    use crate::decide::edits::{ClientCert, Forwarding};
 
     /// The relay's request block and Pingora's header, each carrying out the same edits on the
     /// same client request, give the backend the same fields: the two carriers of `Edits`
@@ -788,7 +783,7 @@ mod tests {
             },
         ] {
             for sticky in [false, true] {
-                let edits = request_edits(&fwd, Some("127.0.0.1"), sticky, cert);
+                let edits = request_edits(&fwd, Some("127.0.0.1"), sticky, || cert);
                 let block = request_block(&client, None, &edits);
                 let mut got = Vec::new();
                 Decoder::new(4096)

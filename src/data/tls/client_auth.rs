@@ -177,7 +177,7 @@ impl TlsAccept for RecordPeer {
 }
 
 /// The verified client certificate's subject on a connection, when it presented one.
-pub fn peer_subject(ssl: Option<&SslDigest>) -> Option<&str> {
+fn peer_subject(ssl: Option<&SslDigest>) -> Option<&str> {
     ssl.and_then(|s| s.extension.get::<PeerCert>())
         .map(|p| p.subject.as_str())
 }

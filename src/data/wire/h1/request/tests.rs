@@ -56,7 +56,7 @@ fn the_forwarded_request_changes_only_what_it_must() {
     let target = str_at(raw.as_bytes(), req.target.clone());
     let strip = crate::table::matcher::Strip::of("/svc");
     let fwd = Forwarding::plain();
-    let edits = request_edits(&fwd, Some("127.0.0.9"), true, ClientCert::Absent);
+    let edits = request_edits(&fwd, Some("127.0.0.9"), true, || ClientCert::Absent);
     let mut out = Vec::new();
     build_request(
         &mut out,
@@ -87,7 +87,7 @@ fn empty_lines_before_the_request_are_dropped() {
         };
         assert_eq!(req.len, raw.len());
         let fwd = Forwarding::plain();
-        let edits = request_edits(&fwd, None, false, ClientCert::Absent);
+        let edits = request_edits(&fwd, None, false, || ClientCert::Absent);
         let mut out = Vec::new();
         build_request(&mut out, raw.as_bytes(), &req, &fields, None, &edits);
         assert_eq!(
@@ -190,7 +190,7 @@ mod forwarded {
                 &fwd,
                 Some("10.9.8.7"),
                 sticky,
-                ClientCert::Absent,
+                || ClientCert::Absent,
             );
             let mut built = Vec::new();
             build_request(&mut built, head, &req, &fields, None, &edits);
