@@ -424,7 +424,7 @@ fn http_service(
     }
     let fast = config
         .fast_path
-        .then(|| crate::data::engine::h1::FastPath::new(proxy.clone(), !config.work_stealing));
+        .then(|| crate::data::engine::fast::FastPath::new(proxy.clone(), !config.work_stealing));
     // How the guard answers and records the requests it refuses, as this proxy would.
     let refusals = crate::data::refusals::Refusals::new(&proxy);
     let mut app = pingora::proxy::http_proxy(shared.server_conf, proxy);

@@ -18,7 +18,8 @@ use pingora::protocols::http::ServerSession;
 use pingora::protocols::{ALPN, Peek, Shutdown, SocketDigest, Ssl, Stream};
 use pingora::server::ShutdownWatch;
 
-use crate::data::engine::h1::{FastPath, Served};
+use crate::data::engine::fast::FastPath;
+use crate::data::engine::h1::Served;
 use crate::data::engine::http2;
 use crate::data::guard::{ConnectionLimit, Counters, GuardedStream, H2_PREFACE, Limits};
 use crate::data::intake::{self, Intake};

@@ -1,146 +1,294 @@
-//! The fast path for HTTP/2 clients: each plain `GET` or `HEAD` stream without a body that
-//! the connection loop (`data::engine::http2`) offers is served by the HTTP/1 fast path's own exchange
-//! with the backend (its pool, its `decide` calls, its recording); a stream whose route leads
-//! to an HTTP/2 backend goes to `relay`; any other stream is handed back untouched for
-//! Pingora's proxy.
+//! The fast path's HTTP/2 front: each stream the connection loop (`data::engine::http2`) offers
+//! is read into the exchange's protocol-neutral request straight from its header (no HTTP/1
+//! text is made of it) and driven by `data::exchange`, to an HTTP/1 backend (`h1_upstream`,
+//! for streams without a body) or an HTTP/2 one (`relay`); a stream neither carries, or one
+//! whose header Pingora would refuse or rewrite, is handed back untouched for Pingora.
 //!
-//! Pingora's HTTP/2 path costs several times HAProxy's CPU per request (a session, a task and a
-//! channel per stream, an HTTP/1 upstream session with its own pool watcher, case-preserving
-//! header maps). A taken stream's request is written once as the HTTP/1 header the backend gets
-//! (`h1_head`; HTTP/2's split `cookie` fields joined as RFC 9113 §8.2.3 says) and checked by the
-//! same `parse_request` as an HTTP/1 client's, so the two engines cannot drift on what they
-//! take; the response, which the fast path makes as HTTP/1 bytes, is turned into HTTP/2 frames
-//! by `Reply`. It routes nothing itself and never holds a lock across an await.
+//! Pingora's HTTP/2 path costs several times HAProxy's CPU per request (a session, a task and
+//! a channel per stream, an HTTP/1 upstream session with its own pool watcher, case-preserving
+//! header maps). For an HTTP/1 backend the request's header is written once as the backend
+//! gets it (`build_request_from_fields`: `Host` from `:authority`, split `cookie` fields
+//! joined as RFC 9113 §8.2.3 says, declining what `parse_request` declines of an HTTP/1
+//! client); the response, which that upstream makes as HTTP/1 bytes, is turned into HTTP/2
+//! frames by `Frames`. switchyard's own answers are written as a header and one DATA frame.
+//! It routes nothing itself and never holds a lock across an await.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use http::HeaderValue;
 use pingora::http::ResponseHeader;
 use pingora::protocols::Digest;
+use pingora::protocols::tls::SslDigest;
 
 use crate::data::engine::client_stream::ClientStream;
-use crate::data::engine::h1::{Downstream, FastPath};
+use crate::data::engine::fast::{Connection, Downstream, FastPath};
+use crate::data::engine::h1_upstream::{H1Client, Http1};
+use crate::data::engine::relay::{H2Client, Http2, ending_in};
+use crate::data::exchange::{self, Driven, Front, Opening, Tally};
+use crate::data::headers::{PingoraView, apply, check_request, exchange_request, grpc_of, host_of};
+use crate::data::record::{Finished, Recorder};
 use crate::data::wire::fields::parse_length;
 use crate::data::wire::h1::chunked::Chunks;
-use crate::data::wire::h1::request::{Parse, parse_request};
+use crate::data::wire::h1::request::{build_request_from_fields, plain_target};
 use crate::data::wire::h1::response::MAX_RESPONSE_HEADERS;
+use crate::decide::attempt::{Attempt, RouteError};
+use crate::decide::edits::Edits;
+use crate::decide::error_page::Answer;
+use crate::decide::exchange::{self as opening, Desk, Opened};
+use crate::decide::grpc::Ending;
+use crate::decide::target::{normalize_path, valid_host};
+use crate::table::RoutingTable;
+use crate::table::matcher::Strip;
 
 impl FastPath {
-    /// Serves one HTTP/2 stream if it is one for this path; otherwise hands it back untouched
-    /// (nothing written) for Pingora. Small itself (a stream's task holds it unboxed): each
-    /// way of serving is boxed, so a stream carries only the state of the one it takes.
+    /// Serves one HTTP/2 stream if this path carries it; otherwise hands it back untouched
+    /// (nothing written) for Pingora. Small itself (a stream's task holds it unboxed): the
+    /// exchange is boxed, so a stream carries only the state of the upstream it takes.
     pub async fn serve_stream(
         &self,
         session: Box<ClientStream>,
         digest: &Digest,
     ) -> Option<Box<ClientStream>> {
-        let session = if session.is_body_done() {
-            Box::pin(self.serve_without_body(session, digest)).await?
-        } else {
-            session
+        let mut front = match H2Front::new(self, session, digest) {
+            Ok(front) => front,
+            Err(session) => return Some(session),
         };
-        Box::pin(self.relay_h2(session, digest)).await
-    }
-
-    /// A stream without a body through the HTTP/1 fast path's exchange; handed back untouched
-    /// if that path does not take it.
-    async fn serve_without_body(
-        &self,
-        mut session: Box<ClientStream>,
-        digest: &Digest,
-    ) -> Option<Box<ClientStream>> {
-        let mut head = Vec::with_capacity(512);
-        if h1_head(&session, &mut head) {
-            let head = Bytes::from(head);
-            let mut conn =
-                self.connection_of(digest.socket_digest.as_deref(), digest.ssl_digest.clone());
-            if let Parse::Request(req) = parse_request(&head, &mut conn.fields) {
-                let mut reply = Reply {
-                    session: &mut session,
-                    head_request: req.head,
-                    state: State::Head,
-                };
-                // An HTTP/2 stream never closes its connection: the other streams go on.
-                // A response cut short leaves the stream open: dropping it resets it
-                // (RST_STREAM).
-                if self
-                    .proxy_request(&mut reply, &mut conn, &head, &req, false)
-                    .await
-                    .is_some()
-                {
-                    return None;
+        let driven = Box::pin(async {
+            match exchange::open(&self.proxy, &mut front).await {
+                Opening::Ended(driven) => driven,
+                Opening::Proxy(x) if x.attempt().backend_protocol().http2() => {
+                    x.carry(&mut front, &Http2(self)).await
                 }
-                // Declined once routed (an HTTP/2 backend, Gateway filters): nothing was
-                // written.
+                Opening::Proxy(x) => x.carry(&mut front, &Http1(self)).await,
             }
+        })
+        .await;
+        match driven {
+            Driven::Declined => Some(front.frames.session),
+            Driven::Done { .. } => None,
         }
-        Some(session)
     }
 }
 
-/// Writes the HTTP/1 request header of an HTTP/2 stream's request into `out`: the request
-/// line, `Host` from `:authority`, the fields as they came, split `cookie` fields joined into
-/// one. False for a request this path does not take (a method other than `GET` and `HEAD`, no
-/// origin-form path, a field that cannot be written as an HTTP/1 line).
-fn h1_head(session: &ClientStream, out: &mut Vec<u8>) -> bool {
-    let req = session.req_header();
-    let method = req.method.as_str();
-    if method != "GET" && method != "HEAD" {
-        return false;
-    }
-    let Some(target) = req.uri.path_and_query() else {
-        return false;
-    };
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_str().as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    // `:authority` is the host (RFC 9113 §8.3.1); Pingora refused a `host` that disagrees.
-    let authority = req.uri.authority();
-    if let Some(a) = authority {
-        out.extend_from_slice(b"host: ");
-        out.extend_from_slice(a.as_str().as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    let mut cookies = 0;
-    for (name, value) in req.headers.iter() {
-        if name == http::header::COOKIE {
-            cookies += 1;
-            continue;
+/// One HTTP/2 stream as the exchange's front.
+pub(super) struct H2Front {
+    /// The stream, written through as the response comes.
+    pub(super) frames: Frames,
+    /// The client's addresses, and the buffers of an exchange with an HTTP/1 backend.
+    conn: Connection,
+    grpc: bool,
+    client_idle: std::time::Duration,
+}
+
+impl H2Front {
+    /// The front of a stream this path may serve; the stream back when its header is one
+    /// Pingora would refuse (its answer is its own) or rewrite (a path it normalises).
+    fn new(
+        fast: &FastPath,
+        session: Box<ClientStream>,
+        digest: &Digest,
+    ) -> Result<H2Front, Box<ClientStream>> {
+        let req = session.req_header();
+        if check_request(req, || session.raw_h1_header()).is_err()
+            || req.uri.scheme().is_none()
+            || req.uri.authority().is_none()
+            || matches!(normalize_path(req.uri.path()), Cow::Owned(_))
+        {
+            return Err(session);
         }
-        if authority.is_some() && name == http::header::HOST {
-            continue;
-        }
-        let value = value.as_bytes();
-        if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+        let grpc = grpc_of(req);
+        let head_request = req.method == http::Method::HEAD;
+        Ok(H2Front {
+            conn: fast.connection_of(digest.socket_digest.as_deref(), digest.ssl_digest.clone()),
+            grpc,
+            client_idle: fast.proxy.timeouts.client_idle,
+            frames: Frames {
+                session,
+                head_request,
+                state: State::Head,
+            },
+        })
+    }
+
+    fn path_and_query(&self) -> &str {
+        let req = self.frames.session.req_header();
+        req.uri.path_and_query().map_or("/", |pq| pq.as_str())
+    }
+}
+
+impl Front for H2Front {
+    fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>) {
+        (self.conn.client_ip, self.conn.local_ip)
+    }
+
+    fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {
+        (self.conn.client_ip_text.clone(), self.conn.ssl.clone())
+    }
+
+    fn grpc(&self) -> bool {
+        self.grpc
+    }
+
+    /// A stream whose body is still coming is answered by Pingora's engine, which reads it.
+    fn may_answer(&self) -> bool {
+        self.frames.session.is_body_done()
+    }
+
+    fn open(
+        &self,
+        attempt: &mut Attempt,
+        desk: Desk<'_>,
+        table: Arc<RoutingTable>,
+        started: Instant,
+    ) -> Result<Opened, RouteError> {
+        let req = self.frames.session.req_header();
+        let view = PingoraView(req);
+        let asked = exchange_request(req, &view, req.uri.path(), self.path_and_query(), self.grpc);
+        opening::open(attempt, table, desk, asked, started)
+    }
+
+    fn asked(&self) -> (&[u8], &str) {
+        let req = self.frames.session.req_header();
+        (host_of(req).unwrap_or_default(), self.path_and_query())
+    }
+
+    async fn answer(
+        &mut self,
+        answer: &Answer<'_>,
+        body: Option<Bytes>,
+        _close: bool,
+        tally: &mut Tally,
+    ) -> bool {
+        let Ok(mut header) =
+            ResponseHeader::build(answer.status, Some(answer.fields.iter().count()))
+        else {
+            return false;
+        };
+        if apply(&mut header, &answer.fields).is_err() {
             return false;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    if cookies > 0 {
-        out.extend_from_slice(b"cookie: ");
-        for (i, value) in req.headers.get_all(http::header::COOKIE).iter().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b"; ");
-            }
-            out.extend_from_slice(value.as_bytes());
+        if self.grpc {
+            tally.grpc = ending_in(&header);
         }
-        out.extend_from_slice(b"\r\n");
+        let body = if self.frames.head_request {
+            Bytes::new()
+        } else {
+            body.unwrap_or_else(|| Bytes::copy_from_slice(answer.body))
+        };
+        tally.status = answer.status;
+        let session = &mut self.frames.session;
+        session.set_write_timeout(self.client_idle);
+        let end = body.is_empty();
+        if session
+            .write_response_header(Box::new(header), end)
+            .is_err()
+        {
+            tally.status = 0;
+            tally.failed = true;
+            return false;
+        }
+        if !end && session.write_body(body, true).await.is_err() {
+            tally.failed = true;
+            return false;
+        }
+        true
     }
-    out.extend_from_slice(b"\r\n");
-    true
+
+    fn record(
+        &self,
+        recorder: &Recorder,
+        attempt: &mut Attempt,
+        started: Instant,
+        tally: &Tally,
+        strip: Option<&Strip>,
+    ) {
+        let session = &self.frames.session;
+        let req = session.req_header();
+        let mut fin = Finished {
+            status: tally.status,
+            bytes_in: session.body_bytes_read() as u64,
+            bytes_out: session.body_bytes_sent() as u64,
+            failed: tally.failed,
+            grpc: self.grpc.then(|| tally.grpc.unwrap_or(Ending::NONE)),
+            upstream_status: tally.upstream_status,
+            forwarded: strip.map(|s| s.apply(self.path_and_query())),
+            // The client's stream: this front serves HTTP/2 clients only.
+            ..Finished::new(
+                self.conn.client,
+                "HTTP/2.0",
+                host_of(req).unwrap_or_default(),
+                req.method.as_str(),
+                req.uri.path(),
+            )
+        };
+        if recorder.logs() {
+            fin.fields(|name| req.headers.get(name).map(HeaderValue::as_bytes));
+        }
+        recorder.finished(attempt, started, &fin);
+    }
+}
+
+impl H2Client for H2Front {
+    fn session(&mut self) -> &mut ClientStream {
+        &mut self.frames.session
+    }
+}
+
+impl H1Client for H2Front {
+    type Down = Frames;
+
+    fn parts(&mut self) -> (&mut Connection, &mut Frames) {
+        (&mut self.conn, &mut self.frames)
+    }
+
+    fn head_request(&self) -> bool {
+        self.frames.head_request
+    }
+
+    // An HTTP/2 stream never closes its connection: the other streams go on.
+    fn closing(&self) -> bool {
+        false
+    }
+
+    fn bodiless(&self) -> bool {
+        let session = &self.frames.session;
+        let method = &session.req_header().method;
+        session.is_body_done() && (method == http::Method::GET || method == http::Method::HEAD)
+    }
+
+    fn write_request(&mut self, strip: Option<&Strip>, edits: &Edits<'_>) -> bool {
+        let req = self.frames.session.req_header();
+        let Some(pq) = req.uri.path_and_query().map(|pq| pq.as_str()) else {
+            return false;
+        };
+        if !plain_target(pq) || !host_of(req).is_some_and(valid_host) {
+            return false;
+        }
+        let target = strip.map_or(("", pq), |s| s.apply(pq));
+        build_request_from_fields(
+            &mut self.conn.out,
+            req.method.as_str(),
+            target,
+            req.uri.authority().map(|a| a.as_str()),
+            &req.headers,
+            edits,
+        )
+    }
 }
 
 /// One HTTP/2 stream as the fast path's client: the HTTP/1 response bytes it is given become
 /// a response header and DATA frames, the last one ending the stream.
-struct Reply<'a> {
-    session: &'a mut ClientStream,
+pub(super) struct Frames {
+    session: Box<ClientStream>,
     head_request: bool,
     state: State,
 }
 
-/// What `Reply` expects next.
+/// What `Frames` expects next.
 enum State {
     /// The response header (informational ones are dropped: Pingora's HTTP/2 session cannot
     /// send them either).
@@ -153,7 +301,7 @@ enum State {
     Done,
 }
 
-impl Downstream for Reply<'_> {
+impl Downstream for Frames {
     const PROTOCOL: &'static str = "HTTP/2.0";
 
     async fn send(&mut self, bytes: &[u8]) -> bool {
@@ -195,7 +343,7 @@ impl Downstream for Reply<'_> {
     }
 }
 
-impl Reply<'_> {
+impl Frames {
     /// Sends the response header at the start of `bytes`; `Some(n)`: its length, `None`: an
     /// informational head, dropped.
     fn head(&mut self, bytes: &[u8]) -> Result<Option<usize>, ()> {

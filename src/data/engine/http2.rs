@@ -23,7 +23,7 @@ use pingora::protocols::{Digest, Stream};
 use pingora::server::ShutdownWatch;
 
 use crate::data::engine::client_stream::ClientStream;
-use crate::data::engine::h1::FastPath;
+use crate::data::engine::fast::FastPath;
 use crate::data::engine::h2_bridge::Bridge;
 use crate::data::wire::h2::active::Active;
 use crate::data::wire::h2::batch::Batched;

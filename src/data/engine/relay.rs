@@ -1,21 +1,17 @@
-//! The fast path's HTTP/2 to HTTP/2 relay: a stream from an HTTP/2 client whose route leads to an
-//! `h2c`/`grpc` backend, or over TLS to an `h2`/`grpcs` one, is carried over the fast path's HTTP/2
-//! connections (`h2_pool`; over TLS made by the fast path's handshake, so with the bundle, client
-//! certificate, verification and session resumption `tls::BackendTls` decides, as for `https`
-//! backends), frame by frame — request header, body, trailers and end; response header, body and
-//! trailers; resets both ways — instead of through Pingora's proxy (a session, a task and
-//! channels per stream). Every decision is `decide`'s, made by the same calls the Pingora hooks
-//! make: the route, the endpoint of each try and the verdict on a failure (`Attempt`), the header
-//! edits (`request_edits`, carried out by `edits::Seen` as the backend's header block is coded
-//! from the client's fields, as the HTTP/1 fast path writes its heads; `response_edits`), the
-//! call's deadline (`grpc::timeout`, `grpc::blame`), switchyard's own answers
-//! (`failure_answer`, `grpc_answer`, `grpc_status`); recording is `record::Recorder`'s. A
-//! stream this relay does not carry (a request Pingora would refuse, a path Pingora would
-//! normalise, a route to an HTTP/1 backend, a TLS backend without a server name, a route with
-//! Gateway filters or a body limit, any answer other than proxying) is handed back before a
-//! byte is written. It never holds a lock across an await.
+//! The exchange's HTTP/2 upstream, the relay: a stream from an HTTP/2 client whose route leads
+//! to an `h2c`/`grpc` backend, or over TLS to an `h2`/`grpcs` one, is carried over the fast
+//! path's HTTP/2 connections (`h2_pool`; over TLS made by the fast path's handshake, so with the
+//! bundle, client certificate, verification and session resumption `tls::BackendTls` decides,
+//! as for `https` backends), frame by frame — request header, body, trailers and end; response
+//! header, body and trailers; resets both ways — instead of through Pingora's proxy (a session,
+//! a task and channels per stream). The sequence (route, answers, tries, edits, record) is the
+//! driver's (`data::exchange`); this module only carries one try (`try_h2`) and relays one
+//! response on the HTTP/2 wire: the request's header block coded once from the client's fields
+//! with the edits carried out as they pass (`edits::Seen`), the call's deadline
+//! (`grpc::timeout`, `grpc::blame`) on every wait, a broken gRPC call ended with its status in
+//! trailers. A route with Gateway filters or a body limit is not taken (Pingora's). It never
+//! holds a lock across an await.
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -24,36 +20,32 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderValue, Uri};
 use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::protocols::Digest;
 use tokio::time::Sleep;
 
 use crate::data::engine::client_stream::{ClientGone, ClientStream};
-use crate::data::engine::h1::{FastPath, tls_entry};
-use crate::data::exchange::{NoResponse, TryFailed, after_failure, next_endpoint};
-use crate::data::headers::{
-    GRPC_STATUS_NAME, PingoraView, apply, exchange_request, grpc_of, grpc_trailers, host_of,
-    keep_origin, stripped_target,
-};
-use crate::data::record::Finished;
-use crate::data::tls::{self, TlsChoice};
+use crate::data::engine::fast::FastPath;
+use crate::data::exchange::{Front, Tally, TryFailed, Upstream};
+use crate::data::headers::{GRPC_STATUS_NAME, apply, grpc_trailers, keep_origin, stripped_target};
+use crate::data::tls::TlsChoice;
 use crate::data::upstream::h2_pool::{Lease, PoolError};
 use crate::data::upstream::kept_body::KeptBody;
 use crate::data::upstream::pool::Key;
 use crate::data::wire::h2::conn::{self, RequestBlock, Stream};
-use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
+use crate::decide::attempt::{Attempt, BodyKept, Sent};
 use crate::decide::cause::Cause;
-use crate::decide::edits::{Edits, Seen, Sink, ip_text, request_edits, response_edits};
-use crate::decide::error_page::{failure_answer, grpc_answer};
-use crate::decide::exchange;
+use crate::decide::edits::{Edits, Seen, Sink, response_edits};
+use crate::decide::error_page::failure_answer;
+use crate::decide::exchange::Opened;
 use crate::decide::grpc::{self, Ending};
-use crate::decide::reply::Reply;
-use crate::decide::target::normalize_path;
+use crate::table::matcher::Strip;
 
 /// One stream's state across its tries.
-struct Call<'t> {
-    started: Instant,
+pub(crate) struct Call {
+    /// The request's header block, coded once for every try.
+    request: RequestBlock,
     grpc: bool,
-    /// The call's deadline (`grpc-timeout`), from when the stream arrived.
+    /// The call's deadline (`grpc-timeout`, a Gateway rule's request timeout), from when the
+    /// stream arrived.
     deadline: Option<Instant>,
     /// The wait for each thing from the endpoint (`--server-timeout`, or the route's).
     server_timeout: Duration,
@@ -65,21 +57,16 @@ struct Call<'t> {
     kept: KeptBody,
     /// The request's method is idempotent (`GET`, `PUT`, ...).
     idempotent: bool,
-    /// The HTTP status the client got (0: none).
-    status: u16,
-    /// The status of the backend's response header; `None` when switchyard answered itself.
-    upstream_status: Option<u16>,
-    failed: bool,
-    /// How the gRPC call ended, as the client was told.
-    ending: Option<Ending>,
+    /// The backend's stream of the response being relayed, reset if it breaks.
+    relaying: Option<Stream>,
     /// The one timer of the call's waits on the endpoint, moved to each wait's limit
     /// (`timer`, `timer_at`). A timer made for each wait was registered with tokio's timer
     /// wheel and taken out again whenever the wait was not over at once; this one is
     /// registered once, and a later limit only moves its expiry.
-    timer: Pin<&'t mut Sleep>,
+    timer: Pin<Box<Sleep>>,
 }
 
-impl Call<'_> {
+impl Call {
     /// When the current wait on the endpoint gives up: `server_timeout` from now, or the
     /// deadline if sooner.
     fn limit(&self) -> tokio::time::Instant {
@@ -121,7 +108,7 @@ async fn within<F: Future>(timer: Pin<&mut Sleep>, wait: F) -> Option<F::Output>
 /// ended it, its end with the trailers if it sent any (the session keeps them).
 async fn resend_body(
     session: &mut ClientStream,
-    call: &mut Call<'_>,
+    call: &mut Call,
     to_backend: &Stream,
 ) -> Result<(), Cause> {
     let trailers = if call.body_done {
@@ -169,264 +156,183 @@ struct Broken {
     unprocessed: bool,
 }
 
-impl FastPath {
-    /// Serves one HTTP/2 stream whose route leads to an `h2c`/`grpc` or `h2`/`grpcs` backend;
-    /// hands any other back untouched (nothing written) for Pingora.
-    pub(super) async fn relay_h2(
-        &self,
-        mut session: Box<ClientStream>,
-        digest: &Digest,
-    ) -> Option<Box<ClientStream>> {
-        let started = Instant::now();
-        let mut attempt;
-        let grpc;
-        let client;
-        let rewrite;
-        let deadline;
-        {
-            let req = session.req_header();
-            // What Pingora would refuse (its answer is its own) or rewrite stays Pingora's.
-            if crate::data::headers::check_request(req, || session.raw_h1_header()).is_err()
-                || req.uri.scheme().is_none()
-                || req.uri.authority().is_none()
-            {
-                return Some(session);
-            }
-            let path = normalize_path(req.uri.path());
-            if matches!(path, Cow::Owned(_)) {
-                return Some(session);
-            }
-            grpc = grpc_of(req);
-            let socket = digest.socket_digest.as_deref();
-            client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
-            attempt = Attempt::new(client.map(|a| a.ip()));
-            if self.proxy.by_local_address {
-                attempt.set_local_ip(
-                    socket
-                        .and_then(|d| d.local_addr().and_then(|a| a.as_inet()))
-                        .map(|a| a.ip()),
-                );
-            }
-            let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
-            let view = PingoraView(req);
-            let desk = self.proxy.desk();
-            let asked = exchange_request(req, &view, &path, pq, grpc);
-            let table = self.proxy.table.load();
-            let Ok(opened) = exchange::open(&mut attempt, table, desk, asked, started) else {
-                return Some(session);
-            };
-            // The target the backend gets: the route's prefix stripped or replaced, as on
-            // Pingora's path; any answer of switchyard's own is Pingora's to write.
-            let mut location = String::new();
-            rewrite = match opened.reply(host_of(req).unwrap_or_default(), pq, desk, &mut location)
-            {
-                Reply::Proxy { strip: Some(strip) } => match stripped_target(strip, pq) {
-                    Ok(target) => Some(keep_origin(&req.uri, target)),
-                    Err(_) => return Some(session),
-                },
-                Reply::Proxy { strip: None } => None,
-                Reply::Answer { .. } => return Some(session),
-            };
-            let taken = attempt.backend_protocol().http2()
-                && !attempt.rewrites()
-                && attempt.body_allowed(u64::MAX);
-            if !taken {
-                return Some(session);
-            }
-            deadline = opened.deadline;
-        }
-        let Ok(tls_entry) = tls_entry(&attempt) else {
-            return Some(session);
-        };
-        let _active = self.proxy.enter();
-        // Set before each wait (`Call::timer`); made here, it is not registered until one
-        // waits on it.
-        let timer = std::pin::pin!(tokio::time::sleep_until(started.into()));
-        let mut call = Call {
-            started,
-            grpc,
-            deadline,
-            server_timeout: attempt.server_timeout(self.proxy.timeouts.server_idle),
-            body_done: session.is_body_done(),
-            body_sent: false,
-            kept: KeptBody::default(),
-            idempotent: session.req_header().method.is_idempotent(),
-            status: 0,
-            upstream_status: None,
-            failed: false,
-            ending: None,
-            timer,
-        };
-        session.set_write_timeout(self.proxy.timeouts.client_idle);
+/// A front whose request and response an HTTP/2 backend's stream carries frame by frame: an
+/// HTTP/2 client's stream (`h2::H2Front`).
+pub(crate) trait H2Client: Front {
+    /// The client's stream.
+    fn session(&mut self) -> &mut ClientStream;
+}
 
-        // The session keeps the client's header as it came: the access log names its target.
-        // What the block is made from is not kept across the awaits below (the stream's
-        // future, copied when boxed, would carry it).
-        let request = {
-            let client_ip = client.map(|a| ip_text(a.ip()));
-            let edits = request_edits(
-                &self.proxy.fwd,
-                client_ip.as_deref(),
-                attempt.cookie_sticky(),
-                || tls::client_cert(digest.ssl_digest.as_deref()),
-            );
-            request_block(session.req_header(), rewrite.as_ref(), &edits)
-        };
-        // Over TLS: how each connection is made (chosen once for the call).
-        let tls = match tls_entry.as_deref().map(|e| &e.upstream) {
-            None => None,
-            Some(u) => match self.proxy.backend_tls.choose(u) {
-                Ok(choice) => Some((choice, &*u.sni)),
-                Err(e) => {
-                    // A Service's own bundle or client certificate is not loaded: refused as an
-                    // untrusted certificate would be, as on the other paths; not the endpoint's
-                    // fault, so no ejection and no other endpoint.
-                    tracing::debug!(error = %e, "backend TLS not loaded");
-                    self.proxy.recorder.tls_failure(&attempt);
-                    self.answer(
-                        &mut session,
-                        &mut call,
-                        Cause::UpstreamTls.status().unwrap_or(502),
-                    );
-                    self.record(&session, &mut attempt, &call, client, rewrite.as_ref());
-                    return None;
-                }
-            },
-        };
-        let tls = tls.as_ref().map(|(choice, sni)| (choice, *sni));
-        self.exchange(&mut session, &request, &mut attempt, &mut call, tls)
-            .await;
-        self.record(&session, &mut attempt, &call, client, rewrite.as_ref());
-        None
+/// The HTTP/2 upstream of a fast path: the relay (see the module).
+pub(crate) struct Http2<'f>(pub(crate) &'f FastPath);
+
+impl<F: H2Client> Upstream<F> for Http2<'_> {
+    type Call = Call;
+    /// The response's header, the backend's stream, and the lease that keeps the backend
+    /// connection counted busy until the stream ends.
+    type Answered = (http::Response<()>, Stream, Lease);
+
+    fn takes(&self, _front: &F, attempt: &Attempt) -> bool {
+        // Gateway filters and a body limit are Pingora's to carry out.
+        attempt.backend_protocol().http2() && !attempt.rewrites() && attempt.body_allowed(u64::MAX)
     }
 
-    /// The tries, then the relay of the response that came; over TLS, each new connection made
-    /// with `tls`'s choice and server name. `request` is the request's header block, coded
-    /// once for every try.
-    async fn exchange(
+    fn prepare(
         &self,
-        session: &mut ClientStream,
-        request: &RequestBlock,
-        attempt: &mut Attempt,
-        call: &mut Call<'_>,
-        tls: Option<(&TlsChoice, &str)>,
-    ) {
-        let policy = &self.proxy.policy;
-        // The lease keeps the backend connection counted busy until the stream ends.
-        let (resp, stream, lease) = loop {
-            let addr = match next_endpoint(attempt) {
-                Ok(addr) => addr,
-                Err(end) => return self.call_ended(session, call, end),
-            };
-            let broken = match self
-                .try_once(session, request, attempt, call, addr, tls)
-                .await
-            {
-                Ok(pair) => {
-                    attempt.response_started(Instant::now());
-                    break pair;
-                }
-                Err(b) => b,
-            };
-            // Every body is kept (up to 64 KiB), as on Pingora's path: an idempotent request's
-            // may go again, and so may one the backend refused unprocessed.
-            let body = if call.kept.whole() {
-                BodyKept::All
-            } else {
-                BodyKept::Partly
-            };
-            let failed = TryFailed {
-                cause: call.blame(broken.cause),
-                sent: Sent {
-                    idempotent: call.idempotent,
-                    unprocessed: broken.unprocessed,
-                    body,
-                    // A try fails here before its response header.
-                    answered: false,
-                },
-            };
-            if let Some(end) = after_failure(&self.proxy.recorder, policy, attempt, failed) {
-                return self.call_ended(session, call, end);
+        front: &mut F,
+        attempt: &Attempt,
+        opened: &Opened,
+        strip: Option<&Strip>,
+        edits: &Edits<'_>,
+        started: Instant,
+    ) -> Option<Call> {
+        let proxy = &self.0.proxy;
+        let session = front.session();
+        let req = session.req_header();
+        // The target the backend gets: the route's prefix stripped or replaced, as on
+        // Pingora's path.
+        let rewrite = match strip {
+            Some(strip) => {
+                let pq = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+                let target = stripped_target(strip, pq).ok()?;
+                Some(keep_origin(&req.uri, target))
             }
+            None => None,
         };
-        // The response.
+        let request = request_block(req, rewrite.as_ref(), edits);
+        let idempotent = req.method.is_idempotent();
+        let body_done = session.is_body_done();
+        session.set_write_timeout(proxy.timeouts.client_idle);
+        Some(Call {
+            request,
+            grpc: front.grpc(),
+            deadline: opened.deadline,
+            server_timeout: attempt.server_timeout(proxy.timeouts.server_idle),
+            body_done,
+            body_sent: false,
+            kept: KeptBody::default(),
+            idempotent,
+            relaying: None,
+            // Set before each wait (`Call::timer`); made here, it is not registered until
+            // one waits on it.
+            timer: Box::pin(tokio::time::sleep_until(started.into())),
+        })
+    }
+
+    /// One try: a stream to `addr` (over TLS with `tls`), the request's header, and the
+    /// request body as the client sends it until the response header comes.
+    async fn try_once(
+        &self,
+        front: &mut F,
+        call: &mut Self::Call,
+        attempt: &mut Attempt,
+        addr: SocketAddr,
+        tls: Option<(&TlsChoice, &str)>,
+    ) -> Result<Self::Answered, TryFailed> {
+        let fast = self.0;
+        let broken = match fast.try_h2(front.session(), call, attempt, addr, tls).await {
+            Ok(answered) => return Ok(answered),
+            Err(broken) => broken,
+        };
+        // Every body is kept (up to 64 KiB), as on Pingora's path: an idempotent request's
+        // may go again, and so may one the backend refused unprocessed.
+        let body = if call.kept.whole() {
+            BodyKept::All
+        } else {
+            BodyKept::Partly
+        };
+        Err(TryFailed {
+            cause: call.blame(broken.cause),
+            sent: Sent {
+                idempotent: call.idempotent,
+                unprocessed: broken.unprocessed,
+                body,
+                // A try fails here before its response header.
+                answered: false,
+            },
+        })
+    }
+
+    async fn relay(
+        &self,
+        front: &mut F,
+        call: &mut Self::Call,
+        (resp, stream, lease): Self::Answered,
+        attempt: &mut Attempt,
+        tally: &mut Tally,
+    ) -> Result<bool, Cause> {
+        let fast = self.0;
         let (parts, ()) = resp.into_parts();
         let mut header = ResponseHeader::from(parts);
-        if apply(
-            &mut header,
-            &response_edits(&self.proxy.fwd, attempt.set_cookie()),
-        )
-        .is_err()
-        {
+        let edits = response_edits(&fast.proxy.fwd, attempt.set_cookie());
+        if apply(&mut header, &edits).is_err() {
             stream.send_reset(h2::Reason::CANCEL);
-            self.answer(session, call, Cause::Internal.status().unwrap_or(500));
-            return;
+            let answer = failure_answer(Cause::Internal.status().unwrap_or(500), &fast.proxy.fwd);
+            front.answer(&answer, None, true, tally).await;
+            tally.failed = true;
+            return Ok(false);
         }
-        call.status = header.status.as_u16();
-        call.upstream_status = Some(call.status);
+        tally.status = header.status.as_u16();
+        tally.upstream_status = Some(tally.status);
         if call.grpc {
             // A trailers-only answer has the status in its header.
-            call.ending = ending_in(&header);
+            tally.grpc = ending_in(&header);
         }
         let end = stream.is_end_stream();
+        let session = front.session();
         if session
             .write_response_header(Box::new(header), end)
             .is_err()
         {
             stream.send_reset(h2::Reason::CANCEL);
-            call.failed = true;
-            return;
+            tally.failed = true;
+            return Ok(false);
         }
         if end {
+            return Ok(true);
+        }
+        match fast
+            .relay_response(session, call, &lease, &stream, tally)
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(cause) => {
+                call.relaying = Some(stream);
+                Err(call.blame(cause))
+            }
+        }
+    }
+
+    fn broken(&self, front: &mut F, call: &mut Call, cause: Cause, tally: &mut Tally) {
+        if let Some(stream) = call.relaying.take() {
+            stream.send_reset(h2::Reason::CANCEL);
+        }
+        if cause == Cause::ClientGone {
             return;
         }
-        if let Err(cause) = self.relay_response(session, call, &lease, &stream).await {
-            call.failed = true;
-            let cause = call.blame(cause);
-            let verdict = attempt.failed(
-                Failure {
-                    cause,
-                    replayable: false,
-                },
-                policy,
-                Instant::now(),
-            );
-            self.proxy.recorder.failure(attempt, &verdict);
-            stream.send_reset(h2::Reason::CANCEL);
-            if cause == Cause::ClientGone {
-                return;
-            }
-            match cause.status() {
-                // A gRPC call broken mid-stream still ends as gRPC says (as on Pingora's path):
-                // its status in trailers after the messages already sent.
-                Some(code) if call.grpc => {
-                    let (trailers, ending) = grpc_trailers(code);
-                    if session.write_trailers(trailers).is_ok() {
-                        call.ending = Some(ending);
-                    }
+        let session = front.session();
+        match cause.status() {
+            // A gRPC call broken mid-stream still ends as gRPC says (as on Pingora's path):
+            // its status in trailers after the messages already sent.
+            Some(code) if call.grpc => {
+                let (trailers, ending) = grpc_trailers(code);
+                if session.write_trailers(trailers).is_ok() {
+                    tally.grpc = Some(ending);
                 }
-                _ => session.shutdown_with_reason(h2::Reason::INTERNAL_ERROR),
             }
+            _ => session.shutdown_with_reason(h2::Reason::INTERNAL_ERROR),
         }
     }
+}
 
-    /// Ends a call whose tries gave no response: answered with a status, or (the client gone)
-    /// only counted failed.
-    fn call_ended(&self, session: &mut ClientStream, call: &mut Call<'_>, end: NoResponse) {
-        match end {
-            NoResponse::Answer(status) => self.answer(session, call, status),
-            NoResponse::Gone => call.failed = true,
-        }
-    }
-
-    /// One try: a stream to `addr` (over TLS with `tls`), `request`'s header, and the request
-    /// body as the client sends it until the response header comes.
-    async fn try_once(
+impl FastPath {
+    /// One try's wire: a stream to `addr` (over TLS with `tls`), the call's request header,
+    /// the request body as the client sends it until the response header comes.
+    async fn try_h2(
         &self,
         session: &mut ClientStream,
-        request: &RequestBlock,
+        call: &mut Call,
         attempt: &mut Attempt,
-        call: &mut Call<'_>,
         addr: SocketAddr,
         tls: Option<(&TlsChoice, &str)>,
     ) -> Result<(http::Response<()>, Stream, Lease), Broken> {
@@ -472,7 +378,8 @@ impl FastPath {
         attempt.request_sent(Instant::now());
         let limit = call.limit();
         let end = call.body_done && !call.body_sent;
-        let sent = within(call.timer_at(limit), send.send_request(request, end)).await;
+        call.timer.as_mut().reset(limit);
+        let sent = within(call.timer.as_mut(), send.send_request(&call.request, end)).await;
         let stream = match sent {
             Some(Ok(stream)) => stream,
             Some(Err(_)) => {
@@ -534,7 +441,7 @@ impl FastPath {
         session: &mut ClientStream,
         chunk: Result<Option<Bytes>, ClientGone>,
         last: bool,
-        call: &mut Call<'_>,
+        call: &mut Call,
         to_backend: &Stream,
     ) -> Result<(), Cause> {
         match chunk {
@@ -574,9 +481,10 @@ impl FastPath {
     async fn relay_response(
         &self,
         session: &mut ClientStream,
-        call: &mut Call<'_>,
+        call: &mut Call,
         lease: &Lease,
         stream: &Stream,
+        tally: &mut Tally,
     ) -> Result<(), Cause> {
         loop {
             tokio::select! {
@@ -609,7 +517,7 @@ impl FastPath {
         match trailers {
             Some(Ok(Some(trailers))) => {
                 if call.grpc {
-                    call.ending = Some(Ending::of(
+                    tally.grpc = Some(Ending::of(
                         trailers.get(&GRPC_STATUS_NAME).map(HeaderValue::as_bytes),
                     ));
                 }
@@ -626,69 +534,6 @@ impl FastPath {
             }
             None => Err(Cause::UpstreamTimedOut),
         }
-    }
-
-    /// Answers the stream with switchyard's own `status` (a gRPC status for a gRPC call), as
-    /// the whole response.
-    fn answer(&self, session: &mut ClientStream, call: &mut Call<'_>, status: u16) {
-        call.failed = true;
-        let answer = if call.grpc {
-            grpc_answer(status, &self.proxy.fwd)
-        } else {
-            failure_answer(status, &self.proxy.fwd)
-        };
-        let Ok(mut header) =
-            ResponseHeader::build(answer.status, Some(answer.fields.iter().count()))
-        else {
-            return;
-        };
-        if apply(&mut header, &answer.fields).is_err() {
-            return;
-        }
-        if call.grpc {
-            call.ending = ending_in(&header);
-        }
-        call.status = answer.status;
-        if session
-            .write_response_header(Box::new(header), true)
-            .is_err()
-        {
-            call.status = 0;
-        }
-    }
-
-    /// Counts the call once; `rewrite` is the target the backend got when the route rewrote
-    /// it.
-    fn record(
-        &self,
-        session: &ClientStream,
-        attempt: &mut Attempt,
-        call: &Call<'_>,
-        client: Option<SocketAddr>,
-        rewrite: Option<&Uri>,
-    ) {
-        let req = session.req_header();
-        let mut fin = Finished {
-            status: call.status,
-            bytes_in: session.body_bytes_read() as u64,
-            bytes_out: session.body_bytes_sent() as u64,
-            failed: call.failed,
-            grpc: call.grpc.then(|| call.ending.unwrap_or(Ending::NONE)),
-            upstream_status: call.upstream_status,
-            forwarded: rewrite.map(|u| ("", u.path())),
-            // The client's stream: this path serves HTTP/2 clients only.
-            ..Finished::new(
-                client,
-                "HTTP/2.0",
-                host_of(req).unwrap_or_default(),
-                req.method.as_str(),
-                req.uri.path(),
-            )
-        };
-        if self.proxy.recorder.logs() {
-            fin.fields(|name| req.headers.get(name).map(HeaderValue::as_bytes));
-        }
-        self.proxy.recorder.finished(attempt, call.started, &fin);
     }
 }
 
@@ -728,7 +573,7 @@ impl Sink for RequestBlock {
 
 /// How a gRPC answer whose header carries its status ("trailers-only") ended; `None` when
 /// the status is left to the trailers.
-fn ending_in(header: &ResponseHeader) -> Option<Ending> {
+pub(super) fn ending_in(header: &ResponseHeader) -> Option<Ending> {
     header
         .headers
         .get(&GRPC_STATUS_NAME)
@@ -753,7 +598,7 @@ mod tests {
 
     use super::*;
     use crate::data::wire::hpack::Decoder;
-    use crate::decide::edits::{ClientCert, Forwarding};
+    use crate::decide::edits::{ClientCert, Forwarding, request_edits};
 
     /// The relay's request block and Pingora's header, each carrying out the same edits on the
     /// same client request, give the backend the same fields: the two carriers of `Edits`

@@ -95,18 +95,9 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>) -> Parse {
         Some(m @ "HEAD") => (true, m),
         _ => return Parse::Declined,
     };
-    let Some(path) = parsed.path else {
+    let Some(path) = parsed.path.filter(|p| plain_target(p)) else {
         return Parse::Declined;
     };
-    if !path.starts_with('/') || !path.bytes().all(target_byte) {
-        return Parse::Declined;
-    }
-    // A path with dot-segments is normalised before it is routed and forwarded; Pingora's
-    // path does that (`decide::target`), so such a request is declined here.
-    let path_only = path.split_once('?').map_or(path, |(p, _)| p);
-    if has_dot_segment(path_only) {
-        return Parse::Declined;
-    }
     // Bare line feeds are legal but read differently by some backends: Pingora rewrites
     // the header; here it would be copied as it is.
     let head_bytes = &buf[..len];
@@ -180,6 +171,14 @@ pub fn parse_request(buf: &[u8], fields: &mut Vec<Field>) -> Parse {
     })
 }
 
+/// A target this path forwards as it is: origin form, bytes `http::Uri` takes unchanged, no
+/// dot-segment. A path with dot-segments is normalised before it is routed and forwarded;
+/// Pingora's path does that (`decide::target`), so such a request is declined here.
+pub fn plain_target(target: &str) -> bool {
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    target.starts_with('/') && target.bytes().all(target_byte) && !has_dot_segment(path)
+}
+
 /// Bytes a request target may hold on this path: visible ASCII that `http::Uri` takes as
 /// it is (anything else goes to Pingora, which percent-encodes it).
 fn target_byte(b: u8) -> bool {
@@ -240,6 +239,90 @@ pub fn build_request(
         out.extend_from_slice(&head[r]);
     }
     seen.additions(edits, &mut Lines(out));
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the request header an HTTP/1 backend gets for an HTTP/2 client's request into
+/// `out`: the request line (`target`: the client's, or the route's stripped one as
+/// `(slash, rest)`), `Host` from `:authority` (RFC 9113 §8.3.1; a `host` field then goes), the
+/// fields as they came with `edits` carried out, split `cookie` fields joined into one
+/// (RFC 9113 §8.2.3). False, with `out` to be discarded, for a request this path does not
+/// carry (as `parse_request` declines them): a field that changes framing or names the
+/// connection, or one that cannot be written as an HTTP/1 line. The caller checks the
+/// client's target (`plain_target`).
+pub fn build_request_from_fields(
+    out: &mut Vec<u8>,
+    method: &str,
+    target: (&str, &str),
+    authority: Option<&str>,
+    fields: &http::HeaderMap,
+    edits: &Edits<'_>,
+) -> bool {
+    out.clear();
+    out.extend_from_slice(method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.0.as_bytes());
+    out.extend_from_slice(target.1.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(a) = authority {
+        Lines(out).add("host", |o| o.extend_from_slice(a.as_bytes()));
+    }
+    let cookies = fields.get_all(http::header::COOKIE);
+    let joined: Vec<u8>;
+    let cookie: Option<&[u8]> = match (cookies.iter().next(), cookies.iter().nth(1)) {
+        (None, _) => None,
+        (Some(one), None) => Some(one.as_bytes()),
+        (Some(_), Some(_)) => {
+            joined = cookies
+                .iter()
+                .enumerate()
+                .fold(Vec::new(), |mut j, (i, v)| {
+                    if i > 0 {
+                        j.extend_from_slice(b"; ");
+                    }
+                    j.extend_from_slice(v.as_bytes());
+                    j
+                });
+            Some(&joined)
+        }
+    };
+    let mut seen = Seen::default();
+    for (name, value) in fields {
+        if name == http::header::COOKIE || (authority.is_some() && name == http::header::HOST) {
+            continue;
+        }
+        let (name, value) = (name.as_str(), value.as_bytes());
+        if kind(name) != Kind::Other && kind(name) != Kind::Host
+            || value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0)
+        {
+            return false;
+        }
+        let keep = match edits.touching(name.as_bytes()) {
+            None => true,
+            Some(edit) => seen.field(edit, value),
+        };
+        if keep {
+            line(out, name.as_bytes(), value);
+        }
+    }
+    if let Some(value) = cookie {
+        let keep = match edits.touching(b"cookie") {
+            None => true,
+            Some(edit) => seen.field(edit, value),
+        };
+        if keep {
+            line(out, b"cookie", value);
+        }
+    }
+    seen.additions(edits, &mut Lines(out));
+    out.extend_from_slice(b"\r\n");
+    true
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 

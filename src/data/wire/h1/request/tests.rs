@@ -74,6 +74,85 @@ fn the_forwarded_request_changes_only_what_it_must() {
     );
 }
 
+/// An HTTP/2 client's request reaches an HTTP/1 backend as an HTTP/1 client's does: the same
+/// edits, `Host` from `:authority`, split `cookie` fields joined (RFC 9113 §8.2.3) before the
+/// load balancer's cookie is taken out; what an HTTP/1 client's request would be declined for
+/// is declined here too.
+#[test]
+fn an_http2_request_is_written_as_the_http1_one_would_be() {
+    let mut fields = http::HeaderMap::new();
+    for (name, value) in [
+        ("accept", "*/*"),
+        ("x-forwarded-for", "10.0.0.1"),
+        ("cookie", "a=1"),
+        ("x-forwarded-proto", "https"),
+        ("cookie", "SERVERID=00aa; b=2"),
+    ] {
+        fields.append(
+            http::HeaderName::from_static(name),
+            http::HeaderValue::from_static(value),
+        );
+    }
+    let fwd = Forwarding::plain();
+    let edits = request_edits(&fwd, Some("127.0.0.9"), true, || ClientCert::Absent);
+    let strip = crate::table::matcher::Strip::of("/svc");
+    let mut out = Vec::new();
+    let target = strip.apply("/svc/a?q=1");
+    assert!(build_request_from_fields(
+        &mut out,
+        "GET",
+        target,
+        Some("x"),
+        &fields,
+        &edits
+    ));
+    assert_eq!(
+        String::from_utf8(out.clone()).unwrap(),
+        "GET /a?q=1 HTTP/1.1\r\nhost: x\r\naccept: */*\r\n\
+         x-forwarded-for: 10.0.0.1, 127.0.0.9\r\nx-real-ip: 127.0.0.9\r\ncookie: a=1; b=2\r\n\
+         x-forwarded-proto: http\r\n\r\n"
+    );
+    // The same request from an HTTP/1 client: the same fields, in the same order.
+    let raw = "GET /svc/a?q=1 HTTP/1.1\r\nhost: x\r\naccept: */*\r\n\
+               x-forwarded-for: 10.0.0.1\r\nx-forwarded-proto: https\r\n\
+               cookie: a=1; SERVERID=00aa; b=2\r\n\r\n";
+    let (Parse::Request(req), parsed) = parse(raw) else {
+        panic!("not taken")
+    };
+    let mut h1 = Vec::new();
+    let target = str_at(raw.as_bytes(), req.target.clone());
+    build_request(
+        &mut h1,
+        raw.as_bytes(),
+        &req,
+        &parsed,
+        Some(strip.apply(target)),
+        &edits,
+    );
+    let mut a: Vec<_> = out.split(|&b| b == b'\n').collect();
+    let mut b: Vec<_> = h1.split(|&b| b == b'\n').collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    for declined in [
+        "content-length",
+        "expect",
+        "connection",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        let mut f = fields.clone();
+        f.insert(
+            http::HeaderName::from_static(declined),
+            http::HeaderValue::from_static("0"),
+        );
+        assert!(
+            !build_request_from_fields(&mut out, "GET", ("", "/"), Some("x"), &f, &edits),
+            "{declined}"
+        );
+    }
+}
+
 /// RFC 9112 §2.2: empty lines before the request line are ignored, never forwarded, and the
 /// request line is sent once (the fast path once sent it a second time as a header line).
 #[test]
