@@ -60,6 +60,8 @@ pub enum RunError {
     AccessLog(std::io::Error),
     #[error("--explain: {0}")]
     Explain(String),
+    #[error("{0} Ingress(es) would not be served: see the report")]
+    Refused(usize),
 }
 
 /// One line for an error and its causes, each cause said once: a link of the `source()` chain
@@ -597,6 +599,29 @@ async fn dry_run(config: &Config, kube_config: Option<kube::Config>) -> Result<(
             )),
             config.translate.controller_name
         );
+    }
+    if let Some(format) = config.ingress_nginx_report {
+        let ingresses: Vec<_> = objects.ingresses.iter().collect();
+        let served = built.memo.served_ingresses();
+        let ours = |ns: &str, name: &str| {
+            served.contains(&(ns.to_string(), name.to_string()))
+                || warnings.iter().any(|w| {
+                    w.object.kind == "Ingress" && w.object.namespace == ns && w.object.name == name
+                })
+        };
+        let report = translate::nginx::Report::of(&ingresses, &warnings, ours);
+        let text = match format {
+            crate::config::ReportFormat::Text => report.to_text(),
+            crate::config::ReportFormat::Json => {
+                serde_json::to_string_pretty(&report).map_err(|e| RunError::Output(e.into()))?
+            }
+        };
+        use std::io::Write;
+        writeln!(std::io::stdout().lock(), "{text}").map_err(RunError::Output)?;
+        return match report.refused {
+            0 => Ok(()),
+            n => Err(RunError::Refused(n)),
+        };
     }
     let json = match &config.explain {
         None if config.migration_preview => {

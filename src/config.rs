@@ -31,6 +31,15 @@ pub const VERSION: &str = concat!(
 );
 
 /// How switchyard's own log lines (stderr) are written.
+/// How `--ingress-nginx-report` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// A table a person reads.
+    Text,
+    /// JSON a program reads.
+    Json,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines; coloured only when stderr is a terminal and NO_COLOR is unset.
@@ -95,6 +104,21 @@ pub struct Args {
         env = "SWITCHYARD_MIGRATION_PREVIEW"
     )]
     pub migration_preview: bool,
+
+    /// With --dry-run: instead of the table, report each Ingress's ingress-nginx annotations:
+    /// served as ingress-nginx does, served with a stated difference, ignored, or refused (the
+    /// Ingress not served), as a table (`text`) or `json`. Exits 1 if an Ingress is refused
+    /// (docs/ingress.md#migrating-from-ingress-nginx).
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        num_args = 0..=1,
+        default_missing_value = "text",
+        requires = "dry_run",
+        conflicts_with_all = ["explain", "migration_preview"],
+        env = "SWITCHYARD_INGRESS_NGINX_REPORT"
+    )]
+    pub ingress_nginx_report: Option<ReportFormat>,
 
     /// Address the listeners bind to.
     #[arg(
@@ -665,6 +689,8 @@ pub struct Config {
     pub explain: Option<String>,
     /// `--migration-preview`.
     pub migration_preview: bool,
+    /// `--ingress-nginx-report`.
+    pub ingress_nginx_report: Option<ReportFormat>,
     pub access_log: Option<crate::ops::access_log::Format>,
     pub health: HealthChecks,
     pub default_return_code: u16,
@@ -888,6 +914,7 @@ impl Config {
             metrics_endpoint_series: args.metrics_endpoint_series,
             explain: args.explain,
             migration_preview: args.migration_preview,
+            ingress_nginx_report: args.ingress_nginx_report,
             access_log: args.access_log,
             health: HealthChecks {
                 interval: args.check_interval,
@@ -997,6 +1024,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "dry_run",
             "explain",
             "migration_preview",
+            "ingress_nginx_report",
             "kubeconfig",
             "use_kubernetes_cluster_service",
             "namespace",

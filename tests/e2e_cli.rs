@@ -486,6 +486,83 @@ fn dry_run_lists_ingresses_of_other_classes() {
     assert!(!err.contains("default/mine"), "{err}");
 }
 
+/// `--ingress-nginx-report` is what a team runs before switching from ingress-nginx: each
+/// Ingress's nginx annotations with what switchyard does with them, the translation's warnings
+/// beside them, as a table or JSON, and exit 1 when an Ingress would not be served.
+#[test]
+fn the_ingress_nginx_report_says_what_each_annotation_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.yaml");
+    let nginx = |k: &str| format!("nginx.ingress.kubernetes.io/{k}");
+    let objs: Vec<Value> = vec![
+        svc("web", 80).into(),
+        ingress_class("switchyard", false),
+        ing("admin")
+            .ann(&nginx("auth-type"), "basic")
+            .ann(&nginx("proxy-body-size"), "8m")
+            .rule(Some("a.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+        ing("web")
+            .ann(&nginx("proxy-read-timeout"), "soon")
+            .ann(&nginx("enable-cors"), "true")
+            .rule(Some("b.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    ];
+    std::fs::write(&m, multi_doc(&objs)).unwrap();
+    let m = m.to_str().unwrap();
+    let out = run(
+        &["--dry-run", "--manifests", m, "--ingress-nginx-report"],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    for line in [
+        "Ingress default/admin: NOT SERVED",
+        "refused  nginx.ingress.kubernetes.io/auth-type",
+        "served   nginx.ingress.kubernetes.io/proxy-body-size",
+        "ignored  nginx.ingress.kubernetes.io/enable-cors",
+        "ignored  nginx.ingress.kubernetes.io/proxy-read-timeout",
+        "2 Ingress(es) with ingress-nginx annotations, 1 not served",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    assert!(stderr(&out).contains("1 Ingress(es) would not be served"));
+    let out = run(
+        &["--dry-run", "--manifests", m, "--ingress-nginx-report=json"],
+        &[],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["refused"], 1);
+    let web = &json["ingresses"][1];
+    assert_eq!(web["name"], "web");
+    assert_eq!(web["annotations"][0]["verdict"], "ignored");
+    assert!(web["warnings"][0].as_str().unwrap().contains("enable-cors"));
+    // Nothing refused: exit 0.
+    std::fs::write(
+        dir.path().join("ok.yaml"),
+        multi_doc(&[
+            svc("web", 80).into(),
+            ingress_class("switchyard", false),
+            ing("x")
+                .ann(&nginx("ssl-redirect"), "false")
+                .rule(Some("c.test"), &[("/", "Prefix", "web", 80)])
+                .into(),
+        ]),
+    )
+    .unwrap();
+    let ok = dir.path().join("ok.yaml");
+    let out = run(
+        &[
+            "--dry-run",
+            "--manifests",
+            ok.to_str().unwrap(),
+            "--ingress-nginx-report",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 /// Bad values say what is accepted, once, and name the flag (issue 41, item 11).
 #[test]
 fn bad_values_say_what_is_accepted() {

@@ -15,9 +15,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass, IngressTLS};
 
 use self::ingress_annotation as ia;
-use super::annotations::{MAX_DURATION, nearest_key, parse_bool, parse_duration, show};
+use super::annotations::{MAX_DURATION, nearest_key, parse_duration, show};
 use super::build::{Builder, IngressRef, RouteClaim, RouteKey, entry_name};
 use super::inputs::{meta_key, object};
+use super::nginx;
 use super::view::*;
 use crate::table::cidr::Cidr;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
@@ -171,7 +172,7 @@ impl<'a> Builder<'a> {
                 });
                 continue;
             }
-            let refused = annotations.map(unserved_restrictions).unwrap_or_default();
+            let refused = annotations.map(nginx::refusing).unwrap_or_default();
             if refused.is_empty() {
                 self.served_ingresses
                     .insert((ns.to_string(), name.to_string()));
@@ -182,10 +183,11 @@ impl<'a> Builder<'a> {
                     object: who,
                     reason: WarningReason::NotServed,
                     message: format!(
-                        "{} restrict{} access, which switchyard does not carry out yet; not \
-                         served: its routes answer 403 to every client",
+                        "{} restrict{} access in a way switchyard does not carry out yet ({}); \
+                         not served: its routes answer 403 to every client",
                         refused.join(", "),
-                        if refused.len() == 1 { "s" } else { "" }
+                        if refused.len() == 1 { "s" } else { "" },
+                        refusal_notes(&refused, annotations),
                     ),
                 });
             }
@@ -421,7 +423,7 @@ impl<'a> Builder<'a> {
                     message: format!("unknown annotation {k}; ignored{hint}"),
                 });
             } else if k.starts_with(ia::NGINX_PREFIX)
-                && !nginx_harmless(k, v)
+                && nginx::support(k, v, map) != nginx::Support::Served
                 && !(refused && k[ia::NGINX_PREFIX.len()..].starts_with("auth-"))
             {
                 // (An Ingress refused for its authentication is warned about once for it.)
@@ -818,46 +820,32 @@ fn every_address() -> Vec<Cidr> {
         .collect()
 }
 
-/// The ingress-nginx annotations an Ingress carries that restrict who is served and that
-/// switchyard does not carry out yet: basic or digest authentication (`auth-type`,
-/// `auth-secret`), external authentication (`auth-url`), client certificates
-/// (`auth-tls-secret`, unless `auth-tls-verify-client` is `off`). An Ingress with any is not
-/// served, never served open.
-fn unserved_restrictions(map: &BTreeMap<String, String>) -> Vec<&'static str> {
-    const KEYS: [&str; 4] = [
-        "nginx.ingress.kubernetes.io/auth-type",
-        "nginx.ingress.kubernetes.io/auth-secret",
-        "nginx.ingress.kubernetes.io/auth-url",
-        "nginx.ingress.kubernetes.io/auth-tls-secret",
-    ];
-    let tls_verify_off = map
-        .get("nginx.ingress.kubernetes.io/auth-tls-verify-client")
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"));
-    KEYS.into_iter()
-        .filter(|k| map.contains_key(*k))
-        .filter(|k| !(tls_verify_off && k.ends_with("/auth-tls-secret")))
-        .collect()
-}
-
 /// The key that makes an Ingress a canary of another (`canary: "true"`, read as ingress-nginx
 /// reads a boolean), if it does.
 fn canary(map: &BTreeMap<String, String>) -> Option<&'static str> {
     const KEY: &str = "nginx.ingress.kubernetes.io/canary";
     map.get(KEY)
-        .is_some_and(|v| parse_bool(v) == Some(true))
+        .is_some_and(|v| matches!(nginx::support(KEY, v, map), nginx::Support::Refused(_)))
         .then_some(KEY)
+}
+
+/// Why each of `refused` refuses its Ingress, once per reason (the catalogue's notes).
+fn refusal_notes(refused: &[&str], all: Option<&BTreeMap<String, String>>) -> String {
+    let mut notes: Vec<&str> = Vec::new();
+    for key in refused {
+        let value = all.and_then(|m| m.get(*key)).map_or("", String::as_str);
+        let empty = BTreeMap::new();
+        let note = nginx::support(key, value, all.unwrap_or(&empty)).note();
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+    notes.join("; ")
 }
 
 /// switchyard's key for a known one (the keys are `&'static`).
 fn ours_key(k: &str) -> &'static str {
     ia::KNOWN.iter().copied().find(|&x| x == k).unwrap_or("")
-}
-
-/// ingress-nginx annotations that ask for nothing switchyard does not do already: not
-/// warned about.
-fn nginx_harmless(key: &str, value: &str) -> bool {
-    // switchyard never treats paths as regular expressions.
-    key.trim_start_matches(ia::NGINX_PREFIX) == "use-regex" && value.trim() == "false"
 }
 
 /// `proxy-read-timeout`: whole seconds as ingress-nginx writes them (`60`), or a duration

@@ -31,6 +31,7 @@ mod incremental;
 mod ingress;
 mod inputs;
 mod memo;
+pub mod nginx;
 mod original;
 mod trust;
 mod view;

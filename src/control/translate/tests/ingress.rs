@@ -1039,8 +1039,8 @@ fn an_ingress_asking_for_authentication_is_refused_to_everyone_not_served_open()
     assert_eq!(not_served.len(), 3, "{not_served:?}");
     assert!(
         not_served[0].starts_with(
-            "basic: nginx.ingress.kubernetes.io/auth-type, \
-             nginx.ingress.kubernetes.io/auth-secret restrict access"
+            "basic: nginx.ingress.kubernetes.io/auth-secret, \
+             nginx.ingress.kubernetes.io/auth-type restrict access"
         ) && not_served[0].contains("403"),
         "{not_served:?}"
     );

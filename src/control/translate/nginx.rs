@@ -1,0 +1,711 @@
+//! ingress-nginx's annotations — every key its annotations page lists — and what switchyard does
+//! with each: the one catalogue that the Ingress translation (which keys refuse an Ingress),
+//! the migration report (`--dry-run --ingress-nginx-report`) and docs/ingress.md read, so the
+//! three cannot disagree (tests hold the translation and the page to it). Pure: no I/O, no
+//! clock; it decides nothing about a request.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::networking::v1::Ingress;
+use serde::Serialize;
+
+use super::annotations::parse_bool;
+use super::view::Warning;
+
+/// ingress-nginx's annotation prefix.
+pub const PREFIX: &str = "nginx.ingress.kubernetes.io/";
+
+/// What switchyard does with an annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", content = "note", rename_all = "kebab-case")]
+pub enum Support {
+    /// Served with ingress-nginx's meaning and values.
+    Served,
+    /// Served, with the difference the note states.
+    Differs(&'static str),
+    /// Not carried out: the Ingress is served without it (warned). The note says what to do
+    /// instead.
+    Ignored(&'static str),
+    /// It restricts who is served, or hands the connection to the backend, and is not carried
+    /// out: the Ingress is not served (warned; its routes answer 403, or, for a canary, its
+    /// main Ingress keeps the traffic), never served open.
+    Refused(&'static str),
+}
+
+impl Support {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Support::Served => "served",
+            Support::Differs(_) => "differs",
+            Support::Ignored(_) => "ignored",
+            Support::Refused(_) => "refused",
+        }
+    }
+
+    pub fn note(&self) -> &'static str {
+        match self {
+            Support::Served => "",
+            Support::Differs(n) | Support::Ignored(n) | Support::Refused(n) => n,
+        }
+    }
+}
+
+const AUTH: &str = "basic and digest authentication are not carried out yet";
+const AUTH_WITH: &str = "read only with auth-type/auth-secret, which refuse the Ingress";
+const EXT_AUTH: &str = "external authentication is not carried out yet";
+const EXT_AUTH_WITH: &str = "read only with auth-url, which refuses the Ingress";
+const TLS_AUTH: &str = "client-certificate verification per Ingress is not carried out yet \
+                        (--ssl-ca-cert verifies clients on the whole TLS port)";
+const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the Ingress";
+const CANARY_WITH: &str = "read only on a canary Ingress, which is not served";
+const AFFINITY: &str = "cookie affinity per Ingress is not served yet; the Service annotation \
+                        serviceloadbalancer/lb.cookie-sticky-session gives cookie stickiness";
+const REDIRECT: &str = "not served yet; an HTTPRoute RequestRedirect filter redirects";
+const CORS: &str = "not served yet: the backend must answer CORS itself";
+const LIMIT: &str = "no rate or connection limits per Ingress yet";
+const BUFFERING: &str = "switchyard streams bodies and never buffers them to disk: nothing to \
+                         set";
+const SNIPPET: &str = "nginx configuration is never executed";
+const TRACING: &str = "no tracing export; the access log carries X-Request-Id";
+const BACKEND_TLS: &str = "the Service annotations serviceloadbalancer/lb.backend-ca-secret, \
+                           lb.backend-sni and lb.backend-client-cert set the backend's TLS; \
+                           certificates are verified unless lb.backend-insecure-skip-verify";
+const TIMEOUTS: &str = "--connect-timeout and --server-timeout apply to every route; \
+                        proxy-read-timeout is served";
+const RETRIES: &str = "retries follow --retries (connection failures, and idempotent requests \
+                       the backend reset)";
+const FIREWALL: &str = "no web application firewall";
+const MIRROR: &str = "an HTTPRoute RequestMirror filter mirrors requests";
+
+/// Every annotation of ingress-nginx's annotations page (without the prefix), with what
+/// switchyard does with it whatever its value (`support` refines a few by value).
+pub const CATALOG: &[(&str, Support)] = &[
+    ("affinity", Support::Ignored(AFFINITY)),
+    ("affinity-canary-behavior", Support::Ignored(AFFINITY)),
+    ("affinity-mode", Support::Ignored(AFFINITY)),
+    ("allowlist-source-range", Support::Served),
+    ("app-root", Support::Ignored(REDIRECT)),
+    ("auth-always-set-cookie", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-cache-duration", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-cache-key", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-keepalive", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-keepalive-requests", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-keepalive-share-vars", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-keepalive-timeout", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-method", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-proxy-set-headers", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-realm", Support::Ignored(AUTH_WITH)),
+    ("auth-request-redirect", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-response-headers", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-secret", Support::Refused(AUTH)),
+    ("auth-secret-type", Support::Ignored(AUTH_WITH)),
+    ("auth-signin", Support::Ignored(EXT_AUTH_WITH)),
+    (
+        "auth-signin-redirect-param",
+        Support::Ignored(EXT_AUTH_WITH),
+    ),
+    ("auth-snippet", Support::Ignored(SNIPPET)),
+    ("auth-tls-error-page", Support::Ignored(TLS_AUTH_WITH)),
+    ("auth-tls-match-cn", Support::Ignored(TLS_AUTH_WITH)),
+    (
+        "auth-tls-pass-certificate-to-upstream",
+        Support::Ignored(TLS_AUTH_WITH),
+    ),
+    ("auth-tls-secret", Support::Refused(TLS_AUTH)),
+    ("auth-tls-verify-client", Support::Ignored(TLS_AUTH_WITH)),
+    ("auth-tls-verify-depth", Support::Ignored(TLS_AUTH_WITH)),
+    ("auth-type", Support::Refused(AUTH)),
+    ("auth-url", Support::Refused(EXT_AUTH)),
+    (
+        "backend-protocol",
+        Support::Differs(
+            "HTTP, HTTPS, GRPC and GRPCS as ingress-nginx (and H2C, H2); AJP, FCGI and \
+             AUTO_HTTP are not served: warned, the Service's protocol applies",
+        ),
+    ),
+    (
+        "canary",
+        Support::Refused(
+            "traffic is not split by canary annotations yet: the canary Ingress is not served and its main Ingress keeps all the traffic (weighted backendRefs of an HTTPRoute split it)",
+        ),
+    ),
+    ("canary-by-cookie", Support::Ignored(CANARY_WITH)),
+    ("canary-by-header", Support::Ignored(CANARY_WITH)),
+    ("canary-by-header-pattern", Support::Ignored(CANARY_WITH)),
+    ("canary-by-header-value", Support::Ignored(CANARY_WITH)),
+    ("canary-weight", Support::Ignored(CANARY_WITH)),
+    ("canary-weight-total", Support::Ignored(CANARY_WITH)),
+    ("client-body-buffer-size", Support::Ignored(BUFFERING)),
+    ("configuration-snippet", Support::Ignored(SNIPPET)),
+    (
+        "connection-proxy-header",
+        Support::Ignored(
+            "the Connection field of requests to backends is switchyard's (keep-alive)",
+        ),
+    ),
+    ("cors-allow-credentials", Support::Ignored(CORS)),
+    ("cors-allow-headers", Support::Ignored(CORS)),
+    ("cors-allow-methods", Support::Ignored(CORS)),
+    ("cors-allow-origin", Support::Ignored(CORS)),
+    ("cors-expose-headers", Support::Ignored(CORS)),
+    ("cors-max-age", Support::Ignored(CORS)),
+    (
+        "custom-headers",
+        Support::Ignored("an HTTPRoute ResponseHeaderModifier filter sets response fields"),
+    ),
+    (
+        "custom-http-errors",
+        Support::Ignored(
+            "switchyard's own error pages (--error-page) answer its own failures; backend errors pass through",
+        ),
+    ),
+    (
+        "default-backend",
+        Support::Ignored(
+            "a rule with no match answers switchyard's 404 page; route / to a Service for a catch-all",
+        ),
+    ),
+    ("denylist-source-range", Support::Served),
+    (
+        "disable-proxy-intercept-errors",
+        Support::Ignored("backend errors always pass through"),
+    ),
+    (
+        "enable-access-log",
+        Support::Ignored("the access log (--access-log) covers every route"),
+    ),
+    ("enable-cors", Support::Ignored(CORS)),
+    (
+        "enable-global-auth",
+        Support::Ignored("switchyard has no global external authentication"),
+    ),
+    (
+        "enable-influxdb",
+        Support::Ignored("metrics are Prometheus's, on the admin port"),
+    ),
+    ("enable-modsecurity", Support::Ignored(FIREWALL)),
+    ("enable-opentelemetry", Support::Ignored(TRACING)),
+    ("enable-opentracing", Support::Ignored(TRACING)),
+    ("enable-owasp-core-rules", Support::Ignored(FIREWALL)),
+    (
+        "enable-rewrite-log",
+        Support::Ignored("--explain shows how a request is routed and rewritten"),
+    ),
+    ("force-ssl-redirect", Support::Served),
+    ("from-to-www-redirect", Support::Ignored(REDIRECT)),
+    ("global-rate-limit", Support::Ignored(LIMIT)),
+    ("global-rate-limit-ignored-cidrs", Support::Ignored(LIMIT)),
+    ("global-rate-limit-key", Support::Ignored(LIMIT)),
+    ("global-rate-limit-window", Support::Ignored(LIMIT)),
+    (
+        "http2-push-preload",
+        Support::Ignored("HTTP/2 server push is not offered (browsers dropped it)"),
+    ),
+    (
+        "influxdb-host",
+        Support::Ignored("metrics are Prometheus's, on the admin port"),
+    ),
+    (
+        "influxdb-measurement",
+        Support::Ignored("metrics are Prometheus's, on the admin port"),
+    ),
+    (
+        "influxdb-port",
+        Support::Ignored("metrics are Prometheus's, on the admin port"),
+    ),
+    (
+        "influxdb-server-name",
+        Support::Ignored("metrics are Prometheus's, on the admin port"),
+    ),
+    ("limit-allowlist", Support::Ignored(LIMIT)),
+    ("limit-burst-multiplier", Support::Ignored(LIMIT)),
+    ("limit-connections", Support::Ignored(LIMIT)),
+    ("limit-rate", Support::Ignored(LIMIT)),
+    ("limit-rate-after", Support::Ignored(LIMIT)),
+    ("limit-rpm", Support::Ignored(LIMIT)),
+    ("limit-rps", Support::Ignored(LIMIT)),
+    ("limit-whitelist", Support::Ignored(LIMIT)),
+    (
+        "load-balance",
+        Support::Ignored(
+            "the Service annotation serviceloadbalancer/lb.algorithm picks the algorithm (roundrobin, leastconn, source, ...)",
+        ),
+    ),
+    ("mirror-host", Support::Ignored(MIRROR)),
+    ("mirror-request-body", Support::Ignored(MIRROR)),
+    ("mirror-target", Support::Ignored(MIRROR)),
+    ("modsecurity-snippet", Support::Ignored(SNIPPET)),
+    ("modsecurity-transaction-id", Support::Ignored(FIREWALL)),
+    ("opentelemetry-operation-name", Support::Ignored(TRACING)),
+    (
+        "opentelemetry-trust-incoming-span",
+        Support::Ignored(TRACING),
+    ),
+    ("opentracing-trust-incoming-span", Support::Ignored(TRACING)),
+    ("permanent-redirect", Support::Ignored(REDIRECT)),
+    ("permanent-redirect-code", Support::Ignored(REDIRECT)),
+    (
+        "preserve-trailing-slash",
+        Support::Ignored("redirects to HTTPS keep the path as it came"),
+    ),
+    ("proxy-body-size", Support::Served),
+    ("proxy-buffer-size", Support::Ignored(BUFFERING)),
+    ("proxy-buffering", Support::Ignored(BUFFERING)),
+    ("proxy-buffers-number", Support::Ignored(BUFFERING)),
+    ("proxy-busy-buffers-size", Support::Ignored(BUFFERING)),
+    ("proxy-connect-timeout", Support::Ignored(TIMEOUTS)),
+    (
+        "proxy-cookie-domain",
+        Support::Ignored("Set-Cookie fields pass through unchanged"),
+    ),
+    (
+        "proxy-cookie-path",
+        Support::Ignored("Set-Cookie fields pass through unchanged"),
+    ),
+    (
+        "proxy-http-version",
+        Support::Ignored("HTTP/1.1 to HTTP backends always (backend-protocol picks HTTP/2)"),
+    ),
+    ("proxy-max-temp-file-size", Support::Ignored(BUFFERING)),
+    ("proxy-next-upstream", Support::Ignored(RETRIES)),
+    ("proxy-next-upstream-timeout", Support::Ignored(RETRIES)),
+    ("proxy-next-upstream-tries", Support::Ignored(RETRIES)),
+    ("proxy-read-timeout", Support::Served),
+    (
+        "proxy-redirect-from",
+        Support::Ignored("Location fields pass through unchanged"),
+    ),
+    (
+        "proxy-redirect-to",
+        Support::Ignored("Location fields pass through unchanged"),
+    ),
+    ("proxy-request-buffering", Support::Ignored(BUFFERING)),
+    ("proxy-send-timeout", Support::Ignored(TIMEOUTS)),
+    ("proxy-ssl-ciphers", Support::Ignored(BACKEND_TLS)),
+    ("proxy-ssl-name", Support::Ignored(BACKEND_TLS)),
+    ("proxy-ssl-protocols", Support::Ignored(BACKEND_TLS)),
+    ("proxy-ssl-secret", Support::Ignored(BACKEND_TLS)),
+    ("proxy-ssl-server-name", Support::Ignored(BACKEND_TLS)),
+    ("proxy-ssl-verify", Support::Ignored(BACKEND_TLS)),
+    ("proxy-ssl-verify-depth", Support::Ignored(BACKEND_TLS)),
+    (
+        "rewrite-target",
+        Support::Differs(
+            "replaces the matched path prefix (/ strips it, /v2 puts /v2 in its place, the \
+             rest and the query kept); ingress-nginx replaces the whole path, and its $1..$9 \
+             capture groups (with use-regex) are not served: warned, the rewrite dropped",
+        ),
+    ),
+    (
+        "satisfy",
+        Support::Ignored("read only with authentication, which refuses the Ingress"),
+    ),
+    (
+        "server-alias",
+        Support::Ignored("list each host as a rule of its own"),
+    ),
+    ("server-snippet", Support::Ignored(SNIPPET)),
+    (
+        "service-upstream",
+        Support::Ignored("switchyard balances over the Service's endpoints itself"),
+    ),
+    (
+        "session-cookie-change-on-failure",
+        Support::Ignored(AFFINITY),
+    ),
+    (
+        "session-cookie-conditional-samesite-none",
+        Support::Ignored(AFFINITY),
+    ),
+    ("session-cookie-domain", Support::Ignored(AFFINITY)),
+    ("session-cookie-expires", Support::Ignored(AFFINITY)),
+    ("session-cookie-max-age", Support::Ignored(AFFINITY)),
+    ("session-cookie-name", Support::Ignored(AFFINITY)),
+    ("session-cookie-path", Support::Ignored(AFFINITY)),
+    ("session-cookie-samesite", Support::Ignored(AFFINITY)),
+    ("session-cookie-secure", Support::Ignored(AFFINITY)),
+    (
+        "ssl-ciphers",
+        Support::Ignored("switchyard's TLS settings apply to every host"),
+    ),
+    (
+        "ssl-passthrough",
+        Support::Refused(
+            "TLS passthrough is not served yet: switchyard would terminate TLS the backend \
+             expects to terminate (and to verify clients on) itself",
+        ),
+    ),
+    (
+        "ssl-prefer-server-ciphers",
+        Support::Ignored("switchyard's TLS settings apply to every host"),
+    ),
+    ("ssl-redirect", Support::Served),
+    ("stream-snippet", Support::Ignored(SNIPPET)),
+    ("temporal-redirect", Support::Ignored(REDIRECT)),
+    (
+        "upstream-hash-by",
+        Support::Ignored(
+            "the Service annotation serviceloadbalancer/lb.algorithm: source pins clients by address",
+        ),
+    ),
+    (
+        "upstream-hash-by-subset",
+        Support::Ignored(
+            "the Service annotation serviceloadbalancer/lb.algorithm: source pins clients by address",
+        ),
+    ),
+    (
+        "upstream-hash-by-subset-size",
+        Support::Ignored(
+            "the Service annotation serviceloadbalancer/lb.algorithm: source pins clients by address",
+        ),
+    ),
+    (
+        "upstream-vhost",
+        Support::Ignored("the backend gets the client's Host"),
+    ),
+    (
+        "use-regex",
+        Support::Ignored(
+            "paths are matched as their pathType says (Prefix, Exact), never as regular \
+             expressions: write them as prefixes",
+        ),
+    ),
+    ("whitelist-source-range", Support::Served),
+    (
+        "x-forwarded-prefix",
+        Support::Ignored("the backend is not told the stripped prefix"),
+    ),
+];
+
+/// What a served annotation with a value switchyard cannot read gets.
+const BAD_VALUE: &str = "its value is not valid here (see the warning): the default applies";
+
+/// What an annotation not in the catalogue gets.
+const UNKNOWN: Support = Support::Ignored("not an annotation of ingress-nginx's annotations page");
+
+/// What switchyard does with `key` (its whole name) set to `value` on an Ingress whose
+/// annotations are `all`. A few verdicts depend on values: `use-regex: "false"` and
+/// `canary: "false"` ask for nothing switchyard does not do; `ssl-passthrough` refuses only
+/// when true; `auth-tls-secret` asks for no client certificate when `auth-tls-verify-client`
+/// is `off`.
+pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Support {
+    let Some(short) = key.strip_prefix(PREFIX) else {
+        return UNKNOWN;
+    };
+    match short {
+        "use-regex" | "canary" if parse_bool(value) == Some(false) => Support::Served,
+        "ssl-passthrough" if parse_bool(value) != Some(true) => {
+            Support::Ignored("not true: no passthrough asked for")
+        }
+        "auth-tls-secret"
+            if all
+                .get(&format!("{PREFIX}auth-tls-verify-client"))
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("off")) =>
+        {
+            Support::Ignored("auth-tls-verify-client is off: no client certificate is asked for")
+        }
+        _ => CATALOG
+            .iter()
+            .find(|(k, _)| *k == short)
+            .map_or(UNKNOWN, |(_, s)| *s),
+    }
+}
+
+/// The keys of `all` that refuse their Ingress (`Support::Refused`), but `canary`, which
+/// keeps the Ingress out altogether rather than answering 403 on its routes.
+pub(super) fn refusing(all: &BTreeMap<String, String>) -> Vec<&str> {
+    all.iter()
+        .filter(|(k, v)| {
+            matches!(support(k, v, all), Support::Refused(_)) && *k != &format!("{PREFIX}canary")
+        })
+        .map(|(k, _)| k.as_str())
+        .collect()
+}
+
+/// The migration report: every Ingress that carries an ingress-nginx annotation, each of its
+/// annotations with what switchyard does with it, and what the translation warned about it.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub ingresses: Vec<IngressReport>,
+    /// Ingresses with at least one refused annotation (not served).
+    pub refused: usize,
+}
+
+/// One Ingress of the report.
+#[derive(Debug, Serialize)]
+pub struct IngressReport {
+    pub namespace: String,
+    pub name: String,
+    /// Its class is one switchyard serves (else the verdicts say what would happen if it
+    /// were, e.g. with `--controller-name k8s.io/ingress-nginx`).
+    pub ours: bool,
+    pub annotations: Vec<AnnotationReport>,
+    /// What switchyard's translation said of this Ingress (bad values, refusals).
+    pub warnings: Vec<String>,
+}
+
+/// One annotation of an Ingress in the report.
+#[derive(Debug, Serialize)]
+pub struct AnnotationReport {
+    pub key: String,
+    pub value: String,
+    #[serde(flatten)]
+    pub support: Support,
+}
+
+impl Report {
+    /// The report on `ingresses`, with the `warnings` the translation of the same objects gave;
+    /// `ours` says whether switchyard serves an Ingress's class (by namespace and name). An
+    /// annotation switchyard serves whose value the translation warned about is ignored.
+    pub fn of(
+        ingresses: &[&Ingress],
+        warnings: &[Warning],
+        ours: impl Fn(&str, &str) -> bool,
+    ) -> Report {
+        let mut out: Vec<IngressReport> = Vec::new();
+        for ing in ingresses {
+            let Some(all) = ing.metadata.annotations.as_ref() else {
+                continue;
+            };
+            if !all.keys().any(|k| k.starts_with(PREFIX)) {
+                continue;
+            }
+            let namespace = ing.metadata.namespace.clone().unwrap_or_default();
+            let name = ing.metadata.name.clone().unwrap_or_default();
+            let warnings: Vec<String> = warnings
+                .iter()
+                .filter(|w| {
+                    w.object.kind == "Ingress"
+                        && w.object.namespace == namespace
+                        && w.object.name == name
+                })
+                .map(|w| w.message.clone())
+                .collect();
+            let annotations = all
+                .iter()
+                .filter(|(k, _)| k.starts_with(PREFIX))
+                .map(|(k, v)| {
+                    let mut support = support(k, v, all);
+                    let bad_value = warnings.iter().any(|w| {
+                        w.strip_prefix(k.as_str())
+                            .is_some_and(|r| r.starts_with(':'))
+                    });
+                    if bad_value && matches!(support, Support::Served | Support::Differs(_)) {
+                        support = Support::Ignored(BAD_VALUE);
+                    }
+                    AnnotationReport {
+                        key: k.clone(),
+                        value: v.clone(),
+                        support,
+                    }
+                })
+                .collect();
+            out.push(IngressReport {
+                ours: ours(&namespace, &name),
+                namespace,
+                name,
+                annotations,
+                warnings,
+            });
+        }
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        let refused = out
+            .iter()
+            .filter(|i| {
+                i.annotations
+                    .iter()
+                    .any(|a| matches!(a.support, Support::Refused(_)))
+            })
+            .count();
+        Report {
+            ingresses: out,
+            refused,
+        }
+    }
+
+    /// The report as a table a person reads: per Ingress, one line per annotation.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for ing in &self.ingresses {
+            let refused = ing
+                .annotations
+                .iter()
+                .any(|a| matches!(a.support, Support::Refused(_)));
+            let _ = writeln!(
+                out,
+                "Ingress {}/{}{}{}",
+                ing.namespace,
+                ing.name,
+                if refused { ": NOT SERVED" } else { "" },
+                if ing.ours {
+                    ""
+                } else {
+                    " (its class is not switchyard's: as it would be served with \
+                     --controller-name naming its controller)"
+                }
+            );
+            let width = ing
+                .annotations
+                .iter()
+                .map(|a| a.key.len())
+                .max()
+                .unwrap_or(0);
+            for a in &ing.annotations {
+                let note = a.support.note();
+                let _ = writeln!(
+                    out,
+                    "  {:<8} {:<width$}  {}{}",
+                    a.support.word(),
+                    a.key,
+                    show_value(&a.value),
+                    if note.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  ({note})")
+                    },
+                );
+            }
+            for w in &ing.warnings {
+                let _ = writeln!(out, "  warning: {w}");
+            }
+        }
+        let _ = write!(
+            out,
+            "{} Ingress(es) with ingress-nginx annotations, {} not served",
+            self.ingresses.len(),
+            self.refused
+        );
+        out
+    }
+}
+
+/// A value as the table shows it: quoted, cut at 60 characters, one line.
+fn show_value(v: &str) -> String {
+    let one_line: String = v
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match one_line.char_indices().nth(60) {
+        Some((i, _)) => format!("{:?}", format!("{}...", &one_line[..i])),
+        None => format!("{one_line:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{PREFIX}{k}"), (*v).to_string()))
+            .collect()
+    }
+
+    /// docs/ingress.md's table of every annotation, as the catalogue makes it.
+    fn markdown() -> String {
+        let mut out =
+            String::from("| ingress-nginx annotation | switchyard | note |\n|---|---|---|\n");
+        for (key, support) in CATALOG {
+            let _ = writeln!(out, "| `{key}` | {} | {} |", support.word(), support.note());
+        }
+        out
+    }
+
+    /// The page users read is the catalogue the translation and the report use.
+    #[test]
+    fn docs_ingress_md_lists_the_catalogue() {
+        let page = include_str!("../../../docs/ingress.md");
+        let start = "<!-- nginx-annotations: generated from src/control/translate/nginx.rs -->\n";
+        let end = "<!-- end of nginx-annotations -->";
+        let table = page
+            .split_once(start)
+            .and_then(|(_, rest)| rest.split_once(end))
+            .map(|(t, _)| t);
+        let want = markdown();
+        if table != Some(want.as_str()) {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/nginx-annotations.md");
+            let _ = std::fs::write(path, &want);
+            panic!("docs/ingress.md's annotation table is not the catalogue's: {path} has it");
+        }
+    }
+
+    #[test]
+    fn the_catalogue_is_sorted_and_names_each_key_once() {
+        let keys: Vec<&str> = CATALOG.iter().map(|(k, _)| *k).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(keys, sorted);
+        assert!(keys.len() > 120, "{}", keys.len());
+    }
+
+    /// What restricts access and is not carried out refuses its Ingress, never lets it be
+    /// served open; values that ask for nothing do not.
+    #[test]
+    fn access_restricting_annotations_refuse_their_ingress() {
+        for (k, v) in [
+            ("auth-type", "basic"),
+            ("auth-secret", "users"),
+            ("auth-url", "http://auth/"),
+            ("auth-tls-secret", "ns/ca"),
+            ("ssl-passthrough", "true"),
+        ] {
+            let all = map(&[(k, v)]);
+            assert_eq!(refusing(&all), [format!("{PREFIX}{k}")], "{k}");
+        }
+        let off = map(&[
+            ("auth-tls-secret", "ns/ca"),
+            ("auth-tls-verify-client", "off"),
+        ]);
+        assert!(refusing(&off).is_empty());
+        assert!(refusing(&map(&[("ssl-passthrough", "false")])).is_empty());
+        // A canary is kept out altogether, not answered 403: refused, but not here.
+        let canary = map(&[("canary", "true")]);
+        assert!(refusing(&canary).is_empty());
+        let key = format!("{PREFIX}canary");
+        assert!(matches!(
+            support(&key, "true", &canary),
+            Support::Refused(_)
+        ));
+        assert_eq!(support(&key, "false", &canary), Support::Served);
+    }
+
+    #[test]
+    fn the_report_lists_each_annotation_and_counts_the_refused() {
+        let mut refused = Ingress::default();
+        refused.metadata.namespace = Some("shop".into());
+        refused.metadata.name = Some("admin".into());
+        refused.metadata.annotations = Some(map(&[
+            ("auth-type", "basic"),
+            ("proxy-body-size", "8m"),
+            ("enable-cors", "true"),
+        ]));
+        let mut plain = Ingress::default();
+        plain.metadata.namespace = Some("shop".into());
+        plain.metadata.name = Some("web".into());
+        plain.metadata.annotations = Some(
+            [("other/key".to_string(), "x".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let report = Report::of(&[&plain, &refused], &[], |_, _| true);
+        assert_eq!(report.refused, 1);
+        assert_eq!(report.ingresses.len(), 1);
+        let words: Vec<&str> = report.ingresses[0]
+            .annotations
+            .iter()
+            .map(|a| a.support.word())
+            .collect();
+        assert_eq!(words, ["refused", "ignored", "served"]);
+        let text = report.to_text();
+        assert!(text.contains("Ingress shop/admin: NOT SERVED"), "{text}");
+        assert!(text.contains("1 not served"), "{text}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["ingresses"][0]["annotations"][0]["verdict"], "refused");
+    }
+}
