@@ -1218,6 +1218,7 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
                     }],
                 }),
             )]),
+            grpc_routes: BTreeMap::new(),
             own_addresses: false,
         })
     };
