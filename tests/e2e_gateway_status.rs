@@ -55,6 +55,7 @@ fn manifest(rel: &str) -> Vec<Value> {
                         | "GatewayClass"
                         | "Gateway"
                         | "HTTPRoute"
+                        | "GRPCRoute"
                         | "ReferenceGrant"
                 )
             )
@@ -827,6 +828,57 @@ async fn httproute_observed_generation_bump() {
         original["metadata"]["generation"],
         updated["metadata"]["generation"]
     );
+}
+
+// === GRPCRoute ===
+
+/// A GRPCRoute's status as upstream's `GatewayAndRoutesMustBeAccepted` (with
+/// `&v1.GRPCRoute{}`) reads it, written by the same writer as HTTPRoutes': our one parent
+/// Accepted, ResolvedRefs, of the route's generation; the listener counts it and lists
+/// GRPCRoute among its kinds. A spec change is decided again (a backend that does not exist:
+/// ResolvedRefs False, BackendNotFound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcroute_status_is_written_and_follows_the_spec() {
+    let c = start("grpcroute-exact-method-matching").await;
+    let route = (INFRA, "exact-matching");
+    let decided = |cond: Cond<'static>| {
+        move |c: &Case| {
+            let r = c.get(Kind::GRPCRoute, route.0, route.1);
+            let ours = parents_for(&r, SAME_NAMESPACE);
+            if ours.len() != 1 {
+                return Err(format!("expected one parent of ours: {}", r["status"]));
+            }
+            latest_conditions(&r, &ours[0]["conditions"])?;
+            route_condition(&r, SAME_NAMESPACE, ("Accepted", "True", "Accepted"))?;
+            route_condition(&r, SAME_NAMESPACE, cond)
+        }
+    };
+    c.must(
+        "GatewayAndRoutesMustBeAccepted (GRPCRoute)",
+        decided(("ResolvedRefs", "True", "ResolvedRefs")),
+    )
+    .await;
+    c.must("the listener counts the GRPCRoute", |c| {
+        let g = c.get(Kind::Gateway, SAME_NAMESPACE.0, SAME_NAMESPACE.1);
+        let l = &g["status"]["listeners"][0];
+        let kinds = l["supportedKinds"].as_array().cloned().unwrap_or_default();
+        if !kinds.contains(&json!({"group": GROUP, "kind": "GRPCRoute"})) {
+            return Err(format!("no GRPCRoute in supportedKinds: {l}"));
+        }
+        match l["attachedRoutes"].as_i64() {
+            Some(1) => Ok(()),
+            n => Err(format!("attachedRoutes {n:?}, expected 1: {l}")),
+        }
+    })
+    .await;
+    c.update(Kind::GRPCRoute, route.0, route.1, |o| {
+        o["spec"]["rules"][0]["backendRefs"][0]["name"] = json!("no-such-backend")
+    });
+    c.must(
+        "the changed route decided again",
+        decided(("ResolvedRefs", "False", "BackendNotFound")),
+    )
+    .await;
 }
 
 /// A route Accepted by `same-namespace` with a ResolvedRefs condition `cond`.
