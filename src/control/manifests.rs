@@ -1161,6 +1161,41 @@ status: {phase: Active}
     }
 
     #[test]
+    fn grpc_routes_are_read_at_v1_alone_and_reach_translate() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\n\
+                    metadata: {name: g, namespace: x}\nspec:\n  parentRefs: [{name: gw}]\n  \
+                    rules: [{matches: [{method: {service: a.B, method: C}}], \
+                    backendRefs: [{name: s, port: 8080}]}]\n  tiemouts: {}\n";
+        let o = parse(yaml, "g.yaml").unwrap();
+        assert_eq!(o.grpc_routes.len(), 1);
+        let m = &o.grpc_routes[0].spec.rules[0].matches[0];
+        assert_eq!(
+            m.method.as_ref().and_then(|m| m.service.as_deref()),
+            Some("a.B")
+        );
+        // A misspelt field is noted, as for every kind.
+        assert!(
+            o.unread.iter().any(|n| n.contains("tiemouts")),
+            "{:?}",
+            o.unread
+        );
+        let refs = o.ingress_refs();
+        assert_eq!(refs.inputs().gateway.grpc_routes.len(), 1);
+        // The standard channel serves GRPCRoute at v1 only.
+        let beta = yaml.replace("/v1\n", "/v1beta1\n");
+        let e = parse(&beta, "beta.yaml").unwrap_err().to_string();
+        assert!(e.contains("invalid GRPCRoute: apiVersion"), "{e}");
+        // A misspelt kind is pointed at.
+        let typo = yaml.replace("kind: GRPCRoute", "kind: GRPCRoutee");
+        let o = parse(&typo, "typo.yaml").unwrap();
+        assert!(
+            o.unread.iter().any(|n| n.contains("GRPCRoute")),
+            "{:?}",
+            o.unread
+        );
+    }
+
+    #[test]
     fn gateway_api_versions_are_checked_and_other_groups_ignored() {
         let istio = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: i}\n\
                      spec: {selector: {istio: ingressgateway}}\n";

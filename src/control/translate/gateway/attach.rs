@@ -48,8 +48,7 @@ impl Builder<'_> {
                 continue;
             }
             let accepted = attach(
-                route,
-                route_kind,
+                (route, route_kind),
                 ns,
                 parent,
                 listeners,
@@ -122,12 +121,11 @@ pub(super) fn namespace_labels<'n>(
         .collect()
 }
 
-/// Attaches `route` to the listeners of `parent` that accept it, recording where its rules
+/// Attaches `route` (of `kind`) to the listeners of `parent` that accept it, recording where its rules
 /// go and the listeners it counts on (by index); `Err` with the `Accepted` reason when none
 /// does.
 fn attach<'g>(
-    route: &HTTPRoute,
-    kind: RouteKind,
+    (route, kind): (&HTTPRoute, RouteKind),
     route_ns: &str,
     parent: &ParentReference,
     listeners: &[ListenerView<'g>],
