@@ -907,7 +907,7 @@ fn build_changes_with(
         classes: w.classes.iter().collect(),
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
-        grpc_routes: Vec::new(),
+        grpc_routes: w.grpc_routes.iter().collect(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });

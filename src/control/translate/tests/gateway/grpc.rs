@@ -338,3 +338,58 @@ spec:
     let l = &st.gateways[&("infra".to_string(), "gw".to_string())].listeners[0];
     assert_eq!(l.attached_routes, 2);
 }
+
+#[test]
+fn a_gateway_only_build_translates_the_changed_grpc_route_alone_and_equals_a_cold_one() {
+    let objects = |echo: &str| {
+        format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: same, namespace: infra}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{matches: [{{method: {{service: a.B, method: {echo}}}}}], backendRefs: [{{name: g1, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: other, namespace: infra}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{matches: [{{method: {{service: c.D}}}}], backendRefs: [{{name: g2, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: same, namespace: infra}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{matches: [{{path: {{value: /web}}}}], backendRefs: [{{name: v1, port: 8080}}]}}]
+"#
+        )
+    };
+    let gateway_only = Changes {
+        gateway: true,
+        ..Changes::default()
+    };
+    let w0 = with_grpc(&objects("Echo"));
+    let (b0, _) = build_changes(&w0, None, None);
+    assert_eq!(b0.memo.gateway_routes_translated(), Some(3));
+    // The GRPCRoute `same` changed; the HTTPRoute of the same name did not.
+    let w1 = with_grpc(&objects("EchoTwo"));
+    let (b1, warnings) = build_changes(&w1, Some(&gateway_only), Some(b0.previous()));
+    let (cold, cold_warnings) = build_changes(&w1, None, None);
+    assert_eq!(b1.memo.gateway_routes_translated(), Some(1));
+    assert!(b1.table == cold.table);
+    assert_eq!(warnings, cold_warnings);
+    assert_eq!(b1.memo.gateway_status(), cold.memo.gateway_status());
+    assert_eq!(
+        call(&b1.table, "h", "/a.B/EchoTwo", vec![]),
+        "infra/g1:8080"
+    );
+    assert_eq!(call(&b1.table, "h", "/a.B/Echo", vec![]), "404");
+    assert_eq!(get(&b1.table, "h", "/web"), "infra/v1:8080");
+    // Nothing changed: nothing translated, the routers and status shared.
+    let (b2, _) = build_changes(&w1, Some(&gateway_only), Some(b1.previous()));
+    assert_eq!(b2.memo.gateway_routes_translated(), Some(0));
+    assert!(Arc::ptr_eq(&b2.table.gateway, &b1.table.gateway));
+}
