@@ -1,9 +1,10 @@
 //! The Gateway API status writer: writes what translate decided (`Memo::gateway_status`) to
-//! the GatewayClasses, Gateways, HTTPRoutes and GRPCRoutes switchyard serves. GatewayClasses get their
-//! conditions; Gateways their conditions, listeners and `addresses` (those of
+//! the GatewayClasses, Gateways, HTTPRoutes and GRPCRoutes switchyard serves. GatewayClasses
+//! get their conditions; Gateways their conditions, listeners and `addresses` (those of
 //! `--publish-service` / `--publish-status-address`, as Ingresses get, typed `IPAddress` or
-//! `Hostname`); HTTPRoutes and GRPCRoutes the `status.parents` entries whose `controllerName` is ours, beside
-//! other controllers' entries, which are kept. Only the leader writes (`control::lease`).
+//! `Hostname`); HTTPRoutes and GRPCRoutes the `status.parents` entries whose `controllerName`
+//! is ours, beside other controllers' entries, which are kept. Only the leader writes
+//! (`control::lease`).
 //!
 //! It runs the same loop as the Ingress writer (`control::status_writer`): while leading it
 //! watches the four kinds (status only matters) so that an object already right costs no

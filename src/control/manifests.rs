@@ -1,8 +1,8 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
 //! IngressClasses, Secrets, ConfigMaps (their `ca.crt` alone), the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes and ReferenceGrants, and Namespaces (whose labels
-//! `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched, and fed through
-//! the same `Pipeline` as the cluster watcher.
+//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes and ReferenceGrants, and Namespaces
+//! (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
+//! and fed through the same `Pipeline` as the cluster watcher.
 //!
 //! A file may hold several documents (`---`), a `kind: List`, or objects of other kinds (which
 //! are ignored). A directory contributes its `.yaml`, `.yml` and `.json` files, skipping hidden

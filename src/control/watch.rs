@@ -1,7 +1,7 @@
 //! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices (and
 //! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the ConfigMaps that hold a `ca.crt`
-//! (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes and
-//! ReferenceGrants, and Namespaces), keeps one store of each,
+//! (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes,
+//! GRPCRoutes and ReferenceGrants, and Namespaces), keeps one store of each,
 //! coalesces events, and publishes through the same `Pipeline` as the offline source.
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a

@@ -1,7 +1,7 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
 //! EndpointSlices, Ingresses, IngressClasses, Secrets, ConfigMaps, Leases, Events, Namespaces
-//! and the
-//! Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes (`gateway.networking.k8s.io/v1`) and
+//! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes
+//! (`gateway.networking.k8s.io/v1`; GRPCRoute at `v1` alone, as its standard CRD) and
 //! ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the

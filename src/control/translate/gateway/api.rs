@@ -1,6 +1,6 @@
 //! The Gateway API objects switchyard reads (`gateway.networking.k8s.io`, standard channel
-//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute and ReferenceGrant, with the fields translate uses
-//! and the status it writes back.
+//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute and ReferenceGrant, with the fields
+//! translate uses and the status it writes back.
 //!
 //! Written here rather than taken from the `gateway-api` crate, whose releases follow an older
 //! kube. Each type implements k8s-openapi's `Resource` and `Metadata`, so the watch can list

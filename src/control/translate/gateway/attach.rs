@@ -121,9 +121,9 @@ pub(super) fn namespace_labels<'n>(
         .collect()
 }
 
-/// Attaches `route` (of `kind`) to the listeners of `parent` that accept it, recording where its rules
-/// go and the listeners it counts on (by index); `Err` with the `Accepted` reason when none
-/// does.
+/// Attaches `route` (of `kind`) to the listeners of `parent` that accept it, recording where
+/// its rules go and the listeners it counts on (by index); `Err` with the `Accepted` reason
+/// when none does.
 fn attach<'g>(
     (route, kind): (&HTTPRoute, RouteKind),
     route_ns: &str,

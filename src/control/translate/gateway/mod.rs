@@ -1,7 +1,7 @@
 //! Gateway API: GatewayClasses claimed by `--gateway-controller-name`, their Gateways'
-//! listeners, the HTTPRoutes and GRPCRoutes attached to them and the ReferenceGrants that let a route or a
-//! listener name an object in another namespace, turned into routes of the table and into
-//! the status each object should show. Pure, like the rest of translate.
+//! listeners, the HTTPRoutes and GRPCRoutes attached to them and the ReferenceGrants that let
+//! a route or a listener name an object in another namespace, turned into routes of the table
+//! and into the status each object should show. Pure, like the rest of translate.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
