@@ -270,9 +270,11 @@ const WATCHER: &[Grant] = &[
     ("events.k8s.io", "events", &[], &["create", "patch"]),
     (GW, "gateways", &[], READ),
     (GW, "httproutes", &[], READ),
+    (GW, "grpcroutes", &[], READ),
     (GW, "referencegrants", &[], READ),
     (GW, "gateways/status", &[], PATCH),
     (GW, "httproutes/status", &[], PATCH),
+    (GW, "grpcroutes/status", &[], PATCH),
 ];
 const GW: &str = "gateway.networking.k8s.io";
 /// The Gateway API status writer writes merge patches only.

@@ -55,6 +55,7 @@ fn manifest(rel: &str) -> Vec<Value> {
                         | "GatewayClass"
                         | "Gateway"
                         | "HTTPRoute"
+                        | "GRPCRoute"
                         | "ReferenceGrant"
                 )
             )
@@ -251,8 +252,9 @@ fn http_listener<'a>(name: &'a str, conditions: &'a [Cond<'a>], attached: i64) -
     }
 }
 
-/// `GatewayStatusMustHaveListeners`: exactly these listeners, each with exactly these
-/// supported kinds (group set), this many attached routes, and these conditions among its own.
+/// `GatewayStatusMustHaveListeners`: exactly these listeners, each with these supported
+/// kinds (group set) among its own (none when none is expected), this many attached routes,
+/// and these conditions among its own.
 fn listeners_match(gw: &Value, expected: &[Listener<'_>]) -> Result<(), String> {
     let actual = gw["status"]["listeners"]
         .as_array()
@@ -275,7 +277,14 @@ fn listeners_match(gw: &Value, expected: &[Listener<'_>]) -> Result<(), String> 
             .map(|k| json!({"group": GROUP, "kind": k}))
             .collect();
         let got = a["supportedKinds"].as_array().cloned().unwrap_or_default();
-        if got != kinds {
+        // As upstream's `listenersMatch`: the expected kinds must be among those supported
+        // (an implementation may support more, here GRPCRoute), and none expected means none.
+        let matches = if kinds.is_empty() {
+            got.is_empty()
+        } else {
+            kinds.iter().all(|k| got.contains(k))
+        };
+        if !matches {
             return Err(format!(
                 "listener {}: supportedKinds {got:?}, expected {kinds:?}",
                 e.name
@@ -821,6 +830,57 @@ async fn httproute_observed_generation_bump() {
     );
 }
 
+// === GRPCRoute ===
+
+/// A GRPCRoute's status as upstream's `GatewayAndRoutesMustBeAccepted` (with
+/// `&v1.GRPCRoute{}`) reads it, written by the same writer as HTTPRoutes': our one parent
+/// Accepted, ResolvedRefs, of the route's generation; the listener counts it and lists
+/// GRPCRoute among its kinds. A spec change is decided again (a backend that does not exist:
+/// ResolvedRefs False, BackendNotFound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcroute_status_is_written_and_follows_the_spec() {
+    let c = start("grpcroute-exact-method-matching").await;
+    let route = (INFRA, "exact-matching");
+    let decided = |cond: Cond<'static>| {
+        move |c: &Case| {
+            let r = c.get(Kind::GRPCRoute, route.0, route.1);
+            let ours = parents_for(&r, SAME_NAMESPACE);
+            if ours.len() != 1 {
+                return Err(format!("expected one parent of ours: {}", r["status"]));
+            }
+            latest_conditions(&r, &ours[0]["conditions"])?;
+            route_condition(&r, SAME_NAMESPACE, ("Accepted", "True", "Accepted"))?;
+            route_condition(&r, SAME_NAMESPACE, cond)
+        }
+    };
+    c.must(
+        "GatewayAndRoutesMustBeAccepted (GRPCRoute)",
+        decided(("ResolvedRefs", "True", "ResolvedRefs")),
+    )
+    .await;
+    c.must("the listener counts the GRPCRoute", |c| {
+        let g = c.get(Kind::Gateway, SAME_NAMESPACE.0, SAME_NAMESPACE.1);
+        let l = &g["status"]["listeners"][0];
+        let kinds = l["supportedKinds"].as_array().cloned().unwrap_or_default();
+        if !kinds.contains(&json!({"group": GROUP, "kind": "GRPCRoute"})) {
+            return Err(format!("no GRPCRoute in supportedKinds: {l}"));
+        }
+        match l["attachedRoutes"].as_i64() {
+            Some(1) => Ok(()),
+            n => Err(format!("attachedRoutes {n:?}, expected 1: {l}")),
+        }
+    })
+    .await;
+    c.update(Kind::GRPCRoute, route.0, route.1, |o| {
+        o["spec"]["rules"][0]["backendRefs"][0]["name"] = json!("no-such-backend")
+    });
+    c.must(
+        "the changed route decided again",
+        decided(("ResolvedRefs", "False", "BackendNotFound")),
+    )
+    .await;
+}
+
 /// A route Accepted by `same-namespace` with a ResolvedRefs condition `cond`.
 async fn accepted_with_refs(case: &str, route: &str, cond: Cond<'_>) {
     let c = start(case).await;
@@ -1218,6 +1278,7 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
                     }],
                 }),
             )]),
+            grpc_routes: BTreeMap::new(),
             own_addresses: false,
         })
     };

@@ -756,7 +756,8 @@ fn ingress_is_served_and_its_status_written_then_cleared() {
 
 /// The Gateway API on the real CRDs: a GatewayClass of switchyard's controller is Accepted, its
 /// Gateway Accepted and Programmed, an HTTPRoute Accepted with ResolvedRefs, and its traffic
-/// reaches the backend.
+/// reaches the backend; a GRPCRoute to an h2c Service beside it is Accepted with ResolvedRefs
+/// too (its status written through the real CRD's schema and RBAC).
 #[test]
 fn gateway_api_status_is_written_and_the_route_is_served() {
     let Some(c) = cluster("gateway_api") else {
@@ -781,6 +782,14 @@ fn gateway_api_status_is_written_and_the_route_is_served() {
                "metadata": {"name": "route", "namespace": ns.name},
                "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host],
                         "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "grpc", "namespace": ns.name},
+               "spec": {"ports": [{"port": 8080, "appProtocol": "kubernetes.io/h2c"}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+               "metadata": {"name": "grpc-route", "namespace": ns.name},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["grpc.rt-gw.test"],
+                        "rules": [{"matches": [{"method": {"service": "a.B"}}],
+                                   "backendRefs": [{"name": "grpc", "port": 8080}]}]}}),
     ]);
     let sy = c.switchyard(
         "sy-gw",
@@ -799,8 +808,10 @@ fn gateway_api_status_is_written_and_the_route_is_served() {
         let gw = c.get(&["gateway", "gw", "-n", &ns.name]);
         let rt = c.get(&["httproute", "route", "-n", &ns.name]);
         let parent = &rt["status"]["parents"][0];
+        let grpc = c.get(&["grpcroute", "grpc-route", "-n", &ns.name]);
+        let grpc_parent = &grpc["status"]["parents"][0];
         let checks = [
-            gw["status"]["listeners"][0]["attachedRoutes"] == 1,
+            gw["status"]["listeners"][0]["attachedRoutes"] == 2,
             parent["parentRef"]["name"] == "gw",
             condition_true(&gc["status"]["conditions"], "Accepted"),
             condition_true(&gw["status"]["conditions"], "Accepted"),
@@ -808,10 +819,13 @@ fn gateway_api_status_is_written_and_the_route_is_served() {
             parent["controllerName"] == GATEWAY_CONTROLLER,
             condition_true(&parent["conditions"], "Accepted"),
             condition_true(&parent["conditions"], "ResolvedRefs"),
+            grpc_parent["controllerName"] == GATEWAY_CONTROLLER,
+            condition_true(&grpc_parent["conditions"], "Accepted"),
+            condition_true(&grpc_parent["conditions"], "ResolvedRefs"),
         ];
         last = format!(
-            "checks {checks:?}\nclass {}\ngateway {}\nroute {}",
-            gc["status"], gw["status"], rt["status"]
+            "checks {checks:?}\nclass {}\ngateway {}\nroute {}\ngrpc route {}",
+            gc["status"], gw["status"], rt["status"], grpc["status"]
         );
         checks.iter().all(|&b| b).then_some(())
     });

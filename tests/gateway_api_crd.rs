@@ -370,6 +370,49 @@ fn http_route() -> HTTPRoute {
     }
 }
 
+fn grpc_route() -> GRPCRoute {
+    let filter = GRPCRouteFilter {
+        type_: "RequestHeaderModifier".into(),
+        request_header_modifier: Some(headers()),
+        response_header_modifier: Some(headers()),
+        request_mirror: filter().request_mirror,
+        extension_ref: Some(LocalObjectReference {
+            group: "example.com".into(),
+            kind: "Thing".into(),
+            name: "t".into(),
+        }),
+    };
+    GRPCRoute {
+        metadata: meta(Some("ns")),
+        spec: GRPCRouteSpec {
+            parent_refs: vec![parent_ref()],
+            hostnames: vec!["a.example.com".into()],
+            rules: vec![GRPCRouteRule {
+                name: Some("r".into()),
+                matches: vec![GRPCRouteMatch {
+                    method: Some(GRPCMethodMatch {
+                        type_: Some("Exact".into()),
+                        service: Some("pkg.Svc".into()),
+                        method: Some("Call".into()),
+                    }),
+                    headers: vec![HTTPHeaderMatch {
+                        type_: Some("Exact".into()),
+                        name: "x-a".into(),
+                        value: "1".into(),
+                    }],
+                }],
+                filters: vec![filter.clone()],
+                backend_refs: vec![GRPCBackendRef {
+                    backend: backend(),
+                    weight: Some(2),
+                    filters: vec![filter],
+                }],
+            }],
+        },
+        status: http_route().status,
+    }
+}
+
 fn reference_grant() -> ReferenceGrant {
     ReferenceGrant {
         metadata: meta(Some("ns")),
@@ -393,6 +436,7 @@ fn every_field_of_every_type_is_in_the_crd_schema() {
     check("gatewayclasses", &gateway_class());
     check("gateways", &gateway());
     check("httproutes", &http_route());
+    check("grpcroutes", &grpc_route());
     check("referencegrants", &reference_grant());
 }
 
@@ -483,6 +527,18 @@ fn the_conformance_manifests_read_into_the_types() {
                     "{what}"
                 );
             }
+            "GRPCRoute" => {
+                let r: GRPCRoute = serde_json::from_value(v.clone()).expect(&what);
+                assert_eq!(
+                    r.spec.rules.len(),
+                    v["spec"]["rules"].as_array().map_or(0, Vec::len),
+                    "{what}"
+                );
+                let back = serde_json::to_value(&r).unwrap();
+                let mut bad = Vec::new();
+                not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
+                assert!(bad.is_empty(), "{what}: {bad:#?}");
+            }
             "ReferenceGrant" => {
                 let g: ReferenceGrant = serde_json::from_value(v.clone()).expect(&what);
                 assert!(!g.spec.from.is_empty() && !g.spec.to.is_empty(), "{what}");
@@ -491,7 +547,13 @@ fn the_conformance_manifests_read_into_the_types() {
         }
         *seen.entry(kind).or_default() += 1;
     }
-    for kind in ["GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant"] {
+    for kind in [
+        "GatewayClass",
+        "Gateway",
+        "HTTPRoute",
+        "GRPCRoute",
+        "ReferenceGrant",
+    ] {
         assert!(
             seen.get(kind).is_some_and(|n| *n > 0),
             "no {kind} read: {seen:?}"
@@ -533,7 +595,7 @@ fn not_kept(back: &Value, orig: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Field names the HTTPRoute types model: one of them in the original must survive.
+/// Field names the HTTPRoute and GRPCRoute types model: one of them in the original must survive.
 const MODELLED: &[&str] = &[
     "parentRefs",
     "hostnames",
@@ -576,6 +638,7 @@ const MODELLED: &[&str] = &[
     "weight",
     "request",
     "backendRequest",
+    "service",
 ];
 
 /// A round trip through the types keeps what they model: every conformance HTTPRoute's spec

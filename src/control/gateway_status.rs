@@ -1,12 +1,13 @@
 //! The Gateway API status writer: writes what translate decided (`Memo::gateway_status`) to
-//! the GatewayClasses, Gateways and HTTPRoutes switchyard serves. GatewayClasses get their
-//! conditions; Gateways their conditions, listeners and `addresses` (those of
+//! the GatewayClasses, Gateways, HTTPRoutes and GRPCRoutes switchyard serves. GatewayClasses
+//! get their conditions; Gateways their conditions, listeners and `addresses` (those of
 //! `--publish-service` / `--publish-status-address`, as Ingresses get, typed `IPAddress` or
-//! `Hostname`); HTTPRoutes the `status.parents` entries whose `controllerName` is ours, beside
-//! other controllers' entries, which are kept. Only the leader writes (`control::lease`).
+//! `Hostname`); HTTPRoutes and GRPCRoutes the `status.parents` entries whose `controllerName`
+//! is ours, beside other controllers' entries, which are kept. Only the leader writes
+//! (`control::lease`).
 //!
 //! It runs the same loop as the Ingress writer (`control::status_writer`): while leading it
-//! watches the three kinds (status only matters) so that an object already right costs no
+//! watches the four kinds (status only matters) so that an object already right costs no
 //! request, batches changes for `Limits::coalesce`, and writes merge patches of the `status`
 //! subresource at most `Limits::concurrency` at once and `Limits::per_second` a second. It is
 //! separate because it runs without any `--publish-*` flag (conditions are owed to every
@@ -34,8 +35,8 @@ use crate::control::retry::{GATEWAY_API_RETRY, Outage, backed_off, is_not_found}
 pub use crate::control::status_writer::Key;
 use crate::control::status_writer::{Address, Limits, Publish, Side, Writer};
 use crate::control::translate::gateway::api::{
-    Condition, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass, GatewayClassStatus,
-    GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus,
+    Condition, GRPCRoute, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass,
+    GatewayClassStatus, GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus,
 };
 use crate::ops::metrics::Metrics;
 
@@ -56,6 +57,7 @@ pub struct Current<'a> {
     pub classes: Option<&'a BTreeMap<Key, Seen<GatewayClassStatus>>>,
     pub gateways: Option<&'a BTreeMap<Key, Seen<GatewayStatus>>>,
     pub routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
+    pub grpc_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
 }
 
 /// One status write: the whole `status` to set.
@@ -65,12 +67,17 @@ pub enum Write {
     Gateway(Key, GatewayStatus),
     /// With the version decided on (a precondition: other controllers' entries are kept).
     Route(Key, RouteStatus, Option<String>),
+    /// The same for a GRPCRoute.
+    GrpcRoute(Key, RouteStatus, Option<String>),
 }
 
 impl Write {
     fn key(&self) -> &Key {
         match self {
-            Write::Class(k, _) | Write::Gateway(k, _) | Write::Route(k, _, _) => k,
+            Write::Class(k, _)
+            | Write::Gateway(k, _)
+            | Write::Route(k, _, _)
+            | Write::GrpcRoute(k, _, _) => k,
         }
     }
 
@@ -79,6 +86,7 @@ impl Write {
             Write::Class(..) => "GatewayClass",
             Write::Gateway(..) => "Gateway",
             Write::Route(..) => "HTTPRoute",
+            Write::GrpcRoute(..) => "GRPCRoute",
         }
     }
 }
@@ -179,9 +187,42 @@ pub fn plan(
         }
     }
     if let Some(routes) = current.routes {
+        plan_routes(
+            &desired.http_routes,
+            routes,
+            controller,
+            now,
+            Write::Route,
+            &mut out,
+        );
+    }
+    if let Some(routes) = current.grpc_routes {
+        plan_routes(
+            &desired.grpc_routes,
+            routes,
+            controller,
+            now,
+            Write::GrpcRoute,
+            &mut out,
+        );
+    }
+    out
+}
+
+/// The writes of one kind of route: our parents' entries replaced by `desired`'s (none when
+/// it is no longer ours), other controllers' kept.
+fn plan_routes(
+    desired: &BTreeMap<Key, Arc<RouteStatus>>,
+    routes: &BTreeMap<Key, Seen<RouteStatus>>,
+    controller: &str,
+    now: &str,
+    write: fn(Key, RouteStatus, Option<String>) -> Write,
+    out: &mut Vec<Write>,
+) {
+    {
         let empty = RouteStatus::default();
         for (key, seen) in routes {
-            let want = desired.http_routes.get(key).map_or(&empty, |s| &**s);
+            let want = desired.get(key).map_or(&empty, |s| &**s);
             let has_ours = seen
                 .status
                 .parents
@@ -212,15 +253,10 @@ pub fn plan(
             }
             let next = RouteStatus { parents };
             if next != seen.status {
-                out.push(Write::Route(
-                    key.clone(),
-                    next,
-                    seen.resource_version.clone(),
-                ));
+                out.push(write(key.clone(), next, seen.resource_version.clone()));
             }
         }
     }
-    out
 }
 
 /// Now, as a Kubernetes `metav1.Time` (RFC 3339, whole seconds, UTC).
@@ -328,6 +364,7 @@ struct Views {
     classes: View<GatewayClassStatus>,
     gateways: View<GatewayStatus>,
     routes: View<RouteStatus>,
+    grpc_routes: View<RouteStatus>,
 }
 
 impl Views {
@@ -339,6 +376,7 @@ impl Views {
             classes: listed(&self.classes),
             gateways: listed(&self.gateways),
             routes: listed(&self.routes),
+            grpc_routes: listed(&self.grpc_routes),
         }
     }
 }
@@ -372,11 +410,12 @@ struct Kinds {
     controller_name: String,
 }
 
-/// An event of one of the three watches.
+/// An event of one of the four watches.
 enum KindEvent {
     Class(Result<Event<GatewayClass>, watcher::Error>),
     Gateway(Result<Event<Gateway>, watcher::Error>),
     Route(Result<Event<HTTPRoute>, watcher::Error>),
+    GrpcRoute(Result<Event<GRPCRoute>, watcher::Error>),
 }
 
 impl Side for Kinds {
@@ -412,6 +451,7 @@ impl Side for Kinds {
                 .boxed(),
             namespaced(client, ns).map(KindEvent::Gateway).boxed(),
             namespaced(client, ns).map(KindEvent::Route).boxed(),
+            namespaced(client, ns).map(KindEvent::GrpcRoute).boxed(),
         ]
     }
 
@@ -430,6 +470,11 @@ impl Side for Kinds {
             KindEvent::Route(ev) => views.routes.apply("httproutes", ev, |r: &HTTPRoute| {
                 r.status.clone().unwrap_or_default()
             }),
+            KindEvent::GrpcRoute(ev) => {
+                views.grpc_routes.apply("grpcroutes", ev, |r: &GRPCRoute| {
+                    r.status.clone().unwrap_or_default()
+                })
+            }
         }
     }
 
@@ -471,6 +516,12 @@ impl Side for Kinds {
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
+            Write::GrpcRoute((ns, name), s, rv) => {
+                let api: Api<GRPCRoute> = Api::namespaced(client.clone(), ns);
+                let patch = json!({ "metadata": { "resourceVersion": rv }, "status": s });
+                let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
+                Ok(o.metadata.resource_version)
+            }
         }
     }
 
@@ -507,6 +558,7 @@ fn record(views: &mut Views, w: &Write, rv: Option<String>) {
         Write::Class(k, s) => set(&mut views.classes, k, s, rv),
         Write::Gateway(k, s) => set(&mut views.gateways, k, s, rv),
         Write::Route(k, s, _) => set(&mut views.routes, k, s, rv),
+        Write::GrpcRoute(k, s, _) => set(&mut views.grpc_routes, k, s, rv),
     }
 }
 
@@ -618,6 +670,7 @@ mod tests {
                 },
             )]),
             http_routes: BTreeMap::new(),
+            grpc_routes: BTreeMap::new(),
             own_addresses: false,
         };
         let addresses = [
@@ -657,6 +710,7 @@ mod tests {
             classes: Some(&classes),
             gateways: Some(&gateways),
             routes: None,
+            grpc_routes: None,
         };
         let w = plan(&desired, &addresses, OURS, &current, NOW);
         assert_eq!(
@@ -765,6 +819,7 @@ mod tests {
         ]);
         let current = Current {
             routes: Some(&routes),
+            grpc_routes: None,
             ..Default::default()
         };
         let w = plan(&desired, &[], OURS, &current, NOW);
@@ -799,6 +854,7 @@ mod tests {
         }
         let after = Current {
             routes: Some(&after),
+            grpc_routes: None,
             ..Default::default()
         };
         assert!(plan(&desired, &[], OURS, &after, "2026-12-02T00:00:00Z").is_empty());

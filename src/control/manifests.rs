@@ -1,8 +1,8 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
 //! IngressClasses, Secrets, ConfigMaps (their `ca.crt` alone), the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants, and Namespaces (whose labels
-//! `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched, and fed through
-//! the same `Pipeline` as the cluster watcher.
+//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes and ReferenceGrants, and Namespaces
+//! (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
+//! and fed through the same `Pipeline` as the cluster watcher.
 //!
 //! A file may hold several documents (`---`), a `kind: List`, or objects of other kinds (which
 //! are ignored). A directory contributes its `.yaml`, `.yml` and `.json` files, skipping hidden
@@ -32,7 +32,7 @@ pub use crate::control::objects::Objects;
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::SERVICE_NAME_LABEL;
 use crate::control::translate::gateway::api::{
-    self as gw, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+    self as gw, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
 };
 use crate::table::upstream::CA_KEY;
 
@@ -113,7 +113,7 @@ fn locate(notes: &mut [String], path: &Path, document: usize) {
 }
 
 /// The kinds switchyard reads, for a misspelt one.
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
     "Service",
     "EndpointSlice",
     "Endpoints",
@@ -124,6 +124,7 @@ const KINDS: [&str; 12] = [
     "GatewayClass",
     "Gateway",
     "HTTPRoute",
+    "GRPCRoute",
     "ReferenceGrant",
     "Namespace",
 ];
@@ -249,6 +250,7 @@ enum Partial {
     GatewayClass(Box<GatewayClass>),
     Gateway(Box<Gateway>),
     HTTPRoute(Box<HTTPRoute>),
+    GRPCRoute(Box<GRPCRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
     Namespace(Box<Namespace>),
     /// A `List` (or `*List`): only `items` is read.
@@ -271,6 +273,7 @@ impl Partial {
             Partial::GatewayClass(o) => &o.metadata,
             Partial::Gateway(o) => &o.metadata,
             Partial::HTTPRoute(o) => &o.metadata,
+            Partial::GRPCRoute(o) => &o.metadata,
             Partial::ReferenceGrant(o) => &o.metadata,
             Partial::Namespace(o) => &o.metadata,
             Partial::List | Partial::Other => return String::new(),
@@ -294,6 +297,7 @@ impl Partial {
             "GatewayClass" => Partial::GatewayClass(Box::default()),
             "Gateway" => Partial::Gateway(Box::default()),
             "HTTPRoute" => Partial::HTTPRoute(Box::default()),
+            "GRPCRoute" => Partial::GRPCRoute(Box::default()),
             "ReferenceGrant" => Partial::ReferenceGrant(Box::default()),
             "Namespace" => Partial::Namespace(Box::default()),
             k if k == "List" || k.ends_with("List") => Partial::List,
@@ -451,6 +455,10 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 slim(&mut r.metadata);
                 out.http_routes.push(*r);
             }
+            Partial::GRPCRoute(mut r) => {
+                slim(&mut r.metadata);
+                out.grpc_routes.push(*r);
+            }
             Partial::ReferenceGrant(mut g) => {
                 slim(&mut g.metadata);
                 out.reference_grants.push(*g);
@@ -519,6 +527,10 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::HTTPRoute(r), "spec") => {
             r.spec = map.next_value_seed(Noted::at("spec", unread))?
         }
+        (Partial::GRPCRoute(r), "metadata") => r.metadata = map.next_value()?,
+        (Partial::GRPCRoute(r), "spec") => {
+            r.spec = map.next_value_seed(Noted::at("spec", unread))?
+        }
         (Partial::ReferenceGrant(g), "metadata") => g.metadata = map.next_value()?,
         (Partial::ReferenceGrant(g), "spec") => {
             g.spec = map.next_value_seed(Noted::at("spec", unread))?;
@@ -579,6 +591,16 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
                 )),
             };
         }
+        // The standard channel serves GRPCRoute at v1 alone (v1alpha2 is experimental).
+        Partial::GRPCRoute(_) => {
+            return match version.strip_prefix(gw::GROUP) {
+                Some("/v1") => Ok(()),
+                _ => Err(format!(
+                    "apiVersion {version:?}, expected {g}/v1",
+                    g = gw::GROUP
+                )),
+            };
+        }
         Partial::List | Partial::Other => return Ok(()),
     };
     if version == expected {
@@ -596,6 +618,7 @@ fn foreign_group(partial: &Partial, version: &str) -> bool {
         Partial::GatewayClass(_)
             | Partial::Gateway(_)
             | Partial::HTTPRoute(_)
+            | Partial::GRPCRoute(_)
             | Partial::ReferenceGrant(_)
     );
     ours && version
@@ -1135,6 +1158,41 @@ status: {phase: Active}
         // No rules: absent, not an empty list (the CRD's default is one catch-all rule).
         assert_eq!(o.http_routes[0].spec.rules, None);
         assert_eq!(o.namespaces.len(), 1);
+    }
+
+    #[test]
+    fn grpc_routes_are_read_at_v1_alone_and_reach_translate() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\n\
+                    metadata: {name: g, namespace: x}\nspec:\n  parentRefs: [{name: gw}]\n  \
+                    rules: [{matches: [{method: {service: a.B, method: C}}], \
+                    backendRefs: [{name: s, port: 8080}]}]\n  tiemouts: {}\n";
+        let o = parse(yaml, "g.yaml").unwrap();
+        assert_eq!(o.grpc_routes.len(), 1);
+        let m = &o.grpc_routes[0].spec.rules[0].matches[0];
+        assert_eq!(
+            m.method.as_ref().and_then(|m| m.service.as_deref()),
+            Some("a.B")
+        );
+        // A misspelt field is noted, as for every kind.
+        assert!(
+            o.unread.iter().any(|n| n.contains("tiemouts")),
+            "{:?}",
+            o.unread
+        );
+        let refs = o.ingress_refs();
+        assert_eq!(refs.inputs().gateway.grpc_routes.len(), 1);
+        // The standard channel serves GRPCRoute at v1 only.
+        let beta = yaml.replace("/v1\n", "/v1beta1\n");
+        let e = parse(&beta, "beta.yaml").unwrap_err().to_string();
+        assert!(e.contains("invalid GRPCRoute: apiVersion"), "{e}");
+        // A misspelt kind is pointed at.
+        let typo = yaml.replace("kind: GRPCRoute", "kind: GRPCRoutee");
+        let o = parse(&typo, "typo.yaml").unwrap();
+        assert!(
+            o.unread.iter().any(|n| n.contains("GRPCRoute")),
+            "{:?}",
+            o.unread
+        );
     }
 
     #[test]

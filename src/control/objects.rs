@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
-use crate::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use crate::control::translate::gateway::api::{
+    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+};
 use crate::control::translate::{GatewayRefs, IngressRefs};
 
 /// The routing objects a source read: the files' (`control::manifests`) or one listing of the
@@ -24,6 +26,7 @@ pub struct Objects {
     pub gateway_classes: Vec<GatewayClass>,
     pub gateways: Vec<Gateway>,
     pub http_routes: Vec<HTTPRoute>,
+    pub grpc_routes: Vec<GRPCRoute>,
     /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
     pub reference_grants: Vec<ReferenceGrant>,
     pub namespaces: Vec<Namespace>,
@@ -42,6 +45,7 @@ impl Objects {
                 classes: self.gateway_classes.iter().collect(),
                 gateways: self.gateways.iter().collect(),
                 routes: self.http_routes.iter().collect(),
+                grpc_routes: self.grpc_routes.iter().collect(),
                 grants: self.reference_grants.iter().collect(),
                 namespaces: self.namespaces.iter().collect(),
             })
@@ -58,6 +62,7 @@ impl Objects {
         self.gateway_classes.extend(other.gateway_classes);
         self.gateways.extend(other.gateways);
         self.http_routes.extend(other.http_routes);
+        self.grpc_routes.extend(other.grpc_routes);
         self.reference_grants.extend(other.reference_grants);
         self.namespaces.extend(other.namespaces);
         self.unread.extend(other.unread);

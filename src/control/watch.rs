@@ -1,7 +1,7 @@
 //! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices (and
 //! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the ConfigMaps that hold a `ca.crt`
-//! (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes and
-//! ReferenceGrants, and Namespaces), keeps one store of each,
+//! (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes,
+//! GRPCRoutes and ReferenceGrants, and Namespaces), keeps one store of each,
 //! coalesces events, and publishes through the same `Pipeline` as the offline source.
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
@@ -35,7 +35,9 @@ use crate::control::coalesce::Coalescer;
 use crate::control::events;
 use crate::control::pipeline::Pipeline;
 use crate::control::retry::{GATEWAY_API_RETRY, HEALTH, backed_off, is_not_found};
-use crate::control::translate::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use crate::control::translate::gateway::api::{
+    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+};
 use crate::control::translate::{
     Changes, GatewayRefs, IngressRefs, ObjectRef, Warning, WarningReason,
 };
@@ -322,7 +324,7 @@ where
 }
 
 /// The `resource` label of every watch `ClusterSource::run` keeps.
-const WATCHED: [&str; 11] = [
+const WATCHED: [&str; 12] = [
     "services",
     "endpointslices",
     "ingresses",
@@ -332,6 +334,7 @@ const WATCHED: [&str; 11] = [
     "gatewayclasses",
     "gateways",
     "httproutes",
+    "grpcroutes",
     "referencegrants",
     "namespaces",
 ];
@@ -350,6 +353,7 @@ impl ClusterSource {
         ));
         let mut gateways = Box::pin(gateway_stream::<Gateway>(&self.client, ns));
         let mut routes = Box::pin(gateway_stream::<HTTPRoute>(&self.client, ns));
+        let mut grpc_routes = Box::pin(gateway_stream::<GRPCRoute>(&self.client, ns));
         let mut grants = Box::pin(gateway_stream::<ReferenceGrant>(&self.client, ns));
         // Namespaces exist on every API server; a 403 (a namespaced install without the
         // ClusterRole for them) leaves the store usable and empty, as for Ingresses.
@@ -375,6 +379,7 @@ impl ClusterSource {
         let mut gw_class_store: Store<GatewayClass> = Store::new();
         let mut gw_store: Store<Gateway> = Store::new();
         let mut route_store: Store<HTTPRoute> = Store::new();
+        let mut grpc_store: Store<GRPCRoute> = Store::new();
         let mut grant_store: Store<ReferenceGrant> = Store::new();
         let mut ns_store: Store<Namespace> = Store::new();
         // A Gateway API list answered 404 and no Gateway API list has completed since: the
@@ -408,6 +413,7 @@ impl ClusterSource {
                 && gw_class_store.usable()
                 && gw_store.usable()
                 && route_store.usable()
+                && grpc_store.usable()
                 && grant_store.usable()
                 && ns_store.usable();
             let due = if ready { coalescer.due() } else { None };
@@ -463,6 +469,11 @@ impl ClusterSource {
                     }
                     ev = routes.next() => {
                         if self.on_gateway_event(ev, "httproutes", &mut route_store, &mut gateway_api_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = grpc_routes.next() => {
+                        if self.on_gateway_event(ev, "grpcroutes", &mut grpc_store, &mut gateway_api_absent) {
                             coalescer.changed(Instant::now());
                         }
                     }
@@ -535,6 +546,13 @@ impl ClusterSource {
                         &mut coalescer,
                     ),
                     self.read_ready_gateway(
+                        &mut grpc_routes,
+                        "grpcroutes",
+                        &mut grpc_store,
+                        &mut gateway_api_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
                         &mut grants,
                         "referencegrants",
                         &mut grant_store,
@@ -562,6 +580,7 @@ impl ClusterSource {
                 gw_class_store.take_changes().is_none_or(|c| !c.is_empty()),
                 gw_store.take_changes().is_none_or(|c| !c.is_empty()),
                 route_store.take_changes().is_none_or(|c| !c.is_empty()),
+                grpc_store.take_changes().is_none_or(|c| !c.is_empty()),
                 grant_store.take_changes().is_none_or(|c| !c.is_empty()),
                 ns_store.take_changes().is_none_or(|c| !c.is_empty()),
             ]
@@ -585,6 +604,7 @@ impl ClusterSource {
                 classes: gw_class_store.live.values().collect(),
                 gateways: gw_store.live.values().collect(),
                 routes: route_store.live.values().collect(),
+                grpc_routes: grpc_store.live.values().collect(),
                 grants: grant_store.live.values().collect(),
                 namespaces: ns_store.live.values().collect(),
             });
@@ -890,6 +910,11 @@ pub async fn snapshot(
         api::<HTTPRoute>(client, namespace).list(&lp).await,
         &mut crds_absent,
     );
+    let grpc_routes = gateway_kind(
+        "grpcroutes",
+        api::<GRPCRoute>(client, namespace).list(&lp).await,
+        &mut crds_absent,
+    );
     let reference_grants = gateway_kind(
         "referencegrants",
         api::<ReferenceGrant>(client, namespace).list(&lp).await,
@@ -908,6 +933,7 @@ pub async fn snapshot(
         gateway_classes,
         gateways,
         http_routes,
+        grpc_routes,
         reference_grants,
         namespaces: optional(
             "namespaces",

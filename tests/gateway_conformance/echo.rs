@@ -1,5 +1,5 @@
-//! echo-basic pods: each Deployment of the upstream manifests becomes real HTTP/1.1 servers on
-//! 127.0.0.1 that answer like upstream's `conformance/echo-basic/echo-basic.go`: a JSON body
+//! echo-basic pods: each Deployment of the upstream manifests (but the gRPC ones, `grpc.rs`)
+//! becomes real HTTP/1.1 servers on 127.0.0.1 that answer like upstream's `conformance/echo-basic/echo-basic.go`: a JSON body
 //! with `path` (the request target as received, query included), `host`, `method`, `proto`,
 //! `headers` (name -> values, `Host` excluded, names in Go's canonical form), `namespace`,
 //! `ingress`, `service`, `pod`; `Content-Type: application/json`; the response headers asked for
@@ -84,6 +84,26 @@ impl Pod {
                 });
             }
         });
+        Pod {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            deployment: deployment.to_string(),
+            port,
+            seen,
+            task,
+        }
+    }
+
+    /// A pod whose server is another module's (the gRPC echo of `grpc.rs`), recording into
+    /// `seen`; stopped, as every pod, when dropped.
+    pub fn serving(
+        deployment: &str,
+        name: &str,
+        namespace: &str,
+        port: u16,
+        seen: Arc<Mutex<Vec<Echoed>>>,
+        task: JoinHandle<()>,
+    ) -> Pod {
         Pod {
             name: name.to_string(),
             namespace: namespace.to_string(),

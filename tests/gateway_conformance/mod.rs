@@ -11,6 +11,7 @@
 
 pub mod echo;
 pub mod expect;
+pub mod grpc;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -147,6 +148,17 @@ fn labels_match(selector: &Value, labels: &Value) -> bool {
         .is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
 }
 
+/// Whether a Deployment's containers set `GRPC_ECHO_SERVER` (upstream's gRPC backends).
+fn grpc_echo(deployment: &Value) -> bool {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["env"].as_array())
+        .flatten()
+        .any(|e| e["name"] == "GRPC_ECHO_SERVER")
+}
+
 /// The objects switchyard is given and the pods behind them, from upstream manifest files.
 pub struct World {
     pub objects: Vec<Value>,
@@ -172,7 +184,13 @@ pub async fn world(files: &[&str]) -> World {
             // `<deployment>-<replicaset hash>-<pod suffix>`, as upstream's weight helper
             // (extractBackendName) and the `Backend` prefix check expect.
             let pod_name = format!("{name}-5d8f9c7b6-p{i}x");
-            pods.push(Pod::start(name, &pod_name, ns).await);
+            // echo-basic serves gRPC instead of HTTP when GRPC_ECHO_SERVER is set.
+            let pod = if grpc_echo(d) {
+                grpc::start_pod(name, &pod_name, ns).await
+            } else {
+                Pod::start(name, &pod_name, ns).await
+            };
+            pods.push(pod);
             pod_labels.push(d["spec"]["template"]["metadata"]["labels"].clone());
         }
     }

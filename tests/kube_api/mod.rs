@@ -1,7 +1,7 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
 //! EndpointSlices, Ingresses, IngressClasses, Secrets, ConfigMaps, Leases, Events, Namespaces
-//! and the
-//! Gateway API's GatewayClasses, Gateways, HTTPRoutes (`gateway.networking.k8s.io/v1`) and
+//! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes
+//! (`gateway.networking.k8s.io/v1`; GRPCRoute at `v1` alone, as its standard CRD) and
 //! ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the
@@ -76,6 +76,7 @@ pub enum Kind {
     GatewayClass,
     Gateway,
     HTTPRoute,
+    GRPCRoute,
     ReferenceGrant,
 }
 
@@ -83,7 +84,7 @@ pub enum Kind {
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 impl Kind {
-    const ALL: [Kind; 12] = [
+    const ALL: [Kind; 13] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Ingress,
@@ -95,6 +96,7 @@ impl Kind {
         Kind::GatewayClass,
         Kind::Gateway,
         Kind::HTTPRoute,
+        Kind::GRPCRoute,
         Kind::ReferenceGrant,
     ];
     fn group(self) -> &'static str {
@@ -103,9 +105,11 @@ impl Kind {
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io",
             Kind::Lease => "coordination.k8s.io",
-            Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute | Kind::ReferenceGrant => {
-                GATEWAY_GROUP
-            }
+            Kind::GatewayClass
+            | Kind::Gateway
+            | Kind::HTTPRoute
+            | Kind::GRPCRoute
+            | Kind::ReferenceGrant => GATEWAY_GROUP,
         }
     }
     /// The storage version, which objects are kept at.
@@ -115,13 +119,17 @@ impl Kind {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io/v1",
             Kind::Lease => "coordination.k8s.io/v1",
-            Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute => "gateway.networking.k8s.io/v1",
+            Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute | Kind::GRPCRoute => {
+                "gateway.networking.k8s.io/v1"
+            }
             Kind::ReferenceGrant => "gateway.networking.k8s.io/v1beta1",
         }
     }
-    /// Versions served besides `v1` (the v1.6 CRDs serve each Gateway API kind at both).
+    /// Versions served besides `v1` (the v1.6 standard CRDs serve each Gateway API kind at
+    /// both, but GRPCRoute at `v1` alone).
     fn serves(self, version: &str) -> bool {
-        version == "v1" || (self.is_gateway_api() && version == "v1beta1")
+        version == "v1"
+            || (self.is_gateway_api() && self != Kind::GRPCRoute && version == "v1beta1")
     }
     pub fn is_gateway_api(self) -> bool {
         self.group() == GATEWAY_GROUP
@@ -139,6 +147,7 @@ impl Kind {
             Kind::GatewayClass => "GatewayClass",
             Kind::Gateway => "Gateway",
             Kind::HTTPRoute => "HTTPRoute",
+            Kind::GRPCRoute => "GRPCRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
@@ -155,6 +164,7 @@ impl Kind {
             Kind::GatewayClass => "gatewayclasses",
             Kind::Gateway => "gateways",
             Kind::HTTPRoute => "httproutes",
+            Kind::GRPCRoute => "grpcroutes",
             Kind::ReferenceGrant => "referencegrants",
         }
     }
@@ -175,7 +185,12 @@ impl Kind {
     fn has_status(self) -> bool {
         matches!(
             self,
-            Kind::Service | Kind::Ingress | Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute
+            Kind::Service
+                | Kind::Ingress
+                | Kind::GatewayClass
+                | Kind::Gateway
+                | Kind::HTTPRoute
+                | Kind::GRPCRoute
         )
     }
     fn from_value(v: &Value) -> Kind {
@@ -307,6 +322,7 @@ fn crd_schema(kind: Kind) -> &'static Value {
             "gatewayclasses",
             "gateways",
             "httproutes",
+            "grpcroutes",
             "referencegrants",
         ]
         .into_iter()

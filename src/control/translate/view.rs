@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde::Serialize;
 
-use super::gateway::api::{Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use super::gateway::api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
 use crate::table::balance::Algorithm;
 use crate::table::{EntryId, EntryKey};
 
@@ -398,6 +398,7 @@ pub struct GatewayRefs<'a> {
     pub classes: Vec<&'a GatewayClass>,
     pub gateways: Vec<&'a Gateway>,
     pub routes: Vec<&'a HTTPRoute>,
+    pub grpc_routes: Vec<&'a GRPCRoute>,
     pub grants: Vec<&'a ReferenceGrant>,
     /// For `allowedRoutes.namespaces.selector`, which selects namespaces by their labels.
     pub namespaces: Vec<&'a Namespace>,
@@ -409,6 +410,7 @@ impl<'a> GatewayRefs<'a> {
             classes: &self.classes,
             gateways: &self.gateways,
             routes: &self.routes,
+            grpc_routes: &self.grpc_routes,
             grants: &self.grants,
             namespaces: &self.namespaces,
         }
@@ -421,13 +423,17 @@ pub struct GatewayInputs<'a> {
     pub classes: &'a [&'a GatewayClass],
     pub gateways: &'a [&'a Gateway],
     pub routes: &'a [&'a HTTPRoute],
+    pub grpc_routes: &'a [&'a GRPCRoute],
     pub grants: &'a [&'a ReferenceGrant],
     pub namespaces: &'a [&'a Namespace],
 }
 
 impl GatewayInputs<'_> {
     pub fn is_empty(&self) -> bool {
-        self.classes.is_empty() && self.gateways.is_empty() && self.routes.is_empty()
+        self.classes.is_empty()
+            && self.gateways.is_empty()
+            && self.routes.is_empty()
+            && self.grpc_routes.is_empty()
     }
 }
 

@@ -1,6 +1,6 @@
 //! The Gateway API objects switchyard reads (`gateway.networking.k8s.io`, standard channel
-//! v1.6): GatewayClass, Gateway, HTTPRoute and ReferenceGrant, with the fields translate uses
-//! and the status it writes back.
+//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute and ReferenceGrant, with the fields
+//! translate uses and the status it writes back.
 //!
 //! Written here rather than taken from the `gateway-api` crate, whose releases follow an older
 //! kube. Each type implements k8s-openapi's `Resource` and `Metadata`, so the watch can list
@@ -62,6 +62,12 @@ resource!(
     HTTPRoute,
     "v1",
     "httproutes",
+    k8s_openapi::NamespaceResourceScope
+);
+resource!(
+    GRPCRoute,
+    "v1",
+    "grpcroutes",
     k8s_openapi::NamespaceResourceScope
 );
 resource!(
@@ -583,6 +589,95 @@ pub struct RouteParentStatus {
     pub conditions: Vec<Condition>,
 }
 
+// === GRPCRoute ===
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GRPCRoute {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: GRPCRouteSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RouteStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GRPCRouteSpec {
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Unlike HTTPRoute's, no default: a GRPCRoute without rules routes nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<GRPCRouteRule>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GRPCRouteRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Empty: every gRPC request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<GRPCRouteMatch>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<GRPCRouteFilter>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_refs: Vec<GRPCBackendRef>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GRPCRouteMatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<GRPCMethodMatch>,
+    /// The same shape as HTTPRoute's header matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HTTPHeaderMatch>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GRPCMethodMatch {
+    /// `Exact` (the default) or `RegularExpression`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}
+
+/// HTTPRoute's filter, less the types GRPCRoute has not (redirects, rewrites, CORS).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GRPCRouteFilter {
+    /// `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestMirror` or `ExtensionRef`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_header_modifier: Option<HTTPHeaderFilter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_header_modifier: Option<HTTPHeaderFilter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_mirror: Option<HTTPRequestMirrorFilter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension_ref: Option<LocalObjectReference>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GRPCBackendRef {
+    #[serde(flatten)]
+    pub backend: BackendObjectReference,
+    /// Share of the rule's requests; absent means 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<GRPCRouteFilter>,
+}
+
 // === ReferenceGrant ===
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -675,4 +770,6 @@ pub struct GatewayApiStatus {
     /// `parents` holds only our entries (controllerName = ours). Shared with the route's
     /// translation, which a Gateway-only build keeps when the route did not change.
     pub http_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
+    /// The same for GRPCRoutes.
+    pub grpc_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
 }

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::api::*;
 use super::cache::CachedRoute;
-use super::view::{Allowed, Gateways, ListenerView, Place, RouteInputs, gateway_host};
+use super::view::{Allowed, Gateways, ListenerView, Place, RouteInputs, RouteKind, gateway_host};
 use crate::control::translate::build::Builder;
 use crate::control::translate::view::*;
 use crate::table::matcher::HostPattern;
@@ -23,6 +23,7 @@ impl Builder<'_> {
     pub(super) fn attach_parents(
         &self,
         route: &HTTPRoute,
+        route_kind: RouteKind,
         ns: &str,
         given: &RouteInputs<'_, '_>,
         attached: &mut Vec<(ObjectKey, usize)>,
@@ -47,7 +48,7 @@ impl Builder<'_> {
                 continue;
             }
             let accepted = attach(
-                route,
+                (route, route_kind),
                 ns,
                 parent,
                 listeners,
@@ -94,7 +95,11 @@ pub(super) fn count_attached(
             counts[*at] += 1;
         }
         if let (Some(status), Some(route)) = (status.as_deref_mut(), &o.parents) {
-            status.http_routes.insert(c.key.clone(), Arc::clone(route));
+            let by_key = match c.kind {
+                RouteKind::Http => &mut status.http_routes,
+                RouteKind::Grpc => &mut status.grpc_routes,
+            };
+            by_key.insert(c.key.clone(), Arc::clone(route));
         }
     }
     for (key, (_, views, _)) in gateways.iter_mut() {
@@ -116,11 +121,11 @@ pub(super) fn namespace_labels<'n>(
         .collect()
 }
 
-/// Attaches `route` to the listeners of `parent` that accept it, recording where its rules
-/// go and the listeners it counts on (by index); `Err` with the `Accepted` reason when none
-/// does.
+/// Attaches `route` (of `kind`) to the listeners of `parent` that accept it, recording where
+/// its rules go and the listeners it counts on (by index); `Err` with the `Accepted` reason
+/// when none does.
 fn attach<'g>(
-    route: &HTTPRoute,
+    (route, kind): (&HTTPRoute, RouteKind),
     route_ns: &str,
     parent: &ParentReference,
     listeners: &[ListenerView<'g>],
@@ -141,11 +146,14 @@ fn attach<'g>(
         if !l.usable {
             continue;
         }
-        let allowed = match &l.namespaces {
-            Allowed::All => true,
-            Allowed::Same => route_ns == l.gateway.0,
-            Allowed::Selector(sel) => selects(sel, namespace_labels.get(route_ns).copied()),
-        };
+        // A listener that does not take the route's kind (`allowedRoutes.kinds`) is as one
+        // that does not take its namespace: the spec's `NotAllowedByListeners`.
+        let allowed = l.kinds.contains(&kind)
+            && match &l.namespaces {
+                Allowed::All => true,
+                Allowed::Same => route_ns == l.gateway.0,
+                Allowed::Selector(sel) => selects(sel, namespace_labels.get(route_ns).copied()),
+            };
         if !allowed {
             continue;
         }
@@ -174,7 +182,7 @@ fn attach<'g>(
     } else if !allowed_any {
         Err((
             "NotAllowedByListeners",
-            "no listener allows routes from this namespace".into(),
+            "no listener allows routes of this kind from this namespace".into(),
         ))
     } else if !host_any {
         Err((

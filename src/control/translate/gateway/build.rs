@@ -20,9 +20,10 @@ use super::api::*;
 use super::attach::{count_attached, namespace_labels};
 use super::cache::{self, CachedRoute, RouteCache, RouteOutput};
 use super::classes::claim_classes;
+use super::grpc::as_http_route;
 use super::listeners::{Given, give_addresses};
 use super::rules::PatternSource;
-use super::view::{Gateways, Grants, HTTP_ROUTE, RouteInputs, listener_key, sorted};
+use super::view::{Gateways, Grants, RouteInputs, RouteKind, listener_key, sorted};
 use crate::control::translate::build::Builder;
 use crate::control::translate::gateway::assemble;
 use crate::control::translate::inputs::{meta_key, object};
@@ -79,8 +80,24 @@ impl<'a> Builder<'a> {
             grants: &grants,
             services,
         };
-        let routes =
-            self.translate_routes(inputs.routes, reusable, &context, &given, &mut compiled);
+        // GRPCRoutes as the HTTPRoutes they mean, after the HTTPRoutes: each kind in key
+        // order, as the cache walks them.
+        let grpc: Vec<HTTPRoute> = inputs
+            .grpc_routes
+            .iter()
+            .map(|g| as_http_route(g))
+            .collect();
+        let grpc: Vec<&HTTPRoute> = grpc.iter().collect();
+        let all: Vec<(RouteKind, &HTTPRoute)> = sorted(inputs.routes, |r| &r.metadata)
+            .into_iter()
+            .map(|r| (RouteKind::Http, r))
+            .chain(
+                sorted(&grpc, |r| &r.metadata)
+                    .into_iter()
+                    .map(|r| (RouteKind::Grpc, r)),
+            )
+            .collect();
+        let routes = self.translate_routes(&all, reusable, &context, &given, &mut compiled);
         count_attached(
             &routes.outputs,
             &mut gateways,
@@ -97,7 +114,7 @@ impl<'a> Builder<'a> {
     /// else translated.
     fn translate_routes(
         &mut self,
-        routes: &[&HTTPRoute],
+        routes: &[(RouteKind, &HTTPRoute)],
         reusable: Option<&RouteCache>,
         context: &cache::Context,
         given: &RouteInputs<'_, '_>,
@@ -112,14 +129,14 @@ impl<'a> Builder<'a> {
             .iter()
             .peekable();
         let mut translated = 0;
-        for route in sorted(routes, |r| &r.metadata) {
+        for &(kind, route) in routes {
             let (ns, name) = meta_key(&route.metadata.namespace, &route.metadata.name);
             if name.is_empty() {
                 continue;
             }
             let mut hit = None;
             while let Some(c) = cached.peek() {
-                match (c.key.0.as_str(), c.key.1.as_str()).cmp(&(ns, name)) {
+                match (c.kind, c.key.0.as_str(), c.key.1.as_str()).cmp(&(kind, ns, name)) {
                     Ordering::Less => {
                         cached.next();
                     }
@@ -138,10 +155,11 @@ impl<'a> Builder<'a> {
             translated += 1;
             let before = self.warnings.len();
             let mut output =
-                self.translate_route(route, (ns, name), given, &mut entry_ids, compiled);
+                self.translate_route(route, kind, (ns, name), given, &mut entry_ids, compiled);
             output.warnings = self.warnings[before..].to_vec();
             outputs.push(Arc::new(CachedRoute::new(
                 route,
+                kind,
                 (ns.to_string(), name.to_string()),
                 output,
             )));
@@ -167,13 +185,15 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Translates one HTTPRoute on its own: its parents' status, where it attached, its
+    /// Translates one HTTPRoute (or GRPCRoute, as the HTTPRoute it means) on its own: its
+    /// parents' status, where it attached, its
     /// rules and their matches (a candidate's `rule` indexes the route's own rules), the
     /// listeners it is counted on. Warnings go to `self.warnings` as ever; resolving a
     /// backend may add an entry (or, in a Gateway-only build, ask for a full one).
     fn translate_route(
         &mut self,
         route: &HTTPRoute,
+        kind: RouteKind,
         (ns, name): (&str, &str),
         given: &RouteInputs<'_, '_>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
@@ -188,8 +208,9 @@ impl<'a> Builder<'a> {
             attached: Vec::new(),
             warnings: Vec::new(),
         };
-        let who = object(HTTP_ROUTE, ns, name);
-        let (mut parents, mut places) = self.attach_parents(route, ns, given, &mut out.attached);
+        let who = object(kind.name(), ns, name);
+        let (mut parents, mut places) =
+            self.attach_parents(route, kind, ns, given, &mut out.attached);
         if parents.is_empty() {
             return out;
         }

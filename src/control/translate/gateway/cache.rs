@@ -20,7 +20,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::api::{HTTPRoute, HTTPRouteFilter, HTTPRouteSpec, ReferenceGrant, ReferenceGrantSpec};
-use super::view::{Allowed, ListenerView, Matched, Place};
+use super::view::{Allowed, ListenerView, Matched, Place, RouteKind};
 use crate::control::translate::inputs::meta_key;
 use crate::control::translate::view::*;
 use crate::table::gateway::GatewayRule;
@@ -62,6 +62,8 @@ pub(crate) struct RouteCache {
 
 /// One route's translation and the route it came from.
 pub(super) struct CachedRoute {
+    /// HTTPRoute or GRPCRoute (whose `spec` is the HTTPRoute it means).
+    pub(super) kind: RouteKind,
     pub(super) key: ObjectKey,
     spec: HTTPRouteSpec,
     generation: Option<i64>,
@@ -96,6 +98,7 @@ pub(super) struct ListenerSig {
     port: i32,
     hostname: Option<HostPattern>,
     usable: bool,
+    kinds: Vec<RouteKind>,
     namespaces: AllowedSig,
 }
 
@@ -115,6 +118,7 @@ impl ListenerSig {
             port: v.port,
             hostname: v.hostname.clone(),
             usable: v.usable,
+            kinds: v.kinds.clone(),
             namespaces: match &v.namespaces {
                 Allowed::Same => AllowedSig::Same,
                 Allowed::All => AllowedSig::All,
@@ -204,8 +208,14 @@ fn differing<K: Ord + Clone, V: PartialEq>(a: &BTreeMap<K, V>, b: &BTreeMap<K, V
 }
 
 impl CachedRoute {
-    pub(super) fn new(route: &HTTPRoute, key: ObjectKey, output: RouteOutput) -> Self {
+    pub(super) fn new(
+        route: &HTTPRoute,
+        kind: RouteKind,
+        key: ObjectKey,
+        output: RouteOutput,
+    ) -> Self {
         CachedRoute {
+            kind,
             key,
             spec: route.spec.clone(),
             generation: route.metadata.generation,

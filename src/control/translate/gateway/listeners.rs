@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Secret;
 use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
 use super::view::{
-    Allowed, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView, created,
-    gateway_host, programmed, sorted,
+    Allowed, GRPC_ROUTE, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView,
+    RouteKind, created, gateway_host, programmed, sorted,
 };
 use crate::control::translate::annotations::show;
 use crate::control::translate::build::Builder;
@@ -113,6 +113,14 @@ impl Builder<'_> {
                 accepted = Err(e);
                 Allowed::Same
             });
+            let kinds = supported
+                .iter()
+                .filter_map(|k| match k.kind.as_str() {
+                    HTTP_ROUTE => Some(RouteKind::Http),
+                    GRPC_ROUTE => Some(RouteKind::Grpc),
+                    _ => None,
+                })
+                .collect();
             let usable = accepted.is_ok() && conflicted.is_none() && !supported.is_empty();
             let programmed_ok = usable && refs.is_ok();
             let conditions =
@@ -132,6 +140,7 @@ impl Builder<'_> {
                 port: l.port,
                 hostname,
                 usable,
+                kinds,
                 namespaces,
                 attached: 0,
                 certificates,
@@ -429,25 +438,31 @@ fn conflict<'l>(
     conflicted
 }
 
-/// The kinds of route a listener supports (HTTPRoute, the one it can take), and
-/// `InvalidRouteKinds` for any other it names.
+/// The kinds of route a listener supports (HTTPRoute and GRPCRoute, the ones it can take:
+/// gRPC arrives as HTTP/2, by ALPN on the TLS port and with prior knowledge on the HTTP
+/// port, as the GRPCRoute spec asks of both protocols), and `InvalidRouteKinds` for any
+/// other it names.
 fn route_kinds(l: &Listener, allowed: Option<&AllowedRoutes>) -> (Vec<RouteGroupKind>, Checked) {
     let mut refs: Checked = Ok(());
     let kinds = allowed.map(|a| a.kinds.as_slice()).unwrap_or(&[]);
     let mut supported = Vec::new();
-    let http_route = RouteGroupKind {
+    let kind = |k: &str| RouteGroupKind {
         group: Some(GROUP.into()),
-        kind: HTTP_ROUTE.into(),
+        kind: k.into(),
     };
     if !matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
         // A listener of a protocol not served supports no kind of route.
     } else if kinds.is_empty() {
-        supported.push(http_route.clone());
+        supported.push(kind(HTTP_ROUTE));
+        supported.push(kind(GRPC_ROUTE));
     } else {
         for k in kinds {
-            if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == HTTP_ROUTE {
-                if !supported.contains(&http_route) {
-                    supported.push(http_route.clone());
+            if k.group.as_deref().unwrap_or(GROUP) == GROUP
+                && matches!(k.kind.as_str(), HTTP_ROUTE | GRPC_ROUTE)
+            {
+                let known = kind(&k.kind);
+                if !supported.contains(&known) {
+                    supported.push(known);
                 }
             } else {
                 refs = Err((

@@ -1,7 +1,7 @@
 //! Gateway API: GatewayClasses claimed by `--gateway-controller-name`, their Gateways'
-//! listeners, the HTTPRoutes attached to them and the ReferenceGrants that let a route or a
-//! listener name an object in another namespace, turned into routes of the table and into
-//! the status each object should show. Pure, like the rest of translate.
+//! listeners, the HTTPRoutes and GRPCRoutes attached to them and the ReferenceGrants that let
+//! a route or a listener name an object in another namespace, turned into routes of the table
+//! and into the status each object should show. Pure, like the rest of translate.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,6 +23,7 @@ mod attach;
 mod build;
 pub(super) mod cache;
 mod classes;
+mod grpc;
 mod listeners;
 mod rules;
 mod status;
@@ -84,6 +85,7 @@ pub(super) fn rebuild(
         } else {
             Arc::new(GatewayApiStatus {
                 http_routes: prev.http_routes.clone(),
+                grpc_routes: prev.grpc_routes.clone(),
                 ..std::mem::take(&mut b.gateway_status)
             })
         }

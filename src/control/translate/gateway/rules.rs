@@ -13,7 +13,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::api::*;
 use super::cache::{RouteCache, RouteOutput};
-use super::view::{Grants, HTTP_ROUTE, Matched, PathKind, Place, RouteInputs};
+use super::grpc::INVALID_MATCH;
+use super::view::{GRPC_ROUTE, Grants, Matched, PathKind, Place, RouteInputs};
 use crate::control::translate::annotations::show;
 use crate::control::translate::build::Builder;
 use crate::control::translate::view::*;
@@ -217,6 +218,15 @@ impl Builder<'_> {
             500,
         );
         let asked = rule_filters(rule, &mut out)?;
+        if who.kind == GRPC_ROUTE && !asked.mirrors.is_empty() {
+            // Copies go over HTTP/1.1 alone; a gRPC call copied so would reach no gRPC
+            // server. The rule is dropped rather than served without its mirror.
+            return Err(
+                "RequestMirror on a GRPCRoute is not supported (mirrored copies go \
+                        over HTTP/1.1; a gRPC call needs HTTP/2)"
+                    .into(),
+            );
+        }
         let backend_filters = backend_filters(rule)?;
         if let Some(message) = asked.extension {
             // The spec: a filter that cannot be resolved is never skipped; the requests it
@@ -334,7 +344,7 @@ impl Builder<'_> {
         }
         let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
         if ns != who.namespace
-            && !grants.allows((HTTP_ROUTE, &who.namespace), ("", "Service", ns, &r.name))
+            && !grants.allows((who.kind, &who.namespace), ("", "Service", ns, &r.name))
         {
             return Err(Unresolved {
                 reason: "RefNotPermitted",
@@ -375,13 +385,40 @@ impl Builder<'_> {
                 r.name
             )));
         };
-        self.port_entry(svc, slices, sp, port, entry_ids)
+        let id = self
+            .port_entry(svc, slices, sp, port, entry_ids)
             .ok_or_else(|| {
                 not_found(format!(
                     "backend {ns}/{}:{port} is a raw TCP frontend",
                     r.name
                 ))
-            })
+            })?;
+        if who.kind == GRPC_ROUTE && !self.speaks_http2(id) {
+            // A gRPC call relayed over HTTP/1.1 reaches no gRPC server; the port must say
+            // HTTP/2 (`appProtocol: kubernetes.io/h2c`, the conformance Services' way).
+            return Err(Unresolved {
+                reason: "UnsupportedProtocol",
+                message: format!(
+                    "backend {ns}/{}:{port} is spoken to over HTTP/1.1; a GRPCRoute's \
+                     backend needs HTTP/2 (appProtocol kubernetes.io/h2c, h2c, grpc, h2 \
+                     or grpcs)",
+                    r.name
+                ),
+            });
+        }
+        Ok(id)
+    }
+
+    /// Whether entry `id` is spoken to over HTTP/2 (clear or TLS).
+    fn speaks_http2(&self, id: EntryId) -> bool {
+        let i = id as usize;
+        match &self.frozen {
+            Some((_, entries)) => entries.get(i).is_some_and(|e| e.upstream.protocol.http2()),
+            None => self
+                .entries
+                .get(i)
+                .is_some_and(|e| e.upstream.protocol.http2()),
+        }
     }
 
     /// A rule's matches as the table takes them (their rule id left to set); `Err`: the rule
@@ -436,6 +473,10 @@ impl Builder<'_> {
             b.warn_gateway(who, format!("{why}; that match is not served"));
             Ok(None)
         };
+        // A GRPCRoute method match that cannot be said exactly (`grpc.rs`): the value is why.
+        if who.kind == GRPC_ROUTE && path_type == INVALID_MATCH {
+            return skip(self, value.to_string());
+        }
         // A pattern is any string; exact paths and prefixes are checked as paths.
         if path_type != "RegularExpression"
             && let Err(why) = validate_prefix(value)

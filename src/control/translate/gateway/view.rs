@@ -19,8 +19,27 @@ use crate::table::gateway::{FrontendKey, ValueMatch};
 use crate::table::matcher::{HostPattern, validate_host};
 use crate::table::pattern::Pattern;
 
-/// The kind of route a listener takes.
+/// The kinds of route a listener takes.
 pub(super) const HTTP_ROUTE: &str = "HTTPRoute";
+pub(super) const GRPC_ROUTE: &str = "GRPCRoute";
+
+/// A route's kind. A GRPCRoute is translated as the HTTPRoute it means (`grpc.rs`); its kind
+/// decides the listeners that take it, the ReferenceGrants that let it name a backend, its
+/// backends' protocol and where its status goes. HTTPRoutes sort first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum RouteKind {
+    Http,
+    Grpc,
+}
+
+impl RouteKind {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            RouteKind::Http => HTTP_ROUTE,
+            RouteKind::Grpc => GRPC_ROUTE,
+        }
+    }
+}
 
 /// One listener of one of our Gateways, as routes see it.
 pub(super) struct ListenerView<'g> {
@@ -32,8 +51,10 @@ pub(super) struct ListenerView<'g> {
     pub(super) port: i32,
     /// Lower case; `None`: any host.
     pub(super) hostname: Option<HostPattern>,
-    /// Routes may attach (the listener is accepted and takes HTTPRoutes).
+    /// Routes may attach (the listener is accepted and takes some kind of route).
     pub(super) usable: bool,
+    /// The kinds of route it takes (its `supportedKinds`).
+    pub(super) kinds: Vec<RouteKind>,
     pub(super) namespaces: Allowed<'g>,
     pub(super) attached: i32,
     /// An HTTPS listener's certificates (its `certificateRefs`, resolved): placed once every

@@ -15,6 +15,7 @@ struct World {
     classes: Vec<GatewayClass>,
     gateways: Vec<Gateway>,
     routes: Vec<HTTPRoute>,
+    grpc_routes: Vec<GRPCRoute>,
     grants: Vec<ReferenceGrant>,
     namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
     secrets: Vec<k8s_openapi::api::core::v1::Secret>,
@@ -31,6 +32,7 @@ fn world(yaml: &str) -> World {
             "GatewayClass" => w.classes.push(serde_json::from_value(v).unwrap()),
             "Gateway" => w.gateways.push(serde_json::from_value(v).unwrap()),
             "HTTPRoute" => w.routes.push(serde_json::from_value(v).unwrap()),
+            "GRPCRoute" => w.grpc_routes.push(serde_json::from_value(v).unwrap()),
             "ReferenceGrant" => w.grants.push(serde_json::from_value(v).unwrap()),
             "Namespace" => w.namespaces.push(serde_json::from_value(v).unwrap()),
             "Secret" => w.secrets.push(serde_json::from_value(v).unwrap()),
@@ -45,6 +47,7 @@ fn build(w: &World) -> (Built, Vec<Warning>) {
         classes: w.classes.iter().collect(),
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
+        grpc_routes: w.grpc_routes.iter().collect(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -827,6 +830,7 @@ spec:
         classes: w.classes.iter().collect(),
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
+        grpc_routes: Vec::new(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -903,6 +907,7 @@ fn build_changes_with(
         classes: w.classes.iter().collect(),
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
+        grpc_routes: w.grpc_routes.iter().collect(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -1048,6 +1053,7 @@ fn build_at_warned(
         classes: w.classes.iter().collect(),
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
+        grpc_routes: Vec::new(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -1506,6 +1512,7 @@ fn a_gateway_with_an_address_has_its_certificates_for_that_address_alone() {
 }
 
 mod cache;
+mod grpc;
 
 /// Gateways asking for client-certificate validation: `mtls` on every HTTPS port, `fallback`
 /// with `AllowInsecureFallback`, `perport` by default but not on 443 (its `perPort` entry
