@@ -120,6 +120,7 @@ impl FastPath {
                 conn: &mut *conn,
                 head: &head,
                 req: &req,
+                target: str_at(&head, req.target.clone()),
                 close,
                 client_idle: self.proxy.timeouts.client_idle,
             };
@@ -192,15 +193,11 @@ struct H1Front<'s, D> {
     conn: &'s mut Connection,
     head: &'s Bytes,
     req: &'s Request,
+    /// The request's target, as text (`parse_request` checked it), read once.
+    target: &'s str,
     /// The connection ends after this request.
     close: bool,
     client_idle: std::time::Duration,
-}
-
-impl<D> H1Front<'_, D> {
-    fn target(&self) -> &str {
-        str_at(self.head, self.req.target.clone())
-    }
 }
 
 impl<D: Downstream> Front for H1Front<'_, D> {
@@ -225,7 +222,7 @@ impl<D: Downstream> Front for H1Front<'_, D> {
         started: Instant,
     ) -> Result<Opened, RouteError> {
         let (head, fields) = (self.head, &self.conn.fields);
-        let target = self.target();
+        let target = self.target;
         let cookies = fields
             .iter()
             .filter(|f| head[f.name.clone()].eq_ignore_ascii_case(b"cookie"))
@@ -250,7 +247,7 @@ impl<D: Downstream> Front for H1Front<'_, D> {
     }
 
     fn asked(&self) -> (&[u8], &str) {
-        (&self.head[self.req.host.clone()], self.target())
+        (&self.head[self.req.host.clone()], self.target)
     }
 
     async fn answer(
@@ -279,7 +276,7 @@ impl<D: Downstream> Front for H1Front<'_, D> {
         tally: &Tally,
         strip: Option<&Strip>,
     ) {
-        let (head, target) = (self.head, self.target());
+        let (head, target) = (self.head, self.target);
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         let host = &head[self.req.host.clone()];
         let mut fin = Finished::new(self.conn.client, D::PROTOCOL, host, self.req.method(), path);
@@ -315,7 +312,7 @@ impl<D: Downstream> H1Client for H1Front<'_, D> {
     }
 
     fn write_request(&mut self, strip: Option<&Strip>, edits: &Edits<'_>) -> bool {
-        let target = str_at(self.head, self.req.target.clone());
+        let target = self.target;
         let forwarded = strip.map(|s| s.apply(target));
         let conn = &mut *self.conn;
         build_request(
