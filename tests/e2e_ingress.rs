@@ -154,6 +154,89 @@ async fn rewrite_target_and_source_ranges() {
     }
 }
 
+/// ingress-nginx's redirect annotations, with its statuses and locations, on both engines:
+/// `permanent-redirect` (301, or `permanent-redirect-code`) wins over `temporal-redirect`
+/// (302), nginx's `$request_uri`-style variables are filled in, `app-root` sends `/` itself
+/// to the application's root and leaves other paths proxied, and a client the source ranges
+/// refuse gets 403, never a location. No redirected request reaches a backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirect_annotations_answer_as_ingress_nginx_does() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let nginx = |k: &str| format!("nginx.ingress.kubernetes.io/{k}");
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("moved")
+            .ann(&nginx("permanent-redirect"), "https://new.test$request_uri")
+            .ann(&nginx("temporal-redirect"), "https://temp.test/")
+            .rule(Some("old.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("seeother")
+            .ann(&nginx("permanent-redirect"), "/elsewhere")
+            .ann(&nginx("permanent-redirect-code"), "308")
+            .rule(Some("code.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("temp")
+            .ann(
+                &nginx("temporal-redirect"),
+                "$scheme://$host/maintenance$is_args$args",
+            )
+            .rule(Some("temp.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("root")
+            .ann(&nginx("app-root"), "/app1")
+            .rule(Some("root.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("closed")
+            .ann(&nginx("permanent-redirect"), "https://new.test/")
+            .ann(&nginx("whitelist-source-range"), "10.0.0.0/8")
+            .rule(Some("closed.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let before = web.count();
+        let cases = [
+            ("old.test", "/a/b?c=1", 301, "https://new.test/a/b?c=1"),
+            ("code.test", "/x", 308, "/elsewhere"),
+            (
+                "temp.test",
+                "/p?q=2",
+                302,
+                "http://temp.test/maintenance?q=2",
+            ),
+            ("temp.test", "/p", 302, "http://temp.test/maintenance"),
+            ("root.test", "/", 302, "http://root.test/app1"),
+        ];
+        for (host, path, status, location) in cases {
+            let r = sy.get_host(host, path).await;
+            assert_eq!(r.status, status, "{host}{path} ({engine})");
+            assert_eq!(
+                r.header("location").as_deref(),
+                Some(location),
+                "{host}{path} ({engine})"
+            );
+        }
+        assert_eq!(
+            web.count(),
+            before,
+            "no redirected request reaches a backend ({engine})"
+        );
+        expect_route(&sy, Some("root.test"), "/app1/page", &web, "/app1/page").await;
+        let r = sy.get_host("closed.test", "/").await;
+        assert_eq!(r.status, 403, "source ranges first ({engine})");
+        assert_eq!(r.header("location"), None);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_secrets_are_served_by_sni_and_plain_http_redirects() {
     let web = Backend::start("web").await;

@@ -17,7 +17,7 @@ use crate::table::gateway::{
     Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
 };
 use crate::table::matcher::Strip;
-use crate::table::policy::RoutePolicy;
+use crate::table::policy::{Part, RoutePolicy};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
@@ -95,6 +95,74 @@ pub fn unrouted(path: &str, policy: &Policy) -> Route {
     } else {
         Route::NotFound
     }
+}
+
+/// The redirect an Ingress's route answers instead of proxying, if it has one: to its
+/// application root for `/` itself (`app-root`: `302` to the same scheme and host, as
+/// ingress-nginx writes it), else to its permanent or temporary location with the request's
+/// parts filled in. Checked after the route's source ranges (a client they refuse gets 403,
+/// never a location).
+fn policy_redirect(
+    p: &RoutePolicy,
+    https: bool,
+    host: Option<&[u8]>,
+    path: &str,
+    query: Option<&str>,
+) -> Option<Route> {
+    let scheme = if https { "https" } else { "http" };
+    let http_host = host
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .unwrap_or_default();
+    if let Some(root) = p.app_root.as_deref()
+        && path == "/"
+    {
+        let location = if http_host.is_empty() {
+            root.to_string()
+        } else {
+            format!("{scheme}://{http_host}{root}")
+        };
+        return Some(Route::Moved {
+            status: 302,
+            location,
+        });
+    }
+    let r = p.redirect.as_ref()?;
+    let mut location = String::with_capacity(r.location.text.len() + path.len());
+    for part in r.location.parts.iter() {
+        match part {
+            Part::Text(t) => location.push_str(t),
+            Part::Scheme => location.push_str(scheme),
+            Part::HttpHost => location.push_str(http_host),
+            Part::Host => {
+                let name = http_host.rsplit_once(':').map_or(http_host, |(h, port)| {
+                    if port.bytes().all(|b| b.is_ascii_digit()) {
+                        h
+                    } else {
+                        http_host
+                    }
+                });
+                location.extend(name.chars().map(|c| c.to_ascii_lowercase()));
+            }
+            Part::RequestUri => {
+                location.push_str(path);
+                if let Some(q) = query {
+                    location.push('?');
+                    location.push_str(q);
+                }
+            }
+            Part::Uri => location.push_str(path),
+            Part::Args => location.push_str(query.unwrap_or_default()),
+            Part::IsArgs => {
+                if query.is_some_and(|q| !q.is_empty()) {
+                    location.push('?');
+                }
+            }
+        }
+    }
+    Some(Route::Moved {
+        status: r.status,
+        location,
+    })
 }
 
 /// What routing decided.
@@ -360,6 +428,9 @@ impl Attempt {
         if let Some(p) = route_policy {
             if !p.admits(self.client_ip) {
                 return Ok(Route::Forbidden);
+            }
+            if let Some(moved) = policy_redirect(p, https, host, path, req.query()) {
+                return Ok(moved);
             }
             if frontend == Frontend::Http
                 && let (Some(status), Some(https_port)) = (p.https_redirect, policy.https_port)

@@ -48,6 +48,125 @@ pub struct RoutePolicy {
     /// answered 413 and not sent on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_body: Option<u64>,
+    /// Every request is answered with a redirect to this location instead of proxied
+    /// (`switchyard.io/permanent-redirect`, `temporal-redirect`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
+    /// A request for `/` itself is answered `302` to this path on the same scheme and host
+    /// (`switchyard.io/app-root`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_root: Option<Arc<str>>,
+}
+
+/// A redirect every request of a route gets.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Redirect {
+    /// A 3xx status.
+    pub status: u16,
+    /// The `Location` field: a URL or an absolute path, with the request's parts where the
+    /// annotation named nginx's variables.
+    pub location: Location,
+}
+
+/// A redirect's location as written, split at the nginx variables it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub text: Arc<str>,
+    pub parts: Arc<[Part]>,
+}
+
+impl serde::Serialize for Location {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+/// A piece of a redirect's location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Text(Box<str>),
+    /// `$scheme`: `http` or `https`.
+    Scheme,
+    /// `$host`: the request's host, without a port, lower case.
+    Host,
+    /// `$http_host`: the `Host` field as sent.
+    HttpHost,
+    /// `$request_uri`: the path and query.
+    RequestUri,
+    /// `$uri`: the path.
+    Uri,
+    /// `$args`: the query, without `?`.
+    Args,
+    /// `$is_args`: `?` when there is a query, else nothing.
+    IsArgs,
+}
+
+impl Location {
+    /// Reads `v`: an absolute `http`/`https` URL or an absolute path, one line of visible
+    /// characters, in which `$scheme`, `$host`, `$http_host`, `$request_uri`, `$uri`, `$args`
+    /// and `$is_args` (also as `${name}`) stand for the request's parts. Any other `$` is an
+    /// error: a location that cannot be made is never guessed at.
+    pub fn parse(v: &str) -> Result<Location, String> {
+        let v = v.trim();
+        if v.is_empty() || v.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+            return Err("is not a URL of visible characters without spaces".into());
+        }
+        let mut parts = Vec::new();
+        let mut sample = String::new();
+        let mut rest = v;
+        while let Some(at) = rest.find('$') {
+            if at > 0 {
+                parts.push(Part::Text(rest[..at].into()));
+                sample.push_str(&rest[..at]);
+            }
+            let after = &rest[at + 1..];
+            let (name, len) = match after.strip_prefix('{') {
+                Some(inner) => match inner.find('}') {
+                    Some(end) => (&inner[..end], end + 2),
+                    None => return Err("has a ${ without its }".into()),
+                },
+                None => {
+                    let end = after
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(after.len());
+                    (&after[..end], end)
+                }
+            };
+            let (part, example) = match name {
+                "scheme" => (Part::Scheme, "https"),
+                "host" => (Part::Host, "example.com"),
+                "http_host" => (Part::HttpHost, "example.com"),
+                "request_uri" => (Part::RequestUri, "/a?b"),
+                "uri" => (Part::Uri, "/a"),
+                "args" => (Part::Args, "b"),
+                "is_args" => (Part::IsArgs, "?"),
+                other => {
+                    return Err(format!(
+                        "names ${other}, which switchyard does not fill in (it fills in \
+                         $scheme, $host, $http_host, $request_uri, $uri, $args, $is_args)"
+                    ));
+                }
+            };
+            parts.push(part);
+            sample.push_str(example);
+            rest = &after[len..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.into()));
+            sample.push_str(rest);
+        }
+        let path = sample.starts_with('/') && !sample.starts_with("//");
+        if !path {
+            let uri: http::Uri = sample.parse().map_err(|_| "is not a URL".to_string())?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+                return Err("is neither an http(s) URL nor an absolute path".into());
+            }
+        }
+        Ok(Location {
+            text: v.into(),
+            parts: parts.into(),
+        })
+    }
 }
 
 /// Durations as whole milliseconds in the table's JSON.
@@ -74,6 +193,8 @@ impl RoutePolicy {
             protocol: None,
             server_timeout: None,
             max_body: None,
+            redirect: None,
+            app_root: None,
         }
     }
 
@@ -96,6 +217,33 @@ impl RoutePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A location is split at the variables switchyard fills in; anything it cannot make is
+    /// refused, never passed on with a `$` left in it.
+    #[test]
+    fn a_location_names_only_variables_switchyard_fills_in() {
+        let l = Location::parse(" https://new.test${request_uri} ").unwrap();
+        assert_eq!(&*l.text, "https://new.test${request_uri}");
+        assert_eq!(
+            &*l.parts,
+            [Part::Text("https://new.test".into()), Part::RequestUri]
+        );
+        let l = Location::parse("$scheme://$host/m$is_args$args").unwrap();
+        assert_eq!(l.parts.len(), 6);
+        assert!(Location::parse("/elsewhere").is_ok());
+        for bad in [
+            "",
+            "new.test/x",
+            "//new.test/x",
+            "ftp://x/",
+            "https://x/$remote_addr",
+            "https://x/${uri",
+            "https://x/a b",
+            "$host/x",
+        ] {
+            assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     fn policy(allow: &[&str], deny: &[&str]) -> RoutePolicy {
         RoutePolicy {

@@ -22,7 +22,7 @@ use super::nginx;
 use super::view::*;
 use crate::table::cidr::Cidr;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
-use crate::table::policy::RoutePolicy;
+use crate::table::policy::{Location, Redirect, RoutePolicy};
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
@@ -53,8 +53,23 @@ pub mod ingress_annotation {
     pub const PROXY_READ_TIMEOUT: &str = "switchyard.io/proxy-read-timeout";
     /// Bytes, or with a unit `k`, `m`, `g` (`8m`); `0`: no limit. A longer body gets 413.
     pub const PROXY_BODY_SIZE: &str = "switchyard.io/proxy-body-size";
+    /// A URL (or an absolute path): every request is redirected there, `301` unless
+    /// `permanent-redirect-code` says another 3xx.
+    pub const PERMANENT_REDIRECT: &str = "switchyard.io/permanent-redirect";
+    pub const PERMANENT_REDIRECT_CODE: &str = "switchyard.io/permanent-redirect-code";
+    /// As `permanent-redirect`, with `302` unless `temporal-redirect-code` says another 3xx;
+    /// `permanent-redirect` wins when both are set.
+    pub const TEMPORAL_REDIRECT: &str = "switchyard.io/temporal-redirect";
+    pub const TEMPORAL_REDIRECT_CODE: &str = "switchyard.io/temporal-redirect-code";
+    /// A path: a request for `/` is redirected (`302`) to it on the same scheme and host.
+    pub const APP_ROOT: &str = "switchyard.io/app-root";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 8] = [
+    pub const KNOWN: [&str; 13] = [
+        PERMANENT_REDIRECT,
+        PERMANENT_REDIRECT_CODE,
+        TEMPORAL_REDIRECT,
+        TEMPORAL_REDIRECT_CODE,
+        APP_ROOT,
         SSL_REDIRECT,
         FORCE_SSL_REDIRECT,
         REWRITE_TARGET,
@@ -68,7 +83,24 @@ pub mod ingress_annotation {
     /// `NGINX_ALIASES`), and warned about otherwise.
     pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
-    pub const NGINX_ALIASES: [(&str, &str); 9] = [
+    pub const NGINX_ALIASES: [(&str, &str); 14] = [
+        (
+            "nginx.ingress.kubernetes.io/permanent-redirect",
+            PERMANENT_REDIRECT,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/permanent-redirect-code",
+            PERMANENT_REDIRECT_CODE,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/temporal-redirect",
+            TEMPORAL_REDIRECT,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/temporal-redirect-code",
+            TEMPORAL_REDIRECT_CODE,
+        ),
+        ("nginx.ingress.kubernetes.io/app-root", APP_ROOT),
         (
             "nginx.ingress.kubernetes.io/backend-protocol",
             BACKEND_PROTOCOL,
@@ -117,6 +149,8 @@ struct IngressSettings {
     protocol: Option<BackendProtocol>,
     server_timeout: Option<Duration>,
     max_body: Option<u64>,
+    redirect: Option<Redirect>,
+    app_root: Option<Arc<str>>,
 }
 
 impl<'a> Builder<'a> {
@@ -269,6 +303,8 @@ impl<'a> Builder<'a> {
                     protocol: settings.protocol,
                     server_timeout: settings.server_timeout,
                     max_body: settings.max_body,
+                    redirect: settings.redirect.clone(),
+                    app_root: settings.app_root.clone(),
                     ..RoutePolicy::of(&format!("{ns}/{name}"))
                 });
                 policy_ids[slot] = Some(id);
@@ -448,6 +484,13 @@ impl<'a> Builder<'a> {
                 message: format!("{key}: {} {why}", show(v)),
             });
         };
+        let codes: BTreeMap<&str, (&str, &str)> = values
+            .iter()
+            .filter(|(ours, _)| {
+                **ours == ia::PERMANENT_REDIRECT_CODE || **ours == ia::TEMPORAL_REDIRECT_CODE
+            })
+            .map(|(ours, kv)| (*ours, *kv))
+            .collect();
         for (ours, (key, v)) in values {
             match ours {
                 ia::SSL_REDIRECT | ia::FORCE_SSL_REDIRECT => match v.trim() {
@@ -527,6 +570,38 @@ impl<'a> Builder<'a> {
                         s.max_body = Some(0);
                     }
                 },
+                ia::APP_ROOT => match validate_prefix(v.trim()) {
+                    Ok(()) if v.trim() != "/" => s.app_root = Some(v.trim().into()),
+                    Ok(()) => bad(key, v, "is / itself; ignored".into()),
+                    Err(why) => bad(key, v, format!("{why}; ignored")),
+                },
+                ia::PERMANENT_REDIRECT | ia::TEMPORAL_REDIRECT => {
+                    let permanent = ours == ia::PERMANENT_REDIRECT;
+                    // permanent-redirect wins, as in ingress-nginx (the map is in key order:
+                    // permanent comes first).
+                    if !permanent && s.redirect.is_some() {
+                        continue;
+                    }
+                    let (code_key, default) = if permanent {
+                        (ia::PERMANENT_REDIRECT_CODE, 301)
+                    } else {
+                        (ia::TEMPORAL_REDIRECT_CODE, 302)
+                    };
+                    let status = match codes.get(code_key) {
+                        None => default,
+                        Some(&(ck, cv)) => match cv.trim().parse::<u16>() {
+                            Ok(c) if (300..=308).contains(&c) => c,
+                            _ => {
+                                bad(ck, cv, format!("is not a status from 300 to 308; {default} applies"));
+                                default
+                            }
+                        },
+                    };
+                    match Location::parse(v) {
+                        Ok(location) => s.redirect = Some(Redirect { status, location }),
+                        Err(why) => bad(key, v, format!("{why}; no redirect")),
+                    }
+                }
                 _ => {}
             }
         }

@@ -61,7 +61,11 @@ const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the I
 const CANARY_WITH: &str = "read only on a canary Ingress, which is not served";
 const AFFINITY: &str = "cookie affinity per Ingress is not served yet; the Service annotation \
                         serviceloadbalancer/lb.cookie-sticky-session gives cookie stickiness";
-const REDIRECT: &str = "not served yet; an HTTPRoute RequestRedirect filter redirects";
+const REDIRECT: &str = "not served yet: list both hosts, or redirect one with an HTTPRoute \
+                        RequestRedirect filter";
+const REDIRECT_AS_WRITTEN: &str = "the location is sent as written (an http(s) URL or an \
+                                   absolute path); nginx variables in it ($host, $request_uri) \
+                                   are not expanded";
 const CORS: &str = "not served yet: the backend must answer CORS itself";
 const LIMIT: &str = "no rate or connection limits per Ingress yet";
 const BUFFERING: &str = "switchyard streams bodies and never buffers them to disk: nothing to \
@@ -85,7 +89,7 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("affinity-canary-behavior", Support::Ignored(AFFINITY)),
     ("affinity-mode", Support::Ignored(AFFINITY)),
     ("allowlist-source-range", Support::Served),
-    ("app-root", Support::Ignored(REDIRECT)),
+    ("app-root", Support::Served),
     ("auth-always-set-cookie", Support::Ignored(EXT_AUTH_WITH)),
     ("auth-cache-duration", Support::Ignored(EXT_AUTH_WITH)),
     ("auth-cache-key", Support::Ignored(EXT_AUTH_WITH)),
@@ -243,8 +247,8 @@ pub const CATALOG: &[(&str, Support)] = &[
         Support::Ignored(TRACING),
     ),
     ("opentracing-trust-incoming-span", Support::Ignored(TRACING)),
-    ("permanent-redirect", Support::Ignored(REDIRECT)),
-    ("permanent-redirect-code", Support::Ignored(REDIRECT)),
+    ("permanent-redirect", Support::Differs(REDIRECT_AS_WRITTEN)),
+    ("permanent-redirect-code", Support::Served),
     (
         "preserve-trailing-slash",
         Support::Ignored("redirects to HTTPS keep the path as it came"),
@@ -342,7 +346,8 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     ("ssl-redirect", Support::Served),
     ("stream-snippet", Support::Ignored(SNIPPET)),
-    ("temporal-redirect", Support::Ignored(REDIRECT)),
+    ("temporal-redirect", Support::Differs(REDIRECT_AS_WRITTEN)),
+    ("temporal-redirect-code", Support::Served),
     (
         "upstream-hash-by",
         Support::Ignored(
