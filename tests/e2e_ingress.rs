@@ -201,10 +201,27 @@ async fn redirect_annotations_answer_as_ingress_nginx_does() {
             .rule(Some("closed.test"), &[("/", "Prefix", "web", 80)])
             .into(),
     );
+    objs.push(
+        ing("www")
+            .ann(&nginx("from-to-www-redirect"), "true")
+            .ann(&nginx("server-alias"), "alias.test, other.test")
+            .rule(Some("www.site.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    // A host a rule names is that rule's, not an alias's.
+    objs.push(
+        ing("other")
+            .rule(Some("other.test"), &[("/only", "Prefix", "api", 8080)])
+            .into(),
+    );
     for engine in ENGINES {
         let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        expect_route(&sy, Some("alias.test"), "/x", &web, "/x").await;
+        expect_route(&sy, Some("other.test"), "/only", &api, "/only").await;
+        assert_eq!(sy.get_host("other.test", "/x").await.status, 404, "({engine})");
         let before = web.count();
         let cases = [
+            ("site.test", "/a?b=1", 308, "http://www.site.test/a?b=1"),
             ("old.test", "/a/b?c=1", 301, "https://new.test/a/b?c=1"),
             ("code.test", "/x", 308, "/elsewhere"),
             (

@@ -46,6 +46,10 @@ pub(super) struct RouteClaim {
     pub(super) ingress: Option<Arc<IngressRef>>,
     /// What the Ingress adds to the route's requests.
     pub(super) policy: Option<u32>,
+    /// Made for another host than the rule's (`server-alias`, `from-to-www-redirect`): it
+    /// yields, silently, to any other claim, and a host that any other claim names is that
+    /// claim's alone (as ingress-nginx's server for a host beats another's alias of it).
+    pub(super) alias: bool,
 }
 
 /// An Ingress as claims name it, ordered as conflicts between Ingresses are settled: the
@@ -453,6 +457,7 @@ impl<'a> Builder<'a> {
                         strip: path_route,
                         ingress: None,
                         policy: None,
+                        alias: false,
                     });
                 }
             }
@@ -612,7 +617,21 @@ impl<'a> Builder<'a> {
         // A Service's own path route wins its key over aclMatch claims of the same prefix,
         // then the lower entry key wins; Ingresses' claims come after every Service's, the
         // oldest Ingress first.
-        let rank = |c: &RouteClaim| (c.ingress.clone(), !c.strip, key_of(c.entry));
+        let rank = |c: &RouteClaim| (c.alias, c.ingress.clone(), !c.strip, key_of(c.entry));
+        // A host some claim names for itself is not another's alias.
+        let own_hosts: HashSet<(Frontend, HostPattern)> = routes
+            .iter()
+            .filter(|(_, claims)| claims.iter().any(|c| !c.alias))
+            .filter_map(|(rk, _)| rk.host.clone().map(|h| (rk.frontend, h)))
+            .collect();
+        routes.retain(|rk, claims| {
+            if let Some(h) = &rk.host
+                && own_hosts.contains(&(rk.frontend, h.clone()))
+            {
+                claims.retain(|c| !c.alias);
+            }
+            !claims.is_empty()
+        });
         let lost: Vec<RouteKey> = {
             // Path routes by (frontend, prefix) -> their winner: each owns its subtree.
             let owners: HashMap<(Frontend, &str), EntryId> = routes

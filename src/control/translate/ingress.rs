@@ -15,7 +15,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass, IngressTLS};
 
 use self::ingress_annotation as ia;
-use super::annotations::{MAX_DURATION, nearest_key, parse_duration, show};
+use super::annotations::{MAX_DURATION, nearest_key, parse_bool, parse_duration, show};
 use super::build::{Builder, IngressRef, RouteClaim, RouteKey, entry_name};
 use super::inputs::{meta_key, object};
 use super::nginx;
@@ -63,8 +63,16 @@ pub mod ingress_annotation {
     pub const TEMPORAL_REDIRECT_CODE: &str = "switchyard.io/temporal-redirect-code";
     /// A path: a request for `/` is redirected (`302`) to it on the same scheme and host.
     pub const APP_ROOT: &str = "switchyard.io/app-root";
+    /// Hosts, comma- or space-separated: each is served the first rule host's paths, unless
+    /// a rule of any Ingress names it.
+    pub const SERVER_ALIAS: &str = "switchyard.io/server-alias";
+    /// `"true"`: `www.` + a rule host (or the host without `www.`) redirects to it (`308`),
+    /// unless a rule of any Ingress names it.
+    pub const FROM_TO_WWW_REDIRECT: &str = "switchyard.io/from-to-www-redirect";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 13] = [
+    pub const KNOWN: [&str; 15] = [
+        SERVER_ALIAS,
+        FROM_TO_WWW_REDIRECT,
         PERMANENT_REDIRECT,
         PERMANENT_REDIRECT_CODE,
         TEMPORAL_REDIRECT,
@@ -83,7 +91,12 @@ pub mod ingress_annotation {
     /// `NGINX_ALIASES`), and warned about otherwise.
     pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
-    pub const NGINX_ALIASES: [(&str, &str); 14] = [
+    pub const NGINX_ALIASES: [(&str, &str); 16] = [
+        ("nginx.ingress.kubernetes.io/server-alias", SERVER_ALIAS),
+        (
+            "nginx.ingress.kubernetes.io/from-to-www-redirect",
+            FROM_TO_WWW_REDIRECT,
+        ),
         (
             "nginx.ingress.kubernetes.io/permanent-redirect",
             PERMANENT_REDIRECT,
@@ -134,6 +147,10 @@ pub mod ingress_annotation {
     ];
 }
 
+/// The status of `from-to-www-redirect`'s redirect (ingress-nginx's `http-redirect-code`
+/// default).
+const WWW_REDIRECT_STATUS: u16 = 308;
+
 /// The status of a plain-HTTP request redirected to HTTPS (ingress-nginx's default): 308
 /// keeps the method and body, which a 301 would let a client turn into a GET.
 const HTTPS_REDIRECT_STATUS: u16 = 308;
@@ -151,6 +168,9 @@ struct IngressSettings {
     max_body: Option<u64>,
     redirect: Option<Redirect>,
     app_root: Option<Arc<str>>,
+    /// `server-alias`: more hosts for the first rule host's paths.
+    aliases: Vec<HostPattern>,
+    from_to_www: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -315,9 +335,18 @@ impl<'a> Builder<'a> {
             && let Some(entry) = self.ingress_backend(&who, backend, services, entry_ids)
         {
             let policy = policy_for(self, settings.force_ssl_redirect);
-            self.claim(&me, None, "/", false, entry, policy);
+            self.claim(&me, None, "/", false, (entry, policy), false);
         }
+        // The first rule host (by `server-alias`'s reading): its paths are the aliases' too.
+        let first_host = spec
+            .rules
+            .as_deref()
+            .unwrap_or(&[])
+            .iter()
+            .find_map(|r| r.host.as_deref().filter(|h| !h.is_empty()))
+            .and_then(|h| ingress_host(h).ok());
         for rule in spec.rules.as_deref().unwrap_or(&[]) {
+            let mut first_entry = None;
             let host = match rule.host.as_deref().filter(|h| !h.is_empty()) {
                 None => None,
                 Some(h) => match ingress_host(h) {
@@ -384,7 +413,38 @@ impl<'a> Builder<'a> {
                     continue;
                 };
                 let policy = policy_for(self, redirect);
-                self.claim(&me, host.clone(), key, exact, entry, policy);
+                self.claim(&me, host.clone(), key, exact, (entry, policy), false);
+                // `server-alias`: the first rule host's paths, on each alias too.
+                if host.is_some() && host == first_host {
+                    for alias in &settings.aliases {
+                        let target = (entry, policy);
+                        self.claim(&me, Some(alias.clone()), key, exact, target, true);
+                    }
+                }
+                first_entry.get_or_insert(entry);
+            }
+            // `from-to-www-redirect`: the host with or without `www.` redirects to this one.
+            if settings.from_to_www
+                && let (Some(HostPattern::Exact(h)), Some(entry)) = (&host, first_entry)
+            {
+                let other = match h.strip_prefix("www.") {
+                    Some(bare) => bare.to_string(),
+                    None => format!("www.{h}"),
+                };
+                let location = Location::parse(&format!("$scheme://{h}$request_uri"));
+                if let (Ok(location), Ok(other)) = (location, ingress_host(&other)) {
+                    let id = u32::try_from(self.policies.len()).unwrap_or(u32::MAX);
+                    self.policies.push(RoutePolicy {
+                        allow: settings.allow.clone(),
+                        deny: settings.deny.clone(),
+                        redirect: Some(Redirect {
+                            status: WWW_REDIRECT_STATUS,
+                            location,
+                        }),
+                        ..RoutePolicy::of(&format!("{ns}/{name}"))
+                    });
+                    self.claim(&me, Some(other), "/", false, (entry, Some(id)), true);
+                }
             }
         }
     }
@@ -397,8 +457,8 @@ impl<'a> Builder<'a> {
         host: Option<HostPattern>,
         prefix: &str,
         exact: bool,
-        entry: EntryId,
-        policy: Option<u32>,
+        (entry, policy): (EntryId, Option<u32>),
+        alias: bool,
     ) {
         for frontend in [Frontend::Http, Frontend::Https] {
             let rk = RouteKey {
@@ -413,6 +473,7 @@ impl<'a> Builder<'a> {
                 strip: false,
                 ingress: Some(Arc::clone(me)),
                 policy,
+                alias,
             });
         }
     }
@@ -569,6 +630,19 @@ impl<'a> Builder<'a> {
                         );
                         s.max_body = Some(0);
                     }
+                },
+                ia::SERVER_ALIAS => {
+                    for h in v.split([',', ' ']).map(str::trim).filter(|h| !h.is_empty()) {
+                        match ingress_host(h) {
+                            Ok(p) if !s.aliases.contains(&p) => s.aliases.push(p),
+                            Ok(_) => {}
+                            Err(why) => bad(key, h, format!("{why}; left out")),
+                        }
+                    }
+                }
+                ia::FROM_TO_WWW_REDIRECT => match parse_bool(v) {
+                    Some(b) => s.from_to_www = b,
+                    None => bad(key, v, "is not true or false; false applies".into()),
                 },
                 ia::APP_ROOT => match validate_prefix(v.trim()) {
                     Ok(()) if v.trim() != "/" => s.app_root = Some(v.trim().into()),

@@ -61,8 +61,6 @@ const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the I
 const CANARY_WITH: &str = "read only on a canary Ingress, which is not served";
 const AFFINITY: &str = "cookie affinity per Ingress is not served yet; the Service annotation \
                         serviceloadbalancer/lb.cookie-sticky-session gives cookie stickiness";
-const REDIRECT: &str = "not served yet: list both hosts, or redirect one with an HTTPRoute \
-                        RequestRedirect filter";
 const REDIRECT_AS_WRITTEN: &str = "the location is sent as written (an http(s) URL or an \
                                    absolute path); nginx variables in it ($host, $request_uri) \
                                    are not expanded";
@@ -197,7 +195,7 @@ pub const CATALOG: &[(&str, Support)] = &[
         Support::Ignored("--explain shows how a request is routed and rewritten"),
     ),
     ("force-ssl-redirect", Support::Served),
-    ("from-to-www-redirect", Support::Ignored(REDIRECT)),
+    ("from-to-www-redirect", Support::Served),
     ("global-rate-limit", Support::Ignored(LIMIT)),
     ("global-rate-limit-ignored-cidrs", Support::Ignored(LIMIT)),
     ("global-rate-limit-key", Support::Ignored(LIMIT)),
