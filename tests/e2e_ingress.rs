@@ -218,7 +218,11 @@ async fn redirect_annotations_answer_as_ingress_nginx_does() {
         let sy = switchyard_on(objs.clone(), engine, &[]).await;
         expect_route(&sy, Some("alias.test"), "/x", &web, "/x").await;
         expect_route(&sy, Some("other.test"), "/only", &api, "/only").await;
-        assert_eq!(sy.get_host("other.test", "/x").await.status, 404, "({engine})");
+        assert_eq!(
+            sy.get_host("other.test", "/x").await.status,
+            404,
+            "({engine})"
+        );
         let before = web.count();
         let cases = [
             ("site.test", "/a?b=1", 308, "http://www.site.test/a?b=1"),

@@ -774,6 +774,14 @@ impl Attempt {
             .unwrap_or(default)
     }
 
+    /// The wait for each connection to the endpoint: the route's `proxy-connect-timeout`,
+    /// else `default` (5 s).
+    pub fn connect_timeout(&self, default: Duration) -> Duration {
+        self.route_policy()
+            .and_then(|p| p.connect_timeout)
+            .unwrap_or(default)
+    }
+
     /// Whether a request body of `len` bytes (so far, or announced) may be sent on: the
     /// route's `proxy-body-size`, when its Ingress sets one.
     pub fn body_allowed(&self, len: u64) -> bool {

@@ -44,6 +44,10 @@ pub struct RoutePolicy {
     /// (`switchyard.io/proxy-read-timeout`), instead of `--server-timeout`.
     #[serde(skip_serializing_if = "Option::is_none", with = "millis")]
     pub server_timeout: Option<Duration>,
+    /// The wait for a connection to the endpoint, each of TCP and a TLS handshake
+    /// (`switchyard.io/proxy-connect-timeout`), instead of the default 5 s.
+    #[serde(skip_serializing_if = "Option::is_none", with = "millis")]
+    pub connect_timeout: Option<Duration>,
     /// Longest request body, in bytes (`switchyard.io/proxy-body-size`); a longer one is
     /// answered 413 and not sent on.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -192,6 +196,7 @@ impl RoutePolicy {
             deny: Vec::new(),
             protocol: None,
             server_timeout: None,
+            connect_timeout: None,
             max_body: None,
             redirect: None,
             app_root: None,

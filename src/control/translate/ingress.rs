@@ -51,6 +51,8 @@ pub mod ingress_annotation {
     pub const BACKEND_PROTOCOL: &str = "switchyard.io/backend-protocol";
     /// Seconds (`60`) or a duration (`90s`): the wait for the endpoint's response.
     pub const PROXY_READ_TIMEOUT: &str = "switchyard.io/proxy-read-timeout";
+    /// Seconds (`5`) or a duration (`500ms`): the wait for each connection to an endpoint.
+    pub const PROXY_CONNECT_TIMEOUT: &str = "switchyard.io/proxy-connect-timeout";
     /// Bytes, or with a unit `k`, `m`, `g` (`8m`); `0`: no limit. A longer body gets 413.
     pub const PROXY_BODY_SIZE: &str = "switchyard.io/proxy-body-size";
     /// A URL (or an absolute path): every request is redirected there, `301` unless
@@ -70,7 +72,8 @@ pub mod ingress_annotation {
     /// unless a rule of any Ingress names it.
     pub const FROM_TO_WWW_REDIRECT: &str = "switchyard.io/from-to-www-redirect";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 15] = [
+    pub const KNOWN: [&str; 16] = [
+        PROXY_CONNECT_TIMEOUT,
         SERVER_ALIAS,
         FROM_TO_WWW_REDIRECT,
         PERMANENT_REDIRECT,
@@ -91,7 +94,11 @@ pub mod ingress_annotation {
     /// `NGINX_ALIASES`), and warned about otherwise.
     pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
-    pub const NGINX_ALIASES: [(&str, &str); 16] = [
+    pub const NGINX_ALIASES: [(&str, &str); 17] = [
+        (
+            "nginx.ingress.kubernetes.io/proxy-connect-timeout",
+            PROXY_CONNECT_TIMEOUT,
+        ),
         ("nginx.ingress.kubernetes.io/server-alias", SERVER_ALIAS),
         (
             "nginx.ingress.kubernetes.io/from-to-www-redirect",
@@ -165,6 +172,7 @@ struct IngressSettings {
     deny: Vec<Cidr>,
     protocol: Option<BackendProtocol>,
     server_timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
     max_body: Option<u64>,
     redirect: Option<Redirect>,
     app_root: Option<Arc<str>>,
@@ -322,6 +330,7 @@ impl<'a> Builder<'a> {
                     deny: settings.deny.clone(),
                     protocol: settings.protocol,
                     server_timeout: settings.server_timeout,
+                    connect_timeout: settings.connect_timeout,
                     max_body: settings.max_body,
                     redirect: settings.redirect.clone(),
                     app_root: settings.app_root.clone(),
@@ -617,6 +626,10 @@ impl<'a> Builder<'a> {
                 ia::PROXY_READ_TIMEOUT => match read_timeout(v) {
                     Ok(d) => s.server_timeout = Some(d),
                     Err(why) => bad(key, v, format!("{why}; --server-timeout applies")),
+                },
+                ia::PROXY_CONNECT_TIMEOUT => match read_timeout(v) {
+                    Ok(d) => s.connect_timeout = Some(d),
+                    Err(why) => bad(key, v, format!("{why}; the default 5 s applies")),
                 },
                 ia::PROXY_BODY_SIZE => match body_size(v) {
                     Ok(n) => s.max_body = n,

@@ -73,8 +73,8 @@ const TRACING: &str = "no tracing export; the access log carries X-Request-Id";
 const BACKEND_TLS: &str = "the Service annotations serviceloadbalancer/lb.backend-ca-secret, \
                            lb.backend-sni and lb.backend-client-cert set the backend's TLS; \
                            certificates are verified unless lb.backend-insecure-skip-verify";
-const TIMEOUTS: &str = "--connect-timeout and --server-timeout apply to every route; \
-                        proxy-read-timeout is served";
+const TIMEOUTS: &str = "proxy-read-timeout bounds writes to the endpoint too (and \
+                        --server-timeout where it is not set)";
 const RETRIES: &str = "retries follow --retries (connection failures, and idempotent requests \
                        the backend reset)";
 const FIREWALL: &str = "no web application firewall";
@@ -256,7 +256,7 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("proxy-buffering", Support::Ignored(BUFFERING)),
     ("proxy-buffers-number", Support::Ignored(BUFFERING)),
     ("proxy-busy-buffers-size", Support::Ignored(BUFFERING)),
-    ("proxy-connect-timeout", Support::Ignored(TIMEOUTS)),
+    ("proxy-connect-timeout", Support::Served),
     (
         "proxy-cookie-domain",
         Support::Ignored("Set-Cookie fields pass through unchanged"),

@@ -190,17 +190,19 @@ struct Body {
 
 impl FastPath {
     /// Opens a connection to `addr`: TCP, then over TLS the handshake with `tls`'s choice and
-    /// server name, each within `--connect-timeout` (as Pingora's connector bounds each).
+    /// server name, each within the route's connect timeout (5 s, or its
+    /// Ingress's `proxy-connect-timeout`), as Pingora's connector bounds each.
     pub(super) async fn connect(
         &self,
         addr: SocketAddr,
         tls: Option<(&TlsChoice, &str)>,
         attempt: &Attempt,
     ) -> Result<Conn, Cause> {
-        let tcp = self.connect_tcp(addr).await?;
+        let timeout = attempt.connect_timeout(self.proxy.timeouts.connect);
+        let tcp = self.connect_tcp(addr, timeout).await?;
         match tls {
             None => Ok(Conn::Plain(tcp)),
-            Some((choice, sni)) => self.handshake(tcp, choice, sni, attempt).await,
+            Some((choice, sni)) => self.handshake(tcp, choice, sni, attempt, timeout).await,
         }
     }
 
@@ -213,6 +215,7 @@ impl FastPath {
         choice: &TlsChoice,
         sni: &str,
         attempt: &Attempt,
+        timeout: std::time::Duration,
     ) -> Result<Conn, Cause> {
         let backend_tls = &self.proxy.backend_tls;
         let config = match backend_tls.cached_config(choice) {
@@ -239,7 +242,7 @@ impl FastPath {
         };
         let started = Instant::now();
         let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
-        match tokio::time::timeout(self.proxy.timeouts.connect, handshake).await {
+        match tokio::time::timeout(timeout, handshake).await {
             Err(_) => Err(Cause::ConnectTimedOut),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, sni, "TLS handshake with an endpoint failed");
@@ -261,10 +264,12 @@ impl FastPath {
         }
     }
 
-    async fn connect_tcp(&self, addr: SocketAddr) -> Result<TcpStream, Cause> {
-        let up = match tokio::time::timeout(self.proxy.timeouts.connect, TcpStream::connect(addr))
-            .await
-        {
+    async fn connect_tcp(
+        &self,
+        addr: SocketAddr,
+        timeout: std::time::Duration,
+    ) -> Result<TcpStream, Cause> {
+        let up = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Err(_) => return Err(Cause::ConnectTimedOut),
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 return Err(Cause::ConnectRefused);

@@ -329,7 +329,7 @@ impl ProxyHttp for HttpProxy {
             ));
         }
         let o = &mut peer.options;
-        o.connection_timeout = Some(self.timeouts.connect);
+        o.connection_timeout = Some(ctx.attempt.connect_timeout(self.timeouts.connect));
         o.idle_timeout = Some(self.timeouts.server_idle);
         let io_timeout = if session.is_upgrade_req() {
             self.timeouts.tunnel

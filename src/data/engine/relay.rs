@@ -336,13 +336,10 @@ impl FastPath {
         addr: SocketAddr,
         tls: Option<(&TlsChoice, &str)>,
     ) -> Result<(http::Response<()>, Stream, Lease), Broken> {
+        let connect_timeout = attempt.connect_timeout(self.proxy.timeouts.connect);
         let connect_timeout = match call.deadline {
-            Some(d) => self
-                .proxy
-                .timeouts
-                .connect
-                .min(d.saturating_duration_since(Instant::now())),
-            None => self.proxy.timeouts.connect,
+            Some(d) => connect_timeout.min(d.saturating_duration_since(Instant::now())),
+            None => connect_timeout,
         };
         let (key, sni) = match tls {
             None => (Key::plain(addr), ""),

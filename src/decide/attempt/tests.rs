@@ -371,6 +371,45 @@ fn a_route_policy_refuses_redirects_or_rewrites() {
         panic!("expected a rewrite");
     };
     assert_eq!(s.apply("/app/x?q=1"), ("/v2", "/x?q=1"));
+
+    // Timeouts: the route's, else the default each engine passes.
+    let t = policed(crate::table::policy::RoutePolicy {
+        connect_timeout: Some(Duration::from_millis(700)),
+        ..open_policy()
+    });
+    let mut a = Attempt::new(Some("192.0.2.1".parse().unwrap()));
+    let p = Policy::new(1, DOWN_FOR, true);
+    let cookies = std::iter::empty();
+    a.route(
+        Arc::clone(&t),
+        Frontend::Http,
+        None,
+        "/app",
+        cookies,
+        &p,
+        Instant::now(),
+    )
+    .unwrap();
+    let default = Duration::from_secs(5);
+    assert_eq!(a.connect_timeout(default), Duration::from_millis(700));
+    assert_eq!(a.server_timeout(default), default);
+    assert_eq!(Attempt::new(None).connect_timeout(default), default);
+
+    // Redirects: app-root for / itself, then the route's location with the request's parts.
+    let t = policed(crate::table::policy::RoutePolicy {
+        redirect: Some(crate::table::policy::Redirect {
+            status: 301,
+            location: crate::table::policy::Location::parse("https://n.test$request_uri").unwrap(),
+        }),
+        ..open_policy()
+    });
+    assert_eq!(
+        route_as(&t, Frontend::Http, "192.0.2.1", None),
+        Route::Moved {
+            status: 301,
+            location: "https://n.test/app/x".into()
+        }
+    );
 }
 
 #[test]
