@@ -457,8 +457,32 @@ async fn backend_protocol_timeout_and_body_size_per_ingress() {
             .rule(Some("small.test"), &[("/", "Prefix", "web", 80)])
             .into(),
     );
+    // A port whose accept queue is full (backlog 0, one connection queued): a connect to it
+    // waits, its SYN dropped.
+    let full = tokio::net::TcpSocket::new_v4().unwrap();
+    full.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = full.listen(0).unwrap();
+    let full_port = full.local_addr().unwrap().port();
+    let _queued = std::net::TcpStream::connect(("127.0.0.1", full_port)).unwrap();
+    objs.extend([svc("full", 80).into(), slice("full", "", full_port)]);
+    objs.push(
+        ing("hasty")
+            .ann("nginx.ingress.kubernetes.io/proxy-connect-timeout", "1")
+            .rule(Some("hasty.test"), &[("/", "Prefix", "full", 80)])
+            .into(),
+    );
     for engine in ENGINES {
         let sy = switchyard_on(objs.clone(), engine, &["--server-timeout", "10s"]).await;
+        // The route's connect timeout, not the default 5 s: given up in about a second (the
+        // one endpoint is then out of rotation: 503).
+        let started = std::time::Instant::now();
+        let r = sy.get_host("hasty.test", "/").await;
+        let took = started.elapsed();
+        let in_time = took > Duration::from_millis(900) && took < Duration::from_secs(4);
+        assert!(
+            matches!(r.status, 503 | 504) && in_time,
+            "({engine}) {took:?} {r:?}"
+        );
         // The Ingress says h2c for a Service port that says nothing: HTTP/2 to the endpoint.
         let r = sy.get_host("h2c.test", "/x").await;
         assert_eq!(r.status, 200, "({engine}) {r:?}");

@@ -386,38 +386,26 @@ impl Exchange<'_> {
         };
 
         let answered = loop {
-            let addr = match next_endpoint(&mut attempt) {
-                Ok(addr) => addr,
-                Err(end) => {
-                    return ended(
-                        proxy,
-                        front,
-                        (&mut attempt, started, &mut tally),
-                        end,
-                        strip,
-                    )
-                    .await;
-                }
-            };
-            match up.try_once(front, &mut call, &mut attempt, addr, tls).await {
-                Ok(answered) => {
-                    attempt.response_started(Instant::now());
-                    break answered;
-                }
-                Err(failed) => {
-                    let recorder = &proxy.recorder;
-                    if let Some(end) = after_failure(recorder, &proxy.policy, &mut attempt, failed)
-                    {
-                        return ended(
-                            proxy,
-                            front,
-                            (&mut attempt, started, &mut tally),
-                            end,
-                            strip,
-                        )
-                        .await;
+            let failed = match next_endpoint(&mut attempt) {
+                Err(end) => break Err(end),
+                Ok(addr) => match up.try_once(front, &mut call, &mut attempt, addr, tls).await {
+                    Ok(answered) => {
+                        attempt.response_started(Instant::now());
+                        break Ok(answered);
                     }
-                }
+                    Err(failed) => failed,
+                },
+            };
+            let recorder = &proxy.recorder;
+            if let Some(end) = after_failure(recorder, &proxy.policy, &mut attempt, failed) {
+                break Err(end);
+            }
+        };
+        let answered = match answered {
+            Ok(answered) => answered,
+            Err(end) => {
+                let parts = (&mut attempt, started, &mut tally);
+                return ended(proxy, front, parts, end, strip).await;
             }
         };
         let relayed = up
