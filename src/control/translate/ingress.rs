@@ -994,10 +994,11 @@ fn canary(map: &BTreeMap<String, String>) -> Option<&'static str> {
 /// Why each of `refused` refuses its Ingress, once per reason (the catalogue's notes).
 fn refusal_notes(refused: &[&str], all: Option<&BTreeMap<String, String>>) -> String {
     let mut notes: Vec<&str> = Vec::new();
+    let empty = BTreeMap::new();
+    let all = all.unwrap_or(&empty);
     for key in refused {
-        let value = all.and_then(|m| m.get(*key)).map_or("", String::as_str);
-        let empty = BTreeMap::new();
-        let note = nginx::support(key, value, all.unwrap_or(&empty)).note();
+        let value = all.get(*key).map_or("", String::as_str);
+        let note = nginx::support(key, value, all).note();
         if !notes.contains(&note) {
             notes.push(note);
         }

@@ -421,7 +421,8 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
 pub(super) fn refusing(all: &BTreeMap<String, String>) -> Vec<&str> {
     all.iter()
         .filter(|(k, v)| {
-            matches!(support(k, v, all), Support::Refused(_)) && *k != &format!("{PREFIX}canary")
+            matches!(support(k, v, all), Support::Refused(_))
+                && k.strip_prefix(PREFIX) != Some("canary")
         })
         .map(|(k, _)| k.as_str())
         .collect()

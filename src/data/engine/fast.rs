@@ -75,6 +75,17 @@ impl Connection {
             + self.fields.capacity() * std::mem::size_of::<Field>()
     }
 
+    /// The client's address, and the address it connected to when routes pick by it (the
+    /// exchange's `Front::addresses`, for either front).
+    pub(super) fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>) {
+        (self.client_ip, self.local_ip)
+    }
+
+    /// What backends may hear of the client (the exchange's `Front::identity`).
+    pub(super) fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {
+        (self.client_ip_text.clone(), self.ssl.clone())
+    }
+
     /// No request has been served on this connection yet.
     pub fn is_fresh(&self) -> bool {
         self.fresh

@@ -202,11 +202,11 @@ struct H1Front<'s, D> {
 
 impl<D: Downstream> Front for H1Front<'_, D> {
     fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>) {
-        (self.conn.client_ip, self.conn.local_ip)
+        self.conn.addresses()
     }
 
     fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {
-        (self.conn.client_ip_text.clone(), self.conn.ssl.clone())
+        self.conn.identity()
     }
 
     // This path takes GET and HEAD without a body only: never a gRPC call.

@@ -122,11 +122,11 @@ impl H2Front {
 
 impl Front for H2Front {
     fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>) {
-        (self.conn.client_ip, self.conn.local_ip)
+        self.conn.addresses()
     }
 
     fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {
-        (self.conn.client_ip_text.clone(), self.conn.ssl.clone())
+        self.conn.identity()
     }
 
     fn grpc(&self) -> bool {
