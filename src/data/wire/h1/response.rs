@@ -100,7 +100,6 @@ pub fn response_head(
     let mut chunked = false;
     let mut other_coding = false;
     let mut upstream_close = version == 0;
-    let mut has_date = false;
     // A `Connection` value names a field other than `close` and `keep-alive` (rare: only
     // then is each field looked up among them).
     let mut names_fields = false;
@@ -139,8 +138,7 @@ pub fn response_head(
                     }
                 }
             }
-            ResponseKind::Date => has_date = true,
-            ResponseKind::HopByHop | ResponseKind::Other => {}
+            ResponseKind::Date | ResponseKind::HopByHop | ResponseKind::Other => {}
         }
     }
     let framing = if head_request || status == 204 || status == 304 {
@@ -162,8 +160,12 @@ pub fn response_head(
     write_status(out, status, resp.reason.unwrap_or(""));
     let mut seen = Seen::default();
     let mut wrote_length = false;
+    // Whether a Date went out: the backend's may be named by its `Connection` or removed by
+    // an edit, and the client still gets one.
+    let mut wrote_date = false;
     for h in resp.headers.iter() {
-        match response_kind(h.name) {
+        let kind = response_kind(h.name);
+        match kind {
             ResponseKind::ContentLength => {
                 if matches!(framing, Framing::Length(_) | Framing::Empty) && !wrote_length {
                     wrote_length = true;
@@ -180,12 +182,13 @@ pub fn response_head(
                     Some(edit) => seen.field(edit, h.value),
                 };
                 if keep {
+                    wrote_date |= kind == ResponseKind::Date;
                     header(out, h.name, h.value);
                 }
             }
         }
     }
-    if !has_date {
+    if !wrote_date {
         // RFC 9110 §6.6.1: a recipient with a clock adds the Date an origin left out.
         header(out, "Date", get_cached_date().as_bytes());
     }
@@ -287,5 +290,19 @@ mod tests {
             out.contains("x-kept: 2\r\n") && out.contains("content-length: 0\r\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_date_the_backend_sent_for_its_connection_only_is_replaced() {
+        // Found by the http_response fuzz target: a `Connection` naming `Date` left the
+        // client with none.
+        let out = rewritten(
+            "HTTP/1.1 200 OK\r\nConnection: Date\r\nDate: Mon, 07 Dec 2026 06:00:00 GMT\r\n\
+             Content-Length: 0\r\n\r\n",
+        )
+        .to_ascii_lowercase();
+        let dates = out.lines().filter(|l| l.starts_with("date:")).count();
+        assert_eq!(dates, 1, "{out}");
+        assert!(!out.contains("06:00:00"), "{out}");
     }
 }
