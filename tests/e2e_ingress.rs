@@ -144,13 +144,113 @@ async fn rewrite_target_and_source_ranges() {
         let sy = switchyard_on(objs.clone(), engine, &[]).await;
         expect_route(&sy, Some("r.test"), "/app/x?y=1", &web, "/x?y=1").await;
         expect_route(&sy, Some("r.test"), "/app", &web, "/").await;
-        expect_route(&sy, Some("r.test"), "/old/a/b", &api, "/v2/a/b").await;
-        expect_route(&sy, Some("r.test"), "/old", &api, "/v2/").await;
+        // ingress-nginx's rewrite-target replaces the whole path (nginx's `rewrite`), the
+        // query kept; switchyard's own key replaces the matched prefix.
+        expect_route(&sy, Some("r.test"), "/old/a/b", &api, "/v2/").await;
+        expect_route(&sy, Some("r.test"), "/old?q=1", &api, "/v2/?q=1").await;
         let before = web.count();
         let r = sy.get_host("office.test", "/").await;
         assert_eq!(r.status, 403, "127.0.0.1 is outside 10.0.0.0/8 ({engine})");
         assert_eq!(web.count(), before, "a refused request reaches no backend");
         expect_route(&sy, Some("local.test"), "/p", &web, "/p").await;
+    }
+}
+
+/// ingress-nginx's regular-expression paths and rewrites, on both engines: its canonical
+/// `use-regex` + `rewrite-target: /$2` example, its path-priority example (every path of a
+/// host whose Ingress asks for regular expressions is one, case ignored, the longest first),
+/// a target with a query of its own, and a path that is not a valid expression skipped
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regex_paths_and_capture_group_rewrites_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("rewrite")
+            .ann("nginx.ingress.kubernetes.io/use-regex", "true")
+            .ann("nginx.ingress.kubernetes.io/rewrite-target", "/$2")
+            .rule(
+                Some("rewrite.bar.com"),
+                &[("/something(/|$)(.*)", "ImplementationSpecific", "web", 80)],
+            )
+            .into(),
+    );
+    // ingress-nginx's docs/user-guide/ingress-path-matching.md: two Ingresses, one host.
+    objs.push(
+        ing("test-ingress-1")
+            .rule(
+                Some("test.com"),
+                &[
+                    ("/foo/bar", "Prefix", "web", 80),
+                    ("/foo/bar/", "Prefix", "api", 8080),
+                ],
+            )
+            .into(),
+    );
+    objs.push(
+        ing("test-ingress-2")
+            .ann("nginx.ingress.kubernetes.io/rewrite-target", "/$1")
+            .rule(
+                Some("test.com"),
+                &[("/foo/bar/(.+)", "ImplementationSpecific", "web", 80)],
+            )
+            .into(),
+    );
+    objs.push(
+        ing("query")
+            .ann(
+                "nginx.ingress.kubernetes.io/rewrite-target",
+                "/search?from=ingress",
+            )
+            .rule(Some("q.test"), &[("/s", "Prefix", "api", 8080)])
+            .into(),
+    );
+    objs.push(
+        ing("bad")
+            .ann("nginx.ingress.kubernetes.io/use-regex", "true")
+            .rule(
+                Some("bad.test"),
+                &[
+                    ("/ok/[0-9]+", "ImplementationSpecific", "web", 80),
+                    ("/broken(", "ImplementationSpecific", "api", 8080),
+                ],
+            )
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let rw = Some("rewrite.bar.com");
+        expect_route(&sy, rw, "/something", &web, "/").await;
+        expect_route(&sy, rw, "/something/", &web, "/").await;
+        expect_route(&sy, rw, "/something/new", &web, "/new").await;
+        expect_route(&sy, rw, "/SomeThing/new/x?y=1", &web, "/new/x?y=1").await;
+        let r = sy.get_host("rewrite.bar.com", "/somethingelse").await;
+        assert_eq!(r.status, 404, "{engine}: {r:?}");
+
+        let t = Some("test.com");
+        expect_route(&sy, t, "/foo/bar/1", &web, "/1").await;
+        expect_route(&sy, t, "/foo/bar/", &api, "/foo/bar/").await;
+        expect_route(&sy, t, "/foo/bar", &web, "/foo/bar").await;
+        // Case ignored on the Ingress that asked for nothing, as nginx's `~*` does.
+        expect_route(&sy, t, "/FOO/Bar", &web, "/FOO/Bar").await;
+
+        expect_route(
+            &sy,
+            Some("q.test"),
+            "/s/x?q=1",
+            &api,
+            "/search?from=ingress&q=1",
+        )
+        .await;
+        expect_route(&sy, Some("q.test"), "/S", &api, "/search?from=ingress").await;
+
+        expect_route(&sy, Some("bad.test"), "/ok/12", &web, "/ok/12").await;
+        let r = sy.get_host("bad.test", "/broken(").await;
+        assert_eq!(
+            r.status, 404,
+            "{engine}: an invalid path is not served: {r:?}"
+        );
     }
 }
 

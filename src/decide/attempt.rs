@@ -17,7 +17,8 @@ use crate::table::gateway::{
     Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
 };
 use crate::table::matcher::Strip;
-use crate::table::policy::{Part, RoutePolicy};
+use crate::table::pattern::{Groups, Pattern};
+use crate::table::policy::{Location, Part, RoutePolicy};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
@@ -128,41 +129,108 @@ fn policy_redirect(
     }
     let r = p.redirect.as_ref()?;
     let mut location = String::with_capacity(r.location.text.len() + path.len());
-    for part in r.location.parts.iter() {
-        match part {
-            Part::Text(t) => location.push_str(t),
-            Part::Scheme => location.push_str(scheme),
-            Part::HttpHost => location.push_str(http_host),
-            Part::Host => {
-                let name = http_host.rsplit_once(':').map_or(http_host, |(h, port)| {
-                    if port.bytes().all(|b| b.is_ascii_digit()) {
-                        h
-                    } else {
-                        http_host
-                    }
-                });
-                location.extend(name.chars().map(|c| c.to_ascii_lowercase()));
-            }
-            Part::RequestUri => {
-                location.push_str(path);
-                if let Some(q) = query {
-                    location.push('?');
-                    location.push_str(q);
-                }
-            }
-            Part::Uri => location.push_str(path),
-            Part::Args => location.push_str(query.unwrap_or_default()),
-            Part::IsArgs => {
-                if query.is_some_and(|q| !q.is_empty()) {
-                    location.push('?');
-                }
-            }
-        }
-    }
+    let vars = Vars {
+        scheme,
+        http_host,
+        path,
+        query,
+        groups: None,
+    };
+    expand(&r.location.parts, &vars, &mut location);
     Some(Route::Moved {
         status: r.status,
         location,
     })
+}
+
+/// The request's parts a location or rewrite target names.
+struct Vars<'a> {
+    scheme: &'a str,
+    http_host: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    /// The groups of the route's regular-expression path (rewrite targets only).
+    groups: Option<Groups<'a>>,
+}
+
+/// Writes `parts` with the request's parts filled in.
+fn expand(parts: &[Part], v: &Vars<'_>, out: &mut String) {
+    for part in parts {
+        match part {
+            Part::Text(t) => out.push_str(t),
+            Part::Scheme => out.push_str(v.scheme),
+            Part::HttpHost => out.push_str(v.http_host),
+            Part::Host => {
+                let name = v
+                    .http_host
+                    .rsplit_once(':')
+                    .map_or(v.http_host, |(h, port)| {
+                        if port.bytes().all(|b| b.is_ascii_digit()) {
+                            h
+                        } else {
+                            v.http_host
+                        }
+                    });
+                out.extend(name.chars().map(|c| c.to_ascii_lowercase()));
+            }
+            Part::RequestUri => {
+                out.push_str(v.path);
+                if let Some(q) = v.query {
+                    out.push('?');
+                    out.push_str(q);
+                }
+            }
+            Part::Uri => out.push_str(v.path),
+            Part::Args => out.push_str(v.query.unwrap_or_default()),
+            Part::IsArgs => {
+                if v.query.is_some_and(|q| !q.is_empty()) {
+                    out.push('?');
+                }
+            }
+            Part::Group(n) => {
+                if let Some(g) = &v.groups {
+                    out.push_str(g.get(usize::from(*n)));
+                }
+            }
+        }
+    }
+}
+
+/// The target an ingress-nginx `rewrite-target` gives the backend, as nginx's
+/// `rewrite "(?i)path" target break;` does: the whole path replaced by `target` with the
+/// groups of the route's regular-expression path filled in, the query kept (after the
+/// target's own, joined by `&`, when the target has one).
+fn rewrite_target(
+    target: &Location,
+    regex: Option<&Pattern>,
+    https: bool,
+    host: Option<&[u8]>,
+    path: &str,
+    query: Option<&str>,
+) -> Strip {
+    let vars = Vars {
+        scheme: if https { "https" } else { "http" },
+        http_host: host
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .unwrap_or_default(),
+        path,
+        query,
+        groups: regex.and_then(|p| p.groups(path)),
+    };
+    let mut with = String::with_capacity(target.text.len() + path.len());
+    expand(&target.parts, &vars, &mut with);
+    if !with.starts_with('/') {
+        // A target that starts with a group that was empty or held no slash.
+        with.insert(0, '/');
+    }
+    if !with.contains('?') {
+        return Strip::full(with.into());
+    }
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        with.push('&');
+        with.push_str(q);
+    }
+    Strip::target(with.into())
 }
 
 /// What routing decided.
@@ -438,9 +506,30 @@ impl Attempt {
                 return Ok(Route::Redirect { status, https_port });
             }
         }
-        let strip = match route_policy.and_then(|p| p.rewrite.clone()) {
-            Some(with) => Some(Strip::replace(&rule.prefix, with)),
-            None => rule.strip.then(|| Strip::of(&rule.prefix)),
+        let strip = match route_policy {
+            Some(RoutePolicy {
+                rewrite_path: Some(target),
+                ..
+            }) => Some(rewrite_target(
+                target,
+                rule.regex.as_deref(),
+                https,
+                host,
+                path,
+                req.query(),
+            )),
+            Some(RoutePolicy {
+                rewrite: Some(with),
+                ..
+            }) => {
+                // On a regular-expression path, the part it matched is the prefix.
+                let prefix = match rule.regex.as_deref().and_then(|p| p.groups(path)) {
+                    Some(g) => g.get(0),
+                    None => &rule.prefix,
+                };
+                Some(Strip::replace(prefix, Arc::clone(with)))
+            }
+            _ => rule.strip.then(|| Strip::of(&rule.prefix)),
         };
         self.settle(table, target, cookies, policy, now)
             .map(|available| {

@@ -9,6 +9,9 @@
 //! that port, and ranks above the same name without a port; a Host without a port matches only
 //! port-less rules. A prefix may ignore case (the annotations' `-i`): it is stored folded to
 //! lower case and probed with the folded path, after the case-sensitive rules of each length.
+//! Regular-expression rules (ingress-nginx's `use-regex` paths, the Gateway's
+//! `RegularExpression` ones) are tried in their order after every other rule of the host
+//! level, the first match winning, as nginx tries its regular-expression locations.
 //!
 //! This module must not know about Kubernetes, Pingora or tokio; it works on plain strings.
 
@@ -21,7 +24,7 @@ type HashMap<K, V> = StdHashMap<K, V, ahash::RandomState>;
 
 use serde::Serialize;
 
-use crate::table::pattern::Pattern;
+use crate::table::pattern::{Flavor, Pattern};
 
 /// Longest host name we normalise on the stack (RFC 1035 limits names to 253 octets).
 const MAX_HOST_LEN: usize = 255;
@@ -44,8 +47,9 @@ pub struct PathRule<T> {
     /// Match the whole path only (an Ingress path of type `Exact`), never a path below it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub exact: bool,
-    /// A Gateway `RegularExpression` path: the whole path must match this pattern (`prefix`
-    /// holds its source, for display). Boxed: every other rule pays one pointer for it.
+    /// A Gateway `RegularExpression` path (the whole path must match) or an ingress-nginx
+    /// regular-expression path (nginx's `~* "^path"`): `prefix` holds its source, for
+    /// display. Boxed: every other rule pays one pointer for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub regex: Option<Box<Pattern>>,
     /// What an Ingress adds to requests of this rule (index into the table's policies).
@@ -65,10 +69,9 @@ pub struct PathRules<T> {
     /// Whole-path rules (Ingress `Exact`), boxed and absent until there is one, for the same
     /// reason; probed before any prefix, which they beat.
     exact: Option<Box<HashMap<Box<str>, PathRule<T>>>>,
-    /// Regular-expression rules (Gateway `RegularExpression` paths) in the order they were
-    /// inserted, which is their precedence; absent until there is one. Only `lookup_where`
-    /// tries them, after every whole-path and prefix rule. Boxed: one pointer rather than a
-    /// `Vec`'s three on every host level, which seldom has one.
+    /// Regular-expression rules in the order they were inserted, which is their precedence;
+    /// absent until there is one. Tried after every whole-path and prefix rule. Boxed: one
+    /// pointer rather than a `Vec`'s three on every host level, which seldom has one.
     #[allow(clippy::box_collection)]
     regex: Option<Box<Vec<PathRule<T>>>>,
 }
@@ -100,7 +103,12 @@ impl<T: Serialize> Serialize for PathRules<T> {
             m.serialize_entry(&format!("= {}", rule.prefix), rule)?;
         }
         for rule in self.regex.iter().flat_map(|r| r.iter()) {
-            m.serialize_entry(&format!("~ {}", rule.prefix), rule)?;
+            // nginx's modifiers: `~*` ignores case and matches from the start only.
+            let modifier = match rule.regex.as_deref().map(Pattern::flavor) {
+                Some(Flavor::Location) => "~*",
+                _ => "~",
+            };
+            m.serialize_entry(&format!("{modifier} {}", rule.prefix), rule)?;
         }
         m.end()
     }
@@ -157,13 +165,24 @@ impl<T> PathRules<T> {
     /// Candidates are every prefix of `path` that ends just before or just after a `/`, and the
     /// whole path; they are probed from the longest down, so the first hit is the best one. At
     /// each length a case-sensitive rule is probed before one that ignores case. A whole-path
-    /// rule (`exact`) for `path` beats them all. Regular-expression rules (the Gateway's
-    /// only) are not consulted: see `lookup_where`.
+    /// rule (`exact`) for `path` beats them all. Regular-expression rules come last, in their
+    /// order.
     #[inline]
     pub fn lookup(&self, path: &str) -> Option<&PathRule<T>> {
         if let Some(rule) = self.exact.as_deref().and_then(|e| e.get(path)) {
             return Some(rule);
         }
+        self.lookup_prefix(path).or_else(|| {
+            self.regex
+                .as_deref()?
+                .iter()
+                .find(|r| r.regex.as_deref().is_some_and(|p| p.is_match(path)))
+        })
+    }
+
+    /// The longest prefix rule for `path`, case-sensitive or folded.
+    #[inline]
+    fn lookup_prefix(&self, path: &str) -> Option<&PathRule<T>> {
         let Some(folded) = self.folded.as_deref() else {
             // The common case: no rule ignores case.
             if self.rules.is_empty() {
@@ -279,6 +298,9 @@ pub struct Strip {
     len: usize,
     /// Replace the whole path (a Gateway `ReplaceFullPath`), keeping the query.
     full: bool,
+    /// With `full`: `with` is the whole target, the query too (an ingress-nginx rewrite
+    /// target that has a query of its own).
+    target: bool,
     keep_slash: bool,
     /// What the prefix becomes; `None`: nothing (a path route's strip).
     with: Option<Arc<str>>,
@@ -289,6 +311,7 @@ impl Strip {
         Strip {
             len: prefix.len(),
             full: false,
+            target: false,
             keep_slash: prefix.ends_with('/'),
             with: None,
         }
@@ -301,6 +324,7 @@ impl Strip {
         Strip {
             len: prefix.trim_end_matches('/').len(),
             full: false,
+            target: false,
             keep_slash: false,
             with: Some(with),
         }
@@ -311,8 +335,17 @@ impl Strip {
         Strip {
             len: 0,
             full: true,
+            target: false,
             keep_slash: false,
             with: Some(with),
+        }
+    }
+
+    /// Replaces the whole target, path and query, with `with`.
+    pub fn target(with: Arc<str>) -> Strip {
+        Strip {
+            target: true,
+            ..Strip::full(with)
         }
     }
 
@@ -320,9 +353,10 @@ impl Strip {
     /// `path_and_query`.
     pub fn apply<'s, 'p>(&'s self, path_and_query: &'p str) -> (&'s str, &'p str) {
         if self.full {
-            let query = path_and_query
-                .find('?')
-                .map_or("", |q| &path_and_query[q..]);
+            let query = match path_and_query.find('?') {
+                Some(q) if !self.target => &path_and_query[q..],
+                _ => "",
+            };
             return (self.with.as_deref().unwrap_or("/"), query);
         }
         let rest = path_and_query.get(self.len..).unwrap_or("");
@@ -394,6 +428,16 @@ impl<L: HostLevel> HostRouter<L> {
     pub fn finish(&mut self) {
         self.wildcard
             .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+    }
+
+    /// Every host level's rules, in no particular order.
+    pub fn levels(&self) -> impl Iterator<Item = &PathRules<L::Target>> {
+        self.exact
+            .values()
+            .chain(self.wildcard.iter().map(|(_, l)| l))
+            .chain(self.one_label.values())
+            .chain(std::iter::once(&self.any_host))
+            .map(HostLevel::rules)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -951,8 +995,9 @@ mod tests {
             r.lookup_where("/b/12", |x| x.target != 4).map(|x| x.target),
             Some(3)
         );
-        // Plain `lookup` (Services, Ingresses) never consults patterns.
-        assert_eq!(r.lookup("/b/12"), None);
+        // Plain `lookup` (Services, Ingresses) tries them the same way.
+        assert_eq!(r.lookup("/b/12").map(|x| x.target), Some(4));
+        assert_eq!(r.lookup("/a/1").map(|x| x.target), Some(1));
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["~ /b/[0-9]+"]["regex"], "/b/[0-9]+");
         // Only patterns: no prefix map to probe, still found.
@@ -963,6 +1008,32 @@ mod tests {
             only.lookup_where("/xxx", |_| true).map(|x| x.target),
             Some(9)
         );
+    }
+
+    /// ingress-nginx's path-priority example: the longest location first, case ignored,
+    /// a location matching the start of the path.
+    #[test]
+    fn nginx_locations_are_tried_in_order_from_the_start_of_the_path() {
+        let mut r = PathRules::default();
+        for (source, target) in [("/foo/bar/(.+)", 3), ("/foo/bar/", 2), ("/foo/bar", 1)] {
+            r.insert(PathRule {
+                prefix: source.into(),
+                strip: false,
+                ignore_case: false,
+                exact: false,
+                regex: Some(Box::new(Pattern::location(source).unwrap())),
+                policy: None,
+                target,
+            });
+        }
+        let hit = |path: &str| r.lookup(path).map(|x| x.target);
+        assert_eq!(hit("/foo/bar/1"), Some(3));
+        assert_eq!(hit("/foo/bar/"), Some(2));
+        assert_eq!(hit("/foo/bar"), Some(1));
+        assert_eq!(hit("/FOO/Barn"), Some(1));
+        assert_eq!(hit("/foo"), None);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["~* /foo/bar/(.+)"]["regex"], "/foo/bar/(.+)");
     }
 
     #[test]

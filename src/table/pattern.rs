@@ -1,8 +1,10 @@
 //! A regular expression as the table holds it: the Gateway API's `RegularExpression` path,
-//! header and query-parameter matches. The dialect is the `regex` crate's (RE2-like: no
-//! look-around, no backreferences), so a match takes time linear in the value, whatever the
-//! pattern. A pattern matches the whole value, never a part of it (as Envoy's `safe_regex`
-//! does). Compiled when the table is built, with its compiled form and its lazy DFA's cache
+//! header and query-parameter matches, and ingress-nginx's regular-expression paths. The
+//! dialect is the `regex` crate's (RE2-like: no look-around, no backreferences; ingress-nginx
+//! asks for RE2 syntax too), so a match takes time linear in the value, whatever the pattern.
+//! A Gateway pattern matches the whole value, never a part of it (as Envoy's `safe_regex`
+//! does); an ingress-nginx path is nginx's `location ~* "^path"`: from the start of the path,
+//! any case, the rest of the path free ([`Flavor`]). Compiled when the table is built, with its compiled form and its lazy DFA's cache
 //! bounded ([`Pattern::SIZE_LIMIT`]) so that one hostile object cannot take the process's
 //! memory; equal when the source is (two tables with the same patterns compare equal).
 //! A build takes the previous table's compiled patterns by source ([`Patterns`]) rather
@@ -27,6 +29,7 @@ pub struct Pattern(Arc<Compiled>);
 
 struct Compiled {
     source: Box<str>,
+    flavor: Flavor,
     /// The limit it was compiled with; one compiled with another is not reused.
     size_limit: usize,
     regex: regex::Regex,
@@ -41,6 +44,26 @@ pub enum PatternError {
     TooLarge,
 }
 
+/// How a pattern is anchored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// The whole value, case as written (the Gateway API's matches).
+    Whole,
+    /// nginx's `location ~* "^path"` (ingress-nginx's `use-regex`): a match from the start
+    /// of the path, ignoring case; what follows it is free.
+    Location,
+}
+
+/// The groups of one match, for `$1`..`$9` in a rewrite.
+pub struct Groups<'v>(regex::Captures<'v>);
+
+impl<'v> Groups<'v> {
+    /// Group `n` (0: the whole match); empty when it took no part in the match.
+    pub fn get(&self, n: usize) -> &'v str {
+        self.0.get(n).map_or("", |m| m.as_str())
+    }
+}
+
 impl Pattern {
     /// The most a pattern may take once compiled, in bytes, and the most its lazy DFA's
     /// cache (one per searching thread) may grow to. The patterns routes use fit (the tests
@@ -49,10 +72,19 @@ impl Pattern {
 
     /// Compiles `source` to match whole values.
     pub fn new(source: &str) -> Result<Pattern, PatternError> {
-        Self::with_limit(source, Self::SIZE_LIMIT)
+        Self::with_limit(source, Flavor::Whole, Self::SIZE_LIMIT)
     }
 
-    fn with_limit(source: &str, size_limit: usize) -> Result<Pattern, PatternError> {
+    /// Compiles `source` as nginx's `location ~* "^source"`.
+    pub fn location(source: &str) -> Result<Pattern, PatternError> {
+        Self::with_limit(source, Flavor::Location, Self::SIZE_LIMIT)
+    }
+
+    fn with_limit(
+        source: &str,
+        flavor: Flavor,
+        size_limit: usize,
+    ) -> Result<Pattern, PatternError> {
         let build = |p: &str| {
             regex::RegexBuilder::new(p)
                 .size_limit(size_limit)
@@ -66,9 +98,15 @@ impl Pattern {
         // The pattern alone first: a valid pattern is balanced, so the anchored form below
         // cannot be escaped (`a)|(b` would otherwise anchor only one side).
         build(source)?;
-        let regex = build(&format!(r"\A(?:{source})\z"))?;
+        let regex = match flavor {
+            Flavor::Whole => build(&format!(r"\A(?:{source})\z"))?,
+            // Leftmost-first from the start, as PCRE's backtracking finds it: the groups a
+            // rewrite reads are the ones nginx would have.
+            Flavor::Location => build(&format!(r"\A(?i:{source})"))?,
+        };
         Ok(Pattern(Arc::new(Compiled {
             source: source.into(),
+            flavor,
             size_limit,
             regex,
         })))
@@ -79,10 +117,20 @@ impl Pattern {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Whether the whole of `value` matches.
+    /// Whether `value` matches (the whole of it, or its start for a `Location`).
     #[inline]
     pub fn is_match(&self, value: &str) -> bool {
         self.0.regex.is_match(value)
+    }
+
+    /// The groups of `value`'s match, if it matches.
+    pub fn groups<'v>(&self, value: &'v str) -> Option<Groups<'v>> {
+        self.0.regex.captures(value).map(Groups)
+    }
+
+    /// How it is anchored.
+    pub fn flavor(&self) -> Flavor {
+        self.0.flavor
     }
 
     /// Whether the whole of `value` matches; bytes that are not UTF-8 never do.
@@ -103,14 +151,16 @@ impl Pattern {
 /// not in any table: translate's memo keeps those by source, so that no build tries one again.
 #[derive(Default)]
 pub struct Patterns {
-    known: HashMap<Box<str>, Pattern>,
+    /// By flavor (`Flavor as usize`), then source.
+    known: [HashMap<Box<str>, Pattern>; 2],
 }
 
 impl Patterns {
     /// Starts from `previous` (a table's patterns, in any order, repeats allowed).
     pub fn from_previous<'p>(previous: impl IntoIterator<Item = &'p Pattern>) -> Self {
-        let mut known = HashMap::new();
+        let mut known: [HashMap<Box<str>, Pattern>; 2] = Default::default();
         for p in previous {
+            let known = &mut known[p.0.flavor as usize];
             if p.0.size_limit == Pattern::SIZE_LIMIT && !known.contains_key(&*p.0.source) {
                 known.insert(p.0.source.clone(), p.clone());
             }
@@ -120,11 +170,17 @@ impl Patterns {
 
     /// `source` compiled to match whole values: the known pattern when there is one.
     pub fn get(&mut self, source: &str) -> Result<Pattern, PatternError> {
-        if let Some(p) = self.known.get(source) {
+        self.get_as(source, Flavor::Whole)
+    }
+
+    /// `source` compiled as `flavor` says: the known pattern when there is one.
+    pub fn get_as(&mut self, source: &str, flavor: Flavor) -> Result<Pattern, PatternError> {
+        let known = &mut self.known[flavor as usize];
+        if let Some(p) = known.get(source) {
             return Ok(p.clone());
         }
-        let p = Pattern::new(source)?;
-        self.known.insert(source.into(), p.clone());
+        let p = Pattern::with_limit(source, flavor, Pattern::SIZE_LIMIT)?;
+        known.insert(source.into(), p.clone());
         Ok(p)
     }
 }
@@ -136,7 +192,7 @@ fn compact(message: &str) -> String {
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        self.0.source == other.0.source
+        self.0.flavor == other.0.flavor && self.0.source == other.0.source
     }
 }
 
@@ -225,12 +281,46 @@ mod tests {
         assert!(known.get("/b.*").unwrap().shares(&b));
         assert!(known.get("/(unclosed").is_err());
         // One compiled with another limit is not taken for this one.
-        let larger = Pattern::with_limit("/a.*", 2 * Pattern::SIZE_LIMIT).unwrap();
+        let larger = Pattern::with_limit("/a.*", Flavor::Whole, 2 * Pattern::SIZE_LIMIT).unwrap();
         let mut other = Patterns::from_previous([&larger]);
         assert!(!other.get("/a.*").unwrap().shares(&larger));
         // A fresh compile of the same source is equal, not shared.
         assert_eq!(Pattern::new("/a.*").unwrap(), old);
         assert!(!Pattern::new("/a.*").unwrap().shares(&old));
+    }
+
+    /// ingress-nginx's canonical rewrite: `location ~* "^/something(/|$)(.*)"`.
+    #[test]
+    fn a_location_matches_from_the_start_in_any_case_and_keeps_its_groups() {
+        let p = Pattern::location("/something(/|$)(.*)").unwrap();
+        for (path, two) in [
+            ("/something", ""),
+            ("/something/", ""),
+            ("/something/new", "new"),
+            ("/SomeThing/a/b", "a/b"),
+        ] {
+            let g = p.groups(path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(g.get(2), two, "{path}");
+            assert_eq!(g.get(0), path);
+        }
+        assert!(!p.is_match("/somethingelse"));
+        assert!(!p.is_match("/x/something/"));
+        // Free after the match, unlike a whole-value pattern.
+        let p = Pattern::location("/foo/bar").unwrap();
+        assert!(p.is_match("/foo/bar/baz") && p.is_match("/FOO/BARN"));
+        assert!(!Pattern::new("/foo/bar").unwrap().is_match("/foo/bar/baz"));
+        assert_eq!(p.groups("/foo/bar/x").unwrap().get(7), "");
+        // Same source, other flavor: neither equal nor reused.
+        assert_ne!(p, Pattern::new("/foo/bar").unwrap());
+        let mut known = Patterns::from_previous([&p]);
+        assert!(
+            known
+                .get_as("/foo/bar", Flavor::Location)
+                .unwrap()
+                .shares(&p)
+        );
+        assert!(!known.get("/foo/bar").unwrap().shares(&p));
+        assert!(Pattern::location("a)|(b").is_err());
     }
 
     #[test]

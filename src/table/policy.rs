@@ -23,6 +23,11 @@ pub struct RoutePolicy {
     /// Replaces the matched path (`switchyard.io/rewrite-target`): `/` strips it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<Arc<str>>,
+    /// Replaces the whole path, the query kept (ingress-nginx's `rewrite-target`, nginx's
+    /// `rewrite "(?i)path" target break;`): `$1`..`$9` are the groups of the route's
+    /// regular-expression path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewrite_path: Option<Location>,
     /// On the plain HTTP port, answer a redirect to HTTPS with this status instead of
     /// proxying (hosts in the Ingress's `spec.tls`, unless `switchyard.io/ssl-redirect` is
     /// "false"; or any host when it is "true").
@@ -103,6 +108,8 @@ pub enum Part {
     Args,
     /// `$is_args`: `?` when there is a query, else nothing.
     IsArgs,
+    /// `$1`..`$9`: a group of the route's regular-expression path (a rewrite target only).
+    Group(u8),
 }
 
 impl Location {
@@ -111,6 +118,21 @@ impl Location {
     /// and `$is_args` (also as `${name}`) stand for the request's parts. Any other `$` is an
     /// error: a location that cannot be made is never guessed at.
     pub fn parse(v: &str) -> Result<Location, String> {
+        Self::parse_with(v, false)
+    }
+
+    /// Reads a rewrite target: an absolute path (or one that starts with a group, `$1/x`)
+    /// with the same variables and `$1`..`$9`, the groups of the route's path.
+    pub fn rewrite(v: &str) -> Result<Location, String> {
+        let l = Self::parse_with(v, true)?;
+        match l.parts.first() {
+            Some(Part::Text(t)) if t.starts_with('/') && !t.starts_with("//") => Ok(l),
+            Some(Part::Group(_)) => Ok(l),
+            _ => Err("is not an absolute path (or one that starts with $1..$9)".into()),
+        }
+    }
+
+    fn parse_with(v: &str, groups: bool) -> Result<Location, String> {
         let v = v.trim();
         if v.is_empty() || v.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
             return Err("is not a URL of visible characters without spaces".into());
@@ -144,10 +166,16 @@ impl Location {
                 "uri" => (Part::Uri, "/a"),
                 "args" => (Part::Args, "b"),
                 "is_args" => (Part::IsArgs, "?"),
+                digit
+                    if groups && digit.len() == 1 && matches!(digit.as_bytes()[0], b'1'..=b'9') =>
+                {
+                    (Part::Group(digit.as_bytes()[0] - b'0'), "x")
+                }
                 other => {
                     return Err(format!(
                         "names ${other}, which switchyard does not fill in (it fills in \
-                         $scheme, $host, $http_host, $request_uri, $uri, $args, $is_args)"
+                         $scheme, $host, $http_host, $request_uri, $uri, $args, $is_args{})",
+                        if groups { ", $1..$9" } else { "" }
                     ));
                 }
             };
@@ -160,7 +188,8 @@ impl Location {
             sample.push_str(rest);
         }
         let path = sample.starts_with('/') && !sample.starts_with("//");
-        if !path {
+        // A rewrite target is checked by `rewrite`, on its parts.
+        if !path && !groups {
             let uri: http::Uri = sample.parse().map_err(|_| "is not a URL".to_string())?;
             if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
                 return Err("is neither an http(s) URL nor an absolute path".into());
@@ -191,6 +220,7 @@ impl RoutePolicy {
         RoutePolicy {
             origin: origin.into(),
             rewrite: None,
+            rewrite_path: None,
             https_redirect: None,
             allow: Vec::new(),
             deny: Vec::new(),
@@ -248,6 +278,28 @@ mod tests {
         ] {
             assert!(Location::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_rewrite_target_is_a_path_with_groups() {
+        let l = Location::rewrite("/$2").unwrap();
+        assert_eq!(&*l.parts, [Part::Text("/".into()), Part::Group(2)]);
+        let l = Location::rewrite("$1/x?y=${host}").unwrap();
+        assert_eq!(l.parts[0], Part::Group(1));
+        assert!(Location::rewrite("/").is_ok());
+        for bad in [
+            "",
+            "x/$1",
+            "//x",
+            "https://x/$1",
+            "/$0",
+            "/$10",
+            "/$remote_addr",
+        ] {
+            assert!(Location::rewrite(bad).is_err(), "{bad}");
+        }
+        // A redirect location never takes groups.
+        assert!(Location::parse("/$1").is_err());
     }
 
     fn policy(allow: &[&str], deny: &[&str]) -> RoutePolicy {

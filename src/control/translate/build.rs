@@ -1,7 +1,7 @@
 //! The full build: entries, routes and their conflicts, TCP frontends and warnings, with
 //! per-endpoint state carried over from the previous table by key. Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -18,6 +18,7 @@ use super::trust::Trust;
 use super::view::*;
 use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{HostPattern, PathRule, PathRules, Router};
+use crate::table::pattern::{Pattern, Patterns};
 use crate::table::upstream::{BackendProtocol, CaBundle, Upstream};
 use crate::table::{
     Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend, RoutingTable, Shared,
@@ -34,6 +35,8 @@ pub(super) struct RouteKey {
     pub(super) ignore_case: bool,
     /// The whole path only (an Ingress `Exact` path).
     pub(super) exact: bool,
+    /// `prefix` is an ingress-nginx regular-expression path (its claims carry the pattern).
+    pub(super) regex: bool,
 }
 
 /// A claim on a route key. A Service's claims come first (its own path route before its
@@ -50,6 +53,8 @@ pub(super) struct RouteClaim {
     /// yields, silently, to any other claim, and a host that any other claim names is that
     /// claim's alone (as ingress-nginx's server for a host beats another's alias of it).
     pub(super) alias: bool,
+    /// The compiled regular-expression path (`RouteKey::regex`).
+    pub(super) pattern: Option<Pattern>,
 }
 
 /// An Ingress as claims name it, ordered as conflicts between Ingresses are settled: the
@@ -109,6 +114,10 @@ pub(super) struct Builder<'a> {
     pub(super) ingress_only: BTreeSet<ObjectKey>,
     /// The Secrets and ConfigMaps a Service's CA bundle annotations may name.
     pub(super) trust: Trust<'a>,
+    /// Hosts whose Ingress paths are regular expressions (ingress-nginx's `use-regex`).
+    pub(super) regex_hosts: HashSet<Option<HostPattern>>,
+    /// Ingress regular-expression paths: the previous table's, and those compiled so far.
+    pub(super) patterns: Patterns,
 }
 
 impl<'a> Builder<'a> {
@@ -148,6 +157,14 @@ impl<'a> Builder<'a> {
             gateway_cache: None,
             ingress_only: BTreeSet::new(),
             trust: Trust::default(),
+            regex_hosts: HashSet::new(),
+            patterns: Patterns::from_previous(
+                previous
+                    .into_iter()
+                    .flat_map(|p| p.http.levels())
+                    .flat_map(|rules| rules.iter())
+                    .filter_map(|rule| rule.regex.as_deref()),
+            ),
         }
     }
 
@@ -451,6 +468,7 @@ impl<'a> Builder<'a> {
                         prefix: p.prefix.clone(),
                         ignore_case: p.ignore_case,
                         exact: false,
+                        regex: false,
                     };
                     self.routes.entry(rk).or_default().push(RouteClaim {
                         entry: id,
@@ -458,6 +476,7 @@ impl<'a> Builder<'a> {
                         ingress: None,
                         policy: None,
                         alias: false,
+                        pattern: None,
                     });
                 }
             }
@@ -636,7 +655,7 @@ impl<'a> Builder<'a> {
             // Path routes by (frontend, prefix) -> their winner: each owns its subtree.
             let owners: HashMap<(Frontend, &str), EntryId> = routes
                 .iter()
-                .filter(|(rk, _)| rk.host.is_none() && !rk.ignore_case && !rk.exact)
+                .filter(|(rk, _)| rk.host.is_none() && !rk.ignore_case && !rk.exact && !rk.regex)
                 .filter_map(|(rk, claims)| {
                     let best = claims.iter().min_by(|a, b| rank(a).cmp(&rank(b)))?;
                     (best.strip && best.ingress.is_none())
@@ -676,7 +695,14 @@ impl<'a> Builder<'a> {
         for rk in &lost {
             routes.remove(rk);
         }
-        for (rk, mut claims) in routes {
+        // Regular-expression paths are tried in their order: the longest first, as
+        // ingress-nginx writes its locations (ties by the rest of the key, so that the same
+        // objects always give the same order).
+        let (mut regex_routes, routes): (Vec<_>, Vec<_>) =
+            routes.into_iter().partition(|(rk, _)| rk.regex);
+        regex_routes
+            .sort_by(|(a, _), (b, _)| b.prefix.len().cmp(&a.prefix.len()).then_with(|| a.cmp(b)));
+        for (rk, mut claims) in routes.into_iter().chain(regex_routes) {
             if claims.len() > 1 {
                 claims.sort_by(|a, b| rank(a).cmp(&rank(b)));
             }
@@ -733,7 +759,7 @@ impl<'a> Builder<'a> {
                 strip: winner.strip,
                 ignore_case: rk.ignore_case,
                 exact: rk.exact,
-                regex: None,
+                regex: winner.pattern.clone().map(Box::new),
                 policy: winner.policy,
                 target: winner.entry,
             });

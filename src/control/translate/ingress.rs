@@ -5,7 +5,7 @@
 //! is element-wise, `Exact` is the whole path. Each bad part of an Ingress is a warning about
 //! that Ingress alone. Pure: no I/O, no clock, no logging.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +22,7 @@ use super::nginx;
 use super::view::*;
 use crate::table::cidr::Cidr;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
+use crate::table::pattern::{Flavor, Pattern};
 use crate::table::policy::{Location, Redirect, RoutePolicy};
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
@@ -93,8 +94,16 @@ pub mod ingress_annotation {
     /// ingress-nginx's prefix: these are read where switchyard has the same feature (see
     /// `NGINX_ALIASES`), and warned about otherwise.
     pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
+    /// ingress-nginx's `rewrite-target`, with ingress-nginx's meaning (not switchyard's own
+    /// key's): the host's paths become regular expressions and the whole path is replaced,
+    /// `$1`..`$9` filled in from the path's groups. switchyard's key wins when both are set.
+    pub const NGINX_REWRITE_TARGET: &str = "nginx.ingress.kubernetes.io/rewrite-target";
+    /// `"true"`: every path of the Ingress's hosts, whichever Ingress declares it, is a
+    /// case-insensitive regular expression matched from the start of the path (nginx's
+    /// `location ~* "^path"`), the longest first.
+    pub const NGINX_USE_REGEX: &str = "nginx.ingress.kubernetes.io/use-regex";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
-    pub const NGINX_ALIASES: [(&str, &str); 17] = [
+    pub const NGINX_ALIASES: [(&str, &str); 16] = [
         (
             "nginx.ingress.kubernetes.io/proxy-connect-timeout",
             PROXY_CONNECT_TIMEOUT,
@@ -138,7 +147,6 @@ pub mod ingress_annotation {
             "nginx.ingress.kubernetes.io/force-ssl-redirect",
             FORCE_SSL_REDIRECT,
         ),
-        ("nginx.ingress.kubernetes.io/rewrite-target", REWRITE_TARGET),
         (
             "nginx.ingress.kubernetes.io/whitelist-source-range",
             ALLOWLIST_SOURCE_RANGE,
@@ -162,6 +170,19 @@ const WWW_REDIRECT_STATUS: u16 = 308;
 /// keeps the method and body, which a 301 would let a client turn into a GET.
 const HTTPS_REDIRECT_STATUS: u16 = 308;
 
+/// The longest regular-expression path taken, in bytes (as a prefix may be).
+const MAX_REGEX_PATH: usize = 1024;
+
+/// How an Ingress path is matched.
+enum IngressPath<'p> {
+    /// Element-wise, the trailing slash trimmed.
+    Prefix(&'p str),
+    /// The whole path.
+    Exact(&'p str),
+    /// nginx's `location ~* "^path"`: the host asks for regular expressions.
+    Regex(Pattern),
+}
+
 /// An Ingress's annotations, read.
 #[derive(Debug, Default)]
 struct IngressSettings {
@@ -179,6 +200,8 @@ struct IngressSettings {
     /// `server-alias`: more hosts for the first rule host's paths.
     aliases: Vec<HostPattern>,
     from_to_www: bool,
+    /// ingress-nginx's `rewrite-target`.
+    rewrite_path: Option<Location>,
 }
 
 impl<'a> Builder<'a> {
@@ -209,15 +232,20 @@ impl<'a> Builder<'a> {
                 == meta_key(&b.metadata.namespace, &b.metadata.name)
         });
         let mut entry_ids = self.entry_ids();
-        for ing in ingresses {
+        ingresses.retain(|ing| {
             let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
             if name.is_empty() || self.outside_namespace(ns) {
-                continue;
+                return false;
             }
             if !self.is_ours(ing, &classes, default_class) {
                 self.other_class_ingresses += 1;
-                continue;
+                return false;
             }
+            true
+        });
+        self.regex_hosts = regex_hosts(&ingresses);
+        for ing in ingresses {
+            let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
             let who = object("Ingress", ns, name);
             let annotations = ing.metadata.annotations.as_ref();
             if let Some(key) = annotations.and_then(canary) {
@@ -325,6 +353,7 @@ impl<'a> Builder<'a> {
                 let id = u32::try_from(b.policies.len()).unwrap_or(u32::MAX);
                 b.policies.push(RoutePolicy {
                     rewrite: settings.rewrite.clone(),
+                    rewrite_path: settings.rewrite_path.clone(),
                     https_redirect: redirect.then_some(HTTPS_REDIRECT_STATUS),
                     allow: settings.allow.clone(),
                     deny: settings.deny.clone(),
@@ -344,7 +373,13 @@ impl<'a> Builder<'a> {
             && let Some(entry) = self.ingress_backend(&who, backend, services, entry_ids)
         {
             let policy = policy_for(self, settings.force_ssl_redirect);
-            self.claim(&me, None, "/", false, (entry, policy), false);
+            let path = match self.regex_hosts.contains(&None) {
+                true => self.regex_path(&who, "/"),
+                false => Some(IngressPath::Prefix("/")),
+            };
+            if let Some(path) = path {
+                self.claim(&me, None, &path, (entry, policy), false);
+            }
         }
         // The first rule host (by `server-alias`'s reading): its paths are the aliases' too.
         let first_host = spec
@@ -374,6 +409,7 @@ impl<'a> Builder<'a> {
             let Some(http) = &rule.http else {
                 continue;
             };
+            let regex = self.regex_hosts.contains(&host);
             for p in &http.paths {
                 let path = p.path.as_deref().unwrap_or("/");
                 let exact = match p.path_type.as_str() {
@@ -392,42 +428,48 @@ impl<'a> Builder<'a> {
                         continue;
                     }
                 };
-                if let Err(why) = validate_prefix(path) {
+                let claimed = if regex {
+                    // Every path of the host, Exact too, is nginx's `~* "^path"`.
+                    match self.regex_path(&who, path) {
+                        Some(claimed) => claimed,
+                        None => continue,
+                    }
+                } else if let Err(why) = validate_prefix(path) {
                     self.warn_ingress(&who, format!("path {} {why}; path skipped", show(path)));
                     continue;
-                }
-                if looks_like_regex(path) {
+                } else if exact {
+                    IngressPath::Exact(path)
+                } else {
+                    // Prefix matching is element-wise and ignores a trailing slash (the
+                    // spec: `/foo/` matches `/foo`).
+                    IngressPath::Prefix(match path.trim_end_matches('/') {
+                        "" => "/",
+                        trimmed => trimmed,
+                    })
+                };
+                if !regex && looks_like_regex(path) {
                     self.warn_ingress(
                         &who,
                         format!(
-                            "path {} looks like a regular expression (ingress-nginx's \
-                             use-regex), which switchyard does not serve yet; it is matched as \
-                             a literal prefix",
+                            "path {} looks like a regular expression, which it is only with \
+                             ingress-nginx's use-regex or rewrite-target on an Ingress of its \
+                             host; it is matched as a literal prefix",
                             show(path)
                         ),
                     );
                 }
-                // Prefix matching is element-wise and ignores a trailing slash (the spec:
-                // `/foo/` matches `/foo`).
-                let key = if exact {
-                    path
-                } else {
-                    match path.trim_end_matches('/') {
-                        "" => "/",
-                        trimmed => trimmed,
-                    }
-                };
                 let Some(entry) = self.ingress_backend(&who, &p.backend, services, entry_ids)
                 else {
                     continue;
                 };
                 let policy = policy_for(self, redirect);
-                self.claim(&me, host.clone(), key, exact, (entry, policy), false);
-                // `server-alias`: the first rule host's paths, on each alias too.
+                self.claim(&me, host.clone(), &claimed, (entry, policy), false);
+                // `server-alias`: the first rule host's paths, on each alias too (the same
+                // nginx server, so the same locations).
                 if host.is_some() && host == first_host {
                     for alias in &settings.aliases {
                         let target = (entry, policy);
-                        self.claim(&me, Some(alias.clone()), key, exact, target, true);
+                        self.claim(&me, Some(alias.clone()), &claimed, target, true);
                     }
                 }
                 first_entry.get_or_insert(entry);
@@ -452,7 +494,8 @@ impl<'a> Builder<'a> {
                         }),
                         ..RoutePolicy::of(&format!("{ns}/{name}"))
                     });
-                    self.claim(&me, Some(other), "/", false, (entry, Some(id)), true);
+                    let path = IngressPath::Prefix("/");
+                    self.claim(&me, Some(other), &path, (entry, Some(id)), true);
                 }
             }
         }
@@ -464,11 +507,15 @@ impl<'a> Builder<'a> {
         &mut self,
         me: &Arc<IngressRef>,
         host: Option<HostPattern>,
-        prefix: &str,
-        exact: bool,
+        path: &IngressPath<'_>,
         (entry, policy): (EntryId, Option<u32>),
         alias: bool,
     ) {
+        let (prefix, exact, pattern) = match path {
+            IngressPath::Prefix(p) => (*p, false, None),
+            IngressPath::Exact(p) => (*p, true, None),
+            IngressPath::Regex(p) => (p.as_str(), false, Some(p)),
+        };
         for frontend in [Frontend::Http, Frontend::Https] {
             let rk = RouteKey {
                 frontend,
@@ -476,6 +523,7 @@ impl<'a> Builder<'a> {
                 prefix: prefix.to_string(),
                 ignore_case: false,
                 exact,
+                regex: pattern.is_some(),
             };
             self.routes.entry(rk).or_default().push(RouteClaim {
                 entry,
@@ -483,8 +531,35 @@ impl<'a> Builder<'a> {
                 ingress: Some(Arc::clone(me)),
                 policy,
                 alias,
+                pattern: pattern.cloned(),
             });
         }
+    }
+
+    /// An ingress-nginx regular-expression path (`location ~* "^path"`), compiled; a path
+    /// that is not one is warned about and skipped, never matched as something else.
+    fn regex_path<'p>(&mut self, who: &ObjectRef, path: &'p str) -> Option<IngressPath<'p>> {
+        let why = if !path.starts_with('/') {
+            "does not start with /".to_string()
+        } else if path.len() > MAX_REGEX_PATH {
+            format!("is longer than {MAX_REGEX_PATH} bytes")
+        } else if path.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+            "holds a space, a control character or a byte that is not ASCII".to_string()
+        } else {
+            match self.patterns.get_as(path, Flavor::Location) {
+                Ok(p) => return Some(IngressPath::Regex(p)),
+                Err(e) => e.to_string(),
+            }
+        };
+        self.warn_ingress(
+            who,
+            format!(
+                "path {} is a regular expression here (ingress-nginx's use-regex or \
+                 rewrite-target on an Ingress of its host) and {why}; path skipped",
+                show(path)
+            ),
+        );
+        None
     }
 
     fn warn_ingress(&mut self, who: &ObjectRef, message: String) {
@@ -519,6 +594,8 @@ impl<'a> Builder<'a> {
                 values.entry(ours).or_insert((k.as_str(), v.as_str()));
             } else if ia::KNOWN.contains(&k.as_str()) {
                 values.insert(ours_key(k), (k.as_str(), v.as_str()));
+            } else if k == ia::NGINX_REWRITE_TARGET || k == ia::NGINX_USE_REGEX {
+                values.insert(k.as_str(), (k.as_str(), v.as_str()));
             } else if k.starts_with(ia::PREFIX) {
                 let hint = nearest_key(k, ia::PREFIX, "", &ia::KNOWN)
                     .map(|n| format!("; did you mean {n}?"))
@@ -561,8 +638,19 @@ impl<'a> Builder<'a> {
             })
             .map(|(ours, kv)| (*ours, *kv))
             .collect();
+        let own_rewrite = values.contains_key(ia::REWRITE_TARGET);
         for (ours, (key, v)) in values {
             match ours {
+                ia::NGINX_USE_REGEX if parse_bool(v).is_none() => {
+                    bad(key, v, "is not true or false; false applies".into());
+                }
+                ia::NGINX_REWRITE_TARGET if own_rewrite || v.trim().is_empty() => {}
+                ia::NGINX_REWRITE_TARGET => match Location::rewrite(v) {
+                    Ok(target) => s.rewrite_path = Some(target),
+                    // The paths still become regular expressions (`asks_for_regex`), as
+                    // ingress-nginx's do; only the rewrite is left out.
+                    Err(why) => bad(key, v, format!("{why}; no rewrite")),
+                },
                 ia::SSL_REDIRECT | ia::FORCE_SSL_REDIRECT => match v.trim() {
                     "true" | "false" => {
                         let on = v.trim() == "true";
@@ -580,8 +668,9 @@ impl<'a> Builder<'a> {
                             key,
                             v,
                             format!(
-                                "uses capture groups ({}), which need regular-expression paths; \
-                                 switchyard replaces the matched prefix only; ignored",
+                                "uses capture groups ({}), which switchyard's key does not \
+                                 fill in (it replaces the matched prefix); ingress-nginx's \
+                                 rewrite-target does, on regular-expression paths; ignored",
                                 capture_groups(v)
                             ),
                         );
@@ -933,6 +1022,56 @@ impl<'a> Builder<'a> {
         entry_ids.insert(key, id);
         id
     }
+}
+
+/// The hosts (`None`: rules without one) whose paths are regular expressions: those of a
+/// rule of an Ingress that asks for it (`asks_for_regex`). A canary asks for nothing: it is
+/// not served.
+fn regex_hosts(ingresses: &[&Ingress]) -> HashSet<Option<HostPattern>> {
+    let mut hosts = HashSet::new();
+    for ing in ingresses {
+        let Some(a) = ing.metadata.annotations.as_ref() else {
+            continue;
+        };
+        if !asks_for_regex(a) || canary(a).is_some() {
+            continue;
+        }
+        let rules = ing.spec.as_ref().and_then(|s| s.rules.as_deref());
+        for rule in rules.unwrap_or(&[]) {
+            match rule.host.as_deref().filter(|h| !h.is_empty()) {
+                None => {
+                    hosts.insert(None);
+                }
+                Some(h) => {
+                    if let Ok(p) = ingress_host(h) {
+                        hosts.insert(Some(p));
+                    }
+                }
+            }
+        }
+        if ing
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.default_backend.is_some())
+        {
+            hosts.insert(None);
+        }
+    }
+    hosts
+}
+
+/// Whether an Ingress makes its hosts' paths regular expressions, as ingress-nginx's
+/// `use-regex: "true"` and its `rewrite-target` do (for every Ingress of those hosts).
+fn asks_for_regex(annotations: &BTreeMap<String, String>) -> bool {
+    let use_regex = annotations
+        .get(ia::NGINX_USE_REGEX)
+        .and_then(|v| parse_bool(v))
+        .unwrap_or(false);
+    let rewrite = !annotations.contains_key(ia::REWRITE_TARGET)
+        && annotations
+            .get(ia::NGINX_REWRITE_TARGET)
+            .is_some_and(|v| !v.trim().is_empty());
+    use_regex || rewrite
 }
 
 /// The capture groups a rewrite target names (`$1, $2`), as written, for a warning.

@@ -291,14 +291,7 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("proxy-ssl-server-name", Support::Ignored(BACKEND_TLS)),
     ("proxy-ssl-verify", Support::Ignored(BACKEND_TLS)),
     ("proxy-ssl-verify-depth", Support::Ignored(BACKEND_TLS)),
-    (
-        "rewrite-target",
-        Support::Differs(
-            "replaces the matched path prefix (/ strips it, /v2 puts /v2 in its place, the \
-             rest and the query kept); ingress-nginx replaces the whole path, and its $1..$9 \
-             capture groups (with use-regex) are not served: warned, the rewrite dropped",
-        ),
-    ),
+    ("rewrite-target", Support::Served),
     (
         "satisfy",
         Support::Ignored("read only with authentication, which refuses the Ingress"),
@@ -368,13 +361,7 @@ pub const CATALOG: &[(&str, Support)] = &[
         "upstream-vhost",
         Support::Ignored("the backend gets the client's Host"),
     ),
-    (
-        "use-regex",
-        Support::Ignored(
-            "paths are matched as their pathType says (Prefix, Exact), never as regular \
-             expressions: write them as prefixes",
-        ),
-    ),
+    ("use-regex", Support::Served),
     ("whitelist-source-range", Support::Served),
     (
         "x-forwarded-prefix",
@@ -389,8 +376,8 @@ const BAD_VALUE: &str = "its value is not valid here (see the warning): the defa
 const UNKNOWN: Support = Support::Ignored("not an annotation of ingress-nginx's annotations page");
 
 /// What switchyard does with `key` (its whole name) set to `value` on an Ingress whose
-/// annotations are `all`. A few verdicts depend on values: `use-regex: "false"` and
-/// `canary: "false"` ask for nothing switchyard does not do; `ssl-passthrough` refuses only
+/// annotations are `all`. A few verdicts depend on values: `canary: "false"` asks for
+/// nothing switchyard does not do; `ssl-passthrough` refuses only
 /// when true; `auth-tls-secret` asks for no client certificate when `auth-tls-verify-client`
 /// is `off`.
 pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Support {
@@ -398,7 +385,7 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
         return UNKNOWN;
     };
     match short {
-        "use-regex" | "canary" if parse_bool(value) == Some(false) => Support::Served,
+        "canary" if parse_bool(value) == Some(false) => Support::Served,
         "ssl-passthrough" if parse_bool(value) != Some(true) => {
             Support::Ignored("not true: no passthrough asked for")
         }

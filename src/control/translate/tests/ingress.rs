@@ -871,7 +871,7 @@ fn typos_and_regular_expressions_are_named_in_warnings() {
         )],
     );
     let i = annotated(i, "switchyard.io/ssl-redirct", "false");
-    let i = annotated(i, "nginx.ingress.kubernetes.io/rewrite-target", "/$2");
+    let i = annotated(i, ingress_annotation::REWRITE_TARGET, "/$2");
     let (_, w) = with(&[i]);
     let warned = ingress_warnings(&w);
     let has = |s: &str| warned.iter().any(|m| m.contains(s));
@@ -887,6 +887,113 @@ fn typos_and_regular_expressions_are_named_in_warnings() {
     assert!(
         !has("/v1.2/files"),
         "a dot is no regular expression: {warned:?}"
+    );
+}
+
+/// ingress-nginx's `use-regex` and `rewrite-target`: every path of the host becomes a
+/// regular expression whichever Ingress declares it, the longest first; the rewrite keeps its
+/// groups; a path the `regex` crate cannot take is warned about and skipped alone.
+#[test]
+fn regex_paths_cover_their_host_and_are_ordered_longest_first() {
+    use crate::table::policy::Part;
+    let plain = ing(
+        "default",
+        "plain",
+        Some("switchyard"),
+        vec![rule(
+            Some("h.test"),
+            vec![
+                path("/a", "Prefix", backend("web", 80)),
+                path("/a/b/", "Exact", backend("web", 80)),
+            ],
+        )],
+    );
+    let regex = annotated(
+        ing(
+            "default",
+            "regex",
+            Some("switchyard"),
+            vec![
+                rule(
+                    Some("h.test"),
+                    vec![
+                        path(
+                            "/a/(x|y)/(.*)",
+                            "ImplementationSpecific",
+                            backend("web", 80),
+                        ),
+                        path("/bad(", "ImplementationSpecific", backend("web", 80)),
+                    ],
+                ),
+                rule(
+                    Some("other.test"),
+                    vec![path("/o", "Prefix", backend("web", 80))],
+                ),
+            ],
+        ),
+        "nginx.ingress.kubernetes.io/rewrite-target",
+        "/$2",
+    );
+    let elsewhere = ing(
+        "default",
+        "elsewhere",
+        Some("switchyard"),
+        vec![rule(
+            Some("plain.test"),
+            vec![path("/p(", "Prefix", backend("web", 80))],
+        )],
+    );
+    let (t, w) = with(&[plain, regex, elsewhere]);
+    let rules = t.http.exact.get("h.test").unwrap();
+    let order: Vec<&str> = rules.iter().map(|r| &*r.prefix).collect();
+    assert_eq!(
+        order,
+        ["/a/(x|y)/(.*)", "/a/b/", "/a"],
+        "longest first, all regex"
+    );
+    assert!(rules.iter().all(|r| r.regex.is_some() && !r.exact));
+    let hit = |host: &[u8], p: &str| t.http.lookup(Some(host), p).map(|r| r.prefix.to_string());
+    assert_eq!(hit(b"h.test", "/A/Y/z").as_deref(), Some("/a/(x|y)/(.*)"));
+    // `Exact` is a regular expression too here, as in ingress-nginx: `^/a/b/` and more.
+    assert_eq!(hit(b"h.test", "/a/b/c").as_deref(), Some("/a/b/"));
+    assert_eq!(hit(b"h.test", "/ab").as_deref(), Some("/a"));
+    // The Ingress's other host is regex too; a host no such Ingress names is not.
+    assert!(
+        t.http
+            .exact
+            .get("other.test")
+            .unwrap()
+            .iter()
+            .all(|r| r.regex.is_some())
+    );
+    assert!(
+        t.http
+            .exact
+            .get("plain.test")
+            .unwrap()
+            .iter()
+            .all(|r| r.regex.is_none())
+    );
+    let r = t.http.lookup(Some(b"h.test"), "/a/x/1").unwrap();
+    let target = t.policies[r.policy.unwrap() as usize]
+        .rewrite_path
+        .as_ref()
+        .unwrap();
+    assert_eq!(&*target.parts, [Part::Text("/".into()), Part::Group(2)]);
+    let warned = ingress_warnings(&w);
+    assert!(
+        warned
+            .iter()
+            .any(|m| m.contains("\"/bad(\"") && m.contains("path skipped")),
+        "{warned:?}"
+    );
+    assert!(
+        warned.iter().any(|m| m.contains("\"/p(\" looks like")),
+        "{warned:?}"
+    );
+    assert!(
+        !warned.iter().any(|m| m.contains("does not support")),
+        "{warned:?}"
     );
 }
 
