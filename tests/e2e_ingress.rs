@@ -254,6 +254,115 @@ async fn regex_paths_and_capture_group_rewrites_as_ingress_nginx() {
     }
 }
 
+/// ingress-nginx's canaries on both engines: by header (`always` / `never`), by header value,
+/// by cookie, by weight; a canary older than its main Ingress is still only the canary, and
+/// one without a main Ingress is not served at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_take_their_share_and_never_the_main_route() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("main")
+            .created("2026-06-01T00:00:00Z")
+            .rule(Some("c.test"), &[("/", "Prefix", "web", 80)])
+            .rule(Some("w.test"), &[("/app", "Prefix", "web", 80)])
+            .into(),
+    );
+    // Older than its main Ingress, which before took it every request.
+    objs.push(
+        ing("canary")
+            .created("2026-01-01T00:00:00Z")
+            .ann("nginx.ingress.kubernetes.io/canary", "true")
+            .ann("nginx.ingress.kubernetes.io/canary-by-header", "X-Canary")
+            .ann("nginx.ingress.kubernetes.io/canary-by-cookie", "canary")
+            .rule(Some("c.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    objs.push(
+        ing("weighted")
+            .ann("nginx.ingress.kubernetes.io/canary", "true")
+            .ann("nginx.ingress.kubernetes.io/canary-weight", "30")
+            .ann("nginx.ingress.kubernetes.io/canary-weight-total", "60")
+            .ann("nginx.ingress.kubernetes.io/canary-by-header", "x-env")
+            .ann("nginx.ingress.kubernetes.io/canary-by-header-value", "v2")
+            .rule(Some("w.test"), &[("/app", "Prefix", "api", 8080)])
+            .into(),
+    );
+    objs.push(
+        ing("orphan")
+            .ann("nginx.ingress.kubernetes.io/canary", "true")
+            .ann("nginx.ingress.kubernetes.io/canary-weight", "100")
+            .rule(Some("orphan.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let to = |r: &Resp| r.backend().unwrap_or_default();
+        let get = |headers: &'static [(&'static str, &'static str)]| {
+            let mut all = vec![("host", "c.test")];
+            all.extend_from_slice(headers);
+            let port = sy.http_port;
+            async move { get(port, "/x", &all).await }
+        };
+        for _ in 0..5 {
+            assert_eq!(to(&get(&[]).await), "web", "{engine}: weight 0, the main");
+        }
+        assert_eq!(to(&get(&[("x-canary", "always")]).await), "api", "{engine}");
+        assert_eq!(
+            to(&get(&[("X-Canary", "never"), ("cookie", "canary=always")]).await),
+            "web"
+        );
+        assert_eq!(
+            to(&get(&[("x-canary", "maybe"), ("cookie", "a=1; canary=always")]).await),
+            "api"
+        );
+        assert_eq!(
+            to(&get(&[("cookie", "canary=never")]).await),
+            "web",
+            "{engine}"
+        );
+        let r = get(&[("x-canary", "always")]).await;
+        assert_eq!(
+            r.uri(),
+            "/x",
+            "{engine}: the canary gets the request as sent"
+        );
+
+        // 30 of 60: exactly half of each run of 60 requests, spread over it.
+        let mut canary = 0;
+        for i in 0..60 {
+            let r = get_host_path(&sy, "w.test", "/app/1", &[]).await;
+            assert_eq!(r.status, 200, "{engine}: {r:?}");
+            canary += usize::from(to(&r) == "api");
+            if i == 9 {
+                assert!(
+                    (2..=8).contains(&canary),
+                    "{engine}: spread, {canary} of 10"
+                );
+            }
+        }
+        assert_eq!(canary, 30, "{engine}");
+        // With a header value only that value chooses by header (`always` is just a value).
+        for _ in 0..3 {
+            let r = get_host_path(&sy, "w.test", "/app/1", &[("x-env", "v2")]).await;
+            assert_eq!(to(&r), "api", "{engine}");
+        }
+
+        let r = sy.get_host("orphan.test", "/").await;
+        assert_eq!(
+            r.status, 404,
+            "{engine}: a canary alone is never the main route: {r:?}"
+        );
+    }
+}
+
+async fn get_host_path(sy: &Switchyard, host: &str, path: &str, more: &[(&str, &str)]) -> Resp {
+    let mut headers = vec![("host", host)];
+    headers.extend_from_slice(more);
+    get(sy.http_port, path, &headers).await
+}
+
 /// ingress-nginx's redirect annotations, with its statuses and locations, on both engines:
 /// `permanent-redirect` (301, or `permanent-redirect-code`) wins over `temporal-redirect`
 /// (302), nginx's `$request_uri`-style variables are filled in, `app-root` sends `/` itself
@@ -664,11 +773,13 @@ async fn access_restricting_annotations_not_served_refuse_rather_than_serve_open
             .rule(Some("sso.test"), &[("/", "Prefix", "api", 8080)])
             .into(),
     );
-    // A canary created before its main Ingress (`created` defaults to none, which sorts first).
+    // A canary created before its main Ingress (`created` defaults to none, which sorts
+    // first) that asks for authentication: not served at all, not even as the canary.
     objs.push(
         ing("canary")
             .ann("nginx.ingress.kubernetes.io/canary", "true")
             .ann("nginx.ingress.kubernetes.io/canary-weight", "100")
+            .ann("nginx.ingress.kubernetes.io/auth-type", "basic")
             .rule(Some("site.test"), &[("/", "Prefix", "api", 8080)])
             .into(),
     );

@@ -220,6 +220,14 @@ impl RequestView for PingoraView<'_> {
         self.0.headers.get(name).map(HeaderValue::as_bytes)
     }
 
+    fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.0
+            .headers
+            .get_all(COOKIE)
+            .iter()
+            .find_map(|v| crate::table::sticky::find_cookie(v.as_bytes(), name))
+    }
+
     fn query(&self) -> Option<&str> {
         self.0.uri.query()
     }

@@ -18,7 +18,7 @@ use crate::table::gateway::{
 };
 use crate::table::matcher::Strip;
 use crate::table::pattern::{Groups, Pattern};
-use crate::table::policy::{Location, Part, RoutePolicy};
+use crate::table::policy::{Location, Part, RoutePolicy, canary_takes};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
@@ -490,7 +490,7 @@ impl Attempt {
         let Some(rule) = table.router(frontend).and_then(|r| r.lookup(host, path)) else {
             return Ok(unrouted(path, policy));
         };
-        let target = rule.target;
+        let mut target = rule.target;
         self.policy = rule.policy;
         let route_policy = rule.policy.and_then(|p| table.policies.get(p as usize));
         if let Some(p) = route_policy {
@@ -504,6 +504,12 @@ impl Attempt {
                 && let (Some(status), Some(https_port)) = (p.https_redirect, policy.https_port)
             {
                 return Ok(Route::Redirect { status, https_port });
+            }
+            // A canary shares the main route's policy, checked above.
+            if let Some(c) = p.canary.as_deref()
+                && canary_takes(c, |name| req.header(name), |name| req.cookie(name))
+            {
+                target = c.entry;
             }
         }
         let strip = match route_policy {

@@ -39,6 +39,12 @@ pub trait RequestView {
     fn header(&self, name: &str) -> Option<&[u8]>;
     /// The query string, without the `?`.
     fn query(&self) -> Option<&str>;
+    /// The value of cookie `name`. This default reads the first `Cookie` field only; a view
+    /// whose request may carry several (HTTP/2 splits them) reads them all.
+    fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.header("cookie")
+            .and_then(|h| crate::table::sticky::find_cookie(h, name))
+    }
 }
 
 /// A request with nothing but a method and the URL's query (`/explain`, tests).
@@ -527,15 +533,39 @@ impl GatewayRule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Mirror {
     pub entry: EntryId,
-    /// The share mirrored: `numerator` of every `denominator` requests.
+    /// The share mirrored.
+    #[serde(flatten)]
+    pub share: Share,
+}
+
+impl Mirror {
+    /// Whether this request is one of the share to copy.
+    pub fn due(&self) -> bool {
+        self.share.due()
+    }
+}
+
+/// `numerator` of every `denominator` requests (a mirror's copies, a canary's weight),
+/// spread as weights are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Share {
     pub numerator: u64,
     pub denominator: u64,
+    /// Requests counted so far (not part of equality: a rebuild starts it again).
     #[serde(skip)]
     pub turn: Shared<AtomicU64>,
 }
 
-impl Mirror {
-    /// Whether this request is one of the share to copy (spread as weights are).
+impl Share {
+    pub fn new(numerator: u64, denominator: u64) -> Share {
+        Share {
+            numerator,
+            denominator,
+            turn: Shared::default(),
+        }
+    }
+
+    /// Whether this request is one of the share.
     pub fn due(&self) -> bool {
         if self.numerator >= self.denominator {
             return true;
@@ -987,9 +1017,7 @@ mod tests {
     fn a_mirror_copies_its_share() {
         let m = |numerator, denominator| Mirror {
             entry: 0,
-            numerator,
-            denominator,
-            turn: Shared::default(),
+            share: Share::new(numerator, denominator),
         };
         let count = |m: &Mirror| (0..200).filter(|_| m.due()).count();
         assert_eq!(count(&m(1, 1)), 200);

@@ -52,6 +52,9 @@ pub enum Flavor {
     /// nginx's `location ~* "^path"` (ingress-nginx's `use-regex`): a match from the start
     /// of the path, ignoring case; what follows it is free.
     Location,
+    /// A match anywhere in the value, case as written (ingress-nginx's
+    /// `canary-by-header-pattern`, which `ngx.re.match` searches for).
+    Search,
 }
 
 /// The groups of one match, for `$1`..`$9` in a rewrite.
@@ -80,6 +83,11 @@ impl Pattern {
         Self::with_limit(source, Flavor::Location, Self::SIZE_LIMIT)
     }
 
+    /// Compiles `source` to be searched for anywhere in a value.
+    pub fn search(source: &str) -> Result<Pattern, PatternError> {
+        Self::with_limit(source, Flavor::Search, Self::SIZE_LIMIT)
+    }
+
     fn with_limit(
         source: &str,
         flavor: Flavor,
@@ -103,6 +111,7 @@ impl Pattern {
             // Leftmost-first from the start, as PCRE's backtracking finds it: the groups a
             // rewrite reads are the ones nginx would have.
             Flavor::Location => build(&format!(r"\A(?i:{source})"))?,
+            Flavor::Search => build(source)?,
         };
         Ok(Pattern(Arc::new(Compiled {
             source: source.into(),
@@ -152,13 +161,13 @@ impl Pattern {
 #[derive(Default)]
 pub struct Patterns {
     /// By flavor (`Flavor as usize`), then source.
-    known: [HashMap<Box<str>, Pattern>; 2],
+    known: [HashMap<Box<str>, Pattern>; 3],
 }
 
 impl Patterns {
     /// Starts from `previous` (a table's patterns, in any order, repeats allowed).
     pub fn from_previous<'p>(previous: impl IntoIterator<Item = &'p Pattern>) -> Self {
-        let mut known: [HashMap<Box<str>, Pattern>; 2] = Default::default();
+        let mut known: [HashMap<Box<str>, Pattern>; 3] = Default::default();
         for p in previous {
             let known = &mut known[p.0.flavor as usize];
             if p.0.size_limit == Pattern::SIZE_LIMIT && !known.contains_key(&*p.0.source) {
@@ -321,6 +330,10 @@ mod tests {
         );
         assert!(!known.get("/foo/bar").unwrap().shares(&p));
         assert!(Pattern::location("a)|(b").is_err());
+        // Searched for anywhere, case as written.
+        let p = Pattern::search("beta|canary").unwrap();
+        assert!(p.is_match("x-canary-1") && p.is_match("beta"));
+        assert!(!p.is_match("Canary"));
     }
 
     #[test]

@@ -10,6 +10,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::table::cidr::Cidr;
+use crate::table::gateway::Share;
+use crate::table::pattern::Pattern;
+use crate::table::shared::EntryId;
 use crate::table::upstream::BackendProtocol;
 
 /// Index of a policy in `RoutingTable::policies`.
@@ -65,6 +68,67 @@ pub struct RoutePolicy {
     /// (`switchyard.io/app-root`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub app_root: Option<Arc<str>>,
+    /// ingress-nginx's canary Ingress for this route: some requests go to its backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Arc<Canary>>,
+}
+
+/// A canary Ingress's backend for one route of its main Ingress, and which requests it takes
+/// (ingress-nginx's `canary-by-header`, `-header-value`, `-header-pattern`,
+/// `canary-by-cookie`, `canary-weight`, `canary-weight-total`). The main route's policy
+/// (source ranges, redirects, timeouts) governs the canary's requests too, as in
+/// ingress-nginx, where the canary is an alternative backend of the main location.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Canary {
+    /// The canary Ingress (`namespace/name`).
+    pub origin: Box<str>,
+    pub entry: EntryId,
+    /// `canary-by-header`, lower case.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<Box<str>>,
+    /// `canary-by-header-value`: the header's value that chooses the canary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_value: Option<Box<str>>,
+    /// `canary-by-header-pattern`, searched for in the header's value (without a
+    /// `header_value`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_pattern: Option<Pattern>,
+    /// `canary-by-cookie`: the cookie whose value `always` / `never` decides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<Box<str>>,
+    /// `canary-weight` of `canary-weight-total` (100 unless more): the share of the other
+    /// requests.
+    pub weight: Share,
+}
+
+/// Whether the canary takes a request, in ingress-nginx's order: the header (`always`,
+/// `never`, or its value or pattern), then the cookie (`always`, `never`), then the weight.
+/// `header` and `cookie` give the request's value of a name.
+pub fn canary_takes<'r>(
+    c: &Canary,
+    header: impl FnOnce(&str) -> Option<&'r [u8]>,
+    cookie: impl FnOnce(&str) -> Option<&'r [u8]>,
+) -> bool {
+    if let Some(v) = c.header.as_deref().and_then(header) {
+        if let Some(want) = &c.header_value {
+            if v == want.as_bytes() {
+                return true;
+            }
+        } else if let Some(p) = &c.header_pattern {
+            if p.is_match_bytes(v) {
+                return true;
+            }
+        } else if v == b"always" {
+            return true;
+        } else if v == b"never" {
+            return false;
+        }
+    }
+    match c.cookie.as_deref().and_then(cookie) {
+        Some(b"always") => true,
+        Some(b"never") => false,
+        _ => c.weight.due(),
+    }
 }
 
 /// A redirect every request of a route gets.
@@ -230,6 +294,7 @@ impl RoutePolicy {
             max_body: None,
             redirect: None,
             app_root: None,
+            canary: None,
         }
     }
 
@@ -300,6 +365,47 @@ mod tests {
         }
         // A redirect location never takes groups.
         assert!(Location::parse("/$1").is_err());
+    }
+
+    /// ingress-nginx's balancer.lua order: header, then cookie, then weight.
+    #[test]
+    fn a_canary_takes_requests_as_ingress_nginx_does() {
+        let canary = |weight: u64| Canary {
+            origin: "default/canary".into(),
+            entry: 1,
+            header: Some("x-canary".into()),
+            header_value: None,
+            header_pattern: None,
+            cookie: Some("canary".into()),
+            weight: Share::new(weight, 100),
+        };
+        let takes = |c: &Canary, h: Option<&'static str>, k: Option<&'static str>| {
+            canary_takes(c, |_| h.map(str::as_bytes), |_| k.map(str::as_bytes))
+        };
+        let c = canary(0);
+        assert!(takes(&c, Some("always"), Some("never")), "the header first");
+        assert!(!takes(&c, Some("never"), Some("always")));
+        assert!(takes(&c, Some("other"), Some("always")), "then the cookie");
+        assert!(!takes(&c, None, Some("never")));
+        assert!(!takes(&c, None, None), "weight 0");
+        let all = canary(100);
+        assert!(!takes(&all, Some("never"), None));
+        assert!(takes(&all, None, Some("other")));
+        let half = canary(50);
+        assert_eq!((0..100).filter(|_| takes(&half, None, None)).count(), 50);
+        // With a value, only that value chooses it; `always` is a value like any other.
+        let valued = Canary {
+            header_value: Some("v2".into()),
+            ..canary(0)
+        };
+        assert!(takes(&valued, Some("v2"), None));
+        assert!(!takes(&valued, Some("always"), None));
+        let patterned = Canary {
+            header_pattern: Some(Pattern::search("^(beta|canary)").unwrap()),
+            ..canary(0)
+        };
+        assert!(takes(&patterned, Some("beta-7"), None));
+        assert!(!takes(&patterned, Some("stable"), None));
     }
 
     fn policy(allow: &[&str], deny: &[&str]) -> RoutePolicy {

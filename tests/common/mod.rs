@@ -329,6 +329,7 @@ pub struct Ing {
     tls: Vec<Value>,
     default_backend: Option<Value>,
     namespace: String,
+    created: Option<String>,
 }
 
 /// An Ingress of class `switchyard`, in `default`.
@@ -341,6 +342,7 @@ pub fn ing(name: &str) -> Ing {
         rules: Vec::new(),
         tls: Vec::new(),
         default_backend: None,
+        created: None,
     }
 }
 
@@ -382,6 +384,11 @@ impl Ing {
         self.default_backend = Some(ingress_backend(svc, port));
         self
     }
+    /// `metadata.creationTimestamp` (RFC 3339): the older Ingress wins a conflict.
+    pub fn created(mut self, at: &str) -> Self {
+        self.created = Some(at.into());
+        self
+    }
 }
 
 impl From<Ing> for Value {
@@ -397,6 +404,9 @@ impl From<Ing> for Value {
             spec["defaultBackend"] = b;
         }
         let mut meta = json!({"name": i.name, "namespace": i.namespace});
+        if let Some(at) = i.created {
+            meta["creationTimestamp"] = json!(at);
+        }
         if !i.annotations.is_empty() {
             meta["annotations"] = json!(i.annotations);
         }

@@ -19,6 +19,7 @@ use super::view::*;
 use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{HostPattern, PathRule, PathRules, Router};
 use crate::table::pattern::{Pattern, Patterns};
+use crate::table::policy::{Canary, RoutePolicy};
 use crate::table::upstream::{BackendProtocol, CaBundle, Upstream};
 use crate::table::{
     Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend, RoutingTable, Shared,
@@ -56,6 +57,9 @@ pub(super) struct RouteClaim {
     /// The compiled regular-expression path (`RouteKey::regex`).
     pub(super) pattern: Option<Pattern>,
 }
+
+/// A canary Ingress's path, offered to the main route of the same key.
+pub(super) type CanaryOffer = (Arc<IngressRef>, Arc<Canary>);
 
 /// An Ingress as claims name it, ordered as conflicts between Ingresses are settled: the
 /// oldest first (as ingress-nginx does), then by namespace and name.
@@ -118,6 +122,8 @@ pub(super) struct Builder<'a> {
     pub(super) regex_hosts: HashSet<Option<HostPattern>>,
     /// Ingress regular-expression paths: the previous table's, and those compiled so far.
     pub(super) patterns: Patterns,
+    /// Canary Ingresses' offers, by the route key of the main route they join.
+    pub(super) canaries: HashMap<RouteKey, Vec<CanaryOffer>>,
 }
 
 impl<'a> Builder<'a> {
@@ -158,6 +164,7 @@ impl<'a> Builder<'a> {
             ingress_only: BTreeSet::new(),
             trust: Trust::default(),
             regex_hosts: HashSet::new(),
+            canaries: HashMap::default(),
             patterns: Patterns::from_previous(
                 previous
                     .into_iter()
@@ -702,6 +709,8 @@ impl<'a> Builder<'a> {
             routes.into_iter().partition(|(rk, _)| rk.regex);
         regex_routes
             .sort_by(|(a, _), (b, _)| b.prefix.len().cmp(&a.prefix.len()).then_with(|| a.cmp(b)));
+        let mut canaries = std::mem::take(&mut self.canaries);
+        let mut joined: BTreeSet<ObjectKey> = BTreeSet::new();
         for (rk, mut claims) in routes.into_iter().chain(regex_routes) {
             if claims.len() > 1 {
                 claims.sort_by(|a, b| rank(a).cmp(&rank(b)));
@@ -731,6 +740,16 @@ impl<'a> Builder<'a> {
                     ),
                 });
             }
+            let policy = match canaries.remove(&rk) {
+                None => winner.policy,
+                Some(offers) => join_canary(
+                    (&mut self.warnings, &mut self.policies),
+                    &rk,
+                    winner,
+                    offers,
+                    &mut joined,
+                ),
+            };
             let router = if rk.frontend == Frontend::Https {
                 &mut https
             } else {
@@ -760,12 +779,31 @@ impl<'a> Builder<'a> {
                 ignore_case: rk.ignore_case,
                 exact: rk.exact,
                 regex: winner.pattern.clone().map(Box::new),
-                policy: winner.policy,
+                policy,
                 target: winner.entry,
             });
         }
         http.finish();
         https.finish();
+        // A canary is never the main route: one without a main Ingress's route is not served.
+        let mut unjoined: Vec<_> = canaries.into_iter().collect();
+        unjoined.sort_by(|(a, _), (b, _)| a.cmp(b));
+        for (rk, offers) in unjoined {
+            for (canary, _) in offers {
+                self.warnings.push(Warning {
+                    object: object("Ingress", &canary.namespace, &canary.name),
+                    reason: WarningReason::NotServed,
+                    message: format!(
+                        "canary path {}{}{} has no main Ingress with the same host and path; \
+                         a canary is never served as the main one: not served",
+                        describe_host(&rk.host),
+                        if rk.exact { " exact path " } else { "" },
+                        rk.prefix,
+                    ),
+                });
+            }
+        }
+        self.served_ingresses.extend(joined);
 
         let mut tcp = Vec::new();
         for (port, mut claims) in std::mem::take(&mut self.tcp) {
@@ -832,6 +870,60 @@ impl<'a> Builder<'a> {
         };
         (Built { table, memo }, self.warnings)
     }
+}
+
+/// The policy of `winner`'s route with the oldest of `offers` as its canary (the others
+/// are told), when the winner is an Ingress's; else the canaries are told they are not
+/// served. `joined`: the canary Ingresses that got a route.
+fn join_canary(
+    (warnings, policies): (&mut Vec<Warning>, &mut Vec<RoutePolicy>),
+    rk: &RouteKey,
+    winner: &RouteClaim,
+    mut offers: Vec<CanaryOffer>,
+    joined: &mut BTreeSet<ObjectKey>,
+) -> Option<u32> {
+    offers.sort_by(|a, b| a.0.cmp(&b.0));
+    let route = format!(
+        "{}{}{}",
+        describe_host(&rk.host),
+        if rk.exact { " exact path " } else { "" },
+        rk.prefix
+    );
+    let Some(main) = &winner.ingress else {
+        for (canary, _) in &offers {
+            warnings.push(Warning {
+                object: object("Ingress", &canary.namespace, &canary.name),
+                reason: WarningReason::NotServed,
+                message: format!(
+                    "canary path {route} belongs to a Service's annotations, not to an \
+                     Ingress; not served"
+                ),
+            });
+        }
+        return winner.policy;
+    };
+    let (first, canary) = &offers[0];
+    for (other, _) in &offers[1..] {
+        warnings.push(Warning {
+            object: object("Ingress", &other.namespace, &other.name),
+            reason: WarningReason::RouteConflict,
+            message: format!(
+                "canary path {route} of Ingress {}/{} already has a canary, Ingress {}/{} \
+                 (the oldest); not served",
+                main.namespace, main.name, first.namespace, first.name
+            ),
+        });
+    }
+    joined.insert((first.namespace.clone(), first.name.clone()));
+    let mut policy = winner
+        .policy
+        .and_then(|id| policies.get(id as usize))
+        .cloned()
+        .unwrap_or_else(|| RoutePolicy::of(&format!("{}/{}", main.namespace, main.name)));
+    policy.canary = Some(Arc::clone(canary));
+    let id = u32::try_from(policies.len()).unwrap_or(u32::MAX);
+    policies.push(policy);
+    Some(id)
 }
 
 /// Makes every endpoint of one address share one state, when each was given its own (a cold

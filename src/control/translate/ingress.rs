@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass, IngressTLS};
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, Ingress, IngressBackend, IngressClass, IngressTLS,
+};
 
 use self::ingress_annotation as ia;
 use super::annotations::{MAX_DURATION, nearest_key, parse_bool, parse_duration, show};
@@ -21,9 +23,10 @@ use super::inputs::{meta_key, object};
 use super::nginx;
 use super::view::*;
 use crate::table::cidr::Cidr;
+use crate::table::gateway::Share;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::pattern::{Flavor, Pattern};
-use crate::table::policy::{Location, Redirect, RoutePolicy};
+use crate::table::policy::{Canary, Location, Redirect, RoutePolicy};
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
@@ -102,6 +105,18 @@ pub mod ingress_annotation {
     /// case-insensitive regular expression matched from the start of the path (nginx's
     /// `location ~* "^path"`), the longest first.
     pub const NGINX_USE_REGEX: &str = "nginx.ingress.kubernetes.io/use-regex";
+    /// `"true"`: the Ingress is a canary: its backends take some requests of the routes of
+    /// another Ingress with the same hosts and paths (`canary-by-header`, `-header-value`,
+    /// `-header-pattern`, `canary-by-cookie`, `canary-weight`, `-weight-total` say which).
+    pub const NGINX_CANARY: &str = "nginx.ingress.kubernetes.io/canary";
+    pub const NGINX_CANARY_BY_HEADER: &str = "nginx.ingress.kubernetes.io/canary-by-header";
+    pub const NGINX_CANARY_BY_HEADER_VALUE: &str =
+        "nginx.ingress.kubernetes.io/canary-by-header-value";
+    pub const NGINX_CANARY_BY_HEADER_PATTERN: &str =
+        "nginx.ingress.kubernetes.io/canary-by-header-pattern";
+    pub const NGINX_CANARY_BY_COOKIE: &str = "nginx.ingress.kubernetes.io/canary-by-cookie";
+    pub const NGINX_CANARY_WEIGHT: &str = "nginx.ingress.kubernetes.io/canary-weight";
+    pub const NGINX_CANARY_WEIGHT_TOTAL: &str = "nginx.ingress.kubernetes.io/canary-weight-total";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
     pub const NGINX_ALIASES: [(&str, &str); 16] = [
         (
@@ -183,6 +198,35 @@ enum IngressPath<'p> {
     Regex(Pattern),
 }
 
+impl IngressPath<'_> {
+    /// The route key this path claims on `frontend` and `host`.
+    fn key(&self, frontend: Frontend, host: Option<HostPattern>) -> RouteKey {
+        let (prefix, exact, regex) = match self {
+            IngressPath::Prefix(p) => (*p, false, false),
+            IngressPath::Exact(p) => (*p, true, false),
+            IngressPath::Regex(p) => (p.as_str(), false, true),
+        };
+        RouteKey {
+            frontend,
+            host,
+            prefix: prefix.to_string(),
+            ignore_case: false,
+            exact,
+            regex,
+        }
+    }
+}
+
+/// A canary Ingress's `canary-by-*` and `canary-weight*` annotations, read.
+struct CanaryRule {
+    header: Option<Box<str>>,
+    header_value: Option<Box<str>>,
+    header_pattern: Option<Pattern>,
+    cookie: Option<Box<str>>,
+    weight: u64,
+    total: u64,
+}
+
 /// An Ingress's annotations, read.
 #[derive(Debug, Default)]
 struct IngressSettings {
@@ -248,21 +292,27 @@ impl<'a> Builder<'a> {
             let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
             let who = object("Ingress", ns, name);
             let annotations = ing.metadata.annotations.as_ref();
-            if let Some(key) = annotations.and_then(canary) {
-                // Not served at all: claiming its paths would let a canary older than its main
-                // Ingress win their conflict and take every request.
-                self.warnings.push(Warning {
-                    object: who,
-                    reason: WarningReason::NotServed,
-                    message: format!(
-                        "{key} is \"true\": switchyard does not split traffic by canary \
-                         annotations yet, and a canary must never serve as the main Ingress; \
-                         not served (the main Ingress keeps all the traffic)"
-                    ),
-                });
+            let refused = annotations.map(nginx::refusing).unwrap_or_default();
+            if annotations.is_some_and(is_canary) {
+                // A canary never claims a path: it joins its main Ingress's routes in
+                // `finish`, so that it can never serve as the main one.
+                if refused.is_empty() {
+                    self.add_canary(ing, services, &mut entry_ids);
+                } else {
+                    self.warnings.push(Warning {
+                        object: who,
+                        reason: WarningReason::NotServed,
+                        message: format!(
+                            "a canary that carries {} (which restrict access in a way \
+                             switchyard does not carry out yet: {}) is not served; its main \
+                             Ingress keeps all the traffic",
+                            refused.join(", "),
+                            refusal_notes(&refused, annotations),
+                        ),
+                    });
+                }
                 continue;
             }
-            let refused = annotations.map(nginx::refusing).unwrap_or_default();
             if refused.is_empty() {
                 self.served_ingresses
                     .insert((ns.to_string(), name.to_string()));
@@ -332,15 +382,7 @@ impl<'a> Builder<'a> {
             settings.allow.clear();
             settings.deny = every_address();
         }
-        let me = Arc::new(IngressRef {
-            created: ing
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string()),
-            namespace: ns.to_string(),
-            name: name.to_string(),
-        });
+        let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
             return;
         };
@@ -411,53 +453,9 @@ impl<'a> Builder<'a> {
             };
             let regex = self.regex_hosts.contains(&host);
             for p in &http.paths {
-                let path = p.path.as_deref().unwrap_or("/");
-                let exact = match p.path_type.as_str() {
-                    "Exact" => true,
-                    "Prefix" | "ImplementationSpecific" => false,
-                    other => {
-                        self.warn_ingress(
-                            &who,
-                            format!(
-                                "path {} has pathType {} (Exact, Prefix or ImplementationSpecific); \
-                                 path skipped",
-                                show(path),
-                                show(other)
-                            ),
-                        );
-                        continue;
-                    }
-                };
-                let claimed = if regex {
-                    // Every path of the host, Exact too, is nginx's `~* "^path"`.
-                    match self.regex_path(&who, path) {
-                        Some(claimed) => claimed,
-                        None => continue,
-                    }
-                } else if let Err(why) = validate_prefix(path) {
-                    self.warn_ingress(&who, format!("path {} {why}; path skipped", show(path)));
+                let Some(claimed) = self.ingress_path(&who, regex, p) else {
                     continue;
-                } else if exact {
-                    IngressPath::Exact(path)
-                } else {
-                    // Prefix matching is element-wise and ignores a trailing slash (the
-                    // spec: `/foo/` matches `/foo`).
-                    IngressPath::Prefix(match path.trim_end_matches('/') {
-                        "" => "/",
-                        trimmed => trimmed,
-                    })
                 };
-                if !regex && looks_like_regex(path) {
-                    self.warn_ingress(
-                        &who,
-                        format!(
-                            "path {} looks like a regular expression, which it is only with \
-                             ingress-nginx's use-regex or rewrite-target on an Ingress of its \
-                             host; it is matched as a literal prefix",
-                            show(path)
-                        ),
-                    );
-                }
                 let Some(entry) = self.ingress_backend(&who, &p.backend, services, entry_ids)
                 else {
                     continue;
@@ -501,6 +499,149 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// A canary Ingress: for each of its paths, its backend and its rule, offered to the
+    /// main Ingress's route of the same host and path (`finish` joins them). Its other
+    /// annotations are its main's, as in ingress-nginx.
+    fn add_canary(
+        &mut self,
+        ing: &Ingress,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) {
+        let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
+        let who = object("Ingress", ns, name);
+        let empty = BTreeMap::new();
+        let map = ing.metadata.annotations.as_ref().unwrap_or(&empty);
+        let rule = self.canary_rule(&who, map);
+        let me = Arc::new(ingress_ref(ing));
+        let origin: Box<str> = format!("{ns}/{name}").into();
+        let Some(spec) = ing.spec.as_ref() else {
+            return;
+        };
+        if spec.default_backend.is_some() {
+            self.warn_ingress(
+                &who,
+                "a canary's defaultBackend is not served: a canary takes requests of its main \
+                 Ingress's rules only"
+                    .into(),
+            );
+        }
+        for r in spec.rules.as_deref().unwrap_or(&[]) {
+            let host = match r.host.as_deref().filter(|h| !h.is_empty()) {
+                None => None,
+                Some(h) => match ingress_host(h) {
+                    Ok(pattern) => Some(pattern),
+                    Err(why) => {
+                        self.warn_ingress(
+                            &who,
+                            format!("rule host {} {why}; rule skipped", show(h)),
+                        );
+                        continue;
+                    }
+                },
+            };
+            let regex = self.regex_hosts.contains(&host);
+            for p in r.http.iter().flat_map(|h| &h.paths) {
+                let Some(path) = self.ingress_path(&who, regex, p) else {
+                    continue;
+                };
+                let Some(entry) = self.ingress_backend(&who, &p.backend, services, entry_ids)
+                else {
+                    continue;
+                };
+                let canary = Arc::new(Canary {
+                    origin: origin.clone(),
+                    entry,
+                    header: rule.header.clone(),
+                    header_value: rule.header_value.clone(),
+                    header_pattern: rule.header_pattern.clone(),
+                    cookie: rule.cookie.clone(),
+                    weight: Share::new(rule.weight, rule.total),
+                });
+                for frontend in [Frontend::Http, Frontend::Https] {
+                    self.canaries
+                        .entry(path.key(frontend, host.clone()))
+                        .or_default()
+                        .push((Arc::clone(&me), Arc::clone(&canary)));
+                }
+            }
+        }
+    }
+
+    /// A canary's `canary-by-*` and `canary-weight*` annotations, read; a value that cannot
+    /// be read is warned about and takes nothing to the canary.
+    fn canary_rule(&mut self, who: &ObjectRef, map: &BTreeMap<String, String>) -> CanaryRule {
+        let text = |key: &str| {
+            map.get(key)
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+                .map(Box::<str>::from)
+        };
+        let mut rule = CanaryRule {
+            header: text(ia::NGINX_CANARY_BY_HEADER).map(|h| h.to_ascii_lowercase().into()),
+            header_value: text(ia::NGINX_CANARY_BY_HEADER_VALUE),
+            header_pattern: None,
+            cookie: text(ia::NGINX_CANARY_BY_COOKIE),
+            weight: 0,
+            total: 100,
+        };
+        let bad = |b: &mut Self, key: &str, v: &str, why: String| {
+            b.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!("{key}: {} {why}", show(v)),
+            });
+        };
+        if let Some(h) = rule.header.as_deref()
+            && !h
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b))
+        {
+            bad(
+                self,
+                ia::NGINX_CANARY_BY_HEADER,
+                h,
+                "is not a header name; no request has it".into(),
+            );
+        }
+        if let Some(v) = text(ia::NGINX_CANARY_BY_HEADER_PATTERN)
+            && rule.header_value.is_none()
+        {
+            match self.patterns.get_as(&v, Flavor::Search) {
+                Ok(p) => rule.header_pattern = Some(p),
+                Err(e) => bad(
+                    self,
+                    ia::NGINX_CANARY_BY_HEADER_PATTERN,
+                    &v,
+                    format!("{e}; it never matches"),
+                ),
+            }
+        }
+        if let Some(v) = map.get(ia::NGINX_CANARY_WEIGHT_TOTAL) {
+            match v.trim().parse::<u64>() {
+                Ok(n) if (1..=1_000_000).contains(&n) => rule.total = n,
+                _ => bad(
+                    self,
+                    ia::NGINX_CANARY_WEIGHT_TOTAL,
+                    v,
+                    "is not a whole number from 1 to 1000000; 100 applies".into(),
+                ),
+            }
+        }
+        if let Some(v) = map.get(ia::NGINX_CANARY_WEIGHT) {
+            match v.trim().parse::<u64>() {
+                Ok(n) => rule.weight = n.min(rule.total),
+                Err(_) => bad(
+                    self,
+                    ia::NGINX_CANARY_WEIGHT,
+                    v,
+                    "is not a whole number; 0 applies (no request by weight)".into(),
+                ),
+            }
+        }
+        rule
+    }
+
     /// Claims `prefix` on `host` for `entry` on both HTTP frontends (an Ingress is served on
     /// the plain port and the TLS port alike).
     fn claim(
@@ -511,29 +652,77 @@ impl<'a> Builder<'a> {
         (entry, policy): (EntryId, Option<u32>),
         alias: bool,
     ) {
-        let (prefix, exact, pattern) = match path {
-            IngressPath::Prefix(p) => (*p, false, None),
-            IngressPath::Exact(p) => (*p, true, None),
-            IngressPath::Regex(p) => (p.as_str(), false, Some(p)),
-        };
         for frontend in [Frontend::Http, Frontend::Https] {
-            let rk = RouteKey {
-                frontend,
-                host: host.clone(),
-                prefix: prefix.to_string(),
-                ignore_case: false,
-                exact,
-                regex: pattern.is_some(),
-            };
+            let rk = path.key(frontend, host.clone());
             self.routes.entry(rk).or_default().push(RouteClaim {
                 entry,
                 strip: false,
                 ingress: Some(Arc::clone(me)),
                 policy,
                 alias,
-                pattern: pattern.cloned(),
+                pattern: match path {
+                    IngressPath::Regex(p) => Some(p.clone()),
+                    _ => None,
+                },
             });
         }
+    }
+
+    /// How path `p` of a rule is matched: as nginx's `~* "^path"` when its host's paths are
+    /// regular expressions (`regex`), else by its type. A path that cannot be is warned
+    /// about and skipped (`None`).
+    fn ingress_path<'p>(
+        &mut self,
+        who: &ObjectRef,
+        regex: bool,
+        p: &'p HTTPIngressPath,
+    ) -> Option<IngressPath<'p>> {
+        let path = p.path.as_deref().unwrap_or("/");
+        let exact = match p.path_type.as_str() {
+            "Exact" => true,
+            "Prefix" | "ImplementationSpecific" => false,
+            other => {
+                self.warn_ingress(
+                    who,
+                    format!(
+                        "path {} has pathType {} (Exact, Prefix or ImplementationSpecific); \
+                         path skipped",
+                        show(path),
+                        show(other)
+                    ),
+                );
+                return None;
+            }
+        };
+        if regex {
+            // Every path of the host, Exact too, is nginx's `~* "^path"`.
+            return self.regex_path(who, path);
+        }
+        if let Err(why) = validate_prefix(path) {
+            self.warn_ingress(who, format!("path {} {why}; path skipped", show(path)));
+            return None;
+        }
+        if looks_like_regex(path) {
+            self.warn_ingress(
+                who,
+                format!(
+                    "path {} looks like a regular expression, which it is only with \
+                     ingress-nginx's use-regex or rewrite-target on an Ingress of its host; it \
+                     is matched as a literal prefix",
+                    show(path)
+                ),
+            );
+        }
+        Some(if exact {
+            IngressPath::Exact(path)
+        } else {
+            // Prefix matching is element-wise and ignores a trailing slash (the spec: `/foo/`
+            // matches `/foo`).
+            IngressPath::Prefix(match path.trim_end_matches('/') {
+                "" => "/",
+                trimmed => trimmed,
+            })
+        })
     }
 
     /// An ingress-nginx regular-expression path (`location ~* "^path"`), compiled; a path
@@ -1033,7 +1222,7 @@ fn regex_hosts(ingresses: &[&Ingress]) -> HashSet<Option<HostPattern>> {
         let Some(a) = ing.metadata.annotations.as_ref() else {
             continue;
         };
-        if !asks_for_regex(a) || canary(a).is_some() {
+        if !asks_for_regex(a) || is_canary(a) {
             continue;
         }
         let rules = ing.spec.as_ref().and_then(|s| s.rules.as_deref());
@@ -1121,13 +1310,26 @@ fn every_address() -> Vec<Cidr> {
         .collect()
 }
 
-/// The key that makes an Ingress a canary of another (`canary: "true"`, read as ingress-nginx
-/// reads a boolean), if it does.
-fn canary(map: &BTreeMap<String, String>) -> Option<&'static str> {
-    const KEY: &str = "nginx.ingress.kubernetes.io/canary";
-    map.get(KEY)
-        .is_some_and(|v| matches!(nginx::support(KEY, v, map), nginx::Support::Refused(_)))
-        .then_some(KEY)
+/// An Ingress as its claims name it.
+fn ingress_ref(ing: &Ingress) -> IngressRef {
+    let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
+    IngressRef {
+        created: ing
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string()),
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    }
+}
+
+/// Whether an Ingress is a canary of another (`canary: "true"`, read as ingress-nginx reads a
+/// boolean).
+fn is_canary(map: &BTreeMap<String, String>) -> bool {
+    map.get(ia::NGINX_CANARY)
+        .and_then(|v| parse_bool(v))
+        .unwrap_or(false)
 }
 
 /// Why each of `refused` refuses its Ingress, once per reason (the catalogue's notes).

@@ -29,7 +29,7 @@ pub enum Support {
     Ignored(&'static str),
     /// It restricts who is served, or hands the connection to the backend, and is not carried
     /// out: the Ingress is not served (warned; its routes answer 403, or, for a canary, its
-    /// main Ingress keeps the traffic), never served open.
+    /// main Ingress keeps all the traffic), never served open.
     Refused(&'static str),
 }
 
@@ -58,7 +58,7 @@ const EXT_AUTH_WITH: &str = "read only with auth-url, which refuses the Ingress"
 const TLS_AUTH: &str = "client-certificate verification per Ingress is not carried out yet \
                         (--ssl-ca-cert verifies clients on the whole TLS port)";
 const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the Ingress";
-const CANARY_WITH: &str = "read only on a canary Ingress, which is not served";
+const CANARY_WITH: &str = "read only on a canary Ingress (canary: \"true\")";
 const AFFINITY: &str = "cookie affinity per Ingress is not served yet; the Service annotation \
                         serviceloadbalancer/lb.cookie-sticky-session gives cookie stickiness";
 const REDIRECT_AS_WRITTEN: &str = "the location is sent as written (an http(s) URL or an \
@@ -128,16 +128,26 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     (
         "canary",
-        Support::Refused(
-            "traffic is not split by canary annotations yet: the canary Ingress is not served and its main Ingress keeps all the traffic (weighted backendRefs of an HTTPRoute split it)",
+        Support::Differs(
+            "served as ingress-nginx does (the canary takes requests of its main Ingress's \
+             routes with the same host and path; without one it is not served), except that \
+             a canary carrying an annotation that refuses an Ingress (authentication, client \
+             certificates) is not served at all, rather than inheriting its main's",
         ),
     ),
-    ("canary-by-cookie", Support::Ignored(CANARY_WITH)),
-    ("canary-by-header", Support::Ignored(CANARY_WITH)),
-    ("canary-by-header-pattern", Support::Ignored(CANARY_WITH)),
-    ("canary-by-header-value", Support::Ignored(CANARY_WITH)),
-    ("canary-weight", Support::Ignored(CANARY_WITH)),
-    ("canary-weight-total", Support::Ignored(CANARY_WITH)),
+    ("canary-by-cookie", Support::Served),
+    ("canary-by-header", Support::Served),
+    (
+        "canary-by-header-pattern",
+        Support::Differs(
+            "searched for in the header's value as ingress-nginx does, in RE2's dialect \
+             (the regex crate's) rather than PCRE's; one that does not compile is warned \
+             about and never matches",
+        ),
+    ),
+    ("canary-by-header-value", Support::Served),
+    ("canary-weight", Support::Served),
+    ("canary-weight-total", Support::Served),
     ("client-body-buffer-size", Support::Ignored(BUFFERING)),
     ("configuration-snippet", Support::Ignored(SNIPPET)),
     (
@@ -385,7 +395,15 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
         return UNKNOWN;
     };
     match short {
-        "canary" if parse_bool(value) == Some(false) => Support::Served,
+        "canary" if parse_bool(value) != Some(true) => Support::Served,
+        k if k.starts_with("canary-")
+            && all
+                .get(&format!("{PREFIX}canary"))
+                .and_then(|v| parse_bool(v))
+                != Some(true) =>
+        {
+            Support::Ignored(CANARY_WITH)
+        }
         "ssl-passthrough" if parse_bool(value) != Some(true) => {
             Support::Ignored("not true: no passthrough asked for")
         }
@@ -403,14 +421,10 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
     }
 }
 
-/// The keys of `all` that refuse their Ingress (`Support::Refused`), but `canary`, which
-/// keeps the Ingress out altogether rather than answering 403 on its routes.
+/// The keys of `all` that refuse their Ingress (`Support::Refused`).
 pub(super) fn refusing(all: &BTreeMap<String, String>) -> Vec<&str> {
     all.iter()
-        .filter(|(k, v)| {
-            matches!(support(k, v, all), Support::Refused(_))
-                && k.strip_prefix(PREFIX) != Some("canary")
-        })
+        .filter(|(k, v)| matches!(support(k, v, all), Support::Refused(_)))
         .map(|(k, _)| k.as_str())
         .collect()
 }
@@ -655,15 +669,18 @@ mod tests {
         ]);
         assert!(refusing(&off).is_empty());
         assert!(refusing(&map(&[("ssl-passthrough", "false")])).is_empty());
-        // A canary is kept out altogether, not answered 403: refused, but not here.
-        let canary = map(&[("canary", "true")]);
+        // A canary is served; its keys are read only on one.
+        let canary = map(&[("canary", "true"), ("canary-weight", "10")]);
         assert!(refusing(&canary).is_empty());
         let key = format!("{PREFIX}canary");
         assert!(matches!(
             support(&key, "true", &canary),
-            Support::Refused(_)
+            Support::Differs(_)
         ));
-        assert_eq!(support(&key, "false", &canary), Support::Served);
+        let weight = format!("{PREFIX}canary-weight");
+        assert_eq!(support(&weight, "10", &canary), Support::Served);
+        let main = map(&[("canary-weight", "10")]);
+        assert_eq!(support(&weight, "10", &main), Support::Ignored(CANARY_WITH));
     }
 
     #[test]

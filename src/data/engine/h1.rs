@@ -355,6 +355,13 @@ impl RequestView for FastView<'_> {
             .map(|f| &self.head[f.value.clone()])
     }
 
+    fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .filter(|f| self.head[f.name.clone()].eq_ignore_ascii_case(b"cookie"))
+            .find_map(|f| crate::table::sticky::find_cookie(&self.head[f.value.clone()], name))
+    }
+
     fn query(&self) -> Option<&str> {
         self.query
     }

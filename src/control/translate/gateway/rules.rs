@@ -20,7 +20,7 @@ use crate::control::translate::build::Builder;
 use crate::control::translate::view::*;
 use crate::table::gateway::{
     Action, Backend, Backends, GatewayRoutes, GatewayRule, HeaderFilter, Mirror, PathRewrite,
-    Redirect, ValueMatch,
+    Redirect, Share, ValueMatch,
 };
 use crate::table::matcher::validate_prefix;
 use crate::table::pattern::{Pattern, PatternError, Patterns};
@@ -244,9 +244,7 @@ impl Builder<'_> {
             match self.gateway_backend(who, &to, given.grants, given.services, entry_ids) {
                 Ok(entry) => out.mirrors.push(Mirror {
                     entry,
-                    numerator,
-                    denominator,
-                    turn: Shared::default(),
+                    share: Share::new(numerator, denominator),
                 }),
                 Err(u) => {
                     unresolved.get_or_insert(u);

@@ -1168,26 +1168,48 @@ fn an_ingress_asking_for_authentication_is_refused_to_everyone_not_served_open()
 }
 
 #[test]
-fn a_canary_ingress_is_never_served_even_when_older_than_its_main_one() {
+fn a_canary_joins_its_main_route_and_is_never_the_main_one() {
     let (s, e) = svcs();
-    let r = |to: &str, port: u16| {
+    let r = |host: &str, to: &str, port: u16| {
         vec![rule(
-            Some("h.test"),
+            Some(host),
             vec![path("/", "Prefix", backend(to, port))],
         )]
     };
-    let canary = created(
-        annotated(
-            ing("default", "canary", Some("switchyard"), r("api", 8080)),
-            "nginx.ingress.kubernetes.io/canary",
-            "true",
-        ),
-        "2020-01-01T00:00:00Z",
+    let canary_of = |name: &str, host: &str, at: &str| {
+        let c = created(
+            annotated(
+                ing("default", name, Some("switchyard"), r(host, "api", 8080)),
+                "nginx.ingress.kubernetes.io/canary",
+                "true",
+            ),
+            at,
+        );
+        annotated(c, "nginx.ingress.kubernetes.io/canary-weight", "10")
+    };
+    // Older than its main Ingress, which once made it take every request.
+    let canary = canary_of("canary", "h.test", "2020-01-01T00:00:00Z");
+    let second = canary_of("second", "h.test", "2021-01-01T00:00:00Z");
+    let orphan = canary_of("orphan", "o.test", "2021-01-01T00:00:00Z");
+    let guarded = annotated(
+        canary_of("guarded", "g.test", "2021-01-01T00:00:00Z"),
+        "nginx.ingress.kubernetes.io/auth-type",
+        "basic",
     );
-    let canary = annotated(canary, "nginx.ingress.kubernetes.io/canary-weight", "10");
     let main = created(
-        ing("default", "main", Some("switchyard"), r("web", 80)),
+        ing(
+            "default",
+            "main",
+            Some("switchyard"),
+            r("h.test", "web", 80),
+        ),
         "2024-01-01T00:00:00Z",
+    );
+    let main_g = ing(
+        "default",
+        "main-g",
+        Some("switchyard"),
+        r("g.test", "web", 80),
     );
     // `canary: "false"` is an ordinary Ingress.
     let not_canary = annotated(
@@ -1195,10 +1217,7 @@ fn a_canary_ingress_is_never_served_even_when_older_than_its_main_one() {
             "default",
             "plain",
             Some("switchyard"),
-            vec![rule(
-                Some("p.test"),
-                vec![path("/", "Prefix", backend("api", 8080))],
-            )],
+            r("p.test", "api", 8080),
         ),
         "nginx.ingress.kubernetes.io/canary",
         "false",
@@ -1206,28 +1225,76 @@ fn a_canary_ingress_is_never_served_even_when_older_than_its_main_one() {
     let (b, w) = build(
         &s,
         &e,
-        &[canary, main, not_canary],
+        &[canary, second, orphan, guarded, main, main_g, not_canary],
         &[ours()],
         &[],
         &Options::default(),
     );
+    for frontend in [Frontend::Http, Frontend::Https] {
+        assert_eq!(
+            reach(&b.table, frontend, "h.test", "/x").as_deref(),
+            Some("web")
+        );
+        let rule = b
+            .table
+            .router(frontend)
+            .unwrap()
+            .lookup(Some(b"h.test"), "/x")
+            .unwrap();
+        let c = b.table.policies[rule.policy.unwrap() as usize]
+            .canary
+            .as_deref()
+            .unwrap();
+        assert_eq!(&*c.origin, "default/canary", "the oldest canary");
+        assert_eq!((c.weight.numerator, c.weight.denominator), (10, 100));
+        let g = b
+            .table
+            .router(frontend)
+            .unwrap()
+            .lookup(Some(b"g.test"), "/")
+            .unwrap();
+        assert!(
+            b.table
+                .policies
+                .get(g.policy.unwrap_or(u32::MAX) as usize)
+                .is_none_or(|p| p.canary.is_none())
+        );
+    }
     assert_eq!(
-        reach(&b.table, Frontend::Http, "h.test", "/x").as_deref(),
-        Some("web")
+        reach(&b.table, Frontend::Http, "o.test", "/"),
+        None,
+        "a canary alone"
     );
-    assert_eq!(
-        reach(&b.table, Frontend::Https, "h.test", "/x").as_deref(),
-        Some("web")
-    );
-    assert!(!is_served(&b, "canary") && is_served(&b, "main") && is_served(&b, "plain"));
-    let refused: Vec<_> = w
-        .iter()
-        .filter(|w| w.reason == WarningReason::NotServed)
-        .collect();
-    assert_eq!(refused.len(), 1, "{w:?}");
-    assert_eq!(refused[0].object.name, "canary");
+    assert!(is_served(&b, "canary") && is_served(&b, "main") && is_served(&b, "plain"));
+    for name in ["second", "orphan", "guarded"] {
+        assert!(!is_served(&b, name), "{name}");
+    }
+    let about = |name: &str| {
+        w.iter()
+            .filter(|w| w.object.name == name)
+            .map(|w| (w.reason, w.message.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert!(about("canary").is_empty(), "{w:?}");
+    let orphan = about("orphan");
     assert!(
-        !w.iter().any(|w| w.reason == WarningReason::RouteConflict),
-        "{w:?}"
+        orphan.len() == 1
+            && orphan[0].0 == WarningReason::NotServed
+            && orphan[0].1.contains("no main Ingress"),
+        "{orphan:?}"
+    );
+    let second = about("second");
+    assert!(
+        second.len() == 1
+            && second[0].0 == WarningReason::RouteConflict
+            && second[0].1.contains("default/canary"),
+        "{second:?}"
+    );
+    let guarded = about("guarded");
+    assert!(
+        guarded.len() == 1
+            && guarded[0].0 == WarningReason::NotServed
+            && guarded[0].1.contains("auth-type"),
+        "{guarded:?}"
     );
 }
