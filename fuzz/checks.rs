@@ -23,7 +23,9 @@ use switchyard::data::wire::h1::request::{build_request, parse_request};
 use switchyard::data::wire::h1::response::{Framing, Head, MAX_RESPONSE_HEADERS, response_head};
 use switchyard::data::wire::h2::conn as h2_conn;
 use switchyard::data::wire::hpack::{Decoder, Encoder, huffman};
-use switchyard::decide::edits::{ASSERTED, ClientCert, Forwarding, request_edits, response_edits};
+use switchyard::decide::edits::{
+    ASSERTED, ClientCert, Forwarding, Hidden, request_edits, response_edits,
+};
 use switchyard::decide::target::valid_host;
 use switchyard::table::sticky::{COOKIE_NAME, find_cookie, strip_cookie};
 
@@ -73,6 +75,9 @@ struct Client {
     ip: Option<IpAddr>,
     sticky: bool,
     verified: bool,
+    /// switchyard's basic authentication admitted the request: its `Authorization` is not
+    /// forwarded.
+    authenticated: bool,
 }
 
 fn client(flags: u8) -> Client {
@@ -92,6 +97,7 @@ fn client(flags: u8) -> Client {
         ip,
         sticky: flags & 1 != 0,
         verified: flags & 8 != 0,
+        authenticated: flags & 64 != 0,
     }
 }
 
@@ -167,7 +173,11 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
         ClientCert::Absent
     };
     let ip_text = c.ip.map(|ip| ip.to_string());
-    let edits = request_edits(&c.fwd, ip_text.as_deref(), c.sticky, || cert);
+    let hidden = Hidden {
+        sticky_cookie: c.sticky,
+        authorization: c.authenticated,
+    };
+    let edits = request_edits(&c.fwd, ip_text.as_deref(), hidden, || cert);
     let mut out = Vec::new();
     build_request(&mut out, buf, req, fields, None, &edits);
     let ctx = || format!("input {:?}\noutput {:?}", show(buf), show(&out));
@@ -296,7 +306,15 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
             || ASSERTED.iter().any(|e| is(n, e))
             || (c.ip.is_some() && is(n, "x-forwarded-for"))
             || (c.sticky && is(n, "cookie"))
+            || (c.authenticated && is(n, "authorization"))
     };
+    if c.authenticated {
+        assert!(
+            !outh.iter().any(|(n, _)| is(n, "authorization")),
+            "authorization forwarded: {}",
+            ctx()
+        );
+    }
     let kept_in: Vec<&Header> = inh.iter().filter(|(n, _)| !edited(n)).collect();
     let kept_out: Vec<&Header> = outh.iter().filter(|(n, _)| !edited(n)).collect();
     assert_eq!(kept_out, kept_in, "forwarded fields: {}", ctx());

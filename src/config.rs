@@ -273,9 +273,10 @@ pub struct Args {
     )]
     pub gateway_addresses: Vec<IpAddr>,
 
-    /// Watch only the `kubernetes.io/tls` Secrets with these labels (a Kubernetes label
-    /// selector, e.g. `switchyard.io/tls=true`), so other TLS Secrets are never sent to
-    /// switchyard or kept in its memory.
+    /// Watch only the `kubernetes.io/tls` Secrets (and the `Opaque` ones with an htpasswd
+    /// `auth` key, for basic authentication) with these labels (a Kubernetes label selector,
+    /// e.g. `switchyard.io/tls=true`), so other Secrets are never sent to switchyard or kept
+    /// in its memory.
     #[arg(
         long,
         value_name = "SELECTOR",
@@ -715,7 +716,7 @@ pub struct Config {
     pub backend_client_cert: Option<(PathBuf, PathBuf)>,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
-    /// `--secret-label-selector`: the TLS Secrets watched.
+    /// `--secret-label-selector`: the TLS (and basic-authentication) Secrets watched.
     pub secret_label_selector: Option<String>,
     /// `--configmap-label-selector`: the ConfigMaps watched.
     pub configmap_label_selector: Option<String>,

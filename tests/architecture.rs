@@ -41,6 +41,8 @@ const WINGS: &[Wing] = &[
             "thiserror",
             // Gateway RegularExpression matches (table/pattern.rs).
             "regex",
+            // htpasswd's {SHA}/{SSHA} hashes (table/auth.rs).
+            "base64",
         ],
     },
     Wing {
@@ -56,6 +58,12 @@ const WINGS: &[Wing] = &[
             "bytes",
             "httparse",
             "thiserror",
+            // Basic authentication: the Authorization value and the hashes htpasswd writes
+            // (decide/auth.rs); pure functions, no I/O.
+            "base64",
+            "sha1",
+            "md5",
+            "bcrypt",
         ],
     },
     Wing {
@@ -1456,7 +1464,7 @@ fn the_checker_reports_exactly_the_injected_violations() {
     );
     assert_eq!(
         rules[5],
-        "names crate pingora: WINGS table.crates allows [arc_swap, ahash, serde, serde_json, http, thiserror, regex]"
+        "names crate pingora: WINGS table.crates allows [arc_swap, ahash, serde, serde_json, http, thiserror, regex, base64]"
     );
 
     let routes: Vec<(&str, String)> = report.cycles.iter().map(|c| (c.kind, c.route())).collect();

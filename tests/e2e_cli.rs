@@ -498,7 +498,7 @@ fn the_ingress_nginx_report_says_what_each_annotation_gets() {
         svc("web", 80).into(),
         ingress_class("switchyard", false),
         ing("admin")
-            .ann(&nginx("auth-type"), "basic")
+            .ann(&nginx("auth-type"), "digest")
             .ann(&nginx("proxy-body-size"), "8m")
             .rule(Some("a.test"), &[("/", "Prefix", "web", 80)])
             .into(),

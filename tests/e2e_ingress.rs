@@ -363,6 +363,104 @@ async fn get_host_path(sy: &Switchyard, host: &str, path: &str, more: &[(&str, &
     get(sy.http_port, path, &headers).await
 }
 
+/// ingress-nginx's basic authentication on both engines: the realm's challenge with 401, a
+/// user of the htpasswd Secret (Apache MD5 and bcrypt hashes) served without its credentials
+/// reaching the backend, and the cases that cannot be checked failing closed (a missing
+/// Secret, digest authentication): 403, nothing reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_authentication_as_ingress_nginx() {
+    use base64::Engine as _;
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "basic-auth", "namespace": "default"},
+        "type": "Opaque",
+        "stringData": {"auth": "alice:$apr1$saltsalt$11QAx5Oiaores.cTy1Ple.\n\
+            bob:$2a$04$UuTkLRZZ6QofpDOlMz32MuuxEHA43WOemOYHPz6.SjsVsyO1tDU96\n"}
+    }));
+    let auth = |i: Ing, secret: &str| {
+        i.ann("nginx.ingress.kubernetes.io/auth-type", "basic")
+            .ann("nginx.ingress.kubernetes.io/auth-secret", secret)
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-realm",
+                "Authentication Required - alice",
+            )
+    };
+    objs.push(
+        auth(ing("private"), "basic-auth")
+            .rule(Some("auth.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        auth(ing("lost"), "no-such-secret")
+            .rule(Some("lost.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    objs.push(
+        ing("digest")
+            .ann("nginx.ingress.kubernetes.io/auth-type", "digest")
+            .ann("nginx.ingress.kubernetes.io/auth-secret", "basic-auth")
+            .rule(Some("digest.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    let basic = |user_pass: &str| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(user_pass);
+        format!("Basic {b64}")
+    };
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let ask = |host: &'static str, authorization: Option<String>| {
+            let port = sy.http_port;
+            async move {
+                let mut headers = vec![("host", host.to_string())];
+                if let Some(a) = authorization {
+                    headers.push(("authorization", a));
+                }
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                get(port, "/x?y=1", &headers).await
+            }
+        };
+        let before = web.count();
+        for refused in [
+            None,
+            Some(basic("alice:wrong")),
+            Some(basic("eve:p@ss word")),
+        ] {
+            let r = ask("auth.test", refused.clone()).await;
+            assert_eq!(r.status, 401, "{engine} {refused:?}: {r:?}");
+            assert_eq!(
+                r.header("www-authenticate").as_deref(),
+                Some("Basic realm=\"Authentication Required - alice\""),
+                "{engine}"
+            );
+        }
+        assert_eq!(
+            web.count(),
+            before,
+            "{engine}: a refused request reached the backend"
+        );
+        for user in ["alice:p@ss word", "bob:password"] {
+            let r = ask("auth.test", Some(basic(user))).await;
+            assert_eq!(r.status, 200, "{engine} {user}: {r:?}");
+            assert_eq!(r.uri(), "/x?y=1");
+            assert_eq!(
+                r.seen_header("authorization"),
+                None,
+                "{engine}: the credentials are switchyard's, not the backend's"
+            );
+        }
+        let before = api.count();
+        for host in ["lost.test", "digest.test"] {
+            let r = ask(host, Some(basic("alice:p@ss word"))).await;
+            assert_eq!(r.status, 403, "{engine} {host}: fails closed: {r:?}");
+        }
+        assert_eq!(api.count(), before, "{engine}");
+    }
+}
+
 /// ingress-nginx's redirect annotations, with its statuses and locations, on both engines:
 /// `permanent-redirect` (301, or `permanent-redirect-code`) wins over `temporal-redirect`
 /// (302), nginx's `$request_uri`-style variables are filled in, `app-root` sends `/` itself

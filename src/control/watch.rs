@@ -1,6 +1,6 @@
 //! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices (and
-//! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the ConfigMaps that hold a `ca.crt`
-//! (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes,
+//! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the `Opaque` Secrets and the
+//! ConfigMaps that hold an htpasswd `auth` or a `ca.crt` (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes,
 //! GRPCRoutes and ReferenceGrants, and Namespaces), keeps one store of each,
 //! coalesces events, and publishes through the same `Pipeline` as the offline source.
 //!
@@ -251,6 +251,56 @@ where
 /// a cluster's other Secrets, often thousands, are never sent, stored or parsed.
 const TLS_SECRETS: &str = "type=kubernetes.io/tls";
 
+/// The Secrets an Ingress's basic authentication names (ingress-nginx's `auth-secret`,
+/// made by `kubectl create secret generic NAME --from-file=auth`) are `Opaque`: those are
+/// watched too, each cut down to its `auth` key as it arrives, and one without it is not
+/// kept (as the ConfigMaps are, below).
+const OPAQUE_SECRETS: &str = "type=Opaque";
+
+/// The key of an `Opaque` Secret that holds an htpasswd file.
+const AUTH_KEY: &str = "auth";
+
+fn auth_secret_stream(
+    client: &Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<Secret>, watcher::Error>> + Send {
+    let api: Api<Secret> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let cut = watch_stream(api, config)
+        .modify(slim_auth_secret)
+        .filter_map(|ev| std::future::ready(only_auth_secrets(ev)));
+    backed_off(cut, None)
+}
+
+/// Drops all of a Secret but its name, labels and `auth`.
+fn slim_auth_secret(s: &mut Secret) {
+    slim(s);
+    s.metadata.annotations = None;
+    s.string_data = None;
+    if let Some(d) = s.data.as_mut() {
+        d.retain(|k, _| k == AUTH_KEY);
+    }
+}
+
+fn holds_auth(s: &Secret) -> bool {
+    s.data.as_ref().is_some_and(|d| !d.is_empty())
+}
+
+/// A (slimmed) Secret event as the store should see it: one without `auth` is left out of a
+/// list and deleted by a change.
+fn only_auth_secrets(
+    ev: Result<Event<Secret>, watcher::Error>,
+) -> Option<Result<Event<Secret>, watcher::Error>> {
+    match ev {
+        Ok(Event::InitApply(s)) if !holds_auth(&s) => None,
+        Ok(Event::Apply(s)) if !holds_auth(&s) => Some(Ok(Event::Delete(s))),
+        ev => Some(ev),
+    }
+}
+
 /// ConfigMaps, for the CA bundles Services name (`lb.backend-ca-configmap`). A cluster's
 /// ConfigMaps are many and hold whole configuration files, so each is cut down to its
 /// `ca.crt` as it arrives, and one without it is not kept at all: it is never listed into the
@@ -324,12 +374,13 @@ where
 }
 
 /// The `resource` label of every watch `ClusterSource::run` keeps.
-const WATCHED: [&str; 12] = [
+const WATCHED: [&str; 13] = [
     "services",
     "endpointslices",
     "ingresses",
     "ingressclasses",
     "secrets",
+    "authsecrets",
     "configmaps",
     "gatewayclasses",
     "gateways",
@@ -362,7 +413,12 @@ impl ClusterSource {
         if let Some(labels) = &self.secret_labels {
             secret_watch = secret_watch.labels(labels);
         }
+        let mut auth_watch = watcher::Config::default().fields(OPAQUE_SECRETS);
+        if let Some(labels) = &self.secret_labels {
+            auth_watch = auth_watch.labels(labels);
+        }
         let mut secrets = Box::pin(stream_with::<Secret>(&self.client, ns, secret_watch));
+        let mut auth_secrets = Box::pin(auth_secret_stream(&self.client, ns, auth_watch));
         // ConfigMaps may be forbidden (RBAC without them): a 403 leaves the store usable and
         // empty, one warning, and a Service naming one has its TLS fail closed.
         let mut cm_watch = watcher::Config::default();
@@ -375,6 +431,7 @@ impl ClusterSource {
         let mut ing_store: Store<Ingress> = Store::new();
         let mut class_store: Store<IngressClass> = Store::new();
         let mut secret_store: Store<Secret> = Store::new();
+        let mut auth_store: Store<Secret> = Store::new();
         let mut cm_store: Store<ConfigMap> = Store::new();
         let mut gw_class_store: Store<GatewayClass> = Store::new();
         let mut gw_store: Store<Gateway> = Store::new();
@@ -409,6 +466,7 @@ impl ClusterSource {
                 && ing_store.usable()
                 && class_store.usable()
                 && secret_store.usable()
+                && auth_store.usable()
                 && cm_store.usable()
                 && gw_class_store.usable()
                 && gw_store.usable()
@@ -449,6 +507,11 @@ impl ClusterSource {
                     }
                     ev = secrets.next() => {
                         if self.on_event(ev, "secrets", &mut secret_store) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = auth_secrets.next() => {
+                        if self.on_event(ev, "authsecrets", &mut auth_store) {
                             coalescer.changed(Instant::now());
                         }
                     }
@@ -518,6 +581,12 @@ impl ClusterSource {
                     ),
                     self.read_ready(&mut secrets, "secrets", &mut secret_store, &mut coalescer),
                     self.read_ready(
+                        &mut auth_secrets,
+                        "authsecrets",
+                        &mut auth_store,
+                        &mut coalescer,
+                    ),
+                    self.read_ready(
                         &mut config_maps,
                         "configmaps",
                         &mut cm_store,
@@ -573,6 +642,7 @@ impl ClusterSource {
                 ing_store.take_changes().is_none_or(|c| !c.is_empty()),
                 class_store.take_changes().is_none_or(|c| !c.is_empty()),
                 secret_store.take_changes().is_none_or(|c| !c.is_empty()),
+                auth_store.take_changes().is_none_or(|c| !c.is_empty()),
                 cm_store.take_changes().is_none_or(|c| !c.is_empty()),
             ]
             .contains(&true);
@@ -597,7 +667,7 @@ impl ClusterSource {
             let refs = IngressRefs::of(
                 ing_store.live.values(),
                 class_store.live.values(),
-                secret_store.live.values(),
+                secret_store.live.values().chain(auth_store.live.values()),
             )
             .with_config_maps(cm_store.live.values())
             .with_gateway(GatewayRefs {
@@ -867,7 +937,12 @@ pub async fn snapshot(
     )
     .await;
     let tls = kube::api::ListParams::default().fields(TLS_SECRETS);
-    let secrets = optional("secrets", api::<Secret>(client, namespace).list(&tls)).await;
+    let mut secrets = optional("secrets", api::<Secret>(client, namespace).list(&tls)).await;
+    let opaque = kube::api::ListParams::default().fields(OPAQUE_SECRETS);
+    let mut auth = optional("secrets", api::<Secret>(client, namespace).list(&opaque)).await;
+    auth.iter_mut().for_each(slim_auth_secret);
+    auth.retain(holds_auth);
+    secrets.extend(auth);
     let mut config_maps =
         optional("configmaps", api::<ConfigMap>(client, namespace).list(&lp)).await;
     config_maps.iter_mut().for_each(slim_config_map);

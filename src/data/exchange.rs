@@ -373,12 +373,9 @@ impl Exchange<'_> {
         let tls = tls.as_ref().map(|(choice, sni)| (choice, *sni));
         let call = {
             let (client_ip, ssl) = front.identity();
-            let edits = request_edits(
-                &proxy.fwd,
-                client_ip.as_deref(),
-                attempt.cookie_sticky(),
-                || tls::client_cert(ssl.as_deref()),
-            );
+            let edits = request_edits(&proxy.fwd, client_ip.as_deref(), attempt.hidden(), || {
+                tls::client_cert(ssl.as_deref())
+            });
             up.prepare(front, &attempt, &opened, strip, &edits, started)
         };
         let Some(mut call) = call else {

@@ -293,7 +293,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::decide::edits::{ClientCert, Forwarding, request_edits};
+    use crate::decide::edits::{ClientCert, Forwarding, Hidden, request_edits};
 
     /// A value that is no valid field is refused on Pingora's header.
     #[test]
@@ -302,7 +302,7 @@ mod tests {
         let cert = ClientCert::Verified {
             subject: "/CN=a\nb",
         };
-        let edits = request_edits(&fwd, None, false, || cert);
+        let edits = request_edits(&fwd, None, Hidden::default(), || cert);
         let mut pingora = RequestHeader::build("GET", b"/", None).unwrap();
         assert!(apply(&mut pingora, &edits).is_err());
     }

@@ -301,7 +301,15 @@ mod tests {
         let cookie = format!("a=1; {}=xyz", crate::table::sticky::COOKIE_NAME);
         req.insert_header("Cookie", cookie).unwrap();
         let fwd = Forwarding::plain();
-        let edits = request_edits(&fwd, Some("192.0.2.1"), true, || ClientCert::Absent);
+        let edits = request_edits(
+            &fwd,
+            Some("192.0.2.1"),
+            crate::decide::edits::Hidden {
+                sticky_cookie: true,
+                ..Default::default()
+            },
+            || ClientCert::Absent,
+        );
         let copy = String::from_utf8(copy_of(&req, &edits, Framing::None).to_vec()).unwrap();
         assert!(
             copy.contains("x-forwarded-for: 198.51.100.7, 192.0.2.1\r\n"),

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::decide::cause::{Cause, Side};
+use crate::decide::edits::{AUTHORIZATION, Hidden};
 use crate::table::balance::Pick;
 use crate::table::gateway::{
     Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
@@ -244,6 +245,9 @@ pub enum Route {
     Unavailable,
     /// The route's source ranges refuse this client: the 403 page.
     Forbidden,
+    /// The route's basic authentication did not admit the request: 401 with this
+    /// `WWW-Authenticate` challenge.
+    Unauthorized { challenge: Arc<str> },
     /// Plain HTTP for a route served over TLS: a redirect with this status to
     /// `https_location`.
     Redirect { status: u16, https_port: u16 },
@@ -333,6 +337,8 @@ pub struct Attempt {
     pinned: Option<usize>,
     /// The request carried a `SERVERID` that named a live endpoint.
     valid_cookie: bool,
+    /// The route's basic authentication admitted the request's credentials.
+    authenticated: bool,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -504,6 +510,16 @@ impl Attempt {
                 && let (Some(status), Some(https_port)) = (p.https_redirect, policy.https_port)
             {
                 return Ok(Route::Redirect { status, https_port });
+            }
+            // After the redirects, as nginx's access phase comes after its rewrite phase: a
+            // plain-HTTP request is sent to HTTPS before it is asked for a password.
+            if let Some(auth) = p.basic_auth.as_deref() {
+                if !crate::decide::auth::admits(auth, req.header(AUTHORIZATION)) {
+                    return Ok(Route::Unauthorized {
+                        challenge: Arc::clone(&auth.challenge),
+                    });
+                }
+                self.authenticated = true;
             }
             // A canary shares the main route's policy, checked above.
             if let Some(c) = p.canary.as_deref()
@@ -927,6 +943,14 @@ impl Attempt {
     /// Whether the entry is cookie-sticky (its cookie is removed from forwarded requests).
     pub fn cookie_sticky(&self) -> bool {
         self.entry().is_some_and(|e| e.cookie_sticky)
+    }
+
+    /// What of the client's request its backend must not see.
+    pub fn hidden(&self) -> Hidden {
+        Hidden {
+            sticky_cookie: self.cookie_sticky(),
+            authorization: self.authenticated,
+        }
     }
 
     fn gate(&self) -> HealthGate {

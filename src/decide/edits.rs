@@ -29,6 +29,18 @@ pub const COOKIE: &str = "cookie";
 pub const GRPC_STATUS: &str = "grpc-status";
 pub const GRPC_MESSAGE: &str = "grpc-message";
 pub const LOCATION: &str = "location";
+pub const AUTHORIZATION: &str = "authorization";
+pub const WWW_AUTHENTICATE: &str = "www-authenticate";
+
+/// What of the client's request the backend must not see.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hidden {
+    /// The load balancer's stickiness cookie (the route is cookie-sticky).
+    pub sticky_cookie: bool,
+    /// The credentials switchyard checked itself (an Ingress's basic authentication): they
+    /// are switchyard's, not the backend's.
+    pub authorization: bool,
+}
 
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
 /// frontend, so that no client can tell a backend what only switchyard may (a backend that
@@ -241,13 +253,17 @@ impl Default for Edits<'_> {
 pub fn request_edits<'a>(
     fwd: &'a Forwarding,
     client_ip: Option<&'a str>,
-    cookie_sticky: bool,
+    hidden: Hidden,
     cert: impl FnOnce() -> ClientCert<'a>,
 ) -> Edits<'a> {
     let mut e = Edits::new();
     for name in ASSERTED {
         e.push(Edit::Remove(name));
     }
+    if hidden.authorization {
+        e.push(Edit::Remove(AUTHORIZATION));
+    }
+    let cookie_sticky = hidden.sticky_cookie;
     if let Some(ip) = client_ip {
         e.push(Edit::Extend(X_FORWARDED_FOR, Value::Text(ip)));
         e.push(Edit::Add(X_REAL_IP, Value::Text(ip)));
@@ -458,14 +474,14 @@ mod tests {
             ClientCert::Verified { subject: "/CN=a" }
         };
         let plain_fwd = Forwarding::plain();
-        let plain = request_edits(&plain_fwd, Some("192.0.2.1"), false, cert);
+        let plain = request_edits(&plain_fwd, Some("192.0.2.1"), Hidden::default(), cert);
         assert_eq!(read.get(), 0);
         assert_eq!(
             plain.touching(CLIENT_VERIFY_HEADER.as_bytes()),
             Some(&Edit::Remove(CLIENT_VERIFY_HEADER))
         );
         let told = Forwarding::tls(None, true);
-        let e = request_edits(&told, Some("192.0.2.1"), false, cert);
+        let e = request_edits(&told, Some("192.0.2.1"), Hidden::default(), cert);
         assert_eq!(read.get(), 1);
         assert!(
             e.iter()
@@ -476,7 +492,7 @@ mod tests {
     #[test]
     fn every_frontend_removes_the_fields_switchyard_asserts() {
         let plain = Forwarding::plain();
-        let e = request_edits(&plain, None, false, || ClientCert::Absent);
+        let e = request_edits(&plain, None, Hidden::default(), || ClientCert::Absent);
         for name in ASSERTED {
             assert_eq!(e.touching(name.as_bytes()), Some(&Edit::Remove(name)));
             assert_eq!(
@@ -490,9 +506,15 @@ mod tests {
     #[test]
     fn request_edits_fit() {
         let tls = Forwarding::tls(Some(10), true);
-        let e = request_edits(&tls, Some("192.0.2.1"), true, || ClientCert::Verified {
-            subject: "CN=a",
-        });
+        let e = request_edits(
+            &tls,
+            Some("192.0.2.1"),
+            Hidden {
+                sticky_cookie: true,
+                ..Hidden::default()
+            },
+            || ClientCert::Verified { subject: "CN=a" },
+        );
         let n = e.iter().count();
         assert_eq!(n, ASSERTED.len() + 2 + 1 + 1 + 2);
         assert_eq!(

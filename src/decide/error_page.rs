@@ -29,6 +29,7 @@ impl ErrorPage {
         let detail = match status {
             404 => "No route matches this host and path.",
             403 => "This route does not serve your address.",
+            401 => "This route asks for a user name and password.",
             503 => {
                 "No endpoint can serve this request: its Service has no ready endpoint, or does not exist."
             }

@@ -5,6 +5,7 @@
 //! here does I/O.
 
 pub mod attempt;
+pub mod auth;
 pub mod cause;
 pub mod edits;
 pub mod error_page;

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use crate::decide::attempt::{Route, https_location};
-use crate::decide::edits::Forwarding;
+use crate::decide::edits::{Edit, Forwarding, Value, WWW_AUTHENTICATE};
 use crate::decide::error_page::{Answer, ErrorPage, failure_answer, grpc_answer, redirect_answer};
 use crate::table::matcher::Strip;
 
@@ -21,6 +21,8 @@ pub struct Pages {
     pub unavailable: ErrorPage,
     /// A route's source ranges refuse the client.
     pub forbidden: ErrorPage,
+    /// A route's basic authentication does not admit the request.
+    pub unauthorized: ErrorPage,
     /// `200 ok` for an unrouted `/healthz` (`--traffic-healthz`).
     pub healthz: ErrorPage,
 }
@@ -32,6 +34,7 @@ impl Pages {
             not_found,
             unavailable: ErrorPage::builtin(503),
             forbidden: ErrorPage::builtin(403),
+            unauthorized: ErrorPage::builtin(401),
             healthz: ErrorPage::healthz(),
         }
     }
@@ -92,6 +95,18 @@ pub fn reply<'a>(
         Route::NotFound => page(&pages.not_found),
         Route::Unavailable => page(&pages.unavailable),
         Route::Forbidden => page(&pages.forbidden),
+        Route::Unauthorized { .. } if asked.grpc => empty(grpc_answer(401, fwd), false),
+        Route::Unauthorized { challenge } => {
+            let mut answer = pages.unauthorized.answer(fwd);
+            answer
+                .fields
+                .push(Edit::Add(WWW_AUTHENTICATE, Value::Text(challenge)));
+            Reply::Answer {
+                answer,
+                body: pages.unauthorized.body.clone(),
+                close: false,
+            }
+        }
         // A health probe is not a gRPC call, whatever it says it is.
         Route::Healthz => Reply::Answer {
             answer: pages.healthz.answer(fwd),
@@ -152,6 +167,12 @@ mod tests {
             (Route::NotFound, 404),
             (Route::Unavailable, 503),
             (Route::Forbidden, 403),
+            (
+                Route::Unauthorized {
+                    challenge: "Basic realm=\"x\"".into(),
+                },
+                401,
+            ),
             (Route::Fail(500), 500),
         ] {
             let (got, close, grpc) = answered(&route, false);

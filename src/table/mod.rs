@@ -9,6 +9,7 @@
 //! identity: two tables that route the same way compare equal, and an equal rebuild is not
 //! swapped in. This module must not know about Kubernetes, Pingora or tokio.
 
+pub mod auth;
 pub mod balance;
 pub mod cidr;
 pub mod gateway;

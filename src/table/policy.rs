@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::table::auth::BasicAuth;
 use crate::table::cidr::Cidr;
 use crate::table::gateway::Share;
 use crate::table::pattern::Pattern;
@@ -71,6 +72,10 @@ pub struct RoutePolicy {
     /// ingress-nginx's canary Ingress for this route: some requests go to its backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<Arc<Canary>>,
+    /// Only requests with a user's credentials are served (ingress-nginx's `auth-type:
+    /// basic`); others get 401.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<Arc<BasicAuth>>,
 }
 
 /// A canary Ingress's backend for one route of its main Ingress, and which requests it takes
@@ -295,6 +300,7 @@ impl RoutePolicy {
             redirect: None,
             app_root: None,
             canary: None,
+            basic_auth: None,
         }
     }
 

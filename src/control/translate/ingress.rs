@@ -22,6 +22,7 @@ use super::build::{Builder, IngressRef, RouteClaim, RouteKey, entry_name};
 use super::inputs::{meta_key, object};
 use super::nginx;
 use super::view::*;
+use crate::table::auth::BasicAuth;
 use crate::table::cidr::Cidr;
 use crate::table::gateway::Share;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
@@ -117,6 +118,11 @@ pub mod ingress_annotation {
     pub const NGINX_CANARY_BY_COOKIE: &str = "nginx.ingress.kubernetes.io/canary-by-cookie";
     pub const NGINX_CANARY_WEIGHT: &str = "nginx.ingress.kubernetes.io/canary-weight";
     pub const NGINX_CANARY_WEIGHT_TOTAL: &str = "nginx.ingress.kubernetes.io/canary-weight-total";
+    /// `basic`: the routes serve only requests with the credentials of a user of
+    /// `auth-secret` (the htpasswd file in its key `auth`); `auth-realm` names the realm.
+    pub const NGINX_AUTH_TYPE: &str = "nginx.ingress.kubernetes.io/auth-type";
+    pub const NGINX_AUTH_SECRET: &str = "nginx.ingress.kubernetes.io/auth-secret";
+    pub const NGINX_AUTH_REALM: &str = "nginx.ingress.kubernetes.io/auth-realm";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
     pub const NGINX_ALIASES: [(&str, &str); 16] = [
         (
@@ -246,7 +252,22 @@ struct IngressSettings {
     from_to_www: bool,
     /// ingress-nginx's `rewrite-target`.
     rewrite_path: Option<Location>,
+    /// ingress-nginx's `auth-type: basic`.
+    basic_auth: Option<Arc<BasicAuth>>,
 }
+
+/// Who an Ingress's routes serve.
+enum Access {
+    /// Whoever the source ranges admit.
+    Open,
+    /// Those, with a user's credentials.
+    Basic(Arc<BasicAuth>),
+    /// No one: it asks for what switchyard does not carry out (403 on its routes).
+    Refused,
+}
+
+/// The key of an `auth-file` Secret that holds the htpasswd file.
+const AUTH_FILE_KEY: &str = "auth";
 
 impl<'a> Builder<'a> {
     /// Adds the routes of every Ingress switchyard serves; `services` are the Services by key
@@ -293,9 +314,17 @@ impl<'a> Builder<'a> {
             let who = object("Ingress", ns, name);
             let annotations = ing.metadata.annotations.as_ref();
             let refused = annotations.map(nginx::refusing).unwrap_or_default();
-            if annotations.is_some_and(is_canary) {
+            if let Some(map) = annotations.filter(|a| is_canary(a)) {
                 // A canary never claims a path: it joins its main Ingress's routes in
-                // `finish`, so that it can never serve as the main one.
+                // `finish`, so that it can never serve as the main one. Its requests pass the
+                // main route's checks only, so one that asks for authentication of its own
+                // (which ingress-nginx ignores) is not served rather than served open.
+                let mut refused = refused;
+                for key in [ia::NGINX_AUTH_TYPE, ia::NGINX_AUTH_SECRET] {
+                    if map.contains_key(key) && !refused.contains(&key) {
+                        refused.push(key);
+                    }
+                }
                 if refused.is_empty() {
                     self.add_canary(ing, services, &mut entry_ids);
                 } else {
@@ -313,10 +342,31 @@ impl<'a> Builder<'a> {
                 }
                 continue;
             }
-            if refused.is_empty() {
+            // Basic authentication whose users cannot be read fails closed, as a refusal.
+            let basic = match refused.is_empty() {
+                true => annotations.map_or(Ok(None), |a| self.basic_auth(ns, a, &secrets)),
+                false => Ok(None),
+            };
+            let access = match (refused.is_empty(), basic) {
+                (true, Ok(None)) => Access::Open,
+                (true, Ok(Some(auth))) => Access::Basic(auth),
+                (true, Err(why)) => {
+                    self.warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::NotServed,
+                        message: format!(
+                            "auth-type is basic and {why}; not served: its routes answer 403 \
+                             to every client until its users can be read"
+                        ),
+                    });
+                    Access::Refused
+                }
+                (false, _) => Access::Refused,
+            };
+            if !matches!(access, Access::Refused) {
                 self.served_ingresses
                     .insert((ns.to_string(), name.to_string()));
-            } else {
+            } else if !refused.is_empty() {
                 // Its paths stay claimed, refused to everyone: left unclaimed, a request for a
                 // protected path would fall through to a shorter prefix and be served open.
                 self.warnings.push(Warning {
@@ -331,8 +381,58 @@ impl<'a> Builder<'a> {
                     ),
                 });
             }
-            self.add_ingress(ing, &secrets, services, &mut entry_ids, !refused.is_empty());
+            self.add_ingress(ing, &secrets, services, &mut entry_ids, access);
         }
+    }
+
+    /// The users of an Ingress's basic authentication (ingress-nginx's `auth-type: basic`,
+    /// `auth-secret`, `auth-realm`): `None` without it; `Err` when they cannot be read (the
+    /// Secret missing, in another namespace, without an `auth` key, or holding no user whose
+    /// hash switchyard checks). Lines that cannot be read are warned about.
+    fn basic_auth(
+        &mut self,
+        ns: &str,
+        map: &BTreeMap<String, String>,
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> Result<Option<Arc<BasicAuth>>, String> {
+        if map.get(ia::NGINX_AUTH_TYPE).map(|v| v.trim()) != Some("basic") {
+            return Ok(None);
+        }
+        let named = map
+            .get(ia::NGINX_AUTH_SECRET)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .ok_or("auth-secret names no Secret")?;
+        let (secret_ns, secret) = named.split_once('/').unwrap_or((ns, named));
+        if secret_ns != ns {
+            return Err(format!(
+                "auth-secret names {named}, in another namespace; only the Ingress's own \
+                 namespace is read"
+            ));
+        }
+        let text = secrets
+            .get(&(secret_ns, secret))
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| d.get(AUTH_FILE_KEY))
+            .ok_or_else(|| format!("Secret {ns}/{secret} does not exist or has no key auth"))?;
+        let text = std::str::from_utf8(&text.0)
+            .map_err(|_| format!("Secret {ns}/{secret}'s auth is not text"))?;
+        let realm = map.get(ia::NGINX_AUTH_REALM).map_or("", |r| r.trim());
+        let (auth, bad) = BasicAuth::from_htpasswd(realm, text);
+        if !bad.is_empty() {
+            let who = object("Secret", ns, secret);
+            self.warnings.push(Warning {
+                object: who,
+                reason: WarningReason::InvalidObject,
+                message: format!("auth: {}; those users cannot sign in", bad.join("; ")),
+            });
+        }
+        if auth.users.is_empty() {
+            return Err(format!(
+                "Secret {ns}/{secret}'s auth holds no user switchyard can check"
+            ));
+        }
+        Ok(Some(Arc::new(auth)))
     }
 
     /// The IngressClasses whose controller is switchyard's, and whether one is the default.
@@ -373,14 +473,18 @@ impl<'a> Builder<'a> {
         secrets: &HashMap<(&str, &str), &Secret>,
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
-        refused: bool,
+        access: Access,
     ) {
         let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
         let who = object("Ingress", ns, name);
+        let refused = matches!(access, Access::Refused);
         let mut settings = self.ingress_settings(ing, &who, refused);
         if refused {
             settings.allow.clear();
             settings.deny = every_address();
+        }
+        if let Access::Basic(auth) = access {
+            settings.basic_auth = Some(auth);
         }
         let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
@@ -396,6 +500,7 @@ impl<'a> Builder<'a> {
                 b.policies.push(RoutePolicy {
                     rewrite: settings.rewrite.clone(),
                     rewrite_path: settings.rewrite_path.clone(),
+                    basic_auth: settings.basic_auth.clone(),
                     https_redirect: redirect.then_some(HTTPS_REDIRECT_STATUS),
                     allow: settings.allow.clone(),
                     deny: settings.deny.clone(),

@@ -11,7 +11,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use serde::Serialize;
 
 use super::annotations::parse_bool;
-use super::view::Warning;
+use super::view::{Warning, WarningReason};
 
 /// ingress-nginx's annotation prefix.
 pub const PREFIX: &str = "nginx.ingress.kubernetes.io/";
@@ -51,8 +51,12 @@ impl Support {
     }
 }
 
-const AUTH: &str = "basic and digest authentication are not carried out yet";
-const AUTH_WITH: &str = "read only with auth-type/auth-secret, which refuse the Ingress";
+const DIGEST: &str = "digest authentication is not carried out (basic is)";
+const AUTH_ALONE: &str = "auth-secret without auth-type: basic: ingress-nginx would serve \
+                          the Ingress open; switchyard does not guess which authentication \
+                          was meant";
+const AUTH_MAP: &str = "auth-map Secrets (a key per user) are not read yet; auth-file (the \
+                        htpasswd file in the key auth) is";
 const EXT_AUTH: &str = "external authentication is not carried out yet";
 const EXT_AUTH_WITH: &str = "read only with auth-url, which refuses the Ingress";
 const TLS_AUTH: &str = "client-certificate verification per Ingress is not carried out yet \
@@ -97,11 +101,11 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("auth-keepalive-timeout", Support::Ignored(EXT_AUTH_WITH)),
     ("auth-method", Support::Ignored(EXT_AUTH_WITH)),
     ("auth-proxy-set-headers", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-realm", Support::Ignored(AUTH_WITH)),
+    ("auth-realm", Support::Served),
     ("auth-request-redirect", Support::Ignored(EXT_AUTH_WITH)),
     ("auth-response-headers", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-secret", Support::Refused(AUTH)),
-    ("auth-secret-type", Support::Ignored(AUTH_WITH)),
+    ("auth-secret", Support::Served),
+    ("auth-secret-type", Support::Served),
     ("auth-signin", Support::Ignored(EXT_AUTH_WITH)),
     (
         "auth-signin-redirect-param",
@@ -117,7 +121,15 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("auth-tls-secret", Support::Refused(TLS_AUTH)),
     ("auth-tls-verify-client", Support::Ignored(TLS_AUTH_WITH)),
     ("auth-tls-verify-depth", Support::Ignored(TLS_AUTH_WITH)),
-    ("auth-type", Support::Refused(AUTH)),
+    (
+        "auth-type",
+        Support::Differs(
+            "basic is served as ingress-nginx does (htpasswd hashes bcrypt, $apr1$, $1$, \
+             {SHA}, {SSHA}, {PLAIN}; DES and $5$/$6$ crypt are not: such a user cannot sign \
+             in), and the checked Authorization field is not passed to the backend; digest \
+             refuses the Ingress",
+        ),
+    ),
     ("auth-url", Support::Refused(EXT_AUTH)),
     (
         "backend-protocol",
@@ -304,7 +316,10 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("rewrite-target", Support::Served),
     (
         "satisfy",
-        Support::Ignored("read only with authentication, which refuses the Ingress"),
+        Support::Differs(
+            "always all: a client must pass both the source ranges and the authentication, \
+             also where any would let one of them do",
+        ),
     ),
     (
         "server-alias",
@@ -407,6 +422,21 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
         "ssl-passthrough" if parse_bool(value) != Some(true) => {
             Support::Ignored("not true: no passthrough asked for")
         }
+        "auth-type" => match value.trim() {
+            "basic" => CATALOG
+                .iter()
+                .find(|(k, _)| *k == short)
+                .map_or(UNKNOWN, |(_, s)| *s),
+            "digest" => Support::Refused(DIGEST),
+            _ => Support::Refused("neither basic nor digest: which users may pass is unknown"),
+        },
+        "auth-secret" if !all.contains_key(&format!("{PREFIX}auth-type")) => {
+            Support::Refused(AUTH_ALONE)
+        }
+        "auth-secret-type" if value.trim() == "auth-map" => Support::Refused(AUTH_MAP),
+        "auth-secret-type" if value.trim() != "auth-file" => {
+            Support::Refused("neither auth-file nor auth-map")
+        }
         "auth-tls-secret"
             if all
                 .get(&format!("{PREFIX}auth-tls-verify-client"))
@@ -449,6 +479,10 @@ pub struct IngressReport {
     pub annotations: Vec<AnnotationReport>,
     /// What switchyard's translation said of this Ingress (bad values, refusals).
     pub warnings: Vec<String>,
+    /// It would not be served: an annotation is refused, or the translation found it cannot
+    /// be served safely (a basic authentication Secret it cannot read, a canary without a
+    /// main Ingress).
+    pub not_served: bool,
 }
 
 /// One annotation of an Ingress in the report.
@@ -479,15 +513,16 @@ impl Report {
             }
             let namespace = ing.metadata.namespace.clone().unwrap_or_default();
             let name = ing.metadata.name.clone().unwrap_or_default();
-            let warnings: Vec<String> = warnings
+            let about: Vec<&Warning> = warnings
                 .iter()
                 .filter(|w| {
                     w.object.kind == "Ingress"
                         && w.object.namespace == namespace
                         && w.object.name == name
                 })
-                .map(|w| w.message.clone())
                 .collect();
+            let not_served = about.iter().any(|w| w.reason == WarningReason::NotServed);
+            let warnings: Vec<String> = about.iter().map(|w| w.message.clone()).collect();
             let annotations = all
                 .iter()
                 .filter(|(k, _)| k.starts_with(PREFIX))
@@ -506,24 +541,21 @@ impl Report {
                         support,
                     }
                 })
-                .collect();
+                .collect::<Vec<AnnotationReport>>();
+            let refused = annotations
+                .iter()
+                .any(|a| matches!(a.support, Support::Refused(_)));
             out.push(IngressReport {
                 ours: ours(&namespace, &name),
                 namespace,
                 name,
                 annotations,
                 warnings,
+                not_served: refused || not_served,
             });
         }
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        let refused = out
-            .iter()
-            .filter(|i| {
-                i.annotations
-                    .iter()
-                    .any(|a| matches!(a.support, Support::Refused(_)))
-            })
-            .count();
+        let refused = out.iter().filter(|i| i.not_served).count();
         Report {
             ingresses: out,
             refused,
@@ -534,10 +566,7 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         for ing in &self.ingresses {
-            let refused = ing
-                .annotations
-                .iter()
-                .any(|a| matches!(a.support, Support::Refused(_)));
+            let refused = ing.not_served;
             let _ = writeln!(
                 out,
                 "Ingress {}/{}{}{}",
@@ -654,8 +683,10 @@ mod tests {
     #[test]
     fn access_restricting_annotations_refuse_their_ingress() {
         for (k, v) in [
-            ("auth-type", "basic"),
+            ("auth-type", "digest"),
+            ("auth-type", "ldap"),
             ("auth-secret", "users"),
+            ("auth-secret-type", "auth-map"),
             ("auth-url", "http://auth/"),
             ("auth-tls-secret", "ns/ca"),
             ("ssl-passthrough", "true"),
@@ -669,6 +700,14 @@ mod tests {
         ]);
         assert!(refusing(&off).is_empty());
         assert!(refusing(&map(&[("ssl-passthrough", "false")])).is_empty());
+        // Basic authentication is served.
+        let basic = map(&[
+            ("auth-type", "basic"),
+            ("auth-secret", "users"),
+            ("auth-secret-type", "auth-file"),
+            ("auth-realm", "Staff"),
+        ]);
+        assert!(refusing(&basic).is_empty());
         // A canary is served; its keys are read only on one.
         let canary = map(&[("canary", "true"), ("canary-weight", "10")]);
         assert!(refusing(&canary).is_empty());
@@ -689,7 +728,7 @@ mod tests {
         refused.metadata.namespace = Some("shop".into());
         refused.metadata.name = Some("admin".into());
         refused.metadata.annotations = Some(map(&[
-            ("auth-type", "basic"),
+            ("auth-type", "digest"),
             ("proxy-body-size", "8m"),
             ("enable-cors", "true"),
         ]));
@@ -715,5 +754,19 @@ mod tests {
         assert!(text.contains("1 not served"), "{text}");
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["ingresses"][0]["annotations"][0]["verdict"], "refused");
+
+        // Served annotations, but the translation could not serve it safely: not served.
+        let mut lost = Ingress::default();
+        lost.metadata.namespace = Some("shop".into());
+        lost.metadata.name = Some("lost".into());
+        lost.metadata.annotations = Some(map(&[("auth-type", "basic"), ("auth-secret", "gone")]));
+        let why = Warning {
+            object: super::super::inputs::object("Ingress", "shop", "lost"),
+            reason: WarningReason::NotServed,
+            message: "auth-type is basic and Secret shop/gone does not exist".into(),
+        };
+        let report = Report::of(&[&lost], &[why], |_, _| true);
+        assert_eq!(report.refused, 1);
+        assert!(report.to_text().contains("Ingress shop/lost: NOT SERVED"));
     }
 }

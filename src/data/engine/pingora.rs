@@ -663,7 +663,7 @@ fn with_request_edits<R>(
     f(&request_edits(
         fwd,
         client_ip.as_deref(),
-        attempt.cookie_sticky(),
+        attempt.hidden(),
         || tls::client_cert(session.digest().and_then(|d| d.ssl_digest.as_deref())),
     ))
 }

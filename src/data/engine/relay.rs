@@ -595,7 +595,7 @@ mod tests {
 
     use super::*;
     use crate::data::wire::hpack::Decoder;
-    use crate::decide::edits::{ClientCert, Forwarding, request_edits};
+    use crate::decide::edits::{ClientCert, Forwarding, Hidden, request_edits};
 
     /// The relay's request block and Pingora's header, each carrying out the same edits on the
     /// same client request, give the backend the same fields: the two carriers of `Edits`
@@ -625,7 +625,11 @@ mod tests {
             },
         ] {
             for sticky in [false, true] {
-                let edits = request_edits(&fwd, Some("127.0.0.1"), sticky, || cert);
+                let hidden = Hidden {
+                    sticky_cookie: sticky,
+                    ..Hidden::default()
+                };
+                let edits = request_edits(&fwd, Some("127.0.0.1"), hidden, || cert);
                 let block = request_block(&client, None, &edits);
                 let mut got = Vec::new();
                 Decoder::new(4096)

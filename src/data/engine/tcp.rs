@@ -358,6 +358,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             Route::NotFound
             | Route::Healthz
             | Route::Forbidden
+            | Route::Unauthorized { .. }
             | Route::Redirect { .. }
             | Route::Moved { .. }
             | Route::Fail(_),

@@ -1144,10 +1144,11 @@ fn an_ingress_asking_for_authentication_is_refused_to_everyone_not_served_open()
         .map(|w| format!("{}: {}", w.object.name, w.message))
         .collect();
     assert_eq!(not_served.len(), 3, "{not_served:?}");
+    // Basic authentication is served, but not without its users: it fails closed.
     assert!(
         not_served[0].starts_with(
-            "basic: nginx.ingress.kubernetes.io/auth-secret, \
-             nginx.ingress.kubernetes.io/auth-type restrict access"
+            "basic: auth-type is basic and Secret default/users does not exist or has no key \
+             auth"
         ) && not_served[0].contains("403"),
         "{not_served:?}"
     );

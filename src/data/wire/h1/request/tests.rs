@@ -2,7 +2,7 @@
 //! generated requests (1,024 cases), all pure.
 
 use super::*;
-use crate::decide::edits::{ClientCert, Forwarding, request_edits};
+use crate::decide::edits::{ClientCert, Forwarding, Hidden, request_edits};
 
 fn parse(raw: &str) -> (Parse, Vec<Field>) {
     let mut fields = Vec::new();
@@ -49,6 +49,7 @@ fn plain_gets_are_taken_and_everything_else_declined() {
 fn the_forwarded_request_changes_only_what_it_must() {
     let raw = "GET /svc/a?q=1 HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\
                X-Forwarded-For: 10.0.0.1\r\nCookie: a=1; SERVERID=00aa; b=2\r\n\
+               Authorization: Basic YTpi\r\n\
                X-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n";
     let (Parse::Request(req), fields) = parse(raw) else {
         panic!("not taken")
@@ -56,7 +57,12 @@ fn the_forwarded_request_changes_only_what_it_must() {
     let target = str_at(raw.as_bytes(), req.target.clone());
     let strip = crate::table::matcher::Strip::of("/svc");
     let fwd = Forwarding::plain();
-    let edits = request_edits(&fwd, Some("127.0.0.9"), true, || ClientCert::Absent);
+    // Sticky, and authenticated by switchyard: neither its cookie nor the credentials pass.
+    let hidden = Hidden {
+        sticky_cookie: true,
+        authorization: true,
+    };
+    let edits = request_edits(&fwd, Some("127.0.0.9"), hidden, || ClientCert::Absent);
     let mut out = Vec::new();
     build_request(
         &mut out,
@@ -94,7 +100,11 @@ fn an_http2_request_is_written_as_the_http1_one_would_be() {
         );
     }
     let fwd = Forwarding::plain();
-    let edits = request_edits(&fwd, Some("127.0.0.9"), true, || ClientCert::Absent);
+    let hidden = Hidden {
+        sticky_cookie: true,
+        ..Hidden::default()
+    };
+    let edits = request_edits(&fwd, Some("127.0.0.9"), hidden, || ClientCert::Absent);
     let strip = crate::table::matcher::Strip::of("/svc");
     let mut out = Vec::new();
     let target = strip.apply("/svc/a?q=1");
@@ -166,7 +176,7 @@ fn empty_lines_before_the_request_are_dropped() {
         };
         assert_eq!(req.len, raw.len());
         let fwd = Forwarding::plain();
-        let edits = request_edits(&fwd, None, false, || ClientCert::Absent);
+        let edits = request_edits(&fwd, None, Hidden::default(), || ClientCert::Absent);
         let mut out = Vec::new();
         build_request(&mut out, raw.as_bytes(), &req, &fields, None, &edits);
         assert_eq!(
@@ -268,7 +278,10 @@ mod forwarded {
             let edits = request_edits(
                 &fwd,
                 Some("10.9.8.7"),
-                sticky,
+                Hidden {
+                    sticky_cookie: sticky,
+                    ..Hidden::default()
+                },
                 || ClientCert::Absent,
             );
             let mut built = Vec::new();
