@@ -245,8 +245,9 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// 10,000 Secrets no Ingress can use (type Opaque, 2 KiB each): the field selector keeps the
-/// API server from sending them, so switchyard's memory is what it is without them.
+/// 10,000 Secrets no Ingress can use (type Opaque, 2 KiB each, without an htpasswd `auth`
+/// key): they are listed (basic authentication reads Opaque Secrets) in small pages, each cut
+/// to nothing and dropped as it arrives, so switchyard's memory is what it is without them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_unrelated_secrets_cost_no_memory() {
     let web = Backend::start("web").await;
@@ -296,6 +297,69 @@ async fn ten_thousand_unrelated_secrets_cost_no_memory() {
         with < without + 4 * 1024,
         "unrelated Secrets cost memory: {without} KiB -> {with} KiB"
     );
+}
+
+/// Basic authentication in a cluster: the Opaque Secret an Ingress names is watched, so a
+/// changed password is taken at once and a deleted Secret fails closed (403), never open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_basic_authentication_secret_is_followed_and_fails_closed() {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let web = Backend::start("web").await;
+    let api = FakeApi::start_reaching_local_backends().await;
+    let secret = |htpasswd: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "basic-auth", "namespace": "default"},
+            "data": {"auth": b64(htpasswd), "other": b64("dropped")},
+        })
+    };
+    let mut private = ingress("private", "switchyard", "private.test", &["/"]);
+    private["metadata"]["annotations"] = json!({
+        "nginx.ingress.kubernetes.io/auth-type": "basic",
+        "nginx.ingress.kubernetes.io/auth-secret": "basic-auth",
+    });
+    api.apply_all(vec![
+        class(),
+        service("web", &[]),
+        slice("web", "web-1", web.port, true, true, false),
+        secret("alice:{PLAIN}first\n"),
+        private,
+    ]);
+    let w = api.spawn_switchyard(&[], "warn");
+    let with = |password: &'static str| {
+        let port = w.http_port;
+        async move {
+            let auth = format!("Basic {}", b64(&format!("alice:{password}")));
+            try_request(
+                port,
+                "GET",
+                "/",
+                &[("host", "private.test"), ("authorization", &auth)],
+            )
+            .await
+            .ok()
+            .map(|r| r.status)
+        }
+    };
+    let ok = eventually(Duration::from_secs(20), || async {
+        with("first").await == Some(200)
+    })
+    .await;
+    assert!(ok, "never served with the password:\n{}", w.stderr());
+    assert_eq!(status_for(&w, "private.test", "/").await, Some(401));
+    api.apply(secret("alice:{PLAIN}second\n"));
+    let ok = eventually(Duration::from_secs(20), || async {
+        with("second").await == Some(200) && with("first").await == Some(401)
+    })
+    .await;
+    assert!(ok, "the new password was not taken:\n{}", w.stderr());
+    api.delete(Kind::Secret, "default", "basic-auth");
+    let ok = eventually(Duration::from_secs(20), || async {
+        with("second").await == Some(403)
+    })
+    .await;
+    assert!(ok, "a deleted Secret did not fail closed:\n{}", w.stderr());
 }
 
 /// A `kubernetes.io/tls` Secret in `default` with a syntactically valid PEM pair (base64, as

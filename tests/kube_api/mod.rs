@@ -1280,21 +1280,47 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
     if held {
         let _ = tokio::time::timeout(Duration::from_secs(30), release.changed()).await;
     }
+    // Paged as the API server pages (`limit`, then `continue`): a client that asks for pages
+    // of 500 (kube's watcher does) never gets one list of everything. The token is the
+    // offset of the next page; a list is counted once, at its first page.
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|&l| l > 0);
+    let offset = match q.get("continue").filter(|c| !c.is_empty()) {
+        None => 0,
+        Some(c) => match c.parse::<usize>() {
+            Ok(o) => o,
+            Err(_) => return status(400, "BadRequest", format!("invalid continue token {c:?}")),
+        },
+    };
     let mut st = ctx.state.lock().unwrap();
-    *st.lists.entry(kind).or_default() += 1;
-    let items: Vec<Value> = st
+    if offset == 0 {
+        *st.lists.entry(kind).or_default() += 1;
+    }
+    let matching = st
         .objects
         .iter()
         .filter(|((k, n, _), _)| *k == kind && ns.as_ref().is_none_or(|ns| ns == n))
-        .filter(|(_, v)| selected(v, &q).unwrap_or(false))
+        .filter(|(_, v)| selected(v, &q).unwrap_or(false));
+    let mut items: Vec<Value> = matching
+        .skip(offset)
+        .take(limit.map_or(usize::MAX, |l| l + 1))
         .map(|(_, v)| in_version(v.clone(), &version))
         .collect();
+    let mut metadata = json!({"resourceVersion": st.rv.to_string()});
+    if let Some(l) = limit
+        && items.len() > l
+    {
+        items.truncate(l);
+        metadata["continue"] = json!((offset + l).to_string());
+    }
     full(
         StatusCode::OK,
         json!({
             "apiVersion": version,
             "kind": format!("{}List", kind.name()),
-            "metadata": {"resourceVersion": st.rv.to_string()},
+            "metadata": metadata,
             "items": items,
         }),
     )
