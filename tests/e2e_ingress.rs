@@ -461,6 +461,46 @@ async fn basic_authentication_as_ingress_nginx() {
     }
 }
 
+/// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
+/// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_vhost_and_forwarded_prefix() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("vhost")
+            .ann(
+                "nginx.ingress.kubernetes.io/upstream-vhost",
+                "internal.svc:8080",
+            )
+            .ann("nginx.ingress.kubernetes.io/x-forwarded-prefix", "/shop")
+            .rule(Some("v.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let r = get(
+            sy.http_port,
+            "/cart?x=1",
+            &[("host", "v.test"), ("x-forwarded-prefix", "/evil")],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{engine}: {r:?}");
+        assert_eq!(r.uri(), "/cart?x=1");
+        assert_eq!(
+            r.seen_header("host").as_deref(),
+            Some("internal.svc:8080"),
+            "{engine}"
+        );
+        assert_eq!(
+            r.seen_header("x-forwarded-prefix").as_deref(),
+            Some("/shop"),
+            "{engine}"
+        );
+    }
+}
+
 /// ingress-nginx's redirect annotations, with its statuses and locations, on both engines:
 /// `permanent-redirect` (301, or `permanent-redirect-code`) wins over `temporal-redirect`
 /// (302), nginx's `$request_uri`-style variables are filled in, `app-root` sends `/` itself

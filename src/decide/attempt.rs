@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::decide::cause::{Cause, Side};
-use crate::decide::edits::{AUTHORIZATION, Hidden};
+use crate::decide::edits::{AUTHORIZATION, HOST, Hidden, X_FORWARDED_PREFIX};
+use crate::decide::gateway::HeaderOp;
 use crate::table::balance::Pick;
 use crate::table::gateway::{
     Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
@@ -862,9 +863,34 @@ impl Attempt {
     }
 
     /// Whether the request or response must change beyond what every route gets (a Gateway
-    /// rule's filters or timeouts): the fast path leaves such requests to Pingora.
+    /// rule's filters or timeouts, an Ingress's `upstream-vhost` or `x-forwarded-prefix`):
+    /// the fast path leaves such requests to Pingora.
     pub fn rewrites(&self) -> bool {
         self.gateway_rule().is_some_and(|(r, _)| r.rewrites())
+            || self
+                .route_policy()
+                .is_some_and(|p| p.upstream_vhost.is_some() || p.forwarded_prefix.is_some())
+    }
+
+    /// The header operations the request gets on its way to the endpoint beyond every
+    /// route's edits: a Gateway rule's and backend's filters and its `URLRewrite` host, an
+    /// Ingress's `upstream-vhost` (the `Host`) and `x-forwarded-prefix`.
+    pub fn request_ops(&self) -> impl Iterator<Item = HeaderOp<'_>> {
+        let gateway = self.gateway_rule();
+        let filters = gateway
+            .into_iter()
+            .flat_map(|(rule, backend)| crate::decide::gateway::request_ops(rule, backend));
+        let gateway_host = gateway
+            .and_then(|(rule, _)| rule.rewrite_host.as_deref())
+            .map(|h| HeaderOp::Set(HOST, h));
+        let policy = self.route_policy();
+        let vhost = policy
+            .and_then(|p| p.upstream_vhost.as_deref())
+            .map(|h| HeaderOp::Set(HOST, h));
+        let prefix = policy
+            .and_then(|p| p.forwarded_prefix.as_deref())
+            .map(|v| HeaderOp::Set(X_FORWARDED_PREFIX, v));
+        filters.chain(gateway_host).chain(vhost).chain(prefix)
     }
 
     /// How this request reaches the endpoints: the route's protocol when its Ingress sets

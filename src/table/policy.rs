@@ -72,6 +72,13 @@ pub struct RoutePolicy {
     /// ingress-nginx's canary Ingress for this route: some requests go to its backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<Arc<Canary>>,
+    /// The `Host` the endpoints get (`switchyard.io/upstream-vhost`), instead of the
+    /// client's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_vhost: Option<Arc<str>>,
+    /// `X-Forwarded-Prefix` for the endpoints (`switchyard.io/x-forwarded-prefix`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forwarded_prefix: Option<Arc<str>>,
     /// Only requests with a user's credentials are served (ingress-nginx's `auth-type:
     /// basic`); others get 401.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -300,6 +307,8 @@ impl RoutePolicy {
             redirect: None,
             app_root: None,
             canary: None,
+            upstream_vhost: None,
+            forwarded_prefix: None,
             basic_auth: None,
         }
     }

@@ -76,8 +76,14 @@ pub mod ingress_annotation {
     /// `"true"`: `www.` + a rule host (or the host without `www.`) redirects to it (`308`),
     /// unless a rule of any Ingress names it.
     pub const FROM_TO_WWW_REDIRECT: &str = "switchyard.io/from-to-www-redirect";
+    /// A host name (and port): the `Host` the endpoints get instead of the client's.
+    pub const UPSTREAM_VHOST: &str = "switchyard.io/upstream-vhost";
+    /// A value (`/api`): sent to the endpoints as `X-Forwarded-Prefix`.
+    pub const X_FORWARDED_PREFIX: &str = "switchyard.io/x-forwarded-prefix";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 16] = [
+    pub const KNOWN: [&str; 18] = [
+        UPSTREAM_VHOST,
+        X_FORWARDED_PREFIX,
         PROXY_CONNECT_TIMEOUT,
         SERVER_ALIAS,
         FROM_TO_WWW_REDIRECT,
@@ -124,7 +130,12 @@ pub mod ingress_annotation {
     pub const NGINX_AUTH_SECRET: &str = "nginx.ingress.kubernetes.io/auth-secret";
     pub const NGINX_AUTH_REALM: &str = "nginx.ingress.kubernetes.io/auth-realm";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
-    pub const NGINX_ALIASES: [(&str, &str); 16] = [
+    pub const NGINX_ALIASES: [(&str, &str); 18] = [
+        ("nginx.ingress.kubernetes.io/upstream-vhost", UPSTREAM_VHOST),
+        (
+            "nginx.ingress.kubernetes.io/x-forwarded-prefix",
+            X_FORWARDED_PREFIX,
+        ),
         (
             "nginx.ingress.kubernetes.io/proxy-connect-timeout",
             PROXY_CONNECT_TIMEOUT,
@@ -254,6 +265,8 @@ struct IngressSettings {
     rewrite_path: Option<Location>,
     /// ingress-nginx's `auth-type: basic`.
     basic_auth: Option<Arc<BasicAuth>>,
+    upstream_vhost: Option<Arc<str>>,
+    forwarded_prefix: Option<Arc<str>>,
 }
 
 /// Who an Ingress's routes serve.
@@ -501,6 +514,8 @@ impl<'a> Builder<'a> {
                     rewrite: settings.rewrite.clone(),
                     rewrite_path: settings.rewrite_path.clone(),
                     basic_auth: settings.basic_auth.clone(),
+                    upstream_vhost: settings.upstream_vhost.clone(),
+                    forwarded_prefix: settings.forwarded_prefix.clone(),
                     https_redirect: redirect.then_some(HTTPS_REDIRECT_STATUS),
                     allow: settings.allow.clone(),
                     deny: settings.deny.clone(),
@@ -1034,6 +1049,19 @@ impl<'a> Builder<'a> {
                             Ok(_) => {}
                             Err(why) => bad(key, h, format!("{why}; left out")),
                         }
+                    }
+                }
+                ia::UPSTREAM_VHOST => match validate_host(v.trim()) {
+                    Ok(HostPattern::Exact(_)) => s.upstream_vhost = Some(v.trim().into()),
+                    Ok(_) => bad(key, v, "is a wildcard, not a host; the client's Host is sent".into()),
+                    Err(why) => bad(key, v, format!("{why}; the client's Host is sent")),
+                },
+                ia::X_FORWARDED_PREFIX => {
+                    let v = v.trim();
+                    if v.is_empty() || v.bytes().any(|b| !(0x20..0x7f).contains(&b)) {
+                        bad(key, v, "is not a header value of visible characters; not sent".into());
+                    } else {
+                        s.forwarded_prefix = Some(v.into());
                     }
                 }
                 ia::FROM_TO_WWW_REDIRECT => match parse_bool(v) {

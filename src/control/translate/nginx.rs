@@ -382,16 +382,10 @@ pub const CATALOG: &[(&str, Support)] = &[
             "the Service annotation serviceloadbalancer/lb.algorithm: source pins clients by address",
         ),
     ),
-    (
-        "upstream-vhost",
-        Support::Ignored("the backend gets the client's Host"),
-    ),
+    ("upstream-vhost", Support::Served),
     ("use-regex", Support::Served),
     ("whitelist-source-range", Support::Served),
-    (
-        "x-forwarded-prefix",
-        Support::Ignored("the backend is not told the stripped prefix"),
-    ),
+    ("x-forwarded-prefix", Support::Served),
 ];
 
 /// What a served annotation with a value switchyard cannot read gets.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, HOST};
+use http::header::CONTENT_LENGTH;
 use http::{HeaderValue, Uri};
 use pingora::apps::ServerApp;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -498,13 +498,8 @@ impl ProxyHttp for HttpProxy {
             join_cookies(req)?;
         }
         with_request_edits(&self.fwd, session, &ctx.attempt, |edits| apply(req, edits))?;
-        if let Some((rule, backend)) = ctx.attempt.gateway_rule() {
-            for op in gateway::request_ops(rule, backend) {
-                req.apply_op(op)?;
-            }
-            if let Some(host) = &rule.rewrite_host {
-                req.insert_header(HOST, &**host)?;
-            }
+        for op in ctx.attempt.request_ops() {
+            req.apply_op(op)?;
         }
         // The header is written to the endpoint right after this hook.
         ctx.attempt.request_sent(Instant::now());
