@@ -501,6 +501,135 @@ async fn upstream_vhost_and_forwarded_prefix() {
     }
 }
 
+/// ingress-nginx's CORS on both engines: a preflight from an allowed origin answered 204 by
+/// switchyard with the `Access-Control-*` fields (nothing reaches the backend), responses to
+/// allowed origins given them (the origin echoed, a one-label wildcard honoured), other
+/// origins given none and their preflights proxied; `*` answers every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("listed")
+            .ann("nginx.ingress.kubernetes.io/enable-cors", "true")
+            .ann(
+                "nginx.ingress.kubernetes.io/cors-allow-origin",
+                "https://app.test, https://*.example.org",
+            )
+            .ann(
+                "nginx.ingress.kubernetes.io/cors-allow-credentials",
+                "false",
+            )
+            .ann("nginx.ingress.kubernetes.io/cors-expose-headers", "X-Total")
+            .ann("nginx.ingress.kubernetes.io/cors-max-age", "600")
+            .rule(Some("cors.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("any")
+            .ann("nginx.ingress.kubernetes.io/enable-cors", "true")
+            .rule(Some("any.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let port = sy.http_port;
+        let before = web.count();
+        let pre = try_request(
+            port,
+            "OPTIONS",
+            "/api/items",
+            &[
+                ("host", "cors.test"),
+                ("origin", "https://app.test"),
+                ("access-control-request-method", "PUT"),
+            ],
+        )
+        .await
+        .unwrap();
+        assert_eq!(pre.status, 204, "{engine}: {pre:?}");
+        assert_eq!(
+            web.count(),
+            before,
+            "{engine}: a preflight reached the backend"
+        );
+        let h = |r: &Resp, n: &str| r.header(n);
+        assert_eq!(
+            h(&pre, "access-control-allow-origin").as_deref(),
+            Some("https://app.test")
+        );
+        assert_eq!(
+            h(&pre, "access-control-allow-methods").as_deref(),
+            Some("GET, PUT, POST, DELETE, PATCH, OPTIONS")
+        );
+        assert!(
+            h(&pre, "access-control-allow-headers").is_some_and(|v| v.contains("Authorization"))
+        );
+        assert_eq!(
+            h(&pre, "access-control-expose-headers").as_deref(),
+            Some("X-Total")
+        );
+        assert_eq!(h(&pre, "access-control-max-age").as_deref(), Some("600"));
+        assert_eq!(
+            h(&pre, "access-control-allow-credentials"),
+            None,
+            "{engine}"
+        );
+
+        let r = get(
+            port,
+            "/x",
+            &[("host", "cors.test"), ("origin", "https://a.example.org")],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{engine}");
+        assert_eq!(r.backend().as_deref(), Some("web"));
+        assert_eq!(
+            h(&r, "access-control-allow-origin").as_deref(),
+            Some("https://a.example.org"),
+            "{engine}"
+        );
+        for origin in ["https://evil.test", "https://a.b.example.org"] {
+            let r = get(port, "/x", &[("host", "cors.test"), ("origin", origin)]).await;
+            assert_eq!(r.status, 200, "{engine}");
+            assert_eq!(
+                h(&r, "access-control-allow-origin"),
+                None,
+                "{engine} {origin}"
+            );
+        }
+        let before = web.count();
+        let pre = try_request(
+            port,
+            "OPTIONS",
+            "/x",
+            &[("host", "cors.test"), ("origin", "https://evil.test")],
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            web.count(),
+            before + 1,
+            "{engine}: not allowed, so proxied: {pre:?}"
+        );
+        assert_eq!(h(&pre, "access-control-allow-origin"), None);
+
+        let r = get(port, "/y", &[("host", "any.test")]).await;
+        assert_eq!(r.backend().as_deref(), Some("api"), "{engine}");
+        assert_eq!(
+            h(&r, "access-control-allow-origin").as_deref(),
+            Some("*"),
+            "{engine}"
+        );
+        assert_eq!(
+            h(&r, "access-control-allow-credentials").as_deref(),
+            Some("true")
+        );
+        assert_eq!(h(&r, "access-control-max-age").as_deref(), Some("1728000"));
+    }
+}
+
 /// ingress-nginx's redirect annotations, with its statuses and locations, on both engines:
 /// `permanent-redirect` (301, or `permanent-redirect-code`) wins over `temporal-redirect`
 /// (302), nginx's `$request_uri`-style variables are filled in, `app-root` sends `/` itself

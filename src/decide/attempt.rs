@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::decide::cause::{Cause, Side};
-use crate::decide::edits::{AUTHORIZATION, HOST, Hidden, X_FORWARDED_PREFIX};
+use crate::decide::edits::{AUTHORIZATION, HOST, Hidden, ORIGIN, X_FORWARDED_PREFIX, cors_fields};
 use crate::decide::gateway::HeaderOp;
 use crate::table::balance::Pick;
 use crate::table::gateway::{
@@ -20,7 +20,7 @@ use crate::table::gateway::{
 };
 use crate::table::matcher::Strip;
 use crate::table::pattern::{Groups, Pattern};
-use crate::table::policy::{Location, Part, RoutePolicy, canary_takes};
+use crate::table::policy::{AllowOrigin, Cors, Location, Part, RoutePolicy, canary_takes};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
@@ -249,6 +249,12 @@ pub enum Route {
     /// The route's basic authentication did not admit the request: 401 with this
     /// `WWW-Authenticate` challenge.
     Unauthorized { challenge: Arc<str> },
+    /// A CORS preflight from an allowed origin: 204 with the route's `Access-Control-*`
+    /// fields.
+    Preflight {
+        cors: Arc<Cors>,
+        origin: AllowOrigin,
+    },
     /// Plain HTTP for a route served over TLS: a redirect with this status to
     /// `https_location`.
     Redirect { status: u16, https_port: u16 },
@@ -340,6 +346,8 @@ pub struct Attempt {
     valid_cookie: bool,
     /// The route's basic authentication admitted the request's credentials.
     authenticated: bool,
+    /// The route serves CORS and the request's origin is allowed as this.
+    cors: Option<AllowOrigin>,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -511,6 +519,20 @@ impl Attempt {
                 && let (Some(status), Some(https_port)) = (p.https_redirect, policy.https_port)
             {
                 return Ok(Route::Redirect { status, https_port });
+            }
+            // CORS as ingress-nginx's rewrite phase has it: a preflight from an allowed
+            // origin is answered here, before any password is asked for (a browser sends
+            // none with it).
+            if let Some(cors) = &p.cors
+                && let Some(origin) = cors.allow(req.header(ORIGIN))
+            {
+                if req.method() == b"OPTIONS" {
+                    return Ok(Route::Preflight {
+                        cors: Arc::clone(cors),
+                        origin,
+                    });
+                }
+                self.cors = Some(origin);
             }
             // After the redirects, as nginx's access phase comes after its rewrite phase: a
             // plain-HTTP request is sent to HTTPS before it is asked for a password.
@@ -867,9 +889,28 @@ impl Attempt {
     /// the fast path leaves such requests to Pingora.
     pub fn rewrites(&self) -> bool {
         self.gateway_rule().is_some_and(|(r, _)| r.rewrites())
+            || self.cors.is_some()
             || self
                 .route_policy()
                 .is_some_and(|p| p.upstream_vhost.is_some() || p.forwarded_prefix.is_some())
+    }
+
+    /// The header operations the response gets on its way to the client beyond every
+    /// route's edits: a Gateway rule's and backend's filters, an allowed origin's CORS
+    /// fields (which replace the backend's).
+    pub fn response_ops(&self) -> impl Iterator<Item = HeaderOp<'_>> {
+        let filters = self
+            .gateway_rule()
+            .into_iter()
+            .flat_map(|(rule, backend)| crate::decide::gateway::response_ops(rule, backend));
+        let cors = self
+            .route_policy()
+            .and_then(|p| p.cors.as_deref())
+            .zip(self.cors.as_ref())
+            .into_iter()
+            .flat_map(|(cors, origin)| cors_fields(cors, origin))
+            .map(|(name, value)| HeaderOp::Set(name, value));
+        filters.chain(cors)
     }
 
     /// The header operations the request gets on its way to the endpoint beyond every

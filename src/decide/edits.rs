@@ -8,6 +8,7 @@
 
 use std::io::Write as _;
 
+use crate::table::policy::{AllowOrigin, Cors};
 use crate::table::sticky;
 
 pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
@@ -30,6 +31,13 @@ pub const GRPC_STATUS: &str = "grpc-status";
 pub const GRPC_MESSAGE: &str = "grpc-message";
 pub const LOCATION: &str = "location";
 pub const AUTHORIZATION: &str = "authorization";
+pub const ORIGIN: &str = "origin";
+pub const ACCESS_CONTROL_ALLOW_ORIGIN: &str = "access-control-allow-origin";
+pub const ACCESS_CONTROL_ALLOW_CREDENTIALS: &str = "access-control-allow-credentials";
+pub const ACCESS_CONTROL_ALLOW_METHODS: &str = "access-control-allow-methods";
+pub const ACCESS_CONTROL_ALLOW_HEADERS: &str = "access-control-allow-headers";
+pub const ACCESS_CONTROL_EXPOSE_HEADERS: &str = "access-control-expose-headers";
+pub const ACCESS_CONTROL_MAX_AGE: &str = "access-control-max-age";
 pub const HOST: &str = "host";
 /// The path prefix the backend is mounted under (ingress-nginx's `x-forwarded-prefix`).
 pub const X_FORWARDED_PREFIX: &str = "x-forwarded-prefix";
@@ -340,6 +348,48 @@ pub fn answer_fields<'a>(
     }
     e.push(Edit::Add(CONTENT_LENGTH, Value::Number(body_len as u64)));
     e.push(Edit::Add(CACHE_CONTROL, Value::Text(cache_control)));
+    if let Some(h) = &fwd.hsts {
+        e.push(Edit::Add(STRICT_TRANSPORT_SECURITY, Value::Text(h)));
+    }
+    e
+}
+
+/// The `Access-Control-*` fields a request from `origin` gets on a route with `cors`, in
+/// ingress-nginx's order: on its response (replacing the backend's) and on a preflight's
+/// `204`. The one list both use.
+pub fn cors_fields<'a>(
+    cors: &'a Cors,
+    origin: &'a AllowOrigin,
+) -> impl Iterator<Item = (&'static str, &'a str)> {
+    [
+        Some((ACCESS_CONTROL_ALLOW_ORIGIN, origin.text())),
+        cors.credentials
+            .then_some((ACCESS_CONTROL_ALLOW_CREDENTIALS, "true")),
+        Some((ACCESS_CONTROL_ALLOW_METHODS, &*cors.methods)),
+        Some((ACCESS_CONTROL_ALLOW_HEADERS, &*cors.headers)),
+        (!cors.expose.is_empty()).then_some((ACCESS_CONTROL_EXPOSE_HEADERS, &*cors.expose)),
+        Some((ACCESS_CONTROL_MAX_AGE, &*cors.max_age)),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// A preflight's answer: `204`, no body, the CORS fields (ingress-nginx's `return 204`, with
+/// its `Content-Type`).
+pub fn preflight_fields<'a>(
+    fwd: &'a Forwarding,
+    cors: &'a Cors,
+    origin: &'a AllowOrigin,
+) -> Edits<'a> {
+    let mut e = Edits::new();
+    for (name, value) in cors_fields(cors, origin) {
+        e.push(Edit::Add(name, Value::Text(value)));
+    }
+    e.push(Edit::Add(
+        CONTENT_TYPE,
+        Value::Text("text/plain charset=UTF-8"),
+    ));
+    e.push(Edit::Add(CONTENT_LENGTH, Value::Number(0)));
     if let Some(h) = &fwd.hsts {
         e.push(Edit::Add(STRICT_TRANSPORT_SECURITY, Value::Text(h)));
     }

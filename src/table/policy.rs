@@ -79,10 +79,122 @@ pub struct RoutePolicy {
     /// `X-Forwarded-Prefix` for the endpoints (`switchyard.io/x-forwarded-prefix`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forwarded_prefix: Option<Arc<str>>,
+    /// Cross-origin requests (ingress-nginx's `enable-cors`): preflights answered here, the
+    /// responses to allowed origins given the `Access-Control-*` fields.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Arc<Cors>>,
     /// Only requests with a user's credentials are served (ingress-nginx's `auth-type:
     /// basic`); others get 401.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<Arc<BasicAuth>>,
+}
+
+/// Cross-origin resource sharing as ingress-nginx does it (`enable-cors` and the
+/// `cors-allow-*` annotations): a request whose `Origin` is allowed gets the fields below on
+/// its response, and an `OPTIONS` request from one is answered `204` with them (the
+/// preflight), never proxied. With the origin `*` every request is allowed, with or without
+/// an `Origin`, and gets `Access-Control-Allow-Origin: *`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cors {
+    pub origins: Origins,
+    /// `Access-Control-Allow-Methods`, as written.
+    pub methods: Box<str>,
+    /// `Access-Control-Allow-Headers`, as written.
+    pub headers: Box<str>,
+    /// `Access-Control-Expose-Headers` (none when empty).
+    pub expose: Box<str>,
+    /// `Access-Control-Allow-Credentials: true`.
+    pub credentials: bool,
+    /// `Access-Control-Max-Age`, in seconds (digits).
+    pub max_age: Box<str>,
+}
+
+/// The origins a `Cors` allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Origins {
+    /// `*`.
+    Any,
+    /// Each an origin, lower case (`https://app.example.com`, `http://localhost:3000`), or one
+    /// whose host's first label is `*` (`https://*.example.com`: exactly one label there).
+    List(Vec<Box<str>>),
+}
+
+/// The `Access-Control-Allow-Origin` a request gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowOrigin {
+    Any,
+    /// The request's own `Origin`, which a listed origin matched.
+    Echo(Box<str>),
+}
+
+impl AllowOrigin {
+    pub fn text(&self) -> &str {
+        match self {
+            AllowOrigin::Any => "*",
+            AllowOrigin::Echo(o) => o,
+        }
+    }
+}
+
+impl Cors {
+    /// The origin a request with `origin` (its `Origin` field) is allowed as, if it is.
+    pub fn allow(&self, origin: Option<&[u8]>) -> Option<AllowOrigin> {
+        let list = match &self.origins {
+            Origins::Any => return Some(AllowOrigin::Any),
+            Origins::List(list) => list,
+        };
+        let origin = std::str::from_utf8(origin?).ok()?.trim();
+        let lower = origin.to_ascii_lowercase();
+        list.iter()
+            .any(|allowed| origin_matches(allowed, &lower))
+            .then(|| AllowOrigin::Echo(origin.into()))
+    }
+
+    /// Reads one allowed origin as ingress-nginx's `cors-allow-origin` writes it.
+    pub fn parse_origin(v: &str) -> Result<Box<str>, &'static str> {
+        let v = v.trim().trim_end_matches('/').to_ascii_lowercase();
+        let (scheme, rest) = v.split_once("://").ok_or("is not scheme://host[:port]")?;
+        if scheme.is_empty()
+            || !scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        {
+            return Err("has no valid scheme");
+        }
+        let host = rest.strip_prefix("*.").unwrap_or(rest);
+        let ok = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b));
+        if !ok {
+            return Err("is not scheme://host[:port] (a wildcard only as *. before the host)");
+        }
+        Ok(v.into())
+    }
+}
+
+/// Whether `origin` (lower case) is `allowed`: the same, or, for `scheme://*.rest`, the scheme,
+/// one label of letters, digits and `-`, then `.rest`.
+fn origin_matches(allowed: &str, origin: &str) -> bool {
+    let Some((scheme, rest)) = allowed.split_once("://*.") else {
+        return allowed == origin;
+    };
+    let Some(host) = origin
+        .strip_prefix(scheme)
+        .and_then(|o| o.strip_prefix("://"))
+    else {
+        return false;
+    };
+    match host.split_once('.') {
+        Some((label, tail)) => {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && tail == rest
+        }
+        None => false,
+    }
 }
 
 /// A canary Ingress's backend for one route of its main Ingress, and which requests it takes
@@ -309,6 +421,7 @@ impl RoutePolicy {
             canary: None,
             upstream_vhost: None,
             forwarded_prefix: None,
+            cors: None,
             basic_auth: None,
         }
     }
@@ -421,6 +534,73 @@ mod tests {
         };
         assert!(takes(&patterned, Some("beta-7"), None));
         assert!(!takes(&patterned, Some("stable"), None));
+    }
+
+    #[test]
+    fn cors_allows_listed_origins_and_one_label_wildcards() {
+        let list = [
+            "https://app.example.com",
+            "https://*.example.org",
+            "http://localhost:3000",
+        ]
+        .iter()
+        .map(|o| Cors::parse_origin(o).unwrap())
+        .collect();
+        let cors = Cors {
+            origins: Origins::List(list),
+            methods: "GET".into(),
+            headers: "Content-Type".into(),
+            expose: "".into(),
+            credentials: true,
+            max_age: "60".into(),
+        };
+        let allow = |o: &str| cors.allow(Some(o.as_bytes())).map(|a| a.text().to_string());
+        assert_eq!(
+            allow("https://app.example.com").as_deref(),
+            Some("https://app.example.com")
+        );
+        assert_eq!(
+            allow("HTTPS://App.Example.com").as_deref(),
+            Some("HTTPS://App.Example.com")
+        );
+        assert_eq!(
+            allow("https://a.example.org").as_deref(),
+            Some("https://a.example.org")
+        );
+        assert_eq!(
+            allow("http://localhost:3000").as_deref(),
+            Some("http://localhost:3000")
+        );
+        for refused in [
+            "https://evil.com",
+            "http://app.example.com",
+            "https://example.org",
+            "https://a.b.example.org",
+            "https://evilexample.org",
+            "http://localhost:3001",
+            "null",
+        ] {
+            assert_eq!(allow(refused), None, "{refused}");
+        }
+        assert_eq!(cors.allow(None), None);
+        let any = Cors {
+            origins: Origins::Any,
+            ..cors
+        };
+        assert_eq!(any.allow(None), Some(AllowOrigin::Any));
+        for bad in [
+            "example.com",
+            "https://",
+            "https://a b",
+            "https://x.*.com",
+            "://x",
+        ] {
+            assert!(Cors::parse_origin(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            &*Cors::parse_origin("https://A.com/").unwrap(),
+            "https://a.com"
+        );
     }
 
     fn policy(allow: &[&str], deny: &[&str]) -> RoutePolicy {

@@ -27,7 +27,7 @@ use crate::table::cidr::Cidr;
 use crate::table::gateway::Share;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::pattern::{Flavor, Pattern};
-use crate::table::policy::{Canary, Location, Redirect, RoutePolicy};
+use crate::table::policy::{Canary, Cors, Location, Origins, Redirect, RoutePolicy};
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
@@ -129,6 +129,17 @@ pub mod ingress_annotation {
     pub const NGINX_AUTH_TYPE: &str = "nginx.ingress.kubernetes.io/auth-type";
     pub const NGINX_AUTH_SECRET: &str = "nginx.ingress.kubernetes.io/auth-secret";
     pub const NGINX_AUTH_REALM: &str = "nginx.ingress.kubernetes.io/auth-realm";
+    /// `"true"`: cross-origin requests are answered as ingress-nginx's CORS does, with the
+    /// `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers` and
+    /// `cors-max-age` below (each with ingress-nginx's default).
+    pub const NGINX_ENABLE_CORS: &str = "nginx.ingress.kubernetes.io/enable-cors";
+    pub const NGINX_CORS_ALLOW_ORIGIN: &str = "nginx.ingress.kubernetes.io/cors-allow-origin";
+    pub const NGINX_CORS_ALLOW_METHODS: &str = "nginx.ingress.kubernetes.io/cors-allow-methods";
+    pub const NGINX_CORS_ALLOW_HEADERS: &str = "nginx.ingress.kubernetes.io/cors-allow-headers";
+    pub const NGINX_CORS_EXPOSE_HEADERS: &str = "nginx.ingress.kubernetes.io/cors-expose-headers";
+    pub const NGINX_CORS_ALLOW_CREDENTIALS: &str =
+        "nginx.ingress.kubernetes.io/cors-allow-credentials";
+    pub const NGINX_CORS_MAX_AGE: &str = "nginx.ingress.kubernetes.io/cors-max-age";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
     pub const NGINX_ALIASES: [(&str, &str); 18] = [
         ("nginx.ingress.kubernetes.io/upstream-vhost", UPSTREAM_VHOST),
@@ -267,6 +278,8 @@ struct IngressSettings {
     basic_auth: Option<Arc<BasicAuth>>,
     upstream_vhost: Option<Arc<str>>,
     forwarded_prefix: Option<Arc<str>>,
+    /// ingress-nginx's `enable-cors` and its settings.
+    cors: Option<Arc<Cors>>,
 }
 
 /// Who an Ingress's routes serve.
@@ -278,6 +291,12 @@ enum Access {
     /// No one: it asks for what switchyard does not carry out (403 on its routes).
     Refused,
 }
+
+/// ingress-nginx's CORS defaults (its `cors-allow-methods`, `-headers`, `cors-max-age`).
+const CORS_METHODS: &str = "GET, PUT, POST, DELETE, PATCH, OPTIONS";
+const CORS_HEADERS: &str = "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,\
+                            Cache-Control,Content-Type,Range,Authorization";
+const CORS_MAX_AGE: &str = "1728000";
 
 /// The key of an `auth-file` Secret that holds the htpasswd file.
 const AUTH_FILE_KEY: &str = "auth";
@@ -499,6 +518,9 @@ impl<'a> Builder<'a> {
         if let Access::Basic(auth) = access {
             settings.basic_auth = Some(auth);
         }
+        if let Some(map) = ing.metadata.annotations.as_ref() {
+            settings.cors = self.cors(&who, map);
+        }
         let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
             return;
@@ -516,6 +538,7 @@ impl<'a> Builder<'a> {
                     basic_auth: settings.basic_auth.clone(),
                     upstream_vhost: settings.upstream_vhost.clone(),
                     forwarded_prefix: settings.forwarded_prefix.clone(),
+                    cors: settings.cors.clone(),
                     https_redirect: redirect.then_some(HTTPS_REDIRECT_STATUS),
                     allow: settings.allow.clone(),
                     deny: settings.deny.clone(),
@@ -686,6 +709,105 @@ impl<'a> Builder<'a> {
                 }
             }
         }
+    }
+
+    /// ingress-nginx's CORS annotations, read (`None` unless `enable-cors` is true); a value
+    /// that cannot be read is warned about and ingress-nginx's default takes its place.
+    fn cors(&mut self, who: &ObjectRef, map: &BTreeMap<String, String>) -> Option<Arc<Cors>> {
+        if map.get(ia::NGINX_ENABLE_CORS).and_then(|v| parse_bool(v)) != Some(true) {
+            return None;
+        }
+        let mut bad = |key: &str, v: &str, why: &str| {
+            self.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!("{key}: {} {why}", show(v)),
+            });
+        };
+        let get = |key: &str| map.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let listed = |v: &str, word: fn(u8) -> bool| {
+            v.split(',')
+                .map(str::trim)
+                .all(|item| !item.is_empty() && item.bytes().all(word))
+        };
+        let mut text = |key: &str, default: &str, word: fn(u8) -> bool, star: bool| -> Box<str> {
+            match get(key) {
+                None => default.into(),
+                Some(v) if (star && v == "*") || listed(v, word) => v.into(),
+                Some(v) => {
+                    bad(
+                        key,
+                        v,
+                        "is not a comma-separated list of names; the default applies",
+                    );
+                    default.into()
+                }
+            }
+        };
+        let methods = text(
+            ia::NGINX_CORS_ALLOW_METHODS,
+            CORS_METHODS,
+            |b| b.is_ascii_alphabetic(),
+            false,
+        );
+        let header_char = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+        let headers = text(
+            ia::NGINX_CORS_ALLOW_HEADERS,
+            CORS_HEADERS,
+            header_char,
+            true,
+        );
+        let expose = text(ia::NGINX_CORS_EXPOSE_HEADERS, "", header_char, true);
+        let credentials = match get(ia::NGINX_CORS_ALLOW_CREDENTIALS) {
+            None => true,
+            Some(v) => parse_bool(v).unwrap_or_else(|| {
+                bad(
+                    ia::NGINX_CORS_ALLOW_CREDENTIALS,
+                    v,
+                    "is not true or false; true applies",
+                );
+                true
+            }),
+        };
+        let max_age: Box<str> = match get(ia::NGINX_CORS_MAX_AGE) {
+            None => CORS_MAX_AGE.into(),
+            Some(v) if v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) => v.into(),
+            Some(v) => {
+                bad(
+                    ia::NGINX_CORS_MAX_AGE,
+                    v,
+                    "is not a number of seconds; 1728000 applies",
+                );
+                CORS_MAX_AGE.into()
+            }
+        };
+        let origins = match get(ia::NGINX_CORS_ALLOW_ORIGIN) {
+            None => Origins::Any,
+            Some(v) if v.split(',').any(|o| o.trim() == "*") => Origins::Any,
+            Some(v) => {
+                let mut list = Vec::new();
+                for item in v.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+                    match Cors::parse_origin(item) {
+                        Ok(o) => list.push(o),
+                        Err(why) => bad(
+                            ia::NGINX_CORS_ALLOW_ORIGIN,
+                            item,
+                            &format!("{why}; left out"),
+                        ),
+                    }
+                }
+                // None valid: no origin is allowed (never all of them).
+                Origins::List(list)
+            }
+        };
+        Some(Arc::new(Cors {
+            origins,
+            methods,
+            headers,
+            expose,
+            credentials,
+            max_age,
+        }))
     }
 
     /// A canary's `canary-by-*` and `canary-weight*` annotations, read; a value that cannot

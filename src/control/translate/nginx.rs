@@ -68,7 +68,7 @@ const AFFINITY: &str = "cookie affinity per Ingress is not served yet; the Servi
 const REDIRECT_AS_WRITTEN: &str = "the location is sent as written (an http(s) URL or an \
                                    absolute path); nginx variables in it ($host, $request_uri) \
                                    are not expanded";
-const CORS: &str = "not served yet: the backend must answer CORS itself";
+const CORS_WITH: &str = "read only with enable-cors: \"true\"";
 const LIMIT: &str = "no rate or connection limits per Ingress yet";
 const BUFFERING: &str = "switchyard streams bodies and never buffers them to disk: nothing to \
                          set";
@@ -168,12 +168,12 @@ pub const CATALOG: &[(&str, Support)] = &[
             "the Connection field of requests to backends is switchyard's (keep-alive)",
         ),
     ),
-    ("cors-allow-credentials", Support::Ignored(CORS)),
-    ("cors-allow-headers", Support::Ignored(CORS)),
-    ("cors-allow-methods", Support::Ignored(CORS)),
-    ("cors-allow-origin", Support::Ignored(CORS)),
-    ("cors-expose-headers", Support::Ignored(CORS)),
-    ("cors-max-age", Support::Ignored(CORS)),
+    ("cors-allow-credentials", Support::Served),
+    ("cors-allow-headers", Support::Served),
+    ("cors-allow-methods", Support::Served),
+    ("cors-allow-origin", Support::Served),
+    ("cors-expose-headers", Support::Served),
+    ("cors-max-age", Support::Served),
     (
         "custom-headers",
         Support::Ignored("an HTTPRoute ResponseHeaderModifier filter sets response fields"),
@@ -199,7 +199,7 @@ pub const CATALOG: &[(&str, Support)] = &[
         "enable-access-log",
         Support::Ignored("the access log (--access-log) covers every route"),
     ),
-    ("enable-cors", Support::Ignored(CORS)),
+    ("enable-cors", Support::Served),
     (
         "enable-global-auth",
         Support::Ignored("switchyard has no global external authentication"),
@@ -415,6 +415,14 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
         }
         "ssl-passthrough" if parse_bool(value) != Some(true) => {
             Support::Ignored("not true: no passthrough asked for")
+        }
+        k if k.starts_with("cors-")
+            && all
+                .get(&format!("{PREFIX}enable-cors"))
+                .and_then(|v| parse_bool(v))
+                != Some(true) =>
+        {
+            Support::Ignored(CORS_WITH)
         }
         "auth-type" => match value.trim() {
             "basic" => CATALOG
@@ -724,7 +732,7 @@ mod tests {
         refused.metadata.annotations = Some(map(&[
             ("auth-type", "digest"),
             ("proxy-body-size", "8m"),
-            ("enable-cors", "true"),
+            ("limit-rps", "5"),
         ]));
         let mut plain = Ingress::default();
         plain.metadata.namespace = Some("shop".into());

@@ -46,7 +46,6 @@ use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{Edits, Forwarding, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, grpc_answer, rejection_answer};
 use crate::decide::exchange;
-use crate::decide::gateway::{self};
 use crate::decide::grpc::Ending;
 use crate::decide::reply::Reply;
 use crate::decide::target::normalize_path;
@@ -555,10 +554,8 @@ impl ProxyHttp for HttpProxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         apply(resp, &response_edits(&self.fwd, ctx.attempt.set_cookie()))?;
-        if let Some((rule, backend)) = ctx.attempt.gateway_rule() {
-            for op in gateway::response_ops(rule, backend) {
-                resp.apply_op(op)?;
-            }
+        for op in ctx.attempt.response_ops() {
+            resp.apply_op(op)?;
         }
         Ok(())
     }

@@ -359,6 +359,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             | Route::Healthz
             | Route::Forbidden
             | Route::Unauthorized { .. }
+            | Route::Preflight { .. }
             | Route::Redirect { .. }
             | Route::Moved { .. }
             | Route::Fail(_),
