@@ -267,6 +267,87 @@ fn bench_ingress(c: &mut Criterion) {
     g.finish();
 }
 
+/// The same 10,000 Ingresses written for ingress-nginx's regular expressions: `use-regex`
+/// and `rewrite-target: /$2` on each, paths `/api(/|$)(.*)`, `/static/v[0-9]+/(.*)` and `/`
+/// (every path of each host a regular expression, 30,000 patterns).
+fn bench_ingress_regex(c: &mut Criterion) {
+    let (services, slices) = world(10_000);
+    let (svc_store, eps_store) = stores(&services, &slices);
+    let (mut ings, class) = ingresses(10_000);
+    for ing in &mut ings {
+        let ann = ing.metadata.annotations.get_or_insert_with(Default::default);
+        ann.insert("nginx.ingress.kubernetes.io/use-regex".into(), "true".into());
+        ann.insert("nginx.ingress.kubernetes.io/rewrite-target".into(), "/$2".into());
+        let paths = ing
+            .spec
+            .as_mut()
+            .and_then(|s| s.rules.as_mut())
+            .and_then(|r| r.first_mut())
+            .and_then(|r| r.http.as_mut())
+            .map(|h| &mut h.paths);
+        for p in paths.into_iter().flatten() {
+            p.path_type = "ImplementationSpecific".into();
+            p.path = Some(match p.path.as_deref() {
+                Some("/api") => "/api(/|$)(.*)".into(),
+                Some("/static/v1") => "/static/v[0-9]+/(.*)".into(),
+                _ => "/".into(),
+            });
+        }
+    }
+    let classes = [&class];
+    let options = Options::default();
+    let build = |ings: &[k8s_openapi::api::networking::v1::Ingress],
+                 previous: Option<switchyard::control::translate::Previous<'_>>,
+                 changes: Option<&Changes>| {
+        let refs: Vec<_> = ings.iter().collect();
+        let inputs = IngressInputs {
+            ingresses: &refs,
+            classes: &classes,
+            secrets: &[],
+            config_maps: &[],
+            gateway: Default::default(),
+        };
+        translate_changes(&svc_store, &eps_store, inputs, changes, &options, previous)
+    };
+    let mut g = c.benchmark_group("ingress_regex_10000");
+    g.sample_size(10);
+    g.bench_function("cold", |b| {
+        b.iter_with_large_drop(|| build(black_box(&ings), None, None))
+    });
+    let (previous, warnings) = build(&ings, None, None);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let changes = Changes {
+        ingress: true,
+        ..Default::default()
+    };
+    g.bench_function("one_ingress_changed", |b| {
+        b.iter_with_large_drop(|| {
+            build(black_box(&ings), Some(previous.previous()), Some(&changes))
+        })
+    });
+    let table = &previous.table;
+    let cursor = AtomicUsize::new(0);
+    let (host, path) = ("app-4567.example.com", "/api/v1/orders/42");
+    assert!(lookup_and_pick(table, host, path, &cursor).is_some());
+    g.sample_size(100);
+    g.bench_function("lookup_and_pick", |b| {
+        b.iter(|| lookup_and_pick(table, black_box(host), black_box(path), &cursor))
+    });
+    // What the rewrite adds: the groups of the path that matched.
+    g.bench_function("lookup_pick_and_groups", |b| {
+        b.iter(|| {
+            let picked = lookup_and_pick(table, black_box(host), black_box(path), &cursor);
+            let rule = table.http.lookup(Some(host.as_bytes()), path);
+            let groups = rule
+                .and_then(|r| r.regex.as_deref())
+                .and_then(|p| p.groups(black_box(path)))
+                .map(|g| g.get(2).len());
+            (picked, groups)
+        })
+    });
+    g.finish();
+}
+
 /// A request with a header and a query, as a Gateway route's conditions read it.
 struct BenchRequest<'a> {
     header: (&'a str, &'a [u8]),
@@ -521,6 +602,7 @@ criterion_group!(
     bench_translate,
     bench_lookup,
     bench_ingress,
+    bench_ingress_regex,
     bench_gateway,
     bench_gateway_changes
 );
