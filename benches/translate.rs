@@ -275,9 +275,18 @@ fn bench_ingress_regex(c: &mut Criterion) {
     let (svc_store, eps_store) = stores(&services, &slices);
     let (mut ings, class) = ingresses(10_000);
     for ing in &mut ings {
-        let ann = ing.metadata.annotations.get_or_insert_with(Default::default);
-        ann.insert("nginx.ingress.kubernetes.io/use-regex".into(), "true".into());
-        ann.insert("nginx.ingress.kubernetes.io/rewrite-target".into(), "/$2".into());
+        let ann = ing
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        ann.insert(
+            "nginx.ingress.kubernetes.io/use-regex".into(),
+            "true".into(),
+        );
+        ann.insert(
+            "nginx.ingress.kubernetes.io/rewrite-target".into(),
+            "/$2".into(),
+        );
         let paths = ing
             .spec
             .as_mut()
