@@ -213,6 +213,14 @@ fn filter() -> HTTPRouteFilter {
             kind: "Thing".into(),
             name: "t".into(),
         }),
+        cors: Some(HTTPCORSFilter {
+            allow_origins: vec!["https://*.example.com".into()],
+            allow_credentials: Some(true),
+            allow_methods: vec!["GET".into()],
+            allow_headers: vec!["x-a".into()],
+            expose_headers: vec!["x-b".into()],
+            max_age: Some(60),
+        }),
     }
 }
 

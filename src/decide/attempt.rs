@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::decide::cause::{Cause, Side};
-use crate::decide::edits::{AUTHORIZATION, HOST, Hidden, ORIGIN, X_FORWARDED_PREFIX, cors_fields};
+use crate::decide::edits::{
+    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, AUTHORIZATION, Asked, HOST,
+    Hidden, ORIGIN, X_FORWARDED_PREFIX, cors_fields,
+};
 use crate::decide::gateway::HeaderOp;
 use crate::table::balance::Pick;
 use crate::table::gateway::{
@@ -20,7 +23,9 @@ use crate::table::gateway::{
 };
 use crate::table::matcher::Strip;
 use crate::table::pattern::{Groups, Pattern};
-use crate::table::policy::{AllowOrigin, Cors, Location, Part, RoutePolicy, canary_takes};
+use crate::table::policy::{
+    AllowOrigin, Cors, CorsFlavor, Location, Part, RoutePolicy, canary_takes,
+};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
@@ -249,11 +254,13 @@ pub enum Route {
     /// The route's basic authentication did not admit the request: 401 with this
     /// `WWW-Authenticate` challenge.
     Unauthorized { challenge: Arc<str> },
-    /// A CORS preflight from an allowed origin: 204 with the route's `Access-Control-*`
-    /// fields.
+    /// A CORS preflight from an allowed origin: answered with the route's
+    /// `Access-Control-*` fields; `methods` and `headers` are what it asked for.
     Preflight {
         cors: Arc<Cors>,
         origin: AllowOrigin,
+        methods: Option<Box<str>>,
+        headers: Option<Box<str>>,
     },
     /// Plain HTTP for a route served over TLS: a redirect with this status to
     /// `https_location`.
@@ -346,8 +353,8 @@ pub struct Attempt {
     valid_cookie: bool,
     /// The route's basic authentication admitted the request's credentials.
     authenticated: bool,
-    /// The route serves CORS and the request's origin is allowed as this.
-    cors: Option<AllowOrigin>,
+    /// The route's CORS, and what the request's origin is allowed as.
+    cors: Option<(Arc<Cors>, AllowOrigin)>,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -455,6 +462,12 @@ impl Attempt {
             GatewayMatch::Matched(prule, candidate) => {
                 let gw = &table.gateway;
                 let rule = &*candidate.rule;
+                // The `CORS` filter answers a preflight before the rule's action.
+                if let Some(cors) = &rule.cors
+                    && let Some(preflight) = self.cors_check(cors, req)
+                {
+                    return Ok(preflight);
+                }
                 let (entry, strip) = match &rule.action {
                     Action::Fail(status) => return Ok(Route::Fail(*status)),
                     Action::Redirect(r) => {
@@ -524,15 +537,9 @@ impl Attempt {
             // origin is answered here, before any password is asked for (a browser sends
             // none with it).
             if let Some(cors) = &p.cors
-                && let Some(origin) = cors.allow(req.header(ORIGIN))
+                && let Some(preflight) = self.cors_check(cors, req)
             {
-                if req.method() == b"OPTIONS" {
-                    return Ok(Route::Preflight {
-                        cors: Arc::clone(cors),
-                        origin,
-                    });
-                }
-                self.cors = Some(origin);
+                return Ok(preflight);
             }
             // After the redirects, as nginx's access phase comes after its rewrite phase: a
             // plain-HTTP request is sent to HTTPS before it is asked for a password.
@@ -904,11 +911,9 @@ impl Attempt {
             .into_iter()
             .flat_map(|(rule, backend)| crate::decide::gateway::response_ops(rule, backend));
         let cors = self
-            .route_policy()
-            .and_then(|p| p.cors.as_deref())
-            .zip(self.cors.as_ref())
-            .into_iter()
-            .flat_map(|(cors, origin)| cors_fields(cors, origin))
+            .cors
+            .iter()
+            .flat_map(|(cors, origin)| cors_fields(cors, origin, Asked::default()))
             .map(|(name, value)| HeaderOp::Set(name, value));
         filters.chain(cors)
     }
@@ -1010,6 +1015,35 @@ impl Attempt {
     /// Whether the entry is cookie-sticky (its cookie is removed from forwarded requests).
     pub fn cookie_sticky(&self) -> bool {
         self.entry().is_some_and(|e| e.cookie_sticky)
+    }
+
+    /// CORS for a request on a route with `cors`: a preflight from an allowed origin is
+    /// the route's answer (`Some`); another request from one is remembered, for the fields
+    /// its response gets (`response_ops`).
+    fn cors_check(&mut self, cors: &Arc<Cors>, req: &impl RequestView) -> Option<Route> {
+        let asked_method = req.header(ACCESS_CONTROL_REQUEST_METHOD);
+        let Some(origin) = cors.allow(req.header(ORIGIN)) else {
+            // A Gateway's CORS filter owns the preflights of its rule: one from an origin it
+            // does not allow is refused, not handed to the backend.
+            let refused = cors.flavor == CorsFlavor::Gateway
+                && req.header(ORIGIN).is_some()
+                && cors.preflight(req.method(), asked_method);
+            return refused.then_some(Route::Forbidden);
+        };
+        if cors.preflight(req.method(), asked_method) {
+            let text = |v: Option<&[u8]>| {
+                v.and_then(|v| std::str::from_utf8(v).ok())
+                    .map(|v| Box::<str>::from(v.trim()))
+            };
+            return Some(Route::Preflight {
+                cors: Arc::clone(cors),
+                origin,
+                methods: text(asked_method),
+                headers: text(req.header(ACCESS_CONTROL_REQUEST_HEADERS)),
+            });
+        }
+        self.cors = Some((Arc::clone(cors), origin));
+        None
     }
 
     /// What of the client's request its backend must not see.

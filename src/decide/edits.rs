@@ -32,6 +32,8 @@ pub const GRPC_MESSAGE: &str = "grpc-message";
 pub const LOCATION: &str = "location";
 pub const AUTHORIZATION: &str = "authorization";
 pub const ORIGIN: &str = "origin";
+pub const ACCESS_CONTROL_REQUEST_METHOD: &str = "access-control-request-method";
+pub const ACCESS_CONTROL_REQUEST_HEADERS: &str = "access-control-request-headers";
 pub const ACCESS_CONTROL_ALLOW_ORIGIN: &str = "access-control-allow-origin";
 pub const ACCESS_CONTROL_ALLOW_CREDENTIALS: &str = "access-control-allow-credentials";
 pub const ACCESS_CONTROL_ALLOW_METHODS: &str = "access-control-allow-methods";
@@ -360,13 +362,16 @@ pub fn answer_fields<'a>(
 pub fn cors_fields<'a>(
     cors: &'a Cors,
     origin: &'a AllowOrigin,
+    asked: Asked<'a>,
 ) -> impl Iterator<Item = (&'static str, &'a str)> {
+    let methods = cors.answer_for(&cors.methods, asked.methods);
+    let headers = cors.answer_for(&cors.headers, asked.headers);
     [
         Some((ACCESS_CONTROL_ALLOW_ORIGIN, origin.text())),
         cors.credentials
             .then_some((ACCESS_CONTROL_ALLOW_CREDENTIALS, "true")),
-        Some((ACCESS_CONTROL_ALLOW_METHODS, &*cors.methods)),
-        Some((ACCESS_CONTROL_ALLOW_HEADERS, &*cors.headers)),
+        (!methods.is_empty()).then_some((ACCESS_CONTROL_ALLOW_METHODS, methods)),
+        (!headers.is_empty()).then_some((ACCESS_CONTROL_ALLOW_HEADERS, headers)),
         (!cors.expose.is_empty()).then_some((ACCESS_CONTROL_EXPOSE_HEADERS, &*cors.expose)),
         Some((ACCESS_CONTROL_MAX_AGE, &*cors.max_age)),
     ]
@@ -374,15 +379,23 @@ pub fn cors_fields<'a>(
     .flatten()
 }
 
-/// A preflight's answer: `204`, no body, the CORS fields (ingress-nginx's `return 204`, with
-/// its `Content-Type`).
+/// What a preflight asked for (`Access-Control-Request-Method`, `-Headers`); nothing for
+/// another request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked<'a> {
+    pub methods: Option<&'a str>,
+    pub headers: Option<&'a str>,
+}
+
+/// A preflight's answer: no body, the CORS fields (with ingress-nginx's `Content-Type`).
 pub fn preflight_fields<'a>(
     fwd: &'a Forwarding,
     cors: &'a Cors,
     origin: &'a AllowOrigin,
+    asked: Asked<'a>,
 ) -> Edits<'a> {
     let mut e = Edits::new();
-    for (name, value) in cors_fields(cors, origin) {
+    for (name, value) in cors_fields(cors, origin, asked) {
         e.push(Edit::Add(name, Value::Text(value)));
     }
     e.push(Edit::Add(

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use crate::decide::attempt::{Route, https_location};
-use crate::decide::edits::{Edit, Forwarding, Value, WWW_AUTHENTICATE, preflight_fields};
+use crate::decide::edits::{self, Edit, Forwarding, Value, WWW_AUTHENTICATE, preflight_fields};
 use crate::decide::error_page::{Answer, ErrorPage, failure_answer, grpc_answer, redirect_answer};
 use crate::table::matcher::Strip;
 
@@ -95,14 +95,25 @@ pub fn reply<'a>(
         Route::NotFound => page(&pages.not_found),
         Route::Unavailable => page(&pages.unavailable),
         Route::Forbidden => page(&pages.forbidden),
-        Route::Preflight { cors, origin } => empty(
-            Answer {
-                status: 204,
-                fields: preflight_fields(fwd, cors, origin),
-                body: b"",
-            },
-            false,
-        ),
+        Route::Preflight {
+            cors,
+            origin,
+            methods,
+            headers,
+        } => {
+            let asked = edits::Asked {
+                methods: methods.as_deref(),
+                headers: headers.as_deref(),
+            };
+            empty(
+                Answer {
+                    status: cors.preflight_status(),
+                    fields: preflight_fields(fwd, cors, origin, asked),
+                    body: b"",
+                },
+                false,
+            )
+        }
         Route::Unauthorized { .. } if asked.grpc => empty(grpc_answer(401, fwd), false),
         Route::Unauthorized { challenge } => {
             let mut answer = pages.unauthorized.answer(fwd);

@@ -7,9 +7,11 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use serde::Serialize;
+
+use crate::table::shared::Shared;
 
 /// A load-balancing algorithm, named as HAProxy names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
@@ -144,6 +146,50 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// `numerator` of every `denominator` requests (a mirror's copies, a canary's weight),
+/// spread as weights are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Share {
+    pub numerator: u64,
+    pub denominator: u64,
+    /// Requests counted so far (not part of equality: a rebuild starts it again).
+    #[serde(skip)]
+    pub turn: Shared<AtomicU64>,
+}
+
+impl Share {
+    pub fn new(numerator: u64, denominator: u64) -> Share {
+        Share {
+            numerator,
+            denominator,
+            turn: Shared::default(),
+        }
+    }
+
+    /// Whether this request is one of the share.
+    pub fn due(&self) -> bool {
+        if self.numerator >= self.denominator {
+            return true;
+        }
+        if self.numerator == 0 {
+            return false;
+        }
+        let n = self.turn.fetch_add(1, Ordering::Relaxed);
+        spread(n, self.denominator) < self.numerator
+    }
+}
+
+/// Turn `n` mapped into `0..total` so that every run of `total` turns takes each value once,
+/// in a scattered order.
+pub(crate) fn spread(n: u64, total: u64) -> u64 {
+    // Multiplying by a prime that no total reaches permutes each run of `total` turns (the
+    // largest prime below 2^32: totals are sums of at most 16 weights of at most 1,000,000,
+    // and the product fits in 64 bits).
+    const PRIME: u64 = 4_294_967_291;
+    let total = total.clamp(1, PRIME - 1);
+    (n % total) * PRIME % total
 }
 
 #[cfg(test)]

@@ -20,8 +20,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::table::balance::{Share, spread};
 use crate::table::matcher::{HostLevel, PathRule, PathRules, SharedRouter, normalize_host};
 use crate::table::pattern::Pattern;
+use crate::table::policy::Cors;
 use crate::table::shared::{EntryId, Shared};
 
 /// The candidates of one routed (host, path), most precedent first: a path rule's target.
@@ -484,6 +486,9 @@ pub struct GatewayRule {
     /// `URLRewrite`: the Host the backend sees.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rewrite_host: Option<Arc<str>>,
+    /// The `CORS` filter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Arc<Cors>>,
     /// `URLRewrite`: the path the backend sees.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rewrite_path: Option<PathRewrite>,
@@ -507,6 +512,7 @@ impl GatewayRule {
             request_headers: HeaderFilter::default(),
             response_headers: HeaderFilter::default(),
             rewrite_host: None,
+            cors: None,
             rewrite_path: None,
             mirrors: Vec::new(),
             request_timeout: None,
@@ -543,50 +549,6 @@ impl Mirror {
     pub fn due(&self) -> bool {
         self.share.due()
     }
-}
-
-/// `numerator` of every `denominator` requests (a mirror's copies, a canary's weight),
-/// spread as weights are.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Share {
-    pub numerator: u64,
-    pub denominator: u64,
-    /// Requests counted so far (not part of equality: a rebuild starts it again).
-    #[serde(skip)]
-    pub turn: Shared<AtomicU64>,
-}
-
-impl Share {
-    pub fn new(numerator: u64, denominator: u64) -> Share {
-        Share {
-            numerator,
-            denominator,
-            turn: Shared::default(),
-        }
-    }
-
-    /// Whether this request is one of the share.
-    pub fn due(&self) -> bool {
-        if self.numerator >= self.denominator {
-            return true;
-        }
-        if self.numerator == 0 {
-            return false;
-        }
-        let n = self.turn.fetch_add(1, Ordering::Relaxed);
-        spread(n, self.denominator) < self.numerator
-    }
-}
-
-/// Turn `n` mapped into `0..total` so that every run of `total` turns takes each value once,
-/// in a scattered order.
-fn spread(n: u64, total: u64) -> u64 {
-    // Multiplying by a prime that no total reaches permutes each run of `total` turns (the
-    // largest prime below 2^32: totals are sums of at most 16 weights of at most 1,000,000,
-    // and the product fits in 64 bits).
-    const PRIME: u64 = 4_294_967_291;
-    let total = total.clamp(1, PRIME - 1);
-    (n % total) * PRIME % total
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

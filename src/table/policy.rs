@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::table::auth::BasicAuth;
+use crate::table::balance::Share;
 use crate::table::cidr::Cidr;
-use crate::table::gateway::Share;
 use crate::table::pattern::Pattern;
 use crate::table::shared::EntryId;
 use crate::table::upstream::BackendProtocol;
@@ -89,13 +89,13 @@ pub struct RoutePolicy {
     pub basic_auth: Option<Arc<BasicAuth>>,
 }
 
-/// Cross-origin resource sharing as ingress-nginx does it (`enable-cors` and the
-/// `cors-allow-*` annotations): a request whose `Origin` is allowed gets the fields below on
-/// its response, and an `OPTIONS` request from one is answered `204` with them (the
-/// preflight), never proxied. With the origin `*` every request is allowed, with or without
-/// an `Origin`, and gets `Access-Control-Allow-Origin: *`.
+/// Cross-origin resource sharing, as ingress-nginx (`enable-cors` and the `cors-allow-*`
+/// annotations) or the Gateway API's `CORS` filter asks for it ([`CorsFlavor`]): a request
+/// whose `Origin` is allowed gets the fields below on its response, and a preflight from one
+/// is answered by switchyard with them, never proxied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Cors {
+    pub flavor: CorsFlavor,
     pub origins: Origins,
     /// `Access-Control-Allow-Methods`, as written.
     pub methods: Box<str>,
@@ -107,6 +107,20 @@ pub struct Cors {
     pub credentials: bool,
     /// `Access-Control-Max-Age`, in seconds (digits).
     pub max_age: Box<str>,
+}
+
+/// Whose CORS rules apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CorsFlavor {
+    /// ingress-nginx's: any `OPTIONS` request from an allowed origin is a preflight,
+    /// answered `204`; the origin `*` allows every request, with or without an `Origin`, as
+    /// `*`; a wildcard stands for one label; `*` methods or headers are sent as written.
+    Nginx,
+    /// The Gateway API's (as Envoy does it): a preflight is an `OPTIONS` request with
+    /// `Access-Control-Request-Method`, answered `200`; only a request with an `Origin` is a
+    /// CORS one, and its origin is echoed (also for `*`); a wildcard stands for any number of
+    /// labels; `*` methods or headers answer a preflight with those it asks for.
+    Gateway,
 }
 
 /// The origins a `Cors` allows.
@@ -139,15 +153,43 @@ impl AllowOrigin {
 impl Cors {
     /// The origin a request with `origin` (its `Origin` field) is allowed as, if it is.
     pub fn allow(&self, origin: Option<&[u8]>) -> Option<AllowOrigin> {
+        if self.flavor == CorsFlavor::Nginx && self.origins == Origins::Any {
+            return Some(AllowOrigin::Any);
+        }
+        let origin = std::str::from_utf8(origin?).ok()?.trim();
         let list = match &self.origins {
-            Origins::Any => return Some(AllowOrigin::Any),
+            Origins::Any => return Some(AllowOrigin::Echo(origin.into())),
             Origins::List(list) => list,
         };
-        let origin = std::str::from_utf8(origin?).ok()?.trim();
         let lower = origin.to_ascii_lowercase();
+        let any_labels = self.flavor == CorsFlavor::Gateway;
         list.iter()
-            .any(|allowed| origin_matches(allowed, &lower))
+            .any(|allowed| origin_matches(allowed, &lower, any_labels))
             .then(|| AllowOrigin::Echo(origin.into()))
+    }
+
+    /// Whether a request of `method` that carries `request_method` (its
+    /// `Access-Control-Request-Method`) is a preflight.
+    pub fn preflight(&self, method: &[u8], request_method: Option<&[u8]>) -> bool {
+        method == b"OPTIONS" && (self.flavor == CorsFlavor::Nginx || request_method.is_some())
+    }
+
+    /// The status a preflight is answered with.
+    pub fn preflight_status(&self) -> u16 {
+        match self.flavor {
+            CorsFlavor::Nginx => 204,
+            CorsFlavor::Gateway => 200,
+        }
+    }
+
+    /// What a preflight answers for allowed `listed` (methods or headers) when the request
+    /// asked for `asked`: the list, or, for a Gateway's `*`, what was asked (a `*` would not
+    /// do for a request with credentials).
+    pub fn answer_for<'a>(&self, listed: &'a str, asked: Option<&'a str>) -> &'a str {
+        match (self.flavor, listed, asked) {
+            (CorsFlavor::Gateway, "*", Some(a)) if !a.trim().is_empty() => a.trim(),
+            _ => listed,
+        }
     }
 
     /// Reads one allowed origin as ingress-nginx's `cors-allow-origin` writes it.
@@ -174,8 +216,9 @@ impl Cors {
 }
 
 /// Whether `origin` (lower case) is `allowed`: the same, or, for `scheme://*.rest`, the scheme,
-/// one label of letters, digits and `-`, then `.rest`.
-fn origin_matches(allowed: &str, origin: &str) -> bool {
+/// one label of letters, digits and `-` (or, with `any_labels`, any number of them), then
+/// `.rest`.
+fn origin_matches(allowed: &str, origin: &str, any_labels: bool) -> bool {
     let Some((scheme, rest)) = allowed.split_once("://*.") else {
         return allowed == origin;
     };
@@ -185,16 +228,14 @@ fn origin_matches(allowed: &str, origin: &str) -> bool {
     else {
         return false;
     };
-    match host.split_once('.') {
-        Some((label, tail)) => {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && tail == rest
-        }
-        None => false,
-    }
+    let Some(labels) = host.strip_suffix(rest).and_then(|h| h.strip_suffix('.')) else {
+        return false;
+    };
+    !labels.is_empty()
+        && (any_labels || !labels.contains('.'))
+        && labels
+            .split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
 /// A canary Ingress's backend for one route of its main Ingress, and which requests it takes
@@ -547,6 +588,7 @@ mod tests {
         .map(|o| Cors::parse_origin(o).unwrap())
         .collect();
         let cors = Cors {
+            flavor: CorsFlavor::Nginx,
             origins: Origins::List(list),
             methods: "GET".into(),
             headers: "Content-Type".into(),
@@ -583,11 +625,36 @@ mod tests {
             assert_eq!(allow(refused), None, "{refused}");
         }
         assert_eq!(cors.allow(None), None);
+        let gateway = Cors {
+            flavor: CorsFlavor::Gateway,
+            ..cors.clone()
+        };
+        // The Gateway's wildcard takes any number of labels.
+        assert_eq!(
+            gateway
+                .allow(Some(b"https://a.b.example.org"))
+                .map(|a| a.text().to_string()),
+            Some("https://a.b.example.org".into())
+        );
+        assert_eq!(gateway.allow(Some(b"https://example.org")), None);
         let any = Cors {
             origins: Origins::Any,
             ..cors
         };
         assert_eq!(any.allow(None), Some(AllowOrigin::Any));
+        // A Gateway's `*` echoes the origin, and only a request with one is a CORS one.
+        let any = Cors {
+            flavor: CorsFlavor::Gateway,
+            ..any
+        };
+        assert_eq!(any.allow(None), None);
+        assert_eq!(
+            any.allow(Some(b"https://x.test:8443")),
+            Some(AllowOrigin::Echo("https://x.test:8443".into()))
+        );
+        assert!(any.preflight(b"OPTIONS", Some(b"PUT")) && !any.preflight(b"OPTIONS", None));
+        assert_eq!(any.answer_for("*", Some("PUT")), "PUT");
+        assert_eq!(any.answer_for("GET, PUT", Some("PUT")), "GET, PUT");
         for bad in [
             "example.com",
             "https://",

@@ -937,6 +937,217 @@ async fn http_route_rewrite_path() {
     .await;
 }
 
+// === extended: CORS ===
+
+/// HTTPRouteCORS (HTTPRouteCORS): preflights answered by the filter with the route's fields
+/// (the requested method and headers echoed for `*`), simple requests given the origin,
+/// other origins given nothing; whitespace in lists ignored, as upstream ignores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_cors() {
+    let s = start(&["httproute-cors.yaml"]).await;
+    // A preflight's empty answer: what upstream expects of "the request" that never arrived.
+    let preflight = || ExpReq {
+        method: "OPTIONS".into(),
+        ..Default::default()
+    };
+    let asked = |origin: &'static str, method: &'static str, headers: bool| {
+        let mut h = vec![("Origin", origin), ("access-control-request-method", method)];
+        if headers {
+            h.push(("access-control-request-headers", "x-header-1, x-header-2"));
+        }
+        h
+    };
+    let full = |origin: &str| -> Vec<(String, Vec<String>)> {
+        [
+            ("access-control-allow-origin", vec![origin]),
+            ("access-control-allow-methods", vec!["GET, OPTIONS", "OPTIONS, GET"]),
+            (
+                "access-control-allow-headers",
+                vec!["x-header-1, x-header-2", "x-header-2, x-header-1"],
+            ),
+            (
+                "access-control-expose-headers",
+                vec!["x-header-3, x-header-4", "x-header-4, x-header-3"],
+            ),
+            ("access-control-max-age", vec!["3600"]),
+            ("access-control-allow-credentials", vec!["true"]),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.iter().map(|x| x.to_string()).collect()))
+        .collect()
+    };
+    let valid = |e: Exp, fields: Vec<(String, Vec<String>)>, ignore_ws: bool| {
+        let refs: Vec<(&str, Vec<&str>)> = fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.iter().map(String::as_str).collect()))
+            .collect();
+        let refs: Vec<(&str, &[&str])> = refs.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        e.response_valid(&refs, ignore_ws)
+    };
+    let cases = vec![
+        valid(
+            req("/cors-1")
+                .method("OPTIONS")
+                .headers(&asked("https://www.foo.com", "GET", true))
+                .expected(preflight())
+                .status(200)
+                .status(204),
+            full("https://www.foo.com"),
+            true,
+        ),
+        valid(
+            req("/cors-1")
+                .method("OPTIONS")
+                .headers(&asked("https://www.bar.com", "GET", true))
+                .expected(preflight())
+                .status(200),
+            full("https://www.bar.com"),
+            true,
+        ),
+        valid(
+            req("/cors-1")
+                .method("OPTIONS")
+                .headers(&asked("https://xpto.www.bar.com", "GET", true))
+                .expected(preflight())
+                .status(200),
+            full("https://xpto.www.bar.com"),
+            true,
+        ),
+        req("/cors-1")
+            .method("OPTIONS")
+            .headers(&asked("https://foobar.com", "GET", false))
+            .expected(preflight())
+            .status(200)
+            .status(204)
+            .status(403)
+            .response_absent(&["access-control-allow-origin"]),
+        req("/cors-1")
+            .headers(&asked("https://www.foo.com", "GET", true))
+            .ns(INFRA)
+            .status(200)
+            .status(204)
+            .response_headers(&[("access-control-allow-origin", "https://www.foo.com")]),
+        req("/cors-1")
+            .headers(&asked("https://www.bar.com", "GET", true))
+            .ns(INFRA)
+            .status(200)
+            .status(204)
+            .response_headers(&[("access-control-allow-origin", "https://www.bar.com")]),
+        req("/cors-1")
+            .headers(&asked("https://foobar.com", "GET", false))
+            .ns(INFRA)
+            .response_absent(&["access-control-allow-origin"]),
+        req("/cors-2")
+            .method("OPTIONS")
+            .headers(&asked("https://www.foo.com", "POST", false))
+            .expected(preflight())
+            .status(200)
+            .status(204)
+            .response_valid(&[("access-control-allow-methods", &["POST", "*"])], false)
+            .response_headers(&[("access-control-allow-origin", "https://www.foo.com")])
+            .response_absent(&["access-control-allow-credentials"]),
+        req("/cors-wildcard-origin")
+            .method("OPTIONS")
+            .headers(&asked("https://foobar.com", "PUT", false))
+            .expected(preflight())
+            .status(200)
+            .status(204)
+            .response_valid(
+                &[
+                    ("access-control-allow-origin", &["https://foobar.com", "*"]),
+                    ("access-control-allow-methods", &["PUT"]),
+                ],
+                false,
+            )
+            .response_absent(&["access-control-allow-credentials"]),
+        req("/cors-wildcard-origin")
+            .method("OPTIONS")
+            .headers(&asked("https://foobar.com:12345", "PUT", false))
+            .expected(preflight())
+            .status(200)
+            .status(204)
+            .response_valid(
+                &[
+                    ("access-control-allow-origin", &["https://foobar.com:12345", "*"]),
+                    ("access-control-allow-methods", &["PUT"]),
+                ],
+                false,
+            )
+            .response_absent(&["access-control-allow-credentials"]),
+        req("/cors-wildcard-origin")
+            .method("PUT")
+            .headers(&[("Origin", "https://foobar.com:12345")])
+            .ns(INFRA)
+            .response_valid(
+                &[("access-control-allow-origin", &["https://foobar.com:12345", "*"])],
+                false,
+            ),
+        req("/cors-wildcard-origin")
+            .method("PUT")
+            .headers(&[("Origin", "https://foobar.com")])
+            .ns(INFRA)
+            .status(200)
+            .status(204)
+            .response_valid(
+                &[("access-control-allow-origin", &["https://foobar.com", "*"])],
+                false,
+            )
+            .response_absent(&["access-control-allow-credentials"]),
+        req("/cors-wildcard-methods-headers")
+            .method("OPTIONS")
+            .headers(&asked("https://other.foo.com", "PUT", true))
+            .expected(preflight())
+            .status(200)
+            .response_valid(
+                &[
+                    ("access-control-allow-origin", &["https://other.foo.com"]),
+                    ("access-control-allow-methods", &["PUT"]),
+                    (
+                        "access-control-allow-headers",
+                        &["x-header-1, x-header-2", "x-header-2, x-header-1"],
+                    ),
+                    ("access-control-allow-credentials", &["true"]),
+                ],
+                true,
+            ),
+        req("/cors-wildcard-methods-headers-unauth")
+            .method("OPTIONS")
+            .headers(&asked("https://other.foo.com", "PUT", true))
+            .expected(preflight())
+            .status(200)
+            .response_valid(
+                &[
+                    ("access-control-allow-origin", &["https://other.foo.com", "*"]),
+                    ("access-control-allow-methods", &["PUT", "*"]),
+                    (
+                        "access-control-allow-headers",
+                        &["x-header-1, x-header-2", "x-header-2, x-header-1", "*"],
+                    ),
+                ],
+                true,
+            )
+            .response_absent(&["access-control-allow-credentials"]),
+        req("/cors-wildcard-methods-headers")
+            .headers(&[("Origin", "https://other.foo.com"), ("Authorization", "Bearer test")])
+            .ns(INFRA)
+            .status(200)
+            .response_valid(
+                &[
+                    ("access-control-allow-origin", &["https://other.foo.com"]),
+                    ("access-control-allow-credentials", &["true"]),
+                ],
+                false,
+            ),
+        req("/cors-wildcard-methods-headers-unauth")
+            .headers(&[("Origin", "https://other.foo.com"), ("Authorization", "Bearer test")])
+            .ns(INFRA)
+            .status(200)
+            .response_valid(&[("access-control-allow-origin", &["https://other.foo.com"])], false)
+            .response_absent(&["access-control-allow-credentials"]),
+    ];
+    run_all(&s, "HTTPRouteCORS", &cases).await;
+}
+
 // === extended: request mirror ===
 
 /// HTTPRouteRequestMirror (HTTPRouteRequestMirror)

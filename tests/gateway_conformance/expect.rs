@@ -65,6 +65,10 @@ pub struct Exp {
     pub status: Vec<u16>,
     pub response_headers: Vec<(String, String)>,
     pub response_absent: Vec<String>,
+    /// `ValidHeaderValues`: each of these response fields must be one of its values.
+    pub response_valid: Vec<(String, Vec<String>)>,
+    /// `IgnoreWhitespace` for `ValidHeaderValues`.
+    pub ignore_whitespace: bool,
     pub backend: String,
     pub namespace: String,
     /// `MirroredTo`: (namespace, Deployment) of every backend that must see a copy.
@@ -102,6 +106,8 @@ pub fn req(path: &str) -> Exp {
         status: vec![],
         response_headers: vec![],
         response_absent: vec![],
+        response_valid: vec![],
+        ignore_whitespace: false,
         backend: String::new(),
         namespace: String::new(),
         mirrored_to: vec![],
@@ -169,6 +175,15 @@ impl Exp {
     }
     pub fn response_absent(mut self, names: &[&str]) -> Self {
         self.response_absent = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    /// `ValidHeaderValues` (with `IgnoreWhitespace` when `ignore_whitespace`).
+    pub fn response_valid(mut self, kv: &[(&str, &[&str])], ignore_whitespace: bool) -> Self {
+        self.response_valid = kv
+            .iter()
+            .map(|(k, vs)| (k.to_string(), vs.iter().map(|v| v.to_string()).collect()))
+            .collect();
+        self.ignore_whitespace = ignore_whitespace;
         self
     }
     pub fn mirrored_to(mut self, ns: &str, deployment: &str) -> Self {
@@ -545,6 +560,37 @@ fn joined(map: &BTreeMap<String, Vec<String>>, name: &str) -> Option<String> {
         .map(|(_, v)| v.join(","))
 }
 
+/// The response's `AbsentHeaders` and `ValidHeaderValues`, which upstream checks whatever
+/// the status.
+fn check_response_fields(exp: &Exp, cres: &CapturedResponse) -> Result<(), String> {
+    for name in &exp.response_absent {
+        if let Some(got) = joined(&cres.headers, name) {
+            return Err(format!("expected {name} header to not be set, got {got}"));
+        }
+    }
+    let squeeze = |v: &str| -> String {
+        if exp.ignore_whitespace {
+            v.chars().filter(|c| !c.is_whitespace()).collect()
+        } else {
+            v.to_string()
+        }
+    };
+    for (name, valid) in &exp.response_valid {
+        let Some(got) = joined(&cres.headers, name) else {
+            return Err(format!(
+                "expected {name} header to be set, actual headers: {:?}",
+                cres.headers
+            ));
+        };
+        if !valid.iter().any(|v| squeeze(v) == squeeze(&got)) {
+            return Err(format!(
+                "expected {name} header to be one of {valid:?}, got {got}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// upstream's `CompareRoundTrip`.
 pub fn compare(exp: &Exp, creq: &CapturedRequest, cres: &CapturedResponse) -> Result<(), String> {
     let statuses = exp.statuses();
@@ -627,11 +673,7 @@ pub fn compare(exp: &Exp, creq: &CapturedRequest, cres: &CapturedResponse) -> Re
                 Some(_) => {}
             }
         }
-        for name in &exp.response_absent {
-            if let Some(got) = joined(&cres.headers, name) {
-                return Err(format!("expected {name} header to not be set, got {got}"));
-            }
-        }
+        check_response_fields(exp, cres)?;
         for name in &er.absent {
             if let Some(got) = joined(&creq.headers, name) {
                 return Err(format!(

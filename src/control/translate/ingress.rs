@@ -23,11 +23,11 @@ use super::inputs::{meta_key, object};
 use super::nginx;
 use super::view::*;
 use crate::table::auth::BasicAuth;
+use crate::table::balance::Share;
 use crate::table::cidr::Cidr;
-use crate::table::gateway::Share;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::pattern::{Flavor, Pattern};
-use crate::table::policy::{Canary, Cors, Location, Origins, Redirect, RoutePolicy};
+use crate::table::policy::{Canary, Cors, CorsFlavor, Location, Origins, Redirect, RoutePolicy};
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
@@ -801,6 +801,7 @@ impl<'a> Builder<'a> {
             }
         };
         Some(Arc::new(Cors {
+            flavor: CorsFlavor::Nginx,
             origins,
             methods,
             headers,

@@ -59,6 +59,7 @@ fn filter(f: &GRPCRouteFilter) -> HTTPRouteFilter {
         url_rewrite: None,
         request_mirror: f.request_mirror.clone(),
         extension_ref: f.extension_ref.clone(),
+        cors: None,
     }
 }
 

@@ -18,12 +18,14 @@ use super::view::{GRPC_ROUTE, Grants, Matched, PathKind, Place, RouteInputs};
 use crate::control::translate::annotations::show;
 use crate::control::translate::build::Builder;
 use crate::control::translate::view::*;
+use crate::table::balance::Share;
 use crate::table::gateway::{
     Action, Backend, Backends, GatewayRoutes, GatewayRule, HeaderFilter, Mirror, PathRewrite,
-    Redirect, Share, ValueMatch,
+    Redirect, ValueMatch,
 };
 use crate::table::matcher::validate_prefix;
 use crate::table::pattern::{Pattern, PatternError, Patterns};
+use crate::table::policy::{Cors, CorsFlavor, Origins};
 use crate::table::{EntryId, EntryKey, Shared};
 
 /// The most regular expressions (path, header and query patterns together) one HTTPRoute's
@@ -551,6 +553,7 @@ fn rule_filters(rule: &HTTPRouteRule, out: &mut GatewayRule) -> Result<Asked, St
             Some(Filtered::Extension(why)) => {
                 extension.get_or_insert(why);
             }
+            Some(Filtered::Cors(c)) => out.cors = Some(c),
             None => {}
         }
     }
@@ -752,6 +755,7 @@ enum Filtered {
     Mirror(BackendObjectReference, u64, u64),
     /// An `ExtensionRef`, which switchyard never resolves: why, for `ResolvedRefs`.
     Extension(String),
+    Cors(Arc<Cors>),
 }
 
 /// Reads one filter: header modifiers into `req` / `resp`; a redirect, a rewrite, a mirror
@@ -840,9 +844,50 @@ fn filter(
                 e.name
             ))));
         }
+        "CORS" => {
+            let Some(c) = &f.cors else {
+                return Err("CORS filter without cors".into());
+            };
+            return cors_filter(c).map(|c| Some(Filtered::Cors(Arc::new(c))));
+        }
         other => return Err(format!("filter {other} is not supported")),
     }
     Ok(None)
+}
+
+/// The `CORS` filter, with the Gateway API's defaults (no credentials, `maxAge` 5 s).
+fn cors_filter(c: &HTTPCORSFilter) -> Result<Cors, String> {
+    let origins = if c.allow_origins.iter().any(|o| o == "*") {
+        Origins::Any
+    } else {
+        let mut list = Vec::with_capacity(c.allow_origins.len());
+        for o in &c.allow_origins {
+            list.push(
+                Cors::parse_origin(o).map_err(|why| format!("CORS origin {} {why}", show(o)))?,
+            );
+        }
+        Origins::List(list)
+    };
+    let names = |v: &[String]| -> Box<str> {
+        if v.iter().any(|n| n == "*") {
+            "*".into()
+        } else {
+            v.join(", ").into()
+        }
+    };
+    let max_age = c.max_age.unwrap_or(5);
+    if max_age < 0 {
+        return Err(format!("CORS maxAge {max_age} is negative"));
+    }
+    Ok(Cors {
+        flavor: CorsFlavor::Gateway,
+        origins,
+        methods: names(&c.allow_methods),
+        headers: names(&c.allow_headers),
+        expose: names(&c.expose_headers),
+        credentials: c.allow_credentials.unwrap_or(false),
+        max_age: max_age.to_string().into(),
+    })
 }
 
 fn path_modifier(p: &HTTPPathModifier) -> Result<PathRewrite, String> {

@@ -624,7 +624,7 @@ spec:
   - matches: [{path: {value: /ok}}]
     backendRefs: [{name: v1, port: 8080}]
   - matches: [{path: {value: /cors}}]
-    filters: [{type: CORS, cors: {allowOrigins: ["*"]}}]
+    filters: [{type: CORS, cors: {allowOrigins: ["https://app.example", "not an origin"]}}]
     backendRefs: [{name: v2, port: 8080}]
   - matches: [{path: {value: /both}}]
     filters:
@@ -687,7 +687,7 @@ spec:
     );
     assert_eq!(
         p.3,
-        "Dropped Rule 1: filter CORS is not supported; \
+        "Dropped Rule 1: CORS origin \"not an origin\" is not scheme://host[:port]; \
          Rule 2: RequestRedirect and URLRewrite filters may not be combined; \
          Rule 3: filter RequestHeaderModifier may not be repeated; \
          Rule 4: a RequestRedirect filter may not be used together with backendRefs; \
