@@ -461,6 +461,190 @@ async fn basic_authentication_as_ingress_nginx() {
     }
 }
 
+/// The authentication service of `external_authentication_as_ingress_nginx`: `Bearer good`
+/// is let through as user `ann` (with a cookie to refresh), `Bearer banned` is forbidden,
+/// `Bearer broken` breaks it (502), anything else must sign in (401 with a challenge).
+fn authenticate(head: &str, _body: &[u8]) -> (Vec<u8>, bool) {
+    let lower = head.to_ascii_lowercase();
+    let answer = if lower.contains("\r\nauthorization: bearer good\r\n") {
+        "HTTP/1.1 200 OK\r\nx-user: ann\r\nset-cookie: refreshed=1\r\ncontent-length: 0\r\n\r\n"
+    } else if lower.contains("\r\nauthorization: bearer banned\r\n") {
+        "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n"
+    } else if lower.contains("\r\nauthorization: bearer broken\r\n") {
+        "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n"
+    } else {
+        "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer realm=\"test\"\r\ncontent-length: 0\r\n\r\n"
+    };
+    (answer.as_bytes().to_vec(), false)
+}
+
+/// ingress-nginx's external authentication on both engines, against a real service on
+/// 127.0.0.1 named by its Service's cluster name: a request is proxied only after a `2xx`,
+/// with the `auth-response-headers` the service vouched for (a client's own copy never
+/// passes) and its cookie; 401 is passed on with the service's challenge, or sent to
+/// `auth-signin` with the way back; 403 is passed on; a broken or unreachable service is a
+/// 500, and nothing reaches the backend unless allowed. The subrequest carries the client's
+/// fields and `X-Original-URL`/`-Method`, never its body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_authentication_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let authn = Backend::builder("authn")
+        .behaviour(Behaviour::Scripted(authenticate))
+        .start()
+        .await;
+    let mut objs = services(&web, &api);
+    objs.push(svc("authn", 4180).ns("auth").into());
+    objs.push(slice_ns("auth", "authn", "", authn.port));
+    let dead = DeadPort::new();
+    let url = "http://authn.auth.svc.cluster.local:4180/check?from=ingress";
+    objs.push(
+        ing("guarded")
+            .ann("nginx.ingress.kubernetes.io/auth-url", url)
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-response-headers",
+                "X-User, X-Groups",
+            )
+            .rule(Some("app.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("signin")
+            .ann("nginx.ingress.kubernetes.io/auth-url", url)
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-signin",
+                "https://login.test/start",
+            )
+            .rule(Some("signin.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    let unreachable = format!("http://127.0.0.1:{}/check", dead.port);
+    objs.push(
+        ing("unreachable")
+            .ann("nginx.ingress.kubernetes.io/auth-url", &unreachable)
+            .rule(Some("down.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    // A URL switchyard cannot reach without resolving a name: not served, never open.
+    objs.push(
+        ing("by-name")
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-url",
+                "https://auth.example.com/check",
+            )
+            .rule(Some("name.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let ask = |host: &'static str,
+                   token: Option<&'static str>,
+                   more: &[(&'static str, &'static str)]| {
+            let port = sy.http_port;
+            let mut headers = vec![("host", host.to_string())];
+            if let Some(t) = token {
+                headers.push(("authorization", format!("Bearer {t}")));
+            }
+            headers.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
+            async move {
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                get(port, "/x?y=1", &headers).await
+            }
+        };
+        let served = web.count();
+        authn.take_requests();
+        let r = ask(
+            "app.test",
+            Some("good"),
+            &[("x-user", "root"), ("x-groups", "admins")],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{engine}: {r:?}");
+        assert_eq!(r.uri(), "/x?y=1", "{engine}");
+        assert_eq!(r.seen_header("x-user").as_deref(), Some("ann"), "{engine}");
+        assert_eq!(
+            r.seen_header("x-groups"),
+            None,
+            "{engine}: the service vouched for no groups; the client's own must not pass"
+        );
+        assert_eq!(
+            r.header("set-cookie").as_deref(),
+            Some("refreshed=1"),
+            "{engine}"
+        );
+        let asked = authn.take_requests();
+        assert_eq!(asked.len(), 1, "{engine}: one subrequest: {asked:?}");
+        let sub = &asked[0];
+        assert_eq!(
+            (sub.method.as_str(), sub.uri.as_str()),
+            ("GET", "/check?from=ingress"),
+            "{engine}"
+        );
+        assert_eq!(
+            sub.header("host").as_deref(),
+            Some("authn.auth.svc.cluster.local:4180"),
+            "{engine}"
+        );
+        assert_eq!(
+            sub.header("x-original-url").as_deref(),
+            Some("http://app.test/x?y=1"),
+            "{engine}"
+        );
+        assert_eq!(sub.header("x-original-method").as_deref(), Some("GET"));
+        assert_eq!(
+            sub.header("x-auth-request-redirect").as_deref(),
+            Some("/x?y=1")
+        );
+        assert_eq!(sub.header("authorization").as_deref(), Some("Bearer good"));
+        assert_eq!(sub.header("x-real-ip").as_deref(), Some("127.0.0.1"));
+        assert_eq!(sub.header("content-length"), None, "{engine}");
+        assert_eq!(web.count(), served + 1, "{engine}");
+
+        // Denials: nothing reaches the backend.
+        let served = web.count();
+        let r = ask("app.test", None, &[]).await;
+        assert_eq!(r.status, 401, "{engine}: {r:?}");
+        assert_eq!(
+            r.header("www-authenticate").as_deref(),
+            Some("Bearer realm=\"test\""),
+            "{engine}"
+        );
+        let r = ask("app.test", Some("banned"), &[]).await;
+        assert_eq!(r.status, 403, "{engine}: {r:?}");
+        let r = ask("app.test", Some("broken"), &[]).await;
+        assert_eq!(r.status, 500, "{engine}: {r:?}");
+        let r = ask("signin.test", None, &[]).await;
+        assert_eq!(r.status, 302, "{engine}: {r:?}");
+        assert_eq!(
+            r.header("location").as_deref(),
+            Some("https://login.test/start?rd=http://signin.test%2Fx%3Fy%3D1"),
+            "{engine}"
+        );
+        assert_eq!(
+            web.count(),
+            served,
+            "{engine}: a denied request reached the backend"
+        );
+        // An allowed client of the sign-in route is served.
+        let r = ask("signin.test", Some("good"), &[]).await;
+        assert_eq!(r.status, 200, "{engine}: {r:?}");
+
+        let before = api.count();
+        let r = ask("down.test", Some("good"), &[]).await;
+        assert_eq!(
+            r.status, 500,
+            "{engine}: an unreachable service fails closed: {r:?}"
+        );
+        let r = ask("name.test", Some("good"), &[]).await;
+        assert_eq!(
+            r.status, 403,
+            "{engine}: a URL that cannot be asked refuses: {r:?}"
+        );
+        assert_eq!(api.count(), before, "{engine}");
+    }
+}
+
 /// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
 /// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1035,7 +1219,9 @@ async fn access_restricting_annotations_not_served_refuse_rather_than_serve_open
         ing("sso")
             .ann(
                 "nginx.ingress.kubernetes.io/auth-url",
-                "http://oauth2-proxy.auth.svc/oauth2/auth",
+                // Through the ingress itself by an nginx variable: not reachable without
+                // resolving a name, so refused (a Service's cluster name is served).
+                "https://$host/oauth2/auth",
             )
             .rule(Some("sso.test"), &[("/", "Prefix", "api", 8080)])
             .into(),

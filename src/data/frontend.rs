@@ -1,12 +1,13 @@
 //! One frontend's context, which every engine carries for its requests: the routing table's
 //! reader, the frontend (plain or TLS port), its forwarding settings and pages, the decision
-//! core's policy, timeouts, the backend TLS material, mirrors, the recorder, and the lifecycle
+//! core's policy, timeouts, the backend TLS material, mirrors, external authentication's counters, the recorder, and the lifecycle
 //! a graceful shutdown waits on. Built once per frontend at startup (`app`); the engines only
 //! read it. No request passes through here.
 
 use std::sync::Arc;
 
 use crate::data::Timeouts;
+use crate::data::external_auth::AuthCalls;
 use crate::data::mirror::Mirrors;
 use crate::data::record::Recorder;
 use crate::data::tls;
@@ -38,6 +39,8 @@ pub struct HttpProxy {
     pub(crate) backend_tls: Arc<tls::BackendTls>,
     /// Copies of requests for Gateway `RequestMirror` backends.
     pub(crate) mirrors: Arc<Mirrors>,
+    /// External authentication's subrequests, counted.
+    pub(crate) auth_calls: Arc<AuthCalls>,
     /// `--gateway-addresses` is set: a request's route depends on the address the client
     /// connected to, so the connection's local address is read (a `getsockname` per
     /// connection, spared otherwise).
@@ -60,6 +63,7 @@ impl HttpProxy {
         let metrics = Arc::new(Metrics::new());
         HttpProxy {
             mirrors: Arc::new(Mirrors::new(&metrics)),
+            auth_calls: Arc::new(AuthCalls::new(&metrics)),
             table,
             frontend,
             fwd: Arc::new(fwd),
@@ -97,6 +101,7 @@ impl HttpProxy {
     /// log).
     pub fn with_observability(mut self, metrics: Arc<Metrics>, access_log: Arc<AccessLog>) -> Self {
         self.mirrors = Arc::new(Mirrors::new(&metrics));
+        self.auth_calls = Arc::new(AuthCalls::new(&metrics));
         self.recorder = Recorder::new(self.frontend, metrics, access_log);
         self
     }

@@ -8,6 +8,7 @@
 
 pub mod engine;
 pub mod exchange;
+pub mod external_auth;
 pub mod frontend;
 pub mod guard;
 pub mod headers;

@@ -16,16 +16,17 @@ use crate::decide::edits::{
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, AUTHORIZATION, Asked, HOST,
     Hidden, ORIGIN, X_FORWARDED_PREFIX, cors_fields,
 };
+use crate::decide::external_auth::{Denial, Granted};
 use crate::decide::gateway::HeaderOp;
+use crate::decide::location::{Vars, expand};
 use crate::table::balance::Pick;
+use crate::table::external_auth::{AuthTarget, ExternalAuth};
 use crate::table::gateway::{
     Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
 };
 use crate::table::matcher::Strip;
-use crate::table::pattern::{Groups, Pattern};
-use crate::table::policy::{
-    AllowOrigin, Cors, CorsFlavor, Location, Part, RoutePolicy, canary_takes,
-};
+use crate::table::pattern::Pattern;
+use crate::table::policy::{AllowOrigin, Cors, CorsFlavor, Location, RoutePolicy, canary_takes};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
@@ -150,55 +151,16 @@ fn policy_redirect(
     })
 }
 
-/// The request's parts a location or rewrite target names.
-struct Vars<'a> {
-    scheme: &'a str,
-    http_host: &'a str,
-    path: &'a str,
-    query: Option<&'a str>,
-    /// The groups of the route's regular-expression path (rewrite targets only).
-    groups: Option<Groups<'a>>,
-}
-
-/// Writes `parts` with the request's parts filled in.
-fn expand(parts: &[Part], v: &Vars<'_>, out: &mut String) {
-    for part in parts {
-        match part {
-            Part::Text(t) => out.push_str(t),
-            Part::Scheme => out.push_str(v.scheme),
-            Part::HttpHost => out.push_str(v.http_host),
-            Part::Host => {
-                let name = v
-                    .http_host
-                    .rsplit_once(':')
-                    .map_or(v.http_host, |(h, port)| {
-                        if port.bytes().all(|b| b.is_ascii_digit()) {
-                            h
-                        } else {
-                            v.http_host
-                        }
-                    });
-                out.extend(name.chars().map(|c| c.to_ascii_lowercase()));
-            }
-            Part::RequestUri => {
-                out.push_str(v.path);
-                if let Some(q) = v.query {
-                    out.push('?');
-                    out.push_str(q);
-                }
-            }
-            Part::Uri => out.push_str(v.path),
-            Part::Args => out.push_str(v.query.unwrap_or_default()),
-            Part::IsArgs => {
-                if v.query.is_some_and(|q| !q.is_empty()) {
-                    out.push('?');
-                }
-            }
-            Part::Group(n) => {
-                if let Some(g) = &v.groups {
-                    out.push_str(g.get(usize::from(*n)));
-                }
-            }
+impl From<Denial> for Route {
+    fn from(d: Denial) -> Route {
+        match d {
+            Denial::Unauthorized(challenge) => Route::Unauthorized { challenge },
+            Denial::SignIn(location) => Route::Moved {
+                status: 302,
+                location,
+            },
+            Denial::Forbidden => Route::Forbidden,
+            Denial::Failed => Route::Fail(500),
         }
     }
 }
@@ -251,9 +213,9 @@ pub enum Route {
     Unavailable,
     /// The route's source ranges refuse this client: the 403 page.
     Forbidden,
-    /// The route's basic authentication did not admit the request: 401 with this
-    /// `WWW-Authenticate` challenge.
-    Unauthorized { challenge: Arc<str> },
+    /// The route's basic or external authentication did not admit the request: 401 with this
+    /// `WWW-Authenticate` challenge, if any.
+    Unauthorized { challenge: Option<Arc<str>> },
     /// A CORS preflight from an allowed origin: answered with the route's
     /// `Access-Control-*` fields; `methods` and `headers` are what it asked for.
     Preflight {
@@ -355,6 +317,9 @@ pub struct Attempt {
     authenticated: bool,
     /// The route's CORS, and what the request's origin is allowed as.
     cors: Option<(Arc<Cors>, AllowOrigin)>,
+    /// What the route's external authentication allowed the request with (boxed: most
+    /// requests have none, and the attempt moves with each).
+    granted: Option<Box<Granted>>,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -546,7 +511,7 @@ impl Attempt {
             if let Some(auth) = p.basic_auth.as_deref() {
                 if !crate::decide::auth::admits(auth, req.header(AUTHORIZATION)) {
                     return Ok(Route::Unauthorized {
-                        challenge: Arc::clone(&auth.challenge),
+                        challenge: Some(Arc::clone(&auth.challenge)),
                     });
                 }
                 self.authenticated = true;
@@ -878,17 +843,43 @@ impl Attempt {
             let Some(entry) = table.entry(m.entry) else {
                 continue;
             };
-            let pick = Pick {
-                algorithm: entry.algorithm,
-                cursor: &entry.state.cursor,
-                client_hash: self.client_ip.as_ref().map_or(0, sticky::client_hash),
-                maxconn: entry.maxconn,
-            };
-            if let Some(i) = entry.choose(&pick, entry.health_gate(false), now, &[]) {
-                out.push((entry.endpoints[i].addr, entry.upstream.protocol));
+            if let Some(addr) = self.pick_in(entry, now) {
+                out.push((addr, entry.upstream.protocol));
             }
         }
         out
+    }
+
+    /// An endpoint of `entry` (not this request's), picked by its algorithm.
+    fn pick_in(&self, entry: &Entry, now: Instant) -> Option<SocketAddr> {
+        let pick = Pick {
+            algorithm: entry.algorithm,
+            cursor: &entry.state.cursor,
+            client_hash: self.client_ip.as_ref().map_or(0, sticky::client_hash),
+            maxconn: entry.maxconn,
+        };
+        let i = entry.choose(&pick, entry.health_gate(false), now, &[])?;
+        Some(entry.endpoints[i].addr)
+    }
+
+    /// The routed request's external authentication (ingress-nginx's `auth-url`), which the
+    /// engine asks before the request goes on (`decide::external_auth`).
+    pub fn external_auth(&self) -> Option<&Arc<ExternalAuth>> {
+        self.route_policy()?.external_auth.as_ref()
+    }
+
+    /// Where the subrequest of `auth` goes: its address, or an endpoint of its Service;
+    /// `None` when the Service has none.
+    pub fn auth_endpoint(&self, auth: &ExternalAuth, now: Instant) -> Option<SocketAddr> {
+        match auth.target {
+            AuthTarget::Address(addr) => Some(addr),
+            AuthTarget::Entry(id) => self.pick_in(self.table.as_ref()?.entry(id)?, now),
+        }
+    }
+
+    /// The request was allowed by its external authentication with `granted`'s changes.
+    pub fn grant(&mut self, granted: Granted) {
+        self.granted = Some(Box::new(granted));
     }
 
     /// Whether the request or response must change beyond what every route gets (a Gateway
@@ -897,15 +888,16 @@ impl Attempt {
     pub fn rewrites(&self) -> bool {
         self.gateway_rule().is_some_and(|(r, _)| r.rewrites())
             || self.cors.is_some()
+            || self.external_auth().is_some()
             || self
                 .route_policy()
                 .is_some_and(|p| p.upstream_vhost.is_some() || p.forwarded_prefix.is_some())
     }
 
-    /// The header operations the response gets on its way to the client beyond every
-    /// route's edits: a Gateway rule's and backend's filters, an allowed origin's CORS
-    /// fields (which replace the backend's).
-    pub fn response_ops(&self) -> impl Iterator<Item = HeaderOp<'_>> {
+    /// The header operations a response of `status` gets on its way to the client beyond
+    /// every route's edits: a Gateway rule's and backend's filters, an allowed origin's CORS
+    /// fields (which replace the backend's), the external authentication's cookies.
+    pub fn response_ops(&self, status: u16) -> impl Iterator<Item = HeaderOp<'_>> {
         let filters = self
             .gateway_rule()
             .into_iter()
@@ -915,12 +907,17 @@ impl Attempt {
             .iter()
             .flat_map(|(cors, origin)| cors_fields(cors, origin, Asked::default()))
             .map(|(name, value)| HeaderOp::Set(name, value));
-        filters.chain(cors)
+        let granted = self
+            .granted
+            .iter()
+            .flat_map(move |g| g.response_ops(status));
+        filters.chain(cors).chain(granted)
     }
 
     /// The header operations the request gets on its way to the endpoint beyond every
     /// route's edits: a Gateway rule's and backend's filters and its `URLRewrite` host, an
-    /// Ingress's `upstream-vhost` (the `Host`) and `x-forwarded-prefix`.
+    /// Ingress's `upstream-vhost` (the `Host`) and `x-forwarded-prefix`, and the fields its
+    /// external authentication vouched for.
     pub fn request_ops(&self) -> impl Iterator<Item = HeaderOp<'_>> {
         let gateway = self.gateway_rule();
         let filters = gateway
@@ -936,7 +933,12 @@ impl Attempt {
         let prefix = policy
             .and_then(|p| p.forwarded_prefix.as_deref())
             .map(|v| HeaderOp::Set(X_FORWARDED_PREFIX, v));
-        filters.chain(gateway_host).chain(vhost).chain(prefix)
+        let granted = self.granted.iter().flat_map(|g| g.request_ops());
+        filters
+            .chain(gateway_host)
+            .chain(vhost)
+            .chain(prefix)
+            .chain(granted)
     }
 
     /// How this request reaches the endpoints: the route's protocol when its Ingress sets

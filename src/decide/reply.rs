@@ -117,9 +117,11 @@ pub fn reply<'a>(
         Route::Unauthorized { .. } if asked.grpc => empty(grpc_answer(401, fwd), false),
         Route::Unauthorized { challenge } => {
             let mut answer = pages.unauthorized.answer(fwd);
-            answer
-                .fields
-                .push(Edit::Add(WWW_AUTHENTICATE, Value::Text(challenge)));
+            if let Some(challenge) = challenge {
+                answer
+                    .fields
+                    .push(Edit::Add(WWW_AUTHENTICATE, Value::Text(challenge)));
+            }
             Reply::Answer {
                 answer,
                 body: pages.unauthorized.body.clone(),
@@ -188,7 +190,7 @@ mod tests {
             (Route::Forbidden, 403),
             (
                 Route::Unauthorized {
-                    challenge: "Basic realm=\"x\"".into(),
+                    challenge: Some("Basic realm=\"x\"".into()),
                 },
                 401,
             ),

@@ -29,6 +29,9 @@ use crate::decide::grpc::Ending;
 /// The `result` label values of `switchyard_mirror_requests_total`.
 pub const MIRROR_RESULTS: [&str; 4] = ["sent", "failed", "skipped", "dropped"];
 
+/// The `result` label values of `switchyard_external_auth_requests_total`.
+pub const EXTERNAL_AUTH_RESULTS: [&str; 3] = ["allowed", "denied", "failed"];
+
 pub struct Metrics {
     registry: Registry,
     /// The `process_*` series, unprefixed as every exporter names them (the prometheus crate's
@@ -575,6 +578,7 @@ pub struct DataMetrics {
     pub proxy_protocol_rejected_total: IntCounterVec,
     /// Copies of requests sent to Gateway `RequestMirror` backends, by result.
     pub mirror_requests_total: IntCounterVec,
+    pub external_auth_requests_total: IntCounterVec,
     pub http_rejected_requests_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
     view: ArcSwap<EntryView>,
@@ -809,6 +813,18 @@ impl DataMetrics {
                     &["result"],
                 );
                 for result in MIRROR_RESULTS {
+                    v.with_label_values(&[result]);
+                }
+                v
+            },
+            external_auth_requests_total: {
+                let v = counter_vec(
+                    r,
+                    "external_auth_requests_total",
+                    "Subrequests of an Ingress's external authentication (auth-url), by result (allowed: a 2xx answer, denied: 401 or 403, failed: no answer or another status, the request answered 500)",
+                    &["result"],
+                );
+                for result in EXTERNAL_AUTH_RESULTS {
                     v.with_label_values(&[result]);
                 }
                 v
@@ -1078,6 +1094,13 @@ impl DataMetrics {
     /// The counter of mirrored requests with `result` (one of `MIRROR_RESULTS`).
     pub fn mirror_requests(&self, result: &str) -> IntCounter {
         self.mirror_requests_total.with_label_values(&[result])
+    }
+
+    /// The counter of external authentication subrequests that ended in `result`
+    /// (`EXTERNAL_AUTH_RESULTS`); resolve once.
+    pub fn external_auth_requests(&self, result: &str) -> IntCounter {
+        self.external_auth_requests_total
+            .with_label_values(&[result])
     }
 
     /// The counter of connections a `--proxy-protocol` frontend closed for `reason`

@@ -12,7 +12,9 @@
 pub mod auth;
 pub mod balance;
 pub mod cidr;
+pub mod external_auth;
 pub mod gateway;
+pub mod location;
 pub mod matcher;
 pub mod pattern;
 pub mod policy;

@@ -12,6 +12,8 @@ use serde::Serialize;
 use crate::table::auth::BasicAuth;
 use crate::table::balance::Share;
 use crate::table::cidr::Cidr;
+use crate::table::external_auth::ExternalAuth;
+pub use crate::table::location::{Location, Part};
 use crate::table::pattern::Pattern;
 use crate::table::shared::EntryId;
 use crate::table::upstream::BackendProtocol;
@@ -87,6 +89,10 @@ pub struct RoutePolicy {
     /// basic`); others get 401.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<Arc<BasicAuth>>,
+    /// ingress-nginx's external authentication (`auth-url`): each request proxied only once
+    /// the service allows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_auth: Option<Arc<ExternalAuth>>,
 }
 
 /// Cross-origin resource sharing, as ingress-nginx (`enable-cors` and the `cors-allow-*`
@@ -306,131 +312,6 @@ pub struct Redirect {
     pub location: Location,
 }
 
-/// A redirect's location as written, split at the nginx variables it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Location {
-    pub text: Arc<str>,
-    pub parts: Arc<[Part]>,
-}
-
-impl serde::Serialize for Location {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.text)
-    }
-}
-
-/// A piece of a redirect's location.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
-    Text(Box<str>),
-    /// `$scheme`: `http` or `https`.
-    Scheme,
-    /// `$host`: the request's host, without a port, lower case.
-    Host,
-    /// `$http_host`: the `Host` field as sent.
-    HttpHost,
-    /// `$request_uri`: the path and query.
-    RequestUri,
-    /// `$uri`: the path.
-    Uri,
-    /// `$args`: the query, without `?`.
-    Args,
-    /// `$is_args`: `?` when there is a query, else nothing.
-    IsArgs,
-    /// `$1`..`$9`: a group of the route's regular-expression path (a rewrite target only).
-    Group(u8),
-}
-
-impl Location {
-    /// Reads `v`: an absolute `http`/`https` URL or an absolute path, one line of visible
-    /// characters, in which `$scheme`, `$host`, `$http_host`, `$request_uri`, `$uri`, `$args`
-    /// and `$is_args` (also as `${name}`) stand for the request's parts. Any other `$` is an
-    /// error: a location that cannot be made is never guessed at.
-    pub fn parse(v: &str) -> Result<Location, String> {
-        Self::parse_with(v, false)
-    }
-
-    /// Reads a rewrite target: an absolute path (or one that starts with a group, `$1/x`)
-    /// with the same variables and `$1`..`$9`, the groups of the route's path.
-    pub fn rewrite(v: &str) -> Result<Location, String> {
-        let l = Self::parse_with(v, true)?;
-        match l.parts.first() {
-            Some(Part::Text(t)) if t.starts_with('/') && !t.starts_with("//") => Ok(l),
-            Some(Part::Group(_)) => Ok(l),
-            _ => Err("is not an absolute path (or one that starts with $1..$9)".into()),
-        }
-    }
-
-    fn parse_with(v: &str, groups: bool) -> Result<Location, String> {
-        let v = v.trim();
-        if v.is_empty() || v.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
-            return Err("is not a URL of visible characters without spaces".into());
-        }
-        let mut parts = Vec::new();
-        let mut sample = String::new();
-        let mut rest = v;
-        while let Some(at) = rest.find('$') {
-            if at > 0 {
-                parts.push(Part::Text(rest[..at].into()));
-                sample.push_str(&rest[..at]);
-            }
-            let after = &rest[at + 1..];
-            let (name, len) = match after.strip_prefix('{') {
-                Some(inner) => match inner.find('}') {
-                    Some(end) => (&inner[..end], end + 2),
-                    None => return Err("has a ${ without its }".into()),
-                },
-                None => {
-                    let end = after
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .unwrap_or(after.len());
-                    (&after[..end], end)
-                }
-            };
-            let (part, example) = match name {
-                "scheme" => (Part::Scheme, "https"),
-                "host" => (Part::Host, "example.com"),
-                "http_host" => (Part::HttpHost, "example.com"),
-                "request_uri" => (Part::RequestUri, "/a?b"),
-                "uri" => (Part::Uri, "/a"),
-                "args" => (Part::Args, "b"),
-                "is_args" => (Part::IsArgs, "?"),
-                digit
-                    if groups && digit.len() == 1 && matches!(digit.as_bytes()[0], b'1'..=b'9') =>
-                {
-                    (Part::Group(digit.as_bytes()[0] - b'0'), "x")
-                }
-                other => {
-                    return Err(format!(
-                        "names ${other}, which switchyard does not fill in (it fills in \
-                         $scheme, $host, $http_host, $request_uri, $uri, $args, $is_args{})",
-                        if groups { ", $1..$9" } else { "" }
-                    ));
-                }
-            };
-            parts.push(part);
-            sample.push_str(example);
-            rest = &after[len..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.into()));
-            sample.push_str(rest);
-        }
-        let path = sample.starts_with('/') && !sample.starts_with("//");
-        // A rewrite target is checked by `rewrite`, on its parts.
-        if !path && !groups {
-            let uri: http::Uri = sample.parse().map_err(|_| "is not a URL".to_string())?;
-            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
-                return Err("is neither an http(s) URL nor an absolute path".into());
-            }
-        }
-        Ok(Location {
-            text: v.into(),
-            parts: parts.into(),
-        })
-    }
-}
-
 /// Durations as whole milliseconds in the table's JSON.
 mod millis {
     use std::time::Duration;
@@ -464,6 +345,7 @@ impl RoutePolicy {
             forwarded_prefix: None,
             cors: None,
             basic_auth: None,
+            external_auth: None,
         }
     }
 

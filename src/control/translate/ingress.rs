@@ -25,6 +25,9 @@ use super::view::*;
 use crate::table::auth::BasicAuth;
 use crate::table::balance::Share;
 use crate::table::cidr::Cidr;
+use crate::table::external_auth::{
+    AuthHost, AuthTarget, AuthUrl, ExternalAuth, signin_with_redirect,
+};
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::pattern::{Flavor, Pattern};
 use crate::table::policy::{Canary, Cors, CorsFlavor, Location, Origins, Redirect, RoutePolicy};
@@ -129,6 +132,20 @@ pub mod ingress_annotation {
     pub const NGINX_AUTH_TYPE: &str = "nginx.ingress.kubernetes.io/auth-type";
     pub const NGINX_AUTH_SECRET: &str = "nginx.ingress.kubernetes.io/auth-secret";
     pub const NGINX_AUTH_REALM: &str = "nginx.ingress.kubernetes.io/auth-realm";
+    /// External authentication: each request is proxied only once a subrequest to this URL
+    /// is answered `2xx` (`auth-method`, `auth-signin`, `auth-signin-redirect-param`,
+    /// `auth-response-headers`, `auth-request-redirect`, `auth-always-set-cookie` shape it).
+    pub const NGINX_AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
+    pub const NGINX_AUTH_METHOD: &str = "nginx.ingress.kubernetes.io/auth-method";
+    pub const NGINX_AUTH_SIGNIN: &str = "nginx.ingress.kubernetes.io/auth-signin";
+    pub const NGINX_AUTH_SIGNIN_REDIRECT_PARAM: &str =
+        "nginx.ingress.kubernetes.io/auth-signin-redirect-param";
+    pub const NGINX_AUTH_RESPONSE_HEADERS: &str =
+        "nginx.ingress.kubernetes.io/auth-response-headers";
+    pub const NGINX_AUTH_REQUEST_REDIRECT: &str =
+        "nginx.ingress.kubernetes.io/auth-request-redirect";
+    pub const NGINX_AUTH_ALWAYS_SET_COOKIE: &str =
+        "nginx.ingress.kubernetes.io/auth-always-set-cookie";
     /// `"true"`: cross-origin requests are answered as ingress-nginx's CORS does, with the
     /// `cors-allow-origin`, `-methods`, `-headers`, `-credentials`, `cors-expose-headers` and
     /// `cors-max-age` below (each with ingress-nginx's default).
@@ -276,6 +293,8 @@ struct IngressSettings {
     rewrite_path: Option<Location>,
     /// ingress-nginx's `auth-type: basic`.
     basic_auth: Option<Arc<BasicAuth>>,
+    /// ingress-nginx's `auth-url` and its companions.
+    external_auth: Option<Arc<ExternalAuth>>,
     upstream_vhost: Option<Arc<str>>,
     forwarded_prefix: Option<Arc<str>>,
     /// ingress-nginx's `enable-cors` and its settings.
@@ -284,10 +303,10 @@ struct IngressSettings {
 
 /// Who an Ingress's routes serve.
 enum Access {
-    /// Whoever the source ranges admit.
-    Open,
-    /// Those, with a user's credentials.
-    Basic(Arc<BasicAuth>),
+    /// Whoever the source ranges admit (and the external authentication, if any, allows).
+    Open(Option<Arc<ExternalAuth>>),
+    /// Those, with a user's credentials (and the external authentication's leave).
+    Basic(Arc<BasicAuth>, Option<Arc<ExternalAuth>>),
     /// No one: it asks for what switchyard does not carry out (403 on its routes).
     Refused,
 }
@@ -352,7 +371,11 @@ impl<'a> Builder<'a> {
                 // main route's checks only, so one that asks for authentication of its own
                 // (which ingress-nginx ignores) is not served rather than served open.
                 let mut refused = refused;
-                for key in [ia::NGINX_AUTH_TYPE, ia::NGINX_AUTH_SECRET] {
+                for key in [
+                    ia::NGINX_AUTH_TYPE,
+                    ia::NGINX_AUTH_SECRET,
+                    ia::NGINX_AUTH_URL,
+                ] {
                     if map.contains_key(key) && !refused.contains(&key) {
                         refused.push(key);
                     }
@@ -379,9 +402,31 @@ impl<'a> Builder<'a> {
                 true => annotations.map_or(Ok(None), |a| self.basic_auth(ns, a, &secrets)),
                 false => Ok(None),
             };
+            // So does external authentication that cannot be asked.
+            let external = match refused.is_empty() {
+                true => annotations.map_or(Ok(None), |a| {
+                    self.external_auth(&who, a, services, &mut entry_ids)
+                }),
+                false => Ok(None),
+            };
+            let external = match external {
+                Ok(external) => external,
+                Err(why) => {
+                    self.warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::NotServed,
+                        message: format!(
+                            "{why}; not served: its routes answer 403 to every client until \
+                             its external authentication can be asked"
+                        ),
+                    });
+                    self.add_ingress(ing, &secrets, services, &mut entry_ids, Access::Refused);
+                    continue;
+                }
+            };
             let access = match (refused.is_empty(), basic) {
-                (true, Ok(None)) => Access::Open,
-                (true, Ok(Some(auth))) => Access::Basic(auth),
+                (true, Ok(None)) => Access::Open(external),
+                (true, Ok(Some(auth))) => Access::Basic(auth, external),
                 (true, Err(why)) => {
                     self.warnings.push(Warning {
                         object: who.clone(),
@@ -467,6 +512,128 @@ impl<'a> Builder<'a> {
         Ok(Some(Arc::new(auth)))
     }
 
+    /// An Ingress's external authentication (ingress-nginx's `auth-url` and its companions):
+    /// `None` without it; `Err` when it cannot be asked as written (a method that is not
+    /// one). A URL switchyard cannot reach refuses the Ingress before this (`nginx::support`);
+    /// a Service it names that does not exist leaves the routes answering 500 until it does,
+    /// as ingress-nginx's do. A bad `auth-signin` or response field name is warned about and
+    /// left out: the `401` is passed on, and the field is never taken from the client.
+    fn external_auth(
+        &mut self,
+        who: &ObjectRef,
+        map: &BTreeMap<String, String>,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) -> Result<Option<Arc<ExternalAuth>>, String> {
+        let Some(url) = map.get(ia::NGINX_AUTH_URL) else {
+            return Ok(None);
+        };
+        let parsed = AuthUrl::parse(url)
+            .map_err(|why| format!("auth-url {} cannot be asked: {why}", show(url)))?;
+        let method = match map.get(ia::NGINX_AUTH_METHOD).map(|m| m.trim()) {
+            None | Some("") => "GET",
+            Some(
+                m @ ("GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS" | "TRACE"),
+            ) => m,
+            Some(other) => {
+                return Err(format!("auth-method {} is not an HTTP method", show(other)));
+            }
+        };
+        let target = match &parsed.to {
+            AuthHost::Address(addr) => AuthTarget::Address(*addr),
+            AuthHost::Service {
+                namespace,
+                name,
+                port,
+            } => {
+                let found = services
+                    .get(&(&**namespace, &**name))
+                    .and_then(|(svc, slices)| {
+                        let ports = svc.spec.as_ref().and_then(|s| s.ports.as_deref());
+                        let sp = ports?.iter().find(|sp| {
+                            sp.port == i32::from(*port)
+                                && sp.protocol.as_deref().is_none_or(|p| p == "TCP")
+                        })?;
+                        self.port_entry(svc, slices, sp, *port, entry_ids)
+                    });
+                match found {
+                    Some(id) => AuthTarget::Entry(id),
+                    None => {
+                        self.warn_ingress(
+                            who,
+                            format!(
+                                "auth-url names Service {namespace}/{name} port {port}, which \
+                                 does not exist (or is not an HTTP port of it); every request \
+                                 is answered 500 until it does"
+                            ),
+                        );
+                        AuthTarget::Entry(self.empty_entry(namespace, name, *port, entry_ids))
+                    }
+                }
+            }
+        };
+        let signin = map.get(ia::NGINX_AUTH_SIGNIN).and_then(|s| {
+            let param = map
+                .get(ia::NGINX_AUTH_SIGNIN_REDIRECT_PARAM)
+                .map_or("", |p| p.as_str());
+            match Location::parse(&signin_with_redirect(s, param)) {
+                Ok(l) => Some(l),
+                Err(why) => {
+                    self.warn_ingress(
+                        who,
+                        format!(
+                            "auth-signin {} {why}; a client the service refuses gets its 401",
+                            show(s)
+                        ),
+                    );
+                    None
+                }
+            }
+        });
+        let mut response_headers: Vec<Box<str>> = Vec::new();
+        for name in map
+            .get(ia::NGINX_AUTH_RESPONSE_HEADERS)
+            .map_or("", |v| v.as_str())
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_ok() {
+                let lower = name.to_ascii_lowercase().into_boxed_str();
+                if !response_headers.contains(&lower) {
+                    response_headers.push(lower);
+                }
+            } else {
+                self.warn_ingress(
+                    who,
+                    format!(
+                        "auth-response-headers: {} is not a field name; left out",
+                        show(name)
+                    ),
+                );
+            }
+        }
+        let request_redirect = map
+            .get(ia::NGINX_AUTH_REQUEST_REDIRECT)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| (0x21..0x7f).contains(&b)))
+            .map(Box::from);
+        Ok(Some(Arc::new(ExternalAuth {
+            url: url.trim().into(),
+            target,
+            host: parsed.host,
+            path: parsed.path,
+            method: method.into(),
+            signin,
+            response_headers: response_headers.into(),
+            request_redirect,
+            always_set_cookie: map
+                .get(ia::NGINX_AUTH_ALWAYS_SET_COOKIE)
+                .and_then(|v| parse_bool(v))
+                .unwrap_or(false),
+        })))
+    }
+
     /// The IngressClasses whose controller is switchyard's, and whether one is the default.
     fn claimed_classes<'c>(&self, classes: &[&'c IngressClass]) -> (BTreeSet<&'c str>, bool) {
         let mut claimed = BTreeSet::new();
@@ -515,8 +682,13 @@ impl<'a> Builder<'a> {
             settings.allow.clear();
             settings.deny = every_address();
         }
-        if let Access::Basic(auth) = access {
-            settings.basic_auth = Some(auth);
+        match access {
+            Access::Basic(auth, external) => {
+                settings.basic_auth = Some(auth);
+                settings.external_auth = external;
+            }
+            Access::Open(external) => settings.external_auth = external,
+            Access::Refused => {}
         }
         if let Some(map) = ing.metadata.annotations.as_ref() {
             settings.cors = self.cors(&who, map);
@@ -536,6 +708,7 @@ impl<'a> Builder<'a> {
                     rewrite: settings.rewrite.clone(),
                     rewrite_path: settings.rewrite_path.clone(),
                     basic_auth: settings.basic_auth.clone(),
+                    external_auth: settings.external_auth.clone(),
                     upstream_vhost: settings.upstream_vhost.clone(),
                     forwarded_prefix: settings.forwarded_prefix.clone(),
                     cors: settings.cors.clone(),

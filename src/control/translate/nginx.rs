@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::annotations::parse_bool;
 use super::view::{Warning, WarningReason};
+use crate::table::external_auth::AuthUrl;
 
 /// ingress-nginx's annotation prefix.
 pub const PREFIX: &str = "nginx.ingress.kubernetes.io/";
@@ -57,8 +58,15 @@ const AUTH_ALONE: &str = "auth-secret without auth-type: basic: ingress-nginx wo
                           was meant";
 const AUTH_MAP: &str = "auth-map Secrets (a key per user) are not read yet; auth-file (the \
                         htpasswd file in the key auth) is";
-const EXT_AUTH: &str = "external authentication is not carried out yet";
-const EXT_AUTH_WITH: &str = "read only with auth-url, which refuses the Ingress";
+const EXT_AUTH: &str = "served for an http:// URL of a Service (<name>.<namespace>.svc, its \
+                        port) or of an IP address, as ingress-nginx's auth_request: the \
+                        client's fields without its body, X-Original-URL, X-Original-Method, \
+                        X-Auth-Request-Redirect; 2xx lets the request through, 401 and 403 are \
+                        passed on, anything else is a 500. Every request is asked (no cache), \
+                        over a new connection";
+const EXT_AUTH_WITH: &str = "read only with auth-url";
+const EXT_AUTH_CACHE: &str = "every request is asked: answers are not cached";
+const EXT_AUTH_KEEPALIVE: &str = "each subrequest goes over a new connection";
 const TLS_AUTH: &str = "client-certificate verification per Ingress is not carried out yet \
                         (--ssl-ca-cert verifies clients on the whole TLS port)";
 const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the Ingress";
@@ -92,25 +100,52 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("affinity-mode", Support::Ignored(AFFINITY)),
     ("allowlist-source-range", Support::Served),
     ("app-root", Support::Served),
-    ("auth-always-set-cookie", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-cache-duration", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-cache-key", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-keepalive", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-keepalive-requests", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-keepalive-share-vars", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-keepalive-timeout", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-method", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-proxy-set-headers", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-always-set-cookie", Support::Served),
+    ("auth-cache-duration", Support::Ignored(EXT_AUTH_CACHE)),
+    ("auth-cache-key", Support::Ignored(EXT_AUTH_CACHE)),
+    ("auth-keepalive", Support::Ignored(EXT_AUTH_KEEPALIVE)),
+    (
+        "auth-keepalive-requests",
+        Support::Ignored(EXT_AUTH_KEEPALIVE),
+    ),
+    (
+        "auth-keepalive-share-vars",
+        Support::Ignored(EXT_AUTH_KEEPALIVE),
+    ),
+    (
+        "auth-keepalive-timeout",
+        Support::Ignored(EXT_AUTH_KEEPALIVE),
+    ),
+    ("auth-method", Support::Served),
+    (
+        "auth-proxy-set-headers",
+        Support::Ignored(
+            "ConfigMaps of fields for the subrequest are not read: the service gets the \
+             client's fields and switchyard's",
+        ),
+    ),
     ("auth-realm", Support::Served),
-    ("auth-request-redirect", Support::Ignored(EXT_AUTH_WITH)),
-    ("auth-response-headers", Support::Ignored(EXT_AUTH_WITH)),
+    ("auth-request-redirect", Support::Served),
+    (
+        "auth-response-headers",
+        Support::Differs(
+            "the named fields of an allowing answer are set on the request; one the answer \
+             lacks is removed from it (ingress-nginx sends it empty), so a client never \
+             supplies it",
+        ),
+    ),
     ("auth-secret", Support::Served),
     ("auth-secret-type", Support::Served),
-    ("auth-signin", Support::Ignored(EXT_AUTH_WITH)),
     (
-        "auth-signin-redirect-param",
-        Support::Ignored(EXT_AUTH_WITH),
+        "auth-signin",
+        Support::Differs(
+            "a 401 of the service is answered 302 to it, with the redirect parameter added as \
+             ingress-nginx adds it; $scheme, $host, $http_host, $request_uri, \
+             $escaped_request_uri, $uri, $args and $is_args are filled in, other variables \
+             make it warned about and left out (the 401 is passed on)",
+        ),
     ),
+    ("auth-signin-redirect-param", Support::Served),
     ("auth-snippet", Support::Ignored(SNIPPET)),
     ("auth-tls-error-page", Support::Ignored(TLS_AUTH_WITH)),
     ("auth-tls-match-cn", Support::Ignored(TLS_AUTH_WITH)),
@@ -130,7 +165,7 @@ pub const CATALOG: &[(&str, Support)] = &[
              refuses the Ingress",
         ),
     ),
-    ("auth-url", Support::Refused(EXT_AUTH)),
+    ("auth-url", Support::Differs(EXT_AUTH)),
     (
         "backend-protocol",
         Support::Differs(
@@ -439,6 +474,13 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
         "auth-secret-type" if value.trim() != "auth-file" => {
             Support::Refused("neither auth-file nor auth-map")
         }
+        "auth-url" => match AuthUrl::parse(value) {
+            Ok(_) => Support::Differs(EXT_AUTH),
+            Err(why) => Support::Refused(why),
+        },
+        k if EXT_AUTH_KEYS.contains(&k) && !all.contains_key(&format!("{PREFIX}auth-url")) => {
+            Support::Ignored(EXT_AUTH_WITH)
+        }
         "auth-tls-secret"
             if all
                 .get(&format!("{PREFIX}auth-tls-verify-client"))
@@ -452,6 +494,23 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
             .map_or(UNKNOWN, |(_, s)| *s),
     }
 }
+
+/// The companions of `auth-url`, read only with it.
+const EXT_AUTH_KEYS: [&str; 13] = [
+    "auth-always-set-cookie",
+    "auth-cache-duration",
+    "auth-cache-key",
+    "auth-keepalive",
+    "auth-keepalive-requests",
+    "auth-keepalive-share-vars",
+    "auth-keepalive-timeout",
+    "auth-method",
+    "auth-proxy-set-headers",
+    "auth-request-redirect",
+    "auth-response-headers",
+    "auth-signin",
+    "auth-signin-redirect-param",
+];
 
 /// The keys of `all` that refuse their Ingress (`Support::Refused`).
 pub(super) fn refusing(all: &BTreeMap<String, String>) -> Vec<&str> {

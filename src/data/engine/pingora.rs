@@ -32,6 +32,7 @@ use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use prometheus::IntGauge;
 
+use crate::data::external_auth::subrequest_head;
 use crate::data::frontend::HttpProxy;
 use crate::data::headers::{
     Fields, GRPC_STATUS_NAME, PingoraView, apply, exchange_request, grpc_of, grpc_trailers,
@@ -41,17 +42,20 @@ use crate::data::mirror::BodyCopies;
 use crate::data::record::Finished;
 use crate::data::tls;
 use crate::data::upstream::h2_pool::H2_STREAMS_PER_CONNECTION;
-use crate::decide::attempt::{Attempt, BodyKept, Failure, Sent};
+use crate::decide::attempt::{Attempt, BodyKept, Failure, Route, Sent};
 use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{Edits, Forwarding, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, grpc_answer, rejection_answer};
 use crate::decide::exchange;
+use crate::decide::external_auth::{Verdict, subrequest_fields, verdict};
 use crate::decide::grpc::Ending;
-use crate::decide::reply::Reply;
+use crate::decide::reply::{Asked, Reply, reply};
 use crate::decide::target::normalize_path;
 use crate::ops::health::PeerTls;
 use crate::ops::lifecycle::Active;
 use crate::ops::metrics::{OpenConnection, Resumed};
+use crate::table::Frontend;
+use crate::table::external_auth::ExternalAuth;
 
 /// Per-request state.
 pub struct Ctx {
@@ -153,6 +157,53 @@ fn refused(e: &Error) -> bool {
     e.root_cause()
         .downcast_ref::<h2::Error>()
         .is_some_and(h2_unprocessed)
+}
+
+impl HttpProxy {
+    /// Asks the route's external authentication about the request: `None` when it allows
+    /// it (the attempt then carries what the service vouched for), else switchyard's answer.
+    /// `host` and `path`: the request's, as routed.
+    async fn authorize(
+        &self,
+        session: &Session,
+        attempt: &mut Attempt,
+        auth: &ExternalAuth,
+        host: Option<&[u8]>,
+        path: &str,
+    ) -> Option<Route> {
+        let req = session.req_header();
+        let https = self.frontend == Frontend::Https;
+        let request_uri = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let host_text = host
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .unwrap_or_default();
+        let set = subrequest_fields(auth, https, host_text, req.method.as_str(), request_uri);
+        let head = with_request_edits(&self.fwd, session, attempt, |edits| {
+            subrequest_head(&auth.method, &auth.path, req, edits, &set)
+        });
+        let addr = attempt.auth_endpoint(auth, Instant::now());
+        let answer = self
+            .auth_calls
+            .ask(
+                addr,
+                &head,
+                attempt.connect_timeout(self.timeouts.connect),
+                attempt.server_timeout(self.timeouts.server_idle),
+            )
+            .await;
+        if answer.is_none() {
+            tracing::debug!(url = %auth.url, ?addr, "external authentication gave no answer");
+        }
+        let verdict = verdict(auth, answer.as_ref(), https, host, path, req.uri.query());
+        self.auth_calls.count(&verdict);
+        match verdict {
+            Verdict::Allowed(granted) => {
+                attempt.grant(granted);
+                None
+            }
+            Verdict::Denied(denial) => Some(Route::from(denial)),
+        }
+    }
 }
 
 /// Writes one of switchyard's own answers as the whole response.
@@ -260,6 +311,28 @@ impl ProxyHttp for HttpProxy {
                     stripped_target(strip, pq)
                         .map_err(|_| Error::explain(ErrorType::InvalidHTTPHeader, "bad path"))?,
                 );
+            }
+        }
+
+        // After everything decided without asking anyone (source ranges, redirects, basic
+        // authentication), before anything goes to a backend (copies included).
+        if let Some(auth) = ctx.attempt.external_auth().cloned()
+            && let Some(denied) = self
+                .authorize(session, &mut ctx.attempt, &auth, host, &path)
+                .await
+        {
+            // A denial names no path of the request (its redirect has its own location).
+            let asked = Asked {
+                host: host.unwrap_or_default(),
+                path_and_query: "/",
+                grpc: ctx.grpc,
+            };
+            let mut location = String::new();
+            if let Reply::Answer { answer, body, .. } =
+                reply(&denied, asked, &self.pages, &self.fwd, &mut location)
+            {
+                write_answer(session, &answer, body).await?;
+                return Ok(true);
             }
         }
 
@@ -554,7 +627,7 @@ impl ProxyHttp for HttpProxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         apply(resp, &response_edits(&self.fwd, ctx.attempt.set_cookie()))?;
-        for op in ctx.attempt.response_ops() {
+        for op in ctx.attempt.response_ops(resp.status.as_u16()) {
             resp.apply_op(op)?;
         }
         Ok(())

@@ -1100,7 +1100,7 @@ fn an_ingress_asking_for_authentication_is_refused_to_everyone_not_served_open()
     let external = protected(
         "external",
         "nginx.ingress.kubernetes.io/auth-url",
-        "http://auth.svc/check",
+        "https://$host/oauth2/auth",
     );
     let mtls = protected(
         "mtls",
@@ -1166,6 +1166,99 @@ fn an_ingress_asking_for_authentication_is_refused_to_everyone_not_served_open()
             .any(|m| m.starts_with("mtlsoff:") && m.contains("auth-tls-secret")),
         "{warned:?}"
     );
+}
+
+/// `auth-url` to a Service by its cluster name becomes the route's external authentication,
+/// aimed at that Service's entry (in its own namespace), with its companions read; a missing
+/// Service is warned about and fails closed (an entry without endpoints); a method that is
+/// not one refuses the Ingress; a bad sign-in URL or field name is left out, warned.
+#[test]
+fn external_authentication_aims_at_the_service_the_url_names() {
+    use crate::table::external_auth::AuthTarget;
+    let (mut s, mut e) = svcs();
+    s.push(mk_service("auth", "authn", &[4180]));
+    e.push(mk_slice("auth", "authn", "p4180", 4180, &["10.0.9.9"]));
+    let guarded = |name: &str, url: &str| {
+        let i = ing(
+            "default",
+            name,
+            Some("switchyard"),
+            vec![rule(
+                Some(&format!("{name}.test")),
+                vec![path("/", "Prefix", backend("web", 80))],
+            )],
+        );
+        annotated(i, "nginx.ingress.kubernetes.io/auth-url", url)
+    };
+    let ok = guarded("ok", "http://authn.auth.svc.cluster.local:4180/check");
+    let ok = annotated(ok, "nginx.ingress.kubernetes.io/auth-method", "POST");
+    let ok = annotated(
+        ok,
+        "nginx.ingress.kubernetes.io/auth-response-headers",
+        "X-User, bad name, x-user",
+    );
+    let ok = annotated(
+        ok,
+        "nginx.ingress.kubernetes.io/auth-signin",
+        "https://login.test/?x=$foo",
+    );
+    let missing = guarded("missing", "http://gone.auth:8080/check");
+    let method = annotated(
+        guarded("method", "http://authn.auth.svc:4180/"),
+        "nginx.ingress.kubernetes.io/auth-method",
+        "FETCH",
+    );
+    let (b, w) = build(
+        &s,
+        &e,
+        &[ok, missing, method],
+        &[ours()],
+        &[],
+        &Options::default(),
+    );
+    let t = &b.table;
+    let policy = |host: &str| {
+        let hit = t.http.lookup(Some(host.as_bytes()), "/").unwrap();
+        t.policies[hit.policy.unwrap() as usize].clone()
+    };
+    let auth = policy("ok.test").external_auth.unwrap();
+    let AuthTarget::Entry(id) = auth.target else {
+        panic!("{auth:?}")
+    };
+    let entry = &t.entries[id as usize];
+    assert_eq!(entry.name.as_ref(), "auth/authn:4180");
+    assert_eq!(entry.endpoints.len(), 1);
+    assert_eq!(
+        (&*auth.host, &*auth.path, &*auth.method),
+        ("authn.auth.svc.cluster.local:4180", "/check", "POST")
+    );
+    assert_eq!(&*auth.response_headers, [Box::from("x-user")]);
+    assert_eq!(auth.signin, None);
+    let missing = policy("missing.test").external_auth.unwrap();
+    let AuthTarget::Entry(id) = missing.target else {
+        panic!("{missing:?}")
+    };
+    assert!(t.entries[id as usize].endpoints.is_empty());
+    assert!(is_served(&b, "ok") && is_served(&b, "missing") && !is_served(&b, "method"));
+    let refused = policy("method.test");
+    assert!(refused.external_auth.is_none() && !refused.admits(Some("10.1.2.3".parse().unwrap())));
+    let warned = ingress_warnings(&w);
+    for (name, says) in [
+        ("ok", "auth-signin"),
+        ("ok", "\"bad name\" is not a field name"),
+        (
+            "missing",
+            "Service auth/gone port 8080, which does not exist",
+        ),
+        ("method", "auth-method \"FETCH\" is not an HTTP method"),
+    ] {
+        assert!(
+            warned
+                .iter()
+                .any(|m| m.starts_with(&format!("{name}:")) && m.contains(says)),
+            "{name} {says}: {warned:?}"
+        );
+    }
 }
 
 #[test]
