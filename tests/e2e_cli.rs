@@ -504,7 +504,7 @@ fn the_ingress_nginx_report_says_what_each_annotation_gets() {
             .into(),
         ing("web")
             .ann(&nginx("proxy-read-timeout"), "soon")
-            .ann(&nginx("limit-rps"), "5")
+            .ann(&nginx("limit-rate"), "5")
             .rule(Some("b.test"), &[("/", "Prefix", "web", 80)])
             .into(),
     ];
@@ -520,7 +520,7 @@ fn the_ingress_nginx_report_says_what_each_annotation_gets() {
         "Ingress default/admin: NOT SERVED",
         "refused  nginx.ingress.kubernetes.io/auth-type",
         "served   nginx.ingress.kubernetes.io/proxy-body-size",
-        "ignored  nginx.ingress.kubernetes.io/limit-rps",
+        "ignored  nginx.ingress.kubernetes.io/limit-rate",
         "ignored  nginx.ingress.kubernetes.io/proxy-read-timeout",
         "2 Ingress(es) with ingress-nginx annotations, 1 not served",
     ] {
@@ -536,7 +536,7 @@ fn the_ingress_nginx_report_says_what_each_annotation_gets() {
     let web = &json["ingresses"][1];
     assert_eq!(web["name"], "web");
     assert_eq!(web["annotations"][0]["verdict"], "ignored");
-    assert!(web["warnings"][0].as_str().unwrap().contains("limit-rps"));
+    assert!(web["warnings"][0].as_str().unwrap().contains("limit-rate"));
     // Nothing refused: exit 0.
     std::fs::write(
         dir.path().join("ok.yaml"),

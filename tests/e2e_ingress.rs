@@ -645,6 +645,74 @@ async fn external_authentication_as_ingress_nginx() {
     }
 }
 
+/// ingress-nginx's request limits per client address on both engines: `limit-rpm: 2` with
+/// the default burst multiplier (5) takes ten requests at once and answers the next 503 (a
+/// minute's rate drains too slowly to blur the count); `limit-connections: 1` answers a
+/// second request 503 while the first is in progress and takes one again once it ended; an
+/// allowed network is never limited; another Ingress's limit is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_limits_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    objs.push(
+        ing("counted")
+            .ann("nginx.ingress.kubernetes.io/limit-rpm", "2")
+            .rule(Some("rate.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("one-at-a-time")
+            .ann("nginx.ingress.kubernetes.io/limit-connections", "1")
+            .rule(Some("conn.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("trusted")
+            .ann("nginx.ingress.kubernetes.io/limit-rpm", "1")
+            .ann(
+                "nginx.ingress.kubernetes.io/limit-allowlist",
+                "10.0.0.0/8, 127.0.0.0/8",
+            )
+            .rule(Some("trusted.test"), &[("/", "Prefix", "api", 8080)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let mut statuses = Vec::new();
+        for _ in 0..14 {
+            statuses.push(get_host_path(&sy, "rate.test", "/x", &[]).await.status);
+        }
+        assert_eq!(
+            statuses,
+            [[200; 10].as_slice(), [503; 4].as_slice()].concat(),
+            "{engine}"
+        );
+        for _ in 0..12 {
+            let r = get_host_path(&sy, "trusted.test", "/", &[]).await;
+            assert_eq!(
+                r.status, 200,
+                "{engine}: an allowed network is never limited"
+            );
+        }
+        // One request in progress (the backend holds /slow for a second).
+        let port = sy.http_port;
+        let slow =
+            tokio::spawn(async move { get(port, "/slow", &[("host", "conn.test")]).await.status });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let r = get_host_path(&sy, "conn.test", "/x", &[]).await;
+        assert_eq!(
+            r.status, 503,
+            "{engine}: a second request while one is in progress"
+        );
+        assert_eq!(slow.await.unwrap(), 200, "{engine}");
+        for _ in 0..3 {
+            let r = get_host_path(&sy, "conn.test", "/x", &[]).await;
+            assert_eq!(r.status, 200, "{engine}: one at a time is served");
+        }
+    }
+}
+
 /// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
 /// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

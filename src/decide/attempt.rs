@@ -19,6 +19,7 @@ use crate::decide::edits::{
 use crate::decide::external_auth::{Denial, Granted};
 use crate::decide::gateway::HeaderOp;
 use crate::decide::location::{Vars, expand};
+use crate::decide::rate_limit::InProgress;
 use crate::table::balance::Pick;
 use crate::table::external_auth::{AuthTarget, ExternalAuth};
 use crate::table::gateway::{
@@ -213,6 +214,8 @@ pub enum Route {
     Unavailable,
     /// The route's source ranges refuse this client: the 403 page.
     Forbidden,
+    /// The route's request limits refuse this client now: the 503 page.
+    Limited,
     /// The route's basic or external authentication did not admit the request: 401 with this
     /// `WWW-Authenticate` challenge, if any.
     Unauthorized { challenge: Option<Arc<str>> },
@@ -320,6 +323,8 @@ pub struct Attempt {
     /// What the route's external authentication allowed the request with (boxed: most
     /// requests have none, and the attempt moves with each).
     granted: Option<Box<Granted>>,
+    /// The request counts against its route's `limit-connections` until it ends.
+    in_progress: Option<InProgress>,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -505,6 +510,16 @@ impl Attempt {
                 && let Some(preflight) = self.cors_check(cors, req)
             {
                 return Ok(preflight);
+            }
+            // Limits as nginx's preaccess phase has them: after the redirects and the
+            // preflights, before any password is checked.
+            if let Some(limit) = p.rate_limit.as_deref()
+                && !self.dry_run
+            {
+                match crate::decide::rate_limit::admit(limit, self.client_ip, now) {
+                    Ok(in_progress) => self.in_progress = in_progress,
+                    Err(_) => return Ok(Route::Limited),
+                }
             }
             // After the redirects, as nginx's access phase comes after its rewrite phase: a
             // plain-HTTP request is sent to HTTPS before it is asked for a password.

@@ -15,6 +15,7 @@ pub mod external_auth;
 pub mod gateway;
 pub mod grpc;
 pub mod location;
+pub mod rate_limit;
 pub mod reply;
 pub mod target;
 pub mod validity;

@@ -95,6 +95,7 @@ pub fn reply<'a>(
         Route::NotFound => page(&pages.not_found),
         Route::Unavailable => page(&pages.unavailable),
         Route::Forbidden => page(&pages.forbidden),
+        Route::Limited => page(&pages.unavailable),
         Route::Preflight {
             cors,
             origin,
@@ -188,6 +189,7 @@ mod tests {
             (Route::NotFound, 404),
             (Route::Unavailable, 503),
             (Route::Forbidden, 403),
+            (Route::Limited, 503),
             (
                 Route::Unauthorized {
                     challenge: Some("Basic realm=\"x\"".into()),

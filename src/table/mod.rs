@@ -18,6 +18,7 @@ pub mod location;
 pub mod matcher;
 pub mod pattern;
 pub mod policy;
+pub mod rate_limit;
 pub mod shared;
 pub mod sticky;
 pub mod upstream;

@@ -15,6 +15,7 @@ use crate::table::cidr::Cidr;
 use crate::table::external_auth::ExternalAuth;
 pub use crate::table::location::{Location, Part};
 use crate::table::pattern::Pattern;
+use crate::table::rate_limit::RateLimit;
 use crate::table::shared::EntryId;
 use crate::table::upstream::BackendProtocol;
 
@@ -93,6 +94,10 @@ pub struct RoutePolicy {
     /// the service allows it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub external_auth: Option<Arc<ExternalAuth>>,
+    /// Requests per client address (ingress-nginx's `limit-rps`, `limit-rpm`,
+    /// `limit-connections`): past them, 503.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<Arc<RateLimit>>,
 }
 
 /// Cross-origin resource sharing, as ingress-nginx (`enable-cors` and the `cors-allow-*`
@@ -346,6 +351,7 @@ impl RoutePolicy {
             cors: None,
             basic_auth: None,
             external_auth: None,
+            rate_limit: None,
         }
     }
 

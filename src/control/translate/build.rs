@@ -20,6 +20,7 @@ use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{HostPattern, PathRule, PathRules, Router};
 use crate::table::pattern::{Pattern, Patterns};
 use crate::table::policy::{Canary, RoutePolicy};
+use crate::table::rate_limit::RateLimit;
 use crate::table::upstream::{BackendProtocol, CaBundle, Upstream};
 use crate::table::{
     Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend, RoutingTable, Shared,
@@ -124,6 +125,9 @@ pub(super) struct Builder<'a> {
     pub(super) patterns: Patterns,
     /// Canary Ingresses' offers, by the route key of the main route they join.
     pub(super) canaries: HashMap<RouteKey, Vec<CanaryOffer>>,
+    /// The previous table's request limits, by the Ingress they belong to: an unchanged
+    /// limit keeps counting where it was.
+    pub(super) prev_limits: HashMap<Box<str>, Arc<RateLimit>>,
 }
 
 impl<'a> Builder<'a> {
@@ -165,6 +169,11 @@ impl<'a> Builder<'a> {
             trust: Trust::default(),
             regex_hosts: HashSet::new(),
             canaries: HashMap::default(),
+            prev_limits: previous
+                .into_iter()
+                .flat_map(|p| p.policies.iter())
+                .filter_map(|p| Some((p.origin.clone(), Arc::clone(p.rate_limit.as_ref()?))))
+                .collect(),
             patterns: Patterns::from_previous(
                 previous
                     .into_iter()

@@ -31,6 +31,7 @@ use crate::table::external_auth::{
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::pattern::{Flavor, Pattern};
 use crate::table::policy::{Canary, Cors, CorsFlavor, Location, Origins, Redirect, RoutePolicy};
+use crate::table::rate_limit::RateLimit;
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
@@ -135,6 +136,16 @@ pub mod ingress_annotation {
     /// External authentication: each request is proxied only once a subrequest to this URL
     /// is answered `2xx` (`auth-method`, `auth-signin`, `auth-signin-redirect-param`,
     /// `auth-response-headers`, `auth-request-redirect`, `auth-always-set-cookie` shape it).
+    /// Requests per client address: per second, per minute (each with
+    /// `limit-burst-multiplier` times as many at once, 5 by default), in progress at once;
+    /// networks never limited (`limit-allowlist`, or its old name `limit-whitelist`).
+    pub const NGINX_LIMIT_RPS: &str = "nginx.ingress.kubernetes.io/limit-rps";
+    pub const NGINX_LIMIT_RPM: &str = "nginx.ingress.kubernetes.io/limit-rpm";
+    pub const NGINX_LIMIT_CONNECTIONS: &str = "nginx.ingress.kubernetes.io/limit-connections";
+    pub const NGINX_LIMIT_BURST_MULTIPLIER: &str =
+        "nginx.ingress.kubernetes.io/limit-burst-multiplier";
+    pub const NGINX_LIMIT_ALLOWLIST: &str = "nginx.ingress.kubernetes.io/limit-allowlist";
+    pub const NGINX_LIMIT_WHITELIST: &str = "nginx.ingress.kubernetes.io/limit-whitelist";
     pub const NGINX_AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
     pub const NGINX_AUTH_METHOD: &str = "nginx.ingress.kubernetes.io/auth-method";
     pub const NGINX_AUTH_SIGNIN: &str = "nginx.ingress.kubernetes.io/auth-signin";
@@ -295,6 +306,8 @@ struct IngressSettings {
     basic_auth: Option<Arc<BasicAuth>>,
     /// ingress-nginx's `auth-url` and its companions.
     external_auth: Option<Arc<ExternalAuth>>,
+    /// ingress-nginx's `limit-rps`, `limit-rpm`, `limit-connections`.
+    rate_limit: Option<Arc<RateLimit>>,
     upstream_vhost: Option<Arc<str>>,
     forwarded_prefix: Option<Arc<str>>,
     /// ingress-nginx's `enable-cors` and its settings.
@@ -692,6 +705,7 @@ impl<'a> Builder<'a> {
         }
         if let Some(map) = ing.metadata.annotations.as_ref() {
             settings.cors = self.cors(&who, map);
+            settings.rate_limit = self.rate_limit(&who, map);
         }
         let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
@@ -709,6 +723,7 @@ impl<'a> Builder<'a> {
                     rewrite_path: settings.rewrite_path.clone(),
                     basic_auth: settings.basic_auth.clone(),
                     external_auth: settings.external_auth.clone(),
+                    rate_limit: settings.rate_limit.clone(),
                     upstream_vhost: settings.upstream_vhost.clone(),
                     forwarded_prefix: settings.forwarded_prefix.clone(),
                     cors: settings.cors.clone(),
@@ -886,6 +901,71 @@ impl<'a> Builder<'a> {
 
     /// ingress-nginx's CORS annotations, read (`None` unless `enable-cors` is true); a value
     /// that cannot be read is warned about and ingress-nginx's default takes its place.
+    /// ingress-nginx's request limits per client address, if the Ingress sets any; the
+    /// previous table's when unchanged (so that its counts go on). A value that is not a
+    /// positive number is warned about and that limit left unset; an allowed network that
+    /// cannot be read is warned about and left out (its clients are limited).
+    fn rate_limit(
+        &mut self,
+        who: &ObjectRef,
+        map: &BTreeMap<String, String>,
+    ) -> Option<Arc<RateLimit>> {
+        let mut number = |key: &str| -> Option<u32> {
+            let v = map.get(key)?.trim();
+            match v.parse::<u32>() {
+                Ok(0) => None,
+                Ok(n) => Some(n),
+                Err(_) => {
+                    self.warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::InvalidAnnotation,
+                        message: format!(
+                            "{}: {} is not a positive whole number; not limited by it",
+                            key.trim_start_matches(ia::NGINX_PREFIX),
+                            show(v)
+                        ),
+                    });
+                    None
+                }
+            }
+        };
+        let rps = number(ia::NGINX_LIMIT_RPS);
+        let rpm = number(ia::NGINX_LIMIT_RPM);
+        let connections = number(ia::NGINX_LIMIT_CONNECTIONS);
+        let burst_multiplier = number(ia::NGINX_LIMIT_BURST_MULTIPLIER).unwrap_or(5);
+        if rps.is_none() && rpm.is_none() && connections.is_none() {
+            return None;
+        }
+        let listed = map
+            .get(ia::NGINX_LIMIT_ALLOWLIST)
+            .or_else(|| map.get(ia::NGINX_LIMIT_WHITELIST))
+            .map_or("", |v| v.as_str());
+        let mut allow = Vec::new();
+        for net in listed.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match net.parse::<Cidr>() {
+                Ok(c) => allow.push(c),
+                Err(e) => self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidAnnotation,
+                    message: format!("limit-allowlist: {e}; its clients are limited"),
+                }),
+            }
+        }
+        let limit = RateLimit {
+            rps,
+            rpm,
+            burst_multiplier,
+            connections,
+            allow,
+            state: Default::default(),
+        };
+        let origin = format!("{}/{}", who.namespace, who.name);
+        match self.prev_limits.get(origin.as_str()) {
+            Some(prev) if **prev == limit => Some(Arc::clone(prev)),
+            _ => Some(Arc::new(limit)),
+        }
+    }
+
     fn cors(&mut self, who: &ObjectRef, map: &BTreeMap<String, String>) -> Option<Arc<Cors>> {
         if map.get(ia::NGINX_ENABLE_CORS).and_then(|v| parse_bool(v)) != Some(true) {
             return None;

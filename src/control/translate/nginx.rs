@@ -77,7 +77,10 @@ const REDIRECT_AS_WRITTEN: &str = "the location is sent as written (an http(s) U
                                    absolute path); nginx variables in it ($host, $request_uri) \
                                    are not expanded";
 const CORS_WITH: &str = "read only with enable-cors: \"true\"";
-const LIMIT: &str = "no rate or connection limits per Ingress yet";
+const GLOBAL_LIMIT: &str = "no limits shared between replicas (ingress-nginx keeps them in \
+                            memcached); limit-rps, limit-rpm and limit-connections count per \
+                            replica";
+const BANDWIDTH: &str = "response bandwidth is not limited";
 const BUFFERING: &str = "switchyard streams bodies and never buffers them to disk: nothing to \
                          set";
 const SNIPPET: &str = "nginx configuration is never executed";
@@ -253,10 +256,13 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     ("force-ssl-redirect", Support::Served),
     ("from-to-www-redirect", Support::Served),
-    ("global-rate-limit", Support::Ignored(LIMIT)),
-    ("global-rate-limit-ignored-cidrs", Support::Ignored(LIMIT)),
-    ("global-rate-limit-key", Support::Ignored(LIMIT)),
-    ("global-rate-limit-window", Support::Ignored(LIMIT)),
+    ("global-rate-limit", Support::Ignored(GLOBAL_LIMIT)),
+    (
+        "global-rate-limit-ignored-cidrs",
+        Support::Ignored(GLOBAL_LIMIT),
+    ),
+    ("global-rate-limit-key", Support::Ignored(GLOBAL_LIMIT)),
+    ("global-rate-limit-window", Support::Ignored(GLOBAL_LIMIT)),
     (
         "http2-push-preload",
         Support::Ignored("HTTP/2 server push is not offered (browsers dropped it)"),
@@ -277,14 +283,14 @@ pub const CATALOG: &[(&str, Support)] = &[
         "influxdb-server-name",
         Support::Ignored("metrics are Prometheus's, on the admin port"),
     ),
-    ("limit-allowlist", Support::Ignored(LIMIT)),
-    ("limit-burst-multiplier", Support::Ignored(LIMIT)),
-    ("limit-connections", Support::Ignored(LIMIT)),
-    ("limit-rate", Support::Ignored(LIMIT)),
-    ("limit-rate-after", Support::Ignored(LIMIT)),
-    ("limit-rpm", Support::Ignored(LIMIT)),
-    ("limit-rps", Support::Ignored(LIMIT)),
-    ("limit-whitelist", Support::Ignored(LIMIT)),
+    ("limit-allowlist", Support::Served),
+    ("limit-burst-multiplier", Support::Served),
+    ("limit-connections", Support::Served),
+    ("limit-rate", Support::Ignored(BANDWIDTH)),
+    ("limit-rate-after", Support::Ignored(BANDWIDTH)),
+    ("limit-rpm", Support::Served),
+    ("limit-rps", Support::Served),
+    ("limit-whitelist", Support::Served),
     (
         "load-balance",
         Support::Ignored(
@@ -791,7 +797,7 @@ mod tests {
         refused.metadata.annotations = Some(map(&[
             ("auth-type", "digest"),
             ("proxy-body-size", "8m"),
-            ("limit-rps", "5"),
+            ("limit-rate", "5"),
         ]));
         let mut plain = Ingress::default();
         plain.metadata.namespace = Some("shop".into());

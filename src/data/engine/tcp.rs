@@ -358,6 +358,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             Route::NotFound
             | Route::Healthz
             | Route::Forbidden
+            | Route::Limited
             | Route::Unauthorized { .. }
             | Route::Preflight { .. }
             | Route::Redirect { .. }

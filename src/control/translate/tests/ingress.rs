@@ -1261,6 +1261,65 @@ fn external_authentication_aims_at_the_service_the_url_names() {
     }
 }
 
+/// Request limits are read with ingress-nginx's defaults, and an unchanged limit keeps its
+/// counts across a rebuild (a changed one starts anew), so that a table swap never hands a
+/// client a fresh burst.
+#[test]
+fn request_limits_keep_counting_across_rebuilds() {
+    let (s, e) = svcs();
+    let limited = |rps: &str| {
+        let i = ing(
+            "default",
+            "limited",
+            Some("switchyard"),
+            vec![rule(
+                Some("l.test"),
+                vec![path("/", "Prefix", backend("web", 80))],
+            )],
+        );
+        let i = annotated(i, "nginx.ingress.kubernetes.io/limit-rps", rps);
+        let i = annotated(i, "nginx.ingress.kubernetes.io/limit-connections", "x");
+        annotated(
+            i,
+            "nginx.ingress.kubernetes.io/limit-allowlist",
+            "10.0.0.0/8, nope",
+        )
+    };
+    let limit_of = |t: &RoutingTable| {
+        let hit = t.http.lookup(Some(b"l.test"), "/").unwrap();
+        t.policies[hit.policy.unwrap() as usize]
+            .rate_limit
+            .clone()
+            .unwrap()
+    };
+    let o = Options::default();
+    let (three, four, classes) = ([limited("3")], [limited("4")], [ours()]);
+    let refs = IngressRefs::of(&three, &classes, &[]);
+    let (first, w) = translate_with(&s, &e, refs.inputs(), &o, None);
+    let l = limit_of(&first.table);
+    assert_eq!(
+        (l.rps, l.rpm, l.connections, l.burst_multiplier),
+        (Some(3), None, None, 5)
+    );
+    assert_eq!(l.allow, ["10.0.0.0/8".parse().unwrap()]);
+    let warned = ingress_warnings(&w);
+    assert!(
+        warned
+            .iter()
+            .any(|m| m.contains("limit-connections: \"x\" is not a positive")),
+        "{warned:?}"
+    );
+    assert!(
+        warned.iter().any(|m| m.contains("limit-allowlist")),
+        "{warned:?}"
+    );
+    let (again, _) = translate_with(&s, &e, refs.inputs(), &o, Some(&first.table));
+    assert!(Arc::ptr_eq(&limit_of(&again.table).state.0, &l.state.0));
+    let refs = IngressRefs::of(&four, &classes, &[]);
+    let (changed, _) = translate_with(&s, &e, refs.inputs(), &o, Some(&again.table));
+    assert!(!Arc::ptr_eq(&limit_of(&changed.table).state.0, &l.state.0));
+}
+
 #[test]
 fn a_canary_joins_its_main_route_and_is_never_the_main_one() {
     let (s, e) = svcs();
