@@ -24,7 +24,7 @@ use switchyard::data::wire::h1::response::{Framing, Head, MAX_RESPONSE_HEADERS, 
 use switchyard::data::wire::h2::conn as h2_conn;
 use switchyard::data::wire::hpack::{Decoder, Encoder, huffman};
 use switchyard::decide::edits::{
-    ASSERTED, ClientCert, Forwarding, Hidden, request_edits, response_edits,
+    ASSERTED, ClientCert, Forwarding, Hidden, StickyCookie, request_edits, response_edits,
 };
 use switchyard::decide::target::valid_host;
 use switchyard::table::sticky::{COOKIE_NAME, find_cookie, strip_cookie};
@@ -488,7 +488,10 @@ pub fn check_response(data: &[u8]) {
     };
     let head_request = flags & 1 != 0;
     let close = flags & 2 != 0;
-    let set_cookie = (flags & 4 != 0).then_some(u64::from(flags >> 4));
+    let set_cookie = (flags & 4 != 0).then_some(StickyCookie {
+        id: u64::from(flags >> 4),
+        affinity: None,
+    });
     let fwd = if flags & 8 != 0 {
         Forwarding::tls(Some(600), false)
     } else {
@@ -590,7 +593,7 @@ pub fn check_response(data: &[u8]) {
                 assert_eq!(cc.len(), 1, "cache-control: {}", ctx());
                 assert!(
                     cc[0].ends_with(b"no-cache=\"set-cookie\""),
-                    "{id}: {}",
+                    "{id:?}: {}",
                     ctx()
                 );
             }

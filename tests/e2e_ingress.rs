@@ -713,6 +713,88 @@ async fn request_limits_as_ingress_nginx() {
     }
 }
 
+/// ingress-nginx's cookie affinity on both engines: a client without the cookie is given
+/// one (`INGRESSCOOKIE`, the route's path, `HttpOnly`, or the Ingress's name, path, max-age
+/// and SameSite), and with it stays on the same endpoint of two, never given another, the
+/// cookie passed on to the backend; a cookie naming no endpoint is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_affinity_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let one = Backend::start("one").await;
+    let two = Backend::start("two").await;
+    let mut objs = services(&web, &api);
+    objs.push(svc("pair", 80).into());
+    objs.extend(slices("pair", &[&one, &two]));
+    objs.push(
+        ing("sticky")
+            .ann("nginx.ingress.kubernetes.io/affinity", "cookie")
+            .rule(Some("sticky.test"), &[("/app", "Prefix", "pair", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("named")
+            .ann("nginx.ingress.kubernetes.io/affinity", "cookie")
+            .ann("nginx.ingress.kubernetes.io/session-cookie-name", "route")
+            .ann("nginx.ingress.kubernetes.io/session-cookie-path", "/")
+            .ann("nginx.ingress.kubernetes.io/session-cookie-max-age", "3600")
+            .ann("nginx.ingress.kubernetes.io/session-cookie-samesite", "lax")
+            .rule(Some("named.test"), &[("/", "Prefix", "pair", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let r = get_host_path(&sy, "sticky.test", "/app/x", &[]).await;
+        assert_eq!(r.status, 200, "{engine}: {r:?}");
+        let set = r.header("set-cookie").expect("a cookie");
+        let (pair, attributes) = set.split_once("; ").unwrap();
+        assert!(pair.starts_with("INGRESSCOOKIE="), "{engine}: {set}");
+        assert_eq!(attributes, "Path=/app; HttpOnly", "{engine}");
+        let first = r.json()["backend"].as_str().unwrap().to_string();
+        for _ in 0..6 {
+            let r = get_host_path(&sy, "sticky.test", "/app/y", &[("cookie", pair)]).await;
+            assert_eq!(
+                r.json()["backend"].as_str(),
+                Some(first.as_str()),
+                "{engine}"
+            );
+            assert_eq!(
+                r.header("set-cookie"),
+                None,
+                "{engine}: a valid cookie is kept"
+            );
+            assert_eq!(r.seen_header("cookie").as_deref(), Some(pair), "{engine}");
+        }
+        // Without the cookie, round robin goes on between both.
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..4 {
+            let r = get_host_path(&sy, "sticky.test", "/app/z", &[]).await;
+            seen.insert(r.json()["backend"].as_str().unwrap().to_string());
+        }
+        assert_eq!(seen.len(), 2, "{engine}: {seen:?}");
+        let r = get_host_path(
+            &sy,
+            "sticky.test",
+            "/app",
+            &[("cookie", "INGRESSCOOKIE=0123")],
+        )
+        .await;
+        assert!(
+            r.header("set-cookie")
+                .is_some_and(|c| c.starts_with("INGRESSCOOKIE=")),
+            "{engine}: a cookie naming no endpoint is replaced: {r:?}"
+        );
+        let r = get_host_path(&sy, "named.test", "/", &[]).await;
+        let set = r.header("set-cookie").expect("a cookie");
+        let (pair, attributes) = set.split_once("; ").unwrap();
+        assert!(pair.starts_with("route="), "{engine}: {set}");
+        assert_eq!(
+            attributes, "Path=/; Max-Age=3600; SameSite=Lax; HttpOnly",
+            "{engine}"
+        );
+    }
+}
+
 /// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
 /// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::decide::cause::{Cause, Side};
 use crate::decide::edits::{
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, AUTHORIZATION, Asked, HOST,
-    Hidden, ORIGIN, X_FORWARDED_PREFIX, cors_fields,
+    Hidden, ORIGIN, StickyCookie, X_FORWARDED_PREFIX, cors_fields,
 };
 use crate::decide::external_auth::{Denial, Granted};
 use crate::decide::gateway::HeaderOp;
@@ -325,6 +325,9 @@ pub struct Attempt {
     granted: Option<Box<Granted>>,
     /// The request counts against its route's `limit-connections` until it ends.
     in_progress: Option<InProgress>,
+    /// The route's Ingress cookie affinity is on: its cookie's default path (the route's
+    /// path), and whether the request came over TLS (its cookie is then `Secure`).
+    affinity_path: Option<(Box<str>, bool)>,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -475,7 +478,7 @@ impl Attempt {
                     }
                 };
                 return self
-                    .settle(table, entry, cookies, policy, now)
+                    .settle(table, entry, cookies, None, policy, now)
                     .map(|available| {
                         if available {
                             Route::Proxy { strip }
@@ -538,6 +541,16 @@ impl Attempt {
                 target = c.entry;
             }
         }
+        let affinity = route_policy.and_then(|p| p.affinity.as_deref());
+        if affinity.is_some() {
+            let path = if rule.regex.is_some() || rule.prefix.is_empty() {
+                "/"
+            } else {
+                &rule.prefix
+            };
+            self.affinity_path = Some((path.into(), https));
+        }
+        let cookie_name = affinity.map(|a| &*a.name);
         let strip = match route_policy {
             Some(RoutePolicy {
                 rewrite_path: Some(target),
@@ -563,7 +576,8 @@ impl Attempt {
             }
             _ => rule.strip.then(|| Strip::of(&rule.prefix)),
         };
-        self.settle(table, target, cookies, policy, now)
+        let cookie_name = cookie_name.map(str::to_owned);
+        self.settle(table, target, cookies, cookie_name.as_deref(), policy, now)
             .map(|available| {
                 if available {
                     Route::Proxy { strip }
@@ -589,7 +603,7 @@ impl Attempt {
         else {
             return Ok(Route::NotFound);
         };
-        self.settle(table, target, std::iter::empty(), policy, now)
+        self.settle(table, target, std::iter::empty(), None, policy, now)
             .map(|available| {
                 if available {
                     Route::Proxy { strip: None }
@@ -599,21 +613,25 @@ impl Attempt {
             })
     }
 
-    /// Keeps `table` and `target`, settles the pin; says whether anything takes this client.
+    /// Keeps `table` and `target`, settles the pin (by the cookie `affinity` names, an
+    /// Ingress's, else the entry's `SERVERID` or client-IP affinity); says whether anything
+    /// takes this client.
     fn settle<'c>(
         &mut self,
         table: Arc<RoutingTable>,
         target: EntryId,
         mut cookies: impl Iterator<Item = &'c [u8]>,
+        affinity: Option<&str>,
         policy: &Policy,
         now: Instant,
     ) -> Result<bool, RouteError> {
         let entry = table.entry(target).ok_or(RouteError::MissingEntry)?;
         let gate = entry.health_gate(policy.fail_open);
         self.gate = Some(gate);
-        if entry.cookie_sticky {
+        let cookie = affinity.or(entry.cookie_sticky.then_some(COOKIE_NAME));
+        if let Some(name) = cookie {
             let pinned = cookies
-                .find_map(|v| sticky::find_cookie(v, COOKIE_NAME))
+                .find_map(|v| sticky::find_cookie(v, name))
                 .and_then(|id| entry.endpoint_by_cookie(id))
                 .filter(|&i| entry.pin_allowed(i, now, gate));
             self.valid_cookie = pinned.is_some();
@@ -801,16 +819,24 @@ impl Attempt {
 
     /// The endpoint id for a `Set-Cookie` on this response: the entry is cookie-sticky and
     /// the client did not already carry a valid cookie for the endpoint that answered.
-    pub fn set_cookie(&self) -> Option<u64> {
+    pub fn set_cookie(&self) -> Option<StickyCookie<'_>> {
         let entry = self.entry()?;
-        if !entry.cookie_sticky {
+        let affinity = self
+            .route_policy()
+            .and_then(|p| p.affinity.as_deref())
+            .zip(self.affinity_path.as_ref())
+            .map(|(a, (path, https))| (a, &**path, *https));
+        if !entry.cookie_sticky && affinity.is_none() {
             return None;
         }
         let i = self.current()?;
         if self.valid_cookie && self.pinned == Some(i) {
             return None;
         }
-        Some(entry.endpoints[i].cookie_id)
+        Some(StickyCookie {
+            id: entry.endpoints[i].cookie_id,
+            affinity,
+        })
     }
 
     /// The request is over: it no longer counts in flight.

@@ -9,7 +9,7 @@
 use std::io::Write as _;
 
 use crate::table::policy::{AllowOrigin, Cors};
-use crate::table::sticky;
+use crate::table::sticky::{self, CookieAffinity};
 
 pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
 pub const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
@@ -113,8 +113,26 @@ pub enum ClientCert<'a> {
 pub enum Value<'a> {
     Text(&'a str),
     Number(u64),
-    /// The stickiness cookie for the endpoint with this id (`Set-Cookie` value).
-    Cookie(u64),
+    /// The stickiness cookie for an endpoint (`Set-Cookie` value).
+    Cookie(StickyCookie<'a>),
+}
+
+/// The cookie that pins a client to the endpoint with `id`: `SERVERID`, or an Ingress's cookie
+/// affinity (with the route's path and whether the request came over TLS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StickyCookie<'a> {
+    pub id: u64,
+    pub affinity: Option<(&'a CookieAffinity, &'a str, bool)>,
+}
+
+impl StickyCookie<'_> {
+    /// The `Set-Cookie` value.
+    pub fn value(&self) -> String {
+        match self.affinity {
+            Some((a, path, https)) => a.set_cookie_value(self.id, path, https),
+            None => sticky::set_cookie_value(self.id),
+        }
+    }
 }
 
 impl Value<'_> {
@@ -124,7 +142,7 @@ impl Value<'_> {
             Value::Number(n) => {
                 let _ = write!(out, "{n}");
             }
-            Value::Cookie(id) => out.extend_from_slice(sticky::set_cookie_value(*id).as_bytes()),
+            Value::Cookie(c) => out.extend_from_slice(c.value().as_bytes()),
         }
     }
 
@@ -324,10 +342,10 @@ pub fn ip_text(ip: std::net::IpAddr) -> String {
 /// A backend's response as the client gets it: the stickiness cookie when one is due
 /// (`set_cookie`, from `Attempt::set_cookie`), HSTS unless the backend set its own (it may
 /// want `includeSubDomains` or `preload`).
-pub fn response_edits(fwd: &Forwarding, set_cookie: Option<u64>) -> Edits<'_> {
+pub fn response_edits<'a>(fwd: &'a Forwarding, set_cookie: Option<StickyCookie<'a>>) -> Edits<'a> {
     let mut e = Edits::new();
-    if let Some(id) = set_cookie {
-        e.push(Edit::Add(SET_COOKIE, Value::Cookie(id)));
+    if let Some(c) = set_cookie {
+        e.push(Edit::Add(SET_COOKIE, Value::Cookie(c)));
         e.push(Edit::NoCacheSetCookie);
     }
     if let Some(h) = &fwd.hsts {
@@ -603,7 +621,13 @@ mod tests {
         let plain = Forwarding::plain();
         assert_eq!(response_edits(&plain, None).iter().count(), 0);
         let tls = Forwarding::tls(Some(60), false);
-        let e = response_edits(&tls, Some(7));
+        let e = response_edits(
+            &tls,
+            Some(StickyCookie {
+                id: 7,
+                affinity: None,
+            }),
+        );
         assert_eq!(e.touching(b"Cache-Control"), Some(&Edit::NoCacheSetCookie));
         assert_eq!(
             e.touching(b"strict-transport-security"),

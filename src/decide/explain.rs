@@ -732,7 +732,7 @@ fn choose(
     };
     x.outcome = "proxy";
     x.endpoint = Some(addr(i));
-    x.set_cookie = attempt.set_cookie().map(sticky::set_cookie_value);
+    x.set_cookie = attempt.set_cookie().map(|c| c.value());
     let how = if pinned.is_some() {
         "the pinned endpoint".to_string()
     } else {

@@ -17,6 +17,7 @@ pub use crate::table::location::{Location, Part};
 use crate::table::pattern::Pattern;
 use crate::table::rate_limit::RateLimit;
 use crate::table::shared::EntryId;
+use crate::table::sticky::CookieAffinity;
 use crate::table::upstream::BackendProtocol;
 
 /// Index of a policy in `RoutingTable::policies`.
@@ -98,6 +99,10 @@ pub struct RoutePolicy {
     /// `limit-connections`): past them, 503.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<Arc<RateLimit>>,
+    /// A cookie pins each client to an endpoint of the route (ingress-nginx's
+    /// `affinity: cookie`), whatever the Service's own stickiness.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Arc<CookieAffinity>>,
 }
 
 /// Cross-origin resource sharing, as ingress-nginx (`enable-cors` and the `cors-allow-*`
@@ -352,6 +357,7 @@ impl RoutePolicy {
             basic_auth: None,
             external_auth: None,
             rate_limit: None,
+            affinity: None,
         }
     }
 

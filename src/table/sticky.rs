@@ -99,6 +99,56 @@ pub fn set_cookie_value(id: u64) -> String {
     format!("{COOKIE_NAME}={id:016x}; Path=/; HttpOnly")
 }
 
+/// An Ingress's cookie affinity (ingress-nginx's `affinity: cookie` and its
+/// `session-cookie-*` settings): the cookie that pins a client to an endpoint of the route,
+/// which, unlike `SERVERID`, the backend sees too (as with ingress-nginx).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CookieAffinity {
+    /// `session-cookie-name` (`INGRESSCOOKIE`).
+    pub name: Box<str>,
+    /// `session-cookie-path`; `None`: the route's path (`/` for a regular expression).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<Box<str>>,
+    /// `session-cookie-max-age`, else `session-cookie-expires`, in seconds; `None`: a
+    /// session cookie.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<u64>,
+    /// `session-cookie-samesite` (`None`, `Lax`, `Strict`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samesite: Option<Box<str>>,
+    /// `session-cookie-secure`: `Secure` even over plain HTTP (over TLS it always is).
+    pub secure: bool,
+    /// `session-cookie-domain`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<Box<str>>,
+}
+
+impl CookieAffinity {
+    /// The `Set-Cookie` value pinning a client to the endpoint with `id`, on a route of
+    /// `path`, over TLS or not.
+    pub fn set_cookie_value(&self, id: u64, path: &str, https: bool) -> String {
+        let mut v = format!(
+            "{}={id:016x}; Path={}",
+            self.name,
+            self.path.as_deref().unwrap_or(path)
+        );
+        if let Some(age) = self.max_age {
+            v.push_str(&format!("; Max-Age={age}"));
+        }
+        if let Some(domain) = &self.domain {
+            v.push_str(&format!("; Domain={domain}"));
+        }
+        if let Some(samesite) = &self.samesite {
+            v.push_str(&format!("; SameSite={samesite}"));
+        }
+        if https || self.secure {
+            v.push_str("; Secure");
+        }
+        v.push_str("; HttpOnly");
+        v
+    }
+}
+
 fn trim_ascii(s: &[u8]) -> &[u8] {
     s.trim_ascii()
 }

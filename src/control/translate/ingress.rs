@@ -32,6 +32,7 @@ use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::pattern::{Flavor, Pattern};
 use crate::table::policy::{Canary, Cors, CorsFlavor, Location, Origins, Redirect, RoutePolicy};
 use crate::table::rate_limit::RateLimit;
+use crate::table::sticky::CookieAffinity;
 use crate::table::upstream::{BackendProtocol, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
@@ -146,6 +147,20 @@ pub mod ingress_annotation {
         "nginx.ingress.kubernetes.io/limit-burst-multiplier";
     pub const NGINX_LIMIT_ALLOWLIST: &str = "nginx.ingress.kubernetes.io/limit-allowlist";
     pub const NGINX_LIMIT_WHITELIST: &str = "nginx.ingress.kubernetes.io/limit-whitelist";
+    /// `cookie`: a cookie pins each client to an endpoint (`session-cookie-*` shape it).
+    pub const NGINX_AFFINITY: &str = "nginx.ingress.kubernetes.io/affinity";
+    pub const NGINX_SESSION_COOKIE_NAME: &str = "nginx.ingress.kubernetes.io/session-cookie-name";
+    pub const NGINX_SESSION_COOKIE_PATH: &str = "nginx.ingress.kubernetes.io/session-cookie-path";
+    pub const NGINX_SESSION_COOKIE_MAX_AGE: &str =
+        "nginx.ingress.kubernetes.io/session-cookie-max-age";
+    pub const NGINX_SESSION_COOKIE_EXPIRES: &str =
+        "nginx.ingress.kubernetes.io/session-cookie-expires";
+    pub const NGINX_SESSION_COOKIE_SAMESITE: &str =
+        "nginx.ingress.kubernetes.io/session-cookie-samesite";
+    pub const NGINX_SESSION_COOKIE_SECURE: &str =
+        "nginx.ingress.kubernetes.io/session-cookie-secure";
+    pub const NGINX_SESSION_COOKIE_DOMAIN: &str =
+        "nginx.ingress.kubernetes.io/session-cookie-domain";
     pub const NGINX_AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
     pub const NGINX_AUTH_METHOD: &str = "nginx.ingress.kubernetes.io/auth-method";
     pub const NGINX_AUTH_SIGNIN: &str = "nginx.ingress.kubernetes.io/auth-signin";
@@ -308,6 +323,8 @@ struct IngressSettings {
     external_auth: Option<Arc<ExternalAuth>>,
     /// ingress-nginx's `limit-rps`, `limit-rpm`, `limit-connections`.
     rate_limit: Option<Arc<RateLimit>>,
+    /// ingress-nginx's `affinity: cookie`.
+    affinity: Option<Arc<CookieAffinity>>,
     upstream_vhost: Option<Arc<str>>,
     forwarded_prefix: Option<Arc<str>>,
     /// ingress-nginx's `enable-cors` and its settings.
@@ -706,6 +723,7 @@ impl<'a> Builder<'a> {
         if let Some(map) = ing.metadata.annotations.as_ref() {
             settings.cors = self.cors(&who, map);
             settings.rate_limit = self.rate_limit(&who, map);
+            settings.affinity = self.affinity(&who, map);
         }
         let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
@@ -724,6 +742,7 @@ impl<'a> Builder<'a> {
                     basic_auth: settings.basic_auth.clone(),
                     external_auth: settings.external_auth.clone(),
                     rate_limit: settings.rate_limit.clone(),
+                    affinity: settings.affinity.clone(),
                     upstream_vhost: settings.upstream_vhost.clone(),
                     forwarded_prefix: settings.forwarded_prefix.clone(),
                     cors: settings.cors.clone(),
@@ -964,6 +983,93 @@ impl<'a> Builder<'a> {
             Some(prev) if **prev == limit => Some(Arc::clone(prev)),
             _ => Some(Arc::new(limit)),
         }
+    }
+
+    /// ingress-nginx's cookie affinity, if the Ingress asks for it (`affinity: cookie`). A
+    /// setting that cannot be read is warned about and left at its default.
+    fn affinity(
+        &mut self,
+        who: &ObjectRef,
+        map: &BTreeMap<String, String>,
+    ) -> Option<Arc<CookieAffinity>> {
+        let kind = map.get(ia::NGINX_AFFINITY)?.trim();
+        if kind != "cookie" {
+            self.warn_ingress(
+                who,
+                format!(
+                    "affinity {} is not cookie (the only kind there is); no affinity",
+                    show(kind)
+                ),
+            );
+            return None;
+        }
+        let mut warn = |key: &str, v: &str, why: &str| {
+            self.warnings.push(Warning {
+                object: who.clone(),
+                reason: WarningReason::InvalidAnnotation,
+                message: format!(
+                    "{}: {} {why}; its default is used",
+                    key.trim_start_matches(ia::NGINX_PREFIX),
+                    show(v)
+                ),
+            });
+        };
+        let get = |key: &str| map.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+        // Cookie names and attribute values are tokens and paths of visible characters
+        // without `;`, `,` or spaces: nothing a value could add to the field.
+        let plain = |v: &str| {
+            v.bytes()
+                .all(|b| (0x21..0x7f).contains(&b) && !b";,\"".contains(&b))
+        };
+        let mut text = |key: &str, ok: &dyn Fn(&str) -> bool| -> Option<Box<str>> {
+            let v = get(key)?;
+            if ok(v) {
+                Some(v.into())
+            } else {
+                warn(key, v, "cannot be written in a cookie");
+                None
+            }
+        };
+        let name = text(ia::NGINX_SESSION_COOKIE_NAME, &|v| {
+            plain(v) && !v.contains('=')
+        })
+        .unwrap_or_else(|| "INGRESSCOOKIE".into());
+        let path = text(ia::NGINX_SESSION_COOKIE_PATH, &|v| {
+            plain(v) && v.starts_with('/')
+        });
+        let domain = text(ia::NGINX_SESSION_COOKIE_DOMAIN, &plain);
+        let samesite = text(ia::NGINX_SESSION_COOKIE_SAMESITE, &|v| {
+            ["None", "Lax", "Strict"]
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(v))
+        })
+        .and_then(|v| {
+            ["None", "Lax", "Strict"]
+                .into_iter()
+                .find(|s| s.eq_ignore_ascii_case(&v))
+                .map(Box::from)
+        });
+        let mut seconds = |key: &str| -> Option<u64> {
+            let v = get(key)?;
+            match v.parse::<u64>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    warn(key, v, "is not a number of seconds");
+                    None
+                }
+            }
+        };
+        let max_age = seconds(ia::NGINX_SESSION_COOKIE_MAX_AGE)
+            .or_else(|| seconds(ia::NGINX_SESSION_COOKIE_EXPIRES));
+        let secure = get(ia::NGINX_SESSION_COOKIE_SECURE).and_then(parse_bool) == Some(true);
+        Some(Arc::new(CookieAffinity {
+            name,
+            path,
+            max_age,
+            samesite,
+            secure,
+            domain,
+        }))
     }
 
     fn cors(&mut self, who: &ObjectRef, map: &BTreeMap<String, String>) -> Option<Arc<Cors>> {

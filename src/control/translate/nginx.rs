@@ -71,8 +71,7 @@ const TLS_AUTH: &str = "client-certificate verification per Ingress is not carri
                         (--ssl-ca-cert verifies clients on the whole TLS port)";
 const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the Ingress";
 const CANARY_WITH: &str = "read only on a canary Ingress (canary: \"true\")";
-const AFFINITY: &str = "cookie affinity per Ingress is not served yet; the Service annotation \
-                        serviceloadbalancer/lb.cookie-sticky-session gives cookie stickiness";
+const AFFINITY_WITH: &str = "read only with affinity: cookie";
 const REDIRECT_AS_WRITTEN: &str = "the location is sent as written (an http(s) URL or an \
                                    absolute path); nginx variables in it ($host, $request_uri) \
                                    are not expanded";
@@ -98,9 +97,27 @@ const MIRROR: &str = "an HTTPRoute RequestMirror filter mirrors requests";
 /// Every annotation of ingress-nginx's annotations page (without the prefix), with what
 /// switchyard does with it whatever its value (`support` refines a few by value).
 pub const CATALOG: &[(&str, Support)] = &[
-    ("affinity", Support::Ignored(AFFINITY)),
-    ("affinity-canary-behavior", Support::Ignored(AFFINITY)),
-    ("affinity-mode", Support::Ignored(AFFINITY)),
+    (
+        "affinity",
+        Support::Differs(
+            "cookie: a client stays on its endpoint while that endpoint serves (the cookie \
+             holds switchyard's id of the endpoint); when it is gone or fails, the client is \
+             moved and given a new cookie",
+        ),
+    ),
+    (
+        "affinity-canary-behavior",
+        Support::Ignored(
+            "a canary's requests are chosen before the endpoint: sticky to the main route's",
+        ),
+    ),
+    (
+        "affinity-mode",
+        Support::Differs(
+            "persistent whatever the mode: balanced's moving of sessions when endpoints are \
+             added is not done",
+        ),
+    ),
     ("allowlist-source-range", Support::Served),
     ("app-root", Support::Served),
     ("auth-always-set-cookie", Support::Served),
@@ -373,19 +390,24 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     (
         "session-cookie-change-on-failure",
-        Support::Ignored(AFFINITY),
+        Support::Differs(
+            "always: a request retried on another endpoint gets that endpoint's cookie",
+        ),
     ),
     (
         "session-cookie-conditional-samesite-none",
-        Support::Ignored(AFFINITY),
+        Support::Ignored("SameSite=None is sent to every client, whatever its user agent"),
     ),
-    ("session-cookie-domain", Support::Ignored(AFFINITY)),
-    ("session-cookie-expires", Support::Ignored(AFFINITY)),
-    ("session-cookie-max-age", Support::Ignored(AFFINITY)),
-    ("session-cookie-name", Support::Ignored(AFFINITY)),
-    ("session-cookie-path", Support::Ignored(AFFINITY)),
-    ("session-cookie-samesite", Support::Ignored(AFFINITY)),
-    ("session-cookie-secure", Support::Ignored(AFFINITY)),
+    ("session-cookie-domain", Support::Served),
+    (
+        "session-cookie-expires",
+        Support::Differs("sent as Max-Age (the same lifetime), not as an Expires date"),
+    ),
+    ("session-cookie-max-age", Support::Served),
+    ("session-cookie-name", Support::Served),
+    ("session-cookie-path", Support::Served),
+    ("session-cookie-samesite", Support::Served),
+    ("session-cookie-secure", Support::Served),
     (
         "ssl-ciphers",
         Support::Ignored("switchyard's TLS settings apply to every host"),
@@ -484,6 +506,11 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
             Ok(_) => Support::Differs(EXT_AUTH),
             Err(why) => Support::Refused(why),
         },
+        k if (k.starts_with("session-cookie-") || k.starts_with("affinity-"))
+            && all.get(&format!("{PREFIX}affinity")).map(|v| v.trim()) != Some("cookie") =>
+        {
+            Support::Ignored(AFFINITY_WITH)
+        }
         k if EXT_AUTH_KEYS.contains(&k) && !all.contains_key(&format!("{PREFIX}auth-url")) => {
             Support::Ignored(EXT_AUTH_WITH)
         }

@@ -227,7 +227,7 @@ fn the_cookie_pins_and_set_cookie_only_when_it_changes() {
     a.next(Instant::now()).unwrap();
     let id = a.set_cookie().unwrap();
     let i = a.current().unwrap();
-    let cookie = sticky::set_cookie_value(id);
+    let cookie = id.value();
     let value = cookie.split(';').next().unwrap().to_string();
     for _ in 0..4 {
         let (mut b, _) = routed(&t, Some(&value));

@@ -1320,6 +1320,68 @@ fn request_limits_keep_counting_across_rebuilds() {
     assert!(!Arc::ptr_eq(&limit_of(&changed.table).state.0, &l.state.0));
 }
 
+/// `affinity: cookie` is read with ingress-nginx's defaults; a setting that could not be
+/// written in a cookie is warned about and left at its default; another kind of affinity is
+/// warned about and not served.
+#[test]
+fn cookie_affinity_is_read_with_its_defaults() {
+    let sticky = |name: &str, pairs: &[(&str, &str)]| {
+        let mut i = ing(
+            "default",
+            name,
+            Some("switchyard"),
+            vec![rule(
+                Some(&format!("{name}.test")),
+                vec![path("/", "Prefix", backend("web", 80))],
+            )],
+        );
+        for (k, v) in pairs {
+            i = annotated(i, &format!("nginx.ingress.kubernetes.io/{k}"), v);
+        }
+        i
+    };
+    let (t, w) = with(&[
+        sticky("plain", &[("affinity", "cookie")]),
+        sticky(
+            "odd",
+            &[
+                ("affinity", "cookie"),
+                ("session-cookie-name", "a;b"),
+                ("session-cookie-max-age", "soon"),
+                ("session-cookie-samesite", "strict"),
+                ("session-cookie-secure", "true"),
+            ],
+        ),
+        sticky("source", &[("affinity", "source")]),
+    ]);
+    let affinity = |host: &str| {
+        let hit = t.http.lookup(Some(host.as_bytes()), "/").unwrap();
+        t.policies[hit.policy.unwrap() as usize].affinity.clone()
+    };
+    let plain = affinity("plain.test").unwrap();
+    assert_eq!(
+        plain.set_cookie_value(0xab, "/", false),
+        "INGRESSCOOKIE=00000000000000ab; Path=/; HttpOnly"
+    );
+    let odd = affinity("odd.test").unwrap();
+    assert_eq!(
+        odd.set_cookie_value(1, "/x", false),
+        "INGRESSCOOKIE=0000000000000001; Path=/x; SameSite=Strict; Secure; HttpOnly"
+    );
+    assert_eq!(affinity("source.test"), None);
+    let warned = ingress_warnings(&w);
+    for says in [
+        "session-cookie-name: \"a;b\" cannot be written in a cookie",
+        "session-cookie-max-age: \"soon\" is not a number of seconds",
+        "affinity \"source\" is not cookie",
+    ] {
+        assert!(
+            warned.iter().any(|m| m.contains(says)),
+            "{says}: {warned:?}"
+        );
+    }
+}
+
 #[test]
 fn a_canary_joins_its_main_route_and_is_never_the_main_one() {
     let (s, e) = svcs();
