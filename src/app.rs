@@ -429,6 +429,7 @@ fn http_service(
         .then(|| crate::data::engine::fast::FastPath::new(proxy.clone(), !config.work_stealing));
     // How the guard answers and records the requests it refuses, as this proxy would.
     let refusals = crate::data::refusals::Refusals::new(&proxy);
+    let proxy_for_passthrough = proxy.clone();
     let mut app = pingora::proxy::http_proxy(shared.server_conf, proxy);
     let mut options = HttpServerOptions::default();
     options.h2c = listener.h2c;
@@ -458,7 +459,13 @@ fn http_service(
     }
     let listener_tls = listener.tls.is_some();
     if let Some(tls) = listener.tls {
-        guarded = guarded.with_tls(tls);
+        guarded = guarded
+            .with_passthrough(crate::data::passthrough::Passthrough::new(
+                proxy_for_passthrough,
+                shared.metrics,
+                config.downstream.header_timeout,
+            ))
+            .with_tls(tls);
     }
     if let Some(fast) = fast {
         guarded = guarded.with_fast_path(fast);

@@ -795,6 +795,110 @@ async fn cookie_affinity_as_ingress_nginx() {
     }
 }
 
+/// ingress-nginx's `ssl-passthrough` on both engines: a TLS connection whose hello names the
+/// Ingress's host is relayed unterminated to its Service, so the client completes its
+/// handshake with the backend's own certificate and speaks to the backend; other names are
+/// terminated by switchyard as before (its certificate, its routing), and a passed-through
+/// host whose Service has no endpoint has its connections closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_passthrough_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let vault_ca = Ca::new("vault CA");
+    let vault_leaf = vault_ca.server(&["vault.test"]);
+    let vault = Backend::builder("vault")
+        .transport(Transport::Tls(tls_client::server_config(
+            &vault_leaf,
+            &[b"http/1.1"],
+        )))
+        .start()
+        .await;
+    let ca = Ca::new("switchyard CA");
+    let default = ca.server(&["default.test"]);
+    let dir = tempfile::tempdir().unwrap();
+    let default_file = dir.path().join("default.pem");
+    std::fs::write(&default_file, default.bundle()).unwrap();
+    let mut objs = services(&web, &api);
+    objs.push(svc("vault", 8200).into());
+    objs.push(slice("vault", "", vault.port));
+    objs.push(svc("gone", 8200).into());
+    objs.push(
+        ing("vault")
+            .ann("nginx.ingress.kubernetes.io/ssl-passthrough", "true")
+            .rule(Some("vault.test"), &[("/", "Prefix", "vault", 8200)])
+            .into(),
+    );
+    objs.push(
+        ing("gone")
+            .ann("nginx.ingress.kubernetes.io/ssl-passthrough", "true")
+            .rule(Some("gone.test"), &[("/", "Prefix", "gone", 8200)])
+            .into(),
+    );
+    objs.push(
+        ing("site")
+            .rule(Some("site.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let port = free_port();
+        let sy = switchyard_on(
+            objs.clone(),
+            engine,
+            &[
+                "--https-port",
+                &port.to_string(),
+                "--ssl-cert",
+                default_file.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let up = eventually(Duration::from_secs(10), || async {
+            TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        })
+        .await;
+        assert!(up, "TLS port never opened:\n{}", sy.stderr());
+        assert_eq!(
+            sni("vault.test").presented(port).await,
+            vault_leaf.der,
+            "{engine}: the backend's own certificate"
+        );
+        let before = vault.count();
+        for _ in 0..3 {
+            let r = sni("vault.test")
+                .get(port, "/v1/sys/health", &[])
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "{engine}: {r:?}");
+            assert_eq!(r.backend().as_deref(), Some("vault"), "{engine}");
+            assert_eq!(r.uri(), "/v1/sys/health", "{engine}");
+            // Unterminated: switchyard added nothing.
+            assert_eq!(r.seen_header("x-forwarded-proto"), None, "{engine}");
+        }
+        assert_eq!(vault.count(), before + 3, "{engine}");
+        assert_eq!(
+            sni("site.test").presented(port).await,
+            default.der,
+            "{engine}"
+        );
+        let r = sni("site.test").get(port, "/x", &[]).await.unwrap();
+        assert_eq!(r.backend().as_deref(), Some("web"), "{engine}");
+        assert_eq!(r.seen_header("x-forwarded-proto").as_deref(), Some("https"));
+        assert!(
+            sni("gone.test").get(port, "/", &[]).await.is_err(),
+            "{engine}: no endpoint: closed"
+        );
+        let m = sy.admin("/metrics").await.body;
+        assert!(
+            m.contains("switchyard_passthrough_connections_total{result=\"relayed\"} 4"),
+            "{engine}: {}",
+            m.lines()
+                .filter(|l| l.contains("passthrough"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
+
 /// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
 /// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! The frontends' connection loop: admits a client connection (`guard::ConnectionLimit`),
 //! reads a `--proxy-protocol` frontend's PROXY header (its client replaces the socket's peer
-//! in the stream's socket digest, where every consumer reads the client address), runs the TLS
+//! in the stream's socket digest, where every consumer reads the client address), relays a
+//! TLS connection passed through unterminated (`passthrough`), runs the TLS
 //! handshake (here, so that failures are seen and counted: `tls::HandshakeAcceptor`), wraps
 //! the stream in its header guard (`guard::GuardedStream`), and hands it to an engine: an
 //! HTTP/2 connection to `engine::http2`, HTTP/1 requests to the fast path first and, those it
@@ -23,6 +24,7 @@ use crate::data::engine::h1::Served;
 use crate::data::engine::http2;
 use crate::data::guard::{ConnectionLimit, Counters, GuardedStream, H2_PREFACE, Limits};
 use crate::data::intake::{self, Intake};
+use crate::data::passthrough::Passthrough;
 use crate::data::tls::HandshakeAcceptor;
 use crate::data::wire::proxy_protocol;
 
@@ -38,6 +40,7 @@ pub struct Guard<A> {
     tls: Option<HandshakeAcceptor>,
     fast: Option<Arc<FastPath>>,
     proxy_protocol: Option<proxy_protocol::Acceptor>,
+    passthrough: Option<Passthrough>,
 }
 
 impl<A> Guard<A> {
@@ -50,6 +53,7 @@ impl<A> Guard<A> {
             tls: None,
             fast: None,
             proxy_protocol: None,
+            passthrough: None,
         }
     }
 
@@ -63,6 +67,13 @@ impl<A> Guard<A> {
     /// others go to the inner application.
     pub fn with_fast_path(mut self, fast: FastPath) -> Self {
         self.fast = Some(Arc::new(fast));
+        self
+    }
+
+    /// Relays the connections whose TLS hello names a host passed through, before any
+    /// handshake (`data::passthrough`).
+    pub fn with_passthrough(mut self, passthrough: Passthrough) -> Self {
+        self.passthrough = Some(passthrough);
         self
     }
 
@@ -86,6 +97,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
         };
         let stream = match &self.proxy_protocol {
             Some(pp) => with_proxied_client(stream, pp).await?,
+            None => stream,
+        };
+        let stream = match &self.passthrough {
+            Some(p) => p.take(stream).await?,
             None => stream,
         };
         let stream: Stream = match &self.tls {

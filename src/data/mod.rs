@@ -15,6 +15,7 @@ pub mod headers;
 pub mod intake;
 pub mod listener;
 pub mod mirror;
+pub mod passthrough;
 pub mod record;
 pub mod refusals;
 pub mod tls;

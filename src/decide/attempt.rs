@@ -26,6 +26,7 @@ use crate::table::gateway::{
     Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
 };
 use crate::table::matcher::Strip;
+use crate::table::passthrough::passthrough_for;
 use crate::table::pattern::Pattern;
 use crate::table::policy::{AllowOrigin, Cors, CorsFlavor, Location, RoutePolicy, canary_takes};
 use crate::table::sticky::{self, COOKIE_NAME};
@@ -581,6 +582,28 @@ impl Attempt {
             .map(|available| {
                 if available {
                     Route::Proxy { strip }
+                } else {
+                    Route::Unavailable
+                }
+            })
+    }
+
+    /// The entry a TLS connection is passed through to (`table::passthrough`), with
+    /// client-IP affinity settled, as a TCP frontend's.
+    pub fn route_passthrough(
+        &mut self,
+        table: Arc<RoutingTable>,
+        server_name: &str,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        let Some(target) = passthrough_for(&table.passthrough, server_name) else {
+            return Ok(Route::NotFound);
+        };
+        self.settle(table, target, std::iter::empty(), None, policy, now)
+            .map(|available| {
+                if available {
+                    Route::Proxy { strip: None }
                 } else {
                     Route::Unavailable
                 }

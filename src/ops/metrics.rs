@@ -29,6 +29,9 @@ use crate::decide::grpc::Ending;
 /// The `result` label values of `switchyard_mirror_requests_total`.
 pub const MIRROR_RESULTS: [&str; 4] = ["sent", "failed", "skipped", "dropped"];
 
+/// The `result` label values of `switchyard_passthrough_connections_total`.
+pub const PASSTHROUGH_RESULTS: [&str; 3] = ["relayed", "unavailable", "failed"];
+
 /// The `result` label values of `switchyard_external_auth_requests_total`.
 pub const EXTERNAL_AUTH_RESULTS: [&str; 3] = ["allowed", "denied", "failed"];
 
@@ -579,6 +582,7 @@ pub struct DataMetrics {
     /// Copies of requests sent to Gateway `RequestMirror` backends, by result.
     pub mirror_requests_total: IntCounterVec,
     pub external_auth_requests_total: IntCounterVec,
+    pub passthrough_connections_total: IntCounterVec,
     pub http_rejected_requests_total: IntCounterVec,
     pub access_log_dropped_total: IntCounter,
     view: ArcSwap<EntryView>,
@@ -825,6 +829,18 @@ impl DataMetrics {
                     &["result"],
                 );
                 for result in EXTERNAL_AUTH_RESULTS {
+                    v.with_label_values(&[result]);
+                }
+                v
+            },
+            passthrough_connections_total: {
+                let v = counter_vec(
+                    r,
+                    "passthrough_connections_total",
+                    "TLS connections on the TLS port relayed unterminated (ssl-passthrough) by result (relayed: connected to an endpoint, unavailable: no endpoint takes them, failed: every endpoint tried failed to connect)",
+                    &["result"],
+                );
+                for result in PASSTHROUGH_RESULTS {
                     v.with_label_values(&[result]);
                 }
                 v
@@ -1094,6 +1110,13 @@ impl DataMetrics {
     /// The counter of mirrored requests with `result` (one of `MIRROR_RESULTS`).
     pub fn mirror_requests(&self, result: &str) -> IntCounter {
         self.mirror_requests_total.with_label_values(&[result])
+    }
+
+    /// The counter of passed-through TLS connections that ended in `result`
+    /// (`PASSTHROUGH_RESULTS`); resolve once.
+    pub fn passthrough_connections(&self, result: &str) -> IntCounter {
+        self.passthrough_connections_total
+            .with_label_values(&[result])
     }
 
     /// The counter of external authentication subrequests that ended in `result`

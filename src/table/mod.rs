@@ -16,6 +16,7 @@ pub mod external_auth;
 pub mod gateway;
 pub mod location;
 pub mod matcher;
+pub mod passthrough;
 pub mod pattern;
 pub mod policy;
 pub mod rate_limit;
@@ -764,6 +765,8 @@ pub struct RoutingTable {
     pub certificates: Arc<Vec<SecretCert>>,
     /// Gateway API routes, consulted before `http` and `https`.
     pub gateway: Arc<gateway::GatewayRoutes>,
+    /// Hosts whose TLS connections are relayed unterminated (`ssl-passthrough`).
+    pub passthrough: Arc<Vec<passthrough::Passthrough>>,
 }
 
 impl PartialEq for RoutingTable {
@@ -776,6 +779,7 @@ impl PartialEq for RoutingTable {
             && self.policies == other.policies
             && self.certificates == other.certificates
             && self.gateway == other.gateway
+            && self.passthrough == other.passthrough
     }
 }
 

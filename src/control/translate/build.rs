@@ -18,6 +18,7 @@ use super::trust::Trust;
 use super::view::*;
 use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{HostPattern, PathRule, PathRules, Router};
+use crate::table::passthrough::Passthrough;
 use crate::table::pattern::{Pattern, Patterns};
 use crate::table::policy::{Canary, RoutePolicy};
 use crate::table::rate_limit::RateLimit;
@@ -128,6 +129,8 @@ pub(super) struct Builder<'a> {
     /// The previous table's request limits, by the Ingress they belong to: an unchanged
     /// limit keeps counting where it was.
     pub(super) prev_limits: HashMap<Box<str>, Arc<RateLimit>>,
+    /// Hosts relayed unterminated on the TLS port (`ssl-passthrough`).
+    pub(super) passthrough: Vec<Passthrough>,
 }
 
 impl<'a> Builder<'a> {
@@ -169,6 +172,7 @@ impl<'a> Builder<'a> {
             trust: Trust::default(),
             regex_hosts: HashSet::new(),
             canaries: HashMap::default(),
+            passthrough: Vec::new(),
             prev_limits: previous
                 .into_iter()
                 .flat_map(|p| p.policies.iter())
@@ -876,6 +880,7 @@ impl<'a> Builder<'a> {
             policies: Arc::new(self.policies),
             certificates: Arc::new(certificates),
             gateway: Arc::new(self.gateway_routes),
+            passthrough: Arc::new(self.passthrough),
         };
         (Built { table, memo }, self.warnings)
     }

@@ -223,6 +223,7 @@ pub(super) fn incremental(
         policies: Arc::clone(&prev.policies),
         certificates: Arc::clone(&prev.certificates),
         gateway: Arc::clone(&prev.gateway),
+        passthrough: Arc::clone(&prev.passthrough),
     };
     Some((Built { table, memo: next }, warnings))
 }

@@ -18,7 +18,7 @@ use k8s_openapi::api::networking::v1::{
 
 use self::ingress_annotation as ia;
 use super::annotations::{MAX_DURATION, nearest_key, parse_bool, parse_duration, show};
-use super::build::{Builder, IngressRef, RouteClaim, RouteKey, entry_name};
+use super::build::{Builder, IngressRef, RouteClaim, RouteKey, describe_host, entry_name};
 use super::inputs::{meta_key, object};
 use super::nginx;
 use super::view::*;
@@ -29,6 +29,7 @@ use crate::table::external_auth::{
     AuthHost, AuthTarget, AuthUrl, ExternalAuth, signin_with_redirect,
 };
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
+use crate::table::passthrough::Passthrough;
 use crate::table::pattern::{Flavor, Pattern};
 use crate::table::policy::{Canary, Cors, CorsFlavor, Location, Origins, Redirect, RoutePolicy};
 use crate::table::rate_limit::RateLimit;
@@ -161,6 +162,8 @@ pub mod ingress_annotation {
         "nginx.ingress.kubernetes.io/session-cookie-secure";
     pub const NGINX_SESSION_COOKIE_DOMAIN: &str =
         "nginx.ingress.kubernetes.io/session-cookie-domain";
+    /// `"true"`: the TLS connections of the Ingress's hosts are relayed unterminated.
+    pub const NGINX_SSL_PASSTHROUGH: &str = "nginx.ingress.kubernetes.io/ssl-passthrough";
     pub const NGINX_AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
     pub const NGINX_AUTH_METHOD: &str = "nginx.ingress.kubernetes.io/auth-method";
     pub const NGINX_AUTH_SIGNIN: &str = "nginx.ingress.kubernetes.io/auth-signin";
@@ -773,6 +776,14 @@ impl<'a> Builder<'a> {
                 self.claim(&me, None, &path, (entry, policy), false);
             }
         }
+        let passthrough = ing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ia::NGINX_SSL_PASSTHROUGH))
+            .and_then(|v| parse_bool(v))
+            == Some(true)
+            && !refused;
         // The first rule host (by `server-alias`'s reading): its paths are the aliases' too.
         let first_host = spec
             .rules
@@ -821,6 +832,9 @@ impl<'a> Builder<'a> {
                     }
                 }
                 first_entry.get_or_insert(entry);
+            }
+            if passthrough {
+                self.pass_through(&who, host.as_ref(), first_entry);
             }
             // `from-to-www-redirect`: the host with or without `www.` redirects to this one.
             if settings.from_to_www
@@ -1070,6 +1084,43 @@ impl<'a> Builder<'a> {
             secure,
             domain,
         }))
+    }
+
+    /// `ssl-passthrough`: the TLS connections of `host` go unterminated to `entry` (its rule's
+    /// first path's). A rule without a host names no server and is warned about; a host
+    /// another Ingress passes through already keeps the first one's.
+    fn pass_through(
+        &mut self,
+        who: &ObjectRef,
+        host: Option<&HostPattern>,
+        entry: Option<EntryId>,
+    ) {
+        let (Some(host), Some(entry)) = (host, entry) else {
+            if host.is_none() {
+                self.warn_ingress(
+                    who,
+                    "ssl-passthrough: a rule without a host names no server; its TLS \
+                     connections are not passed through"
+                        .into(),
+                );
+            }
+            return;
+        };
+        if self.passthrough.iter().any(|p| &p.host == host) {
+            self.warn_ingress(
+                who,
+                format!(
+                    "ssl-passthrough: {} is passed through by another Ingress already; \
+                     that one keeps it",
+                    describe_host(&Some(host.clone()))
+                ),
+            );
+            return;
+        }
+        self.passthrough.push(Passthrough {
+            host: host.clone(),
+            entry,
+        });
     }
 
     fn cors(&mut self, who: &ObjectRef, map: &BTreeMap<String, String>) -> Option<Arc<Cors>> {
@@ -1397,10 +1448,12 @@ impl<'a> Builder<'a> {
                     message: format!("unknown annotation {k}; ignored{hint}"),
                 });
             } else if k.starts_with(ia::NGINX_PREFIX)
-                && nginx::support(k, v, map) != nginx::Support::Served
+                && matches!(nginx::support(k, v, map), nginx::Support::Ignored(_))
                 && !(refused && k[ia::NGINX_PREFIX.len()..].starts_with("auth-"))
             {
-                // (An Ingress refused for its authentication is warned about once for it.)
+                // Served ones (also those that differ in detail, as docs/ingress.md says) are
+                // carried out, refused ones warned about as the Ingress is refused. (An
+                // Ingress refused for its authentication is warned about once for it.)
                 unsupported.push(k.as_str());
             }
         }

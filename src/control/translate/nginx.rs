@@ -414,9 +414,11 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     (
         "ssl-passthrough",
-        Support::Refused(
-            "TLS passthrough is not served yet: switchyard would terminate TLS the backend \
-             expects to terminate (and to verify clients on) itself",
+        Support::Differs(
+            "the TLS connections of the Ingress's hosts (by the client hello's server name) \
+             are relayed unterminated to the first path's Service, with no flag needed \
+             (ingress-nginx's --enable-ssl-passthrough); its plain-HTTP routes are served as \
+             usual",
         ),
     ),
     (
@@ -782,8 +784,8 @@ mod tests {
             ("auth-secret", "users"),
             ("auth-secret-type", "auth-map"),
             ("auth-url", "http://auth/"),
+            ("auth-url", "https://$host/oauth2/auth"),
             ("auth-tls-secret", "ns/ca"),
-            ("ssl-passthrough", "true"),
         ] {
             let all = map(&[(k, v)]);
             assert_eq!(refusing(&all), [format!("{PREFIX}{k}")], "{k}");
@@ -793,7 +795,11 @@ mod tests {
             ("auth-tls-verify-client", "off"),
         ]);
         assert!(refusing(&off).is_empty());
+        // Served: passthrough (the backend verifies its clients), external authentication it
+        // can reach.
+        assert!(refusing(&map(&[("ssl-passthrough", "true")])).is_empty());
         assert!(refusing(&map(&[("ssl-passthrough", "false")])).is_empty());
+        assert!(refusing(&map(&[("auth-url", "http://authn.auth.svc/check")])).is_empty());
         // Basic authentication is served.
         let basic = map(&[
             ("auth-type", "basic"),

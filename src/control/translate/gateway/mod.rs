@@ -132,6 +132,7 @@ pub(super) fn rebuild(
         } else {
             Arc::new(std::mem::take(&mut b.gateway_routes))
         },
+        passthrough: Arc::clone(&prev.passthrough),
     };
     Some((Built { table, memo: next }, all))
 }
