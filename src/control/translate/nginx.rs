@@ -72,9 +72,10 @@ const TLS_AUTH: &str = "client-certificate verification per Ingress is not carri
 const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the Ingress";
 const CANARY_WITH: &str = "read only on a canary Ingress (canary: \"true\")";
 const AFFINITY_WITH: &str = "read only with affinity: cookie";
-const REDIRECT_AS_WRITTEN: &str = "the location is sent as written (an http(s) URL or an \
-                                   absolute path); nginx variables in it ($host, $request_uri) \
-                                   are not expanded";
+const REDIRECT_AS_WRITTEN: &str = "an http(s) URL or an absolute path; $scheme, $host, \
+                                   $http_host, $request_uri, $escaped_request_uri, $uri, $args \
+                                   and $is_args are filled in, any other variable refuses the \
+                                   value (warned, no redirect)";
 const CORS_WITH: &str = "read only with enable-cors: \"true\"";
 const GLOBAL_LIMIT: &str = "no limits shared between replicas (ingress-nginx keeps them in \
                             memcached); limit-rps, limit-rpm and limit-connections count per \
@@ -381,7 +382,10 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     (
         "server-alias",
-        Support::Ignored("list each host as a rule of its own"),
+        Support::Differs(
+            "the first rule host's paths are served on each alias too (as nginx's \
+             server_name); an alias another Ingress routes itself stays that Ingress's",
+        ),
     ),
     ("server-snippet", Support::Ignored(SNIPPET)),
     (
@@ -772,6 +776,20 @@ mod tests {
         sorted.dedup();
         assert_eq!(keys, sorted);
         assert!(keys.len() > 120, "{}", keys.len());
+    }
+
+    /// An ingress-nginx key switchyard reads as its own is never listed as ignored.
+    #[test]
+    fn the_keys_read_as_switchyard_s_own_are_served() {
+        use super::super::ingress::ingress_annotation as ia;
+        for (nginx, _) in ia::NGINX_ALIASES {
+            let short = nginx.strip_prefix(PREFIX).unwrap();
+            let support = CATALOG.iter().find(|(k, _)| *k == short).map(|(_, s)| *s);
+            assert!(
+                matches!(support, Some(Support::Served | Support::Differs(_))),
+                "{short}: {support:?}"
+            );
+        }
     }
 
     /// What restricts access and is not carried out refuses its Ingress, never lets it be
