@@ -899,6 +899,50 @@ async fn ssl_passthrough_as_ingress_nginx() {
     }
 }
 
+/// ingress-nginx's `upstream-hash-by` on both engines: requests with the same key (here
+/// `$arg_user`) always reach the same endpoint of three, and thirty keys spread over all three
+/// (the endpoints' ports change from run to run: missing one has a chance of 3 x (2/3)^30).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_hash_by_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let c = Backend::start("c").await;
+    let mut objs = services(&web, &api);
+    objs.push(svc("trio", 80).into());
+    objs.extend(slices("trio", &[&a, &b, &c]));
+    objs.push(
+        ing("hashed")
+            .ann("nginx.ingress.kubernetes.io/upstream-hash-by", "$arg_user")
+            .rule(Some("hash.test"), &[("/", "Prefix", "trio", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let mut spread = std::collections::BTreeSet::new();
+        for user in 0..30 {
+            let path = format!("/p?user=u{user}");
+            let first = get_host_path(&sy, "hash.test", &path, &[]).await;
+            let first = first.json()["backend"].as_str().unwrap().to_string();
+            for other in ["", "&x=1"] {
+                let again = get_host_path(&sy, "hash.test", &format!("{path}{other}"), &[]).await;
+                assert_eq!(
+                    again.json()["backend"].as_str(),
+                    Some(first.as_str()),
+                    "{engine}: u{user} moved"
+                );
+            }
+            spread.insert(first);
+        }
+        assert_eq!(
+            spread.len(),
+            3,
+            "{engine}: thirty keys over three endpoints: {spread:?}"
+        );
+    }
+}
+
 /// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
 /// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,9 +18,10 @@ use crate::decide::edits::{
 };
 use crate::decide::external_auth::{Denial, Granted};
 use crate::decide::gateway::HeaderOp;
+use crate::decide::hash_key::{Keyed, key_hash};
 use crate::decide::location::{Vars, expand};
 use crate::decide::rate_limit::InProgress;
-use crate::table::balance::Pick;
+use crate::table::balance::{Algorithm, Pick};
 use crate::table::external_auth::{AuthTarget, ExternalAuth};
 use crate::table::gateway::{
     Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
@@ -326,6 +327,8 @@ pub struct Attempt {
     granted: Option<Box<Granted>>,
     /// The request counts against its route's `limit-connections` until it ends.
     in_progress: Option<InProgress>,
+    /// The hash of the request's `upstream-hash-by` key: the endpoint is picked by it.
+    key_hash: Option<u64>,
     /// The route's Ingress cookie affinity is on: its cookie's default path (the route's
     /// path), and whether the request came over TLS (its cookie is then `Secure`).
     affinity_path: Option<(Box<str>, bool)>,
@@ -542,6 +545,14 @@ impl Attempt {
                 target = c.entry;
             }
         }
+        if let Some(key) = route_policy.and_then(|p| p.hash_by.as_deref()) {
+            let keyed = Keyed {
+                client: self.client_ip,
+                host,
+                path,
+            };
+            self.key_hash = Some(key_hash(key, req, &keyed));
+        }
         let affinity = route_policy.and_then(|p| p.affinity.as_deref());
         if affinity.is_some() {
             let path = if rule.regex.is_some() || rule.prefix.is_empty() {
@@ -725,10 +736,18 @@ impl Attempt {
         } else {
             &entry.state.cursor
         };
+        // A route's `upstream-hash-by` picks by its key, consistently, as `source` by address.
+        let (algorithm, client_hash) = match self.key_hash {
+            Some(h) => (Algorithm::Source, h),
+            None => (
+                entry.algorithm,
+                self.client_ip.as_ref().map_or(0, sticky::client_hash),
+            ),
+        };
         let pick = Pick {
-            algorithm: entry.algorithm,
+            algorithm,
             cursor,
-            client_hash: self.client_ip.as_ref().map_or(0, sticky::client_hash),
+            client_hash,
             maxconn: entry.maxconn,
         };
         entry.choose(&pick, self.gate(), now, &self.tried[..self.n_tried])

@@ -14,6 +14,7 @@ pub mod explain;
 pub mod external_auth;
 pub mod gateway;
 pub mod grpc;
+pub mod hash_key;
 pub mod location;
 pub mod rate_limit;
 pub mod reply;

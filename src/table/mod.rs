@@ -14,6 +14,7 @@ pub mod balance;
 pub mod cidr;
 pub mod external_auth;
 pub mod gateway;
+pub mod hash_key;
 pub mod location;
 pub mod matcher;
 pub mod passthrough;

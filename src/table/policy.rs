@@ -13,6 +13,7 @@ use crate::table::auth::BasicAuth;
 use crate::table::balance::Share;
 use crate::table::cidr::Cidr;
 use crate::table::external_auth::ExternalAuth;
+use crate::table::hash_key::HashKey;
 pub use crate::table::location::{Location, Part};
 use crate::table::pattern::Pattern;
 use crate::table::rate_limit::RateLimit;
@@ -103,6 +104,10 @@ pub struct RoutePolicy {
     /// `affinity: cookie`), whatever the Service's own stickiness.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Arc<CookieAffinity>>,
+    /// The endpoint is picked by the hash of this key of the request (ingress-nginx's
+    /// `upstream-hash-by`), whatever the Service's algorithm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_by: Option<Arc<HashKey>>,
 }
 
 /// Cross-origin resource sharing, as ingress-nginx (`enable-cors` and the `cors-allow-*`
@@ -358,6 +363,7 @@ impl RoutePolicy {
             external_auth: None,
             rate_limit: None,
             affinity: None,
+            hash_by: None,
         }
     }
 

@@ -28,6 +28,7 @@ use crate::table::cidr::Cidr;
 use crate::table::external_auth::{
     AuthHost, AuthTarget, AuthUrl, ExternalAuth, signin_with_redirect,
 };
+use crate::table::hash_key::HashKey;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::passthrough::Passthrough;
 use crate::table::pattern::{Flavor, Pattern};
@@ -162,6 +163,8 @@ pub mod ingress_annotation {
         "nginx.ingress.kubernetes.io/session-cookie-secure";
     pub const NGINX_SESSION_COOKIE_DOMAIN: &str =
         "nginx.ingress.kubernetes.io/session-cookie-domain";
+    /// The endpoint is picked by the hash of this key (nginx variables) of each request.
+    pub const NGINX_UPSTREAM_HASH_BY: &str = "nginx.ingress.kubernetes.io/upstream-hash-by";
     /// `"true"`: the TLS connections of the Ingress's hosts are relayed unterminated.
     pub const NGINX_SSL_PASSTHROUGH: &str = "nginx.ingress.kubernetes.io/ssl-passthrough";
     pub const NGINX_AUTH_URL: &str = "nginx.ingress.kubernetes.io/auth-url";
@@ -328,6 +331,8 @@ struct IngressSettings {
     rate_limit: Option<Arc<RateLimit>>,
     /// ingress-nginx's `affinity: cookie`.
     affinity: Option<Arc<CookieAffinity>>,
+    /// ingress-nginx's `upstream-hash-by`.
+    hash_by: Option<Arc<HashKey>>,
     upstream_vhost: Option<Arc<str>>,
     forwarded_prefix: Option<Arc<str>>,
     /// ingress-nginx's `enable-cors` and its settings.
@@ -727,6 +732,21 @@ impl<'a> Builder<'a> {
             settings.cors = self.cors(&who, map);
             settings.rate_limit = self.rate_limit(&who, map);
             settings.affinity = self.affinity(&who, map);
+            settings.hash_by = map.get(ia::NGINX_UPSTREAM_HASH_BY).and_then(|v| {
+                HashKey::parse(v)
+                    .map_err(|why| {
+                        self.warnings.push(Warning {
+                            object: who.clone(),
+                            reason: WarningReason::InvalidAnnotation,
+                            message: format!(
+                                "upstream-hash-by: {} {why}; the Service's algorithm picks",
+                                show(v)
+                            ),
+                        });
+                    })
+                    .ok()
+                    .map(Arc::new)
+            });
         }
         let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
@@ -746,6 +766,7 @@ impl<'a> Builder<'a> {
                     external_auth: settings.external_auth.clone(),
                     rate_limit: settings.rate_limit.clone(),
                     affinity: settings.affinity.clone(),
+                    hash_by: settings.hash_by.clone(),
                     upstream_vhost: settings.upstream_vhost.clone(),
                     forwarded_prefix: settings.forwarded_prefix.clone(),
                     cors: settings.cors.clone(),

@@ -435,21 +435,20 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("temporal-redirect-code", Support::Served),
     (
         "upstream-hash-by",
-        Support::Ignored(
-            "the Service annotation serviceloadbalancer/lb.algorithm: source pins clients by address",
+        Support::Differs(
+            "consistent hashing of the key (rendezvous, as the Service algorithm source does by \
+             address): the same key keeps its endpoint while it serves; $remote_addr, $host, \
+             $request_uri, $uri, $args, $http_NAME, $cookie_NAME and $arg_NAME are filled in, \
+             another variable is warned about and the Service's algorithm picks",
         ),
     ),
     (
         "upstream-hash-by-subset",
-        Support::Ignored(
-            "the Service annotation serviceloadbalancer/lb.algorithm: source pins clients by address",
-        ),
+        Support::Ignored("subsets are not made: upstream-hash-by spreads keys over every endpoint"),
     ),
     (
         "upstream-hash-by-subset-size",
-        Support::Ignored(
-            "the Service annotation serviceloadbalancer/lb.algorithm: source pins clients by address",
-        ),
+        Support::Ignored("subsets are not made: upstream-hash-by spreads keys over every endpoint"),
     ),
     ("upstream-vhost", Support::Served),
     ("use-regex", Support::Served),
