@@ -19,7 +19,7 @@ use crate::decide::edits::{
 use crate::decide::external_auth::{Denial, Granted};
 use crate::decide::gateway::HeaderOp;
 use crate::decide::hash_key::{Keyed, key_hash};
-use crate::decide::location::{Vars, expand};
+use crate::decide::location::{Vars, expand, fill_location};
 use crate::decide::rate_limit::InProgress;
 use crate::table::balance::{Algorithm, Pick};
 use crate::table::external_auth::{AuthTarget, ExternalAuth};
@@ -139,15 +139,7 @@ fn policy_redirect(
         });
     }
     let r = p.redirect.as_ref()?;
-    let mut location = String::with_capacity(r.location.text.len() + path.len());
-    let vars = Vars {
-        scheme,
-        http_host,
-        path,
-        query,
-        groups: None,
-    };
-    expand(&r.location.parts, &vars, &mut location);
+    let location = fill_location(&r.location, https, host, path, query);
     Some(Route::Moved {
         status: r.status,
         location,
@@ -180,15 +172,7 @@ fn rewrite_target(
     path: &str,
     query: Option<&str>,
 ) -> Strip {
-    let vars = Vars {
-        scheme: if https { "https" } else { "http" },
-        http_host: host
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .unwrap_or_default(),
-        path,
-        query,
-        groups: regex.and_then(|p| p.groups(path)),
-    };
+    let vars = Vars::new(https, host, path, query, regex.and_then(|p| p.groups(path)));
     let mut with = String::with_capacity(target.text.len() + path.len());
     expand(&target.parts, &vars, &mut with);
     if !with.starts_with('/') {
@@ -608,17 +592,8 @@ impl Attempt {
         policy: &Policy,
         now: Instant,
     ) -> Result<Route, RouteError> {
-        let Some(target) = passthrough_for(&table.passthrough, server_name) else {
-            return Ok(Route::NotFound);
-        };
-        self.settle(table, target, std::iter::empty(), None, policy, now)
-            .map(|available| {
-                if available {
-                    Route::Proxy { strip: None }
-                } else {
-                    Route::Unavailable
-                }
-            })
+        let target = passthrough_for(&table.passthrough, server_name);
+        self.route_whole(table, target, policy, now)
     }
 
     /// The entry behind TCP frontend `port`, with client-IP affinity settled.
@@ -629,12 +604,23 @@ impl Attempt {
         policy: &Policy,
         now: Instant,
     ) -> Result<Route, RouteError> {
-        let Some(target) = table
+        let target = table
             .tcp
             .binary_search_by_key(&port, |f| f.port)
             .ok()
-            .map(|i| table.tcp[i].entry)
-        else {
+            .map(|i| table.tcp[i].entry);
+        self.route_whole(table, target, policy, now)
+    }
+
+    /// A whole connection to `target` (none: `NotFound`), with client-IP affinity settled.
+    fn route_whole(
+        &mut self,
+        table: Arc<RoutingTable>,
+        target: Option<EntryId>,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        let Some(target) = target else {
             return Ok(Route::NotFound);
         };
         self.settle(table, target, std::iter::empty(), None, policy, now)

@@ -14,15 +14,7 @@ pub(crate) fn fill_location(
     path: &str,
     query: Option<&str>,
 ) -> String {
-    let vars = Vars {
-        scheme: if https { "https" } else { "http" },
-        http_host: host
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .unwrap_or_default(),
-        path,
-        query,
-        groups: None,
-    };
+    let vars = Vars::new(https, host, path, query, None);
     let mut out = String::with_capacity(location.text.len() + path.len());
     expand(&location.parts, &vars, &mut out);
     out
@@ -36,6 +28,27 @@ pub(crate) struct Vars<'a> {
     pub(crate) query: Option<&'a str>,
     /// The groups of the route's regular-expression path (rewrite targets only).
     pub(crate) groups: Option<Groups<'a>>,
+}
+
+impl<'a> Vars<'a> {
+    /// The parts of a request over TLS or not, to `host`, of `path` and `query`.
+    pub(crate) fn new(
+        https: bool,
+        host: Option<&'a [u8]>,
+        path: &'a str,
+        query: Option<&'a str>,
+        groups: Option<Groups<'a>>,
+    ) -> Vars<'a> {
+        Vars {
+            scheme: if https { "https" } else { "http" },
+            http_host: host
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .unwrap_or_default(),
+            path,
+            query,
+            groups,
+        }
+    }
 }
 
 /// Writes `parts` with the request's parts filled in.

@@ -6,6 +6,8 @@
 
 use serde::{Serialize, Serializer};
 
+use crate::table::location::{Piece, pieces};
+
 /// A key template as written, split at its variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HashKey {
@@ -47,23 +49,13 @@ impl HashKey {
     pub fn parse(v: &str) -> Result<HashKey, String> {
         let v = v.trim();
         let mut parts = Vec::new();
-        let mut rest = v;
-        while let Some(at) = rest.find('$') {
-            if at > 0 {
-                parts.push(KeyPart::Text(rest[..at].into()));
-            }
-            let after = &rest[at + 1..];
-            let (name, len) = match after.strip_prefix('{') {
-                Some(inner) => match inner.find('}') {
-                    Some(end) => (&inner[..end], end + 2),
-                    None => return Err("has a ${ without its }".into()),
-                },
-                None => {
-                    let end = after
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .unwrap_or(after.len());
-                    (&after[..end], end)
+        for piece in pieces(v)? {
+            let name = match piece {
+                Piece::Text(t) => {
+                    parts.push(KeyPart::Text(t.into()));
+                    continue;
                 }
+                Piece::Var(name) => name,
             };
             let part = match name {
                 "remote_addr" | "binary_remote_addr" => KeyPart::RemoteAddr,
@@ -91,10 +83,6 @@ impl HashKey {
                 },
             };
             parts.push(part);
-            rest = &after[len..];
-        }
-        if !rest.is_empty() {
-            parts.push(KeyPart::Text(rest.into()));
         }
         if !parts.iter().any(|p| !matches!(p, KeyPart::Text(_))) {
             return Err("names no variable: every request would go to one endpoint".into());

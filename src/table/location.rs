@@ -71,24 +71,14 @@ impl Location {
         }
         let mut parts = Vec::new();
         let mut sample = String::new();
-        let mut rest = v;
-        while let Some(at) = rest.find('$') {
-            if at > 0 {
-                parts.push(Part::Text(rest[..at].into()));
-                sample.push_str(&rest[..at]);
-            }
-            let after = &rest[at + 1..];
-            let (name, len) = match after.strip_prefix('{') {
-                Some(inner) => match inner.find('}') {
-                    Some(end) => (&inner[..end], end + 2),
-                    None => return Err("has a ${ without its }".into()),
-                },
-                None => {
-                    let end = after
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .unwrap_or(after.len());
-                    (&after[..end], end)
+        for piece in pieces(v)? {
+            let name = match piece {
+                Piece::Text(t) => {
+                    parts.push(Part::Text(t.into()));
+                    sample.push_str(t);
+                    continue;
                 }
+                Piece::Var(name) => name,
             };
             let (part, example) = match name {
                 "scheme" => (Part::Scheme, "https"),
@@ -115,11 +105,6 @@ impl Location {
             };
             parts.push(part);
             sample.push_str(example);
-            rest = &after[len..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.into()));
-            sample.push_str(rest);
         }
         let path = sample.starts_with('/') && !sample.starts_with("//");
         // A rewrite target is checked by `rewrite`, on its parts.
@@ -134,4 +119,42 @@ impl Location {
             parts: parts.into(),
         })
     }
+}
+
+/// A piece of a template that names nginx variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    Text(&'a str),
+    /// `$name` or `${name}`: the name.
+    Var(&'a str),
+}
+
+/// Splits `v` at its variables (`$name`, a name of letters, digits and `_`, or `${name}`).
+pub fn pieces(v: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut out = Vec::new();
+    let mut rest = v;
+    while let Some(at) = rest.find('$') {
+        if at > 0 {
+            out.push(Piece::Text(&rest[..at]));
+        }
+        let after = &rest[at + 1..];
+        let (name, len) = match after.strip_prefix('{') {
+            Some(inner) => match inner.find('}') {
+                Some(end) => (&inner[..end], end + 2),
+                None => return Err("has a ${ without its }".into()),
+            },
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
+            }
+        };
+        out.push(Piece::Var(name));
+        rest = &after[len..];
+    }
+    if !rest.is_empty() {
+        out.push(Piece::Text(rest));
+    }
+    Ok(out)
 }
