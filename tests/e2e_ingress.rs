@@ -943,6 +943,78 @@ async fn upstream_hash_by_as_ingress_nginx() {
     }
 }
 
+/// ingress-nginx's `proxy-next-upstream` on both engines, each Service with a broken endpoint
+/// beside a good one: by default a refused connection is retried on the good one (no request
+/// fails); `off` answers the one request that met the refused endpoint 503 (switchyard's status
+/// for a refused connection); with `timeout` a request the endpoint holds past
+/// `proxy-read-timeout` goes to the good one, with `error` alone it is answered 504.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_next_upstream_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let good = Backend::start("good").await;
+    let mut objs = services(&web, &api);
+    let mut keep = Vec::new();
+    let mut route = |name: &str, broken: u16, ann: &[(&str, &str)]| {
+        objs.push(svc(name, 80).into());
+        objs.push(slice(name, "", broken));
+        objs.push(slice(name, "", good.port));
+        let mut i = ing(name);
+        for (k, v) in ann {
+            i = i.ann(&format!("nginx.ingress.kubernetes.io/{k}"), v);
+        }
+        objs.push(
+            i.rule(Some(&format!("{name}.test")), &[("/", "Prefix", name, 80)])
+                .into(),
+        );
+    };
+    let (refused_a, refused_b) = (DeadPort::new(), DeadPort::new());
+    route("dflt", refused_a.port, &[]);
+    route("off", refused_b.port, &[("proxy-next-upstream", "off")]);
+    for name in ["hang-a", "hang-b"] {
+        keep.push(
+            Backend::builder(name)
+                .behaviour(Behaviour::Plain)
+                .fault(Fault::Hang)
+                .start()
+                .await,
+        );
+    }
+    route(
+        "timeout",
+        keep[0].port,
+        &[
+            ("proxy-next-upstream", "error timeout"),
+            ("proxy-read-timeout", "1"),
+        ],
+    );
+    route(
+        "error",
+        keep[1].port,
+        &[
+            ("proxy-next-upstream", "error"),
+            ("proxy-read-timeout", "1"),
+        ],
+    );
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        for (host, want) in [
+            ("dflt.test", [200, 200]),
+            ("off.test", [200, 503]),
+            ("timeout.test", [200, 200]),
+            ("error.test", [200, 504]),
+        ] {
+            // Two requests: round robin sends one of them to the broken endpoint first.
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                got.push(get_host_path(&sy, host, "/x", &[]).await.status);
+            }
+            got.sort_unstable();
+            assert_eq!(got, want, "{engine} {host}");
+        }
+    }
+}
+
 /// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
 /// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -775,6 +775,10 @@ impl Attempt {
     /// failure or an abruptly ended tunnel says nothing of the endpoint.
     pub fn failed(&mut self, f: Failure, policy: &Policy, now: Instant) -> Verdict {
         self.in_flight = None;
+        // The route's own rule (an Ingress's `proxy-next-upstream`), else `--retries`'.
+        let route = self.route_policy().and_then(|p| p.retry);
+        let tries = route.map_or(policy.tries, |r| r.tries.clamp(1, MAX_TRIES));
+        let on_timeout = route.is_some_and(|r| r.on_timeout);
         let give_up = Verdict {
             retry: false,
             ejected: false,
@@ -794,7 +798,7 @@ impl Attempt {
             {
                 entry.state.affinity.forget(&ip);
             }
-            let retry = self.n_tried < policy.tries && self.any_untried(entry);
+            let retry = self.n_tried < tries && self.any_untried(entry);
             return Verdict {
                 retry,
                 ejected,
@@ -818,8 +822,8 @@ impl Attempt {
         };
         let ejected = self.eject_current(entry, policy, now);
         let retry = f.replayable
-            && f.cause != Cause::UpstreamTimedOut
-            && self.n_tried < policy.tries
+            && (f.cause != Cause::UpstreamTimedOut || on_timeout)
+            && self.n_tried < tries
             && self.any_untried(entry);
         Verdict {
             retry,

@@ -108,6 +108,21 @@ pub struct RoutePolicy {
     /// `upstream-hash-by`), whatever the Service's algorithm.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash_by: Option<Arc<HashKey>>,
+    /// When a failed request goes to another endpoint (ingress-nginx's `proxy-next-upstream`
+    /// and `proxy-next-upstream-tries`), instead of `--retries`' rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+}
+
+/// An Ingress's retry rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Retry {
+    /// Endpoints one request may try: 1, no retry; past the most switchyard tries
+    /// (`decide::attempt::MAX_TRIES`), that many.
+    pub tries: usize,
+    /// A request whose endpoint did not answer in time goes to another too (`timeout`), when
+    /// it may be sent again.
+    pub on_timeout: bool,
 }
 
 /// Cross-origin resource sharing, as ingress-nginx (`enable-cors` and the `cors-allow-*`
@@ -364,6 +379,7 @@ impl RoutePolicy {
             rate_limit: None,
             affinity: None,
             hash_by: None,
+            retry: None,
         }
     }
 

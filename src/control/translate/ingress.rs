@@ -32,7 +32,9 @@ use crate::table::hash_key::HashKey;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::passthrough::Passthrough;
 use crate::table::pattern::{Flavor, Pattern};
-use crate::table::policy::{Canary, Cors, CorsFlavor, Location, Origins, Redirect, RoutePolicy};
+use crate::table::policy::{
+    Canary, Cors, CorsFlavor, Location, Origins, Redirect, Retry, RoutePolicy,
+};
 use crate::table::rate_limit::RateLimit;
 use crate::table::sticky::CookieAffinity;
 use crate::table::upstream::{BackendProtocol, Upstream};
@@ -163,6 +165,11 @@ pub mod ingress_annotation {
         "nginx.ingress.kubernetes.io/session-cookie-secure";
     pub const NGINX_SESSION_COOKIE_DOMAIN: &str =
         "nginx.ingress.kubernetes.io/session-cookie-domain";
+    /// When a failed request is sent to another endpoint (`error`, `timeout`, `off`, ...),
+    /// and how many endpoints one request may try in all (`0`: as many as there are).
+    pub const NGINX_PROXY_NEXT_UPSTREAM: &str = "nginx.ingress.kubernetes.io/proxy-next-upstream";
+    pub const NGINX_PROXY_NEXT_UPSTREAM_TRIES: &str =
+        "nginx.ingress.kubernetes.io/proxy-next-upstream-tries";
     /// The endpoint is picked by the hash of this key (nginx variables) of each request.
     pub const NGINX_UPSTREAM_HASH_BY: &str = "nginx.ingress.kubernetes.io/upstream-hash-by";
     /// `"true"`: the TLS connections of the Ingress's hosts are relayed unterminated.
@@ -333,6 +340,8 @@ struct IngressSettings {
     affinity: Option<Arc<CookieAffinity>>,
     /// ingress-nginx's `upstream-hash-by`.
     hash_by: Option<Arc<HashKey>>,
+    /// ingress-nginx's `proxy-next-upstream` and `-tries`.
+    retry: Option<Retry>,
     upstream_vhost: Option<Arc<str>>,
     forwarded_prefix: Option<Arc<str>>,
     /// ingress-nginx's `enable-cors` and its settings.
@@ -732,6 +741,7 @@ impl<'a> Builder<'a> {
             settings.cors = self.cors(&who, map);
             settings.rate_limit = self.rate_limit(&who, map);
             settings.affinity = self.affinity(&who, map);
+            settings.retry = self.retry(&who, map);
             settings.hash_by = map.get(ia::NGINX_UPSTREAM_HASH_BY).and_then(|v| {
                 HashKey::parse(v)
                     .map_err(|why| {
@@ -767,6 +777,7 @@ impl<'a> Builder<'a> {
                     rate_limit: settings.rate_limit.clone(),
                     affinity: settings.affinity.clone(),
                     hash_by: settings.hash_by.clone(),
+                    retry: settings.retry,
                     upstream_vhost: settings.upstream_vhost.clone(),
                     forwarded_prefix: settings.forwarded_prefix.clone(),
                     cors: settings.cors.clone(),
@@ -1018,6 +1029,64 @@ impl<'a> Builder<'a> {
             Some(prev) if **prev == limit => Some(Arc::clone(prev)),
             _ => Some(Arc::new(limit)),
         }
+    }
+
+    /// ingress-nginx's retry rule, if the Ingress sets one: `proxy-next-upstream` (`error`
+    /// and `timeout` carried out, `off` no retry; the `http_*` and `non_idempotent` cases are
+    /// not, warned) and `proxy-next-upstream-tries` (ingress-nginx's 3 when only the cases are
+    /// set; `0`: the most switchyard tries).
+    fn retry(&mut self, who: &ObjectRef, map: &BTreeMap<String, String>) -> Option<Retry> {
+        let cases = map.get(ia::NGINX_PROXY_NEXT_UPSTREAM).map(|v| v.trim());
+        let tries = map
+            .get(ia::NGINX_PROXY_NEXT_UPSTREAM_TRIES)
+            .map(|v| v.trim());
+        if cases.is_none() && tries.is_none() {
+            return None;
+        }
+        let mut retry = Retry {
+            tries: 3,
+            on_timeout: true,
+        };
+        if let Some(t) = tries {
+            match t.parse::<usize>() {
+                // The decision core bounds it to the most it tries.
+                Ok(0) => retry.tries = usize::MAX,
+                Ok(n) => retry.tries = n,
+                Err(_) => self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidAnnotation,
+                    message: format!(
+                        "proxy-next-upstream-tries: {} is not a number; 3 tries",
+                        show(t)
+                    ),
+                }),
+            }
+        }
+        if let Some(cases) = cases {
+            let words: Vec<&str> = cases.split_whitespace().collect();
+            if words.contains(&"off") {
+                retry.tries = 1;
+            }
+            retry.on_timeout = words.contains(&"timeout");
+            let not_done: Vec<&str> = words
+                .iter()
+                .copied()
+                .filter(|w| !matches!(*w, "error" | "timeout" | "off" | "invalid_header"))
+                .collect();
+            if !not_done.is_empty() {
+                self.warnings.push(Warning {
+                    object: who.clone(),
+                    reason: WarningReason::InvalidAnnotation,
+                    message: format!(
+                        "proxy-next-upstream: {} not carried out (a response is never \
+                         retried; a request that is not idempotent is not sent twice); \
+                         error and timeout are",
+                        not_done.join(", ")
+                    ),
+                });
+            }
+        }
+        Some(retry)
     }
 
     /// ingress-nginx's cookie affinity, if the Ingress asks for it (`affinity: cookie`). A

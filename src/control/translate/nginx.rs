@@ -90,8 +90,6 @@ const BACKEND_TLS: &str = "the Service annotations serviceloadbalancer/lb.backen
                            certificates are verified unless lb.backend-insecure-skip-verify";
 const TIMEOUTS: &str = "proxy-read-timeout bounds writes to the endpoint too (and \
                         --server-timeout where it is not set)";
-const RETRIES: &str = "retries follow --retries (connection failures, and idempotent requests \
-                       the backend reset)";
 const FIREWALL: &str = "no web application firewall";
 const MIRROR: &str = "an HTTPRoute RequestMirror filter mirrors requests";
 
@@ -351,9 +349,24 @@ pub const CATALOG: &[(&str, Support)] = &[
         Support::Ignored("HTTP/1.1 to HTTP backends always (backend-protocol picks HTTP/2)"),
     ),
     ("proxy-max-temp-file-size", Support::Ignored(BUFFERING)),
-    ("proxy-next-upstream", Support::Ignored(RETRIES)),
-    ("proxy-next-upstream-timeout", Support::Ignored(RETRIES)),
-    ("proxy-next-upstream-tries", Support::Ignored(RETRIES)),
+    (
+        "proxy-next-upstream",
+        Support::Differs(
+            "error, timeout (a request that may be sent again, as nginx) and off are carried \
+             out; http_500..http_504, http_403, http_404, http_429 and non_idempotent are not \
+             (warned): a response is never retried",
+        ),
+    ),
+    (
+        "proxy-next-upstream-timeout",
+        Support::Ignored(
+            "tries are bounded by their number and each try's timeouts, not by a total",
+        ),
+    ),
+    (
+        "proxy-next-upstream-tries",
+        Support::Differs("0 is the most switchyard tries (8), not unlimited"),
+    ),
     ("proxy-read-timeout", Support::Served),
     (
         "proxy-redirect-from",
