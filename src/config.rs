@@ -243,6 +243,13 @@ pub struct Args {
     #[arg(long, env = "SWITCHYARD_WATCH_INGRESS_WITHOUT_CLASS")]
     pub watch_ingress_without_class: bool,
 
+    /// Serve ingress-nginx's `ssl-passthrough: "true"`: the TLS connections of such an
+    /// Ingress's hosts are relayed unterminated to its backend. Without this (as in
+    /// ingress-nginx), such an Ingress is not served (its routes answer 403), never served
+    /// with TLS terminated that its backend meant to terminate.
+    #[arg(long, env = "SWITCHYARD_ENABLE_SSL_PASSTHROUGH")]
+    pub enable_ssl_passthrough: bool,
+
     /// The controller name of switchyard's GatewayClasses: Gateways of a class whose
     /// `spec.controllerName` is this are served, with the HTTPRoutes attached to them.
     #[arg(long, value_name = "NAME", default_value = crate::control::translate::DEFAULT_GATEWAY_CONTROLLER_NAME,
@@ -937,6 +944,7 @@ impl Config {
                 serve_kubernetes_service: args.serve_kubernetes_service,
                 controller_name: args.controller_name,
                 watch_ingress_without_class: args.watch_ingress_without_class,
+                ssl_passthrough: args.enable_ssl_passthrough,
                 gateway_controller_name: args.gateway_controller_name,
                 gateway_http_port: args.gateway_http_port.unwrap_or(http_port),
                 gateway_https_port: args.gateway_https_port.unwrap_or(args.https_port),
@@ -1040,6 +1048,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
         &[
             "controller_name",
             "watch_ingress_without_class",
+            "enable_ssl_passthrough",
             "secret_label_selector",
         ],
     ),

@@ -849,6 +849,7 @@ async fn ssl_passthrough_as_ingress_nginx() {
                 &port.to_string(),
                 "--ssl-cert",
                 default_file.to_str().unwrap(),
+                "--enable-ssl-passthrough",
             ],
         )
         .await;
@@ -897,6 +898,29 @@ async fn ssl_passthrough_as_ingress_nginx() {
                 .join("\n")
         );
     }
+    // Without --enable-ssl-passthrough, as in ingress-nginx, nothing is passed through, and
+    // the Ingress is not served rather than served with its TLS terminated.
+    let port = free_port();
+    let args = [
+        "--https-port",
+        &port.to_string(),
+        "--ssl-cert",
+        default_file.to_str().unwrap(),
+    ];
+    let sy = switchyard_on(objs.clone(), ENGINES[0], &args).await;
+    let up = eventually(Duration::from_secs(10), || async {
+        TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    })
+    .await;
+    assert!(up, "TLS port never opened:\n{}", sy.stderr());
+    assert_eq!(sni("vault.test").presented(port).await, default.der);
+    let r = sni("vault.test").get(port, "/", &[]).await.unwrap();
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(
+        sy.stderr().contains("--enable-ssl-passthrough"),
+        "{}",
+        sy.stderr()
+    );
 }
 
 /// ingress-nginx's `upstream-hash-by` on both engines: requests with the same key (here

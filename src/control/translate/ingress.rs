@@ -411,7 +411,17 @@ impl<'a> Builder<'a> {
             let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
             let who = object("Ingress", ns, name);
             let annotations = ing.metadata.annotations.as_ref();
-            let refused = annotations.map(nginx::refusing).unwrap_or_default();
+            let mut refused = annotations.map(nginx::refusing).unwrap_or_default();
+            // Passthrough needs its flag, as in ingress-nginx; without it the Ingress is
+            // refused rather than served with TLS terminated that its backend meant to.
+            if !self.options.ssl_passthrough
+                && annotations
+                    .and_then(|a| a.get(ia::NGINX_SSL_PASSTHROUGH))
+                    .and_then(|v| parse_bool(v))
+                    == Some(true)
+            {
+                refused.push(ia::NGINX_SSL_PASSTHROUGH);
+            }
             if let Some(map) = annotations.filter(|a| is_canary(a)) {
                 // A canary never claims a path: it joins its main Ingress's routes in
                 // `finish`, so that it can never serve as the main one. Its requests pass the
@@ -2097,7 +2107,13 @@ fn refusal_notes(refused: &[&str], all: Option<&BTreeMap<String, String>>) -> St
     let all = all.unwrap_or(&empty);
     for key in refused {
         let value = all.get(*key).map_or("", String::as_str);
-        let note = nginx::support(key, value, all).note();
+        let note = match *key {
+            ia::NGINX_SSL_PASSTHROUGH => {
+                "TLS passthrough is served with --enable-ssl-passthrough only (as in \
+                 ingress-nginx)"
+            }
+            _ => nginx::support(key, value, all).note(),
+        };
         if !notes.contains(&note) {
             notes.push(note);
         }

@@ -432,10 +432,10 @@ pub const CATALOG: &[(&str, Support)] = &[
     (
         "ssl-passthrough",
         Support::Differs(
-            "the TLS connections of the Ingress's hosts (by the client hello's server name) \
-             are relayed unterminated to the first path's Service, with no flag needed \
-             (ingress-nginx's --enable-ssl-passthrough); its plain-HTTP routes are served as \
-             usual",
+            "with --enable-ssl-passthrough (as ingress-nginx), the TLS connections of the \
+             Ingress's hosts (by the client hello's server name) are relayed unterminated to \
+             the first path's Service, its plain-HTTP routes served as usual; without the \
+             flag the Ingress is not served (ingress-nginx would terminate its TLS)",
         ),
     ),
     (

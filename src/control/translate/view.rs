@@ -160,6 +160,8 @@ pub struct Options {
     pub controller_name: String,
     /// `--watch-ingress-without-class`: also serve Ingresses that name no class.
     pub watch_ingress_without_class: bool,
+    /// `--enable-ssl-passthrough`: serve `ssl-passthrough` (else such Ingresses are refused).
+    pub ssl_passthrough: bool,
     /// `--gateway-controller-name`: GatewayClasses whose `spec.controllerName` is this are
     /// switchyard's.
     pub gateway_controller_name: String,
@@ -190,6 +192,7 @@ impl Default for Options {
             serve_kubernetes_service: false,
             controller_name: DEFAULT_CONTROLLER_NAME.into(),
             watch_ingress_without_class: false,
+            ssl_passthrough: true,
             gateway_controller_name: DEFAULT_GATEWAY_CONTROLLER_NAME.into(),
             gateway_http_port: 80,
             gateway_https_port: 443,
