@@ -418,6 +418,7 @@ fn http_service(
     .with_observability(Arc::clone(shared.metrics), Arc::clone(shared.access_log))
     .with_fail_open(config.health.fail_open)
     .with_traffic_healthz(config.traffic_healthz)
+    .with_limit_status(config.limit_status_code)
     .with_https_port(config.tls.as_ref().map(|_| config.https_port))
     .with_local_addresses(!config.translate.gateway_addresses.is_empty())
     .with_backend_tls(Arc::clone(shared.backend_tls));

@@ -205,6 +205,12 @@ pub struct Args {
           env = "SWITCHYARD_DEFAULT_RETURN_CODE")]
     pub default_return_code: u16,
 
+    /// Status code for requests an Ingress's request limits refuse (`limit-rps`, `limit-rpm`,
+    /// `limit-connections`): 503 as ingress-nginx's `limit-req-status-code`, or 429.
+    #[arg(long, value_name = "CODE", default_value_t = 503, value_parser = clap::value_parser!(u16).range(400..=599),
+          env = "SWITCHYARD_LIMIT_STATUS_CODE")]
+    pub limit_status_code: u16,
+
     /// Body for unmatched requests: a file:// or http(s):// URL, loaded once at startup (the URL
     /// must answer 200). A failed load is a warning and the built-in page is used.
     #[arg(long, value_name = "URL", env = "SWITCHYARD_ERROR_PAGE")]
@@ -702,6 +708,8 @@ pub struct Config {
     pub access_log: Option<crate::ops::access_log::Format>,
     pub health: HealthChecks,
     pub default_return_code: u16,
+    /// `--limit-status-code`.
+    pub limit_status_code: u16,
     pub error_page: Option<String>,
     pub translate: Options,
     pub timeouts: Timeouts,
@@ -932,6 +940,7 @@ impl Config {
                 fail_open: args.health_fail_open,
             },
             default_return_code: args.default_return_code,
+            limit_status_code: args.limit_status_code,
             error_page: args.error_page,
             translate: Options {
                 default_algorithm: args.balance_algorithm,
@@ -1081,6 +1090,7 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "proxy_protocol_trusted",
             "balance_algorithm",
             "default_return_code",
+            "limit_status_code",
             "error_page",
             "traffic_healthz",
             "fast_path",

@@ -711,6 +711,13 @@ async fn request_limits_as_ingress_nginx() {
             assert_eq!(r.status, 200, "{engine}: one at a time is served");
         }
     }
+    // The status is the operator's to choose (ingress-nginx's limit-req-status-code).
+    let sy = switchyard_on(objs, ENGINES[0], &["--limit-status-code", "429"]).await;
+    let mut statuses = Vec::new();
+    for _ in 0..11 {
+        statuses.push(get_host_path(&sy, "rate.test", "/x", &[]).await.status);
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
 }
 
 /// ingress-nginx's cookie affinity on both engines: a client without the cookie is given

@@ -119,6 +119,12 @@ impl HttpProxy {
         self
     }
 
+    /// `--limit-status-code`: the status of requests a route's request limits refuse.
+    pub fn with_limit_status(mut self, status: u16) -> Self {
+        self.pages.limited = ErrorPage::limited(status);
+        self
+    }
+
     /// The TLS port plain-HTTP requests of TLS routes are redirected to (`None`: no TLS port).
     pub fn with_https_port(mut self, port: Option<u16>) -> Self {
         self.policy.https_port = port;

@@ -48,6 +48,24 @@ impl ErrorPage {
 }
 
 impl ErrorPage {
+    /// The page of a request a route's request limits refuse, with `status`.
+    pub fn limited(status: u16) -> ErrorPage {
+        let reason = http::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("Error");
+        let body = format!(
+            "<!DOCTYPE html>\n<html><head><title>{status} {reason}</title></head>\n\
+             <body><h1>{status} {reason}</h1><p>Too many requests from your address for this \
+             route; try again later.</p><hr><p>switchyard</p></body></html>\n"
+        );
+        ErrorPage {
+            status,
+            content_type: "text/html; charset=utf-8".into(),
+            body: Bytes::from(body),
+        }
+    }
+
     /// `200 ok` in plain text: the traffic port's `/healthz` (`--traffic-healthz`), as the
     /// original's default backend answered it.
     pub fn healthz() -> ErrorPage {

@@ -23,6 +23,8 @@ pub struct Pages {
     pub forbidden: ErrorPage,
     /// A route's basic authentication does not admit the request.
     pub unauthorized: ErrorPage,
+    /// A route's request limits refuse the client now (`--limit-status-code`).
+    pub limited: ErrorPage,
     /// `200 ok` for an unrouted `/healthz` (`--traffic-healthz`).
     pub healthz: ErrorPage,
 }
@@ -35,6 +37,7 @@ impl Pages {
             unavailable: ErrorPage::builtin(503),
             forbidden: ErrorPage::builtin(403),
             unauthorized: ErrorPage::builtin(401),
+            limited: ErrorPage::limited(503),
             healthz: ErrorPage::healthz(),
         }
     }
@@ -95,7 +98,7 @@ pub fn reply<'a>(
         Route::NotFound => page(&pages.not_found),
         Route::Unavailable => page(&pages.unavailable),
         Route::Forbidden => page(&pages.forbidden),
-        Route::Limited => page(&pages.unavailable),
+        Route::Limited => page(&pages.limited),
         Route::Preflight {
             cors,
             origin,
