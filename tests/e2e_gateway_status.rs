@@ -948,14 +948,16 @@ async fn httproute_invalid_regular_expression() {
             "regex-wholly",
             json!([{"matches": [bad], "backendRefs": backend}]),
         ));
-        // A filter switchyard does not offer drops its rule alone, the same way.
+        // A filter switchyard does not offer (a URLRewrite on a backendRef) drops its rule
+        // alone, the same way.
         objs.push(route(
             "filter-partly",
             json!([
                 {"matches": [{"path": {"type": "PathPrefix", "value": "/ok"}}],
                  "backendRefs": backend},
-                {"filters": [{"type": "CORS", "cors": {"allowOrigins": ["*"]}}],
-                 "backendRefs": backend},
+                {"backendRefs": [{"name": "infra-backend-v1", "port": 8080, "filters": [
+                    {"type": "URLRewrite", "urlRewrite": {"hostname": "b.example"}}
+                ]}]},
             ]),
         ));
     })
