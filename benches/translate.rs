@@ -14,6 +14,13 @@
 //! to an Ingress route on that table (target: under 200 ns).
 //! Ingress result (2026-12-01, same VM on a slower day: cold 10,000 Services took 427 ms in
 //! the same run): cold 891 ms, one Ingress changed 1.09 s, lookup + pick 167 ns.
+//! `ingress_regex_10000`: the same Ingresses written for ingress-nginx's `use-regex` and
+//! `rewrite-target: /$2` (30,000 patterns): `cold`, `one_ingress_changed` (patterns reused
+//! from the previous table), `lookup_and_pick` (target: under 300 ns) and
+//! `lookup_pick_and_groups` (the rewrite's groups too). Result (2026-12-07 13:53, `--quick`,
+//! load average 1.2-1.5, same run as `ingress_10000`'s cold 329 ms, one changed 394 ms,
+//! lookup + pick 74 ns): cold 321 ms, one Ingress changed 446 ms, lookup + pick 71 ns, with
+//! the groups 300 ns (a second lookup and the pattern run again for its groups).
 //! `gateway_10000`: the same 10,000 Services with one HTTPRoute each (three rules, one with a
 //! header and a query match) on one Gateway: `cold`, `one_route_changed` (a Gateway-only
 //! rebuild) and `lookup_header_query_and_pick` (target: under 300 ns). Result (2026-12-01,
@@ -324,7 +331,13 @@ fn bench_ingress_regex(c: &mut Criterion) {
         b.iter_with_large_drop(|| build(black_box(&ings), None, None))
     });
     let (previous, warnings) = build(&ings, None, None);
-    assert!(warnings.is_empty(), "{warnings:?}");
+    // The Services' own routes conflict among their ports (the world's doing); the Ingresses
+    // must be served without a word.
+    let about_ingresses: Vec<_> = warnings
+        .iter()
+        .filter(|w| w.object.kind == "Ingress")
+        .collect();
+    assert!(about_ingresses.is_empty(), "{about_ingresses:?}");
     let changes = Changes {
         ingress: true,
         ..Default::default()
