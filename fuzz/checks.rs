@@ -176,6 +176,7 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
     let hidden = Hidden {
         sticky_cookie: c.sticky,
         authorization: c.authenticated,
+        forwarded_prefix: None,
     };
     let edits = request_edits(&c.fwd, ip_text.as_deref(), hidden, || cert);
     let mut out = Vec::new();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::decide::cause::{Cause, Side};
 use crate::decide::edits::{
     ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, AUTHORIZATION, Asked, HOST,
-    Hidden, ORIGIN, StickyCookie, X_FORWARDED_PREFIX, cors_fields,
+    Hidden, ORIGIN, StickyCookie, cors_fields,
 };
 use crate::decide::external_auth::{Denial, Granted};
 use crate::decide::gateway::HeaderOp;
@@ -955,16 +955,16 @@ impl Attempt {
         self.granted = Some(Box::new(granted));
     }
 
-    /// Whether the request or response must change beyond what every route gets (a Gateway
-    /// rule's filters or timeouts, an Ingress's `upstream-vhost` or `x-forwarded-prefix`):
-    /// the fast path leaves such requests to Pingora.
+    /// Whether the request or response must change beyond `decide::edits` (a Gateway rule's
+    /// filters or timeouts, CORS fields, external authentication, an Ingress's
+    /// `upstream-vhost`): the fast path leaves such requests to Pingora.
     pub fn rewrites(&self) -> bool {
         self.gateway_rule().is_some_and(|(r, _)| r.rewrites())
             || self.cors.is_some()
             || self.external_auth().is_some()
             || self
                 .route_policy()
-                .is_some_and(|p| p.upstream_vhost.is_some() || p.forwarded_prefix.is_some())
+                .is_some_and(|p| p.upstream_vhost.is_some())
     }
 
     /// The header operations a response of `status` gets on its way to the client beyond
@@ -988,9 +988,10 @@ impl Attempt {
     }
 
     /// The header operations the request gets on its way to the endpoint beyond every
-    /// route's edits: a Gateway rule's and backend's filters and its `URLRewrite` host, an
-    /// Ingress's `upstream-vhost` (the `Host`) and `x-forwarded-prefix`, and the fields its
-    /// external authentication vouched for.
+    /// route's edits (the forwarding fields, `X-Forwarded-Prefix` included, are
+    /// `decide::edits`'): a Gateway rule's and backend's filters and its `URLRewrite` host, an
+    /// Ingress's `upstream-vhost` (the `Host`), and the fields its external authentication
+    /// vouched for.
     pub fn request_ops(&self) -> impl Iterator<Item = HeaderOp<'_>> {
         let gateway = self.gateway_rule();
         let filters = gateway
@@ -1003,15 +1004,8 @@ impl Attempt {
         let vhost = policy
             .and_then(|p| p.upstream_vhost.as_deref())
             .map(|h| HeaderOp::Set(HOST, h));
-        let prefix = policy
-            .and_then(|p| p.forwarded_prefix.as_deref())
-            .map(|v| HeaderOp::Set(X_FORWARDED_PREFIX, v));
         let granted = self.granted.iter().flat_map(|g| g.request_ops());
-        filters
-            .chain(gateway_host)
-            .chain(vhost)
-            .chain(prefix)
-            .chain(granted)
+        filters.chain(gateway_host).chain(vhost).chain(granted)
     }
 
     /// How this request reaches the endpoints: the route's protocol when its Ingress sets
@@ -1122,10 +1116,13 @@ impl Attempt {
     }
 
     /// What of the client's request its backend must not see.
-    pub fn hidden(&self) -> Hidden {
+    pub fn hidden(&self) -> Hidden<'_> {
         Hidden {
             sticky_cookie: self.cookie_sticky(),
             authorization: self.authenticated,
+            forwarded_prefix: self
+                .route_policy()
+                .and_then(|p| p.forwarded_prefix.as_deref()),
         }
     }
 

@@ -45,14 +45,18 @@ pub const HOST: &str = "host";
 pub const X_FORWARDED_PREFIX: &str = "x-forwarded-prefix";
 pub const WWW_AUTHENTICATE: &str = "www-authenticate";
 
-/// What of the client's request the backend must not see.
+/// What the route changes in the request's forwarding beyond what every request gets: what
+/// of the client's request the backend must not see, and the prefix it is told it is mounted
+/// under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Hidden {
+pub struct Hidden<'a> {
     /// The load balancer's stickiness cookie (the route is cookie-sticky).
     pub sticky_cookie: bool,
     /// The credentials switchyard checked itself (an Ingress's basic authentication): they
     /// are switchyard's, not the backend's.
     pub authorization: bool,
+    /// `X-Forwarded-Prefix` (an Ingress's `x-forwarded-prefix`), replacing the client's.
+    pub forwarded_prefix: Option<&'a str>,
 }
 
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
@@ -66,7 +70,7 @@ pub const ASSERTED: [&str; 4] = [
 ];
 
 /// Most edits one list holds.
-const MAX_EDITS: usize = 11;
+const MAX_EDITS: usize = 13;
 
 /// A frontend's forwarding settings, fixed at startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,7 +288,7 @@ impl Default for Edits<'_> {
 pub fn request_edits<'a>(
     fwd: &'a Forwarding,
     client_ip: Option<&'a str>,
-    hidden: Hidden,
+    hidden: Hidden<'a>,
     cert: impl FnOnce() -> ClientCert<'a>,
 ) -> Edits<'a> {
     let mut e = Edits::new();
@@ -303,6 +307,10 @@ pub fn request_edits<'a>(
         e.push(Edit::StripCookie);
     }
     e.push(Edit::Add(X_FORWARDED_PROTO, Value::Text(fwd.scheme)));
+    if let Some(prefix) = hidden.forwarded_prefix {
+        e.push(Edit::Remove(X_FORWARDED_PREFIX));
+        e.push(Edit::Add(X_FORWARDED_PREFIX, Value::Text(prefix)));
+    }
     if fwd.client_cert_headers {
         match cert() {
             ClientCert::Absent => e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("NONE"))),
@@ -596,6 +604,7 @@ mod tests {
             Hidden {
                 sticky_cookie: true,
                 authorization: true,
+                forwarded_prefix: Some("/api"),
             },
             || ClientCert::Verified { subject: "CN=a" },
         );
@@ -603,7 +612,7 @@ mod tests {
         // Every edit a request can get: a longer list panics in debug builds (found by the
         // http_request fuzz target when `Hidden::authorization` came), and loses the last
         // edit in release ones.
-        assert_eq!(n, ASSERTED.len() + 1 + 2 + 1 + 1 + 2);
+        assert_eq!(n, ASSERTED.len() + 1 + 2 + 1 + 1 + 2 + 2);
         assert_eq!(n, MAX_EDITS);
         assert_eq!(
             e.touching(b"Authorization"),

@@ -49,7 +49,7 @@ fn plain_gets_are_taken_and_everything_else_declined() {
 fn the_forwarded_request_changes_only_what_it_must() {
     let raw = "GET /svc/a?q=1 HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\
                X-Forwarded-For: 10.0.0.1\r\nCookie: a=1; SERVERID=00aa; b=2\r\n\
-               Authorization: Basic YTpi\r\n\
+               Authorization: Basic YTpi\r\nX-Forwarded-Prefix: /forged\r\n\
                X-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n";
     let (Parse::Request(req), fields) = parse(raw) else {
         panic!("not taken")
@@ -57,10 +57,12 @@ fn the_forwarded_request_changes_only_what_it_must() {
     let target = str_at(raw.as_bytes(), req.target.clone());
     let strip = crate::table::matcher::Strip::of("/svc");
     let fwd = Forwarding::plain();
-    // Sticky, and authenticated by switchyard: neither its cookie nor the credentials pass.
+    // Sticky, and authenticated by switchyard: neither its cookie nor the credentials pass;
+    // the route's prefix replaces the client's.
     let hidden = Hidden {
         sticky_cookie: true,
         authorization: true,
+        forwarded_prefix: Some("/svc"),
     };
     let edits = request_edits(&fwd, Some("127.0.0.9"), hidden, || ClientCert::Absent);
     let mut out = Vec::new();
@@ -76,7 +78,7 @@ fn the_forwarded_request_changes_only_what_it_must() {
         String::from_utf8(out).unwrap(),
         "GET /a?q=1 HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\
          x-forwarded-for: 10.0.0.1, 127.0.0.9\r\nx-real-ip: 127.0.0.9\r\ncookie: a=1; b=2\r\n\
-         x-forwarded-proto: http\r\n\r\n"
+         x-forwarded-proto: http\r\nx-forwarded-prefix: /svc\r\n\r\n"
     );
 }
 
