@@ -537,7 +537,8 @@ impl Attempt {
             };
             self.key_hash = Some(key_hash(key, req, &keyed));
         }
-        let affinity = route_policy.and_then(|p| p.affinity.as_deref());
+        // Held apart from the table, which `settle` takes: a reference count, not a copy.
+        let affinity = route_policy.and_then(|p| p.affinity.clone());
         if affinity.is_some() {
             let path = if rule.regex.is_some() || rule.prefix.is_empty() {
                 "/"
@@ -546,7 +547,6 @@ impl Attempt {
             };
             self.affinity_path = Some((path.into(), https));
         }
-        let cookie_name = affinity.map(|a| &*a.name);
         let strip = match route_policy {
             Some(RoutePolicy {
                 rewrite_path: Some(target),
@@ -572,8 +572,8 @@ impl Attempt {
             }
             _ => rule.strip.then(|| Strip::of(&rule.prefix)),
         };
-        let cookie_name = cookie_name.map(str::to_owned);
-        self.settle(table, target, cookies, cookie_name.as_deref(), policy, now)
+        let cookie_name = affinity.as_deref().map(|a| &*a.name);
+        self.settle(table, target, cookies, cookie_name, policy, now)
             .map(|available| {
                 if available {
                     Route::Proxy { strip }
