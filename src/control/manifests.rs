@@ -1,6 +1,6 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
 //! IngressClasses, Secrets, ConfigMaps (their `ca.crt` alone), the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes and ReferenceGrants, and Namespaces
+//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and ReferenceGrants, and Namespaces
 //! (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
 //! and fed through the same `Pipeline` as the cluster watcher.
 //!
@@ -32,7 +32,7 @@ pub use crate::control::objects::Objects;
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::SERVICE_NAME_LABEL;
 use crate::control::translate::gateway::api::{
-    self as gw, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+    self as gw, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
 };
 use crate::table::upstream::CA_KEY;
 
@@ -113,7 +113,7 @@ fn locate(notes: &mut [String], path: &Path, document: usize) {
 }
 
 /// The kinds switchyard reads, for a misspelt one.
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 15] = [
     "Service",
     "EndpointSlice",
     "Endpoints",
@@ -125,6 +125,8 @@ const KINDS: [&str; 13] = [
     "Gateway",
     "HTTPRoute",
     "GRPCRoute",
+    "TCPRoute",
+    "TLSRoute",
     "ReferenceGrant",
     "Namespace",
 ];
@@ -251,6 +253,8 @@ enum Partial {
     Gateway(Box<Gateway>),
     HTTPRoute(Box<HTTPRoute>),
     GRPCRoute(Box<GRPCRoute>),
+    TCPRoute(Box<TCPRoute>),
+    TLSRoute(Box<TLSRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
     Namespace(Box<Namespace>),
     /// A `List` (or `*List`): only `items` is read.
@@ -274,6 +278,8 @@ impl Partial {
             Partial::Gateway(o) => &o.metadata,
             Partial::HTTPRoute(o) => &o.metadata,
             Partial::GRPCRoute(o) => &o.metadata,
+            Partial::TCPRoute(o) => &o.metadata,
+            Partial::TLSRoute(o) => &o.metadata,
             Partial::ReferenceGrant(o) => &o.metadata,
             Partial::Namespace(o) => &o.metadata,
             Partial::List | Partial::Other => return String::new(),
@@ -298,6 +304,8 @@ impl Partial {
             "Gateway" => Partial::Gateway(Box::default()),
             "HTTPRoute" => Partial::HTTPRoute(Box::default()),
             "GRPCRoute" => Partial::GRPCRoute(Box::default()),
+            "TCPRoute" => Partial::TCPRoute(Box::default()),
+            "TLSRoute" => Partial::TLSRoute(Box::default()),
             "ReferenceGrant" => Partial::ReferenceGrant(Box::default()),
             "Namespace" => Partial::Namespace(Box::default()),
             k if k == "List" || k.ends_with("List") => Partial::List,
@@ -459,6 +467,14 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 slim(&mut r.metadata);
                 out.grpc_routes.push(*r);
             }
+            Partial::TCPRoute(mut r) => {
+                slim(&mut r.metadata);
+                out.tcp_routes.push(*r);
+            }
+            Partial::TLSRoute(mut r) => {
+                slim(&mut r.metadata);
+                out.tls_routes.push(*r);
+            }
             Partial::ReferenceGrant(mut g) => {
                 slim(&mut g.metadata);
                 out.reference_grants.push(*g);
@@ -531,6 +547,14 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::GRPCRoute(r), "spec") => {
             r.spec = map.next_value_seed(Noted::at("spec", unread))?
         }
+        (Partial::TCPRoute(r), "metadata") => r.metadata = map.next_value()?,
+        (Partial::TCPRoute(r), "spec") => {
+            r.spec = map.next_value_seed(Noted::at("spec", unread))?
+        }
+        (Partial::TLSRoute(r), "metadata") => r.metadata = map.next_value()?,
+        (Partial::TLSRoute(r), "spec") => {
+            r.spec = map.next_value_seed(Noted::at("spec", unread))?
+        }
         (Partial::ReferenceGrant(g), "metadata") => g.metadata = map.next_value()?,
         (Partial::ReferenceGrant(g), "spec") => {
             g.spec = map.next_value_seed(Noted::at("spec", unread))?;
@@ -601,6 +625,17 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
                 )),
             };
         }
+        // The standard channel serves them at v1; their earlier experimental versions have
+        // the same fields, and manifests written for them are common: read alike.
+        Partial::TCPRoute(_) | Partial::TLSRoute(_) => {
+            return match version.strip_prefix(gw::GROUP) {
+                Some("/v1" | "/v1alpha2" | "/v1alpha3") => Ok(()),
+                _ => Err(format!(
+                    "apiVersion {version:?}, expected {g}/v1 (or v1alpha2)",
+                    g = gw::GROUP
+                )),
+            };
+        }
         Partial::List | Partial::Other => return Ok(()),
     };
     if version == expected {
@@ -619,6 +654,8 @@ fn foreign_group(partial: &Partial, version: &str) -> bool {
             | Partial::Gateway(_)
             | Partial::HTTPRoute(_)
             | Partial::GRPCRoute(_)
+            | Partial::TCPRoute(_)
+            | Partial::TLSRoute(_)
             | Partial::ReferenceGrant(_)
     );
     ours && version

@@ -8,7 +8,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use crate::control::translate::gateway::api::{
-    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
 };
 use crate::control::translate::{GatewayRefs, IngressRefs};
 
@@ -27,6 +27,8 @@ pub struct Objects {
     pub gateways: Vec<Gateway>,
     pub http_routes: Vec<HTTPRoute>,
     pub grpc_routes: Vec<GRPCRoute>,
+    pub tcp_routes: Vec<TCPRoute>,
+    pub tls_routes: Vec<TLSRoute>,
     /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
     pub reference_grants: Vec<ReferenceGrant>,
     pub namespaces: Vec<Namespace>,
@@ -46,6 +48,8 @@ impl Objects {
                 gateways: self.gateways.iter().collect(),
                 routes: self.http_routes.iter().collect(),
                 grpc_routes: self.grpc_routes.iter().collect(),
+                tcp_routes: self.tcp_routes.iter().collect(),
+                tls_routes: self.tls_routes.iter().collect(),
                 grants: self.reference_grants.iter().collect(),
                 namespaces: self.namespaces.iter().collect(),
             })
@@ -63,6 +67,8 @@ impl Objects {
         self.gateways.extend(other.gateways);
         self.http_routes.extend(other.http_routes);
         self.grpc_routes.extend(other.grpc_routes);
+        self.tcp_routes.extend(other.tcp_routes);
+        self.tls_routes.extend(other.tls_routes);
         self.reference_grants.extend(other.reference_grants);
         self.namespaces.extend(other.namespaces);
         self.unread.extend(other.unread);

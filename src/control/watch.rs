@@ -1,7 +1,7 @@
 //! The cluster source: watches Services and `discovery.k8s.io/v1` EndpointSlices (and
 //! Ingresses, IngressClasses, `kubernetes.io/tls` Secrets, the `Opaque` Secrets and the
 //! ConfigMaps that hold an htpasswd `auth` or a `ca.crt` (that key alone is kept), the Gateway API's GatewayClasses, Gateways, HTTPRoutes,
-//! GRPCRoutes and ReferenceGrants, and Namespaces), keeps one store of each,
+//! GRPCRoutes, TCPRoutes, TLSRoutes and ReferenceGrants, and Namespaces), keeps one store of each,
 //! coalesces events, and publishes through the same `Pipeline` as the offline source.
 //!
 //! It consumes raw watcher events so that deletes and re-lists are never lost: a re-list fills a
@@ -36,7 +36,7 @@ use crate::control::events;
 use crate::control::pipeline::Pipeline;
 use crate::control::retry::{GATEWAY_API_RETRY, HEALTH, backed_off, is_not_found};
 use crate::control::translate::gateway::api::{
-    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
 };
 use crate::control::translate::{
     Changes, GatewayRefs, IngressRefs, ObjectRef, Warning, WarningReason,
@@ -377,7 +377,7 @@ where
 }
 
 /// The `resource` label of every watch `ClusterSource::run` keeps.
-const WATCHED: [&str; 13] = [
+const WATCHED: [&str; 15] = [
     "services",
     "endpointslices",
     "ingresses",
@@ -389,6 +389,8 @@ const WATCHED: [&str; 13] = [
     "gateways",
     "httproutes",
     "grpcroutes",
+    "tcproutes",
+    "tlsroutes",
     "referencegrants",
     "namespaces",
 ];
@@ -408,6 +410,8 @@ impl ClusterSource {
         let mut gateways = Box::pin(gateway_stream::<Gateway>(&self.client, ns));
         let mut routes = Box::pin(gateway_stream::<HTTPRoute>(&self.client, ns));
         let mut grpc_routes = Box::pin(gateway_stream::<GRPCRoute>(&self.client, ns));
+        let mut tcp_routes = Box::pin(gateway_stream::<TCPRoute>(&self.client, ns));
+        let mut tls_routes = Box::pin(gateway_stream::<TLSRoute>(&self.client, ns));
         let mut grants = Box::pin(gateway_stream::<ReferenceGrant>(&self.client, ns));
         // Namespaces exist on every API server; a 403 (a namespaced install without the
         // ClusterRole for them) leaves the store usable and empty, as for Ingresses.
@@ -444,11 +448,16 @@ impl ClusterSource {
         let mut gw_store: Store<Gateway> = Store::new();
         let mut route_store: Store<HTTPRoute> = Store::new();
         let mut grpc_store: Store<GRPCRoute> = Store::new();
+        let mut tcp_store: Store<TCPRoute> = Store::new();
+        let mut tls_store: Store<TLSRoute> = Store::new();
         let mut grant_store: Store<ReferenceGrant> = Store::new();
         let mut ns_store: Store<Namespace> = Store::new();
         // A Gateway API list answered 404 and no Gateway API list has completed since: the
         // one warning about missing CRDs was logged.
         let mut gateway_api_absent = false;
+        // The same for TCPRoute and TLSRoute, whose v1 came later (Gateway API v1.5): a
+        // cluster with older CRDs serves the other kinds without them.
+        let mut stream_routes_absent = false;
         // Backed-off watches wake at once when the API server is ready again.
         HEALTH.start_probe(self.client.clone());
         let events = self.events.then(|| {
@@ -479,6 +488,8 @@ impl ClusterSource {
                 && gw_store.usable()
                 && route_store.usable()
                 && grpc_store.usable()
+                && tcp_store.usable()
+                && tls_store.usable()
                 && grant_store.usable()
                 && ns_store.usable();
             let due = if ready { coalescer.due() } else { None };
@@ -544,6 +555,16 @@ impl ClusterSource {
                     }
                     ev = grpc_routes.next() => {
                         if self.on_gateway_event(ev, "grpcroutes", &mut grpc_store, &mut gateway_api_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = tcp_routes.next() => {
+                        if self.on_gateway_event(ev, "tcproutes", &mut tcp_store, &mut stream_routes_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = tls_routes.next() => {
+                        if self.on_gateway_event(ev, "tlsroutes", &mut tls_store, &mut stream_routes_absent) {
                             coalescer.changed(Instant::now());
                         }
                     }
@@ -629,6 +650,20 @@ impl ClusterSource {
                         &mut coalescer,
                     ),
                     self.read_ready_gateway(
+                        &mut tcp_routes,
+                        "tcproutes",
+                        &mut tcp_store,
+                        &mut stream_routes_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
+                        &mut tls_routes,
+                        "tlsroutes",
+                        &mut tls_store,
+                        &mut stream_routes_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
                         &mut grants,
                         "referencegrants",
                         &mut grant_store,
@@ -658,6 +693,8 @@ impl ClusterSource {
                 gw_store.take_changes().is_none_or(|c| !c.is_empty()),
                 route_store.take_changes().is_none_or(|c| !c.is_empty()),
                 grpc_store.take_changes().is_none_or(|c| !c.is_empty()),
+                tcp_store.take_changes().is_none_or(|c| !c.is_empty()),
+                tls_store.take_changes().is_none_or(|c| !c.is_empty()),
                 grant_store.take_changes().is_none_or(|c| !c.is_empty()),
                 ns_store.take_changes().is_none_or(|c| !c.is_empty()),
             ]
@@ -682,6 +719,8 @@ impl ClusterSource {
                 gateways: gw_store.live.values().collect(),
                 routes: route_store.live.values().collect(),
                 grpc_routes: grpc_store.live.values().collect(),
+                tcp_routes: tcp_store.live.values().collect(),
+                tls_routes: tls_store.live.values().collect(),
                 grants: grant_store.live.values().collect(),
                 namespaces: ns_store.live.values().collect(),
             });
@@ -997,6 +1036,22 @@ pub async fn snapshot(
         api::<GRPCRoute>(client, namespace).list(&lp).await,
         &mut crds_absent,
     );
+    // Their CRDs' v1 came later than the other kinds': a cluster without them still lists
+    // the rest (their absence is not "the Gateway API CRDs are not installed").
+    let mut stream_absent = false;
+    let tcp_routes = gateway_kind(
+        "tcproutes",
+        api::<TCPRoute>(client, namespace).list(&lp).await,
+        &mut stream_absent,
+    );
+    let tls_routes = gateway_kind(
+        "tlsroutes",
+        api::<TLSRoute>(client, namespace).list(&lp).await,
+        &mut stream_absent,
+    );
+    if stream_absent {
+        tracing::info!("the TCPRoute and TLSRoute CRDs (v1) are not installed; none listed");
+    }
     let reference_grants = gateway_kind(
         "referencegrants",
         api::<ReferenceGrant>(client, namespace).list(&lp).await,
@@ -1016,6 +1071,8 @@ pub async fn snapshot(
         gateways,
         http_routes,
         grpc_routes,
+        tcp_routes,
+        tls_routes,
         reference_grants,
         namespaces: optional(
             "namespaces",

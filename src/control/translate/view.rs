@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde::Serialize;
 
-use super::gateway::api::{GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant};
+use super::gateway::api::{
+    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
+};
 use crate::table::balance::Algorithm;
 use crate::table::{EntryId, EntryKey};
 
@@ -402,6 +404,8 @@ pub struct GatewayRefs<'a> {
     pub gateways: Vec<&'a Gateway>,
     pub routes: Vec<&'a HTTPRoute>,
     pub grpc_routes: Vec<&'a GRPCRoute>,
+    pub tcp_routes: Vec<&'a TCPRoute>,
+    pub tls_routes: Vec<&'a TLSRoute>,
     pub grants: Vec<&'a ReferenceGrant>,
     /// For `allowedRoutes.namespaces.selector`, which selects namespaces by their labels.
     pub namespaces: Vec<&'a Namespace>,
@@ -414,6 +418,8 @@ impl<'a> GatewayRefs<'a> {
             gateways: &self.gateways,
             routes: &self.routes,
             grpc_routes: &self.grpc_routes,
+            tcp_routes: &self.tcp_routes,
+            tls_routes: &self.tls_routes,
             grants: &self.grants,
             namespaces: &self.namespaces,
         }
@@ -427,6 +433,8 @@ pub struct GatewayInputs<'a> {
     pub gateways: &'a [&'a Gateway],
     pub routes: &'a [&'a HTTPRoute],
     pub grpc_routes: &'a [&'a GRPCRoute],
+    pub tcp_routes: &'a [&'a TCPRoute],
+    pub tls_routes: &'a [&'a TLSRoute],
     pub grants: &'a [&'a ReferenceGrant],
     pub namespaces: &'a [&'a Namespace],
 }
@@ -437,6 +445,8 @@ impl GatewayInputs<'_> {
             && self.gateways.is_empty()
             && self.routes.is_empty()
             && self.grpc_routes.is_empty()
+            && self.tcp_routes.is_empty()
+            && self.tls_routes.is_empty()
     }
 }
 

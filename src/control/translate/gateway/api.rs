@@ -1,5 +1,5 @@
 //! The Gateway API objects switchyard reads (`gateway.networking.k8s.io`, standard channel
-//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute and ReferenceGrant, with the fields
+//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute and ReferenceGrant, with the fields
 //! translate uses and the status it writes back.
 //!
 //! Written here rather than taken from the `gateway-api` crate, whose releases follow an older
@@ -68,6 +68,18 @@ resource!(
     GRPCRoute,
     "v1",
     "grpcroutes",
+    k8s_openapi::NamespaceResourceScope
+);
+resource!(
+    TCPRoute,
+    "v1",
+    "tcproutes",
+    k8s_openapi::NamespaceResourceScope
+);
+resource!(
+    TLSRoute,
+    "v1",
+    "tlsroutes",
     k8s_openapi::NamespaceResourceScope
 );
 resource!(
@@ -698,6 +710,64 @@ pub struct GRPCBackendRef {
     pub filters: Vec<GRPCRouteFilter>,
 }
 
+// === TCPRoute and TLSRoute ===
+
+/// A TCPRoute: the connections of a TCP listener relayed to its backends by weight.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TCPRoute {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: StreamRouteSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RouteStatus>,
+}
+
+/// A TLSRoute: the connections of a TLS listener whose hello names one of `hostnames`,
+/// relayed (passthrough) to its backends by weight.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TLSRoute {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: StreamRouteSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RouteStatus>,
+}
+
+/// The spec TCPRoute and TLSRoute share (a TCPRoute has no `hostnames`; the CRDs hold each
+/// to exactly one rule).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRouteSpec {
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hostnames: Vec<String>,
+    #[serde(default)]
+    pub rules: Vec<StreamRouteRule>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRouteRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_refs: Vec<StreamBackendRef>,
+}
+
+/// A backendRef of a TCPRoute or TLSRoute (the API's `BackendRef`: no filters).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamBackendRef {
+    #[serde(flatten)]
+    pub backend: BackendObjectReference,
+    /// Share of the connections; absent means 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+}
+
 // === ReferenceGrant ===
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -792,4 +862,7 @@ pub struct GatewayApiStatus {
     pub http_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
     /// The same for GRPCRoutes.
     pub grpc_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
+    /// The same for TCPRoutes and TLSRoutes.
+    pub tcp_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
+    pub tls_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
 }
