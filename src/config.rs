@@ -959,6 +959,11 @@ impl Config {
                 gateway_https_port: args.gateway_https_port.unwrap_or(args.https_port),
                 gateway_addresses,
                 tls_port,
+                own_ports: [http_port, args.admin_port, args.stats_port]
+                    .into_iter()
+                    .chain(tls_port.then_some(args.https_port))
+                    .filter(|p| *p != 0)
+                    .collect(),
             },
             timeouts: Timeouts {
                 tunnel: args.tunnel_timeout,

@@ -671,6 +671,8 @@ mod tests {
             )]),
             http_routes: BTreeMap::new(),
             grpc_routes: BTreeMap::new(),
+            tcp_routes: BTreeMap::new(),
+            tls_routes: BTreeMap::new(),
             own_addresses: false,
         };
         let addresses = [

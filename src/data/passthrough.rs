@@ -55,7 +55,7 @@ impl Passthrough {
     /// or closed); else hands it back for the handshake.
     pub async fn take(&self, mut stream: Stream) -> Option<Stream> {
         let table = self.proxy.table.load();
-        if table.passthrough.is_empty() {
+        if table.passthrough.is_empty() && table.streams.passthrough.is_empty() {
             return Some(stream);
         }
         let name = match tokio::time::timeout(self.hello_timeout, server_name(&mut stream)).await {
@@ -67,12 +67,17 @@ impl Passthrough {
         let Some(name) = name else {
             return Some(stream);
         };
-        let peer = stream
-            .get_socket_digest()
+        let digest = stream.get_socket_digest();
+        let peer = digest
+            .as_ref()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet().copied()));
+        let local = digest
+            .as_ref()
+            .and_then(|d| d.local_addr().and_then(|a| a.as_inet().copied()))
+            .map(|a| a.ip().to_canonical());
         let mut attempt = Attempt::new(peer.map(|a| a.ip()));
         let policy = &self.proxy.policy;
-        match attempt.route_passthrough(table, &name, policy, Instant::now()) {
+        match attempt.route_passthrough(table, &name, local, policy, Instant::now()) {
             Ok(Route::Proxy { .. }) => {}
             Ok(Route::NotFound) => return Some(stream),
             _ => {
@@ -141,6 +146,26 @@ async fn server_name(stream: &mut Stream) -> std::io::Result<Option<String>> {
         return Ok(None);
     }
     Ok(hello_server_name(&record))
+}
+
+/// Reads the TLS record at the head of `stream` (consumed: the caller sends it on first) and
+/// the server name of the client hello it holds (`None`: not a hello rustls reads whole from
+/// its first record, or one that names no server). For sockets of switchyard's own (a
+/// Gateway TLS listener's port), where nothing else reads the stream.
+pub async fn read_hello<R>(stream: &mut R) -> std::io::Result<(Vec<u8>, Option<String>)>
+where
+    R: AsyncRead + Unpin,
+{
+    let mut record = vec![0u8; RECORD_HEADER];
+    stream.read_exact(&mut record).await?;
+    let len = usize::from(u16::from_be_bytes([record[3], record[4]]));
+    if record[0] != 0x16 || len > MAX_RECORD {
+        return Ok((record, None));
+    }
+    record.resize(RECORD_HEADER + len, 0);
+    stream.read_exact(&mut record[RECORD_HEADER..]).await?;
+    let name = hello_server_name(&record);
+    Ok((record, name))
 }
 
 /// The server name a record holding a client hello names, read by rustls.

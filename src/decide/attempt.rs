@@ -24,13 +24,14 @@ use crate::decide::rate_limit::InProgress;
 use crate::table::balance::{Algorithm, Pick};
 use crate::table::external_auth::{AuthTarget, ExternalAuth};
 use crate::table::gateway::{
-    Action, Backend, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
+    Action, Backend, Backends, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
 };
 use crate::table::matcher::Strip;
 use crate::table::passthrough::passthrough_for;
 use crate::table::pattern::Pattern;
 use crate::table::policy::{AllowOrigin, Cors, CorsFlavor, Location, RoutePolicy, canary_takes};
 use crate::table::sticky::{self, COOKIE_NAME};
+use crate::table::stream::{StreamServe, sni_route};
 use crate::table::upstream::BackendProtocol;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, InFlight, RoutingTable, Totals};
 
@@ -223,6 +224,18 @@ pub enum Route {
     /// A Gateway route that cannot be served answers this status (500 for backends that do
     /// not resolve, as the Gateway API says).
     Fail(u16),
+}
+
+/// Where a whole connection goes: an entry (none: no route), or the entry a route's weights
+/// picked (none: a backend that does not resolve, or no weight at all).
+enum Picked {
+    Entry(Option<EntryId>),
+    Backends(Option<EntryId>),
+}
+
+/// The entry the next connection of `to` goes to.
+fn pick(to: &Backends) -> Option<EntryId> {
+    to.next().and_then(|(_, b)| b.entry)
 }
 
 /// The table is inconsistent (a bug in translate, never a client's fault).
@@ -583,17 +596,62 @@ impl Attempt {
             })
     }
 
-    /// The entry a TLS connection is passed through to (`table::passthrough`), with
-    /// client-IP affinity settled, as a TCP frontend's.
+    /// The entry a TLS connection to `local` is passed through to, with client-IP affinity
+    /// settled, as a TCP frontend's: a Gateway TLS listener's route for its server name
+    /// (`table::stream`) first, then an `ssl-passthrough` Ingress's (`table::passthrough`).
+    /// `NotFound`: neither takes the name (the connection goes on to the handshake).
     pub fn route_passthrough(
         &mut self,
         table: Arc<RoutingTable>,
         server_name: &str,
+        local: Option<IpAddr>,
         policy: &Policy,
         now: Instant,
     ) -> Result<Route, RouteError> {
-        let target = passthrough_for(&table.passthrough, server_name);
-        self.route_whole(table, target, policy, now)
+        let gateway = sni_route(&table.streams.passthrough, Some(server_name), local).map(pick);
+        let target = match gateway {
+            Some(picked) => Picked::Backends(picked),
+            None => Picked::Entry(passthrough_for(&table.passthrough, server_name)),
+        };
+        self.route_picked(table, target, policy, now)
+    }
+
+    /// The backend of a connection to a Gateway's TCP or TLS listener port `port`, opened on
+    /// `address` (`None`: the bind address): its route's weights pick it, by `server_name`
+    /// (the hello's) on a TLS listener's port. `NotFound`: no route takes it; `Unavailable`:
+    /// the share of a backend that does not resolve, refused as the spec asks.
+    pub fn route_stream(
+        &mut self,
+        table: Arc<RoutingTable>,
+        (address, port): (Option<IpAddr>, u16),
+        server_name: Option<&str>,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        let to = match table.streams.port(address, port) {
+            None => None,
+            Some(StreamServe::Tcp(to)) => Some(to),
+            Some(StreamServe::Tls(routes)) => sni_route(routes, server_name, None),
+        };
+        let target = match to {
+            Some(to) => Picked::Backends(pick(to)),
+            None => Picked::Entry(None),
+        };
+        self.route_picked(table, target, policy, now)
+    }
+
+    fn route_picked(
+        &mut self,
+        table: Arc<RoutingTable>,
+        target: Picked,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        match target {
+            Picked::Entry(target) => self.route_whole(table, target, policy, now),
+            Picked::Backends(Some(target)) => self.route_whole(table, Some(target), policy, now),
+            Picked::Backends(None) => Ok(Route::Unavailable),
+        }
     }
 
     /// The entry behind TCP frontend `port`, with client-IP affinity settled.

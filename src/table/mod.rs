@@ -23,6 +23,7 @@ pub mod policy;
 pub mod rate_limit;
 pub mod shared;
 pub mod sticky;
+pub mod stream;
 pub mod upstream;
 
 pub use shared::{EntryId, Shared};
@@ -768,6 +769,8 @@ pub struct RoutingTable {
     pub gateway: Arc<gateway::GatewayRoutes>,
     /// Hosts whose TLS connections are relayed unterminated (`ssl-passthrough`).
     pub passthrough: Arc<Vec<passthrough::Passthrough>>,
+    /// Gateway API TCP and TLS listeners and their routes.
+    pub streams: Arc<stream::Streams>,
 }
 
 impl PartialEq for RoutingTable {
@@ -781,6 +784,7 @@ impl PartialEq for RoutingTable {
             && self.certificates == other.certificates
             && self.gateway == other.gateway
             && self.passthrough == other.passthrough
+            && self.streams == other.streams
     }
 }
 

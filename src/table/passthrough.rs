@@ -16,25 +16,38 @@ pub struct Passthrough {
 /// The entry a server name's connections are relayed to: an exact host first, then the
 /// wildcard with the longest suffix; `name` in lower case.
 pub fn passthrough_for(hosts: &[Passthrough], name: &str) -> Option<EntryId> {
-    let exact = hosts.iter().find_map(|p| match &p.host {
-        HostPattern::Exact(h) if h == name => Some(p.entry),
+    by_server_name(hosts.iter().map(|p| (Some(&p.host), p.entry)), name)
+}
+
+/// What the host pattern that takes `name` best leads to: an exact host first, then the
+/// wildcard with the longest suffix (an Ingress's takes one label, a Gateway's any number).
+/// Hosts `None` (any name) are not this function's: callers rank them last.
+pub fn by_server_name<'h, T>(
+    hosts: impl Iterator<Item = (Option<&'h HostPattern>, T)> + Clone,
+    name: &str,
+) -> Option<T> {
+    let exact = hosts.clone().find_map(|(h, t)| match h {
+        Some(HostPattern::Exact(h)) if h == name => Some(t),
         _ => None,
     });
     exact.or_else(|| {
         hosts
-            .iter()
-            .filter_map(|p| {
-                let (suffix, one_label) = match &p.host {
+            .filter_map(|(h, t)| {
+                let (suffix, one_label) = match h? {
                     HostPattern::OneLabel(s) => (s, true),
                     HostPattern::Wildcard(s) => (s, false),
                     HostPattern::Exact(_) => return None,
                 };
                 let label = name.strip_suffix(suffix.as_str())?;
                 let fits = !label.is_empty() && (!one_label || !label.contains('.'));
-                fits.then_some((suffix.len(), p.entry))
+                fits.then_some((suffix.len(), t))
             })
-            .max_by_key(|(len, _)| *len)
-            .map(|(_, entry)| entry)
+            // The first of equally long suffixes, as the list orders them.
+            .fold(None, |best: Option<(usize, T)>, (len, t)| match best {
+                Some((b, _)) if b >= len => best,
+                _ => Some((len, t)),
+            })
+            .map(|(_, t)| t)
     })
 }
 

@@ -22,6 +22,7 @@ use crate::table::passthrough::Passthrough;
 use crate::table::pattern::{Pattern, Patterns};
 use crate::table::policy::{Canary, RoutePolicy};
 use crate::table::rate_limit::RateLimit;
+use crate::table::stream::Streams;
 use crate::table::upstream::{BackendProtocol, CaBundle, Upstream};
 use crate::table::{
     Endpoint, EndpointState, Entry, EntryId, EntryKey, EntryState, Frontend, RoutingTable, Shared,
@@ -131,6 +132,8 @@ pub(super) struct Builder<'a> {
     pub(super) prev_limits: HashMap<Box<str>, Arc<RateLimit>>,
     /// Hosts relayed unterminated on the TLS port (`ssl-passthrough`).
     pub(super) passthrough: Vec<Passthrough>,
+    /// The Gateways' TCP and TLS listeners with their routes.
+    pub(super) streams: Streams,
 }
 
 impl<'a> Builder<'a> {
@@ -173,6 +176,7 @@ impl<'a> Builder<'a> {
             regex_hosts: HashSet::new(),
             canaries: HashMap::default(),
             passthrough: Vec::new(),
+            streams: Streams::default(),
             prev_limits: previous
                 .into_iter()
                 .flat_map(|p| p.policies.iter())
@@ -881,6 +885,7 @@ impl<'a> Builder<'a> {
             certificates: Arc::new(certificates),
             gateway: Arc::new(self.gateway_routes),
             passthrough: Arc::new(self.passthrough),
+            streams: Arc::new(self.streams),
         };
         (Built { table, memo }, self.warnings)
     }

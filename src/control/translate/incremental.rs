@@ -224,6 +224,7 @@ pub(super) fn incremental(
         certificates: Arc::clone(&prev.certificates),
         gateway: Arc::clone(&prev.gateway),
         passthrough: Arc::clone(&prev.passthrough),
+        streams: Arc::clone(&prev.streams),
     };
     Some((Built { table, memo: next }, warnings))
 }

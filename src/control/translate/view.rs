@@ -177,6 +177,9 @@ pub struct Options {
     /// A TLS port is open (`--ssl-cert`, or a cluster without `--https-port 0`): without one, an
     /// Ingress's `spec.tls` cannot be served, which is a warning on it.
     pub tls_port: bool,
+    /// The ports switchyard listens on itself (HTTP, TLS, admin, stats): a Gateway's TCP or
+    /// TLS listener cannot have one.
+    pub own_ports: Vec<u16>,
 }
 
 /// Every Service routed (`ServiceRoutes::All`), unlike the flag's default: the translation's
@@ -200,6 +203,7 @@ impl Default for Options {
             gateway_https_port: 443,
             gateway_addresses: Vec::new(),
             tls_port: true,
+            own_ports: Vec::new(),
         }
     }
 }

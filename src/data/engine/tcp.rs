@@ -1,4 +1,5 @@
-//! Raw TCP frontends (`--tcp-services`): a listener per port that the table lists, opened and
+//! Raw TCP frontends (`--tcp-services`, and Gateway TCP and TLS listeners): a listener per
+//! port (per Gateway address) that the table lists, opened and
 //! closed at runtime as tables are swapped, forwarding bytes to an endpoint chosen the way the
 //! HTTP data plane chooses one (`Entry::choose`: the entry's algorithm, health, client-IP
 //! affinity, passive marks, in-flight counting).
@@ -31,13 +32,15 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::data::Timeouts;
+use crate::data::passthrough::read_hello;
 use crate::data::wire::proxy_protocol;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route};
 use crate::decide::cause::Cause;
 use crate::ops::access_log::{AccessLog, TcpRecord};
 use crate::ops::lifecycle::Lifecycle;
 use crate::ops::metrics::{Metrics, TcpFrontendMetrics};
-use crate::table::{Entry, EntryKey, Frontend, RoutingTable, TableReader};
+use crate::table::stream::StreamServe;
+use crate::table::{Frontend, RoutingTable, TableReader};
 
 /// How often the table is checked for a swap.
 const POLL_INTERVAL: Duration = Duration::from_millis(150);
@@ -127,23 +130,38 @@ impl TcpFrontends {
     }
 }
 
-/// The ports that should be listening: every TCP frontend whose entry has endpoints. An entry
-/// without endpoints gets no listener, so clients are refused at once (the TCP form of 503).
-fn wanted(table: &RoutingTable) -> BTreeMap<u16, &Entry> {
-    table
-        .tcp
-        .iter()
-        .filter_map(|f| {
-            let e = table.entry(f.entry)?;
-            (!e.endpoints.is_empty()).then_some((f.port, e))
-        })
-        .collect()
+/// Where a listener is opened: a Gateway's own address (`None`: the bind address) and port.
+type At = (Option<IpAddr>, u16);
+
+/// The ports that should be listening, each with what it serves (for logs): every TCP
+/// frontend whose entry has endpoints (an entry without endpoints gets no listener, so
+/// clients are refused at once: the TCP form of 503), and every Gateway TCP or TLS listener
+/// with a route.
+fn wanted(table: &RoutingTable) -> BTreeMap<At, String> {
+    let services = table.tcp.iter().filter_map(|f| {
+        let e = table.entry(f.entry)?;
+        (!e.endpoints.is_empty()).then(|| ((None, f.port), e.key.to_string()))
+    });
+    let gateways = table.streams.ports.iter().map(|p| {
+        let what = match p.serve {
+            StreamServe::Tcp(_) => "Gateway TCP listener",
+            StreamServe::Tls(_) => "Gateway TLS listener",
+        };
+        ((p.address, p.port), what.to_string())
+    });
+    // A `--tcp-services` port first: translate refuses a Gateway listener on one.
+    let mut out = BTreeMap::new();
+    for (at, what) in services.chain(gateways) {
+        out.entry(at).or_insert(what);
+    }
+    out
 }
 
 /// An open listener and the accept loop that owns it.
 struct Open {
-    /// The Service it was opened for (for logs; connections look the port up at accept time).
-    service: EntryKey,
+    /// The Service or listener it was opened for (for logs; connections look the port up at
+    /// accept time).
+    service: String,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
 }
@@ -165,8 +183,8 @@ struct Failed {
 #[async_trait]
 impl BackgroundService for TcpFrontends {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut open: BTreeMap<u16, Open> = BTreeMap::new();
-        let mut failed: BTreeMap<u16, Failed> = BTreeMap::new();
+        let mut open: BTreeMap<At, Open> = BTreeMap::new();
+        let mut failed: BTreeMap<At, Failed> = BTreeMap::new();
         let mut last: Option<Arc<RoutingTable>> = None;
         loop {
             tokio::select! {
@@ -183,49 +201,48 @@ impl BackgroundService for TcpFrontends {
                 continue;
             }
             let wanted = wanted(&table);
-            let gone: Vec<u16> = open
+            let gone: Vec<At> = open
                 .keys()
                 .filter(|p| !wanted.contains_key(p))
                 .copied()
                 .collect();
-            for port in gone {
-                if let Some(o) = open.remove(&port) {
-                    tracing::info!(port, service = %o.service, "TCP frontend closed");
+            for at in gone {
+                if let Some(o) = open.remove(&at) {
+                    tracing::info!(port = at.1, address = ?at.0, service = %o.service, "TCP frontend closed");
                     o.close().await;
                 }
             }
             // A port that stays but changes Service keeps its listener: it serves whatever the
             // table says at each accept.
-            for (port, o) in open.iter_mut() {
-                if let Some(e) = wanted.get(port) {
-                    o.service.clone_from(&e.key);
+            for (at, o) in open.iter_mut() {
+                if let Some(what) = wanted.get(at) {
+                    o.service.clone_from(what);
                 }
             }
-            failed.retain(|port, _| wanted.contains_key(port));
-            for (&port, entry) in &wanted {
-                if open.contains_key(&port)
-                    || failed
-                        .get(&port)
-                        .is_some_and(|f| f.at.elapsed() < BIND_RETRY)
+            failed.retain(|at, _| wanted.contains_key(at));
+            for (&at, what) in &wanted {
+                if open.contains_key(&at)
+                    || failed.get(&at).is_some_and(|f| f.at.elapsed() < BIND_RETRY)
                 {
                     continue;
                 }
-                let addr = SocketAddr::new(self.bind, port);
+                let (address, port) = at;
+                let addr = SocketAddr::new(address.unwrap_or(self.bind), port);
                 match TcpListener::bind(addr).await {
                     Ok(listener) => {
-                        tracing::info!(port, service = %entry.key, "TCP frontend listening");
+                        tracing::info!(port, ?address, service = %what, "TCP frontend listening");
                         let (stop, stopped) = oneshot::channel();
                         let task = tokio::spawn(accept_loop(
                             listener,
-                            port,
+                            at,
                             Arc::clone(&self.conn),
                             stopped,
                         ));
-                        failed.remove(&port);
+                        failed.remove(&at);
                         open.insert(
-                            port,
+                            at,
                             Open {
-                                service: entry.key.clone(),
+                                service: what.clone(),
                                 stop,
                                 task,
                             },
@@ -233,16 +250,17 @@ impl BackgroundService for TcpFrontends {
                     }
                     Err(e) => {
                         // Once per episode: the retries stay quiet until it works or goes away.
-                        if !failed.contains_key(&port) {
+                        if !failed.contains_key(&at) {
                             tracing::warn!(
                                 port,
-                                service = %entry.key,
+                                ?address,
+                                service = %what,
                                 error = %e,
                                 "cannot listen for TCP service; retrying every {}s",
                                 BIND_RETRY.as_secs()
                             );
                         }
-                        failed.insert(port, Failed { at: Instant::now() });
+                        failed.insert(at, Failed { at: Instant::now() });
                     }
                 }
             }
@@ -253,7 +271,7 @@ impl BackgroundService for TcpFrontends {
 
 async fn accept_loop(
     listener: TcpListener,
-    port: u16,
+    (address, port): At,
     conn: Arc<ConnSettings>,
     mut stop: oneshot::Receiver<()>,
 ) {
@@ -274,6 +292,7 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let accepted = Accepted {
+                        address,
                         port,
                         peer,
                         frontend: Arc::clone(&frontend),
@@ -319,6 +338,8 @@ fn spread(stream: TcpStream, accepted: Accepted, conn: Arc<ConnSettings>) {
 
 /// One accepted client connection and its listener's handles.
 struct Accepted {
+    /// The Gateway address it was opened on (`None`: the bind address).
+    address: Option<IpAddr>,
     port: u16,
     peer: SocketAddr,
     /// `tcp:PORT`.
@@ -351,8 +372,36 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
         }
     }
     // The table of the moment of accept is kept for this connection's whole life.
+    let table = conn.table.load();
+    let service = accepted.address.is_none()
+        && table
+            .tcp
+            .binary_search_by_key(&accepted.port, |f| f.port)
+            .is_ok();
+    let tls = !service
+        && matches!(
+            table.streams.port(accepted.address, accepted.port),
+            Some(StreamServe::Tls(_))
+        );
+    // A Gateway TLS listener's connections go by the server name of their hello, read here
+    // and sent on ahead of the rest.
+    let (hello, name) = if tls {
+        let read = tokio::time::timeout(conn.timeouts.request_headers, read_hello(&mut client));
+        match read.await {
+            Ok(Ok(read)) => read,
+            _ => return,
+        }
+    } else {
+        (Vec::new(), None)
+    };
     let mut attempt = Attempt::new(Some(accepted.peer.ip()));
-    match attempt.route_tcp(conn.table.load(), accepted.port, &conn.policy, started) {
+    let routed = if service {
+        attempt.route_tcp(table, accepted.port, &conn.policy, started)
+    } else {
+        let at = (accepted.address, accepted.port);
+        attempt.route_stream(table, at, name.as_deref(), &conn.policy, started)
+    };
+    match routed {
         Ok(Route::Proxy { .. } | Route::Unavailable) => {}
         Ok(
             Route::NotFound
@@ -370,7 +419,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             return;
         }
     }
-    let outcome = connect_and_relay(client, accepted.peer, &mut attempt, &conn).await;
+    let outcome = connect_and_relay(client, accepted.peer, &hello, &mut attempt, &conn).await;
     let (Some(table), Some(entry)) = (attempt.table(), attempt.entry()) else {
         return;
     };
@@ -404,9 +453,12 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
     }
 }
 
+/// Connects to the endpoint the attempt picks (trying others as it says) and relays;
+/// `first` (a hello already read) goes to the endpoint ahead of the client's other bytes.
 async fn connect_and_relay(
     client: TcpStream,
     peer: SocketAddr,
+    first: &[u8],
     attempt: &mut Attempt,
     conn: &ConnSettings,
 ) -> Outcome {
@@ -430,17 +482,19 @@ async fn connect_and_relay(
                 outcome.endpoint = Some(addr);
                 outcome.connect = attempt.connect_time();
                 outcome.error = None;
-                if let Some(h) = &header
-                    && let Err(e) = upstream.write_all(h).await
-                {
-                    outcome.error = Ended::Error(e.kind()).error();
-                    attempt.finish();
-                    return outcome;
+                let ahead = header.iter().map(Vec::as_slice).chain(Some(first));
+                for bytes in ahead.filter(|b| !b.is_empty()) {
+                    if let Err(e) = upstream.write_all(bytes).await {
+                        outcome.error = Ended::Error(e.kind()).error();
+                        attempt.finish();
+                        return outcome;
+                    }
                 }
                 // Small writes of interactive protocols must not wait for Nagle.
                 let _ = client.set_nodelay(true);
                 let _ = upstream.set_nodelay(true);
-                let (ended, bytes) = relay(client, upstream, conn.timeouts.tunnel).await;
+                let (ended, mut bytes) = relay(client, upstream, conn.timeouts.tunnel).await;
+                bytes.from_client += first.len() as u64;
                 outcome.bytes = bytes;
                 outcome.error = ended.error();
                 attempt.finish();

@@ -98,6 +98,8 @@ pub(super) fn count_attached(
             let by_key = match c.kind {
                 RouteKind::Http => &mut status.http_routes,
                 RouteKind::Grpc => &mut status.grpc_routes,
+                RouteKind::Tcp => &mut status.tcp_routes,
+                RouteKind::Tls => &mut status.tls_routes,
             };
             by_key.insert(c.key.clone(), Arc::clone(route));
         }
@@ -197,7 +199,10 @@ fn attach<'g>(
 /// The host levels a route with `hostnames` gets on a listener with `listener` hostname:
 /// each route hostname the listener's takes (the more specific of the two), or the
 /// listener's own when the route names none. Empty: none intersect. `[None]`: any host.
-fn intersect(listener: Option<&HostPattern>, hostnames: &[String]) -> Vec<Option<HostPattern>> {
+pub(super) fn intersect(
+    listener: Option<&HostPattern>,
+    hostnames: &[String],
+) -> Vec<Option<HostPattern>> {
     let route: Vec<HostPattern> = hostnames
         .iter()
         .filter_map(|h| gateway_host(h).ok())

@@ -23,6 +23,7 @@ use super::classes::claim_classes;
 use super::grpc::as_http_route;
 use super::listeners::{Given, give_addresses};
 use super::rules::PatternSource;
+use super::streams::streams;
 use super::view::{Gateways, Grants, RouteInputs, RouteKind, listener_key, sorted};
 use crate::control::translate::build::Builder;
 use crate::control::translate::gateway::assemble;
@@ -63,6 +64,7 @@ impl<'a> Builder<'a> {
         let namespace_labels = namespace_labels(inputs.namespaces);
         let mut gateways = self.our_gateways(inputs.gateways, &classes, &grants, secrets);
         let addresses = give_addresses(&self.options.gateway_addresses, &mut gateways, previous);
+        self.claim_stream_ports(&mut gateways);
         self.place_certificates(&mut gateways);
         // The inputs routes read besides themselves, and what changed of them since the
         // previous build's cache.
@@ -97,12 +99,14 @@ impl<'a> Builder<'a> {
                     .map(|r| (RouteKind::Grpc, r)),
             )
             .collect();
-        let routes = self.translate_routes(&all, reusable, &context, &given, &mut compiled);
+        let mut routes = self.translate_routes(&all, reusable, &context, &given, &mut compiled);
+        let claims = self.add_streams(inputs, &given, &mut routes.entry_ids, &mut status);
         count_attached(
             &routes.outputs,
             &mut gateways,
             (!routes.same).then_some(&mut status),
         );
+        self.streams = streams(claims, &mut gateways, self.options.gateway_https_port);
         let levels_made = self.make_routers(&gateways, &addresses, &routes, reusable, previous);
         self.keep_routes(routes, context, compiled, reusable, levels_made);
         self.gateway_statuses(gateways, &addresses, &mut status);

@@ -13,7 +13,7 @@ use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
 use super::view::{
     Allowed, GRPC_ROUTE, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView,
-    RouteKind, created, gateway_host, programmed, sorted,
+    RouteKind, StreamListener, TCP_ROUTE, TLS_ROUTE, created, gateway_host, programmed, sorted,
 };
 use crate::control::translate::annotations::show;
 use crate::control::translate::build::Builder;
@@ -84,7 +84,7 @@ impl Builder<'_> {
         let mut seen: BTreeMap<(i32, String), usize> = BTreeMap::new();
         let mut protocols: BTreeMap<i32, &str> = BTreeMap::new();
         for l in &gw.spec.listeners {
-            let (https, mut accepted) = self.listener_port(l);
+            let (https, stream, mut accepted) = self.listener_port(l);
             let hostname = match l.hostname.as_deref().filter(|h| !h.is_empty()) {
                 None => None,
                 Some(h) => match gateway_host(h) {
@@ -118,6 +118,8 @@ impl Builder<'_> {
                 .filter_map(|k| match k.kind.as_str() {
                     HTTP_ROUTE => Some(RouteKind::Http),
                     GRPC_ROUTE => Some(RouteKind::Grpc),
+                    TCP_ROUTE => Some(RouteKind::Tcp),
+                    TLS_ROUTE => Some(RouteKind::Tls),
                     _ => None,
                 })
                 .collect();
@@ -136,6 +138,7 @@ impl Builder<'_> {
                 gateway: (ns, name),
                 name: &l.name,
                 https,
+                stream,
                 addresses: Vec::new(),
                 port: l.port,
                 hostname,
@@ -149,38 +152,90 @@ impl Builder<'_> {
         (views, statuses)
     }
 
-    /// Whether a listener is HTTPS, and whether its protocol and port are served.
-    fn listener_port(&self, l: &Listener) -> (bool, Checked) {
-        let mut accepted: Checked = Ok(());
-        let https = match l.protocol.as_str() {
-            "HTTP" => false,
-            "HTTPS" => true,
-            other => {
-                accepted = Err((
-                    "UnsupportedProtocol",
-                    format!("protocol {other} is not served (HTTP and HTTPS are)"),
-                ));
-                false
+    /// Whether a listener is HTTPS or a stream (TCP, TLS passthrough), and whether its
+    /// protocol and port are served: HTTP and HTTPS on switchyard's own frontends' ports,
+    /// TCP and TLS on a port of their own (TLS also on the TLS port, by server name).
+    fn listener_port(&self, l: &Listener) -> (bool, Option<StreamListener>, Checked) {
+        let o = self.options;
+        let refuse = |reason, message: String| Err((reason, message));
+        match l.protocol.as_str() {
+            "HTTP" | "HTTPS" => {
+                let https = l.protocol == "HTTPS";
+                let (served_port, flag) = if https {
+                    (o.gateway_https_port, "https")
+                } else {
+                    (o.gateway_http_port, "http")
+                };
+                let accepted = if l.port == i32::from(served_port) {
+                    Ok(())
+                } else {
+                    refuse(
+                        "PortUnavailable",
+                        format!(
+                            "port {} is not served: {} listeners are served on port \
+                             {served_port} (--gateway-{flag}-port)",
+                            l.port, l.protocol
+                        ),
+                    )
+                };
+                (https, None, accepted)
             }
-        };
-        let served_port = if https {
-            self.options.gateway_https_port
-        } else {
-            self.options.gateway_http_port
-        };
-        if accepted.is_ok() && l.port != i32::from(served_port) {
-            accepted = Err((
-                "PortUnavailable",
-                format!(
-                    "port {} is not served: {} listeners are served on port {served_port} \
-                     (--gateway-{}-port)",
-                    l.port,
-                    l.protocol,
-                    if https { "https" } else { "http" }
+            "TCP" => (false, Some(StreamListener::Tcp), self.stream_port(l, false)),
+            "TLS" => {
+                let mode = l.tls.as_ref().and_then(|t| t.mode.as_deref());
+                let accepted = if mode == Some("Passthrough") {
+                    self.stream_port(l, true)
+                } else {
+                    refuse(
+                        "UnsupportedValue",
+                        format!(
+                            "tls.mode {} is not served on a TLS listener (Passthrough is; \
+                             terminate TLS with an HTTPS listener)",
+                            show(mode.unwrap_or(""))
+                        ),
+                    )
+                };
+                (false, Some(StreamListener::Tls), accepted)
+            }
+            other => (
+                false,
+                None,
+                refuse(
+                    "UnsupportedProtocol",
+                    format!("protocol {other} is not served (HTTP, HTTPS, TCP and TLS are)"),
                 ),
-            ));
+            ),
         }
-        (https, accepted)
+    }
+
+    /// Whether a stream listener's port can be opened: not one of switchyard's own ports
+    /// (the Gateway HTTP port, `--tcp-services`, the HTTP, admin and stats ports), nor the
+    /// TLS port unless the listener is TLS, which shares it by server name.
+    fn stream_port(&self, l: &Listener, tls: bool) -> Checked {
+        let o = self.options;
+        let port = u16::try_from(l.port).ok().filter(|p| *p > 0);
+        let Some(port) = port else {
+            return Err(("PortUnavailable", format!("port {} is not a port", l.port)));
+        };
+        let taken = if port == o.gateway_https_port {
+            (!tls || !o.tls_port).then_some(if o.tls_port {
+                "the Gateway HTTPS port (--gateway-https-port); a TLS listener may share it"
+            } else {
+                "the Gateway HTTPS port, and no TLS port is open"
+            })
+        } else if port == o.gateway_http_port {
+            Some("the Gateway HTTP port (--gateway-http-port)")
+        } else if o.tcp_services.iter().any(|t| t.port == port) {
+            Some("a --tcp-services port")
+        } else if o.own_ports.contains(&port) {
+            Some("one of switchyard's own ports (HTTP, TLS, admin, stats)")
+        } else {
+            None
+        };
+        match taken {
+            Some(what) => Err(("PortUnavailable", format!("port {port} is {what}"))),
+            None => Ok(()),
+        }
     }
 
     /// Whether `gw` asks to verify the clients of HTTPS listener `l`, which is not carried
@@ -438,10 +493,10 @@ fn conflict<'l>(
     conflicted
 }
 
-/// The kinds of route a listener supports (HTTPRoute and GRPCRoute, the ones it can take:
-/// gRPC arrives as HTTP/2, by ALPN on the TLS port and with prior knowledge on the HTTP
-/// port, as the GRPCRoute spec asks of both protocols), and `InvalidRouteKinds` for any
-/// other it names.
+/// The kinds of route a listener supports: HTTPRoute and GRPCRoute on HTTP and HTTPS
+/// (gRPC arrives as HTTP/2, by ALPN on the TLS port and with prior knowledge on the HTTP
+/// port, as the GRPCRoute spec asks of both protocols), TCPRoute on TCP, TLSRoute on TLS;
+/// `InvalidRouteKinds` for any other it names.
 fn route_kinds(l: &Listener, allowed: Option<&AllowedRoutes>) -> (Vec<RouteGroupKind>, Checked) {
     let mut refs: Checked = Ok(());
     let kinds = allowed.map(|a| a.kinds.as_slice()).unwrap_or(&[]);
@@ -450,16 +505,18 @@ fn route_kinds(l: &Listener, allowed: Option<&AllowedRoutes>) -> (Vec<RouteGroup
         group: Some(GROUP.into()),
         kind: k.into(),
     };
-    if !matches!(l.protocol.as_str(), "HTTP" | "HTTPS") {
+    let takes: &[&str] = match l.protocol.as_str() {
+        "HTTP" | "HTTPS" => &[HTTP_ROUTE, GRPC_ROUTE],
+        "TCP" => &[TCP_ROUTE],
+        "TLS" => &[TLS_ROUTE],
         // A listener of a protocol not served supports no kind of route.
-    } else if kinds.is_empty() {
-        supported.push(kind(HTTP_ROUTE));
-        supported.push(kind(GRPC_ROUTE));
+        _ => return (supported, refs),
+    };
+    if kinds.is_empty() {
+        supported.extend(takes.iter().map(|k| kind(k)));
     } else {
         for k in kinds {
-            if k.group.as_deref().unwrap_or(GROUP) == GROUP
-                && matches!(k.kind.as_str(), HTTP_ROUTE | GRPC_ROUTE)
-            {
+            if k.group.as_deref().unwrap_or(GROUP) == GROUP && takes.contains(&k.kind.as_str()) {
                 let known = kind(&k.kind);
                 if !supported.contains(&known) {
                     supported.push(known);
@@ -467,7 +524,10 @@ fn route_kinds(l: &Listener, allowed: Option<&AllowedRoutes>) -> (Vec<RouteGroup
             } else {
                 refs = Err((
                     "InvalidRouteKinds",
-                    format!("route kind {} is not supported", k.kind),
+                    format!(
+                        "route kind {} is not supported on a {} listener",
+                        k.kind, l.protocol
+                    ),
                 ));
             }
         }

@@ -27,6 +27,7 @@ mod grpc;
 mod listeners;
 mod rules;
 mod status;
+mod streams;
 mod view;
 
 /// The build after a change to Gateway API objects or Namespaces alone: the Gateway routes,
@@ -80,7 +81,11 @@ pub(super) fn rebuild(
     let same_routes = b.gateway_cache.as_ref().is_some_and(|c| c.same_routes);
     let gateway_status = if same_routes {
         let prev = &memo.gateway_status;
-        if prev.classes == b.gateway_status.classes && prev.gateways == b.gateway_status.gateways {
+        if prev.classes == b.gateway_status.classes
+            && prev.gateways == b.gateway_status.gateways
+            && prev.tcp_routes == b.gateway_status.tcp_routes
+            && prev.tls_routes == b.gateway_status.tls_routes
+        {
             Arc::clone(prev)
         } else {
             Arc::new(GatewayApiStatus {
@@ -133,6 +138,7 @@ pub(super) fn rebuild(
             Arc::new(std::mem::take(&mut b.gateway_routes))
         },
         passthrough: Arc::clone(&prev.passthrough),
+        streams: Arc::new(std::mem::take(&mut b.streams)),
     };
     Some((Built { table, memo: next }, all))
 }

@@ -52,8 +52,8 @@ impl Invalid {
 
 /// Why a backend reference cannot be used (the `ResolvedRefs` reasons).
 pub(super) struct Unresolved {
-    reason: &'static str,
-    message: String,
+    pub(super) reason: &'static str,
+    pub(super) message: String,
 }
 
 /// What serving a route's rules leaves for its conditions.
@@ -326,7 +326,7 @@ impl Builder<'_> {
     }
 
     /// The entry a backendRef names.
-    fn gateway_backend(
+    pub(super) fn gateway_backend(
         &mut self,
         who: &ObjectRef,
         r: &BackendObjectReference,

@@ -22,14 +22,19 @@ use crate::table::pattern::Pattern;
 /// The kinds of route a listener takes.
 pub(super) const HTTP_ROUTE: &str = "HTTPRoute";
 pub(super) const GRPC_ROUTE: &str = "GRPCRoute";
+pub(super) const TCP_ROUTE: &str = "TCPRoute";
+pub(super) const TLS_ROUTE: &str = "TLSRoute";
 
 /// A route's kind. A GRPCRoute is translated as the HTTPRoute it means (`grpc.rs`); its kind
 /// decides the listeners that take it, the ReferenceGrants that let it name a backend, its
-/// backends' protocol and where its status goes. HTTPRoutes sort first.
+/// backends' protocol and where its status goes. HTTPRoutes sort first. TCPRoutes and
+/// TLSRoutes attach as the others do, to the stream listeners (`streams.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum RouteKind {
     Http,
     Grpc,
+    Tcp,
+    Tls,
 }
 
 impl RouteKind {
@@ -37,6 +42,8 @@ impl RouteKind {
         match self {
             RouteKind::Http => HTTP_ROUTE,
             RouteKind::Grpc => GRPC_ROUTE,
+            RouteKind::Tcp => TCP_ROUTE,
+            RouteKind::Tls => TLS_ROUTE,
         }
     }
 }
@@ -46,6 +53,8 @@ pub(super) struct ListenerView<'g> {
     pub(super) gateway: (&'g str, &'g str),
     pub(super) name: &'g str,
     pub(super) https: bool,
+    /// A TCP or TLS (passthrough) listener: its routes are streams, not HTTP routes.
+    pub(super) stream: Option<StreamListener>,
     /// The Gateway's own addresses (`--gateway-addresses`); empty: a shared Gateway.
     pub(super) addresses: Vec<IpAddr>,
     pub(super) port: i32,
@@ -60,6 +69,14 @@ pub(super) struct ListenerView<'g> {
     /// An HTTPS listener's certificates (its `certificateRefs`, resolved): placed once every
     /// Gateway's address is known (`place_certificates`).
     pub(super) certificates: ListenerCertificates,
+}
+
+/// The protocols of listeners whose routes are streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StreamListener {
+    Tcp,
+    /// `protocol: TLS`, `tls.mode: Passthrough`.
+    Tls,
 }
 
 /// An HTTPS listener's certificates: each Secret's key and PEM bundle.
@@ -94,13 +111,20 @@ pub(super) enum PathKind {
 }
 
 impl ListenerView<'_> {
-    /// The frontends its routes go to: one per address of its Gateway, or the shared one.
+    /// The HTTP frontends its routes go to: one per address of its Gateway, or the shared
+    /// one; none for a stream listener.
     pub(super) fn frontends(&self) -> impl Iterator<Item = FrontendKey> + '_ {
-        let shared = self.addresses.is_empty().then_some(None);
+        let http = self.stream.is_none();
+        let shared = (http && self.addresses.is_empty()).then_some(None);
         let https = self.https;
         shared
             .into_iter()
-            .chain(self.addresses.iter().map(|ip| Some(*ip)))
+            .chain(
+                self.addresses
+                    .iter()
+                    .filter(move |_| http)
+                    .map(|ip| Some(*ip)),
+            )
             .map(move |address| FrontendKey { address, https })
     }
 }

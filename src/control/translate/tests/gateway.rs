@@ -16,6 +16,8 @@ struct World {
     gateways: Vec<Gateway>,
     routes: Vec<HTTPRoute>,
     grpc_routes: Vec<GRPCRoute>,
+    tcp_routes: Vec<TCPRoute>,
+    tls_routes: Vec<TLSRoute>,
     grants: Vec<ReferenceGrant>,
     namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
     secrets: Vec<k8s_openapi::api::core::v1::Secret>,
@@ -33,6 +35,8 @@ fn world(yaml: &str) -> World {
             "Gateway" => w.gateways.push(serde_json::from_value(v).unwrap()),
             "HTTPRoute" => w.routes.push(serde_json::from_value(v).unwrap()),
             "GRPCRoute" => w.grpc_routes.push(serde_json::from_value(v).unwrap()),
+            "TCPRoute" => w.tcp_routes.push(serde_json::from_value(v).unwrap()),
+            "TLSRoute" => w.tls_routes.push(serde_json::from_value(v).unwrap()),
             "ReferenceGrant" => w.grants.push(serde_json::from_value(v).unwrap()),
             "Namespace" => w.namespaces.push(serde_json::from_value(v).unwrap()),
             "Secret" => w.secrets.push(serde_json::from_value(v).unwrap()),
@@ -48,6 +52,8 @@ fn build(w: &World) -> (Built, Vec<Warning>) {
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
         grpc_routes: w.grpc_routes.iter().collect(),
+        tcp_routes: w.tcp_routes.iter().collect(),
+        tls_routes: w.tls_routes.iter().collect(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -385,7 +391,7 @@ metadata: {name: odd, namespace: infra}
 spec:
   gatewayClassName: sy
   listeners:
-  - {name: tcp, port: 9000, protocol: TCP}
+  - {name: udp, port: 9000, protocol: UDP}
   - {name: other-port, port: 8080, protocol: HTTP}
   - {name: http, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: TCPRoute}]}}
 ---
@@ -831,6 +837,8 @@ spec:
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
         grpc_routes: Vec::new(),
+        tcp_routes: Vec::new(),
+        tls_routes: Vec::new(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -908,6 +916,8 @@ fn build_changes_with(
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
         grpc_routes: w.grpc_routes.iter().collect(),
+        tcp_routes: w.tcp_routes.iter().collect(),
+        tls_routes: w.tls_routes.iter().collect(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -1054,6 +1064,8 @@ fn build_at_warned(
         gateways: w.gateways.iter().collect(),
         routes: w.routes.iter().collect(),
         grpc_routes: Vec::new(),
+        tcp_routes: Vec::new(),
+        tls_routes: Vec::new(),
         grants: w.grants.iter().collect(),
         namespaces: w.namespaces.iter().collect(),
     });
@@ -1513,6 +1525,7 @@ fn a_gateway_with_an_address_has_its_certificates_for_that_address_alone() {
 
 mod cache;
 mod grpc;
+mod streams;
 
 /// Gateways asking for client-certificate validation: `mtls` on every HTTPS port, `fallback`
 /// with `AllowInsecureFallback`, `perport` by default but not on 443 (its `perPort` entry

@@ -1,0 +1,181 @@
+//! Gateway API streams: the TCP and TLS (passthrough) listeners of Gateways and the TCPRoutes
+//! and TLSRoutes attached to them. A TCP listener's connections go to its route's backends by
+//! weight; a TLS listener's by the server name of the client's hello, relayed unterminated.
+//! TLS listeners on the TLS port itself share it with termination: their names are relayed
+//! before any handshake (`passthrough`). Data only: the TCP frontends open the ports
+//! (`data::engine::tcp`), the TLS port reads the names (`data::passthrough`), the decision core
+//! picks the backend. No Kubernetes, Pingora or tokio.
+
+use std::net::IpAddr;
+
+use crate::table::gateway::Backends;
+use crate::table::matcher::HostPattern;
+use crate::table::passthrough::by_server_name;
+
+/// The Gateways' stream listeners with routes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Streams {
+    /// Ports of their own, sorted by address and port.
+    pub ports: Vec<StreamPort>,
+    /// TLS listeners on the TLS port: names relayed before the handshake, ahead of
+    /// `ssl-passthrough` Ingresses.
+    pub passthrough: Vec<SniRoute>,
+}
+
+/// One port a Gateway listens on for raw connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPort {
+    /// The Gateway's own address (`--gateway-addresses`): the port is opened on it alone.
+    /// `None`: on the bind address, as `--tcp-services` ports.
+    pub address: Option<IpAddr>,
+    pub port: u16,
+    pub serve: StreamServe,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamServe {
+    /// A TCP listener: its route's backends take every connection.
+    Tcp(Backends),
+    /// TLS listeners in passthrough mode: by the hello's server name; a name none takes is
+    /// closed.
+    Tls(Vec<SniRoute>),
+}
+
+/// The connections whose hello names `host` (`None`: any name, or none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SniRoute {
+    pub host: Option<HostPattern>,
+    /// On the TLS port: the Gateway's own address, whose connections alone it takes.
+    pub address: Option<IpAddr>,
+    pub to: Backends,
+}
+
+impl Streams {
+    pub fn is_empty(&self) -> bool {
+        self.ports.is_empty() && self.passthrough.is_empty()
+    }
+
+    /// What the port opened on `address` (`None`: the bind address) serves.
+    pub fn port(&self, address: Option<IpAddr>, port: u16) -> Option<&StreamServe> {
+        self.ports
+            .binary_search_by(|p| (p.address, p.port).cmp(&(address, port)))
+            .ok()
+            .map(|i| &self.ports[i].serve)
+    }
+}
+
+/// The backends the connections naming `name` go to, among `routes` seen from a connection
+/// to `local`: an exact name first, then the longest wildcard, then a route for any name.
+pub fn sni_route<'t>(
+    routes: &'t [SniRoute],
+    name: Option<&str>,
+    local: Option<IpAddr>,
+) -> Option<&'t Backends> {
+    let seen = || {
+        routes
+            .iter()
+            .filter(move |r| r.address.is_none_or(|a| Some(a) == local))
+    };
+    name.and_then(|name| by_server_name(seen().map(|r| (r.host.as_ref(), &r.to)), name))
+        .or_else(|| seen().find(|r| r.host.is_none()).map(|r| &r.to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::gateway::Backend;
+    use crate::table::shared::Shared;
+
+    fn to(entry: u32) -> Backends {
+        Backends {
+            backends: vec![Backend {
+                entry: Some(entry),
+                weight: 1,
+                request_headers: Default::default(),
+                response_headers: Default::default(),
+            }]
+            .into_boxed_slice(),
+            total: 1,
+            turn: Shared::default(),
+        }
+    }
+
+    fn entry(b: Option<&Backends>) -> Option<u32> {
+        b.and_then(|b| b.peek()).and_then(|(_, b)| b.entry)
+    }
+
+    #[test]
+    fn names_pick_exact_then_wildcard_then_any() {
+        let a: IpAddr = "127.0.0.2".parse().unwrap();
+        let routes = [
+            SniRoute {
+                host: None,
+                address: None,
+                to: to(1),
+            },
+            SniRoute {
+                host: Some(HostPattern::Wildcard(".example.com".into())),
+                address: None,
+                to: to(2),
+            },
+            SniRoute {
+                host: Some(HostPattern::Exact("abc.example.com".into())),
+                address: None,
+                to: to(3),
+            },
+            SniRoute {
+                host: Some(HostPattern::Exact("own.example.com".into())),
+                address: Some(a),
+                to: to(4),
+            },
+        ];
+        assert_eq!(
+            entry(sni_route(&routes, Some("abc.example.com"), None)),
+            Some(3)
+        );
+        assert_eq!(
+            entry(sni_route(&routes, Some("x.y.example.com"), None)),
+            Some(2)
+        );
+        assert_eq!(entry(sni_route(&routes, Some("other.org"), None)), Some(1));
+        assert_eq!(entry(sni_route(&routes, None, None)), Some(1));
+        // A Gateway's own address sees its routes; others do not.
+        assert_eq!(
+            entry(sni_route(&routes, Some("own.example.com"), Some(a))),
+            Some(4)
+        );
+        assert_eq!(
+            entry(sni_route(&routes, Some("own.example.com"), None)),
+            Some(2)
+        );
+        assert_eq!(
+            entry(sni_route(&routes[1..3], Some("other.org"), None)),
+            None
+        );
+    }
+
+    #[test]
+    fn ports_are_found_by_address_and_port() {
+        let a: IpAddr = "127.0.0.2".parse().unwrap();
+        let port = |address, port, e| StreamPort {
+            address,
+            port,
+            serve: StreamServe::Tcp(to(e)),
+        };
+        let s = Streams {
+            ports: vec![
+                port(None, 9000, 1),
+                port(None, 9300, 2),
+                port(Some(a), 9000, 3),
+            ],
+            passthrough: Vec::new(),
+        };
+        let e = |serve: Option<&StreamServe>| match serve {
+            Some(StreamServe::Tcp(b)) => entry(Some(b)),
+            _ => None,
+        };
+        assert_eq!(e(s.port(None, 9300)), Some(2));
+        assert_eq!(e(s.port(Some(a), 9000)), Some(3));
+        assert_eq!(e(s.port(None, 9001)), None);
+    }
+}
