@@ -245,7 +245,9 @@ pub fn run(config: Config) -> Result<(), RunError> {
         ));
         server.add_service(background_service("certificates", tls.watcher()));
     }
-    if !config.translate.tcp_services.is_empty() {
+    // Always: Gateway TCP and TLS listeners may come with any table, as `--tcp-services`
+    // ports with their Services.
+    {
         let frontends = tcp_proxy::TcpFrontends::new(
             reader.clone(),
             config.bind_address,
