@@ -6,8 +6,10 @@
 //! (`conformance/utils/kubernetes/helpers.go`: a condition matches on type and status, and on
 //! reason unless the expectation leaves it empty; listeners and parents must be exactly the
 //! expected ones). And the CRDs' absence: one warning, Services still served, the Gateway API
-//! picked up once installed and dropped once deleted; and the status writer's own promises
-//! (other controllers' entries kept, times kept, nothing rewritten, followers quiet).
+//! picked up once installed and dropped once deleted; older CRDs without TCPRoute and TLSRoute,
+//! the other kinds' status still written; and the status writer's own promises (other
+//! controllers' entries kept, times kept, nothing rewritten, followers quiet), for TCPRoutes
+//! and TLSRoutes too.
 //!
 //! switchyard runs as the suite runs an implementation: watching every namespace, with an
 //! address to publish (`--publish-status-address 127.0.0.1`) and port 80/443 listeners as its
@@ -56,6 +58,8 @@ fn manifest(rel: &str) -> Vec<Value> {
                         | "Gateway"
                         | "HTTPRoute"
                         | "GRPCRoute"
+                        | "TCPRoute"
+                        | "TLSRoute"
                         | "ReferenceGrant"
                 )
             )
@@ -137,7 +141,11 @@ async fn start_with(case: &str, edit: impl FnOnce(&mut Vec<Value>)) -> Case {
 
 /// A switchyard watching a fake API server that holds `objs`, with `extra` arguments.
 async fn start_objects(objs: Vec<Value>, extra: &[&str]) -> Case {
-    let api = FakeApi::start().await;
+    start_on(FakeApi::start().await, objs, extra)
+}
+
+/// `start_objects` on a fake set up first (some CRDs not installed, say).
+fn start_on(api: FakeApi, objs: Vec<Value>, extra: &[&str]) -> Case {
     api.apply_all(objs);
     let cert = tempfile::tempdir().unwrap();
     let ck = rcgen::generate_simple_self_signed(vec!["default.invalid".to_string()]).unwrap();
@@ -881,6 +889,133 @@ async fn grpcroute_status_is_written_and_follows_the_spec() {
     .await;
 }
 
+// === TCPRoute and TLSRoute ===
+
+/// A Gateway of ours with a TCP listener (port 9300, TCPRoutes only) and a TLS passthrough
+/// listener (`abc.example.com`, port 9443), with a TCPRoute and a TLSRoute attached to one
+/// each, to `tcp-backend` of the base manifests (as upstream's `tcproute-*` and
+/// `tlsroute-simple-same-namespace` cases).
+fn stream_gateway_and_routes() -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "stream-gateway", "namespace": INFRA},
+        "spec": {"gatewayClassName": CLASS, "listeners": [
+            {"name": "tcp", "protocol": "TCP", "port": 9300,
+             "allowedRoutes": {"kinds": [{"kind": "TCPRoute"}]}},
+            {"name": "tls", "protocol": "TLS", "port": 9443,
+             "hostname": "abc.example.com", "tls": {"mode": "Passthrough"}},
+        ]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TCPRoute",
+               "metadata": {"name": "tcp-route", "namespace": INFRA},
+               "spec": {"parentRefs": [{"name": "stream-gateway", "sectionName": "tcp"}],
+                        "rules": [{"backendRefs": [{"name": "tcp-backend", "port": 3000}]}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",
+               "metadata": {"name": "tls-route", "namespace": INFRA},
+               "spec": {"parentRefs": [{"name": "stream-gateway", "sectionName": "tls"}],
+                        "hostnames": ["abc.example.com"],
+                        "rules": [{"backendRefs": [{"name": "tcp-backend", "port": 8443}]}]}}),
+    ]
+}
+
+/// A TCPRoute and a TLSRoute attached to a Gateway of ours get their `status.parents` entry,
+/// ours alone, Accepted and ResolvedRefs, of the route's generation, as upstream's
+/// `GatewayAndRoutesMustBeAccepted` reads it; each listener lists its kind and counts its one
+/// route. Through the whole pipeline: translate decides (`GatewayApiStatus::tcp_routes`,
+/// `tls_routes`, the listeners' `attachedRoutes`), the writer writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcproute_and_tlsroute_status_is_written_and_counted() {
+    let mut objs = base();
+    objs.extend(stream_gateway_and_routes());
+    let c = start_objects(objs, &[]).await;
+    let gw = (INFRA, "stream-gateway");
+    for (kind, name) in [(Kind::TCPRoute, "tcp-route"), (Kind::TLSRoute, "tls-route")] {
+        c.must(&format!("GatewayAndRoutesMustBeAccepted ({kind:?})"), |c| {
+            let r = c.get(kind, INFRA, name);
+            let ours = parents_for(&r, gw);
+            if ours.len() != 1 || ours[0]["controllerName"] != CONTROLLER {
+                return Err(format!("expected one parent of ours: {}", r["status"]));
+            }
+            latest_conditions(&r, &ours[0]["conditions"])?;
+            route_condition(&r, gw, ("Accepted", "True", "Accepted"))?;
+            route_condition(&r, gw, ("ResolvedRefs", "True", "ResolvedRefs"))
+        })
+        .await;
+    }
+    c.must("each listener counts its route", |c| {
+        listeners_match(
+            &c.get(Kind::Gateway, gw.0, gw.1),
+            &[
+                Listener {
+                    name: "tcp",
+                    kinds: &["TCPRoute"],
+                    conditions: OK_LISTENER,
+                    attached: 1,
+                },
+                Listener {
+                    name: "tls",
+                    kinds: &["TLSRoute"],
+                    conditions: OK_LISTENER,
+                    attached: 1,
+                },
+            ],
+        )
+    })
+    .await;
+}
+
+/// A cluster whose Gateway API CRDs predate v1.5 serves no TCPRoute or TLSRoute (404): the
+/// other kinds' status is written as ever, nothing is written to the missing kinds, they are
+/// looked for again at the slow interval, and the log says so once, at `info`, not as the
+/// Gateway API missing nor as a failing watch or write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_crds_without_tcproute_and_tlsroute_keep_the_other_kinds_status() {
+    let api = FakeApi::start().await;
+    api.set_kind_installed(Kind::TCPRoute, false);
+    api.set_kind_installed(Kind::TLSRoute, false);
+    let mut objs = base();
+    objs.extend(manifest("httproute-observed-generation-bump.yaml"));
+    let c = start_on(api, objs, &[]);
+    let route = (INFRA, "observed-generation-bump");
+    c.must("GatewayAndHTTPRoutesMustBeAccepted", |c| {
+        accepted(c, route, SAME_NAMESPACE)
+    })
+    .await;
+    c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
+        .await;
+    for kind in [Kind::TCPRoute, Kind::TLSRoute] {
+        assert!(c.api.absent_answers(kind) > 0, "{kind:?} never looked for");
+    }
+    // Two watchers (the source and the status writer) per kind, each at 15 s: a 3 s window
+    // holds at most one more try of each, where the watch backoff would make several.
+    let tries = c.api.absent_answers(Kind::TCPRoute) + c.api.absent_answers(Kind::TLSRoute);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = c.api.absent_answers(Kind::TCPRoute) + c.api.absent_answers(Kind::TLSRoute);
+    assert!(
+        later <= tries + 4,
+        "retried too often: {tries} then {later}"
+    );
+    assert_eq!(c.api.status_requests(Kind::TCPRoute), 0);
+    assert_eq!(c.api.status_requests(Kind::TLSRoute), 0);
+    let log = c.sy.stderr();
+    assert_eq!(
+        log.matches(
+            "the TCPRoute and TLSRoute CRDs (v1, Gateway API v1.5 and later) are not installed"
+        )
+        .count(),
+        1,
+        "one line for the two kinds: {log}"
+    );
+    for wrong in [
+        "the Gateway API CRDs are not installed",
+        "cannot watch",
+        "write failed",
+        "WARN",
+        "ERROR",
+    ] {
+        assert!(!log.contains(wrong), "{wrong:?} in the log: {log}");
+    }
+}
+
 /// A route Accepted by `same-namespace` with a ResolvedRefs condition `cond`.
 async fn accepted_with_refs(case: &str, route: &str, cond: Cond<'_>) {
     let c = start(case).await;
@@ -1280,8 +1415,8 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
                     }],
                 }),
             )]),
-            grpc_routes: BTreeMap::new(),
             own_addresses: false,
+            ..Default::default()
         })
     };
     let wait = |what: &'static str, check: Box<Check>| {
@@ -1395,6 +1530,167 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
         class_accepted(&api)["lastTransitionTime"],
         json!(set_at),
         "a condition whose status changed keeps its old time"
+    );
+}
+
+/// Waits until `check` passes on the fake, up to `limit`; panics with its last complaint.
+async fn wait_for(
+    api: &FakeApi,
+    what: &str,
+    limit: Duration,
+    check: impl Fn(&FakeApi) -> Result<(), String>,
+) {
+    let start = Instant::now();
+    loop {
+        match check(api) {
+            Ok(()) => return,
+            Err(e) if start.elapsed() > limit => panic!("{what}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// The writer alone, in process, fed a decision by hand (whatever translate decides): a
+/// TCPRoute gets our parent entry beside another controller's, as an HTTPRoute does; while the
+/// TLSRoute CRD is not installed (older CRDs) nothing is written to TLSRoutes and the other
+/// kinds are written, and once it is, the TLSRoute's entry is written within the slow retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_writes_tcp_and_tls_routes_and_waits_for_a_kind_not_served() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use switchyard::control::gateway_status::GatewayStatusWriter;
+    use switchyard::control::status::Limits;
+    use switchyard::control::translate::gateway::api::*;
+    use tokio::sync::watch;
+
+    let api = FakeApi::start().await;
+    api.set_kind_installed(Kind::TLSRoute, false);
+    let theirs = json!({
+        "parentRef": {"group": GROUP, "kind": "Gateway", "name": "their-gateway", "namespace": INFRA},
+        "controllerName": "example.com/other-controller",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    });
+    let route = |kind: &str, name: &str, status: Option<&Value>| {
+        let mut r = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": kind,
+               "metadata": {"name": name, "namespace": INFRA},
+               "spec": {"parentRefs": [{"name": "gw"}],
+                        "rules": [{"backendRefs": [{"name": "tcp-backend", "port": 3000}]}]}});
+        if let Some(s) = status {
+            r["status"] = json!({"parents": [s]});
+        }
+        r
+    };
+    api.apply_all(vec![
+        gateway_class(),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": INFRA}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": INFRA},
+               "spec": {"gatewayClassName": CLASS,
+                        "listeners": [{"name": "tcp", "port": 9300, "protocol": "TCP"}]}}),
+        route("HTTPRoute", "r", None),
+        route("TCPRoute", "r", Some(&theirs)),
+    ]);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::new(format!("http://127.0.0.1:{}", api.port).parse().unwrap());
+    let ours = Arc::new(RouteStatus {
+        parents: vec![RouteParentStatus {
+            parent_ref: ParentReference {
+                group: Some(GROUP.into()),
+                kind: Some("Gateway".into()),
+                name: "gw".into(),
+                ..Default::default()
+            },
+            controller_name: CONTROLLER.into(),
+            conditions: vec![
+                Condition::new("Accepted", true, "Accepted", "", Some(1)),
+                Condition::new("ResolvedRefs", true, "ResolvedRefs", "", Some(1)),
+            ],
+        }],
+    });
+    let key = (INFRA.to_string(), "r".to_string());
+    // One name for the three kinds: three objects, each with its own status.
+    let decision = GatewayApiStatus {
+        http_routes: BTreeMap::from([(key.clone(), ours.clone())]),
+        tcp_routes: BTreeMap::from([(key.clone(), ours.clone())]),
+        tls_routes: BTreeMap::from([(key, ours)]),
+        ..Default::default()
+    };
+    let (desired_tx, desired_rx) = watch::channel(Arc::new(GatewayApiStatus::default()));
+    let (_leader_tx, leader_rx) = watch::channel(true);
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    GatewayStatusWriter {
+        client: kube::Client::try_from(config).unwrap(),
+        namespace: None,
+        controller_name: CONTROLLER.into(),
+        publish: None,
+        desired: desired_rx,
+        leader: leader_rx,
+        limits: Limits {
+            coalesce: Duration::from_millis(100),
+            ..Limits::default()
+        },
+        metrics: Arc::new(switchyard::ops::metrics::Metrics::new()),
+    }
+    .spawn(stop_rx);
+    // The pipeline's first publication (the channel's initial value means "nothing yet").
+    desired_tx.send(Arc::new(decision)).unwrap();
+
+    // Ours, Accepted and ResolvedRefs, after the entries of other controllers, which are kept.
+    let written = |api: &FakeApi, kind: Kind, others: &[&Value]| -> Result<(), String> {
+        let r = api.object(kind, INFRA, "r").ok_or(format!("no {kind:?}"))?;
+        let parents = r["status"]["parents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let (ours, rest) = parents.split_at(parents.len().saturating_sub(1));
+        let [p] = rest else {
+            return Err(format!("{kind:?}: no parents"));
+        };
+        if ours.iter().collect::<Vec<_>>() != others
+            || p["controllerName"] != CONTROLLER
+            || p["parentRef"]["name"] != "gw"
+        {
+            return Err(format!("{kind:?}: {parents:?}"));
+        }
+        conditions_match(
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("ResolvedRefs", "True", "ResolvedRefs"),
+            ],
+            &p["conditions"],
+        )
+    };
+    wait_for(
+        &api,
+        "the HTTPRoute and the TCPRoute written",
+        TIMEOUT,
+        |api| {
+            written(api, Kind::HTTPRoute, &[])?;
+            written(api, Kind::TCPRoute, &[&theirs])
+        },
+    )
+    .await;
+    assert!(
+        api.absent_answers(Kind::TLSRoute) > 0,
+        "TLSRoutes not looked for"
+    );
+    assert_eq!(api.status_requests(Kind::TLSRoute), 0);
+    // The CRD installed and a TLSRoute created: found at the next look (15 s, jittered by up to
+    // a quarter) and written.
+    api.set_kind_installed(Kind::TLSRoute, true);
+    api.apply(route("TLSRoute", "r", None));
+    wait_for(
+        &api,
+        "the TLSRoute written once its CRD is there",
+        Duration::from_secs(25),
+        |api| written(api, Kind::TLSRoute, &[]),
+    )
+    .await;
+    assert_eq!(
+        api.status_writes(Kind::TCPRoute),
+        (1, 1),
+        "the TCPRoute was written once"
     );
 }
 

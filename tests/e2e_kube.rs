@@ -817,3 +817,124 @@ async fn the_fake_refuses_addresses_a_real_api_server_refuses() {
     headless["spec"]["clusterIP"] = serde_json::json!("None");
     assert_eq!(kube_api::invalid_cluster_ip(&headless), None);
 }
+
+/// TCPRoutes and TLSRoutes are served as their v1.6.1 standard CRDs make a real server serve
+/// them: at `v1` alone (v1alpha2 is `served: false`), with the schema's defaults applied, a
+/// generation that counts spec changes only, a `/status` subresource that changes the status
+/// only and refuses a condition type named twice (list-map key), and, for a cluster with older
+/// CRDs, 404 for one kind while the others are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_serves_tcp_and_tls_routes_as_their_crds_do() {
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    use switchyard::control::translate::gateway::api::{TCPRoute, TLSRoute};
+
+    let api = FakeApi::start().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::new(format!("http://127.0.0.1:{}", api.port).parse().unwrap());
+    let c = kube::Client::try_from(config).unwrap();
+    let tcp: kube::Api<TCPRoute> = kube::Api::namespaced(c.clone(), "default");
+    let tls: kube::Api<TLSRoute> = kube::Api::namespaced(c.clone(), "default");
+    let spec = json!({"parentRefs": [{"name": "gw"}],
+                      "rules": [{"backendRefs": [{"name": "web", "port": 3000}]}]});
+    let route: TCPRoute =
+        serde_json::from_value(json!({"metadata": {"name": "t"}, "spec": spec})).unwrap();
+    tcp.create(&PostParams::default(), &route).await.unwrap();
+    let again = tcp
+        .create(&PostParams::default(), &route)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&again, kube::Error::Api(s) if s.code == 409),
+        "{again:?}"
+    );
+    let stored = api.object(Kind::TCPRoute, "default", "t").unwrap();
+    assert_eq!(stored["apiVersion"], "gateway.networking.k8s.io/v1");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    assert_eq!(
+        stored["spec"]["parentRefs"][0],
+        json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"})
+    );
+    assert_eq!(
+        stored["spec"]["rules"][0]["backendRefs"][0],
+        json!({"group": "", "kind": "Service", "name": "web", "port": 3000, "weight": 1})
+    );
+    assert_eq!(
+        tcp.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    // Only v1 is served.
+    for version in ["v1alpha2", "v1beta1"] {
+        let path =
+            format!("/apis/gateway.networking.k8s.io/{version}/namespaces/default/tcproutes");
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        assert!(c.request_text(req).await.is_err(), "{version} served");
+    }
+    // The status subresource: the status only, the generation kept; a duplicate condition
+    // type refused as the list-map key makes the real server refuse it.
+    let parent = |conditions: serde_json::Value| {
+        json!({"status": {"parents": [{
+            "parentRef": {"name": "gw"}, "controllerName": "switchyard.io/gateway-controller",
+            "conditions": conditions}]},
+            "spec": {"parentRefs": [{"name": "elsewhere"}]}})
+    };
+    let ok = json!([{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+    let pp = PatchParams::default();
+    tcp.patch_status("t", &pp, &Patch::Merge(parent(ok.clone())))
+        .await
+        .unwrap();
+    let stored = api.object(Kind::TCPRoute, "default", "t").unwrap();
+    assert_eq!(stored["status"]["parents"][0]["conditions"], ok);
+    assert_eq!(stored["spec"]["parentRefs"][0]["name"], "gw");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    let twice = json!([ok[0].clone(), ok[0].clone()]);
+    let dup = tcp
+        .patch_status("t", &pp, &Patch::Merge(parent(twice)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&dup, kube::Error::Api(s) if s.code == 422 && s.message.contains("Duplicate value")),
+        "{dup:?}"
+    );
+    // The main resource: the spec, not the status; the generation counts it.
+    tcp.patch("t", &pp, &Patch::Merge(parent(json!([]))))
+        .await
+        .unwrap();
+    let stored = api.object(Kind::TCPRoute, "default", "t").unwrap();
+    assert_eq!(stored["spec"]["parentRefs"][0]["name"], "elsewhere");
+    assert_eq!(stored["status"]["parents"][0]["conditions"], ok);
+    assert_eq!(stored["metadata"]["generation"], 2);
+    // A TLSRoute beside it, with its hostnames; then a cluster with older CRDs: TCPRoutes
+    // answer 404 (and are gone), TLSRoutes are still served.
+    let route: TLSRoute = serde_json::from_value(json!({"metadata": {"name": "s"},
+        "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["abc.example.com"],
+                 "rules": [{"backendRefs": [{"name": "web", "port": 8443}]}]}}))
+    .unwrap();
+    tls.create(&PostParams::default(), &route).await.unwrap();
+    assert_eq!(
+        tls.get("s").await.unwrap().spec.hostnames,
+        ["abc.example.com"]
+    );
+    api.set_kind_installed(Kind::TCPRoute, false);
+    let gone = tcp.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&gone, kube::Error::Api(s) if s.code == 404),
+        "{gone:?}"
+    );
+    assert!(api.absent_answers(Kind::TCPRoute) > 0);
+    assert_eq!(
+        tls.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    api.set_kind_installed(Kind::TCPRoute, true);
+    assert!(
+        tcp.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    tls.delete("s", &DeleteParams::default()).await.unwrap();
+    assert!(tls.get_opt("s").await.unwrap().is_none());
+}

@@ -421,6 +421,42 @@ fn grpc_route() -> GRPCRoute {
     }
 }
 
+fn stream_rule() -> StreamRouteRule {
+    StreamRouteRule {
+        name: Some("r".into()),
+        backend_refs: vec![StreamBackendRef {
+            backend: backend(),
+            weight: Some(2),
+        }],
+    }
+}
+
+/// A TCPRoute: `hostnames` left empty, as the shared spec writes none for it (the TCPRoute
+/// schema has no such field: `a_tcp_route_has_no_hostnames` shows the check would see one).
+fn tcp_route() -> TCPRoute {
+    TCPRoute {
+        metadata: meta(Some("ns")),
+        spec: StreamRouteSpec {
+            parent_refs: vec![parent_ref()],
+            hostnames: Vec::new(),
+            rules: vec![stream_rule()],
+        },
+        status: http_route().status,
+    }
+}
+
+fn tls_route() -> TLSRoute {
+    TLSRoute {
+        metadata: meta(Some("ns")),
+        spec: StreamRouteSpec {
+            parent_refs: vec![parent_ref()],
+            hostnames: vec!["abc.example.com".into()],
+            rules: vec![stream_rule()],
+        },
+        status: http_route().status,
+    }
+}
+
 fn reference_grant() -> ReferenceGrant {
     ReferenceGrant {
         metadata: meta(Some("ns")),
@@ -445,7 +481,22 @@ fn every_field_of_every_type_is_in_the_crd_schema() {
     check("gateways", &gateway());
     check("httproutes", &http_route());
     check("grpcroutes", &grpc_route());
+    check("tcproutes", &tcp_route());
+    check("tlsroutes", &tls_route());
     check("referencegrants", &reference_grant());
+}
+
+/// TCPRoute and TLSRoute share `StreamRouteSpec`, but only TLSRoute's schema has `hostnames`:
+/// a TCPRoute given some would be written with a field no API server keeps, and the check
+/// above must be able to tell.
+#[test]
+fn a_tcp_route_has_no_hostnames() {
+    let (_, schema) = storage_schema("tcproutes");
+    let mut route = tcp_route();
+    route.spec.hostnames = vec!["abc.example.com".into()];
+    let mut bad = Vec::new();
+    mismatches(&serde_json::to_value(route).unwrap(), &schema, "", &mut bad);
+    assert_eq!(bad, [".spec.hostnames: not in the schema"]);
 }
 
 #[test]
@@ -466,7 +517,7 @@ fn the_checker_finds_a_misspelt_field_and_a_wrong_type() {
     );
 }
 
-/// Every document of the four kinds in the copied conformance manifests.
+/// Every Gateway API document in the copied conformance manifests.
 fn conformance_docs() -> Vec<(PathBuf, Value)> {
     let mut out = Vec::new();
     let mut files: Vec<PathBuf> = ["conformance", "conformance/base"]
@@ -547,6 +598,24 @@ fn the_conformance_manifests_read_into_the_types() {
                 not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
                 assert!(bad.is_empty(), "{what}: {bad:#?}");
             }
+            "TCPRoute" | "TLSRoute" => {
+                let back = if kind == "TCPRoute" {
+                    let r: TCPRoute = serde_json::from_value(v.clone()).expect(&what);
+                    assert!(r.spec.hostnames.is_empty(), "{what}");
+                    serde_json::to_value(&r).unwrap()
+                } else {
+                    let r: TLSRoute = serde_json::from_value(v.clone()).expect(&what);
+                    serde_json::to_value(&r).unwrap()
+                };
+                assert_eq!(
+                    back["spec"]["rules"].as_array().map_or(0, Vec::len),
+                    v["spec"]["rules"].as_array().map_or(0, Vec::len),
+                    "{what}"
+                );
+                let mut bad = Vec::new();
+                not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
+                assert!(bad.is_empty(), "{what}: {bad:#?}");
+            }
             "ReferenceGrant" => {
                 let g: ReferenceGrant = serde_json::from_value(v.clone()).expect(&what);
                 assert!(!g.spec.from.is_empty() && !g.spec.to.is_empty(), "{what}");
@@ -560,6 +629,8 @@ fn the_conformance_manifests_read_into_the_types() {
         "Gateway",
         "HTTPRoute",
         "GRPCRoute",
+        "TCPRoute",
+        "TLSRoute",
         "ReferenceGrant",
     ] {
         assert!(
@@ -603,7 +674,8 @@ fn not_kept(back: &Value, orig: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Field names the HTTPRoute and GRPCRoute types model: one of them in the original must survive.
+/// Field names the route types (HTTPRoute, GRPCRoute, TCPRoute, TLSRoute) model: one of them in
+/// the original must survive.
 const MODELLED: &[&str] = &[
     "parentRefs",
     "hostnames",

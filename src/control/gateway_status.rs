@@ -1,18 +1,20 @@
 //! The Gateway API status writer: writes what translate decided (`Memo::gateway_status`) to
-//! the GatewayClasses, Gateways, HTTPRoutes and GRPCRoutes switchyard serves. GatewayClasses
-//! get their conditions; Gateways their conditions, listeners and `addresses` (those of
-//! `--publish-service` / `--publish-status-address`, as Ingresses get, typed `IPAddress` or
-//! `Hostname`); HTTPRoutes and GRPCRoutes the `status.parents` entries whose `controllerName`
-//! is ours, beside other controllers' entries, which are kept. Only the leader writes
-//! (`control::lease`).
+//! the GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes and TLSRoutes switchyard
+//! serves. GatewayClasses get their conditions; Gateways their conditions, listeners and
+//! `addresses` (those of `--publish-service` / `--publish-status-address`, as Ingresses get,
+//! typed `IPAddress` or `Hostname`); the four kinds of route the `status.parents` entries whose
+//! `controllerName` is ours, beside other controllers' entries, which are kept. Only the leader
+//! writes (`control::lease`).
 //!
 //! It runs the same loop as the Ingress writer (`control::status_writer`): while leading it
-//! watches the four kinds (status only matters) so that an object already right costs no
+//! watches the six kinds (status only matters) so that an object already right costs no
 //! request, batches changes for `Limits::coalesce`, and writes merge patches of the `status`
 //! subresource at most `Limits::concurrency` at once and `Limits::per_second` a second. It is
 //! separate because it runs without any `--publish-*` flag (conditions are owed to every
-//! object of our classes) and reads the Gateway API, which may not be installed: a 404 there
-//! is waited out quietly, as the cluster source does.
+//! object of our classes) and reads the Gateway API, which may not be installed, or installed
+//! without some kinds (TCPRoute and TLSRoute reached `v1` in v1.5: older CRDs do not serve
+//! them): a kind answered 404 is not listed, so nothing of it is written while the others
+//! are, and it is looked for again quietly, as the cluster source does.
 //!
 //! A condition's `lastTransitionTime` is kept when its status did not change and set to now
 //! when it did (translate has no clock). A route's write carries the `resourceVersion` it was
@@ -36,7 +38,8 @@ pub use crate::control::status_writer::Key;
 use crate::control::status_writer::{Address, Limits, Publish, Side, Writer};
 use crate::control::translate::gateway::api::{
     Condition, GRPCRoute, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass,
-    GatewayClassStatus, GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus,
+    GatewayClassStatus, GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus, TCPRoute,
+    TLSRoute,
 };
 use crate::ops::metrics::Metrics;
 
@@ -58,6 +61,8 @@ pub struct Current<'a> {
     pub gateways: Option<&'a BTreeMap<Key, Seen<GatewayStatus>>>,
     pub routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub grpc_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
+    pub tcp_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
+    pub tls_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
 }
 
 /// One status write: the whole `status` to set.
@@ -67,8 +72,10 @@ pub enum Write {
     Gateway(Key, GatewayStatus),
     /// With the version decided on (a precondition: other controllers' entries are kept).
     Route(Key, RouteStatus, Option<String>),
-    /// The same for a GRPCRoute.
+    /// The same for a GRPCRoute, a TCPRoute and a TLSRoute.
     GrpcRoute(Key, RouteStatus, Option<String>),
+    TcpRoute(Key, RouteStatus, Option<String>),
+    TlsRoute(Key, RouteStatus, Option<String>),
 }
 
 impl Write {
@@ -77,7 +84,9 @@ impl Write {
             Write::Class(k, _)
             | Write::Gateway(k, _)
             | Write::Route(k, _, _)
-            | Write::GrpcRoute(k, _, _) => k,
+            | Write::GrpcRoute(k, _, _)
+            | Write::TcpRoute(k, _, _)
+            | Write::TlsRoute(k, _, _) => k,
         }
     }
 
@@ -87,6 +96,8 @@ impl Write {
             Write::Gateway(..) => "Gateway",
             Write::Route(..) => "HTTPRoute",
             Write::GrpcRoute(..) => "GRPCRoute",
+            Write::TcpRoute(..) => "TCPRoute",
+            Write::TlsRoute(..) => "TLSRoute",
         }
     }
 }
@@ -186,25 +197,17 @@ pub fn plan(
             }
         }
     }
-    if let Some(routes) = current.routes {
-        plan_routes(
-            &desired.http_routes,
-            routes,
-            controller,
-            now,
-            Write::Route,
-            &mut out,
-        );
-    }
-    if let Some(routes) = current.grpc_routes {
-        plan_routes(
-            &desired.grpc_routes,
-            routes,
-            controller,
-            now,
-            Write::GrpcRoute,
-            &mut out,
-        );
+    type RouteWrite = fn(Key, RouteStatus, Option<String>) -> Write;
+    let route_kinds: [(_, _, RouteWrite); 4] = [
+        (current.routes, &desired.http_routes, Write::Route),
+        (current.grpc_routes, &desired.grpc_routes, Write::GrpcRoute),
+        (current.tcp_routes, &desired.tcp_routes, Write::TcpRoute),
+        (current.tls_routes, &desired.tls_routes, Write::TlsRoute),
+    ];
+    for (routes, want, write) in route_kinds {
+        if let Some(routes) = routes {
+            plan_routes(want, routes, controller, now, write, &mut out);
+        }
     }
     out
 }
@@ -341,11 +344,17 @@ impl<S: PartialEq + Clone> View<S> {
                 old.is_none_or(|o| o.status != s.status)
             }
             Ok(Event::Delete(o)) => self.live.remove(&key(&o)).is_some(),
-            // A kind whose CRD is not installed: nothing to write to; quiet, as the cluster
-            // source already said it once.
+            // A kind whose CRD is not installed (or no longer: deleted while watched): nothing
+            // to write to, so it is not listed until a list answers again, and what was seen of
+            // it is forgotten rather than planned against. Quiet: the cluster source says it
+            // once, and older CRDs without some kinds are a normal, lasting state.
             Err(e) if is_not_found(&e) => {
                 tracing::debug!(kind, "status: Gateway API kind not served");
-                false
+                let forgot = self.synced;
+                self.live.clear();
+                self.relist = None;
+                self.synced = false;
+                forgot
             }
             Err(e) => {
                 if self.outage.failed() {
@@ -365,6 +374,8 @@ struct Views {
     gateways: View<GatewayStatus>,
     routes: View<RouteStatus>,
     grpc_routes: View<RouteStatus>,
+    tcp_routes: View<RouteStatus>,
+    tls_routes: View<RouteStatus>,
 }
 
 impl Views {
@@ -377,6 +388,8 @@ impl Views {
             gateways: listed(&self.gateways),
             routes: listed(&self.routes),
             grpc_routes: listed(&self.grpc_routes),
+            tcp_routes: listed(&self.tcp_routes),
+            tls_routes: listed(&self.tls_routes),
         }
     }
 }
@@ -410,12 +423,14 @@ struct Kinds {
     controller_name: String,
 }
 
-/// An event of one of the four watches.
+/// An event of one of the six watches.
 enum KindEvent {
     Class(Result<Event<GatewayClass>, watcher::Error>),
     Gateway(Result<Event<Gateway>, watcher::Error>),
     Route(Result<Event<HTTPRoute>, watcher::Error>),
     GrpcRoute(Result<Event<GRPCRoute>, watcher::Error>),
+    TcpRoute(Result<Event<TCPRoute>, watcher::Error>),
+    TlsRoute(Result<Event<TLSRoute>, watcher::Error>),
 }
 
 impl Side for Kinds {
@@ -452,6 +467,8 @@ impl Side for Kinds {
             namespaced(client, ns).map(KindEvent::Gateway).boxed(),
             namespaced(client, ns).map(KindEvent::Route).boxed(),
             namespaced(client, ns).map(KindEvent::GrpcRoute).boxed(),
+            namespaced(client, ns).map(KindEvent::TcpRoute).boxed(),
+            namespaced(client, ns).map(KindEvent::TlsRoute).boxed(),
         ]
     }
 
@@ -475,6 +492,12 @@ impl Side for Kinds {
                     r.status.clone().unwrap_or_default()
                 })
             }
+            KindEvent::TcpRoute(ev) => views.tcp_routes.apply("tcproutes", ev, |r: &TCPRoute| {
+                r.status.clone().unwrap_or_default()
+            }),
+            KindEvent::TlsRoute(ev) => views.tls_routes.apply("tlsroutes", ev, |r: &TLSRoute| {
+                r.status.clone().unwrap_or_default()
+            }),
         }
     }
 
@@ -510,18 +533,10 @@ impl Side for Kinds {
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
-            Write::Route((ns, name), s, rv) => {
-                let api: Api<HTTPRoute> = Api::namespaced(client.clone(), ns);
-                let patch = json!({ "metadata": { "resourceVersion": rv }, "status": s });
-                let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
-                Ok(o.metadata.resource_version)
-            }
-            Write::GrpcRoute((ns, name), s, rv) => {
-                let api: Api<GRPCRoute> = Api::namespaced(client.clone(), ns);
-                let patch = json!({ "metadata": { "resourceVersion": rv }, "status": s });
-                let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
-                Ok(o.metadata.resource_version)
-            }
+            Write::Route(k, s, rv) => patch_route::<HTTPRoute>(client, k, s, rv).await,
+            Write::GrpcRoute(k, s, rv) => patch_route::<GRPCRoute>(client, k, s, rv).await,
+            Write::TcpRoute(k, s, rv) => patch_route::<TCPRoute>(client, k, s, rv).await,
+            Write::TlsRoute(k, s, rv) => patch_route::<TLSRoute>(client, k, s, rv).await,
         }
     }
 
@@ -534,6 +549,28 @@ impl Side for Kinds {
         tracing::warn!(kind = w.kind(), namespace = %ns, name = %name, error = %e,
             "status: write failed; retrying");
     }
+}
+
+/// One merge patch of a route's status subresource, with the version it was decided on as a
+/// precondition (other controllers' entries are kept); the new resourceVersion.
+async fn patch_route<K>(
+    client: &Client,
+    (ns, name): &Key,
+    status: &RouteStatus,
+    rv: &Option<String>,
+) -> Result<Option<String>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let patch = json!({ "metadata": { "resourceVersion": rv }, "status": status });
+    let pp = crate::control::patch_params();
+    let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
+    Ok(o.meta().resource_version.clone())
 }
 
 type Watched<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
@@ -559,6 +596,8 @@ fn record(views: &mut Views, w: &Write, rv: Option<String>) {
         Write::Gateway(k, s) => set(&mut views.gateways, k, s, rv),
         Write::Route(k, s, _) => set(&mut views.routes, k, s, rv),
         Write::GrpcRoute(k, s, _) => set(&mut views.grpc_routes, k, s, rv),
+        Write::TcpRoute(k, s, _) => set(&mut views.tcp_routes, k, s, rv),
+        Write::TlsRoute(k, s, _) => set(&mut views.tls_routes, k, s, rv),
     }
 }
 
@@ -669,11 +708,8 @@ mod tests {
                     }],
                 },
             )]),
-            http_routes: BTreeMap::new(),
-            grpc_routes: BTreeMap::new(),
-            tcp_routes: BTreeMap::new(),
-            tls_routes: BTreeMap::new(),
             own_addresses: false,
+            ..Default::default()
         };
         let addresses = [
             Address::parse("203.0.113.7"),
@@ -711,8 +747,7 @@ mod tests {
         let current = Current {
             classes: Some(&classes),
             gateways: Some(&gateways),
-            routes: None,
-            grpc_routes: None,
+            ..Default::default()
         };
         let w = plan(&desired, &addresses, OURS, &current, NOW);
         assert_eq!(
@@ -860,6 +895,111 @@ mod tests {
             ..Default::default()
         };
         assert!(plan(&desired, &[], OURS, &after, "2026-12-02T00:00:00Z").is_empty());
+    }
+
+    /// A TCPRoute and a TLSRoute get our parents' entries as the other routes do, each written
+    /// as its own kind (an HTTPRoute of the same name is another object); a kind the API server
+    /// does not serve (older CRDs) is not listed and nothing of it is planned, while the other
+    /// kinds are.
+    #[test]
+    fn tcp_and_tls_routes_are_written_as_their_kinds_and_skipped_where_not_served() {
+        let ours = |generation| {
+            Arc::new(RouteStatus {
+                parents: vec![parent(
+                    "gw",
+                    OURS,
+                    vec![cond("Accepted", true, generation, None)],
+                )],
+            })
+        };
+        let desired = GatewayApiStatus {
+            http_routes: BTreeMap::from([(k("ns", "r"), ours(1))]),
+            tcp_routes: BTreeMap::from([(k("ns", "r"), ours(2))]),
+            tls_routes: BTreeMap::from([(k("ns", "r"), ours(3))]),
+            ..Default::default()
+        };
+        let theirs = parent(
+            "other-gw",
+            THEIRS,
+            vec![cond("Accepted", true, 1, Some(BEFORE))],
+        );
+        let listed = |rv: &str| {
+            BTreeMap::from([(
+                k("ns", "r"),
+                seen(
+                    RouteStatus {
+                        parents: vec![theirs.clone()],
+                    },
+                    rv,
+                ),
+            )])
+        };
+        let (http, tcp, tls) = (listed("1"), listed("2"), listed("3"));
+        let written = |generation| RouteStatus {
+            parents: vec![
+                theirs.clone(),
+                parent(
+                    "gw",
+                    OURS,
+                    vec![cond("Accepted", true, generation, Some(NOW))],
+                ),
+            ],
+        };
+        let all = Current {
+            routes: Some(&http),
+            tcp_routes: Some(&tcp),
+            tls_routes: Some(&tls),
+            ..Default::default()
+        };
+        assert_eq!(
+            plan(&desired, &[], OURS, &all, NOW),
+            vec![
+                Write::Route(k("ns", "r"), written(1), Some("1".into())),
+                Write::TcpRoute(k("ns", "r"), written(2), Some("2".into())),
+                Write::TlsRoute(k("ns", "r"), written(3), Some("3".into())),
+            ]
+        );
+        let w = Write::TlsRoute(k("ns", "r"), written(3), None);
+        assert_eq!((w.kind(), w.key()), ("TLSRoute", &k("ns", "r")));
+        // Older CRDs: TCPRoutes and TLSRoutes are not served, the HTTPRoute is still written.
+        let old_crds = Current {
+            routes: Some(&http),
+            ..Default::default()
+        };
+        assert_eq!(
+            plan(&desired, &[], OURS, &old_crds, NOW),
+            vec![Write::Route(k("ns", "r"), written(1), Some("1".into()))]
+        );
+    }
+
+    /// A 404 (the kind's CRD not installed, or deleted while watched) unlists the kind: what
+    /// was seen of it is not planned against until a list answers again.
+    #[test]
+    fn a_kind_answered_404_is_no_longer_listed() {
+        let not_found = || {
+            let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))
+        };
+        let route = |name: &str| TCPRoute {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("5".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let status = |r: &TCPRoute| r.status.clone().unwrap_or_default();
+        let mut view = View::<RouteStatus>::default();
+        assert!(!view.apply("tcproutes", Err(not_found()), status));
+        assert!(!view.synced, "never listed");
+        view.apply("tcproutes", Ok(Event::Init), status);
+        view.apply("tcproutes", Ok(Event::InitApply(route("a"))), status);
+        assert!(view.apply("tcproutes", Ok(Event::InitDone), status));
+        assert!(view.synced && view.live.contains_key(&k("ns", "a")));
+        assert!(view.apply("tcproutes", Err(not_found()), status));
+        assert!(!view.synced && view.live.is_empty(), "forgotten");
+        assert!(!view.apply("tcproutes", Err(not_found()), status));
     }
 
     #[test]

@@ -376,6 +376,12 @@ where
     )
 }
 
+/// TCPRoute and TLSRoute, whose `v1` came in Gateway API v1.5, later than the other kinds':
+/// their absence is told apart from the Gateway API's (`ClusterSource::on_gateway_event`).
+fn is_stream_route(resource: &str) -> bool {
+    matches!(resource, "tcproutes" | "tlsroutes")
+}
+
 /// The `resource` label of every watch `ClusterSource::run` keeps.
 const WATCHED: [&str; 15] = [
     "services",
@@ -765,8 +771,10 @@ impl ClusterSource {
     }
 
     /// `on_event` for a Gateway API kind: a 404 means its CRD is not installed, which is
-    /// logged once for all four kinds (`absent` is shared), not as a failing watch; the store
-    /// is empty and usable until a list answers.
+    /// logged once for the kinds that share `absent`, not as a failing watch; the store is
+    /// empty and usable until a list answers. TCPRoute and TLSRoute (their own `absent`) say
+    /// so apart and at `info`: CRDs older than v1.5 lack them and serve the rest, a lasting,
+    /// normal state that is not "the Gateway API is not installed".
     fn on_gateway_event<K: Resource>(
         &self,
         ev: Option<Result<Event<K>, watcher::Error>>,
@@ -778,11 +786,19 @@ impl ClusterSource {
             Some(Err(e)) if is_not_found(&e) => {
                 if !*absent {
                     *absent = true;
-                    tracing::warn!(
-                        resource,
-                        retry_s = GATEWAY_API_RETRY.as_secs(),
-                        "the Gateway API CRDs are not installed; serving Services and Ingresses, and looking for them again periodically"
-                    );
+                    if is_stream_route(resource) {
+                        tracing::info!(
+                            resource,
+                            retry_s = GATEWAY_API_RETRY.as_secs(),
+                            "the TCPRoute and TLSRoute CRDs (v1, Gateway API v1.5 and later) are not installed; serving the other kinds without them, and looking for them again periodically"
+                        );
+                    } else {
+                        tracing::warn!(
+                            resource,
+                            retry_s = GATEWAY_API_RETRY.as_secs(),
+                            "the Gateway API CRDs are not installed; serving Services and Ingresses, and looking for them again periodically"
+                        );
+                    }
                 } else {
                     tracing::debug!(resource, error = %e, "Gateway API kind still not served");
                 }
@@ -798,10 +814,17 @@ impl ClusterSource {
                 if store.absent && answered {
                     store.absent = false;
                     if std::mem::take(absent) {
-                        tracing::info!(
-                            resource,
-                            "the Gateway API CRDs are installed; watching them"
-                        );
+                        if is_stream_route(resource) {
+                            tracing::info!(
+                                resource,
+                                "the TCPRoute and TLSRoute CRDs are installed; watching them"
+                            );
+                        } else {
+                            tracing::info!(
+                                resource,
+                                "the Gateway API CRDs are installed; watching them"
+                            );
+                        }
                     }
                 }
                 self.on_event(ev, resource, store)

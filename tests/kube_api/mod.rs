@@ -1,8 +1,8 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
 //! EndpointSlices, Ingresses, IngressClasses, Secrets, ConfigMaps, Leases, Events, Namespaces
-//! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes
-//! (`gateway.networking.k8s.io/v1`; GRPCRoute at `v1` alone, as its standard CRD) and
-//! ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
+//! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes
+//! (`gateway.networking.k8s.io/v1`; GRPCRoute, TCPRoute and TLSRoute at `v1` alone, as their
+//! standard CRDs) and ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the
 //! API server sends it) for a watch that starts before the compacted history, which forces the
@@ -30,7 +30,9 @@
 //! `metadata.generation` starts at 1 and grows when anything but metadata and status changes, and
 //! `set_gateway_api_installed(false)` answers every `/apis/gateway.networking.k8s.io/...`
 //! request 404 NotFound (and deletes the objects, ending open watches), as a cluster without
-//! the CRDs, or whose CRDs were just deleted, does.
+//! the CRDs, or whose CRDs were just deleted, does; `set_kind_installed(kind, false)` does the
+//! same for one kind, as a cluster with older CRDs (before v1.5, no TCPRoute or TLSRoute at
+//! `v1`) does.
 //!
 //! A Service's `clusterIP` must be in the fake's service range, 10.96.0.0/16 (as `start.sh`
 //! configures the real one; it refused the 10.0.0.10 the shared builder used).
@@ -77,6 +79,8 @@ pub enum Kind {
     Gateway,
     HTTPRoute,
     GRPCRoute,
+    TCPRoute,
+    TLSRoute,
     ReferenceGrant,
 }
 
@@ -84,7 +88,7 @@ pub enum Kind {
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 impl Kind {
-    const ALL: [Kind; 13] = [
+    const ALL: [Kind; 15] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Ingress,
@@ -97,6 +101,8 @@ impl Kind {
         Kind::Gateway,
         Kind::HTTPRoute,
         Kind::GRPCRoute,
+        Kind::TCPRoute,
+        Kind::TLSRoute,
         Kind::ReferenceGrant,
     ];
     fn group(self) -> &'static str {
@@ -109,6 +115,8 @@ impl Kind {
             | Kind::Gateway
             | Kind::HTTPRoute
             | Kind::GRPCRoute
+            | Kind::TCPRoute
+            | Kind::TLSRoute
             | Kind::ReferenceGrant => GATEWAY_GROUP,
         }
     }
@@ -119,17 +127,23 @@ impl Kind {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::Ingress | Kind::IngressClass => "networking.k8s.io/v1",
             Kind::Lease => "coordination.k8s.io/v1",
-            Kind::GatewayClass | Kind::Gateway | Kind::HTTPRoute | Kind::GRPCRoute => {
-                "gateway.networking.k8s.io/v1"
-            }
+            Kind::GatewayClass
+            | Kind::Gateway
+            | Kind::HTTPRoute
+            | Kind::GRPCRoute
+            | Kind::TCPRoute
+            | Kind::TLSRoute => "gateway.networking.k8s.io/v1",
             Kind::ReferenceGrant => "gateway.networking.k8s.io/v1beta1",
         }
     }
     /// Versions served besides `v1` (the v1.6 standard CRDs serve each Gateway API kind at
-    /// both, but GRPCRoute at `v1` alone).
+    /// both, but GRPCRoute, TCPRoute and TLSRoute at `v1` alone: their older versions are
+    /// declared `served: false`, which a real server answers 404).
     fn serves(self, version: &str) -> bool {
         version == "v1"
-            || (self.is_gateway_api() && self != Kind::GRPCRoute && version == "v1beta1")
+            || (self.is_gateway_api()
+                && !matches!(self, Kind::GRPCRoute | Kind::TCPRoute | Kind::TLSRoute)
+                && version == "v1beta1")
     }
     pub fn is_gateway_api(self) -> bool {
         self.group() == GATEWAY_GROUP
@@ -148,6 +162,8 @@ impl Kind {
             Kind::Gateway => "Gateway",
             Kind::HTTPRoute => "HTTPRoute",
             Kind::GRPCRoute => "GRPCRoute",
+            Kind::TCPRoute => "TCPRoute",
+            Kind::TLSRoute => "TLSRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
@@ -165,6 +181,8 @@ impl Kind {
             Kind::Gateway => "gateways",
             Kind::HTTPRoute => "httproutes",
             Kind::GRPCRoute => "grpcroutes",
+            Kind::TCPRoute => "tcproutes",
+            Kind::TLSRoute => "tlsroutes",
             Kind::ReferenceGrant => "referencegrants",
         }
     }
@@ -191,6 +209,8 @@ impl Kind {
                 | Kind::Gateway
                 | Kind::HTTPRoute
                 | Kind::GRPCRoute
+                | Kind::TCPRoute
+                | Kind::TLSRoute
         )
     }
     fn from_value(v: &Value) -> Kind {
@@ -237,6 +257,8 @@ struct State {
     status_requests: BTreeMap<Kind, u32>,
     /// The Gateway API CRDs are not installed: their paths answer 404.
     gateway_api_absent: bool,
+    /// Gateway API kinds whose CRD alone is not installed (older CRDs): their paths answer 404.
+    kinds_absent: BTreeSet<Kind>,
     /// Requests answered 404 because the Gateway API is not installed, per kind.
     absent_answers: BTreeMap<Kind, u32>,
     /// Kinds the client's RBAC does not grant: every request for them is answered 403.
@@ -323,6 +345,8 @@ fn crd_schema(kind: Kind) -> &'static Value {
             "gateways",
             "httproutes",
             "grpcroutes",
+            "tcproutes",
+            "tlsroutes",
             "referencegrants",
         ]
         .into_iter()
@@ -461,6 +485,25 @@ impl FakeApi {
         let mut st = self.state.lock().unwrap();
         for mut obj in objs {
             let kind = Kind::from_value(&obj);
+            if kind.is_gateway_api() && (st.gateway_api_absent || st.kinds_absent.contains(&kind)) {
+                // What `kubectl apply` says of a kind whose CRD is not installed.
+                drop(st);
+                panic!(
+                    "no matches for kind {:?} in version {:?}: ensure CRDs are installed first",
+                    kind.name(),
+                    kind.api_version()
+                );
+            }
+            let version = obj["apiVersion"].as_str().unwrap_or_default();
+            let version = version.rsplit('/').next().unwrap_or_default();
+            if kind.is_gateway_api() && !kind.serves(version) {
+                // A version the CRD declares `served: false` (TCPRoute's v1alpha2) or not at all.
+                drop(st);
+                panic!(
+                    "no matches for kind {:?} in version \"{GATEWAY_GROUP}/{version}\"",
+                    kind.name()
+                );
+            }
             if kind.is_gateway_api() && obj.get("status").is_none() {
                 // `kubectl apply` of a manifest never touches the status controllers wrote.
                 let key = (
@@ -611,13 +654,42 @@ impl FakeApi {
         }
     }
 
+    /// Installs (`true`) or removes one Gateway API kind's CRD, as `set_gateway_api_installed`
+    /// does for all of them: a cluster with CRDs older than v1.5 serves no TCPRoute or TLSRoute
+    /// at `v1`, and answers their paths 404 while the other kinds are served.
+    pub fn set_kind_installed(&self, kind: Kind, installed: bool) {
+        assert!(kind.is_gateway_api(), "{kind:?} is not a CRD");
+        {
+            let mut st = self.state.lock().unwrap();
+            if installed {
+                st.kinds_absent.remove(&kind);
+            } else {
+                st.kinds_absent.insert(kind);
+                let keys: Vec<(Kind, String, String)> = st
+                    .objects
+                    .keys()
+                    .filter(|(k, _, _)| *k == kind)
+                    .cloned()
+                    .collect();
+                for (k, ns, name) in keys {
+                    st.remove(k, &ns, &name);
+                }
+            }
+        }
+        let _ = self.changed.send(());
+        if !installed {
+            self.break_watches(false);
+        }
+    }
+
     /// Answers every request for `kind` 403 Forbidden from now on, as an API server does for a
     /// ServiceAccount whose role lacks the resource.
     pub fn forbid(&self, kind: Kind) {
         self.state.lock().unwrap().forbidden.insert(kind);
     }
 
-    /// Requests for `kind` answered 404 because the Gateway API was not installed.
+    /// Requests for `kind` answered 404 because the Gateway API, or that kind's CRD, was not
+    /// installed.
     pub fn absent_answers(&self, kind: Kind) -> u32 {
         let st = self.state.lock().unwrap();
         st.absent_answers.get(&kind).copied().unwrap_or(0)
@@ -1202,8 +1274,13 @@ async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
     }
     let absent = {
         let mut st = ctx.state.lock().unwrap();
-        let absent = st.gateway_api_absent && path.starts_with(&format!("/apis/{GATEWAY_GROUP}/"));
-        if let Some(t) = route(&path).filter(|_| absent) {
+        let target = route(&path);
+        let absent = (st.gateway_api_absent
+            && path.starts_with(&format!("/apis/{GATEWAY_GROUP}/")))
+            || target
+                .as_ref()
+                .is_some_and(|t| st.kinds_absent.contains(&t.kind));
+        if let Some(t) = target.filter(|_| absent) {
             *st.absent_answers.entry(t.kind).or_default() += 1;
         }
         absent
