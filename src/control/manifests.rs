@@ -1,6 +1,7 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
 //! IngressClasses, Secrets, ConfigMaps (their `ca.crt` alone), the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and ReferenceGrants, and Namespaces
+//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, BackendTLSPolicies and ReferenceGrants, and
+//! Namespaces
 //! (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
 //! and fed through the same `Pipeline` as the cluster watcher.
 //!
@@ -32,7 +33,8 @@ pub use crate::control::objects::Objects;
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::SERVICE_NAME_LABEL;
 use crate::control::translate::gateway::api::{
-    self as gw, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
+    self as gw, BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
+    TCPRoute, TLSRoute,
 };
 use crate::table::upstream::CA_KEY;
 
@@ -113,7 +115,7 @@ fn locate(notes: &mut [String], path: &Path, document: usize) {
 }
 
 /// The kinds switchyard reads, for a misspelt one.
-const KINDS: [&str; 15] = [
+const KINDS: [&str; 16] = [
     "Service",
     "EndpointSlice",
     "Endpoints",
@@ -127,6 +129,7 @@ const KINDS: [&str; 15] = [
     "GRPCRoute",
     "TCPRoute",
     "TLSRoute",
+    "BackendTLSPolicy",
     "ReferenceGrant",
     "Namespace",
 ];
@@ -255,6 +258,7 @@ enum Partial {
     GRPCRoute(Box<GRPCRoute>),
     TCPRoute(Box<TCPRoute>),
     TLSRoute(Box<TLSRoute>),
+    BackendTLSPolicy(Box<BackendTLSPolicy>),
     ReferenceGrant(Box<ReferenceGrant>),
     Namespace(Box<Namespace>),
     /// A `List` (or `*List`): only `items` is read.
@@ -280,6 +284,7 @@ impl Partial {
             Partial::GRPCRoute(o) => &o.metadata,
             Partial::TCPRoute(o) => &o.metadata,
             Partial::TLSRoute(o) => &o.metadata,
+            Partial::BackendTLSPolicy(o) => &o.metadata,
             Partial::ReferenceGrant(o) => &o.metadata,
             Partial::Namespace(o) => &o.metadata,
             Partial::List | Partial::Other => return String::new(),
@@ -306,6 +311,7 @@ impl Partial {
             "GRPCRoute" => Partial::GRPCRoute(Box::default()),
             "TCPRoute" => Partial::TCPRoute(Box::default()),
             "TLSRoute" => Partial::TLSRoute(Box::default()),
+            "BackendTLSPolicy" => Partial::BackendTLSPolicy(Box::default()),
             "ReferenceGrant" => Partial::ReferenceGrant(Box::default()),
             "Namespace" => Partial::Namespace(Box::default()),
             k if k == "List" || k.ends_with("List") => Partial::List,
@@ -475,6 +481,10 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 slim(&mut r.metadata);
                 out.tls_routes.push(*r);
             }
+            Partial::BackendTLSPolicy(mut p) => {
+                slim(&mut p.metadata);
+                out.backend_tls_policies.push(*p);
+            }
             Partial::ReferenceGrant(mut g) => {
                 slim(&mut g.metadata);
                 out.reference_grants.push(*g);
@@ -555,6 +565,10 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::TLSRoute(r), "spec") => {
             r.spec = map.next_value_seed(Noted::at("spec", unread))?
         }
+        (Partial::BackendTLSPolicy(p), "metadata") => p.metadata = map.next_value()?,
+        (Partial::BackendTLSPolicy(p), "spec") => {
+            p.spec = map.next_value_seed(Noted::at("spec", unread))?
+        }
         (Partial::ReferenceGrant(g), "metadata") => g.metadata = map.next_value()?,
         (Partial::ReferenceGrant(g), "spec") => {
             g.spec = map.next_value_seed(Noted::at("spec", unread))?;
@@ -627,7 +641,8 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
         }
         // The standard channel serves them at v1; their earlier experimental versions have
         // the same fields, and manifests written for them are common: read alike.
-        Partial::TCPRoute(_) | Partial::TLSRoute(_) => {
+        // BackendTLSPolicy's v1alpha3 has the same fields as its v1.
+        Partial::TCPRoute(_) | Partial::TLSRoute(_) | Partial::BackendTLSPolicy(_) => {
             return match version.strip_prefix(gw::GROUP) {
                 Some("/v1" | "/v1alpha2" | "/v1alpha3") => Ok(()),
                 _ => Err(format!(
@@ -656,6 +671,7 @@ fn foreign_group(partial: &Partial, version: &str) -> bool {
             | Partial::GRPCRoute(_)
             | Partial::TCPRoute(_)
             | Partial::TLSRoute(_)
+            | Partial::BackendTLSPolicy(_)
             | Partial::ReferenceGrant(_)
     );
     ours && version

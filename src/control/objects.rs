@@ -8,7 +8,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use crate::control::translate::gateway::api::{
-    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
+    TLSRoute,
 };
 use crate::control::translate::{GatewayRefs, IngressRefs};
 
@@ -29,6 +30,7 @@ pub struct Objects {
     pub grpc_routes: Vec<GRPCRoute>,
     pub tcp_routes: Vec<TCPRoute>,
     pub tls_routes: Vec<TLSRoute>,
+    pub backend_tls_policies: Vec<BackendTLSPolicy>,
     /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
     pub reference_grants: Vec<ReferenceGrant>,
     pub namespaces: Vec<Namespace>,
@@ -50,6 +52,7 @@ impl Objects {
                 grpc_routes: self.grpc_routes.iter().collect(),
                 tcp_routes: self.tcp_routes.iter().collect(),
                 tls_routes: self.tls_routes.iter().collect(),
+                backend_tls_policies: self.backend_tls_policies.iter().collect(),
                 grants: self.reference_grants.iter().collect(),
                 namespaces: self.namespaces.iter().collect(),
             })
@@ -69,6 +72,7 @@ impl Objects {
         self.grpc_routes.extend(other.grpc_routes);
         self.tcp_routes.extend(other.tcp_routes);
         self.tls_routes.extend(other.tls_routes);
+        self.backend_tls_policies.extend(other.backend_tls_policies);
         self.reference_grants.extend(other.reference_grants);
         self.namespaces.extend(other.namespaces);
         self.unread.extend(other.unread);

@@ -36,7 +36,8 @@ use crate::control::events;
 use crate::control::pipeline::Pipeline;
 use crate::control::retry::{GATEWAY_API_RETRY, HEALTH, backed_off, is_not_found};
 use crate::control::translate::gateway::api::{
-    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
+    TLSRoute,
 };
 use crate::control::translate::{
     Changes, GatewayRefs, IngressRefs, ObjectRef, Warning, WarningReason,
@@ -383,7 +384,7 @@ fn is_stream_route(resource: &str) -> bool {
 }
 
 /// The `resource` label of every watch `ClusterSource::run` keeps.
-const WATCHED: [&str; 15] = [
+const WATCHED: [&str; 16] = [
     "services",
     "endpointslices",
     "ingresses",
@@ -397,6 +398,7 @@ const WATCHED: [&str; 15] = [
     "grpcroutes",
     "tcproutes",
     "tlsroutes",
+    "backendtlspolicies",
     "referencegrants",
     "namespaces",
 ];
@@ -418,6 +420,7 @@ impl ClusterSource {
         let mut grpc_routes = Box::pin(gateway_stream::<GRPCRoute>(&self.client, ns));
         let mut tcp_routes = Box::pin(gateway_stream::<TCPRoute>(&self.client, ns));
         let mut tls_routes = Box::pin(gateway_stream::<TLSRoute>(&self.client, ns));
+        let mut tls_policies = Box::pin(gateway_stream::<BackendTLSPolicy>(&self.client, ns));
         let mut grants = Box::pin(gateway_stream::<ReferenceGrant>(&self.client, ns));
         // Namespaces exist on every API server; a 403 (a namespaced install without the
         // ClusterRole for them) leaves the store usable and empty, as for Ingresses.
@@ -456,6 +459,7 @@ impl ClusterSource {
         let mut grpc_store: Store<GRPCRoute> = Store::new();
         let mut tcp_store: Store<TCPRoute> = Store::new();
         let mut tls_store: Store<TLSRoute> = Store::new();
+        let mut policy_store: Store<BackendTLSPolicy> = Store::new();
         let mut grant_store: Store<ReferenceGrant> = Store::new();
         let mut ns_store: Store<Namespace> = Store::new();
         // A Gateway API list answered 404 and no Gateway API list has completed since: the
@@ -464,6 +468,7 @@ impl ClusterSource {
         // The same for TCPRoute and TLSRoute, whose v1 came later (Gateway API v1.5): a
         // cluster with older CRDs serves the other kinds without them.
         let mut stream_routes_absent = false;
+        let mut policies_absent = false;
         // Backed-off watches wake at once when the API server is ready again.
         HEALTH.start_probe(self.client.clone());
         let events = self.events.then(|| {
@@ -496,6 +501,7 @@ impl ClusterSource {
                 && grpc_store.usable()
                 && tcp_store.usable()
                 && tls_store.usable()
+                && policy_store.usable()
                 && grant_store.usable()
                 && ns_store.usable();
             let due = if ready { coalescer.due() } else { None };
@@ -571,6 +577,11 @@ impl ClusterSource {
                     }
                     ev = tls_routes.next() => {
                         if self.on_gateway_event(ev, "tlsroutes", &mut tls_store, &mut stream_routes_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = tls_policies.next() => {
+                        if self.on_gateway_event(ev, "backendtlspolicies", &mut policy_store, &mut policies_absent) {
                             coalescer.changed(Instant::now());
                         }
                     }
@@ -670,6 +681,13 @@ impl ClusterSource {
                         &mut coalescer,
                     ),
                     self.read_ready_gateway(
+                        &mut tls_policies,
+                        "backendtlspolicies",
+                        &mut policy_store,
+                        &mut policies_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
                         &mut grants,
                         "referencegrants",
                         &mut grant_store,
@@ -692,6 +710,8 @@ impl ClusterSource {
                 secret_store.take_changes().is_none_or(|c| !c.is_empty()),
                 auth_store.take_changes().is_none_or(|c| !c.is_empty()),
                 cm_store.take_changes().is_none_or(|c| !c.is_empty()),
+                // A policy changes how entries speak to their endpoints: a full build.
+                policy_store.take_changes().is_none_or(|c| !c.is_empty()),
             ]
             .contains(&true);
             let gateway = [
@@ -727,6 +747,7 @@ impl ClusterSource {
                 grpc_routes: grpc_store.live.values().collect(),
                 tcp_routes: tcp_store.live.values().collect(),
                 tls_routes: tls_store.live.values().collect(),
+                backend_tls_policies: policy_store.live.values().collect(),
                 grants: grant_store.live.values().collect(),
                 namespaces: ns_store.live.values().collect(),
             });
@@ -786,7 +807,13 @@ impl ClusterSource {
             Some(Err(e)) if is_not_found(&e) => {
                 if !*absent {
                     *absent = true;
-                    if is_stream_route(resource) {
+                    if resource == "backendtlspolicies" {
+                        tracing::info!(
+                            resource,
+                            retry_s = GATEWAY_API_RETRY.as_secs(),
+                            "the BackendTLSPolicy CRD (v1, Gateway API v1.4 and later) is not installed; serving the other kinds without it, and looking for it again periodically"
+                        );
+                    } else if is_stream_route(resource) {
                         tracing::info!(
                             resource,
                             retry_s = GATEWAY_API_RETRY.as_secs(),
@@ -1075,6 +1102,15 @@ pub async fn snapshot(
     if stream_absent {
         tracing::info!("the TCPRoute and TLSRoute CRDs (v1) are not installed; none listed");
     }
+    let mut policies_absent = false;
+    let backend_tls_policies = gateway_kind(
+        "backendtlspolicies",
+        api::<BackendTLSPolicy>(client, namespace).list(&lp).await,
+        &mut policies_absent,
+    );
+    if policies_absent {
+        tracing::info!("the BackendTLSPolicy CRD (v1) is not installed; none listed");
+    }
     let reference_grants = gateway_kind(
         "referencegrants",
         api::<ReferenceGrant>(client, namespace).list(&lp).await,
@@ -1096,6 +1132,7 @@ pub async fn snapshot(
         grpc_routes,
         tcp_routes,
         tls_routes,
+        backend_tls_policies,
         reference_grants,
         namespaces: optional(
             "namespaces",

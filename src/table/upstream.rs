@@ -36,6 +36,14 @@ impl BackendProtocol {
         })
     }
 
+    /// The same protocol over TLS (HTTP/1.1 or HTTP/2 as before).
+    pub fn over_tls(self) -> BackendProtocol {
+        match self {
+            BackendProtocol::Http | BackendProtocol::Https => BackendProtocol::Https,
+            BackendProtocol::H2c | BackendProtocol::H2 => BackendProtocol::H2,
+        }
+    }
+
     pub fn tls(self) -> bool {
         matches!(self, BackendProtocol::Https | BackendProtocol::H2)
     }

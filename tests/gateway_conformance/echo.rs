@@ -6,6 +6,10 @@
 //! in `X-Echo-Set-Header` (`name:value,name:value`, values of one name joined by `,`); a
 //! `?delay=<Go duration>` held before answering; `/health` and `/status/NNN` as upstream.
 //!
+//! A Deployment that sets `TLS_SERVER_CERT` and `TLS_SERVER_PRIVKEY` (upstream's `tls-backend`s)
+//! also serves the same answers over TLS on a second port (echo-basic's `HTTPS_PORT`, 8443 in
+//! the pod), with the certificate of the Secret the Deployment mounts ([`Pod::start_tls`]).
+//!
 //! Every request is recorded (upstream reads the pod's log line "Echoing back request made to
 //! <path>" to find mirrored requests; the tests read the record instead). Dropping the pod
 //! stops its listener and every connection it serves.
@@ -46,13 +50,29 @@ pub struct Pod {
     /// The Deployment it belongs to.
     pub deployment: String,
     pub port: u16,
+    /// The port serving TLS, for the pod's container port [`TLS_CONTAINER_PORT`], if any.
+    pub tls_port: Option<u16>,
     seen: Arc<Mutex<Vec<Echoed>>>,
     task: JoinHandle<()>,
 }
 
+/// The container port of echo-basic's TLS listener (`HTTPS_PORT`, and the TCP echo's
+/// `TLS_PORT`), which the base manifests' Services name as `targetPort`.
+pub const TLS_CONTAINER_PORT: u16 = 8443;
+
 impl Pod {
     /// Starts a pod named `name` in `namespace` on a free port of 127.0.0.1.
     pub async fn start(deployment: &str, name: &str, namespace: &str) -> Pod {
+        Pod::start_tls(deployment, name, namespace, None).await
+    }
+
+    /// [`Pod::start`], also answering over TLS with `tls` on a second port ([`Pod::tls_port`]).
+    pub async fn start_tls(
+        deployment: &str,
+        name: &str,
+        namespace: &str,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Pod {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind echo pod");
@@ -63,25 +83,25 @@ impl Pod {
             pod: name.to_string(),
             seen: seen.clone(),
         });
+        let mut tls_listener = None;
+        if let Some(config) = tls {
+            let l = TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind echo pod (TLS)");
+            tls_listener = Some((l, tokio_rustls::TlsAcceptor::from(config)));
+        }
+        let tls_port = tls_listener
+            .as_ref()
+            .map(|(l, _)| l.local_addr().expect("local_addr").port());
         let task = tokio::spawn(async move {
-            // Runs until the pod is dropped (the task is aborted then) or has accepted
-            // MAX_CONNECTIONS; each connection is bounded in time.
-            for _ in 0..MAX_CONNECTIONS {
-                let Ok((stream, _)) = listener.accept().await else {
-                    // A failed accept (out of descriptors, say) is retried after a pause.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                };
-                let ctx = ctx.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| {
-                        let ctx = ctx.clone();
-                        async move { Ok::<_, Infallible>(ctx.answer(req).await) }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service);
-                    let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
-                });
+            match tls_listener {
+                Some((l, acceptor)) => {
+                    tokio::join!(
+                        serve(listener, ctx.clone(), None),
+                        serve(l, ctx, Some(acceptor))
+                    );
+                }
+                None => serve(listener, ctx, None).await,
             }
         });
         Pod {
@@ -89,6 +109,7 @@ impl Pod {
             namespace: namespace.to_string(),
             deployment: deployment.to_string(),
             port,
+            tls_port,
             seen,
             task,
         }
@@ -109,8 +130,25 @@ impl Pod {
             namespace: namespace.to_string(),
             deployment: deployment.to_string(),
             port,
+            tls_port: None,
             seen,
             task,
+        }
+    }
+
+    /// This pod with a TLS port too (a server of another module listening on two ports).
+    pub fn with_tls_port(mut self, tls_port: Option<u16>) -> Pod {
+        self.tls_port = tls_port;
+        self
+    }
+
+    /// The port on 127.0.0.1 serving the pod's container port `target` (a Service's
+    /// `targetPort`): the TLS port for [`TLS_CONTAINER_PORT`] when the pod has one, else the
+    /// one echo port.
+    pub fn port_for(&self, target: u16) -> u16 {
+        match self.tls_port {
+            Some(tls) if target == TLS_CONTAINER_PORT => tls,
+            _ => self.port,
         }
     }
 
@@ -123,6 +161,44 @@ impl Pod {
 impl Drop for Pod {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Accepts on `listener` (through `tls` when given) until the pod is dropped or has accepted
+/// MAX_CONNECTIONS; each connection is bounded in time.
+async fn serve(listener: TcpListener, ctx: Arc<Context>, tls: Option<tokio_rustls::TlsAcceptor>) {
+    for _ in 0..MAX_CONNECTIONS {
+        let Ok((stream, _)) = listener.accept().await else {
+            // A failed accept (out of descriptors, say) is retried after a pause.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let ctx = ctx.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let ctx = ctx.clone();
+                async move { Ok::<_, Infallible>(ctx.answer(req).await) }
+            });
+            let builder = hyper::server::conn::http1::Builder::new();
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, async move {
+                match tls {
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                    }
+                    None => {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                }
+            })
+            .await;
+        });
     }
 }
 

@@ -1,6 +1,7 @@
 //! The harness of the Gateway API conformance cases (tests/e2e_gateway_conformance.rs): the
 //! upstream manifests (tests/data/gateway-api, v1.6.1) loaded as upstream applies them, the
-//! base manifests' Deployments turned into echo-basic pods on 127.0.0.1 ([`echo`]), each
+//! base manifests' Deployments turned into echo-basic pods on 127.0.0.1 ([`echo`]; the gRPC
+//! ones [`grpc`], the TCP echo ones [`tcp`], TLS where the Deployment mounts a setup Secret), each
 //! selector Service given EndpointSlices to its pods, the TLS Secrets upstream creates at setup
 //! generated here, switchyard started on all of it (offline, or through the fake API server:
 //! the including test crate's `SOURCE`), and upstream's
@@ -12,10 +13,12 @@
 pub mod echo;
 pub mod expect;
 pub mod grpc;
+pub mod tcp;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -45,15 +48,39 @@ pub struct SelfSigned {
     pub key_pem: String,
 }
 
-/// The TLS Secrets upstream's suite creates before any test (`suite.go`, `Setup`): namespace,
-/// name, hosts.
-const SETUP_SECRETS: [(&str, &str, &[&str]); 3] = [
+/// The self-signed TLS Secrets upstream's suite creates before any test (`suite.go`,
+/// `Setup`): namespace, name, hosts.
+const SETUP_SECRETS: [(&str, &str, &[&str]); 4] = [
     (WEB, "certificate", &["*"]),
     (INFRA, "tls-validity-checks-certificate", &["*", "*.org"]),
     (
         INFRA,
         "tls-passthrough-checks-certificate",
         &["abc.example.com"],
+    ),
+    (
+        APP,
+        "tls-passthrough-checks-certificate",
+        &["abc.example.com"],
+    ),
+];
+
+/// The Secrets `Setup` signs with the CA of ConfigMap `tls-checks-ca-certificate`: namespace,
+/// name, DNS names, URIs. `tls-checks-certificate` is what the base manifests' `tls-backend` and
+/// `tls-backend-2` serve; `tls-terminate-checks-certificate` is named by TLS listeners in
+/// `mode: Terminate`.
+const SETUP_CA_SECRETS: [(&str, &str, &[&str], &[&str]); 2] = [
+    (
+        INFRA,
+        "tls-checks-certificate",
+        &["abc.example.com", "other.example.com"],
+        &["spiffe://abc.example.com/test-identity"],
+    ),
+    (
+        INFRA,
+        "tls-terminate-checks-certificate",
+        &["tls.example.com"],
+        &[],
     ),
 ];
 
@@ -97,6 +124,10 @@ pub struct Suite {
     pub https_port: u16,
     /// The setup Secrets by (namespace, name).
     pub secrets: BTreeMap<(String, String), SelfSigned>,
+    /// The certificate of `--ssl-cert` (what the TLS port presents for a name nothing takes).
+    pub default_cert: Vec<u8>,
+    /// The objects switchyard was started on (offline: [`Suite::rewrite`] edits them).
+    pub objects: Vec<Value>,
     _certs: tempfile::TempDir,
 }
 
@@ -148,15 +179,97 @@ fn labels_match(selector: &Value, labels: &Value) -> bool {
         .is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
 }
 
-/// Whether a Deployment's containers set `GRPC_ECHO_SERVER` (upstream's gRPC backends).
-fn grpc_echo(deployment: &Value) -> bool {
+/// A CA certificate and the Secrets it signed, as `Setup`'s `MustCreateCACertConfigMap` and
+/// `MustCreateCASignedCertSecret`: the CA's PEM and each leaf.
+fn ca_signed(leaves: &[(&[&str], &[&str])]) -> (String, Vec<SelfSigned>) {
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::OrganizationName, "Kubernetes Gateway API");
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    let ca_pem = ca.self_signed(&ca_key).expect("CA").pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let signed = leaves
+        .iter()
+        .map(|(dns, uris)| {
+            let key = rcgen::KeyPair::generate().expect("key");
+            let mut params = rcgen::CertificateParams::new(
+                dns.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+            )
+            .expect("params");
+            for uri in *uris {
+                params.subject_alt_names.push(rcgen::SanType::URI(
+                    rcgen::string::Ia5String::try_from(*uri).expect("URI SAN"),
+                ));
+            }
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, "Kubernetes Gateway API");
+            params.distinguished_name.push(
+                rcgen::DnType::CommonName,
+                dns.first().copied().unwrap_or(""),
+            );
+            let cert = params.signed_by(&key, &issuer).expect("CA-signed");
+            SelfSigned {
+                der: cert.der().to_vec(),
+                cert_pem: cert.pem(),
+                key_pem: key.serialize_pem(),
+            }
+        })
+        .collect();
+    (ca_pem, signed)
+}
+
+/// The value of env `name` in a Deployment's containers, if one sets it.
+fn env_of<'a>(deployment: &'a Value, name: &str) -> Option<&'a Value> {
     deployment["spec"]["template"]["spec"]["containers"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|c| c["env"].as_array())
         .flatten()
-        .any(|e| e["name"] == "GRPC_ECHO_SERVER")
+        .find(|e| e["name"] == name)
+}
+
+/// Whether a Deployment's containers set `GRPC_ECHO_SERVER` (upstream's gRPC backends).
+fn grpc_echo(deployment: &Value) -> bool {
+    env_of(deployment, "GRPC_ECHO_SERVER").is_some()
+}
+
+/// The server configuration of a Deployment that asks echo-basic for TLS (both `cert` and
+/// `key` env set, as echo-basic and its TCP server each name them) with the certificate of
+/// the setup Secret it mounts; None when it asks for none (or mounts no Secret we made).
+fn pod_tls(
+    deployment: &Value,
+    ns: &str,
+    cert: &str,
+    key: &str,
+    secrets: &BTreeMap<(String, String), SelfSigned>,
+) -> Option<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    env_of(deployment, cert)?;
+    env_of(deployment, key)?;
+    let secret = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()?
+        .iter()
+        .find_map(|v| v["secret"]["secretName"].as_str())?;
+    let leaf = secrets.get(&(ns.to_string(), secret.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.der.clone())],
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).expect("pod key"),
+        )
+        .expect("pod certificate");
+    Some(Arc::new(config))
 }
 
 /// The objects switchyard is given and the pods behind them, from upstream manifest files.
@@ -171,6 +284,21 @@ pub struct World {
 /// selects, our GatewayClass and the setup Secrets are added.
 pub async fn world(files: &[&str]) -> World {
     let mut docs: Vec<Value> = files.iter().flat_map(|f| load(f)).collect();
+    let mut secrets = BTreeMap::new();
+    for (ns, name, hosts) in SETUP_SECRETS {
+        secrets.insert((ns.to_string(), name.to_string()), self_signed(hosts));
+    }
+    let leaves: Vec<(&[&str], &[&str])> = SETUP_CA_SECRETS
+        .iter()
+        .map(|(_, _, dns, uris)| (*dns, *uris))
+        .collect();
+    // The CA itself is only the ConfigMap `tls-checks-ca-certificate` upstream's clients of
+    // terminated TLSRoutes trust; no case here terminates (switchyard does not), so it is not
+    // kept.
+    let (_ca_pem, signed) = ca_signed(&leaves);
+    for ((ns, name, _, _), cert) in SETUP_CA_SECRETS.iter().zip(signed) {
+        secrets.insert((ns.to_string(), name.to_string()), cert);
+    }
     let mut pods: Vec<Pod> = Vec::new();
     let mut pod_labels: Vec<Value> = Vec::new();
     for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
@@ -185,10 +313,20 @@ pub async fn world(files: &[&str]) -> World {
             // (extractBackendName) and the `Backend` prefix check expect.
             let pod_name = format!("{name}-5d8f9c7b6-p{i}x");
             // echo-basic serves gRPC instead of HTTP when GRPC_ECHO_SERVER is set.
+            // echo-basic's TCP server when TCP_ECHO_SERVER is set (TLS with
+            // TLS_SERVER_CERT and TLS_SERVER_PRIV_KEY); its HTTP server otherwise (HTTPS too
+            // with TLS_SERVER_CERT and TLS_SERVER_PRIVKEY).
             let pod = if grpc_echo(d) {
                 grpc::start_pod(name, &pod_name, ns).await
+            } else if env_of(d, "TCP_ECHO_SERVER").is_some() {
+                let service = env_of(d, "SERVICE_NAME")
+                    .and_then(|e| e["value"].as_str())
+                    .unwrap_or("");
+                let tls = pod_tls(d, ns, "TLS_SERVER_CERT", "TLS_SERVER_PRIV_KEY", &secrets);
+                tcp::start_pod(name, &pod_name, ns, service, tls).await
             } else {
-                Pod::start(name, &pod_name, ns).await
+                let tls = pod_tls(d, ns, "TLS_SERVER_CERT", "TLS_SERVER_PRIVKEY", &secrets);
+                Pod::start_tls(name, &pod_name, ns, tls).await
             };
             pods.push(pod);
             pod_labels.push(d["spec"]["template"]["metadata"]["labels"].clone());
@@ -214,9 +352,7 @@ pub async fn world(files: &[&str]) -> World {
         "metadata": {"name": GATEWAY_CLASS},
         "spec": {"controllerName": CONTROLLER},
     }));
-    let mut secrets = BTreeMap::new();
-    for (ns, name, hosts) in SETUP_SECRETS {
-        let cert = self_signed(hosts);
+    for ((ns, name), cert) in &secrets {
         docs.push(json!({
             "apiVersion": "v1",
             "kind": "Secret",
@@ -224,7 +360,6 @@ pub async fn world(files: &[&str]) -> World {
             "type": "kubernetes.io/tls",
             "stringData": {"tls.crt": cert.cert_pem, "tls.key": cert.key_pem},
         }));
-        secrets.insert((ns.to_string(), name.to_string()), cert);
     }
     World {
         objects: docs,
@@ -234,14 +369,20 @@ pub async fn world(files: &[&str]) -> World {
 }
 
 /// The EndpointSlice of one pod of a Service: every Service port (its name and appProtocol)
-/// on the pod's one echo port.
+/// on the pod's port for its `targetPort` (the TLS port for 8443 when the pod serves TLS, the
+/// one echo port otherwise).
 fn pod_slice(svc: &Value, ns: &str, name: &str, pod: &Pod) -> Value {
     let ports: Vec<Value> = svc["spec"]["ports"]
         .as_array()
         .map(|ps| {
             ps.iter()
                 .map(|p| {
-                    let mut port = json!({"port": pod.port, "protocol": "TCP"});
+                    let target = p["targetPort"]
+                        .as_u64()
+                        .or_else(|| p["port"].as_u64())
+                        .and_then(|t| u16::try_from(t).ok())
+                        .unwrap_or(0);
+                    let mut port = json!({"port": pod.port_for(target), "protocol": "TCP"});
                     if let Some(n) = p["name"].as_str() {
                         port["name"] = json!(n);
                     }
@@ -329,7 +470,7 @@ pub async fn start_world_with(world: World, extra: &[&str]) -> Suite {
         Source::Manifests => {
             let owned = args_with(https_port);
             let args: Vec<&str> = owned.iter().map(String::as_str).collect();
-            let sy = switchyard(world.objects).args(&args).start().await;
+            let sy = switchyard(world.objects.clone()).args(&args).start().await;
             Running {
                 http_port: sy.http_port,
                 process: Process::Offline(sy),
@@ -338,7 +479,7 @@ pub async fn start_world_with(world: World, extra: &[&str]) -> Suite {
         }
         Source::Cluster => {
             let api = FakeApi::start_reaching_local_backends().await;
-            api.apply_all(world.objects);
+            api.apply_all(world.objects.clone());
             // Ports are picked by bind-and-drop, so another test may take one before
             // switchyard binds it: a start that exits at once is tried again with fresh
             // ports (at most 3 times).
@@ -385,11 +526,29 @@ pub async fn start_world_with(world: World, extra: &[&str]) -> Suite {
         pods: world.pods,
         https_port,
         secrets: world.secrets,
+        default_cert: default.der,
+        objects: world.objects,
         _certs: certs,
     }
 }
 
 impl Suite {
+    /// Offline only: replaces the `--manifests` file with `objects` (as upstream's suite
+    /// applies or deletes an object during a case) and waits (at most 10 s) until switchyard
+    /// has swapped in a table built from it (`switchyard_table_swaps_total` grew).
+    pub async fn rewrite(&self, objects: &[Value]) {
+        let Process::Offline(sy) = &self.sy.process else {
+            panic!("Suite::rewrite is for the offline source");
+        };
+        let before = table_swaps(sy.admin_port).await;
+        sy.rewrite(objects);
+        let swapped = eventually(Duration::from_secs(10), || async {
+            table_swaps(sy.admin_port).await > before
+        })
+        .await;
+        assert!(swapped, "no table swap after the rewrite:\n{}", sy.stderr());
+    }
+
     /// The setup Secret `ns/name`.
     pub fn secret(&self, ns: &str, name: &str) -> &SelfSigned {
         self.secrets
@@ -450,4 +609,16 @@ impl Suite {
             .filter(|p| p.namespace == ns && p.deployment == name)
             .collect()
     }
+}
+
+/// `switchyard_table_swaps_total` from the admin port's /metrics (0 when unreadable).
+async fn table_swaps(admin_port: u16) -> f64 {
+    let Ok(r) = crate::common::try_request(admin_port, "GET", "/metrics", &[]).await else {
+        return 0.0;
+    };
+    r.body
+        .lines()
+        .filter_map(|l| l.strip_prefix("switchyard_table_swaps_total "))
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum()
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use super::annotations::{AclPrefix, Settings, asks_for_routes, settings, show};
 use super::endpoints::endpoint_addrs;
 use super::gateway::api::GatewayApiStatus;
+use super::gateway::backend_tls::BackendTlsPolicies;
 use super::gateway::cache::RouteCache;
 use super::inputs::{meta_key, object};
 use super::memo::{Built, Memo, MemoInputs, ServiceMemo, options_fingerprint, version_fingerprint};
@@ -134,6 +135,8 @@ pub(super) struct Builder<'a> {
     pub(super) passthrough: Vec<Passthrough>,
     /// The Gateways' TCP and TLS listeners with their routes.
     pub(super) streams: Streams,
+    /// BackendTLSPolicies by the Service ports they target.
+    pub(super) backend_tls: BackendTlsPolicies,
 }
 
 impl<'a> Builder<'a> {
@@ -177,6 +180,7 @@ impl<'a> Builder<'a> {
             canaries: HashMap::default(),
             passthrough: Vec::new(),
             streams: Streams::default(),
+            backend_tls: BackendTlsPolicies::default(),
             prev_limits: previous
                 .into_iter()
                 .flat_map(|p| p.policies.iter())
@@ -587,6 +591,25 @@ impl<'a> Builder<'a> {
                 BackendProtocol::Http
             })
         });
+        if let Some(policy) =
+            self.backend_tls
+                .for_port(&who.namespace, &who.name, sp.name.as_deref())
+        {
+            // A BackendTLSPolicy: TLS, its name, its trust, verified whatever the annotations
+            // say (`backend_tls.rs`).
+            return Upstream {
+                protocol: protocol.over_tls(),
+                sni: policy.sni.clone(),
+                verify: true,
+                send_proxy: false,
+                ca_file: None,
+                ca_bundle: policy.ca.clone(),
+                client_cert: s
+                    .backend_client_cert
+                    .as_ref()
+                    .map(|(c, k)| (c.as_str().into(), k.as_str().into())),
+            };
+        }
         if protocol.tls() && s.skip_verify {
             self.warnings.push(Warning {
                 object: who.clone(),

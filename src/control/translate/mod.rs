@@ -160,6 +160,11 @@ fn full<'a>(
     }
     b.entries.reserve(services.len() * 2);
     b.keyed = index.keyed && sorted;
+    b.backend_tls = gateway::backend_tls::BackendTlsPolicies::read(
+        ingress.gateway.backend_tls_policies,
+        &mut b.trust,
+        &mut input_warnings,
+    );
     b.warnings = input_warnings;
     let input_warnings_len = b.warnings.len();
     // Services an Ingress may name, and the slices of those that got no entry of their own.

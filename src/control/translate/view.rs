@@ -13,7 +13,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde::Serialize;
 
 use super::gateway::api::{
-    GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute,
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
+    TLSRoute,
 };
 use crate::table::balance::Algorithm;
 use crate::table::{EntryId, EntryKey};
@@ -410,6 +411,7 @@ pub struct GatewayRefs<'a> {
     pub grpc_routes: Vec<&'a GRPCRoute>,
     pub tcp_routes: Vec<&'a TCPRoute>,
     pub tls_routes: Vec<&'a TLSRoute>,
+    pub backend_tls_policies: Vec<&'a BackendTLSPolicy>,
     pub grants: Vec<&'a ReferenceGrant>,
     /// For `allowedRoutes.namespaces.selector`, which selects namespaces by their labels.
     pub namespaces: Vec<&'a Namespace>,
@@ -424,6 +426,7 @@ impl<'a> GatewayRefs<'a> {
             grpc_routes: &self.grpc_routes,
             tcp_routes: &self.tcp_routes,
             tls_routes: &self.tls_routes,
+            backend_tls_policies: &self.backend_tls_policies,
             grants: &self.grants,
             namespaces: &self.namespaces,
         }
@@ -439,6 +442,7 @@ pub struct GatewayInputs<'a> {
     pub grpc_routes: &'a [&'a GRPCRoute],
     pub tcp_routes: &'a [&'a TCPRoute],
     pub tls_routes: &'a [&'a TLSRoute],
+    pub backend_tls_policies: &'a [&'a BackendTLSPolicy],
     pub grants: &'a [&'a ReferenceGrant],
     pub namespaces: &'a [&'a Namespace],
 }

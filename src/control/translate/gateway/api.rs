@@ -1,5 +1,6 @@
 //! The Gateway API objects switchyard reads (`gateway.networking.k8s.io`, standard channel
-//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute and ReferenceGrant, with the fields
+//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, BackendTLSPolicy and ReferenceGrant, with
+//! the fields
 //! translate uses and the status it writes back.
 //!
 //! Written here rather than taken from the `gateway-api` crate, whose releases follow an older
@@ -80,6 +81,12 @@ resource!(
     TLSRoute,
     "v1",
     "tlsroutes",
+    k8s_openapi::NamespaceResourceScope
+);
+resource!(
+    BackendTLSPolicy,
+    "v1",
+    "backendtlspolicies",
     k8s_openapi::NamespaceResourceScope
 );
 resource!(
@@ -768,6 +775,93 @@ pub struct StreamBackendRef {
     pub weight: Option<i32>,
 }
 
+// === BackendTLSPolicy ===
+
+/// How switchyard speaks TLS to a Service's endpoints: the server name sent and verified,
+/// the CA bundle (or the well-known CAs) that verifies them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackendTLSPolicy {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: BackendTLSPolicySpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PolicyStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTLSPolicySpec {
+    #[serde(default)]
+    pub target_refs: Vec<LocalPolicyTargetReference>,
+    #[serde(default)]
+    pub validation: BackendTLSPolicyValidation,
+    /// Implementation-specific `key: value` options; switchyard knows none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub options: BTreeMap<String, String>,
+}
+
+/// A policy's target: an object of the policy's namespace, and a section of it (a Service's
+/// port name).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalPolicyTargetReference {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTLSPolicyValidation {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ca_certificate_refs: Vec<LocalObjectReference>,
+    /// `System`: the well-known CAs.
+    #[serde(
+        default,
+        rename = "wellKnownCACertificates",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub well_known_ca_certificates: Option<String>,
+    #[serde(default)]
+    pub hostname: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubjectAltName {
+    /// `Hostname` or `URI`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
+/// A policy's status: one entry per ancestor (a Gateway whose routes reach its target) and
+/// controller.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    #[serde(default)]
+    pub ancestors: Vec<PolicyAncestorStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAncestorStatus {
+    pub ancestor_ref: ParentReference,
+    pub controller_name: String,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
 // === ReferenceGrant ===
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -865,4 +959,7 @@ pub struct GatewayApiStatus {
     /// The same for TCPRoutes and TLSRoutes.
     pub tcp_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
     pub tls_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
+    /// By (namespace, name): BackendTLSPolicies whose target a route of one of our Gateways
+    /// reaches; `ancestors` holds only our entries (one per such Gateway).
+    pub backend_tls_policies: BTreeMap<(String, String), PolicyStatus>,
 }

@@ -109,6 +109,7 @@ impl<'a> Builder<'a> {
         self.streams = streams(claims, &mut gateways, self.options.gateway_https_port);
         let levels_made = self.make_routers(&gateways, &addresses, &routes, reusable, previous);
         self.keep_routes(routes, context, compiled, reusable, levels_made);
+        status.backend_tls_policies = self.backend_tls.statuses(&inputs, &gateways, ours);
         self.gateway_statuses(gateways, &addresses, &mut status);
         status.own_addresses = !self.options.gateway_addresses.is_empty();
         self.gateway_status = status;

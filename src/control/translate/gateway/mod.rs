@@ -14,12 +14,15 @@ use crate::control::translate::build::{Builder, secret_certs};
 use crate::control::translate::gateway::api::GatewayApiStatus;
 use crate::control::translate::inputs::meta_key;
 use crate::control::translate::memo::{Built, Memo, options_fingerprint};
+use crate::control::translate::trust::Trust;
 use crate::table::RoutingTable;
+use backend_tls::BackendTlsPolicies;
 
 mod address;
 pub mod api;
 mod assemble;
 mod attach;
+pub(super) mod backend_tls;
 mod build;
 pub(super) mod cache;
 mod classes;
@@ -50,6 +53,13 @@ pub(super) fn rebuild(
     let index = memo.entry_index.clone()?;
     let mut b = Builder::new(options, None);
     b.frozen = Some((index, &prev.entries));
+    // For the policies' status; their warnings are the full build's, kept in the memo.
+    b.trust = Trust::new(inputs.secrets, inputs.config_maps);
+    b.backend_tls = BackendTlsPolicies::read(
+        inputs.gateway.backend_tls_policies,
+        &mut b.trust,
+        &mut Vec::new(),
+    );
     b.certificates = (*memo.ingress_certificates).clone();
     let by_key: HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)> = services
         .values()
@@ -85,6 +95,7 @@ pub(super) fn rebuild(
             && prev.gateways == b.gateway_status.gateways
             && prev.tcp_routes == b.gateway_status.tcp_routes
             && prev.tls_routes == b.gateway_status.tls_routes
+            && prev.backend_tls_policies == b.gateway_status.backend_tls_policies
         {
             Arc::clone(prev)
         } else {

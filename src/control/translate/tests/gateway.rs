@@ -18,6 +18,8 @@ struct World {
     grpc_routes: Vec<GRPCRoute>,
     tcp_routes: Vec<TCPRoute>,
     tls_routes: Vec<TLSRoute>,
+    policies: Vec<BackendTLSPolicy>,
+    config_maps: Vec<k8s_openapi::api::core::v1::ConfigMap>,
     grants: Vec<ReferenceGrant>,
     namespaces: Vec<k8s_openapi::api::core::v1::Namespace>,
     secrets: Vec<k8s_openapi::api::core::v1::Secret>,
@@ -37,6 +39,8 @@ fn world(yaml: &str) -> World {
             "GRPCRoute" => w.grpc_routes.push(serde_json::from_value(v).unwrap()),
             "TCPRoute" => w.tcp_routes.push(serde_json::from_value(v).unwrap()),
             "TLSRoute" => w.tls_routes.push(serde_json::from_value(v).unwrap()),
+            "BackendTLSPolicy" => w.policies.push(serde_json::from_value(v).unwrap()),
+            "ConfigMap" => w.config_maps.push(serde_json::from_value(v).unwrap()),
             "ReferenceGrant" => w.grants.push(serde_json::from_value(v).unwrap()),
             "Namespace" => w.namespaces.push(serde_json::from_value(v).unwrap()),
             "Secret" => w.secrets.push(serde_json::from_value(v).unwrap()),
@@ -47,16 +51,19 @@ fn world(yaml: &str) -> World {
 }
 
 fn build(w: &World) -> (Built, Vec<Warning>) {
-    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
-        classes: w.classes.iter().collect(),
-        gateways: w.gateways.iter().collect(),
-        routes: w.routes.iter().collect(),
-        grpc_routes: w.grpc_routes.iter().collect(),
-        tcp_routes: w.tcp_routes.iter().collect(),
-        tls_routes: w.tls_routes.iter().collect(),
-        grants: w.grants.iter().collect(),
-        namespaces: w.namespaces.iter().collect(),
-    });
+    let refs = IngressRefs::of([], [], w.secrets.iter())
+        .with_config_maps(w.config_maps.iter())
+        .with_gateway(GatewayRefs {
+            classes: w.classes.iter().collect(),
+            gateways: w.gateways.iter().collect(),
+            routes: w.routes.iter().collect(),
+            grpc_routes: w.grpc_routes.iter().collect(),
+            tcp_routes: w.tcp_routes.iter().collect(),
+            tls_routes: w.tls_routes.iter().collect(),
+            backend_tls_policies: w.policies.iter().collect(),
+            grants: w.grants.iter().collect(),
+            namespaces: w.namespaces.iter().collect(),
+        });
     translate_with(
         &w.services,
         &w.slices,
@@ -832,16 +839,19 @@ spec:
 "#;
     let w = with_route(route);
     let (first, _) = build(&w);
-    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
-        classes: w.classes.iter().collect(),
-        gateways: w.gateways.iter().collect(),
-        routes: w.routes.iter().collect(),
-        grpc_routes: Vec::new(),
-        tcp_routes: Vec::new(),
-        tls_routes: Vec::new(),
-        grants: w.grants.iter().collect(),
-        namespaces: w.namespaces.iter().collect(),
-    });
+    let refs = IngressRefs::of([], [], w.secrets.iter())
+        .with_config_maps(w.config_maps.iter())
+        .with_gateway(GatewayRefs {
+            classes: w.classes.iter().collect(),
+            gateways: w.gateways.iter().collect(),
+            routes: w.routes.iter().collect(),
+            grpc_routes: Vec::new(),
+            tcp_routes: Vec::new(),
+            tls_routes: Vec::new(),
+            backend_tls_policies: Vec::new(),
+            grants: w.grants.iter().collect(),
+            namespaces: w.namespaces.iter().collect(),
+        });
     let (second, _) = translate_with(
         &w.services,
         &w.slices,
@@ -911,16 +921,19 @@ fn build_changes_with(
     prev: Option<Previous<'_>>,
     options: &Options,
 ) -> (Built, Vec<Warning>) {
-    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
-        classes: w.classes.iter().collect(),
-        gateways: w.gateways.iter().collect(),
-        routes: w.routes.iter().collect(),
-        grpc_routes: w.grpc_routes.iter().collect(),
-        tcp_routes: w.tcp_routes.iter().collect(),
-        tls_routes: w.tls_routes.iter().collect(),
-        grants: w.grants.iter().collect(),
-        namespaces: w.namespaces.iter().collect(),
-    });
+    let refs = IngressRefs::of([], [], w.secrets.iter())
+        .with_config_maps(w.config_maps.iter())
+        .with_gateway(GatewayRefs {
+            classes: w.classes.iter().collect(),
+            gateways: w.gateways.iter().collect(),
+            routes: w.routes.iter().collect(),
+            grpc_routes: w.grpc_routes.iter().collect(),
+            tcp_routes: w.tcp_routes.iter().collect(),
+            tls_routes: w.tls_routes.iter().collect(),
+            backend_tls_policies: w.policies.iter().collect(),
+            grants: w.grants.iter().collect(),
+            namespaces: w.namespaces.iter().collect(),
+        });
     let mut services = w.services.clone();
     let mut slices = w.slices.clone();
     for (i, s) in services.iter_mut().enumerate() {
@@ -1059,16 +1072,19 @@ fn build_at_warned(
     options: &Options,
     previous: Option<&RoutingTable>,
 ) -> (Built, Vec<Warning>) {
-    let refs = IngressRefs::of([], [], w.secrets.iter()).with_gateway(GatewayRefs {
-        classes: w.classes.iter().collect(),
-        gateways: w.gateways.iter().collect(),
-        routes: w.routes.iter().collect(),
-        grpc_routes: Vec::new(),
-        tcp_routes: Vec::new(),
-        tls_routes: Vec::new(),
-        grants: w.grants.iter().collect(),
-        namespaces: w.namespaces.iter().collect(),
-    });
+    let refs = IngressRefs::of([], [], w.secrets.iter())
+        .with_config_maps(w.config_maps.iter())
+        .with_gateway(GatewayRefs {
+            classes: w.classes.iter().collect(),
+            gateways: w.gateways.iter().collect(),
+            routes: w.routes.iter().collect(),
+            grpc_routes: Vec::new(),
+            tcp_routes: Vec::new(),
+            tls_routes: Vec::new(),
+            backend_tls_policies: Vec::new(),
+            grants: w.grants.iter().collect(),
+            namespaces: w.namespaces.iter().collect(),
+        });
     translate_with(&w.services, &w.slices, refs.inputs(), options, previous)
 }
 
@@ -1523,6 +1539,7 @@ fn a_gateway_with_an_address_has_its_certificates_for_that_address_alone() {
     );
 }
 
+mod backend_tls;
 mod cache;
 mod grpc;
 mod streams;
