@@ -535,18 +535,19 @@ pub async fn start_world_with(world: World, extra: &[&str]) -> Suite {
 impl Suite {
     /// Offline only: replaces the `--manifests` file with `objects` (as upstream's suite
     /// applies or deletes an object during a case) and waits (at most 10 s) until switchyard
-    /// has swapped in a table built from it (`switchyard_table_swaps_total` grew).
+    /// has built a table from it (`switchyard_table_build_seconds_count` grew; a table equal
+    /// to the one serving is built but not swapped in, so swaps would not tell).
     pub async fn rewrite(&self, objects: &[Value]) {
         let Process::Offline(sy) = &self.sy.process else {
             panic!("Suite::rewrite is for the offline source");
         };
-        let before = table_swaps(sy.admin_port).await;
+        let before = table_builds(sy.admin_port).await;
         sy.rewrite(objects);
-        let swapped = eventually(Duration::from_secs(10), || async {
-            table_swaps(sy.admin_port).await > before
+        let built = eventually(Duration::from_secs(10), || async {
+            table_builds(sy.admin_port).await > before
         })
         .await;
-        assert!(swapped, "no table swap after the rewrite:\n{}", sy.stderr());
+        assert!(built, "no table built after the rewrite:\n{}", sy.stderr());
     }
 
     /// The setup Secret `ns/name`.
@@ -611,14 +612,14 @@ impl Suite {
     }
 }
 
-/// `switchyard_table_swaps_total` from the admin port's /metrics (0 when unreadable).
-async fn table_swaps(admin_port: u16) -> f64 {
+/// `switchyard_table_build_seconds_count` from the admin port's /metrics (0 when unreadable).
+async fn table_builds(admin_port: u16) -> f64 {
     let Ok(r) = crate::common::try_request(admin_port, "GET", "/metrics", &[]).await else {
         return 0.0;
     };
     r.body
         .lines()
-        .filter_map(|l| l.strip_prefix("switchyard_table_swaps_total "))
+        .filter_map(|l| l.strip_prefix("switchyard_table_build_seconds_count "))
         .filter_map(|v| v.trim().parse::<f64>().ok())
         .sum()
 }
