@@ -617,3 +617,62 @@ async fn tls_route_invalid_no_matching_listener() {
     let s = start(&["tlsroute-invalid-no-matching-listener.yaml"]).await;
     tls_not_relayed(&s, "TLSRouteInvalidNoMatchingListener", "tls.example.com").await;
 }
+
+/// Waits (at most 10 s) for a line of switchyard's stderr holding every one of `parts`.
+async fn must_warn(s: &Suite, case: &str, parts: &[&str]) {
+    let said = common::eventually(Duration::from_secs(10), || async {
+        s.sy.stderr()
+            .lines()
+            .any(|l| parts.iter().all(|p| l.contains(p)))
+    })
+    .await;
+    assert!(
+        said,
+        "{case}: no warning with {parts:?}:\n{}",
+        s.sy.stderr()
+    );
+}
+
+/// TLSRouteListenerTerminateNotSupported (status only upstream: the `Terminate` listener
+/// `Accepted: False`, `UnsupportedValue`, no route attached). Offline: the listener is refused
+/// with a warning, and its port 8443 takes no connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_listener_terminate_not_supported() {
+    let _ports = PORTS.lock().await;
+    let s = start(&["tlsroute-listener-terminate-not-supported.yaml"]).await;
+    must_warn(
+        &s,
+        "TLSRouteListenerTerminateNotSupported",
+        &[
+            "gateway-tlsroute-terminate-unsupported",
+            "listener tls-terminate",
+            "\"Terminate\" is not served",
+        ],
+    )
+    .await;
+    let dial = Dial {
+        ip: "127.0.0.1",
+        port: 8443,
+        tls: Some(("terminate.example.com", &[])),
+    };
+    must_refuse(&s, "TLSRouteListenerTerminateNotSupported", dial, 5, false).await;
+}
+
+/// TLSRouteListenerPassthroughSupportedKinds (status only upstream: the listener's
+/// `supportedKinds` is TLSRoute alone, `ResolvedRefs: False`, `InvalidRouteKinds`). Offline:
+/// the kind it does not take is said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_listener_passthrough_supported_kinds() {
+    let _ports = PORTS.lock().await;
+    let s = start(&["tlsroute-listener-passthrough-supported-kinds.yaml"]).await;
+    must_warn(
+        &s,
+        "TLSRouteListenerPassthroughSupportedKinds",
+        &[
+            "gateway-tlsroute-passthrough-supported-kind",
+            "listener tls-passthrough",
+            "route kind TCPRoute is not supported on a TLS listener",
+        ],
+    )
+    .await;
+}
