@@ -263,6 +263,15 @@ pub fn run(config: Config) -> Result<(), RunError> {
         // Background services get one thread by default; TCP relaying is data-plane work.
         tcp.threads = Some(config.threads);
         server.add_service(tcp);
+        let udp = crate::data::engine::udp::UdpFrontends::new(
+            reader.clone(),
+            config.bind_address,
+            config.udp,
+            Arc::clone(&metrics),
+        );
+        let mut udp = background_service("udp frontends", udp);
+        udp.threads = Some(config.threads);
+        server.add_service(udp);
     }
 
     let admin_app = admin::Admin {

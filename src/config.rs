@@ -393,6 +393,19 @@ pub struct Args {
           env = "SWITCHYARD_TUNNEL_TIMEOUT")]
     pub tunnel_timeout: Duration,
 
+    /// Idle timeout of a Gateway UDP listener's client flow: with no datagram either way for
+    /// this long, the flow and its socket to the endpoint are closed.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_timeout,
+          env = "SWITCHYARD_UDP_IDLE_TIMEOUT")]
+    pub udp_idle_timeout: Duration,
+
+    /// The most client flows one Gateway UDP listener holds; a new client past it has its
+    /// datagrams dropped (counted) until a flow ends.
+    #[arg(long, value_name = "N", default_value_t = 16_384,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000),
+          env = "SWITCHYARD_UDP_MAX_FLOWS")]
+    pub udp_max_flows: u32,
+
     /// How long a backend may take to start its response, and at most between two reads of
     /// it (HAProxy `timeout server`); past it the request fails with 504 Gateway Timeout.
     #[arg(long, value_name = "DURATION", default_value = "50s", value_parser = parse_timeout,
@@ -713,6 +726,8 @@ pub struct Config {
     pub error_page: Option<String>,
     pub translate: Options,
     pub timeouts: Timeouts,
+    /// `--udp-idle-timeout`, `--udp-max-flows`: Gateway UDP listeners' flows.
+    pub udp: crate::data::engine::udp::UdpSettings,
     /// Tries per request on connect failure (HAProxy `retries 3` + `option redispatch`).
     pub connect_tries: usize,
     pub threads: usize,
@@ -972,6 +987,10 @@ impl Config {
                 keep_alive: args.keep_alive_timeout,
                 ..Timeouts::default()
             },
+            udp: crate::data::engine::udp::UdpSettings {
+                idle: args.udp_idle_timeout,
+                max_flows: args.udp_max_flows as usize,
+            },
             connect_tries: 3,
             threads,
             work_stealing: args.work_stealing,
@@ -1137,6 +1156,8 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "max_connections",
             "server_timeout",
             "tunnel_timeout",
+            "udp_idle_timeout",
+            "udp_max_flows",
             "shutdown_delay",
             "shutdown_grace",
         ],

@@ -999,7 +999,7 @@ async fn older_crds_without_tcproute_and_tlsroute_keep_the_other_kinds_status() 
     let log = c.sy.stderr();
     assert_eq!(
         log.matches(
-            "the TCPRoute and TLSRoute CRDs (v1, Gateway API v1.5 and later) are not installed"
+            "the TCPRoute, TLSRoute and UDPRoute CRDs (v1, Gateway API v1.5 and later) are not installed"
         )
         .count(),
         1,

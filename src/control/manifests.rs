@@ -1,8 +1,7 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
 //! IngressClasses, Secrets, ConfigMaps (their `ca.crt` alone), the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, BackendTLSPolicies and ReferenceGrants, and
-//! Namespaces
-//! (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
+//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, UDPRoutes, BackendTLSPolicies and
+//! ReferenceGrants, and Namespaces (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
 //! and fed through the same `Pipeline` as the cluster watcher.
 //!
 //! A file may hold several documents (`---`), a `kind: List`, or objects of other kinds (which
@@ -34,7 +33,7 @@ use crate::control::pipeline::Pipeline;
 use crate::control::translate::SERVICE_NAME_LABEL;
 use crate::control::translate::gateway::api::{
     self as gw, BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
-    TCPRoute, TLSRoute,
+    TCPRoute, TLSRoute, UDPRoute,
 };
 use crate::table::upstream::CA_KEY;
 
@@ -115,7 +114,7 @@ fn locate(notes: &mut [String], path: &Path, document: usize) {
 }
 
 /// The kinds switchyard reads, for a misspelt one.
-const KINDS: [&str; 16] = [
+const KINDS: [&str; 17] = [
     "Service",
     "EndpointSlice",
     "Endpoints",
@@ -129,6 +128,7 @@ const KINDS: [&str; 16] = [
     "GRPCRoute",
     "TCPRoute",
     "TLSRoute",
+    "UDPRoute",
     "BackendTLSPolicy",
     "ReferenceGrant",
     "Namespace",
@@ -258,6 +258,7 @@ enum Partial {
     GRPCRoute(Box<GRPCRoute>),
     TCPRoute(Box<TCPRoute>),
     TLSRoute(Box<TLSRoute>),
+    UDPRoute(Box<UDPRoute>),
     BackendTLSPolicy(Box<BackendTLSPolicy>),
     ReferenceGrant(Box<ReferenceGrant>),
     Namespace(Box<Namespace>),
@@ -284,6 +285,7 @@ impl Partial {
             Partial::GRPCRoute(o) => &o.metadata,
             Partial::TCPRoute(o) => &o.metadata,
             Partial::TLSRoute(o) => &o.metadata,
+            Partial::UDPRoute(o) => &o.metadata,
             Partial::BackendTLSPolicy(o) => &o.metadata,
             Partial::ReferenceGrant(o) => &o.metadata,
             Partial::Namespace(o) => &o.metadata,
@@ -311,6 +313,7 @@ impl Partial {
             "GRPCRoute" => Partial::GRPCRoute(Box::default()),
             "TCPRoute" => Partial::TCPRoute(Box::default()),
             "TLSRoute" => Partial::TLSRoute(Box::default()),
+            "UDPRoute" => Partial::UDPRoute(Box::default()),
             "BackendTLSPolicy" => Partial::BackendTLSPolicy(Box::default()),
             "ReferenceGrant" => Partial::ReferenceGrant(Box::default()),
             "Namespace" => Partial::Namespace(Box::default()),
@@ -481,6 +484,10 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 slim(&mut r.metadata);
                 out.tls_routes.push(*r);
             }
+            Partial::UDPRoute(mut r) => {
+                slim(&mut r.metadata);
+                out.udp_routes.push(*r);
+            }
             Partial::BackendTLSPolicy(mut p) => {
                 slim(&mut p.metadata);
                 out.backend_tls_policies.push(*p);
@@ -565,6 +572,10 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::TLSRoute(r), "spec") => {
             r.spec = map.next_value_seed(Noted::at("spec", unread))?
         }
+        (Partial::UDPRoute(r), "metadata") => r.metadata = map.next_value()?,
+        (Partial::UDPRoute(r), "spec") => {
+            r.spec = map.next_value_seed(Noted::at("spec", unread))?
+        }
         (Partial::BackendTLSPolicy(p), "metadata") => p.metadata = map.next_value()?,
         (Partial::BackendTLSPolicy(p), "spec") => {
             p.spec = map.next_value_seed(Noted::at("spec", unread))?
@@ -642,7 +653,10 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
         // The standard channel serves them at v1; their earlier experimental versions have
         // the same fields, and manifests written for them are common: read alike.
         // BackendTLSPolicy's v1alpha3 has the same fields as its v1.
-        Partial::TCPRoute(_) | Partial::TLSRoute(_) | Partial::BackendTLSPolicy(_) => {
+        Partial::TCPRoute(_)
+        | Partial::TLSRoute(_)
+        | Partial::UDPRoute(_)
+        | Partial::BackendTLSPolicy(_) => {
             return match version.strip_prefix(gw::GROUP) {
                 Some("/v1" | "/v1alpha2" | "/v1alpha3") => Ok(()),
                 _ => Err(format!(
@@ -671,6 +685,7 @@ fn foreign_group(partial: &Partial, version: &str) -> bool {
             | Partial::GRPCRoute(_)
             | Partial::TCPRoute(_)
             | Partial::TLSRoute(_)
+            | Partial::UDPRoute(_)
             | Partial::BackendTLSPolicy(_)
             | Partial::ReferenceGrant(_)
     );

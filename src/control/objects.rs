@@ -9,7 +9,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use crate::control::translate::gateway::api::{
     BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
-    TLSRoute,
+    TLSRoute, UDPRoute,
 };
 use crate::control::translate::{GatewayRefs, IngressRefs};
 
@@ -30,6 +30,7 @@ pub struct Objects {
     pub grpc_routes: Vec<GRPCRoute>,
     pub tcp_routes: Vec<TCPRoute>,
     pub tls_routes: Vec<TLSRoute>,
+    pub udp_routes: Vec<UDPRoute>,
     pub backend_tls_policies: Vec<BackendTLSPolicy>,
     /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
     pub reference_grants: Vec<ReferenceGrant>,
@@ -52,6 +53,7 @@ impl Objects {
                 grpc_routes: self.grpc_routes.iter().collect(),
                 tcp_routes: self.tcp_routes.iter().collect(),
                 tls_routes: self.tls_routes.iter().collect(),
+                udp_routes: self.udp_routes.iter().collect(),
                 backend_tls_policies: self.backend_tls_policies.iter().collect(),
                 grants: self.reference_grants.iter().collect(),
                 namespaces: self.namespaces.iter().collect(),
@@ -72,6 +74,7 @@ impl Objects {
         self.grpc_routes.extend(other.grpc_routes);
         self.tcp_routes.extend(other.tcp_routes);
         self.tls_routes.extend(other.tls_routes);
+        self.udp_routes.extend(other.udp_routes);
         self.backend_tls_policies.extend(other.backend_tls_policies);
         self.reference_grants.extend(other.reference_grants);
         self.namespaces.extend(other.namespaces);

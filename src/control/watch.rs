@@ -37,7 +37,7 @@ use crate::control::pipeline::Pipeline;
 use crate::control::retry::{GATEWAY_API_RETRY, HEALTH, backed_off, is_not_found};
 use crate::control::translate::gateway::api::{
     BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
-    TLSRoute,
+    TLSRoute, UDPRoute,
 };
 use crate::control::translate::{
     Changes, GatewayRefs, IngressRefs, ObjectRef, Warning, WarningReason,
@@ -377,14 +377,14 @@ where
     )
 }
 
-/// TCPRoute and TLSRoute, whose `v1` came in Gateway API v1.5, later than the other kinds':
+/// TCPRoute, TLSRoute and UDPRoute, whose `v1` came later than the other kinds':
 /// their absence is told apart from the Gateway API's (`ClusterSource::on_gateway_event`).
 fn is_stream_route(resource: &str) -> bool {
-    matches!(resource, "tcproutes" | "tlsroutes")
+    matches!(resource, "tcproutes" | "tlsroutes" | "udproutes")
 }
 
 /// The `resource` label of every watch `ClusterSource::run` keeps.
-const WATCHED: [&str; 16] = [
+const WATCHED: [&str; 17] = [
     "services",
     "endpointslices",
     "ingresses",
@@ -398,6 +398,7 @@ const WATCHED: [&str; 16] = [
     "grpcroutes",
     "tcproutes",
     "tlsroutes",
+    "udproutes",
     "backendtlspolicies",
     "referencegrants",
     "namespaces",
@@ -420,6 +421,7 @@ impl ClusterSource {
         let mut grpc_routes = Box::pin(gateway_stream::<GRPCRoute>(&self.client, ns));
         let mut tcp_routes = Box::pin(gateway_stream::<TCPRoute>(&self.client, ns));
         let mut tls_routes = Box::pin(gateway_stream::<TLSRoute>(&self.client, ns));
+        let mut udp_routes = Box::pin(gateway_stream::<UDPRoute>(&self.client, ns));
         let mut tls_policies = Box::pin(gateway_stream::<BackendTLSPolicy>(&self.client, ns));
         let mut grants = Box::pin(gateway_stream::<ReferenceGrant>(&self.client, ns));
         // Namespaces exist on every API server; a 403 (a namespaced install without the
@@ -459,6 +461,7 @@ impl ClusterSource {
         let mut grpc_store: Store<GRPCRoute> = Store::new();
         let mut tcp_store: Store<TCPRoute> = Store::new();
         let mut tls_store: Store<TLSRoute> = Store::new();
+        let mut udp_store: Store<UDPRoute> = Store::new();
         let mut policy_store: Store<BackendTLSPolicy> = Store::new();
         let mut grant_store: Store<ReferenceGrant> = Store::new();
         let mut ns_store: Store<Namespace> = Store::new();
@@ -501,6 +504,7 @@ impl ClusterSource {
                 && grpc_store.usable()
                 && tcp_store.usable()
                 && tls_store.usable()
+                && udp_store.usable()
                 && policy_store.usable()
                 && grant_store.usable()
                 && ns_store.usable();
@@ -577,6 +581,11 @@ impl ClusterSource {
                     }
                     ev = tls_routes.next() => {
                         if self.on_gateway_event(ev, "tlsroutes", &mut tls_store, &mut stream_routes_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = udp_routes.next() => {
+                        if self.on_gateway_event(ev, "udproutes", &mut udp_store, &mut stream_routes_absent) {
                             coalescer.changed(Instant::now());
                         }
                     }
@@ -681,6 +690,13 @@ impl ClusterSource {
                         &mut coalescer,
                     ),
                     self.read_ready_gateway(
+                        &mut udp_routes,
+                        "udproutes",
+                        &mut udp_store,
+                        &mut stream_routes_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
                         &mut tls_policies,
                         "backendtlspolicies",
                         &mut policy_store,
@@ -721,6 +737,7 @@ impl ClusterSource {
                 grpc_store.take_changes().is_none_or(|c| !c.is_empty()),
                 tcp_store.take_changes().is_none_or(|c| !c.is_empty()),
                 tls_store.take_changes().is_none_or(|c| !c.is_empty()),
+                udp_store.take_changes().is_none_or(|c| !c.is_empty()),
                 grant_store.take_changes().is_none_or(|c| !c.is_empty()),
                 ns_store.take_changes().is_none_or(|c| !c.is_empty()),
             ]
@@ -747,6 +764,7 @@ impl ClusterSource {
                 grpc_routes: grpc_store.live.values().collect(),
                 tcp_routes: tcp_store.live.values().collect(),
                 tls_routes: tls_store.live.values().collect(),
+                udp_routes: udp_store.live.values().collect(),
                 backend_tls_policies: policy_store.live.values().collect(),
                 grants: grant_store.live.values().collect(),
                 namespaces: ns_store.live.values().collect(),
@@ -817,7 +835,7 @@ impl ClusterSource {
                         tracing::info!(
                             resource,
                             retry_s = GATEWAY_API_RETRY.as_secs(),
-                            "the TCPRoute and TLSRoute CRDs (v1, Gateway API v1.5 and later) are not installed; serving the other kinds without them, and looking for them again periodically"
+                            "the TCPRoute, TLSRoute and UDPRoute CRDs (v1, Gateway API v1.5 and later) are not installed; serving the other kinds without them, and looking for them again periodically"
                         );
                     } else {
                         tracing::warn!(
@@ -844,7 +862,7 @@ impl ClusterSource {
                         if is_stream_route(resource) {
                             tracing::info!(
                                 resource,
-                                "the TCPRoute and TLSRoute CRDs are installed; watching them"
+                                "the TCPRoute, TLSRoute and UDPRoute CRDs are installed; watching them"
                             );
                         } else {
                             tracing::info!(
@@ -1099,8 +1117,15 @@ pub async fn snapshot(
         api::<TLSRoute>(client, namespace).list(&lp).await,
         &mut stream_absent,
     );
+    let udp_routes = gateway_kind(
+        "udproutes",
+        api::<UDPRoute>(client, namespace).list(&lp).await,
+        &mut stream_absent,
+    );
     if stream_absent {
-        tracing::info!("the TCPRoute and TLSRoute CRDs (v1) are not installed; none listed");
+        tracing::info!(
+            "the TCPRoute, TLSRoute and UDPRoute CRDs (v1) are not installed; none listed"
+        );
     }
     let mut policies_absent = false;
     let backend_tls_policies = gateway_kind(
@@ -1132,6 +1157,7 @@ pub async fn snapshot(
         grpc_routes,
         tcp_routes,
         tls_routes,
+        udp_routes,
         backend_tls_policies,
         reference_grants,
         namespaces: optional(

@@ -7,6 +7,7 @@
 pub mod attempt;
 pub mod auth;
 pub mod cause;
+pub mod datagram;
 pub mod edits;
 pub mod error_page;
 pub mod exchange;

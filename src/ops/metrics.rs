@@ -511,6 +511,24 @@ pub trait EndpointSource: Send + Sync {
     fn visit(&self, f: &mut dyn FnMut(EndpointSample<'_>));
 }
 
+/// A UDP frontend's handles (see `DataMetrics::udp_frontend`).
+#[derive(Clone)]
+pub struct UdpFrontendMetrics {
+    pub datagrams_in: IntCounter,
+    pub datagrams_out: IntCounter,
+    pub bytes_in: IntCounter,
+    pub bytes_out: IntCounter,
+    /// Flows held now.
+    pub flows: IntGauge,
+    /// Dropped: a new client past `--udp-max-flows`.
+    pub dropped_full: IntCounter,
+    /// Dropped: no endpoint takes the client (a share that does not resolve, none ready),
+    /// or its socket to the endpoint could not be made.
+    pub dropped_no_backend: IntCounter,
+    /// Dropped: a socket's send buffer was full, or the send failed.
+    pub dropped_send: IntCounter,
+}
+
 /// A TCP frontend's handles (see `DataMetrics::tcp_frontend`).
 #[derive(Clone)]
 pub struct TcpFrontendMetrics {
@@ -573,6 +591,10 @@ pub struct DataMetrics {
     pub tcp_connections_total: IntCounterVec,
     pub tcp_received_bytes_total: IntCounterVec,
     pub tcp_sent_bytes_total: IntCounterVec,
+    pub udp_datagrams_total: IntCounterVec,
+    pub udp_bytes_total: IntCounterVec,
+    pub udp_flows: IntGaugeVec,
+    pub udp_dropped_total: IntCounterVec,
     pub tls_handshakes_total: IntCounterVec,
     pub tls_handshake_failures_total: IntCounterVec,
     pub tls_certificate_not_after_seconds: IntGaugeVec,
@@ -778,6 +800,30 @@ impl DataMetrics {
                 "tcp_sent_bytes_total",
                 "Bytes sent to clients by a raw TCP frontend",
                 &["frontend"],
+            ),
+            udp_datagrams_total: counter_vec(
+                r,
+                "udp_datagrams_total",
+                "Datagrams relayed by a Gateway UDP listener, by direction (in: from clients)",
+                &["frontend", "direction"],
+            ),
+            udp_bytes_total: counter_vec(
+                r,
+                "udp_bytes_total",
+                "Bytes of the datagrams relayed by a Gateway UDP listener, by direction",
+                &["frontend", "direction"],
+            ),
+            udp_flows: gauge_vec(
+                r,
+                "udp_flows",
+                "Client flows a Gateway UDP listener holds now",
+                &["frontend"],
+            ),
+            udp_dropped_total: counter_vec(
+                r,
+                "udp_dropped_total",
+                "Datagrams a Gateway UDP listener dropped, by reason",
+                &["frontend", "reason"],
             ),
             tls_handshakes_total: counter_vec(
                 r,
@@ -1081,6 +1127,29 @@ impl DataMetrics {
     pub fn unmatched(&self, frontend: &str) -> IntCounter {
         self.http_unmatched_requests_total
             .with_label_values(&[frontend])
+    }
+
+    /// The handles of a UDP frontend (`udp:PORT`); resolve once per listener. Every series
+    /// exists from 0.
+    pub fn udp_frontend(&self, frontend: &str) -> UdpFrontendMetrics {
+        let dropped = |reason: &str| {
+            self.udp_dropped_total
+                .with_label_values(&[frontend, reason])
+        };
+        UdpFrontendMetrics {
+            datagrams_in: self
+                .udp_datagrams_total
+                .with_label_values(&[frontend, "in"]),
+            datagrams_out: self
+                .udp_datagrams_total
+                .with_label_values(&[frontend, "out"]),
+            bytes_in: self.udp_bytes_total.with_label_values(&[frontend, "in"]),
+            bytes_out: self.udp_bytes_total.with_label_values(&[frontend, "out"]),
+            flows: self.udp_flows.with_label_values(&[frontend]),
+            dropped_full: dropped("flows_full"),
+            dropped_no_backend: dropped("no_backend"),
+            dropped_send: dropped("send_failed"),
+        }
     }
 
     /// The handles of a TCP frontend (`tcp:PORT`); resolve once per listener.

@@ -126,7 +126,7 @@ pub fn pick<C: Candidate>(
 
 /// Rendezvous (highest random weight) score: adding an endpoint moves only the clients whose
 /// new top score belongs to it, about 1/N of them.
-fn rendezvous(client: u64, endpoint: u64) -> u64 {
+pub(crate) fn rendezvous(client: u64, endpoint: u64) -> u64 {
     mix64(client ^ endpoint.rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15)
 }
 

@@ -1,12 +1,15 @@
-//! Gateway API streams: the TCP and TLS (passthrough) listeners of Gateways and the TCPRoutes
-//! and TLSRoutes attached to them. A TCP listener's connections go to its route's backends by
-//! weight; a TLS listener's by the server name of the client's hello, relayed unterminated.
+//! Gateway API streams: the TCP, TLS (passthrough) and UDP listeners of Gateways and the
+//! TCPRoutes, TLSRoutes and UDPRoutes attached to them. A TCP listener's connections go to its
+//! route's backends by weight; a TLS listener's by the server name of the client's hello,
+//! relayed unterminated; a UDP listener's datagrams by client flow to endpoints this table
+//! lists itself (a UDP Service port is no entry: entries are TCP).
 //! TLS listeners on the TLS port itself share it with termination: their names are relayed
 //! before any handshake (`passthrough`). Data only: the TCP frontends open the ports
 //! (`data::engine::tcp`), the TLS port reads the names (`data::passthrough`), the decision core
 //! picks the backend. No Kubernetes, Pingora or tokio.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use crate::table::gateway::Backends;
 use crate::table::matcher::HostPattern;
@@ -20,6 +23,35 @@ pub struct Streams {
     /// TLS listeners on the TLS port: names relayed before the handshake, ahead of
     /// `ssl-passthrough` Ingresses.
     pub passthrough: Vec<SniRoute>,
+    /// UDP ports, sorted by address and port.
+    pub udp: Vec<UdpPort>,
+}
+
+/// One UDP port a Gateway listens on, and the oldest attached route's backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpPort {
+    pub address: Option<IpAddr>,
+    pub port: u16,
+    pub to: UdpBackends,
+}
+
+/// A UDPRoute's backends by weight.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UdpBackends {
+    pub backends: Box<[UdpBackend]>,
+    /// Sum of the weights (0: every flow refused).
+    pub total: u64,
+}
+
+/// One Service port of a UDPRoute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpBackend {
+    /// `namespace/name:port`, for logs.
+    pub service: Box<str>,
+    pub weight: u64,
+    /// Its ready endpoints, sorted; empty for a reference that does not resolve (its share
+    /// of the flows is refused).
+    pub endpoints: Arc<[SocketAddr]>,
 }
 
 /// One port a Gateway listens on for raw connections.
@@ -52,7 +84,15 @@ pub struct SniRoute {
 
 impl Streams {
     pub fn is_empty(&self) -> bool {
-        self.ports.is_empty() && self.passthrough.is_empty()
+        self.ports.is_empty() && self.passthrough.is_empty() && self.udp.is_empty()
+    }
+
+    /// The backends of the UDP port opened on `address` (`None`: the bind address).
+    pub fn udp_port(&self, address: Option<IpAddr>, port: u16) -> Option<&UdpBackends> {
+        self.udp
+            .binary_search_by(|p| (p.address, p.port).cmp(&(address, port)))
+            .ok()
+            .map(|i| &self.udp[i].to)
     }
 
     /// What the port opened on `address` (`None`: the bind address) serves.
@@ -169,6 +209,7 @@ mod tests {
                 port(Some(a), 9000, 3),
             ],
             passthrough: Vec::new(),
+            udp: Vec::new(),
         };
         let e = |serve: Option<&StreamServe>| match serve {
             Some(StreamServe::Tcp(b)) => entry(Some(b)),

@@ -20,6 +20,16 @@ pub(super) fn endpoint_addrs(
     slices: &[&EndpointSlice],
     warnings: &mut Vec<Warning>,
 ) -> Vec<(SocketAddr, bool)> {
+    endpoint_addrs_of(sp, slices, "TCP", warnings)
+}
+
+/// `endpoint_addrs` for a port of `protocol` (`TCP`, or `UDP` for a UDPRoute's backend).
+pub(crate) fn endpoint_addrs_of(
+    sp: &ServicePort,
+    slices: &[&EndpointSlice],
+    protocol: &str,
+    warnings: &mut Vec<Warning>,
+) -> Vec<(SocketAddr, bool)> {
     let want_name = sp.name.as_deref().unwrap_or("");
     let target_number = match &sp.target_port {
         Some(IntOrString::Int(n)) => Some(*n),
@@ -50,7 +60,7 @@ pub(super) fn endpoint_addrs(
         let Some(matched) = matched else {
             continue;
         };
-        if matched.protocol.as_deref().is_some_and(|pr| pr != "TCP") {
+        if matched.protocol.as_deref().unwrap_or("TCP") != protocol {
             continue;
         }
         let Some(Ok(number)) = matched.port.or(target_number).map(u16::try_from) else {

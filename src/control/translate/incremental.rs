@@ -26,10 +26,12 @@ pub(super) fn incremental(
     prev: &RoutingTable,
     memo: &Memo,
 ) -> Option<(Built, Vec<Warning>)> {
+    // UDPRoutes' endpoints are read from slices by the Gateway build, which this one skips.
     if !memo.keyed
         || memo.options != options_fingerprint(options)
         || changes.ingress
         || changes.gateway
+        || !prev.streams.udp.is_empty()
     {
         return None;
     }

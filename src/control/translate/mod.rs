@@ -170,6 +170,8 @@ fn full<'a>(
     // Services an Ingress may name, and the slices of those that got no entry of their own.
     let mut by_key: HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)> = HashMap::default();
     let with_ingresses = !ingress.ingresses.is_empty() || !ingress.gateway.is_empty();
+    // UDPRoutes' Services: their UDP ports are read from the slices, entry or not.
+    let udp_backends = gateway::udp_backend_services(ingress.gateway.udp_routes);
     for svc in services {
         let before = b.warnings.len();
         let first = b.entries.len();
@@ -178,7 +180,7 @@ fn full<'a>(
         b.add_service(svc, &svc_slices);
         b.remember(svc, &svc_slices, first, before);
         if with_ingresses {
-            let kept = if b.entries.len() == first {
+            let kept = if b.entries.len() == first || udp_backends.contains(&key) {
                 svc_slices
             } else {
                 Vec::new()

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::gateway::api::{
     BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
-    TLSRoute,
+    TLSRoute, UDPRoute,
 };
 use crate::table::balance::Algorithm;
 use crate::table::{EntryId, EntryKey};
@@ -411,6 +411,7 @@ pub struct GatewayRefs<'a> {
     pub grpc_routes: Vec<&'a GRPCRoute>,
     pub tcp_routes: Vec<&'a TCPRoute>,
     pub tls_routes: Vec<&'a TLSRoute>,
+    pub udp_routes: Vec<&'a UDPRoute>,
     pub backend_tls_policies: Vec<&'a BackendTLSPolicy>,
     pub grants: Vec<&'a ReferenceGrant>,
     /// For `allowedRoutes.namespaces.selector`, which selects namespaces by their labels.
@@ -426,6 +427,7 @@ impl<'a> GatewayRefs<'a> {
             grpc_routes: &self.grpc_routes,
             tcp_routes: &self.tcp_routes,
             tls_routes: &self.tls_routes,
+            udp_routes: &self.udp_routes,
             backend_tls_policies: &self.backend_tls_policies,
             grants: &self.grants,
             namespaces: &self.namespaces,
@@ -442,6 +444,7 @@ pub struct GatewayInputs<'a> {
     pub grpc_routes: &'a [&'a GRPCRoute],
     pub tcp_routes: &'a [&'a TCPRoute],
     pub tls_routes: &'a [&'a TLSRoute],
+    pub udp_routes: &'a [&'a UDPRoute],
     pub backend_tls_policies: &'a [&'a BackendTLSPolicy],
     pub grants: &'a [&'a ReferenceGrant],
     pub namespaces: &'a [&'a Namespace],
@@ -455,6 +458,7 @@ impl GatewayInputs<'_> {
             && self.grpc_routes.is_empty()
             && self.tcp_routes.is_empty()
             && self.tls_routes.is_empty()
+            && self.udp_routes.is_empty()
     }
 }
 

@@ -8,7 +8,7 @@
 //! what the fast path does not carry goes, through `h2_bridge` for HTTP/2 streams, to
 //! `pingora`, the fallback seam: Pingora's `ProxyHttp` (request bodies to HTTP/1 backends,
 //! upgrades and tunnels, Gateway filters, HTTP/1.0 and odd framing). `tcp` relays raw TCP
-//! services. Engines name the codecs (`wire`), the pools (`upstream`) and the frontend;
+//! services and Gateway TCP and TLS listeners, `udp` Gateway UDP listeners' flows. Engines name the codecs (`wire`), the pools (`upstream`) and the frontend;
 //! nothing below names an engine.
 
 pub mod client_stream;
@@ -21,3 +21,4 @@ pub mod http2;
 pub mod pingora;
 pub mod relay;
 pub mod tcp;
+pub mod udp;

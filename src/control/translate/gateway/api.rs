@@ -1,5 +1,5 @@
 //! The Gateway API objects switchyard reads (`gateway.networking.k8s.io`, standard channel
-//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, BackendTLSPolicy and ReferenceGrant, with
+//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, UDPRoute, BackendTLSPolicy and ReferenceGrant, with
 //! the fields
 //! translate uses and the status it writes back.
 //!
@@ -81,6 +81,12 @@ resource!(
     TLSRoute,
     "v1",
     "tlsroutes",
+    k8s_openapi::NamespaceResourceScope
+);
+resource!(
+    UDPRoute,
+    "v1",
+    "udproutes",
     k8s_openapi::NamespaceResourceScope
 );
 resource!(
@@ -742,8 +748,20 @@ pub struct TLSRoute {
     pub status: Option<RouteStatus>,
 }
 
-/// The spec TCPRoute and TLSRoute share (a TCPRoute has no `hostnames`; the CRDs hold each
-/// to exactly one rule).
+/// A UDPRoute: the datagrams of a UDP listener relayed to its backends by weight, per client
+/// flow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UDPRoute {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: StreamRouteSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RouteStatus>,
+}
+
+/// The spec TCPRoute, TLSRoute and UDPRoute share (TCPRoute and UDPRoute have no
+/// `hostnames`; the CRDs hold each to exactly one rule).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamRouteSpec {
@@ -959,6 +977,7 @@ pub struct GatewayApiStatus {
     /// The same for TCPRoutes and TLSRoutes.
     pub tcp_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
     pub tls_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
+    pub udp_routes: BTreeMap<(String, String), Arc<RouteStatus>>,
     /// By (namespace, name): BackendTLSPolicies whose target a route of one of our Gateways
     /// reaches; `ancestors` holds only our entries (one per such Gateway).
     pub backend_tls_policies: BTreeMap<(String, String), PolicyStatus>,

@@ -100,6 +100,7 @@ pub(super) fn count_attached(
                 RouteKind::Grpc => &mut status.grpc_routes,
                 RouteKind::Tcp => &mut status.tcp_routes,
                 RouteKind::Tls => &mut status.tls_routes,
+                RouteKind::Udp => &mut status.udp_routes,
             };
             by_key.insert(c.key.clone(), Arc::clone(route));
         }

@@ -13,7 +13,8 @@ use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
 use super::view::{
     Allowed, GRPC_ROUTE, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView,
-    RouteKind, StreamListener, TCP_ROUTE, TLS_ROUTE, created, gateway_host, programmed, sorted,
+    RouteKind, StreamListener, TCP_ROUTE, TLS_ROUTE, UDP_ROUTE, created, gateway_host, programmed,
+    sorted,
 };
 use crate::control::translate::annotations::show;
 use crate::control::translate::build::Builder;
@@ -120,6 +121,7 @@ impl Builder<'_> {
                     GRPC_ROUTE => Some(RouteKind::Grpc),
                     TCP_ROUTE => Some(RouteKind::Tcp),
                     TLS_ROUTE => Some(RouteKind::Tls),
+                    UDP_ROUTE => Some(RouteKind::Udp),
                     _ => None,
                 })
                 .collect();
@@ -197,12 +199,20 @@ impl Builder<'_> {
                 };
                 (false, Some(StreamListener::Tls), accepted)
             }
+            // UDP ports are apart from TCP's: none of switchyard's own is UDP.
+            "UDP" => {
+                let accepted = match u16::try_from(l.port) {
+                    Ok(p) if p > 0 => Ok(()),
+                    _ => refuse("PortUnavailable", format!("port {} is not a port", l.port)),
+                };
+                (false, Some(StreamListener::Udp), accepted)
+            }
             other => (
                 false,
                 None,
                 refuse(
                     "UnsupportedProtocol",
-                    format!("protocol {other} is not served (HTTP, HTTPS, TCP and TLS are)"),
+                    format!("protocol {other} is not served (HTTP, HTTPS, TCP, TLS and UDP are)"),
                 ),
             ),
         }
@@ -509,6 +519,7 @@ fn route_kinds(l: &Listener, allowed: Option<&AllowedRoutes>) -> (Vec<RouteGroup
         "HTTP" | "HTTPS" => &[HTTP_ROUTE, GRPC_ROUTE],
         "TCP" => &[TCP_ROUTE],
         "TLS" => &[TLS_ROUTE],
+        "UDP" => &[UDP_ROUTE],
         // A listener of a protocol not served supports no kind of route.
         _ => return (supported, refs),
     };

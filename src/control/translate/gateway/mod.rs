@@ -33,6 +33,29 @@ mod status;
 mod streams;
 mod view;
 
+/// The Services (namespace, name) UDPRoutes name as backends: their slices are kept for the
+/// Gateway build, which reads their UDP ports' endpoints.
+pub(super) fn udp_backend_services<'a>(
+    routes: &[&'a api::UDPRoute],
+) -> BTreeSet<(&'a str, &'a str)> {
+    routes
+        .iter()
+        .flat_map(|r| {
+            let (ns, _) = meta_key(&r.metadata.namespace, &r.metadata.name);
+            r.spec
+                .rules
+                .iter()
+                .flat_map(|rule| &rule.backend_refs)
+                .map(move |b| {
+                    (
+                        b.backend.namespace.as_deref().unwrap_or(ns),
+                        b.backend.name.as_str(),
+                    )
+                })
+        })
+        .collect()
+}
+
 /// The build after a change to Gateway API objects or Namespaces alone: the Gateway routes,
 /// their certificates and status are redone, everything else is shared with `prev`. Only
 /// the HTTPRoutes whose inputs changed are translated again; the others' output comes from
@@ -47,7 +70,11 @@ pub(super) fn rebuild(
     prev: &RoutingTable,
     memo: &Memo,
 ) -> Option<(Built, Vec<Warning>)> {
-    if !memo.keyed || memo.options != options_fingerprint(options) {
+    // A UDPRoute's endpoints come from slices, which this build does not read.
+    if !memo.keyed
+        || memo.options != options_fingerprint(options)
+        || !inputs.gateway.udp_routes.is_empty()
+    {
         return None;
     }
     let index = memo.entry_index.clone()?;

@@ -334,26 +334,7 @@ impl Builder<'_> {
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
     ) -> Result<EntryId, Unresolved> {
-        let group = r.group.as_deref().unwrap_or("");
-        let kind = r.kind.as_deref().unwrap_or("Service");
-        if !(group.is_empty() || group == "core") || kind != "Service" {
-            return Err(Unresolved {
-                reason: "InvalidKind",
-                message: format!("backendRef {kind} {} is not a Service", r.name),
-            });
-        }
-        let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
-        if ns != who.namespace
-            && !grants.allows((who.kind, &who.namespace), ("", "Service", ns, &r.name))
-        {
-            return Err(Unresolved {
-                reason: "RefNotPermitted",
-                message: format!(
-                    "backend Service {ns}/{} is in another namespace and no ReferenceGrant allows it",
-                    r.name
-                ),
-            });
-        }
+        let ns = allowed_backend(who, r, grants)?;
         let not_found = |message: String| Unresolved {
             reason: "BackendNotFound",
             message,
@@ -536,6 +517,37 @@ struct Asked {
 }
 
 /// Reads a rule's filters (header changes and rewrites into `out`) and its timeouts.
+/// Whether a route may name this backendRef: a Service (`InvalidKind`), in the route's
+/// namespace or one a ReferenceGrant opens to the route's kind (`RefNotPermitted`). `Ok`: the
+/// Service's namespace.
+pub(super) fn allowed_backend<'r>(
+    who: &'r ObjectRef,
+    r: &'r BackendObjectReference,
+    grants: &Grants<'_>,
+) -> Result<&'r str, Unresolved> {
+    let group = r.group.as_deref().unwrap_or("");
+    let kind = r.kind.as_deref().unwrap_or("Service");
+    if !(group.is_empty() || group == "core") || kind != "Service" {
+        return Err(Unresolved {
+            reason: "InvalidKind",
+            message: format!("backendRef {kind} {} is not a Service", r.name),
+        });
+    }
+    let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
+    if ns != who.namespace
+        && !grants.allows((who.kind, &who.namespace), ("", "Service", ns, &r.name))
+    {
+        return Err(Unresolved {
+            reason: "RefNotPermitted",
+            message: format!(
+                "backend Service {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                r.name
+            ),
+        });
+    }
+    Ok(ns)
+}
+
 fn rule_filters(rule: &HTTPRouteRule, out: &mut GatewayRule) -> Result<Asked, String> {
     let mut redirect = None;
     let mut mirrors = Vec::new();

@@ -1,5 +1,5 @@
-//! The Gateway build's stream phase: the ports of TCP and TLS (passthrough) listeners given
-//! to one Gateway each, then TCPRoutes and TLSRoutes attached to those listeners as every
+//! The Gateway build's stream phase: the ports of TCP, TLS (passthrough) and UDP listeners
+//! given to one Gateway each, then TCPRoutes, TLSRoutes and UDPRoutes attached to those listeners as every
 //! route attaches (`attach.rs`), their backends resolved as every route's (`rules.rs`), their
 //! status, and the table's `Streams`: a TCP listener's connections go to the oldest attached
 //! route's backends (the others are accepted and counted, not served: the spec's conflict
@@ -7,22 +7,25 @@
 //! not touch HTTP routes or their routers.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::*;
 use super::attach::intersect;
-use super::rules::Unresolved;
+use super::rules::{Unresolved, allowed_backend};
 use super::view::{Gateways, RouteInputs, RouteKind, StreamListener, created, sorted};
 use crate::control::translate::build::Builder;
+use crate::control::translate::endpoints::endpoint_addrs_of;
 use crate::control::translate::inputs::{meta_key, object};
 use crate::control::translate::view::*;
 use crate::table::gateway::{Backend, Backends};
 use crate::table::matcher::HostPattern;
 use crate::table::shared::Shared;
-use crate::table::stream::{SniRoute, StreamPort, StreamServe, Streams};
+use crate::table::stream::{
+    SniRoute, StreamPort, StreamServe, Streams, UdpBackend, UdpBackends, UdpPort,
+};
 use crate::table::{EntryId, EntryKey};
 
 /// A TCPRoute or TLSRoute, as this phase reads either.
@@ -39,7 +42,14 @@ pub(super) struct Claim {
     rank: (String, String, String),
     /// The server names it takes there (`None`: any).
     hosts: Vec<Option<HostPattern>>,
-    to: Backends,
+    to: To,
+}
+
+/// A stream route's backends: entries for connections, endpoints for UDP flows.
+#[derive(Clone)]
+enum To {
+    Connections(Backends),
+    Flows(UdpBackends),
 }
 
 /// The claims on each listener, by Gateway key and listener index.
@@ -57,7 +67,8 @@ impl Builder<'_> {
             .collect();
         order.sort();
         let tls_port = i32::from(self.options.gateway_https_port);
-        let mut owners: BTreeMap<i32, (String, String)> = BTreeMap::new();
+        // By (UDP, port): UDP ports are apart from TCP's.
+        let mut owners: BTreeMap<(bool, i32), (String, String)> = BTreeMap::new();
         for (_, key) in order {
             let Some((gw, views, statuses)) = gateways.get_mut(&key) else {
                 continue;
@@ -68,15 +79,16 @@ impl Builder<'_> {
                 if l.stream.is_none() || !l.usable || shares {
                     continue;
                 }
+                let udp = l.stream == Some(StreamListener::Udp);
                 let owner = owners
-                    .entry(l.port)
+                    .entry((udp, l.port))
                     .or_insert_with(|| (key.0.to_string(), key.1.to_string()));
                 if (owner.0.as_str(), owner.1.as_str()) == key {
                     continue;
                 }
                 let message = format!(
                     "port {} is opened for Gateway {}/{} (older, or first by namespace and \
-                     name); a port serves one Gateway's TCP or TLS listeners",
+                     name); a port serves one Gateway's TCP, TLS or UDP listeners",
                     l.port, owner.0, owner.1
                 );
                 l.usable = false;
@@ -134,6 +146,15 @@ impl Builder<'_> {
                         meta: &r.metadata,
                         spec: &r.spec,
                     }),
+            )
+            .chain(
+                sorted(inputs.udp_routes, |r| &r.metadata)
+                    .into_iter()
+                    .map(|r| StreamRoute {
+                        kind: RouteKind::Udp,
+                        meta: &r.metadata,
+                        spec: &r.spec,
+                    }),
             );
         let mut claims = Claims::new();
         for r in routes {
@@ -161,7 +182,13 @@ impl Builder<'_> {
             if parents.is_empty() {
                 continue;
             }
-            let (to, unresolved) = self.stream_backends(&who, r.spec, given, entry_ids);
+            let (to, unresolved) = if r.kind == RouteKind::Udp {
+                let (to, unresolved) = self.udp_backends(&who, r.spec, given);
+                (To::Flows(to), unresolved)
+            } else {
+                let (to, unresolved) = self.stream_backends(&who, r.spec, given, entry_ids);
+                (To::Connections(to), unresolved)
+            };
             let generation = r.meta.generation;
             let refs = match unresolved {
                 None => {
@@ -180,6 +207,7 @@ impl Builder<'_> {
             }
             let map = match r.kind {
                 RouteKind::Tls => &mut status.tls_routes,
+                RouteKind::Udp => &mut status.udp_routes,
                 _ => &mut status.tcp_routes,
             };
             map.insert(
@@ -226,22 +254,7 @@ impl Builder<'_> {
         given: &RouteInputs<'_, '_>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
     ) -> (Backends, Option<Unresolved>) {
-        if spec.rules.len() != 1 {
-            // The CRDs hold a route to one rule; files are not checked by them.
-            self.warn_gateway(
-                who,
-                format!(
-                    "has {} rules; a {} has exactly one{}",
-                    spec.rules.len(),
-                    who.kind,
-                    if spec.rules.is_empty() {
-                        ": its connections are refused"
-                    } else {
-                        ": the first is served"
-                    }
-                ),
-            );
-        }
+        self.one_rule(who, spec);
         let mut unresolved = None;
         let mut backends = Vec::new();
         for b in spec.rules.first().map_or(&[][..], |r| &r.backend_refs) {
@@ -273,6 +286,109 @@ impl Builder<'_> {
             turn: Shared::default(),
         };
         (to, unresolved)
+    }
+
+    /// A UDPRoute's backends by weight, each a Service's UDP port with its ready endpoints
+    /// (from its EndpointSlices: a UDP port is no entry), and the first that does not resolve.
+    fn udp_backends(
+        &mut self,
+        who: &ObjectRef,
+        spec: &StreamRouteSpec,
+        given: &RouteInputs<'_, '_>,
+    ) -> (UdpBackends, Option<Unresolved>) {
+        self.one_rule(who, spec);
+        let mut unresolved = None;
+        let mut backends = Vec::new();
+        for b in spec.rules.first().map_or(&[][..], |r| &r.backend_refs) {
+            let weight = u64::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
+            let r = &b.backend;
+            let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
+            let endpoints = match self.udp_endpoints(who, r, given) {
+                Ok(e) => e,
+                Err(u) => {
+                    unresolved.get_or_insert(u);
+                    Arc::from([])
+                }
+            };
+            backends.push(UdpBackend {
+                service: format!("{ns}/{}:{}", r.name, r.port.unwrap_or(0)).into(),
+                weight,
+                endpoints,
+            });
+        }
+        let total = backends.iter().map(|b| b.weight).sum();
+        let to = UdpBackends {
+            backends: backends.into_boxed_slice(),
+            total,
+        };
+        (to, unresolved)
+    }
+
+    /// The ready endpoints of the UDP Service port a backendRef names.
+    fn udp_endpoints(
+        &mut self,
+        who: &ObjectRef,
+        r: &BackendObjectReference,
+        given: &RouteInputs<'_, '_>,
+    ) -> Result<Arc<[SocketAddr]>, Unresolved> {
+        let ns = allowed_backend(who, r, given.grants)?;
+        let not_found = |message: String| Unresolved {
+            reason: "BackendNotFound",
+            message,
+        };
+        let Some((svc, slices)) = given.services.get(&(ns, r.name.as_str())) else {
+            return Err(not_found(format!(
+                "backend Service {ns}/{} does not exist",
+                r.name
+            )));
+        };
+        let Some(port) = r.port else {
+            return Err(not_found(format!(
+                "backendRef to Service {ns}/{} has no port",
+                r.name
+            )));
+        };
+        let sp = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_deref())
+            .unwrap_or(&[])
+            .iter()
+            .find(|sp| sp.port == port && sp.protocol.as_deref() == Some("UDP"));
+        let Some(sp) = sp else {
+            return Err(not_found(format!(
+                "backend Service {ns}/{} has no UDP port {port}",
+                r.name
+            )));
+        };
+        let addrs = endpoint_addrs_of(sp, slices, "UDP", &mut self.warnings);
+        // Draining endpoints keep no flows: a UDP flow has no end to wait for.
+        Ok(addrs
+            .into_iter()
+            .filter(|(_, draining)| !draining)
+            .map(|(a, _)| a)
+            .collect())
+    }
+
+    /// Warns of a stream route without exactly one rule (the CRDs' bound; files are not
+    /// held to it): none refuses its traffic, of several the first is served.
+    fn one_rule(&mut self, who: &ObjectRef, spec: &StreamRouteSpec) {
+        if spec.rules.len() != 1 {
+            // The CRDs hold a route to one rule; files are not checked by them.
+            self.warn_gateway(
+                who,
+                format!(
+                    "has {} rules; a {} has exactly one{}",
+                    spec.rules.len(),
+                    who.kind,
+                    if spec.rules.is_empty() {
+                        ": its connections are refused"
+                    } else {
+                        ": the first is served"
+                    }
+                ),
+            );
+        }
     }
 }
 
@@ -310,11 +426,20 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
         for &address in addresses {
             match kind {
                 StreamListener::Tcp => {
-                    if let Some(first) = c.first() {
+                    if let Some(To::Connections(to)) = c.first().map(|c| &c.to) {
                         streams.ports.push(StreamPort {
                             address,
                             port: *port,
-                            serve: StreamServe::Tcp(first.to.clone()),
+                            serve: StreamServe::Tcp(to.clone()),
+                        });
+                    }
+                }
+                StreamListener::Udp => {
+                    if let Some(To::Flows(to)) = c.first().map(|c| &c.to) {
+                        streams.udp.push(UdpPort {
+                            address,
+                            port: *port,
+                            to: to.clone(),
                         });
                     }
                 }
@@ -335,6 +460,9 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
             // On a port of its own the address is the port's; on the TLS port each
             // route says whose connections it takes.
             let address = if at.is_none() { address } else { None };
+            let To::Connections(to) = &claim.to else {
+                continue;
+            };
             for host in &claim.hosts {
                 if !routes
                     .iter()
@@ -343,7 +471,7 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
                     routes.push(SniRoute {
                         host: host.clone(),
                         address,
-                        to: claim.to.clone(),
+                        to: to.clone(),
                     });
                 }
             }
@@ -358,5 +486,6 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
         }
     }
     streams.ports.sort_by_key(|p| (p.address, p.port));
+    streams.udp.sort_by_key(|p| (p.address, p.port));
     streams
 }

@@ -24,6 +24,7 @@ pub(super) const HTTP_ROUTE: &str = "HTTPRoute";
 pub(super) const GRPC_ROUTE: &str = "GRPCRoute";
 pub(super) const TCP_ROUTE: &str = "TCPRoute";
 pub(super) const TLS_ROUTE: &str = "TLSRoute";
+pub(super) const UDP_ROUTE: &str = "UDPRoute";
 
 /// A route's kind. A GRPCRoute is translated as the HTTPRoute it means (`grpc.rs`); its kind
 /// decides the listeners that take it, the ReferenceGrants that let it name a backend, its
@@ -35,6 +36,7 @@ pub(super) enum RouteKind {
     Grpc,
     Tcp,
     Tls,
+    Udp,
 }
 
 impl RouteKind {
@@ -44,6 +46,7 @@ impl RouteKind {
             RouteKind::Grpc => GRPC_ROUTE,
             RouteKind::Tcp => TCP_ROUTE,
             RouteKind::Tls => TLS_ROUTE,
+            RouteKind::Udp => UDP_ROUTE,
         }
     }
 }
@@ -77,6 +80,7 @@ pub(super) enum StreamListener {
     Tcp,
     /// `protocol: TLS`, `tls.mode: Passthrough`.
     Tls,
+    Udp,
 }
 
 /// An HTTPS listener's certificates: each Secret's key and PEM bundle.

@@ -18,6 +18,7 @@ struct World {
     grpc_routes: Vec<GRPCRoute>,
     tcp_routes: Vec<TCPRoute>,
     tls_routes: Vec<TLSRoute>,
+    udp_routes: Vec<UDPRoute>,
     policies: Vec<BackendTLSPolicy>,
     config_maps: Vec<k8s_openapi::api::core::v1::ConfigMap>,
     grants: Vec<ReferenceGrant>,
@@ -39,6 +40,7 @@ fn world(yaml: &str) -> World {
             "GRPCRoute" => w.grpc_routes.push(serde_json::from_value(v).unwrap()),
             "TCPRoute" => w.tcp_routes.push(serde_json::from_value(v).unwrap()),
             "TLSRoute" => w.tls_routes.push(serde_json::from_value(v).unwrap()),
+            "UDPRoute" => w.udp_routes.push(serde_json::from_value(v).unwrap()),
             "BackendTLSPolicy" => w.policies.push(serde_json::from_value(v).unwrap()),
             "ConfigMap" => w.config_maps.push(serde_json::from_value(v).unwrap()),
             "ReferenceGrant" => w.grants.push(serde_json::from_value(v).unwrap()),
@@ -60,6 +62,7 @@ fn build(w: &World) -> (Built, Vec<Warning>) {
             grpc_routes: w.grpc_routes.iter().collect(),
             tcp_routes: w.tcp_routes.iter().collect(),
             tls_routes: w.tls_routes.iter().collect(),
+            udp_routes: w.udp_routes.iter().collect(),
             backend_tls_policies: w.policies.iter().collect(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),
@@ -398,7 +401,7 @@ metadata: {name: odd, namespace: infra}
 spec:
   gatewayClassName: sy
   listeners:
-  - {name: udp, port: 9000, protocol: UDP}
+  - {name: sctp, port: 9000, protocol: SCTP}
   - {name: other-port, port: 8080, protocol: HTTP}
   - {name: http, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: TCPRoute}]}}
 ---
@@ -848,6 +851,7 @@ spec:
             grpc_routes: Vec::new(),
             tcp_routes: Vec::new(),
             tls_routes: Vec::new(),
+            udp_routes: Vec::new(),
             backend_tls_policies: Vec::new(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),
@@ -930,6 +934,7 @@ fn build_changes_with(
             grpc_routes: w.grpc_routes.iter().collect(),
             tcp_routes: w.tcp_routes.iter().collect(),
             tls_routes: w.tls_routes.iter().collect(),
+            udp_routes: w.udp_routes.iter().collect(),
             backend_tls_policies: w.policies.iter().collect(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),
@@ -1081,6 +1086,7 @@ fn build_at_warned(
             grpc_routes: Vec::new(),
             tcp_routes: Vec::new(),
             tls_routes: Vec::new(),
+            udp_routes: Vec::new(),
             backend_tls_policies: Vec::new(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),

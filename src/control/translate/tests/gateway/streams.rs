@@ -184,7 +184,7 @@ spec:
   - {name: http-port, port: 80, protocol: TCP}
   - {name: tls-port, port: 443, protocol: TCP}
   - {name: terminate, port: 9500, protocol: TLS, tls: {mode: Terminate}}
-  - {name: udp, port: 9600, protocol: UDP}
+  - {name: sctp, port: 9600, protocol: SCTP}
   - {name: free, port: 9700, protocol: TCP}
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -213,7 +213,7 @@ spec:
         ("False".into(), "UnsupportedValue".into())
     );
     assert_eq!(
-        reason("udp"),
+        reason("sctp"),
         ("False".into(), "UnsupportedProtocol".into())
     );
     assert_eq!(reason("free"), ("True".into(), "Accepted".into()));
@@ -285,4 +285,104 @@ spec:
     assert_eq!(quick.memo.gateway_status(), full.memo.gateway_status());
     assert_ne!(quick.table.streams, b1.table.streams);
     assert_eq!(listener(&quick, "streams", "tcp").attached_routes, 1);
+}
+
+const UDP: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: udp, namespace: infra, creationTimestamp: "2026-01-05T00:00:00Z"}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: dns, port: 9300, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: infra}
+spec: {ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dns-a, namespace: infra, labels: {kubernetes.io/service-name: dns}}
+addressType: IPv4
+ports: [{name: dns, port: 5353, protocol: UDP}, {name: dns-tcp, port: 5353, protocol: TCP}]
+endpoints: [{addresses: [10.0.0.7, 10.0.0.8]}, {addresses: [10.0.0.9], conditions: {ready: false}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: UDPRoute
+metadata: {name: dns, namespace: infra}
+spec:
+  parentRefs: [{name: udp}]
+  rules:
+  - backendRefs:
+    - {name: dns, port: 53, weight: 3}
+    - {name: v1, port: 8080, weight: 1}
+"#;
+
+#[test]
+fn a_udp_listener_relays_to_its_routes_udp_endpoints() {
+    // Port 9300 is also the older Gateway's TCP listener's: UDP ports are apart.
+    let (b, warnings) = build(&streams_world(UDP));
+    let to = b.table.streams.udp_port(None, 9300).expect("a UDP port");
+    assert_eq!(to.total, 4);
+    assert_eq!(&*to.backends[0].service, "infra/dns:53");
+    let endpoints: Vec<String> = to.backends[0]
+        .endpoints
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    // Ready endpoints only, on the slice's UDP port.
+    assert_eq!(endpoints, ["10.0.0.7:5353", "10.0.0.8:5353"]);
+    // v1 has no UDP port: its share is refused, and the route says so.
+    assert!(to.backends[1].endpoints.is_empty());
+    let st = b.memo.gateway_status();
+    let c = &st.udp_routes[&("infra".to_string(), "dns".to_string())].parents[0].conditions;
+    assert_eq!(
+        (c[0].type_.as_str(), c[0].status.as_str()),
+        ("Accepted", "True")
+    );
+    assert_eq!(
+        (c[1].status.as_str(), c[1].reason.as_str()),
+        ("False", "BackendNotFound")
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.message.contains("no UDP port 8080"))
+    );
+    assert_eq!(
+        accepted(listener(&b, "udp", "dns")),
+        ("True".into(), "Accepted".into())
+    );
+    assert_eq!(
+        listener(&b, "udp", "dns").supported_kinds[0].kind,
+        "UDPRoute"
+    );
+    assert!(
+        b.table.streams.port(None, 9300).is_some(),
+        "the TCP port stays"
+    );
+}
+
+#[test]
+fn endpoint_changes_of_a_udp_backend_rebuild_in_full() {
+    let w = streams_world(UDP);
+    let (b1, _) = build_changes(&w, None, None);
+    let mut w2 = streams_world(UDP);
+    for s in &mut w2.slices {
+        if s.metadata.name.as_deref() == Some("dns-a") {
+            let e = s.endpoints.as_mut().unwrap();
+            e.truncate(1);
+            e[0].addresses = vec!["10.0.0.7".into()];
+        }
+    }
+    let told = Changes {
+        slices: [("infra".to_string(), "dns-a".to_string())].into(),
+        ..Default::default()
+    };
+    let (quick, _) = build_changes(&w2, Some(&told), Some(b1.previous()));
+    let (full, _) = build_changes(&w2, None, None);
+    assert!(quick.table == full.table);
+    let to = quick.table.streams.udp_port(None, 9300).unwrap();
+    assert_eq!(to.backends[0].endpoints.len(), 1);
 }

@@ -1,0 +1,382 @@
+//! Gateway UDP listeners (UDPRoute): a socket per UDP port the table lists, opened and closed
+//! at runtime as tables are swapped (a reconciler, as the TCP frontends'), relaying datagrams
+//! per client flow. A flow is a client's address and port: its first datagram picks an
+//! endpoint (`decide::datagram`), a socket connected to that endpoint is made for it, every
+//! datagram of the client goes there, and every datagram the endpoint sends back goes to the
+//! client from the listener's socket. A flow ends after `--udp-idle-timeout` without a
+//! datagram either way, or when its endpoint refuses (ICMP port unreachable); the client's
+//! next datagram starts a new one.
+//!
+//! Bounded: at most `--udp-max-flows` flows per port (a new client past it has its datagrams
+//! dropped, counted, until a flow ends); one datagram buffer per port and one per worker
+//! thread for the endpoints' answers, never one per flow; a send that would block is dropped
+//! and counted (UDP may lose datagrams; nothing is queued for a flow). A table swap leaves
+//! every flow on its endpoint; a port that leaves the table closes its socket and its flows.
+//! This module must not know about Kubernetes or translation, and reads the table only
+//! through `TableReader`; which endpoint a flow gets is the decision core's.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::decide::datagram::flow_endpoint;
+use crate::ops::metrics::{Metrics, UdpFrontendMetrics};
+use crate::table::{RoutingTable, TableReader};
+
+/// How often the table is checked for a swap.
+const POLL_INTERVAL: Duration = Duration::from_millis(150);
+
+/// How long a port that could not be bound waits before the next try.
+const BIND_RETRY: Duration = Duration::from_secs(5);
+
+/// How long a new flow's first datagram may wait for its socket.
+const FIRST_SEND: Duration = Duration::from_millis(100);
+
+/// The largest UDP payload.
+const DATAGRAM: usize = 65_535;
+
+thread_local! {
+    /// The endpoints' answers are read here, one at a time per thread, and sent on at once.
+    static ANSWER: RefCell<Vec<u8>> = RefCell::new(vec![0; DATAGRAM]);
+}
+
+/// `--udp-idle-timeout`, `--udp-max-flows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpSettings {
+    pub idle: Duration,
+    pub max_flows: usize,
+}
+
+impl Default for UdpSettings {
+    fn default() -> Self {
+        UdpSettings {
+            idle: Duration::from_secs(60),
+            max_flows: 16_384,
+        }
+    }
+}
+
+/// The UDP listeners, as one Pingora background service.
+pub struct UdpFrontends {
+    table: TableReader,
+    bind: IpAddr,
+    settings: UdpSettings,
+    metrics: Arc<Metrics>,
+}
+
+impl UdpFrontends {
+    pub fn new(
+        table: TableReader,
+        bind: IpAddr,
+        settings: UdpSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        UdpFrontends {
+            table,
+            bind,
+            settings,
+            metrics,
+        }
+    }
+}
+
+/// Where a socket is bound: a Gateway's own address (`None`: the bind address) and port.
+type At = (Option<IpAddr>, u16);
+
+/// The UDP ports that should be open.
+fn wanted(table: &RoutingTable) -> Vec<At> {
+    table
+        .streams
+        .udp
+        .iter()
+        .map(|p| (p.address, p.port))
+        .collect()
+}
+
+/// An open socket and the task that owns it.
+struct Open {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+#[async_trait]
+impl BackgroundService for UdpFrontends {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut open: BTreeMap<At, Open> = BTreeMap::new();
+        let mut failed: BTreeMap<At, Instant> = BTreeMap::new();
+        let mut last: Option<Arc<RoutingTable>> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+            if !self.table.is_published() {
+                continue;
+            }
+            let table = self.table.load();
+            let swapped = last.as_ref().is_none_or(|l| !Arc::ptr_eq(l, &table));
+            let retry_due = failed.values().any(|at| at.elapsed() >= BIND_RETRY);
+            if !swapped && !retry_due {
+                continue;
+            }
+            let wanted = wanted(&table);
+            let gone: Vec<At> = open
+                .keys()
+                .filter(|at| !wanted.contains(at))
+                .copied()
+                .collect();
+            for at in gone {
+                if let Some(o) = open.remove(&at) {
+                    tracing::info!(port = at.1, address = ?at.0, "UDP listener closed");
+                    drop(o.stop);
+                    let _ = tokio::time::timeout(Duration::from_secs(1), o.task).await;
+                }
+            }
+            failed.retain(|at, _| wanted.contains(at));
+            for at in wanted {
+                let retry_later = failed.get(&at).is_some_and(|t| t.elapsed() < BIND_RETRY);
+                if open.contains_key(&at) || retry_later {
+                    continue;
+                }
+                let (address, port) = at;
+                match UdpSocket::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await {
+                    Ok(socket) => {
+                        tracing::info!(port, ?address, "UDP listener open");
+                        let (stop, stopped) = oneshot::channel();
+                        let port_task = Port {
+                            socket: Arc::new(socket),
+                            at,
+                            table: self.table.clone(),
+                            settings: self.settings,
+                            metrics: self.metrics.data.udp_frontend(&format!("udp:{port}")),
+                        };
+                        let task = tokio::spawn(port_task.serve(stopped));
+                        failed.remove(&at);
+                        open.insert(at, Open { stop, task });
+                    }
+                    Err(e) => {
+                        // Once per episode: the retries stay quiet until it works or goes away.
+                        if !failed.contains_key(&at) {
+                            tracing::warn!(
+                                port,
+                                ?address,
+                                error = %e,
+                                "cannot listen for a Gateway UDP listener; retrying every {}s",
+                                BIND_RETRY.as_secs()
+                            );
+                        }
+                        failed.insert(at, Instant::now());
+                    }
+                }
+            }
+            last = Some(table);
+        }
+        for (_, o) in open {
+            drop(o.stop);
+            let _ = tokio::time::timeout(Duration::from_secs(1), o.task).await;
+        }
+    }
+}
+
+/// One UDP listener.
+struct Port {
+    socket: Arc<UdpSocket>,
+    at: At,
+    table: TableReader,
+    settings: UdpSettings,
+    metrics: UdpFrontendMetrics,
+}
+
+/// One client's flow.
+struct Flow {
+    /// Tells apart a flow from the one after it of the same client, when the first's end
+    /// arrives late.
+    id: u64,
+    upstream: Arc<UdpSocket>,
+    /// When a datagram last went either way (milliseconds since the port opened).
+    last: Arc<AtomicU64>,
+    task: JoinHandle<()>,
+}
+
+impl Port {
+    /// Reads the clients' datagrams until `stop` fires (or is dropped), starting and ending
+    /// flows.
+    async fn serve(self, mut stop: oneshot::Receiver<()>) {
+        let origin = Instant::now();
+        let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
+        let (ended_tx, mut ended) = mpsc::unbounded_channel::<(SocketAddr, u64)>();
+        let mut next_id = 0u64;
+        let mut buf = vec![0u8; DATAGRAM];
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                Some((client, id)) = ended.recv() => {
+                    if flows.get(&client).is_some_and(|f| f.id == id) {
+                        flows.remove(&client);
+                        self.metrics.flows.dec();
+                    }
+                }
+                read = self.socket.recv_from(&mut buf) => {
+                    let (n, client) = match read {
+                        Ok(read) => read,
+                        Err(e) => {
+                            // An ICMP error for an earlier answer, and the like: not this
+                            // socket's end.
+                            tracing::debug!(port = self.at.1, error = %e, "UDP receive failed");
+                            continue;
+                        }
+                    };
+                    self.metrics.datagrams_in.inc();
+                    self.metrics.bytes_in.inc_by(n as u64);
+                    let now = millis(origin.elapsed());
+                    let new = !flows.contains_key(&client);
+                    if new {
+                        if flows.len() >= self.settings.max_flows {
+                            self.metrics.dropped_full.inc();
+                            continue;
+                        }
+                        let Some(upstream) = self.open_flow(client).await else {
+                            self.metrics.dropped_no_backend.inc();
+                            continue;
+                        };
+                        next_id += 1;
+                        let last = Arc::new(AtomicU64::new(now));
+                        let answers = Answers {
+                            upstream: Arc::clone(&upstream),
+                            listener: Arc::clone(&self.socket),
+                            client,
+                            last: Arc::clone(&last),
+                            origin,
+                            idle: self.settings.idle,
+                            metrics: self.metrics.clone(),
+                        };
+                        let task = tokio::spawn(answers.relay(ended_tx.clone(), next_id));
+                        self.metrics.flows.inc();
+                        flows.insert(client, Flow { id: next_id, upstream, last, task });
+                    }
+                    let Some(flow) = flows.get(&client) else {
+                        continue;
+                    };
+                    flow.last.store(now, Ordering::Relaxed);
+                    // A new socket is not known writable yet (tokio learns it from the
+                    // reactor): its first datagram waits for that, bounded; later ones never
+                    // wait.
+                    let sent = if new {
+                        let first = flow.upstream.send(&buf[..n]);
+                        matches!(
+                            tokio::time::timeout(FIRST_SEND, first).await,
+                            Ok(Ok(_))
+                        )
+                    } else {
+                        flow.upstream.try_send(&buf[..n]).is_ok()
+                    };
+                    if !sent {
+                        self.metrics.dropped_send.inc();
+                    }
+                }
+            }
+        }
+        for (_, f) in flows.drain() {
+            f.task.abort();
+            self.metrics.flows.dec();
+        }
+    }
+
+    /// A socket connected to the endpoint a new flow from `client` goes to; `None`: none
+    /// takes it (or the socket could not be made).
+    async fn open_flow(&self, client: SocketAddr) -> Option<Arc<UdpSocket>> {
+        let table = self.table.load();
+        let endpoint = flow_endpoint(table.streams.udp_port(self.at.0, self.at.1)?, client)?;
+        let any: IpAddr = match endpoint {
+            SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+            SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+        };
+        let socket = match UdpSocket::bind(SocketAddr::new(any, 0)).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%endpoint, error = %e, "cannot open a UDP socket for a flow");
+                return None;
+            }
+        };
+        if let Err(e) = socket.connect(endpoint).await {
+            tracing::debug!(%endpoint, error = %e, "cannot connect a UDP flow");
+            return None;
+        }
+        Some(Arc::new(socket))
+    }
+}
+
+/// A flow's way back: the endpoint's datagrams to the client.
+struct Answers {
+    upstream: Arc<UdpSocket>,
+    listener: Arc<UdpSocket>,
+    client: SocketAddr,
+    last: Arc<AtomicU64>,
+    origin: Instant,
+    idle: Duration,
+    metrics: UdpFrontendMetrics,
+}
+
+impl Answers {
+    /// Relays until the flow has been idle for `idle` (either way) or its endpoint refuses;
+    /// then says so on `ended`.
+    async fn relay(self, ended: mpsc::UnboundedSender<(SocketAddr, u64)>, id: u64) {
+        loop {
+            let quiet =
+                millis(self.origin.elapsed()).saturating_sub(self.last.load(Ordering::Relaxed));
+            let left = self.idle.saturating_sub(Duration::from_millis(quiet));
+            if left.is_zero() {
+                break;
+            }
+            tokio::select! {
+                ready = self.upstream.readable() => {
+                    if ready.is_err() || !self.answer() {
+                        break;
+                    }
+                }
+                _ = tokio::time::sleep(left) => {}
+            }
+        }
+        let _ = ended.send((self.client, id));
+    }
+
+    /// Sends the endpoint's datagram at hand (if any) to the client; `false`: the endpoint
+    /// refused (nothing listens there any more) and the flow ends.
+    fn answer(&self) -> bool {
+        ANSWER.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            match self.upstream.try_recv(&mut buf) {
+                Ok(n) => {
+                    self.metrics.datagrams_out.inc();
+                    self.metrics.bytes_out.inc_by(n as u64);
+                    if self.listener.try_send_to(&buf[..n], self.client).is_err() {
+                        self.metrics.dropped_send.inc();
+                    }
+                    self.last
+                        .store(millis(self.origin.elapsed()), Ordering::Relaxed);
+                    true
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+                Err(e) => {
+                    tracing::debug!(client = %self.client, error = %e, "UDP flow's endpoint refused");
+                    false
+                }
+            }
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
