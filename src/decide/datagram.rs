@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 
-use crate::table::balance::{fnv1a, rendezvous};
+use crate::table::balance::{fnv1a, mix64, rendezvous};
 use crate::table::stream::UdpBackends;
 
 /// The endpoint a new flow from `client` goes to; `None`: the share of a backend that does
@@ -42,7 +42,8 @@ fn address_hash(a: SocketAddr) -> u64 {
     };
     bytes[..16].copy_from_slice(&ip);
     bytes[16..].copy_from_slice(&a.port().to_be_bytes());
-    fnv1a(&bytes)
+    // FNV's low bits follow the last bytes (the port) too closely for a modulo: mixed.
+    mix64(fnv1a(&bytes))
 }
 
 #[cfg(test)]

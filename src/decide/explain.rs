@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::decide::attempt::{Attempt, Policy, Route, https_location, unrouted};
+use crate::table::stream::StreamServe;
 use crate::table::gateway::{Action, BareRequest, GatewayMatch};
 use crate::table::matcher::{self, Level, PathRule};
 use crate::table::sticky::{self, COOKIE_NAME};
@@ -327,17 +328,34 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
 
     let target = match q.frontend {
         Frontend::Tcp(port) => {
-            let hit = table.tcp.iter().find(|t| t.port == port);
+            let hit = table.tcp.iter().find(|t| t.port == port).map(|t| t.entry);
+            let (target, note) = match (hit, table.streams.port(None, port)) {
+                (Some(e), _) => (
+                    Some(e),
+                    format!("TCP port {port} forwards every connection to its entry"),
+                ),
+                (None, Some(StreamServe::Tcp(to))) => (
+                    to.peek().and_then(|(_, b)| b.entry),
+                    format!(
+                        "Gateway TCP listener on port {port}: its route's next backend by weight"
+                    ),
+                ),
+                (None, Some(StreamServe::Tls(_))) => (
+                    None,
+                    format!(
+                        "Gateway TLS listener on port {port}: connections go by the server \
+                         name of their hello, which this query does not give"
+                    ),
+                ),
+                (None, None) => (None, format!("no TCP frontend on port {port}")),
+            };
             x.precedence.push(Step {
                 level: "tcp_port",
                 host: None,
                 matched_prefix: None,
-                note: match hit {
-                    Some(_) => format!("TCP port {port} forwards every connection to its entry"),
-                    None => format!("no TCP frontend on port {port}"),
-                },
+                note,
             });
-            hit.map(|t| t.entry)
+            target
         }
         Frontend::Http | Frontend::Https => match route_gateway(table, q, path, query, &mut x) {
             GatewayStep::NotTaken => route_http(table, q, path, query, &mut x),

@@ -190,14 +190,16 @@ pub struct Snapshot {
     pub entry_info: BTreeMap<String, String>,
 }
 
-/// Frontends to show: HTTP always, TLS when it listens or has entries, each TCP port.
+/// Frontends to show: HTTP always, TLS when it listens or has entries, each TCP port (of
+/// `--tcp-services` and of Gateway TCP and TLS listeners).
 fn frontends(table: &RoutingTable, listeners: &Listeners) -> Vec<Frontend> {
     let mut out = vec![Frontend::Http];
     if listeners.https_port.is_some() || table.entries.iter().any(|e| e.frontend == Frontend::Https)
     {
         out.push(Frontend::Https);
     }
-    let mut tcp: Vec<u16> = table.tcp.iter().map(|t| t.port).collect();
+    let gateway = table.streams.ports.iter().map(|p| p.port);
+    let mut tcp: Vec<u16> = table.tcp.iter().map(|t| t.port).chain(gateway).collect();
     tcp.sort_unstable();
     tcp.dedup();
     out.extend(tcp.into_iter().map(Frontend::Tcp));

@@ -278,7 +278,7 @@ impl Builder<'_> {
 
     /// The backends of a rule that neither redirects nor fails, each resolved to its entry,
     /// with its share and its filters; the first that does not resolve goes to `unresolved`.
-    fn rule_backends(
+    pub(super) fn rule_backends(
         &mut self,
         who: &ObjectRef,
         rule: &HTTPRouteRule,
@@ -592,7 +592,7 @@ fn rule_filters(rule: &HTTPRouteRule, out: &mut GatewayRule) -> Result<Asked, St
 
 /// A backendRef's filters: its request and response header changes, and an `ExtensionRef`'s
 /// why.
-type BackendFilters = (HeaderFilter, HeaderFilter, Option<String>);
+pub(super) type BackendFilters = (HeaderFilter, HeaderFilter, Option<String>);
 
 /// Each backendRef's filters, read before any backend is resolved.
 fn backend_filters(rule: &HTTPRouteRule) -> Result<Vec<BackendFilters>, String> {

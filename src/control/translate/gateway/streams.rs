@@ -14,13 +14,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::*;
 use super::attach::intersect;
-use super::rules::{Unresolved, allowed_backend};
+use super::rules::{BackendFilters, Unresolved, allowed_backend};
 use super::view::{Gateways, RouteInputs, RouteKind, StreamListener, created, sorted};
 use crate::control::translate::build::Builder;
 use crate::control::translate::endpoints::endpoint_addrs_of;
 use crate::control::translate::inputs::{meta_key, object};
 use crate::control::translate::view::*;
-use crate::table::gateway::{Backend, Backends};
+use crate::table::gateway::Backends;
 use crate::table::matcher::HostPattern;
 use crate::table::shared::Shared;
 use crate::table::stream::{
@@ -255,30 +255,24 @@ impl Builder<'_> {
         entry_ids: &mut HashMap<EntryKey, EntryId>,
     ) -> (Backends, Option<Unresolved>) {
         self.one_rule(who, spec);
+        // Resolved as an HTTPRoute rule's backends without filters are.
+        let rule = HTTPRouteRule {
+            backend_refs: spec
+                .rules
+                .first()
+                .map_or(&[][..], |r| &r.backend_refs)
+                .iter()
+                .map(|b| HTTPBackendRef {
+                    backend: b.backend.clone(),
+                    weight: b.weight,
+                    filters: Vec::new(),
+                })
+                .collect(),
+            ..HTTPRouteRule::default()
+        };
+        let filters = vec![BackendFilters::default(); rule.backend_refs.len()];
         let mut unresolved = None;
-        let mut backends = Vec::new();
-        for b in spec.rules.first().map_or(&[][..], |r| &r.backend_refs) {
-            let weight = u64::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
-            let entry = match self.gateway_backend(
-                who,
-                &b.backend,
-                given.grants,
-                given.services,
-                entry_ids,
-            ) {
-                Ok(id) => Some(id),
-                Err(u) => {
-                    unresolved.get_or_insert(u);
-                    None
-                }
-            };
-            backends.push(Backend {
-                entry,
-                weight,
-                request_headers: Default::default(),
-                response_headers: Default::default(),
-            });
-        }
+        let backends = self.rule_backends(who, &rule, filters, given, entry_ids, &mut unresolved);
         let total = backends.iter().map(|b| b.weight).sum();
         let to = Backends {
             backends: backends.into_boxed_slice(),
