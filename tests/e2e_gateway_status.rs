@@ -1278,6 +1278,12 @@ async fn without_the_backendtlspolicy_crd_the_rest_is_written_and_it_is_picked_u
     );
     assert_eq!(c.api.status_requests(Kind::BackendTLSPolicy), 0);
     let log = c.sy.stderr();
+    assert_eq!(
+        log.matches("the BackendTLSPolicy CRD (v1, Gateway API v1.4 and later) is not installed")
+            .count(),
+        1,
+        "one info line: {log}"
+    );
     for wrong in [
         "the Gateway API CRDs are not installed",
         "cannot watch",
