@@ -273,12 +273,14 @@ const WATCHER: &[Grant] = &[
     (GW, "grpcroutes", &[], READ),
     (GW, "tcproutes", &[], READ),
     (GW, "tlsroutes", &[], READ),
+    (GW, "backendtlspolicies", &[], READ),
     (GW, "referencegrants", &[], READ),
     (GW, "gateways/status", &[], PATCH),
     (GW, "httproutes/status", &[], PATCH),
     (GW, "grpcroutes/status", &[], PATCH),
     (GW, "tcproutes/status", &[], PATCH),
     (GW, "tlsroutes/status", &[], PATCH),
+    (GW, "backendtlspolicies/status", &[], PATCH),
 ];
 const GW: &str = "gateway.networking.k8s.io";
 /// The Gateway API status writer writes merge patches only.

@@ -7,9 +7,11 @@
 //! reason unless the expectation leaves it empty; listeners and parents must be exactly the
 //! expected ones). And the CRDs' absence: one warning, Services still served, the Gateway API
 //! picked up once installed and dropped once deleted; older CRDs without TCPRoute and TLSRoute,
-//! the other kinds' status still written; and the status writer's own promises (other
-//! controllers' entries kept, times kept, nothing rewritten, followers quiet), for TCPRoutes
-//! and TLSRoutes too.
+//! or without BackendTLSPolicy, the other kinds' status still written; BackendTLSPolicy status
+//! (`status.ancestors`: our Gateways whose routes reach its Service, Accepted and ResolvedRefs,
+//! a missing CA ConfigMap, a conflict); and the status writer's own promises (other
+//! controllers' entries kept, times kept, nothing rewritten, followers quiet), for TCPRoutes,
+//! TLSRoutes and BackendTLSPolicies too.
 //!
 //! switchyard runs as the suite runs an implementation: watching every namespace, with an
 //! address to publish (`--publish-status-address 127.0.0.1`) and port 80/443 listeners as its
@@ -60,6 +62,7 @@ fn manifest(rel: &str) -> Vec<Value> {
                         | "GRPCRoute"
                         | "TCPRoute"
                         | "TLSRoute"
+                        | "BackendTLSPolicy"
                         | "ReferenceGrant"
                 )
             )
@@ -190,11 +193,21 @@ impl Case {
 
     /// Waits until `check` passes, up to `TIMEOUT`; panics with its last complaint and the log.
     async fn must(&self, what: &str, check: impl Fn(&Case) -> Result<(), String>) {
+        self.must_within(what, TIMEOUT, check).await
+    }
+
+    /// `must` with a limit of its own (what waits for a CRD's slow retry).
+    async fn must_within(
+        &self,
+        what: &str,
+        limit: Duration,
+        check: impl Fn(&Case) -> Result<(), String>,
+    ) {
         let start = Instant::now();
         let mut last;
         loop {
             last = check(self);
-            if last.is_ok() || start.elapsed() > TIMEOUT {
+            if last.is_ok() || start.elapsed() > limit {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1014,6 +1027,292 @@ async fn older_crds_without_tcproute_and_tlsroute_keep_the_other_kinds_status() 
     ] {
         assert!(!log.contains(wrong), "{wrong:?} in the log: {log}");
     }
+}
+
+// === BackendTLSPolicy ===
+
+/// A Service of `INFRA` with an HTTPS port, an HTTPRoute of `same-namespace` to it, and a
+/// ConfigMap `web-ca` whose `ca.crt` is a PEM certificate (self-signed, as a private CA's).
+fn policy_world() -> Vec<Value> {
+    let ca = rcgen::generate_simple_self_signed(vec!["web.example.com".to_string()]).unwrap();
+    let mut objs = base();
+    objs.extend([
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "tls-web", "namespace": INFRA},
+               "spec": {"clusterIP": "10.96.0.200",
+                        "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "tls-web", "namespace": INFRA},
+               "spec": {"parentRefs": [{"name": SAME_NAMESPACE.1}],
+                        "rules": [{"backendRefs": [{"name": "tls-web", "port": 443}]}]}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "web-ca", "namespace": INFRA},
+               "data": {"ca.crt": ca.cert.pem()}}),
+    ]);
+    objs
+}
+
+/// A BackendTLSPolicy on the whole Service `tls-web`, verifying with the CA of ConfigMap
+/// `config_map`, created at `created` (what decides which of two policies applies).
+fn backend_tls_policy(name: &str, config_map: &str, created: &str) -> Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+           "metadata": {"name": name, "namespace": INFRA, "creationTimestamp": created},
+           "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "tls-web"}],
+                    "validation": {"hostname": "web.example.com",
+                                   "caCertificateRefs": [{"group": "", "kind": "ConfigMap",
+                                                          "name": config_map}]}}})
+}
+
+/// The policy's `status.ancestors` entries of ours: exactly one, for `same-namespace` (group,
+/// kind and namespace set), with conditions `accepted` and `resolved` of the policy's
+/// generation.
+fn our_ancestor(
+    case: &Case,
+    policy: &str,
+    accepted: Cond<'_>,
+    resolved: Cond<'_>,
+) -> Result<(), String> {
+    let p = case.get(Kind::BackendTLSPolicy, INFRA, policy);
+    let ours: Vec<&Value> = p["status"]["ancestors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["controllerName"] == CONTROLLER)
+        .collect();
+    let [a] = &ours[..] else {
+        return Err(format!("expected one ancestor of ours: {}", p["status"]));
+    };
+    let gateway = json!({"group": GROUP, "kind": "Gateway", "namespace": SAME_NAMESPACE.0,
+                         "name": SAME_NAMESPACE.1});
+    if a["ancestorRef"] != gateway {
+        return Err(format!(
+            "ancestorRef {}, expected {gateway}",
+            a["ancestorRef"]
+        ));
+    }
+    latest_conditions(&p, &a["conditions"])?;
+    conditions_match(&[accepted, resolved], &a["conditions"])
+}
+
+/// A policy on a Service an HTTPRoute of our Gateway reaches, with a CA ConfigMap holding a
+/// certificate, names that Gateway in `status.ancestors`, ours alone, Accepted and
+/// ResolvedRefs, of its generation; a spec change is decided again (a ConfigMap that does not
+/// exist: both False, with the reasons the spec gives for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backendtlspolicy_status_names_our_gateway_as_its_ancestor() {
+    let mut objs = policy_world();
+    objs.push(backend_tls_policy(
+        "web-tls",
+        "web-ca",
+        "2026-01-01T00:00:00Z",
+    ));
+    let c = start_objects(objs, &[]).await;
+    c.must("the policy Accepted, its references resolved", |c| {
+        our_ancestor(
+            c,
+            "web-tls",
+            ("Accepted", "True", "Accepted"),
+            ("ResolvedRefs", "True", "ResolvedRefs"),
+        )
+    })
+    .await;
+    let p = c.get(Kind::BackendTLSPolicy, INFRA, "web-tls");
+    assert_eq!(
+        p["status"]["ancestors"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        p["status"]
+    );
+    c.update(Kind::BackendTLSPolicy, INFRA, "web-tls", |o| {
+        o["spec"]["validation"]["caCertificateRefs"][0]["name"] = json!("no-such-ca")
+    });
+    c.must("the changed policy decided again", |c| {
+        our_ancestor(
+            c,
+            "web-tls",
+            ("Accepted", "False", "NoValidCACertificate"),
+            ("ResolvedRefs", "False", "InvalidCACertificateRef"),
+        )
+    })
+    .await;
+}
+
+/// A policy whose only CA ConfigMap does not exist: `Accepted: False` (NoValidCACertificate)
+/// and `ResolvedRefs: False` (InvalidCACertificateRef), as upstream's
+/// BackendTLSPolicyInvalidCACertificateRef expects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backendtlspolicy_naming_a_missing_configmap_is_not_accepted() {
+    let mut objs = policy_world();
+    objs.push(backend_tls_policy(
+        "web-tls",
+        "nonexistent-ca-certificate",
+        "2026-01-01T00:00:00Z",
+    ));
+    let c = start_objects(objs, &[]).await;
+    c.must("NoValidCACertificate, InvalidCACertificateRef", |c| {
+        our_ancestor(
+            c,
+            "web-tls",
+            ("Accepted", "False", "NoValidCACertificate"),
+            ("ResolvedRefs", "False", "InvalidCACertificateRef"),
+        )
+    })
+    .await;
+}
+
+/// Two policies on the same Service: the older applies (Accepted), the newer is
+/// `Accepted: False`, reason Conflicted; by age, not by name (the newer sorts first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_backendtlspolicies_on_a_service_the_newer_is_conflicted() {
+    let mut objs = policy_world();
+    objs.push(backend_tls_policy(
+        "z-older",
+        "web-ca",
+        "2026-01-01T00:00:00Z",
+    ));
+    objs.push(backend_tls_policy(
+        "a-newer",
+        "web-ca",
+        "2026-01-02T00:00:00Z",
+    ));
+    let c = start_objects(objs, &[]).await;
+    c.must("the older Accepted", |c| {
+        our_ancestor(
+            c,
+            "z-older",
+            ("Accepted", "True", "Accepted"),
+            ("ResolvedRefs", "True", "ResolvedRefs"),
+        )
+    })
+    .await;
+    c.must("the newer Conflicted", |c| {
+        our_ancestor(
+            c,
+            "a-newer",
+            ("Accepted", "False", "Conflicted"),
+            ("ResolvedRefs", "True", "ResolvedRefs"),
+        )
+    })
+    .await;
+}
+
+/// Another controller's entry in `status.ancestors` (for the same Gateway: the entries are
+/// keyed by ancestorRef and controllerName together) is kept beside ours; a settled status is
+/// not written again; once no route of ours reaches the policy's Service, our entry goes and
+/// theirs stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_controllers_ancestors_are_kept_and_ours_go_when_no_route_reaches_the_policy() {
+    let theirs = json!({
+        "ancestorRef": {"group": GROUP, "kind": "Gateway", "namespace": INFRA,
+                        "name": SAME_NAMESPACE.1},
+        "controllerName": "example.com/other-controller",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                        "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    });
+    let mut objs = policy_world();
+    let mut policy = backend_tls_policy("web-tls", "web-ca", "2026-01-01T00:00:00Z");
+    policy["status"] = json!({"ancestors": [theirs.clone()]});
+    objs.push(policy);
+    let c = start_objects(objs, &[]).await;
+    let kept = |c: &Case| {
+        let p = c.get(Kind::BackendTLSPolicy, INFRA, "web-tls");
+        let ancestors = p["status"]["ancestors"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if ancestors.first() != Some(&theirs) {
+            return Err(format!("their entry changed, moved or went: {ancestors:?}"));
+        }
+        Ok(ancestors.len())
+    };
+    c.must("ours beside theirs", |c| {
+        kept(c)?;
+        our_ancestor(
+            c,
+            "web-tls",
+            ("Accepted", "True", "Accepted"),
+            ("ResolvedRefs", "True", "ResolvedRefs"),
+        )
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = c.api.status_requests(Kind::BackendTLSPolicy);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        c.api.status_requests(Kind::BackendTLSPolicy),
+        before,
+        "written again with nothing changed"
+    );
+    // The route goes elsewhere: no Gateway of ours reaches the Service any more.
+    c.update(Kind::HTTPRoute, INFRA, "tls-web", |o| {
+        o["spec"]["rules"][0]["backendRefs"][0]["name"] = json!("infra-backend-v1");
+        o["spec"]["rules"][0]["backendRefs"][0]["port"] = json!(8080);
+    });
+    c.must("ours gone, theirs kept", |c| match kept(c)? {
+        1 => Ok(()),
+        n => Err(format!("{n} ancestors, expected theirs alone")),
+    })
+    .await;
+}
+
+/// A cluster without the BackendTLSPolicy CRD (before v1.4): the other kinds' status is
+/// written, nothing is asked of the missing kind but its list, quietly (no warning, no failing
+/// watch or write); once the CRD is installed and a policy applied, its status is written
+/// within the slow retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_backendtlspolicy_crd_the_rest_is_written_and_it_is_picked_up_later() {
+    let api = FakeApi::start().await;
+    api.set_kind_installed(Kind::BackendTLSPolicy, false);
+    let c = start_on(api, policy_world(), &[]);
+    c.must("the HTTPRoute Accepted", |c| {
+        route_condition(
+            &c.get(Kind::HTTPRoute, INFRA, "tls-web"),
+            SAME_NAMESPACE,
+            ("Accepted", "True", "Accepted"),
+        )
+    })
+    .await;
+    assert!(
+        c.api.absent_answers(Kind::BackendTLSPolicy) > 0,
+        "never looked for"
+    );
+    assert_eq!(c.api.status_requests(Kind::BackendTLSPolicy), 0);
+    let log = c.sy.stderr();
+    assert_eq!(
+        log.matches("the BackendTLSPolicy CRD (v1, Gateway API v1.4 and later) is not installed")
+            .count(),
+        1,
+        "one info line: {log}"
+    );
+    for wrong in [
+        "the Gateway API CRDs are not installed",
+        "cannot watch",
+        "write failed",
+        "WARN",
+        "ERROR",
+    ] {
+        assert!(!log.contains(wrong), "{wrong:?} in the log: {log}");
+    }
+    c.api.set_kind_installed(Kind::BackendTLSPolicy, true);
+    c.api.apply(backend_tls_policy(
+        "web-tls",
+        "web-ca",
+        "2026-01-01T00:00:00Z",
+    ));
+    // The source and the writer each look again within 15 s (jittered by up to a quarter).
+    c.must_within(
+        "the policy's status once its CRD is there",
+        Duration::from_secs(40),
+        |c| {
+            our_ancestor(
+                c,
+                "web-tls",
+                ("Accepted", "True", "Accepted"),
+                ("ResolvedRefs", "True", "ResolvedRefs"),
+            )
+        },
+    )
+    .await;
 }
 
 /// A route Accepted by `same-namespace` with a ResolvedRefs condition `cond`.

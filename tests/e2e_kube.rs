@@ -818,6 +818,203 @@ async fn the_fake_refuses_addresses_a_real_api_server_refuses() {
     assert_eq!(kube_api::invalid_cluster_ip(&headless), None);
 }
 
+/// BackendTLSPolicies are served as their v1.6.1 standard CRD makes a real server serve them:
+/// at `v1` alone (v1alpha3 is `served: false`), created, read, listed, patched and deleted,
+/// with a generation that counts spec changes only, and a `/status` subresource that changes
+/// the status only and is held to the CRD's schema: at most 16 ancestors, each with its
+/// required `ancestorRef`, `controllerName` and 1 to 8 conditions unique by type, each
+/// condition with its required fields and a status of the enum. For a cluster without the
+/// CRD, 404 while the other kinds are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_serves_backend_tls_policies_as_their_crd_does() {
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    use switchyard::control::translate::gateway::api::BackendTLSPolicy;
+
+    let api = FakeApi::start().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::new(format!("http://127.0.0.1:{}", api.port).parse().unwrap());
+    let c = kube::Client::try_from(config).unwrap();
+    let policies: kube::Api<BackendTLSPolicy> = kube::Api::namespaced(c.clone(), "default");
+    let spec = |hostname: &str| {
+        json!({"targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+               "validation": {"hostname": hostname, "wellKnownCACertificates": "System"}})
+    };
+    let policy: BackendTLSPolicy =
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec("web.example.com")}))
+            .unwrap();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let again = policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&again, kube::Error::Api(s) if s.code == 409),
+        "{again:?}"
+    );
+    let stored = api.object(Kind::BackendTLSPolicy, "default", "p").unwrap();
+    assert_eq!(stored["apiVersion"], "gateway.networking.k8s.io/v1");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    let read = policies.get("p").await.unwrap();
+    assert_eq!(
+        read.spec.validation.well_known_ca_certificates.as_deref(),
+        Some("System")
+    );
+    assert_eq!(
+        policies
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    for version in ["v1alpha3", "v1beta1", "v1alpha2"] {
+        let path = format!(
+            "/apis/gateway.networking.k8s.io/{version}/namespaces/default/backendtlspolicies"
+        );
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        assert!(c.request_text(req).await.is_err(), "{version} served");
+    }
+    // The status subresource: the status only, the generation kept.
+    let ok = json!({"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                    "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let entry = |gw: String, conditions: serde_json::Value| {
+        json!({"ancestorRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                               "namespace": "default", "name": gw},
+               "controllerName": "switchyard.io/gateway-controller",
+               "conditions": conditions})
+    };
+    let write = |ancestors: Vec<serde_json::Value>| {
+        Patch::Merge(json!({"status": {"ancestors": ancestors},
+                            "spec": spec("elsewhere.example.com")}))
+    };
+    let pp = PatchParams::default();
+    policies
+        .patch_status("p", &pp, &write(vec![entry("gw".into(), json!([ok]))]))
+        .await
+        .unwrap();
+    let stored = api.object(Kind::BackendTLSPolicy, "default", "p").unwrap();
+    assert_eq!(stored["status"]["ancestors"][0]["conditions"][0], ok);
+    assert_eq!(stored["spec"]["validation"]["hostname"], "web.example.com");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    // What the CRD refuses, each a 422 naming the field as the real server does.
+    let refused = |ancestors: Vec<serde_json::Value>, says: &'static str| {
+        let policies = policies.clone();
+        let pp = pp.clone();
+        async move {
+            let e = policies
+                .patch_status("p", &pp, &write(ancestors))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&e, kube::Error::Api(s) if s.code == 422 && s.message.contains(says)),
+                "{says}: {e:?}"
+            );
+        }
+    };
+    let seventeen: Vec<_> = (0..17)
+        .map(|i| entry(format!("gw-{i}"), json!([ok])))
+        .collect();
+    refused(
+        seventeen,
+        "status.ancestors: Too many: 17: must have at most 16 items",
+    )
+    .await;
+    refused(
+        vec![entry("gw".into(), json!([ok, ok]))],
+        "status.ancestors[0].conditions[1]: Duplicate value",
+    )
+    .await;
+    refused(
+        vec![entry("gw".into(), json!([]))],
+        "status.ancestors[0].conditions: Invalid value: 0",
+    )
+    .await;
+    let mut anonymous = entry("gw".into(), json!([ok]));
+    anonymous.as_object_mut().unwrap().remove("controllerName");
+    refused(
+        vec![anonymous],
+        "status.ancestors[0].controllerName: Required value",
+    )
+    .await;
+    let mut unnamed = entry("gw".into(), json!([ok]));
+    unnamed["ancestorRef"]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
+    refused(
+        vec![unnamed],
+        "status.ancestors[0].ancestorRef.name: Required value",
+    )
+    .await;
+    let mut untimed = ok.clone();
+    untimed
+        .as_object_mut()
+        .unwrap()
+        .remove("lastTransitionTime");
+    refused(
+        vec![entry("gw".into(), json!([untimed]))],
+        "status.ancestors[0].conditions[0].lastTransitionTime: Required value",
+    )
+    .await;
+    let mut maybe = ok.clone();
+    maybe["status"] = json!("Maybe");
+    refused(
+        vec![entry("gw".into(), json!([maybe]))],
+        "status.ancestors[0].conditions[0].status: Unsupported value",
+    )
+    .await;
+    let sixteen: Vec<_> = (0..16)
+        .map(|i| entry(format!("gw-{i}"), json!([ok])))
+        .collect();
+    policies
+        .patch_status("p", &pp, &write(sixteen))
+        .await
+        .unwrap();
+    // The main resource: the spec, not the status; the generation counts it.
+    policies.patch("p", &pp, &write(Vec::new())).await.unwrap();
+    let stored = api.object(Kind::BackendTLSPolicy, "default", "p").unwrap();
+    assert_eq!(
+        stored["spec"]["validation"]["hostname"],
+        "elsewhere.example.com"
+    );
+    assert_eq!(stored["status"]["ancestors"].as_array().unwrap().len(), 16);
+    assert_eq!(stored["metadata"]["generation"], 2);
+    // A cluster without the CRD: 404, the other kinds served; installed again, empty.
+    api.set_kind_installed(Kind::BackendTLSPolicy, false);
+    let gone = policies.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&gone, kube::Error::Api(s) if s.code == 404),
+        "{gone:?}"
+    );
+    assert!(api.absent_answers(Kind::BackendTLSPolicy) > 0);
+    let routes: kube::Api<switchyard::control::translate::gateway::api::HTTPRoute> =
+        kube::Api::namespaced(c.clone(), "default");
+    routes.list(&ListParams::default()).await.unwrap();
+    api.set_kind_installed(Kind::BackendTLSPolicy, true);
+    assert!(
+        policies
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    policies
+        .delete("p", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(policies.get_opt("p").await.unwrap().is_none());
+}
+
 /// TCPRoutes and TLSRoutes are served as their v1.6.1 standard CRDs make a real server serve
 /// them: at `v1` alone (v1alpha2 is `served: false`), with the schema's defaults applied, a
 /// generation that counts spec changes only, a `/status` subresource that changes the status

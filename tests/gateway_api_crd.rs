@@ -3,7 +3,9 @@
 //! type with every field set is serialized, and every JSON path in it must exist in the CRD's
 //! `openAPIV3Schema` of the storage version, with a compatible type. A misspelt field would
 //! otherwise be read as absent from every real object and written where no API server keeps
-//! it. The conformance suite's manifests must read into the same types.
+//! it (BackendTLSPolicy's `wellKnownCACertificates`, which serde's camelCase would spell
+//! `wellKnownCaCertificates`, is the case in point). The conformance suite's manifests must
+//! read into the same types and, for routes and policies, survive a round trip.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -475,6 +477,51 @@ fn reference_grant() -> ReferenceGrant {
     }
 }
 
+/// A BackendTLSPolicy with every field set (both CA sources and both kinds of subject
+/// alternative name: the schema's structure is checked here, not its CEL rules).
+fn backend_tls_policy() -> BackendTLSPolicy {
+    BackendTLSPolicy {
+        metadata: meta(Some("ns")),
+        spec: BackendTLSPolicySpec {
+            target_refs: vec![LocalPolicyTargetReference {
+                group: String::new(),
+                kind: "Service".into(),
+                name: "web".into(),
+                section_name: Some("https".into()),
+            }],
+            validation: BackendTLSPolicyValidation {
+                ca_certificate_refs: vec![LocalObjectReference {
+                    group: String::new(),
+                    kind: "ConfigMap".into(),
+                    name: "ca".into(),
+                }],
+                well_known_ca_certificates: Some("System".into()),
+                hostname: "web.example.com".into(),
+                subject_alt_names: vec![
+                    SubjectAltName {
+                        type_: "Hostname".into(),
+                        hostname: Some("alt.example.com".into()),
+                        uri: Some("spiffe://example.com/web".into()),
+                    },
+                    SubjectAltName {
+                        type_: "URI".into(),
+                        hostname: None,
+                        uri: Some("spiffe://example.com/web".into()),
+                    },
+                ],
+            },
+            options: BTreeMap::from([("example.com/opt".to_string(), "1".to_string())]),
+        },
+        status: Some(PolicyStatus {
+            ancestors: vec![PolicyAncestorStatus {
+                ancestor_ref: parent_ref(),
+                controller_name: "switchyard.io/gateway-controller".into(),
+                conditions: vec![condition()],
+            }],
+        }),
+    }
+}
+
 #[test]
 fn every_field_of_every_type_is_in_the_crd_schema() {
     check("gatewayclasses", &gateway_class());
@@ -483,7 +530,31 @@ fn every_field_of_every_type_is_in_the_crd_schema() {
     check("grpcroutes", &grpc_route());
     check("tcproutes", &tcp_route());
     check("tlsroutes", &tls_route());
+    check("backendtlspolicies", &backend_tls_policy());
     check("referencegrants", &reference_grant());
+}
+
+/// `wellKnownCACertificates` is not what serde's camelCase makes of its Rust name
+/// (`wellKnownCaCertificates`); written so, it would be a field no API server keeps, and read
+/// so, absent from every real policy. The check sees the difference, and the type reads and
+/// writes the CRD's spelling.
+#[test]
+fn a_policy_field_misnamed_by_camel_case_is_caught() {
+    let (_, schema) = storage_schema("backendtlspolicies");
+    let mut value = serde_json::to_value(backend_tls_policy()).unwrap();
+    let validation = value["spec"]["validation"].as_object_mut().unwrap();
+    let system = validation.remove("wellKnownCACertificates").unwrap();
+    validation.insert("wellKnownCaCertificates".into(), system);
+    let mut bad = Vec::new();
+    mismatches(&value, &schema, "", &mut bad);
+    assert_eq!(
+        bad,
+        [".spec.validation.wellKnownCaCertificates: not in the schema"]
+    );
+    let read: BackendTLSPolicyValidation = serde_json::from_value(serde_json::json!({
+        "hostname": "web.example.com", "wellKnownCACertificates": "System"}))
+    .unwrap();
+    assert_eq!(read.well_known_ca_certificates.as_deref(), Some("System"));
 }
 
 /// TCPRoute and TLSRoute share `StreamRouteSpec`, but only TLSRoute's schema has `hostnames`:
@@ -616,6 +687,19 @@ fn the_conformance_manifests_read_into_the_types() {
                 not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
                 assert!(bad.is_empty(), "{what}: {bad:#?}");
             }
+            "BackendTLSPolicy" => {
+                let p: BackendTLSPolicy = serde_json::from_value(v.clone()).expect(&what);
+                assert_eq!(
+                    p.spec.target_refs.len(),
+                    v["spec"]["targetRefs"].as_array().map_or(0, Vec::len),
+                    "{what}"
+                );
+                assert!(!p.spec.validation.hostname.is_empty(), "{what}");
+                let back = serde_json::to_value(&p).unwrap();
+                let mut bad = Vec::new();
+                not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
+                assert!(bad.is_empty(), "{what}: {bad:#?}");
+            }
             "ReferenceGrant" => {
                 let g: ReferenceGrant = serde_json::from_value(v.clone()).expect(&what);
                 assert!(!g.spec.from.is_empty() && !g.spec.to.is_empty(), "{what}");
@@ -631,6 +715,7 @@ fn the_conformance_manifests_read_into_the_types() {
         "GRPCRoute",
         "TCPRoute",
         "TLSRoute",
+        "BackendTLSPolicy",
         "ReferenceGrant",
     ] {
         assert!(
@@ -674,8 +759,8 @@ fn not_kept(back: &Value, orig: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Field names the route types (HTTPRoute, GRPCRoute, TCPRoute, TLSRoute) model: one of them in
-/// the original must survive.
+/// Field names the route types (HTTPRoute, GRPCRoute, TCPRoute, TLSRoute) and BackendTLSPolicy
+/// model: one of them in the original must survive.
 const MODELLED: &[&str] = &[
     "parentRefs",
     "hostnames",
@@ -719,6 +804,13 @@ const MODELLED: &[&str] = &[
     "request",
     "backendRequest",
     "service",
+    "targetRefs",
+    "validation",
+    "caCertificateRefs",
+    "wellKnownCACertificates",
+    "subjectAltNames",
+    "uri",
+    "options",
 ];
 
 /// A round trip through the types keeps what they model: every conformance HTTPRoute's spec

@@ -1,26 +1,32 @@
 //! The Gateway API status writer: writes what translate decided (`Memo::gateway_status`) to
-//! the GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes and TLSRoutes switchyard
-//! serves. GatewayClasses get their conditions; Gateways their conditions, listeners and
-//! `addresses` (those of `--publish-service` / `--publish-status-address`, as Ingresses get,
-//! typed `IPAddress` or `Hostname`); the four kinds of route the `status.parents` entries whose
-//! `controllerName` is ours, beside other controllers' entries, which are kept. Only the leader
-//! writes (`control::lease`).
+//! the GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and
+//! BackendTLSPolicies switchyard serves. GatewayClasses get their conditions; Gateways their
+//! conditions, listeners and `addresses` (those of `--publish-service` /
+//! `--publish-status-address`, as Ingresses get, typed `IPAddress` or `Hostname`); the four
+//! kinds of route the `status.parents` entries whose `controllerName` is ours, and
+//! BackendTLSPolicies the `status.ancestors` entries whose `controllerName` is ours, beside
+//! other controllers' entries, which are kept. Only the leader writes (`control::lease`).
 //!
 //! It runs the same loop as the Ingress writer (`control::status_writer`): while leading it
-//! watches the six kinds (status only matters) so that an object already right costs no
+//! watches the seven kinds (status only matters) so that an object already right costs no
 //! request, batches changes for `Limits::coalesce`, and writes merge patches of the `status`
 //! subresource at most `Limits::concurrency` at once and `Limits::per_second` a second. It is
 //! separate because it runs without any `--publish-*` flag (conditions are owed to every
 //! object of our classes) and reads the Gateway API, which may not be installed, or installed
-//! without some kinds (TCPRoute and TLSRoute reached `v1` in v1.5: older CRDs do not serve
-//! them): a kind answered 404 is not listed, so nothing of it is written while the others
-//! are, and it is looked for again quietly, as the cluster source does.
+//! without some kinds (TCPRoute and TLSRoute reached `v1` in v1.5, BackendTLSPolicy in v1.4:
+//! older CRDs do not serve them): a kind answered 404 is not listed, so nothing of it is
+//! written while the others are, and it is looked for again quietly, as the cluster source
+//! does.
 //!
 //! A condition's `lastTransitionTime` is kept when its status did not change and set to now
-//! when it did (translate has no clock). A route's write carries the `resourceVersion` it was
-//! decided on, so a race with another controller writing its own entry fails with 409 and is
-//! decided again, instead of erasing that entry. The decision is the pure [`plan`]. This module
-//! must not touch the routing table or the data plane.
+//! when it did (translate has no clock). A route's or a policy's write carries the
+//! `resourceVersion` it was decided on, so a race with another controller writing its own
+//! entry fails with 409 and is decided again, instead of erasing that entry. A policy's
+//! entries are keyed by `ancestorRef` and `controllerName` together (the spec's map key), and
+//! its list holds at most 16: when other controllers' entries leave less room than we have
+//! ancestors, ours are cut to fit (the spec: a full list gets no further entries). The
+//! decision is the pure [`plan`]. This module must not touch the routing table or the data
+//! plane.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,9 +43,9 @@ use crate::control::retry::{GATEWAY_API_RETRY, Outage, backed_off, is_not_found}
 pub use crate::control::status_writer::Key;
 use crate::control::status_writer::{Address, Limits, Publish, Side, Writer};
 use crate::control::translate::gateway::api::{
-    Condition, GRPCRoute, Gateway, GatewayAddress, GatewayApiStatus, GatewayClass,
-    GatewayClassStatus, GatewayStatus, HTTPRoute, RouteParentStatus, RouteStatus, TCPRoute,
-    TLSRoute,
+    BackendTLSPolicy, Condition, GRPCRoute, Gateway, GatewayAddress, GatewayApiStatus,
+    GatewayClass, GatewayClassStatus, GatewayStatus, HTTPRoute, PolicyAncestorStatus, PolicyStatus,
+    RouteParentStatus, RouteStatus, TCPRoute, TLSRoute,
 };
 use crate::ops::metrics::Metrics;
 
@@ -63,6 +69,7 @@ pub struct Current<'a> {
     pub grpc_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub tcp_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub tls_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
+    pub backend_tls_policies: Option<&'a BTreeMap<Key, Seen<PolicyStatus>>>,
 }
 
 /// One status write: the whole `status` to set.
@@ -76,6 +83,9 @@ pub enum Write {
     GrpcRoute(Key, RouteStatus, Option<String>),
     TcpRoute(Key, RouteStatus, Option<String>),
     TlsRoute(Key, RouteStatus, Option<String>),
+    /// A BackendTLSPolicy's whole `status`, with the version decided on (a precondition, as
+    /// for routes: other controllers' ancestors are kept).
+    BackendTlsPolicy(Key, PolicyStatus, Option<String>),
 }
 
 impl Write {
@@ -86,7 +96,8 @@ impl Write {
             | Write::Route(k, _, _)
             | Write::GrpcRoute(k, _, _)
             | Write::TcpRoute(k, _, _)
-            | Write::TlsRoute(k, _, _) => k,
+            | Write::TlsRoute(k, _, _)
+            | Write::BackendTlsPolicy(k, _, _) => k,
         }
     }
 
@@ -98,6 +109,7 @@ impl Write {
             Write::GrpcRoute(..) => "GRPCRoute",
             Write::TcpRoute(..) => "TCPRoute",
             Write::TlsRoute(..) => "TLSRoute",
+            Write::BackendTlsPolicy(..) => "BackendTLSPolicy",
         }
     }
 }
@@ -136,9 +148,10 @@ pub fn gateway_address(a: &Address) -> GatewayAddress {
 
 /// The writes that bring the listed objects to `desired`: a class or Gateway of ours whose
 /// status differs gets `desired` (addresses from `addresses`, times merged); a route gets our
-/// parents' entries replaced by `desired`'s (none when it is no longer ours) and others' kept.
-/// Objects not listed yet, and kinds not listed yet, are skipped: their turn comes with the
-/// watch. Nothing is written where the result equals what is there.
+/// parents' entries replaced by `desired`'s (none when it is no longer ours) and others' kept;
+/// a BackendTLSPolicy the same for its ancestors. Objects not listed yet, and kinds not listed
+/// yet, are skipped: their turn comes with the watch. Nothing is written where the result
+/// equals what is there.
 pub fn plan(
     desired: &GatewayApiStatus,
     addresses: &[Address],
@@ -209,7 +222,73 @@ pub fn plan(
             plan_routes(want, routes, controller, now, write, &mut out);
         }
     }
+    if let Some(policies) = current.backend_tls_policies {
+        plan_policies(
+            &desired.backend_tls_policies,
+            policies,
+            controller,
+            now,
+            &mut out,
+        );
+    }
     out
+}
+
+/// The spec's bound on a policy's `status.ancestors` (the CRD's `maxItems`).
+const MAX_ANCESTORS: usize = 16;
+
+/// The writes of BackendTLSPolicies: our ancestors' entries replaced by `desired`'s (none when
+/// no route of ours reaches the policy any more), matched by `ancestorRef` and
+/// `controllerName`; other controllers' kept, in their order, ahead of ours. Ours fill what
+/// room theirs leave of the 16 (a full list gets no further entries).
+fn plan_policies(
+    desired: &BTreeMap<Key, PolicyStatus>,
+    policies: &BTreeMap<Key, Seen<PolicyStatus>>,
+    controller: &str,
+    now: &str,
+    out: &mut Vec<Write>,
+) {
+    let empty = PolicyStatus::default();
+    for (key, seen) in policies {
+        let want = desired.get(key).unwrap_or(&empty);
+        let has_ours = seen
+            .status
+            .ancestors
+            .iter()
+            .any(|a| a.controller_name == controller);
+        if want.ancestors.is_empty() && !has_ours {
+            continue;
+        }
+        let mut ancestors: Vec<PolicyAncestorStatus> = seen
+            .status
+            .ancestors
+            .iter()
+            .filter(|a| a.controller_name != controller)
+            .cloned()
+            .collect();
+        let room = MAX_ANCESTORS.saturating_sub(ancestors.len());
+        for a in want.ancestors.iter().take(room) {
+            let old = seen
+                .status
+                .ancestors
+                .iter()
+                .find(|o| o.controller_name == controller && o.ancestor_ref == a.ancestor_ref)
+                .map_or(&[][..], |o| &o.conditions[..]);
+            ancestors.push(PolicyAncestorStatus {
+                conditions: merge_conditions(&a.conditions, old, now),
+                controller_name: controller.to_string(),
+                ..a.clone()
+            });
+        }
+        let next = PolicyStatus { ancestors };
+        if next != seen.status {
+            out.push(Write::BackendTlsPolicy(
+                key.clone(),
+                next,
+                seen.resource_version.clone(),
+            ));
+        }
+    }
 }
 
 /// The writes of one kind of route: our parents' entries replaced by `desired`'s (none when
@@ -376,6 +455,7 @@ struct Views {
     grpc_routes: View<RouteStatus>,
     tcp_routes: View<RouteStatus>,
     tls_routes: View<RouteStatus>,
+    backend_tls_policies: View<PolicyStatus>,
 }
 
 impl Views {
@@ -390,6 +470,7 @@ impl Views {
             grpc_routes: listed(&self.grpc_routes),
             tcp_routes: listed(&self.tcp_routes),
             tls_routes: listed(&self.tls_routes),
+            backend_tls_policies: listed(&self.backend_tls_policies),
         }
     }
 }
@@ -423,7 +504,7 @@ struct Kinds {
     controller_name: String,
 }
 
-/// An event of one of the six watches.
+/// An event of one of the seven watches.
 enum KindEvent {
     Class(Result<Event<GatewayClass>, watcher::Error>),
     Gateway(Result<Event<Gateway>, watcher::Error>),
@@ -431,6 +512,7 @@ enum KindEvent {
     GrpcRoute(Result<Event<GRPCRoute>, watcher::Error>),
     TcpRoute(Result<Event<TCPRoute>, watcher::Error>),
     TlsRoute(Result<Event<TLSRoute>, watcher::Error>),
+    BackendTlsPolicy(Result<Event<BackendTLSPolicy>, watcher::Error>),
 }
 
 impl Side for Kinds {
@@ -469,6 +551,9 @@ impl Side for Kinds {
             namespaced(client, ns).map(KindEvent::GrpcRoute).boxed(),
             namespaced(client, ns).map(KindEvent::TcpRoute).boxed(),
             namespaced(client, ns).map(KindEvent::TlsRoute).boxed(),
+            namespaced(client, ns)
+                .map(KindEvent::BackendTlsPolicy)
+                .boxed(),
         ]
     }
 
@@ -498,6 +583,11 @@ impl Side for Kinds {
             KindEvent::TlsRoute(ev) => views.tls_routes.apply("tlsroutes", ev, |r: &TLSRoute| {
                 r.status.clone().unwrap_or_default()
             }),
+            KindEvent::BackendTlsPolicy(ev) => views.backend_tls_policies.apply(
+                "backendtlspolicies",
+                ev,
+                |p: &BackendTLSPolicy| p.status.clone().unwrap_or_default(),
+            ),
         }
     }
 
@@ -533,10 +623,13 @@ impl Side for Kinds {
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
-            Write::Route(k, s, rv) => patch_route::<HTTPRoute>(client, k, s, rv).await,
-            Write::GrpcRoute(k, s, rv) => patch_route::<GRPCRoute>(client, k, s, rv).await,
-            Write::TcpRoute(k, s, rv) => patch_route::<TCPRoute>(client, k, s, rv).await,
-            Write::TlsRoute(k, s, rv) => patch_route::<TLSRoute>(client, k, s, rv).await,
+            Write::Route(k, s, rv) => patch_versioned::<HTTPRoute>(client, k, s, rv).await,
+            Write::GrpcRoute(k, s, rv) => patch_versioned::<GRPCRoute>(client, k, s, rv).await,
+            Write::TcpRoute(k, s, rv) => patch_versioned::<TCPRoute>(client, k, s, rv).await,
+            Write::TlsRoute(k, s, rv) => patch_versioned::<TLSRoute>(client, k, s, rv).await,
+            Write::BackendTlsPolicy(k, s, rv) => {
+                patch_versioned::<BackendTLSPolicy>(client, k, s, rv).await
+            }
         }
     }
 
@@ -551,12 +644,13 @@ impl Side for Kinds {
     }
 }
 
-/// One merge patch of a route's status subresource, with the version it was decided on as a
-/// precondition (other controllers' entries are kept); the new resourceVersion.
-async fn patch_route<K>(
+/// One merge patch of a route's (or a policy's) status subresource, with the version it was
+/// decided on as a precondition (other controllers' entries are kept); the new
+/// resourceVersion.
+async fn patch_versioned<K>(
     client: &Client,
     (ns, name): &Key,
-    status: &RouteStatus,
+    status: &impl serde::Serialize,
     rv: &Option<String>,
 ) -> Result<Option<String>, kube::Error>
 where
@@ -567,10 +661,17 @@ where
     K::DynamicType: Default,
 {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
-    let patch = json!({ "metadata": { "resourceVersion": rv }, "status": status });
+    let patch = versioned_patch(status, rv);
     let pp = crate::control::patch_params();
     let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
     Ok(o.meta().resource_version.clone())
+}
+
+/// The merge patch of a versioned status write: the whole `status` (a merge patch replaces
+/// lists, so each list is the complete one) and `metadata.resourceVersion`, which the API
+/// server takes as a precondition (409 when the object changed since).
+fn versioned_patch(status: &impl serde::Serialize, rv: &Option<String>) -> serde_json::Value {
+    json!({ "metadata": { "resourceVersion": rv }, "status": status })
 }
 
 type Watched<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
@@ -598,6 +699,7 @@ fn record(views: &mut Views, w: &Write, rv: Option<String>) {
         Write::GrpcRoute(k, s, _) => set(&mut views.grpc_routes, k, s, rv),
         Write::TcpRoute(k, s, _) => set(&mut views.tcp_routes, k, s, rv),
         Write::TlsRoute(k, s, _) => set(&mut views.tls_routes, k, s, rv),
+        Write::BackendTlsPolicy(k, s, _) => set(&mut views.backend_tls_policies, k, s, rv),
     }
 }
 
@@ -1000,6 +1102,220 @@ mod tests {
         assert!(view.apply("tcproutes", Err(not_found()), status));
         assert!(!view.synced && view.live.is_empty(), "forgotten");
         assert!(!view.apply("tcproutes", Err(not_found()), status));
+    }
+
+    fn gateway_ref(name: &str) -> ParentReference {
+        ParentReference {
+            group: Some(crate::control::translate::gateway::api::GROUP.into()),
+            kind: Some("Gateway".into()),
+            namespace: Some("infra".into()),
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    fn ancestor(gw: &str, controller: &str, conditions: Vec<Condition>) -> PolicyAncestorStatus {
+        PolicyAncestorStatus {
+            ancestor_ref: gateway_ref(gw),
+            controller_name: controller.into(),
+            conditions,
+        }
+    }
+
+    /// A BackendTLSPolicy gets our ancestors' entries as a route gets its parents': matched by
+    /// ancestorRef and controllerName together (another controller's entry for the same
+    /// Gateway is another entry, kept), times kept where the status did not change, an
+    /// ancestor no longer reached dropped, and a policy no route of ours reaches any more
+    /// losing our entries only. Written as its own kind, with the version it was decided on.
+    #[test]
+    fn backend_tls_policies_get_our_ancestors_and_keep_other_controllers() {
+        let desired = GatewayApiStatus {
+            backend_tls_policies: BTreeMap::from([
+                (
+                    k("ns", "p"),
+                    PolicyStatus {
+                        ancestors: vec![ancestor(
+                            "gw",
+                            OURS,
+                            vec![
+                                cond("Accepted", true, 2, None),
+                                cond("ResolvedRefs", false, 2, None),
+                            ],
+                        )],
+                    },
+                ),
+                // Read, but no route of ours reaches its Service now.
+                (k("ns", "gone"), PolicyStatus::default()),
+                (k("ns", "other"), PolicyStatus::default()),
+            ]),
+            ..Default::default()
+        };
+        // Theirs names the same Gateway: the key is the pair, so it is not ours to replace.
+        let theirs = ancestor("gw", THEIRS, vec![cond("Accepted", true, 1, Some(BEFORE))]);
+        let policies = BTreeMap::from([
+            (
+                k("ns", "p"),
+                seen(
+                    PolicyStatus {
+                        ancestors: vec![
+                            ancestor(
+                                "old-gw",
+                                OURS,
+                                vec![cond("Accepted", true, 1, Some(BEFORE))],
+                            ),
+                            theirs.clone(),
+                            ancestor(
+                                "gw",
+                                OURS,
+                                vec![
+                                    cond("Accepted", true, 1, Some(BEFORE)),
+                                    cond("ResolvedRefs", true, 1, Some(BEFORE)),
+                                ],
+                            ),
+                        ],
+                    },
+                    "4",
+                ),
+            ),
+            (
+                k("ns", "gone"),
+                seen(
+                    PolicyStatus {
+                        ancestors: vec![
+                            theirs.clone(),
+                            ancestor("gw", OURS, vec![cond("Accepted", true, 1, Some(BEFORE))]),
+                        ],
+                    },
+                    "5",
+                ),
+            ),
+            (
+                k("ns", "other"),
+                seen(
+                    PolicyStatus {
+                        ancestors: vec![theirs.clone()],
+                    },
+                    "6",
+                ),
+            ),
+        ]);
+        let current = Current {
+            backend_tls_policies: Some(&policies),
+            ..Default::default()
+        };
+        let w = plan(&desired, &[], OURS, &current, NOW);
+        assert_eq!(
+            w,
+            vec![
+                Write::BackendTlsPolicy(
+                    k("ns", "gone"),
+                    PolicyStatus {
+                        ancestors: vec![theirs.clone()]
+                    },
+                    Some("5".into())
+                ),
+                Write::BackendTlsPolicy(
+                    k("ns", "p"),
+                    PolicyStatus {
+                        ancestors: vec![
+                            theirs.clone(),
+                            ancestor(
+                                "gw",
+                                OURS,
+                                vec![
+                                    cond("Accepted", true, 2, Some(BEFORE)),
+                                    cond("ResolvedRefs", false, 2, Some(NOW)),
+                                ],
+                            ),
+                        ]
+                    },
+                    Some("4".into())
+                ),
+            ]
+        );
+        assert_eq!(w[0].kind(), "BackendTLSPolicy");
+        // Applied, the plan is empty.
+        let mut after = policies.clone();
+        for write in &w {
+            if let Write::BackendTlsPolicy(key, s, _) = write {
+                after.get_mut(key).unwrap().status = s.clone();
+            }
+        }
+        let after = Current {
+            backend_tls_policies: Some(&after),
+            ..Default::default()
+        };
+        assert!(plan(&desired, &[], OURS, &after, "2026-12-02T00:00:00Z").is_empty());
+        // Not listed (no CRD, or not yet): nothing planned, the routes' kinds unaffected.
+        assert!(plan(&desired, &[], OURS, &Current::default(), NOW).is_empty());
+    }
+
+    /// The CRD holds at most 16 ancestors: other controllers' entries are kept, ours fill the
+    /// room left (a full list gets no further entries), so the write is never refused.
+    #[test]
+    fn a_policys_ancestors_stay_within_sixteen() {
+        let ok = || vec![cond("Accepted", true, 1, None)];
+        let desired = GatewayApiStatus {
+            backend_tls_policies: BTreeMap::from([(
+                k("ns", "p"),
+                PolicyStatus {
+                    ancestors: (0..4)
+                        .map(|i| ancestor(&format!("gw-{i}"), OURS, ok()))
+                        .collect(),
+                },
+            )]),
+            ..Default::default()
+        };
+        let theirs: Vec<PolicyAncestorStatus> = (0..14)
+            .map(|i| ancestor(&format!("their-{i}"), THEIRS, ok()))
+            .collect();
+        let policies = BTreeMap::from([(
+            k("ns", "p"),
+            seen(
+                PolicyStatus {
+                    ancestors: theirs.clone(),
+                },
+                "1",
+            ),
+        )]);
+        let current = Current {
+            backend_tls_policies: Some(&policies),
+            ..Default::default()
+        };
+        let w = plan(&desired, &[], OURS, &current, NOW);
+        let [Write::BackendTlsPolicy(_, s, _)] = &w[..] else {
+            panic!("one write expected: {w:?}");
+        };
+        assert_eq!(s.ancestors.len(), 16);
+        assert_eq!(s.ancestors[..14], theirs[..], "theirs kept, first");
+        let ours: Vec<&str> = s.ancestors[14..]
+            .iter()
+            .map(|a| a.ancestor_ref.name.as_str())
+            .collect();
+        assert_eq!(ours, ["gw-0", "gw-1"]);
+    }
+
+    /// A policy's write is a merge patch of its whole status with the version decided on as
+    /// a precondition, as a route's is.
+    #[test]
+    fn a_policy_write_is_a_versioned_merge_patch_of_the_whole_status() {
+        let status = PolicyStatus {
+            ancestors: vec![ancestor(
+                "gw",
+                OURS,
+                vec![cond("Accepted", true, 1, Some(NOW))],
+            )],
+        };
+        let patch = versioned_patch(&status, &Some("9".into()));
+        assert_eq!(patch["metadata"], json!({"resourceVersion": "9"}));
+        let a = &patch["status"]["ancestors"][0];
+        assert_eq!(
+            a["ancestorRef"],
+            json!({"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                   "namespace": "infra", "name": "gw"})
+        );
+        assert_eq!(a["controllerName"], OURS);
+        assert_eq!(a["conditions"][0]["lastTransitionTime"], NOW);
     }
 
     #[test]

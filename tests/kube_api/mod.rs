@@ -1,8 +1,8 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
 //! EndpointSlices, Ingresses, IngressClasses, Secrets, ConfigMaps, Leases, Events, Namespaces
-//! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes
-//! (`gateway.networking.k8s.io/v1`; GRPCRoute, TCPRoute and TLSRoute at `v1` alone, as their
-//! standard CRDs) and ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
+//! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes,
+//! BackendTLSPolicies (`gateway.networking.k8s.io/v1`; GRPCRoute, TCPRoute, TLSRoute and
+//! BackendTLSPolicy at `v1` alone, as their standard CRDs) and ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the
 //! API server sends it) for a watch that starts before the compacted history, which forces the
@@ -42,7 +42,10 @@
 //! patch of one is answered with the merged Event, 404 when there is none of that name.
 //! Every request's User-Agent is kept (`user_agents`): the real server logs it for audits.
 //! A Gateway API status whose `conditions` list names one `type` twice is a 422, as the CRDs'
-//! list-map keys make it on the real server.
+//! list-map keys make it on the real server. A BackendTLSPolicy's status is checked against its
+//! CRD's schema as the real server checks it (required fields, `maxItems` — at most 16
+//! ancestors, 1 to 8 conditions each —, lengths, enums, patterns, date-times): a 422 with the
+//! server's wording.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,6 +84,7 @@ pub enum Kind {
     GRPCRoute,
     TCPRoute,
     TLSRoute,
+    BackendTLSPolicy,
     ReferenceGrant,
 }
 
@@ -88,7 +92,7 @@ pub enum Kind {
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 impl Kind {
-    const ALL: [Kind; 15] = [
+    const ALL: [Kind; 16] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Ingress,
@@ -103,6 +107,7 @@ impl Kind {
         Kind::GRPCRoute,
         Kind::TCPRoute,
         Kind::TLSRoute,
+        Kind::BackendTLSPolicy,
         Kind::ReferenceGrant,
     ];
     fn group(self) -> &'static str {
@@ -117,6 +122,7 @@ impl Kind {
             | Kind::GRPCRoute
             | Kind::TCPRoute
             | Kind::TLSRoute
+            | Kind::BackendTLSPolicy
             | Kind::ReferenceGrant => GATEWAY_GROUP,
         }
     }
@@ -132,17 +138,22 @@ impl Kind {
             | Kind::HTTPRoute
             | Kind::GRPCRoute
             | Kind::TCPRoute
-            | Kind::TLSRoute => "gateway.networking.k8s.io/v1",
+            | Kind::TLSRoute
+            | Kind::BackendTLSPolicy => "gateway.networking.k8s.io/v1",
             Kind::ReferenceGrant => "gateway.networking.k8s.io/v1beta1",
         }
     }
     /// Versions served besides `v1` (the v1.6 standard CRDs serve each Gateway API kind at
-    /// both, but GRPCRoute, TCPRoute and TLSRoute at `v1` alone: their older versions are
-    /// declared `served: false`, which a real server answers 404).
+    /// both, but GRPCRoute, TCPRoute, TLSRoute and BackendTLSPolicy at `v1` alone: their older
+    /// versions (BackendTLSPolicy's `v1alpha3`) are declared `served: false`, which a real
+    /// server answers 404).
     fn serves(self, version: &str) -> bool {
         version == "v1"
             || (self.is_gateway_api()
-                && !matches!(self, Kind::GRPCRoute | Kind::TCPRoute | Kind::TLSRoute)
+                && !matches!(
+                    self,
+                    Kind::GRPCRoute | Kind::TCPRoute | Kind::TLSRoute | Kind::BackendTLSPolicy
+                )
                 && version == "v1beta1")
     }
     pub fn is_gateway_api(self) -> bool {
@@ -164,6 +175,7 @@ impl Kind {
             Kind::GRPCRoute => "GRPCRoute",
             Kind::TCPRoute => "TCPRoute",
             Kind::TLSRoute => "TLSRoute",
+            Kind::BackendTLSPolicy => "BackendTLSPolicy",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
     }
@@ -183,6 +195,7 @@ impl Kind {
             Kind::GRPCRoute => "grpcroutes",
             Kind::TCPRoute => "tcproutes",
             Kind::TLSRoute => "tlsroutes",
+            Kind::BackendTLSPolicy => "backendtlspolicies",
             Kind::ReferenceGrant => "referencegrants",
         }
     }
@@ -211,6 +224,7 @@ impl Kind {
                 | Kind::GRPCRoute
                 | Kind::TCPRoute
                 | Kind::TLSRoute
+                | Kind::BackendTLSPolicy
         )
     }
     fn from_value(v: &Value) -> Kind {
@@ -347,6 +361,7 @@ fn crd_schema(kind: Kind) -> &'static Value {
             "grpcroutes",
             "tcproutes",
             "tlsroutes",
+            "backendtlspolicies",
             "referencegrants",
         ]
         .into_iter()
@@ -1124,6 +1139,28 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         {
             return status(422, "Invalid", format!("{name:?} is invalid: {why}"));
         }
+        // A BackendTLSPolicy's status is checked against its CRD's schema, as the real server
+        // checks every write of a CRD's object.
+        if kind == Kind::BackendTLSPolicy && status_sub {
+            let mut errors = Vec::new();
+            schema_errors(
+                &next["status"],
+                &crd_schema(kind)["properties"]["status"],
+                "status",
+                &mut errors,
+            );
+            if !errors.is_empty() {
+                return status(
+                    422,
+                    "Invalid",
+                    format!(
+                        "{} {name:?} is invalid: [{}]",
+                        kind.qualified(),
+                        errors.join(", ")
+                    ),
+                );
+            }
+        }
         if next == current {
             // A no-op write stores nothing new (as a real server: same resourceVersion).
             return full(StatusCode::OK, in_version(current, &version));
@@ -1136,6 +1173,114 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
     };
     let _ = ctx.changed.send(());
     full(StatusCode::OK, in_version(stored, &version))
+}
+
+/// What a CRD's structural schema refuses in `value` (at `path`), in the API server's words:
+/// types, `required`, `minItems`/`maxItems`, `minLength`/`maxLength`, `enum`, `pattern`,
+/// `minimum` and `format: date-time`. (CEL rules and list-map keys are not judged here.)
+fn schema_errors(value: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+    let ty = schema["type"].as_str().unwrap_or("");
+    let actual = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    if !ty.is_empty() && ty != actual && !(ty == "number" && actual == "integer") {
+        out.push(format!(
+            "{path}: Invalid value: \"{actual}\": {path} in body must be of type {ty}: \"{actual}\""
+        ));
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for r in schema["required"].as_array().into_iter().flatten() {
+                let r = r.as_str().unwrap_or_default();
+                if !map.contains_key(r) {
+                    out.push(format!("{path}.{r}: Required value"));
+                }
+            }
+            if let Some(props) = schema["properties"].as_object() {
+                for (k, v) in map {
+                    if let Some(sub) = props.get(k) {
+                        schema_errors(v, sub, &format!("{path}.{k}"), out);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(max) = schema["maxItems"].as_u64()
+                && items.len() as u64 > max
+            {
+                out.push(format!(
+                    "{path}: Too many: {}: must have at most {max} items",
+                    items.len()
+                ));
+            }
+            if let Some(min) = schema["minItems"].as_u64()
+                && (items.len() as u64) < min
+            {
+                out.push(format!(
+                    "{path}: Invalid value: {}: {path} in body should have at least {min} items",
+                    items.len()
+                ));
+            }
+            for (i, v) in items.iter().enumerate() {
+                schema_errors(v, &schema["items"], &format!("{path}[{i}]"), out);
+            }
+        }
+        Value::String(v) => {
+            if let Some(max) = schema["maxLength"].as_u64()
+                && v.chars().count() as u64 > max
+            {
+                out.push(format!(
+                    "{path}: Too long: may not be more than {max} bytes"
+                ));
+            }
+            if let Some(min) = schema["minLength"].as_u64()
+                && (v.chars().count() as u64) < min
+            {
+                out.push(format!(
+                    "{path}: Invalid value: {v:?}: {path} in body should be at least {min} chars long"
+                ));
+            }
+            if let Some(allowed) = schema["enum"].as_array()
+                && !allowed.contains(value)
+            {
+                let list: Vec<String> = allowed.iter().map(|a| a.to_string()).collect();
+                out.push(format!(
+                    "{path}: Unsupported value: {v:?}: supported values: {}",
+                    list.join(", ")
+                ));
+            }
+            if let Some(p) = schema["pattern"].as_str()
+                && !regex::Regex::new(p).unwrap().is_match(v)
+            {
+                out.push(format!(
+                    "{path}: Invalid value: {v:?}: {path} in body should match '{p}'"
+                ));
+            }
+            if schema["format"] == "date-time" && v.parse::<k8s_openapi::jiff::Timestamp>().is_err()
+            {
+                out.push(format!(
+                    "{path}: Invalid value: {v:?}: {path} in body must be of type date-time: {v:?}"
+                ));
+            }
+        }
+        Value::Number(n) => {
+            if let (Some(min), Some(v)) = (schema["minimum"].as_i64(), n.as_i64())
+                && v < min
+            {
+                out.push(format!(
+                    "{path}: Invalid value: {v}: {path} in body should be greater than or equal to {min}"
+                ));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The first `conditions` list under `value` (at `path`) with two entries of one `type`, as

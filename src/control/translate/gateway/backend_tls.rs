@@ -45,12 +45,15 @@ struct Policy {
     conflicted: Option<String>,
 }
 
+/// Of one Service, per port name (`None`: every port), the index of the policy that applies.
+type PortPolicies = Vec<(Option<String>, usize)>;
+
 /// The policies of one build, by the Service they target.
 #[derive(Default)]
 pub(crate) struct BackendTlsPolicies {
     policies: Vec<Policy>,
-    /// (namespace, Service) -> (port name or `None`, the index of the policy that applies).
-    by_service: HashMap<(String, String), Vec<(Option<String>, usize)>>,
+    /// (namespace, Service) -> the policies that apply to its ports.
+    by_service: HashMap<(String, String), PortPolicies>,
 }
 
 impl BackendTlsPolicies {

@@ -393,8 +393,8 @@ impl Builder<'_> {
 pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port: u16) -> Streams {
     let mut streams = Streams::default();
     // TLS names by port (`None`: the TLS port's passthrough), each with its rank.
-    let mut names: BTreeMap<Option<(Option<IpAddr>, u16)>, Vec<(&Claim, Option<IpAddr>)>> =
-        BTreeMap::new();
+    type Port = Option<(Option<IpAddr>, u16)>;
+    let mut names: BTreeMap<Port, Vec<(&Claim, Option<IpAddr>)>> = BTreeMap::new();
     let mut taken = Vec::new();
     for ((ns, name), (_, views, _)) in gateways.iter_mut() {
         for (at, l) in views.iter_mut().enumerate() {
