@@ -1,5 +1,5 @@
-//! echo-basic pods: each Deployment of the upstream manifests (but the gRPC ones, `grpc.rs`, and
-//! the TCP echo ones, `tcp.rs`)
+//! echo-basic pods: each Deployment of the upstream manifests (but the gRPC ones, `grpc.rs`,
+//! the TCP echo ones, `tcp.rs`, the UDP echo ones, `udp.rs`, and CoreDNS, `dns.rs`)
 //! becomes real HTTP/1.1 servers on 127.0.0.1 that answer like upstream's `conformance/echo-basic/echo-basic.go`: a JSON body
 //! with `path` (the request target as received, query included), `host`, `method`, `proto`,
 //! `headers` (name -> values, `Host` excluded, names in Go's canonical form), `namespace`,

@@ -1,8 +1,9 @@
 //! The harness of the Gateway API conformance cases (tests/e2e_gateway_conformance.rs): the
 //! upstream manifests (tests/data/gateway-api, v1.6.1) loaded as upstream applies them, the
 //! base manifests' Deployments turned into echo-basic pods on 127.0.0.1 ([`echo`]; the gRPC
-//! ones [`grpc`], the TCP echo ones [`tcp`], TLS where the Deployment mounts a setup Secret), each
-//! selector Service given EndpointSlices to its pods, the TLS Secrets upstream creates at setup
+//! ones [`grpc`], the TCP echo ones [`tcp`], the UDP echo ones [`udp`], TLS where the Deployment
+//! mounts a setup Secret; the CoreDNS one a DNS responder, [`dns`]), each selector Service given
+//! EndpointSlices to its pods (each port with the Service port's protocol), the TLS Secrets upstream creates at setup
 //! generated here, switchyard started on all of it (offline, or through the fake API server:
 //! the including test crate's `SOURCE`), and upstream's
 //! `ExpectedResponse` checked the way `conformance/utils/http/http.go` checks it ([`expect`]).
@@ -10,10 +11,12 @@
 //! Nothing here reads /work/shared: a user's clone holds the copies under tests/data.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod dns;
 pub mod echo;
 pub mod expect;
 pub mod grpc;
 pub mod tcp;
+pub mod udp;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -235,6 +238,16 @@ fn env_of<'a>(deployment: &'a Value, name: &str) -> Option<&'a Value> {
         .find(|e| e["name"] == name)
 }
 
+/// Whether a Deployment's containers run a CoreDNS image (the base manifests' `coredns`).
+fn coredns(deployment: &Value) -> bool {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["image"].as_str())
+        .any(|i| i.contains("/coredns/coredns:") || i.starts_with("coredns/coredns:"))
+}
+
 /// Whether a Deployment's containers set `GRPC_ECHO_SERVER` (upstream's gRPC backends).
 fn grpc_echo(deployment: &Value) -> bool {
     env_of(deployment, "GRPC_ECHO_SERVER").is_some()
@@ -315,13 +328,18 @@ pub async fn world(files: &[&str]) -> World {
             // echo-basic serves gRPC instead of HTTP when GRPC_ECHO_SERVER is set.
             // echo-basic's TCP server when TCP_ECHO_SERVER is set (TLS with
             // TLS_SERVER_CERT and TLS_SERVER_PRIV_KEY); its HTTP server otherwise (HTTPS too
-            // with TLS_SERVER_CERT and TLS_SERVER_PRIVKEY).
+            // with TLS_SERVER_CERT and TLS_SERVER_PRIVKEY). Its UDP echo when
+            // UDP_ECHO_SERVER is set. A CoreDNS image answers DNS.
+            let service = env_of(d, "SERVICE_NAME")
+                .and_then(|e| e["value"].as_str())
+                .unwrap_or("");
             let pod = if grpc_echo(d) {
                 grpc::start_pod(name, &pod_name, ns).await
+            } else if coredns(d) {
+                dns::start_pod(name, &pod_name, ns).await
+            } else if env_of(d, "UDP_ECHO_SERVER").is_some() {
+                udp::start_pod(name, &pod_name, ns, service).await
             } else if env_of(d, "TCP_ECHO_SERVER").is_some() {
-                let service = env_of(d, "SERVICE_NAME")
-                    .and_then(|e| e["value"].as_str())
-                    .unwrap_or("");
                 let tls = pod_tls(d, ns, "TLS_SERVER_CERT", "TLS_SERVER_PRIV_KEY", &secrets);
                 tcp::start_pod(name, &pod_name, ns, service, tls).await
             } else {
@@ -368,9 +386,9 @@ pub async fn world(files: &[&str]) -> World {
     }
 }
 
-/// The EndpointSlice of one pod of a Service: every Service port (its name and appProtocol)
-/// on the pod's port for its `targetPort` (the TLS port for 8443 when the pod serves TLS, the
-/// one echo port otherwise).
+/// The EndpointSlice of one pod of a Service: every Service port (its name, protocol and
+/// appProtocol) on the pod's port for its `targetPort` (the TLS port for 8443 when the pod
+/// serves TLS, the one echo port otherwise: a UDP pod's socket for a UDP port).
 fn pod_slice(svc: &Value, ns: &str, name: &str, pod: &Pod) -> Value {
     let ports: Vec<Value> = svc["spec"]["ports"]
         .as_array()
@@ -382,7 +400,8 @@ fn pod_slice(svc: &Value, ns: &str, name: &str, pod: &Pod) -> Value {
                         .or_else(|| p["port"].as_u64())
                         .and_then(|t| u16::try_from(t).ok())
                         .unwrap_or(0);
-                    let mut port = json!({"port": pod.port_for(target), "protocol": "TCP"});
+                    let protocol = p["protocol"].as_str().unwrap_or("TCP");
+                    let mut port = json!({"port": pod.port_for(target), "protocol": protocol});
                     if let Some(n) = p["name"].as_str() {
                         port["name"] = json!(n);
                     }
