@@ -1012,7 +1012,7 @@ async fn older_crds_without_tcproute_and_tlsroute_keep_the_other_kinds_status() 
     let log = c.sy.stderr();
     assert_eq!(
         log.matches(
-            "the TCPRoute, TLSRoute and UDPRoute CRDs (v1, Gateway API v1.5 and later) are not installed"
+            "the TCPRoute, TLSRoute, UDPRoute and ListenerSet CRDs (v1, Gateway API v1.5 and later) are not installed"
         )
         .count(),
         1,

@@ -204,6 +204,7 @@ pub fn plan(
                 },
                 conditions: merge_conditions(&want.conditions, &seen.status.conditions, now),
                 listeners,
+                attached_listener_sets: want.attached_listener_sets,
             };
             if next != seen.status {
                 out.push(Write::Gateway(key.clone(), next));
@@ -808,6 +809,7 @@ mod tests {
                         attached_routes: 2,
                         conditions: vec![cond("Accepted", true, 3, None)],
                     }],
+                    attached_listener_sets: None,
                 },
             )]),
             own_addresses: false,
@@ -824,6 +826,7 @@ mod tests {
                 conditions: vec![cond("Accepted", true, 3, Some(BEFORE))],
                 ..desired.gateways[&k("ns", "gw")].listeners[0].clone()
             }],
+            attached_listener_sets: None,
         };
         let classes = BTreeMap::from([
             (

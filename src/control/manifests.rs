@@ -1,7 +1,7 @@
 //! The offline source: Services and EndpointSlices (or v1 Endpoints), Ingresses,
 //! IngressClasses, Secrets, ConfigMaps (their `ca.crt` alone), the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, UDPRoutes, BackendTLSPolicies and
-//! ReferenceGrants, and Namespaces (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
+//! GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, UDPRoutes, ListenerSets, BackendTLSPolicies
+//! and ReferenceGrants, and Namespaces (whose labels `allowedRoutes` selectors read) from Kubernetes YAML or JSON files, watched,
 //! and fed through the same `Pipeline` as the cluster watcher.
 //!
 //! A file may hold several documents (`---`), a `kind: List`, or objects of other kinds (which
@@ -32,8 +32,8 @@ pub use crate::control::objects::Objects;
 use crate::control::pipeline::Pipeline;
 use crate::control::translate::SERVICE_NAME_LABEL;
 use crate::control::translate::gateway::api::{
-    self as gw, BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant,
-    TCPRoute, TLSRoute, UDPRoute,
+    self as gw, BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ListenerSet,
+    ReferenceGrant, TCPRoute, TLSRoute, UDPRoute,
 };
 use crate::table::upstream::CA_KEY;
 
@@ -114,7 +114,7 @@ fn locate(notes: &mut [String], path: &Path, document: usize) {
 }
 
 /// The kinds switchyard reads, for a misspelt one.
-const KINDS: [&str; 17] = [
+const KINDS: [&str; 18] = [
     "Service",
     "EndpointSlice",
     "Endpoints",
@@ -129,6 +129,7 @@ const KINDS: [&str; 17] = [
     "TCPRoute",
     "TLSRoute",
     "UDPRoute",
+    "ListenerSet",
     "BackendTLSPolicy",
     "ReferenceGrant",
     "Namespace",
@@ -259,6 +260,7 @@ enum Partial {
     TCPRoute(Box<TCPRoute>),
     TLSRoute(Box<TLSRoute>),
     UDPRoute(Box<UDPRoute>),
+    ListenerSet(Box<ListenerSet>),
     BackendTLSPolicy(Box<BackendTLSPolicy>),
     ReferenceGrant(Box<ReferenceGrant>),
     Namespace(Box<Namespace>),
@@ -286,6 +288,7 @@ impl Partial {
             Partial::TCPRoute(o) => &o.metadata,
             Partial::TLSRoute(o) => &o.metadata,
             Partial::UDPRoute(o) => &o.metadata,
+            Partial::ListenerSet(o) => &o.metadata,
             Partial::BackendTLSPolicy(o) => &o.metadata,
             Partial::ReferenceGrant(o) => &o.metadata,
             Partial::Namespace(o) => &o.metadata,
@@ -314,6 +317,7 @@ impl Partial {
             "TCPRoute" => Partial::TCPRoute(Box::default()),
             "TLSRoute" => Partial::TLSRoute(Box::default()),
             "UDPRoute" => Partial::UDPRoute(Box::default()),
+            "ListenerSet" => Partial::ListenerSet(Box::default()),
             "BackendTLSPolicy" => Partial::BackendTLSPolicy(Box::default()),
             "ReferenceGrant" => Partial::ReferenceGrant(Box::default()),
             "Namespace" => Partial::Namespace(Box::default()),
@@ -488,6 +492,10 @@ impl<'de> Visitor<'de> for ObjectSeed<'_> {
                 slim(&mut r.metadata);
                 out.udp_routes.push(*r);
             }
+            Partial::ListenerSet(mut l) => {
+                slim(&mut l.metadata);
+                out.listener_sets.push(*l);
+            }
             Partial::BackendTLSPolicy(mut p) => {
                 slim(&mut p.metadata);
                 out.backend_tls_policies.push(*p);
@@ -576,6 +584,10 @@ fn field<'de, A: MapAccess<'de>>(
         (Partial::UDPRoute(r), "spec") => {
             r.spec = map.next_value_seed(Noted::at("spec", unread))?
         }
+        (Partial::ListenerSet(l), "metadata") => l.metadata = map.next_value()?,
+        (Partial::ListenerSet(l), "spec") => {
+            l.spec = map.next_value_seed(Noted::at("spec", unread))?
+        }
         (Partial::BackendTLSPolicy(p), "metadata") => p.metadata = map.next_value()?,
         (Partial::BackendTLSPolicy(p), "spec") => {
             p.spec = map.next_value_seed(Noted::at("spec", unread))?
@@ -656,6 +668,7 @@ fn check_api_version(partial: &Partial, version: &str) -> Result<(), String> {
         Partial::TCPRoute(_)
         | Partial::TLSRoute(_)
         | Partial::UDPRoute(_)
+        | Partial::ListenerSet(_)
         | Partial::BackendTLSPolicy(_) => {
             return match version.strip_prefix(gw::GROUP) {
                 Some("/v1" | "/v1alpha2" | "/v1alpha3") => Ok(()),
@@ -686,6 +699,7 @@ fn foreign_group(partial: &Partial, version: &str) -> bool {
             | Partial::TCPRoute(_)
             | Partial::TLSRoute(_)
             | Partial::UDPRoute(_)
+            | Partial::ListenerSet(_)
             | Partial::BackendTLSPolicy(_)
             | Partial::ReferenceGrant(_)
     );

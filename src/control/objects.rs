@@ -8,8 +8,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use crate::control::translate::gateway::api::{
-    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
-    TLSRoute, UDPRoute,
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ListenerSet, ReferenceGrant,
+    TCPRoute, TLSRoute, UDPRoute,
 };
 use crate::control::translate::{GatewayRefs, IngressRefs};
 
@@ -31,6 +31,7 @@ pub struct Objects {
     pub tcp_routes: Vec<TCPRoute>,
     pub tls_routes: Vec<TLSRoute>,
     pub udp_routes: Vec<UDPRoute>,
+    pub listener_sets: Vec<ListenerSet>,
     pub backend_tls_policies: Vec<BackendTLSPolicy>,
     /// `gateway.networking.k8s.io/v1beta1` or `v1` (the same schema).
     pub reference_grants: Vec<ReferenceGrant>,
@@ -54,6 +55,7 @@ impl Objects {
                 tcp_routes: self.tcp_routes.iter().collect(),
                 tls_routes: self.tls_routes.iter().collect(),
                 udp_routes: self.udp_routes.iter().collect(),
+                listener_sets: self.listener_sets.iter().collect(),
                 backend_tls_policies: self.backend_tls_policies.iter().collect(),
                 grants: self.reference_grants.iter().collect(),
                 namespaces: self.namespaces.iter().collect(),
@@ -75,6 +77,7 @@ impl Objects {
         self.tcp_routes.extend(other.tcp_routes);
         self.tls_routes.extend(other.tls_routes);
         self.udp_routes.extend(other.udp_routes);
+        self.listener_sets.extend(other.listener_sets);
         self.backend_tls_policies.extend(other.backend_tls_policies);
         self.reference_grants.extend(other.reference_grants);
         self.namespaces.extend(other.namespaces);

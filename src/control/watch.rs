@@ -36,8 +36,8 @@ use crate::control::events;
 use crate::control::pipeline::Pipeline;
 use crate::control::retry::{GATEWAY_API_RETRY, HEALTH, backed_off, is_not_found};
 use crate::control::translate::gateway::api::{
-    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
-    TLSRoute, UDPRoute,
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ListenerSet, ReferenceGrant,
+    TCPRoute, TLSRoute, UDPRoute,
 };
 use crate::control::translate::{
     Changes, GatewayRefs, IngressRefs, ObjectRef, Warning, WarningReason,
@@ -380,11 +380,14 @@ where
 /// TCPRoute, TLSRoute and UDPRoute, whose `v1` came later than the other kinds':
 /// their absence is told apart from the Gateway API's (`ClusterSource::on_gateway_event`).
 fn is_stream_route(resource: &str) -> bool {
-    matches!(resource, "tcproutes" | "tlsroutes" | "udproutes")
+    matches!(
+        resource,
+        "tcproutes" | "tlsroutes" | "udproutes" | "listenersets"
+    )
 }
 
 /// The `resource` label of every watch `ClusterSource::run` keeps.
-const WATCHED: [&str; 17] = [
+const WATCHED: [&str; 18] = [
     "services",
     "endpointslices",
     "ingresses",
@@ -399,6 +402,7 @@ const WATCHED: [&str; 17] = [
     "tcproutes",
     "tlsroutes",
     "udproutes",
+    "listenersets",
     "backendtlspolicies",
     "referencegrants",
     "namespaces",
@@ -422,6 +426,7 @@ impl ClusterSource {
         let mut tcp_routes = Box::pin(gateway_stream::<TCPRoute>(&self.client, ns));
         let mut tls_routes = Box::pin(gateway_stream::<TLSRoute>(&self.client, ns));
         let mut udp_routes = Box::pin(gateway_stream::<UDPRoute>(&self.client, ns));
+        let mut listener_sets = Box::pin(gateway_stream::<ListenerSet>(&self.client, ns));
         let mut tls_policies = Box::pin(gateway_stream::<BackendTLSPolicy>(&self.client, ns));
         let mut grants = Box::pin(gateway_stream::<ReferenceGrant>(&self.client, ns));
         // Namespaces exist on every API server; a 403 (a namespaced install without the
@@ -462,6 +467,7 @@ impl ClusterSource {
         let mut tcp_store: Store<TCPRoute> = Store::new();
         let mut tls_store: Store<TLSRoute> = Store::new();
         let mut udp_store: Store<UDPRoute> = Store::new();
+        let mut set_store: Store<ListenerSet> = Store::new();
         let mut policy_store: Store<BackendTLSPolicy> = Store::new();
         let mut grant_store: Store<ReferenceGrant> = Store::new();
         let mut ns_store: Store<Namespace> = Store::new();
@@ -505,6 +511,7 @@ impl ClusterSource {
                 && tcp_store.usable()
                 && tls_store.usable()
                 && udp_store.usable()
+                && set_store.usable()
                 && policy_store.usable()
                 && grant_store.usable()
                 && ns_store.usable();
@@ -586,6 +593,11 @@ impl ClusterSource {
                     }
                     ev = udp_routes.next() => {
                         if self.on_gateway_event(ev, "udproutes", &mut udp_store, &mut stream_routes_absent) {
+                            coalescer.changed(Instant::now());
+                        }
+                    }
+                    ev = listener_sets.next() => {
+                        if self.on_gateway_event(ev, "listenersets", &mut set_store, &mut stream_routes_absent) {
                             coalescer.changed(Instant::now());
                         }
                     }
@@ -697,6 +709,13 @@ impl ClusterSource {
                         &mut coalescer,
                     ),
                     self.read_ready_gateway(
+                        &mut listener_sets,
+                        "listenersets",
+                        &mut set_store,
+                        &mut stream_routes_absent,
+                        &mut coalescer,
+                    ),
+                    self.read_ready_gateway(
                         &mut tls_policies,
                         "backendtlspolicies",
                         &mut policy_store,
@@ -738,6 +757,7 @@ impl ClusterSource {
                 tcp_store.take_changes().is_none_or(|c| !c.is_empty()),
                 tls_store.take_changes().is_none_or(|c| !c.is_empty()),
                 udp_store.take_changes().is_none_or(|c| !c.is_empty()),
+                set_store.take_changes().is_none_or(|c| !c.is_empty()),
                 grant_store.take_changes().is_none_or(|c| !c.is_empty()),
                 ns_store.take_changes().is_none_or(|c| !c.is_empty()),
             ]
@@ -765,6 +785,7 @@ impl ClusterSource {
                 tcp_routes: tcp_store.live.values().collect(),
                 tls_routes: tls_store.live.values().collect(),
                 udp_routes: udp_store.live.values().collect(),
+                listener_sets: set_store.live.values().collect(),
                 backend_tls_policies: policy_store.live.values().collect(),
                 grants: grant_store.live.values().collect(),
                 namespaces: ns_store.live.values().collect(),
@@ -835,7 +856,7 @@ impl ClusterSource {
                         tracing::info!(
                             resource,
                             retry_s = GATEWAY_API_RETRY.as_secs(),
-                            "the TCPRoute, TLSRoute and UDPRoute CRDs (v1, Gateway API v1.5 and later) are not installed; serving the other kinds without them, and looking for them again periodically"
+                            "the TCPRoute, TLSRoute, UDPRoute and ListenerSet CRDs (v1, Gateway API v1.5 and later) are not installed; serving the other kinds without them, and looking for them again periodically"
                         );
                     } else {
                         tracing::warn!(
@@ -862,7 +883,7 @@ impl ClusterSource {
                         if is_stream_route(resource) {
                             tracing::info!(
                                 resource,
-                                "the TCPRoute, TLSRoute and UDPRoute CRDs are installed; watching them"
+                                "the TCPRoute, TLSRoute, UDPRoute and ListenerSet CRDs are installed; watching them"
                             );
                         } else {
                             tracing::info!(
@@ -1122,9 +1143,14 @@ pub async fn snapshot(
         api::<UDPRoute>(client, namespace).list(&lp).await,
         &mut stream_absent,
     );
+    let listener_sets = gateway_kind(
+        "listenersets",
+        api::<ListenerSet>(client, namespace).list(&lp).await,
+        &mut stream_absent,
+    );
     if stream_absent {
         tracing::info!(
-            "the TCPRoute, TLSRoute and UDPRoute CRDs (v1) are not installed; none listed"
+            "the TCPRoute, TLSRoute, UDPRoute and ListenerSet CRDs (v1) are not installed; none listed"
         );
     }
     let mut policies_absent = false;
@@ -1158,6 +1184,7 @@ pub async fn snapshot(
         tcp_routes,
         tls_routes,
         udp_routes,
+        listener_sets,
         backend_tls_policies,
         reference_grants,
         namespaces: optional(

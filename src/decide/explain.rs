@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::decide::attempt::{Attempt, Policy, Route, https_location, unrouted};
-use crate::table::stream::StreamServe;
 use crate::table::gateway::{Action, BareRequest, GatewayMatch};
 use crate::table::matcher::{self, Level, PathRule};
 use crate::table::sticky::{self, COOKIE_NAME};
+use crate::table::stream::StreamServe;
 use crate::table::{Entry, EntryId, Frontend, HealthGate, RoutingTable};
 
 /// The request to explain.

@@ -13,8 +13,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde::Serialize;
 
 use super::gateway::api::{
-    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
-    TLSRoute, UDPRoute,
+    BackendTLSPolicy, GRPCRoute, Gateway, GatewayClass, HTTPRoute, ListenerSet, ReferenceGrant,
+    TCPRoute, TLSRoute, UDPRoute,
 };
 use crate::table::balance::Algorithm;
 use crate::table::{EntryId, EntryKey};
@@ -412,6 +412,7 @@ pub struct GatewayRefs<'a> {
     pub tcp_routes: Vec<&'a TCPRoute>,
     pub tls_routes: Vec<&'a TLSRoute>,
     pub udp_routes: Vec<&'a UDPRoute>,
+    pub listener_sets: Vec<&'a ListenerSet>,
     pub backend_tls_policies: Vec<&'a BackendTLSPolicy>,
     pub grants: Vec<&'a ReferenceGrant>,
     /// For `allowedRoutes.namespaces.selector`, which selects namespaces by their labels.
@@ -428,6 +429,7 @@ impl<'a> GatewayRefs<'a> {
             tcp_routes: &self.tcp_routes,
             tls_routes: &self.tls_routes,
             udp_routes: &self.udp_routes,
+            listener_sets: &self.listener_sets,
             backend_tls_policies: &self.backend_tls_policies,
             grants: &self.grants,
             namespaces: &self.namespaces,
@@ -445,6 +447,7 @@ pub struct GatewayInputs<'a> {
     pub tcp_routes: &'a [&'a TCPRoute],
     pub tls_routes: &'a [&'a TLSRoute],
     pub udp_routes: &'a [&'a UDPRoute],
+    pub listener_sets: &'a [&'a ListenerSet],
     pub backend_tls_policies: &'a [&'a BackendTLSPolicy],
     pub grants: &'a [&'a ReferenceGrant],
     pub namespaces: &'a [&'a Namespace],

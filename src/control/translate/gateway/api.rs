@@ -1,5 +1,5 @@
 //! The Gateway API objects switchyard reads (`gateway.networking.k8s.io`, standard channel
-//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, UDPRoute, BackendTLSPolicy and ReferenceGrant, with
+//! v1.6): GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, UDPRoute, ListenerSet, BackendTLSPolicy and ReferenceGrant, with
 //! the fields
 //! translate uses and the status it writes back.
 //!
@@ -90,6 +90,12 @@ resource!(
     k8s_openapi::NamespaceResourceScope
 );
 resource!(
+    ListenerSet,
+    "v1",
+    "listenersets",
+    k8s_openapi::NamespaceResourceScope
+);
+resource!(
     BackendTLSPolicy,
     "v1",
     "backendtlspolicies",
@@ -170,6 +176,18 @@ pub struct GatewaySpec {
     /// read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<GatewayTlsConfig>,
+    /// Which ListenerSets may add listeners to it (none unless it says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_listeners: Option<AllowedListeners>,
+}
+
+/// `allowedListeners`: the namespaces whose ListenerSets a Gateway takes (`from`: `None`,
+/// the default, `Same`, `All` or `Selector`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedListeners {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<RouteNamespaces>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -349,6 +367,9 @@ pub struct GatewayStatus {
     pub conditions: Vec<Condition>,
     #[serde(default)]
     pub listeners: Vec<ListenerStatus>,
+    /// ListenerSets attached (allowed and accepted); absent when the Gateway allows none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached_listener_sets: Option<i32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -793,6 +814,50 @@ pub struct StreamBackendRef {
     pub weight: Option<i32>,
 }
 
+// === ListenerSet ===
+
+/// Listeners added to a Gateway from another object (and namespace), when the Gateway's
+/// `allowedListeners` takes them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ListenerSet {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ListenerSetSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ListenerSetStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetSpec {
+    #[serde(default)]
+    pub parent_ref: ParentGatewayReference,
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentGatewayReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetStatus {
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    #[serde(default)]
+    pub listeners: Vec<ListenerStatus>,
+}
+
 // === BackendTLSPolicy ===
 
 /// How switchyard speaks TLS to a Service's endpoints: the server name sent and verified,
@@ -981,4 +1046,6 @@ pub struct GatewayApiStatus {
     /// By (namespace, name): BackendTLSPolicies whose target a route of one of our Gateways
     /// reaches; `ancestors` holds only our entries (one per such Gateway).
     pub backend_tls_policies: BTreeMap<(String, String), PolicyStatus>,
+    /// By (namespace, name): ListenerSets whose parent is one of our Gateways.
+    pub listener_sets: BTreeMap<(String, String), ListenerSetStatus>,
 }

@@ -35,13 +35,26 @@ impl Builder<'_> {
         for parent in &route.spec.parent_refs {
             let group = parent.group.as_deref().unwrap_or(GROUP);
             let kind = parent.kind.as_deref().unwrap_or("Gateway");
-            if group != GROUP || kind != "Gateway" {
-                continue;
-            }
-            let gw_ns = parent.namespace.as_deref().unwrap_or(ns);
-            let Some(((key_ns, key_name), (_, listeners, _))) =
-                given.gateways.get_key_value(&(gw_ns, parent.name.as_str()))
-            else {
+            let parent_ns = parent.namespace.as_deref().unwrap_or(ns);
+            let (found, set) = match (group == GROUP, kind) {
+                (true, "Gateway") => (
+                    given
+                        .gateways
+                        .get_key_value(&(parent_ns, parent.name.as_str())),
+                    None,
+                ),
+                // A ListenerSet's listeners are its Gateway's, taken through it alone.
+                (true, "ListenerSet") => {
+                    let set = (parent_ns, parent.name.as_str());
+                    let gw = given
+                        .gateways
+                        .iter()
+                        .find(|(_, (_, views, _))| views.iter().any(|v| v.set == Some(set)));
+                    (gw, Some(set))
+                }
+                _ => continue,
+            };
+            let Some(((key_ns, key_name), (_, listeners, _))) = found else {
                 continue;
             };
             if parents.iter().any(|p| p.parent_ref == *parent) {
@@ -50,7 +63,7 @@ impl Builder<'_> {
             let accepted = attach(
                 (route, route_kind),
                 ns,
-                parent,
+                (parent, set),
                 listeners,
                 given.namespace_labels,
                 &mut places,
@@ -114,23 +127,26 @@ pub(super) fn count_attached(
     }
 }
 
-/// Namespaces' labels by name, for `allowedRoutes.namespaces.selector`.
-pub(super) fn namespace_labels<'n>(
-    namespaces: &[&'n Namespace],
-) -> HashMap<&'n str, &'n BTreeMap<String, String>> {
+/// Namespaces' labels by name.
+pub(super) type NamespaceLabels<'n> = HashMap<&'n str, &'n BTreeMap<String, String>>;
+
+/// Namespaces' labels by name, for `allowedRoutes.namespaces.selector` (and
+/// `allowedListeners`').
+pub(super) fn namespace_labels<'n>(namespaces: &[&'n Namespace]) -> NamespaceLabels<'n> {
     namespaces
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.as_ref()?)))
         .collect()
 }
 
-/// Attaches `route` (of `kind`) to the listeners of `parent` that accept it, recording where
+/// Attaches `route` (of `kind`) to the listeners of `parent` (those of ListenerSet `set`, or
+/// the Gateway's own) that accept it, recording where
 /// its rules go and the listeners it counts on (by index); `Err` with the `Accepted` reason
 /// when none does.
 fn attach<'g>(
     (route, kind): (&HTTPRoute, RouteKind),
     route_ns: &str,
-    parent: &ParentReference,
+    (parent, set): (&ParentReference, Option<(&str, &str)>),
     listeners: &[ListenerView<'g>],
     namespace_labels: &HashMap<&str, &BTreeMap<String, String>>,
     places: &mut BTreeSet<Place>,
@@ -140,6 +156,11 @@ fn attach<'g>(
     let mut allowed_any = false;
     let mut host_any = false;
     for (at, l) in listeners.iter().enumerate() {
+        // A parentRef to the Gateway takes its own listeners; one to a ListenerSet, that
+        // set's.
+        if l.set != set {
+            continue;
+        }
         if parent.section_name.as_deref().is_some_and(|s| s != l.name)
             || parent.port.is_some_and(|p| p != l.port)
         {
@@ -154,7 +175,8 @@ fn attach<'g>(
         let allowed = l.kinds.contains(&kind)
             && match &l.namespaces {
                 Allowed::All => true,
-                Allowed::Same => route_ns == l.gateway.0,
+                // A ListenerSet's listener takes its own namespace's routes.
+                Allowed::Same => route_ns == l.set.map_or(l.gateway.0, |(set_ns, _)| set_ns),
                 Allowed::Selector(sel) => selects(sel, namespace_labels.get(route_ns).copied()),
             };
         if !allowed {
@@ -245,7 +267,7 @@ pub(super) fn intersect(
 }
 
 /// Whether `sel` selects a namespace with `labels` (none known: only an empty selector).
-fn selects(sel: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
+pub(super) fn selects(sel: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
     let empty = BTreeMap::new();
     let labels = labels.unwrap_or(&empty);
     let by_labels = sel

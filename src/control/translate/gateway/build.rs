@@ -62,7 +62,14 @@ impl<'a> Builder<'a> {
         let classes = claim_classes(inputs.classes, ours, &mut status);
         let grants = Grants::of(inputs.grants);
         let namespace_labels = namespace_labels(inputs.namespaces);
-        let mut gateways = self.our_gateways(inputs.gateways, &classes, &grants, secrets);
+        let mut gateways = self.our_gateways(
+            inputs.gateways,
+            (inputs.listener_sets, &namespace_labels),
+            &classes,
+            &grants,
+            secrets,
+            &mut status,
+        );
         let addresses = give_addresses(&self.options.gateway_addresses, &mut gateways, previous);
         self.claim_stream_ports(&mut gateways);
         self.place_certificates(&mut gateways);

@@ -92,6 +92,8 @@ pub(super) struct RouteOutput {
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct ListenerSig {
     name: String,
+    /// The ListenerSet it comes from: routes reach it through that set alone.
+    set: Option<(String, String)>,
     https: bool,
     /// The Gateway's own addresses: routes attached to it land in each one's routers.
     addresses: Vec<IpAddr>,
@@ -113,6 +115,7 @@ impl ListenerSig {
     pub(super) fn of(v: &ListenerView<'_>) -> Self {
         ListenerSig {
             name: v.name.to_string(),
+            set: v.set.map(|(ns, name)| (ns.to_string(), name.to_string())),
             https: v.https,
             addresses: v.addresses.clone(),
             port: v.port,
@@ -230,6 +233,16 @@ impl CachedRoute {
             || self.created != route.metadata.creation_timestamp
             || self.spec != route.spec
         {
+            return false;
+        }
+        // A ListenerSet's Gateway is not named by the route: any change to a Gateway may be
+        // its set's (sets are few; such routes are redone).
+        let through_set = route
+            .spec
+            .parent_refs
+            .iter()
+            .any(|p| p.kind.as_deref() == Some("ListenerSet"));
+        if through_set && !changed.gateways.is_empty() {
             return false;
         }
         // The Gateways its parentRefs name, whatever their group and kind (a superset).

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 use super::address::{self, Ask, Claim, Outcome};
 use super::api::*;
+use super::attach::{NamespaceLabels, selects};
 use super::view::{
     Allowed, GRPC_ROUTE, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView,
     RouteKind, StreamListener, TCP_ROUTE, TLS_ROUTE, UDP_ROUTE, created, gateway_host, programmed,
@@ -30,9 +31,11 @@ impl Builder<'_> {
     pub(super) fn our_gateways<'g>(
         &mut self,
         gateways_in: &[&'g Gateway],
+        (sets_in, namespace_labels): (&[&'g ListenerSet], &NamespaceLabels<'_>),
         classes: &BTreeSet<&str>,
         grants: &Grants<'_>,
         secrets: &[&Secret],
+        status: &mut GatewayApiStatus,
     ) -> Gateways<'g> {
         let secrets: HashMap<(&str, &str), &Secret> = secrets
             .iter()
@@ -47,8 +50,9 @@ impl Builder<'_> {
             {
                 continue;
             }
+            let sets = self.listener_sets(gw, (ns, name), sets_in, namespace_labels, status);
             let (mut views, mut statuses) =
-                self.gateway_listeners(gw, (ns, name), grants, &secrets);
+                self.gateway_listeners(gw, (ns, name), &sets, grants, &secrets);
             if gw
                 .spec
                 .infrastructure
@@ -74,17 +78,35 @@ impl Builder<'_> {
         &mut self,
         gw: &'g Gateway,
         (ns, name): (&'g str, &'g str),
+        sets: &[(&'g ListenerSet, (&'g str, &'g str))],
         grants: &Grants<'_>,
         secrets: &HashMap<(&str, &str), &Secret>,
     ) -> (Vec<ListenerView<'g>>, Vec<ListenerStatus>) {
-        let who = object("Gateway", ns, name);
-        let generation = gw.metadata.generation;
+        let gateway = object("Gateway", ns, name);
+        let gw_generation = gw.metadata.generation;
         let mut views = Vec::new();
         let mut statuses = Vec::new();
         // (port, hostname) taken by the listeners so far, and each port's protocol.
         let mut seen: BTreeMap<(i32, String), usize> = BTreeMap::new();
         let mut protocols: BTreeMap<i32, &str> = BTreeMap::new();
-        for l in &gw.spec.listeners {
+        // The Gateway's own listeners, then its ListenerSets', in the spec's precedence: a
+        // later listener conflicts with an earlier one.
+        let own = gw.spec.listeners.iter().map(|l| (l, None));
+        let added = sets.iter().flat_map(|(ls, key)| {
+            ls.spec
+                .listeners
+                .iter()
+                .map(move |l| (l, Some((*key, *ls))))
+        });
+        for (l, from) in own.chain(added) {
+            let set = from.map(|(key, _)| key);
+            let (who, generation) = match from {
+                Some(((set_ns, set_name), ls)) => (
+                    object("ListenerSet", set_ns, set_name),
+                    ls.metadata.generation,
+                ),
+                None => (gateway.clone(), gw_generation),
+            };
             let (https, stream, mut accepted) = self.listener_port(l);
             let hostname = match l.hostname.as_deref().filter(|h| !h.is_empty()) {
                 None => None,
@@ -141,6 +163,8 @@ impl Builder<'_> {
                 name: &l.name,
                 https,
                 stream,
+                set,
+                generation,
                 addresses: Vec::new(),
                 port: l.port,
                 hostname,
@@ -152,6 +176,79 @@ impl Builder<'_> {
             });
         }
         (views, statuses)
+    }
+
+    /// The ListenerSets of Gateway `gw` that it allows (`allowedListeners`), oldest first
+    /// (then by namespace and name), as the spec orders their listeners after its own; the
+    /// status of those it does not allow (`Accepted: False`, `NotAllowed`) goes to `status`.
+    fn listener_sets<'g>(
+        &mut self,
+        gw: &'g Gateway,
+        (ns, name): (&str, &str),
+        sets: &[&'g ListenerSet],
+        namespace_labels: &NamespaceLabels<'_>,
+        status: &mut GatewayApiStatus,
+    ) -> Vec<(&'g ListenerSet, (&'g str, &'g str))> {
+        let mut out: Vec<(String, &'g ListenerSet, (&'g str, &'g str))> = Vec::new();
+        for ls in sorted(sets, |l| &l.metadata) {
+            let key = meta_key(&ls.metadata.namespace, &ls.metadata.name);
+            let p = &ls.spec.parent_ref;
+            let parent_ns = p.namespace.as_deref().unwrap_or(key.0);
+            let ours = p.group.as_deref().unwrap_or(GROUP) == GROUP
+                && p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+                && (parent_ns, p.name.as_str()) == (ns, name);
+            if !ours || key.1.is_empty() {
+                continue;
+            }
+            let from = gw
+                .spec
+                .allowed_listeners
+                .as_ref()
+                .and_then(|a| a.namespaces.as_ref());
+            let allowed = match from.and_then(|f| f.from.as_deref()).unwrap_or("None") {
+                "All" => true,
+                "Same" => key.0 == ns,
+                "Selector" => from
+                    .and_then(|f| f.selector.as_ref())
+                    .is_some_and(|sel| selects(sel, namespace_labels.get(key.0).copied())),
+                _ => false,
+            };
+            if allowed {
+                let created = ls
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default();
+                out.push((created, ls, key));
+                continue;
+            }
+            let message = format!(
+                "Gateway {ns}/{name} does not allow ListenerSets from namespace {} \
+                 (spec.allowedListeners)",
+                key.0
+            );
+            self.warn_gateway(&object("ListenerSet", key.0, key.1), message.clone());
+            let generation = ls.metadata.generation;
+            status.listener_sets.insert(
+                (key.0.to_string(), key.1.to_string()),
+                ListenerSetStatus {
+                    conditions: vec![
+                        Condition::new(
+                            "Accepted",
+                            false,
+                            "NotAllowed",
+                            message.clone(),
+                            generation,
+                        ),
+                        Condition::new("Programmed", false, "NotAllowed", message, generation),
+                    ],
+                    listeners: Vec::new(),
+                },
+            );
+        }
+        out.sort_by(|a, b| (&a.0, a.2).cmp(&(&b.0, b.2)));
+        out.into_iter().map(|(_, ls, key)| (ls, key)).collect()
     }
 
     /// Whether a listener is HTTPS or a stream (TCP, TLS passthrough), and whether its

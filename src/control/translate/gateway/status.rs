@@ -31,8 +31,13 @@ impl Builder<'_> {
                 let who = object("Gateway", ns, name);
                 self.warn_gateway(&who, format!("not served: {why}"));
             }
-            let conditions = gateway_conditions(gw, given, &listeners, &statuses);
-            let listeners = listeners
+            // The Gateway's own listeners come first, its ListenerSets' after.
+            let own = listeners.iter().take_while(|l| l.set.is_none()).count();
+            let conditions = gateway_conditions(gw, given, &listeners[..own], &statuses[..own]);
+            let accepted = conditions
+                .iter()
+                .any(|c| c.type_ == "Accepted" && c.status == "True");
+            let mut counted: Vec<ListenerStatus> = listeners
                 .iter()
                 .zip(statuses)
                 .map(|(l, mut s)| {
@@ -40,6 +45,17 @@ impl Builder<'_> {
                     s
                 })
                 .collect();
+            let sets = counted.split_off(own);
+            let attached_sets =
+                self.listener_set_statuses(accepted, &listeners[own..], sets, status);
+            let allows_sets = gw
+                .spec
+                .allowed_listeners
+                .as_ref()
+                .and_then(|a| a.namespaces.as_ref())
+                .and_then(|n| n.from.as_deref())
+                .is_some_and(|f| f != "None");
+            let listeners = counted;
             status.gateways.insert(
                 (ns.to_string(), name.to_string()),
                 GatewayStatus {
@@ -55,9 +71,88 @@ impl Builder<'_> {
                     },
                     conditions,
                     listeners,
+                    attached_listener_sets: allows_sets.then_some(attached_sets),
                 },
             );
         }
+    }
+}
+
+impl Builder<'_> {
+    /// The status of each ListenerSet a Gateway took (`views` and `statuses` are their
+    /// listeners, in order): accepted when its parent is and one of its listeners is usable
+    /// (`ListenersNotValid` when not all are), programmed likewise. How many are accepted.
+    fn listener_set_statuses(
+        &mut self,
+        parent_accepted: bool,
+        views: &[ListenerView<'_>],
+        statuses: Vec<ListenerStatus>,
+        status: &mut GatewayApiStatus,
+    ) -> i32 {
+        let mut by_set: BTreeMap<(&str, &str), (Vec<&ListenerView<'_>>, Vec<ListenerStatus>)> =
+            BTreeMap::new();
+        for (v, s) in views.iter().zip(statuses) {
+            if let Some(key) = v.set {
+                let e = by_set.entry(key).or_default();
+                e.0.push(v);
+                e.1.push(s);
+            }
+        }
+        let mut accepted_sets = 0;
+        for (key, (views, listeners)) in by_set {
+            let g = views.first().and_then(|v| v.generation);
+            let usable = views.iter().filter(|v| v.usable).count();
+            let conditions = if !parent_accepted {
+                vec![
+                    Condition::new(
+                        "Accepted",
+                        false,
+                        "ParentNotAccepted",
+                        "the Gateway is not accepted",
+                        g,
+                    ),
+                    Condition::new(
+                        "Programmed",
+                        false,
+                        "ParentNotAccepted",
+                        "the Gateway is not accepted",
+                        g,
+                    ),
+                ]
+            } else if usable == 0 {
+                let who = object("ListenerSet", key.0, key.1);
+                self.warn_gateway(&who, "none of its listeners can be served".into());
+                vec![
+                    Condition::new(
+                        "Accepted",
+                        false,
+                        "ListenersNotValid",
+                        "no listener is valid",
+                        g,
+                    ),
+                    programmed(false, "no listener is valid", g),
+                ]
+            } else {
+                accepted_sets += 1;
+                let reason = if usable == views.len() {
+                    "Accepted"
+                } else {
+                    "ListenersNotValid"
+                };
+                vec![
+                    Condition::new("Accepted", true, reason, "accepted", g),
+                    programmed(true, "", g),
+                ]
+            };
+            status.listener_sets.insert(
+                (key.0.to_string(), key.1.to_string()),
+                ListenerSetStatus {
+                    conditions,
+                    listeners,
+                },
+            );
+        }
+        accepted_sets
     }
 }
 

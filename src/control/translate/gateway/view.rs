@@ -58,6 +58,11 @@ pub(super) struct ListenerView<'g> {
     pub(super) https: bool,
     /// A TCP or TLS (passthrough) listener: its routes are streams, not HTTP routes.
     pub(super) stream: Option<StreamListener>,
+    /// The ListenerSet (namespace, name) it comes from; `None`: the Gateway's own. Routes
+    /// attach to it through a parentRef to that ListenerSet, not to the Gateway.
+    pub(super) set: Option<(&'g str, &'g str)>,
+    /// The `observedGeneration` of its conditions: its ListenerSet's, or its Gateway's.
+    pub(super) generation: Option<i64>,
     /// The Gateway's own addresses (`--gateway-addresses`); empty: a shared Gateway.
     pub(super) addresses: Vec<IpAddr>,
     pub(super) port: i32,

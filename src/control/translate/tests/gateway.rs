@@ -19,6 +19,7 @@ struct World {
     tcp_routes: Vec<TCPRoute>,
     tls_routes: Vec<TLSRoute>,
     udp_routes: Vec<UDPRoute>,
+    listener_sets: Vec<ListenerSet>,
     policies: Vec<BackendTLSPolicy>,
     config_maps: Vec<k8s_openapi::api::core::v1::ConfigMap>,
     grants: Vec<ReferenceGrant>,
@@ -41,6 +42,7 @@ fn world(yaml: &str) -> World {
             "TCPRoute" => w.tcp_routes.push(serde_json::from_value(v).unwrap()),
             "TLSRoute" => w.tls_routes.push(serde_json::from_value(v).unwrap()),
             "UDPRoute" => w.udp_routes.push(serde_json::from_value(v).unwrap()),
+            "ListenerSet" => w.listener_sets.push(serde_json::from_value(v).unwrap()),
             "BackendTLSPolicy" => w.policies.push(serde_json::from_value(v).unwrap()),
             "ConfigMap" => w.config_maps.push(serde_json::from_value(v).unwrap()),
             "ReferenceGrant" => w.grants.push(serde_json::from_value(v).unwrap()),
@@ -63,6 +65,7 @@ fn build(w: &World) -> (Built, Vec<Warning>) {
             tcp_routes: w.tcp_routes.iter().collect(),
             tls_routes: w.tls_routes.iter().collect(),
             udp_routes: w.udp_routes.iter().collect(),
+            listener_sets: w.listener_sets.iter().collect(),
             backend_tls_policies: w.policies.iter().collect(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),
@@ -852,6 +855,7 @@ spec:
             tcp_routes: Vec::new(),
             tls_routes: Vec::new(),
             udp_routes: Vec::new(),
+            listener_sets: Vec::new(),
             backend_tls_policies: Vec::new(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),
@@ -935,6 +939,7 @@ fn build_changes_with(
             tcp_routes: w.tcp_routes.iter().collect(),
             tls_routes: w.tls_routes.iter().collect(),
             udp_routes: w.udp_routes.iter().collect(),
+            listener_sets: w.listener_sets.iter().collect(),
             backend_tls_policies: w.policies.iter().collect(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),
@@ -1087,6 +1092,7 @@ fn build_at_warned(
             tcp_routes: Vec::new(),
             tls_routes: Vec::new(),
             udp_routes: Vec::new(),
+            listener_sets: Vec::new(),
             backend_tls_policies: Vec::new(),
             grants: w.grants.iter().collect(),
             namespaces: w.namespaces.iter().collect(),
@@ -1548,6 +1554,7 @@ fn a_gateway_with_an_address_has_its_certificates_for_that_address_alone() {
 mod backend_tls;
 mod cache;
 mod grpc;
+mod listener_sets;
 mod streams;
 
 /// Gateways asking for client-certificate validation: `mtls` on every HTTPS port, `fallback`
