@@ -1697,6 +1697,7 @@ async fn the_writer_writes_decisions_keeps_times_and_stays_quiet() {
                         attached_routes: 1,
                         conditions: vec![cond("Accepted", true)],
                     }],
+                    attached_listener_sets: None,
                 },
             )]),
             http_routes: BTreeMap::from([(

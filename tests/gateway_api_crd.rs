@@ -322,6 +322,15 @@ fn gateway() -> Gateway {
                     }],
                 }),
             }),
+            allowed_listeners: Some(AllowedListeners {
+                namespaces: Some(RouteNamespaces {
+                    from: Some("Selector".into()),
+                    selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([("team".into(), "a".into())])),
+                        ..LabelSelector::default()
+                    }),
+                }),
+            }),
         },
         status: Some(GatewayStatus {
             addresses: vec![address],
@@ -332,6 +341,7 @@ fn gateway() -> Gateway {
                 attached_routes: 1,
                 conditions: vec![condition()],
             }],
+            attached_listener_sets: Some(1),
         }),
     }
 }

@@ -508,7 +508,8 @@ struct Kinds {
 /// An event of one of the seven watches.
 enum KindEvent {
     Class(Result<Event<GatewayClass>, watcher::Error>),
-    Gateway(Result<Event<Gateway>, watcher::Error>),
+    /// Boxed: a Gateway is the largest object watched here.
+    Gateway(Box<Result<Event<Gateway>, watcher::Error>>),
     Route(Result<Event<HTTPRoute>, watcher::Error>),
     GrpcRoute(Result<Event<GRPCRoute>, watcher::Error>),
     TcpRoute(Result<Event<TCPRoute>, watcher::Error>),
@@ -547,7 +548,9 @@ impl Side for Kinds {
             gateway_api_backoff(watcher::watcher(classes, watcher::Config::default()))
                 .map(KindEvent::Class)
                 .boxed(),
-            namespaced(client, ns).map(KindEvent::Gateway).boxed(),
+            namespaced(client, ns)
+                .map(|ev| KindEvent::Gateway(Box::new(ev)))
+                .boxed(),
             namespaced(client, ns).map(KindEvent::Route).boxed(),
             namespaced(client, ns).map(KindEvent::GrpcRoute).boxed(),
             namespaced(client, ns).map(KindEvent::TcpRoute).boxed(),
@@ -567,7 +570,7 @@ impl Side for Kinds {
                         c.status.clone().unwrap_or_default()
                     })
             }
-            KindEvent::Gateway(ev) => views.gateways.apply("gateways", ev, |g: &Gateway| {
+            KindEvent::Gateway(ev) => views.gateways.apply("gateways", *ev, |g: &Gateway| {
                 g.status.clone().unwrap_or_default()
             }),
             KindEvent::Route(ev) => views.routes.apply("httproutes", ev, |r: &HTTPRoute| {

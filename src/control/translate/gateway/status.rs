@@ -78,6 +78,9 @@ impl Builder<'_> {
     }
 }
 
+/// One ListenerSet's listeners, as routes see them and their status.
+type SetListeners<'v, 'g> = (Vec<&'v ListenerView<'g>>, Vec<ListenerStatus>);
+
 impl Builder<'_> {
     /// The status of each ListenerSet a Gateway took (`views` and `statuses` are their
     /// listeners, in order): accepted when its parent is and one of its listeners is usable
@@ -89,8 +92,7 @@ impl Builder<'_> {
         statuses: Vec<ListenerStatus>,
         status: &mut GatewayApiStatus,
     ) -> i32 {
-        let mut by_set: BTreeMap<(&str, &str), (Vec<&ListenerView<'_>>, Vec<ListenerStatus>)> =
-            BTreeMap::new();
+        let mut by_set: BTreeMap<(&str, &str), SetListeners<'_, '_>> = BTreeMap::new();
         for (v, s) in views.iter().zip(statuses) {
             if let Some(key) = v.set {
                 let e = by_set.entry(key).or_default();
