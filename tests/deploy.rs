@@ -273,6 +273,7 @@ const WATCHER: &[Grant] = &[
     (GW, "grpcroutes", &[], READ),
     (GW, "tcproutes", &[], READ),
     (GW, "tlsroutes", &[], READ),
+    (GW, "udproutes", &[], READ),
     (GW, "backendtlspolicies", &[], READ),
     (GW, "referencegrants", &[], READ),
     (GW, "gateways/status", &[], PATCH),
@@ -280,6 +281,7 @@ const WATCHER: &[Grant] = &[
     (GW, "grpcroutes/status", &[], PATCH),
     (GW, "tcproutes/status", &[], PATCH),
     (GW, "tlsroutes/status", &[], PATCH),
+    (GW, "udproutes/status", &[], PATCH),
     (GW, "backendtlspolicies/status", &[], PATCH),
 ];
 const GW: &str = "gateway.networking.k8s.io";

@@ -6,8 +6,9 @@
 //! (`conformance/utils/kubernetes/helpers.go`: a condition matches on type and status, and on
 //! reason unless the expectation leaves it empty; listeners and parents must be exactly the
 //! expected ones). And the CRDs' absence: one warning, Services still served, the Gateway API
-//! picked up once installed and dropped once deleted; older CRDs without TCPRoute and TLSRoute,
-//! or without BackendTLSPolicy, the other kinds' status still written; BackendTLSPolicy status
+//! picked up once installed and dropped once deleted; older CRDs without TCPRoute, TLSRoute and
+//! UDPRoute, or without BackendTLSPolicy, the other kinds' status still written; UDPRoute status
+//! (a UDP listener's route, Accepted and ResolvedRefs); BackendTLSPolicy status
 //! (`status.ancestors`: our Gateways whose routes reach its Service, Accepted and ResolvedRefs,
 //! a missing CA ConfigMap, a conflict); and the status writer's own promises (other
 //! controllers' entries kept, times kept, nothing rewritten, followers quiet), for TCPRoutes,
@@ -62,6 +63,7 @@ fn manifest(rel: &str) -> Vec<Value> {
                         | "GRPCRoute"
                         | "TCPRoute"
                         | "TLSRoute"
+                        | "UDPRoute"
                         | "BackendTLSPolicy"
                         | "ReferenceGrant"
                 )
@@ -976,15 +978,101 @@ async fn tcproute_and_tlsroute_status_is_written_and_counted() {
     .await;
 }
 
-/// A cluster whose Gateway API CRDs predate v1.5 serves no TCPRoute or TLSRoute (404): the
-/// other kinds' status is written as ever, nothing is written to the missing kinds, they are
-/// looked for again at the slow interval, and the log says so once, at `info`, not as the
-/// Gateway API missing nor as a failing watch or write.
+// === UDPRoute ===
+
+/// A Gateway of ours with a UDP listener (port 9353, UDPRoutes only) and a UDPRoute attached
+/// to it, to a Service with a UDP port 53 (`dns`, as upstream's `udproute-simple` reaches its
+/// CoreDNS).
+fn udp_gateway_and_route() -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "dns", "namespace": INFRA},
+               "spec": {"ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "udp-gateway", "namespace": INFRA},
+        "spec": {"gatewayClassName": CLASS, "listeners": [
+            {"name": "dns", "protocol": "UDP", "port": 9353,
+             "allowedRoutes": {"kinds": [{"kind": "UDPRoute"}]}},
+        ]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "UDPRoute",
+               "metadata": {"name": "udp-route", "namespace": INFRA},
+               "spec": {"parentRefs": [{"name": "udp-gateway", "sectionName": "dns"}],
+                        "rules": [{"backendRefs": [{"name": "dns", "port": 53}]}]}}),
+    ]
+}
+
+/// A UDPRoute attached to a Gateway of ours gets its `status.parents` entry, ours alone,
+/// Accepted and ResolvedRefs (its Service has the UDP port it names), of the route's
+/// generation, as upstream's `GatewayAndUDPRoutesMustBeAccepted` reads it; the listener lists
+/// the kind and counts the route. Through the whole pipeline: translate decides
+/// (`GatewayApiStatus::udp_routes`, the listener's `attachedRoutes`), the writer writes. Once the
+/// route names a port the Service has not, it is decided again: `ResolvedRefs: False`,
+/// `BackendNotFound`, still attached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn older_crds_without_tcproute_and_tlsroute_keep_the_other_kinds_status() {
+async fn udproute_status_is_written_and_counted() {
+    let mut objs = base();
+    objs.extend(udp_gateway_and_route());
+    let c = start_objects(objs, &[]).await;
+    let gw = (INFRA, "udp-gateway");
+    let route = (INFRA, "udp-route");
+    let decided = |cond: Cond<'static>| {
+        move |c: &Case| {
+            let r = c.get(Kind::UDPRoute, route.0, route.1);
+            let ours = parents_for(&r, gw);
+            if ours.len() != 1 || ours[0]["controllerName"] != CONTROLLER {
+                return Err(format!("expected one parent of ours: {}", r["status"]));
+            }
+            latest_conditions(&r, &ours[0]["conditions"])?;
+            route_condition(&r, gw, ("Accepted", "True", "Accepted"))?;
+            route_condition(&r, gw, cond)
+        }
+    };
+    c.must(
+        "GatewayAndUDPRoutesMustBeAccepted",
+        decided(("ResolvedRefs", "True", "ResolvedRefs")),
+    )
+    .await;
+    let listener_counts_it = |c: &Case| {
+        listeners_match(
+            &c.get(Kind::Gateway, gw.0, gw.1),
+            &[Listener {
+                name: "dns",
+                kinds: &["UDPRoute"],
+                conditions: OK_LISTENER,
+                attached: 1,
+            }],
+        )
+    };
+    c.must("the listener counts the UDPRoute", listener_counts_it)
+        .await;
+    c.update(Kind::UDPRoute, route.0, route.1, |o| {
+        o["spec"]["rules"][0]["backendRefs"][0]["port"] = json!(5353)
+    });
+    c.must(
+        "the changed route decided again",
+        decided(("ResolvedRefs", "False", "BackendNotFound")),
+    )
+    .await;
+    c.must("the listener still counts it", listener_counts_it)
+        .await;
+    assert_eq!(
+        c.api.status_writes(Kind::UDPRoute).1,
+        2,
+        "the route written once per decision"
+    );
+}
+
+/// A cluster whose Gateway API CRDs predate v1.5 serves no TCPRoute, TLSRoute or UDPRoute
+/// (404): the other kinds' status is written as ever, nothing is written to the missing kinds,
+/// they are looked for again at the slow interval, and the log says so once, at `info`, not as
+/// the Gateway API missing nor as a failing watch or write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_crds_without_tcp_tls_and_udp_routes_keep_the_other_kinds_status() {
     let api = FakeApi::start().await;
-    api.set_kind_installed(Kind::TCPRoute, false);
-    api.set_kind_installed(Kind::TLSRoute, false);
+    let stream_kinds = [Kind::TCPRoute, Kind::TLSRoute, Kind::UDPRoute];
+    for kind in stream_kinds {
+        api.set_kind_installed(kind, false);
+    }
     let mut objs = base();
     objs.extend(manifest("httproute-observed-generation-bump.yaml"));
     let c = start_on(api, objs, &[]);
@@ -995,20 +1083,22 @@ async fn older_crds_without_tcproute_and_tlsroute_keep_the_other_kinds_status() 
     .await;
     c.must("NamespacesMustBeReady", |c| namespace_ready(c, INFRA))
         .await;
-    for kind in [Kind::TCPRoute, Kind::TLSRoute] {
+    for kind in stream_kinds {
         assert!(c.api.absent_answers(kind) > 0, "{kind:?} never looked for");
     }
     // Two watchers (the source and the status writer) per kind, each at 15 s: a 3 s window
     // holds at most one more try of each, where the watch backoff would make several.
-    let tries = c.api.absent_answers(Kind::TCPRoute) + c.api.absent_answers(Kind::TLSRoute);
+    let absent = |c: &Case| -> u32 { stream_kinds.iter().map(|k| c.api.absent_answers(*k)).sum() };
+    let tries = absent(&c);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = c.api.absent_answers(Kind::TCPRoute) + c.api.absent_answers(Kind::TLSRoute);
+    let later = absent(&c);
     assert!(
-        later <= tries + 4,
+        later <= tries + 6,
         "retried too often: {tries} then {later}"
     );
-    assert_eq!(c.api.status_requests(Kind::TCPRoute), 0);
-    assert_eq!(c.api.status_requests(Kind::TLSRoute), 0);
+    for kind in stream_kinds {
+        assert_eq!(c.api.status_requests(kind), 0, "{kind:?} written");
+    }
     let log = c.sy.stderr();
     assert_eq!(
         log.matches(
@@ -1016,7 +1106,7 @@ async fn older_crds_without_tcproute_and_tlsroute_keep_the_other_kinds_status() 
         )
         .count(),
         1,
-        "one line for the two kinds: {log}"
+        "one line for the three kinds: {log}"
     );
     for wrong in [
         "the Gateway API CRDs are not installed",

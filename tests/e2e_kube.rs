@@ -1135,3 +1135,123 @@ async fn the_fake_serves_tcp_and_tls_routes_as_their_crds_do() {
     tls.delete("s", &DeleteParams::default()).await.unwrap();
     assert!(tls.get_opt("s").await.unwrap().is_none());
 }
+
+/// UDPRoutes are served as their v1.6.1 standard CRD makes a real server serve them, as
+/// TCPRoutes are: at `v1` alone (v1alpha2 is `served: false`), with the schema's defaults
+/// applied, a generation that counts spec changes only, a `/status` subresource that changes
+/// the status only and refuses a condition type named twice (list-map key), and, for a cluster
+/// with older CRDs, 404 for UDPRoutes while TCPRoutes are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_serves_udp_routes_as_their_crd_does() {
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    use switchyard::control::translate::gateway::api::{TCPRoute, UDPRoute};
+
+    let api = FakeApi::start().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::new(format!("http://127.0.0.1:{}", api.port).parse().unwrap());
+    let c = kube::Client::try_from(config).unwrap();
+    let udp: kube::Api<UDPRoute> = kube::Api::namespaced(c.clone(), "default");
+    let tcp: kube::Api<TCPRoute> = kube::Api::namespaced(c.clone(), "default");
+    let spec = json!({"parentRefs": [{"name": "gw"}],
+                      "rules": [{"backendRefs": [{"name": "dns", "port": 53}]}]});
+    let route: UDPRoute =
+        serde_json::from_value(json!({"metadata": {"name": "u"}, "spec": spec})).unwrap();
+    udp.create(&PostParams::default(), &route).await.unwrap();
+    let again = udp
+        .create(&PostParams::default(), &route)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&again, kube::Error::Api(s) if s.code == 409),
+        "{again:?}"
+    );
+    let stored = api.object(Kind::UDPRoute, "default", "u").unwrap();
+    assert_eq!(stored["apiVersion"], "gateway.networking.k8s.io/v1");
+    assert_eq!(stored["kind"], "UDPRoute");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    assert_eq!(
+        stored["spec"]["parentRefs"][0],
+        json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"})
+    );
+    assert_eq!(
+        stored["spec"]["rules"][0]["backendRefs"][0],
+        json!({"group": "", "kind": "Service", "name": "dns", "port": 53, "weight": 1})
+    );
+    assert_eq!(
+        udp.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    // Only v1 is served.
+    for version in ["v1alpha2", "v1beta1"] {
+        let path =
+            format!("/apis/gateway.networking.k8s.io/{version}/namespaces/default/udproutes");
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        assert!(c.request_text(req).await.is_err(), "{version} served");
+    }
+    // The status subresource: the status only, the generation kept; a duplicate condition
+    // type refused as the list-map key makes the real server refuse it.
+    let parent = |conditions: serde_json::Value| {
+        json!({"status": {"parents": [{
+            "parentRef": {"name": "gw"}, "controllerName": "switchyard.io/gateway-controller",
+            "conditions": conditions}]},
+            "spec": {"parentRefs": [{"name": "elsewhere"}]}})
+    };
+    let ok = json!([{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+    let pp = PatchParams::default();
+    udp.patch_status("u", &pp, &Patch::Merge(parent(ok.clone())))
+        .await
+        .unwrap();
+    let stored = api.object(Kind::UDPRoute, "default", "u").unwrap();
+    assert_eq!(stored["status"]["parents"][0]["conditions"], ok);
+    assert_eq!(stored["spec"]["parentRefs"][0]["name"], "gw");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    assert_eq!(api.status_writes(Kind::UDPRoute), (1, 1));
+    let twice = json!([ok[0].clone(), ok[0].clone()]);
+    let dup = udp
+        .patch_status("u", &pp, &Patch::Merge(parent(twice)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&dup, kube::Error::Api(s) if s.code == 422 && s.message.contains("Duplicate value")),
+        "{dup:?}"
+    );
+    // The main resource: the spec, not the status; the generation counts it.
+    udp.patch("u", &pp, &Patch::Merge(parent(json!([]))))
+        .await
+        .unwrap();
+    let stored = api.object(Kind::UDPRoute, "default", "u").unwrap();
+    assert_eq!(stored["spec"]["parentRefs"][0]["name"], "elsewhere");
+    assert_eq!(stored["status"]["parents"][0]["conditions"], ok);
+    assert_eq!(stored["metadata"]["generation"], 2);
+    // A TCPRoute of the same name is another object; then a cluster with older CRDs:
+    // UDPRoutes answer 404 (and are gone), TCPRoutes are still served.
+    let route: TCPRoute = serde_json::from_value(json!({"metadata": {"name": "u"},
+        "spec": {"parentRefs": [{"name": "gw"}],
+                 "rules": [{"backendRefs": [{"name": "web", "port": 3000}]}]}}))
+    .unwrap();
+    tcp.create(&PostParams::default(), &route).await.unwrap();
+    assert!(api.object(Kind::TCPRoute, "default", "u").unwrap()["status"].is_null());
+    api.set_kind_installed(Kind::UDPRoute, false);
+    let gone = udp.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&gone, kube::Error::Api(s) if s.code == 404),
+        "{gone:?}"
+    );
+    assert!(api.absent_answers(Kind::UDPRoute) > 0);
+    assert_eq!(
+        tcp.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    api.set_kind_installed(Kind::UDPRoute, true);
+    assert!(
+        udp.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    tcp.delete("u", &DeleteParams::default()).await.unwrap();
+    assert!(tcp.get_opt("u").await.unwrap().is_none());
+}

@@ -457,6 +457,20 @@ fn tcp_route() -> TCPRoute {
     }
 }
 
+/// A UDPRoute: `hostnames` left empty, as for a TCPRoute (the UDPRoute schema has no such
+/// field either: `a_udp_route_has_no_hostnames`).
+fn udp_route() -> UDPRoute {
+    UDPRoute {
+        metadata: meta(Some("ns")),
+        spec: StreamRouteSpec {
+            parent_refs: vec![parent_ref()],
+            hostnames: Vec::new(),
+            rules: vec![stream_rule()],
+        },
+        status: http_route().status,
+    }
+}
+
 fn tls_route() -> TLSRoute {
     TLSRoute {
         metadata: meta(Some("ns")),
@@ -540,6 +554,7 @@ fn every_field_of_every_type_is_in_the_crd_schema() {
     check("grpcroutes", &grpc_route());
     check("tcproutes", &tcp_route());
     check("tlsroutes", &tls_route());
+    check("udproutes", &udp_route());
     check("backendtlspolicies", &backend_tls_policy());
     check("referencegrants", &reference_grant());
 }
@@ -575,6 +590,18 @@ fn a_tcp_route_has_no_hostnames() {
     let (_, schema) = storage_schema("tcproutes");
     let mut route = tcp_route();
     route.spec.hostnames = vec!["abc.example.com".into()];
+    let mut bad = Vec::new();
+    mismatches(&serde_json::to_value(route).unwrap(), &schema, "", &mut bad);
+    assert_eq!(bad, [".spec.hostnames: not in the schema"]);
+}
+
+/// UDPRoute shares `StreamRouteSpec` too, and its schema has no `hostnames` either.
+#[test]
+fn a_udp_route_has_no_hostnames() {
+    let (version, schema) = storage_schema("udproutes");
+    assert_eq!(version, "v1");
+    let mut route = udp_route();
+    route.spec.hostnames = vec!["dns.example.com".into()];
     let mut bad = Vec::new();
     mismatches(&serde_json::to_value(route).unwrap(), &schema, "", &mut bad);
     assert_eq!(bad, [".spec.hostnames: not in the schema"]);
@@ -679,9 +706,13 @@ fn the_conformance_manifests_read_into_the_types() {
                 not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
                 assert!(bad.is_empty(), "{what}: {bad:#?}");
             }
-            "TCPRoute" | "TLSRoute" => {
+            "TCPRoute" | "TLSRoute" | "UDPRoute" => {
                 let back = if kind == "TCPRoute" {
                     let r: TCPRoute = serde_json::from_value(v.clone()).expect(&what);
+                    assert!(r.spec.hostnames.is_empty(), "{what}");
+                    serde_json::to_value(&r).unwrap()
+                } else if kind == "UDPRoute" {
+                    let r: UDPRoute = serde_json::from_value(v.clone()).expect(&what);
                     assert!(r.spec.hostnames.is_empty(), "{what}");
                     serde_json::to_value(&r).unwrap()
                 } else {
@@ -725,6 +756,7 @@ fn the_conformance_manifests_read_into_the_types() {
         "GRPCRoute",
         "TCPRoute",
         "TLSRoute",
+        "UDPRoute",
         "BackendTLSPolicy",
         "ReferenceGrant",
     ] {
@@ -769,8 +801,8 @@ fn not_kept(back: &Value, orig: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Field names the route types (HTTPRoute, GRPCRoute, TCPRoute, TLSRoute) and BackendTLSPolicy
-/// model: one of them in the original must survive.
+/// Field names the route types (HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, UDPRoute) and
+/// BackendTLSPolicy model: one of them in the original must survive.
 const MODELLED: &[&str] = &[
     "parentRefs",
     "hostnames",

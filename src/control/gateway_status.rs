@@ -1,21 +1,21 @@
 //! The Gateway API status writer: writes what translate decided (`Memo::gateway_status`) to
-//! the GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes and
+//! the GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, UDPRoutes and
 //! BackendTLSPolicies switchyard serves. GatewayClasses get their conditions; Gateways their
 //! conditions, listeners and `addresses` (those of `--publish-service` /
-//! `--publish-status-address`, as Ingresses get, typed `IPAddress` or `Hostname`); the four
+//! `--publish-status-address`, as Ingresses get, typed `IPAddress` or `Hostname`); the five
 //! kinds of route the `status.parents` entries whose `controllerName` is ours, and
 //! BackendTLSPolicies the `status.ancestors` entries whose `controllerName` is ours, beside
 //! other controllers' entries, which are kept. Only the leader writes (`control::lease`).
 //!
 //! It runs the same loop as the Ingress writer (`control::status_writer`): while leading it
-//! watches the seven kinds (status only matters) so that an object already right costs no
+//! watches the eight kinds (status only matters) so that an object already right costs no
 //! request, batches changes for `Limits::coalesce`, and writes merge patches of the `status`
 //! subresource at most `Limits::concurrency` at once and `Limits::per_second` a second. It is
 //! separate because it runs without any `--publish-*` flag (conditions are owed to every
 //! object of our classes) and reads the Gateway API, which may not be installed, or installed
-//! without some kinds (TCPRoute and TLSRoute reached `v1` in v1.5, BackendTLSPolicy in v1.4:
-//! older CRDs do not serve them): a kind answered 404 is not listed, so nothing of it is
-//! written while the others are, and it is looked for again quietly, as the cluster source
+//! without some kinds (TCPRoute, TLSRoute and UDPRoute reached `v1` in v1.5, BackendTLSPolicy
+//! in v1.4: older CRDs do not serve them): a kind answered 404 is not listed, so nothing of it
+//! is written while the others are, and it is looked for again quietly, as the cluster source
 //! does.
 //!
 //! A condition's `lastTransitionTime` is kept when its status did not change and set to now
@@ -45,7 +45,7 @@ use crate::control::status_writer::{Address, Limits, Publish, Side, Writer};
 use crate::control::translate::gateway::api::{
     BackendTLSPolicy, Condition, GRPCRoute, Gateway, GatewayAddress, GatewayApiStatus,
     GatewayClass, GatewayClassStatus, GatewayStatus, HTTPRoute, PolicyAncestorStatus, PolicyStatus,
-    RouteParentStatus, RouteStatus, TCPRoute, TLSRoute,
+    RouteParentStatus, RouteStatus, TCPRoute, TLSRoute, UDPRoute,
 };
 use crate::ops::metrics::Metrics;
 
@@ -69,6 +69,7 @@ pub struct Current<'a> {
     pub grpc_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub tcp_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub tls_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
+    pub udp_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub backend_tls_policies: Option<&'a BTreeMap<Key, Seen<PolicyStatus>>>,
 }
 
@@ -79,10 +80,11 @@ pub enum Write {
     Gateway(Key, GatewayStatus),
     /// With the version decided on (a precondition: other controllers' entries are kept).
     Route(Key, RouteStatus, Option<String>),
-    /// The same for a GRPCRoute, a TCPRoute and a TLSRoute.
+    /// The same for a GRPCRoute, a TCPRoute, a TLSRoute and a UDPRoute.
     GrpcRoute(Key, RouteStatus, Option<String>),
     TcpRoute(Key, RouteStatus, Option<String>),
     TlsRoute(Key, RouteStatus, Option<String>),
+    UdpRoute(Key, RouteStatus, Option<String>),
     /// A BackendTLSPolicy's whole `status`, with the version decided on (a precondition, as
     /// for routes: other controllers' ancestors are kept).
     BackendTlsPolicy(Key, PolicyStatus, Option<String>),
@@ -97,6 +99,7 @@ impl Write {
             | Write::GrpcRoute(k, _, _)
             | Write::TcpRoute(k, _, _)
             | Write::TlsRoute(k, _, _)
+            | Write::UdpRoute(k, _, _)
             | Write::BackendTlsPolicy(k, _, _) => k,
         }
     }
@@ -109,6 +112,7 @@ impl Write {
             Write::GrpcRoute(..) => "GRPCRoute",
             Write::TcpRoute(..) => "TCPRoute",
             Write::TlsRoute(..) => "TLSRoute",
+            Write::UdpRoute(..) => "UDPRoute",
             Write::BackendTlsPolicy(..) => "BackendTLSPolicy",
         }
     }
@@ -212,11 +216,12 @@ pub fn plan(
         }
     }
     type RouteWrite = fn(Key, RouteStatus, Option<String>) -> Write;
-    let route_kinds: [(_, _, RouteWrite); 4] = [
+    let route_kinds: [(_, _, RouteWrite); 5] = [
         (current.routes, &desired.http_routes, Write::Route),
         (current.grpc_routes, &desired.grpc_routes, Write::GrpcRoute),
         (current.tcp_routes, &desired.tcp_routes, Write::TcpRoute),
         (current.tls_routes, &desired.tls_routes, Write::TlsRoute),
+        (current.udp_routes, &desired.udp_routes, Write::UdpRoute),
     ];
     for (routes, want, write) in route_kinds {
         if let Some(routes) = routes {
@@ -456,6 +461,7 @@ struct Views {
     grpc_routes: View<RouteStatus>,
     tcp_routes: View<RouteStatus>,
     tls_routes: View<RouteStatus>,
+    udp_routes: View<RouteStatus>,
     backend_tls_policies: View<PolicyStatus>,
 }
 
@@ -471,6 +477,7 @@ impl Views {
             grpc_routes: listed(&self.grpc_routes),
             tcp_routes: listed(&self.tcp_routes),
             tls_routes: listed(&self.tls_routes),
+            udp_routes: listed(&self.udp_routes),
             backend_tls_policies: listed(&self.backend_tls_policies),
         }
     }
@@ -505,7 +512,7 @@ struct Kinds {
     controller_name: String,
 }
 
-/// An event of one of the seven watches.
+/// An event of one of the eight watches.
 enum KindEvent {
     Class(Result<Event<GatewayClass>, watcher::Error>),
     /// Boxed: a Gateway is the largest object watched here.
@@ -514,6 +521,7 @@ enum KindEvent {
     GrpcRoute(Result<Event<GRPCRoute>, watcher::Error>),
     TcpRoute(Result<Event<TCPRoute>, watcher::Error>),
     TlsRoute(Result<Event<TLSRoute>, watcher::Error>),
+    UdpRoute(Result<Event<UDPRoute>, watcher::Error>),
     BackendTlsPolicy(Result<Event<BackendTLSPolicy>, watcher::Error>),
 }
 
@@ -555,6 +563,7 @@ impl Side for Kinds {
             namespaced(client, ns).map(KindEvent::GrpcRoute).boxed(),
             namespaced(client, ns).map(KindEvent::TcpRoute).boxed(),
             namespaced(client, ns).map(KindEvent::TlsRoute).boxed(),
+            namespaced(client, ns).map(KindEvent::UdpRoute).boxed(),
             namespaced(client, ns)
                 .map(KindEvent::BackendTlsPolicy)
                 .boxed(),
@@ -585,6 +594,9 @@ impl Side for Kinds {
                 r.status.clone().unwrap_or_default()
             }),
             KindEvent::TlsRoute(ev) => views.tls_routes.apply("tlsroutes", ev, |r: &TLSRoute| {
+                r.status.clone().unwrap_or_default()
+            }),
+            KindEvent::UdpRoute(ev) => views.udp_routes.apply("udproutes", ev, |r: &UDPRoute| {
                 r.status.clone().unwrap_or_default()
             }),
             KindEvent::BackendTlsPolicy(ev) => views.backend_tls_policies.apply(
@@ -631,6 +643,7 @@ impl Side for Kinds {
             Write::GrpcRoute(k, s, rv) => patch_versioned::<GRPCRoute>(client, k, s, rv).await,
             Write::TcpRoute(k, s, rv) => patch_versioned::<TCPRoute>(client, k, s, rv).await,
             Write::TlsRoute(k, s, rv) => patch_versioned::<TLSRoute>(client, k, s, rv).await,
+            Write::UdpRoute(k, s, rv) => patch_versioned::<UDPRoute>(client, k, s, rv).await,
             Write::BackendTlsPolicy(k, s, rv) => {
                 patch_versioned::<BackendTLSPolicy>(client, k, s, rv).await
             }
@@ -703,6 +716,7 @@ fn record(views: &mut Views, w: &Write, rv: Option<String>) {
         Write::GrpcRoute(k, s, _) => set(&mut views.grpc_routes, k, s, rv),
         Write::TcpRoute(k, s, _) => set(&mut views.tcp_routes, k, s, rv),
         Write::TlsRoute(k, s, _) => set(&mut views.tls_routes, k, s, rv),
+        Write::UdpRoute(k, s, _) => set(&mut views.udp_routes, k, s, rv),
         Write::BackendTlsPolicy(k, s, _) => set(&mut views.backend_tls_policies, k, s, rv),
     }
 }
@@ -1078,6 +1092,137 @@ mod tests {
             plan(&desired, &[], OURS, &old_crds, NOW),
             vec![Write::Route(k("ns", "r"), written(1), Some("1".into()))]
         );
+    }
+
+    /// A UDPRoute gets our parents' entries as a TCPRoute does, beside another controller's,
+    /// written as its own kind (a TCPRoute of the same name is another object); with older CRDs
+    /// it is not listed and nothing of it is planned, while the TCPRoute still is.
+    #[test]
+    fn udp_routes_are_written_as_their_kind_and_skipped_where_not_served() {
+        let ours = |generation| {
+            Arc::new(RouteStatus {
+                parents: vec![parent(
+                    "gw",
+                    OURS,
+                    vec![cond("Accepted", true, generation, None)],
+                )],
+            })
+        };
+        let desired = GatewayApiStatus {
+            tcp_routes: BTreeMap::from([(k("ns", "r"), ours(1))]),
+            udp_routes: BTreeMap::from([(k("ns", "r"), ours(2))]),
+            ..Default::default()
+        };
+        let theirs = parent(
+            "other-gw",
+            THEIRS,
+            vec![cond("Accepted", true, 1, Some(BEFORE))],
+        );
+        let listed = |rv: &str| {
+            BTreeMap::from([(
+                k("ns", "r"),
+                seen(
+                    RouteStatus {
+                        parents: vec![theirs.clone()],
+                    },
+                    rv,
+                ),
+            )])
+        };
+        let (tcp, udp) = (listed("1"), listed("2"));
+        let written = |generation| RouteStatus {
+            parents: vec![
+                theirs.clone(),
+                parent(
+                    "gw",
+                    OURS,
+                    vec![cond("Accepted", true, generation, Some(NOW))],
+                ),
+            ],
+        };
+        let all = Current {
+            tcp_routes: Some(&tcp),
+            udp_routes: Some(&udp),
+            ..Default::default()
+        };
+        assert_eq!(
+            plan(&desired, &[], OURS, &all, NOW),
+            vec![
+                Write::TcpRoute(k("ns", "r"), written(1), Some("1".into())),
+                Write::UdpRoute(k("ns", "r"), written(2), Some("2".into())),
+            ]
+        );
+        let w = Write::UdpRoute(k("ns", "r"), written(2), None);
+        assert_eq!((w.kind(), w.key()), ("UDPRoute", &k("ns", "r")));
+        // Once written, nothing more to do.
+        let udp_after = BTreeMap::from([(k("ns", "r"), seen(written(2), "3"))]);
+        let after = Current {
+            udp_routes: Some(&udp_after),
+            ..Default::default()
+        };
+        assert!(plan(&desired, &[], OURS, &after, "2026-12-02T00:00:00Z").is_empty());
+        // No longer ours: our entry is taken out, theirs kept.
+        let gone = GatewayApiStatus::default();
+        assert_eq!(
+            plan(&gone, &[], OURS, &after, NOW),
+            vec![Write::UdpRoute(
+                k("ns", "r"),
+                RouteStatus {
+                    parents: vec![theirs.clone()],
+                },
+                Some("3".into())
+            )]
+        );
+        // Older CRDs: UDPRoutes are not served, the TCPRoute is still written.
+        let old_crds = Current {
+            tcp_routes: Some(&tcp),
+            ..Default::default()
+        };
+        assert_eq!(
+            plan(&desired, &[], OURS, &old_crds, NOW),
+            vec![Write::TcpRoute(k("ns", "r"), written(1), Some("1".into()))]
+        );
+    }
+
+    /// A UDPRoute's view is filled from the route's own status, and unlisted by a 404 as any
+    /// kind's.
+    #[test]
+    fn a_udp_route_view_follows_its_watch_and_a_404() {
+        let not_found = || {
+            let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))
+        };
+        let mut route = UDPRoute {
+            metadata: kube::api::ObjectMeta {
+                name: Some("dns".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("7".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let theirs = RouteStatus {
+            parents: vec![parent("gw", THEIRS, vec![])],
+        };
+        route.status = Some(theirs.clone());
+        let mut views = Views::default();
+        assert!(views.current().udp_routes.is_none(), "not listed yet");
+        Kinds::apply(&mut views, KindEvent::UdpRoute(Ok(Event::Init)));
+        Kinds::apply(&mut views, KindEvent::UdpRoute(Ok(Event::InitApply(route))));
+        assert!(Kinds::apply(
+            &mut views,
+            KindEvent::UdpRoute(Ok(Event::InitDone))
+        ));
+        assert_eq!(
+            views.current().udp_routes,
+            Some(&BTreeMap::from([(k("ns", "dns"), seen(theirs, "7"))]))
+        );
+        assert!(views.current().tcp_routes.is_none(), "another kind's view");
+        assert!(Kinds::apply(
+            &mut views,
+            KindEvent::UdpRoute(Err(not_found()))
+        ));
+        assert!(views.current().udp_routes.is_none(), "unlisted by a 404");
     }
 
     /// A 404 (the kind's CRD not installed, or deleted while watched) unlists the kind: what

@@ -1,8 +1,9 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
 //! EndpointSlices, Ingresses, IngressClasses, Secrets, ConfigMaps, Leases, Events, Namespaces
 //! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes,
-//! BackendTLSPolicies (`gateway.networking.k8s.io/v1`; GRPCRoute, TCPRoute, TLSRoute and
-//! BackendTLSPolicy at `v1` alone, as their standard CRDs) and ReferenceGrants (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
+//! UDPRoutes, BackendTLSPolicies (`gateway.networking.k8s.io/v1`; GRPCRoute, TCPRoute, TLSRoute,
+//! UDPRoute and BackendTLSPolicy at `v1` alone, as their standard CRDs) and ReferenceGrants
+//! (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the
 //! API server sends it) for a watch that starts before the compacted history, which forces the
@@ -31,8 +32,8 @@
 //! `set_gateway_api_installed(false)` answers every `/apis/gateway.networking.k8s.io/...`
 //! request 404 NotFound (and deletes the objects, ending open watches), as a cluster without
 //! the CRDs, or whose CRDs were just deleted, does; `set_kind_installed(kind, false)` does the
-//! same for one kind, as a cluster with older CRDs (before v1.5, no TCPRoute or TLSRoute at
-//! `v1`) does.
+//! same for one kind, as a cluster with older CRDs (before v1.5, no TCPRoute, TLSRoute or
+//! UDPRoute at `v1`) does.
 //!
 //! A Service's `clusterIP` must be in the fake's service range, 10.96.0.0/16 (as `start.sh`
 //! configures the real one; it refused the 10.0.0.10 the shared builder used).
@@ -84,6 +85,7 @@ pub enum Kind {
     GRPCRoute,
     TCPRoute,
     TLSRoute,
+    UDPRoute,
     BackendTLSPolicy,
     ReferenceGrant,
 }
@@ -92,7 +94,7 @@ pub enum Kind {
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 impl Kind {
-    const ALL: [Kind; 16] = [
+    const ALL: [Kind; 17] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Ingress,
@@ -107,6 +109,7 @@ impl Kind {
         Kind::GRPCRoute,
         Kind::TCPRoute,
         Kind::TLSRoute,
+        Kind::UDPRoute,
         Kind::BackendTLSPolicy,
         Kind::ReferenceGrant,
     ];
@@ -122,6 +125,7 @@ impl Kind {
             | Kind::GRPCRoute
             | Kind::TCPRoute
             | Kind::TLSRoute
+            | Kind::UDPRoute
             | Kind::BackendTLSPolicy
             | Kind::ReferenceGrant => GATEWAY_GROUP,
         }
@@ -139,20 +143,25 @@ impl Kind {
             | Kind::GRPCRoute
             | Kind::TCPRoute
             | Kind::TLSRoute
+            | Kind::UDPRoute
             | Kind::BackendTLSPolicy => "gateway.networking.k8s.io/v1",
             Kind::ReferenceGrant => "gateway.networking.k8s.io/v1beta1",
         }
     }
     /// Versions served besides `v1` (the v1.6 standard CRDs serve each Gateway API kind at
-    /// both, but GRPCRoute, TCPRoute, TLSRoute and BackendTLSPolicy at `v1` alone: their older
-    /// versions (BackendTLSPolicy's `v1alpha3`) are declared `served: false`, which a real
-    /// server answers 404).
+    /// both, but GRPCRoute, TCPRoute, TLSRoute, UDPRoute and BackendTLSPolicy at `v1` alone:
+    /// their older versions (UDPRoute's `v1alpha2`, BackendTLSPolicy's `v1alpha3`) are declared
+    /// `served: false`, which a real server answers 404).
     fn serves(self, version: &str) -> bool {
         version == "v1"
             || (self.is_gateway_api()
                 && !matches!(
                     self,
-                    Kind::GRPCRoute | Kind::TCPRoute | Kind::TLSRoute | Kind::BackendTLSPolicy
+                    Kind::GRPCRoute
+                        | Kind::TCPRoute
+                        | Kind::TLSRoute
+                        | Kind::UDPRoute
+                        | Kind::BackendTLSPolicy
                 )
                 && version == "v1beta1")
     }
@@ -175,6 +184,7 @@ impl Kind {
             Kind::GRPCRoute => "GRPCRoute",
             Kind::TCPRoute => "TCPRoute",
             Kind::TLSRoute => "TLSRoute",
+            Kind::UDPRoute => "UDPRoute",
             Kind::BackendTLSPolicy => "BackendTLSPolicy",
             Kind::ReferenceGrant => "ReferenceGrant",
         }
@@ -195,6 +205,7 @@ impl Kind {
             Kind::GRPCRoute => "grpcroutes",
             Kind::TCPRoute => "tcproutes",
             Kind::TLSRoute => "tlsroutes",
+            Kind::UDPRoute => "udproutes",
             Kind::BackendTLSPolicy => "backendtlspolicies",
             Kind::ReferenceGrant => "referencegrants",
         }
@@ -224,6 +235,7 @@ impl Kind {
                 | Kind::GRPCRoute
                 | Kind::TCPRoute
                 | Kind::TLSRoute
+                | Kind::UDPRoute
                 | Kind::BackendTLSPolicy
         )
     }
@@ -361,6 +373,7 @@ fn crd_schema(kind: Kind) -> &'static Value {
             "grpcroutes",
             "tcproutes",
             "tlsroutes",
+            "udproutes",
             "backendtlspolicies",
             "referencegrants",
         ]
@@ -512,7 +525,8 @@ impl FakeApi {
             let version = obj["apiVersion"].as_str().unwrap_or_default();
             let version = version.rsplit('/').next().unwrap_or_default();
             if kind.is_gateway_api() && !kind.serves(version) {
-                // A version the CRD declares `served: false` (TCPRoute's v1alpha2) or not at all.
+                // A version the CRD declares `served: false` (TCPRoute's and UDPRoute's
+                // v1alpha2) or not at all.
                 drop(st);
                 panic!(
                     "no matches for kind {:?} in version \"{GATEWAY_GROUP}/{version}\"",
@@ -670,8 +684,8 @@ impl FakeApi {
     }
 
     /// Installs (`true`) or removes one Gateway API kind's CRD, as `set_gateway_api_installed`
-    /// does for all of them: a cluster with CRDs older than v1.5 serves no TCPRoute or TLSRoute
-    /// at `v1`, and answers their paths 404 while the other kinds are served.
+    /// does for all of them: a cluster with CRDs older than v1.5 serves no TCPRoute, TLSRoute or
+    /// UDPRoute at `v1`, and answers their paths 404 while the other kinds are served.
     pub fn set_kind_installed(&self, kind: Kind, installed: bool) {
         assert!(kind.is_gateway_api(), "{kind:?} is not a CRD");
         {
