@@ -119,6 +119,12 @@ impl Builder<'_> {
                 },
             };
             let conflicted = conflict(l, &mut protocols, &mut seen, views.len());
+            // A ListenerSet's listener that conflicts with an earlier one (the Gateway's or an
+            // older set's) is not accepted, as the ListenerSet spec says; a Gateway's own keeps
+            // `Accepted` and says `Conflicted`.
+            if let (Some(_), Some((reason, message)), Ok(())) = (set, &conflicted, &accepted) {
+                accepted = Err((reason, message.clone()));
+            }
             let allowed = l.allowed_routes.as_ref();
             let (supported, mut refs) = route_kinds(l, allowed);
             let not_served = https && accepted.is_ok() && self.client_validation(&who, gw, l);

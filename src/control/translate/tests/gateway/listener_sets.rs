@@ -85,6 +85,10 @@ fn a_gateway_takes_the_listener_sets_it_allows_and_routes_reach_them_through_the
         condition(&team.listeners[1].conditions, "Conflicted"),
         ("True".into(), "HostnameConflict".into())
     );
+    assert_eq!(
+        condition(&team.listeners[1].conditions, "Accepted"),
+        ("False".into(), "HostnameConflict".into())
+    );
     // The route's parent status names the set.
     let r = &b.memo.gateway_status().http_routes[&("apps".to_string(), "through-set".to_string())];
     assert_eq!(r.parents[0].parent_ref.kind.as_deref(), Some("ListenerSet"));
