@@ -274,6 +274,7 @@ const WATCHER: &[Grant] = &[
     (GW, "tcproutes", &[], READ),
     (GW, "tlsroutes", &[], READ),
     (GW, "udproutes", &[], READ),
+    (GW, "listenersets", &[], READ),
     (GW, "backendtlspolicies", &[], READ),
     (GW, "referencegrants", &[], READ),
     (GW, "gateways/status", &[], PATCH),
@@ -282,6 +283,7 @@ const WATCHER: &[Grant] = &[
     (GW, "tcproutes/status", &[], PATCH),
     (GW, "tlsroutes/status", &[], PATCH),
     (GW, "udproutes/status", &[], PATCH),
+    (GW, "listenersets/status", &[], PATCH),
     (GW, "backendtlspolicies/status", &[], PATCH),
 ];
 const GW: &str = "gateway.networking.k8s.io";

@@ -6,8 +6,10 @@
 //! (`conformance/utils/kubernetes/helpers.go`: a condition matches on type and status, and on
 //! reason unless the expectation leaves it empty; listeners and parents must be exactly the
 //! expected ones). And the CRDs' absence: one warning, Services still served, the Gateway API
-//! picked up once installed and dropped once deleted; older CRDs without TCPRoute, TLSRoute and
-//! UDPRoute, or without BackendTLSPolicy, the other kinds' status still written; UDPRoute status
+//! picked up once installed and dropped once deleted; older CRDs without TCPRoute, TLSRoute,
+//! UDPRoute and ListenerSet, or without BackendTLSPolicy, the other kinds' status still written;
+//! ListenerSet status (a set a Gateway allows, Accepted and Programmed, its listener counting
+//! the route attached through it; a set a Gateway does not allow, NotAllowed); UDPRoute status
 //! (a UDP listener's route, Accepted and ResolvedRefs); BackendTLSPolicy status
 //! (`status.ancestors`: our Gateways whose routes reach its Service, Accepted and ResolvedRefs,
 //! a missing CA ConfigMap, a conflict); and the status writer's own promises (other
@@ -59,6 +61,7 @@ fn manifest(rel: &str) -> Vec<Value> {
                         | "Secret"
                         | "GatewayClass"
                         | "Gateway"
+                        | "ListenerSet"
                         | "HTTPRoute"
                         | "GRPCRoute"
                         | "TCPRoute"
@@ -1062,14 +1065,20 @@ async fn udproute_status_is_written_and_counted() {
     );
 }
 
-/// A cluster whose Gateway API CRDs predate v1.5 serves no TCPRoute, TLSRoute or UDPRoute
-/// (404): the other kinds' status is written as ever, nothing is written to the missing kinds,
+/// A cluster whose Gateway API CRDs predate v1.5 serves no TCPRoute, TLSRoute, UDPRoute or
+/// ListenerSet (404): the other kinds' status is written as ever, nothing is written to the
+/// missing kinds,
 /// they are looked for again at the slow interval, and the log says so once, at `info`, not as
 /// the Gateway API missing nor as a failing watch or write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn older_crds_without_tcp_tls_and_udp_routes_keep_the_other_kinds_status() {
     let api = FakeApi::start().await;
-    let stream_kinds = [Kind::TCPRoute, Kind::TLSRoute, Kind::UDPRoute];
+    let stream_kinds = [
+        Kind::TCPRoute,
+        Kind::TLSRoute,
+        Kind::UDPRoute,
+        Kind::ListenerSet,
+    ];
     for kind in stream_kinds {
         api.set_kind_installed(kind, false);
     }
@@ -1087,13 +1096,13 @@ async fn older_crds_without_tcp_tls_and_udp_routes_keep_the_other_kinds_status()
         assert!(c.api.absent_answers(kind) > 0, "{kind:?} never looked for");
     }
     // Two watchers (the source and the status writer) per kind, each at 15 s: a 3 s window
-    // holds at most one more try of each, where the watch backoff would make several.
+    // holds at most one more try of each (8), where the watch backoff would make several.
     let absent = |c: &Case| -> u32 { stream_kinds.iter().map(|k| c.api.absent_answers(*k)).sum() };
     let tries = absent(&c);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let later = absent(&c);
     assert!(
-        later <= tries + 6,
+        later <= tries + 8,
         "retried too often: {tries} then {later}"
     );
     for kind in stream_kinds {
@@ -1106,7 +1115,7 @@ async fn older_crds_without_tcp_tls_and_udp_routes_keep_the_other_kinds_status()
         )
         .count(),
         1,
-        "one line for the three kinds: {log}"
+        "one line for the four kinds: {log}"
     );
     for wrong in [
         "the Gateway API CRDs are not installed",
@@ -1117,6 +1126,119 @@ async fn older_crds_without_tcp_tls_and_udp_routes_keep_the_other_kinds_status()
     ] {
         assert!(!log.contains(wrong), "{wrong:?} in the log: {log}");
     }
+}
+
+// === ListenerSet ===
+
+const SET_NS: &str = "listenerset-apps";
+
+/// A Gateway of ours that takes ListenerSets from every namespace (`allowedListeners`), one
+/// that takes none (the default), a ListenerSet of each in another namespace with an HTTP
+/// listener, and an HTTPRoute whose parentRef is the first set.
+fn listener_set_world() -> Vec<Value> {
+    let gateway = |name: &str, allowed: Value, host: &str| {
+        let mut spec = json!({"gatewayClassName": CLASS, "listeners": [
+            {"name": "own", "protocol": "HTTP", "port": 80, "hostname": host}]});
+        if !allowed.is_null() {
+            spec["allowedListeners"] = allowed;
+        }
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": name, "namespace": INFRA}, "spec": spec})
+    };
+    let set = |name: &str, parent: &str, host: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+               "metadata": {"name": name, "namespace": SET_NS},
+               "spec": {"parentRef": {"name": parent, "namespace": INFRA},
+                        "listeners": [{"name": "team", "protocol": "HTTP", "port": 80,
+                                       "hostname": host}]}})
+    };
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SET_NS}}),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "app", "namespace": SET_NS},
+               "spec": {"ports": [{"name": "http", "port": 8080}]}}),
+        gateway(
+            "open-gateway",
+            json!({"namespaces": {"from": "All"}}),
+            "own.example.com",
+        ),
+        gateway("closed-gateway", Value::Null, "closed.example.com"),
+        set("team", "open-gateway", "team.example.com"),
+        set("refused", "closed-gateway", "refused.example.com"),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "through-set", "namespace": SET_NS},
+               "spec": {"parentRefs": [{"kind": "ListenerSet", "name": "team"}],
+                        "rules": [{"backendRefs": [{"name": "app", "port": 8080}]}]}}),
+    ]
+}
+
+/// A ListenerSet whose Gateway allows it gets its status written by the writer through the
+/// fake API server (held to the CRD's schema): `Accepted` and `Programmed`, of its
+/// generation, and its listener's status counting the HTTPRoute attached through the set; the
+/// Gateway lists its own listener only and counts the set in `attachedListenerSets`; the
+/// route's parent entry names the set, Accepted. A set of a Gateway that allows none is
+/// `Accepted: False`, `NotAllowed`, and that Gateway counts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listenerset_status_is_written_and_its_routes_counted() {
+    let mut objs = base();
+    objs.extend(listener_set_world());
+    let c = start_objects(objs, &[]).await;
+    c.must(
+        "the set Accepted and Programmed, its listener counting the route",
+        |c| {
+            let s = c.get(Kind::ListenerSet, SET_NS, "team");
+            conditions_match(
+                &[
+                    ("Accepted", "True", "Accepted"),
+                    ("Programmed", "True", "Programmed"),
+                ],
+                &s["status"]["conditions"],
+            )?;
+            latest_conditions(&s, &s["status"]["conditions"])?;
+            listeners_match(
+                &s,
+                &[http_listener("team", &[("Programmed", "True", "")], 1)],
+            )
+        },
+    )
+    .await;
+    c.must("the Gateway: its own listener, one set attached", |c| {
+        let g = c.get(Kind::Gateway, INFRA, "open-gateway");
+        listeners_match(&g, &[http_listener("own", OK_LISTENER, 0)])?;
+        match g["status"]["attachedListenerSets"].as_i64() {
+            Some(1) => Ok(()),
+            n => Err(format!("attachedListenerSets {n:?}: {}", g["status"])),
+        }
+    })
+    .await;
+    c.must("the route's parent is the set, Accepted", |c| {
+        let r = c.get(Kind::HTTPRoute, SET_NS, "through-set");
+        let ours = parents_for(&r, (SET_NS, "team"));
+        let [p] = &ours[..] else {
+            return Err(format!("expected one parent: {}", r["status"]));
+        };
+        if p["parentRef"]["kind"] != "ListenerSet" || p["controllerName"] != CONTROLLER {
+            return Err(format!("parent {p} is not the set, ours"));
+        }
+        conditions_match(&[("Accepted", "True", "Accepted")], &p["conditions"])
+    })
+    .await;
+    c.must("the set of the closed Gateway NotAllowed", |c| {
+        let s = c.get(Kind::ListenerSet, SET_NS, "refused");
+        conditions_match(
+            &[("Accepted", "False", "NotAllowed")],
+            &s["status"]["conditions"],
+        )
+    })
+    .await;
+    let closed = c.get(Kind::Gateway, INFRA, "closed-gateway");
+    assert!(
+        closed["status"]["attachedListenerSets"].is_null(),
+        "{}",
+        closed["status"]
+    );
+    let log = c.sy.stderr();
+    assert!(!log.contains("write failed"), "{log}");
 }
 
 // === BackendTLSPolicy ===

@@ -1255,3 +1255,131 @@ async fn the_fake_serves_udp_routes_as_their_crd_does() {
     tcp.delete("u", &DeleteParams::default()).await.unwrap();
     assert!(tcp.get_opt("u").await.unwrap().is_none());
 }
+
+/// ListenerSets are served as their v1.6.1 standard CRD makes a real server serve them: at
+/// `v1` alone, with the schema's defaults applied, a `/status` subresource that changes the
+/// status only, takes a `metadata.resourceVersion` as a precondition, and refuses what the CRD
+/// refuses (a condition type or a listener name twice — list-map keys —, a listener entry
+/// without its required fields); for a cluster with CRDs older than v1.6, 404 for ListenerSets
+/// while Gateways are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_serves_listener_sets_as_their_crd_does() {
+    use kube::api::{ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    use switchyard::control::translate::gateway::api::{Gateway, ListenerSet};
+
+    let api = FakeApi::start().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::new(format!("http://127.0.0.1:{}", api.port).parse().unwrap());
+    let c = kube::Client::try_from(config).unwrap();
+    let sets: kube::Api<ListenerSet> = kube::Api::namespaced(c.clone(), "default");
+    let gateways: kube::Api<Gateway> = kube::Api::namespaced(c.clone(), "default");
+    let set: ListenerSet = serde_json::from_value(json!({"metadata": {"name": "s"},
+        "spec": {"parentRef": {"name": "gw"},
+                 "listeners": [{"name": "extra", "port": 8080, "protocol": "HTTP"}]}}))
+    .unwrap();
+    sets.create(&PostParams::default(), &set).await.unwrap();
+    let again = sets.create(&PostParams::default(), &set).await.unwrap_err();
+    assert!(
+        matches!(&again, kube::Error::Api(s) if s.code == 409),
+        "{again:?}"
+    );
+    let stored = api.object(Kind::ListenerSet, "default", "s").unwrap();
+    assert_eq!(stored["apiVersion"], "gateway.networking.k8s.io/v1");
+    assert_eq!(stored["kind"], "ListenerSet");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    assert_eq!(
+        stored["spec"]["parentRef"],
+        json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"})
+    );
+    assert_eq!(
+        stored["spec"]["listeners"][0]["allowedRoutes"],
+        json!({"namespaces": {"from": "Same"}})
+    );
+    assert_eq!(
+        sets.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    for version in ["v1alpha1", "v1beta1"] {
+        let path =
+            format!("/apis/gateway.networking.k8s.io/{version}/namespaces/default/listenersets");
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        assert!(c.request_text(req).await.is_err(), "{version} served");
+    }
+    // The status subresource: the status only, the generation kept.
+    let cond = |type_: &str| {
+        json!({"type": type_, "status": "True", "reason": type_, "message": "",
+               "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let listener = |name: &str| {
+        json!({"name": name, "attachedRoutes": 1,
+               "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+               "conditions": [cond("Programmed")]})
+    };
+    let write = |conditions: serde_json::Value, listeners: serde_json::Value| {
+        Patch::Merge(
+            json!({"status": {"conditions": conditions, "listeners": listeners},
+                            "spec": {"parentRef": {"name": "elsewhere"}}}),
+        )
+    };
+    let pp = PatchParams::default();
+    let ok = (
+        json!([cond("Accepted"), cond("Programmed")]),
+        json!([listener("extra")]),
+    );
+    sets.patch_status("s", &pp, &write(ok.0.clone(), ok.1.clone()))
+        .await
+        .unwrap();
+    let stored = api.object(Kind::ListenerSet, "default", "s").unwrap();
+    assert_eq!(stored["status"]["conditions"], ok.0);
+    assert_eq!(stored["status"]["listeners"], ok.1);
+    assert_eq!(stored["spec"]["parentRef"]["name"], "gw");
+    assert_eq!(stored["metadata"]["generation"], 1);
+    assert_eq!(api.status_writes(Kind::ListenerSet), (1, 1));
+    // What the CRD refuses: 422.
+    let refused = [
+        write(json!([cond("Accepted"), cond("Accepted")]), ok.1.clone()),
+        write(ok.0.clone(), json!([listener("extra"), listener("extra")])),
+        write(ok.0.clone(), json!([{"name": "extra", "conditions": []}])),
+    ];
+    for (i, patch) in refused.iter().enumerate() {
+        let e = sets.patch_status("s", &pp, patch).await.unwrap_err();
+        assert!(
+            matches!(&e, kube::Error::Api(s) if s.code == 422),
+            "{i}: {e:?}"
+        );
+    }
+    let e = sets.patch_status("s", &pp, &refused[1]).await.unwrap_err();
+    assert!(
+        matches!(&e, kube::Error::Api(s) if s.message.contains("status.listeners[1]: Duplicate value")),
+        "{e:?}"
+    );
+    let e = sets.patch_status("s", &pp, &refused[2]).await.unwrap_err();
+    assert!(
+        matches!(&e, kube::Error::Api(s) if s.message.contains("attachedRoutes: Required value")),
+        "{e:?}"
+    );
+    // A stale resourceVersion: 409, nothing written.
+    let stale = Patch::Merge(json!({"metadata": {"resourceVersion": "1"},
+                                    "status": {"conditions": [], "listeners": []}}));
+    let e = sets.patch_status("s", &pp, &stale).await.unwrap_err();
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 409), "{e:?}");
+    assert_eq!(api.status_writes(Kind::ListenerSet), (1, 1));
+    // Older CRDs: ListenerSets answer 404 (and are gone), Gateways are still served.
+    api.set_kind_installed(Kind::ListenerSet, false);
+    let gone = sets.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&gone, kube::Error::Api(s) if s.code == 404),
+        "{gone:?}"
+    );
+    assert!(api.absent_answers(Kind::ListenerSet) > 0);
+    assert!(gateways.list(&ListParams::default()).await.is_ok());
+    api.set_kind_installed(Kind::ListenerSet, true);
+    assert!(
+        sets.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}

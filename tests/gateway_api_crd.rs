@@ -5,7 +5,7 @@
 //! otherwise be read as absent from every real object and written where no API server keeps
 //! it (BackendTLSPolicy's `wellKnownCACertificates`, which serde's camelCase would spell
 //! `wellKnownCaCertificates`, is the case in point). The conformance suite's manifests must
-//! read into the same types and, for routes and policies, survive a round trip.
+//! read into the same types and, for routes, policies and ListenerSets, survive a round trip.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -346,6 +346,27 @@ fn gateway() -> Gateway {
     }
 }
 
+fn listener_set() -> ListenerSet {
+    let gateway = gateway();
+    let status = gateway.status.unwrap();
+    ListenerSet {
+        metadata: meta(Some("apps")),
+        spec: ListenerSetSpec {
+            parent_ref: ParentGatewayReference {
+                group: Some(GROUP.into()),
+                kind: Some("Gateway".into()),
+                name: "gw".into(),
+                namespace: Some("ns".into()),
+            },
+            listeners: gateway.spec.listeners,
+        },
+        status: Some(ListenerSetStatus {
+            conditions: status.conditions,
+            listeners: status.listeners,
+        }),
+    }
+}
+
 fn http_route() -> HTTPRoute {
     let header = HTTPHeaderMatch {
         type_: Some("Exact".into()),
@@ -555,6 +576,7 @@ fn every_field_of_every_type_is_in_the_crd_schema() {
     check("tcproutes", &tcp_route());
     check("tlsroutes", &tls_route());
     check("udproutes", &udp_route());
+    check("listenersets", &listener_set());
     check("backendtlspolicies", &backend_tls_policy());
     check("referencegrants", &reference_grant());
 }
@@ -741,6 +763,20 @@ fn the_conformance_manifests_read_into_the_types() {
                 not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
                 assert!(bad.is_empty(), "{what}: {bad:#?}");
             }
+            "ListenerSet" => {
+                let l: ListenerSet = serde_json::from_value(v.clone()).expect(&what);
+                let raw = v["spec"]["listeners"].as_array().unwrap();
+                assert_eq!(l.spec.listeners.len(), raw.len(), "{what}");
+                for (l, raw) in l.spec.listeners.iter().zip(raw) {
+                    assert_eq!(l.name, raw["name"].as_str().unwrap(), "{what}");
+                    assert_eq!(i64::from(l.port), raw["port"].as_i64().unwrap(), "{what}");
+                }
+                assert!(!l.spec.parent_ref.name.is_empty(), "{what}");
+                let back = serde_json::to_value(&l).unwrap();
+                let mut bad = Vec::new();
+                not_kept(&back["spec"], &v["spec"], "spec", &mut bad);
+                assert!(bad.is_empty(), "{what}: {bad:#?}");
+            }
             "ReferenceGrant" => {
                 let g: ReferenceGrant = serde_json::from_value(v.clone()).expect(&what);
                 assert!(!g.spec.from.is_empty() && !g.spec.to.is_empty(), "{what}");
@@ -757,6 +793,7 @@ fn the_conformance_manifests_read_into_the_types() {
         "TCPRoute",
         "TLSRoute",
         "UDPRoute",
+        "ListenerSet",
         "BackendTLSPolicy",
         "ReferenceGrant",
     ] {

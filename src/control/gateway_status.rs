@@ -1,27 +1,30 @@
 //! The Gateway API status writer: writes what translate decided (`Memo::gateway_status`) to
-//! the GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes, UDPRoutes and
-//! BackendTLSPolicies switchyard serves. GatewayClasses get their conditions; Gateways their
-//! conditions, listeners and `addresses` (those of `--publish-service` /
-//! `--publish-status-address`, as Ingresses get, typed `IPAddress` or `Hostname`); the five
+//! the GatewayClasses, Gateways, ListenerSets, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes,
+//! UDPRoutes and BackendTLSPolicies switchyard serves. GatewayClasses get their conditions;
+//! Gateways their conditions, listeners and `addresses` (those of `--publish-service` /
+//! `--publish-status-address`, as Ingresses get, typed `IPAddress` or `Hostname`);
+//! ListenerSets whose parent is one of our Gateways their conditions and listeners; the five
 //! kinds of route the `status.parents` entries whose `controllerName` is ours, and
 //! BackendTLSPolicies the `status.ancestors` entries whose `controllerName` is ours, beside
 //! other controllers' entries, which are kept. Only the leader writes (`control::lease`).
 //!
 //! It runs the same loop as the Ingress writer (`control::status_writer`): while leading it
-//! watches the eight kinds (status only matters) so that an object already right costs no
+//! watches the nine kinds (status only matters) so that an object already right costs no
 //! request, batches changes for `Limits::coalesce`, and writes merge patches of the `status`
 //! subresource at most `Limits::concurrency` at once and `Limits::per_second` a second. It is
 //! separate because it runs without any `--publish-*` flag (conditions are owed to every
 //! object of our classes) and reads the Gateway API, which may not be installed, or installed
-//! without some kinds (TCPRoute, TLSRoute and UDPRoute reached `v1` in v1.5, BackendTLSPolicy
-//! in v1.4: older CRDs do not serve them): a kind answered 404 is not listed, so nothing of it
+//! without some kinds (ListenerSet reached `v1` in v1.6, TCPRoute, TLSRoute and UDPRoute in
+//! v1.5, BackendTLSPolicy in v1.4: older CRDs do not serve them): a kind answered 404 is not listed, so nothing of it
 //! is written while the others are, and it is looked for again quietly, as the cluster source
 //! does.
 //!
 //! A condition's `lastTransitionTime` is kept when its status did not change and set to now
 //! when it did (translate has no clock). A route's or a policy's write carries the
 //! `resourceVersion` it was decided on, so a race with another controller writing its own
-//! entry fails with 409 and is decided again, instead of erasing that entry. A policy's
+//! entry fails with 409 and is decided again, instead of erasing that entry; so does a
+//! ListenerSet's, whose whole status is ours, so that a write decided on an older spec (a
+//! listener since renamed) fails instead of landing. A policy's
 //! entries are keyed by `ancestorRef` and `controllerName` together (the spec's map key), and
 //! its list holds at most 16: when other controllers' entries leave less room than we have
 //! ancestors, ours are cut to fit (the spec: a full list gets no further entries). The
@@ -44,8 +47,9 @@ pub use crate::control::status_writer::Key;
 use crate::control::status_writer::{Address, Limits, Publish, Side, Writer};
 use crate::control::translate::gateway::api::{
     BackendTLSPolicy, Condition, GRPCRoute, Gateway, GatewayAddress, GatewayApiStatus,
-    GatewayClass, GatewayClassStatus, GatewayStatus, HTTPRoute, PolicyAncestorStatus, PolicyStatus,
-    RouteParentStatus, RouteStatus, TCPRoute, TLSRoute, UDPRoute,
+    GatewayClass, GatewayClassStatus, GatewayStatus, HTTPRoute, ListenerSet, ListenerSetStatus,
+    ListenerStatus, PolicyAncestorStatus, PolicyStatus, RouteParentStatus, RouteStatus, TCPRoute,
+    TLSRoute, UDPRoute,
 };
 use crate::ops::metrics::Metrics;
 
@@ -65,6 +69,7 @@ pub struct Seen<S> {
 pub struct Current<'a> {
     pub classes: Option<&'a BTreeMap<Key, Seen<GatewayClassStatus>>>,
     pub gateways: Option<&'a BTreeMap<Key, Seen<GatewayStatus>>>,
+    pub listener_sets: Option<&'a BTreeMap<Key, Seen<ListenerSetStatus>>>,
     pub routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub grpc_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
     pub tcp_routes: Option<&'a BTreeMap<Key, Seen<RouteStatus>>>,
@@ -78,6 +83,9 @@ pub struct Current<'a> {
 pub enum Write {
     Class(Key, GatewayClassStatus),
     Gateway(Key, GatewayStatus),
+    /// A ListenerSet's whole `status`, with the version decided on (a precondition: a write
+    /// decided on an older spec fails with 409 and is decided again).
+    ListenerSet(Key, ListenerSetStatus, Option<String>),
     /// With the version decided on (a precondition: other controllers' entries are kept).
     Route(Key, RouteStatus, Option<String>),
     /// The same for a GRPCRoute, a TCPRoute, a TLSRoute and a UDPRoute.
@@ -95,6 +103,7 @@ impl Write {
         match self {
             Write::Class(k, _)
             | Write::Gateway(k, _)
+            | Write::ListenerSet(k, _, _)
             | Write::Route(k, _, _)
             | Write::GrpcRoute(k, _, _)
             | Write::TcpRoute(k, _, _)
@@ -108,6 +117,7 @@ impl Write {
         match self {
             Write::Class(..) => "GatewayClass",
             Write::Gateway(..) => "Gateway",
+            Write::ListenerSet(..) => "ListenerSet",
             Write::Route(..) => "HTTPRoute",
             Write::GrpcRoute(..) => "GRPCRoute",
             Write::TcpRoute(..) => "TCPRoute",
@@ -136,6 +146,28 @@ pub fn merge_conditions(desired: &[Condition], current: &[Condition], now: &str)
         .collect()
 }
 
+/// `desired` listeners with each one's conditions merged with those of the current listener of
+/// the same name (`merge_conditions`).
+fn merge_listeners(
+    desired: &[ListenerStatus],
+    current: &[ListenerStatus],
+    now: &str,
+) -> Vec<ListenerStatus> {
+    desired
+        .iter()
+        .map(|l| {
+            let old = current
+                .iter()
+                .find(|o| o.name == l.name)
+                .map_or(&[][..], |o| &o.conditions[..]);
+            ListenerStatus {
+                conditions: merge_conditions(&l.conditions, old, now),
+                ..l.clone()
+            }
+        })
+        .collect()
+}
+
 /// A published address as a Gateway's `status.addresses` item.
 pub fn gateway_address(a: &Address) -> GatewayAddress {
     match a {
@@ -151,7 +183,8 @@ pub fn gateway_address(a: &Address) -> GatewayAddress {
 }
 
 /// The writes that bring the listed objects to `desired`: a class or Gateway of ours whose
-/// status differs gets `desired` (addresses from `addresses`, times merged); a route gets our
+/// status differs gets `desired` (addresses from `addresses`, times merged), and so does a
+/// ListenerSet of one of our Gateways (without addresses); a route gets our
 /// parents' entries replaced by `desired`'s (none when it is no longer ours) and others' kept;
 /// a BackendTLSPolicy the same for its ancestors. Objects not listed yet, and kinds not listed
 /// yet, are skipped: their turn comes with the watch. Nothing is written where the result
@@ -183,22 +216,7 @@ pub fn plan(
             let Some(seen) = gateways.get(key) else {
                 continue;
             };
-            let listeners = want
-                .listeners
-                .iter()
-                .map(|l| {
-                    let old = seen
-                        .status
-                        .listeners
-                        .iter()
-                        .find(|o| o.name == l.name)
-                        .map_or(&[][..], |o| &o.conditions[..]);
-                    crate::control::translate::gateway::api::ListenerStatus {
-                        conditions: merge_conditions(&l.conditions, old, now),
-                        ..l.clone()
-                    }
-                })
-                .collect();
+            let listeners = merge_listeners(&want.listeners, &seen.status.listeners, now);
             let next = GatewayStatus {
                 // With --gateway-addresses each Gateway has its own (or none).
                 addresses: if desired.own_addresses {
@@ -212,6 +230,24 @@ pub fn plan(
             };
             if next != seen.status {
                 out.push(Write::Gateway(key.clone(), next));
+            }
+        }
+    }
+    if let Some(sets) = current.listener_sets {
+        for (key, want) in &desired.listener_sets {
+            let Some(seen) = sets.get(key) else {
+                continue;
+            };
+            let next = ListenerSetStatus {
+                conditions: merge_conditions(&want.conditions, &seen.status.conditions, now),
+                listeners: merge_listeners(&want.listeners, &seen.status.listeners, now),
+            };
+            if next != seen.status {
+                out.push(Write::ListenerSet(
+                    key.clone(),
+                    next,
+                    seen.resource_version.clone(),
+                ));
             }
         }
     }
@@ -457,6 +493,7 @@ impl<S: PartialEq + Clone> View<S> {
 struct Views {
     classes: View<GatewayClassStatus>,
     gateways: View<GatewayStatus>,
+    listener_sets: View<ListenerSetStatus>,
     routes: View<RouteStatus>,
     grpc_routes: View<RouteStatus>,
     tcp_routes: View<RouteStatus>,
@@ -473,6 +510,7 @@ impl Views {
         Current {
             classes: listed(&self.classes),
             gateways: listed(&self.gateways),
+            listener_sets: listed(&self.listener_sets),
             routes: listed(&self.routes),
             grpc_routes: listed(&self.grpc_routes),
             tcp_routes: listed(&self.tcp_routes),
@@ -512,11 +550,12 @@ struct Kinds {
     controller_name: String,
 }
 
-/// An event of one of the eight watches.
+/// An event of one of the nine watches.
 enum KindEvent {
     Class(Result<Event<GatewayClass>, watcher::Error>),
     /// Boxed: a Gateway is the largest object watched here.
     Gateway(Box<Result<Event<Gateway>, watcher::Error>>),
+    ListenerSet(Result<Event<ListenerSet>, watcher::Error>),
     Route(Result<Event<HTTPRoute>, watcher::Error>),
     GrpcRoute(Result<Event<GRPCRoute>, watcher::Error>),
     TcpRoute(Result<Event<TCPRoute>, watcher::Error>),
@@ -559,6 +598,7 @@ impl Side for Kinds {
             namespaced(client, ns)
                 .map(|ev| KindEvent::Gateway(Box::new(ev)))
                 .boxed(),
+            namespaced(client, ns).map(KindEvent::ListenerSet).boxed(),
             namespaced(client, ns).map(KindEvent::Route).boxed(),
             namespaced(client, ns).map(KindEvent::GrpcRoute).boxed(),
             namespaced(client, ns).map(KindEvent::TcpRoute).boxed(),
@@ -582,6 +622,13 @@ impl Side for Kinds {
             KindEvent::Gateway(ev) => views.gateways.apply("gateways", *ev, |g: &Gateway| {
                 g.status.clone().unwrap_or_default()
             }),
+            KindEvent::ListenerSet(ev) => {
+                views
+                    .listener_sets
+                    .apply("listenersets", ev, |s: &ListenerSet| {
+                        s.status.clone().unwrap_or_default()
+                    })
+            }
             KindEvent::Route(ev) => views.routes.apply("httproutes", ev, |r: &HTTPRoute| {
                 r.status.clone().unwrap_or_default()
             }),
@@ -639,6 +686,7 @@ impl Side for Kinds {
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
+            Write::ListenerSet(k, s, rv) => patch_versioned::<ListenerSet>(client, k, s, rv).await,
             Write::Route(k, s, rv) => patch_versioned::<HTTPRoute>(client, k, s, rv).await,
             Write::GrpcRoute(k, s, rv) => patch_versioned::<GRPCRoute>(client, k, s, rv).await,
             Write::TcpRoute(k, s, rv) => patch_versioned::<TCPRoute>(client, k, s, rv).await,
@@ -661,7 +709,7 @@ impl Side for Kinds {
     }
 }
 
-/// One merge patch of a route's (or a policy's) status subresource, with the version it was
+/// One merge patch of a route's (a policy's, a ListenerSet's) status subresource, with the version it was
 /// decided on as a precondition (other controllers' entries are kept); the new
 /// resourceVersion.
 async fn patch_versioned<K>(
@@ -712,6 +760,7 @@ fn record(views: &mut Views, w: &Write, rv: Option<String>) {
     match w {
         Write::Class(k, s) => set(&mut views.classes, k, s, rv),
         Write::Gateway(k, s) => set(&mut views.gateways, k, s, rv),
+        Write::ListenerSet(k, s, _) => set(&mut views.listener_sets, k, s, rv),
         Write::Route(k, s, _) => set(&mut views.routes, k, s, rv),
         Write::GrpcRoute(k, s, _) => set(&mut views.grpc_routes, k, s, rv),
         Write::TcpRoute(k, s, _) => set(&mut views.tcp_routes, k, s, rv),
@@ -724,9 +773,7 @@ fn record(views: &mut Views, w: &Write, rv: Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::translate::gateway::api::{
-        ListenerStatus, ParentReference, RouteGroupKind,
-    };
+    use crate::control::translate::gateway::api::{ParentReference, RouteGroupKind};
 
     const OURS: &str = "switchyard.io/gateway-controller";
     const THEIRS: &str = "example.com/other";
@@ -1223,6 +1270,155 @@ mod tests {
             KindEvent::UdpRoute(Err(not_found()))
         ));
         assert!(views.current().udp_routes.is_none(), "unlisted by a 404");
+    }
+
+    /// A ListenerSet of one of our Gateways gets its whole status (conditions and listeners),
+    /// with the time of an unchanged condition kept, as a Gateway's, and the version it was
+    /// decided on; a set not listed is skipped; with older CRDs (no ListenerSet served) the
+    /// Gateway is still written.
+    #[test]
+    fn listener_sets_get_their_status_and_are_skipped_where_not_served() {
+        let listener = |attached, at: Option<&str>| ListenerStatus {
+            name: "extra".into(),
+            supported_kinds: vec![RouteGroupKind {
+                group: None,
+                kind: "HTTPRoute".into(),
+            }],
+            attached_routes: attached,
+            conditions: vec![cond("Programmed", true, 2, at)],
+        };
+        let set_status = |attached, at: Option<&str>| ListenerSetStatus {
+            conditions: vec![
+                cond("Accepted", true, 2, at),
+                cond("Programmed", true, 2, at),
+            ],
+            listeners: vec![listener(attached, at)],
+        };
+        let gateway = GatewayStatus {
+            conditions: vec![cond("Programmed", true, 1, None)],
+            attached_listener_sets: Some(1),
+            ..Default::default()
+        };
+        let desired = GatewayApiStatus {
+            gateways: BTreeMap::from([(k("infra", "gw"), gateway)]),
+            listener_sets: BTreeMap::from([
+                (k("apps", "set"), set_status(1, None)),
+                (k("apps", "unlisted"), set_status(0, None)),
+            ]),
+            ..Default::default()
+        };
+        let gateways = BTreeMap::from([(k("infra", "gw"), seen(GatewayStatus::default(), "1"))]);
+        // Listed with last write's conditions, no route attached then.
+        let sets = BTreeMap::from([(k("apps", "set"), seen(set_status(0, Some(BEFORE)), "4"))]);
+        let all = Current {
+            gateways: Some(&gateways),
+            listener_sets: Some(&sets),
+            ..Default::default()
+        };
+        let w = plan(&desired, &[], OURS, &all, NOW);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(matches!(&w[0], Write::Gateway(key, s)
+            if *key == k("infra", "gw") && s.attached_listener_sets == Some(1)));
+        assert_eq!(
+            w[1],
+            Write::ListenerSet(
+                k("apps", "set"),
+                set_status(1, Some(BEFORE)),
+                Some("4".into())
+            ),
+            "one more route attached; unchanged conditions keep their time"
+        );
+        assert_eq!(
+            (w[1].kind(), w[1].key()),
+            ("ListenerSet", &k("apps", "set"))
+        );
+        // A changed condition gets now.
+        let mut rejected = desired.clone();
+        rejected.listener_sets.insert(
+            k("apps", "set"),
+            ListenerSetStatus {
+                conditions: vec![cond("Accepted", false, 2, None)],
+                listeners: vec![],
+            },
+        );
+        let w = plan(&rejected, &[], OURS, &all, NOW);
+        assert!(
+            matches!(&w[1], Write::ListenerSet(_, s, _)
+                if s.conditions[0].last_transition_time.as_deref() == Some(NOW)
+                    && s.listeners.is_empty()),
+            "{w:?}"
+        );
+        // Once written, nothing more to do for the set.
+        let sets_after =
+            BTreeMap::from([(k("apps", "set"), seen(set_status(1, Some(BEFORE)), "5"))]);
+        let after = Current {
+            listener_sets: Some(&sets_after),
+            ..Default::default()
+        };
+        assert!(plan(&desired, &[], OURS, &after, "2026-12-02T00:00:00Z").is_empty());
+        // Older CRDs: ListenerSets are not served, the Gateway is still written.
+        let old_crds = Current {
+            gateways: Some(&gateways),
+            ..Default::default()
+        };
+        let w = plan(&desired, &[], OURS, &old_crds, NOW);
+        assert!(matches!(&w[..], [Write::Gateway(..)]), "{w:?}");
+    }
+
+    /// A ListenerSet's view is filled from the set's own status, a write is noted in it, and a
+    /// 404 unlists it as any kind's.
+    #[test]
+    fn a_listener_set_view_follows_its_watch_its_writes_and_a_404() {
+        let not_found = || {
+            let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))
+        };
+        let set = ListenerSet {
+            metadata: kube::api::ObjectMeta {
+                name: Some("set".into()),
+                namespace: Some("apps".into()),
+                resource_version: Some("7".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut views = Views::default();
+        assert!(views.current().listener_sets.is_none(), "not listed yet");
+        Kinds::apply(&mut views, KindEvent::ListenerSet(Ok(Event::Init)));
+        Kinds::apply(
+            &mut views,
+            KindEvent::ListenerSet(Ok(Event::InitApply(set))),
+        );
+        assert!(Kinds::apply(
+            &mut views,
+            KindEvent::ListenerSet(Ok(Event::InitDone))
+        ));
+        assert_eq!(
+            views.current().listener_sets,
+            Some(&BTreeMap::from([(
+                k("apps", "set"),
+                seen(ListenerSetStatus::default(), "7")
+            )]))
+        );
+        assert!(views.current().gateways.is_none(), "another kind's view");
+        let written = ListenerSetStatus {
+            conditions: vec![cond("Accepted", true, 1, Some(NOW))],
+            listeners: vec![],
+        };
+        record(
+            &mut views,
+            &Write::ListenerSet(k("apps", "set"), written.clone(), Some("7".into())),
+            Some("8".into()),
+        );
+        assert_eq!(
+            views.current().listener_sets.map(|s| &s[&k("apps", "set")]),
+            Some(&seen(written, "8"))
+        );
+        assert!(Kinds::apply(
+            &mut views,
+            KindEvent::ListenerSet(Err(not_found()))
+        ));
+        assert!(views.current().listener_sets.is_none(), "unlisted by a 404");
     }
 
     /// A 404 (the kind's CRD not installed, or deleted while watched) unlists the kind: what

@@ -1,8 +1,9 @@
 //! An in-process fake Kubernetes API server, over real HTTP on 127.0.0.1, for Services,
 //! EndpointSlices, Ingresses, IngressClasses, Secrets, ConfigMaps, Leases, Events, Namespaces
-//! and the Gateway API's GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes, TCPRoutes, TLSRoutes,
-//! UDPRoutes, BackendTLSPolicies (`gateway.networking.k8s.io/v1`; GRPCRoute, TCPRoute, TLSRoute,
-//! UDPRoute and BackendTLSPolicy at `v1` alone, as their standard CRDs) and ReferenceGrants
+//! and the Gateway API's GatewayClasses, Gateways, ListenerSets, HTTPRoutes, GRPCRoutes,
+//! TCPRoutes, TLSRoutes, UDPRoutes, BackendTLSPolicies (`gateway.networking.k8s.io/v1`;
+//! ListenerSet, GRPCRoute, TCPRoute, TLSRoute, UDPRoute and BackendTLSPolicy at `v1` alone, as
+//! their standard CRDs) and ReferenceGrants
 //! (`v1beta1`, also served as `v1`, as the v1.6 CRDs do): list with
 //! `resourceVersion` (and `fieldSelector` / `labelSelector` equality terms), watch streams of
 //! ADDED/MODIFIED/DELETED with bookmarks, and a 410 Gone (as a watch `ERROR` event, the way the
@@ -33,7 +34,7 @@
 //! request 404 NotFound (and deletes the objects, ending open watches), as a cluster without
 //! the CRDs, or whose CRDs were just deleted, does; `set_kind_installed(kind, false)` does the
 //! same for one kind, as a cluster with older CRDs (before v1.5, no TCPRoute, TLSRoute or
-//! UDPRoute at `v1`) does.
+//! UDPRoute at `v1`; before v1.6, no ListenerSet) does.
 //!
 //! A Service's `clusterIP` must be in the fake's service range, 10.96.0.0/16 (as `start.sh`
 //! configures the real one; it refused the 10.0.0.10 the shared builder used).
@@ -43,10 +44,12 @@
 //! patch of one is answered with the merged Event, 404 when there is none of that name.
 //! Every request's User-Agent is kept (`user_agents`): the real server logs it for audits.
 //! A Gateway API status whose `conditions` list names one `type` twice is a 422, as the CRDs'
-//! list-map keys make it on the real server. A BackendTLSPolicy's status is checked against its
-//! CRD's schema as the real server checks it (required fields, `maxItems` — at most 16
-//! ancestors, 1 to 8 conditions each —, lengths, enums, patterns, date-times): a 422 with the
-//! server's wording.
+//! list-map keys make it on the real server. A BackendTLSPolicy's and a ListenerSet's status
+//! are checked against their CRDs' schemas as the real server checks them (required fields,
+//! `maxItems` — at most 16 ancestors, 1 to 8 conditions each; at most 64 listeners —, lengths,
+//! enums, patterns, date-times): a 422 with the server's wording; a ListenerSet's
+//! `status.listeners` is a list map keyed by `name`, so one that names a listener twice is a 422
+//! too.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,6 +84,7 @@ pub enum Kind {
     Namespace,
     GatewayClass,
     Gateway,
+    ListenerSet,
     HTTPRoute,
     GRPCRoute,
     TCPRoute,
@@ -94,7 +98,7 @@ pub enum Kind {
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 impl Kind {
-    const ALL: [Kind; 17] = [
+    const ALL: [Kind; 18] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Ingress,
@@ -105,6 +109,7 @@ impl Kind {
         Kind::Namespace,
         Kind::GatewayClass,
         Kind::Gateway,
+        Kind::ListenerSet,
         Kind::HTTPRoute,
         Kind::GRPCRoute,
         Kind::TCPRoute,
@@ -121,6 +126,7 @@ impl Kind {
             Kind::Lease => "coordination.k8s.io",
             Kind::GatewayClass
             | Kind::Gateway
+            | Kind::ListenerSet
             | Kind::HTTPRoute
             | Kind::GRPCRoute
             | Kind::TCPRoute
@@ -139,6 +145,7 @@ impl Kind {
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::GatewayClass
             | Kind::Gateway
+            | Kind::ListenerSet
             | Kind::HTTPRoute
             | Kind::GRPCRoute
             | Kind::TCPRoute
@@ -149,7 +156,8 @@ impl Kind {
         }
     }
     /// Versions served besides `v1` (the v1.6 standard CRDs serve each Gateway API kind at
-    /// both, but GRPCRoute, TCPRoute, TLSRoute, UDPRoute and BackendTLSPolicy at `v1` alone:
+    /// both, but ListenerSet, GRPCRoute, TCPRoute, TLSRoute, UDPRoute and BackendTLSPolicy at
+    /// `v1` alone (ListenerSet's CRD declares no other version):
     /// their older versions (UDPRoute's `v1alpha2`, BackendTLSPolicy's `v1alpha3`) are declared
     /// `served: false`, which a real server answers 404).
     fn serves(self, version: &str) -> bool {
@@ -157,7 +165,8 @@ impl Kind {
             || (self.is_gateway_api()
                 && !matches!(
                     self,
-                    Kind::GRPCRoute
+                    Kind::ListenerSet
+                        | Kind::GRPCRoute
                         | Kind::TCPRoute
                         | Kind::TLSRoute
                         | Kind::UDPRoute
@@ -180,6 +189,7 @@ impl Kind {
             Kind::Namespace => "Namespace",
             Kind::GatewayClass => "GatewayClass",
             Kind::Gateway => "Gateway",
+            Kind::ListenerSet => "ListenerSet",
             Kind::HTTPRoute => "HTTPRoute",
             Kind::GRPCRoute => "GRPCRoute",
             Kind::TCPRoute => "TCPRoute",
@@ -201,6 +211,7 @@ impl Kind {
             Kind::Namespace => "namespaces",
             Kind::GatewayClass => "gatewayclasses",
             Kind::Gateway => "gateways",
+            Kind::ListenerSet => "listenersets",
             Kind::HTTPRoute => "httproutes",
             Kind::GRPCRoute => "grpcroutes",
             Kind::TCPRoute => "tcproutes",
@@ -231,6 +242,7 @@ impl Kind {
                 | Kind::Ingress
                 | Kind::GatewayClass
                 | Kind::Gateway
+                | Kind::ListenerSet
                 | Kind::HTTPRoute
                 | Kind::GRPCRoute
                 | Kind::TCPRoute
@@ -369,6 +381,7 @@ fn crd_schema(kind: Kind) -> &'static Value {
         [
             "gatewayclasses",
             "gateways",
+            "listenersets",
             "httproutes",
             "grpcroutes",
             "tcproutes",
@@ -685,7 +698,8 @@ impl FakeApi {
 
     /// Installs (`true`) or removes one Gateway API kind's CRD, as `set_gateway_api_installed`
     /// does for all of them: a cluster with CRDs older than v1.5 serves no TCPRoute, TLSRoute or
-    /// UDPRoute at `v1`, and answers their paths 404 while the other kinds are served.
+    /// UDPRoute at `v1` (older than v1.6, no ListenerSet), and answers their paths 404 while the
+    /// other kinds are served.
     pub fn set_kind_installed(&self, kind: Kind, installed: bool) {
         assert!(kind.is_gateway_api(), "{kind:?} is not a CRD");
         {
@@ -1153,9 +1167,15 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         {
             return status(422, "Invalid", format!("{name:?} is invalid: {why}"));
         }
-        // A BackendTLSPolicy's status is checked against its CRD's schema, as the real server
-        // checks every write of a CRD's object.
-        if kind == Kind::BackendTLSPolicy && status_sub {
+        // A ListenerSet's `status.listeners` is a list map keyed by `name`.
+        if kind == Kind::ListenerSet
+            && let Some(why) = duplicate_listener(&next["status"])
+        {
+            return status(422, "Invalid", format!("{name:?} is invalid: {why}"));
+        }
+        // A BackendTLSPolicy's and a ListenerSet's status is checked against its CRD's schema,
+        // as the real server checks every write of a CRD's object.
+        if matches!(kind, Kind::BackendTLSPolicy | Kind::ListenerSet) && status_sub {
             let mut errors = Vec::new();
             schema_errors(
                 &next["status"],
@@ -1324,6 +1344,21 @@ fn duplicate_condition(value: &Value, path: &str) -> Option<String> {
             .find_map(|(i, v)| duplicate_condition(v, &format!("{path}[{i}]"))),
         _ => None,
     }
+}
+
+/// A ListenerSet status whose `listeners` name one listener twice, in the API server's words
+/// (the CRD keys that list by `name`).
+fn duplicate_listener(status: &Value) -> Option<String> {
+    let list = status["listeners"].as_array()?;
+    let mut seen = BTreeSet::new();
+    list.iter().enumerate().find_map(|(i, l)| {
+        let n = l["name"].as_str().unwrap_or_default();
+        (!seen.insert(n)).then(|| {
+            format!(
+                "status.listeners[{i}]: Duplicate value: map[string]interface {{}}{{\"name\":{n:?}}}"
+            )
+        })
+    })
 }
 
 async fn handle(ctx: Ctx, req: Request<Incoming>) -> Response<Body> {
