@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::api::*;
-use super::view::{Gateways, gateway_host, sorted};
+use super::view::{Gateways, created_at, gateway_host, sorted};
 use crate::control::translate::annotations::show;
 use crate::control::translate::inputs::{meta_key, object};
 use crate::control::translate::trust::Trust;
@@ -342,15 +342,7 @@ fn read_policy(p: &BackendTLSPolicy, (ns, name): (&str, &str), trust: &mut Trust
     Policy {
         key: (ns.to_string(), name.to_string()),
         generation: p.metadata.generation,
-        rank: (
-            p.metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default(),
-            ns.to_string(),
-            name.to_string(),
-        ),
+        rank: (created_at(&p.metadata), ns.to_string(), name.to_string()),
         targets,
         tls: PolicyTls { sni, ca },
         accepted,

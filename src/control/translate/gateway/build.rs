@@ -24,7 +24,7 @@ use super::grpc::as_http_route;
 use super::listeners::{Given, give_addresses};
 use super::rules::PatternSource;
 use super::streams::streams;
-use super::view::{Gateways, Grants, RouteInputs, RouteKind, listener_key, sorted};
+use super::view::{Gateways, Grants, RouteInputs, RouteKind, created_at, listener_key, sorted};
 use crate::control::translate::build::Builder;
 use crate::control::translate::gateway::assemble;
 use crate::control::translate::inputs::{meta_key, object};
@@ -227,12 +227,7 @@ impl<'a> Builder<'a> {
             return out;
         }
         // The rules, once per route; their candidates go to every place it attached to.
-        out.created = route
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.to_string())
-            .unwrap_or_default();
+        out.created = created_at(&route.metadata);
         let served = self.serve_rules(&who, route, given, entry_ids, compiled, &mut out);
         let generation = route.metadata.generation;
         self.rule_conditions(&who, generation, served, &mut parents, &mut places);

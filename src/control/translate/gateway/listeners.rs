@@ -14,8 +14,8 @@ use super::api::*;
 use super::attach::{NamespaceLabels, selects};
 use super::view::{
     Allowed, GRPC_ROUTE, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView,
-    RouteKind, StreamListener, TCP_ROUTE, TLS_ROUTE, UDP_ROUTE, created, gateway_host, programmed,
-    sorted,
+    RouteKind, StreamListener, TCP_ROUTE, TLS_ROUTE, UDP_ROUTE, created, created_at, gateway_host,
+    programmed, sorted,
 };
 use crate::control::translate::annotations::show;
 use crate::control::translate::build::Builder;
@@ -220,13 +220,7 @@ impl Builder<'_> {
                 _ => false,
             };
             if allowed {
-                let created = ls
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-                    .unwrap_or_default();
-                out.push((created, ls, key));
+                out.push((created_at(&ls.metadata), ls, key));
                 continue;
             }
             let message = format!(

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::api::*;
@@ -334,37 +334,11 @@ impl Builder<'_> {
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
     ) -> Result<EntryId, Unresolved> {
-        let ns = allowed_backend(who, r, grants)?;
+        let (svc, slices, sp, port) = backend_port(who, r, grants, services, "TCP")?;
+        let ns = r.namespace.as_deref().unwrap_or(&who.namespace);
         let not_found = |message: String| Unresolved {
             reason: "BackendNotFound",
             message,
-        };
-        let Some((svc, slices)) = services.get(&(ns, r.name.as_str())) else {
-            return Err(not_found(format!(
-                "backend Service {ns}/{} does not exist",
-                r.name
-            )));
-        };
-        let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()) else {
-            return Err(not_found(format!(
-                "backendRef to Service {ns}/{} has no port",
-                r.name
-            )));
-        };
-        let sp = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.ports.as_deref())
-            .unwrap_or(&[])
-            .iter()
-            .find(|sp| {
-                sp.port == i32::from(port) && sp.protocol.as_deref().is_none_or(|p| p == "TCP")
-            });
-        let Some(sp) = sp else {
-            return Err(not_found(format!(
-                "backend Service {ns}/{} has no TCP port {port}",
-                r.name
-            )));
         };
         let id = self
             .port_entry(svc, slices, sp, port, entry_ids)
@@ -517,10 +491,56 @@ struct Asked {
 }
 
 /// Reads a rule's filters (header changes and rewrites into `out`) and its timeouts.
+/// The Service port of `protocol` (`TCP`, or `UDP` for a UDPRoute) a backendRef names, with
+/// its Service and the Service's EndpointSlices: allowed (`allowed_backend`), the Service
+/// found, a port given and the Service's port of that number and protocol
+/// (`BackendNotFound` otherwise).
+pub(super) fn backend_port<'a>(
+    who: &'a ObjectRef,
+    r: &'a BackendObjectReference,
+    grants: &Grants<'_>,
+    services: &'a HashMap<(&'a str, &'a str), (&'a Service, Vec<&'a EndpointSlice>)>,
+    protocol: &str,
+) -> Result<(&'a Service, &'a [&'a EndpointSlice], &'a ServicePort, u16), Unresolved> {
+    let ns = allowed_backend(who, r, grants)?;
+    let not_found = |message: String| Unresolved {
+        reason: "BackendNotFound",
+        message,
+    };
+    let Some((svc, slices)) = services.get(&(ns, r.name.as_str())) else {
+        return Err(not_found(format!(
+            "backend Service {ns}/{} does not exist",
+            r.name
+        )));
+    };
+    let Some(port) = r.port.and_then(|p| u16::try_from(p).ok()) else {
+        return Err(not_found(format!(
+            "backendRef to Service {ns}/{} has no port",
+            r.name
+        )));
+    };
+    let sp = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .find(|sp| {
+            sp.port == i32::from(port) && sp.protocol.as_deref().unwrap_or("TCP") == protocol
+        });
+    let Some(sp) = sp else {
+        return Err(not_found(format!(
+            "backend Service {ns}/{} has no {protocol} port {port}",
+            r.name
+        )));
+    };
+    Ok((svc, slices, sp, port))
+}
+
 /// Whether a route may name this backendRef: a Service (`InvalidKind`), in the route's
 /// namespace or one a ReferenceGrant opens to the route's kind (`RefNotPermitted`). `Ok`: the
 /// Service's namespace.
-pub(super) fn allowed_backend<'r>(
+fn allowed_backend<'r>(
     who: &'r ObjectRef,
     r: &'r BackendObjectReference,
     grants: &Grants<'_>,

@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::*;
 use super::attach::intersect;
-use super::rules::{BackendFilters, Unresolved, allowed_backend};
-use super::view::{Gateways, RouteInputs, RouteKind, StreamListener, created, sorted};
+use super::rules::{BackendFilters, Unresolved, backend_port};
+use super::view::{Gateways, RouteInputs, RouteKind, StreamListener, created, created_at, sorted};
 use crate::control::translate::build::Builder;
 use crate::control::translate::endpoints::endpoint_addrs_of;
 use crate::control::translate::inputs::{meta_key, object};
@@ -214,15 +214,7 @@ impl Builder<'_> {
                 (ns.to_string(), name.to_string()),
                 Arc::new(RouteStatus { parents }),
             );
-            let rank = (
-                r.meta
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-                    .unwrap_or_default(),
-                ns.to_string(),
-                name.to_string(),
-            );
+            let rank = (created_at(r.meta), ns.to_string(), name.to_string());
             for ((gw_ns, gw_name), at) in attached {
                 let listener = given
                     .gateways
@@ -325,36 +317,7 @@ impl Builder<'_> {
         r: &BackendObjectReference,
         given: &RouteInputs<'_, '_>,
     ) -> Result<Arc<[SocketAddr]>, Unresolved> {
-        let ns = allowed_backend(who, r, given.grants)?;
-        let not_found = |message: String| Unresolved {
-            reason: "BackendNotFound",
-            message,
-        };
-        let Some((svc, slices)) = given.services.get(&(ns, r.name.as_str())) else {
-            return Err(not_found(format!(
-                "backend Service {ns}/{} does not exist",
-                r.name
-            )));
-        };
-        let Some(port) = r.port else {
-            return Err(not_found(format!(
-                "backendRef to Service {ns}/{} has no port",
-                r.name
-            )));
-        };
-        let sp = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.ports.as_deref())
-            .unwrap_or(&[])
-            .iter()
-            .find(|sp| sp.port == port && sp.protocol.as_deref() == Some("UDP"));
-        let Some(sp) = sp else {
-            return Err(not_found(format!(
-                "backend Service {ns}/{} has no UDP port {port}",
-                r.name
-            )));
-        };
+        let (_, slices, sp, _) = backend_port(who, r, given.grants, given.services, "UDP")?;
         let addrs = endpoint_addrs_of(sp, slices, "UDP", &mut self.warnings);
         // Draining endpoints keep no flows: a UDP flow has no end to wait for.
         Ok(addrs

@@ -174,8 +174,14 @@ pub(super) fn programmed(serving: bool, otherwise: &str, generation: Option<i64>
 
 /// A Gateway's `metadata.creationTimestamp` as text that sorts by time; empty when unknown.
 pub(super) fn created(gw: &Gateway) -> String {
-    gw.metadata
-        .creation_timestamp
+    created_at(&gw.metadata)
+}
+
+/// An object's `metadata.creationTimestamp` as text that sorts by time (whole seconds, as
+/// the API server stamps them); empty when unknown. Of two objects that compete, the older
+/// wins: routes, ListenerSets, policies.
+pub(super) fn created_at(meta: &ObjectMeta) -> String {
+    meta.creation_timestamp
         .as_ref()
         .map(|t| t.0.to_string())
         .unwrap_or_default()
