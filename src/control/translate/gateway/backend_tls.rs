@@ -52,8 +52,9 @@ type PortPolicies = Vec<(Option<String>, usize)>;
 #[derive(Default)]
 pub(crate) struct BackendTlsPolicies {
     policies: Vec<Policy>,
-    /// (namespace, Service) -> the policies that apply to its ports.
-    by_service: HashMap<(String, String), PortPolicies>,
+    /// Namespace -> Service -> the policies that apply to its ports (looked up by `&str` for
+    /// every Service port a build makes, so without allocating).
+    by_service: HashMap<String, HashMap<String, PortPolicies>>,
 }
 
 impl BackendTlsPolicies {
@@ -123,7 +124,9 @@ impl BackendTlsPolicies {
                 loser.conflicted.get_or_insert(message);
             }
             out.by_service
-                .entry((ns, svc))
+                .entry(ns)
+                .or_default()
+                .entry(svc)
                 .or_default()
                 .push((section, winner));
         }
@@ -138,9 +141,7 @@ impl BackendTlsPolicies {
         service: &str,
         port_name: Option<&str>,
     ) -> Option<&PolicyTls> {
-        let on = self
-            .by_service
-            .get(&(namespace.to_string(), service.to_string()))?;
+        let on = self.by_service.get(namespace)?.get(service)?;
         let named = port_name.filter(|n| !n.is_empty()).and_then(|n| {
             on.iter()
                 .find(|(s, _)| s.as_deref() == Some(n))
