@@ -177,6 +177,9 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
         sticky_cookie: c.sticky,
         authorization: c.authenticated,
         forwarded_prefix: None,
+        // A Gateway listener's verification asserts the same fields `--ssl-ca-cert` does
+        // (`fwd.client_cert_headers`), which the flags already cover.
+        client_cert: false,
     };
     let edits = request_edits(&c.fwd, ip_text.as_deref(), hidden, || cert);
     let mut out = Vec::new();

@@ -517,55 +517,82 @@ async fn curl(args: &[String]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A Gateway asking for client-certificate validation (`spec.tls.frontend`), which switchyard
-/// does not carry out yet: its HTTPS listener is not served, so a client without a
-/// certificate never reaches the route's backend (nothing takes the host: 404); the same
-/// Gateway without the field is served once the file changes; `AllowInsecureFallback`, which
-/// the spec lets clients without a certificate through, is served. Both engines.
+/// What curl got: the status (`000` when the handshake or connection failed) and the body.
+async fn curl_status(args: &[String]) -> (String, String) {
+    let mut args = args.to_vec();
+    args.extend(["-w".to_string(), "\n%{http_code}".to_string()]);
+    let out = curl(&args).await;
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (code.to_string(), body.to_string())
+}
+
+/// Client-certificate validation on Gateway HTTPS listeners (`spec.tls.frontend`), both
+/// engines, HTTP/1.1 and HTTP/2: `secure` (the default mode, AllowValidOnly) refuses the
+/// handshake of a client without a certificate or with one of another CA and tells its
+/// backend the verified subject; a request for it on a connection made to another listener's
+/// name (which asked for no certificate) is answered 421, never routed; `open`
+/// (AllowInsecureFallback) serves everyone and tells the backend whether the certificate
+/// verified; `plain` asks nothing. The CA rotates live with its ConfigMap, and without it the
+/// listener is not served at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_asking_for_client_certificates_is_not_served_open() {
+async fn gateway_listeners_verify_client_certificates() {
     let a = Backend::start("a").await;
-    let ca = tls_client::Ca::new("gateway frontend validation test CA");
-    let server = ca.server(&["secure.test", "open.test"]);
+    let server_ca = tls_client::Ca::new("gateway frontend validation server CA");
+    let server = server_ca.server(&["secure.test", "open.test", "plain.test"]);
+    let trusted = tls_client::Ca::new("gateway frontend validation client CA");
+    let other = tls_client::Ca::new("another client CA");
     let dir = tempfile::tempdir().unwrap();
     let pem = dir.path().join("server.pem");
     std::fs::write(&pem, server.bundle()).unwrap();
-    let gateway = |name: &str, host: &str, mode: Option<&str>| {
-        let mut validation = json!({"caCertificateRefs": [
-            {"group": "", "kind": "ConfigMap", "name": "client-ca"}]});
+    let write_client = |name: &str, leaf: &tls_client::Leaf| {
+        let cert = dir.path().join(format!("{name}.crt"));
+        let key = dir.path().join(format!("{name}.key"));
+        std::fs::write(&cert, &leaf.cert_pem).unwrap();
+        std::fs::write(&key, &leaf.key_pem).unwrap();
+        (cert.display().to_string(), key.display().to_string())
+    };
+    let alice = write_client("alice", &trusted.client("alice"));
+    let mallory = write_client("mallory", &other.client("mallory"));
+    let gateway = |name: &str, mode: Option<&str>| {
         let mut spec = json!({"gatewayClassName": "switchyard", "listeners": [
-            {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": host,
+            {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": format!("{name}.test"),
              "tls": {"certificateRefs": [{"name": "cert"}]}}]});
         if let Some(mode) = mode {
-            if mode != "none" {
-                validation["mode"] = json!(mode);
-            }
-            spec["tls"] = json!({"frontend": {"default": {"validation": validation}}});
+            spec["tls"] = json!({"frontend": {"default": {"validation": {
+                "mode": mode,
+                "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "client-ca"}]}}}});
         }
         json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
                "metadata": {"name": name, "namespace": "default"}, "spec": spec})
     };
-    let objects = |secure_mode: Option<&str>| {
-        vec![
+    let objects = |ca: Option<&str>| {
+        let mut objs = vec![
             svc("a", 80).into(),
             slice("a", "", a.port),
             tls_secret("cert", &server.cert_pem, &server.key_pem),
             json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
                    "metadata": {"name": "switchyard"},
                    "spec": {"controllerName": "switchyard.io/gateway-controller"}}),
-            gateway("secure", "secure.test", secure_mode),
-            gateway("open", "open.test", Some("AllowInsecureFallback")),
+            gateway("secure", Some("AllowValidOnly")),
+            gateway("open", Some("AllowInsecureFallback")),
+            gateway("plain", None),
             json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
                    "metadata": {"name": "to-a", "namespace": "default"},
-                   "spec": {"parentRefs": [{"name": "secure"}, {"name": "open"}],
+                   "spec": {"parentRefs": [{"name": "secure"}, {"name": "open"}, {"name": "plain"}],
                             "rules": [{"backendRefs": [{"name": "a", "port": 80}]}]}}),
-        ]
+        ];
+        if let Some(ca) = ca {
+            objs.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "client-ca", "namespace": "default"},
+                             "data": {"ca.crt": ca}}));
+        }
+        objs
     };
     for engine in ENGINES {
         let https_port = free_port();
         let port = https_port.to_string();
         let sy = switchyard_on(
-            objects(Some("none")),
+            objects(Some(&trusted.pem)),
             engine,
             &[
                 "--gateway-https-port",
@@ -577,46 +604,130 @@ async fn a_gateway_asking_for_client_certificates_is_not_served_open() {
             ],
         )
         .await;
-        let get = |host: &str| {
-            vec![
+        // A request made to `sni`, for `host`, with `cert`, over `http`.
+        let ask = |sni: &str, host: &str, cert: Option<&(String, String)>, http: &str| {
+            let mut args = vec![
                 "-k".to_string(),
-                "-o".to_string(),
-                "/dev/null".to_string(),
-                "-w".to_string(),
-                "%{http_code}".to_string(),
+                http.to_string(),
                 "--resolve".to_string(),
-                format!("{host}:{https_port}:127.0.0.1"),
-                format!("https://{host}:{https_port}/private"),
-            ]
+                format!("{sni}:{https_port}:127.0.0.1"),
+                "-H".to_string(),
+                format!("Host: {host}"),
+                format!("https://{sni}:{https_port}/private"),
+            ];
+            if let Some((crt, key)) = cert {
+                args.extend(["--cert".into(), crt.clone(), "--key".into(), key.clone()]);
+            }
+            args
+        };
+        let seen = |body: &str, name: &str| -> Option<String> {
+            let v: Value = serde_json::from_str(body).ok()?;
+            v["headers"][name].as_str().map(str::to_string)
         };
         let before = a.count();
-        assert_eq!(curl(&get("secure.test")).await, "404", "{engine}");
+        for http in ["--http1.1", "--http2"] {
+            let what = format!("{engine} {http}");
+            // No certificate, or one of another CA: no handshake.
+            let (code, _) = curl_status(&ask("secure.test", "secure.test", None, http)).await;
+            assert_eq!(code, "000", "{what}");
+            let (code, _) =
+                curl_status(&ask("secure.test", "secure.test", Some(&mallory), http)).await;
+            assert_eq!(code, "000", "{what}");
+            // Made to a name that asks nothing, for the verifying host: 421, not routed.
+            let (code, _) = curl_status(&ask("plain.test", "secure.test", None, http)).await;
+            assert_eq!(code, "421", "{what}");
+            // Made to the fallback listener with a certificate it did not verify: 421 too.
+            let (code, _) =
+                curl_status(&ask("open.test", "secure.test", Some(&mallory), http)).await;
+            assert_eq!(
+                code, "421",
+                "{what}: not verified by the fallback's handshake"
+            );
+        }
         assert_eq!(
             a.count(),
             before,
-            "no client certificate reached the backend ({engine})"
+            "nothing unverified reached the backend ({engine})"
         );
-        assert_eq!(curl(&get("open.test")).await, "200", "{engine}");
+        for http in ["--http1.1", "--http2"] {
+            let what = format!("{engine} {http}");
+            let (code, body) =
+                curl_status(&ask("secure.test", "secure.test", Some(&alice), http)).await;
+            assert_eq!(code, "200", "{what}: {body}");
+            assert_eq!(seen(&body, "x-client-verify").as_deref(), Some("SUCCESS"));
+            let dn = seen(&body, "x-client-dn").unwrap_or_default();
+            assert!(dn.contains("alice"), "{what}: {dn}");
+            // Verified against the same CA by the fallback listener's handshake: it proved
+            // what `secure` asks.
+            let (code, _) = curl_status(&ask("open.test", "secure.test", Some(&alice), http)).await;
+            assert_eq!(code, "200", "{what}");
+            // A verified connection may ask a host that verifies nothing.
+            let (code, body) =
+                curl_status(&ask("secure.test", "plain.test", Some(&alice), http)).await;
+            assert_eq!(code, "200", "{what}: {body}");
+            assert_eq!(seen(&body, "x-client-verify"), None, "{what}");
+            // The fallback listener serves everyone, and says who was verified.
+            for (cert, verify) in [
+                (None, "NONE"),
+                (Some(&mallory), "NONE"),
+                (Some(&alice), "SUCCESS"),
+            ] {
+                let (code, body) = curl_status(&ask("open.test", "open.test", cert, http)).await;
+                assert_eq!(code, "200", "{what}: {body}");
+                assert_eq!(
+                    seen(&body, "x-client-verify").as_deref(),
+                    Some(verify),
+                    "{what}"
+                );
+            }
+            // A client cannot claim a verification itself.
+            let mut args = ask("plain.test", "plain.test", None, http);
+            args.extend(["-H".into(), "x-client-verify: SUCCESS".into()]);
+            let (code, body) = curl_status(&args).await;
+            assert_eq!(code, "200", "{what}: {body}");
+            assert_eq!(seen(&body, "x-client-verify"), None, "{what}");
+        }
+        // The CA rotates with its ConfigMap.
+        sy.rewrite(&objects(Some(&other.pem)));
+        let rotated = eventually(Duration::from_secs(10), || async {
+            curl_status(&ask(
+                "secure.test",
+                "secure.test",
+                Some(&mallory),
+                "--http1.1",
+            ))
+            .await
+            .0 == "200"
+        })
+        .await;
+        assert!(rotated, "{engine}:\n{}", sy.stderr());
+        let (code, _) = curl_status(&ask(
+            "secure.test",
+            "secure.test",
+            Some(&alice),
+            "--http1.1",
+        ))
+        .await;
+        assert_eq!(code, "000", "{engine}: the old CA no longer verifies");
+        // Without its CA the listener is not served at all (no route takes the host: 404),
+        // and says why.
+        sy.rewrite(&objects(None));
+        let before = a.count();
+        let unserved = eventually(Duration::from_secs(10), || async {
+            curl_status(&ask("secure.test", "secure.test", None, "--http1.1"))
+                .await
+                .0
+                == "404"
+        })
+        .await;
+        assert!(unserved, "{engine}:\n{}", sy.stderr());
+        assert_eq!(a.count(), before, "{engine}");
         let log = sy.stderr();
         assert!(
             log.lines().any(|l| l.contains("default/secure")
                 && l.contains("NotServed")
-                && l.contains("verify client certificates")),
+                && l.contains("caCertificateRef")),
             "{engine}:\n{log}"
         );
-        // Without the field the listener is served, live.
-        sy.rewrite(&objects(None));
-        let served = eventually(Duration::from_secs(10), || async {
-            curl(&get("secure.test")).await == "200"
-        })
-        .await;
-        assert!(served, "{engine}:\n{}", sy.stderr());
-        // And asked again (the default mode, AllowValidOnly), it is refused again.
-        sy.rewrite(&objects(Some("AllowValidOnly")));
-        let refused = eventually(Duration::from_secs(10), || async {
-            curl(&get("secure.test")).await == "404"
-        })
-        .await;
-        assert!(refused, "{engine}:\n{}", sy.stderr());
     }
 }

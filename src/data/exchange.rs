@@ -274,9 +274,13 @@ pub(crate) async fn open<'p, F: Front>(proxy: &'p HttpProxy, front: &mut F) -> O
     let (client, local) = front.addresses();
     let mut attempt = Attempt::new(client);
     attempt.set_local_ip(local);
+    let table = proxy.table.load();
+    if !table.client_validation.is_empty() {
+        attempt.set_client_ca(tls::client_ca(front.identity().1.as_deref()));
+    }
     let desk = proxy.desk();
     let mut tally = Tally::default();
-    let opened = match front.open(&mut attempt, desk, proxy.table.load(), started) {
+    let opened = match front.open(&mut attempt, desk, table, started) {
         Ok(opened) if matches!(opened.route, Route::Proxy { .. }) => {
             return Opening::Proxy(Exchange {
                 proxy,

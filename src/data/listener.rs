@@ -99,12 +99,15 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
             Some(pp) => with_proxied_client(stream, pp).await?,
             None => stream,
         };
-        let stream = match &self.passthrough {
+        let (stream, asked) = match &self.passthrough {
             Some(p) => p.take(stream).await?,
-            None => stream,
+            None => (stream, None),
         };
         let stream: Stream = match &self.tls {
-            Some(tls) => Box::new(tls.accept(GuardedStream::plain(stream)).await?),
+            Some(tls) => {
+                let listener = asked.as_deref().map(|v| (&v.ca, v.insecure_fallback));
+                Box::new(tls.accept(GuardedStream::plain(stream), listener).await?)
+            }
             None => stream,
         };
         let mut stream = GuardedStream::guarded(stream, self.limits, self.counters.clone());

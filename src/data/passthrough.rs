@@ -3,8 +3,10 @@
 //! parser (`rustls::server::Acceptor`, no home-made one); a name the table passes through
 //! (`table::passthrough`) has its connection relayed whole — hello included — to an endpoint
 //! the decision core picks, as a TCP frontend's are; any other connection goes on to the
-//! handshake untouched. Only looked at while the table passes some host through, so the TLS
-//! port pays nothing otherwise. It must not terminate TLS or read anything past the hello.
+//! handshake untouched — with, when the name belongs to a Gateway listener that verifies
+//! client certificates, that listener's validation for the handshake to ask for. Only looked
+//! at while the table passes some host through or has such a listener, so the TLS port pays
+//! nothing otherwise. It must not terminate TLS or read anything past the hello.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +21,7 @@ use crate::data::frontend::HttpProxy;
 use crate::decide::attempt::{Attempt, Failure, Route};
 use crate::decide::cause::Cause;
 use crate::ops::metrics::Metrics;
+use crate::table::client_validation::ClientValidation;
 
 /// A TLS record's header: type, version, length.
 const RECORD_HEADER: usize = 5;
@@ -28,6 +31,10 @@ const MAX_RECORD: usize = (16 << 10) + 256;
 
 /// What the relay reads at once, each way.
 const CHUNK: usize = 16 << 10;
+
+/// What the handshake after the hello asks of the client: the client validation of the Gateway
+/// listener the server name belongs to (`None`: the TLS port's own).
+pub type Asked = Option<Arc<ClientValidation>>;
 
 /// The TLS port's passthrough: the table, how endpoints are picked and waited for, and the
 /// connections counted by result (`switchyard_passthrough_connections_total`).
@@ -52,20 +59,19 @@ impl Passthrough {
     }
 
     /// Relays `stream` if its hello names a host passed through (`None`: done with it, relayed
-    /// or closed); else hands it back for the handshake.
-    pub async fn take(&self, mut stream: Stream) -> Option<Stream> {
+    /// or closed); else hands it back for the handshake, with the client validation of the
+    /// Gateway listener its server name belongs to, if that listener verifies clients.
+    pub async fn take(&self, mut stream: Stream) -> Option<(Stream, Asked)> {
         let table = self.proxy.table.load();
-        if table.passthrough.is_empty() && table.streams.passthrough.is_empty() {
-            return Some(stream);
+        let passes = !(table.passthrough.is_empty() && table.streams.passthrough.is_empty());
+        if !passes && table.client_validation.is_empty() {
+            return Some((stream, None));
         }
         let name = match tokio::time::timeout(self.hello_timeout, server_name(&mut stream)).await {
             Ok(Ok(name)) => name,
             // The hello never came whole (its bytes read so far are lost): the handshake
             // would fail the same way.
             _ => return None,
-        };
-        let Some(name) = name else {
-            return Some(stream);
         };
         let digest = stream.get_socket_digest();
         let peer = digest
@@ -75,11 +81,18 @@ impl Passthrough {
             .as_ref()
             .and_then(|d| d.local_addr().and_then(|a| a.as_inet().copied()))
             .map(|a| a.ip().to_canonical());
+        // No server name: the listener without a hostname, if one verifies clients.
+        let asked = table
+            .client_validation(local, name.as_deref().map(str::as_bytes))
+            .cloned();
+        let Some(name) = name.filter(|_| passes) else {
+            return Some((stream, asked));
+        };
         let mut attempt = Attempt::new(peer.map(|a| a.ip()));
         let policy = &self.proxy.policy;
         match attempt.route_passthrough(table, &name, local, policy, Instant::now()) {
             Ok(Route::Proxy { .. }) => {}
-            Ok(Route::NotFound) => return Some(stream),
+            Ok(Route::NotFound) => return Some((stream, asked)),
             _ => {
                 self.unavailable.inc();
                 return None;

@@ -203,6 +203,10 @@ pub enum Route {
     Forbidden,
     /// The route's request limits refuse this client now: the 503 page.
     Limited,
+    /// The host's Gateway listener verifies client certificates, and this connection's did
+    /// not verify against its CA (none, another listener's, or none asked for): 421, so that
+    /// the client connects again naming the host.
+    Misdirected,
     /// The route's basic or external authentication did not admit the request: 401 with this
     /// `WWW-Authenticate` challenge, if any.
     Unauthorized { challenge: Option<Arc<str>> },
@@ -311,6 +315,11 @@ pub struct Attempt {
     /// The address the client connected to: a Gateway with that address
     /// (`--gateway-addresses`) answers alone.
     local_ip: Option<IpAddr>,
+    /// The CA bundle the connection's client certificate verified against (a Gateway
+    /// listener's; `None`: none did).
+    client_ca: Option<Arc<[u8]>>,
+    /// The request's Gateway listener verifies client certificates.
+    listener_verifies: bool,
     /// Endpoint the client is pinned to by cookie or affinity (index into the entry).
     pinned: Option<usize>,
     /// The request carried a `SERVERID` that named a live endpoint.
@@ -382,6 +391,12 @@ impl Attempt {
         self.local_ip = ip;
     }
 
+    /// The CA bundle the connection's client certificate verified against, which the Gateway
+    /// listeners that verify clients ask for.
+    pub fn set_client_ca(&mut self, ca: Option<Arc<[u8]>>) {
+        self.client_ca = ca;
+    }
+
     /// Matches host and path on `frontend` and settles stickiness from `cookies` (the values
     /// of the request's `Cookie` fields) or the client's address.
     // Each argument is a distinct fact the caller already holds; a struct would only rename
@@ -426,6 +441,14 @@ impl Attempt {
         let https = frontend == Frontend::Https;
         if frontend != Frontend::Http && !https {
             return Ok(Route::NotFound);
+        }
+        // Before any route: a listener that verifies clients serves none that did not prove
+        // itself to it, whatever the server name its connection was made with.
+        if https && let Some(v) = table.client_validation(self.local_ip, host) {
+            if !v.admits(self.client_ca.as_deref()) {
+                return Ok(Route::Misdirected);
+            }
+            self.listener_verifies = true;
         }
         match table
             .gateway
@@ -1181,6 +1204,7 @@ impl Attempt {
             forwarded_prefix: self
                 .route_policy()
                 .and_then(|p| p.forwarded_prefix.as_deref()),
+            client_cert: self.listener_verifies,
         }
     }
 

@@ -57,6 +57,9 @@ pub struct Hidden<'a> {
     pub authorization: bool,
     /// `X-Forwarded-Prefix` (an Ingress's `x-forwarded-prefix`), replacing the client's.
     pub forwarded_prefix: Option<&'a str>,
+    /// The host's Gateway listener verifies client certificates: the backend is told the
+    /// result, as the TLS port with `--ssl-ca-cert` tells it.
+    pub client_cert: bool,
 }
 
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
@@ -311,7 +314,7 @@ pub fn request_edits<'a>(
         e.push(Edit::Remove(X_FORWARDED_PREFIX));
         e.push(Edit::Add(X_FORWARDED_PREFIX, Value::Text(prefix)));
     }
-    if fwd.client_cert_headers {
+    if fwd.client_cert_headers || hidden.client_cert {
         match cert() {
             ClientCert::Absent => e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("NONE"))),
             ClientCert::Verified { subject } => {
@@ -596,6 +599,33 @@ mod tests {
     }
 
     #[test]
+    fn a_listener_that_verifies_clients_tells_the_backend_without_ssl_ca_cert() {
+        let fwd = Forwarding::tls(None, false);
+        let verified = || ClientCert::Verified { subject: "CN=a" };
+        let e = request_edits(&fwd, None, Hidden::default(), verified);
+        assert_eq!(
+            e.touching(CLIENT_VERIFY_HEADER.as_bytes()),
+            Some(&Edit::Remove(CLIENT_VERIFY_HEADER))
+        );
+        let listener = Hidden {
+            client_cert: true,
+            ..Hidden::default()
+        };
+        let e = request_edits(&fwd, None, listener, verified);
+        assert!(
+            e.iter()
+                .any(|x| *x == Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("SUCCESS")))
+                && e.iter()
+                    .any(|x| *x == Edit::Add(CLIENT_DN_HEADER, Value::Text("CN=a")))
+        );
+        let e = request_edits(&fwd, None, listener, || ClientCert::Absent);
+        assert!(
+            e.iter()
+                .any(|x| *x == Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("NONE")))
+        );
+    }
+
+    #[test]
     fn request_edits_fit() {
         let tls = Forwarding::tls(Some(10), true);
         let e = request_edits(
@@ -605,6 +635,7 @@ mod tests {
                 sticky_cookie: true,
                 authorization: true,
                 forwarded_prefix: Some("/api"),
+                client_cert: true,
             },
             || ClientCert::Verified { subject: "CN=a" },
         );

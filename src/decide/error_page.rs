@@ -30,6 +30,10 @@ impl ErrorPage {
             404 => "No route matches this host and path.",
             403 => "This route does not serve your address.",
             401 => "This route asks for a user name and password.",
+            421 => {
+                "This host asks for a client certificate this connection did not present: \
+                 connect again naming this host (SNI), with a certificate it trusts."
+            }
             503 => {
                 "No endpoint can serve this request: its Service has no ready endpoint, or does not exist."
             }

@@ -378,6 +378,12 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
     // The decisions: a dry run of the attempt every engine makes.
     let mut attempt = Attempt::dry_run(q.client);
     attempt.set_local_ip(q.local);
+    // Explained as for a client whose certificate the host's listener verified.
+    if q.frontend == Frontend::Https
+        && let Some(v) = table.client_validation(q.local, q.host.as_deref().map(str::as_bytes))
+    {
+        attempt.set_client_ca(Some(Arc::clone(&v.ca)));
+    }
     let policy = Policy {
         tries: 1,
         passive_down: Duration::ZERO,
@@ -457,6 +463,24 @@ fn route_gateway(
         method: b"GET",
         query,
     };
+    if let Some(v) = https
+        .then(|| table.client_validation(q.local, host))
+        .flatten()
+    {
+        let note = if v.insecure_fallback {
+            "verifies client certificates but serves clients without a valid one too \
+             (AllowInsecureFallback)"
+        } else {
+            "verifies client certificates: a request on a connection whose certificate did \
+             not verify against its CA is answered 421; below, a client whose did"
+        };
+        x.precedence.push(Step {
+            level: "gateway",
+            host: q.host.clone(),
+            matched_prefix: None,
+            note: format!("listener {} {note}", v.origin),
+        });
+    }
     let (prule, candidate) = match gw.lookup_at(q.local, https, host, path, &req) {
         GatewayMatch::NotTaken => return GatewayStep::NotTaken,
         GatewayMatch::NoRoute => {

@@ -25,6 +25,8 @@ pub struct Pages {
     pub unauthorized: ErrorPage,
     /// A route's request limits refuse the client now (`--limit-status-code`).
     pub limited: ErrorPage,
+    /// The host's listener verifies client certificates and this connection proved none to it.
+    pub misdirected: ErrorPage,
     /// `200 ok` for an unrouted `/healthz` (`--traffic-healthz`).
     pub healthz: ErrorPage,
 }
@@ -38,6 +40,7 @@ impl Pages {
             forbidden: ErrorPage::builtin(403),
             unauthorized: ErrorPage::builtin(401),
             limited: ErrorPage::limited(503),
+            misdirected: ErrorPage::builtin(421),
             healthz: ErrorPage::healthz(),
         }
     }
@@ -99,6 +102,7 @@ pub fn reply<'a>(
         Route::Unavailable => page(&pages.unavailable),
         Route::Forbidden => page(&pages.forbidden),
         Route::Limited => page(&pages.limited),
+        Route::Misdirected => page(&pages.misdirected),
         Route::Preflight {
             cors,
             origin,
@@ -193,6 +197,7 @@ mod tests {
             (Route::Unavailable, 503),
             (Route::Forbidden, 403),
             (Route::Limited, 503),
+            (Route::Misdirected, 421),
             (
                 Route::Unauthorized {
                     challenge: Some("Basic realm=\"x\"".into()),

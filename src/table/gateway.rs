@@ -186,6 +186,17 @@ impl ListenerHosts {
         }
     }
 
+    /// The hostname key of listener `id` (`""`: the listener without a hostname; a wildcard's
+    /// suffix keeps its dot), as `ClientValidations` keys listeners.
+    pub fn key(&self, id: u32) -> Option<&str> {
+        let i = usize::try_from(id).ok()?;
+        match i {
+            0 => self.any.then_some(""),
+            i if i <= self.exact.len() => self.exact.get(i - 1).map(|n| &**n),
+            i => self.wildcard.get(i - 1 - self.exact.len()).map(|s| &**s),
+        }
+    }
+
     /// The id of the listener that takes `host`, if any does.
     #[inline]
     pub fn owner(&self, host: Option<&[u8]>) -> Option<u32> {
@@ -330,6 +341,24 @@ impl GatewayRoutes {
         } else {
             (&self.http, &self.http_hosts)
         }
+    }
+
+    /// The HTTPS listener that takes `host` on a connection to `local`: its frontend's
+    /// address (`None`: the shared frontend) and its hostname key (`ListenerHosts::key`).
+    #[inline]
+    pub fn https_listener(
+        &self,
+        local: Option<IpAddr>,
+        host: Option<&[u8]>,
+    ) -> Option<(Option<IpAddr>, &str)> {
+        let own = local
+            .filter(|_| !self.addressed.is_empty())
+            .and_then(|ip| self.at_address(ip));
+        let (address, hosts) = match own {
+            Some(a) => (Some(a.address), &a.https_hosts),
+            None => (None, &self.https_hosts),
+        };
+        Some((address, hosts.key(hosts.owner(host)?)?))
     }
 
     /// The candidate `req` meets on the most specific host level that the shared Gateways'

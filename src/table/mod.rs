@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod balance;
 pub mod cidr;
+pub mod client_validation;
 pub mod external_auth;
 pub mod gateway;
 pub mod hash_key;
@@ -30,7 +31,7 @@ pub use shared::{EntryId, Shared};
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
@@ -771,6 +772,8 @@ pub struct RoutingTable {
     pub passthrough: Arc<Vec<passthrough::Passthrough>>,
     /// Gateway API TCP and TLS listeners and their routes.
     pub streams: Arc<stream::Streams>,
+    /// The Gateway HTTPS listeners that verify client certificates.
+    pub client_validation: Arc<client_validation::ClientValidations>,
 }
 
 impl PartialEq for RoutingTable {
@@ -785,6 +788,7 @@ impl PartialEq for RoutingTable {
             && self.gateway == other.gateway
             && self.passthrough == other.passthrough
             && self.streams == other.streams
+            && self.client_validation == other.client_validation
     }
 }
 
@@ -815,6 +819,17 @@ impl RoutingTable {
             Frontend::Https => Some(&*self.https),
             Frontend::Tcp(_) => None,
         }
+    }
+
+    /// What the Gateway HTTPS listener that takes `host` on a connection to `local` asks of
+    /// its clients' certificates (`None`: nothing).
+    #[inline]
+    pub fn client_validation(
+        &self,
+        local: Option<IpAddr>,
+        host: Option<&[u8]>,
+    ) -> Option<&Arc<client_validation::ClientValidation>> {
+        self.client_validation.of(&self.gateway, local, host)
     }
 
     /// A stable, sorted JSON rendering for `--dry-run` and debugging: routes name their entry,
@@ -914,6 +929,22 @@ impl RoutingTable {
         if !self.gateway.is_empty() {
             // Backends name their entries by index; the entries are listed above.
             v["gateway"] = serde_json::to_value(&*self.gateway).unwrap_or(Value::Null);
+        }
+        if !self.client_validation.is_empty() {
+            let listeners = self
+                .client_validation
+                .listeners
+                .iter()
+                .map(|((address, host), v)| {
+                    json!({
+                        "address": address,
+                        "hostname": if host.is_empty() { "*" } else { host },
+                        "listener": &*v.origin,
+                        "insecure_fallback": v.insecure_fallback,
+                        "ca": format!("{} bytes of PEM", v.ca.len()),
+                    })
+                });
+            v["client_validation"] = Value::Array(listeners.collect());
         }
         v
     }

@@ -17,6 +17,7 @@ use super::inputs::{meta_key, object};
 use super::memo::{Built, Memo, MemoInputs, ServiceMemo, options_fingerprint, version_fingerprint};
 use super::trust::Trust;
 use super::view::*;
+use crate::table::client_validation::{ClientValidation, ClientValidations, ListenerKey};
 use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{HostPattern, PathRule, PathRules, Router};
 use crate::table::passthrough::Passthrough;
@@ -104,6 +105,8 @@ pub(super) struct Builder<'a> {
     pub(super) certificates: Certificates,
     /// Certificates of the Gateways with an address of their own, by that address.
     pub(super) address_certificates: BTreeMap<IpAddr, Certificates>,
+    /// The Gateway HTTPS listeners that verify client certificates, the winner of a key first.
+    pub(super) client_validations: Vec<(ListenerKey, Arc<ClientValidation>)>,
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
     /// Ingresses left to other controllers (their class is not switchyard's).
@@ -166,6 +169,7 @@ impl<'a> Builder<'a> {
             policies: Vec::new(),
             certificates: BTreeMap::new(),
             address_certificates: BTreeMap::new(),
+            client_validations: Vec::new(),
             served_ingresses: BTreeSet::new(),
             other_class_ingresses: 0,
             gateway_status: GatewayApiStatus::default(),
@@ -909,6 +913,7 @@ impl<'a> Builder<'a> {
             gateway: Arc::new(self.gateway_routes),
             passthrough: Arc::new(self.passthrough),
             streams: Arc::new(self.streams),
+            client_validation: Arc::new(ClientValidations::new(self.client_validations)),
         };
         (Built { table, memo }, self.warnings)
     }

@@ -227,6 +227,7 @@ pub(super) fn incremental(
         gateway: Arc::clone(&prev.gateway),
         passthrough: Arc::clone(&prev.passthrough),
         streams: Arc::clone(&prev.streams),
+        client_validation: Arc::clone(&prev.client_validation),
     };
     Some((Built { table, memo: next }, warnings))
 }

@@ -276,9 +276,14 @@ impl ProxyHttp for HttpProxy {
         };
         let view = PingoraView(req);
         let desk = self.desk();
+        let table = self.table.load();
+        if !table.client_validation.is_empty() {
+            let ssl = session.digest().and_then(|d| d.ssl_digest.as_deref());
+            ctx.attempt.set_client_ca(tls::client_ca(ssl));
+        }
         let opened = exchange::open(
             &mut ctx.attempt,
-            self.table.load(),
+            table,
             desk,
             exchange_request(req, &view, &path, pq, ctx.grpc),
             ctx.started,

@@ -408,6 +408,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             | Route::Healthz
             | Route::Forbidden
             | Route::Limited
+            | Route::Misdirected
             | Route::Unauthorized { .. }
             | Route::Preflight { .. }
             | Route::Redirect { .. }

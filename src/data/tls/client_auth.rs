@@ -61,7 +61,7 @@ impl ClientAuth {
     }
 }
 
-fn verifier_from_pem(
+pub(super) fn verifier_from_pem(
     pem: &[u8],
     mode: ClientVerify,
     now: SystemTime,
@@ -146,17 +146,82 @@ impl ClientCertVerifier for ClientAuth {
     }
 }
 
+/// A verifier that asks for a certificate and takes the handshake whatever it gets (a
+/// Gateway listener's `AllowInsecureFallback`): `RecordPeer` then keeps the certificate only
+/// if `strict` verifies it. The handshake signatures are still checked (the client holds the
+/// key of what it sent).
+#[derive(Debug)]
+pub(super) struct Fallback {
+    pub(super) strict: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for Fallback {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.strict.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.strict.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.strict.supported_verify_schemes()
+    }
+}
+
 /// The verified client certificate of a connection, kept in Pingora's TLS digest.
 #[derive(Debug, Clone)]
 pub struct PeerCert {
     /// One-line subject DN.
     pub subject: String,
+    /// The Gateway listener's CA bundle it verified against (`None`: `--ssl-ca-cert`'s).
+    pub ca: Option<Arc<[u8]>>,
+}
+
+/// What a Gateway listener's handshake proves: the CA bundle, and for `AllowInsecureFallback`
+/// the verifier that decides whether the certificate it took proves anything.
+pub(super) struct Proof {
+    pub(super) ca: Arc<[u8]>,
+    pub(super) strict: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 /// Counts completed handshakes and records the client certificate. rustls only keeps a peer
-/// certificate that the verifier accepted, so its presence means verification succeeded.
+/// certificate that the verifier accepted, so its presence means verification succeeded —
+/// but for a fallback listener's, which `Proof::strict` verifies again here.
 pub(super) struct RecordPeer {
     pub(super) metrics: Option<Arc<Metrics>>,
+    pub(super) proof: Option<Proof>,
 }
 
 #[async_trait]
@@ -169,11 +234,26 @@ impl TlsAccept for RecordPeer {
             m.data.tls_handshake_ok(FRONTEND_LABEL);
         }
         let der = tls.peer_certificate_der()?;
+        if let Some(strict) = self.proof.as_ref().and_then(|p| p.strict.as_ref()) {
+            let (end_entity, intermediates) = tls.peer_cert_chain_der()?.split_first()?;
+            let now = UnixTime::now();
+            if let Err(e) = strict.verify_client_cert(end_entity, intermediates, now) {
+                tracing::debug!(error = %e, "client certificate not verified (insecure fallback)");
+                return None;
+            }
+        }
         let subject = parse_x509_certificate(der)
             .map(|(_, cert)| one_line_dn(&cert))
             .unwrap_or_default();
-        Some(Arc::new(PeerCert { subject }))
+        let ca = self.proof.as_ref().map(|p| Arc::clone(&p.ca));
+        Some(Arc::new(PeerCert { subject, ca }))
     }
+}
+
+/// The Gateway listener CA bundle a connection's client certificate verified against.
+pub fn client_ca(ssl: Option<&SslDigest>) -> Option<Arc<[u8]>> {
+    ssl.and_then(|s| s.extension.get::<PeerCert>())
+        .and_then(|p| p.ca.clone())
 }
 
 /// The verified client certificate's subject on a connection, when it presented one.

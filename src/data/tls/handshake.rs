@@ -1,6 +1,7 @@
 //! The handshake on the TLS port (`HandshakeAcceptor`): run with a deadline on each accepted
-//! connection, and a failure classified by reason (`handshake_failure`) and counted. It must
-//! not choose certificates or verify clients (the rustls config it is given does that), and
+//! connection, with the port's configuration or the one of the Gateway listener the caller
+//! names (`listener_auth`), and a failure classified by reason (`handshake_failure`) and
+//! counted. It must not choose certificates or verify clients (the rustls config does that), and
 //! it never parses a request. With `--gateway-addresses` it tells the certificate choice the
 //! connection's local address (`local_ip`), which rustls's resolver is not given.
 
@@ -12,6 +13,7 @@ use pingora::listeners::tls::Acceptor;
 use pingora::protocols::IO;
 use pingora::protocols::tls::TlsStream;
 
+use super::listener_auth::ListenerAuth;
 use crate::ops::metrics::{Metrics, TlsFailure};
 
 tokio::task_local! {
@@ -31,6 +33,8 @@ pub(super) fn local_ip() -> Option<IpAddr> {
 /// Runs server handshakes with a deadline and counts the failures by reason.
 pub struct HandshakeAcceptor {
     pub(super) acceptor: Acceptor,
+    /// The configurations of Gateway listeners that verify clients.
+    pub(super) listeners: ListenerAuth,
     pub(super) timeout: Duration,
     pub(super) metrics: Option<Arc<Metrics>>,
     /// Certificates may depend on the local address (`--gateway-addresses`).
@@ -47,7 +51,32 @@ impl HandshakeAcceptor {
 
     /// The TLS stream, or `None` when the handshake failed or timed out (the connection is
     /// then dropped; rustls has already sent its alert where there was one to send).
-    pub async fn accept<S: IO + 'static>(&self, stream: S) -> Option<TlsStream<S>> {
+    /// `listener`: the hello's server name belongs to a Gateway listener that verifies clients
+    /// against this CA bundle (PEM), requiring a certificate unless its fallback is on.
+    pub async fn accept<S: IO + 'static>(
+        &self,
+        stream: S,
+        listener: Option<(&Arc<[u8]>, bool)>,
+    ) -> Option<TlsStream<S>> {
+        let own;
+        let acceptor = match listener {
+            None => &self.acceptor,
+            Some((ca, insecure_fallback)) => match self.listeners.acceptor(ca, insecure_fallback) {
+                Some(a) => {
+                    own = a;
+                    &*own
+                }
+                None => {
+                    if let Some(m) = &self.metrics {
+                        m.data.tls_handshake_failed(
+                            super::client_auth::FRONTEND_LABEL,
+                            TlsFailure::BadClientCertificate,
+                        );
+                    }
+                    return None;
+                }
+            },
+        };
         let local = if self.by_local_address {
             stream
                 .get_socket_digest()
@@ -55,7 +84,7 @@ impl HandshakeAcceptor {
         } else {
             None
         };
-        let handshake = LOCAL_IP.scope(local, self.acceptor.tls_handshake(stream));
+        let handshake = LOCAL_IP.scope(local, acceptor.tls_handshake(stream));
         let failure = match tokio::time::timeout(self.timeout, handshake).await {
             Ok(Ok(tls)) => return Some(tls),
             Ok(Err(e)) => {

@@ -22,6 +22,7 @@ mod backend;
 mod certs;
 mod client_auth;
 mod handshake;
+mod listener_auth;
 mod options;
 mod secrets;
 mod store;
@@ -42,7 +43,7 @@ use watcher::{Seen, cert_files, publish_expiry, read_file, resolve_default};
 pub use backend::{BackendTls, BackendTlsWatcher, CaNotLoaded, ConfigKey, NotLoaded, TlsChoice};
 pub use certs::LoadedCert;
 use client_auth::RecordPeer;
-pub use client_auth::{ClientAuth, PeerCert, client_cert};
+pub use client_auth::{ClientAuth, PeerCert, client_ca, client_cert};
 pub use handshake::{HandshakeAcceptor, handshake_failure};
 pub use options::{ClientVerify, DEFAULT_HSTS_MAX_AGE, TlsError, TlsOptions};
 pub use secrets::{SecretCerts, SecretPem};
@@ -185,6 +186,7 @@ impl Tls {
     pub fn listener_settings(&self) -> Result<TlsSettings, TlsError> {
         let recorder = RecordPeer {
             metrics: self.metrics.clone(),
+            proof: None,
         };
         let mut settings = TlsSettings::with_callbacks(Box::new(recorder))
             .map_err(|e| TlsError::Listener(e.to_string()))?;
@@ -202,6 +204,10 @@ impl Tls {
     pub fn acceptor(&self, timeout: Duration) -> Result<HandshakeAcceptor, TlsError> {
         Ok(HandshakeAcceptor {
             acceptor: self.listener_settings()?.build(),
+            listeners: listener_auth::ListenerAuth::new(
+                Arc::clone(&self.store),
+                self.metrics.clone(),
+            ),
             timeout,
             metrics: self.metrics.clone(),
             by_local_address: false,

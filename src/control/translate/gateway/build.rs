@@ -72,6 +72,8 @@ impl<'a> Builder<'a> {
         );
         let addresses = give_addresses(&self.options.gateway_addresses, &mut gateways, previous);
         self.claim_stream_ports(&mut gateways);
+        // Validations first: a listener they refuse has no certificates placed.
+        self.place_validations(&mut gateways);
         self.place_certificates(&mut gateways);
         // The inputs routes read besides themselves, and what changed of them since the
         // previous build's cache.

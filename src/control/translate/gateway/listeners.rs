@@ -15,13 +15,14 @@ use super::attach::{NamespaceLabels, selects};
 use super::view::{
     Allowed, GRPC_ROUTE, Gateways, Grants, HTTP_ROUTE, ListenerCertificates, ListenerView,
     RouteKind, StreamListener, TCP_ROUTE, TLS_ROUTE, UDP_ROUTE, created, created_at, gateway_host,
-    programmed, sorted,
+    listener_key, programmed, sorted,
 };
 use crate::control::translate::annotations::show;
 use crate::control::translate::build::Builder;
 use crate::control::translate::ingress::secret_pem;
 use crate::control::translate::inputs::{meta_key, object};
 use crate::control::translate::view::*;
+use crate::table::client_validation::ClientValidation;
 use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::HostPattern;
 
@@ -127,9 +128,25 @@ impl Builder<'_> {
             }
             let allowed = l.allowed_routes.as_ref();
             let (supported, mut refs) = route_kinds(l, allowed);
-            let not_served = https && accepted.is_ok() && self.client_validation(&who, gw, l);
-            if not_served {
-                accepted = Err(client_validation_refused(l));
+            // Client-certificate validation: without one CA to verify against, the listener
+            // is not served (never served to unverified clients); some refs bad, the others
+            // verify and the condition says which is not used.
+            let mut validation = None;
+            let mut validation_refs: Checked = Ok(());
+            let mut not_served = false;
+            if https && accepted.is_ok() {
+                match self.client_validation(&who, gw, l, grants) {
+                    Ok(None) => {}
+                    Ok(Some((v, bad))) => {
+                        validation = Some(Arc::new(v));
+                        validation_refs = bad;
+                    }
+                    Err((bad, why)) => {
+                        not_served = true;
+                        validation_refs = Err(bad);
+                        accepted = Err(why);
+                    }
+                }
             }
             let mut certificates = Vec::new();
             if https && accepted.is_ok() {
@@ -155,6 +172,9 @@ impl Builder<'_> {
                 .collect();
             let usable = accepted.is_ok() && conflicted.is_none() && !supported.is_empty();
             let programmed_ok = usable && refs.is_ok();
+            // A CA ref not used is said in `ResolvedRefs`; the listener is served with the
+            // others (`Programmed`), verifying clients against fewer CAs, never more.
+            let refs = refs.and(validation_refs);
             let conditions =
                 listener_conditions(&accepted, &conflicted, &refs, programmed_ok, generation);
             self.warn_listener(&who, l, &conditions, not_served);
@@ -179,6 +199,7 @@ impl Builder<'_> {
                 namespaces,
                 attached: 0,
                 certificates,
+                validation,
             });
         }
         (views, statuses)
@@ -345,11 +366,18 @@ impl Builder<'_> {
         }
     }
 
-    /// Whether `gw` asks to verify the clients of HTTPS listener `l`, which is not carried
-    /// out yet: such a listener is not served, so that none is served without a valid
-    /// certificate. With `AllowInsecureFallback` the spec lets clients without one in: served,
-    /// and said.
-    fn client_validation(&mut self, who: &ObjectRef, gw: &Gateway, l: &Listener) -> bool {
+    /// The client-certificate validation `gw` asks for on HTTPS listener `l`
+    /// (`spec.tls.frontend`: its `perPort` entry for the listener's port, else its
+    /// `default`): `None` when it asks none; the CA bundle of its usable refs with the
+    /// `ResolvedRefs` failure of the others; or, when no ref is usable, the `ResolvedRefs`
+    /// failure and the `Accepted` one (`NoValidCACertificate`).
+    fn client_validation(
+        &mut self,
+        who: &ObjectRef,
+        gw: &Gateway,
+        l: &Listener,
+        grants: &Grants<'_>,
+    ) -> ValidationCheck {
         let Some(v) = gw
             .spec
             .tls
@@ -357,21 +385,93 @@ impl Builder<'_> {
             .and_then(|t| t.frontend.as_ref())
             .and_then(|f| f.validation_on(l.port))
         else {
-            return false;
+            return Ok(None);
         };
-        if v.mode.as_deref() != Some("AllowInsecureFallback") {
-            return true;
+        let gateway_ns = gw.metadata.namespace.as_deref().unwrap_or("default");
+        let mut pem: Vec<u8> = Vec::new();
+        let mut resolved: Checked = Ok(());
+        let mut usable = 0;
+        for r in &v.ca_certificate_refs {
+            let core = r.group.is_empty() || r.group == "core";
+            let kind = r.kind.as_str();
+            if !core || !(kind == "ConfigMap" || kind == "Secret") {
+                resolved = resolved.and(Err((
+                    "InvalidCACertificateKind",
+                    format!(
+                        "caCertificateRef {} {} is not a ConfigMap (nor a Secret)",
+                        show(kind),
+                        show(&r.name)
+                    ),
+                )));
+                continue;
+            }
+            let ns = r.namespace.as_deref().unwrap_or(gateway_ns);
+            if ns != gateway_ns && !grants.allows(("Gateway", gateway_ns), ("", kind, ns, &r.name))
+            {
+                resolved = resolved.and(Err((
+                    "RefNotPermitted",
+                    format!(
+                        "{kind} {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                        show(&r.name)
+                    ),
+                )));
+                continue;
+            }
+            match self.trust.ca_pem(kind, ns, &r.name) {
+                Ok(bytes) => {
+                    usable += 1;
+                    pem.extend_from_slice(&bytes);
+                    pem.push(b'\n');
+                }
+                Err(why) => {
+                    resolved = resolved.and(Err((
+                        "InvalidCACertificateRef",
+                        format!("{kind} {ns}/{} {why}", show(&r.name)),
+                    )));
+                }
+            }
         }
-        self.warn_gateway(
-            who,
-            format!(
-                "listener {}: spec.tls.frontend's client-certificate validation \
-                 (AllowInsecureFallback) is not carried out: clients are not asked \
-                 for a certificate",
-                l.name
-            ),
-        );
-        false
+        if let Err((_, why)) = &resolved {
+            self.warn_gateway(
+                who,
+                format!("listener {}: spec.tls.frontend: {why}", l.name),
+            );
+        }
+        if usable == 0 {
+            let bad = resolved.err().unwrap_or((
+                "InvalidCACertificateRef",
+                "spec.tls.frontend's validation names no caCertificateRef".into(),
+            ));
+            let why = (
+                "NoValidCACertificate",
+                format!(
+                    "no caCertificateRef of spec.tls.frontend for port {} holds a usable CA \
+                     certificate; not served, so that no client is served unverified",
+                    l.port
+                ),
+            );
+            return Err((bad, why));
+        }
+        let insecure_fallback = v.mode.as_deref() == Some("AllowInsecureFallback");
+        if insecure_fallback {
+            self.warn_gateway(
+                who,
+                format!(
+                    "listener {}: spec.tls.frontend's mode AllowInsecureFallback serves clients \
+                     without a valid certificate too",
+                    l.name
+                ),
+            );
+        }
+        let origin = format!("{}/{}/{}", who.namespace, who.name, l.name);
+        Ok(Some((
+            ClientValidation {
+                ca: Arc::from(pem),
+                insecure_fallback,
+                origin: origin.into(),
+            },
+            resolved,
+        )))
     }
 
     /// Warns of each of a listener's conditions that is false but `Conflicted` and
@@ -481,6 +581,95 @@ impl Builder<'_> {
         }
     }
 
+    /// Places the client validation of every served HTTPS listener for the TLS port, by its
+    /// frontend (its Gateway's own addresses, or the shared one) and hostname, as its routes
+    /// are placed. Listeners of two Gateways share a hostname's routes on a frontend: when
+    /// they ask different things of clients (one verifies and one does not, or against other
+    /// CAs, or one falls back), the oldest Gateway's listener (then by namespace and name)
+    /// decides, and the other is not served (`Conflicted: True`, `HostnameConflict`), so that
+    /// no route of a listener that verifies clients is served under one that does not.
+    pub(super) fn place_validations(&mut self, gateways: &mut Gateways<'_>) {
+        let mut order: Vec<(String, (&str, &str))> = gateways
+            .iter()
+            .map(|(&key, (gw, _, _))| (created(gw), key))
+            .collect();
+        order.sort();
+        // (frontend address, hostname key) -> the listener that holds it and what it asks.
+        type Held<'g> = ((&'g str, &'g str), &'g str, Option<Arc<ClientValidation>>);
+        let mut held: HashMap<(Option<IpAddr>, String), Held<'_>> = HashMap::default();
+        for (_, key) in &order {
+            let Some((gw, views, statuses)) = gateways.get_mut(key) else {
+                continue;
+            };
+            let generation = gw.metadata.generation;
+            for (l, st) in views.iter_mut().zip(statuses.iter_mut()) {
+                if !l.usable || !l.https || l.stream.is_some() {
+                    continue;
+                }
+                let host = listener_key(l.hostname.as_ref())
+                    .0
+                    .unwrap_or("")
+                    .to_string();
+                let addresses: Vec<Option<IpAddr>> = if l.addresses.is_empty() {
+                    vec![None]
+                } else {
+                    l.addresses.iter().copied().map(Some).collect()
+                };
+                let mut clash = None;
+                for address in &addresses {
+                    match held.get(&(*address, host.clone())) {
+                        Some((g, name, v)) if *v != l.validation => {
+                            clash = Some(format!(
+                                "hostname {} on the TLS port is also listener {name} of Gateway \
+                                 {}/{}, older (or first by namespace and name), which asks \
+                                 other client-certificate validation (spec.tls.frontend); \
+                                 this listener is not served",
+                                if host.is_empty() { "*" } else { &host },
+                                g.0,
+                                g.1
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(message) = clash {
+                    let who = object("Gateway", key.0, key.1);
+                    self.warnings.push(Warning {
+                        object: who,
+                        reason: WarningReason::NotServed,
+                        message: format!("listener {}: {message}", l.name),
+                    });
+                    l.usable = false;
+                    for c in st.conditions.iter_mut() {
+                        if c.type_ == "Conflicted" {
+                            *c = Condition::new(
+                                "Conflicted",
+                                true,
+                                "HostnameConflict",
+                                message.clone(),
+                                generation,
+                            );
+                        } else if c.type_ == "Programmed" {
+                            *c = programmed(false, "not served: a hostname conflict", generation);
+                        }
+                    }
+                    continue;
+                }
+                for address in addresses {
+                    held.entry((address, host.clone())).or_insert((
+                        *key,
+                        l.name,
+                        l.validation.clone(),
+                    ));
+                    if let Some(v) = &l.validation {
+                        let k = (address, host.clone().into_boxed_str());
+                        self.client_validations.push((k, Arc::clone(v)));
+                    }
+                }
+            }
+        }
+    }
+
     /// An HTTPS listener's certificates, by Secret, or why they cannot be served.
     fn listener_certificates(
         who: &ObjectRef,
@@ -552,18 +741,11 @@ impl Builder<'_> {
 /// A listener check: `Err` with its condition's reason and message.
 type Checked = Result<(), (&'static str, String)>;
 
-/// Why a listener is refused for client validation.
-fn client_validation_refused(l: &Listener) -> (&'static str, String) {
-    (
-        "UnsupportedValue",
-        format!(
-            "spec.tls.frontend asks to verify client certificates on port {}, \
-             which switchyard does not carry out yet; not served, so that no \
-             client is served without a valid certificate",
-            l.port
-        ),
-    )
-}
+/// A listener's client validation (`Builder::client_validation`): none, or the validation
+/// with the `ResolvedRefs` failure of refs not used; `Err`: the `ResolvedRefs` and `Accepted`
+/// failures of a listener not served.
+type ValidationCheck =
+    Result<Option<(ClientValidation, Checked)>, ((&'static str, String), (&'static str, String))>;
 
 /// A listener's conflict with those before it (`ProtocolConflict` on its port, else
 /// `HostnameConflict` with the same port and hostname), noting it in `protocols` and `seen`

@@ -16,6 +16,7 @@ use crate::control::translate::inputs::meta_key;
 use crate::control::translate::memo::{Built, Memo, options_fingerprint};
 use crate::control::translate::trust::Trust;
 use crate::table::RoutingTable;
+use crate::table::client_validation::ClientValidations;
 use backend_tls::BackendTlsPolicies;
 
 mod address;
@@ -177,6 +178,9 @@ pub(super) fn rebuild(
         },
         passthrough: Arc::clone(&prev.passthrough),
         streams: Arc::new(std::mem::take(&mut b.streams)),
+        client_validation: Arc::new(ClientValidations::new(std::mem::take(
+            &mut b.client_validations,
+        ))),
     };
     Some((Built { table, memo: next }, all))
 }

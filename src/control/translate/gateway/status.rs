@@ -216,7 +216,27 @@ fn gateway_conditions(
             ("AddressNotUsable", "spec.addresses is not supported".into()),
         );
     }
-    served_conditions(given, listeners, statuses, generation)
+    let mut conditions = served_conditions(given, listeners, statuses, generation);
+    // As the spec asks: said on the Gateway while any listener lets unverified clients in.
+    let fallback = listeners
+        .iter()
+        .filter(|l| l.validation.as_ref().is_some_and(|v| v.insecure_fallback))
+        .map(|l| l.name)
+        .collect::<Vec<_>>();
+    if !fallback.is_empty() {
+        conditions.push(Condition::new(
+            "InsecureFrontendValidationMode",
+            true,
+            "ConfigurationChanged",
+            format!(
+                "spec.tls.frontend's mode AllowInsecureFallback serves clients without a valid \
+                 certificate on listener(s) {}",
+                fallback.join(", ")
+            ),
+            generation,
+        ));
+    }
+    conditions
 }
 
 /// The conditions of a Gateway that is not refused: accepted when some listener is usable

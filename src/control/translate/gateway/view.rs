@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use super::api::*;
 use crate::control::translate::inputs::meta_key;
 use crate::control::translate::view::*;
+use crate::table::client_validation::ClientValidation;
 use crate::table::gateway::{FrontendKey, ValueMatch};
 use crate::table::matcher::{HostPattern, validate_host};
 use crate::table::pattern::Pattern;
@@ -77,6 +78,9 @@ pub(super) struct ListenerView<'g> {
     /// An HTTPS listener's certificates (its `certificateRefs`, resolved): placed once every
     /// Gateway's address is known (`place_certificates`).
     pub(super) certificates: ListenerCertificates,
+    /// An HTTPS listener's client-certificate validation (`spec.tls.frontend`), placed with
+    /// its certificates (`place_validations`).
+    pub(super) validation: Option<Arc<ClientValidation>>,
 }
 
 /// The protocols of listeners whose routes are streams.

@@ -1,0 +1,119 @@
+//! The handshakes of Gateway HTTPS listeners that verify client certificates
+//! (`spec.tls.frontend`): one rustls configuration per CA bundle and mode, made the first time a
+//! hello asks for it and kept for the next ones (a handful: one per distinct bundle in the
+//! table). Each presents the same certificates by SNI as the TLS port's own configuration and
+//! records, with the verified certificate, which bundle it verified against, for the request
+//! side to check (`client_auth::client_ca`). A bundle that cannot be used (no certificate,
+//! every one expired) makes no configuration: its handshakes fail, never fall back to one
+//! that asks nothing. It must not choose the bundle (the caller does, from the table).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use pingora::listeners::tls::{Acceptor, TlsSettings};
+use rustls::server::danger::ClientCertVerifier;
+
+use super::client_auth::{Fallback, Proof, RecordPeer, verifier_from_pem};
+use super::options::ClientVerify;
+use super::store::{CertStore, SniResolver};
+use crate::ops::metrics::Metrics;
+
+/// Kept configurations past which the oldest are dropped (bundles rotated away).
+const MAX_KEPT: usize = 64;
+
+/// One CA bundle and mode, and its configuration (`None`: the bundle is unusable).
+struct Made {
+    ca: Arc<[u8]>,
+    insecure_fallback: bool,
+    acceptor: Option<Arc<Acceptor>>,
+}
+
+/// The listeners' configurations, made on first use.
+pub(super) struct ListenerAuth {
+    store: Arc<CertStore>,
+    metrics: Option<Arc<Metrics>>,
+    made: ArcSwap<Vec<Arc<Made>>>,
+}
+
+impl ListenerAuth {
+    pub(super) fn new(store: Arc<CertStore>, metrics: Option<Arc<Metrics>>) -> ListenerAuth {
+        ListenerAuth {
+            store,
+            metrics,
+            made: ArcSwap::from_pointee(Vec::new()),
+        }
+    }
+
+    /// The configuration that verifies clients against `ca` (PEM), asking for a certificate
+    /// and requiring one unless `insecure_fallback`; `None` when the bundle is unusable.
+    pub(super) fn acceptor(
+        &self,
+        ca: &Arc<[u8]>,
+        insecure_fallback: bool,
+    ) -> Option<Arc<Acceptor>> {
+        let found = |list: &[Arc<Made>]| {
+            list.iter()
+                .find(|m| m.insecure_fallback == insecure_fallback && *m.ca == **ca)
+                .cloned()
+        };
+        if let Some(m) = found(&self.made.load()) {
+            return m.acceptor.clone();
+        }
+        let made = Arc::new(Made {
+            ca: Arc::clone(ca),
+            insecure_fallback,
+            acceptor: self.make(ca, insecure_fallback).map(Arc::new),
+        });
+        let acceptor = made.acceptor.clone();
+        self.made.rcu(|list| {
+            let mut next: Vec<Arc<Made>> = list.iter().cloned().collect();
+            if found(&next).is_none() {
+                if next.len() >= MAX_KEPT {
+                    next.remove(0);
+                }
+                next.push(Arc::clone(&made));
+            }
+            next
+        });
+        acceptor
+    }
+
+    fn make(&self, ca: &Arc<[u8]>, insecure_fallback: bool) -> Option<Acceptor> {
+        let strict = match verifier_from_pem(ca, ClientVerify::Required, SystemTime::now()) {
+            Ok(v) => v,
+            Err(why) => {
+                tracing::warn!(
+                    reason = %why,
+                    "a Gateway listener's client CA bundle cannot be used: its handshakes fail"
+                );
+                return None;
+            }
+        };
+        let verifier: Arc<dyn ClientCertVerifier> = if insecure_fallback {
+            Arc::new(Fallback {
+                strict: Arc::clone(&strict),
+            })
+        } else {
+            Arc::clone(&strict)
+        };
+        let recorder = RecordPeer {
+            metrics: self.metrics.clone(),
+            proof: Some(Proof {
+                ca: Arc::clone(ca),
+                strict: insecure_fallback.then_some(strict),
+            }),
+        };
+        let mut settings = match TlsSettings::with_callbacks(Box::new(recorder)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make a Gateway listener's TLS configuration");
+                return None;
+            }
+        };
+        settings.set_cert_resolver(Arc::new(SniResolver(Arc::clone(&self.store))));
+        settings.set_client_cert_verifier(verifier);
+        settings.enable_h2();
+        Some(settings.build())
+    }
+}
