@@ -313,3 +313,149 @@ async fn a_listener_on_a_port_switchyard_has_is_refused_and_said() {
     );
     assert!(refused(sy_port));
 }
+
+/// The greeting of the echo backend reached over a TLS connection that switchyard
+/// terminated (a TLS listener in Terminate mode), after echoing a line through it.
+async fn greeting_over_tls(name: &str, port: u16) -> Result<String, String> {
+    let fut = async {
+        let s = sni(name).connect(port).await?;
+        let mut reader = BufReader::new(s);
+        let mut greeting = String::new();
+        reader
+            .read_line(&mut greeting)
+            .await
+            .map_err(|e| format!("greeting: {e}"))?;
+        if greeting.is_empty() {
+            return Err("closed before the greeting".to_string());
+        }
+        let s = reader.get_mut();
+        s.write_all(b"ping\n")
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        s.flush().await.map_err(|e| format!("flush: {e}"))?;
+        let mut back = String::new();
+        reader
+            .read_line(&mut back)
+            .await
+            .map_err(|e| format!("echo: {e}"))?;
+        if back != "ping\n" {
+            return Err(format!("echoed {back:?}"));
+        }
+        Ok(greeting.trim().to_string())
+    };
+    tokio::time::timeout(IO_TIMEOUT, fut)
+        .await
+        .map_err(|_| "timeout".to_string())?
+}
+
+/// TLS listeners in Terminate mode (upstream's TLSRouteModeTerminate and TLSRouteModeMixed):
+/// switchyard completes the handshake with the listener's certificate and relays the
+/// plaintext to a TCP backend; a Passthrough listener on the same port keeps relaying its
+/// name unterminated; a Terminate listener whose certificate does not resolve takes no
+/// handshake (never passed through); on the Gateway HTTPS port Terminate is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_listeners_terminate_and_relay_beside_passthrough() {
+    let plain = echo("plain").await;
+    let backend_ca = Ca::new("backends' CA");
+    let abc_leaf = backend_ca.server(&["abc.example.com"]);
+    let abc = Backend::builder("abc")
+        .transport(Transport::Tls(tls_client::server_config(
+            &abc_leaf,
+            &[b"http/1.1"],
+        )))
+        .start()
+        .await;
+    let ca = Ca::new("listener CA");
+    let listener_leaf = ca.server(&["tls.example.com"]);
+    let (port, broken_port, https_port) = (free_port(), free_port(), free_port());
+    let mut objs = vec![
+        class(),
+        gateway(json!([
+            {"name": "term", "port": port, "protocol": "TLS", "hostname": "tls.example.com",
+                "tls": {"mode": "Terminate", "certificateRefs": [{"name": "term"}]}},
+            {"name": "pass", "port": port, "protocol": "TLS", "hostname": "abc.example.com",
+                "tls": {"mode": "Passthrough"}},
+            {"name": "broken", "port": broken_port, "protocol": "TLS",
+                "tls": {"mode": "Terminate", "certificateRefs": [{"name": "missing"}]}},
+            {"name": "on-https", "port": https_port, "protocol": "TLS",
+                "hostname": "https.example.com",
+                "tls": {"mode": "Terminate", "certificateRefs": [{"name": "term"}]}},
+        ])),
+        tls_secret("term", &listener_leaf.cert_pem, &listener_leaf.key_pem),
+        route(
+            "TLSRoute",
+            "term",
+            "term",
+            &["tls.example.com"],
+            json!([{"name": "plain", "port": 3000}]),
+        ),
+        route(
+            "TLSRoute",
+            "pass",
+            "pass",
+            &["abc.example.com"],
+            json!([{"name": "abc", "port": 3000}]),
+        ),
+        route(
+            "TLSRoute",
+            "broken",
+            "broken",
+            &[],
+            json!([{"name": "abc", "port": 3000}]),
+        ),
+    ];
+    objs.extend(service("plain", &plain));
+    objs.extend(service("abc", &abc));
+    let sy = switchyard(objs)
+        .args(&[
+            "--https-port",
+            &https_port.to_string(),
+            "--gateway-https-port",
+            &https_port.to_string(),
+        ])
+        .start()
+        .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            greeting_over_tls("tls.example.com", port).await.is_ok()
+        })
+        .await,
+        "the terminating listener never served:\n{}",
+        sy.stderr()
+    );
+    // Terminated with the listener's certificate, the plaintext relayed to the TCP backend.
+    assert_eq!(
+        sni("tls.example.com").presented(port).await,
+        listener_leaf.der
+    );
+    assert_eq!(
+        greeting_over_tls("tls.example.com", port).await.as_deref(),
+        Ok("plain")
+    );
+    // The same port passes the other name through to its backend's own handshake.
+    assert_eq!(sni("abc.example.com").presented(port).await, abc_leaf.der);
+    let r = sni("abc.example.com").get(port, "/x", &[]).await.unwrap();
+    assert_eq!(r.backend().as_deref(), Some("abc"));
+    // A name neither listener takes is closed.
+    assert!(sni("zzz.example.com").connect(port).await.is_err());
+    // No certificate resolves: no handshake at all — never passed through to the TLS
+    // backend behind it, whose own handshake would succeed.
+    assert!(
+        eventually(Duration::from_secs(5), || async { !refused(broken_port) }).await,
+        "{}",
+        sy.stderr()
+    );
+    assert!(sni("any.example.com").connect(broken_port).await.is_err());
+    // Terminate on the Gateway HTTPS port is refused, and said.
+    let log = sy.stderr();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("on-https") && l.contains("Terminate is not served")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("broken") && l.contains("Secret default/missing")),
+        "{log}"
+    );
+}

@@ -341,20 +341,47 @@ async fn tls_route_simple_same_namespace() {
     .await;
 }
 
-/// TLSRouteMixedTerminationSameNamespace needs TLSRouteModeTerminate and TLSRouteModeMixed,
-/// which switchyard does not claim (upstream skips the case). Its passthrough half is run:
-/// on port 8883, beside the refused `Terminate` listener, `abc.example.com` is relayed to
-/// `tcp-backend`'s TLS port; the terminated half (`tls.example.com` to the plain port) is
-/// not served.
+/// TLSRouteTerminateSimpleSameNamespace (TLSRouteModeTerminate): a TLS listener in Terminate
+/// mode on port 8443; the client verifies switchyard's handshake (the listener's
+/// `tls-terminate-checks-certificate`) and its bytes reach `tcp-backend`'s plain port
+/// decrypted (the backend sees no TLS, no server name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_route_mixed_termination_same_namespace_passthrough() {
+async fn tls_route_terminate_simple_same_namespace() {
+    let _ports = PORTS.lock().await;
+    let s = start(&["tlsroute-terminate-simple-same-namespace.yaml"]).await;
+    let cert = cert(&s, INFRA, "tls-terminate-checks-certificate");
+    let dial = Dial {
+        ip: "127.0.0.1",
+        port: 8443,
+        tls: Some(("tls.example.com", &cert)),
+    };
+    must_answer(
+        &s,
+        "TLSRouteTerminateSimpleSameNamespace",
+        dial,
+        Expected {
+            backend: "tcp-backend",
+            namespace: INFRA,
+            is_tls: false,
+            hostname: None,
+        },
+    )
+    .await;
+}
+
+/// TLSRouteMixedTerminationSameNamespace (TLSRouteModeTerminate, TLSRouteModeMixed): on
+/// port 8883 `abc.example.com` is relayed unterminated to `tcp-backend`'s TLS port (the
+/// backend's own certificate and handshake), and `tls.example.com` is terminated by
+/// switchyard and relayed to the plain port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_route_mixed_termination_same_namespace() {
     let _ports = PORTS.lock().await;
     let s = start(&["tlsroute-mixed-termination-same-namespace.yaml"]).await;
-    let cert = cert(&s, INFRA, "tls-passthrough-checks-certificate");
+    let passthrough = cert(&s, INFRA, "tls-passthrough-checks-certificate");
     let dial = Dial {
         ip: "127.0.0.1",
         port: 8883,
-        tls: Some(("abc.example.com", &cert)),
+        tls: Some(("abc.example.com", &passthrough)),
     };
     must_answer(
         &s,
@@ -365,6 +392,24 @@ async fn tls_route_mixed_termination_same_namespace_passthrough() {
             namespace: INFRA,
             is_tls: true,
             hostname: Some("abc.example.com"),
+        },
+    )
+    .await;
+    let terminate = cert(&s, INFRA, "tls-terminate-checks-certificate");
+    let dial = Dial {
+        ip: "127.0.0.1",
+        port: 8883,
+        tls: Some(("tls.example.com", &terminate)),
+    };
+    must_answer(
+        &s,
+        "TLSRouteMixedTerminationSameNamespace (terminate)",
+        dial,
+        Expected {
+            backend: "tcp-backend",
+            namespace: INFRA,
+            is_tls: false,
+            hostname: None,
         },
     )
     .await;
@@ -633,29 +678,19 @@ async fn must_warn(s: &Suite, case: &str, parts: &[&str]) {
     );
 }
 
-/// TLSRouteListenerTerminateNotSupported (status only upstream: the `Terminate` listener
-/// `Accepted: False`, `UnsupportedValue`, no route attached). Offline: the listener is refused
-/// with a warning, and its port 8443 takes no connection.
+/// TLSRouteListenerTerminateSupportedKinds (status only upstream: the Terminate listener
+/// accepted, `supportedKinds` TLSRoute). Offline: once the table is up, nothing is said
+/// against the Gateway (its port opens with a route; it has none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_route_listener_terminate_not_supported() {
+async fn tls_route_listener_terminate_supported_kinds() {
     let _ports = PORTS.lock().await;
-    let s = start(&["tlsroute-listener-terminate-not-supported.yaml"]).await;
-    must_warn(
-        &s,
-        "TLSRouteListenerTerminateNotSupported",
-        &[
-            "gateway-tlsroute-terminate-unsupported",
-            "listener tls-terminate",
-            "\"Terminate\" is not served",
-        ],
-    )
-    .await;
-    let dial = Dial {
-        ip: "127.0.0.1",
-        port: 8443,
-        tls: Some(("terminate.example.com", &[])),
-    };
-    must_refuse(&s, "TLSRouteListenerTerminateNotSupported", dial, 5, false).await;
+    let s = start(&["tlsroute-listener-terminate-supported-kinds.yaml"]).await;
+    let log = s.sy.stderr();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("gateway-tlsroute-terminate-supported") && l.contains("WARN")),
+        "TLSRouteListenerTerminateSupportedKinds:\n{log}"
+    );
 }
 
 /// TLSRouteListenerPassthroughSupportedKinds (status only upstream: the listener's

@@ -1,7 +1,8 @@
 //! Gateway API streams: the TCP, TLS (passthrough) and UDP listeners of Gateways and the
 //! TCPRoutes, TLSRoutes and UDPRoutes attached to them. A TCP listener's connections go to its
 //! route's backends by weight; a TLS listener's by the server name of the client's hello,
-//! relayed unterminated; a UDP listener's datagrams by client flow to endpoints this table
+//! relayed unterminated (Passthrough) or terminated with the listener's certificates first
+//! (Terminate, on a port of its own); a UDP listener's datagrams by client flow to endpoints this table
 //! lists itself (a UDP Service port is no entry: entries are TCP).
 //! TLS listeners on the TLS port itself share it with termination: their names are relayed
 //! before any handshake (`passthrough`). Data only: the TCP frontends open the ports
@@ -80,6 +81,10 @@ pub struct SniRoute {
     /// On the TLS port: the Gateway's own address, whose connections alone it takes.
     pub address: Option<IpAddr>,
     pub to: Backends,
+    /// A TLS listener in Terminate mode: the connection is terminated with these
+    /// certificates (PEM chain and key, chosen by server name; none: every handshake fails),
+    /// and its plaintext relayed. `None`: passed through unterminated.
+    pub terminate: Option<Arc<[Arc<[u8]>]>>,
 }
 
 impl Streams {
@@ -93,6 +98,20 @@ impl Streams {
             .binary_search_by(|p| (p.address, p.port).cmp(&(address, port)))
             .ok()
             .map(|i| &self.udp[i].to)
+    }
+
+    /// The certificates a connection to a TLS listener's own port, naming `name`, is
+    /// terminated with (`None`: it is passed through, or not taken).
+    pub fn terminate(
+        &self,
+        address: Option<IpAddr>,
+        port: u16,
+        name: Option<&str>,
+    ) -> Option<&Arc<[Arc<[u8]>]>> {
+        match self.port(address, port)? {
+            StreamServe::Tls(routes) => sni_route_of(routes, name, None)?.terminate.as_ref(),
+            StreamServe::Tcp(_) => None,
+        }
     }
 
     /// What the port opened on `address` (`None`: the bind address) serves.
@@ -111,13 +130,22 @@ pub fn sni_route<'t>(
     name: Option<&str>,
     local: Option<IpAddr>,
 ) -> Option<&'t Backends> {
+    sni_route_of(routes, name, local).map(|r| &r.to)
+}
+
+/// The route of the connections naming `name` (as `sni_route`), with how it is served.
+pub fn sni_route_of<'t>(
+    routes: &'t [SniRoute],
+    name: Option<&str>,
+    local: Option<IpAddr>,
+) -> Option<&'t SniRoute> {
     let seen = || {
         routes
             .iter()
             .filter(move |r| r.address.is_none_or(|a| Some(a) == local))
     };
-    name.and_then(|name| by_server_name(seen().map(|r| (r.host.as_ref(), &r.to)), name))
-        .or_else(|| seen().find(|r| r.host.is_none()).map(|r| &r.to))
+    name.and_then(|name| by_server_name(seen().map(|r| (r.host.as_ref(), r)), name))
+        .or_else(|| seen().find(|r| r.host.is_none()))
 }
 
 #[cfg(test)]
@@ -152,21 +180,25 @@ mod tests {
                 host: None,
                 address: None,
                 to: to(1),
+                terminate: None,
             },
             SniRoute {
                 host: Some(HostPattern::Wildcard(".example.com".into())),
                 address: None,
                 to: to(2),
+                terminate: None,
             },
             SniRoute {
                 host: Some(HostPattern::Exact("abc.example.com".into())),
                 address: None,
                 to: to(3),
+                terminate: None,
             },
             SniRoute {
                 host: Some(HostPattern::Exact("own.example.com".into())),
                 address: Some(a),
                 to: to(4),
+                terminate: None,
             },
         ];
         assert_eq!(

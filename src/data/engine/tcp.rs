@@ -11,7 +11,9 @@
 //! idle (tunnel) timeout end it. Metrics and the access log are recorded once per connection,
 //! when it closes. On a `--proxy-protocol` port the PROXY header is read first and
 //! its client is the connection's client from then on; an entry with `send_proxy` tells its
-//! endpoint that client in a PROXY v2 header. This module must not know about Kubernetes or
+//! endpoint that client in a PROXY v2 header. A Gateway TLS listener's connection is routed by
+//! its hello's server name, then relayed whole (Passthrough) or terminated first with the
+//! listener's certificates (Terminate: the hello read again by the handshake, `Rewind`). This module must not know about Kubernetes or
 //! translation, and reads the table only through `TableReader`.
 
 use std::collections::BTreeMap;
@@ -25,14 +27,14 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::data::Timeouts;
 use crate::data::passthrough::read_hello;
+use crate::data::tls::Terminators;
 use crate::data::wire::proxy_protocol;
 use crate::decide::attempt::{Attempt, Failure, Policy, Route};
 use crate::decide::cause::Cause;
@@ -72,6 +74,8 @@ struct ConnSettings {
     proxy_protocol: proxy_protocol::Settings,
     /// `--work-stealing false`: each connection is placed on one of the service's threads.
     spread: bool,
+    /// The acceptors of Gateway TLS listeners that terminate.
+    terminators: Arc<Terminators>,
 }
 
 impl TcpFrontends {
@@ -86,6 +90,7 @@ impl TcpFrontends {
                 access_log: Arc::new(AccessLog::off()),
                 proxy_protocol: proxy_protocol::Settings::default(),
                 spread: false,
+                terminators: Arc::new(Terminators::default()),
             }),
             bind,
         }
@@ -394,6 +399,12 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
     } else {
         (Vec::new(), None)
     };
+    // A TLS listener in Terminate mode: its certificates, to terminate with once routed.
+    let terminate = table
+        .streams
+        .terminate(accepted.address, accepted.port, name.as_deref())
+        .filter(|_| tls)
+        .cloned();
     let mut attempt = Attempt::new(Some(accepted.peer.ip()));
     let routed = if service {
         attempt.route_tcp(table, accepted.port, &conn.policy, started)
@@ -420,7 +431,29 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             return;
         }
     }
-    let outcome = connect_and_relay(client, accepted.peer, &hello, &mut attempt, &conn).await;
+    let local = client.local_addr().ok();
+    // Small writes of interactive protocols must not wait for Nagle.
+    let _ = client.set_nodelay(true);
+    let (client, hello) = match terminate {
+        None => (Client::Plain(client), hello),
+        Some(certificates) => {
+            // Never passed through: without an acceptor (no certificate loads) it is closed.
+            let Some(acceptor) = conn.terminators.acceptor(&certificates) else {
+                return;
+            };
+            let handshake = acceptor.accept(Rewind::new(hello, client));
+            match tokio::time::timeout(conn.timeouts.request_headers, handshake).await {
+                Ok(Ok(tls)) => (Client::Tls(Box::new(tls)), Vec::new()),
+                Ok(Err(e)) => {
+                    tracing::debug!(port = accepted.port, error = %e, "TLS listener handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    };
+    let outcome =
+        connect_and_relay(client, (accepted.peer, local), &hello, &mut attempt, &conn).await;
     let (Some(table), Some(entry)) = (attempt.table(), attempt.entry()) else {
         return;
     };
@@ -457,8 +490,8 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
 /// Connects to the endpoint the attempt picks (trying others as it says) and relays;
 /// `first` (a hello already read) goes to the endpoint ahead of the client's other bytes.
 async fn connect_and_relay(
-    client: TcpStream,
-    peer: SocketAddr,
+    client: Client,
+    (peer, local): (SocketAddr, Option<SocketAddr>),
     first: &[u8],
     attempt: &mut Attempt,
     conn: &ConnSettings,
@@ -467,8 +500,8 @@ async fn connect_and_relay(
     // `lb.send-proxy-protocol: v2`: the endpoint learns the client (the PROXY one, when a
     // balancer sent one) from a header ahead of the client's bytes.
     let send_proxy = attempt.entry().is_some_and(|e| e.upstream.send_proxy);
-    let header = match client.local_addr() {
-        Ok(local) if send_proxy => Some(proxy_protocol::v2_header(peer, local)),
+    let header = match local {
+        Some(local) if send_proxy => Some(proxy_protocol::v2_header(peer, local)),
         _ => None,
     };
     loop {
@@ -491,10 +524,15 @@ async fn connect_and_relay(
                         return outcome;
                     }
                 }
-                // Small writes of interactive protocols must not wait for Nagle.
-                let _ = client.set_nodelay(true);
                 let _ = upstream.set_nodelay(true);
-                let (ended, mut bytes) = relay(client, upstream, conn.timeouts.tunnel).await;
+                let idle = conn.timeouts.tunnel;
+                let (ended, mut bytes) = match client {
+                    Client::Plain(client) => relay(client, upstream, idle).await,
+                    Client::Tls(tls) => {
+                        let (r, w) = tokio::io::split(tls);
+                        relay_halves((r, w), upstream, idle).await
+                    }
+                };
                 bytes.from_client += first.len() as u64;
                 outcome.bytes = bytes;
                 outcome.error = ended.error();
@@ -563,11 +601,24 @@ struct Bytes {
 /// Copies bytes both ways until both sides have closed, one fails, or nothing moves for
 /// `idle`. An EOF on one side is passed on as a half-close (FIN) to the other, whose direction
 /// keeps flowing.
-async fn relay(mut client: TcpStream, mut upstream: TcpStream, idle: Duration) -> (Ended, Bytes) {
+async fn relay(mut client: TcpStream, upstream: TcpStream, idle: Duration) -> (Ended, Bytes) {
+    relay_halves(client.split(), upstream, idle).await
+}
+
+/// `relay` from a client's two halves (a TCP stream's, borrowed; or a terminated TLS
+/// stream's).
+async fn relay_halves<R, W>(
+    (client_r, client_w): (R, W),
+    mut upstream: TcpStream,
+    idle: Duration,
+) -> (Ended, Bytes)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let origin = Instant::now();
     let last_activity = AtomicU64::new(0);
     let (from_client, to_client) = (AtomicU64::new(0), AtomicU64::new(0));
-    let (client_r, client_w) = client.split();
     let (upstream_r, upstream_w) = upstream.split();
     let ended = {
         let mut up = pin!(pump(
@@ -618,14 +669,88 @@ async fn relay(mut client: TcpStream, mut upstream: TcpStream, idle: Duration) -
     (ended, bytes)
 }
 
+/// A client connection as relayed: as accepted, or terminated (a TLS listener in Terminate
+/// mode), its hello read again by the handshake.
+enum Client {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<Rewind<TcpStream>>>),
+}
+
+/// A stream whose first bytes, already read, are given again before the rest: the hello a
+/// TLS listener read to choose its route, for the handshake that follows.
+struct Rewind<S> {
+    first: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Rewind<S> {
+    fn new(first: Vec<u8>, inner: S) -> Rewind<S> {
+        Rewind {
+            first,
+            at: 0,
+            inner,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let this = &mut *self;
+        if let Some(rest) = this.first.get(this.at..).filter(|r| !r.is_empty()) {
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            this.at += n;
+            if this.at == this.first.len() {
+                this.first = Vec::new();
+                this.at = 0;
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// One direction: read until EOF, then half-close the writer.
-async fn pump(
-    mut from: ReadHalf<'_>,
-    mut to: WriteHalf<'_>,
+async fn pump<R, W>(
+    mut from: R,
+    mut to: W,
     copied: &AtomicU64,
     last_activity: &AtomicU64,
     origin: Instant,
-) -> io::Result<()> {
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut buf = vec![0u8; BUFFER];
     loop {
         let n = from.read(&mut buf).await?;
@@ -650,6 +775,27 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (b, _) = l.accept().await.unwrap();
         (a, b)
+    }
+
+    #[tokio::test]
+    async fn rewind_gives_the_bytes_read_again_then_the_rest() {
+        let (mut client, accepted) = pair().await;
+        client.write_all(b" world").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut r = Rewind::new(b"hello".to_vec(), accepted);
+        // A small buffer takes the first bytes in pieces.
+        let mut piece = [0u8; 3];
+        let n = r.read(&mut piece).await.unwrap();
+        assert_eq!(&piece[..n], b"hel");
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"lo world");
+        // Writes go to the stream.
+        r.write_all(b"back").await.unwrap();
+        r.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"back");
     }
 
     #[tokio::test]

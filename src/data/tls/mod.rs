@@ -26,6 +26,7 @@ mod listener_auth;
 mod options;
 mod secrets;
 mod store;
+mod terminator;
 mod watcher;
 
 use std::fmt;
@@ -48,6 +49,7 @@ pub use handshake::{HandshakeAcceptor, handshake_failure};
 pub use options::{ClientVerify, DEFAULT_HSTS_MAX_AGE, TlsError, TlsOptions};
 pub use secrets::{SecretCerts, SecretPem};
 pub use store::{CertInfo, CertSource, CertStore};
+pub use terminator::Terminators;
 pub use watcher::CertWatcher;
 
 /// Everything the TLS frontend needs, loaded and checked at startup.

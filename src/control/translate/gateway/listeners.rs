@@ -148,8 +148,12 @@ impl Builder<'_> {
                     }
                 }
             }
+            // A TLS listener in Terminate mode (the default mode) terminates with its own
+            // certificates, then relays as a TCP listener does.
+            let terminate = stream == Some(StreamListener::Tls)
+                && l.tls.as_ref().and_then(|t| t.mode.as_deref()) != Some("Passthrough");
             let mut certificates = Vec::new();
-            if https && accepted.is_ok() {
+            if (https || terminate) && accepted.is_ok() {
                 match Self::listener_certificates(&who, l, grants, secrets) {
                     Ok(c) => certificates = c,
                     Err(e) => refs = Err(e),
@@ -199,6 +203,7 @@ impl Builder<'_> {
                 namespaces,
                 attached: 0,
                 certificates,
+                terminate,
                 validation,
             });
         }
@@ -303,17 +308,33 @@ impl Builder<'_> {
             "TCP" => (false, Some(StreamListener::Tcp), self.stream_port(l, false)),
             "TLS" => {
                 let mode = l.tls.as_ref().and_then(|t| t.mode.as_deref());
-                let accepted = if mode == Some("Passthrough") {
-                    self.stream_port(l, true)
-                } else {
-                    refuse(
+                let accepted = match mode {
+                    Some("Passthrough") => self.stream_port(l, true),
+                    // Terminated, then relayed as TCP: on a port of its own, where nothing
+                    // else terminates.
+                    None | Some("Terminate") => {
+                        if u16::try_from(l.port).ok() == Some(self.options.gateway_https_port) {
+                            refuse(
+                                "UnsupportedValue",
+                                format!(
+                                    "tls.mode Terminate is not served on the Gateway HTTPS \
+                                     port {} (an HTTPS listener terminates there; a TLS \
+                                     listener there passes through)",
+                                    l.port
+                                ),
+                            )
+                        } else {
+                            self.stream_port(l, false)
+                        }
+                    }
+                    Some(other) => refuse(
                         "UnsupportedValue",
                         format!(
-                            "tls.mode {} is not served on a TLS listener (Passthrough is; \
-                             terminate TLS with an HTTPS listener)",
-                            show(mode.unwrap_or(""))
+                            "tls.mode {} is not a TLS listener's mode (Passthrough or \
+                             Terminate)",
+                            show(other)
                         ),
-                    )
+                    ),
                 };
                 (false, Some(StreamListener::Tls), accepted)
             }
@@ -522,7 +543,8 @@ impl Builder<'_> {
             };
             let generation = gw.metadata.generation;
             for (l, st) in views.iter().zip(statuses.iter_mut()) {
-                if !l.usable || l.certificates.is_empty() {
+                // A TLS listener's certificates terminate on its own port, not the TLS port's.
+                if !l.usable || l.certificates.is_empty() || l.stream.is_some() {
                     continue;
                 }
                 let host = match &l.hostname {

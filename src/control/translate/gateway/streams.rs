@@ -357,7 +357,10 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
     let mut streams = Streams::default();
     // TLS names by port (`None`: the TLS port's passthrough), each with its rank.
     type Port = Option<(Option<IpAddr>, u16)>;
-    let mut names: BTreeMap<Port, Vec<(&Claim, Option<IpAddr>)>> = BTreeMap::new();
+    /// A claim on a TLS port, the address it is seen at, and the certificates its listener
+    /// terminates with (`None`: passed through).
+    type Named<'c> = (&'c Claim, Option<IpAddr>, &'c Option<Arc<[Arc<[u8]>]>>);
+    let mut names: BTreeMap<Port, Vec<Named<'_>>> = BTreeMap::new();
     let mut taken = Vec::new();
     for ((ns, name), (_, views, _)) in gateways.iter_mut() {
         for (at, l) in views.iter_mut().enumerate() {
@@ -376,10 +379,16 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
             } else {
                 l.addresses.iter().map(|a| Some(*a)).collect()
             };
-            taken.push((kind, port, addresses, c));
+            let terminate: Option<Arc<[Arc<[u8]>]>> = l.terminate.then(|| {
+                l.certificates
+                    .iter()
+                    .map(|(_, pem)| Arc::clone(pem))
+                    .collect()
+            });
+            taken.push((kind, port, addresses, c, terminate));
         }
     }
-    for (kind, port, addresses, c) in &taken {
+    for (kind, port, addresses, c, terminate) in &taken {
         for &address in addresses {
             match kind {
                 StreamListener::Tcp => {
@@ -405,7 +414,7 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
                     names
                         .entry(at)
                         .or_default()
-                        .extend(c.iter().map(|claim| (claim, address)));
+                        .extend(c.iter().map(|claim| (claim, address, terminate)));
                 }
             }
         }
@@ -413,7 +422,7 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
     for (at, mut claims) in names {
         claims.sort_by(|a, b| a.0.rank.cmp(&b.0.rank));
         let mut routes: Vec<SniRoute> = Vec::new();
-        for (claim, address) in claims {
+        for (claim, address, terminate) in claims {
             // On a port of its own the address is the port's; on the TLS port each
             // route says whose connections it takes.
             let address = if at.is_none() { address } else { None };
@@ -429,6 +438,7 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
                         host: host.clone(),
                         address,
                         to: to.clone(),
+                        terminate: terminate.clone(),
                     });
                 }
             }

@@ -78,6 +78,9 @@ pub(super) struct ListenerView<'g> {
     /// An HTTPS listener's certificates (its `certificateRefs`, resolved): placed once every
     /// Gateway's address is known (`place_certificates`).
     pub(super) certificates: ListenerCertificates,
+    /// A TLS listener in Terminate mode: its connections are terminated with `certificates`
+    /// (none resolved: every handshake fails), then relayed as TCP.
+    pub(super) terminate: bool,
     /// An HTTPS listener's client-certificate validation (`spec.tls.frontend`), placed with
     /// its certificates (`place_validations`).
     pub(super) validation: Option<Arc<ClientValidation>>,

@@ -172,6 +172,75 @@ fn tls_listeners_route_by_server_name_on_their_port_and_on_the_tls_port() {
 }
 
 #[test]
+fn tls_listeners_in_terminate_mode_carry_their_certificates_to_their_port() {
+    let more = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: term, namespace: infra, creationTimestamp: "2026-02-01T00:00:00Z"}
+spec:
+  gatewayClassName: sy
+  listeners:
+  - {name: term, port: 9800, protocol: TLS, hostname: t.example.com,
+     tls: {mode: Terminate, certificateRefs: [{name: young-cert}]}}
+  - {name: pass, port: 9800, protocol: TLS, hostname: p.example.com, tls: {mode: Passthrough}}
+  - {name: no-cert, port: 9801, protocol: TLS, tls: {certificateRefs: [{name: missing}]}}
+  - {name: on-https, port: 443, protocol: TLS, hostname: h.example.com,
+     tls: {mode: Terminate, certificateRefs: [{name: young-cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: t, namespace: infra}
+spec:
+  parentRefs: [{name: term}]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+"#;
+    let mut w = https_world();
+    let s = streams_world(more);
+    w.gateways = s.gateways;
+    w.tls_routes = s.tls_routes;
+    let (b, warnings) = build(&w);
+    let t = &b.table;
+    let certs = |port, name| t.streams.terminate(None, port, Some(name)).map(|c| c.len());
+    // Terminated with the listener's one certificate; the other name on the port passes
+    // through; neither is on the TLS port's SNI.
+    assert_eq!(certs(9800, "t.example.com"), Some(1));
+    assert_eq!(certs(9800, "p.example.com"), None);
+    assert!(
+        !certificates(t)
+            .iter()
+            .any(|(_, _, hosts)| hosts.contains(&"t.example.com".to_string())),
+        "{:?}",
+        certificates(t)
+    );
+    // Terminate is the default mode; a certificate that does not resolve terminates with
+    // none (every handshake fails), never passes through.
+    assert_eq!(certs(9801, "any.example.com"), Some(0));
+    let no_cert = listener(&b, "term", "no-cert");
+    assert!(
+        no_cert
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ResolvedRefs" && c.reason == "InvalidCertificateRef"),
+        "{no_cert:?}"
+    );
+    assert_eq!(
+        accepted(listener(&b, "term", "term")),
+        ("True".into(), "Accepted".into())
+    );
+    // Not on the Gateway HTTPS port, where HTTPS listeners terminate.
+    assert_eq!(
+        accepted(listener(&b, "term", "on-https")),
+        ("False".into(), "UnsupportedValue".into())
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.message.contains("on-https") && w.message.contains("Terminate")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
 fn ports_switchyard_has_or_another_gateway_took_are_refused() {
     let more = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -183,7 +252,7 @@ spec:
   - {name: same-port, port: 9300, protocol: TCP}
   - {name: http-port, port: 80, protocol: TCP}
   - {name: tls-port, port: 443, protocol: TCP}
-  - {name: terminate, port: 9500, protocol: TLS, tls: {mode: Terminate}}
+  - {name: terminate, port: 9500, protocol: TLS, tls: {mode: Reencrypt}}
   - {name: sctp, port: 9600, protocol: SCTP}
   - {name: free, port: 9700, protocol: TCP}
 ---
