@@ -3,7 +3,9 @@
 //! manifests and expectations, the objects served by the in-repo fake API server
 //! (tests/kube_api) and watched by switchyard as in a cluster. The fake accepts the echo
 //! pods' 127.0.0.1 addresses in EndpointSlices, which a real API server would refuse: the
-//! backends must be reachable on this machine.
+//! backends must be reachable on this machine. Here switchyard writes status, so the frontend
+//! client-certificate cases also check the listener, Gateway and route conditions upstream's
+//! Go tests wait for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -76,6 +77,16 @@ pub struct Exp {
     /// The Gateway's address (its `status.addresses`) when it has one of its own
     /// (`--gateway-addresses`); else 127.0.0.1.
     pub address: Option<IpAddr>,
+    /// Over TLS, the client certificate offered when the server asks for one (upstream's
+    /// `ClientCertificate` and `ClientCertificateKey`).
+    pub client_cert: Option<ClientCert>,
+}
+
+/// A client certificate (DER) and its key (PEM).
+#[derive(Clone, Debug)]
+pub struct ClientCert {
+    pub der: Vec<u8>,
+    pub key_pem: String,
 }
 
 /// Where a Gateway without an address of its own is reached.
@@ -112,6 +123,7 @@ pub fn req(path: &str) -> Exp {
         namespace: String::new(),
         mirrored_to: vec![],
         address: None,
+        client_cert: None,
     }
 }
 
@@ -196,6 +208,15 @@ impl Exp {
             sni: sni.into(),
             cert: cert.to_vec(),
         };
+        self
+    }
+
+    /// Offers this client certificate when the server asks for one (a setup Secret's).
+    pub fn client_cert(mut self, leaf: &super::SelfSigned) -> Self {
+        self.client_cert = Some(ClientCert {
+            der: leaf.der.clone(),
+            key_pem: leaf.key_pem.clone(),
+        });
         self
     }
 
@@ -353,7 +374,14 @@ pub async fn round_trip(
                 send(tcp, &out).await
             }
             Via::Https { sni, cert } => {
-                let tls = tls_connect(exp.address.unwrap_or(SHARED), suite.https_port, sni).await?;
+                let asked = Arc::new(AtomicBool::new(false));
+                let tls = tls_connect(
+                    exp.address.unwrap_or(SHARED),
+                    suite.https_port,
+                    sni,
+                    exp.client_cert.as_ref().map(|c| (c, Arc::clone(&asked))),
+                )
+                .await?;
                 let presented = tls
                     .get_ref()
                     .1
@@ -369,7 +397,20 @@ pub async fn round_trip(
                         subject(cert)
                     ));
                 }
-                send(tls, &out).await
+                let sent = send(tls, &out).await;
+                // upstream's GetClientCertificateHook: a client certificate given must have
+                // been asked for during the handshake.
+                if exp.client_cert.is_some() && !asked.load(Ordering::SeqCst) {
+                    return Err(format!(
+                        "for SNI {sni} the server did not ask for the client certificate \
+                         (answer: {})",
+                        match &sent {
+                            Ok((_, r)) => r.status.to_string(),
+                            Err(e) => e.clone(),
+                        }
+                    ));
+                }
+                sent
             }
         }
     };
@@ -394,19 +435,59 @@ fn subject(der: &[u8]) -> String {
     }
 }
 
+/// Offers a client certificate and records that the server asked for one.
+#[derive(Debug)]
+struct OfferCert {
+    key: Arc<rustls::sign::CertifiedKey>,
+    asked: Arc<AtomicBool>,
+}
+
+impl rustls::client::ResolvesClientCert for OfferCert {
+    fn resolve(
+        &self,
+        _: &[&[u8]],
+        _: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.asked.store(true, Ordering::SeqCst);
+        Some(Arc::clone(&self.key))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 async fn tls_connect(
     address: IpAddr,
     port: u16,
     sni: &str,
+    client: Option<(&ClientCert, Arc<AtomicBool>)>,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    use rustls::pki_types::ServerName;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(crate::tls_client::AnyServerCert))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(crate::tls_client::AnyServerCert));
+    let mut config = match client {
+        Some((cert, asked)) => {
+            let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
+                .map_err(|e| format!("client key: {e}"))?;
+            let key = rustls::sign::CertifiedKey::from_der(
+                vec![CertificateDer::from(cert.der.clone())],
+                key,
+                &provider,
+            )
+            .map_err(|e| format!("client certificate: {e}"))?;
+            builder.with_client_cert_resolver(Arc::new(OfferCert {
+                key: Arc::new(key),
+                asked,
+            }))
+        }
+        None => builder.with_no_client_auth(),
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tcp = TcpStream::connect((address, port))
         .await
@@ -782,6 +863,43 @@ pub async fn eventually_consistent(suite: &Suite, exp: &Exp) -> Result<(), Strin
     Err(format!(
         "not consistent within {MAX_TIME_TO_CONSISTENCY:?}; last: {last}"
     ))
+}
+
+/// upstream's `MakeTLSRequestAndExpectFailureResponse`: one request, which must fail (no
+/// response at all: the handshake refused, or the connection closed before an answer); any
+/// response, whatever its status, is a failure of the expectation. Like upstream, a client
+/// certificate given must have been asked for.
+pub async fn expect_no_response(suite: &Suite, exp: &Exp) -> Result<(), String> {
+    match round_trip(suite, exp).await {
+        Err(e) if e.contains("did not ask for the client certificate") => Err(e),
+        Err(_) => Ok(()),
+        Ok((_, cres)) => Err(format!(
+            "request should fail, got a response: status {} (body {:?})",
+            cres.status,
+            cres.body.chars().take(200).collect::<String>()
+        )),
+    }
+}
+
+/// Runs [`expect_no_response`] for each of `cases` (after the case's successes have held, as
+/// upstream runs its failure request after its consistent one) and panics with every one
+/// that got an answer.
+pub async fn run_all_fail(suite: &Suite, case: &str, cases: &[Exp]) {
+    let outcomes = futures::future::join_all(cases.iter().enumerate().map(|(i, exp)| async move {
+        expect_no_response(suite, exp)
+            .await
+            .map_err(|e| format!("{case}/{} should fail: {e}", exp.name(i)))
+    }))
+    .await;
+    let failures: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} failure expectations got an answer:\n{}\nswitchyard stderr:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n"),
+        tail(&suite.sy.stderr(), 4000)
+    );
 }
 
 /// upstream's `ExpectMirroredRequest`: every `MirroredTo` Deployment has a pod that saw a

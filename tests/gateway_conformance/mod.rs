@@ -87,6 +87,21 @@ const SETUP_CA_SECRETS: [(&str, &str, &[&str], &[&str]); 2] = [
     ),
 ];
 
+/// The client-certificate CAs `Setup` creates for the frontend client-certificate validation
+/// cases (`spec.tls.frontend`): ConfigMap (`ca.crt`) and the client-certificate Secret it
+/// signed, both in the infra namespace. Each CA signs only its own client certificate, so
+/// the per-port client's certificate is of another CA than the default's, and back.
+pub const SETUP_CLIENT_CAS: [(&str, &str); 2] = [
+    (
+        "tls-validity-checks-ca-certificate",
+        "tls-validity-checks-client-certificate",
+    ),
+    (
+        "tls-validity-checks-per-port-ca-certificate",
+        "tls-validity-checks-per-port-client-certificate",
+    ),
+];
+
 /// One conformance run: switchyard on the base manifests plus one case's, with its pods.
 /// Where switchyard reads the cases' objects from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +242,42 @@ fn ca_signed(leaves: &[(&[&str], &[&str])]) -> (String, Vec<SelfSigned>) {
     (ca_pem, signed)
 }
 
+/// A CA of its own and one client certificate it signed (`CN=<cn>`, extended key usage
+/// clientAuth), as `Setup` makes the client-certificate CAs: the CA's PEM and the leaf.
+fn client_ca(cn: &str) -> (String, SelfSigned) {
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::OrganizationName, "Kubernetes Gateway API");
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{cn} CA"));
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_pem = ca.self_signed(&ca_key).expect("CA").pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "Kubernetes Gateway API");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).expect("client certificate");
+    (
+        ca_pem,
+        SelfSigned {
+            der: cert.der().to_vec(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        },
+    )
+}
+
 /// The value of env `name` in a Deployment's containers, if one sets it.
 fn env_of<'a>(deployment: &'a Value, name: &str) -> Option<&'a Value> {
     deployment["spec"]["template"]["spec"]["containers"]
@@ -312,6 +363,17 @@ pub async fn world(files: &[&str]) -> World {
     for ((ns, name, _, _), cert) in SETUP_CA_SECRETS.iter().zip(signed) {
         secrets.insert((ns.to_string(), name.to_string()), cert);
     }
+    let mut ca_maps = Vec::new();
+    for (config_map, secret) in SETUP_CLIENT_CAS {
+        let (ca_pem, client) = client_ca(secret);
+        secrets.insert((INFRA.to_string(), secret.to_string()), client);
+        ca_maps.push(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": config_map, "namespace": INFRA},
+            "data": {"ca.crt": ca_pem},
+        }));
+    }
     let mut pods: Vec<Pod> = Vec::new();
     let mut pod_labels: Vec<Value> = Vec::new();
     for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
@@ -364,6 +426,7 @@ pub async fn world(files: &[&str]) -> World {
     }
     docs.retain(|d| !matches!(d["kind"].as_str(), Some("Deployment" | "ConfigMap")));
     docs.extend(slices);
+    docs.extend(ca_maps);
     docs.push(json!({
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "GatewayClass",
@@ -622,6 +685,90 @@ impl Suite {
         }
     }
 
+    /// Whether switchyard writes status here (through the fake API server; offline nothing
+    /// writes status).
+    pub fn writes_status(&self) -> bool {
+        matches!(self.sy.process, Process::Cluster(..))
+    }
+
+    /// upstream's `GatewayMustHaveCondition`: the Gateway's conditions hold `want`.
+    pub async fn gateway_must_have(&self, ns: &str, gw: &str, want: &[Cond<'_>]) {
+        self.status_must_hold(
+            Kind::Gateway,
+            ns,
+            gw,
+            &format!("Gateway {ns}/{gw}"),
+            want,
+            |s| Some(&s["conditions"]),
+        )
+        .await;
+    }
+
+    /// upstream's `GatewayListenerMustHaveConditions`: listener `listener`'s conditions hold
+    /// `want`.
+    pub async fn listener_must_have(&self, ns: &str, gw: &str, listener: &str, want: &[Cond<'_>]) {
+        let what = format!("listener {listener} of Gateway {ns}/{gw}");
+        self.status_must_hold(Kind::Gateway, ns, gw, &what, want, |s| {
+            s["listeners"]
+                .as_array()?
+                .iter()
+                .find(|l| l["name"] == listener)
+                .map(|l| &l["conditions"])
+        })
+        .await;
+    }
+
+    /// The conditions of HTTPRoute `ns/route`'s parent status for Gateway `gw` hold `want`
+    /// (upstream's `GatewayAndRoutesMustBeAccepted` and
+    /// `HTTPRouteMustHaveResolvedRefsConditionsTrue`, route side).
+    pub async fn route_parent_must_have(&self, ns: &str, route: &str, gw: &str, want: &[Cond<'_>]) {
+        let what = format!("HTTPRoute {ns}/{route} parent {gw}");
+        self.status_must_hold(Kind::HTTPRoute, ns, route, &what, want, |s| {
+            s["parents"]
+                .as_array()?
+                .iter()
+                .find(|p| p["parentRef"]["name"] == gw)
+                .map(|p| &p["conditions"])
+        })
+        .await;
+    }
+
+    /// Polls (within the consistency limit) until the conditions `pick` finds in object
+    /// `ns/name`'s status hold `want`; panics with the last status seen. Through the fake API
+    /// server only.
+    async fn status_must_hold(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        what: &str,
+        want: &[Cond<'_>],
+        pick: impl Fn(&Value) -> Option<&Value>,
+    ) {
+        let Process::Cluster(_, api) = &self.sy.process else {
+            panic!("status is written only through the fake API server");
+        };
+        let deadline = std::time::Instant::now() + expect::MAX_TIME_TO_CONSISTENCY;
+        loop {
+            let status = api
+                .object(kind, ns, name)
+                .map(|o| o["status"].clone())
+                .unwrap_or(Value::Null);
+            let outcome = match pick(&status) {
+                Some(conds) => conditions_hold(conds, want),
+                None => Err("not in status".to_string()),
+            };
+            match outcome {
+                Ok(()) => return,
+                Err(e) if std::time::Instant::now() >= deadline => panic!(
+                    "{what}: {e}\nstatus: {status:#}\nswitchyard stderr:\n{}",
+                    self.sy.stderr()
+                ),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
     /// The pods of Deployment `ns/name`.
     pub fn pods_of(&self, ns: &str, name: &str) -> Vec<&Pod> {
         self.pods
@@ -629,6 +776,34 @@ impl Suite {
             .filter(|p| p.namespace == ns && p.deployment == name)
             .collect()
     }
+}
+
+/// An expected status condition: type, status (`"True"`/`"False"`), reason (`""`: any, as
+/// upstream leaves it empty).
+pub type Cond<'a> = (&'a str, &'a str, &'a str);
+
+/// Every `want` condition is among `conds` (a `conditions` array) with its status and, when
+/// one is expected, its reason.
+fn conditions_hold(conds: &Value, want: &[Cond<'_>]) -> Result<(), String> {
+    let conds = conds.as_array().ok_or("no conditions")?;
+    for (type_, status, reason) in want {
+        let Some(c) = conds.iter().find(|c| c["type"] == *type_) else {
+            return Err(format!("no {type_} condition"));
+        };
+        if c["status"] != *status || (!reason.is_empty() && c["reason"] != *reason) {
+            return Err(format!(
+                "{type_}: expected {status}{}, got {} ({})",
+                if reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({reason})")
+                },
+                c["status"],
+                c["reason"]
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `switchyard_table_build_seconds_count` from the admin port's /metrics (0 when unreadable).
