@@ -131,10 +131,12 @@ impl Builder<'_> {
             // Client-certificate validation: without one CA to verify against, the listener
             // is not served (never served to unverified clients); some refs bad, the others
             // verify and the condition says which is not used.
+            // Its refs are checked whatever else refuses the listener, so that `ResolvedRefs`
+            // says what they are.
             let mut validation = None;
             let mut validation_refs: Checked = Ok(());
             let mut not_served = false;
-            if https && accepted.is_ok() {
+            if https {
                 match self.client_validation(&who, gw, l, grants) {
                     Ok(None) => {}
                     Ok(Some((v, bad))) => {
@@ -142,18 +144,23 @@ impl Builder<'_> {
                         validation_refs = bad;
                     }
                     Err((bad, why)) => {
-                        not_served = true;
                         validation_refs = Err(bad);
-                        accepted = Err(why);
+                        if accepted.is_ok() {
+                            not_served = true;
+                            accepted = Err(why);
+                        }
                     }
                 }
             }
             // A TLS listener in Terminate mode (the default mode) terminates with its own
             // certificates, then relays as a TCP listener does.
             let terminate = stream == Some(StreamListener::Tls)
-                && l.tls.as_ref().and_then(|t| t.mode.as_deref()) != Some("Passthrough");
+                && matches!(
+                    l.tls.as_ref().and_then(|t| t.mode.as_deref()),
+                    None | Some("Terminate")
+                );
             let mut certificates = Vec::new();
-            if (https || terminate) && accepted.is_ok() {
+            if https || terminate {
                 match Self::listener_certificates(&who, l, grants, secrets) {
                     Ok(c) => certificates = c,
                     Err(e) => refs = Err(e),
