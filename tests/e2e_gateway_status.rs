@@ -2429,3 +2429,29 @@ async fn a_gateway_with_several_addresses_lists_them_all() {
         g["status"]
     );
 }
+
+/// The Gateway CRD takes at most 16 `status.addresses`: with 20 published (the suite's
+/// 127.0.0.1 and 19 more), the Gateway gets 16 and the rest of its status. The fake refuses
+/// 17 as the real API server (v1.32, `../shared/kube`) refused them, `Too many: 18: must
+/// have at most 16 items`, and with them the whole status, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_gets_sixteen_of_twenty_published_addresses() {
+    let more: Vec<String> = (1..=19).map(|i| format!("192.0.2.{i}")).collect();
+    let c = start_objects(base(), &["--publish-status-address", &more.join(",")]).await;
+    c.must("16 addresses and the conditions written", |c| {
+        let g = c.get(Kind::Gateway, SAME_NAMESPACE.0, SAME_NAMESPACE.1);
+        let addresses = g["status"]["addresses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if addresses.len() != 16 || addresses.iter().any(|a| a["type"] != "IPAddress") {
+            return Err(format!("addresses: {}", g["status"]["addresses"]));
+        }
+        conditions_match(
+            &[("Accepted", "True", ""), ("Programmed", "True", "")],
+            &g["status"]["conditions"],
+        )
+    })
+    .await;
+    assert!(!c.sy.stderr().contains("write failed"), "{}", c.sy.stderr());
+}

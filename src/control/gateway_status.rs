@@ -217,13 +217,16 @@ pub fn plan(
                 continue;
             };
             let listeners = merge_listeners(&want.listeners, &seen.status.listeners, now);
+            // With --gateway-addresses each Gateway has its own (or none). The CRD takes at
+            // most 16: the API server refuses a longer list, and with it the whole status.
+            let mut published: Vec<GatewayAddress> = if desired.own_addresses {
+                want.addresses.clone()
+            } else {
+                addresses.iter().map(gateway_address).collect()
+            };
+            published.truncate(MAX_ADDRESSES);
             let next = GatewayStatus {
-                // With --gateway-addresses each Gateway has its own (or none).
-                addresses: if desired.own_addresses {
-                    want.addresses.clone()
-                } else {
-                    addresses.iter().map(gateway_address).collect()
-                },
+                addresses: published,
                 conditions: merge_conditions(&want.conditions, &seen.status.conditions, now),
                 listeners,
                 attached_listener_sets: want.attached_listener_sets,
@@ -275,6 +278,12 @@ pub fn plan(
     }
     out
 }
+
+/// The spec's bound on a Gateway's `status.addresses` (the CRD's `maxItems`): the first 16 of
+/// the published addresses (IPs first, then host names) are written. A longer list was a 422
+/// for the whole status from a real API server, retried for ever (`--publish-status-address`
+/// with 17 addresses, or a `--publish-service` LoadBalancer with as many).
+pub const MAX_ADDRESSES: usize = 16;
 
 /// The spec's bound on a policy's `status.ancestors` (the CRD's `maxItems`).
 const MAX_ANCESTORS: usize = 16;
@@ -966,6 +975,51 @@ mod tests {
             matches!(&w[1], Write::Gateway(_, s) if s.addresses.is_empty()),
             "{w:?}"
         );
+    }
+
+    /// The CRD takes at most 16 addresses (a real API server refused 18 with `Too many: 18:
+    /// must have at most 16 items`, and the whole status with them): the first 16 published
+    /// are written, and a Gateway that holds them is not written again.
+    #[test]
+    fn a_gateway_gets_at_most_sixteen_addresses() {
+        let desired = GatewayApiStatus {
+            gateways: BTreeMap::from([(
+                k("ns", "gw"),
+                GatewayStatus {
+                    conditions: vec![cond("Programmed", true, 1, None)],
+                    ..Default::default()
+                },
+            )]),
+            ..Default::default()
+        };
+        let addresses: Vec<Address> = (1..=20)
+            .map(|i| Address::parse(&format!("192.0.2.{i}")))
+            .chain([Address::parse("lb.example.com")])
+            .collect();
+        let gateways = BTreeMap::from([(k("ns", "gw"), seen(GatewayStatus::default(), "1"))]);
+        let current = Current {
+            gateways: Some(&gateways),
+            ..Default::default()
+        };
+        let w = plan(&desired, &addresses, OURS, &current, NOW);
+        let [Write::Gateway(_, written)] = &w[..] else {
+            panic!("one Gateway write expected: {w:?}");
+        };
+        assert_eq!(written.addresses.len(), MAX_ADDRESSES);
+        assert_eq!(written.addresses[15].value, "192.0.2.16");
+        let settled = BTreeMap::from([(k("ns", "gw"), seen(written.clone(), "2"))]);
+        let current = Current {
+            gateways: Some(&settled),
+            ..Default::default()
+        };
+        assert!(plan(&desired, &addresses, OURS, &current, NOW).is_empty());
+        // Its own addresses (--gateway-addresses) are held to the same bound.
+        let mut own = desired.clone();
+        own.own_addresses = true;
+        own.gateways.get_mut(&k("ns", "gw")).unwrap().addresses =
+            addresses.iter().map(gateway_address).collect();
+        let w = plan(&own, &[], OURS, &current, NOW);
+        assert!(w.is_empty(), "{w:?}");
     }
 
     #[test]

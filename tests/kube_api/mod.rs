@@ -44,10 +44,11 @@
 //! patch of one is answered with the merged Event, 404 when there is none of that name.
 //! Every request's User-Agent is kept (`user_agents`): the real server logs it for audits.
 //! A Gateway API status whose `conditions` list names one `type` twice is a 422, as the CRDs'
-//! list-map keys make it on the real server. A BackendTLSPolicy's and a ListenerSet's status
-//! are checked against their CRDs' schemas as the real server checks them (required fields,
-//! `maxItems` — at most 16 ancestors, 1 to 8 conditions each; at most 64 listeners —, lengths,
-//! enums, patterns, date-times): a 422 with the server's wording; a ListenerSet's
+//! list-map keys make it on the real server. Every Gateway API kind's status is checked against
+//! its CRD's schema as the real server checks it (required fields, `maxItems` — at most 16
+//! addresses of a Gateway, 16 ancestors of a policy, 32 parents of a route, 1 to 8 conditions
+//! each; at most 64 listeners —, lengths, enums, patterns, date-times): a 422 with the server's
+//! wording; a ListenerSet's
 //! `status.listeners` is a list map keyed by `name`, so one that names a listener twice is a 422
 //! too.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -1173,9 +1174,9 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         {
             return status(422, "Invalid", format!("{name:?} is invalid: {why}"));
         }
-        // A BackendTLSPolicy's and a ListenerSet's status is checked against its CRD's schema,
-        // as the real server checks every write of a CRD's object.
-        if matches!(kind, Kind::BackendTLSPolicy | Kind::ListenerSet) && status_sub {
+        // Every Gateway API kind's status is checked against its CRD's schema, as the real
+        // server checks every write of a CRD's object.
+        if kind.is_gateway_api() && status_sub {
             let mut errors = Vec::new();
             schema_errors(
                 &next["status"],
