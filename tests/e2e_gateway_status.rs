@@ -2455,3 +2455,22 @@ async fn a_gateway_gets_sixteen_of_twenty_published_addresses() {
     .await;
     assert!(!c.sy.stderr().contains("write failed"), "{}", c.sy.stderr());
 }
+
+/// A published host name is written as the API server takes it, lower-cased: the real server
+/// refused `LB.Example.com` in a Gateway's addresses (its CEL rule) and an Ingress's status
+/// (`a lowercase RFC 1123 subdomain must consist of ...`), every write of every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_host_name_is_written_in_lower_case() {
+    let c = start_objects(base(), &["--publish-status-address", "LB.Example.com"]).await;
+    c.must("the host name in lower case", |c| {
+        let g = c.get(Kind::Gateway, SAME_NAMESPACE.0, SAME_NAMESPACE.1);
+        let want = json!([{"type": "IPAddress", "value": "127.0.0.1"},
+                          {"type": "Hostname", "value": "lb.example.com"}]);
+        if g["status"]["addresses"] != want {
+            return Err(format!("addresses: {}", g["status"]["addresses"]));
+        }
+        Ok(())
+    })
+    .await;
+    assert!(!c.sy.stderr().contains("write failed"), "{}", c.sy.stderr());
+}
