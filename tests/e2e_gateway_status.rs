@@ -1241,6 +1241,43 @@ async fn listenerset_status_is_written_and_its_routes_counted() {
     assert!(!log.contains("write failed"), "{log}");
 }
 
+/// A Gateway that stops allowing ListenerSets (its `allowedListeners` removed) loses its
+/// `attachedListenerSets`, and its set is `NotAllowed`. Found against the real API server: the
+/// writer's merge patch left the count out, which keeps it, so the Gateway said 1 for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_stops_allowing_listener_sets_loses_their_count() {
+    let mut objs = base();
+    objs.extend(listener_set_world());
+    let c = start_objects(objs, &[]).await;
+    let count = |c: &Case| {
+        c.get(Kind::Gateway, INFRA, "open-gateway")["status"]["attachedListenerSets"].clone()
+    };
+    c.must("one set attached", |c| match count(c).as_i64() {
+        Some(1) => Ok(()),
+        n => Err(format!("attachedListenerSets {n:?}")),
+    })
+    .await;
+    c.update(Kind::Gateway, INFRA, "open-gateway", |o| {
+        o["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("allowedListeners");
+    });
+    c.must("the set NotAllowed", |c| {
+        let s = c.get(Kind::ListenerSet, SET_NS, "team");
+        conditions_match(
+            &[("Accepted", "False", "NotAllowed")],
+            &s["status"]["conditions"],
+        )
+    })
+    .await;
+    c.must("no count of sets on the Gateway", |c| match count(c) {
+        Value::Null => Ok(()),
+        n => Err(format!("attachedListenerSets {n}")),
+    })
+    .await;
+}
+
 // === BackendTLSPolicy ===
 
 /// A Service of `INFRA` with an HTTPS port, an HTTPRoute of `same-namespace` to it, and a

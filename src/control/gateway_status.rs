@@ -691,7 +691,7 @@ impl Side for Kinds {
             }
             Write::Gateway((ns, name), s) => {
                 let api: Api<Gateway> = Api::namespaced(client.clone(), ns);
-                let patch = json!({ "status": s });
+                let patch = gateway_patch(s);
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
@@ -716,6 +716,19 @@ impl Side for Kinds {
         tracing::warn!(kind = w.kind(), namespace = %ns, name = %name, error = %e,
             "status: write failed; retrying");
     }
+}
+
+/// The merge patch of a Gateway's status: the whole status, and `attachedListenerSets: null`
+/// when the Gateway allows no ListenerSet. A merge patch keeps what it does not name, so
+/// leaving the count out (as serde does with `None`) kept the last one on the API server: a
+/// Gateway whose `allowedListeners` were removed still said `attachedListenerSets: 1`, and
+/// the writer, which notes what it wrote, never saw it.
+fn gateway_patch(s: &GatewayStatus) -> serde_json::Value {
+    let mut patch = json!({ "status": s });
+    if s.attached_listener_sets.is_none() {
+        patch["status"]["attachedListenerSets"] = serde_json::Value::Null;
+    }
+    patch
 }
 
 /// One merge patch of a route's (a policy's, a ListenerSet's) status subresource, with the version it was
@@ -1020,6 +1033,26 @@ mod tests {
             addresses.iter().map(gateway_address).collect();
         let w = plan(&own, &[], OURS, &current, NOW);
         assert!(w.is_empty(), "{w:?}");
+    }
+
+    /// A merge patch keeps what it does not name: a Gateway that allows no ListenerSet names
+    /// its count null (RFC 7386: removed), so that one it had goes; one that allows them names
+    /// its count.
+    #[test]
+    fn a_gateway_patch_removes_a_count_of_listener_sets_it_no_longer_has() {
+        let none = gateway_patch(&GatewayStatus::default());
+        assert!(none["status"]["attachedListenerSets"].is_null());
+        assert!(
+            none["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("attachedListenerSets")
+        );
+        let one = gateway_patch(&GatewayStatus {
+            attached_listener_sets: Some(1),
+            ..Default::default()
+        });
+        assert_eq!(one["status"]["attachedListenerSets"], 1);
     }
 
     #[test]
