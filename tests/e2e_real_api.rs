@@ -1010,8 +1010,12 @@ mod kinds {
 /// routes and conditions, and the set in `attachedListenerSets`; the set Accepted and
 /// Programmed, its listener counting its route; each policy's Gateway ancestor, Accepted and
 /// ResolvedRefs, or not with the reasons the spec gives (NoValidCACertificate,
-/// InvalidCACertificateRef). Traffic: a TCP connection to the TCP listener's port and an HTTP
-/// request through the ListenerSet's listener reach the backend in the network namespace.
+/// InvalidCACertificateRef); once the Gateway stops taking ListenerSets, its count goes and
+/// the set is NotAllowed. Published are 18 addresses, one a host name in capitals: the
+/// Gateway holds 16 (its CRD's bound), an Ingress beside it all, the name in lower case (each
+/// was a 422 for every status write). Traffic: a TCP connection to the TCP listener's port and
+/// an HTTP request through the ListenerSet's listener reach the backend in the network
+/// namespace.
 #[test]
 fn every_standard_kind_gets_its_status_held_by_the_api_server_and_a_tcp_route_is_served() {
     let Some(c) = cluster("gateway_api_kinds") else {
@@ -1125,7 +1129,14 @@ fn every_standard_kind_gets_its_status_held_by_the_api_server_and_a_tcp_route_is
         ),
         policy("secure-tls", "secure", "secure-ca"),
         policy("missing-ca", "insecure", "no-such-ca"),
+        ingress(n, "shop", "switchyard", "shop.rt-kinds.test", "web"),
     ]);
+    // 18 addresses, one a host name in capitals: the CRD takes 16 of a Gateway, the API
+    // server host names in lower case only.
+    let published: Vec<String> = ["127.0.0.1".to_string(), "LB.Example.com".to_string()]
+        .into_iter()
+        .chain((1..=16).map(|i| format!("192.0.2.{i}")))
+        .collect();
     let sy = c.switchyard(
         "sy-kinds",
         &[
@@ -1134,7 +1145,7 @@ fn every_standard_kind_gets_its_status_held_by_the_api_server_and_a_tcp_route_is
             "--gateway-http-port",
             "80",
             "--publish-status-address",
-            "127.0.0.1",
+            &published.join(","),
         ],
     );
     let leads = poll_blocking(CHANGE, POLL, || sy.leads().then_some(()));
@@ -1177,6 +1188,22 @@ fn every_standard_kind_gets_its_status_held_by_the_api_server_and_a_tcp_route_is
             p.push(format!(
                 "gateway: want its 4 listeners alone: {}",
                 gw["status"]
+            ));
+        }
+        let addresses = gw["status"]["addresses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if addresses.len() != 16 || addresses.iter().any(|a| a["type"] != "IPAddress") {
+            p.push(format!(
+                "gateway: want the first 16 addresses, the IPs: {}",
+                gw["status"]["addresses"]
+            ));
+        }
+        let ingress = ingress_status(&c, n, "shop");
+        if ingress.len() != 18 || !ingress.iter().any(|a| a == "lb.example.com") {
+            p.push(format!(
+                "ingress: want the 18 addresses, the name in lower case: {ingress:?}"
             ));
         }
         if gw["status"]["attachedListenerSets"] != 1 {
@@ -1242,6 +1269,23 @@ fn every_standard_kind_gets_its_status_held_by_the_api_server_and_a_tcp_route_is
         "every kind's status as expected {:.1} s after the start",
         t.elapsed().as_secs_f64()
     );
+    // Settled: what the API server holds (its defaults and normalisation applied) is what
+    // switchyard wants, so nothing is written again; and nothing was refused.
+    let writes = |result: &str| {
+        let series = format!("switchyard_status_writes_total{{result=\"{result}\"}} ");
+        sy.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
+            .unwrap_or(0.0) as u64
+    };
+    let settled = writes("written");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        (writes("written"), writes("failed")),
+        (settled, 0),
+        "status written again after it settled, or refused\n{}",
+        tail(&sy.stderr())
+    );
 
     // Traffic: the TCP listener relays to the backend in the network namespace; the
     // ListenerSet's listener routes by its host name.
@@ -1259,6 +1303,40 @@ fn every_standard_kind_gets_its_status_held_by_the_api_server_and_a_tcp_route_is
         tail(&sy.stderr())
     );
     sy.wait_backend("team.rt-kinds.test", "web");
+
+    // The Gateway stops taking ListenerSets: its count goes (a merge patch that left it out
+    // kept it), the set is NotAllowed.
+    c.kubectl(
+        &[
+            "patch",
+            "gateway",
+            "gw",
+            "-n",
+            n,
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/allowedListeners"}]"#,
+        ],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut last = String::new();
+    let closed = poll_blocking(CHANGE, Duration::from_millis(250), || {
+        let gw = c.get(&["gateway", "gw", "-n", n]);
+        let set = c.get(&["listenerset", "team", "-n", n]);
+        last = format!("gateway {}\nset {}", gw["status"], set["status"]);
+        let set_refused = set["status"]["conditions"].as_array().is_some_and(|l| {
+            l.iter()
+                .any(|c| c["type"] == "Accepted" && c["reason"] == "NotAllowed")
+        });
+        (gw["status"].get("attachedListenerSets").is_none() && set_refused).then_some(())
+    });
+    assert!(
+        closed.is_some(),
+        "a Gateway that allows no ListenerSet still counts one, or its set is not NotAllowed: \
+         {last}\n{}",
+        tail(&sy.stderr())
+    );
     let log = sy.stderr();
     assert!(!log.contains("write failed"), "{}", tail(&log));
     let _ = c.kubectl(&["delete", "gatewayclass", class, "--wait=false"], None);
