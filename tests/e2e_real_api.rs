@@ -3,9 +3,11 @@
 //! run it, with the RBAC of `deploy/` applied unchanged and a token of its ServiceAccount, and
 //! serves real HTTP backends that live in a network namespace the tests make (a real API server
 //! refuses loopback EndpointSlice addresses). Checked through real sockets and kubectl: Service
-//! annotation routes following EndpointSlices, Ingress status, Gateway API status, leader
-//! election with a killed and a stopped leader, an API server restart, RBAC sufficiency (no 403
-//! in switchyard's log) and Events.
+//! annotation routes following EndpointSlices, Ingress status, Gateway API status (every
+//! standard-channel kind, as the API server holds it after the CRDs' schemas, CEL rules and
+//! the status subresource had their say, and TCP traffic through a Gateway TCP listener),
+//! leader election with a killed and a stopped leader, an API server restart, RBAC sufficiency
+//! (no 403 in switchyard's log) and Events.
 //!
 //! Without `../shared/kube` (a user's clone) every test prints why it is skipped and passes.
 //! With it, the tests need root (network namespaces) and run one at a time against one API
