@@ -793,6 +793,11 @@ pub enum ConfigError {
     NeedsCluster(&'static str),
     #[error("{0} {1}: {2}")]
     BackendClientCert(&'static str, String, String),
+    #[error(
+        "--publish-status-address {0}: neither an IP address nor a DNS name (lowercase RFC 1123: \
+         labels of a-z, 0-9 and inner '-', dot-separated)"
+    )]
+    PublishAddress(String),
     #[error("--gateway-addresses {0}: a Gateway's address must be a specific address, not {0}")]
     GatewayAddress(IpAddr),
     #[error("--manifests {0}: no such file or directory")]
@@ -843,12 +848,18 @@ impl Config {
         }
         let publish = match (args.publish_service, args.publish_status_address) {
             (Some((namespace, name)), _) => Some(Publish::Service { namespace, name }),
-            (None, list) if !list.is_empty() => Some(Publish::Static(
-                list.iter()
-                    .filter(|a| !a.trim().is_empty())
-                    .map(|a| Address::parse(a))
-                    .collect(),
-            )),
+            (None, list) if !list.is_empty() => {
+                let mut published = Vec::new();
+                for a in list.iter().filter(|a| !a.trim().is_empty()) {
+                    let address = Address::parse(a);
+                    // Refused here rather than by the API server at every status write.
+                    if !address.is_valid() {
+                        return Err(ConfigError::PublishAddress(a.trim().to_string()));
+                    }
+                    published.push(address);
+                }
+                Some(Publish::Static(published))
+            }
             _ => None,
         };
         if publish.is_some() && !cluster {
@@ -1447,6 +1458,25 @@ mod tests {
                 Address::Hostname("lb.example.com".into())
             ]))
         );
+        // Host names as the API server takes them in a status (lower case), or refused at
+        // start: one it refuses failed every Ingress's and Gateway's status write.
+        let c = Config::from_args(
+            parse(&["--kubeconfig=/k", "--publish-status-address=LB.Example.com"]).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.publish,
+            Some(Publish::Static(vec![Address::Hostname(
+                "lb.example.com".into()
+            )]))
+        );
+        assert!(matches!(
+            Config::from_args(
+                parse(&["--kubeconfig=/k", "--publish-status-address=1.2.3.4,lb_1.example"])
+                    .unwrap()
+            ),
+            Err(ConfigError::PublishAddress(a)) if a == "lb_1.example"
+        ));
         // Offline mode has no API server: no election, and publishing is a mistake.
         let c = Config::from_args(parse(&["--manifests=m"]).unwrap()).unwrap();
         assert_eq!(c.election, None);

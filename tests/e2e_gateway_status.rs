@@ -1241,6 +1241,43 @@ async fn listenerset_status_is_written_and_its_routes_counted() {
     assert!(!log.contains("write failed"), "{log}");
 }
 
+/// A Gateway that stops allowing ListenerSets (its `allowedListeners` removed) loses its
+/// `attachedListenerSets`, and its set is `NotAllowed`. Found against the real API server: the
+/// writer's merge patch left the count out, which keeps it, so the Gateway said 1 for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_stops_allowing_listener_sets_loses_their_count() {
+    let mut objs = base();
+    objs.extend(listener_set_world());
+    let c = start_objects(objs, &[]).await;
+    let count = |c: &Case| {
+        c.get(Kind::Gateway, INFRA, "open-gateway")["status"]["attachedListenerSets"].clone()
+    };
+    c.must("one set attached", |c| match count(c).as_i64() {
+        Some(1) => Ok(()),
+        n => Err(format!("attachedListenerSets {n:?}")),
+    })
+    .await;
+    c.update(Kind::Gateway, INFRA, "open-gateway", |o| {
+        o["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("allowedListeners");
+    });
+    c.must("the set NotAllowed", |c| {
+        let s = c.get(Kind::ListenerSet, SET_NS, "team");
+        conditions_match(
+            &[("Accepted", "False", "NotAllowed")],
+            &s["status"]["conditions"],
+        )
+    })
+    .await;
+    c.must("no count of sets on the Gateway", |c| match count(c) {
+        Value::Null => Ok(()),
+        n => Err(format!("attachedListenerSets {n}")),
+    })
+    .await;
+}
+
 // === BackendTLSPolicy ===
 
 /// A Service of `INFRA` with an HTTPS port, an HTTPRoute of `same-namespace` to it, and a
@@ -2428,4 +2465,49 @@ async fn a_gateway_with_several_addresses_lists_them_all() {
         "{}",
         g["status"]
     );
+}
+
+/// The Gateway CRD takes at most 16 `status.addresses`: with 20 published (the suite's
+/// 127.0.0.1 and 19 more), the Gateway gets 16 and the rest of its status. The fake refuses
+/// 17 as the real API server (v1.32, `../shared/kube`) refused them, `Too many: 18: must
+/// have at most 16 items`, and with them the whole status, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_gets_sixteen_of_twenty_published_addresses() {
+    let more: Vec<String> = (1..=19).map(|i| format!("192.0.2.{i}")).collect();
+    let c = start_objects(base(), &["--publish-status-address", &more.join(",")]).await;
+    c.must("16 addresses and the conditions written", |c| {
+        let g = c.get(Kind::Gateway, SAME_NAMESPACE.0, SAME_NAMESPACE.1);
+        let addresses = g["status"]["addresses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if addresses.len() != 16 || addresses.iter().any(|a| a["type"] != "IPAddress") {
+            return Err(format!("addresses: {}", g["status"]["addresses"]));
+        }
+        conditions_match(
+            &[("Accepted", "True", ""), ("Programmed", "True", "")],
+            &g["status"]["conditions"],
+        )
+    })
+    .await;
+    assert!(!c.sy.stderr().contains("write failed"), "{}", c.sy.stderr());
+}
+
+/// A published host name is written as the API server takes it, lower-cased: the real server
+/// refused `LB.Example.com` in a Gateway's addresses (its CEL rule) and an Ingress's status
+/// (`a lowercase RFC 1123 subdomain must consist of ...`), every write of every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_host_name_is_written_in_lower_case() {
+    let c = start_objects(base(), &["--publish-status-address", "LB.Example.com"]).await;
+    c.must("the host name in lower case", |c| {
+        let g = c.get(Kind::Gateway, SAME_NAMESPACE.0, SAME_NAMESPACE.1);
+        let want = json!([{"type": "IPAddress", "value": "127.0.0.1"},
+                          {"type": "Hostname", "value": "lb.example.com"}]);
+        if g["status"]["addresses"] != want {
+            return Err(format!("addresses: {}", g["status"]["addresses"]));
+        }
+        Ok(())
+    })
+    .await;
+    assert!(!c.sy.stderr().contains("write failed"), "{}", c.sy.stderr());
 }

@@ -3,9 +3,11 @@
 //! run it, with the RBAC of `deploy/` applied unchanged and a token of its ServiceAccount, and
 //! serves real HTTP backends that live in a network namespace the tests make (a real API server
 //! refuses loopback EndpointSlice addresses). Checked through real sockets and kubectl: Service
-//! annotation routes following EndpointSlices, Ingress status, Gateway API status, leader
-//! election with a killed and a stopped leader, an API server restart, RBAC sufficiency (no 403
-//! in switchyard's log) and Events.
+//! annotation routes following EndpointSlices, Ingress status, Gateway API status (every
+//! standard-channel kind, as the API server holds it after the CRDs' schemas, CEL rules and
+//! the status subresource had their say, and TCP traffic through a Gateway TCP listener),
+//! leader election with a killed and a stopped leader, an API server restart, RBAC sufficiency
+//! (no 403 in switchyard's log) and Events.
 //!
 //! Without `../shared/kube` (a user's clone) every test prints why it is skipped and passes.
 //! With it, the tests need root (network namespaces) and run one at a time against one API
@@ -436,7 +438,8 @@ impl Drop for Namespace<'_> {
         let _ = self.cluster.kubectl(
             &[
                 "delete",
-                "ingresses,httproutes,gateways,services,endpointslices",
+                "ingresses,httproutes,grpcroutes,tcproutes,tlsroutes,udproutes,backendtlspolicies,\
+                 listenersets,gateways,services,endpointslices,configmaps",
                 "--all",
                 "-n",
                 &self.name,
@@ -838,6 +841,509 @@ fn gateway_api_status_is_written_and_the_route_is_served() {
     println!("Gateway addresses {}", gw["status"]["addresses"]);
     let _ = c.kubectl(&["delete", "gatewayclass", class, "--wait=false"], None);
     assert_no_forbidden("gateway_api", &sy.stderr());
+}
+
+/// Gateway API kinds beyond HTTPRoute, as the real API server holds them.
+mod kinds {
+    use super::*;
+
+    pub const GROUP: &str = "gateway.networking.k8s.io";
+
+    /// `(type, status, reason)`; an empty reason matches any.
+    pub type Cond<'a> = (&'a str, &'a str, &'a str);
+
+    /// Problems with `conditions`: each of `want` present, and every condition of
+    /// `generation` (the object's).
+    pub fn conditions(
+        what: &str,
+        conditions: &Value,
+        generation: &Value,
+        want: &[Cond<'_>],
+    ) -> Vec<String> {
+        let list = conditions.as_array().cloned().unwrap_or_default();
+        let mut out = Vec::new();
+        for (ty, status, reason) in want {
+            let found = list.iter().any(|c| {
+                c["type"] == *ty
+                    && c["status"] == *status
+                    && (reason.is_empty() || c["reason"] == *reason)
+            });
+            if !found {
+                out.push(format!(
+                    "{what}: no {ty}={status} ({reason}) in {conditions}"
+                ));
+            }
+        }
+        for c in &list {
+            if c["observedGeneration"] != *generation {
+                out.push(format!(
+                    "{what}: {} observedGeneration {}, generation {generation}",
+                    c["type"], c["observedGeneration"]
+                ));
+            }
+        }
+        out
+    }
+
+    /// Problems with a route's `status.parents`: exactly one, ours, naming `parent` (kind,
+    /// name, section), Accepted and ResolvedRefs of the route's generation.
+    pub fn route(what: &str, r: &Value, parent: (&str, &str, Option<&str>)) -> Vec<String> {
+        let parents = r["status"]["parents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let [p] = &parents[..] else {
+            return vec![format!("{what}: expected one parent, got {}", r["status"])];
+        };
+        let mut out = Vec::new();
+        let (kind, name, section) = parent;
+        let section_ok = section.is_none_or(|s| p["parentRef"]["sectionName"] == s);
+        if p["controllerName"] != GATEWAY_CONTROLLER
+            || p["parentRef"]["name"] != name
+            || p["parentRef"]["kind"] != kind
+            || p["parentRef"]["group"] != GROUP
+            || !section_ok
+        {
+            out.push(format!("{what}: parent {p} is not ours for {parent:?}"));
+        }
+        out.extend(conditions(
+            what,
+            &p["conditions"],
+            &r["metadata"]["generation"],
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("ResolvedRefs", "True", "ResolvedRefs"),
+            ],
+        ));
+        out
+    }
+
+    /// Problems with listener `name` of a Gateway's or ListenerSet's `status.listeners`:
+    /// present, supporting exactly `kinds` (of the Gateway API group), `attached` routes,
+    /// Accepted, ResolvedRefs and Programmed, not Conflicted, of the object's generation.
+    pub fn listener(
+        what: &str,
+        obj: &Value,
+        name: &str,
+        kinds: &[&str],
+        attached: i64,
+    ) -> Vec<String> {
+        let listeners = obj["status"]["listeners"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let Some(l) = listeners.iter().find(|l| l["name"] == name) else {
+            return vec![format!("{what}: no listener {name} in {}", obj["status"])];
+        };
+        let mut out = Vec::new();
+        let want: Vec<Value> = kinds
+            .iter()
+            .map(|k| json!({"group": GROUP, "kind": k}))
+            .collect();
+        let mut got = l["supportedKinds"].as_array().cloned().unwrap_or_default();
+        got.sort_by_key(|k| k["kind"].as_str().map(str::to_string));
+        if got != want {
+            out.push(format!(
+                "{what} {name}: supportedKinds {got:?}, want {want:?}"
+            ));
+        }
+        if l["attachedRoutes"] != attached {
+            out.push(format!(
+                "{what} {name}: attachedRoutes {}, want {attached}",
+                l["attachedRoutes"]
+            ));
+        }
+        out.extend(conditions(
+            &format!("{what} {name}"),
+            &l["conditions"],
+            &obj["metadata"]["generation"],
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("ResolvedRefs", "True", "ResolvedRefs"),
+                ("Programmed", "True", "Programmed"),
+                ("Conflicted", "False", ""),
+            ],
+        ));
+        out
+    }
+
+    /// Problems with a BackendTLSPolicy's `status.ancestors`: exactly one, ours, the Gateway
+    /// `gw` of namespace `ns`, with `accepted` and `resolved` of the policy's generation.
+    pub fn policy(
+        what: &str,
+        p: &Value,
+        (ns, gw): (&str, &str),
+        accepted: Cond<'_>,
+        resolved: Cond<'_>,
+    ) -> Vec<String> {
+        let ancestors = p["status"]["ancestors"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let [a] = &ancestors[..] else {
+            return vec![format!(
+                "{what}: expected one ancestor, got {}",
+                p["status"]
+            )];
+        };
+        let mut out = Vec::new();
+        let gateway = json!({"group": GROUP, "kind": "Gateway", "namespace": ns, "name": gw});
+        if a["controllerName"] != GATEWAY_CONTROLLER || a["ancestorRef"] != gateway {
+            out.push(format!("{what}: ancestor {a} is not ours for {gateway}"));
+        }
+        out.extend(conditions(
+            what,
+            &a["conditions"],
+            &p["metadata"]["generation"],
+            &[accepted, resolved],
+        ));
+        out
+    }
+}
+
+/// Every standard-channel kind beside HTTPRoute on the real CRDs, with switchyard leading
+/// (leader election on): one Gateway with an HTTP, a TCP, a TLS (Passthrough) and a UDP
+/// listener, each on a port of its own, taking ListenerSets of its namespace; a GRPCRoute, a
+/// TCPRoute, a TLSRoute and a UDPRoute on their listeners; a ListenerSet with an HTTP listener
+/// and an HTTPRoute attached through it; a BackendTLSPolicy whose CA ConfigMap exists and one
+/// whose does not. What the API server holds after switchyard wrote it (through the CRDs'
+/// schemas, CEL rules and the status subresource): each route's one parent, ours, Accepted
+/// and ResolvedRefs of its generation; each Gateway listener's supported kinds, attached
+/// routes and conditions, and the set in `attachedListenerSets`; the set Accepted and
+/// Programmed, its listener counting its route; each policy's Gateway ancestor, Accepted and
+/// ResolvedRefs, or not with the reasons the spec gives (NoValidCACertificate,
+/// InvalidCACertificateRef); once the Gateway stops taking ListenerSets, its count goes and
+/// the set is NotAllowed. Published are 18 addresses, one a host name in capitals: the
+/// Gateway holds 16 (its CRD's bound), an Ingress beside it all, the name in lower case (each
+/// was a 422 for every status write). Traffic: a TCP connection to the TCP listener's port and
+/// an HTTP request through the ListenerSet's listener reach the backend in the network
+/// namespace.
+#[test]
+fn every_standard_kind_gets_its_status_held_by_the_api_server_and_a_tcp_route_is_served() {
+    let Some(c) = cluster("gateway_api_kinds") else {
+        return;
+    };
+    let t = Instant::now();
+    let ns = c.namespace("rt-kinds");
+    let n = ns.name.as_str();
+    let port = free_port();
+    let _web = c.backend("web", c.backend_ip(2), port);
+    let class = "switchyard-rt-kinds";
+    let (tcp_port, tls_port) = (free_port(), free_port());
+    let udp_port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ca = rcgen::generate_simple_self_signed(vec!["secure.rt-kinds.test".to_string()]).unwrap();
+    let gateway_parent = |section: &str| json!([{"name": "gw", "sectionName": section}]);
+    let https_service = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": name, "namespace": n},
+               "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}})
+    };
+    let policy = |name: &str, service: &str, config_map: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+               "metadata": {"name": name, "namespace": n},
+               "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": service}],
+                        "validation": {"hostname": format!("{service}.rt-kinds.test"),
+                                       "caCertificateRefs": [{"group": "", "kind": "ConfigMap",
+                                                              "name": config_map}]}}})
+    };
+    let http_route = |name: &str, parent: Value, host: &str, service: &str, port: u16| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": name, "namespace": n},
+               "spec": {"parentRefs": parent, "hostnames": [host],
+                        "rules": [{"backendRefs": [{"name": service, "port": port}]}]}})
+    };
+    let stream_route = |kind: &str, section: &str, service: &str, port: u16| {
+        let mut spec = json!({"parentRefs": gateway_parent(section),
+                              "rules": [{"backendRefs": [{"name": service, "port": port}]}]});
+        if kind == "TLSRoute" {
+            spec["hostnames"] = json!(["pass.tls.rt-kinds.test"]);
+        }
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": kind,
+               "metadata": {"name": kind.to_lowercase(), "namespace": n}, "spec": spec})
+    };
+    c.apply(&[
+        service(n, "web", port, &[]),
+        slice(n, "web", &[c.backend_ip(2)], port),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "grpc", "namespace": n},
+               "spec": {"ports": [{"port": 8080, "appProtocol": "kubernetes.io/h2c"}]}}),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "dns", "namespace": n},
+               "spec": {"ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}}),
+        https_service("secure"),
+        https_service("insecure"),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "secure-ca", "namespace": n},
+               "data": {"ca.crt": ca.cert.pem()}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+               "metadata": {"name": class},
+               "spec": {"controllerName": GATEWAY_CONTROLLER}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": n},
+               "spec": {"gatewayClassName": class,
+                        "allowedListeners": {"namespaces": {"from": "Same"}},
+                        "listeners": [
+                            {"name": "http", "protocol": "HTTP", "port": 80},
+                            {"name": "tcp", "protocol": "TCP", "port": tcp_port,
+                             "allowedRoutes": {"kinds": [{"kind": "TCPRoute"}]}},
+                            {"name": "tls", "protocol": "TLS", "port": tls_port,
+                             "hostname": "*.tls.rt-kinds.test",
+                             "tls": {"mode": "Passthrough"}},
+                            {"name": "udp", "protocol": "UDP", "port": udp_port}]}}),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+               "metadata": {"name": "team", "namespace": n},
+               "spec": {"parentRef": {"name": "gw"},
+                        "listeners": [{"name": "team", "protocol": "HTTP", "port": 80,
+                                       "hostname": "team.rt-kinds.test"}]}}),
+        http_route(
+            "through-set",
+            json!([{"group": kinds::GROUP, "kind": "ListenerSet", "name": "team"}]),
+            "team.rt-kinds.test",
+            "web",
+            80,
+        ),
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+               "metadata": {"name": "grpcroute", "namespace": n},
+               "spec": {"parentRefs": gateway_parent("http"),
+                        "hostnames": ["grpc.rt-kinds.test"],
+                        "rules": [{"matches": [{"method": {"service": "a.B"}}],
+                                   "backendRefs": [{"name": "grpc", "port": 8080}]}]}}),
+        stream_route("TCPRoute", "tcp", "web", 80),
+        stream_route("TLSRoute", "tls", "web", 80),
+        stream_route("UDPRoute", "udp", "dns", 53),
+        http_route(
+            "secure",
+            gateway_parent("http"),
+            "secure.rt-kinds.test",
+            "secure",
+            443,
+        ),
+        http_route(
+            "insecure",
+            gateway_parent("http"),
+            "insecure.rt-kinds.test",
+            "insecure",
+            443,
+        ),
+        policy("secure-tls", "secure", "secure-ca"),
+        policy("missing-ca", "insecure", "no-such-ca"),
+        ingress(n, "shop", "switchyard", "shop.rt-kinds.test", "web"),
+    ]);
+    // 18 addresses, one a host name in capitals: the CRD takes 16 of a Gateway, the API
+    // server host names in lower case only.
+    let published: Vec<String> = ["127.0.0.1".to_string(), "LB.Example.com".to_string()]
+        .into_iter()
+        .chain((1..=16).map(|i| format!("192.0.2.{i}")))
+        .collect();
+    let sy = c.switchyard(
+        "sy-kinds",
+        &[
+            "--election-lease-duration",
+            "3s",
+            "--gateway-http-port",
+            "80",
+            "--publish-status-address",
+            &published.join(","),
+        ],
+    );
+    let leads = poll_blocking(CHANGE, POLL, || sy.leads().then_some(()));
+    assert!(
+        leads.is_some(),
+        "switchyard never led:\n{}",
+        tail(&sy.stderr())
+    );
+
+    let mut last = Vec::new();
+    let ok = poll_blocking(CHANGE, Duration::from_millis(250), || {
+        let get = |kind: &str, name: &str| c.get(&[kind, name, "-n", n]);
+        let gw = get("gateway", "gw");
+        let set = get("listenerset", "team");
+        let mut p = Vec::new();
+        p.extend(kinds::conditions(
+            "gateway",
+            &gw["status"]["conditions"],
+            &gw["metadata"]["generation"],
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("Programmed", "True", "Programmed"),
+            ],
+        ));
+        for (name, kinds, attached) in [
+            ("http", &["GRPCRoute", "HTTPRoute"][..], 3),
+            ("tcp", &["TCPRoute"][..], 1),
+            ("tls", &["TLSRoute"][..], 1),
+            ("udp", &["UDPRoute"][..], 1),
+        ] {
+            p.extend(kinds::listener(
+                "gateway listener",
+                &gw,
+                name,
+                kinds,
+                attached,
+            ));
+        }
+        if gw["status"]["listeners"].as_array().map(Vec::len) != Some(4) {
+            p.push(format!(
+                "gateway: want its 4 listeners alone: {}",
+                gw["status"]
+            ));
+        }
+        let addresses = gw["status"]["addresses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if addresses.len() != 16 || addresses.iter().any(|a| a["type"] != "IPAddress") {
+            p.push(format!(
+                "gateway: want the first 16 addresses, the IPs: {}",
+                gw["status"]["addresses"]
+            ));
+        }
+        let ingress = ingress_status(&c, n, "shop");
+        if ingress.len() != 18 || !ingress.iter().any(|a| a == "lb.example.com") {
+            p.push(format!(
+                "ingress: want the 18 addresses, the name in lower case: {ingress:?}"
+            ));
+        }
+        if gw["status"]["attachedListenerSets"] != 1 {
+            p.push(format!(
+                "gateway: attachedListenerSets {}, want 1",
+                gw["status"]["attachedListenerSets"]
+            ));
+        }
+        p.extend(kinds::conditions(
+            "listenerset",
+            &set["status"]["conditions"],
+            &set["metadata"]["generation"],
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("Programmed", "True", "Programmed"),
+            ],
+        ));
+        p.extend(kinds::listener(
+            "listenerset listener",
+            &set,
+            "team",
+            &["GRPCRoute", "HTTPRoute"],
+            1,
+        ));
+        for (kind, name, parent) in [
+            ("grpcroute", "grpcroute", ("Gateway", "gw", Some("http"))),
+            ("tcproute", "tcproute", ("Gateway", "gw", Some("tcp"))),
+            ("tlsroute", "tlsroute", ("Gateway", "gw", Some("tls"))),
+            ("udproute", "udproute", ("Gateway", "gw", Some("udp"))),
+            ("httproute", "through-set", ("ListenerSet", "team", None)),
+            ("httproute", "secure", ("Gateway", "gw", Some("http"))),
+        ] {
+            p.extend(kinds::route(
+                &format!("{kind} {name}"),
+                &get(kind, name),
+                parent,
+            ));
+        }
+        p.extend(kinds::policy(
+            "backendtlspolicy secure-tls",
+            &get("backendtlspolicy", "secure-tls"),
+            (n, "gw"),
+            ("Accepted", "True", "Accepted"),
+            ("ResolvedRefs", "True", "ResolvedRefs"),
+        ));
+        p.extend(kinds::policy(
+            "backendtlspolicy missing-ca",
+            &get("backendtlspolicy", "missing-ca"),
+            (n, "gw"),
+            ("Accepted", "False", "NoValidCACertificate"),
+            ("ResolvedRefs", "False", "InvalidCACertificateRef"),
+        ));
+        last = p;
+        last.is_empty().then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "the API server holds other statuses than expected:\n{}\n{}",
+        last.join("\n"),
+        tail(&sy.stderr())
+    );
+    println!(
+        "every kind's status as expected {:.1} s after the start",
+        t.elapsed().as_secs_f64()
+    );
+    // Settled: what the API server holds (its defaults and normalisation applied) is what
+    // switchyard wants, so nothing is written again; and nothing was refused.
+    let writes = |result: &str| {
+        let series = format!("switchyard_status_writes_total{{result=\"{result}\"}} ");
+        sy.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
+            .unwrap_or(0.0) as u64
+    };
+    let settled = writes("written");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        (writes("written"), writes("failed")),
+        (settled, 0),
+        "status written again after it settled, or refused\n{}",
+        tail(&sy.stderr())
+    );
+
+    // Traffic: the TCP listener relays to the backend in the network namespace; the
+    // ListenerSet's listener routes by its host name.
+    let tcp = SocketAddr::from(([127, 0, 0, 1], tcp_port));
+    let mut answer = String::new();
+    let relayed = poll_blocking(CHANGE, POLL, || {
+        let r = http_get(tcp, "anything", "/through-tcp");
+        answer = format!("{r:?}");
+        r.ok()
+            .filter(|(s, b)| *s == 200 && b == "web served /through-tcp\n")
+    });
+    assert!(
+        relayed.is_some(),
+        "the TCP listener on {tcp} never relayed to web: {answer}\n{}",
+        tail(&sy.stderr())
+    );
+    sy.wait_backend("team.rt-kinds.test", "web");
+
+    // The Gateway stops taking ListenerSets: its count goes (a merge patch that left it out
+    // kept it), the set is NotAllowed.
+    c.kubectl(
+        &[
+            "patch",
+            "gateway",
+            "gw",
+            "-n",
+            n,
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/allowedListeners"}]"#,
+        ],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut last = String::new();
+    let closed = poll_blocking(CHANGE, Duration::from_millis(250), || {
+        let gw = c.get(&["gateway", "gw", "-n", n]);
+        let set = c.get(&["listenerset", "team", "-n", n]);
+        last = format!("gateway {}\nset {}", gw["status"], set["status"]);
+        let set_refused = set["status"]["conditions"].as_array().is_some_and(|l| {
+            l.iter()
+                .any(|c| c["type"] == "Accepted" && c["reason"] == "NotAllowed")
+        });
+        (gw["status"].get("attachedListenerSets").is_none() && set_refused).then_some(())
+    });
+    assert!(
+        closed.is_some(),
+        "a Gateway that allows no ListenerSet still counts one, or its set is not NotAllowed: \
+         {last}\n{}",
+        tail(&sy.stderr())
+    );
+    let log = sy.stderr();
+    assert!(!log.contains("write failed"), "{}", tail(&log));
+    let _ = c.kubectl(&["delete", "gatewayclass", class, "--wait=false"], None);
+    assert_no_forbidden("gateway_api_kinds", &log);
+    println!("gateway_api_kinds took {:.1} s", t.elapsed().as_secs_f64());
 }
 
 /// Two replicas with leader election (deploy/leader-election.yaml's Lease, a 3 s lease): the

@@ -217,13 +217,16 @@ pub fn plan(
                 continue;
             };
             let listeners = merge_listeners(&want.listeners, &seen.status.listeners, now);
+            // With --gateway-addresses each Gateway has its own (or none). The CRD takes at
+            // most 16: the API server refuses a longer list, and with it the whole status.
+            let mut published: Vec<GatewayAddress> = if desired.own_addresses {
+                want.addresses.clone()
+            } else {
+                addresses.iter().map(gateway_address).collect()
+            };
+            published.truncate(MAX_ADDRESSES);
             let next = GatewayStatus {
-                // With --gateway-addresses each Gateway has its own (or none).
-                addresses: if desired.own_addresses {
-                    want.addresses.clone()
-                } else {
-                    addresses.iter().map(gateway_address).collect()
-                },
+                addresses: published,
                 conditions: merge_conditions(&want.conditions, &seen.status.conditions, now),
                 listeners,
                 attached_listener_sets: want.attached_listener_sets,
@@ -275,6 +278,12 @@ pub fn plan(
     }
     out
 }
+
+/// The spec's bound on a Gateway's `status.addresses` (the CRD's `maxItems`): the first 16 of
+/// the published addresses (IPs first, then host names) are written. A longer list was a 422
+/// for the whole status from a real API server, retried for ever (`--publish-status-address`
+/// with 17 addresses, or a `--publish-service` LoadBalancer with as many).
+pub const MAX_ADDRESSES: usize = 16;
 
 /// The spec's bound on a policy's `status.ancestors` (the CRD's `maxItems`).
 const MAX_ANCESTORS: usize = 16;
@@ -682,7 +691,7 @@ impl Side for Kinds {
             }
             Write::Gateway((ns, name), s) => {
                 let api: Api<Gateway> = Api::namespaced(client.clone(), ns);
-                let patch = json!({ "status": s });
+                let patch = gateway_patch(s);
                 let o = api.patch_status(name, &pp, &Patch::Merge(&patch)).await?;
                 Ok(o.metadata.resource_version)
             }
@@ -707,6 +716,19 @@ impl Side for Kinds {
         tracing::warn!(kind = w.kind(), namespace = %ns, name = %name, error = %e,
             "status: write failed; retrying");
     }
+}
+
+/// The merge patch of a Gateway's status: the whole status, and `attachedListenerSets: null`
+/// when the Gateway allows no ListenerSet. A merge patch keeps what it does not name, so
+/// leaving the count out (as serde does with `None`) kept the last one on the API server: a
+/// Gateway whose `allowedListeners` were removed still said `attachedListenerSets: 1`, and
+/// the writer, which notes what it wrote, never saw it.
+fn gateway_patch(s: &GatewayStatus) -> serde_json::Value {
+    let mut patch = json!({ "status": s });
+    if s.attached_listener_sets.is_none() {
+        patch["status"]["attachedListenerSets"] = serde_json::Value::Null;
+    }
+    patch
 }
 
 /// One merge patch of a route's (a policy's, a ListenerSet's) status subresource, with the version it was
@@ -966,6 +988,71 @@ mod tests {
             matches!(&w[1], Write::Gateway(_, s) if s.addresses.is_empty()),
             "{w:?}"
         );
+    }
+
+    /// The CRD takes at most 16 addresses (a real API server refused 18 with `Too many: 18:
+    /// must have at most 16 items`, and the whole status with them): the first 16 published
+    /// are written, and a Gateway that holds them is not written again.
+    #[test]
+    fn a_gateway_gets_at_most_sixteen_addresses() {
+        let desired = GatewayApiStatus {
+            gateways: BTreeMap::from([(
+                k("ns", "gw"),
+                GatewayStatus {
+                    conditions: vec![cond("Programmed", true, 1, None)],
+                    ..Default::default()
+                },
+            )]),
+            ..Default::default()
+        };
+        let addresses: Vec<Address> = (1..=20)
+            .map(|i| Address::parse(&format!("192.0.2.{i}")))
+            .chain([Address::parse("lb.example.com")])
+            .collect();
+        let gateways = BTreeMap::from([(k("ns", "gw"), seen(GatewayStatus::default(), "1"))]);
+        let current = Current {
+            gateways: Some(&gateways),
+            ..Default::default()
+        };
+        let w = plan(&desired, &addresses, OURS, &current, NOW);
+        let [Write::Gateway(_, written)] = &w[..] else {
+            panic!("one Gateway write expected: {w:?}");
+        };
+        assert_eq!(written.addresses.len(), MAX_ADDRESSES);
+        assert_eq!(written.addresses[15].value, "192.0.2.16");
+        let settled = BTreeMap::from([(k("ns", "gw"), seen(written.clone(), "2"))]);
+        let current = Current {
+            gateways: Some(&settled),
+            ..Default::default()
+        };
+        assert!(plan(&desired, &addresses, OURS, &current, NOW).is_empty());
+        // Its own addresses (--gateway-addresses) are held to the same bound.
+        let mut own = desired.clone();
+        own.own_addresses = true;
+        own.gateways.get_mut(&k("ns", "gw")).unwrap().addresses =
+            addresses.iter().map(gateway_address).collect();
+        let w = plan(&own, &[], OURS, &current, NOW);
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    /// A merge patch keeps what it does not name: a Gateway that allows no ListenerSet names
+    /// its count null (RFC 7386: removed), so that one it had goes; one that allows them names
+    /// its count.
+    #[test]
+    fn a_gateway_patch_removes_a_count_of_listener_sets_it_no_longer_has() {
+        let none = gateway_patch(&GatewayStatus::default());
+        assert!(none["status"]["attachedListenerSets"].is_null());
+        assert!(
+            none["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("attachedListenerSets")
+        );
+        let one = gateway_patch(&GatewayStatus {
+            attached_listener_sets: Some(1),
+            ..Default::default()
+        });
+        assert_eq!(one["status"]["attachedListenerSets"], 1);
     }
 
     #[test]

@@ -38,12 +38,37 @@ pub enum Address {
 }
 
 impl Address {
-    /// An IP address if it parses as one, else a host name.
+    /// An IP address if it parses as one, else a host name, lower-cased and without a final
+    /// dot (DNS names are case-insensitive; the API server takes only the lower-case form).
     pub fn parse(s: &str) -> Address {
         let s = s.trim();
         match s.parse::<std::net::IpAddr>() {
             Ok(ip) => Address::Ip(ip.to_string()),
-            Err(_) => Address::Hostname(s.to_string()),
+            Err(_) => {
+                let host = s.strip_suffix('.').unwrap_or(s);
+                Address::Hostname(host.to_ascii_lowercase())
+            }
+        }
+    }
+
+    /// Whether the API server takes this address in a status: an IP, or a host name that is a
+    /// lowercase RFC 1123 subdomain (dot-separated labels of `a-z`, `0-9` and inner `-`,
+    /// at most 253 characters), as an Ingress's `status.loadBalancer.ingress[].hostname` and a Gateway's
+    /// `Hostname` address must be. One that is not made every status write of every Ingress
+    /// and Gateway a 422 from a real API server, retried for ever.
+    pub fn is_valid(&self) -> bool {
+        match self {
+            Address::Ip(_) => true,
+            Address::Hostname(h) => {
+                let label = |l: &str| {
+                    !l.is_empty()
+                        && l.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                };
+                h.len() <= 253 && h.split('.').all(label)
+            }
         }
     }
 
@@ -485,6 +510,39 @@ mod tests {
             ]
         );
     }
+
+    /// What a real API server takes as a status address (the Ingress's and the Gateway's
+    /// validation alike): a host name is lower-cased and loses its final dot; one that is
+    /// still no lowercase RFC 1123 subdomain is not valid.
+    #[test]
+    fn host_names_are_lower_cased_and_checked_as_the_api_server_checks_them() {
+        assert_eq!(
+            Address::parse("LB.Example.com."),
+            Address::Hostname("lb.example.com".into())
+        );
+        for ok in [
+            "lb.example.com",
+            "a",
+            "a-1.b2",
+            "203.0.113.9",
+            "2001:db8::1",
+        ] {
+            assert!(Address::parse(ok).is_valid(), "{ok}");
+        }
+        let long = format!("{}.com", "a.".repeat(126));
+        for bad in [
+            "lb_1.example.com",
+            "-lb.example.com",
+            "lb-.example.com",
+            "lb..example.com",
+            "*.example.com",
+            "lb.example.com:80",
+            long.as_str(),
+        ] {
+            assert!(!Address::parse(bad).is_valid(), "{bad}");
+        }
+    }
+
     fn svc(type_: &str, cluster_ip: &str, external: &[&str], lb: &[(&str, &str)]) -> Service {
         Service {
             spec: Some(ServiceSpec {

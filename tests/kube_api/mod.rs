@@ -44,10 +44,13 @@
 //! patch of one is answered with the merged Event, 404 when there is none of that name.
 //! Every request's User-Agent is kept (`user_agents`): the real server logs it for audits.
 //! A Gateway API status whose `conditions` list names one `type` twice is a 422, as the CRDs'
-//! list-map keys make it on the real server. A BackendTLSPolicy's and a ListenerSet's status
-//! are checked against their CRDs' schemas as the real server checks them (required fields,
-//! `maxItems` — at most 16 ancestors, 1 to 8 conditions each; at most 64 listeners —, lengths,
-//! enums, patterns, date-times): a 422 with the server's wording; a ListenerSet's
+//! list-map keys make it on the real server. Every Gateway API kind's status is checked against
+//! its CRD's schema as the real server checks it (required fields, `maxItems` — at most 16
+//! addresses of a Gateway, 16 ancestors of a policy, 32 parents of a route, 1 to 8 conditions
+//! each; at most 64 listeners —, lengths, enums, patterns, date-times), and a Gateway's
+//! addresses against its rules beyond the structure (an `IPAddress` is an IP, a `Hostname` a
+//! lowercase DNS name): a 422 with the server's wording. An Ingress's status host names must be
+//! lowercase RFC 1123 subdomains, as the core API's validation has them; a ListenerSet's
 //! `status.listeners` is a list map keyed by `name`, so one that names a listener twice is a 422
 //! too.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -1173,9 +1176,10 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
         {
             return status(422, "Invalid", format!("{name:?} is invalid: {why}"));
         }
-        // A BackendTLSPolicy's and a ListenerSet's status is checked against its CRD's schema,
-        // as the real server checks every write of a CRD's object.
-        if matches!(kind, Kind::BackendTLSPolicy | Kind::ListenerSet) && status_sub {
+        // Every Gateway API kind's status is checked against its CRD's schema, as the real
+        // server checks every write of a CRD's object (a Gateway's addresses also against the
+        // rules its schema states beside the structure: `oneOf` and CEL).
+        if kind.is_gateway_api() && status_sub {
             let mut errors = Vec::new();
             schema_errors(
                 &next["status"],
@@ -1183,6 +1187,9 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
                 "status",
                 &mut errors,
             );
+            if kind == Kind::Gateway {
+                errors.extend(gateway_address_errors(&next["status"]));
+            }
             if !errors.is_empty() {
                 return status(
                     422,
@@ -1194,6 +1201,17 @@ async fn object_request(ctx: &Ctx, req: Request<Incoming>, t: Target) -> Respons
                     ),
                 );
             }
+        }
+        // An Ingress's status host names are lowercase RFC 1123 subdomains (core validation).
+        if kind == Kind::Ingress
+            && status_sub
+            && let Some(why) = ingress_status_error(&next["status"])
+        {
+            return status(
+                422,
+                "Invalid",
+                format!("Ingress.networking.k8s.io {name:?} is invalid: {why}"),
+            );
         }
         if next == current {
             // A no-op write stores nothing new (as a real server: same resourceVersion).
@@ -1315,6 +1333,83 @@ fn schema_errors(value: &Value, schema: &Value, path: &str, out: &mut Vec<String
         }
         _ => {}
     }
+}
+
+/// A lowercase RFC 1123 subdomain (`[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`,
+/// at most 253 characters), as the API server's `IsDNS1123Subdomain`; with `wildcard`, `*.` may
+/// lead (the Gateway's Hostname addresses).
+fn dns1123_subdomain(name: &str, wildcard: bool) -> bool {
+    let name = if wildcard {
+        name.strip_prefix("*.").unwrap_or(name)
+    } else {
+        name
+    };
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    name.len() <= 253 && name.split('.').all(label)
+}
+
+/// What the Gateway CRD refuses in `status.addresses` beyond its structure, in the API
+/// server's words: an `IPAddress` whose value is no IP (`oneOf` with `format: ipv4/ipv6`), a
+/// `Hostname` that is not a lowercase DNS name (its CEL rule).
+fn gateway_address_errors(status: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, a) in status["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let value = a["value"].as_str().unwrap_or_default();
+        let ty = a["type"].as_str().unwrap_or("IPAddress");
+        if ty == "IPAddress" && value.parse::<std::net::IpAddr>().is_err() {
+            out.push(format!(
+                "status.addresses[{i}]: Invalid value: \"object\": must validate one and only \
+                 one schema (oneOf). Found none valid"
+            ));
+        }
+        if ty == "Hostname" && !dns1123_subdomain(value, true) {
+            out.push(format!(
+                "status.addresses[{i}]: Invalid value: \"object\": Hostname value must only \
+                 contain valid characters (matching \
+                 ^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)"
+            ));
+        }
+    }
+    out
+}
+
+/// What the core API refuses in an Ingress's `status.loadBalancer.ingress`: an `ip` that is no
+/// IP, a `hostname` that is an IP or not a lowercase RFC 1123 subdomain.
+fn ingress_status_error(status: &Value) -> Option<String> {
+    let list = status["loadBalancer"]["ingress"].as_array()?;
+    list.iter().enumerate().find_map(|(i, a)| {
+        if let Some(ip) = a["ip"].as_str()
+            && ip.parse::<std::net::IpAddr>().is_err()
+        {
+            return Some(format!(
+                "status.loadBalancer.ingress[{i}].ip: Invalid value: {ip:?}: must be a valid IP address"
+            ));
+        }
+        let host = a["hostname"].as_str()?;
+        if host.parse::<std::net::IpAddr>().is_ok() {
+            return Some(format!(
+                "status.loadBalancer.ingress[{i}].hostname: Invalid value: {host:?}: must be a DNS name, not an IP address"
+            ));
+        }
+        (!dns1123_subdomain(host, false)).then(|| {
+            format!(
+                "status.loadBalancer.ingress[{i}].hostname: Invalid value: {host:?}: a lowercase \
+                 RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or \
+                 '.', and must start and end with an alphanumeric character"
+            )
+        })
+    })
 }
 
 /// The first `conditions` list under `value` (at `path`) with two entries of one `type`, as
