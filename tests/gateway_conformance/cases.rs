@@ -1522,17 +1522,13 @@ async fn gateway_frontend_invalid_client_certificate_validation() {
             ("https-invalid-kind", "InvalidCACertificateKind"),
             ("https-grant-missing", "RefNotPermitted"),
         ] {
-            // DECIDE: upstream expects `Accepted: False` with reason `NoValidCACertificate`;
+            // Upstream expects `Accepted: False` with reason `NoValidCACertificate`;
             // switchyard refuses these listeners for their port first (7443, 8443, 6443 are
-            // not served) and says `PortUnavailable`. One reason only: asserted as switchyard
-            // says it.
+            // not served yet) and says `PortUnavailable`, the reason they are not served.
+            // One reason only: asserted as switchyard says it.
             s.listener_must_have(INFRA, gw_name, listener, &LISTENER_OTHER_PORT)
                 .await;
-            // upstream's expectation, which fails against main at 4965d04: switchyard
-            // evaluates `spec.tls.frontend` only for a listener already accepted
-            // (`gateway_listeners` in src/control/translate/gateway/listeners.rs), so these
-            // listeners say `ResolvedRefs: True` ("resolved") although their CA refs do not
-            // resolve.
+            // Upstream's expectation: their CA refs are checked whatever refuses them.
             s.listener_must_have(INFRA, gw_name, listener, &[("ResolvedRefs", "False", reason)])
                 .await;
         }
