@@ -132,3 +132,93 @@ async fn a_backend_tls_policy_verifies_its_backend_and_fails_closed() {
         );
     }
 }
+
+/// `subjectAltNames`: the backend's certificate names neither the policy's hostname nor the
+/// Service; it is verified against the listed names instead (a DNS name, a SPIFFE URI), and the
+/// hostname, then only sent as SNI, authenticates nothing: a certificate that has the hostname
+/// but none of the names is refused. Both engines (Pingora's through the vendored connector's
+/// verifier, vendor/README.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subject_alt_names_are_verified_instead_of_the_hostname() {
+    let ca = Ca::new("backend CA");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![
+        "abc.example.com".to_string(),
+        "backend.internal".to_string(),
+    ])
+    .unwrap();
+    params.subject_alt_names.push(rcgen::SanType::URI(
+        rcgen::string::Ia5String::try_from("spiffe://cluster.test/ns/default/sa/backend").unwrap(),
+    ));
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    let leaf = tls_client::Leaf {
+        der: cert.der().to_vec(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    };
+    let backend = Backend::builder("tls-backend")
+        .transport(Transport::Tls(server_config(&leaf, &[b"http/1.1"])))
+        .start()
+        .await;
+    let with_names = |hostname: &str, names: Value| {
+        let mut p = policy(hostname, "ca");
+        p["spec"]["validation"]["subjectAltNames"] = names;
+        vec![ca_map("ca", &ca), p]
+    };
+    for engine in ENGINES {
+        let sy = switchyard_on(
+            objects(
+                &backend,
+                &with_names(
+                    "svc.example.com",
+                    json!([
+                {"type": "Hostname", "hostname": "backend.internal"}]),
+                ),
+            ),
+            engine,
+            &["--gateway-http-port", "80"],
+        )
+        .await;
+        assert!(
+            until(&sy, 200).await,
+            "{engine}: a listed DNS name:\n{}",
+            sy.stderr()
+        );
+        let cases: [(&str, Value, u16); 4] = [
+            (
+                "a listed URI",
+                json!([{"type": "Hostname", "hostname": "nope.internal"},
+                       {"type": "URI", "uri": "spiffe://cluster.test/ns/default/sa/backend"}]),
+                200,
+            ),
+            (
+                "no listed name",
+                json!([{"type": "URI", "uri": "spiffe://cluster.test/ns/default/sa/other"}]),
+                502,
+            ),
+            (
+                "the listed name again",
+                json!([{"type": "Hostname", "hostname": "backend.internal"}]),
+                200,
+            ),
+            (
+                "the hostname on the certificate, no listed name",
+                json!([{"type": "Hostname", "hostname": "nope.internal"}]),
+                502,
+            ),
+        ];
+        for (what, names, want) in cases {
+            let hostname = if what.starts_with("the hostname") {
+                "abc.example.com"
+            } else {
+                "svc.example.com"
+            };
+            sy.rewrite(&objects(&backend, &with_names(hostname, names)));
+            assert!(
+                until(&sy, want).await,
+                "{engine}: {what}: not {want}\n{}",
+                sy.stderr()
+            );
+        }
+    }
+}

@@ -999,6 +999,7 @@ mod tests {
             }),
             client_cert: None,
             send_proxy: false,
+            subject_alt_names: None,
         };
         t.entries[0] = std::sync::Arc::new(web);
         let x = explain(

@@ -944,6 +944,7 @@ mod tests {
             ca_bundle: None,
             client_cert: None,
             send_proxy: false,
+            subject_alt_names: None,
         };
         t.entries[0] = Arc::new(web);
         let listeners = Listeners {

@@ -85,6 +85,21 @@ pub struct Upstream {
     /// For TLS: the client certificate chain and key files (PEM) presented to endpoints that
     /// ask for one, instead of `--backend-client-cert` (`lb.backend-client-cert`, `-key`).
     pub client_cert: Option<(Box<str>, Box<str>)>,
+    /// For TLS: the names the endpoint's certificate must have one of (a BackendTLSPolicy's
+    /// `subjectAltNames`), verified instead of `sni`, which is then only sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject_alt_names: Option<Arc<[SubjectAltName]>>,
+}
+
+/// A name an endpoint's certificate must carry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum SubjectAltName {
+    /// A DNS name (lower case), matched as the certificate's names are matched for SNI
+    /// (its wildcards included); written with a leading `*.`, a wildcard the certificate
+    /// must itself name.
+    Dns(Box<str>),
+    /// A URI (a SPIFFE ID, say), equal to one of the certificate's URI names.
+    Uri(Box<str>),
 }
 
 impl Default for Upstream {
@@ -98,6 +113,7 @@ impl Default for Upstream {
             ca_file: None,
             ca_bundle: None,
             client_cert: None,
+            subject_alt_names: None,
         }
     }
 }

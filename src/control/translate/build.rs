@@ -612,6 +612,7 @@ impl<'a> Builder<'a> {
                     .backend_client_cert
                     .as_ref()
                     .map(|(c, k)| (c.as_str().into(), k.as_str().into())),
+                subject_alt_names: policy.subject_alt_names.clone(),
             };
         }
         if protocol.tls() && s.skip_verify {
@@ -646,6 +647,7 @@ impl<'a> Builder<'a> {
                 .as_ref()
                 .filter(|_| protocol.tls())
                 .map(|(c, k)| (c.as_str().into(), k.as_str().into())),
+            subject_alt_names: None,
         }
     }
 

@@ -56,15 +56,17 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora::upstreams::peer::Peer;
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
+use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+use super::alt_names::AltNamesVerifier;
 use super::watcher::{Stamp, read_file};
 use crate::ops::health::PeerTls;
-use crate::table::upstream::{CaBundle, Upstream};
+use crate::table::upstream::{CaBundle, SubjectAltName, Upstream};
 use crate::table::{RoutingTable, TableReader};
 
 /// How often the bundles are checked for changes.
@@ -178,6 +180,8 @@ pub struct BackendTls {
     configs: Mutex<HashMap<ConfigKey, Arc<ClientConfig>>>,
     /// The system's roots (as Pingora's connector loads them), loaded on first use.
     system_roots: OnceLock<Result<Arc<RootCertStore>, String>>,
+    /// The verifiers of BackendTLSPolicy names, one per `ConfigKey`, kept.
+    verifiers: Mutex<HashMap<ConfigKey, Arc<AltNamesVerifier>>>,
 }
 
 /// How a TLS connection to an entry's endpoints is made — which CA bundle verifies the
@@ -194,6 +198,8 @@ pub struct TlsChoice {
     verify: bool,
     /// What the fast path's handshake offers by ALPN (Pingora's path sets its own).
     alpn: Alpn,
+    /// A BackendTLSPolicy's `subjectAltNames`: verified instead of the name sent.
+    names: Option<Arc<[SubjectAltName]>>,
 }
 
 /// The protocol a fast-path TLS connection offers by ALPN: `http/1.1` for `https` backends,
@@ -216,6 +222,8 @@ pub struct ConfigKey {
     verify: bool,
     /// A connection offering `h2` is never one for HTTP/1.1, and back.
     alpn: Alpn,
+    /// The names verified instead of the name sent (their hash; 0: none).
+    names: u64,
 }
 
 impl TlsChoice {
@@ -225,6 +233,7 @@ impl TlsChoice {
             client: self.client.as_ref().map_or(0, |c| c.id),
             verify: self.verify,
             alpn: self.alpn,
+            names: self.names.as_deref().map_or(0, names_id),
         }
     }
 
@@ -240,6 +249,14 @@ impl TlsChoice {
         };
         ServerName::try_from(name).ok()
     }
+}
+
+/// An id for a list of names: their hash (never 0, which means none).
+fn names_id(names: &[SubjectAltName]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    names.hash(&mut h);
+    h.finish() | 1
 }
 
 /// Accepts any certificate (`lb.backend-insecure-skip-verify`), as Pingora's connector does
@@ -383,6 +400,7 @@ impl BackendTls {
             seen: Mutex::new(Seen::default()),
             configs: Mutex::new(HashMap::new()),
             system_roots: OnceLock::new(),
+            verifiers: Mutex::new(HashMap::new()),
         };
         tls.poll(&RoutingTable::default());
         let startup = tls
@@ -507,7 +525,51 @@ impl BackendTls {
             } else {
                 Alpn::Http11
             },
+            names: u.subject_alt_names.clone(),
         })
+    }
+
+    /// The verifier of `c`'s names over its roots, when it has names and verifies: made once
+    /// per `ConfigKey` and kept (both engines ask for it per connection).
+    fn names_verifier(&self, c: &TlsChoice) -> Result<Option<Arc<AltNamesVerifier>>, String> {
+        let Some(names) = c.names.as_ref().filter(|_| c.verify) else {
+            return Ok(None);
+        };
+        let key = c.key();
+        let kept = |v: &Mutex<HashMap<ConfigKey, Arc<AltNamesVerifier>>>| {
+            v.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .cloned()
+        };
+        if let Some(v) = kept(&self.verifiers) {
+            return Ok(Some(v));
+        }
+        let provider = CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        let chain = WebPkiServerVerifier::builder_with_provider(self.roots(c)?, provider)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let made = Arc::new(AltNamesVerifier::new(chain, Arc::clone(names)));
+        let mut verifiers = self.verifiers.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(Some(Arc::clone(verifiers.entry(key).or_insert(made))))
+    }
+
+    /// The roots `c` verifies against: its bundle's, or the system's.
+    fn roots(&self, c: &TlsChoice) -> Result<Arc<RootCertStore>, String> {
+        match &c.ca {
+            Some(b) => {
+                let mut store = RootCertStore::empty();
+                for cert in b.ca.iter() {
+                    store
+                        .add(CertificateDer::from(cert))
+                        .map_err(|e| format!("a CA certificate is not a trust anchor: {e}"))?;
+                }
+                Ok(Arc::new(store))
+            }
+            None => self.system_roots(),
+        }
     }
 
     /// The fast path's rustls configuration for `c`, if already built (no I/O).
@@ -540,19 +602,10 @@ impl BackendTls {
             .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
             .map_err(|e| e.to_string())?;
         let builder = if c.verify {
-            let roots = match &c.ca {
-                Some(b) => {
-                    let mut store = RootCertStore::empty();
-                    for cert in b.ca.iter() {
-                        store
-                            .add(CertificateDer::from(cert))
-                            .map_err(|e| format!("a CA certificate is not a trust anchor: {e}"))?;
-                    }
-                    Arc::new(store)
-                }
-                None => self.system_roots()?,
-            };
-            builder.with_root_certificates(roots)
+            match self.names_verifier(c)? {
+                Some(names) => builder.dangerous().with_custom_certificate_verifier(names),
+                None => builder.with_root_certificates(self.roots(c)?),
+            }
         } else {
             builder
                 .dangerous()
@@ -599,11 +652,15 @@ impl BackendTls {
         let mut live_cas: HashSet<u64> = self.cas.load().values().map(|b| b.id).collect();
         live_cas.extend(self.held.load().values().flatten().map(|b| b.id));
         let live_clients: HashSet<u64> = self.clients.load().ids().collect();
-        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
-        configs.retain(|k, _| {
+        let live = |k: &ConfigKey| {
             (k.ca == 0 || live_cas.contains(&k.ca))
                 && (k.client == 0 || live_clients.contains(&k.client))
-        });
+        };
+        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
+        configs.retain(|k, _| live(k));
+        drop(configs);
+        let mut verifiers = self.verifiers.lock().unwrap_or_else(|e| e.into_inner());
+        verifiers.retain(|k, _| live(k));
     }
 
     /// The client certificates to follow now: the flags' and every TLS entry's own.
@@ -702,6 +759,15 @@ impl BackendTls {
         seen.stamps.retain(|p, _| wanted.contains(p));
         seen.unreadable.retain(|p| wanted.contains(p));
         self.forget_configs();
+        // A policy's names verified against the system's roots: read them here, off the
+        // request path, before a connection needs them.
+        if table
+            .entries
+            .iter()
+            .any(|e| e.upstream.subject_alt_names.is_some() && e.upstream.ca_bundle.is_none())
+        {
+            let _ = self.system_roots();
+        }
     }
 
     fn poll_cas(&self, table: &RoutingTable, seen: &mut Seen) {
@@ -753,13 +819,19 @@ impl PeerTls for BackendTls {
             peer.options.verify_cert = false;
             peer.options.verify_hostname = false;
         }
+        // A policy's names: verified by the same verifier as the fast path's, over the same
+        // roots, on connections pooled apart from those verified by name.
+        if let Some(names) = self.names_verifier(&choice)? {
+            peer.group_key ^= choice.key().names;
+            peer.options.server_cert_verifier = Some(names);
+        }
         // The startup bundle is Pingora's own (see the module comment): left to its shared
         // configuration, so sessions are resumed.
         if let Some(b) = choice.ca
             && !(u.ca_file.is_none() && u.ca_bundle.is_none() && Some(b.id) == self.startup_ca)
         {
             peer.options.ca = Some(b.ca);
-            peer.group_key = b.id;
+            peer.group_key ^= b.id;
         }
         if let Some(client) = choice.client {
             peer.client_cert_key = Some(client.ck);
@@ -815,6 +887,7 @@ mod tests {
             ca_bundle: None,
             client_cert: None,
             send_proxy: false,
+            subject_alt_names: None,
         }
     }
 

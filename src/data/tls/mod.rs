@@ -18,6 +18,7 @@
 //! the listener settings, the forwarding settings, the acceptor and the watcher; other modules
 //! import everything from here.
 
+mod alt_names;
 mod backend;
 mod certs;
 mod client_auth;

@@ -17,6 +17,7 @@ use crate::control::translate::inputs::{meta_key, object};
 use crate::control::translate::trust::Trust;
 use crate::control::translate::view::*;
 use crate::table::upstream::CaBundle;
+use crate::table::upstream::SubjectAltName;
 
 /// What a policy makes of the ports it targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,8 @@ pub(crate) struct PolicyTls {
     /// The bundle that verifies the endpoints; `None`: the default trust
     /// (`--backend-ca-file`, else the system's roots). A bundle without PEM fails closed.
     pub(crate) ca: Option<CaBundle>,
+    /// `subjectAltNames`: the names verified instead of `sni`.
+    pub(crate) subject_alt_names: Option<Arc<[SubjectAltName]>>,
 }
 
 /// One policy as read.
@@ -327,14 +330,15 @@ fn read_policy(p: &BackendTLSPolicy, (ns, name): (&str, &str), trust: &mut Trust
             })
         }
     };
-    if !v.subject_alt_names.is_empty() {
-        // Verifying against other names than the hostname is not carried out: served without
-        // it, a certificate the policy refuses would be taken.
-        accepted = accepted.and(Err((
-            "Invalid",
-            "validation.subjectAltNames is not carried out by switchyard yet".to_string(),
-        )));
-    }
+    let subject_alt_names = match subject_alt_names(&v.subject_alt_names) {
+        Ok(names) => names,
+        Err(why) => {
+            // A name that cannot be checked: verifying against the others would take a
+            // certificate the policy may refuse.
+            accepted = accepted.and(Err(("Invalid", why)));
+            None
+        }
+    };
     let ca = if accepted.is_ok() && resolved.is_ok() {
         ca
     } else {
@@ -345,11 +349,50 @@ fn read_policy(p: &BackendTLSPolicy, (ns, name): (&str, &str), trust: &mut Trust
         generation: p.metadata.generation,
         rank: (created_at(&p.metadata), ns.to_string(), name.to_string()),
         targets,
-        tls: PolicyTls { sni, ca },
+        tls: PolicyTls {
+            sni,
+            ca,
+            subject_alt_names,
+        },
         accepted,
         resolved,
         conflicted: None,
     }
+}
+
+/// A policy's `subjectAltNames` as the table holds them (`None`: none given, the hostname is
+/// verified), or why one cannot be checked.
+fn subject_alt_names(
+    given: &[super::api::SubjectAltName],
+) -> Result<Option<Arc<[SubjectAltName]>>, String> {
+    if given.is_empty() {
+        return Ok(None);
+    }
+    let mut names = Vec::with_capacity(given.len());
+    for (i, n) in given.iter().enumerate() {
+        let name = match (n.type_.as_str(), n.hostname.as_deref(), n.uri.as_deref()) {
+            ("Hostname", Some(h), None) if !h.is_empty() => {
+                let h = h.to_ascii_lowercase();
+                let bare = h.strip_prefix("*.").unwrap_or(&h);
+                if gateway_host(bare).is_err() || bare.contains('*') {
+                    return Err(format!(
+                        "validation.subjectAltNames[{i}].hostname {} is not a DNS name",
+                        show(&h)
+                    ));
+                }
+                SubjectAltName::Dns(h.into())
+            }
+            ("URI", None, Some(u)) if u.contains("://") => SubjectAltName::Uri(u.into()),
+            _ => {
+                return Err(format!(
+                    "validation.subjectAltNames[{i}] is neither a Hostname with hostname nor a \
+                     URI with a scheme:// uri"
+                ));
+            }
+        };
+        names.push(name);
+    }
+    Ok(Some(Arc::from(names)))
 }
 
 /// The Services (namespace, name) that routes of our Gateways name as backends, each with

@@ -567,6 +567,12 @@ pub struct PeerOptions {
     #[cfg(feature = "openssl_derived")]
     #[derivative(Debug = "ignore")]
     pub upstream_tls_handshake_complete_hook: Option<HandshakeCompleteHook>,
+    /// Added by switchyard (vendor/README.md): verifies the server's certificate in place of
+    /// the built-in chain and hostname check (rustls only). Connections made with one are
+    /// pooled apart only if `group_key` says so.
+    #[cfg(feature = "rustls")]
+    #[derivative(Debug = "ignore")]
+    pub server_cert_verifier: Option<Arc<dyn pingora_rustls::ServerCertVerifier>>,
 }
 
 impl PeerOptions {
@@ -611,6 +617,8 @@ impl PeerOptions {
             proxy_digest_user_data_hook: None,
             #[cfg(feature = "openssl_derived")]
             upstream_tls_handshake_complete_hook: None,
+            #[cfg(feature = "rustls")]
+            server_cert_verifier: None,
         }
     }
 

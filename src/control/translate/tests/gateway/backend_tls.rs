@@ -141,7 +141,12 @@ fn a_policy_that_cannot_be_served_fails_its_service_closed() {
         ),
         (
             "{caCertificateRefs: [{group: '', kind: ConfigMap, name: ca}], hostname: a.example.com, \
-             subjectAltNames: [{type: Hostname, hostname: b.example.com}]}",
+             subjectAltNames: [{type: Hostname}]}",
+            ("Invalid", "ResolvedRefs"),
+        ),
+        (
+            "{caCertificateRefs: [{group: '', kind: ConfigMap, name: ca}], hostname: a.example.com, \
+             subjectAltNames: [{type: URI, uri: not-a-uri}]}",
             ("Invalid", "ResolvedRefs"),
         ),
         (
@@ -167,6 +172,40 @@ fn a_policy_that_cannot_be_served_fails_its_service_closed() {
             "{validation}: {warnings:?}"
         );
     }
+}
+
+#[test]
+fn subject_alt_names_are_carried_to_the_services_port() {
+    use crate::table::upstream::SubjectAltName;
+    let w = with_policies(&[policy(
+        "p",
+        "2026-01-01T00:00:00Z",
+        SVC_V1,
+        "{caCertificateRefs: [{group: '', kind: ConfigMap, name: ca}], hostname: a.example.com, \
+         subjectAltNames: [{type: Hostname, hostname: B.example.com}, \
+         {type: Hostname, hostname: '*.svc.example.com'}, \
+         {type: URI, uri: 'spiffe://cluster.test/ns/infra/sa/v1'}]}",
+    )]);
+    let (b, warnings) = build(&w);
+    let u = upstream(&b.table, "infra/v1:8080");
+    assert_eq!(&*u.sni, "a.example.com");
+    assert_eq!(
+        u.subject_alt_names.as_deref(),
+        Some(
+            &[
+                SubjectAltName::Dns("b.example.com".into()),
+                SubjectAltName::Dns("*.svc.example.com".into()),
+                SubjectAltName::Uri("spiffe://cluster.test/ns/infra/sa/v1".into()),
+            ][..]
+        )
+    );
+    assert!(u.ca_bundle.as_ref().is_some_and(|c| c.pem.is_some()));
+    let (_, conditions) = policy_status(&b, "p");
+    assert_eq!(conditions[0].1, "True", "{conditions:?}");
+    assert!(
+        warnings.iter().all(|w| w.object.kind != "BackendTLSPolicy"),
+        "{warnings:?}"
+    );
 }
 
 #[test]

@@ -257,6 +257,16 @@ where
         }
     }
 
+    // Added by switchyard (vendor/README.md): a verifier of the peer's own replaces the
+    // built-in chain and hostname check.
+    if let Some(verifier) = peer
+        .get_peer_options()
+        .and_then(|o| o.server_cert_verifier.clone())
+    {
+        let cfg = updated_config_opt.get_or_insert_with(|| RusTlsClientConfig::clone(config));
+        cfg.dangerous().set_certificate_verifier(verifier);
+    }
+
     // TODO: curve setup from peer
     // - second key share from peer, currently only used in boringssl with PQ features
 
