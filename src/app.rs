@@ -268,7 +268,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
             config.bind_address,
             config.udp,
             Arc::clone(&metrics),
-        );
+        )
+        .with_access_log(Arc::clone(&access_log));
         let mut udp = background_service("udp frontends", udp);
         udp.threads = Some(config.threads);
         server.add_service(udp);

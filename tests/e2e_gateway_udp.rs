@@ -129,7 +129,14 @@ async fn udp_flows_are_shared_by_weight_keep_their_endpoint_and_expire() {
     let (a, b) = (echo("a").await, echo("b").await);
     let port = free_udp_port();
     let sy = switchyard(world(port, &a, &b, true))
-        .args(&["--udp-idle-timeout", "3s", "--udp-max-flows", "50"])
+        .args(&[
+            "--udp-idle-timeout",
+            "3s",
+            "--udp-max-flows",
+            "50",
+            "--access-log",
+            "json",
+        ])
         .start()
         .await;
     let probe = UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -196,6 +203,47 @@ async fn udp_flows_are_shared_by_weight_keep_their_endpoint_and_expire() {
     };
     assert!(metric(&sy, &datagrams("in")).await >= 141.0);
     assert!(metric(&sy, &datagrams("out")).await >= 130.0);
+    // Each ended flow is one access-log line: the 40 clients' (3 datagrams of 5 bytes or so
+    // each way) among them, each with its endpoint and Service port.
+    let flows_logged = || {
+        sy.stdout()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["kind"] == "udp" && v["frontend"] == format!("udp:{port}"))
+            .collect::<Vec<Value>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            flows_logged().len() >= 50
+        })
+        .await,
+        "{} flows logged",
+        flows_logged().len()
+    );
+    let logged = flows_logged();
+    for v in &logged {
+        assert!(
+            v["entry"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("default/")),
+            "{v}"
+        );
+        assert!(
+            v["endpoint"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("127.0.0.1:")),
+            "{v}"
+        );
+        assert!(v["bytes_in"].as_u64() >= Some(4), "{v}");
+    }
+    assert!(
+        logged
+            .iter()
+            .filter(|v| v["bytes_out"].as_u64() >= Some(15))
+            .count()
+            >= 40,
+        "{logged:?}"
+    );
     // The route goes: the port closes (the kernel refuses the next datagrams).
     sy.rewrite(&world(port, &a, &b, false));
     assert!(

@@ -8,11 +8,16 @@
 use std::net::SocketAddr;
 
 use crate::table::balance::{fnv1a, mix64, rendezvous};
-use crate::table::stream::UdpBackends;
+use crate::table::stream::{UdpBackend, UdpBackends};
 
 /// The endpoint a new flow from `client` goes to; `None`: the share of a backend that does
 /// not resolve (or has no endpoint), or no weight at all: the flow is refused.
 pub fn flow_endpoint(to: &UdpBackends, client: SocketAddr) -> Option<SocketAddr> {
+    flow_backend(to, client).map(|(_, endpoint)| endpoint)
+}
+
+/// `flow_endpoint` with the backend (the Service port) it belongs to.
+pub fn flow_backend(to: &UdpBackends, client: SocketAddr) -> Option<(&UdpBackend, SocketAddr)> {
     if to.total == 0 {
         return None;
     }
@@ -26,11 +31,12 @@ pub fn flow_endpoint(to: &UdpBackends, client: SocketAddr) -> Option<SocketAddr>
             false
         }
     })?;
-    backend
+    let endpoint = backend
         .endpoints
         .iter()
         .max_by_key(|e| rendezvous(h, address_hash(**e)))
-        .copied()
+        .copied()?;
+    Some((backend, endpoint))
 }
 
 /// A hash of an address and port that every replica computes alike.

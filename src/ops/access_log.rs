@@ -189,6 +189,14 @@ impl AccessLog {
         }
     }
 
+    /// A UDP flow, once it has ended: a TCP connection's fields (bytes each way, the
+    /// endpoint, how long it lasted), with `kind` `udp`.
+    pub fn udp(&self, r: &TcpRecord<'_>) {
+        if let Some(format) = self.format {
+            self.send(format_stream(format, "udp", r));
+        }
+    }
+
     fn send(&self, line: String) {
         let Some(tx) = &self.tx else {
             return;
@@ -274,12 +282,17 @@ pub fn format_http(format: Format, r: &HttpRecord<'_>) -> String {
 
 /// One line (with its newline) for a TCP connection.
 pub fn format_tcp(format: Format, r: &TcpRecord<'_>) -> String {
+    format_stream(format, "tcp", r)
+}
+
+/// A TCP connection's (`kind` `tcp`) or a UDP flow's (`udp`) line.
+fn format_stream(format: Format, kind: &'static str, r: &TcpRecord<'_>) -> String {
     match format {
-        Format::Json => json_line("tcp", r),
+        Format::Json => json_line(kind, r),
         Format::Logfmt => {
             let mut l = Logfmt::new();
             l.str("timestamp", &rfc3339(r.timestamp));
-            l.str("kind", "tcp");
+            l.str("kind", kind);
             l.opt_addr("client", r.client);
             l.str("frontend", r.frontend);
             l.str("entry", r.entry);

@@ -5,7 +5,7 @@
 //! datagram of the client goes there, and every datagram the endpoint sends back goes to the
 //! client from the listener's socket. A flow ends after `--udp-idle-timeout` without a
 //! datagram either way, or when its endpoint refuses (ICMP port unreachable); the client's
-//! next datagram starts a new one.
+//! next datagram starts a new one. An ended flow writes one access-log line (`kind=udp`).
 //!
 //! Bounded: at most `--udp-max-flows` flows per port (a new client past it has its datagrams
 //! dropped, counted, until a flow ends); one datagram buffer per port and one per worker
@@ -21,7 +21,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
@@ -30,7 +30,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::decide::datagram::flow_endpoint;
+use crate::decide::datagram::flow_backend;
+use crate::ops::access_log::{AccessLog, TcpRecord};
 use crate::ops::metrics::{Metrics, UdpFrontendMetrics};
 use crate::table::{RoutingTable, TableReader};
 
@@ -73,6 +74,7 @@ pub struct UdpFrontends {
     bind: IpAddr,
     settings: UdpSettings,
     metrics: Arc<Metrics>,
+    access_log: Arc<AccessLog>,
 }
 
 impl UdpFrontends {
@@ -87,7 +89,14 @@ impl UdpFrontends {
             bind,
             settings,
             metrics,
+            access_log: Arc::new(AccessLog::off()),
         }
+    }
+
+    /// Records each flow in `access_log` when it ends (without this, in no log).
+    pub fn with_access_log(mut self, access_log: Arc<AccessLog>) -> Self {
+        self.access_log = access_log;
+        self
     }
 }
 
@@ -154,12 +163,15 @@ impl BackgroundService for UdpFrontends {
                     Ok(socket) => {
                         tracing::info!(port, ?address, "UDP listener open");
                         let (stop, stopped) = oneshot::channel();
+                        let frontend = format!("udp:{port}");
                         let port_task = Port {
                             socket: Arc::new(socket),
                             at,
                             table: self.table.clone(),
                             settings: self.settings,
-                            metrics: self.metrics.data.udp_frontend(&format!("udp:{port}")),
+                            metrics: self.metrics.data.udp_frontend(&frontend),
+                            access_log: Arc::clone(&self.access_log),
+                            frontend,
                         };
                         let task = tokio::spawn(port_task.serve(stopped));
                         failed.remove(&at);
@@ -196,6 +208,9 @@ struct Port {
     table: TableReader,
     settings: UdpSettings,
     metrics: UdpFrontendMetrics,
+    access_log: Arc<AccessLog>,
+    /// `udp:PORT`, as metrics and the access log name it.
+    frontend: String,
 }
 
 /// One client's flow.
@@ -207,6 +222,20 @@ struct Flow {
     /// When a datagram last went either way (milliseconds since the port opened).
     last: Arc<AtomicU64>,
     task: JoinHandle<()>,
+    /// What the access log says of it when it ends.
+    record: FlowRecord,
+}
+
+/// A flow's access-log facts: where it went and how much it carried.
+struct FlowRecord {
+    endpoint: SocketAddr,
+    /// The Service port (`namespace/name:port`).
+    service: Box<str>,
+    started: Instant,
+    generation: u64,
+    bytes_in: u64,
+    /// Counted by the flow's way back.
+    bytes_out: Arc<AtomicU64>,
 }
 
 impl Port {
@@ -222,9 +251,11 @@ impl Port {
             tokio::select! {
                 _ = &mut stop => break,
                 Some((client, id)) = ended.recv() => {
-                    if flows.get(&client).is_some_and(|f| f.id == id) {
-                        flows.remove(&client);
+                    if flows.get(&client).is_some_and(|f| f.id == id)
+                        && let Some(f) = flows.remove(&client)
+                    {
                         self.metrics.flows.dec();
+                        self.log(client, &f.record);
                     }
                 }
                 read = self.socket.recv_from(&mut buf) => {
@@ -246,7 +277,7 @@ impl Port {
                             self.metrics.dropped_full.inc();
                             continue;
                         }
-                        let Some(upstream) = self.open_flow(client).await else {
+                        let Some((upstream, record)) = self.open_flow(client).await else {
                             self.metrics.dropped_no_backend.inc();
                             continue;
                         };
@@ -260,15 +291,18 @@ impl Port {
                             origin,
                             idle: self.settings.idle,
                             metrics: self.metrics.clone(),
+                            bytes_out: Arc::clone(&record.bytes_out),
                         };
                         let task = tokio::spawn(answers.relay(ended_tx.clone(), next_id));
                         self.metrics.flows.inc();
-                        flows.insert(client, Flow { id: next_id, upstream, last, task });
+                        let flow = Flow { id: next_id, upstream, last, task, record };
+                        flows.insert(client, flow);
                     }
-                    let Some(flow) = flows.get(&client) else {
+                    let Some(flow) = flows.get_mut(&client) else {
                         continue;
                     };
                     flow.last.store(now, Ordering::Relaxed);
+                    flow.record.bytes_in += n as u64;
                     // A new socket is not known writable yet (tokio learns it from the
                     // reactor): its first datagram waits for that, bounded; later ones never
                     // wait.
@@ -287,17 +321,48 @@ impl Port {
                 }
             }
         }
-        for (_, f) in flows.drain() {
+        for (client, f) in flows.drain() {
             f.task.abort();
             self.metrics.flows.dec();
+            self.log(client, &f.record);
         }
+    }
+
+    /// The access-log record of `client`'s flow, now that it has ended.
+    fn log(&self, client: SocketAddr, r: &FlowRecord) {
+        if !self.access_log.enabled() {
+            return;
+        }
+        self.access_log.udp(&TcpRecord {
+            timestamp: SystemTime::now(),
+            client: Some(client),
+            frontend: &self.frontend,
+            entry: &r.service,
+            endpoint: Some(r.endpoint),
+            bytes_in: r.bytes_in,
+            bytes_out: r.bytes_out.load(Ordering::Relaxed),
+            duration: r.started.elapsed(),
+            connect: None,
+            generation: r.generation,
+            retries: 0,
+            error: None,
+        });
     }
 
     /// A socket connected to the endpoint a new flow from `client` goes to; `None`: none
     /// takes it (or the socket could not be made).
-    async fn open_flow(&self, client: SocketAddr) -> Option<Arc<UdpSocket>> {
+    async fn open_flow(&self, client: SocketAddr) -> Option<(Arc<UdpSocket>, FlowRecord)> {
         let table = self.table.load();
-        let endpoint = flow_endpoint(table.streams.udp_port(self.at.0, self.at.1)?, client)?;
+        let (backend, endpoint) =
+            flow_backend(table.streams.udp_port(self.at.0, self.at.1)?, client)?;
+        let record = FlowRecord {
+            endpoint,
+            service: backend.service.clone(),
+            started: Instant::now(),
+            generation: table.generation,
+            bytes_in: 0,
+            bytes_out: Arc::new(AtomicU64::new(0)),
+        };
         let any: IpAddr = match endpoint {
             SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
             SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
@@ -313,7 +378,7 @@ impl Port {
             tracing::debug!(%endpoint, error = %e, "cannot connect a UDP flow");
             return None;
         }
-        Some(Arc::new(socket))
+        Some((Arc::new(socket), record))
     }
 }
 
@@ -326,6 +391,8 @@ struct Answers {
     origin: Instant,
     idle: Duration,
     metrics: UdpFrontendMetrics,
+    /// The flow's bytes to the client, for its access-log record.
+    bytes_out: Arc<AtomicU64>,
 }
 
 impl Answers {
@@ -360,6 +427,7 @@ impl Answers {
                 Ok(n) => {
                     self.metrics.datagrams_out.inc();
                     self.metrics.bytes_out.inc_by(n as u64);
+                    self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
                     if self.listener.try_send_to(&buf[..n], self.client).is_err() {
                         self.metrics.dropped_send.inc();
                     }
