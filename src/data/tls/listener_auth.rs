@@ -10,17 +10,14 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use arc_swap::ArcSwap;
 use pingora::listeners::tls::{Acceptor, TlsSettings};
 use rustls::server::danger::ClientCertVerifier;
 
 use super::client_auth::{Fallback, Proof, RecordPeer, verifier_from_pem};
+use super::kept::Kept;
 use super::options::ClientVerify;
 use super::store::{CertStore, SniResolver};
 use crate::ops::metrics::Metrics;
-
-/// Kept configurations past which the oldest are dropped (bundles rotated away).
-const MAX_KEPT: usize = 64;
 
 /// One CA bundle and mode, and its configuration (`None`: the bundle is unusable).
 struct Made {
@@ -33,7 +30,7 @@ struct Made {
 pub(super) struct ListenerAuth {
     store: Arc<CertStore>,
     metrics: Option<Arc<Metrics>>,
-    made: ArcSwap<Vec<Arc<Made>>>,
+    made: Kept<Made>,
 }
 
 impl ListenerAuth {
@@ -41,7 +38,7 @@ impl ListenerAuth {
         ListenerAuth {
             store,
             metrics,
-            made: ArcSwap::from_pointee(Vec::new()),
+            made: Kept::default(),
         }
     }
 
@@ -52,31 +49,15 @@ impl ListenerAuth {
         ca: &Arc<[u8]>,
         insecure_fallback: bool,
     ) -> Option<Arc<Acceptor>> {
-        let found = |list: &[Arc<Made>]| {
-            list.iter()
-                .find(|m| m.insecure_fallback == insecure_fallback && *m.ca == **ca)
-                .cloned()
-        };
-        if let Some(m) = found(&self.made.load()) {
-            return m.acceptor.clone();
-        }
-        let made = Arc::new(Made {
-            ca: Arc::clone(ca),
-            insecure_fallback,
-            acceptor: self.make(ca, insecure_fallback).map(Arc::new),
-        });
-        let acceptor = made.acceptor.clone();
-        self.made.rcu(|list| {
-            let mut next: Vec<Arc<Made>> = list.iter().cloned().collect();
-            if found(&next).is_none() {
-                if next.len() >= MAX_KEPT {
-                    next.remove(0);
-                }
-                next.push(Arc::clone(&made));
-            }
-            next
-        });
-        acceptor
+        let made = self.made.get_or_make(
+            |m| m.insecure_fallback == insecure_fallback && *m.ca == **ca,
+            || Made {
+                ca: Arc::clone(ca),
+                insecure_fallback,
+                acceptor: self.make(ca, insecure_fallback).map(Arc::new),
+            },
+        );
+        made.acceptor.clone()
     }
 
     fn make(&self, ca: &Arc<[u8]>, insecure_fallback: bool) -> Option<Acceptor> {

@@ -23,6 +23,7 @@ mod backend;
 mod certs;
 mod client_auth;
 mod handshake;
+mod kept;
 mod listener_auth;
 mod options;
 mod secrets;

@@ -9,17 +9,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
 use super::certs::{LoadedCert, provider};
+use super::kept::Kept;
 use super::store::{CertSource, CertStore};
-
-/// Kept acceptors past which the oldest are dropped (certificates rotated away).
-const MAX_KEPT: usize = 64;
 
 /// One set of certificates and its acceptor (`None`: none of them loads).
 struct Made {
@@ -30,46 +27,26 @@ struct Made {
 /// The acceptors of the TLS listeners that terminate, made on first use.
 #[derive(Default)]
 pub struct Terminators {
-    made: ArcSwap<Vec<Arc<Made>>>,
+    made: Kept<Made>,
 }
 
 impl fmt::Debug for Terminators {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Terminators")
-            .field("kept", &self.made.load().len())
-            .finish()
+        f.debug_struct("Terminators").finish_non_exhaustive()
     }
 }
 
 impl Terminators {
     /// The acceptor serving `certificates` (PEM bundles); `None` when none of them loads.
     pub fn acceptor(&self, certificates: &Arc<[Arc<[u8]>]>) -> Option<TlsAcceptor> {
-        let found = |list: &[Arc<Made>]| {
-            list.iter()
-                .find(|m| {
-                    Arc::ptr_eq(&m.certificates, certificates) || m.certificates == *certificates
-                })
-                .cloned()
-        };
-        if let Some(m) = found(&self.made.load()) {
-            return m.acceptor.clone();
-        }
-        let made = Arc::new(Made {
-            certificates: Arc::clone(certificates),
-            acceptor: make(certificates),
-        });
-        let acceptor = made.acceptor.clone();
-        self.made.rcu(|list| {
-            let mut next: Vec<Arc<Made>> = list.iter().cloned().collect();
-            if found(&next).is_none() {
-                if next.len() >= MAX_KEPT {
-                    next.remove(0);
-                }
-                next.push(Arc::clone(&made));
-            }
-            next
-        });
-        acceptor
+        let made = self.made.get_or_make(
+            |m| Arc::ptr_eq(&m.certificates, certificates) || m.certificates == *certificates,
+            || Made {
+                certificates: Arc::clone(certificates),
+                acceptor: make(certificates),
+            },
+        );
+        made.acceptor.clone()
     }
 }
 
@@ -119,7 +96,7 @@ mod tests {
         // The same content in another allocation (a new table) finds the kept one.
         let again: Arc<[Arc<[u8]>]> = Arc::from(vec![Arc::<[u8]>::from(pem.as_bytes())]);
         assert!(t.acceptor(&again).is_some());
-        assert_eq!(t.made.load().len(), 1);
+        assert_eq!(t.made.len(), 1);
         let broken: Arc<[Arc<[u8]>]> = Arc::from(vec![Arc::<[u8]>::from(&b"not pem"[..])]);
         assert!(t.acceptor(&broken).is_none());
         let none: Arc<[Arc<[u8]>]> = Arc::from(Vec::new());

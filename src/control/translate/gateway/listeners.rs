@@ -574,17 +574,7 @@ impl Builder<'_> {
                             );
                             let who = object("Gateway", key.0, key.1);
                             self.warn_gateway(&who, format!("listener {}: {message}", l.name));
-                            for c in st.conditions.iter_mut() {
-                                if c.type_ == "Conflicted" {
-                                    *c = Condition::new(
-                                        "Conflicted",
-                                        true,
-                                        "HostnameConflict",
-                                        message.clone(),
-                                        generation,
-                                    );
-                                }
-                            }
+                            hostname_conflict(st, message, generation, false);
                             continue;
                         }
                         Some(_) => {}
@@ -669,19 +659,7 @@ impl Builder<'_> {
                         message: format!("listener {}: {message}", l.name),
                     });
                     l.usable = false;
-                    for c in st.conditions.iter_mut() {
-                        if c.type_ == "Conflicted" {
-                            *c = Condition::new(
-                                "Conflicted",
-                                true,
-                                "HostnameConflict",
-                                message.clone(),
-                                generation,
-                            );
-                        } else if c.type_ == "Programmed" {
-                            *c = programmed(false, "not served: a hostname conflict", generation);
-                        }
-                    }
+                    hostname_conflict(st, message, generation, true);
                     continue;
                 }
                 for address in addresses {
@@ -764,6 +742,29 @@ impl Builder<'_> {
             out.push(((ns.to_string(), r.name.clone()), pem));
         }
         Ok(out)
+    }
+}
+
+/// Marks a listener `Conflicted: True` (`HostnameConflict`, saying `message`), and, when the
+/// conflict leaves it unserved, `Programmed: False`.
+fn hostname_conflict(
+    st: &mut ListenerStatus,
+    message: String,
+    generation: Option<i64>,
+    unserved: bool,
+) {
+    for c in st.conditions.iter_mut() {
+        if c.type_ == "Conflicted" {
+            *c = Condition::new(
+                "Conflicted",
+                true,
+                "HostnameConflict",
+                message.clone(),
+                generation,
+            );
+        } else if unserved && c.type_ == "Programmed" {
+            *c = programmed(false, "not served: a hostname conflict", generation);
+        }
     }
 }
 
