@@ -3,9 +3,8 @@
 //! names (`listener_auth`), and a failure classified by reason (`handshake_failure`) and
 //! counted. It must not choose certificates or verify clients (the rustls config does that), and
 //! it never parses a request. With `--gateway-addresses` it tells the certificate choice the
-//! connection's local address (`local_ip`), which rustls's resolver is not given.
+//! connection's local address (`local_ip::scope`), which rustls's resolver is not given.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,21 +13,8 @@ use pingora::protocols::IO;
 use pingora::protocols::tls::TlsStream;
 
 use super::listener_auth::ListenerAuth;
+use super::local_ip;
 use crate::ops::metrics::{Metrics, TlsFailure};
-
-tokio::task_local! {
-    /// The local address of the connection whose handshake runs in this task. rustls calls
-    /// the certificate resolver from within the handshake's poll, on this task (Pingora's
-    /// handshake offload, which would move it to another runtime, is not turned on), so the
-    /// resolver reads it without a lock or an allocation.
-    static LOCAL_IP: Option<IpAddr>;
-}
-
-/// The local address of the connection being handshaken in this task, when the acceptor was
-/// told to look (`by_local_address`).
-pub(super) fn local_ip() -> Option<IpAddr> {
-    LOCAL_IP.try_with(|ip| *ip).ok().flatten()
-}
 
 /// Runs server handshakes with a deadline and counts the failures by reason.
 pub struct HandshakeAcceptor {
@@ -84,7 +70,7 @@ impl HandshakeAcceptor {
         } else {
             None
         };
-        let handshake = LOCAL_IP.scope(local, acceptor.tls_handshake(stream));
+        let handshake = local_ip::scope(local, acceptor.tls_handshake(stream));
         let failure = match tokio::time::timeout(self.timeout, handshake).await {
             Ok(Ok(tls)) => return Some(tls),
             Ok(Err(e)) => {

@@ -25,6 +25,7 @@ mod client_auth;
 mod handshake;
 mod kept;
 mod listener_auth;
+mod local_ip;
 mod options;
 mod secrets;
 mod store;

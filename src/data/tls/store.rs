@@ -266,7 +266,7 @@ pub(super) struct SniResolver(pub(super) Arc<CertStore>);
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         self.0
-            .resolve_at(super::handshake::local_ip(), hello.server_name())
+            .resolve_at(super::local_ip::get(), hello.server_name())
     }
 }
 
