@@ -211,6 +211,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
             forwarding: None,
             tls: None,
             h2c: true,
+            gateway_ports: false,
         },
     ));
 
@@ -241,9 +242,56 @@ pub fn run(config: Config) -> Result<(), RunError> {
                         .with_local_addresses(!config.translate.gateway_addresses.is_empty()),
                 ),
                 h2c: false,
+                gateway_ports: false,
             },
         ));
         server.add_service(background_service("certificates", tls.watcher()));
+    }
+    // Always: Gateway HTTP and HTTPS listeners on ports of their own may come with any
+    // table; their connections go to applications of their own, which route by local port.
+    {
+        let (_, http) = http_app(
+            &shared,
+            HttpListener {
+                frontend: Frontend::Http,
+                addr: http_addr,
+                forwarding: None,
+                tls: None,
+                h2c: true,
+                gateway_ports: true,
+            },
+        );
+        let https = match &tls {
+            Some(tls) => Some(
+                http_app(
+                    &shared,
+                    HttpListener {
+                        frontend: Frontend::Https,
+                        addr: https_addr,
+                        forwarding: Some(tls.forwarding()),
+                        tls: Some(
+                            tls.acceptor(config.downstream.header_timeout)?
+                                .with_local_addresses(
+                                    !config.translate.gateway_addresses.is_empty(),
+                                ),
+                        ),
+                        h2c: false,
+                        gateway_ports: true,
+                    },
+                )
+                .1,
+            ),
+            None => None,
+        };
+        let ports = crate::data::engine::gateway_ports::GatewayPorts::new(
+            reader.clone(),
+            config.bind_address,
+            http,
+            https,
+        );
+        let mut ports = background_service("gateway listener ports", ports);
+        ports.threads = Some(config.threads);
+        server.add_service(ports);
     }
     // Always: Gateway TCP and TLS listeners may come with any table, as `--tcp-services`
     // ports with their Services.
@@ -402,6 +450,9 @@ struct HttpListener {
     tls: Option<HandshakeAcceptor>,
     /// Accept HTTP/2 without TLS (prior knowledge).
     h2c: bool,
+    /// Serves the ports Gateway listeners have of their own (`GatewayPorts`), routing by the
+    /// connection's local port.
+    gateway_ports: bool,
 }
 
 /// The settings `/explain` and `--dry-run --explain` decide with, as the HTTP engines do.
@@ -417,6 +468,28 @@ fn http_service(
     shared: &HttpShared<'_>,
     listener: HttpListener,
 ) -> ListeningService<impl ServerApp + Send + Sync + 'static> {
+    let addr = listener.addr;
+    let listener_tls = listener.tls.is_some();
+    let (label, counted) = http_app(shared, listener);
+    let mut service = ListeningService::new(label, counted);
+    let gateways = gateway_listen_addresses(shared.config);
+    for addr in std::iter::once(addr).chain(
+        gateways
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, addr.port())),
+    ) {
+        service
+            .add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(l4_buffer(listener_tls)));
+    }
+    service
+}
+
+/// One HTTP frontend's application, as `http_service` listens with it and as the Gateway
+/// listeners' own ports (`GatewayPorts`) hand their connections to it: its label and app.
+fn http_app(
+    shared: &HttpShared<'_>,
+    listener: HttpListener,
+) -> (String, impl ServerApp + Send + Sync + 'static) {
     let config = shared.config;
     let label = listener.frontend.label();
     let mut proxy = frontend::HttpProxy::new(
@@ -434,6 +507,9 @@ fn http_service(
     .with_https_port(config.tls.as_ref().map(|_| config.https_port))
     .with_local_addresses(!config.translate.gateway_addresses.is_empty())
     .with_backend_tls(Arc::clone(shared.backend_tls));
+    if listener.gateway_ports {
+        proxy = proxy.with_gateway_ports();
+    }
     if let Some(forwarding) = listener.forwarding {
         proxy = proxy.with_forwarding(forwarding);
     }
@@ -470,7 +546,6 @@ fn http_service(
             config.downstream.header_timeout,
         ));
     }
-    let listener_tls = listener.tls.is_some();
     if let Some(tls) = listener.tls {
         guarded = guarded
             .with_passthrough(crate::data::passthrough::Passthrough::new(
@@ -484,17 +559,7 @@ fn http_service(
         guarded = guarded.with_fast_path(fast);
     }
     let counted = CountConnections::new(guarded, shared.metrics.data.open_connections(&label));
-    let mut service = ListeningService::new(label, counted);
-    let gateways = gateway_listen_addresses(config);
-    for addr in std::iter::once(listener.addr).chain(
-        gateways
-            .into_iter()
-            .map(|ip| SocketAddr::new(ip, listener.addr.port())),
-    ) {
-        service
-            .add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(l4_buffer(listener_tls)));
-    }
-    service
+    (label, counted)
 }
 
 /// The Gateways' own addresses (`--gateway-addresses`) that the HTTP and TLS ports must also

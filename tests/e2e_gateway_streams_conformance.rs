@@ -290,20 +290,41 @@ async fn tcp_route_invalid_cross_namespace_backend_ref() {
 }
 
 /// TCPRouteInvalidNonTCPListener (status only upstream: `Accepted: False`,
-/// `NotAllowedByListeners`, no route attached). Offline: the HTTP listener's port 5300 takes
-/// no TCP connection for the route.
+/// `NotAllowedByListeners`, no route attached). Offline: port 5300 is the HTTP listener's
+/// (a port of its own, opened for it): it speaks HTTP (404: no HTTPRoute attached), never
+/// relays to the TCPRoute's backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_route_invalid_non_tcp_listener() {
     let _ports = PORTS.lock().await;
     let s = start(&["tcproute-invalid-non-tcp-listener.yaml"]).await;
-    // Give the TCP frontends time to open a port they should not.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answer = || async {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", 5300))
+            .await
+            .ok()?;
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: any.example\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    };
+    let served = common::eventually(Duration::from_secs(10), || async {
+        answer().await.is_some()
+    })
+    .await;
+    assert!(
+        served,
+        "TCPRouteInvalidNonTCPListener: port 5300 never served HTTP:\n{}",
+        s.sy.stderr()
+    );
     for i in 0..5 {
-        let r = refusal(plain(5300)).await;
+        let got = answer().await.unwrap_or_default();
         assert!(
-            matches!(r, Ok(Refusal::NotListening) | Ok(Refusal::Closed)),
-            "TCPRouteInvalidNonTCPListener: connection {i}: {r:?}\n{}",
-            s.sy.stderr()
+            got.starts_with("HTTP/1.1 404") && !got.contains("Gateway API Test TCP Server"),
+            "TCPRouteInvalidNonTCPListener: connection {i}: {got:?}"
         );
     }
 }

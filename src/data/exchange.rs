@@ -124,6 +124,9 @@ pub(crate) trait Front {
     /// The client's address, and the address it connected to when routes pick by it.
     fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>);
 
+    /// The port it connected to, when that is a Gateway listener's own.
+    fn local_port(&self) -> Option<u16>;
+
     /// What backends may hear of the client: its address as text (for the forwarding
     /// fields) and the connection's TLS digest (its verified certificate). Shared, not
     /// borrowed: the request's edits outlive the borrow of the front the upstream writes
@@ -274,6 +277,7 @@ pub(crate) async fn open<'p, F: Front>(proxy: &'p HttpProxy, front: &mut F) -> O
     let (client, local) = front.addresses();
     let mut attempt = Attempt::new(client);
     attempt.set_local_ip(local);
+    attempt.set_local_port(front.local_port());
     let table = proxy.table.load();
     if !table.client_validation.is_empty() {
         attempt.set_client_ca(tls::client_ca(front.identity().1.as_deref()));

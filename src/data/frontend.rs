@@ -45,6 +45,9 @@ pub struct HttpProxy {
     /// connected to, so the connection's local address is read (a `getsockname` per
     /// connection, spared otherwise).
     pub(crate) by_local_address: bool,
+    /// Serves Gateway listeners' ports of their own: a request's routes are those of the
+    /// listeners of the port the client connected to (its local address read too).
+    pub(crate) by_local_port: bool,
 }
 
 impl HttpProxy {
@@ -74,6 +77,7 @@ impl HttpProxy {
             recorder: Recorder::new(frontend, metrics, Arc::new(AccessLog::off())),
             backend_tls: Arc::new(tls::BackendTls::new(None, None)),
             by_local_address: false,
+            by_local_port: false,
         }
     }
 
@@ -81,6 +85,13 @@ impl HttpProxy {
     /// address of their own).
     pub fn with_local_addresses(mut self, on: bool) -> Self {
         self.by_local_address = on;
+        self
+    }
+
+    /// Serves the ports Gateway HTTP and HTTPS listeners have of their own: routes by the
+    /// connection's local port (and address).
+    pub fn with_gateway_ports(mut self) -> Self {
+        self.by_local_port = true;
         self
     }
 

@@ -63,7 +63,9 @@ impl Passthrough {
     /// Gateway listener its server name belongs to, if that listener verifies clients.
     pub async fn take(&self, mut stream: Stream) -> Option<(Stream, Asked)> {
         let table = self.proxy.table.load();
-        let passes = !(table.passthrough.is_empty() && table.streams.passthrough.is_empty());
+        // Passed through on switchyard's own TLS port alone, not on a listener's own port.
+        let some_passed = !table.passthrough.is_empty() || !table.streams.passthrough.is_empty();
+        let passes = some_passed && !self.proxy.by_local_port;
         if !passes && table.client_validation.is_empty() {
             return Some((stream, None));
         }
@@ -77,13 +79,16 @@ impl Passthrough {
         let peer = digest
             .as_ref()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet().copied()));
-        let local = digest
+        let local_addr = digest
             .as_ref()
-            .and_then(|d| d.local_addr().and_then(|a| a.as_inet().copied()))
-            .map(|a| a.ip().to_canonical());
+            .and_then(|d| d.local_addr().and_then(|a| a.as_inet().copied()));
+        let local = local_addr.map(|a| a.ip().to_canonical());
+        let port = local_addr
+            .filter(|_| self.proxy.by_local_port)
+            .map(|a| a.port());
         // No server name: the listener without a hostname, if one verifies clients.
         let asked = table
-            .client_validation(local, name.as_deref().map(str::as_bytes))
+            .client_validation((local, port), name.as_deref().map(str::as_bytes))
             .cloned();
         let Some(name) = name.filter(|_| passes) else {
             return Some((stream, asked));

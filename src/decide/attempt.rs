@@ -315,6 +315,9 @@ pub struct Attempt {
     /// The address the client connected to: a Gateway with that address
     /// (`--gateway-addresses`) answers alone.
     local_ip: Option<IpAddr>,
+    /// The port the client connected to, when it is a Gateway listener's own (connections to
+    /// switchyard's own HTTP and TLS ports leave it `None`).
+    local_port: Option<u16>,
     /// The CA bundle the connection's client certificate verified against (a Gateway
     /// listener's; `None`: none did).
     client_ca: Option<Arc<[u8]>>,
@@ -391,6 +394,12 @@ impl Attempt {
         self.local_ip = ip;
     }
 
+    /// The port the connection was made to, when it is a Gateway listener's own: its
+    /// listeners' routes alone answer.
+    pub fn set_local_port(&mut self, port: Option<u16>) {
+        self.local_port = port;
+    }
+
     /// The CA bundle the connection's client certificate verified against, which the Gateway
     /// listeners that verify clients ask for.
     pub fn set_client_ca(&mut self, ca: Option<Arc<[u8]>>) {
@@ -444,16 +453,14 @@ impl Attempt {
         }
         // Before any route: a listener that verifies clients serves none that did not prove
         // itself to it, whatever the server name its connection was made with.
-        if https && let Some(v) = table.client_validation(self.local_ip, host) {
+        let local = (self.local_ip, self.local_port);
+        if https && let Some(v) = table.client_validation(local, host) {
             if !v.admits(self.client_ca.as_deref()) {
                 return Ok(Route::Misdirected);
             }
             self.listener_verifies = true;
         }
-        match table
-            .gateway
-            .lookup_at(self.local_ip, https, host, path, req)
-        {
+        match table.gateway.lookup_at(local, https, host, path, req) {
             GatewayMatch::NoRoute => return Ok(Route::NotFound),
             GatewayMatch::NotTaken => {}
             GatewayMatch::Matched(prule, candidate) => {
@@ -475,7 +482,7 @@ impl Attempt {
                             path,
                             req.query(),
                             &prule.prefix,
-                            gw.listener_port(https),
+                            gw.listener_port(https, self.local_port),
                         );
                         return Ok(Route::Moved {
                             status: r.status,

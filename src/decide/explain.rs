@@ -380,7 +380,8 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
     attempt.set_local_ip(q.local);
     // Explained as for a client whose certificate the host's listener verified.
     if q.frontend == Frontend::Https
-        && let Some(v) = table.client_validation(q.local, q.host.as_deref().map(str::as_bytes))
+        && let Some(v) =
+            table.client_validation((q.local, None), q.host.as_deref().map(str::as_bytes))
     {
         attempt.set_client_ca(Some(Arc::clone(&v.ca)));
     }
@@ -464,7 +465,7 @@ fn route_gateway(
         query,
     };
     if let Some(v) = https
-        .then(|| table.client_validation(q.local, host))
+        .then(|| table.client_validation((q.local, None), host))
         .flatten()
     {
         let note = if v.insecure_fallback {
@@ -481,7 +482,7 @@ fn route_gateway(
             note: format!("listener {} {note}", v.origin),
         });
     }
-    let (prule, candidate) = match gw.lookup_at(q.local, https, host, path, &req) {
+    let (prule, candidate) = match gw.lookup_at((q.local, None), https, host, path, &req) {
         GatewayMatch::NotTaken => return GatewayStep::NotTaken,
         GatewayMatch::NoRoute => {
             x.precedence.push(Step {
@@ -542,7 +543,7 @@ fn route_gateway(
                 path,
                 query,
                 &prule.prefix,
-                gw.listener_port(https),
+                gw.listener_port(https, None),
             );
             x.outcome = "redirect";
             x.summary = format!("{}: {} redirect to {location}", rule.origin, r.status);

@@ -42,9 +42,10 @@ fn pem_size<S: Serializer>(ca: &Arc<[u8]>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{} bytes of PEM", ca.len()))
 }
 
-/// Where a listener is: its frontend's address (`None`: the shared one) and its hostname key
-/// (`""` for a listener without a hostname, the name, or a wildcard's suffix with its dot).
-pub type ListenerKey = (Option<IpAddr>, Box<str>);
+/// Where a listener is: its frontend's address (`None`: the shared one), its port when it has
+/// one of its own (`None`: the Gateway HTTPS port), and its hostname key (`""` for a listener
+/// without a hostname, the name, or a wildcard's suffix with its dot).
+pub type ListenerKey = (Option<IpAddr>, Option<u16>, Box<str>);
 
 /// The validating HTTPS listeners of the table, sorted by key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -65,22 +66,23 @@ impl ClientValidations {
         self.listeners.is_empty()
     }
 
-    /// What the HTTPS listener that takes `host` on a connection to `local` asks of its
-    /// clients (`None`: nothing, or no Gateway listener takes it).
+    /// What the HTTPS listener that takes `host` on a connection to `local` (its address, and
+    /// its port when it is a listener's own) asks of its clients (`None`: nothing, or no
+    /// Gateway listener takes it).
     #[inline]
     pub fn of(
         &self,
         routes: &GatewayRoutes,
-        local: Option<IpAddr>,
+        local: (Option<IpAddr>, Option<u16>),
         host: Option<&[u8]>,
     ) -> Option<&Arc<ClientValidation>> {
         if self.listeners.is_empty() {
             return None;
         }
-        let (address, key) = routes.https_listener(local, host)?;
+        let (address, port, key) = routes.https_listener(local, host)?;
         let i = self
             .listeners
-            .binary_search_by(|((a, k), _)| (*a, &**k).cmp(&(address, key)))
+            .binary_search_by(|((a, p, k), _)| (*a, *p, &**k).cmp(&(address, port, key)))
             .ok()?;
         self.listeners.get(i).map(|(_, v)| v)
     }
@@ -108,14 +110,14 @@ mod tests {
         hosts.add(None, false);
         hosts.add(Some("open.test"), false);
         hosts.finish();
-        let key = |h: &str| (None, Box::<str>::from(h));
+        let key = |h: &str| (None, None, Box::<str>::from(h));
         let v = ClientValidations::new(vec![
             (key(".wild.test"), validation(b"wild", false)),
             (key(""), validation(b"any", false)),
             (key("a.test"), validation(b"a", true)),
         ]);
         let ca = |host: Option<&str>| {
-            v.of(&routes, None, host.map(str::as_bytes))
+            v.of(&routes, (None, None), host.map(str::as_bytes))
                 .map(|v| String::from_utf8_lossy(&v.ca).into_owned())
         };
         assert_eq!(ca(Some("a.test")).as_deref(), Some("a"));
@@ -129,7 +131,7 @@ mod tests {
         // No validation anywhere: nothing is looked up.
         assert!(
             ClientValidations::default()
-                .of(&routes, None, None)
+                .of(&routes, (None, None), None)
                 .is_none()
         );
     }

@@ -97,14 +97,35 @@ pub struct GatewayRoutes {
     /// Also the assignment the next build keeps (`assigned`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub addressed: Vec<AddressRoutes>,
+    /// HTTP and HTTPS listeners on ports of their own, sorted by (address, port).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ported: Vec<PortRoutes>,
 }
 
 /// Where a listener's routes go: the plain or the TLS frontend, of the shared Gateways
-/// (`address: None`) or of the Gateway that has this address.
+/// (`address: None`) or of the Gateway that has this address; on switchyard's own HTTP or
+/// TLS port (`port: None`), or on a port of the listener's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FrontendKey {
     pub address: Option<IpAddr>,
     pub https: bool,
+    pub port: Option<u16>,
+}
+
+/// HTTP or HTTPS listeners on a port of their own (not the Gateway HTTP or HTTPS port): the
+/// port is opened for them (on their Gateway's own address, with `--gateway-addresses`) and
+/// its connections see these routes and hosts alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortRoutes {
+    /// The Gateway's own address; `None`: the bind address.
+    pub address: Option<IpAddr>,
+    pub port: u16,
+    /// Its listeners terminate TLS (HTTPS).
+    pub https: bool,
+    /// The Gateway (namespace, name) whose port it is.
+    pub gateway: (Box<str>, Box<str>),
+    pub router: SharedRouter<Candidates>,
+    pub hosts: ListenerHosts,
 }
 
 /// A Gateway with an address of its own: its listeners' routes and hosts, on both frontends.
@@ -245,12 +266,13 @@ impl GatewayRoutes {
         })
     }
 
-    /// The listener port of a frontend, which a redirect without a port or scheme keeps.
-    pub fn listener_port(&self, https: bool) -> u16 {
-        if https {
-            self.https_port
-        } else {
-            self.http_port
+    /// The listener port of a frontend, which a redirect without a port or scheme keeps: a
+    /// port of the listeners' own (`port`), or the Gateway HTTP or HTTPS port.
+    pub fn listener_port(&self, https: bool, port: Option<u16>) -> u16 {
+        match port {
+            Some(port) => port,
+            None if https => self.https_port,
+            None => self.http_port,
         }
     }
 
@@ -259,6 +281,7 @@ impl GatewayRoutes {
             && self.http_hosts.is_empty()
             && self.https_hosts.is_empty()
             && self.addressed.is_empty()
+            && self.ported.is_empty()
     }
 
     /// The Gateway that has address `ip`, if one does.
@@ -283,6 +306,14 @@ impl GatewayRoutes {
         &mut self,
         at: FrontendKey,
     ) -> Option<(&mut SharedRouter<Candidates>, &mut ListenerHosts)> {
+        if let Some(port) = at.port {
+            let i = self
+                .ported
+                .binary_search_by(|p| (p.address, p.port).cmp(&(at.address, port)))
+                .ok()?;
+            let p = self.ported.get_mut(i)?;
+            return Some((&mut p.router, &mut p.hosts));
+        }
         match at.address {
             None if at.https => Some((&mut self.https, &mut self.https_hosts)),
             None => Some((&mut self.http, &mut self.http_hosts)),
@@ -308,8 +339,11 @@ impl GatewayRoutes {
             exact: Vec::new(),
             wildcard: Vec::new(),
         };
+        if let Some(port) = at.port {
+            return self.at_port(at.address, port).map_or(&NONE, |p| &p.hosts);
+        }
         match at.address {
-            None => self.frontend(None, at.https).1,
+            None => self.main_frontend(None, at.https).1,
             Some(ip) => match self.at_address(ip) {
                 Some(a) if at.https => &a.https_hosts,
                 Some(a) => &a.http_hosts,
@@ -318,10 +352,45 @@ impl GatewayRoutes {
         }
     }
 
-    /// The router and listener hosts a connection to `local` sees: its Gateway's when one
-    /// has that address, else the shared ones.
+    /// The listeners of `port`, opened on `address` (`None`: the bind address).
+    pub fn at_port(&self, address: Option<IpAddr>, port: u16) -> Option<&PortRoutes> {
+        self.ported
+            .binary_search_by(|p| (p.address, p.port).cmp(&(address, port)))
+            .ok()
+            .and_then(|i| self.ported.get(i))
+    }
+
+    /// The listeners on a port of their own that a connection to `local`:`port` was made
+    /// to: its Gateway's address's, else the bind address's.
+    #[inline]
+    fn ported_at(&self, local: Option<IpAddr>, port: u16) -> Option<&PortRoutes> {
+        local
+            .map(|ip| ip.to_canonical())
+            .and_then(|ip| self.at_port(Some(ip), port))
+            .or_else(|| self.at_port(None, port))
+    }
+
+    /// The router and listener hosts a connection to `local` sees: those of the listeners
+    /// on its port when it was made to a port of theirs (`port`: set only for such
+    /// connections), else its Gateway's when one has that address, else the shared ones.
+    /// `None`: a port of their own that no listener has (any more).
     #[inline]
     fn frontend(
+        &self,
+        local: Option<IpAddr>,
+        port: Option<u16>,
+        https: bool,
+    ) -> Option<(&SharedRouter<Candidates>, &ListenerHosts)> {
+        if let Some(port) = port {
+            // A port of their own answers for its listeners alone.
+            return self.ported_at(local, port).map(|p| (&p.router, &p.hosts));
+        }
+        Some(self.main_frontend(local, https))
+    }
+
+    /// `frontend` for a connection to switchyard's own HTTP or TLS port.
+    #[inline]
+    fn main_frontend(
         &self,
         local: Option<IpAddr>,
         https: bool,
@@ -348,9 +417,13 @@ impl GatewayRoutes {
     #[inline]
     pub fn https_listener(
         &self,
-        local: Option<IpAddr>,
+        (local, port): (Option<IpAddr>, Option<u16>),
         host: Option<&[u8]>,
-    ) -> Option<(Option<IpAddr>, &str)> {
+    ) -> Option<(Option<IpAddr>, Option<u16>, &str)> {
+        if let Some(port) = port {
+            let p = self.ported_at(local, port)?;
+            return Some((p.address, Some(port), p.hosts.key(p.hosts.owner(host)?)?));
+        }
         let own = local
             .filter(|_| !self.addressed.is_empty())
             .and_then(|ip| self.at_address(ip));
@@ -358,7 +431,7 @@ impl GatewayRoutes {
             Some(a) => (Some(a.address), &a.https_hosts),
             None => (None, &self.https_hosts),
         };
-        Some((address, hosts.key(hosts.owner(host)?)?))
+        Some((address, None, hosts.key(hosts.owner(host)?)?))
     }
 
     /// The candidate `req` meets on the most specific host level that the shared Gateways'
@@ -371,7 +444,7 @@ impl GatewayRoutes {
         path: &str,
         req: &impl RequestView,
     ) -> GatewayMatch<'r> {
-        self.lookup_at(None, https, host, path, req)
+        self.lookup_at((None, None), https, host, path, req)
     }
 
     /// `lookup` for a connection to `local` (its local address): the routes of the Gateway
@@ -379,21 +452,32 @@ impl GatewayRoutes {
     #[inline]
     pub fn lookup_at<'r>(
         &'r self,
-        local: Option<IpAddr>,
+        (local, port): (Option<IpAddr>, Option<u16>),
         https: bool,
         host: Option<&[u8]>,
         path: &str,
         req: &impl RequestView,
     ) -> GatewayMatch<'r> {
-        let (router, hosts) = self.frontend(local, https);
+        // A port of the listeners' own serves them alone: what they do not take is 404.
+        let Some((router, hosts)) = self.frontend(local, port, https) else {
+            return GatewayMatch::NoRoute;
+        };
         // Every route is on a listener: without listeners there is nothing to do (and no
         // host to normalize).
         if hosts.is_empty() {
-            return GatewayMatch::NotTaken;
+            return if port.is_some() {
+                GatewayMatch::NoRoute
+            } else {
+                GatewayMatch::NotTaken
+            };
         }
         // No listener takes the host: the Service and Ingress routes decide.
         let Some(owner) = hosts.owner(host) else {
-            return GatewayMatch::NotTaken;
+            return if port.is_some() {
+                GatewayMatch::NoRoute
+            } else {
+                GatewayMatch::NotTaken
+            };
         };
         // Host levels from the most specific; only candidates of the owning listener count.
         // The candidate is kept as the path rules are tried, not looked for twice.
@@ -843,7 +927,7 @@ mod tests {
         three.http_hosts.any = true;
         g.addressed = vec![AddressRoutes::new(ip("127.0.0.2"), "ns", "two"), three];
         let at = |local: &str, https: bool, host: &str| match g.lookup_at(
-            Some(ip(local)),
+            (Some(ip(local)), None),
             https,
             Some(host.as_bytes()),
             "/",

@@ -826,7 +826,7 @@ impl RoutingTable {
     #[inline]
     pub fn client_validation(
         &self,
-        local: Option<IpAddr>,
+        local: (Option<IpAddr>, Option<u16>),
         host: Option<&[u8]>,
     ) -> Option<&Arc<client_validation::ClientValidation>> {
         self.client_validation.of(&self.gateway, local, host)
@@ -931,19 +931,20 @@ impl RoutingTable {
             v["gateway"] = serde_json::to_value(&*self.gateway).unwrap_or(Value::Null);
         }
         if !self.client_validation.is_empty() {
-            let listeners = self
-                .client_validation
-                .listeners
-                .iter()
-                .map(|((address, host), v)| {
-                    json!({
-                        "address": address,
-                        "hostname": if host.is_empty() { "*" } else { host },
-                        "listener": &*v.origin,
-                        "insecure_fallback": v.insecure_fallback,
-                        "ca": format!("{} bytes of PEM", v.ca.len()),
-                    })
-                });
+            let listeners =
+                self.client_validation
+                    .listeners
+                    .iter()
+                    .map(|((address, port, host), v)| {
+                        json!({
+                            "address": address,
+                            "port": port,
+                            "hostname": if host.is_empty() { "*" } else { host },
+                            "listener": &*v.origin,
+                            "insecure_fallback": v.insecure_fallback,
+                            "ca": format!("{} bytes of PEM", v.ca.len()),
+                        })
+                    });
             v["client_validation"] = Value::Array(listeners.collect());
         }
         v

@@ -1309,9 +1309,9 @@ async fn http_route_timeout_backend_request() {
 // address for each of the base manifests' four Gateways and the case's), so the case's
 // host-less HTTPS listener does not meet the base Gateway `same-namespace-with-https-listener`'s
 // on one address (two listeners asking differently of clients for one hostname: the younger
-// would not be served). switchyard serves HTTPS listeners on port 443 alone
-// (`--gateway-https-port`): upstream's subtests on port 8443 are not run, and the listeners on
-// 8443, 7443 and 6443 are checked for what switchyard says of them (`PortUnavailable`).
+// would not be served). A listener on port 443 is served on switchyard's TLS port
+// (`--gateway-https-port 443`); one on 8443, 7443 or 6443 on that port of its own, which
+// switchyard opens on the Gateway's address as the manifest says.
 
 /// One address for each Gateway of the base manifests and the case's.
 const CLIENT_CERT_POOL: [&str; 5] = [
@@ -1329,23 +1329,16 @@ const LISTENER_OK: [gateway_conformance::Cond<'static>; 3] = [
     ("Programmed", "True", ""),
 ];
 
-/// What switchyard says of an HTTPS listener on another port than 443: not accepted,
-/// `PortUnavailable`, not programmed (upstream expects the listeners of valid CA refs served).
-const LISTENER_OTHER_PORT: [gateway_conformance::Cond<'static>; 2] = [
-    ("Accepted", "False", "PortUnavailable"),
-    ("Programmed", "False", ""),
-];
 
 /// GatewayFrontendClientCertificateValidation: Gateway `client-validation-default` verifies
 /// client certificates on its HTTPS listeners against ConfigMap
 /// `tls-validity-checks-ca-certificate` (`default`), on port 8443 against
-/// `tls-validity-checks-per-port-ca-certificate` (`perPort`). Ported: the routes accepted
-/// with ResolvedRefs (the one on the port-443 listener), and "Validate default
-/// configuration": on port 443 the client certificate of the default CA gets infra-backend-v1
-/// (the certificate asked for in the handshake), the per-port CA's gets no response. Added
-/// here: no client certificate gets no response either. Not ported: "Validate per port
-/// configuration" (port 8443 is not served; its listener and route are checked for what
-/// switchyard says).
+/// `tls-validity-checks-per-port-ca-certificate` (`perPort`). Ported whole: the Gateway and
+/// routes accepted with ResolvedRefs; "Validate default configuration": on port 443 the client
+/// certificate of the default CA gets infra-backend-v1 (the certificate asked for in the
+/// handshake), the per-port CA's gets no response; "Validate per port configuration": on port
+/// 8443 (`second-example.org`) the per-port CA's gets infra-backend-v2, the default CA's no
+/// response. Added here: no client certificate gets no response on either port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_frontend_client_certificate_validation() {
     let case = "GatewayFrontendClientCertificateValidation";
@@ -1359,38 +1352,28 @@ async fn gateway_frontend_client_certificate_validation() {
         let gw_name = "client-validation-default";
         s.gateway_must_have(INFRA, gw_name, &[("Accepted", "True", "")])
             .await;
-        s.listener_must_have(INFRA, gw_name, "https", &LISTENER_OK)
-            .await;
-        s.route_parent_must_have(
-            INFRA,
+        for listener in ["https", "https-with-hostname"] {
+            s.listener_must_have(INFRA, gw_name, listener, &LISTENER_OK)
+                .await;
+        }
+        for route in [
             "client-certificate-validation-https-test",
-            gw_name,
-            &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")],
-        )
-        .await;
-        // Port 8443 is not served: its listener is refused, so the route naming it is not
-        // accepted (upstream: Accepted and ResolvedRefs True); its CA ref resolves.
-        s.listener_must_have(INFRA, gw_name, "https-with-hostname", &LISTENER_OTHER_PORT)
-            .await;
-        s.listener_must_have(
-            INFRA,
-            gw_name,
-            "https-with-hostname",
-            &[("ResolvedRefs", "True", "")],
-        )
-        .await;
-        s.route_parent_must_have(
-            INFRA,
             "client-certificate-validation-https-test-no-hostname",
-            gw_name,
-            &[
-                ("Accepted", "False", "NotAllowedByListeners"),
-                ("ResolvedRefs", "True", ""),
-            ],
-        )
-        .await;
+        ] {
+            s.route_parent_must_have(
+                INFRA,
+                route,
+                gw_name,
+                &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")],
+            )
+            .await;
+        }
     } else {
-        must_warn(&s, case, &["https-with-hostname", "port 8443 is not served"]).await;
+        let log = s.sy.stderr();
+        assert!(
+            !log.lines().any(|l| l.contains("client-validation-default") && l.contains("WARN")),
+            "{case}: {log}"
+        );
     }
     let server = s
         .secret(INFRA, "tls-validity-checks-certificate")
@@ -1399,10 +1382,20 @@ async fn gateway_frontend_client_certificate_validation() {
     let default_client = s.secret(INFRA, "tls-validity-checks-client-certificate");
     let per_port_client = s.secret(INFRA, "tls-validity-checks-per-port-client-certificate");
     let r = || req("/").host("example.org").https("example.org", &server).at(gw);
+    let second = || {
+        req("/")
+            .host("second-example.org")
+            .https("second-example.org", &server)
+            .at(gw)
+            .port(8443)
+    };
     run_all(
         &s,
         case,
-        &[r().client_cert(default_client).status(200).to(V1, INFRA)],
+        &[
+            r().client_cert(default_client).status(200).to(V1, INFRA),
+            second().client_cert(per_port_client).status(200).to(V2, INFRA),
+        ],
     )
     .await;
     run_all_fail(
@@ -1410,8 +1403,10 @@ async fn gateway_frontend_client_certificate_validation() {
         case,
         &[
             r().client_cert(per_port_client).ns(INFRA),
+            second().client_cert(default_client).ns(INFRA),
             // switchyard's own: no certificate at all.
             r().ns(INFRA),
+            second().ns(INFRA),
         ],
     )
     .await;
@@ -1419,12 +1414,11 @@ async fn gateway_frontend_client_certificate_validation() {
 
 /// GatewayFrontendClientCertificateValidationInsecureFallback: Gateway
 /// `client-validation-insecure-fallback`, as GatewayFrontendClientCertificateValidation with
-/// `mode: AllowInsecureFallback`. Ported: the routes accepted with ResolvedRefs (the one on the
-/// port-443 listener), the Gateway's `InsecureFrontendValidationMode: True`
-/// (`ConfigurationChanged`), and "Validate default TLS configuration": on port 443 the default
-/// CA's client certificate, the per-port CA's and none each get infra-backend-v1 (a
-/// certificate offered must have been asked for). Not ported: "Validate per port TLS
-/// configuration" (port 8443 is not served).
+/// `mode: AllowInsecureFallback`. Ported whole: the routes accepted with ResolvedRefs, the
+/// Gateway's `InsecureFrontendValidationMode: True` (`ConfigurationChanged`), and on port 443
+/// (`example.org`, infra-backend-v1) and port 8443 (`second-example.org`, infra-backend-v2)
+/// the default CA's client certificate, the per-port CA's and none each get their backend (a
+/// certificate offered must have been asked for).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
     let case = "GatewayFrontendClientCertificateValidationInsecureFallback";
@@ -1449,31 +1443,24 @@ async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
             ],
         )
         .await;
-        s.listener_must_have(INFRA, gw_name, "https", &LISTENER_OK)
-            .await;
-        s.route_parent_must_have(
-            INFRA,
+        for listener in ["https", "https-with-hostname"] {
+            s.listener_must_have(INFRA, gw_name, listener, &LISTENER_OK)
+                .await;
+        }
+        for route in [
             "client-cert-validation-insecure-fallback-test",
-            gw_name,
-            &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")],
-        )
-        .await;
-        // Port 8443 is not served (upstream: its route Accepted and ResolvedRefs True).
-        s.listener_must_have(INFRA, gw_name, "https-with-hostname", &LISTENER_OTHER_PORT)
-            .await;
-        s.route_parent_must_have(
-            INFRA,
             "client-cert-validation-insecure-fallback-test-no-hostname",
-            gw_name,
-            &[
-                ("Accepted", "False", "NotAllowedByListeners"),
-                ("ResolvedRefs", "True", ""),
-            ],
-        )
-        .await;
+        ] {
+            s.route_parent_must_have(
+                INFRA,
+                route,
+                gw_name,
+                &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")],
+            )
+            .await;
+        }
     } else {
         must_warn(&s, case, &[gw_name, "AllowInsecureFallback"]).await;
-        must_warn(&s, case, &["https-with-hostname", "port 8443 is not served"]).await;
     }
     let server = s
         .secret(INFRA, "tls-validity-checks-certificate")
@@ -1482,6 +1469,13 @@ async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
     let default_client = s.secret(INFRA, "tls-validity-checks-client-certificate");
     let per_port_client = s.secret(INFRA, "tls-validity-checks-per-port-client-certificate");
     let r = || req("/").host("example.org").https("example.org", &server).at(gw);
+    let second = || {
+        req("/")
+            .host("second-example.org")
+            .https("second-example.org", &server)
+            .at(gw)
+            .port(8443)
+    };
     run_all(
         &s,
         case,
@@ -1489,6 +1483,9 @@ async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
             r().client_cert(default_client).status(200).to(V1, INFRA),
             r().client_cert(per_port_client).status(200).to(V1, INFRA),
             r().status(200).to(V1, INFRA),
+            second().client_cert(per_port_client).status(200).to(V2, INFRA),
+            second().client_cert(default_client).status(200).to(V2, INFRA),
+            second().status(200).to(V2, INFRA),
         ],
     )
     .await;
@@ -1496,14 +1493,14 @@ async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
 
 /// GatewayFrontendInvalidClientCertificateValidation (upstream's ShortName:
 /// GatewayInvalidFrontendClientCertificateValidation): Gateway
-/// `gateway-with-invalid-client-cert-validation`, status only upstream. Ported: listener
-/// `https` (port 443, `default` CA valid) ResolvedRefs, Accepted and Programmed True, and
-/// here also served: on port 443 the default CA's client certificate gets an answer (404: the
-/// manifest's route names a parent, `client-validation-invalid`, that does not exist), none
-/// gets no response. Not ported: `https-unresolved` (7443, `InvalidCACertificateRef`),
-/// `https-invalid-kind` (8443, `InvalidCACertificateKind`), `https-grant-missing` (6443,
-/// `RefNotPermitted`), each expected `Accepted: False` (`NoValidCACertificate`): those ports
-/// are not served, and switchyard says `PortUnavailable` of them (checked).
+/// `gateway-with-invalid-client-cert-validation`, status only upstream. Ported whole: listener
+/// `https` (port 443, `default` CA valid) ResolvedRefs, Accepted and Programmed True;
+/// `https-unresolved` (7443, `InvalidCACertificateRef`), `https-invalid-kind` (8443,
+/// `InvalidCACertificateKind`) and `https-grant-missing` (6443, `RefNotPermitted`) each
+/// ResolvedRefs False with that reason, Accepted False (`NoValidCACertificate`), Programmed
+/// False. Here also served: on port 443 the default CA's client certificate gets an answer
+/// (404: the manifest's route names a parent, `client-validation-invalid`, that does not
+/// exist), none gets no response; the three refused listeners' ports are not opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_frontend_invalid_client_certificate_validation() {
     let case = "GatewayFrontendInvalidClientCertificateValidation";
@@ -1514,32 +1511,30 @@ async fn gateway_frontend_invalid_client_certificate_validation() {
     )
     .await;
     let gw = s.gateway_address(INFRA, gw_name).await;
+    let refused = [
+        ("https-unresolved", "InvalidCACertificateRef", 7443),
+        ("https-invalid-kind", "InvalidCACertificateKind", 8443),
+        ("https-grant-missing", "RefNotPermitted", 6443),
+    ];
     if s.writes_status() {
         s.listener_must_have(INFRA, gw_name, "https", &LISTENER_OK)
             .await;
-        for (listener, reason) in [
-            ("https-unresolved", "InvalidCACertificateRef"),
-            ("https-invalid-kind", "InvalidCACertificateKind"),
-            ("https-grant-missing", "RefNotPermitted"),
-        ] {
-            // Upstream expects `Accepted: False` with reason `NoValidCACertificate`;
-            // switchyard refuses these listeners for their port first (7443, 8443, 6443 are
-            // not served yet) and says `PortUnavailable`, the reason they are not served.
-            // One reason only: asserted as switchyard says it.
-            s.listener_must_have(INFRA, gw_name, listener, &LISTENER_OTHER_PORT)
-                .await;
-            // Upstream's expectation: their CA refs are checked whatever refuses them.
-            s.listener_must_have(INFRA, gw_name, listener, &[("ResolvedRefs", "False", reason)])
-                .await;
+        for (listener, reason, _) in refused {
+            s.listener_must_have(
+                INFRA,
+                gw_name,
+                listener,
+                &[
+                    ("ResolvedRefs", "False", reason),
+                    ("Accepted", "False", "NoValidCACertificate"),
+                    ("Programmed", "False", ""),
+                ],
+            )
+            .await;
         }
     } else {
-        for (listener, port) in [
-            ("https-unresolved", 7443),
-            ("https-invalid-kind", 8443),
-            ("https-grant-missing", 6443),
-        ] {
-            let refused = format!("port {port} is not served");
-            must_warn(&s, case, &[gw_name, listener, &refused]).await;
+        for (listener, _, _) in refused {
+            must_warn(&s, case, &[gw_name, listener, "NotServed", "no caCertificateRef"]).await;
         }
     }
     let server = s
@@ -1555,6 +1550,11 @@ async fn gateway_frontend_invalid_client_certificate_validation() {
     )
     .await;
     run_all_fail(&s, case, &[r().ns(INFRA)]).await;
+    // A listener not served has no port: nothing listens there.
+    for (listener, _, port) in refused {
+        let open = tokio::net::TcpStream::connect((gw, port)).await.is_ok();
+        assert!(!open, "{case}: port {port} of {listener} is open");
+    }
 }
 
 /// GatewayInvalidDefaultFrontendClientCertificateValidation (upstream's ShortName:

@@ -80,6 +80,9 @@ pub struct Exp {
     /// Over TLS, the client certificate offered when the server asks for one (upstream's
     /// `ClientCertificate` and `ClientCertificateKey`).
     pub client_cert: Option<ClientCert>,
+    /// A listener's own port (not 80 or 443), which switchyard opens as the manifest says:
+    /// connected to as it is. `None`: switchyard's HTTP or TLS port.
+    pub port: Option<u16>,
 }
 
 /// A client certificate (DER) and its key (PEM).
@@ -124,6 +127,7 @@ pub fn req(path: &str) -> Exp {
         mirrored_to: vec![],
         address: None,
         client_cert: None,
+        port: None,
     }
 }
 
@@ -137,6 +141,11 @@ impl Exp {
     /// Sent to this Gateway address (upstream's `gwAddr`), as is the default Host.
     pub fn at(mut self, address: IpAddr) -> Self {
         self.address = Some(address);
+        self
+    }
+    /// To a listener's own port (`gwAddr:8443` upstream).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
         self
     }
     pub fn host(mut self, h: &str) -> Self {
@@ -368,7 +377,8 @@ pub async fn round_trip(
     let fut = async {
         match &exp.via {
             Via::Http => {
-                let tcp = TcpStream::connect((exp.address.unwrap_or(SHARED), suite.sy.http_port))
+                let port = exp.port.unwrap_or(suite.sy.http_port);
+                let tcp = TcpStream::connect((exp.address.unwrap_or(SHARED), port))
                     .await
                     .map_err(|e| format!("connect: {e}"))?;
                 send(tcp, &out).await
@@ -377,7 +387,7 @@ pub async fn round_trip(
                 let asked = Arc::new(AtomicBool::new(false));
                 let tls = tls_connect(
                     exp.address.unwrap_or(SHARED),
-                    suite.https_port,
+                    exp.port.unwrap_or(suite.https_port),
                     sni,
                     exp.client_cert.as_ref().map(|c| (c, Arc::clone(&asked))),
                 )

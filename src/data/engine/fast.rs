@@ -36,6 +36,8 @@ pub struct Connection {
     pub(super) client_ip: Option<IpAddr>,
     /// The address the client connected to (a Gateway's own picks its routes).
     pub(super) local_ip: Option<IpAddr>,
+    /// The port it was made to, when that is a Gateway listener's own.
+    pub(super) local_port: Option<u16>,
     /// `client_ip` as text, formatted once for the forwarding fields of every request.
     pub(super) client_ip_text: Option<Arc<str>>,
     /// No request has been served yet (the header deadline, not the keep-alive timeout,
@@ -133,13 +135,14 @@ impl FastPath {
         ssl: Option<Arc<SslDigest>>,
     ) -> Connection {
         let client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
+        let local = socket
+            .filter(|_| self.proxy.by_local_address || self.proxy.by_local_port)
+            .and_then(|d| d.local_addr().and_then(|a| a.as_inet()).copied());
         Connection {
             client,
             client_ip: client.map(|a| a.ip()),
-            local_ip: socket
-                .filter(|_| self.proxy.by_local_address)
-                .and_then(|d| d.local_addr().and_then(|a| a.as_inet()))
-                .map(|a| a.ip()),
+            local_ip: local.map(|a| a.ip()),
+            local_port: local.filter(|_| self.proxy.by_local_port).map(|a| a.port()),
             client_ip_text: client.map(|a| Arc::from(ip_text(a.ip()))),
             fresh: true,
             // Both grow at their first read (`reserve(READ_SIZE)`), not before.

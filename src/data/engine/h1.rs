@@ -205,6 +205,10 @@ impl<D: Downstream> Front for H1Front<'_, D> {
         self.conn.addresses()
     }
 
+    fn local_port(&self) -> Option<u16> {
+        self.conn.local_port
+    }
+
     fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {
         self.conn.identity()
     }
@@ -382,6 +386,7 @@ mod tests {
             client: None,
             client_ip: None,
             local_ip: None,
+            local_port: None,
             client_ip_text: None,
             fresh: false,
             buf: BytesMut::with_capacity(READ_SIZE),

@@ -125,6 +125,10 @@ impl Front for H2Front {
         self.conn.addresses()
     }
 
+    fn local_port(&self) -> Option<u16> {
+        self.conn.local_port
+    }
+
     fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {
         self.conn.identity()
     }

@@ -13,6 +13,7 @@
 
 pub mod client_stream;
 pub mod fast;
+pub mod gateway_ports;
 pub mod h1;
 pub mod h1_upstream;
 pub mod h2;

@@ -255,13 +255,12 @@ impl ProxyHttp for HttpProxy {
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
         ctx.attempt.set_client_ip(client_ip);
-        if self.by_local_address {
-            ctx.attempt.set_local_ip(
-                session
-                    .server_addr()
-                    .and_then(|a| a.as_inet())
-                    .map(|a| a.ip()),
-            );
+        if self.by_local_address || self.by_local_port {
+            let local = session.server_addr().and_then(|a| a.as_inet());
+            ctx.attempt.set_local_ip(local.map(|a| a.ip()));
+            if self.by_local_port {
+                ctx.attempt.set_local_port(local.map(|a| a.port()));
+            }
         }
         // The path routed on is the path forwarded: dot-segments removed (decide::target).
         let path = normalize_path(req.uri.path());

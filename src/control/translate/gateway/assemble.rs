@@ -234,13 +234,27 @@ fn frontends(routes: &GatewayRoutes) -> Vec<FrontendKey> {
     let mut all: Vec<FrontendKey> = [None]
         .into_iter()
         .chain(routes.addressed.iter().map(|a| Some(a.address)))
-        .flat_map(|address| [false, true].map(|https| FrontendKey { address, https }))
+        .flat_map(|address| {
+            [false, true].map(|https| FrontendKey {
+                address,
+                https,
+                port: None,
+            })
+        })
+        .chain(routes.ported.iter().map(|p| FrontendKey {
+            address: p.address,
+            https: p.https,
+            port: Some(p.port),
+        }))
         .collect();
     all.sort();
     all
 }
 
 fn router_of(g: &GatewayRoutes, at: FrontendKey) -> Option<&SharedRouter<Candidates>> {
+    if let Some(port) = at.port {
+        return g.at_port(at.address, port).map(|p| &p.router);
+    }
     match at.address {
         None if at.https => Some(&g.https),
         None => Some(&g.http),
@@ -324,9 +338,16 @@ fn dirty<'h>(
         .iter()
         .copied()
         .filter(|&at| {
-            let same_gateway = match at.address {
-                None => true,
-                Some(ip) => match (previous.table.at_address(ip), routes.at_address(ip)) {
+            let same_gateway = match (at.address, at.port) {
+                (address, Some(port)) => match (
+                    previous.table.at_port(address, port),
+                    routes.at_port(address, port),
+                ) {
+                    (Some(a), Some(b)) => a.gateway == b.gateway && a.https == b.https,
+                    _ => false,
+                },
+                (None, None) => true,
+                (Some(ip), None) => match (previous.table.at_address(ip), routes.at_address(ip)) {
                     (Some(a), Some(b)) => a.gateway == b.gateway,
                     _ => false,
                 },

@@ -29,7 +29,8 @@ use crate::control::translate::build::Builder;
 use crate::control::translate::gateway::assemble;
 use crate::control::translate::inputs::{meta_key, object};
 use crate::control::translate::view::*;
-use crate::table::gateway::{AddressRoutes, GatewayRoutes};
+use crate::table::gateway::{AddressRoutes, GatewayRoutes, ListenerHosts, PortRoutes};
+use crate::table::matcher::SharedRouter;
 use crate::table::{EntryId, EntryKey};
 
 /// The routes' outputs of one build.
@@ -267,6 +268,33 @@ impl<'a> Builder<'a> {
         };
         // Looked up by binary search (`GatewayRoutes::frontend_mut`, `lookup_at`).
         routes.addressed.sort_by_key(|a| a.address);
+        // The ports HTTP and HTTPS listeners have of their own (each port one Gateway's,
+        // `claim_stream_ports`), on each of its addresses or the bind address.
+        for ((ns, name), (_, listeners, _)) in gateways {
+            for l in listeners.iter().filter(|l| l.usable) {
+                let Some(port) = l.own_port else {
+                    continue;
+                };
+                let addresses: Vec<Option<std::net::IpAddr>> = if l.addresses.is_empty() {
+                    vec![None]
+                } else {
+                    l.addresses.iter().map(|a| Some(*a)).collect()
+                };
+                for address in addresses {
+                    if routes.at_port(address, port).is_none() {
+                        routes.ported.push(PortRoutes {
+                            address,
+                            port,
+                            https: l.https,
+                            gateway: ((*ns).into(), (*name).into()),
+                            router: SharedRouter::default(),
+                            hosts: ListenerHosts::default(),
+                        });
+                        routes.ported.sort_by_key(|p| (p.address, p.port));
+                    }
+                }
+            }
+        }
         let mut levels_made = 0;
         if !same_routes {
             // The listeners' hostnames first: candidates carry their listener's id.
@@ -286,6 +314,9 @@ impl<'a> Builder<'a> {
             for a in &mut routes.addressed {
                 a.http_hosts.finish();
                 a.https_hosts.finish();
+            }
+            for p in &mut routes.ported {
+                p.hosts.finish();
             }
             // The previous table's host levels are shared when its routes' outputs are the
             // ones this build started from.

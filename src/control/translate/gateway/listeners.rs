@@ -195,6 +195,14 @@ impl Builder<'_> {
                 attached_routes: 0,
                 conditions,
             });
+            let served_port = if https {
+                self.options.gateway_https_port
+            } else {
+                self.options.gateway_http_port
+            };
+            let own_port = u16::try_from(l.port)
+                .ok()
+                .filter(|p| stream.is_none() && *p != served_port);
             views.push(ListenerView {
                 gateway: (ns, name),
                 name: &l.name,
@@ -204,6 +212,7 @@ impl Builder<'_> {
                 generation,
                 addresses: Vec::new(),
                 port: l.port,
+                own_port,
                 hostname,
                 usable,
                 kinds,
@@ -293,22 +302,17 @@ impl Builder<'_> {
         match l.protocol.as_str() {
             "HTTP" | "HTTPS" => {
                 let https = l.protocol == "HTTPS";
-                let (served_port, flag) = if https {
-                    (o.gateway_https_port, "https")
+                let served_port = if https {
+                    o.gateway_https_port
                 } else {
-                    (o.gateway_http_port, "http")
+                    o.gateway_http_port
                 };
+                // On the Gateway port of its protocol, switchyard's own HTTP or TLS port
+                // serves it; on any other, a port of its own is opened for it.
                 let accepted = if l.port == i32::from(served_port) {
                     Ok(())
                 } else {
-                    refuse(
-                        "PortUnavailable",
-                        format!(
-                            "port {} is not served: {} listeners are served on port \
-                             {served_port} (--gateway-{flag}-port)",
-                            l.port, l.protocol
-                        ),
-                    )
+                    self.stream_port(l, false)
                 };
                 (https, None, accepted)
             }
@@ -459,12 +463,7 @@ impl Builder<'_> {
                 }
             }
         }
-        if let Err((_, why)) = &resolved {
-            self.warn_gateway(
-                who,
-                format!("listener {}: spec.tls.frontend: {why}", l.name),
-            );
-        }
+        // A ref not used is warned of with the listener's `ResolvedRefs` condition.
         if usable == 0 {
             let bad = resolved.err().unwrap_or((
                 "InvalidCACertificateRef",
@@ -615,7 +614,7 @@ impl Builder<'_> {
         order.sort();
         // (frontend address, hostname key) -> the listener that holds it and what it asks.
         type Held<'g> = ((&'g str, &'g str), &'g str, Option<Arc<ClientValidation>>);
-        let mut held: HashMap<(Option<IpAddr>, String), Held<'_>> = HashMap::default();
+        let mut held: HashMap<(Option<IpAddr>, Option<u16>, String), Held<'_>> = HashMap::default();
         for (_, key) in &order {
             let Some((gw, views, statuses)) = gateways.get_mut(key) else {
                 continue;
@@ -636,7 +635,7 @@ impl Builder<'_> {
                 };
                 let mut clash = None;
                 for address in &addresses {
-                    match held.get(&(*address, host.clone())) {
+                    match held.get(&(*address, l.own_port, host.clone())) {
                         Some((g, name, v)) if *v != l.validation => {
                             clash = Some(format!(
                                 "hostname {} on the TLS port is also listener {name} of Gateway \
@@ -663,13 +662,13 @@ impl Builder<'_> {
                     continue;
                 }
                 for address in addresses {
-                    held.entry((address, host.clone())).or_insert((
+                    held.entry((address, l.own_port, host.clone())).or_insert((
                         *key,
                         l.name,
                         l.validation.clone(),
                     ));
                     if let Some(v) = &l.validation {
-                        let k = (address, host.clone().into_boxed_str());
+                        let k = (address, l.own_port, host.clone().into_boxed_str());
                         self.client_validations.push((k, Arc::clone(v)));
                     }
                 }

@@ -76,7 +76,9 @@ impl Builder<'_> {
             let generation = gw.metadata.generation;
             for (l, st) in views.iter_mut().zip(statuses.iter_mut()) {
                 let shares = l.stream == Some(StreamListener::Tls) && l.port == tls_port;
-                if l.stream.is_none() || !l.usable || shares {
+                // HTTP and HTTPS listeners claim their port only when it is one of their own.
+                let own = l.stream.is_some() || l.own_port.is_some();
+                if !own || !l.usable || shares {
                     continue;
                 }
                 let udp = l.stream == Some(StreamListener::Udp);
@@ -88,7 +90,7 @@ impl Builder<'_> {
                 }
                 let message = format!(
                     "port {} is opened for Gateway {}/{} (older, or first by namespace and \
-                     name); a port serves one Gateway's TCP, TLS or UDP listeners",
+                     name); a port serves one Gateway's listeners",
                     l.port, owner.0, owner.1
                 );
                 l.usable = false;

@@ -67,6 +67,9 @@ pub(super) struct ListenerView<'g> {
     /// The Gateway's own addresses (`--gateway-addresses`); empty: a shared Gateway.
     pub(super) addresses: Vec<IpAddr>,
     pub(super) port: i32,
+    /// An HTTP or HTTPS listener on a port of its own (not the Gateway HTTP or HTTPS port):
+    /// that port, opened for it.
+    pub(super) own_port: Option<u16>,
     /// Lower case; `None`: any host.
     pub(super) hostname: Option<HostPattern>,
     /// Routes may attach (the listener is accepted and takes some kind of route).
@@ -141,7 +144,11 @@ impl ListenerView<'_> {
                     .filter(move |_| http)
                     .map(|ip| Some(*ip)),
             )
-            .map(move |address| FrontendKey { address, https })
+            .map(move |address| FrontendKey {
+                address,
+                https,
+                port: self.own_port,
+            })
     }
 }
 

@@ -431,10 +431,8 @@ spec:
         reason(0, "Accepted"),
         ("False".into(), "UnsupportedProtocol".into())
     );
-    assert_eq!(
-        reason(1, "Accepted"),
-        ("False".into(), "PortUnavailable".into())
-    );
+    // Another port is one of the listener's own.
+    assert_eq!(reason(1, "Accepted"), ("True".into(), "Accepted".into()));
     assert_eq!(
         reason(2, "ResolvedRefs"),
         ("False".into(), "InvalidRouteKinds".into())
@@ -1104,7 +1102,7 @@ fn build_at_warned(
 fn get_at(t: &RoutingTable, local: &str, host: &str, path: &str) -> String {
     let g = &t.gateway;
     match g.lookup_at(
-        Some(ip(local)),
+        (Some(ip(local)), None),
         false,
         Some(host.as_bytes()),
         path,
@@ -1556,4 +1554,5 @@ mod cache;
 mod frontend_validation;
 mod grpc;
 mod listener_sets;
+mod own_ports;
 mod streams;

@@ -99,13 +99,14 @@ fn https(t: &RoutingTable, host: &str) -> &'static str {
 
 /// What the listener of `host` asks: `None`, or (insecure fallback, origin, CA bundle).
 fn asked(t: &RoutingTable, host: &str) -> Option<(bool, String, String)> {
-    t.client_validation(None, Some(host.as_bytes())).map(|v| {
-        (
-            v.insecure_fallback,
-            v.origin.to_string(),
-            String::from_utf8_lossy(&v.ca).into_owned(),
-        )
-    })
+    t.client_validation((None, None), Some(host.as_bytes()))
+        .map(|v| {
+            (
+                v.insecure_fallback,
+                v.origin.to_string(),
+                String::from_utf8_lossy(&v.ca).into_owned(),
+            )
+        })
 }
 
 #[test]
