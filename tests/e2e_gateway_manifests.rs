@@ -731,3 +731,113 @@ async fn gateway_listeners_verify_client_certificates() {
         );
     }
 }
+
+/// HTTP and HTTPS listeners on ports of their own: each port opened as written, its requests
+/// routed by its listeners alone (another host: 404, never the main port's routes), over
+/// HTTP/1.1 and HTTP/2, on both engines; the port closed when its listener goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_on_ports_of_their_own_are_served_there() {
+    let a = Backend::start("a").await;
+    let ca = tls_client::Ca::new("own ports CA");
+    let server = ca.server(&["own.test"]);
+    let (http_own, https_own) = (free_port(), free_port());
+    let objects = |with_ports: bool| {
+        let mut listeners = vec![json!({"name": "main", "port": 80, "protocol": "HTTP",
+            "hostname": "main.test"})];
+        if with_ports {
+            listeners.push(
+                json!({"name": "plain", "port": http_own, "protocol": "HTTP",
+                "hostname": "own.test"}),
+            );
+            listeners.push(
+                json!({"name": "tls", "port": https_own, "protocol": "HTTPS",
+                "hostname": "own.test", "tls": {"certificateRefs": [{"name": "cert"}]}}),
+            );
+        }
+        vec![
+            svc("a", 80).into(),
+            slice("a", "", a.port),
+            tls_secret("cert", &server.cert_pem, &server.key_pem),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                   "metadata": {"name": "switchyard"},
+                   "spec": {"controllerName": "switchyard.io/gateway-controller"}}),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                   "metadata": {"name": "gw", "namespace": "default"},
+                   "spec": {"gatewayClassName": "switchyard", "listeners": listeners}}),
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                   "metadata": {"name": "to-a", "namespace": "default"},
+                   "spec": {"parentRefs": [{"name": "gw"}],
+                            "rules": [{"backendRefs": [{"name": "a", "port": 80}]}]}}),
+        ]
+    };
+    // The TLS port opens with a certificate of its own (offline, --ssl-cert); the listener's
+    // Secret serves own.test by SNI on its port.
+    let dir = tempfile::tempdir().unwrap();
+    let default = dir.path().join("default.pem");
+    std::fs::write(&default, ca.server(&["default.test"]).bundle()).unwrap();
+    for engine in ENGINES {
+        let https_port = free_port().to_string();
+        let sy = switchyard_on(
+            objects(true),
+            engine,
+            &[
+                "--gateway-http-port",
+                "80",
+                "--https-port",
+                &https_port,
+                "--ssl-cert",
+                default.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let plain = |host: &str, http: &str| {
+            vec![
+                http.to_string(),
+                "-H".to_string(),
+                format!("Host: {host}"),
+                format!("http://127.0.0.1:{http_own}/x"),
+            ]
+        };
+        let tls = |host: &str, http: &str| {
+            vec![
+                "-k".to_string(),
+                http.to_string(),
+                "--resolve".to_string(),
+                format!("own.test:{https_own}:127.0.0.1"),
+                "-H".to_string(),
+                format!("Host: {host}"),
+                format!("https://own.test:{https_own}/x"),
+            ]
+        };
+        let opened = eventually(Duration::from_secs(10), || async {
+            curl_status(&plain("own.test", "--http1.1")).await.0 == "200"
+        })
+        .await;
+        assert!(
+            opened,
+            "{engine}: port {http_own} never served:\n{}",
+            sy.stderr()
+        );
+        for http in ["--http1.1", "--http2-prior-knowledge"] {
+            let (code, body) = curl_status(&plain("own.test", http)).await;
+            assert_eq!(code, "200", "{engine} {http}: {body}");
+            // The main port's listener's host is not this port's.
+            let (code, _) = curl_status(&plain("main.test", http)).await;
+            assert_eq!(code, "404", "{engine} {http}");
+        }
+        for http in ["--http1.1", "--http2"] {
+            let (code, body) = curl_status(&tls("own.test", http)).await;
+            assert_eq!(code, "200", "{engine} {http}: {body}");
+            let (code, _) = curl_status(&tls("main.test", http)).await;
+            assert_eq!(code, "404", "{engine} {http}");
+        }
+        // The listeners go: their ports close.
+        sy.rewrite(&objects(false));
+        let closed = eventually(Duration::from_secs(10), || async {
+            std::net::TcpStream::connect(("127.0.0.1", http_own)).is_err()
+                && std::net::TcpStream::connect(("127.0.0.1", https_own)).is_err()
+        })
+        .await;
+        assert!(closed, "{engine}: the ports stayed open:\n{}", sy.stderr());
+    }
+}

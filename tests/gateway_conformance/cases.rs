@@ -811,11 +811,16 @@ async fn http_route_redirect_path() {
     .await;
 }
 
-/// HTTPRouteRedirectPortAndScheme (HTTPRoutePortRedirect, HTTPRouteSchemeRedirect): the
-/// subtests of the port-80 and port-443 listeners. The port-8080 listener's subtests need a
-/// Gateway port switchyard does not serve (see docs/gateway-conformance.md).
+/// The cases whose listeners have ports of their own (8080, 8090, 8443, ...), which switchyard
+/// opens as the manifests say: one at a time, so that two never ask for one port.
+static OWN_PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// HTTPRouteRedirectPortAndScheme (HTTPRoutePortRedirect, HTTPRouteSchemeRedirect, and
+/// GatewayPort8080 for the port-8080 listener's subtests): every subtest of the port-80,
+/// port-443 and port-8080 listeners.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_route_redirect_port_and_scheme() {
+    let _ports = OWN_PORTS.lock().await;
     let s = start(&["httproute-redirect-port-and-scheme.yaml"]).await;
     let cert = s
         .secret(INFRA, "tls-validity-checks-certificate")
@@ -842,6 +847,65 @@ async fn http_route_redirect_port_and_scheme() {
             tls("/scheme-http-and-port-nil").redirect(to("http")),
             tls("/scheme-http-and-port-80").redirect(to("http")),
             tls("/scheme-http-and-port-8080").redirect(to("http").port("8080")),
+            // http-listener-on-8080: a port of its own
+            r("/scheme-nil-and-port-nil")
+                .port(8080)
+                .redirect(to("http").port("8080")),
+            r("/scheme-nil-and-port-80").port(8080).redirect(to("http")),
+            r("/scheme-https-and-port-nil")
+                .port(8080)
+                .redirect(to("https")),
+        ],
+    )
+    .await;
+}
+
+/// GatewayWithAttachedRoutesWithPort8080 (GatewayPort8080): of Gateway
+/// `gateway-with-two-listeners-and-one-attached-route`, listener `http` (80) counts the one
+/// route, `http-unattached` (8080) none; both accepted (through the fake API server). Here
+/// also: port 80 serves the route, port 8080 (opened for its listener) answers 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_with_attached_routes_with_port_8080() {
+    let _ports = OWN_PORTS.lock().await;
+    let case = "GatewayWithAttachedRoutesWithPort8080";
+    let gw = "gateway-with-two-listeners-and-one-attached-route";
+    let s = start(&["gateway-with-attached-routes-with-port-8080.yaml"]).await;
+    if s.writes_status() {
+        s.listener_attached_must_be(INFRA, gw, "http", 1).await;
+        s.listener_attached_must_be(INFRA, gw, "http-unattached", 0)
+            .await;
+        for listener in ["http", "http-unattached"] {
+            s.listener_must_have(INFRA, gw, listener, &LISTENER_OK)
+                .await;
+        }
+    }
+    run_all(
+        &s,
+        case,
+        &[
+            req("/").to(V1, INFRA),
+            req("/").port(8080).status(404),
+        ],
+    )
+    .await;
+}
+
+/// HTTPRouteListenerPortMatching (HTTPRouteParentRefPort, GatewayPort8080): routes attached by
+/// `parentRef.port` to the listeners on 80, 8080 and 8090 of one Gateway; each port's hosts go
+/// to its route, `bar.com` on 8090 (no route of that listener) is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_route_listener_port_matching() {
+    let _ports = OWN_PORTS.lock().await;
+    let s = start(&["httproute-listener-port-matching.yaml"]).await;
+    run_all(
+        &s,
+        "HTTPRouteListenerPortMatching",
+        &[
+            req("/").host("foo.com").to(V1, INFRA),
+            req("/").host("foo.com:8080").port(8080).to(V2, INFRA),
+            req("/").host("bar.com:8080").port(8080).to(V2, INFRA),
+            req("/").host("foo.com:8090").port(8090).to(V3, INFRA),
+            req("/").host("bar.com:8090").port(8090).status(404),
         ],
     )
     .await;
@@ -1341,6 +1405,7 @@ const LISTENER_OK: [gateway_conformance::Cond<'static>; 3] = [
 /// response. Added here: no client certificate gets no response on either port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_frontend_client_certificate_validation() {
+    let _ports = OWN_PORTS.lock().await;
     let case = "GatewayFrontendClientCertificateValidation";
     let s = start_addressed(
         &["gateway-with-clientcertificate-validation.yaml"],
@@ -1421,6 +1486,7 @@ async fn gateway_frontend_client_certificate_validation() {
 /// certificate offered must have been asked for).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
+    let _ports = OWN_PORTS.lock().await;
     let case = "GatewayFrontendClientCertificateValidationInsecureFallback";
     let gw_name = "client-validation-insecure-fallback";
     let s = start_addressed(
@@ -1503,6 +1569,7 @@ async fn gateway_frontend_client_certificate_validation_insecure_fallback() {
 /// exist), none gets no response; the three refused listeners' ports are not opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_frontend_invalid_client_certificate_validation() {
+    let _ports = OWN_PORTS.lock().await;
     let case = "GatewayFrontendInvalidClientCertificateValidation";
     let gw_name = "gateway-with-invalid-client-cert-validation";
     let s = start_addressed(

@@ -718,6 +718,34 @@ impl Suite {
         .await;
     }
 
+    /// upstream's `GatewayStatusMustHaveListeners`, for one field: listener `listener` of
+    /// Gateway `ns/gw` counts `n` attached routes (within the consistency limit).
+    pub async fn listener_attached_must_be(&self, ns: &str, gw: &str, listener: &str, n: i64) {
+        let Process::Cluster(_, api) = &self.sy.process else {
+            panic!("status is written only through the fake API server");
+        };
+        let deadline = std::time::Instant::now() + expect::MAX_TIME_TO_CONSISTENCY;
+        loop {
+            let status = api
+                .object(Kind::Gateway, ns, gw)
+                .map(|o| o["status"].clone())
+                .unwrap_or(Value::Null);
+            let attached = status["listeners"]
+                .as_array()
+                .and_then(|ls| ls.iter().find(|l| l["name"] == listener))
+                .and_then(|l| l["attachedRoutes"].as_i64());
+            if attached == Some(n) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "listener {listener} of Gateway {ns}/{gw}: attachedRoutes {attached:?}, not {n}: \
+                 {status}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// The conditions of HTTPRoute `ns/route`'s parent status for Gateway `gw` hold `want`
     /// (upstream's `GatewayAndRoutesMustBeAccepted` and
     /// `HTTPRouteMustHaveResolvedRefsConditionsTrue`, route side).
