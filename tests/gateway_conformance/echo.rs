@@ -3,7 +3,8 @@
 //! becomes real HTTP/1.1 servers on 127.0.0.1 that answer like upstream's `conformance/echo-basic/echo-basic.go`: a JSON body
 //! with `path` (the request target as received, query included), `host`, `method`, `proto`,
 //! `headers` (name -> values, `Host` excluded, names in Go's canonical form), `namespace`,
-//! `ingress`, `service`, `pod`; `Content-Type: application/json`; the response headers asked for
+//! `ingress`, `service`, `pod` (and over TLS `tls.serverName`, the SNI the pod was reached with);
+//! `Content-Type: application/json`; the response headers asked for
 //! in `X-Echo-Set-Header` (`name:value,name:value`, values of one name joined by `,`); a
 //! `?delay=<Go duration>` held before answering; `/health` and `/status/NNN` as upstream.
 //!
@@ -177,23 +178,30 @@ async fn serve(listener: TcpListener, ctx: Arc<Context>, tls: Option<tokio_rustl
         let ctx = ctx.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let ctx = ctx.clone();
-                async move { Ok::<_, Infallible>(ctx.answer(req).await) }
-            });
+            // The connection's server name (echo-basic's `tls.serverName`), over TLS.
+            let service = |sni: Option<String>| {
+                service_fn(move |req| {
+                    let (ctx, sni) = (ctx.clone(), sni.clone());
+                    async move { Ok::<_, Infallible>(ctx.answer(req, sni).await) }
+                })
+            };
             let builder = hyper::server::conn::http1::Builder::new();
             let _ = tokio::time::timeout(CONNECTION_LIFETIME, async move {
                 match tls {
                     Some(acceptor) => {
                         if let Ok(stream) = acceptor.accept(stream).await {
+                            let sni = stream.get_ref().1.server_name().map(str::to_string);
                             let _ = builder
-                                .serve_connection(TokioIo::new(stream), service)
+                                .serve_connection(
+                                    TokioIo::new(stream),
+                                    service(Some(sni.unwrap_or_default())),
+                                )
                                 .await;
                         }
                     }
                     None => {
                         let _ = builder
-                            .serve_connection(TokioIo::new(stream), service)
+                            .serve_connection(TokioIo::new(stream), service(None))
                             .await;
                     }
                 }
@@ -210,7 +218,8 @@ struct Context {
 }
 
 impl Context {
-    async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    /// `sni`: the connection's server name when it is TLS (`None`: clear).
+    async fn answer(&self, req: Request<Incoming>, sni: Option<String>) -> Response<Full<Bytes>> {
         let (parts, body) = req.into_parts();
         // Read (and drop) the body, bounded like the rest.
         let _ = tokio::time::timeout(MAX_DELAY, body.collect()).await;
@@ -288,7 +297,7 @@ impl Context {
             http::Version::HTTP_2 => "HTTP/2.0",
             _ => "HTTP/1.1",
         };
-        let body = json!({
+        let mut body = json!({
             "path": target,
             "host": host,
             "method": parts.method.as_str(),
@@ -300,6 +309,11 @@ impl Context {
             "pod": self.pod,
             "sni": "",
         });
+        // echo-basic's `tls` object, when the request came over TLS (upstream's
+        // `CapturedRequest.TLS`: the server name the backend saw).
+        if let Some(sni) = sni {
+            body["tls"] = json!({"serverName": sni});
+        }
         json_response(StatusCode::OK, body, &set_headers)
     }
 }

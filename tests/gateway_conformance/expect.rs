@@ -7,7 +7,9 @@
 //! joined by `,`, response headers, absent response and request headers, pod name prefix;
 //! on a redirect: host, port by scheme, scheme, path), and `WaitForConsistentResponse`
 //! (`RequiredConsecutiveSuccesses` = 3 in a row, 1 s after a miss, bounded by
-//! [`MAX_TIME_TO_CONSISTENCY`]).
+//! [`MAX_TIME_TO_CONSISTENCY`]); `MakeRequestAndExpectFailure` (`WaitForConsistentFailureResponse`:
+//! 5 answers other than 200 in a row) and the SNI the backend saw (`ExpectedRequest.SNI`,
+//! echo-basic's `tls.serverName`).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -83,6 +85,9 @@ pub struct Exp {
     /// A listener's own port (not 80 or 443), which switchyard opens as the manifest says:
     /// connected to as it is. `None`: switchyard's HTTP or TLS port.
     pub port: Option<u16>,
+    /// `Request.SNI`: the server name the backend must have been reached with over TLS
+    /// (checked on a 200 when no `ExpectedRequest` is given; empty: not checked).
+    pub sni: String,
 }
 
 /// A client certificate (DER) and its key (PEM).
@@ -103,6 +108,8 @@ pub struct ExpReq {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub absent: Vec<String>,
+    /// `SNI`: the server name the backend saw (`tls.serverName`; empty: not checked).
+    pub sni: String,
 }
 
 /// `http.Request{Path: path}` with nothing else set.
@@ -128,6 +135,7 @@ pub fn req(path: &str) -> Exp {
         address: None,
         client_cert: None,
         port: None,
+        sni: String::new(),
     }
 }
 
@@ -211,6 +219,11 @@ impl Exp {
         self.mirrored_to.push((ns.into(), deployment.into()));
         self
     }
+    /// `Request.SNI`: the backend must have been reached over TLS with this server name.
+    pub fn sni(mut self, sni: &str) -> Self {
+        self.sni = sni.into();
+        self
+    }
     /// Over TLS to the port-443 listeners, with SNI `sni`, expecting certificate `cert`.
     pub fn https(mut self, sni: &str, cert: &[u8]) -> Self {
         self.via = Via::Https {
@@ -281,6 +294,10 @@ impl ExpReq {
         self.absent = names.iter().map(|s| s.to_string()).collect();
         self
     }
+    pub fn sni(mut self, sni: &str) -> Self {
+        self.sni = sni.into();
+        self
+    }
 }
 
 impl Redirect {
@@ -313,6 +330,8 @@ pub struct CapturedRequest {
     pub headers: BTreeMap<String, Vec<String>>,
     pub namespace: String,
     pub pod: String,
+    /// `TLS.ServerName`: the SNI the backend was reached with (empty over clear text).
+    pub sni: String,
 }
 
 /// upstream's `roundtripper.CapturedResponse`.
@@ -574,6 +593,10 @@ where
         creq.method = s("method");
         creq.namespace = s("namespace");
         creq.pod = s("pod");
+        creq.sni = v["tls"]["serverName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if let Some(h) = v["headers"].as_object() {
             for (k, vals) in h {
                 let vals = vals
@@ -702,6 +725,7 @@ pub fn compare(exp: &Exp, creq: &CapturedRequest, cres: &CapturedResponse) -> Re
             path: exp.path.clone(),
             headers: exp.headers.clone(),
             absent: vec![],
+            sni: exp.sni.clone(),
         });
         let method = if er.method.is_empty() {
             "GET"
@@ -776,6 +800,12 @@ pub fn compare(exp: &Exp, creq: &CapturedRequest, cres: &CapturedResponse) -> Re
             return Err(format!(
                 "expected pod name to start with {}, got {}",
                 exp.backend, creq.pod
+            ));
+        }
+        if !er.sni.is_empty() && er.sni != creq.sni {
+            return Err(format!(
+                "expected SNI {:?} to be equal to {:?}",
+                creq.sni, er.sni
             ));
         }
     } else if is_redirect(cres.status) {
@@ -873,6 +903,61 @@ pub async fn eventually_consistent(suite: &Suite, exp: &Exp) -> Result<(), Strin
     Err(format!(
         "not consistent within {MAX_TIME_TO_CONSISTENCY:?}; last: {last}"
     ))
+}
+
+/// upstream's `MakeRequestAndExpectFailure` (`WaitForConsistentFailureResponse`): the request
+/// answered with a status other than 200 (and other than a timeout's) 5 times in a row within
+/// the limit; a request that fails, or a timeout status, starts the count again (1 s later);
+/// any 200 fails at once.
+pub async fn consistent_failure(suite: &Suite, exp: &Exp) -> Result<(), String> {
+    const THRESHOLD: usize = 5;
+    let deadline = Instant::now() + MAX_TIME_TO_CONSISTENCY;
+    let mut successes = 0;
+    let mut last = String::from("no attempt");
+    while Instant::now() < deadline {
+        match round_trip(suite, exp).await {
+            Ok((_, cres)) if cres.status == 200 => {
+                return Err(format!(
+                    "request should fail, returned HTTP Status OK (200) instead (body {:?})",
+                    cres.body.chars().take(200).collect::<String>()
+                ));
+            }
+            Ok((_, cres)) if !is_timeout(cres.status) => {
+                successes += 1;
+                if successes >= THRESHOLD {
+                    return Ok(());
+                }
+                continue;
+            }
+            Ok((_, cres)) => last = format!("timeout status {}", cres.status),
+            Err(e) => last = format!("request failed: {e}"),
+        }
+        successes = 0;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(format!(
+        "no {THRESHOLD} failures in a row within {MAX_TIME_TO_CONSISTENCY:?}; last: {last}"
+    ))
+}
+
+/// Runs [`consistent_failure`] for each of `cases` at once and panics with every one that did
+/// not hold.
+pub async fn run_all_failing(suite: &Suite, case: &str, cases: &[Exp]) {
+    let outcomes = futures::future::join_all(cases.iter().enumerate().map(|(i, exp)| async move {
+        consistent_failure(suite, exp)
+            .await
+            .map_err(|e| format!("{case}/{} should fail: {e}", exp.name(i)))
+    }))
+    .await;
+    let failures: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} failure expectations did not hold:\n{}\nswitchyard stderr:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n"),
+        tail(&suite.sy.stderr(), 4000)
+    );
 }
 
 /// upstream's `MakeTLSRequestAndExpectFailureResponse`: one request, which must fail (no

@@ -347,7 +347,16 @@ pub struct World {
 /// pods (and is left out), every Service with a selector gets one EndpointSlice per pod it
 /// selects, our GatewayClass and the setup Secrets are added.
 pub async fn world(files: &[&str]) -> World {
-    let mut docs: Vec<Value> = files.iter().flat_map(|f| load(f)).collect();
+    // The base manifests' ConfigMap (CoreDNS's Corefile) is not switchyard's; a case's (a
+    // BackendTLSPolicy's CA reference) is kept.
+    let mut docs: Vec<Value> = files
+        .iter()
+        .flat_map(|f| {
+            load(f)
+                .into_iter()
+                .filter(move |d| !(f.starts_with("base/") && d["kind"] == "ConfigMap"))
+        })
+        .collect();
     let mut secrets = BTreeMap::new();
     for (ns, name, hosts) in SETUP_SECRETS {
         secrets.insert((ns.to_string(), name.to_string()), self_signed(hosts));
@@ -356,14 +365,28 @@ pub async fn world(files: &[&str]) -> World {
         .iter()
         .map(|(_, _, dns, uris)| (*dns, *uris))
         .collect();
-    // The CA itself is only the ConfigMap `tls-checks-ca-certificate` upstream's clients of
-    // terminated TLSRoutes trust; no case here terminates (switchyard does not), so it is not
-    // kept.
-    let (_ca_pem, signed) = ca_signed(&leaves);
+    let (ca_pem, signed) = ca_signed(&leaves);
     for ((ns, name, _, _), cert) in SETUP_CA_SECRETS.iter().zip(signed) {
         secrets.insert((ns.to_string(), name.to_string()), cert);
     }
-    let mut ca_maps = Vec::new();
+    // The CA's ConfigMap (`ca.crt`), which the BackendTLSPolicy cases name, and
+    // `mismatch-ca-certificate`, a CA that signed nothing (`Setup` makes it so that a policy
+    // naming it fails validation).
+    let (mismatch_ca_pem, _) = ca_signed(&[]);
+    let mut ca_maps = vec![
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "tls-checks-ca-certificate", "namespace": INFRA},
+            "data": {"ca.crt": ca_pem},
+        }),
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "mismatch-ca-certificate", "namespace": INFRA},
+            "data": {"ca.crt": mismatch_ca_pem},
+        }),
+    ];
     for (config_map, secret) in SETUP_CLIENT_CAS {
         let (ca_pem, client) = client_ca(secret);
         secrets.insert((INFRA.to_string(), secret.to_string()), client);
@@ -424,7 +447,7 @@ pub async fn world(files: &[&str]) -> World {
             slices.push(pod_slice(svc, ns, name, pod));
         }
     }
-    docs.retain(|d| !matches!(d["kind"].as_str(), Some("Deployment" | "ConfigMap")));
+    docs.retain(|d| d["kind"] != "Deployment");
     docs.extend(slices);
     docs.extend(ca_maps);
     docs.push(json!({
@@ -632,6 +655,22 @@ impl Suite {
         assert!(built, "no table built after the rewrite:\n{}", sy.stderr());
     }
 
+    /// Through the fake API server only: creates or replaces `objects` (as upstream's suite
+    /// applies them during a case) and waits (at most 10 s) until switchyard has built a table
+    /// after that, as [`Suite::rewrite`] does offline.
+    pub async fn apply(&self, objects: Vec<Value>) {
+        let Process::Cluster(w, api) = &self.sy.process else {
+            panic!("Suite::apply is for the fake API server");
+        };
+        let before = table_builds(w.admin_port).await;
+        api.apply_all(objects);
+        let built = eventually(Duration::from_secs(10), || async {
+            table_builds(w.admin_port).await > before
+        })
+        .await;
+        assert!(built, "no table built after the change:\n{}", w.stderr());
+    }
+
     /// The setup Secret `ns/name`.
     pub fn secret(&self, ns: &str, name: &str) -> &SelfSigned {
         self.secrets
@@ -759,6 +798,67 @@ impl Suite {
                 .map(|p| &p["conditions"])
         })
         .await;
+    }
+
+    /// upstream's `BackendTLSPolicyMustHaveCondition`: the conditions of BackendTLSPolicy
+    /// `ns/policy`'s ancestor entry for Gateway `gw` (of its namespace) hold `want`.
+    pub async fn policy_must_have(&self, ns: &str, policy: &str, gw: &str, want: &[Cond<'_>]) {
+        let what = format!("BackendTLSPolicy {ns}/{policy} ancestor {gw}");
+        self.status_must_hold(Kind::BackendTLSPolicy, ns, policy, &what, want, |s| {
+            s["ancestors"]
+                .as_array()?
+                .iter()
+                .find(|a| {
+                    a["ancestorRef"]["name"] == gw
+                        && a["ancestorRef"]["namespace"].as_str().unwrap_or(ns) == ns
+                        && a["controllerName"] == CONTROLLER
+                })
+                .map(|a| &a["conditions"])
+        })
+        .await;
+    }
+
+    /// upstream's `BackendTLSPolicyMustHaveLatestConditions`: BackendTLSPolicy `ns/policy` as
+    /// stored now has ancestors, and every condition of each has the policy's generation as
+    /// its `observedGeneration`. Returns that generation.
+    pub fn policy_has_latest_conditions(&self, ns: &str, policy: &str) -> i64 {
+        let api = self
+            .api()
+            .expect("status is written only through the fake API server");
+        let p = api
+            .object(Kind::BackendTLSPolicy, ns, policy)
+            .unwrap_or_else(|| panic!("no BackendTLSPolicy {ns}/{policy}"));
+        let generation = p["metadata"]["generation"].as_i64().expect("generation");
+        let ancestors = p["status"]["ancestors"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            !ancestors.is_empty(),
+            "BackendTLSPolicy {ns}/{policy} has no ancestors: {:#}",
+            p["status"]
+        );
+        for a in &ancestors {
+            for c in a["conditions"].as_array().into_iter().flatten() {
+                assert_eq!(
+                    c["observedGeneration"].as_i64(),
+                    Some(generation),
+                    "BackendTLSPolicy {ns}/{policy}: condition {} of ancestor {} is not of \
+                     generation {generation}",
+                    c["type"],
+                    a["ancestorRef"]["name"]
+                );
+            }
+        }
+        generation
+    }
+
+    /// The fake API server, when switchyard watches one.
+    pub fn api(&self) -> Option<&FakeApi> {
+        match &self.sy.process {
+            Process::Cluster(_, api) => Some(api),
+            Process::Offline(_) => None,
+        }
     }
 
     /// Polls (within the consistency limit) until the conditions `pick` finds in object
