@@ -21,11 +21,17 @@ the load benchmark's grpc Service (`appProtocol: grpc`). valgrind runs one threa
 so how many frames a read or a write carries differs from a real run; the counts still
 repeat to about 1 % (two runs of one binary: 98.9k and 98.9k per call).
 
+With `--grpcroute` (issue #39): the same calls, switchyard routing them by the load benchmark's
+GRPCRoute (a Gateway HTTP listener for host grpc.bench, an exact method match, the grpc-gw
+Service with `appProtocol: kubernetes.io/h2c`) and HAProxy by the same host and path rule;
+h2load sends `:authority` grpc.bench (`--connect-to` 127.0.0.1).
+
 Caveat: valgrind counts each iteration of `rep movsb` as an instruction, so large memcpys
 (Pingora moves big future state machines) weigh more here than in cycles; `perf` on the real
 run is the check for that.
 
-Usage: python3 benches/instructions.py [--n1 2000] [--n2 6000] [--switchyard PATH] [--grpc]
+Usage: python3 benches/instructions.py [--n1 2000] [--n2 6000] [--switchyard PATH] [--grpc | --grpcroute]
+       [--proxies haproxy,switchyard]
 Needs: valgrind, haproxy, nginx, h2load, curl; a release build (`cargo build --release`), and
 for --grpc `cargo build --release --example grpc_bench_backend`.
 Takes about a minute. Last result (2-vCPU VM, 2026-11-30, switchyard with jemalloc):
@@ -46,7 +52,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 # The load benchmark's gRPC request body and method, so that both benchmarks send the same call.
 sys.path.insert(0, os.path.join(HERE, "loadtest"))
-from run import GRPC_PATH, grpc_message  # noqa: E402
+from run import GRPC_HOST, GRPC_PATH, check_answer, grpc_message  # noqa: E402
+
+# With --grpcroute: the host the calls name (and HAProxy's rule and switchyard's GRPCRoute take).
+AUTHORITY = None
 BACKENDS = [18181, 18182, 18183]
 GRPC_PORTS = [18184, 18185, 18186]
 PROXY_PORT = 18191
@@ -78,9 +87,11 @@ def load_cmd(n, grpc, tmp):
     client for fewer than 16: h2load wants at least one request per client)."""
     if grpc:
         clients = "16" if n >= 16 else "1"
-        return ["h2load", "-n", str(n), "-c", clients, "-m", "10", "-d", os.path.join(tmp, "grpc-request.bin"),
-                "-H", "content-type: application/grpc", "-H", "te: trailers",
-                f"http://127.0.0.1:{PROXY_PORT}{GRPC_PATH}"]
+        cmd = ["h2load", "-n", str(n), "-c", clients, "-m", "10", "-d", os.path.join(tmp, "grpc-request.bin"),
+               "-H", "content-type: application/grpc", "-H", "te: trailers"]
+        if AUTHORITY:
+            return cmd + [f"--connect-to=127.0.0.1:{PROXY_PORT}", f"http://{AUTHORITY}:{PROXY_PORT}{GRPC_PATH}"]
+        return cmd + [f"http://127.0.0.1:{PROXY_PORT}{GRPC_PATH}"]
     return ["h2load", "--h1", "-n", str(n), "-c", "4", f"http://127.0.0.1:{PROXY_PORT}/svc/"]
 
 
@@ -130,12 +141,16 @@ def wait_port(ports, timeout=30.0):
 
 
 def wait_calls(tmp, timeout=60.0):
-    """Waits until one gRPC call through the proxy succeeds."""
+    """Waits until one gRPC call through the proxy succeeds: reaches the backend and ends with
+    `grpc-status: 0` (h2load counts a proxy's own `UNIMPLEMENTED`, an HTTP 200, as a success)."""
     deadline = time.time() + timeout
+    url = f"http://{AUTHORITY or '127.0.0.1'}:{PROXY_PORT}{GRPC_PATH}"
     while time.time() < deadline:
-        r = subprocess.run(load_cmd(1, True, tmp), capture_output=True, text=True)
-        if "1 succeeded" in r.stdout:
+        try:
+            check_answer("grpc", url, tmp)
             return
+        except (RuntimeError, IndexError, subprocess.TimeoutExpired):
+            pass
         time.sleep(0.2)
     raise RuntimeError(f"no gRPC call succeeded through port {PROXY_PORT} within {timeout}s")
 
@@ -146,9 +161,17 @@ def main():
     ap.add_argument("--n2", type=int, default=6000)
     ap.add_argument("--switchyard", default=os.path.join(ROOT, "target", "release", "switchyard"))
     ap.add_argument("--grpc", action="store_true", help="gRPC unary calls over h2c instead of HTTP/1.1")
+    ap.add_argument("--grpcroute", action="store_true",
+                    help="--grpc, switchyard routing by a Gateway API GRPCRoute (HAProxy by host and path)")
     ap.add_argument("--grpc-backend", default=os.path.join(ROOT, "target", "release", "examples", "grpc_bench_backend"),
                     help="examples/grpc_bench_backend.rs built with --release")
+    ap.add_argument("--proxies", default="haproxy,switchyard",
+                    help="which proxies to count, comma-separated (default both)")
     args = ap.parse_args()
+    global AUTHORITY
+    if args.grpcroute:
+        args.grpc = True
+        AUTHORITY = GRPC_HOST
     if args.n2 <= args.n1:
         sys.exit("instructions: --n2 must be larger than --n1")
     for tool in ["valgrind", "haproxy", "nginx", "h2load", "curl"]:
@@ -195,7 +218,21 @@ http {{
         backend = "backend grpc\n" + full.split("\nbackend grpc\n", 1)[1].split("\n\n")[0]
         cfg = (cfg.split("frontend httpfrontend")[0]
                + f"frontend grpcfrontend\n    bind 127.0.0.1:{PROXY_PORT} proto h2\n"
-               + "    default_backend grpc\n\n" + backend.replace(" check inter 5s", "") + "\n")
+               + ("    use_backend grpc if { req.hdr(host),field(1,:) -i " + GRPC_HOST + " } { path "
+                  + GRPC_PATH + " }\n    default_backend default404\n\nbackend default404\n"
+                  "    http-request return status 404\n\n" if args.grpcroute else "    default_backend grpc\n\n")
+               + backend.replace(" check inter 5s", "") + "\n")
+        if args.grpcroute:
+            # The load benchmark's Gateway with its HTTP listener only, the GRPCRoute and its
+            # Service and EndpointSlices.
+            # (The rest of the marker's comment line is dropped.)
+            docs = whole.split("# Gateway API scenarios (issue #39)")[1].split("\n", 1)[1].split("\n---\n")
+            keep = [d for d in docs if "kind: GatewayClass" in d or "kind: Gateway\n" in d
+                    or "kind: GRPCRoute" in d or "grpc-gw" in d]
+            man = "\n---\n".join("".join(line + "\n" for line in d.splitlines()
+                                         if "name: pass," not in line and "name: udp," not in line)
+                                 for d in keep)
+            man = man.replace("@SY_HTTP_PORT@", str(PROXY_PORT)).replace("@GRPC_HOST@", GRPC_HOST)
         grpc_message(os.path.join(tmp, "grpc-request.bin"), "hello from h2load")
     for i, p in enumerate(BACKENDS):
         cfg = cfg.replace(f"@BACKEND{i + 1}@", str(p))
@@ -227,6 +264,8 @@ http {{
             for b in BACKENDS:
                 wait_ok(f"http://127.0.0.1:{b}/")
         for tag, cmd in proxies.items():
+            if tag not in args.proxies.split(","):
+                continue
             a = run_one(cmd, args.n1, tmp, tag, args.grpc)
             b = run_one(cmd, args.n2, tmp, tag, args.grpc)
             per_request[tag] = (b - a) / (args.n2 - args.n1)
@@ -239,10 +278,13 @@ http {{
         backends.wait(timeout=10)
     print()
     what = "gRPC unary call (h2c -c16 -m10)" if args.grpc else "keep-alive request"
+    if args.grpcroute:
+        what += " through a GRPCRoute"
     print(f"| proxy | user-space instructions per {what} | / HAProxy |")
     print("|---|---|---|")
     for tag, v in per_request.items():
-        print(f"| {tag} | {v:.0f} | {v / per_request['haproxy']:.2f}x |")
+        ratio = f"{v / per_request['haproxy']:.2f}x" if "haproxy" in per_request else ""
+        print(f"| {tag} | {v:.0f} | {ratio} |")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

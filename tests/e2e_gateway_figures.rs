@@ -3,7 +3,12 @@
 //!
 //! - route change to live: with 3,000 HTTPRoutes (one per Service) attached to one Gateway,
 //!   a new HTTPRoute is created and its host polled until it answers 200; the time from the
-//!   write to that first 200, median and max over 20 routes;
+//!   write to that first 200, median and max over 20 routes; the same for 3,000 GRPCRoutes
+//!   (calls over h2c, each poll a fresh connection, live when a call reaches the h2c backend
+//!   instead of switchyard's `UNIMPLEMENTED`) and for 3,000 TLSRoutes on a TLS listener in
+//!   Passthrough mode (each poll a fresh connection and TLS handshake with the backend by
+//!   server name, live at its first 200; before that switchyard closes it). Each also prints
+//!   the floor: the median time of one poll of a route already live;
 //! - unrelated routes under churn: 1,000 route changes (100/s for 10 s) to routes 1,000 and up
 //!   while 100 other routes take 5,000 requests/s on keep-alive connections; every request
 //!   must answer 200.
@@ -14,20 +19,37 @@
 
 mod common;
 mod kube_api;
+mod tls_client;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Backend, eventually, try_request};
+use bytes::Bytes;
+use common::{Backend, Transport, eventually, free_port, try_request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube_api::{FakeApi, Watching, service, slice};
 use serde_json::{Value, json};
+use tls_client::{Ca, server_config, sni};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const ROUTES: usize = 3_000;
 
-fn objects(backend: u16) -> Vec<Value> {
+/// The route kind a route-change figure creates, and how a client sees one live.
+#[derive(Clone, Copy, PartialEq)]
+enum RouteKind {
+    Http,
+    /// GRPCRoutes on the HTTP listener, calls over h2c to an h2c backend.
+    Grpc,
+    /// TLSRoutes on a TLS listener (Passthrough) on `port`, to a TLS backend.
+    Tls {
+        port: u16,
+    },
+}
+
+fn objects_of(kind: RouteKind, backend: u16) -> Vec<Value> {
     let mut objs = vec![
         json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
@@ -37,12 +59,19 @@ fn objects(backend: u16) -> Vec<Value> {
         json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
             "metadata": {"name": "gw", "namespace": "default"},
-            "spec": {"gatewayClassName": "sy", "listeners": [
-                {"name": "http", "port": 80, "protocol": "HTTP"}]},
+            "spec": {"gatewayClassName": "sy", "listeners": [match kind {
+                RouteKind::Tls { port } => json!({"name": "tls", "port": port, "protocol": "TLS",
+                    "tls": {"mode": "Passthrough"}}),
+                _ => json!({"name": "http", "port": 80, "protocol": "HTTP"}),
+            }]},
         }),
     ];
     for i in 0..ROUTES {
-        objs.push(service(&format!("svc-{i}"), &[]));
+        let mut svc = service(&format!("svc-{i}"), &[]);
+        if kind == RouteKind::Grpc {
+            svc["spec"]["ports"][0]["appProtocol"] = json!("kubernetes.io/h2c");
+        }
+        objs.push(svc);
         objs.push(slice(
             &format!("svc-{i}"),
             &format!("svc-{i}-1"),
@@ -51,9 +80,80 @@ fn objects(backend: u16) -> Vec<Value> {
             true,
             false,
         ));
-        objs.push(route(i, "/", &format!("svc-{i}")));
+        objs.push(route_of(kind, i, &format!("svc-{i}")));
     }
     objs
+}
+
+/// Route `i` of `kind` for host `r-{i}.example.com` to port 80 of `svc`.
+fn route_of(kind: RouteKind, i: usize, svc: &str) -> Value {
+    match kind {
+        RouteKind::Http => route(i, "/", svc),
+        RouteKind::Grpc => json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+            "metadata": {"name": format!("g-{i}"), "namespace": "default"},
+            "spec": {
+                "parentRefs": [{"name": "gw"}],
+                "hostnames": [format!("r-{i}.example.com")],
+                "rules": [{
+                    "matches": [{"method": {"service": "bench.Echo"}}],
+                    "backendRefs": [{"name": svc, "port": 80}],
+                }],
+            },
+        }),
+        RouteKind::Tls { .. } => json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",
+            "metadata": {"name": format!("t-{i}"), "namespace": "default"},
+            "spec": {
+                "parentRefs": [{"name": "gw"}],
+                "hostnames": [format!("r-{i}.example.com")],
+                "rules": [{"backendRefs": [{"name": svc, "port": 80}]}],
+            },
+        }),
+    }
+}
+
+/// Whether a client reaches the backend through route `host` of `kind` now: one request on
+/// a fresh connection.
+async fn live(kind: RouteKind, http_port: u16, host: &str) -> bool {
+    match kind {
+        RouteKind::Http => try_request(http_port, "GET", "/", &[("host", host)])
+            .await
+            .is_ok_and(|r| r.status == 200),
+        RouteKind::Grpc => grpc_reaches_backend(http_port, host).await,
+        RouteKind::Tls { port } => sni(host)
+            .get(port, "/", &[])
+            .await
+            .is_ok_and(|r| r.status == 200),
+    }
+}
+
+/// A gRPC call (`POST /bench.Echo/Say`) over h2c with prior knowledge for `host`: true when
+/// the echo backend answered it (200 without `grpc-status`), false for switchyard's own
+/// `UNIMPLEMENTED` (no route yet) or any failure.
+async fn grpc_reaches_backend(port: u16, host: &str) -> bool {
+    let call = async {
+        let tcp = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .ok()?;
+        tokio::spawn(conn);
+        let req = http::Request::post(format!("http://{host}/bench.Echo/Say"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))
+            .ok()?;
+        let resp = send.send_request(req).await.ok()?;
+        let ok = resp.status() == 200 && !resp.headers().contains_key("grpc-status");
+        resp.into_body().collect().await.ok()?;
+        Some(ok)
+    };
+    tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 fn route(i: usize, path: &str, svc: &str) -> Value {
@@ -72,9 +172,28 @@ fn route(i: usize, path: &str, svc: &str) -> Value {
 }
 
 async fn start() -> (Backend, FakeApi, Watching) {
-    let backend = Backend::start("web").await;
+    start_of(RouteKind::Http).await
+}
+
+async fn start_of(kind: RouteKind) -> (Backend, FakeApi, Watching) {
+    let backend = match kind {
+        RouteKind::Http => Backend::start("web").await,
+        RouteKind::Grpc => {
+            Backend::builder("grpc")
+                .transport(Transport::H2c)
+                .start()
+                .await
+        }
+        RouteKind::Tls { .. } => {
+            let leaf = Ca::new("figures").server(&["*.example.com"]);
+            Backend::builder("tls")
+                .transport(Transport::Tls(server_config(&leaf, &[b"http/1.1"])))
+                .start()
+                .await
+        }
+    };
     let api = FakeApi::start_reaching_local_backends().await;
-    api.apply_all(objects(backend.port));
+    api.apply_all(objects_of(kind, backend.port));
     // `SWITCHYARD_FIGURES_LOG=info` prints each swap's build time at the end, `=debug` also
     // each watch event's time to a live table.
     let log = std::env::var("SWITCHYARD_FIGURES_LOG").unwrap_or_else(|_| "warn".into());
@@ -88,9 +207,7 @@ async fn start() -> (Backend, FakeApi, Watching) {
     assert!(ready, "not ready: {}", sy.stderr());
     let host = format!("r-{}.example.com", ROUTES - 1);
     let served = eventually(Duration::from_secs(60), || async {
-        try_request(sy.http_port, "GET", "/", &[("host", &host)])
-            .await
-            .is_ok_and(|r| r.status == 200)
+        live(kind, sy.http_port, &host).await
     })
     .await;
     assert!(served, "routes not served: {}", sy.stderr());
@@ -102,7 +219,30 @@ async fn start() -> (Backend, FakeApi, Watching) {
             run `cargo build --release && SWITCHYARD_TEST_BIN=target/release/switchyard \
             cargo test --test e2e_gateway_figures -- --ignored --nocapture`"]
 async fn route_change_to_live_at_3000_routes() {
-    let (_backend, api, sy) = start().await;
+    change_to_live(RouteKind::Http, "HTTPRoutes").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a figure, not a check: minutes of setup and meaningful only with a release binary; \
+            run `cargo build --release && SWITCHYARD_TEST_BIN=target/release/switchyard \
+            cargo test --test e2e_gateway_figures -- --ignored --nocapture`"]
+async fn grpc_route_change_to_live_at_3000_routes() {
+    change_to_live(RouteKind::Grpc, "GRPCRoutes").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a figure, not a check: minutes of setup and meaningful only with a release binary; \
+            run `cargo build --release && SWITCHYARD_TEST_BIN=target/release/switchyard \
+            cargo test --test e2e_gateway_figures -- --ignored --nocapture`"]
+async fn tls_route_change_to_live_at_3000_routes() {
+    change_to_live(RouteKind::Tls { port: free_port() }, "TLSRoutes").await;
+}
+
+/// 20 new routes of `kind`, one at a time on an idle pipeline: the time from each write to
+/// the first poll that reaches the backend through it, then the floor (one poll of a route
+/// already live).
+async fn change_to_live(kind: RouteKind, label: &str) {
+    let (_backend, api, sy) = start_of(kind).await;
     let mut took = Vec::new();
     for k in 0..20 {
         let i = ROUTES + k;
@@ -110,20 +250,25 @@ async fn route_change_to_live_at_3000_routes() {
         // Spacing: each change starts on an idle pipeline.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let written = Instant::now();
-        api.apply(route(i, "/", "svc-0"));
-        let mut live = None;
+        api.apply(route_of(kind, i, "svc-0"));
+        let mut is_live = None;
         while written.elapsed() < Duration::from_secs(10) {
-            if try_request(sy.http_port, "GET", "/", &[("host", &host)])
-                .await
-                .is_ok_and(|r| r.status == 200)
-            {
-                live = Some(written.elapsed());
+            if live(kind, sy.http_port, &host).await {
+                is_live = Some(written.elapsed());
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        took.push(live.unwrap_or_else(|| panic!("route {i} not live in 10 s")));
+        took.push(is_live.unwrap_or_else(|| panic!("route {i} not live in 10 s")));
     }
+    let mut floor = Vec::new();
+    let host = format!("r-{ROUTES}.example.com");
+    for _ in 0..20 {
+        let polled = Instant::now();
+        assert!(live(kind, sy.http_port, &host).await, "a live route failed");
+        floor.push(polled.elapsed());
+    }
+    floor.sort();
     if std::env::var_os("SWITCHYARD_FIGURES_LOG").is_some() {
         let log = sy.stderr();
         let swaps: Vec<&str> = log
@@ -136,10 +281,12 @@ async fn route_change_to_live_at_3000_routes() {
     }
     took.sort();
     println!(
-        "route change to live at {ROUTES} routes: median {:.1} ms, max {:.1} ms (n = {})",
+        "route change to live at {ROUTES} {label}: median {:.1} ms, max {:.1} ms (n = {}); \
+         one poll of a live route: median {:.1} ms",
         took[took.len() / 2].as_secs_f64() * 1e3,
         took[took.len() - 1].as_secs_f64() * 1e3,
-        took.len()
+        took.len(),
+        floor[floor.len() / 2].as_secs_f64() * 1e3,
     );
 }
 

@@ -55,6 +55,22 @@ The health checks of these new backends run every 5 s on both proxies (the templ
 would be TLS handshakes or HTTP/2 connections for HAProxy). The direct ceiling is also measured
 for gRPC (h2load to the backend) and TLS backends (wrk to one nginx over TLS).
 
+Gateway API kinds (issue #39), switchyard configured through the Gateway `bench` in
+manifests.yaml (GatewayClass, Gateway, GRPCRoute, TLSRoute, UDPRoute, Services and
+EndpointSlices of the same local backends): `GRPCRoute gRPC unary` is the gRPC scenario above
+routed by a GRPCRoute (host grpc.bench, exact method) against HAProxy's h2c frontend with the
+same host and path rule; `TLSRoute passthrough new connections` drives a Gateway TLS listener
+(Passthrough) against HAProxy `mode tcp` routing by `req.ssl_sni`, each connection a full
+handshake with an nginx TLS backend and one request (loadgen.py tls-new: wrk and h2load cannot
+send a server name other than the URL's, and h2load 1.52 reconnects past its -D when the server
+closes); `UDPRoute datagrams` drives a Gateway UDP listener against nginx 1.22's `stream` UDP
+proxy (the rival's column says HAProxy in the table: HAProxy 2.6 has no UDP proxy), 64 flows with
+one datagram in flight each, answered by nginx `return` backends (loadgen.py udp); `UDPRoute idle
+flows` opens 5,000 flows and reads the proxy's RSS (master and workers) before and while they
+are held, per flow. For these the proxy's CPU is that of the process and its children (nginx's
+worker). "req/s" is connections a second for TLS and datagram round trips (one relayed each way)
+for UDP.
+
 `--charts DIR` writes PNGs of the medians (rate and CPU per request side by side, the
 switchyard/HAProxy ratios, latency percentiles) with matplotlib, or says in one line that it is
 missing; `--json FILE` keeps every run's figures, and `--replot FILE --charts DIR` draws the
@@ -70,7 +86,8 @@ run, and against a `--threads 1` run for the cost of the second thread.
 
 Usage: python3 benches/loadtest/run.py [--reps 3] [--duration 8] [--switchyard PATH] [--only NAMES]
        [--charts DIR] [--json FILE];  python3 benches/loadtest/run.py --replot FILE --charts DIR
-Needs: haproxy, nginx, wrk, h2load (nghttp2-client), taskset, curl, openssl; a release build of
+Needs: haproxy, nginx with its stream module (libnginx-mod-stream), wrk (not for the Gateway API
+scenarios), h2load (nghttp2-client), taskset, curl, openssl; a release build of
 switchyard (`cargo build --release`) and, for gRPC, of examples/grpc_bench_backend.rs
 (`cargo build --release --example grpc_bench_backend`), which it builds if missing; matplotlib
 for `--charts` (`pip install matplotlib`).
@@ -101,6 +118,15 @@ HAPROXY_PORT = 18090
 HAPROXY_H2C_PORT = 18094
 HAPROXY_H2_PORT = 18095
 SWITCHYARD_PORT = 18091
+# Gateway API scenarios (issue #39): a TLS listener in Passthrough mode and a UDP listener on
+# ports of their own (HAProxy's `mode tcp` frontend and nginx's `stream` UDP proxy take the
+# same ports, one proxy at a time), and three UDP answering backends (nginx `stream`, `return`).
+GW_TLS_PORT = 18100
+UDP_PORT = 18101
+UDP_BACKEND_PORTS = [18102, 18103, 18104]
+# The host names the Gateway's listeners and routes take.
+GRPC_HOST = "grpc.bench"
+PASS_HOST = "pass.bench"
 SWITCHYARD_ADMIN = 18092
 SWITCHYARD_STATS = 18093
 # Only one proxy runs at a time, so both use these.
@@ -123,7 +149,11 @@ done = function(summary, latency, requests)
 end
 """
 
+# nginx's `stream` module (Debian: libnginx-mod-stream) for the UDP backends and the UDP rival.
+NGINX_STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
+
 NGINX_CONF = """
+load_module {stream_module};
 worker_processes 1;
 daemon off;
 pid {dir}/nginx.pid;
@@ -136,6 +166,33 @@ http {{
   ssl_certificate {dir}/backend-crt.pem;
   ssl_certificate_key {dir}/backend-key.pem;
   {servers}
+}}
+stream {{
+  {udp_servers}
+}}
+"""
+
+# The rival of switchyard's Gateway UDP listener: nginx 1.22's `stream` UDP proxy, one worker
+# on the proxy core, the same three backends picked by a hash of the client's address and port
+# (switchyard: rendezvous over the same), a session held 60 s without a datagram
+# (switchyard's --udp-idle-timeout default), as many answers as the backend sends.
+NGINX_UDP_CONF = """
+load_module {stream_module};
+worker_processes 1;
+daemon off;
+pid {dir}/nginx-udp.pid;
+error_log {dir}/nginx-udp-error.log crit;
+events {{ worker_connections 20000; }}
+stream {{
+  upstream udp_backends {{
+    hash $remote_addr$remote_port consistent;
+    {servers}
+  }}
+  server {{
+    listen 127.0.0.1:{port} udp;
+    proxy_pass udp_backends;
+    proxy_timeout 60s;
+  }}
 }}
 """
 
@@ -196,6 +253,24 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tree_pids(pid):
+    """`pid` and its children (nginx's workers are children of its master)."""
+    pids = [pid]
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        pids.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return pids
+
+
+def tree_cpu_seconds(pid):
+    return sum(cpu_seconds(p) for p in tree_pids(pid))
+
+
 def box_cpu_seconds():
     """Busy CPU time of the whole machine (every core, every process): user, nice, system, irq,
     softirq and steal from /proc/stat."""
@@ -241,6 +316,8 @@ def run_h2load(url, duration, opts, logdir):
         cmd.append(f"--rps={opts['rps']}")
     if opts.get("grpc"):
         cmd += ["-d", opts["data"], "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    if url_host(url) != "127.0.0.1":
+        cmd.append(f"--connect-to=127.0.0.1:{url_port(url)}")
     cmd.append(url)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
     lat = []
@@ -310,6 +387,26 @@ SCENARIOS = [
     ("HTTPS to backends (fixed 5k req/s)", "h2load", {"clients": 10, "rps": 500,
                                                      "baseline": "fixed 5k req/s (latency)"},
      "https-backend"),
+    # Gateway API kinds (issue #39), switchyard configured by the Gateway `bench` in
+    # manifests.yaml, the rivals by haproxy.cfg and NGINX_UDP_CONF.
+    # Does a gRPC unary call routed by a GRPCRoute (host grpc.bench, exact method
+    # bench.Echo/Say, an h2c Service port) cost no more than HAProxy's `proto h2` with the
+    # same host and path rule? h2load over h2c to grpc.bench (--connect-to 127.0.0.1).
+    ("GRPCRoute gRPC unary -c16 -m10", "h2load",
+     {"clients": 16, "streams": 10, "h1": False, "grpc": True}, "gw-grpc"),
+    # How many new TLS connections a second pass through a Gateway TLS listener in Passthrough
+    # mode with a TLSRoute for pass.bench, against HAProxy `mode tcp` routing by
+    # `req.ssl_sni`, and at what CPU each? Each connection: a full handshake with an nginx
+    # TLS backend (ECDSA P-256), one GET, the client closes (loadgen.py tls-new, 8 processes).
+    ("TLSRoute passthrough new connections", "tls-new", {"procs": 8}, "gw-tls"),
+    # How many datagrams a second does a Gateway UDP listener with a UDPRoute relay, against
+    # nginx 1.22's `stream` UDP proxy (NGINX_UDP_CONF; its row's HAProxy column is nginx), and
+    # at what CPU each? 64 flows, one 32-byte datagram in flight each, answered by nginx
+    # `return` backends (loadgen.py udp); a "request" is one datagram and its answer.
+    ("UDPRoute datagrams (rival: nginx stream)", "udp", {"flows": 64}, "gw-udp"),
+    # What does an idle UDP flow cost in memory? 5,000 flows (one datagram and its answer
+    # each, then silence) are opened and held; the proxy's RSS after them less before, per flow.
+    ("UDPRoute idle flows (rival: nginx stream)", "udp-idle", {"flows": 5000}, "gw-udp"),
 ]
 SWAP_BASELINE = "keep-alive"
 FAKE_API_PORT = 18099
@@ -326,6 +423,9 @@ def url_for(frontend, target, http_port):
             "http": f"http://127.0.0.1:{BACKEND_PORTS[0]}/",
             "grpc": f"http://127.0.0.1:{GRPC_PORTS[0]}{GRPC_PATH}",
             "https-backend": f"https://127.0.0.1:{TLS_BACKEND_PORTS[0]}/",
+            "gw-grpc": f"http://127.0.0.1:{GRPC_PORTS[0]}{GRPC_PATH}",
+            "gw-tls": f"https://{PASS_HOST}:{TLS_BACKEND_PORTS[0]}/",
+            "gw-udp": f"udp://127.0.0.1:{UDP_BACKEND_PORTS[0]}",
         }.get(frontend)
     h2c_port = HAPROXY_H2C_PORT if target == "haproxy" else http_port
     h2_port = HAPROXY_H2_PORT if target == "haproxy" else HTTPS_PORT
@@ -337,13 +437,45 @@ def url_for(frontend, target, http_port):
         "h2c": f"http://127.0.0.1:{h2c_port}/svc/",
         "grpc": f"http://127.0.0.1:{h2c_port}{GRPC_PATH}",
         "https-backend": f"http://127.0.0.1:{http_port}/https-backends/",
+        # Not resolved: the load generators connect to 127.0.0.1 and send the name.
+        "gw-grpc": f"http://{GRPC_HOST}:{h2c_port}{GRPC_PATH}",
+        "gw-tls": f"https://{PASS_HOST}:{GW_TLS_PORT}/",
+        "gw-udp": f"udp://127.0.0.1:{UDP_PORT}",
     }[frontend]
+
+
+def url_port(url):
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def url_host(url):
+    return url.split("://", 1)[1].split("/")[0].rsplit(":", 1)[0]
+
+
+def udp_ask(port, timeout=1.0):
+    """One datagram to 127.0.0.1:port; its answer, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.sendto(b"check", ("127.0.0.1", port))
+            return s.recv(2048)
+        except OSError:
+            return None
 
 
 def check_answer(frontend, url, tmp):
     """One request the way the scenario sends them, before measuring: HTTP/2 must really be
     HTTP/2, and a gRPC call must end with `grpc-status: 0` (h2load counts HTTP statuses only)."""
+    if frontend == "gw-udp":
+        answer = udp_ask(url_port(url), timeout=3.0)
+        if answer != b"ok":
+            raise RuntimeError(f"{url} ({frontend}) answered {answer!r}, not b'ok'")
+        return
     cmd = ["curl", "-s", "-k", "--max-time", "5", "-o", "/dev/null", "-D", "-", "-w", "VERSION %{http_version}\n"]
+    if url_host(url) != "127.0.0.1":
+        cmd += ["--connect-to", f"{url_host(url)}:{url_port(url)}:127.0.0.1:{url_port(url)}"]
+    if frontend == "gw-grpc":
+        frontend = "grpc"
     if frontend in ("h2c", "grpc"):
         cmd.append("--http2-prior-knowledge")
     elif frontend == "h2":
@@ -361,23 +493,85 @@ def check_answer(frontend, url, tmp):
         raise RuntimeError(f"{url} ({frontend}) did not answer as it should:\n{out}")
 
 
+def run_loadgen(mode, url, duration, opts):
+    """benches/loadtest/loadgen.py on the load core: TLS new connections or UDP datagrams."""
+    cmd = ["taskset", "-c", LOAD_CORE, sys.executable, os.path.join(HERE, "loadgen.py"), mode,
+           "--port", str(url_port(url)), "--duration", str(duration)]
+    if mode == "tls-new":
+        cmd += ["--sni", url_host(url), "--procs", str(opts["procs"])]
+    else:
+        cmd += ["--flows", str(opts["flows"])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            ops, took, p50, p99, p999, errors = line.split()[1:]
+            return {"requests": int(ops), "rps": int(ops) / float(took), "p50_ms": int(p50) / 1000,
+                    "p99_ms": int(p99) / 1000, "p999_ms": int(p999) / 1000, "errors": int(errors)}
+    raise RuntimeError(f"loadgen.py {mode} printed no result:\n{out}")
+
+
+def rss_kib(pids, field="VmRSS:"):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    total += int(line.split()[1])
+    return total
+
+
+def measure_idle_flows(opts, url, pid, duration):
+    """The proxy's RSS (master and workers) before and while `flows` idle UDP flows are open."""
+    time.sleep(1.0)
+    before = rss_kib(tree_pids(pid))
+    gen = subprocess.Popen(["taskset", "-c", LOAD_CORE, sys.executable, os.path.join(HERE, "loadgen.py"), "udp-idle",
+                            "--port", str(url_port(url)), "--flows", str(opts["flows"]),
+                            "--duration", str(duration + 120)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = gen.stdout.readline().split()
+        if len(line) != 3 or line[0] != "OPEN":
+            raise RuntimeError(f"loadgen.py udp-idle: {line}")
+        answered = int(line[1])
+        time.sleep(1.0)
+        after = rss_kib(tree_pids(pid))
+        gen.stdin.close()
+        gen.wait(timeout=30)
+    finally:
+        if gen.poll() is None:
+            os.killpg(gen.pid, signal.SIGKILL)
+            gen.wait(timeout=10)
+    return {"flows": answered, "rss_before_mib": before / 1024, "rss_after_mib": after / 1024,
+            "kib_per_flow": (after - before) / max(answered, 1), "errors": opts["flows"] - answered}
+
+
 def measure(kind, opts, url, duration, pid, tmp, lua):
-    before = cpu_seconds(pid) if pid else 0.0
+    before = tree_cpu_seconds(pid) if pid else 0.0
     box_before = box_cpu_seconds()
     if kind == "wrk":
         r = run_wrk(url, duration, opts["conns"], opts["close"], lua)
+    elif kind in ("tls-new", "udp"):
+        r = run_loadgen(kind, url, duration, opts)
     else:
         if opts.get("grpc"):
             opts = dict(opts, data=os.path.join(tmp, "grpc-request.bin"))
         r = run_h2load(url, duration, opts, tmp)
     if pid:
-        r["cpu_per_100k"] = (cpu_seconds(pid) - before) / max(r["requests"], 1) * 100_000
-        r["rss_mib"] = peak_rss_mib(pid)
+        r["cpu_per_100k"] = (tree_cpu_seconds(pid) - before) / max(r["requests"], 1) * 100_000
+        r["rss_mib"] = max(peak_rss_mib(p) for p in tree_pids(pid))
         r["box_cpu_per_100k"] = (box_cpu_seconds() - box_before) / max(r["requests"], 1) * 100_000
     return r
 
 
-def start_proxy(name, procs, tmp, switchyard, logs):
+def start_proxy(name, procs, tmp, switchyard, logs, frontend=None):
+    if name == "haproxy" and frontend == "gw-udp":
+        # The UDP rival is nginx's stream proxy (HAProxy 2.6 has no UDP proxy).
+        p = procs.start(["nginx", "-c", os.path.join(tmp, "nginx-udp.conf")], PROXY_CORE, logs)
+        deadline = time.time() + 20
+        while udp_ask(UDP_PORT, timeout=0.2) != b"ok":
+            if time.time() > deadline:
+                raise RuntimeError("nginx's UDP proxy does not answer")
+        return p, None
     if name == "haproxy":
         p = procs.start(["haproxy", "-db", "-f", os.path.join(tmp, "haproxy.cfg")], PROXY_CORE, logs)
         port = HAPROXY_PORT
@@ -391,6 +585,7 @@ def start_proxy(name, procs, tmp, switchyard, logs):
     wait_http_ok(f"http://127.0.0.1:{port}/svc/")
     wait_port(HTTPS_PORT)
     wait_port(TCP_PORT)
+    wait_port(GW_TLS_PORT)
     if name == "haproxy":
         wait_port(HAPROXY_H2C_PORT)
         wait_port(HAPROXY_H2_PORT)
@@ -487,8 +682,12 @@ def fill(template, tmp):
     out = (template.replace("@PORT@", str(HAPROXY_PORT)).replace("@NBTHREAD@", str(THREADS)).replace("@HTTPS_PORT@", str(HTTPS_PORT))
            .replace("@TCP_PORT@", str(TCP_PORT)).replace("@CERT@", os.path.join(tmp, "cert.pem"))
            .replace("@H2C_PORT@", str(HAPROXY_H2C_PORT)).replace("@H2_PORT@", str(HAPROXY_H2_PORT))
-           .replace("@CA@", os.path.join(tmp, "ca.pem")).replace("@TLS_BACKEND_NAME@", TLS_BACKEND_NAME))
-    for prefix, ports in (("BACKEND", BACKEND_PORTS), ("TLS_BACKEND", TLS_BACKEND_PORTS), ("GRPC", GRPC_PORTS)):
+           .replace("@CA@", os.path.join(tmp, "ca.pem")).replace("@TLS_BACKEND_NAME@", TLS_BACKEND_NAME)
+           .replace("@SY_HTTP_PORT@", str(SWITCHYARD_PORT)).replace("@GW_TLS_PORT@", str(GW_TLS_PORT))
+           .replace("@UDP_PORT@", str(UDP_PORT)).replace("@GRPC_HOST@", GRPC_HOST)
+           .replace("@PASS_HOST@", PASS_HOST))
+    for prefix, ports in (("BACKEND", BACKEND_PORTS), ("TLS_BACKEND", TLS_BACKEND_PORTS), ("GRPC", GRPC_PORTS),
+                          ("UDP_BACKEND", UDP_BACKEND_PORTS)):
         for i, p in enumerate(ports):
             out = out.replace(f"@{prefix}{i + 1}@", str(p))
     return out
@@ -500,6 +699,8 @@ METRICS = [("rps", "{:.0f}"), ("p50_ms", "{:.2f}"), ("p99_ms", "{:.2f}"), ("p999
 SWAP_METRICS = [("p99_vs_no_swap", "{:.2f}x"), ("api_changes", "{:.0f}"), ("swaps", "{:.0f}"),
                 ("swaps_per_s", "{:.0f}")]
 BASELINE_METRICS = [("cpu_vs_keep_alive", "{:.2f}x")]
+IDLE_METRICS = [("flows", "{:.0f}"), ("rss_before_mib", "{:.1f}"), ("rss_after_mib", "{:.1f}"),
+                ("kib_per_flow", "{:.2f}"), ("errors", "{:.0f}")]
 
 
 def medians(results, name, target, metric):
@@ -519,7 +720,7 @@ def write_charts(charts, scenarios, results, header):
     os.makedirs(charts, exist_ok=True)
     header = textwrap.fill(header, 130)
     both = [n for n, kind, _, _ in scenarios
-            if kind != "swap" and results.get((n, "haproxy")) and results.get((n, "switchyard"))]
+            if kind not in ("swap", "udp-idle") and results.get((n, "haproxy")) and results.get((n, "switchyard"))]
     if not both:
         return
     colors = {"haproxy": "#7f7f7f", "switchyard": "#1f77b4"}
@@ -612,7 +813,7 @@ def main():
         return
     global BACKEND_PORTS, HAPROXY_PORT, SWITCHYARD_PORT, SWITCHYARD_ADMIN, SWITCHYARD_STATS, HTTPS_PORT, TCP_PORT
     global FAKE_API_PORT, TLS_BACKEND_PORTS, GRPC_PORTS, HAPROXY_H2C_PORT, HAPROXY_H2_PORT
-    global THREADS, PROXY_CORE, LOAD_CORE
+    global THREADS, PROXY_CORE, LOAD_CORE, GW_TLS_PORT, UDP_PORT, UDP_BACKEND_PORTS
     if args.threads < 1:
         sys.exit("loadtest: --threads must be at least 1")
     THREADS = args.threads
@@ -626,9 +827,16 @@ def main():
         HAPROXY_PORT + o, SWITCHYARD_PORT + o, SWITCHYARD_ADMIN + o, SWITCHYARD_STATS + o)
     HTTPS_PORT, TCP_PORT, FAKE_API_PORT = HTTPS_PORT + o, TCP_PORT + o, FAKE_API_PORT + o
     HAPROXY_H2C_PORT, HAPROXY_H2_PORT = HAPROXY_H2C_PORT + o, HAPROXY_H2_PORT + o
-    for tool in ["haproxy", "nginx", "wrk", "h2load", "taskset", "curl", "openssl"]:
+    GW_TLS_PORT, UDP_PORT = GW_TLS_PORT + o, UDP_PORT + o
+    UDP_BACKEND_PORTS = [p + o for p in UDP_BACKEND_PORTS]
+    only_names = args.only.split(",") if args.only else None
+    needs_wrk = any(kind in ("wrk", "swap") for name, kind, _, _ in SCENARIOS
+                    if not only_names or name in only_names)
+    for tool in ["haproxy", "nginx", "h2load", "taskset", "curl", "openssl"] + (["wrk"] if needs_wrk else []):
         if not shutil.which(tool):
             sys.exit(f"loadtest: {tool} is not installed (apt-get install haproxy nginx-light wrk nghttp2-client curl openssl)")
+    if not os.path.exists(NGINX_STREAM_MODULE):
+        sys.exit(f"loadtest: {NGINX_STREAM_MODULE} is missing (apt-get install libnginx-mod-stream)")
     only = args.only.split(",") if args.only else None
     if only:
         unknown = [n for n in only if n not in [s[0] for s in SCENARIOS]]
@@ -641,7 +849,7 @@ def main():
     scenarios = [s for s in SCENARIOS if not only or s[0] in only]
     if not os.path.exists(args.switchyard):
         subprocess.run(["cargo", "build", "--release", "--bin", "switchyard"], cwd=ROOT, check=True)
-    grpc = any(frontend == "grpc" for _, _, _, frontend in scenarios)
+    grpc = any(frontend in ("grpc", "gw-grpc") for _, _, _, frontend in scenarios)
     if grpc and not os.path.exists(args.grpc_backend):
         subprocess.run(["cargo", "build", "--release", "--example", "grpc_bench_backend"], cwd=ROOT, check=True)
 
@@ -658,8 +866,12 @@ def main():
         servers = [f'server {{ listen 127.0.0.1:{p}; location / {{ return 200 "ok"; }} }}' for p in BACKEND_PORTS]
         servers += [f'server {{ listen 127.0.0.1:{p} ssl; location / {{ return 200 "ok"; }} }}'
                     for p in TLS_BACKEND_PORTS]
+        udp_servers = [f'server {{ listen 127.0.0.1:{p} udp; return "ok"; }}' for p in UDP_BACKEND_PORTS]
         with open(os.path.join(tmp, "nginx.conf"), "w") as f:
-            f.write(NGINX_CONF.format(dir=tmp, servers="\n  ".join(servers)))
+            f.write(NGINX_CONF.format(dir=tmp, stream_module=NGINX_STREAM_MODULE, servers="\n  ".join(servers), udp_servers="\n  ".join(udp_servers)))
+        with open(os.path.join(tmp, "nginx-udp.conf"), "w") as f:
+            f.write(NGINX_UDP_CONF.format(dir=tmp, stream_module=NGINX_STREAM_MODULE, port=UDP_PORT, servers="\n    ".join(
+                f"server 127.0.0.1:{p};" for p in UDP_BACKEND_PORTS)))
         with open(os.path.join(HERE, "haproxy.cfg")) as f:
             cfg = fill(f.read(), tmp)
         with open(os.path.join(tmp, "haproxy.cfg"), "w") as f:
@@ -683,7 +895,7 @@ def main():
 
         for name, kind, opts, frontend in scenarios:
             url = url_for(frontend, "direct", None)
-            if kind == "swap" or url is None:
+            if kind in ("swap", "udp-idle") or url is None:
                 continue  # the ceiling: one backend without a proxy, where that means the same work
             check_answer(frontend, url, tmp)
             r = measure(kind, opts, url, args.duration, None, tmp, lua)
@@ -698,10 +910,17 @@ def main():
                     # A fresh proxy for each scenario: no idle connection pool (HAProxy stops
                     # keeping idle server connections past a share of its file descriptors,
                     # which a 1,600-stream run can reach) and no memory peak carries over.
-                    p, port = start_proxy(target, procs, tmp, args.switchyard, logs)
+                    p, port = start_proxy(target, procs, tmp, args.switchyard, logs, frontend)
                     try:
                         url = url_for(frontend, target, port)
                         check_answer(frontend, url, tmp)
+                        if kind == "udp-idle":
+                            r = measure_idle_flows(opts, url, p.pid, args.duration)
+                            results.setdefault((name, target), []).append(r)
+                            print(f"{target:10} {name:28} {r['flows']} flows  {r['kib_per_flow']:.2f} KiB/flow  "
+                                  f"RSS {r['rss_before_mib']:.1f} -> {r['rss_after_mib']:.1f} MiB  (rep {rep + 1})",
+                                  flush=True)
+                            continue
                         r = measure(kind, opts, url, args.duration, p.pid, tmp, lua)
                     finally:
                         procs.stop(p)
@@ -742,7 +961,7 @@ def main():
     print("| scenario | metric | direct | HAProxy | switchyard | switchyard / HAProxy |")
     print("|---|---|---|---|---|---|")
     for name, kind, opts, _ in scenarios:
-        metrics = METRICS + (SWAP_METRICS if kind == "swap" else []) + (
+        metrics = IDLE_METRICS if kind == "udp-idle" else METRICS + (SWAP_METRICS if kind == "swap" else []) + (
             BASELINE_METRICS if opts.get("baseline") else [])
         for metric, fmt in metrics:
             cells = []
