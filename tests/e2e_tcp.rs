@@ -381,7 +381,7 @@ async fn a_port_taken_by_another_process_is_retried_until_free() {
         .await;
     assert!(
         eventually(Duration::from_secs(10), || async {
-            sy.stderr().contains("cannot listen for TCP service")
+            sy.stderr().contains("cannot listen for a TCP frontend")
         })
         .await,
         "no warning; stderr:\n{}",

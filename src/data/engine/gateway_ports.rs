@@ -9,10 +9,10 @@
 //! or translation, and reads the table only through `TableReader`.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
@@ -24,16 +24,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::data::engine::ports::{At, Ports, reconcile};
 use crate::table::{RoutingTable, TableReader};
-
-/// How often the table is checked for a swap.
-const POLL_INTERVAL: Duration = Duration::from_millis(150);
-
-/// How long a port that could not be bound waits before the next try.
-const BIND_RETRY: Duration = Duration::from_secs(5);
-
-/// Where a listener is bound: a Gateway's own address (`None`: the bind address) and port.
-type At = (Option<IpAddr>, u16);
 
 /// The Gateway listeners' own ports, as one Pingora background service.
 pub struct GatewayPorts<A> {
@@ -42,6 +34,8 @@ pub struct GatewayPorts<A> {
     http: Arc<A>,
     /// `None`: no TLS port is configured, so HTTPS listeners' ports are not opened.
     https: Option<Arc<A>>,
+    /// The server's shutdown, which the connections' applications watch (set at start).
+    shutdown: OnceLock<ShutdownWatch>,
 }
 
 impl<A> GatewayPorts<A> {
@@ -51,106 +45,76 @@ impl<A> GatewayPorts<A> {
             bind,
             http: Arc::new(http),
             https: https.map(Arc::new),
+            shutdown: OnceLock::new(),
         }
+    }
+
+    fn set_shutdown(&self, shutdown: ShutdownWatch) {
+        let _ = self.shutdown.set(shutdown);
+    }
+
+    /// The server's shutdown (before start, one that never fires).
+    fn shutdown(&self) -> ShutdownWatch {
+        self.shutdown
+            .get()
+            .cloned()
+            .unwrap_or_else(|| tokio::sync::watch::channel(false).1)
     }
 }
 
-/// The ports that should be open, and whether each is HTTPS.
-fn wanted(table: &RoutingTable) -> Vec<(At, bool)> {
-    table
-        .gateway
-        .ported
-        .iter()
-        .map(|p| ((p.address, p.port), p.https))
-        .collect()
+/// A port's protocol, for logs and to reopen a port whose listeners change protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protocol {
+    https: bool,
 }
 
-/// An open listener and the task that accepts on it.
-struct Open {
-    https: bool,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.https { "HTTPS" } else { "HTTP" })
+    }
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> Ports for GatewayPorts<A> {
+    type What = Protocol;
+    const NOUN: &'static str = "Gateway listener port";
+
+    /// Every port of the table's, but HTTPS ones while no TLS port is configured.
+    fn wanted(&self, table: &RoutingTable) -> BTreeMap<At, Protocol> {
+        table
+            .gateway
+            .ported
+            .iter()
+            .filter(|p| !p.https || self.https.is_some())
+            .map(|p| ((p.address, p.port), Protocol { https: p.https }))
+            .collect()
+    }
+
+    fn reopens(&self, old: &Protocol, new: &Protocol) -> bool {
+        old != new
+    }
+
+    async fn open(
+        &self,
+        (address, port): At,
+        protocol: &Protocol,
+        stop: oneshot::Receiver<()>,
+    ) -> io::Result<JoinHandle<()>> {
+        let app = match (&self.https, protocol.https) {
+            (Some(app), true) => Arc::clone(app),
+            (None, true) => return Err(io::Error::other("no TLS port is configured")),
+            (_, false) => Arc::clone(&self.http),
+        };
+        let listener = TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        Ok(tokio::spawn(accept(listener, app, self.shutdown(), stop)))
+    }
 }
 
 #[async_trait]
 impl<A: ServerApp + Send + Sync + 'static> BackgroundService for GatewayPorts<A> {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut open: BTreeMap<At, Open> = BTreeMap::new();
-        let mut failed: BTreeMap<At, Instant> = BTreeMap::new();
-        let mut last: Option<Arc<RoutingTable>> = None;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                _ = tokio::time::sleep(POLL_INTERVAL) => {}
-            }
-            if !self.table.is_published() {
-                continue;
-            }
-            let table = self.table.load();
-            let swapped = last.as_ref().is_none_or(|l| !Arc::ptr_eq(l, &table));
-            let retry_due = failed.values().any(|at| at.elapsed() >= BIND_RETRY);
-            if !swapped && !retry_due {
-                continue;
-            }
-            let wanted = wanted(&table);
-            // Gone, or now of the other protocol: closed (a changed one opens again below).
-            let gone: Vec<At> = open
-                .iter()
-                .filter(|(at, o)| !wanted.contains(&(**at, o.https)))
-                .map(|(at, _)| *at)
-                .collect();
-            for at in gone {
-                if let Some(o) = open.remove(&at) {
-                    tracing::info!(port = at.1, address = ?at.0, "Gateway listener port closed");
-                    drop(o.stop);
-                    let _ = tokio::time::timeout(Duration::from_secs(1), o.task).await;
-                }
-            }
-            failed.retain(|at, _| wanted.iter().any(|(w, _)| w == at));
-            for (at, https) in wanted {
-                let retry_later = failed.get(&at).is_some_and(|t| t.elapsed() < BIND_RETRY);
-                if open.contains_key(&at) || retry_later {
-                    continue;
-                }
-                let app = if https {
-                    match &self.https {
-                        Some(app) => Arc::clone(app),
-                        None => continue,
-                    }
-                } else {
-                    Arc::clone(&self.http)
-                };
-                let (address, port) = at;
-                let addr = SocketAddr::new(address.unwrap_or(self.bind), port);
-                match TcpListener::bind(addr).await {
-                    Ok(listener) => {
-                        tracing::info!(port, ?address, https, "Gateway listener port open");
-                        let (stop, stopped) = oneshot::channel();
-                        let accept = accept(listener, app, shutdown.clone(), stopped);
-                        let task = tokio::spawn(accept);
-                        failed.remove(&at);
-                        open.insert(at, Open { https, stop, task });
-                    }
-                    Err(e) => {
-                        if !failed.contains_key(&at) {
-                            tracing::warn!(
-                                port,
-                                ?address,
-                                error = %e,
-                                "cannot listen for a Gateway listener; retrying every {}s",
-                                BIND_RETRY.as_secs()
-                            );
-                        }
-                        failed.insert(at, Instant::now());
-                    }
-                }
-            }
-            last = Some(table);
-        }
-        for (_, o) in open {
-            drop(o.stop);
-            let _ = tokio::time::timeout(Duration::from_secs(1), o.task).await;
-        }
+    async fn start(&self, shutdown: ShutdownWatch) {
+        self.set_shutdown(shutdown.clone());
+        reconcile(self, &self.table, shutdown).await;
     }
 }
 

@@ -20,6 +20,7 @@ pub mod h2;
 pub mod h2_bridge;
 pub mod http2;
 pub mod pingora;
+mod ports;
 pub mod relay;
 pub mod tcp;
 pub mod udp;

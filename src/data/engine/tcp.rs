@@ -4,8 +4,8 @@
 //! HTTP data plane chooses one (`Entry::choose`: the entry's algorithm, health, client-IP
 //! affinity, passive marks, in-flight counting).
 //!
-//! A reconciler polls the table (the table module stays free of tokio) and makes the set of
-//! open listeners match it. Every accepted connection is a task of its own (without work
+//! The shared reconciler (`ports`) polls the table (the table module stays free of tokio) and
+//! makes the set of open listeners match it. Every accepted connection is a task of its own (without work
 //! stealing, placed on one of the service's threads at random) that keeps the endpoint it
 //! connected to: neither a table swap nor its listener closing cuts it; only its peers or the
 //! idle (tunnel) timeout end it. Metrics and the access log are recorded once per connection,
@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::data::Timeouts;
+use crate::data::engine::ports::{At, Ports, reconcile};
 use crate::data::passthrough::read_hello;
 use crate::data::tls::Terminators;
 use crate::data::wire::proxy_protocol;
@@ -43,12 +44,6 @@ use crate::ops::lifecycle::Lifecycle;
 use crate::ops::metrics::{Metrics, TcpFrontendMetrics};
 use crate::table::stream::StreamServe;
 use crate::table::{Frontend, RoutingTable, TableReader};
-
-/// How often the table is checked for a swap.
-const POLL_INTERVAL: Duration = Duration::from_millis(150);
-
-/// How long a port that could not be bound waits before the next try.
-const BIND_RETRY: Duration = Duration::from_secs(5);
 
 /// Bytes buffered per direction of a connection.
 const BUFFER: usize = 16 * 1024;
@@ -135,8 +130,6 @@ impl TcpFrontends {
     }
 }
 
-/// Where a listener is opened: a Gateway's own address (`None`: the bind address) and port.
-type At = (Option<IpAddr>, u16);
 
 /// The ports that should be listening, each with what it serves (for logs): every TCP
 /// frontend whose entry has endpoints (an entry without endpoints gets no listener, so
@@ -162,115 +155,42 @@ fn wanted(table: &RoutingTable) -> BTreeMap<At, String> {
     out
 }
 
-/// An open listener and the accept loop that owns it.
-struct Open {
-    /// The Service or listener it was opened for (for logs; connections look the port up at
-    /// accept time).
-    service: String,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
-}
+#[async_trait]
+impl Ports for TcpFrontends {
+    type What = String;
+    const NOUN: &'static str = "TCP frontend";
 
-impl Open {
-    /// Stops the accept loop and waits until it has dropped the listener, so the port is free
-    /// again when this returns (a Service re-added at once can bind it).
-    async fn close(self) {
-        drop(self.stop);
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
+    fn wanted(&self, table: &RoutingTable) -> BTreeMap<At, String> {
+        wanted(table)
     }
-}
 
-/// When a port that could not be bound was last tried; it is retried every `BIND_RETRY`.
-struct Failed {
-    at: Instant,
+    /// A port that stays but changes Service keeps its listener: it serves whatever the
+    /// table says at each accept.
+    fn reopens(&self, _: &String, _: &String) -> bool {
+        false
+    }
+
+    async fn open(
+        &self,
+        at: At,
+        _: &String,
+        stop: oneshot::Receiver<()>,
+    ) -> io::Result<JoinHandle<()>> {
+        let (address, port) = at;
+        let listener = TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        Ok(tokio::spawn(accept_loop(
+            listener,
+            at,
+            Arc::clone(&self.conn),
+            stop,
+        )))
+    }
 }
 
 #[async_trait]
 impl BackgroundService for TcpFrontends {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut open: BTreeMap<At, Open> = BTreeMap::new();
-        let mut failed: BTreeMap<At, Failed> = BTreeMap::new();
-        let mut last: Option<Arc<RoutingTable>> = None;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                _ = tokio::time::sleep(POLL_INTERVAL) => {}
-            }
-            if !self.conn.table.is_published() {
-                continue;
-            }
-            let table = self.conn.table.load();
-            let swapped = last.as_ref().is_none_or(|l| !Arc::ptr_eq(l, &table));
-            let retry_due = failed.values().any(|f| f.at.elapsed() >= BIND_RETRY);
-            if !swapped && !retry_due {
-                continue;
-            }
-            let wanted = wanted(&table);
-            let gone: Vec<At> = open
-                .keys()
-                .filter(|p| !wanted.contains_key(p))
-                .copied()
-                .collect();
-            for at in gone {
-                if let Some(o) = open.remove(&at) {
-                    tracing::info!(port = at.1, address = ?at.0, service = %o.service, "TCP frontend closed");
-                    o.close().await;
-                }
-            }
-            // A port that stays but changes Service keeps its listener: it serves whatever the
-            // table says at each accept.
-            for (at, o) in open.iter_mut() {
-                if let Some(what) = wanted.get(at) {
-                    o.service.clone_from(what);
-                }
-            }
-            failed.retain(|at, _| wanted.contains_key(at));
-            for (&at, what) in &wanted {
-                if open.contains_key(&at)
-                    || failed.get(&at).is_some_and(|f| f.at.elapsed() < BIND_RETRY)
-                {
-                    continue;
-                }
-                let (address, port) = at;
-                let addr = SocketAddr::new(address.unwrap_or(self.bind), port);
-                match TcpListener::bind(addr).await {
-                    Ok(listener) => {
-                        tracing::info!(port, ?address, service = %what, "TCP frontend listening");
-                        let (stop, stopped) = oneshot::channel();
-                        let task = tokio::spawn(accept_loop(
-                            listener,
-                            at,
-                            Arc::clone(&self.conn),
-                            stopped,
-                        ));
-                        failed.remove(&at);
-                        open.insert(
-                            at,
-                            Open {
-                                service: what.clone(),
-                                stop,
-                                task,
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        // Once per episode: the retries stay quiet until it works or goes away.
-                        if !failed.contains_key(&at) {
-                            tracing::warn!(
-                                port,
-                                ?address,
-                                service = %what,
-                                error = %e,
-                                "cannot listen for TCP service; retrying every {}s",
-                                BIND_RETRY.as_secs()
-                            );
-                        }
-                        failed.insert(at, Failed { at: Instant::now() });
-                    }
-                }
-            }
-            last = Some(table);
-        }
+    async fn start(&self, shutdown: ShutdownWatch) {
+        reconcile(self, &self.conn.table, shutdown).await;
     }
 }
 

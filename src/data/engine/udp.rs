@@ -30,16 +30,11 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::data::engine::ports::{At, Ports, reconcile};
 use crate::decide::datagram::flow_backend;
 use crate::ops::access_log::{AccessLog, TcpRecord};
 use crate::ops::metrics::{Metrics, UdpFrontendMetrics};
 use crate::table::{RoutingTable, TableReader};
-
-/// How often the table is checked for a swap.
-const POLL_INTERVAL: Duration = Duration::from_millis(150);
-
-/// How long a port that could not be bound waits before the next try.
-const BIND_RETRY: Duration = Duration::from_secs(5);
 
 /// How long a new flow's first datagram may wait for its socket.
 const FIRST_SEND: Duration = Duration::from_millis(100);
@@ -100,9 +95,6 @@ impl UdpFrontends {
     }
 }
 
-/// Where a socket is bound: a Gateway's own address (`None`: the bind address) and port.
-type At = (Option<IpAddr>, u16);
-
 /// The UDP ports that should be open.
 fn wanted(table: &RoutingTable) -> Vec<At> {
     table
@@ -113,91 +105,48 @@ fn wanted(table: &RoutingTable) -> Vec<At> {
         .collect()
 }
 
-/// An open socket and the task that owns it.
-struct Open {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+#[async_trait]
+impl Ports for UdpFrontends {
+    /// For logs: the frontend label.
+    type What = String;
+    const NOUN: &'static str = "Gateway UDP listener";
+
+    fn wanted(&self, table: &RoutingTable) -> BTreeMap<At, String> {
+        wanted(table)
+            .into_iter()
+            .map(|at| (at, format!("udp:{}", at.1)))
+            .collect()
+    }
+
+    fn reopens(&self, _: &String, _: &String) -> bool {
+        false
+    }
+
+    async fn open(
+        &self,
+        at: At,
+        frontend: &String,
+        stop: oneshot::Receiver<()>,
+    ) -> io::Result<JoinHandle<()>> {
+        let (address, port) = at;
+        let socket = UdpSocket::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        let port_task = Port {
+            socket: Arc::new(socket),
+            at,
+            table: self.table.clone(),
+            settings: self.settings,
+            metrics: self.metrics.data.udp_frontend(frontend),
+            access_log: Arc::clone(&self.access_log),
+            frontend: frontend.clone(),
+        };
+        Ok(tokio::spawn(port_task.serve(stop)))
+    }
 }
 
 #[async_trait]
 impl BackgroundService for UdpFrontends {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut open: BTreeMap<At, Open> = BTreeMap::new();
-        let mut failed: BTreeMap<At, Instant> = BTreeMap::new();
-        let mut last: Option<Arc<RoutingTable>> = None;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                _ = tokio::time::sleep(POLL_INTERVAL) => {}
-            }
-            if !self.table.is_published() {
-                continue;
-            }
-            let table = self.table.load();
-            let swapped = last.as_ref().is_none_or(|l| !Arc::ptr_eq(l, &table));
-            let retry_due = failed.values().any(|at| at.elapsed() >= BIND_RETRY);
-            if !swapped && !retry_due {
-                continue;
-            }
-            let wanted = wanted(&table);
-            let gone: Vec<At> = open
-                .keys()
-                .filter(|at| !wanted.contains(at))
-                .copied()
-                .collect();
-            for at in gone {
-                if let Some(o) = open.remove(&at) {
-                    tracing::info!(port = at.1, address = ?at.0, "UDP listener closed");
-                    drop(o.stop);
-                    let _ = tokio::time::timeout(Duration::from_secs(1), o.task).await;
-                }
-            }
-            failed.retain(|at, _| wanted.contains(at));
-            for at in wanted {
-                let retry_later = failed.get(&at).is_some_and(|t| t.elapsed() < BIND_RETRY);
-                if open.contains_key(&at) || retry_later {
-                    continue;
-                }
-                let (address, port) = at;
-                match UdpSocket::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await {
-                    Ok(socket) => {
-                        tracing::info!(port, ?address, "UDP listener open");
-                        let (stop, stopped) = oneshot::channel();
-                        let frontend = format!("udp:{port}");
-                        let port_task = Port {
-                            socket: Arc::new(socket),
-                            at,
-                            table: self.table.clone(),
-                            settings: self.settings,
-                            metrics: self.metrics.data.udp_frontend(&frontend),
-                            access_log: Arc::clone(&self.access_log),
-                            frontend,
-                        };
-                        let task = tokio::spawn(port_task.serve(stopped));
-                        failed.remove(&at);
-                        open.insert(at, Open { stop, task });
-                    }
-                    Err(e) => {
-                        // Once per episode: the retries stay quiet until it works or goes away.
-                        if !failed.contains_key(&at) {
-                            tracing::warn!(
-                                port,
-                                ?address,
-                                error = %e,
-                                "cannot listen for a Gateway UDP listener; retrying every {}s",
-                                BIND_RETRY.as_secs()
-                            );
-                        }
-                        failed.insert(at, Instant::now());
-                    }
-                }
-            }
-            last = Some(table);
-        }
-        for (_, o) in open {
-            drop(o.stop);
-            let _ = tokio::time::timeout(Duration::from_secs(1), o.task).await;
-        }
+    async fn start(&self, shutdown: ShutdownWatch) {
+        reconcile(self, &self.table, shutdown).await;
     }
 }
 
