@@ -439,8 +439,9 @@ pub struct Args {
           env = "SWITCHYARD_MAX_REQUEST_HEADER_BYTES")]
     pub max_request_header_bytes: u32,
 
-    /// Most client connections open at once on the HTTP and TLS ports together; a connection
-    /// beyond it is closed at once, without a response, and counted.
+    /// Most client connections open at once on the HTTP and TLS ports together (and Gateway
+    /// listeners' own HTTP and HTTPS ports); a connection beyond it is closed at once, without
+    /// a response, and counted.
     #[arg(long, value_name = "N", default_value_t = 10000,
           value_parser = clap::value_parser!(u32).range(1..),
           env = "SWITCHYARD_MAX_CONNECTIONS")]
