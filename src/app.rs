@@ -288,7 +288,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
             config.bind_address,
             http,
             https,
-        );
+        )
+        .with_spread(!config.work_stealing);
         let mut ports = background_service("gateway listener ports", ports);
         ports.threads = Some(config.threads);
         server.add_service(ports);

@@ -36,6 +36,9 @@ pub struct GatewayPorts<A> {
     https: Option<Arc<A>>,
     /// The server's shutdown, which the connections' applications watch (set at start).
     shutdown: OnceLock<ShutdownWatch>,
+    /// `--work-stealing false`: each connection is placed on one of the service's threads
+    /// (as the TCP frontends place theirs), not kept on the accepting one.
+    spread: bool,
 }
 
 impl<A> GatewayPorts<A> {
@@ -46,7 +49,16 @@ impl<A> GatewayPorts<A> {
             http: Arc::new(http),
             https: https.map(Arc::new),
             shutdown: OnceLock::new(),
+            spread: false,
         }
+    }
+
+    /// `--work-stealing false`: Pingora's per-thread runtimes, where a task stays on the thread
+    /// that spawned it; each connection is then placed on one of the service's threads at
+    /// random, its socket registered there.
+    pub fn with_spread(mut self, spread: bool) -> Self {
+        self.spread = spread;
+        self
     }
 
     fn set_shutdown(&self, shutdown: ShutdownWatch) {
@@ -105,8 +117,14 @@ impl<A: ServerApp + Send + Sync + 'static> Ports for GatewayPorts<A> {
             (None, true) => return Err(io::Error::other("no TLS port is configured")),
             (_, false) => Arc::clone(&self.http),
         };
-        let listener = TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
-        Ok(tokio::spawn(accept(listener, app, self.shutdown(), stop)))
+        let listener =
+            TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        let accepting = Accepting {
+            app,
+            shutdown: self.shutdown(),
+            spread: self.spread,
+        };
+        Ok(tokio::spawn(accept(listener, accepting, stop)))
     }
 }
 
@@ -118,12 +136,18 @@ impl<A: ServerApp + Send + Sync + 'static> BackgroundService for GatewayPorts<A>
     }
 }
 
-/// Accepts until `stop` fires (or is dropped), each connection served by `app` in a task of
-/// its own, as Pingora's listening service serves one.
-async fn accept<A: ServerApp + Send + Sync + 'static>(
-    listener: TcpListener,
+/// What an accept loop hands each connection to, and where.
+struct Accepting<A> {
     app: Arc<A>,
     shutdown: ShutdownWatch,
+    spread: bool,
+}
+
+/// Accepts until `stop` fires (or is dropped), each connection served by the application in
+/// a task of its own, as Pingora's listening service serves one.
+async fn accept<A: ServerApp + Send + Sync + 'static>(
+    listener: TcpListener,
+    to: Accepting<A>,
     mut stop: oneshot::Receiver<()>,
 ) {
     loop {
@@ -139,18 +163,42 @@ async fn accept<A: ServerApp + Send + Sync + 'static>(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let fd = tcp.as_raw_fd();
-        let mut stream = L4Stream::from(tcp);
-        stream.set_socket_digest(SocketDigest::from_raw_fd(fd));
-        let (app, shutdown) = (Arc::clone(&app), shutdown.clone());
-        tokio::spawn(async move {
-            let mut next: Option<pingora::protocols::Stream> = Some(Box::new(stream));
-            while let Some(stream) = next.take() {
-                if *shutdown.borrow() {
-                    return;
-                }
-                next = app.process_new(stream, &shutdown).await;
+        let (app, shutdown) = (Arc::clone(&to.app), to.shutdown.clone());
+        if !to.spread {
+            tokio::spawn(serve(tcp, app, shutdown));
+            continue;
+        }
+        // Registered again on the thread it is placed on.
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot move a connection");
+                continue;
+            }
+        };
+        pingora_runtime::current_handle().spawn(async move {
+            match tokio::net::TcpStream::from_std(tcp) {
+                Ok(tcp) => serve(tcp, app, shutdown).await,
+                Err(e) => tracing::debug!(error = %e, "cannot move a connection"),
             }
         });
+    }
+}
+
+/// One connection, served by `app` until it is done with it.
+async fn serve<A: ServerApp + Send + Sync + 'static>(
+    tcp: tokio::net::TcpStream,
+    app: Arc<A>,
+    shutdown: ShutdownWatch,
+) {
+    let fd = tcp.as_raw_fd();
+    let mut stream = L4Stream::from(tcp);
+    stream.set_socket_digest(SocketDigest::from_raw_fd(fd));
+    let mut next: Option<pingora::protocols::Stream> = Some(Box::new(stream));
+    while let Some(stream) = next.take() {
+        if *shutdown.borrow() {
+            return;
+        }
+        next = app.process_new(stream, &shutdown).await;
     }
 }
