@@ -401,7 +401,10 @@ async fn a_port_taken_by_another_process_is_retried_until_free() {
     let mut c = Conn::open(port).await.unwrap();
     assert_eq!(c.backend, "echo");
     assert_eq!(c.echo("hi\n").await.unwrap(), "hi\n");
-    let warned = sy.stderr().matches("cannot listen for a TCP frontend").count();
+    let warned = sy
+        .stderr()
+        .matches("cannot listen for a TCP frontend")
+        .count();
     assert_eq!(warned, 1, "said once per episode:\n{}", sy.stderr());
 }
 

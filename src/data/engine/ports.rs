@@ -72,7 +72,11 @@ impl<W> Open<W> {
 }
 
 /// Keeps `ports`'s ports as `table` says until `shutdown`, then closes them all.
-pub(super) async fn reconcile<P: Ports>(ports: &P, table: &TableReader, mut shutdown: ShutdownWatch) {
+pub(super) async fn reconcile<P: Ports>(
+    ports: &P,
+    table: &TableReader,
+    mut shutdown: ShutdownWatch,
+) {
     let mut open: BTreeMap<At, Open<P::What>> = BTreeMap::new();
     let mut failed: BTreeMap<At, Instant> = BTreeMap::new();
     let mut last: Option<Arc<RoutingTable>> = None;

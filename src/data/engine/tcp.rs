@@ -130,7 +130,6 @@ impl TcpFrontends {
     }
 }
 
-
 /// The ports that should be listening, each with what it serves (for logs): every TCP
 /// frontend whose entry has endpoints (an entry without endpoints gets no listener, so
 /// clients are refused at once: the TCP form of 503), and every Gateway TCP or TLS listener
@@ -177,7 +176,8 @@ impl Ports for TcpFrontends {
         stop: oneshot::Receiver<()>,
     ) -> io::Result<JoinHandle<()>> {
         let (address, port) = at;
-        let listener = TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        let listener =
+            TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
         Ok(tokio::spawn(accept_loop(
             listener,
             at,
