@@ -10,13 +10,9 @@ use std::net::SocketAddr;
 use crate::table::balance::{fnv1a, mix64, rendezvous};
 use crate::table::stream::{UdpBackend, UdpBackends};
 
-/// The endpoint a new flow from `client` goes to; `None`: the share of a backend that does
-/// not resolve (or has no endpoint), or no weight at all: the flow is refused.
-pub fn flow_endpoint(to: &UdpBackends, client: SocketAddr) -> Option<SocketAddr> {
-    flow_backend(to, client).map(|(_, endpoint)| endpoint)
-}
-
-/// `flow_endpoint` with the backend (the Service port) it belongs to.
+/// The endpoint a new flow from `client` goes to, with the backend (the Service port) it
+/// belongs to; `None`: the share of a backend that does not resolve (or has no endpoint), or
+/// no weight at all: the flow is refused.
 pub fn flow_backend(to: &UdpBackends, client: SocketAddr) -> Option<(&UdpBackend, SocketAddr)> {
     if to.total == 0 {
         return None;
@@ -69,6 +65,10 @@ mod tests {
                 .collect::<Vec<_>>()
                 .into(),
         }
+    }
+
+    fn flow_endpoint(to: &UdpBackends, client: SocketAddr) -> Option<SocketAddr> {
+        flow_backend(to, client).map(|(_, endpoint)| endpoint)
     }
 
     fn client(i: u16) -> SocketAddr {

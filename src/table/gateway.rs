@@ -307,10 +307,7 @@ impl GatewayRoutes {
         at: FrontendKey,
     ) -> Option<(&mut SharedRouter<Candidates>, &mut ListenerHosts)> {
         if let Some(port) = at.port {
-            let i = self
-                .ported
-                .binary_search_by(|p| (p.address, p.port).cmp(&(at.address, port)))
-                .ok()?;
+            let i = self.port_index(at.address, port)?;
             let p = self.ported.get_mut(i)?;
             return Some((&mut p.router, &mut p.hosts));
         }
@@ -343,7 +340,7 @@ impl GatewayRoutes {
             return self.at_port(at.address, port).map_or(&NONE, |p| &p.hosts);
         }
         match at.address {
-            None => self.main_frontend(None, at.https).1,
+            None => self.main_frontend(None, at.https).2,
             Some(ip) => match self.at_address(ip) {
                 Some(a) if at.https => &a.https_hosts,
                 Some(a) => &a.http_hosts,
@@ -354,10 +351,14 @@ impl GatewayRoutes {
 
     /// The listeners of `port`, opened on `address` (`None`: the bind address).
     pub fn at_port(&self, address: Option<IpAddr>, port: u16) -> Option<&PortRoutes> {
+        self.ported.get(self.port_index(address, port)?)
+    }
+
+    /// Where the listeners of `port` on `address` are in `ported` (sorted by both).
+    fn port_index(&self, address: Option<IpAddr>, port: u16) -> Option<usize> {
         self.ported
             .binary_search_by(|p| (p.address, p.port).cmp(&(address, port)))
             .ok()
-            .and_then(|i| self.ported.get(i))
     }
 
     /// The listeners on a port of their own that a connection to `local`:`port` was made
@@ -370,20 +371,26 @@ impl GatewayRoutes {
             .or_else(|| self.at_port(None, port))
     }
 
-    /// The router and listener hosts a connection to `local` sees: those of the listeners
-    /// on its port when it was made to a port of theirs (`port`: set only for such
-    /// connections), else its Gateway's when one has that address, else the shared ones.
-    /// `None`: a port of their own that no listener has (any more).
+    /// The frontend a connection to `local` sees, with its router and listener hosts: the
+    /// listeners' on its port when it was made to a port of theirs (`port`: set only for
+    /// such connections), else its Gateway's when one has that address, else the shared
+    /// one. `None`: a port of their own that no listener has (any more).
     #[inline]
     fn frontend(
         &self,
         local: Option<IpAddr>,
         port: Option<u16>,
         https: bool,
-    ) -> Option<(&SharedRouter<Candidates>, &ListenerHosts)> {
+    ) -> Option<(FrontendKey, &SharedRouter<Candidates>, &ListenerHosts)> {
         if let Some(port) = port {
             // A port of their own answers for its listeners alone.
-            return self.ported_at(local, port).map(|p| (&p.router, &p.hosts));
+            let p = self.ported_at(local, port)?;
+            let at = FrontendKey {
+                address: p.address,
+                https: p.https,
+                port: Some(port),
+            };
+            return Some((at, &p.router, &p.hosts));
         }
         Some(self.main_frontend(local, https))
     }
@@ -394,44 +401,34 @@ impl GatewayRoutes {
         &self,
         local: Option<IpAddr>,
         https: bool,
-    ) -> (&SharedRouter<Candidates>, &ListenerHosts) {
-        if let Some(a) = local
+    ) -> (FrontendKey, &SharedRouter<Candidates>, &ListenerHosts) {
+        let own = local
             .filter(|_| !self.addressed.is_empty())
-            .and_then(|ip| self.at_address(ip))
-        {
-            return if https {
-                (&a.https, &a.https_hosts)
-            } else {
-                (&a.http, &a.http_hosts)
-            };
-        }
-        if https {
-            (&self.https, &self.https_hosts)
-        } else {
-            (&self.http, &self.http_hosts)
+            .and_then(|ip| self.at_address(ip));
+        let at = FrontendKey {
+            address: own.map(|a| a.address),
+            https,
+            port: None,
+        };
+        match (own, https) {
+            (Some(a), true) => (at, &a.https, &a.https_hosts),
+            (Some(a), false) => (at, &a.http, &a.http_hosts),
+            (None, true) => (at, &self.https, &self.https_hosts),
+            (None, false) => (at, &self.http, &self.http_hosts),
         }
     }
 
-    /// The HTTPS listener that takes `host` on a connection to `local`: its frontend's
-    /// address (`None`: the shared frontend) and its hostname key (`ListenerHosts::key`).
+    /// The HTTPS listener that takes `host` on a connection to `local` (its address, and its
+    /// port when it is a listener's own): its frontend's address (`None`: the shared
+    /// frontend) and port, and its hostname key (`ListenerHosts::key`).
     #[inline]
     pub fn https_listener(
         &self,
         (local, port): (Option<IpAddr>, Option<u16>),
         host: Option<&[u8]>,
     ) -> Option<(Option<IpAddr>, Option<u16>, &str)> {
-        if let Some(port) = port {
-            let p = self.ported_at(local, port)?;
-            return Some((p.address, Some(port), p.hosts.key(p.hosts.owner(host)?)?));
-        }
-        let own = local
-            .filter(|_| !self.addressed.is_empty())
-            .and_then(|ip| self.at_address(ip));
-        let (address, hosts) = match own {
-            Some(a) => (Some(a.address), &a.https_hosts),
-            None => (None, &self.https_hosts),
-        };
-        Some((address, None, hosts.key(hosts.owner(host)?)?))
+        let (at, _, hosts) = self.frontend(local, port, true)?;
+        Some((at.address, at.port, hosts.key(hosts.owner(host)?)?))
     }
 
     /// The candidate `req` meets on the most specific host level that the shared Gateways'
@@ -459,25 +456,22 @@ impl GatewayRoutes {
         req: &impl RequestView,
     ) -> GatewayMatch<'r> {
         // A port of the listeners' own serves them alone: what they do not take is 404.
-        let Some((router, hosts)) = self.frontend(local, port, https) else {
-            return GatewayMatch::NoRoute;
+        // Elsewhere, a host no listener takes is left to the Service and Ingress routes.
+        let untaken = if port.is_some() {
+            GatewayMatch::NoRoute
+        } else {
+            GatewayMatch::NotTaken
+        };
+        let Some((_, router, hosts)) = self.frontend(local, port, https) else {
+            return untaken;
         };
         // Every route is on a listener: without listeners there is nothing to do (and no
         // host to normalize).
         if hosts.is_empty() {
-            return if port.is_some() {
-                GatewayMatch::NoRoute
-            } else {
-                GatewayMatch::NotTaken
-            };
+            return untaken;
         }
-        // No listener takes the host: the Service and Ingress routes decide.
         let Some(owner) = hosts.owner(host) else {
-            return if port.is_some() {
-                GatewayMatch::NoRoute
-            } else {
-                GatewayMatch::NotTaken
-            };
+            return untaken;
         };
         // Host levels from the most specific; only candidates of the owning listener count.
         // The candidate is kept as the path rules are tried, not looked for twice.

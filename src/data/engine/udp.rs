@@ -95,26 +95,19 @@ impl UdpFrontends {
     }
 }
 
-/// The UDP ports that should be open.
-fn wanted(table: &RoutingTable) -> Vec<At> {
-    table
-        .streams
-        .udp
-        .iter()
-        .map(|p| (p.address, p.port))
-        .collect()
-}
-
 #[async_trait]
 impl Ports for UdpFrontends {
     /// For logs: the frontend label.
     type What = String;
     const NOUN: &'static str = "Gateway UDP listener";
 
+    /// Every UDP port the table lists, named by its frontend label.
     fn wanted(&self, table: &RoutingTable) -> BTreeMap<At, String> {
-        wanted(table)
-            .into_iter()
-            .map(|at| (at, format!("udp:{}", at.1)))
+        table
+            .streams
+            .udp
+            .iter()
+            .map(|p| ((p.address, p.port), format!("udp:{}", p.port)))
             .collect()
     }
 

@@ -108,7 +108,7 @@ impl Builder<'_> {
                 ),
                 None => (gateway.clone(), gw_generation),
             };
-            let (https, stream, mut accepted) = self.listener_port(l);
+            let (https, stream, own_port, mut accepted) = self.listener_port(l);
             let hostname = match l.hostname.as_deref().filter(|h| !h.is_empty()) {
                 None => None,
                 Some(h) => match gateway_host(h) {
@@ -195,14 +195,6 @@ impl Builder<'_> {
                 attached_routes: 0,
                 conditions,
             });
-            let served_port = if https {
-                self.options.gateway_https_port
-            } else {
-                self.options.gateway_http_port
-            };
-            let own_port = u16::try_from(l.port)
-                .ok()
-                .filter(|p| stream.is_none() && *p != served_port);
             views.push(ListenerView {
                 gateway: (ns, name),
                 name: &l.name,
@@ -293,10 +285,12 @@ impl Builder<'_> {
         out.into_iter().map(|(_, ls, key)| (ls, key)).collect()
     }
 
-    /// Whether a listener is HTTPS or a stream (TCP, TLS passthrough), and whether its
-    /// protocol and port are served: HTTP and HTTPS on switchyard's own frontends' ports,
-    /// TCP and TLS on a port of their own (TLS also on the TLS port, by server name).
-    fn listener_port(&self, l: &Listener) -> (bool, Option<StreamListener>, Checked) {
+    /// Whether a listener is HTTPS or a stream (TCP, TLS, UDP), the port of its own an HTTP or
+    /// HTTPS listener has (none on the Gateway port of its protocol), and whether its
+    /// protocol and port are served: HTTP and HTTPS on switchyard's own frontends' ports or
+    /// ports of their own, TCP, TLS and UDP on a port of their own (TLS also on the TLS port,
+    /// by server name).
+    fn listener_port(&self, l: &Listener) -> (bool, Option<StreamListener>, Option<u16>, Checked) {
         let o = self.options;
         let refuse = |reason, message: String| Err((reason, message));
         match l.protocol.as_str() {
@@ -309,14 +303,19 @@ impl Builder<'_> {
                 };
                 // On the Gateway port of its protocol, switchyard's own HTTP or TLS port
                 // serves it; on any other, a port of its own is opened for it.
-                let accepted = if l.port == i32::from(served_port) {
-                    Ok(())
+                let (own_port, accepted) = if l.port == i32::from(served_port) {
+                    (None, Ok(()))
                 } else {
-                    self.stream_port(l, false)
+                    (u16::try_from(l.port).ok(), self.stream_port(l, false))
                 };
-                (https, None, accepted)
+                (https, None, own_port, accepted)
             }
-            "TCP" => (false, Some(StreamListener::Tcp), self.stream_port(l, false)),
+            "TCP" => (
+                false,
+                Some(StreamListener::Tcp),
+                None,
+                self.stream_port(l, false),
+            ),
             "TLS" => {
                 let mode = l.tls.as_ref().and_then(|t| t.mode.as_deref());
                 let accepted = match mode {
@@ -347,7 +346,7 @@ impl Builder<'_> {
                         ),
                     ),
                 };
-                (false, Some(StreamListener::Tls), accepted)
+                (false, Some(StreamListener::Tls), None, accepted)
             }
             // UDP ports are apart from TCP's: none of switchyard's own is UDP.
             "UDP" => {
@@ -355,10 +354,11 @@ impl Builder<'_> {
                     Ok(p) if p > 0 => Ok(()),
                     _ => refuse("PortUnavailable", format!("port {} is not a port", l.port)),
                 };
-                (false, Some(StreamListener::Udp), accepted)
+                (false, Some(StreamListener::Udp), None, accepted)
             }
             other => (
                 false,
+                None,
                 None,
                 refuse(
                     "UnsupportedProtocol",
