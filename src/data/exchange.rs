@@ -121,11 +121,9 @@ pub(crate) enum Driven {
 
 /// A client's side of an exchange, as one protocol front reads and writes it.
 pub(crate) trait Front {
-    /// The client's address, and the address it connected to when routes pick by it.
-    fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>);
-
-    /// The port it connected to, when that is a Gateway listener's own.
-    fn local_port(&self) -> Option<u16>;
+    /// The client's address, and the address it connected to when routes pick by it
+    /// (`HttpProxy::reads_local`).
+    fn addresses(&self) -> (Option<IpAddr>, Option<SocketAddr>);
 
     /// What backends may hear of the client: its address as text (for the forwarding
     /// fields) and the connection's TLS digest (its verified certificate). Shared, not
@@ -275,13 +273,8 @@ pub(crate) async fn open<'p, F: Front>(proxy: &'p HttpProxy, front: &mut F) -> O
     let active = proxy.enter();
     let started = Instant::now();
     let (client, local) = front.addresses();
-    let mut attempt = Attempt::new(client);
-    attempt.set_local_ip(local);
-    attempt.set_local_port(front.local_port());
     let table = proxy.table.load();
-    if !table.client_validation.is_empty() {
-        attempt.set_client_ca(tls::client_ca(front.identity().1.as_deref()));
-    }
+    let mut attempt = proxy.attempt(&table, client, local, front.identity().1.as_deref());
     let desk = proxy.desk();
     let mut tally = Tally::default();
     let opened = match front.open(&mut attempt, desk, table, started) {

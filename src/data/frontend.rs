@@ -4,14 +4,17 @@
 //! a graceful shutdown waits on. Built once per frontend at startup (`app`); the engines only
 //! read it. No request passes through here.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+
+use pingora::protocols::tls::SslDigest;
 
 use crate::data::Timeouts;
 use crate::data::external_auth::AuthCalls;
 use crate::data::mirror::Mirrors;
 use crate::data::record::Recorder;
 use crate::data::tls;
-use crate::decide::attempt::Policy;
+use crate::decide::attempt::{Attempt, Policy};
 use crate::decide::edits::Forwarding;
 use crate::decide::error_page::ErrorPage;
 use crate::decide::exchange::Desk;
@@ -19,7 +22,7 @@ use crate::decide::reply::Pages;
 use crate::ops::access_log::AccessLog;
 use crate::ops::lifecycle::{Active, Lifecycle};
 use crate::ops::metrics::Metrics;
-use crate::table::{Frontend, TableReader};
+use crate::table::{Frontend, RoutingTable, TableReader};
 
 /// One frontend's context: its settings, shared by every engine (Pingora's hooks and the fast
 /// path's).
@@ -79,6 +82,37 @@ impl HttpProxy {
             by_local_address: false,
             by_local_port: false,
         }
+    }
+
+    /// Whether a request's route depends on the address its connection was made to (so the
+    /// engines read the socket's local address; a `getsockname` spared otherwise).
+    pub(crate) fn reads_local(&self) -> bool {
+        self.by_local_address || self.by_local_port
+    }
+
+    /// The attempt of one request on a connection from `client` to `local` with TLS digest
+    /// `ssl`: what routing is told of the connection, decided here for every engine. The
+    /// local address only where routes pick by it, the port only on Gateway listeners' own
+    /// ports, the CA the client's certificate proved only while some listener verifies
+    /// clients (`table`'s).
+    pub(crate) fn attempt(
+        &self,
+        table: &RoutingTable,
+        client: Option<IpAddr>,
+        local: Option<SocketAddr>,
+        ssl: Option<&SslDigest>,
+    ) -> Attempt {
+        let mut attempt = Attempt::new(client);
+        if self.reads_local() {
+            attempt.set_local_ip(local.map(|a| a.ip()));
+            if self.by_local_port {
+                attempt.set_local_port(local.map(|a| a.port()));
+            }
+        }
+        if !table.client_validation.is_empty() {
+            attempt.set_client_ca(tls::client_ca(ssl));
+        }
+        attempt
     }
 
     /// `--gateway-addresses`: route by the connection's local address too (Gateways with an

@@ -34,10 +34,9 @@ pub struct FastPath {
 pub struct Connection {
     pub(super) client: Option<SocketAddr>,
     pub(super) client_ip: Option<IpAddr>,
-    /// The address the client connected to (a Gateway's own picks its routes).
-    pub(super) local_ip: Option<IpAddr>,
-    /// The port it was made to, when that is a Gateway listener's own.
-    pub(super) local_port: Option<u16>,
+    /// The address the client connected to, read when routes pick by it
+    /// (`HttpProxy::reads_local`).
+    pub(super) local: Option<SocketAddr>,
     /// `client_ip` as text, formatted once for the forwarding fields of every request.
     pub(super) client_ip_text: Option<Arc<str>>,
     /// No request has been served yet (the header deadline, not the keep-alive timeout,
@@ -79,8 +78,8 @@ impl Connection {
 
     /// The client's address, and the address it connected to when routes pick by it (the
     /// exchange's `Front::addresses`, for either front).
-    pub(super) fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>) {
-        (self.client_ip, self.local_ip)
+    pub(super) fn addresses(&self) -> (Option<IpAddr>, Option<SocketAddr>) {
+        (self.client_ip, self.local)
     }
 
     /// What backends may hear of the client (the exchange's `Front::identity`).
@@ -136,13 +135,12 @@ impl FastPath {
     ) -> Connection {
         let client = socket.and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
         let local = socket
-            .filter(|_| self.proxy.by_local_address || self.proxy.by_local_port)
+            .filter(|_| self.proxy.reads_local())
             .and_then(|d| d.local_addr().and_then(|a| a.as_inet()).copied());
         Connection {
             client,
             client_ip: client.map(|a| a.ip()),
-            local_ip: local.map(|a| a.ip()),
-            local_port: local.filter(|_| self.proxy.by_local_port).map(|a| a.port()),
+            local,
             client_ip_text: client.map(|a| Arc::from(ip_text(a.ip()))),
             fresh: true,
             // Both grow at their first read (`reserve(READ_SIZE)`), not before.

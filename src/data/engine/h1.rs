@@ -14,7 +14,7 @@
 //! refusing what it must. It reads and writes its wire only, and never holds a lock across an
 //! await.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -201,12 +201,8 @@ struct H1Front<'s, D> {
 }
 
 impl<D: Downstream> Front for H1Front<'_, D> {
-    fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>) {
+    fn addresses(&self) -> (Option<IpAddr>, Option<SocketAddr>) {
         self.conn.addresses()
-    }
-
-    fn local_port(&self) -> Option<u16> {
-        self.conn.local_port
     }
 
     fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {
@@ -385,8 +381,7 @@ mod tests {
         Connection {
             client: None,
             client_ip: None,
-            local_ip: None,
-            local_port: None,
+            local: None,
             client_ip_text: None,
             fresh: false,
             buf: BytesMut::with_capacity(READ_SIZE),

@@ -14,7 +14,7 @@
 //! It routes nothing itself and never holds a lock across an await.
 
 use std::borrow::Cow;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -121,12 +121,8 @@ impl H2Front {
 }
 
 impl Front for H2Front {
-    fn addresses(&self) -> (Option<IpAddr>, Option<IpAddr>) {
+    fn addresses(&self) -> (Option<IpAddr>, Option<SocketAddr>) {
         self.conn.addresses()
-    }
-
-    fn local_port(&self) -> Option<u16> {
-        self.conn.local_port
     }
 
     fn identity(&self) -> (Option<Arc<str>>, Option<Arc<SslDigest>>) {

@@ -250,18 +250,6 @@ impl ProxyHttp for HttpProxy {
         let req = session.req_header();
         ctx.grpc = grpc_of(req);
         let host = host_of(req);
-        let client_ip: Option<IpAddr> = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip());
-        ctx.attempt.set_client_ip(client_ip);
-        if self.by_local_address || self.by_local_port {
-            let local = session.server_addr().and_then(|a| a.as_inet());
-            ctx.attempt.set_local_ip(local.map(|a| a.ip()));
-            if self.by_local_port {
-                ctx.attempt.set_local_port(local.map(|a| a.port()));
-            }
-        }
         // The path routed on is the path forwarded: dot-segments removed (decide::target).
         let path = normalize_path(req.uri.path());
         let normalized = match (&path, req.uri.query()) {
@@ -276,10 +264,16 @@ impl ProxyHttp for HttpProxy {
         let view = PingoraView(req);
         let desk = self.desk();
         let table = self.table.load();
-        if !table.client_validation.is_empty() {
-            let ssl = session.digest().and_then(|d| d.ssl_digest.as_deref());
-            ctx.attempt.set_client_ca(tls::client_ca(ssl));
-        }
+        let client_ip: Option<IpAddr> = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let local = (session.server_addr())
+            .filter(|_| self.reads_local())
+            .and_then(|a| a.as_inet())
+            .copied();
+        let ssl = session.digest().and_then(|d| d.ssl_digest.as_deref());
+        ctx.attempt = self.attempt(&table, client_ip, local, ssl);
         let opened = exchange::open(
             &mut ctx.attempt,
             table,
