@@ -29,6 +29,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::control::coalesce::Coalescer;
@@ -91,9 +92,16 @@ struct Store<K> {
     /// The resource does not exist on the API server (a Gateway API CRD not installed): the
     /// store is empty and usable, and the kind is looked for again every `GATEWAY_API_RETRY`.
     absent: bool,
+    /// A kind whose status switchyard writes (Ingresses, the Gateway API's): an update that
+    /// moves only its status and resourceVersion is kept but is no change, so the echo of a
+    /// status write does not cost a build (each such echo used to queue a route change behind
+    /// one).
+    status_blind: bool,
 }
 
-impl<K: Resource> Store<K> {
+impl<K: Resource + Serialize> Store<K> {
+    /// A store whose every update is a change (Services and EndpointSlices, whose versions
+    /// the incremental build compares; Secrets, ConfigMaps, Namespaces, which have no status).
     fn new() -> Self {
         Store {
             live: BTreeMap::new(),
@@ -104,6 +112,15 @@ impl<K: Resource> Store<K> {
             replaced: false,
             down: false,
             absent: false,
+            status_blind: false,
+        }
+    }
+
+    /// A store of a kind whose status switchyard writes (see `status_blind`).
+    fn status_blind() -> Self {
+        Store {
+            status_blind: true,
+            ..Self::new()
         }
     }
 
@@ -160,9 +177,13 @@ impl<K: Resource> Store<K> {
             }
             Event::Apply(obj) => {
                 let key = Self::key(&obj);
-                self.changed.insert(key.clone());
+                let same = self.status_blind
+                    && (self.live.get(&key)).is_some_and(|old| same_but_status(old, &obj));
+                if !same {
+                    self.changed.insert(key.clone());
+                }
                 self.live.insert(key, obj);
-                true
+                !same
             }
             Event::Delete(obj) => {
                 let key = Self::key(&obj);
@@ -173,6 +194,25 @@ impl<K: Resource> Store<K> {
                 gone
             }
         }
+    }
+}
+
+/// Whether `new` differs from `old` only in what a status write changes: the status and the
+/// resourceVersion (routing reads neither; the status writers watch statuses themselves).
+/// Compared as JSON: generic over every kind, and only asked on an update of a known object.
+fn same_but_status<K: Serialize>(old: &K, new: &K) -> bool {
+    let without_status = |o: &K| {
+        let mut v = serde_json::to_value(o).ok()?;
+        let map = v.as_object_mut()?;
+        map.remove("status");
+        if let Some(meta) = map.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.remove("resourceVersion");
+        }
+        Some(v)
+    };
+    match (without_status(old), without_status(new)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -455,20 +495,20 @@ impl ClusterSource {
         let mut config_maps = Box::pin(config_map_stream(&self.client, ns, cm_watch));
         let mut svc_store: Store<Service> = Store::new();
         let mut eps_store: Store<EndpointSlice> = Store::new();
-        let mut ing_store: Store<Ingress> = Store::new();
+        let mut ing_store: Store<Ingress> = Store::status_blind();
         let mut class_store: Store<IngressClass> = Store::new();
         let mut secret_store: Store<Secret> = Store::new();
         let mut auth_store: Store<Secret> = Store::new();
         let mut cm_store: Store<ConfigMap> = Store::new();
-        let mut gw_class_store: Store<GatewayClass> = Store::new();
-        let mut gw_store: Store<Gateway> = Store::new();
-        let mut route_store: Store<HTTPRoute> = Store::new();
-        let mut grpc_store: Store<GRPCRoute> = Store::new();
-        let mut tcp_store: Store<TCPRoute> = Store::new();
-        let mut tls_store: Store<TLSRoute> = Store::new();
-        let mut udp_store: Store<UDPRoute> = Store::new();
-        let mut set_store: Store<ListenerSet> = Store::new();
-        let mut policy_store: Store<BackendTLSPolicy> = Store::new();
+        let mut gw_class_store: Store<GatewayClass> = Store::status_blind();
+        let mut gw_store: Store<Gateway> = Store::status_blind();
+        let mut route_store: Store<HTTPRoute> = Store::status_blind();
+        let mut grpc_store: Store<GRPCRoute> = Store::status_blind();
+        let mut tcp_store: Store<TCPRoute> = Store::status_blind();
+        let mut tls_store: Store<TLSRoute> = Store::status_blind();
+        let mut udp_store: Store<UDPRoute> = Store::status_blind();
+        let mut set_store: Store<ListenerSet> = Store::status_blind();
+        let mut policy_store: Store<BackendTLSPolicy> = Store::status_blind();
         let mut grant_store: Store<ReferenceGrant> = Store::new();
         let mut ns_store: Store<Namespace> = Store::new();
         // A Gateway API list answered 404 and no Gateway API list has completed since: the
@@ -835,7 +875,7 @@ impl ClusterSource {
     /// empty and usable until a list answers. TCPRoute and TLSRoute (their own `absent`) say
     /// so apart and at `info`: CRDs older than v1.5 lack them and serve the rest, a lasting,
     /// normal state that is not "the Gateway API is not installed".
-    fn on_gateway_event<K: Resource>(
+    fn on_gateway_event<K: Resource + Serialize>(
         &self,
         ev: Option<Result<Event<K>, watcher::Error>>,
         resource: &str,
@@ -900,7 +940,7 @@ impl ClusterSource {
 
     /// Reads one item of a watch stream if it is there already, without waiting; returns
     /// whether there was one.
-    fn read_ready<K: Resource, S>(
+    fn read_ready<K: Resource + Serialize, S>(
         &self,
         stream: &mut S,
         resource: &str,
@@ -921,7 +961,7 @@ impl ClusterSource {
     }
 
     /// `read_ready` for a Gateway API kind (a 404 is its CRD missing, see `on_gateway_event`).
-    fn read_ready_gateway<K: Resource, S>(
+    fn read_ready_gateway<K: Resource + Serialize, S>(
         &self,
         stream: &mut S,
         resource: &str,
@@ -942,7 +982,7 @@ impl ClusterSource {
     }
 
     /// Handles one item of a watch stream; returns whether the store changed.
-    fn on_event<K: Resource>(
+    fn on_event<K: Resource + Serialize>(
         &self,
         ev: Option<Result<Event<K>, watcher::Error>>,
         resource: &str,
@@ -1239,6 +1279,49 @@ mod tests {
             !s.apply(Event::Delete(svc("b"))),
             "deleting twice changes nothing"
         );
+    }
+
+    #[test]
+    fn a_status_write_coming_back_is_no_change_where_status_is_ours() {
+        use k8s_openapi::api::networking::v1::{
+            IngressLoadBalancerIngress, IngressLoadBalancerStatus, IngressStatus,
+        };
+        let ing = |version: &str, ip: Option<&str>, annotation: Option<&str>| Ingress {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                resource_version: Some(version.into()),
+                annotations: annotation.map(|a| [("a".to_string(), a.to_string())].into()),
+                ..Default::default()
+            },
+            status: ip.map(|ip| IngressStatus {
+                load_balancer: Some(IngressLoadBalancerStatus {
+                    ingress: Some(vec![IngressLoadBalancerIngress {
+                        ip: Some(ip.into()),
+                        ..Default::default()
+                    }]),
+                }),
+            }),
+            ..Default::default()
+        };
+        let mut s: Store<Ingress> = Store::status_blind();
+        s.apply(Event::Init);
+        s.apply(Event::InitApply(ing("1", None, None)));
+        s.apply(Event::InitDone);
+        s.take_changes();
+        assert!(!s.apply(Event::Apply(ing("2", Some("192.0.2.1"), None))));
+        assert_eq!(s.take_changes(), Some(BTreeSet::new()));
+        let kept = &s.live[&("default".to_string(), "web".to_string())];
+        assert_eq!(kept.metadata.resource_version.as_deref(), Some("2"));
+        assert!(
+            s.apply(Event::Apply(ing("3", Some("192.0.2.1"), Some("x")))),
+            "an annotation is read by routing"
+        );
+        assert!(s.apply(Event::Apply(ing("4", None, Some("y")))));
+        // A kind whose versions the incremental build compares: every update is a change.
+        let mut services: Store<Service> = Store::new();
+        services.apply(Event::Apply(svc("a")));
+        assert!(services.apply(Event::Apply(svc("a"))));
     }
 
     #[test]
