@@ -31,7 +31,7 @@ Caveat: valgrind counts each iteration of `rep movsb` as an instruction, so larg
 run is the check for that.
 
 Usage: python3 benches/instructions.py [--n1 2000] [--n2 6000] [--switchyard PATH] [--grpc | --grpcroute]
-       [--proxies haproxy,switchyard]
+       [--proxies haproxy,switchyard] [--keep]
 Needs: valgrind, haproxy, nginx, h2load, curl; a release build (`cargo build --release`), and
 for --grpc `cargo build --release --example grpc_bench_backend`.
 Takes about a minute. Last result (2-vCPU VM, 2026-11-30, switchyard with jemalloc):
@@ -165,6 +165,8 @@ def main():
                     help="--grpc, switchyard routing by a Gateway API GRPCRoute (HAProxy by host and path)")
     ap.add_argument("--grpc-backend", default=os.path.join(ROOT, "target", "release", "examples", "grpc_bench_backend"),
                     help="examples/grpc_bench_backend.rs built with --release")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the callgrind profiles (printed: read them with callgrind_annotate)")
     ap.add_argument("--proxies", default="haproxy,switchyard",
                     help="which proxies to count, comma-separated (default both)")
     args = ap.parse_args()
@@ -285,7 +287,10 @@ http {{
     for tag, v in per_request.items():
         ratio = f"{v / per_request['haproxy']:.2f}x" if "haproxy" in per_request else ""
         print(f"| {tag} | {v:.0f} | {ratio} |")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if args.keep:
+        print(f"callgrind profiles kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

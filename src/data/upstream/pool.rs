@@ -65,7 +65,9 @@ impl Key {
 /// dead sockets.
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<HashMap<Key, Vec<(Upstream, Instant)>>>,
+    /// aHash, not SipHash: the map is looked up twice a request (`take`, `put`), and its keys
+    /// are the table's endpoints, not what clients send.
+    idle: Mutex<HashMap<Key, Vec<(Upstream, Instant)>, ahash::RandomState>>,
     sweeper: std::sync::OnceLock<()>,
 }
 
