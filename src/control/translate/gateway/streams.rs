@@ -6,7 +6,7 @@
 //! rule), a TLS listener's by server name to the oldest route that names it. Pure; it must
 //! not touch HTTP routes or their routers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -424,6 +424,9 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
     for (at, mut claims) in names {
         claims.sort_by(|a, b| a.0.rank.cmp(&b.0.rank));
         let mut routes: Vec<SniRoute> = Vec::new();
+        // The names already taken on this port: the oldest claim keeps each (a set, not a
+        // scan of `routes`, which made a build quadratic in TLSRoutes).
+        let mut taken = HashSet::new();
         for (claim, address, terminate) in claims {
             // On a port of its own the address is the port's; on the TLS port each
             // route says whose connections it takes.
@@ -432,10 +435,7 @@ pub(super) fn streams(mut claims: Claims, gateways: &mut Gateways<'_>, tls_port:
                 continue;
             };
             for host in &claim.hosts {
-                if !routes
-                    .iter()
-                    .any(|r| r.host == *host && r.address == address)
-                {
+                if taken.insert((host, address)) {
                     routes.push(SniRoute {
                         host: host.clone(),
                         address,
