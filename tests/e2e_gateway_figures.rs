@@ -134,6 +134,7 @@ async fn live(kind: RouteKind, http_port: u16, host: &str) -> bool {
 async fn grpc_reaches_backend(port: u16, host: &str) -> bool {
     let call = async {
         let tcp = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        tcp.set_nodelay(true).ok()?;
         let (mut send, conn) =
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
                 .await
