@@ -91,7 +91,8 @@ impl Lease {
 
 /// The endpoints' connections.
 pub struct H2Pool {
-    endpoints: Mutex<HashMap<Share, Endpoint>>,
+    /// aHash, as the HTTP/1 pool: looked up on every stream, keyed by the table's endpoints.
+    endpoints: Mutex<HashMap<Share, Endpoint, ahash::RandomState>>,
     /// Each thread has connections of its own (`per_thread`).
     per_thread: bool,
 }
