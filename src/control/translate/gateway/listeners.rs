@@ -70,7 +70,63 @@ impl Builder<'_> {
             }
             gateways.insert((ns, name), (gw, views, statuses));
         }
+        self.orphaned_listener_sets(gateways_in, sets_in, status);
         gateways
+    }
+
+    /// ListenerSets whose parent Gateway does not exist: no controller serves them, and one
+    /// that was ours (its Gateway deleted) would keep the status it had (`Accepted: True`) if
+    /// nothing were written. Each is `Accepted: False` (`ParentNotAccepted`) and warned about.
+    /// Sets whose parent exists are their Gateway's class's to judge (ours: above).
+    fn orphaned_listener_sets(
+        &mut self,
+        gateways_in: &[&Gateway],
+        sets_in: &[&ListenerSet],
+        status: &mut GatewayApiStatus,
+    ) {
+        let existing: BTreeSet<(&str, &str)> = gateways_in
+            .iter()
+            .map(|g| meta_key(&g.metadata.namespace, &g.metadata.name))
+            .collect();
+        for ls in sets_in {
+            let key = meta_key(&ls.metadata.namespace, &ls.metadata.name);
+            let p = &ls.spec.parent_ref;
+            let parent = (p.namespace.as_deref().unwrap_or(key.0), p.name.as_str());
+            let a_gateway = p.group.as_deref().unwrap_or(GROUP) == GROUP
+                && p.kind.as_deref().unwrap_or("Gateway") == "Gateway";
+            if key.1.is_empty()
+                || !a_gateway
+                || self.outside_namespace(key.0)
+                || existing.contains(&parent)
+            {
+                continue;
+            }
+            let message = format!("parent Gateway {}/{} does not exist", parent.0, parent.1);
+            self.warn_gateway(&object("ListenerSet", key.0, key.1), message.clone());
+            let generation = ls.metadata.generation;
+            status.listener_sets.insert(
+                (key.0.to_string(), key.1.to_string()),
+                ListenerSetStatus {
+                    conditions: vec![
+                        Condition::new(
+                            "Accepted",
+                            false,
+                            "ParentNotAccepted",
+                            message.clone(),
+                            generation,
+                        ),
+                        Condition::new(
+                            "Programmed",
+                            false,
+                            "ParentNotProgrammed",
+                            message,
+                            generation,
+                        ),
+                    ],
+                    listeners: Vec::new(),
+                },
+            );
+        }
     }
 
     /// Checks a Gateway's listeners, records their status (but for the attached-route count)

@@ -140,3 +140,54 @@ fn a_set_change_alone_builds_what_a_full_build_would() {
     // No longer the set's: the base Gateway's listener without a hostname takes it.
     assert_eq!(get(&quick.table, "team.example.com", "/x"), "404");
 }
+
+#[test]
+fn a_set_whose_gateway_is_gone_is_not_accepted_and_one_of_another_class_is_left_alone() {
+    const ORPHANS: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: theirs, namespace: infra}
+spec:
+  gatewayClassName: someone-else
+  allowedListeners: {namespaces: {from: All}}
+  listeners:
+  - {name: own, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: orphan, namespace: apps, generation: 3}
+spec:
+  parentRef: {name: deleted, namespace: infra}
+  listeners:
+  - {name: x, port: 80, protocol: HTTP, hostname: orphan.example.com}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: other, namespace: apps}
+spec:
+  parentRef: {name: theirs, namespace: infra}
+  listeners:
+  - {name: x, port: 80, protocol: HTTP, hostname: other.example.com}
+"#;
+    let (b, warnings) = build(&world(&format!("{BASE}\n---\n{ORPHANS}")));
+    let orphan = set_status(&b, "orphan");
+    assert_eq!(
+        condition(&orphan.conditions, "Accepted"),
+        ("False".into(), "ParentNotAccepted".into())
+    );
+    assert_eq!(
+        condition(&orphan.conditions, "Programmed"),
+        ("False".into(), "ParentNotProgrammed".into())
+    );
+    assert_eq!(orphan.conditions[0].observed_generation, Some(3));
+    assert!(
+        warnings.iter().any(
+            |w| w.object.name == "orphan" && w.message.contains("infra/deleted does not exist")
+        )
+    );
+    assert_eq!(get(&b.table, "orphan.example.com", "/"), "404");
+    // Another class's Gateway: its controller's to judge, nothing written here.
+    let statuses = &b.memo.gateway_status().listener_sets;
+    assert!(!statuses.contains_key(&("apps".to_string(), "other".to_string())));
+    assert!(!warnings.iter().any(|w| w.object.name == "other"));
+}
