@@ -1046,6 +1046,75 @@ async fn proxy_next_upstream_as_ingress_nginx() {
     }
 }
 
+/// ingress-nginx's `proxy-send-timeout` on both engines: a request body to an endpoint that
+/// takes the connection and never reads is given up on once one write waits past the send
+/// timeout (504), not after the read timeout (60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_send_timeout_bounds_writes_to_an_endpoint_that_stops_reading() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let mut objs = services(&web, &api);
+    // Accepts and holds every connection, reading nothing.
+    let sink = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sink_port = sink.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = sink.accept().await {
+            held.push(s);
+        }
+    });
+    objs.push(svc("sink", 80).into());
+    objs.push(slice("sink", "", sink_port));
+    objs.push(
+        ing("sink")
+            .ann("nginx.ingress.kubernetes.io/proxy-send-timeout", "1")
+            .ann("nginx.ingress.kubernetes.io/proxy-read-timeout", "60")
+            .rule(Some("sink.test"), &[("/", "Prefix", "sink", 80)])
+            .into(),
+    );
+    const BODY: usize = 64 << 20;
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &["--check-interval", "0s"]).await;
+        let started = std::time::Instant::now();
+        let tcp = TcpStream::connect(("127.0.0.1", sy.http_port))
+            .await
+            .unwrap();
+        let (mut rd, mut wr) = tcp.into_split();
+        let head =
+            format!("POST /up HTTP/1.1\r\nHost: sink.test\r\nContent-Length: {BODY}\r\n\r\n");
+        wr.write_all(head.as_bytes()).await.unwrap();
+        // The body, until switchyard stops taking it (bounded: at most BODY bytes).
+        let writer = tokio::spawn(async move {
+            let chunk = vec![b'x'; 64 << 10];
+            let mut sent = 0;
+            while sent < BODY && wr.write_all(&chunk).await.is_ok() {
+                sent += chunk.len();
+            }
+        });
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut buf = [0u8; 1024];
+            while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                match rd.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => answer.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        writer.abort();
+        let took = started.elapsed();
+        assert!(read.is_ok(), "{engine}: no answer in 30 s: {}", sy.stderr());
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 504"), "{engine}: {text}");
+        assert!(
+            took < Duration::from_secs(20),
+            "{engine}: answered after {took:?}, the read timeout's doing"
+        );
+    }
+}
+
 /// `upstream-vhost` and `x-forwarded-prefix`, on both engines: the backend gets the Host and
 /// the prefix header the Ingress names, a client's own `X-Forwarded-Prefix` replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1114,6 +1114,15 @@ impl Attempt {
             .unwrap_or(default)
     }
 
+    /// The wait for each write of the request to the endpoint (one that stops reading): the
+    /// route's `proxy-send-timeout`, else the response's wait (`server_timeout`), as nginx's
+    /// `proxy_send_timeout` beside `proxy_read_timeout`.
+    pub fn send_timeout(&self, default: Duration) -> Duration {
+        self.route_policy()
+            .and_then(|p| p.send_timeout)
+            .unwrap_or_else(|| self.server_timeout(default))
+    }
+
     /// The wait for each connection to the endpoint: the route's `proxy-connect-timeout`,
     /// else `default` (5 s).
     pub fn connect_timeout(&self, default: Duration) -> Duration {

@@ -62,6 +62,10 @@ pub struct RoutePolicy {
     /// (`switchyard.io/proxy-connect-timeout`), instead of the default 5 s.
     #[serde(skip_serializing_if = "Option::is_none", with = "millis")]
     pub connect_timeout: Option<Duration>,
+    /// The wait for each write of the request to the endpoint
+    /// (`switchyard.io/proxy-send-timeout`), instead of the read timeout.
+    #[serde(skip_serializing_if = "Option::is_none", with = "millis")]
+    pub send_timeout: Option<Duration>,
     /// Longest request body, in bytes (`switchyard.io/proxy-body-size`); a longer one is
     /// answered 413 and not sent on.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -367,6 +371,7 @@ impl RoutePolicy {
             protocol: None,
             server_timeout: None,
             connect_timeout: None,
+            send_timeout: None,
             max_body: None,
             redirect: None,
             app_root: None,

@@ -67,6 +67,9 @@ pub mod ingress_annotation {
     pub const PROXY_READ_TIMEOUT: &str = "switchyard.io/proxy-read-timeout";
     /// Seconds (`5`) or a duration (`500ms`): the wait for each connection to an endpoint.
     pub const PROXY_CONNECT_TIMEOUT: &str = "switchyard.io/proxy-connect-timeout";
+    /// Seconds (`60`) or a duration (`90s`): the wait for each write of the request to an
+    /// endpoint (one that stops reading), instead of the read timeout.
+    pub const PROXY_SEND_TIMEOUT: &str = "switchyard.io/proxy-send-timeout";
     /// Bytes, or with a unit `k`, `m`, `g` (`8m`); `0`: no limit. A longer body gets 413.
     pub const PROXY_BODY_SIZE: &str = "switchyard.io/proxy-body-size";
     /// A URL (or an absolute path): every request is redirected there, `301` unless
@@ -90,10 +93,11 @@ pub mod ingress_annotation {
     /// A value (`/api`): sent to the endpoints as `X-Forwarded-Prefix`.
     pub const X_FORWARDED_PREFIX: &str = "switchyard.io/x-forwarded-prefix";
     /// Every key switchyard reads.
-    pub const KNOWN: [&str; 18] = [
+    pub const KNOWN: [&str; 19] = [
         UPSTREAM_VHOST,
         X_FORWARDED_PREFIX,
         PROXY_CONNECT_TIMEOUT,
+        PROXY_SEND_TIMEOUT,
         SERVER_ALIAS,
         FROM_TO_WWW_REDIRECT,
         PERMANENT_REDIRECT,
@@ -197,7 +201,7 @@ pub mod ingress_annotation {
         "nginx.ingress.kubernetes.io/cors-allow-credentials";
     pub const NGINX_CORS_MAX_AGE: &str = "nginx.ingress.kubernetes.io/cors-max-age";
     /// ingress-nginx keys switchyard honours as its own (same meaning, same values).
-    pub const NGINX_ALIASES: [(&str, &str); 18] = [
+    pub const NGINX_ALIASES: [(&str, &str); 19] = [
         ("nginx.ingress.kubernetes.io/upstream-vhost", UPSTREAM_VHOST),
         (
             "nginx.ingress.kubernetes.io/x-forwarded-prefix",
@@ -206,6 +210,10 @@ pub mod ingress_annotation {
         (
             "nginx.ingress.kubernetes.io/proxy-connect-timeout",
             PROXY_CONNECT_TIMEOUT,
+        ),
+        (
+            "nginx.ingress.kubernetes.io/proxy-send-timeout",
+            PROXY_SEND_TIMEOUT,
         ),
         ("nginx.ingress.kubernetes.io/server-alias", SERVER_ALIAS),
         (
@@ -322,6 +330,7 @@ struct IngressSettings {
     protocol: Option<BackendProtocol>,
     server_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
+    send_timeout: Option<Duration>,
     max_body: Option<u64>,
     redirect: Option<Redirect>,
     app_root: Option<Arc<str>>,
@@ -797,6 +806,7 @@ impl<'a> Builder<'a> {
                     protocol: settings.protocol,
                     server_timeout: settings.server_timeout,
                     connect_timeout: settings.connect_timeout,
+                    send_timeout: settings.send_timeout,
                     max_body: settings.max_body,
                     redirect: settings.redirect.clone(),
                     app_root: settings.app_root.clone(),
@@ -1663,6 +1673,10 @@ impl<'a> Builder<'a> {
                 ia::PROXY_CONNECT_TIMEOUT => match read_timeout(v) {
                     Ok(d) => s.connect_timeout = Some(d),
                     Err(why) => bad(key, v, format!("{why}; the default 5 s applies")),
+                },
+                ia::PROXY_SEND_TIMEOUT => match read_timeout(v) {
+                    Ok(d) => s.send_timeout = Some(d),
+                    Err(why) => bad(key, v, format!("{why}; the read timeout bounds writes")),
                 },
                 ia::PROXY_BODY_SIZE => match body_size(v) {
                     Ok(n) => s.max_body = n,

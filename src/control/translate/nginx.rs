@@ -88,8 +88,6 @@ const TRACING: &str = "no tracing export; the access log carries X-Request-Id";
 const BACKEND_TLS: &str = "the Service annotations serviceloadbalancer/lb.backend-ca-secret, \
                            lb.backend-sni and lb.backend-client-cert set the backend's TLS; \
                            certificates are verified unless lb.backend-insecure-skip-verify";
-const TIMEOUTS: &str = "proxy-read-timeout bounds writes to the endpoint too (and \
-                        --server-timeout where it is not set)";
 const FIREWALL: &str = "no web application firewall";
 const MIRROR: &str = "an HTTPRoute RequestMirror filter mirrors requests";
 
@@ -377,7 +375,7 @@ pub const CATALOG: &[(&str, Support)] = &[
         Support::Ignored("Location fields pass through unchanged"),
     ),
     ("proxy-request-buffering", Support::Ignored(BUFFERING)),
-    ("proxy-send-timeout", Support::Ignored(TIMEOUTS)),
+    ("proxy-send-timeout", Support::Served),
     ("proxy-ssl-ciphers", Support::Ignored(BACKEND_TLS)),
     ("proxy-ssl-name", Support::Ignored(BACKEND_TLS)),
     ("proxy-ssl-protocols", Support::Ignored(BACKEND_TLS)),

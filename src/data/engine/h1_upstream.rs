@@ -117,7 +117,8 @@ impl<F: H1Client> Upstream<F> for Http1<'_> {
             body: BodyKept::All,
             answered,
         };
-        if let Err(cause) = fast.send(&mut up, &conn.out, conn.server_timeout).await {
+        let send_timeout = attempt.send_timeout(fast.proxy.timeouts.server_idle);
+        if let Err(cause) = fast.send(&mut up, &conn.out, send_timeout).await {
             return Err(TryFailed {
                 cause,
                 sent: sent(false),

@@ -401,23 +401,27 @@ impl ProxyHttp for HttpProxy {
         let o = &mut peer.options;
         o.connection_timeout = Some(ctx.attempt.connect_timeout(self.timeouts.connect));
         o.idle_timeout = Some(self.timeouts.server_idle);
-        let io_timeout = if session.is_upgrade_req() {
-            self.timeouts.tunnel
+        let (read_timeout, write_timeout) = if session.is_upgrade_req() {
+            (self.timeouts.tunnel, self.timeouts.tunnel)
         } else {
-            ctx.attempt.server_timeout(self.timeouts.server_idle)
+            let idle = self.timeouts.server_idle;
+            (
+                ctx.attempt.server_timeout(idle),
+                ctx.attempt.send_timeout(idle),
+            )
         };
         // A gRPC deadline bounds every wait upstream; once it passed, the read times out at
         // once and the client gets DEADLINE_EXCEEDED.
-        let io_timeout = match ctx.deadline {
+        let (read_timeout, write_timeout) = match ctx.deadline {
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 o.connection_timeout = o.connection_timeout.map(|c| c.min(left));
-                io_timeout.min(left)
+                (read_timeout.min(left), write_timeout.min(left))
             }
-            None => io_timeout,
+            None => (read_timeout, write_timeout),
         };
-        o.read_timeout = Some(io_timeout);
-        o.write_timeout = Some(io_timeout);
+        o.read_timeout = Some(read_timeout);
+        o.write_timeout = Some(write_timeout);
         Ok(Box::new(peer))
     }
 

@@ -49,6 +49,9 @@ pub(crate) struct Call {
     deadline: Option<Instant>,
     /// The wait for each thing from the endpoint (`--server-timeout`, or the route's).
     server_timeout: Duration,
+    /// The wait for each write of the request to the endpoint (`proxy-send-timeout`, else
+    /// `server_timeout`).
+    send_timeout: Duration,
     /// The client's request body has ended (or there was none).
     body_done: bool,
     /// Some of the request body (or its trailers) went to an endpoint.
@@ -70,10 +73,13 @@ impl Call {
     /// When the current wait on the endpoint gives up: `server_timeout` from now, or the
     /// deadline if sooner.
     fn limit(&self) -> tokio::time::Instant {
+        self.limit_of(self.server_timeout)
+    }
+
+    /// `wait` from now, or the deadline if sooner.
+    fn limit_of(&self, wait: Duration) -> tokio::time::Instant {
         let now = Instant::now();
-        let at = self.deadline.map_or(now + self.server_timeout, |d| {
-            d.min(now + self.server_timeout)
-        });
+        let at = self.deadline.map_or(now + wait, |d| d.min(now + wait));
         tokio::time::Instant::from_std(at)
     }
 
@@ -90,6 +96,13 @@ impl Call {
     /// The call's timer, set to go off at the current wait's limit (`limit`).
     fn timer(&mut self) -> Pin<&mut Sleep> {
         let at = self.limit();
+        self.timer_at(at)
+    }
+
+    /// The call's timer, set for one write of the request (`send_timeout`): a backend that
+    /// stops granting flow-control window is given up on then.
+    fn send_timer(&mut self) -> Pin<&mut Sleep> {
+        let at = self.limit_of(self.send_timeout);
         self.timer_at(at)
     }
 }
@@ -122,7 +135,7 @@ async fn resend_body(
     let body = call.kept.body();
     let end = call.body_done && trailers.is_none();
     if !body.is_empty() || end {
-        send(to_backend, body, end, call.timer()).await?;
+        send(to_backend, body, end, call.send_timer()).await?;
     }
     match trailers {
         Some(trailers) => to_backend
@@ -208,6 +221,7 @@ impl<F: H2Client> Upstream<F> for Http2<'_> {
             grpc: front.grpc(),
             deadline: opened.deadline,
             server_timeout: attempt.server_timeout(proxy.timeouts.server_idle),
+            send_timeout: attempt.send_timeout(proxy.timeouts.server_idle),
             body_done,
             body_sent: false,
             kept: KeptBody::default(),
@@ -446,7 +460,7 @@ impl FastPath {
                 call.body_sent = true;
                 call.body_done = last;
                 call.kept.keep(&data);
-                send(to_backend, data, last, call.timer()).await
+                send(to_backend, data, last, call.send_timer()).await
             }
             Ok(None) => {
                 call.body_done = true;
@@ -459,7 +473,7 @@ impl FastPath {
                             .send_trailers(&trailers)
                             .map_err(|_| Cause::UpstreamClosed)
                     }
-                    Ok(None) => send(to_backend, Bytes::new(), true, call.timer()).await,
+                    Ok(None) => send(to_backend, Bytes::new(), true, call.send_timer()).await,
                     Err(_) => {
                         to_backend.send_reset(h2::Reason::CANCEL);
                         Err(Cause::ClientGone)

@@ -332,6 +332,14 @@ where
                                 response_done = true;
                             }
                         },
+                        Err(e) if e.etype() == &WriteTimedout => {
+                            // The upstream stopped reading the request for longer than the
+                            // write timeout (nginx's proxy_send_timeout): the request fails now,
+                            // instead of waiting up to the read timeout for a response that an
+                            // upstream which is not reading is not sending.
+                            let _ = tx.send(HttpTask::Failed(e.into_up())).await;
+                            return Ok(false);
+                        }
                         Err(e) => {
                            warn!("send error, draining read buf: {e}");
                            request_done = true;

@@ -800,6 +800,29 @@ fn protocol_timeout_and_body_size_annotations() {
     let (p, _) = policy_of(i);
     assert_eq!(p.server_timeout, Some(Duration::from_secs(90)));
     assert_eq!(p.max_body, None, "0 is no limit");
+    assert_eq!(p.send_timeout, None);
+
+    // proxy-send-timeout: its own bound on writes; bad values warn and leave the read
+    // timeout bounding them.
+    let i = annotated(
+        base(),
+        "nginx.ingress.kubernetes.io/proxy-send-timeout",
+        "7",
+    );
+    let (p, w) = policy_of(i);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(p.send_timeout, Some(Duration::from_secs(7)));
+    let (p, w) = policy_of(annotated(
+        base(),
+        ingress_annotation::PROXY_SEND_TIMEOUT,
+        "0",
+    ));
+    assert!(
+        w.iter()
+            .any(|m| m.contains("the read timeout bounds writes")),
+        "{w:?}"
+    );
+    assert_eq!(p.send_timeout, None);
 
     for (key, value, why) in [
         (ingress_annotation::BACKEND_PROTOCOL, "FCGI", "is not HTTP"),
