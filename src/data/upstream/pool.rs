@@ -58,6 +58,9 @@ impl Key {
     }
 }
 
+/// Each endpoint's idle connections, newest last, with when each was returned.
+type IdleMap = HashMap<Key, Vec<(Upstream, Instant)>, ahash::RandomState>;
+
 /// Idle connections to endpoints, newest last. Kept apart from Pingora's pool: each path
 /// reuses its own. A task started with the first returned connection drops, once a second,
 /// those idle for longer than `--server-timeout`, those the backend closed, and endpoints
@@ -67,7 +70,7 @@ impl Key {
 pub struct Pool {
     /// aHash, not SipHash: the map is looked up twice a request (`take`, `put`), and its keys
     /// are the table's endpoints, not what clients send.
-    idle: Mutex<HashMap<Key, Vec<(Upstream, Instant)>, ahash::RandomState>>,
+    idle: Mutex<IdleMap>,
     sweeper: std::sync::OnceLock<()>,
 }
 
