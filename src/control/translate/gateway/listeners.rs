@@ -90,43 +90,40 @@ impl Builder<'_> {
             .collect();
         for ls in sets_in {
             let key = meta_key(&ls.metadata.namespace, &ls.metadata.name);
-            let p = &ls.spec.parent_ref;
-            let parent = (p.namespace.as_deref().unwrap_or(key.0), p.name.as_str());
-            let a_gateway = p.group.as_deref().unwrap_or(GROUP) == GROUP
-                && p.kind.as_deref().unwrap_or("Gateway") == "Gateway";
-            if key.1.is_empty()
-                || !a_gateway
-                || self.outside_namespace(key.0)
-                || existing.contains(&parent)
-            {
+            let Some(parent) = parent_gateway(ls, key.0) else {
+                continue;
+            };
+            if key.1.is_empty() || self.outside_namespace(key.0) || existing.contains(&parent) {
                 continue;
             }
             let message = format!("parent Gateway {}/{} does not exist", parent.0, parent.1);
-            self.warn_gateway(&object("ListenerSet", key.0, key.1), message.clone());
-            let generation = ls.metadata.generation;
-            status.listener_sets.insert(
-                (key.0.to_string(), key.1.to_string()),
-                ListenerSetStatus {
-                    conditions: vec![
-                        Condition::new(
-                            "Accepted",
-                            false,
-                            "ParentNotAccepted",
-                            message.clone(),
-                            generation,
-                        ),
-                        Condition::new(
-                            "Programmed",
-                            false,
-                            "ParentNotProgrammed",
-                            message,
-                            generation,
-                        ),
-                    ],
-                    listeners: Vec::new(),
-                },
-            );
+            let reasons = ("ParentNotAccepted", "ParentNotProgrammed");
+            self.refuse_set(ls, key, reasons, message, status);
         }
+    }
+
+    /// A ListenerSet that no listener of it serves: warned about, and its status says why
+    /// (`Accepted` and `Programmed` false with these reasons, no listeners).
+    fn refuse_set(
+        &mut self,
+        ls: &ListenerSet,
+        key: (&str, &str),
+        (accepted, programmed): (&'static str, &'static str),
+        message: String,
+        status: &mut GatewayApiStatus,
+    ) {
+        self.warn_gateway(&object("ListenerSet", key.0, key.1), message.clone());
+        let generation = ls.metadata.generation;
+        status.listener_sets.insert(
+            (key.0.to_string(), key.1.to_string()),
+            ListenerSetStatus {
+                conditions: vec![
+                    Condition::new("Accepted", false, accepted, message.clone(), generation),
+                    Condition::new("Programmed", false, programmed, message, generation),
+                ],
+                listeners: Vec::new(),
+            },
+        );
     }
 
     /// Checks a Gateway's listeners, records their status (but for the attached-route count)
@@ -288,11 +285,7 @@ impl Builder<'_> {
         let mut out: Vec<(String, &'g ListenerSet, (&'g str, &'g str))> = Vec::new();
         for ls in sorted(sets, |l| &l.metadata) {
             let key = meta_key(&ls.metadata.namespace, &ls.metadata.name);
-            let p = &ls.spec.parent_ref;
-            let parent_ns = p.namespace.as_deref().unwrap_or(key.0);
-            let ours = p.group.as_deref().unwrap_or(GROUP) == GROUP
-                && p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
-                && (parent_ns, p.name.as_str()) == (ns, name);
+            let ours = parent_gateway(ls, key.0) == Some((ns, name));
             if !ours || key.1.is_empty() {
                 continue;
             }
@@ -318,24 +311,7 @@ impl Builder<'_> {
                  (spec.allowedListeners)",
                 key.0
             );
-            self.warn_gateway(&object("ListenerSet", key.0, key.1), message.clone());
-            let generation = ls.metadata.generation;
-            status.listener_sets.insert(
-                (key.0.to_string(), key.1.to_string()),
-                ListenerSetStatus {
-                    conditions: vec![
-                        Condition::new(
-                            "Accepted",
-                            false,
-                            "NotAllowed",
-                            message.clone(),
-                            generation,
-                        ),
-                        Condition::new("Programmed", false, "NotAllowed", message, generation),
-                    ],
-                    listeners: Vec::new(),
-                },
-            );
+            self.refuse_set(ls, key, ("NotAllowed", "NotAllowed"), message, status);
         }
         out.sort_by(|a, b| (&a.0, a.2).cmp(&(&b.0, b.2)));
         out.into_iter().map(|(_, ls, key)| (ls, key)).collect()
@@ -1088,4 +1064,13 @@ fn unserve(
             *c = Condition::new("Programmed", false, "Invalid", why, generation);
         }
     }
+}
+
+/// The Gateway a ListenerSet's `parentRef` names (in the set's namespace unless it says
+/// another), or `None` when it names another kind.
+fn parent_gateway<'s>(ls: &'s ListenerSet, set_ns: &'s str) -> Option<(&'s str, &'s str)> {
+    let p = &ls.spec.parent_ref;
+    let a_gateway = p.group.as_deref().unwrap_or(GROUP) == GROUP
+        && p.kind.as_deref().unwrap_or("Gateway") == "Gateway";
+    a_gateway.then(|| (p.namespace.as_deref().unwrap_or(set_ns), p.name.as_str()))
 }
