@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, OnceLock};
 
@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::data::engine::ports::{At, Ports, reconcile};
+use crate::data::engine::ports::{At, Ports, reconcile, socket_addr};
 use crate::table::{RoutingTable, TableReader};
 
 /// The Gateway listeners' own ports, as one Pingora background service.
@@ -108,7 +108,7 @@ impl<A: ServerApp + Send + Sync + 'static> Ports for GatewayPorts<A> {
 
     async fn open(
         &self,
-        (address, port): At,
+        at: At,
         protocol: &Protocol,
         stop: oneshot::Receiver<()>,
     ) -> io::Result<JoinHandle<()>> {
@@ -117,8 +117,7 @@ impl<A: ServerApp + Send + Sync + 'static> Ports for GatewayPorts<A> {
             (None, true) => return Err(io::Error::other("no TLS port is configured")),
             (_, false) => Arc::clone(&self.http),
         };
-        let listener =
-            TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        let listener = TcpListener::bind(socket_addr(self.bind, at)).await?;
         let accepting = Accepting {
             app,
             shutdown: self.shutdown(),

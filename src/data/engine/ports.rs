@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,11 @@ pub(super) const BIND_RETRY: Duration = Duration::from_secs(5);
 /// Where a socket is bound: a Gateway's own address (`None`: the bind address) and port.
 pub(super) type At = (Option<IpAddr>, u16);
 
+/// The socket address of `at` where `bind` is the bind address (`--bind-address`).
+pub(super) fn socket_addr(bind: IpAddr, (address, port): At) -> SocketAddr {
+    SocketAddr::new(address.unwrap_or(bind), port)
+}
+
 /// An engine's ports.
 #[async_trait]
 pub(super) trait Ports: Send + Sync {
@@ -43,8 +48,11 @@ pub(super) trait Ports: Send + Sync {
     fn wanted(&self, table: &RoutingTable) -> BTreeMap<At, Self::What>;
 
     /// Whether a port open for `old` must be reopened to serve `new` (else it keeps its
-    /// socket and only its `What` changes).
-    fn reopens(&self, old: &Self::What, new: &Self::What) -> bool;
+    /// socket and only its `What` changes, which is the default: the serving task reads the
+    /// table for each connection or flow).
+    fn reopens(&self, _old: &Self::What, _new: &Self::What) -> bool {
+        false
+    }
 
     /// Binds `at` and serves it until `stop` fires (or is dropped); the bind error otherwise.
     async fn open(

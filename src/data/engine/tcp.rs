@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::data::Timeouts;
-use crate::data::engine::ports::{At, Ports, reconcile};
+use crate::data::engine::ports::{At, Ports, reconcile, socket_addr};
 use crate::data::passthrough::read_hello;
 use crate::data::tls::Terminators;
 use crate::data::wire::proxy_protocol;
@@ -163,21 +163,15 @@ impl Ports for TcpFrontends {
         wanted(table)
     }
 
-    /// A port that stays but changes Service keeps its listener: it serves whatever the
-    /// table says at each accept.
-    fn reopens(&self, _: &String, _: &String) -> bool {
-        false
-    }
-
     async fn open(
         &self,
         at: At,
         _: &String,
         stop: oneshot::Receiver<()>,
     ) -> io::Result<JoinHandle<()>> {
-        let (address, port) = at;
-        let listener =
-            TcpListener::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        // A port that stays but changes Service keeps its listener (`reopens`' default): it
+        // serves whatever the table says at each accept.
+        let listener = TcpListener::bind(socket_addr(self.bind, at)).await?;
         Ok(tokio::spawn(accept_loop(
             listener,
             at,

@@ -30,7 +30,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::data::engine::ports::{At, Ports, reconcile};
+use crate::data::engine::ports::{At, Ports, reconcile, socket_addr};
 use crate::decide::datagram::flow_backend;
 use crate::ops::access_log::{AccessLog, TcpRecord};
 use crate::ops::metrics::{Metrics, UdpFrontendMetrics};
@@ -111,18 +111,13 @@ impl Ports for UdpFrontends {
             .collect()
     }
 
-    fn reopens(&self, _: &String, _: &String) -> bool {
-        false
-    }
-
     async fn open(
         &self,
         at: At,
         frontend: &String,
         stop: oneshot::Receiver<()>,
     ) -> io::Result<JoinHandle<()>> {
-        let (address, port) = at;
-        let socket = UdpSocket::bind(SocketAddr::new(address.unwrap_or(self.bind), port)).await?;
+        let socket = UdpSocket::bind(socket_addr(self.bind, at)).await?;
         let port_task = Port {
             socket: Arc::new(socket),
             at,

@@ -271,6 +271,7 @@ pub fn write_answer(out: &mut Vec<u8>, a: &Answer<'_>, close: bool) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn status_lines_name_their_reason() {
@@ -286,7 +287,6 @@ mod tests {
         assert_eq!(line(999, "x"), "HTTP/1.1 999 x\r\n");
         assert_eq!(line(1000, "x"), "HTTP/1.1 1000 x\r\n");
     }
-    use super::*;
 
     fn rewritten(response: &str) -> String {
         let mut out = Vec::new();

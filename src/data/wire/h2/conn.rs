@@ -212,9 +212,8 @@ impl Error {
     }
 }
 
-/// Stream ids are distinct and few: one multiplication spreads them (over the high bits too,
-/// which the map's probe tags are made of), where SipHash cost as much as the rest of a
-/// stream's bookkeeping (every stream enters the closed-stream memory once, and leaves it).
+/// Stream ids are distinct and few: one multiplication spreads them, over the high bits too,
+/// which the stream map's probe tags are made of (an id hashed to itself left them all zero).
 #[derive(Default)]
 struct IdHasher(u64);
 
