@@ -959,6 +959,14 @@ impl Attempt {
         })
     }
 
+    /// The response's last byte is handed to the client's writer: the request no longer
+    /// counts against its route's `limit-connections`. nginx frees the slot in the same turn
+    /// of its loop as the last write; an engine that records the request later, on another
+    /// task, calls this first so that a client that got its answer is never refused for it.
+    pub fn response_done(&mut self) {
+        self.in_progress = None;
+    }
+
     /// The request is over: it no longer counts in flight.
     pub fn finish(&mut self) {
         self.in_flight = None;

@@ -624,7 +624,7 @@ impl ProxyHttp for HttpProxy {
 
     async fn response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
@@ -632,7 +632,35 @@ impl ProxyHttp for HttpProxy {
         for op in ctx.attempt.response_ops(resp.status.as_u16()) {
             resp.apply_op(op)?;
         }
+        // A response without a body ends with its header; `logging` comes after the client
+        // may already have read it.
+        let status = resp.status.as_u16();
+        if session.req_header().method == http::Method::HEAD
+            || matches!(status, 204 | 304)
+            || (status >= 200
+                && resp
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .is_some_and(|v| v.as_bytes() == b"0"))
+        {
+            ctx.attempt.response_done();
+        }
         Ok(())
+    }
+
+    /// The last body chunk is filtered before it is written: the request stops counting
+    /// against `limit-connections` before the client can see the response end.
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<Duration>> {
+        if end_of_stream {
+            ctx.attempt.response_done();
+        }
+        Ok(None)
     }
 
     /// A gRPC deadline holds for the whole call: a stream whose messages keep coming past it
