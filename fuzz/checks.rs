@@ -168,7 +168,7 @@ pub fn check_request(data: &[u8]) {
 fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
     let c = client(flags);
     let cert = if c.verified {
-        ClientCert::Verified { subject: SUBJECT }
+        ClientCert::verified(SUBJECT)
     } else {
         ClientCert::Absent
     };
@@ -180,6 +180,7 @@ fn check_built(flags: u8, buf: &[u8], req: &Request, fields: &[Field]) {
         // A Gateway listener's verification asserts the same fields `--ssl-ca-cert` does
         // (`fwd.client_cert_headers`), which the flags already cover.
         client_cert: false,
+        ingress_cert: None,
     };
     let edits = request_edits(&c.fwd, ip_text.as_deref(), hidden, || cert);
     let mut out = Vec::new();

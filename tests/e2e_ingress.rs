@@ -1741,3 +1741,205 @@ async fn access_restricting_annotations_not_served_refuse_rather_than_serve_open
         );
     }
 }
+
+/// ingress-nginx's client certificates per Ingress host on both engines, over HTTP/1.1 and
+/// HTTP/2: `auth-tls-secret` alone (verify on) answers a client without a certificate, or with
+/// one of another CA, 400, and serves one of the Secret's CA with the `ssl-client-*` fields
+/// ingress-nginx sends (a client's own copies replaced); the host's other Ingresses' paths are
+/// verified too, a host with no such annotation asks nothing. `optional` serves a client
+/// without one, refuses a bad one; `auth-tls-error-page` sends it there (302) instead;
+/// `match-cn` answers another subject 403; `pass-certificate-to-upstream` sends the
+/// certificate. Plain HTTP to the verifying Ingress is refused as a connection without one.
+/// A Secret without `ca.crt` leaves the Ingress not served (403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_per_host_as_ingress_nginx() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let server_ca = Ca::new("ingress mTLS server CA");
+    let server = server_ca.server(&["mtls.test", "opt.test", "cn.test", "open.test", "bad.test"]);
+    let trusted = Ca::new("ingress mTLS client CA");
+    let other = Ca::new("another client CA");
+    let alice = trusted.client("alice");
+    let bob = trusted.client("bob");
+    let mallory = other.client("mallory");
+    let dir = tempfile::tempdir().unwrap();
+    let default_file = dir.path().join("default.pem");
+    std::fs::write(&default_file, server.bundle()).unwrap();
+    let ca_secret = |name: &str, key: &str| -> Value {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(trusted.pem.as_bytes());
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": "default"}, "data": {key: b64}})
+    };
+    let mut objs = services(&web, &api);
+    objs.push(ca_secret("client-ca", "ca.crt"));
+    objs.push(ca_secret("no-ca", "tls.crt"));
+    objs.push(
+        ing("mtls")
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-tls-secret",
+                "default/client-ca",
+            )
+            .rule(Some("mtls.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    // Another Ingress of the host: its path is verified too (nginx's is one server).
+    objs.push(
+        ing("mtls-api")
+            .rule(Some("mtls.test"), &[("/api", "Prefix", "api", 8080)])
+            .into(),
+    );
+    objs.push(
+        ing("opt")
+            .ann("nginx.ingress.kubernetes.io/auth-tls-secret", "client-ca")
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+                "optional",
+            )
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-tls-error-page",
+                "https://login.test/cert",
+            )
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream",
+                "true",
+            )
+            .rule(Some("opt.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("cn")
+            .ann("nginx.ingress.kubernetes.io/auth-tls-secret", "client-ca")
+            .ann("nginx.ingress.kubernetes.io/auth-tls-match-cn", "CN=alice")
+            .rule(Some("cn.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("open")
+            .rule(Some("open.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    objs.push(
+        ing("bad")
+            .ann("nginx.ingress.kubernetes.io/auth-tls-secret", "no-ca")
+            .rule(Some("bad.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
+    for engine in ENGINES {
+        let port = free_port();
+        let sy = switchyard_on(
+            objs.clone(),
+            engine,
+            &[
+                "--https-port",
+                &port.to_string(),
+                "--ssl-cert",
+                default_file.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let up = eventually(Duration::from_secs(10), || async {
+            TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        })
+        .await;
+        assert!(up, "TLS port never opened:\n{}", sy.stderr());
+        let spoof = [
+            ("ssl-client-verify", "SUCCESS"),
+            ("ssl-client-subject-dn", "CN=admin"),
+            ("ssl-client-cert", "forged"),
+        ];
+        for h2 in [false, true] {
+            let what = format!("{engine} h2={h2}");
+            let ask = |host, cert| client(host, cert, h2);
+            let (alice, bob, mallory) = (Some(&alice), Some(&bob), Some(&mallory));
+            let before = web.count() + api.count();
+            for (host, path) in [("mtls.test", "/x"), ("mtls.test", "/api/x")] {
+                let r = ask(host, None).get(port, path, &spoof).await.unwrap();
+                assert_eq!(r.status, 400, "{what} {path}: no certificate");
+                let r = ask(host, mallory).get(port, path, &[]).await.unwrap();
+                assert_eq!(r.status, 400, "{what} {path}: another CA's");
+            }
+            assert_eq!(web.count() + api.count(), before, "{what}: nothing reached");
+            let r = ask("mtls.test", alice)
+                .get(port, "/x", &spoof)
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "{what}");
+            assert_eq!(r.backend().as_deref(), Some("web"));
+            assert_eq!(
+                r.seen_header("ssl-client-verify").as_deref(),
+                Some("SUCCESS")
+            );
+            let dn = r.seen_header("ssl-client-subject-dn").unwrap_or_default();
+            // RFC 2253: the last RDN the certificate holds comes first.
+            assert_eq!(dn, "O=Switchyard Tests,CN=alice", "{what}");
+            let issuer = r.seen_header("ssl-client-issuer-dn").unwrap_or_default();
+            assert!(
+                issuer.contains("ingress mTLS client CA"),
+                "{what}: {issuer}"
+            );
+            assert_eq!(
+                r.seen_header("ssl-client-cert"),
+                None,
+                "{what}: not passed on"
+            );
+            let r = ask("mtls.test", alice)
+                .get(port, "/api/x", &[])
+                .await
+                .unwrap();
+            assert_eq!((r.status, r.backend().as_deref()), (200, Some("api")));
+            // A host that asks nothing: the client's copies are its own affair, as nginx's.
+            let r = ask("open.test", None).get(port, "/", &[]).await.unwrap();
+            assert_eq!(r.status, 200, "{what}");
+
+            // Optional: none is served (told NONE), a bad one goes to the error page.
+            let r = ask("opt.test", None).get(port, "/", &spoof).await.unwrap();
+            assert_eq!(r.status, 200, "{what}");
+            assert_eq!(r.seen_header("ssl-client-verify").as_deref(), Some("NONE"));
+            assert_eq!(r.seen_header("ssl-client-cert").as_deref(), Some(""));
+            let r = ask("opt.test", mallory).get(port, "/", &[]).await.unwrap();
+            assert_eq!(r.status, 302, "{what}");
+            assert_eq!(
+                r.header("location").as_deref(),
+                Some("https://login.test/cert")
+            );
+            let r = ask("opt.test", alice).get(port, "/", &[]).await.unwrap();
+            assert_eq!(r.status, 200, "{what}");
+            let cert = r.seen_header("ssl-client-cert").unwrap_or_default();
+            assert!(
+                cert.starts_with("-----BEGIN%20CERTIFICATE-----%0A"),
+                "{what}: {cert}"
+            );
+
+            // match-cn: another subject of the same CA is 403.
+            let r = ask("cn.test", alice).get(port, "/", &[]).await.unwrap();
+            assert_eq!(r.status, 200, "{what}");
+            let r = ask("cn.test", bob).get(port, "/", &[]).await.unwrap();
+            assert_eq!(r.status, 403, "{what}");
+
+            // A CA that cannot be read: not served, to anyone.
+            let r = ask("bad.test", alice).get(port, "/", &[]).await.unwrap();
+            assert_eq!(r.status, 403, "{what}");
+        }
+        // Plain HTTP, where no certificate can be shown: the verifying Ingress refuses it,
+        // optional serves it.
+        assert_eq!(sy.get_host("mtls.test", "/x").await.status, 400, "{engine}");
+        assert_eq!(sy.get_host("opt.test", "/").await.status, 200, "{engine}");
+        assert_eq!(sy.get_host("open.test", "/").await.status, 200, "{engine}");
+        // The warning says why the bad one is not served.
+        assert!(sy.stderr().contains("has no key ca.crt"), "{}", sy.stderr());
+    }
+}
+
+/// A TLS client naming `host`, with `cert` if any.
+fn client<'a>(
+    host: &'a str,
+    cert: Option<&'a tls_client::Leaf>,
+    h2: bool,
+) -> tls_client::Client<'a> {
+    tls_client::Client {
+        sni: Some(host),
+        cert,
+        h2,
+    }
+}

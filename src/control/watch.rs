@@ -293,9 +293,10 @@ where
 const TLS_SECRETS: &str = "type=kubernetes.io/tls";
 
 /// The Secrets an Ingress's basic authentication names (ingress-nginx's `auth-secret`,
-/// made by `kubectl create secret generic NAME --from-file=auth`) are `Opaque`: those are
-/// watched too, each cut down to its `auth` key as it arrives, and one without it is not
-/// kept (as the ConfigMaps are, below).
+/// made by `kubectl create secret generic NAME --from-file=auth`) and its client CA bundle
+/// (`auth-tls-secret`, `--from-file=ca.crt`) are `Opaque`: those are watched too, each cut
+/// down to its `auth` and `ca.crt` keys as it arrives, and one without either is not kept (as
+/// the ConfigMaps are, below).
 const OPAQUE_SECRETS: &str = "type=Opaque";
 
 /// The key of an `Opaque` Secret that holds an htpasswd file.
@@ -319,13 +320,13 @@ fn auth_secret_stream(
     backed_off(cut, None)
 }
 
-/// Drops all of a Secret but its name, labels and `auth`.
+/// Drops all of a Secret but its name, labels, `auth` and `ca.crt`.
 fn slim_auth_secret(s: &mut Secret) {
     slim(s);
     s.metadata.annotations = None;
     s.string_data = None;
     if let Some(d) = s.data.as_mut() {
-        d.retain(|k, _| k == AUTH_KEY);
+        d.retain(|k, _| k == AUTH_KEY || k == CA_KEY);
     }
 }
 

@@ -111,6 +111,9 @@ impl HttpProxy {
         }
         if !table.client_validation.is_empty() {
             attempt.set_client_ca(tls::client_ca(ssl));
+            if !table.client_validation.ingress_hosts.is_empty() {
+                attempt.set_client_subject(tls::ingress_subject(ssl));
+            }
         }
         attempt
     }

@@ -299,9 +299,7 @@ mod tests {
     #[test]
     fn an_invalid_value_is_refused() {
         let fwd = Forwarding::tls(None, true);
-        let cert = ClientCert::Verified {
-            subject: "/CN=a\nb",
-        };
+        let cert = ClientCert::verified("/CN=a\nb");
         let edits = request_edits(&fwd, None, Hidden::default(), || cert);
         let mut pingora = RequestHeader::build("GET", b"/", None).unwrap();
         assert!(apply(&mut pingora, &edits).is_err());

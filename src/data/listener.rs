@@ -104,10 +104,10 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Guard<A> {
             None => (stream, None),
         };
         let stream: Stream = match &self.tls {
-            Some(tls) => {
-                let listener = asked.as_deref().map(|v| (&v.ca, v.insecure_fallback));
-                Box::new(tls.accept(GuardedStream::plain(stream), listener).await?)
-            }
+            Some(tls) => Box::new(
+                tls.accept(GuardedStream::plain(stream), asked.as_deref())
+                    .await?,
+            ),
             None => stream,
         };
         let mut stream = GuardedStream::guarded(stream, self.limits, self.counters.clone());

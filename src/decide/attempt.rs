@@ -22,6 +22,7 @@ use crate::decide::hash_key::{Keyed, key_hash};
 use crate::decide::location::{Vars, expand, fill_location};
 use crate::decide::rate_limit::InProgress;
 use crate::table::balance::{Algorithm, Pick};
+use crate::table::client_validation::{CertVerdict, IngressCertAuth, Proved};
 use crate::table::external_auth::{AuthTarget, ExternalAuth};
 use crate::table::gateway::{
     Action, Backend, Backends, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
@@ -207,6 +208,9 @@ pub enum Route {
     /// not verify against its CA (none, another listener's, or none asked for): 421, so that
     /// the client connects again naming the host.
     Misdirected,
+    /// The host is an Ingress's that requires a valid client certificate and the connection
+    /// has none (nginx's 495/496): 400.
+    BadCertificate,
     /// The route's basic or external authentication did not admit the request: 401 with this
     /// `WWW-Authenticate` challenge, if any.
     Unauthorized { challenge: Option<Arc<str>> },
@@ -323,6 +327,12 @@ pub struct Attempt {
     client_ca: Option<Arc<[u8]>>,
     /// The request's Gateway listener verifies client certificates.
     listener_verifies: bool,
+    /// The subject (RFC 2253) of the certificate an Ingress host's handshake took, verified
+    /// or not (`None`: none was presented).
+    client_subject: Option<Arc<str>>,
+    /// The request's Ingress host verifies client certificates and admitted it: the backend
+    /// is told as ingress-nginx tells it, the certificate too when true.
+    ingress_cert: Option<bool>,
     /// Endpoint the client is pinned to by cookie or affinity (index into the entry).
     pinned: Option<usize>,
     /// The request carried a `SERVERID` that named a live endpoint.
@@ -406,6 +416,36 @@ impl Attempt {
         self.client_ca = ca;
     }
 
+    /// The subject of the certificate an Ingress host's handshake took (verified or not),
+    /// which `auth-tls-verify-client: optional` and `auth-tls-match-cn` read.
+    pub fn set_client_subject(&mut self, subject: Option<Arc<str>>) {
+        self.client_subject = subject;
+    }
+
+    /// How an Ingress host that verifies client certificates judges this request: `Ok` with
+    /// what its backend is told, or the answer that refuses it.
+    fn judge_certificate(&mut self, ca: &[u8], auth: &IngressCertAuth) -> Result<(), Route> {
+        let proved = Proved {
+            ca: self.client_ca.as_deref(),
+            presented: self.client_subject.is_some(),
+            subject: self.client_subject.as_deref().unwrap_or(""),
+        };
+        match auth.judge(ca, proved) {
+            CertVerdict::Pass => {
+                self.ingress_cert = Some(auth.pass_certificate);
+                Ok(())
+            }
+            CertVerdict::Refused => Err(match &auth.error_page {
+                Some(url) => Route::Moved {
+                    status: 302,
+                    location: url.to_string(),
+                },
+                None => Route::BadCertificate,
+            }),
+            CertVerdict::Unauthorized => Err(Route::Forbidden),
+        }
+    }
+
     /// Matches host and path on `frontend` and settles stickiness from `cookies` (the values
     /// of the request's `Cookie` fields) or the client's address.
     // Each argument is a distinct fact the caller already holds; a struct would only rename
@@ -455,10 +495,15 @@ impl Attempt {
         // itself to it, whatever the server name its connection was made with.
         let local = (self.local_ip, self.local_port);
         if https && let Some(v) = table.client_validation(local, host) {
-            if !v.admits(self.client_ca.as_deref()) {
-                return Ok(Route::Misdirected);
+            match &v.ingress {
+                None if !v.admits(self.client_ca.as_deref()) => return Ok(Route::Misdirected),
+                None => self.listener_verifies = true,
+                Some(auth) => {
+                    if let Err(refused) = self.judge_certificate(&v.ca, auth) {
+                        return Ok(refused);
+                    }
+                }
             }
-            self.listener_verifies = true;
         }
         match table.gateway.lookup_at(local, https, host, path, req) {
             GatewayMatch::NoRoute => return Ok(Route::NotFound),
@@ -536,6 +581,14 @@ impl Attempt {
                 && let (Some(status), Some(https_port)) = (p.https_redirect, policy.https_port)
             {
                 return Ok(Route::Redirect { status, https_port });
+            }
+            // An Ingress that verifies client certificates, over plain HTTP: no certificate
+            // can be shown there, so it is judged as a connection without one.
+            if frontend == Frontend::Http
+                && let Some(auth) = p.client_cert.as_deref()
+                && let Err(refused) = self.judge_certificate(&[], auth)
+            {
+                return Ok(refused);
             }
             // CORS as ingress-nginx's rewrite phase has it: a preflight from an allowed
             // origin is answered here, before any password is asked for (a browser sends
@@ -1229,6 +1282,7 @@ impl Attempt {
                 .route_policy()
                 .and_then(|p| p.forwarded_prefix.as_deref()),
             client_cert: self.listener_verifies,
+            ingress_cert: self.ingress_cert,
         }
     }
 

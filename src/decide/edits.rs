@@ -21,6 +21,13 @@ pub const X_REAL_IP: &str = "x-real-ip";
 pub const CLIENT_VERIFY_HEADER: &str = "x-client-verify";
 /// The verified client certificate's subject, RFC 4514 style.
 pub const CLIENT_DN_HEADER: &str = "x-client-dn";
+/// What ingress-nginx tells the backends of an Ingress host that verifies client certificates
+/// (`auth-tls-*`): `SUCCESS`, `NONE` or `FAILED:why`; the subject and issuer (RFC 2253); and
+/// with `auth-tls-pass-certificate-to-upstream`, the certificate (PEM, percent-encoded).
+pub const SSL_CLIENT_VERIFY: &str = "ssl-client-verify";
+pub const SSL_CLIENT_SUBJECT_DN: &str = "ssl-client-subject-dn";
+pub const SSL_CLIENT_ISSUER_DN: &str = "ssl-client-issuer-dn";
+pub const SSL_CLIENT_CERT: &str = "ssl-client-cert";
 pub const STRICT_TRANSPORT_SECURITY: &str = "strict-transport-security";
 pub const SET_COOKIE: &str = "set-cookie";
 pub const CACHE_CONTROL: &str = "cache-control";
@@ -60,6 +67,10 @@ pub struct Hidden<'a> {
     /// The host's Gateway listener verifies client certificates: the backend is told the
     /// result, as the TLS port with `--ssl-ca-cert` tells it.
     pub client_cert: bool,
+    /// The host is an Ingress's that verifies client certificates: the backend is told as
+    /// ingress-nginx tells it (`ssl-client-*`, the client's own copies replaced), the
+    /// certificate too when this is true (`auth-tls-pass-certificate-to-upstream`).
+    pub ingress_cert: Option<bool>,
 }
 
 /// Request fields switchyard asserts itself. A client's own copies are removed on every
@@ -73,7 +84,7 @@ pub const ASSERTED: [&str; 4] = [
 ];
 
 /// Most edits one list holds.
-const MAX_EDITS: usize = 13;
+const MAX_EDITS: usize = 16;
 
 /// A frontend's forwarding settings, fixed at startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,8 +121,35 @@ impl Forwarding {
 pub enum ClientCert<'a> {
     /// None presented (or the port does not ask).
     Absent,
-    /// Verified against `--ssl-ca-cert`; its subject.
-    Verified { subject: &'a str },
+    /// Verified (against `--ssl-ca-cert`, a listener's or an Ingress host's bundle): its
+    /// subject in OpenSSL's one-line form, and as an Ingress host's backend is told of it
+    /// (RFC 2253 subject and issuer, the escaped PEM; empty elsewhere).
+    Verified {
+        subject: &'a str,
+        dn: &'a str,
+        issuer: &'a str,
+        escaped: &'a str,
+    },
+    /// Presented on an Ingress host's connection and not verified (`auth-tls-verify-client:
+    /// optional_no_ca` serves it): `FAILED:why`, and the same as `Verified`.
+    Failed {
+        reason: &'a str,
+        dn: &'a str,
+        issuer: &'a str,
+        escaped: &'a str,
+    },
+}
+
+impl<'a> ClientCert<'a> {
+    /// A certificate verified outside an Ingress host: only its subject is told.
+    pub fn verified(subject: &'a str) -> ClientCert<'a> {
+        ClientCert::Verified {
+            subject,
+            dn: "",
+            issuer: "",
+            escaped: "",
+        }
+    }
 }
 
 /// A field value, rendered by `write_to`. An address comes as text: an engine formats its
@@ -172,6 +210,8 @@ pub enum Edit<'a> {
     /// One field: the first existing value (when it is visible text) with `, value` added,
     /// or `value` alone; every other field of the name is dropped.
     Extend(&'static str, Value<'a>),
+    /// One field of this value; the message's own of the name are dropped.
+    Set(&'static str, Value<'a>),
     /// The load balancer's cookie removed from every `Cookie` field ("indirect" mode), fields
     /// left empty dropped, every other cookie kept.
     StripCookie,
@@ -185,7 +225,11 @@ impl Edit<'_> {
     /// place instead: `sticky::strip_cookie`).
     pub fn name(&self) -> &'static str {
         match self {
-            Edit::Remove(n) | Edit::Add(n, _) | Edit::AddIfAbsent(n, _) | Edit::Extend(n, _) => n,
+            Edit::Remove(n)
+            | Edit::Add(n, _)
+            | Edit::AddIfAbsent(n, _)
+            | Edit::Extend(n, _)
+            | Edit::Set(n, _) => n,
             Edit::StripCookie => COOKIE,
             Edit::NoCacheSetCookie => CACHE_CONTROL,
         }
@@ -203,7 +247,7 @@ impl Edit<'_> {
         match self {
             Edit::Remove(_) | Edit::StripCookie => false,
             Edit::AddIfAbsent(..) => !present,
-            Edit::Add(..) | Edit::Extend(..) | Edit::NoCacheSetCookie => true,
+            Edit::Add(..) | Edit::Extend(..) | Edit::Set(..) | Edit::NoCacheSetCookie => true,
         }
     }
 
@@ -211,7 +255,7 @@ impl Edit<'_> {
     /// the first value of `name` the message has (`prev`).
     pub fn write_value(&self, prev: Option<&[u8]>, out: &mut Vec<u8>) {
         match self {
-            Edit::Add(_, v) | Edit::AddIfAbsent(_, v) => v.write_to(out),
+            Edit::Add(_, v) | Edit::AddIfAbsent(_, v) | Edit::Set(_, v) => v.write_to(out),
             Edit::Extend(_, v) => extend_into(out, prev, v),
             Edit::NoCacheSetCookie => no_cache_set_cookie_into(out, prev),
             Edit::Remove(_) | Edit::StripCookie => {}
@@ -221,7 +265,9 @@ impl Edit<'_> {
     /// The field name whose existing values this edit reads or replaces (`Add` touches none).
     pub fn touches(&self) -> Option<&'static str> {
         match self {
-            Edit::Remove(n) | Edit::AddIfAbsent(n, _) | Edit::Extend(n, _) => Some(n),
+            Edit::Remove(n) | Edit::AddIfAbsent(n, _) | Edit::Extend(n, _) | Edit::Set(n, _) => {
+                Some(n)
+            }
             Edit::StripCookie => Some(COOKIE),
             Edit::NoCacheSetCookie => Some(CACHE_CONTROL),
             Edit::Add(..) => None,
@@ -313,17 +359,48 @@ pub fn request_edits<'a>(
     }
     e.push(Edit::Add(X_FORWARDED_PROTO, Value::Text(fwd.scheme)));
     if let Some(prefix) = hidden.forwarded_prefix {
-        e.push(Edit::Remove(X_FORWARDED_PREFIX));
-        e.push(Edit::Add(X_FORWARDED_PREFIX, Value::Text(prefix)));
+        e.push(Edit::Set(X_FORWARDED_PREFIX, Value::Text(prefix)));
     }
-    if fwd.client_cert_headers || hidden.client_cert {
-        match cert() {
-            ClientCert::Absent => e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("NONE"))),
-            ClientCert::Verified { subject } => {
+    let told = fwd.client_cert_headers || hidden.client_cert;
+    if !told && hidden.ingress_cert.is_none() {
+        return e;
+    }
+    let cert = cert();
+    if told {
+        match cert {
+            ClientCert::Verified { subject, .. } => {
                 e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("SUCCESS")));
                 e.push(Edit::Add(CLIENT_DN_HEADER, Value::Text(subject)));
             }
+            ClientCert::Absent | ClientCert::Failed { .. } => {
+                e.push(Edit::Add(CLIENT_VERIFY_HEADER, Value::Text("NONE")))
+            }
         }
+    }
+    if let Some(pass) = hidden.ingress_cert {
+        // nginx sends each (`proxy_set_header`), empty where it has nothing.
+        let (verify, dn, issuer, escaped) = match cert {
+            ClientCert::Absent => ("NONE", "", "", ""),
+            ClientCert::Verified {
+                dn,
+                issuer,
+                escaped,
+                ..
+            } => ("SUCCESS", dn, issuer, escaped),
+            ClientCert::Failed {
+                reason,
+                dn,
+                issuer,
+                escaped,
+            } => (reason, dn, issuer, escaped),
+        };
+        e.push(Edit::Set(SSL_CLIENT_VERIFY, Value::Text(verify)));
+        e.push(Edit::Set(SSL_CLIENT_SUBJECT_DN, Value::Text(dn)));
+        e.push(Edit::Set(SSL_CLIENT_ISSUER_DN, Value::Text(issuer)));
+        e.push(match pass {
+            true => Edit::Set(SSL_CLIENT_CERT, Value::Text(escaped)),
+            false => Edit::Remove(SSL_CLIENT_CERT),
+        });
     }
     e
 }
@@ -568,7 +645,7 @@ mod tests {
         let read = std::cell::Cell::new(0);
         let cert = || {
             read.set(read.get() + 1);
-            ClientCert::Verified { subject: "/CN=a" }
+            ClientCert::verified("/CN=a")
         };
         let plain_fwd = Forwarding::plain();
         let plain = request_edits(&plain_fwd, Some("192.0.2.1"), Hidden::default(), cert);
@@ -603,7 +680,7 @@ mod tests {
     #[test]
     fn a_listener_that_verifies_clients_tells_the_backend_without_ssl_ca_cert() {
         let fwd = Forwarding::tls(None, false);
-        let verified = || ClientCert::Verified { subject: "CN=a" };
+        let verified = || ClientCert::verified("CN=a");
         let e = request_edits(&fwd, None, Hidden::default(), verified);
         assert_eq!(
             e.touching(CLIENT_VERIFY_HEADER.as_bytes()),
@@ -628,6 +705,55 @@ mod tests {
     }
 
     #[test]
+    fn an_ingress_host_that_verifies_clients_tells_the_backend_as_ingress_nginx() {
+        let fwd = Forwarding::tls(None, false);
+        let hidden = |pass| Hidden {
+            ingress_cert: Some(pass),
+            ..Hidden::default()
+        };
+        let set = |e: &Edits<'_>, name: &str| match e.touching(name.as_bytes()) {
+            Some(Edit::Set(_, Value::Text(v))) => Some(v.to_string()),
+            _ => None,
+        };
+        let good = || ClientCert::Verified {
+            subject: "/CN=a",
+            dn: "CN=a",
+            issuer: "CN=ca",
+            escaped: "-----BEGIN%20",
+        };
+        let e = request_edits(&fwd, None, hidden(true), good);
+        assert_eq!(set(&e, SSL_CLIENT_VERIFY).as_deref(), Some("SUCCESS"));
+        assert_eq!(set(&e, SSL_CLIENT_SUBJECT_DN).as_deref(), Some("CN=a"));
+        assert_eq!(set(&e, SSL_CLIENT_ISSUER_DN).as_deref(), Some("CN=ca"));
+        assert_eq!(set(&e, "SSL-Client-Cert").as_deref(), Some("-----BEGIN%20"));
+        // Not passed on: the client's own copy is still removed.
+        let e = request_edits(&fwd, None, hidden(false), good);
+        assert_eq!(
+            e.touching(SSL_CLIENT_CERT.as_bytes()),
+            Some(&Edit::Remove(SSL_CLIENT_CERT))
+        );
+        // The x-client-* fields are the TLS port's and listeners' alone.
+        assert_eq!(
+            e.touching(CLIENT_VERIFY_HEADER.as_bytes()),
+            Some(&Edit::Remove(CLIENT_VERIFY_HEADER))
+        );
+        let failed = || ClientCert::Failed {
+            reason: "FAILED:unknown issuer",
+            dn: "CN=m",
+            issuer: "CN=x",
+            escaped: "",
+        };
+        let e = request_edits(&fwd, None, hidden(false), failed);
+        assert_eq!(
+            set(&e, SSL_CLIENT_VERIFY).as_deref(),
+            Some("FAILED:unknown issuer")
+        );
+        let e = request_edits(&fwd, None, hidden(false), || ClientCert::Absent);
+        assert_eq!(set(&e, SSL_CLIENT_VERIFY).as_deref(), Some("NONE"));
+        assert_eq!(set(&e, SSL_CLIENT_SUBJECT_DN).as_deref(), Some(""));
+    }
+
+    #[test]
     fn request_edits_fit() {
         let tls = Forwarding::tls(Some(10), true);
         let e = request_edits(
@@ -638,14 +764,15 @@ mod tests {
                 authorization: true,
                 forwarded_prefix: Some("/api"),
                 client_cert: true,
+                ingress_cert: Some(true),
             },
-            || ClientCert::Verified { subject: "CN=a" },
+            || ClientCert::verified("CN=a"),
         );
         let n = e.iter().count();
         // Every edit a request can get: a longer list panics in debug builds (found by the
         // http_request fuzz target when `Hidden::authorization` came), and loses the last
         // edit in release ones.
-        assert_eq!(n, ASSERTED.len() + 1 + 2 + 1 + 1 + 2 + 2);
+        assert_eq!(n, ASSERTED.len() + 1 + 2 + 1 + 1 + 1 + 2 + 4);
         assert_eq!(n, MAX_EDITS);
         assert_eq!(
             e.touching(b"Authorization"),

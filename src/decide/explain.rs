@@ -467,6 +467,7 @@ fn route_gateway(
     if let Some(v) = https
         .then(|| table.client_validation((q.local, None), host))
         .flatten()
+        .filter(|v| v.ingress.is_none())
     {
         let note = if v.insecure_fallback {
             "verifies client certificates but serves clients without a valid one too \

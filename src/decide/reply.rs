@@ -27,6 +27,8 @@ pub struct Pages {
     pub limited: ErrorPage,
     /// The host's listener verifies client certificates and this connection proved none to it.
     pub misdirected: ErrorPage,
+    /// The host is an Ingress's that requires a valid client certificate and none was shown.
+    pub bad_certificate: ErrorPage,
     /// `200 ok` for an unrouted `/healthz` (`--traffic-healthz`).
     pub healthz: ErrorPage,
 }
@@ -41,6 +43,7 @@ impl Pages {
             unauthorized: ErrorPage::builtin(401),
             limited: ErrorPage::limited(503),
             misdirected: ErrorPage::builtin(421),
+            bad_certificate: ErrorPage::builtin(400),
             healthz: ErrorPage::healthz(),
         }
     }
@@ -103,6 +106,7 @@ pub fn reply<'a>(
         Route::Forbidden => page(&pages.forbidden),
         Route::Limited => page(&pages.limited),
         Route::Misdirected => page(&pages.misdirected),
+        Route::BadCertificate => page(&pages.bad_certificate),
         Route::Preflight {
             cors,
             origin,
@@ -198,6 +202,7 @@ mod tests {
             (Route::Forbidden, 403),
             (Route::Limited, 503),
             (Route::Misdirected, 421),
+            (Route::BadCertificate, 400),
             (
                 Route::Unauthorized {
                     challenge: Some("Basic realm=\"x\"".into()),

@@ -1,7 +1,10 @@
 //! Client-certificate validation that Gateways' HTTPS listeners ask for (`spec.tls.frontend`):
 //! per listener — its frontend's address and its hostname, as the Gateway routes' listener
 //! hosts hold them — the CA bundle client certificates are verified against, and whether a
-//! client without a valid one is served anyway (`AllowInsecureFallback`).
+//! client without a valid one is served anyway (`AllowInsecureFallback`). And the one Ingress
+//! hosts ask for on the shared TLS port (ingress-nginx's `auth-tls-*`, per host as nginx's
+//! `ssl_verify_client` is per server): there the handshake takes any certificate and records
+//! whether it verified, and the request is judged as nginx judges it (`IngressCertAuth`).
 //!
 //! One lookup serves both sides, so that they cannot disagree: the TLS port asks it with the
 //! hello's server name which CA to ask the client for, and the decision core asks it with the
@@ -16,6 +19,7 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 
 use crate::table::gateway::GatewayRoutes;
+use crate::table::pattern::Pattern;
 
 /// What one listener asks of its clients.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -26,8 +30,97 @@ pub struct ClientValidation {
     /// `AllowInsecureFallback`: clients without a certificate, or with one that does not
     /// verify, are served too (the certificate is asked for, and reported only if verified).
     pub insecure_fallback: bool,
-    /// The Gateway and listener (`namespace/name/listener`), for the table dump and logs.
+    /// The Gateway and listener (`namespace/name/listener`), for the table dump and logs;
+    /// an Ingress's `namespace/name`.
     pub origin: Box<str>,
+    /// An Ingress host's verification (`None`: a Gateway listener's). Its handshake asks for
+    /// a certificate and takes the connection whatever it gets.
+    pub ingress: Option<IngressCertAuth>,
+}
+
+/// ingress-nginx's `auth-tls-verify-client`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyClient {
+    /// A certificate that verifies is required (`on`, the default).
+    On,
+    /// One that is presented must verify; none is served too.
+    Optional,
+    /// Asked for, never required to verify: the backend is told the result.
+    OptionalNoCa,
+}
+
+impl VerifyClient {
+    /// ingress-nginx's values; `off` is not one here (nothing is asked, nothing is made).
+    pub fn parse(v: &str) -> Option<VerifyClient> {
+        match v.trim() {
+            "on" => Some(VerifyClient::On),
+            "optional" => Some(VerifyClient::Optional),
+            "optional_no_ca" => Some(VerifyClient::OptionalNoCa),
+            _ => None,
+        }
+    }
+}
+
+/// An Ingress host's client-certificate verification (ingress-nginx's `auth-tls-*`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IngressCertAuth {
+    pub verify: VerifyClient,
+    /// `auth-tls-verify-depth`: the longest chain, the client's certificate included, that
+    /// may lead to the bundle (1: signed by a certificate of the bundle itself).
+    pub depth: u8,
+    /// `auth-tls-error-page`: where a client without a valid certificate is sent (302)
+    /// instead of answered 400.
+    pub error_page: Option<Box<str>>,
+    /// `auth-tls-pass-certificate-to-upstream`: the certificate goes to the backend too.
+    pub pass_certificate: bool,
+    /// `auth-tls-match-cn`: searched for in the subject; a client whose subject it is not
+    /// found in is answered 403.
+    pub match_cn: Option<Pattern>,
+}
+
+/// What a connection's client certificate proved, as the request side reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proved<'a> {
+    /// The CA bundle it verified against (`None`: none, or it did not verify).
+    pub ca: Option<&'a [u8]>,
+    /// A certificate was presented (whether or not it verified).
+    pub presented: bool,
+    /// Its subject, one line, as `ssl-client-subject-dn` carries it (empty without one).
+    pub subject: &'a str,
+}
+
+/// How an Ingress host's verification judges a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertVerdict {
+    /// Served; the backend is told the result.
+    Pass,
+    /// No valid certificate where one is required (nginx's 495/496): 400, or a redirect to
+    /// the error page.
+    Refused,
+    /// `auth-tls-match-cn` is not found in the subject: 403.
+    Unauthorized,
+}
+
+impl IngressCertAuth {
+    /// nginx's verdict for a request on a connection that proved `proved`, for a host whose
+    /// bundle is `ca`.
+    pub fn judge(&self, ca: &[u8], proved: Proved<'_>) -> CertVerdict {
+        let verified = proved.ca.is_some_and(|p| std::ptr::eq(p, ca) || p == ca);
+        let refused = match self.verify {
+            VerifyClient::On => !verified,
+            VerifyClient::Optional => proved.presented && !verified,
+            VerifyClient::OptionalNoCa => false,
+        };
+        if refused {
+            return CertVerdict::Refused;
+        }
+        // nginx's `if ($ssl_client_s_dn !~ ...)`: an absent subject is the empty string.
+        match &self.match_cn {
+            Some(p) if !p.is_match(proved.subject) => CertVerdict::Unauthorized,
+            _ => CertVerdict::Pass,
+        }
+    }
 }
 
 impl ClientValidation {
@@ -50,10 +143,84 @@ fn pem_size<S: Serializer>(ca: &Arc<[u8]>, s: S) -> Result<S::Ok, S::Error> {
 /// without a hostname, the name, or a wildcard's suffix with its dot).
 pub type ListenerKey = (Option<IpAddr>, Option<u16>, Box<str>);
 
-/// The validating HTTPS listeners of the table, sorted by key.
+/// The validating HTTPS listeners of the table, sorted by key, and the Ingress hosts that
+/// verify clients on the shared TLS port.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ClientValidations {
     pub listeners: Vec<(ListenerKey, Arc<ClientValidation>)>,
+    pub ingress_hosts: IngressHosts,
+}
+
+/// The Ingress hosts that verify clients: exact names, and wildcards by the suffix after
+/// their `*.` (one label, as Ingress wildcards match), each sorted, lower case.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IngressHosts {
+    pub exact: Vec<(Box<str>, Arc<ClientValidation>)>,
+    pub wildcard: Vec<(Box<str>, Arc<ClientValidation>)>,
+}
+
+impl IngressHosts {
+    /// From `(host, validation)` in any order, a wildcard written `*.suffix`; the first of
+    /// two for one host is kept (the caller puts the one that wins first).
+    pub fn new(hosts: Vec<(Box<str>, Arc<ClientValidation>)>) -> IngressHosts {
+        let (mut exact, mut wildcard) = (Vec::new(), Vec::new());
+        for (host, v) in hosts {
+            let host = host.to_ascii_lowercase();
+            match host.strip_prefix("*.") {
+                Some(suffix) => wildcard.push((suffix.into(), v)),
+                None => exact.push((host.into_boxed_str(), v)),
+            }
+        }
+        for list in [&mut exact, &mut wildcard] {
+            list.sort_by(|a, b| a.0.cmp(&b.0));
+            list.dedup_by(|later, first| later.0 == first.0);
+        }
+        IngressHosts { exact, wildcard }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    /// The verification of `host` (a Host field or server name: any case, a trailing dot or
+    /// a port allowed): its exact name's, else its wildcard's.
+    pub fn of(&self, host: &[u8]) -> Option<&Arc<ClientValidation>> {
+        if self.is_empty() {
+            return None;
+        }
+        let host = bare_host(host);
+        find_lower(&self.exact, host).or_else(|| {
+            let dot = host.iter().position(|&b| b == b'.')?;
+            find_lower(&self.wildcard, &host[dot + 1..])
+        })
+    }
+}
+
+/// The validation of `name` (any case) in `list` (sorted, lower case).
+fn find_lower<'l>(
+    list: &'l [(Box<str>, Arc<ClientValidation>)],
+    name: &[u8],
+) -> Option<&'l Arc<ClientValidation>> {
+    list.binary_search_by(|(k, _)| cmp_lower(k.as_bytes(), name))
+        .ok()
+        .map(|i| &list[i].1)
+}
+
+/// `host` without a port or a trailing dot.
+fn bare_host(host: &[u8]) -> &[u8] {
+    let host = match host.iter().rposition(|&b| b == b':') {
+        // An IPv6 literal's colons are inside brackets.
+        Some(i) if !host.contains(&b']') || host[..i].ends_with(b"]") => &host[..i],
+        _ => host,
+    };
+    host.strip_suffix(b".").unwrap_or(host)
+}
+
+/// `key` (lower case) against `name` (any case), as `Ord` on lower-case bytes.
+fn cmp_lower(key: &[u8], name: &[u8]) -> std::cmp::Ordering {
+    key.iter()
+        .copied()
+        .cmp(name.iter().map(|b| b.to_ascii_lowercase()))
 }
 
 impl ClientValidations {
@@ -62,11 +229,20 @@ impl ClientValidations {
     pub fn new(mut listeners: Vec<(ListenerKey, Arc<ClientValidation>)>) -> ClientValidations {
         listeners.sort_by(|a, b| a.0.cmp(&b.0));
         listeners.dedup_by(|later, first| later.0 == first.0);
-        ClientValidations { listeners }
+        ClientValidations {
+            listeners,
+            ingress_hosts: IngressHosts::default(),
+        }
+    }
+
+    /// With the Ingress hosts that verify clients.
+    pub fn with_ingress_hosts(mut self, hosts: IngressHosts) -> ClientValidations {
+        self.ingress_hosts = hosts;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
-        self.listeners.is_empty()
+        self.listeners.is_empty() && self.ingress_hosts.is_empty()
     }
 
     /// What the HTTPS listener that takes `host` on a connection to `local` (its address, and
@@ -74,6 +250,21 @@ impl ClientValidations {
     /// Gateway listener takes it).
     #[inline]
     pub fn of(
+        &self,
+        routes: &GatewayRoutes,
+        local: (Option<IpAddr>, Option<u16>),
+        host: Option<&[u8]>,
+    ) -> Option<&Arc<ClientValidation>> {
+        self.of_listener(routes, local, host).or_else(|| {
+            // Ingress hosts are served on the shared TLS port alone.
+            if local.1.is_some() {
+                return None;
+            }
+            self.ingress_hosts.of(host?)
+        })
+    }
+
+    fn of_listener(
         &self,
         routes: &GatewayRoutes,
         local: (Option<IpAddr>, Option<u16>),
@@ -101,7 +292,93 @@ mod tests {
             ca: Arc::from(ca),
             insecure_fallback,
             origin: "infra/gw/https".into(),
+            ingress: None,
         })
+    }
+
+    fn ingress(verify: VerifyClient, match_cn: Option<&str>) -> IngressCertAuth {
+        IngressCertAuth {
+            verify,
+            depth: 1,
+            error_page: None,
+            pass_certificate: false,
+            match_cn: match_cn.map(|p| Pattern::search(p).unwrap()),
+        }
+    }
+
+    #[test]
+    fn ingress_hosts_are_found_by_exact_name_then_wildcard() {
+        let v = |ca: &[u8]| {
+            Arc::new(ClientValidation {
+                ingress: Some(ingress(VerifyClient::On, None)),
+                ..(*validation(ca, true)).clone()
+            })
+        };
+        let hosts = IngressHosts::new(vec![
+            ("*.Wild.test".into(), v(b"wild")),
+            ("a.wild.test".into(), v(b"a")),
+            ("b.test".into(), v(b"b")),
+            ("b.test".into(), v(b"second")),
+        ]);
+        let ca = |h: &str| {
+            hosts
+                .of(h.as_bytes())
+                .map(|v| String::from_utf8_lossy(&v.ca).into_owned())
+        };
+        assert_eq!(ca("a.wild.test").as_deref(), Some("a"));
+        assert_eq!(ca("X.WILD.test:443").as_deref(), Some("wild"));
+        assert_eq!(ca("b.test.").as_deref(), Some("b"));
+        // One label, as an Ingress wildcard matches.
+        assert_eq!(ca("x.y.wild.test"), None);
+        assert_eq!(ca("wild.test"), None);
+        assert_eq!(ca("[::1]:443"), None);
+        // On a Gateway listener's own port, Ingress hosts are not served.
+        let all = ClientValidations::default().with_ingress_hosts(hosts.clone());
+        let routes = GatewayRoutes::default();
+        assert!(
+            all.of(&routes, (None, Some(8443)), Some(b"b.test"))
+                .is_none()
+        );
+        assert!(all.of(&routes, (None, None), Some(b"b.test")).is_some());
+        assert!(!all.is_empty());
+    }
+
+    #[test]
+    fn ingress_verification_judges_as_nginx() {
+        let ca: &[u8] = b"ca-1";
+        let proved = |ca: Option<&'static [u8]>, presented: bool, subject: &'static str| Proved {
+            ca,
+            presented,
+            subject,
+        };
+        let none = proved(None, false, "");
+        let bad = proved(None, true, "CN=mallory");
+        let other = proved(Some(b"ca-2"), true, "CN=eve");
+        let good = proved(Some(b"ca-1"), true, "CN=alice,O=shop");
+        let on = ingress(VerifyClient::On, None);
+        assert_eq!(on.judge(ca, none), CertVerdict::Refused);
+        assert_eq!(on.judge(ca, bad), CertVerdict::Refused);
+        assert_eq!(on.judge(ca, other), CertVerdict::Refused);
+        assert_eq!(on.judge(ca, good), CertVerdict::Pass);
+        let optional = ingress(VerifyClient::Optional, None);
+        assert_eq!(optional.judge(ca, none), CertVerdict::Pass);
+        assert_eq!(optional.judge(ca, bad), CertVerdict::Refused);
+        assert_eq!(optional.judge(ca, good), CertVerdict::Pass);
+        let no_ca = ingress(VerifyClient::OptionalNoCa, None);
+        assert_eq!(no_ca.judge(ca, bad), CertVerdict::Pass);
+        assert_eq!(no_ca.judge(ca, none), CertVerdict::Pass);
+        let cn = ingress(VerifyClient::On, Some("CN=alice"));
+        assert_eq!(cn.judge(ca, good), CertVerdict::Pass);
+        let bob = proved(Some(b"ca-1"), true, "CN=bob");
+        assert_eq!(cn.judge(ca, bob), CertVerdict::Unauthorized);
+        // Without a certificate the subject is empty: not found in it.
+        let cn_optional = ingress(VerifyClient::Optional, Some("CN=alice"));
+        assert_eq!(cn_optional.judge(ca, none), CertVerdict::Unauthorized);
+        assert_eq!(
+            VerifyClient::parse(" optional_no_ca"),
+            Some(VerifyClient::OptionalNoCa)
+        );
+        assert_eq!(VerifyClient::parse("off"), None);
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub struct RoutePolicy {
     /// basic`); others get 401.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<Arc<BasicAuth>>,
+    /// The Ingress verifies client certificates (`auth-tls-*`): over plain HTTP, where none
+    /// can be shown, its routes judge a request as one without (over TLS the host's
+    /// verification, `RoutingTable::client_validation`, judges it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<Arc<crate::table::client_validation::IngressCertAuth>>,
     /// ingress-nginx's external authentication (`auth-url`): each request proxied only once
     /// the service allows it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -380,6 +385,7 @@ impl RoutePolicy {
             forwarded_prefix: None,
             cors: None,
             basic_auth: None,
+            client_cert: None,
             external_auth: None,
             rate_limit: None,
             affinity: None,

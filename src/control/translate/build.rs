@@ -17,7 +17,9 @@ use super::inputs::{meta_key, object};
 use super::memo::{Built, Memo, MemoInputs, ServiceMemo, options_fingerprint, version_fingerprint};
 use super::trust::Trust;
 use super::view::*;
-use crate::table::client_validation::{ClientValidation, ClientValidations, ListenerKey};
+use crate::table::client_validation::{
+    ClientValidation, ClientValidations, IngressHosts, ListenerKey,
+};
 use crate::table::gateway::GatewayRoutes;
 use crate::table::matcher::{HostPattern, PathRule, PathRules, Router};
 use crate::table::passthrough::Passthrough;
@@ -107,6 +109,8 @@ pub(super) struct Builder<'a> {
     pub(super) address_certificates: BTreeMap<IpAddr, Certificates>,
     /// The Gateway HTTPS listeners that verify client certificates, the winner of a key first.
     pub(super) client_validations: Vec<(ListenerKey, Arc<ClientValidation>)>,
+    /// Ingress hosts that verify client certificates (`auth-tls-*`), the winner first.
+    pub(super) ingress_client_validations: Vec<(Box<str>, Arc<ClientValidation>)>,
     /// Ingresses served, and Services that have entries only because an Ingress names them.
     pub(super) served_ingresses: BTreeSet<ObjectKey>,
     /// Ingresses left to other controllers (their class is not switchyard's).
@@ -170,6 +174,7 @@ impl<'a> Builder<'a> {
             certificates: BTreeMap::new(),
             address_certificates: BTreeMap::new(),
             client_validations: Vec::new(),
+            ingress_client_validations: Vec::new(),
             served_ingresses: BTreeSet::new(),
             other_class_ingresses: 0,
             gateway_status: GatewayApiStatus::default(),
@@ -915,7 +920,10 @@ impl<'a> Builder<'a> {
             gateway: Arc::new(self.gateway_routes),
             passthrough: Arc::new(self.passthrough),
             streams: Arc::new(self.streams),
-            client_validation: Arc::new(ClientValidations::new(self.client_validations)),
+            client_validation: Arc::new(
+                ClientValidations::new(self.client_validations)
+                    .with_ingress_hosts(IngressHosts::new(self.ingress_client_validations)),
+            ),
         };
         (Built { table, memo }, self.warnings)
     }

@@ -25,6 +25,7 @@ use super::view::*;
 use crate::table::auth::BasicAuth;
 use crate::table::balance::Share;
 use crate::table::cidr::Cidr;
+use crate::table::client_validation::{ClientValidation, IngressCertAuth, VerifyClient};
 use crate::table::external_auth::{
     AuthHost, AuthTarget, AuthUrl, ExternalAuth, signin_with_redirect,
 };
@@ -37,7 +38,7 @@ use crate::table::policy::{
 };
 use crate::table::rate_limit::RateLimit;
 use crate::table::sticky::CookieAffinity;
-use crate::table::upstream::{BackendProtocol, Upstream};
+use crate::table::upstream::{BackendProtocol, CA_KEY, Upstream};
 use crate::table::{CheckSpec, Entry, EntryId, EntryKey, Frontend};
 
 /// The annotation that makes an IngressClass the cluster's default.
@@ -142,6 +143,18 @@ pub mod ingress_annotation {
     pub const NGINX_AUTH_TYPE: &str = "nginx.ingress.kubernetes.io/auth-type";
     pub const NGINX_AUTH_SECRET: &str = "nginx.ingress.kubernetes.io/auth-secret";
     pub const NGINX_AUTH_REALM: &str = "nginx.ingress.kubernetes.io/auth-realm";
+    /// Client certificates per host (`namespace/name` of a Secret with `ca.crt`), and how
+    /// they are asked for, checked and told (`auth-tls-verify-client`, `-verify-depth`,
+    /// `-error-page`, `-pass-certificate-to-upstream`, `-match-cn`).
+    pub const NGINX_AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
+    pub const NGINX_AUTH_TLS_VERIFY_CLIENT: &str =
+        "nginx.ingress.kubernetes.io/auth-tls-verify-client";
+    pub const NGINX_AUTH_TLS_VERIFY_DEPTH: &str =
+        "nginx.ingress.kubernetes.io/auth-tls-verify-depth";
+    pub const NGINX_AUTH_TLS_ERROR_PAGE: &str = "nginx.ingress.kubernetes.io/auth-tls-error-page";
+    pub const NGINX_AUTH_TLS_PASS_CERTIFICATE: &str =
+        "nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream";
+    pub const NGINX_AUTH_TLS_MATCH_CN: &str = "nginx.ingress.kubernetes.io/auth-tls-match-cn";
     /// External authentication: each request is proxied only once a subrequest to this URL
     /// is answered `2xx` (`auth-method`, `auth-signin`, `auth-signin-redirect-param`,
     /// `auth-response-headers`, `auth-request-redirect`, `auth-always-set-cookie` shape it).
@@ -441,8 +454,13 @@ impl<'a> Builder<'a> {
                     ia::NGINX_AUTH_TYPE,
                     ia::NGINX_AUTH_SECRET,
                     ia::NGINX_AUTH_URL,
+                    ia::NGINX_AUTH_TLS_SECRET,
                 ] {
-                    if map.contains_key(key) && !refused.contains(&key) {
+                    let asks = match key {
+                        ia::NGINX_AUTH_TLS_SECRET => map.contains_key(key) && !tls_auth_off(map),
+                        _ => map.contains_key(key),
+                    };
+                    if asks && !refused.contains(&key) {
                         refused.push(key);
                     }
                 }
@@ -475,6 +493,29 @@ impl<'a> Builder<'a> {
                 }),
                 false => Ok(None),
             };
+            // And client certificates that cannot be verified as asked.
+            let client_cert = match refused.is_empty() {
+                true => {
+                    annotations.map_or(Ok(None), |a| self.client_cert_auth(&who, ing, a, &secrets))
+                }
+                false => Ok(None),
+            };
+            let client_cert = match client_cert {
+                Ok(c) => c,
+                Err(why) => {
+                    self.warnings.push(Warning {
+                        object: who.clone(),
+                        reason: WarningReason::NotServed,
+                        message: format!(
+                            "{why}; not served: its routes answer 403 to every client until \
+                             its clients' certificates can be verified"
+                        ),
+                    });
+                    let refused = Access::Refused;
+                    self.add_ingress(ing, &secrets, services, &mut entry_ids, refused, None);
+                    continue;
+                }
+            };
             let external = match external {
                 Ok(external) => external,
                 Err(why) => {
@@ -486,7 +527,8 @@ impl<'a> Builder<'a> {
                              its external authentication can be asked"
                         ),
                     });
-                    self.add_ingress(ing, &secrets, services, &mut entry_ids, Access::Refused);
+                    let refused = Access::Refused;
+                    self.add_ingress(ing, &secrets, services, &mut entry_ids, refused, None);
                     continue;
                 }
             };
@@ -524,7 +566,170 @@ impl<'a> Builder<'a> {
                     ),
                 });
             }
-            self.add_ingress(ing, &secrets, services, &mut entry_ids, access);
+            self.add_ingress(ing, &secrets, services, &mut entry_ids, access, client_cert);
+        }
+    }
+
+    /// An Ingress's client-certificate verification (ingress-nginx's `auth-tls-*`): `None`
+    /// without it (or with `auth-tls-verify-client: off`); `Err` when it cannot be carried out
+    /// as asked (the Secret missing, in another namespace, without a CA certificate in
+    /// `ca.crt`; a `match-cn` that does not compile; a rule without a host, whose
+    /// certificate no server name would ask for). Other bad values are warned about and read
+    /// as nginx's defaults.
+    fn client_cert_auth(
+        &mut self,
+        who: &ObjectRef,
+        ing: &Ingress,
+        map: &BTreeMap<String, String>,
+        secrets: &HashMap<(&str, &str), &Secret>,
+    ) -> Result<Option<Arc<ClientValidation>>, String> {
+        use rustls_pki_types::CertificateDer;
+        use rustls_pki_types::pem::PemObject;
+        let Some(named) = map.get(ia::NGINX_AUTH_TLS_SECRET) else {
+            return Ok(None);
+        };
+        if tls_auth_off(map) {
+            return Ok(None);
+        }
+        let ns = who.namespace.as_str();
+        let verify = match map.get(ia::NGINX_AUTH_TLS_VERIFY_CLIENT).map(|v| v.trim()) {
+            None | Some("") => VerifyClient::On,
+            Some(v) => VerifyClient::parse(v).unwrap_or_else(|| {
+                self.warn_ingress(
+                    who,
+                    format!(
+                        "auth-tls-verify-client: {} is not on, off, optional or \
+                         optional_no_ca; read as on",
+                        show(v)
+                    ),
+                );
+                VerifyClient::On
+            }),
+        };
+        let spec = ing.spec.as_ref();
+        let hostless = spec.is_some_and(|s| {
+            s.default_backend.is_some()
+                || s.rules
+                    .as_deref()
+                    .unwrap_or(&[])
+                    .iter()
+                    .any(|r| r.host.as_deref().is_none_or(str::is_empty))
+        });
+        if hostless {
+            return Err(
+                "auth-tls-secret on a rule without a host (or with a default backend): \
+                        a client certificate is asked for by server name, and no name leads \
+                        there"
+                    .into(),
+            );
+        }
+        let named = named.trim();
+        let (secret_ns, secret) = named.split_once('/').unwrap_or((ns, named));
+        if secret_ns != ns {
+            return Err(format!(
+                "auth-tls-secret names {named}, in another namespace; only the Ingress's own \
+                 namespace is read"
+            ));
+        }
+        let ca = secrets
+            .get(&(secret_ns, secret))
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| d.get(CA_KEY))
+            .ok_or_else(|| format!("Secret {ns}/{secret} does not exist or has no key ca.crt"))?;
+        let certificates = CertificateDer::pem_slice_iter(&ca.0)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("Secret {ns}/{secret}'s ca.crt is not PEM ({e})"))?;
+        if certificates.is_empty() {
+            return Err(format!(
+                "Secret {ns}/{secret}'s ca.crt holds no CERTIFICATE"
+            ));
+        }
+        let depth = match map.get(ia::NGINX_AUTH_TLS_VERIFY_DEPTH).map(|v| v.trim()) {
+            None | Some("") => 1,
+            Some(v) => match v.parse::<u8>() {
+                Ok(d) if d > 0 => d,
+                _ => {
+                    self.warn_ingress(
+                        who,
+                        format!(
+                            "auth-tls-verify-depth: {} is not 1..255; read as 1",
+                            show(v)
+                        ),
+                    );
+                    1
+                }
+            },
+        };
+        let error_page = map
+            .get(ia::NGINX_AUTH_TLS_ERROR_PAGE)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .and_then(|v| {
+                let usable =
+                    (v.starts_with("http://") || v.starts_with("https://") || v.starts_with('/'))
+                        && v.bytes().all(|b| b.is_ascii_graphic());
+                if !usable {
+                    self.warn_ingress(
+                        who,
+                        format!(
+                            "auth-tls-error-page: {} is not an http(s) URL or an absolute \
+                             path; a client without a valid certificate is answered 400",
+                            show(v)
+                        ),
+                    );
+                }
+                usable.then(|| v.into())
+            });
+        let match_cn =
+            match map.get(ia::NGINX_AUTH_TLS_MATCH_CN).map(|v| v.trim()) {
+                None | Some("") => None,
+                Some(v) => Some(Pattern::search(v).map_err(|why| {
+                    format!("auth-tls-match-cn {} cannot be used ({why})", show(v))
+                })?),
+            };
+        let pass_certificate = map
+            .get(ia::NGINX_AUTH_TLS_PASS_CERTIFICATE)
+            .and_then(|v| parse_bool(v))
+            == Some(true);
+        Ok(Some(Arc::new(ClientValidation {
+            ca: Arc::from(ca.0.as_slice()),
+            insecure_fallback: false,
+            origin: format!("{ns}/{}", who.name).into(),
+            ingress: Some(IngressCertAuth {
+                verify,
+                depth,
+                error_page,
+                pass_certificate,
+                match_cn,
+            }),
+        })))
+    }
+
+    /// Asks for `host`'s clients' certificates as `v` says, unless an Ingress before this one
+    /// did (which is told of the other's, which does not apply).
+    fn verify_host(&mut self, who: &ObjectRef, host: &HostPattern, v: &Arc<ClientValidation>) {
+        let key: Box<str> = match host {
+            HostPattern::Exact(h) => h.as_str().into(),
+            HostPattern::OneLabel(suffix) | HostPattern::Wildcard(suffix) => {
+                format!("*{suffix}").into()
+            }
+        };
+        let earlier = self
+            .ingress_client_validations
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, e)| Arc::clone(e));
+        match earlier {
+            None => self.ingress_client_validations.push((key, Arc::clone(v))),
+            Some(e) if e.ca == v.ca && e.ingress == v.ingress => {}
+            Some(e) => self.warn_ingress(
+                who,
+                format!(
+                    "host {key}: {} verifies its clients' certificates otherwise, and the \
+                     first Ingress's verification is the host's (as nginx's server's is)",
+                    e.origin
+                ),
+            ),
         }
     }
 
@@ -739,10 +944,15 @@ impl<'a> Builder<'a> {
         services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
         entry_ids: &mut HashMap<EntryKey, EntryId>,
         access: Access,
+        client_cert: Option<Arc<ClientValidation>>,
     ) {
         let (ns, name) = meta_key(&ing.metadata.namespace, &ing.metadata.name);
         let who = object("Ingress", ns, name);
         let refused = matches!(access, Access::Refused);
+        let cert_policy = client_cert
+            .as_ref()
+            .and_then(|v| v.ingress.clone())
+            .map(Arc::new);
         let mut settings = self.ingress_settings(ing, &who, refused);
         if refused {
             settings.allow.clear();
@@ -792,6 +1002,7 @@ impl<'a> Builder<'a> {
                     rewrite: settings.rewrite.clone(),
                     rewrite_path: settings.rewrite_path.clone(),
                     basic_auth: settings.basic_auth.clone(),
+                    client_cert: cert_policy.clone(),
                     external_auth: settings.external_auth.clone(),
                     rate_limit: settings.rate_limit.clone(),
                     affinity: settings.affinity.clone(),
@@ -859,6 +1070,14 @@ impl<'a> Builder<'a> {
                     }
                 },
             };
+            if let (Some(v), Some(h)) = (&client_cert, &host) {
+                self.verify_host(&who, h, v);
+                if host == first_host {
+                    for alias in settings.aliases.clone() {
+                        self.verify_host(&who, &alias, v);
+                    }
+                }
+            }
             let redirect = settings.force_ssl_redirect
                 || (settings.ssl_redirect && host.as_ref().is_some_and(|h| covers(&tls_hosts, h)));
             let Some(http) = &rule.http else {
@@ -2108,6 +2327,12 @@ fn ingress_ref(ing: &Ingress) -> IngressRef {
 
 /// Whether an Ingress is a canary of another (`canary: "true"`, read as ingress-nginx reads a
 /// boolean).
+/// `auth-tls-verify-client: off`: no client certificate is asked for.
+fn tls_auth_off(map: &BTreeMap<String, String>) -> bool {
+    map.get(ia::NGINX_AUTH_TLS_VERIFY_CLIENT)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+}
+
 fn is_canary(map: &BTreeMap<String, String>) -> bool {
     map.get(ia::NGINX_CANARY)
         .and_then(|v| parse_bool(v))

@@ -67,9 +67,16 @@ const EXT_AUTH: &str = "served for an http:// URL of a Service (<name>.<namespac
 const EXT_AUTH_WITH: &str = "read only with auth-url";
 const EXT_AUTH_CACHE: &str = "every request is asked: answers are not cached";
 const EXT_AUTH_KEEPALIVE: &str = "each subrequest goes over a new connection";
-const TLS_AUTH: &str = "client-certificate verification per Ingress is not carried out yet \
-                        (--ssl-ca-cert verifies clients on the whole TLS port)";
-const TLS_AUTH_WITH: &str = "read only with auth-tls-secret, which refuses the Ingress";
+const TLS_AUTH: &str = "served per host on the TLS port, as nginx's ssl_verify_client is per \
+                        server: the Secret's ca.crt (the Ingress's own namespace), every path of \
+                        the host verified, whichever Ingress routes it; no certificate where one \
+                        is required is 400 (or the error page), ssl-client-verify, \
+                        ssl-client-subject-dn and ssl-client-issuer-dn go to the backend. Over \
+                        plain HTTP, where none can be shown, the Ingress's own routes are judged \
+                        as a connection without one (nginx serves them unverified); a rule \
+                        without a host or a default backend refuses the Ingress (its \
+                        certificate would be asked for by no server name)";
+const TLS_AUTH_WITH: &str = "read only with auth-tls-secret";
 const CANARY_WITH: &str = "read only on a canary Ingress (canary: \"true\")";
 const AFFINITY_WITH: &str = "read only with affinity: cookie";
 const REDIRECT_AS_WRITTEN: &str = "an http(s) URL or an absolute path; $scheme, $host, \
@@ -164,15 +171,32 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     ("auth-signin-redirect-param", Support::Served),
     ("auth-snippet", Support::Ignored(SNIPPET)),
-    ("auth-tls-error-page", Support::Ignored(TLS_AUTH_WITH)),
-    ("auth-tls-match-cn", Support::Ignored(TLS_AUTH_WITH)),
+    ("auth-tls-error-page", Support::Served),
     (
-        "auth-tls-pass-certificate-to-upstream",
-        Support::Ignored(TLS_AUTH_WITH),
+        "auth-tls-match-cn",
+        Support::Differs(
+            "searched for in the RFC 2253 subject as nginx does (403 where it is not found), \
+             in RE2's dialect (the regex crate's) rather than PCRE's; one that does not \
+             compile refuses the Ingress",
+        ),
     ),
-    ("auth-tls-secret", Support::Refused(TLS_AUTH)),
-    ("auth-tls-verify-client", Support::Ignored(TLS_AUTH_WITH)),
-    ("auth-tls-verify-depth", Support::Ignored(TLS_AUTH_WITH)),
+    ("auth-tls-pass-certificate-to-upstream", Support::Served),
+    ("auth-tls-secret", Support::Differs(TLS_AUTH)),
+    (
+        "auth-tls-verify-client",
+        Support::Differs(
+            "on, optional, optional_no_ca and off as nginx's ssl_verify_client; any other \
+             value is warned about and read as on",
+        ),
+    ),
+    (
+        "auth-tls-verify-depth",
+        Support::Differs(
+            "the chain is built with at most depth - 1 of the intermediates the client sends, \
+             in the order it sends them (nginx's depth, for clients that send their chain in \
+             order); 0 or not a number is warned about and read as 1",
+        ),
+    ),
     (
         "auth-type",
         Support::Differs(
@@ -537,6 +561,12 @@ pub fn support(key: &str, value: &str, all: &BTreeMap<String, String>) -> Suppor
         {
             Support::Ignored("auth-tls-verify-client is off: no client certificate is asked for")
         }
+        k if k.starts_with("auth-tls-")
+            && k != "auth-tls-secret"
+            && !all.contains_key(&format!("{PREFIX}auth-tls-secret")) =>
+        {
+            Support::Ignored(TLS_AUTH_WITH)
+        }
         _ => CATALOG
             .iter()
             .find(|(k, _)| *k == short)
@@ -813,7 +843,6 @@ mod tests {
             ("auth-secret-type", "auth-map"),
             ("auth-url", "http://auth/"),
             ("auth-url", "https://$host/oauth2/auth"),
-            ("auth-tls-secret", "ns/ca"),
         ] {
             let all = map(&[(k, v)]);
             assert_eq!(refusing(&all), [format!("{PREFIX}{k}")], "{k}");
@@ -823,6 +852,17 @@ mod tests {
             ("auth-tls-verify-client", "off"),
         ]);
         assert!(refusing(&off).is_empty());
+        // Client certificates per host are served; their companions are read only with it.
+        let tls = map(&[
+            ("auth-tls-secret", "ns/ca"),
+            ("auth-tls-verify-client", "optional"),
+        ]);
+        assert!(refusing(&tls).is_empty());
+        let depth = format!("{PREFIX}auth-tls-verify-depth");
+        assert_eq!(
+            support(&depth, "2", &map(&[("auth-tls-verify-depth", "2")])),
+            Support::Ignored(TLS_AUTH_WITH)
+        );
         // Served: passthrough (the backend verifies its clients), external authentication it
         // can reach.
         assert!(refusing(&map(&[("ssl-passthrough", "true")])).is_empty());

@@ -632,12 +632,7 @@ mod tests {
         ] {
             client.append_header(name, value).unwrap();
         }
-        for cert in [
-            ClientCert::Absent,
-            ClientCert::Verified {
-                subject: "/CN=alice",
-            },
-        ] {
+        for cert in [ClientCert::Absent, ClientCert::verified("/CN=alice")] {
             for sticky in [false, true] {
                 let hidden = Hidden {
                     sticky_cookie: sticky,

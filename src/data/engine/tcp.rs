@@ -334,6 +334,7 @@ async fn serve(mut client: TcpStream, mut accepted: Accepted, conn: Arc<ConnSett
             | Route::Forbidden
             | Route::Limited
             | Route::Misdirected
+            | Route::BadCertificate
             | Route::Unauthorized { .. }
             | Route::Preflight { .. }
             | Route::Redirect { .. }

@@ -16,7 +16,7 @@ use x509_parser::prelude::{GeneralName, X509Certificate, parse_x509_certificate}
 
 /// Longest client subject passed upstream; a longer one is cut, so a client cannot make every
 /// forwarded request grow without bound.
-const MAX_DN_LEN: usize = 1024;
+pub(super) const MAX_DN_LEN: usize = 1024;
 
 /// The one crypto provider every certificate and verifier here is built with, named explicitly
 /// so that no process-wide default (or a second provider linked in by a dependency) decides.

@@ -200,25 +200,52 @@ impl ClientCertVerifier for Fallback {
     }
 }
 
-/// The verified client certificate of a connection, kept in Pingora's TLS digest.
+/// The client certificate of a connection, kept in Pingora's TLS digest: a verified one, or
+/// on an Ingress host's handshake (which takes any) one that did not verify.
 #[derive(Debug, Clone)]
 pub struct PeerCert {
     /// One-line subject DN.
     pub subject: String,
-    /// The Gateway listener's CA bundle it verified against (`None`: `--ssl-ca-cert`'s).
+    /// The Gateway listener's or Ingress host's CA bundle it verified against (`None`:
+    /// `--ssl-ca-cert`'s, or it did not verify).
     pub ca: Option<Arc<[u8]>>,
+    /// What an Ingress host's backend is told of it (`None`: not an Ingress host's handshake).
+    pub ingress: Option<Box<IngressPeer>>,
 }
 
-/// What a Gateway listener's handshake proves: the CA bundle, and for `AllowInsecureFallback`
-/// the verifier that decides whether the certificate it took proves anything.
+/// A client certificate as ingress-nginx tells backends of it (`ssl-client-*`).
+#[derive(Debug, Clone)]
+pub struct IngressPeer {
+    /// Subject and issuer as nginx's `$ssl_client_s_dn` and `$ssl_client_i_dn` (RFC 2253).
+    pub subject: Arc<str>,
+    pub issuer: String,
+    /// The certificate in PEM, percent-encoded (`$ssl_client_escaped_cert`).
+    pub escaped: String,
+    /// Why it did not verify (`None`: it did).
+    pub failure: Option<String>,
+}
+
+impl PeerCert {
+    fn verified(&self) -> bool {
+        self.ingress.as_ref().is_none_or(|i| i.failure.is_none())
+    }
+}
+
+/// What a listener's or Ingress host's handshake proves: the CA bundle, and for one that
+/// takes any certificate (`AllowInsecureFallback`, an Ingress host) the verifier that decides
+/// whether the certificate it took proves anything.
 pub(super) struct Proof {
     pub(super) ca: Arc<[u8]>,
     pub(super) strict: Option<Arc<dyn ClientCertVerifier>>,
+    /// An Ingress host's: the longest chain to the bundle (`auth-tls-verify-depth`); a
+    /// certificate that does not verify is recorded too, with why.
+    pub(super) ingress_depth: Option<u8>,
 }
 
 /// Counts completed handshakes and records the client certificate. rustls only keeps a peer
 /// certificate that the verifier accepted, so its presence means verification succeeded —
-/// but for a fallback listener's, which `Proof::strict` verifies again here.
+/// but for a fallback listener's or an Ingress host's, which `Proof::strict` verifies again
+/// here.
 pub(super) struct RecordPeer {
     pub(super) metrics: Option<Arc<Metrics>>,
     pub(super) proof: Option<Proof>,
@@ -234,40 +261,152 @@ impl TlsAccept for RecordPeer {
             m.data.tls_handshake_ok(FRONTEND_LABEL);
         }
         let der = tls.peer_certificate_der()?;
-        if let Some(strict) = self.proof.as_ref().and_then(|p| p.strict.as_ref()) {
+        let mut failure = None;
+        if let Some(proof) = &self.proof
+            && let Some(strict) = &proof.strict
+        {
             let (end_entity, intermediates) = tls.peer_cert_chain_der()?.split_first()?;
-            let now = UnixTime::now();
-            if let Err(e) = strict.verify_client_cert(end_entity, intermediates, now) {
-                tracing::debug!(error = %e, "client certificate not verified (insecure fallback)");
-                return None;
+            // A chain of `depth` certificates from the client's own to the bundle: at most
+            // `depth - 1` of the client's intermediates can be on it.
+            let most = proof
+                .ingress_depth
+                .map_or(intermediates.len(), |d| usize::from(d.saturating_sub(1)));
+            let intermediates = &intermediates[..most.min(intermediates.len())];
+            if let Err(e) = strict.verify_client_cert(end_entity, intermediates, UnixTime::now()) {
+                tracing::debug!(error = %e, "client certificate not verified");
+                // Only an Ingress host's handshake records one that did not verify.
+                proof.ingress_depth?;
+                failure = Some(e.to_string());
             }
         }
-        let subject = parse_x509_certificate(der)
-            .map(|(_, cert)| one_line_dn(&cert))
-            .unwrap_or_default();
-        let ca = self.proof.as_ref().map(|p| Arc::clone(&p.ca));
-        Some(Arc::new(PeerCert { subject, ca }))
+        let parsed = parse_x509_certificate(der).ok().map(|(_, cert)| cert);
+        let subject = parsed.as_ref().map(one_line_dn).unwrap_or_default();
+        let ingress = self
+            .proof
+            .as_ref()
+            .filter(|p| p.ingress_depth.is_some())
+            .map(|_| {
+                let (subject, issuer) = parsed.as_ref().map_or_else(Default::default, |c| {
+                    (rfc2253_dn(c.subject()), rfc2253_dn(c.issuer()))
+                });
+                Box::new(IngressPeer {
+                    subject: subject.into(),
+                    issuer,
+                    escaped: escaped_pem(der),
+                    failure,
+                })
+            });
+        let verified = ingress.as_ref().is_none_or(|i| i.failure.is_none());
+        let ca = self
+            .proof
+            .as_ref()
+            .filter(|_| verified)
+            .map(|p| Arc::clone(&p.ca));
+        Some(Arc::new(PeerCert {
+            subject,
+            ca,
+            ingress,
+        }))
     }
 }
 
-/// The Gateway listener CA bundle a connection's client certificate verified against.
+/// The Gateway listener or Ingress host CA bundle a connection's client certificate verified
+/// against.
 pub fn client_ca(ssl: Option<&SslDigest>) -> Option<Arc<[u8]>> {
     ssl.and_then(|s| s.extension.get::<PeerCert>())
         .and_then(|p| p.ca.clone())
 }
 
-/// The verified client certificate's subject on a connection, when it presented one.
-fn peer_subject(ssl: Option<&SslDigest>) -> Option<&str> {
+/// The subject (RFC 2253) of the certificate an Ingress host's handshake took, verified or
+/// not (`None`: none was presented, or the handshake was not an Ingress host's).
+pub fn ingress_subject(ssl: Option<&SslDigest>) -> Option<Arc<str>> {
     ssl.and_then(|s| s.extension.get::<PeerCert>())
-        .map(|p| p.subject.as_str())
+        .and_then(|p| p.ingress.as_ref())
+        .map(|i| Arc::clone(&i.subject))
 }
 
 /// What a frontend's connection proved, for the request edits (`decide::edits`).
 pub fn client_cert(ssl: Option<&SslDigest>) -> ClientCert<'_> {
-    match peer_subject(ssl) {
-        Some(subject) => ClientCert::Verified { subject },
-        None => ClientCert::Absent,
+    let Some(p) = ssl.and_then(|s| s.extension.get::<PeerCert>()) else {
+        return ClientCert::Absent;
+    };
+    let (issuer, escaped) = p
+        .ingress
+        .as_deref()
+        .map_or(("", ""), |i| (i.issuer.as_str(), i.escaped.as_str()));
+    let dn = p.ingress.as_deref().map_or("", |i| &*i.subject);
+    match p.ingress.as_deref().and_then(|i| i.failure.as_deref()) {
+        Some(reason) if !p.verified() => ClientCert::Failed {
+            reason,
+            dn,
+            issuer,
+            escaped,
+        },
+        _ => ClientCert::Verified {
+            subject: &p.subject,
+            dn,
+            issuer,
+            escaped,
+        },
     }
+}
+
+/// A distinguished name as nginx's `$ssl_client_s_dn` writes it (RFC 2253: the most specific
+/// RDN first, `,` between them, `+` within one, `,+"\<>;` and a leading `#` or space escaped).
+/// Control characters become `?` (they cannot travel in a header).
+fn rfc2253_dn(name: &x509_parser::x509::X509Name<'_>) -> String {
+    let mut out = String::new();
+    let rdns: Vec<_> = name.iter_rdn().collect();
+    for (i, rdn) in rdns.iter().rev().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        for (j, attr) in rdn.iter().enumerate() {
+            if j > 0 {
+                out.push('+');
+            }
+            let oid = attr.attr_type();
+            match x509_parser::objects::oid2abbrev(oid, x509_parser::objects::oid_registry()) {
+                Ok(key) => out.push_str(key),
+                Err(_) => out.push_str(&oid.to_id_string()),
+            }
+            out.push('=');
+            let value = attr.as_str().unwrap_or("?");
+            for (k, c) in value.chars().enumerate() {
+                let leading = k == 0 && (c == '#' || c == ' ');
+                if leading || matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';') {
+                    out.push('\\');
+                }
+                out.push(if c.is_control() { '?' } else { c });
+            }
+        }
+    }
+    out.chars().take(super::certs::MAX_DN_LEN).collect()
+}
+
+/// A certificate in PEM, percent-encoded as nginx's `$ssl_client_escaped_cert` (everything
+/// but letters, digits and `-._~`).
+fn escaped_pem(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = String::with_capacity(b64.len() + b64.len() / 64 + 64);
+    pem.push_str("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    let mut out = String::with_capacity(pem.len() * 5 / 4);
+    for b in pem.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 15)]));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -275,6 +414,35 @@ mod tests {
     use super::*;
     use crate::data::tls::certs::tests::bundle;
     use std::time::Duration;
+
+    #[test]
+    fn an_ingress_peer_is_told_as_nginx_tells_it() {
+        let mut params = rcgen::CertificateParams::new(vec!["client.test".into()]).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CountryName, "DE");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "Shop, Inc");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (_, parsed) = parse_x509_certificate(cert.der()).unwrap();
+        assert_eq!(rfc2253_dn(parsed.subject()), "CN=alice,O=Shop\\, Inc,C=DE");
+        let escaped = escaped_pem(cert.der());
+        assert!(
+            escaped.starts_with("-----BEGIN%20CERTIFICATE-----%0A"),
+            "{escaped}"
+        );
+        assert!(
+            escaped.ends_with("-----END%20CERTIFICATE-----%0A"),
+            "{escaped}"
+        );
+        assert!(!escaped.contains(['+', '/', '=', '\n', ' ']), "{escaped}");
+    }
 
     #[test]
     fn ca_bundles_are_checked() {

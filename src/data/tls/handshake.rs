@@ -15,6 +15,7 @@ use pingora::protocols::tls::TlsStream;
 use super::listener_auth::ListenerAuth;
 use super::local_ip;
 use crate::ops::metrics::{Metrics, TlsFailure};
+use crate::table::client_validation::ClientValidation;
 
 /// Runs server handshakes with a deadline and counts the failures by reason.
 pub struct HandshakeAcceptor {
@@ -37,17 +38,17 @@ impl HandshakeAcceptor {
 
     /// The TLS stream, or `None` when the handshake failed or timed out (the connection is
     /// then dropped; rustls has already sent its alert where there was one to send).
-    /// `listener`: the hello's server name belongs to a Gateway listener that verifies clients
-    /// against this CA bundle (PEM), requiring a certificate unless its fallback is on.
+    /// `listener`: the hello's server name belongs to a Gateway listener or an Ingress host
+    /// that verifies client certificates so.
     pub async fn accept<S: IO + 'static>(
         &self,
         stream: S,
-        listener: Option<(&Arc<[u8]>, bool)>,
+        listener: Option<&ClientValidation>,
     ) -> Option<TlsStream<S>> {
         let own;
         let acceptor = match listener {
             None => &self.acceptor,
-            Some((ca, insecure_fallback)) => match self.listeners.acceptor(ca, insecure_fallback) {
+            Some(v) => match self.listeners.acceptor(v) {
                 Some(a) => {
                     own = a;
                     &*own

@@ -1,7 +1,9 @@
-//! The handshakes of Gateway HTTPS listeners that verify client certificates
-//! (`spec.tls.frontend`): one rustls configuration per CA bundle and mode, made the first time a
-//! hello asks for it and kept for the next ones (a handful: one per distinct bundle in the
-//! table). Each presents the same certificates by SNI as the TLS port's own configuration and
+//! The handshakes of Gateway HTTPS listeners and Ingress hosts that verify client
+//! certificates (`spec.tls.frontend`, `auth-tls-*`): one rustls configuration per CA bundle
+//! and mode, made the first time a hello asks for it and kept for the next ones (a handful:
+//! one per distinct bundle in the table). An Ingress host's takes any certificate and records
+//! whether it verified (within `auth-tls-verify-depth`), for the request to be judged as
+//! nginx judges it. Each presents the same certificates by SNI as the TLS port's own configuration and
 //! records, with the verified certificate, which bundle it verified against, for the request
 //! side to check (`client_auth::client_ca`). A bundle that cannot be used (no certificate,
 //! every one expired) makes no configuration: its handshakes fail, never fall back to one
@@ -18,11 +20,14 @@ use super::kept::Kept;
 use super::options::ClientVerify;
 use super::store::{CertStore, SniResolver};
 use crate::ops::metrics::Metrics;
+use crate::table::client_validation::ClientValidation;
 
 /// One CA bundle and mode, and its configuration (`None`: the bundle is unusable).
 struct Made {
     ca: Arc<[u8]>,
     insecure_fallback: bool,
+    /// An Ingress host's: the verify depth.
+    ingress_depth: Option<u8>,
     acceptor: Option<Arc<Acceptor>>,
 }
 
@@ -42,25 +47,37 @@ impl ListenerAuth {
         }
     }
 
-    /// The configuration that verifies clients against `ca` (PEM), asking for a certificate
-    /// and requiring one unless `insecure_fallback`; `None` when the bundle is unusable.
-    pub(super) fn acceptor(
-        &self,
-        ca: &Arc<[u8]>,
-        insecure_fallback: bool,
-    ) -> Option<Arc<Acceptor>> {
+    /// The configuration that verifies clients as `v` asks: against its CA bundle (PEM),
+    /// asking for a certificate and requiring one unless it falls back or is an Ingress
+    /// host's; `None` when the bundle is unusable.
+    pub(super) fn acceptor(&self, v: &ClientValidation) -> Option<Arc<Acceptor>> {
+        let ca = &v.ca;
+        let ingress_depth = v.ingress.as_ref().map(|i| i.depth);
+        let insecure_fallback = v.insecure_fallback || ingress_depth.is_some();
         let made = self.made.get_or_make(
-            |m| m.insecure_fallback == insecure_fallback && *m.ca == **ca,
+            |m| {
+                m.insecure_fallback == insecure_fallback
+                    && m.ingress_depth == ingress_depth
+                    && *m.ca == **ca
+            },
             || Made {
                 ca: Arc::clone(ca),
                 insecure_fallback,
-                acceptor: self.make(ca, insecure_fallback).map(Arc::new),
+                ingress_depth,
+                acceptor: self
+                    .make(ca, insecure_fallback, ingress_depth)
+                    .map(Arc::new),
             },
         );
         made.acceptor.clone()
     }
 
-    fn make(&self, ca: &Arc<[u8]>, insecure_fallback: bool) -> Option<Acceptor> {
+    fn make(
+        &self,
+        ca: &Arc<[u8]>,
+        insecure_fallback: bool,
+        ingress_depth: Option<u8>,
+    ) -> Option<Acceptor> {
         let strict = match verifier_from_pem(ca, ClientVerify::Required, SystemTime::now()) {
             Ok(v) => v,
             Err(why) => {
@@ -83,6 +100,7 @@ impl ListenerAuth {
             proof: Some(Proof {
                 ca: Arc::clone(ca),
                 strict: insecure_fallback.then_some(strict),
+                ingress_depth,
             }),
         };
         let mut settings = match TlsSettings::with_callbacks(Box::new(recorder)) {

@@ -47,7 +47,7 @@ use watcher::{Seen, cert_files, publish_expiry, read_file, resolve_default};
 pub use backend::{BackendTls, BackendTlsWatcher, CaNotLoaded, ConfigKey, NotLoaded, TlsChoice};
 pub use certs::LoadedCert;
 use client_auth::RecordPeer;
-pub use client_auth::{ClientAuth, PeerCert, client_ca, client_cert};
+pub use client_auth::{ClientAuth, IngressPeer, PeerCert, client_ca, client_cert, ingress_subject};
 pub use handshake::{HandshakeAcceptor, handshake_failure};
 pub use options::{ClientVerify, DEFAULT_HSTS_MAX_AGE, TlsError, TlsOptions};
 pub use secrets::{SecretCerts, SecretPem};

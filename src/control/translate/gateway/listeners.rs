@@ -528,6 +528,7 @@ impl Builder<'_> {
                 ca: Arc::from(pem),
                 insecure_fallback,
                 origin: origin.into(),
+                ingress: None,
             },
             resolved,
         )))

@@ -178,9 +178,11 @@ pub(super) fn rebuild(
         },
         passthrough: Arc::clone(&prev.passthrough),
         streams: Arc::new(std::mem::take(&mut b.streams)),
-        client_validation: Arc::new(ClientValidations::new(std::mem::take(
-            &mut b.client_validations,
-        ))),
+        // The Ingress hosts' are the previous table's: no Ingress changed.
+        client_validation: Arc::new(
+            ClientValidations::new(std::mem::take(&mut b.client_validations))
+                .with_ingress_hosts(prev.client_validation.ingress_hosts.clone()),
+        ),
     };
     Some((Built { table, memo: next }, all))
 }

@@ -1536,3 +1536,103 @@ fn a_canary_joins_its_main_route_and_is_never_the_main_one() {
         "{guarded:?}"
     );
 }
+
+/// ingress-nginx's `auth-tls-*` become the verification of each rule host (and alias) of the
+/// Ingress on the TLS port, with the Ingress's routes judging plain HTTP; the first Ingress of
+/// a host decides it (a later one that asks otherwise is told); what cannot be verified as
+/// asked — no `ca.crt`, a rule without a host, a `match-cn` that does not compile — refuses
+/// the Ingress; bad companions are warned about and read as nginx's defaults.
+#[test]
+fn client_certificates_are_verified_per_host() {
+    use crate::table::client_validation::VerifyClient;
+    let (s, e) = svcs();
+    let ca = |name: &str, key: &str| Secret {
+        metadata: ObjectMeta {
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            key.to_string(),
+            ByteString(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec()),
+        )])),
+        ..Default::default()
+    };
+    let on_host = |name: &str, host: Option<&str>| {
+        let i = ing(
+            "default",
+            name,
+            Some("switchyard"),
+            vec![rule(host, vec![path("/", "Prefix", backend("web", 80))])],
+        );
+        annotated(
+            i,
+            "nginx.ingress.kubernetes.io/auth-tls-secret",
+            "client-ca",
+        )
+    };
+    let first = annotated(
+        annotated(
+            on_host("first", Some("a.test")),
+            "nginx.ingress.kubernetes.io/auth-tls-verify-depth",
+            "zero",
+        ),
+        "nginx.ingress.kubernetes.io/server-alias",
+        "alias.test",
+    );
+    let later = annotated(
+        on_host("later", Some("a.test")),
+        "nginx.ingress.kubernetes.io/auth-tls-verify-client",
+        "optional",
+    );
+    let wild = on_host("wild", Some("*.w.test"));
+    let hostless = on_host("hostless", None);
+    let no_ca = annotated(
+        on_host("noca", Some("n.test")),
+        "nginx.ingress.kubernetes.io/auth-tls-secret",
+        "other-key",
+    );
+    let bad_cn = annotated(
+        on_host("badcn", Some("c.test")),
+        "nginx.ingress.kubernetes.io/auth-tls-match-cn",
+        "CN=(",
+    );
+    let ingresses = [first, later, wild, hostless, no_ca, bad_cn];
+    let secrets = [ca("client-ca", "ca.crt"), ca("other-key", "tls.crt")];
+    let (b, w) = build(&s, &e, &ingresses, &[ours()], &secrets, &Options::default());
+    let t = &b.table;
+    let hosts = &t.client_validation.ingress_hosts;
+    let of = |h: &str| hosts.of(h.as_bytes()).map(|v| v.origin.to_string());
+    assert_eq!(of("a.test").as_deref(), Some("default/first"));
+    assert_eq!(of("alias.test").as_deref(), Some("default/first"));
+    assert_eq!(of("x.w.test").as_deref(), Some("default/wild"));
+    assert_eq!(of("n.test"), None);
+    let a = hosts.of(b"a.test").unwrap();
+    let auth = a.ingress.as_ref().unwrap();
+    assert_eq!((auth.verify, auth.depth), (VerifyClient::On, 1));
+    // The Ingress's routes judge plain HTTP.
+    let hit = t.http.lookup(Some(b"a.test"), "/").unwrap();
+    let p = &t.policies[hit.policy.unwrap() as usize];
+    assert_eq!(p.client_cert.as_deref(), Some(auth));
+    for name in ["first", "later", "wild"] {
+        assert!(is_served(&b, name), "{name}");
+    }
+    for name in ["hostless", "noca", "badcn"] {
+        assert!(!is_served(&b, name), "{name}");
+    }
+    let warned: Vec<String> = w
+        .iter()
+        .map(|w| format!("{}: {}", w.object.name, w.message))
+        .collect();
+    let said = |who: &str, what: &str| {
+        warned
+            .iter()
+            .any(|m| m.starts_with(who) && m.contains(what))
+    };
+    assert!(said("first", "auth-tls-verify-depth"), "{warned:?}");
+    assert!(said("later", "default/first verifies"), "{warned:?}");
+    assert!(said("hostless", "without a host"), "{warned:?}");
+    assert!(said("noca", "has no key ca.crt"), "{warned:?}");
+    assert!(said("badcn", "auth-tls-match-cn"), "{warned:?}");
+}

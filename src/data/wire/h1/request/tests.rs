@@ -64,6 +64,7 @@ fn the_forwarded_request_changes_only_what_it_must() {
         authorization: true,
         forwarded_prefix: Some("/svc"),
         client_cert: false,
+        ingress_cert: None,
     };
     let edits = request_edits(&fwd, Some("127.0.0.9"), hidden, || ClientCert::Absent);
     let mut out = Vec::new();
