@@ -1013,11 +1013,13 @@ impl Attempt {
     }
 
     /// The response's last byte is handed to the client's writer: the request no longer
-    /// counts against its route's `limit-connections`. nginx frees the slot in the same turn
-    /// of its loop as the last write; an engine that records the request later, on another
-    /// task, calls this first so that a client that got its answer is never refused for it.
+    /// counts against its route's `limit-connections`, nor in flight on its endpoint
+    /// (`maxconn`, `leastconn`). nginx and HAProxy free both in the same turn of their loop as
+    /// the last write; an engine that records the request later, on another task, calls this
+    /// first so that a client that got its answer never finds its own request still counted.
     pub fn response_done(&mut self) {
         self.in_progress = None;
+        self.in_flight = None;
     }
 
     /// The request is over: it no longer counts in flight.
