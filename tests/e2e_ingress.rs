@@ -518,6 +518,25 @@ async fn external_authentication_as_ingress_nginx() {
             .rule(Some("signin.test"), &[("/", "Prefix", "web", 80)])
             .into(),
     );
+    // Answers kept per Authorization field: 200 and 401 for a minute, 403 never.
+    objs.push(
+        ing("cached")
+            .ann("nginx.ingress.kubernetes.io/auth-url", url)
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-cache-key",
+                "$http_authorization",
+            )
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-cache-duration",
+                "200 401 1m",
+            )
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-response-headers",
+                "X-User",
+            )
+            .rule(Some("cached.test"), &[("/", "Prefix", "web", 80)])
+            .into(),
+    );
     let unreachable = format!("http://127.0.0.1:{}/check", dead.port);
     objs.push(
         ing("unreachable")
@@ -629,6 +648,32 @@ async fn external_authentication_as_ingress_nginx() {
         // An allowed client of the sign-in route is served.
         let r = ask("signin.test", Some("good"), &[]).await;
         assert_eq!(r.status, 200, "{engine}: {r:?}");
+
+        // The cache: one subrequest per key while its answer is kept; an answer of a status
+        // not kept (403) is asked for each time; the kept answer still vouches for X-User.
+        authn.take_requests();
+        for _ in 0..3 {
+            let r = ask("cached.test", Some("good"), &[("x-user", "root")]).await;
+            assert_eq!(r.status, 200, "{engine}: {r:?}");
+            assert_eq!(r.seen_header("x-user").as_deref(), Some("ann"), "{engine}");
+        }
+        assert_eq!(authn.take_requests().len(), 1, "{engine}: kept for its key");
+        for _ in 0..2 {
+            assert_eq!(ask("cached.test", None, &[]).await.status, 401, "{engine}");
+            assert_eq!(
+                ask("cached.test", Some("banned"), &[]).await.status,
+                403,
+                "{engine}"
+            );
+        }
+        assert_eq!(
+            authn.take_requests().len(),
+            1 + 2,
+            "{engine}: 401 kept, 403 asked each time"
+        );
+        // Another key is asked: no client is given another's answer.
+        assert_eq!(ask("cached.test", Some("other"), &[]).await.status, 401);
+        assert_eq!(authn.take_requests().len(), 1, "{engine}");
 
         let before = api.count();
         let r = ask("down.test", Some("good"), &[]).await;

@@ -2,16 +2,20 @@
 //! `auth_request`): what the subrequest to the authentication service says beyond the
 //! client's own fields, and what its answer means — a `2xx` lets the request through with the
 //! answer's `auth-response-headers` set on it, a `401` is passed on (or becomes a redirect to
-//! `auth-signin`), a `403` is passed on, anything else, or no answer, is a `500`. Written once;
-//! an engine only carries the subrequest (`data::external_auth`). Pure: no I/O, no clock. No
-//! Kubernetes, Pingora or tokio.
+//! `auth-signin`), a `403` is passed on, anything else, or no answer, is a `500`; and which
+//! answers are given again without asking (`auth-cache-key`, `auth-cache-duration`). Written
+//! once; an engine only carries the subrequest (`data::external_auth`). Pure: no I/O; the
+//! clock is the caller's (`now`). No Kubernetes, Pingora or tokio.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::decide::edits::{CONTENT_LENGTH, HOST, SET_COOKIE, WWW_AUTHENTICATE};
 use crate::decide::gateway::HeaderOp;
+use crate::decide::hash_key::{Keyed, key_bytes};
 use crate::decide::location::fill_location;
-use crate::table::external_auth::ExternalAuth;
+use crate::table::external_auth::{AuthCache, CACHE_MAX, ExternalAuth};
+use crate::table::gateway::RequestView;
 
 /// The URL the client asked for, as the service sees it: `$scheme://$http_host$request_uri`.
 pub const X_ORIGINAL_URL: &str = "x-original-url";
@@ -62,22 +66,51 @@ pub fn replaced(name: &[u8]) -> bool {
     .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
 }
 
-/// What the authentication service answered: its status and header fields (names lower
-/// case), as the engine read them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AuthAnswer {
-    pub status: u16,
-    pub fields: Vec<(Box<str>, Box<[u8]>)>,
+pub use crate::table::external_auth::AuthAnswer;
+
+/// The values of field `name` (lower case) of `answer` that are text.
+fn text<'a>(answer: &'a AuthAnswer, name: &'a str) -> impl Iterator<Item = &'a str> {
+    answer
+        .fields
+        .iter()
+        .filter(move |(n, _)| &**n == name)
+        .filter_map(|(_, v)| std::str::from_utf8(v).ok())
 }
 
-impl AuthAnswer {
-    /// The values of field `name` (lower case) that are text.
-    fn text<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
-        self.fields
-            .iter()
-            .filter(move |(n, _)| &**n == name)
-            .filter_map(|(_, v)| std::str::from_utf8(v).ok())
+/// The cache key of a request: the SHA-1 digest of `auth-cache-key` filled in from it (as
+/// nginx's `proxy_cache_key` is the filled-in text). A digest, not a fast hash: two keys
+/// that collide would hand one client's answer to another.
+pub fn cache_key(cache: &AuthCache, req: &impl RequestView, k: &Keyed<'_>) -> [u8; 20] {
+    use sha1::Digest as _;
+    let mut h = sha1::Sha1::new();
+    key_bytes(&cache.key, req, k, |b| h.update(b));
+    h.finalize().into()
+}
+
+/// The answer kept for `key`, if one is and has not expired at `now`.
+pub fn cached(cache: &AuthCache, key: &[u8; 20], now: Instant) -> Option<Arc<AuthAnswer>> {
+    let kept = cache.kept.0.lock().ok()?;
+    kept.get(key)
+        .filter(|(until, _)| *until > now)
+        .map(|(_, a)| Arc::clone(a))
+}
+
+/// Keeps `answer` for `key` as long as its status is kept (`auth-cache-duration`), within
+/// `CACHE_MAX` answers.
+pub fn keep(cache: &AuthCache, key: [u8; 20], answer: &AuthAnswer, now: Instant) {
+    let Some(d) = cache.duration(answer.status) else {
+        return;
+    };
+    let Ok(mut kept) = cache.kept.0.lock() else {
+        return;
+    };
+    if kept.len() >= CACHE_MAX && !kept.contains_key(&key) {
+        kept.retain(|_, (until, _)| *until > now);
+        if kept.len() >= CACHE_MAX {
+            kept.clear();
+        }
     }
+    kept.insert(key, (now + d, Arc::new(answer.clone())));
 }
 
 /// What becomes of a request once its service answered.
@@ -156,13 +189,13 @@ pub fn verdict(
                 .response_headers
                 .iter()
                 .map(|name| {
-                    let value = answer.text(name).next().map(|v| Box::from(v.trim()));
+                    let value = text(answer, name).next().map(|v| Box::from(v.trim()));
                     (name.clone(), value)
                 })
                 .collect();
             Verdict::Allowed(Granted {
                 fields,
-                cookies: answer.text(SET_COOKIE).map(Box::from).collect(),
+                cookies: text(answer, SET_COOKIE).map(Box::from).collect(),
                 always_set_cookie: auth.always_set_cookie,
             })
         }
@@ -171,7 +204,7 @@ pub fn verdict(
                 signin, https, host, path, query,
             ))),
             None => Verdict::Denied(Denial::Unauthorized(
-                answer.text(WWW_AUTHENTICATE).next().map(Arc::from),
+                text(answer, WWW_AUTHENTICATE).next().map(Arc::from),
             )),
         },
         403 => Verdict::Denied(Denial::Forbidden),
@@ -198,7 +231,62 @@ mod tests {
             response_headers: vec!["x-user".into(), "x-groups".into()].into(),
             request_redirect: None,
             always_set_cookie: false,
+            cache: None,
         }
+    }
+
+    struct Req(Option<&'static str>);
+
+    impl RequestView for Req {
+        fn method(&self) -> &[u8] {
+            b"GET"
+        }
+        fn header(&self, name: &str) -> Option<&[u8]> {
+            (name == "authorization").then_some(self.0?.as_bytes())
+        }
+        fn cookie(&self, _: &str) -> Option<&[u8]> {
+            None
+        }
+        fn query(&self) -> Option<&str> {
+            None
+        }
+    }
+
+    #[test]
+    fn answers_are_kept_per_key_for_their_status_s_duration() {
+        use crate::table::hash_key::HashKey;
+        use std::time::Duration;
+        let cache = AuthCache {
+            key: HashKey::parse("$http_authorization").unwrap(),
+            durations: Box::new([(Some(Box::from([200].as_slice())), Duration::from_secs(60))]),
+            kept: Default::default(),
+        };
+        let keyed = Keyed {
+            client: None,
+            host: Some(b"a.test"),
+            path: "/",
+        };
+        let (alice, bob) = (Req(Some("Bearer alice")), Req(Some("Bearer bob")));
+        let (ka, kb) = (
+            cache_key(&cache, &alice, &keyed),
+            cache_key(&cache, &bob, &keyed),
+        );
+        assert_ne!(ka, kb);
+        assert_eq!(ka, cache_key(&cache, &alice, &keyed));
+        let now = Instant::now();
+        keep(&cache, ka, &answer(200, &[("x-user", "alice")]), now);
+        keep(&cache, kb, &answer(403, &[]), now);
+        assert_eq!(cached(&cache, &ka, now).unwrap().status, 200);
+        // A status not named is not kept; a kept answer expires.
+        assert!(cached(&cache, &kb, now).is_none());
+        assert!(cached(&cache, &ka, now + Duration::from_secs(61)).is_none());
+        // Bounded: past CACHE_MAX the expired go, then all.
+        for i in 0..CACHE_MAX as u32 + 1 {
+            let mut k = [0u8; 20];
+            k[..4].copy_from_slice(&i.to_be_bytes());
+            keep(&cache, k, &answer(200, &[]), now);
+        }
+        assert!(cache.kept.0.lock().unwrap().len() <= CACHE_MAX);
     }
 
     fn answer(status: u16, fields: &[(&str, &str)]) -> AuthAnswer {

@@ -21,12 +21,18 @@ pub struct Keyed<'a> {
 /// nginx.
 pub fn key_hash(key: &HashKey, req: &impl RequestView, k: &Keyed<'_>) -> u64 {
     let mut h = FNV_OFFSET;
-    let mut eat = |bytes: &[u8]| {
+    key_bytes(key, req, k, |bytes: &[u8]| {
         for &b in bytes {
             h ^= u64::from(b);
             h = h.wrapping_mul(FNV_PRIME);
         }
-    };
+    });
+    h
+}
+
+/// `key` filled in from the request, handed to `eat` piece by piece (the pieces, joined, are
+/// nginx's text of the key): a part the request lacks is empty, as in nginx.
+pub fn key_bytes(key: &HashKey, req: &impl RequestView, k: &Keyed<'_>, mut eat: impl FnMut(&[u8])) {
     for part in key.parts.iter() {
         match part {
             KeyPart::Text(t) => eat(t.as_bytes()),
@@ -59,7 +65,6 @@ pub fn key_hash(key: &HashKey, req: &impl RequestView, k: &Keyed<'_>) -> u64 {
             KeyPart::Arg(name) => eat(arg(req.query(), name).unwrap_or_default().as_bytes()),
         }
     }
-    h
 }
 
 /// The first value of query parameter `name` (not percent-decoded), as nginx's `$arg_`.

@@ -5,12 +5,16 @@
 //! core writes the subrequest's fields and reads its answer (`decide::external_auth`), the
 //! engine carries the exchange (`data::external_auth`). No Kubernetes, Pingora or tokio.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
+use crate::table::hash_key::HashKey;
 use crate::table::location::Location;
-use crate::table::shared::EntryId;
+use crate::table::shared::{EntryId, Shared};
 
 /// One route's external authentication.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,6 +42,79 @@ pub struct ExternalAuth {
     /// The answer's `Set-Cookie` fields go to the client whatever the backend's status
     /// (`auth-always-set-cookie`); else only with a success or redirect status.
     pub always_set_cookie: bool,
+    /// Answers kept and given again to requests of the same key (`auth-cache-key`,
+    /// `auth-cache-duration`); `None`: every request is asked.
+    pub cache: Option<AuthCache>,
+}
+
+/// What the authentication service answered: its status and header fields (names lower
+/// case), as the engine read them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthAnswer {
+    pub status: u16,
+    pub fields: Vec<(Box<str>, Box<[u8]>)>,
+}
+
+/// How long answers of which statuses are kept (`None`: any status), first match wins.
+pub type CacheDurations = Box<[(Option<Box<[u16]>>, Duration)]>;
+
+/// The answers kept, by the SHA-1 digest of the filled-in key, with when they expire.
+pub type KeptAnswers = HashMap<[u8; 20], (Instant, Arc<AuthAnswer>)>;
+
+/// ingress-nginx's cache of authentication answers (nginx's `proxy_cache` of the auth
+/// location): an answer of a status `durations` names is given again, for that long, to the
+/// requests whose key (`auth-cache-key` filled in from the request) is the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthCache {
+    pub key: HashKey,
+    /// How long answers of which statuses are kept (`None`: any status), first match wins.
+    pub durations: CacheDurations,
+    /// The answers kept, by the SHA-1 digest of the filled-in key, with when they expire. Not
+    /// part of equality; a rebuild starts it empty.
+    pub kept: Shared<Mutex<KeptAnswers>>,
+}
+
+/// The most answers one route's cache keeps; past it, the expired go, and if none has, all.
+pub const CACHE_MAX: usize = 4096;
+
+impl AuthCache {
+    /// ingress-nginx's default `auth-cache-duration`: `200 202 401 5m`.
+    pub fn default_durations() -> CacheDurations {
+        Box::new([(
+            Some(Box::from([200, 202, 401].as_slice())),
+            Duration::from_secs(300),
+        )])
+    }
+
+    /// How long an answer of `status` is kept (`None`: not kept).
+    pub fn duration(&self, status: u16) -> Option<Duration> {
+        self.durations
+            .iter()
+            .find(|(codes, _)| codes.as_ref().is_none_or(|c| c.contains(&status)))
+            .map(|(_, d)| *d)
+    }
+}
+
+impl Serialize for AuthCache {
+    /// The key as written and the durations; never a kept answer.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("AuthCache", 2)?;
+        st.serialize_field("key", &self.key)?;
+        let durations: Vec<String> = self
+            .durations
+            .iter()
+            .map(|(codes, d)| {
+                let codes = codes.as_ref().map_or_else(
+                    || "any".to_string(),
+                    |c| c.iter().map(u16::to_string).collect::<Vec<_>>().join(" "),
+                );
+                format!("{codes} {}s", d.as_secs())
+            })
+            .collect();
+        st.serialize_field("durations", &durations)?;
+        st.end()
+    }
 }
 
 /// Where a subrequest goes.

@@ -27,7 +27,7 @@ use crate::table::balance::Share;
 use crate::table::cidr::Cidr;
 use crate::table::client_validation::{ClientValidation, IngressCertAuth, VerifyClient};
 use crate::table::external_auth::{
-    AuthHost, AuthTarget, AuthUrl, ExternalAuth, signin_with_redirect,
+    AuthCache, AuthHost, AuthTarget, AuthUrl, CacheDurations, ExternalAuth, signin_with_redirect,
 };
 use crate::table::hash_key::HashKey;
 use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
@@ -200,6 +200,10 @@ pub mod ingress_annotation {
         "nginx.ingress.kubernetes.io/auth-response-headers";
     pub const NGINX_AUTH_REQUEST_REDIRECT: &str =
         "nginx.ingress.kubernetes.io/auth-request-redirect";
+    /// Answers of the external authentication kept per key (`$http_authorization`, ...) for
+    /// as long as `auth-cache-duration` says by status (`200 202 401 5m` by default).
+    pub const NGINX_AUTH_CACHE_KEY: &str = "nginx.ingress.kubernetes.io/auth-cache-key";
+    pub const NGINX_AUTH_CACHE_DURATION: &str = "nginx.ingress.kubernetes.io/auth-cache-duration";
     pub const NGINX_AUTH_ALWAYS_SET_COOKIE: &str =
         "nginx.ingress.kubernetes.io/auth-always-set-cookie";
     /// `"true"`: cross-origin requests are answered as ingress-nginx's CORS does, with the
@@ -902,7 +906,49 @@ impl<'a> Builder<'a> {
                 .get(ia::NGINX_AUTH_ALWAYS_SET_COOKIE)
                 .and_then(|v| parse_bool(v))
                 .unwrap_or(false),
+            cache: self.auth_cache(who, map),
         })))
+    }
+
+    /// `auth-cache-key` and `auth-cache-duration` (ingress-nginx's, read only with a key):
+    /// `None` without a key. A key or duration that cannot be read is warned about and
+    /// nothing is kept: every request is asked, never another's answer given.
+    fn auth_cache(&mut self, who: &ObjectRef, map: &BTreeMap<String, String>) -> Option<AuthCache> {
+        let key = map
+            .get(ia::NGINX_AUTH_CACHE_KEY)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())?;
+        let key = match HashKey::parse(key) {
+            Ok(k) => k,
+            Err(why) => {
+                self.warn_ingress(
+                    who,
+                    format!("auth-cache-key: {} {why}; answers are not kept", show(key)),
+                );
+                return None;
+            }
+        };
+        let durations = match map.get(ia::NGINX_AUTH_CACHE_DURATION).map(|v| v.trim()) {
+            None | Some("") => AuthCache::default_durations(),
+            Some(v) => match cache_durations(v) {
+                Ok(d) => d,
+                Err(why) => {
+                    self.warn_ingress(
+                        who,
+                        format!(
+                            "auth-cache-duration: {} {why}; answers are not kept",
+                            show(v)
+                        ),
+                    );
+                    return None;
+                }
+            },
+        };
+        Some(AuthCache {
+            key,
+            durations,
+            kept: Default::default(),
+        })
     }
 
     /// The IngressClasses whose controller is switchyard's, and whether one is the default.
@@ -2327,6 +2373,37 @@ fn ingress_ref(ing: &Ingress) -> IngressRef {
 
 /// Whether an Ingress is a canary of another (`canary: "true"`, read as ingress-nginx reads a
 /// boolean).
+/// `auth-cache-duration` as nginx's `proxy_cache_valid` reads each of its comma-separated
+/// entries: status codes (or `any`) then a time; no code is `200 301 302`, as nginx's.
+pub(super) fn cache_durations(v: &str) -> Result<CacheDurations, String> {
+    let mut out = Vec::new();
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let words: Vec<&str> = entry.split_whitespace().collect();
+        let Some((time, codes)) = words.split_last() else {
+            continue;
+        };
+        let d = parse_duration(time)?;
+        let codes = match codes {
+            [] => Some(Box::from([200, 301, 302].as_slice())),
+            ["any"] => None,
+            codes => Some(
+                codes
+                    .iter()
+                    .map(|c| match c.parse::<u16>() {
+                        Ok(n) if (100..=599).contains(&n) => Ok(n),
+                        _ => Err(format!("has {c:?}, which is not a status code or any")),
+                    })
+                    .collect::<Result<Box<[u16]>, String>>()?,
+            ),
+        };
+        out.push((codes, d));
+    }
+    if out.is_empty() {
+        return Err("names no duration".into());
+    }
+    Ok(out.into())
+}
+
 /// `auth-tls-verify-client: off`: no client certificate is asked for.
 fn tls_auth_off(map: &BTreeMap<String, String>) -> bool {
     map.get(ia::NGINX_AUTH_TLS_VERIFY_CLIENT)

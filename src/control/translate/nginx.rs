@@ -62,10 +62,15 @@ const EXT_AUTH: &str = "served for an http:// URL of a Service (<name>.<namespac
                         port) or of an IP address, as ingress-nginx's auth_request: the \
                         client's fields without its body, X-Original-URL, X-Original-Method, \
                         X-Auth-Request-Redirect; 2xx lets the request through, 401 and 403 are \
-                        passed on, anything else is a 500. Every request is asked (no cache), \
-                        over a new connection";
+                        passed on, anything else is a 500. Each subrequest goes over a new \
+                        connection; every request is asked unless auth-cache-key keeps \
+                        answers";
 const EXT_AUTH_WITH: &str = "read only with auth-url";
-const EXT_AUTH_CACHE: &str = "every request is asked: answers are not cached";
+const EXT_AUTH_CACHE: &str = "answers are kept per route (at most 4096, forgotten at the next \
+                              table build) under the key filled in as upstream-hash-by fills \
+                              its in ($remote_addr, $host, $request_uri, $uri, $args, \
+                              $http_NAME, $cookie_NAME, $arg_NAME); a key with another variable \
+                              ($remote_user) is warned about and nothing is kept";
 const EXT_AUTH_KEEPALIVE: &str = "each subrequest goes over a new connection";
 const TLS_AUTH: &str = "served per host on the TLS port, as nginx's ssl_verify_client is per \
                         server: the Secret's ca.crt (the Ingress's own namespace), every path of \
@@ -125,8 +130,8 @@ pub const CATALOG: &[(&str, Support)] = &[
     ("allowlist-source-range", Support::Served),
     ("app-root", Support::Served),
     ("auth-always-set-cookie", Support::Served),
-    ("auth-cache-duration", Support::Ignored(EXT_AUTH_CACHE)),
-    ("auth-cache-key", Support::Ignored(EXT_AUTH_CACHE)),
+    ("auth-cache-duration", Support::Served),
+    ("auth-cache-key", Support::Differs(EXT_AUTH_CACHE)),
     ("auth-keepalive", Support::Ignored(EXT_AUTH_KEEPALIVE)),
     (
         "auth-keepalive-requests",

@@ -47,8 +47,9 @@ use crate::decide::cause::{Cause, Rejection};
 use crate::decide::edits::{Edits, Forwarding, ip_text, request_edits, response_edits};
 use crate::decide::error_page::{Answer, failure_answer, grpc_answer, rejection_answer};
 use crate::decide::exchange;
-use crate::decide::external_auth::{Verdict, subrequest_fields, verdict};
+use crate::decide::external_auth::{Verdict, cache_key, cached, keep, subrequest_fields, verdict};
 use crate::decide::grpc::Ending;
+use crate::decide::hash_key::Keyed;
 use crate::decide::reply::{Asked, Reply, reply};
 use crate::decide::target::normalize_path;
 use crate::ops::health::PeerTls;
@@ -177,24 +178,46 @@ impl HttpProxy {
         let host_text = host
             .and_then(|h| std::str::from_utf8(h).ok())
             .unwrap_or_default();
-        let set = subrequest_fields(auth, https, host_text, req.method.as_str(), request_uri);
-        let head = with_request_edits(&self.fwd, session, attempt, |edits| {
-            subrequest_head(&auth.method, &auth.path, req, edits, &set)
+        // An answer kept for the request's key (`auth-cache-key`) is given again unasked.
+        let now = Instant::now();
+        let key = auth.cache.as_ref().map(|c| {
+            let keyed = Keyed {
+                client: attempt.client_ip(),
+                host,
+                path,
+            };
+            (c, cache_key(c, &PingoraView(req), &keyed))
         });
-        let addr = attempt.auth_endpoint(auth, Instant::now());
-        let answer = self
-            .auth_calls
-            .ask(
-                addr,
-                &head,
-                attempt.connect_timeout(self.timeouts.connect),
-                attempt.server_timeout(self.timeouts.server_idle),
-            )
-            .await;
-        if answer.is_none() {
-            tracing::debug!(url = %auth.url, ?addr, "external authentication gave no answer");
-        }
-        let verdict = verdict(auth, answer.as_ref(), https, host, path, req.uri.query());
+        let kept = key.and_then(|(c, k)| cached(c, &k, now));
+        let answer = match kept {
+            Some(kept) => Some(kept),
+            None => {
+                let set =
+                    subrequest_fields(auth, https, host_text, req.method.as_str(), request_uri);
+                let head = with_request_edits(&self.fwd, session, attempt, |edits| {
+                    subrequest_head(&auth.method, &auth.path, req, edits, &set)
+                });
+                let addr = attempt.auth_endpoint(auth, now);
+                let answer = self
+                    .auth_calls
+                    .ask(
+                        addr,
+                        &head,
+                        attempt.connect_timeout(self.timeouts.connect),
+                        attempt.server_timeout(self.timeouts.server_idle),
+                    )
+                    .await;
+                if answer.is_none() {
+                    tracing::debug!(url = %auth.url, ?addr, "external authentication gave no answer");
+                }
+                if let (Some((c, k)), Some(a)) = (key, &answer) {
+                    keep(c, k, a, now);
+                }
+                answer.map(Arc::new)
+            }
+        };
+        let answer = answer.as_deref();
+        let verdict = verdict(auth, answer, https, host, path, req.uri.query());
         self.auth_calls.count(&verdict);
         match verdict {
             Verdict::Allowed(granted) => {

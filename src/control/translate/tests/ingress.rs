@@ -1636,3 +1636,24 @@ fn client_certificates_are_verified_per_host() {
     assert!(said("noca", "has no key ca.crt"), "{warned:?}");
     assert!(said("badcn", "auth-tls-match-cn"), "{warned:?}");
 }
+
+/// `auth-cache-duration` as nginx's `proxy_cache_valid`: codes then a time, `any`, several
+/// entries; no code is 200, 301 and 302; a bad one is said.
+#[test]
+fn auth_cache_durations_read_as_nginx_reads_them() {
+    use super::super::ingress::cache_durations;
+    use std::time::Duration;
+    let d = cache_durations("200 202 10m, 401 5m").unwrap();
+    assert_eq!(d.len(), 2);
+    assert_eq!(d[0].0.as_deref(), Some([200, 202].as_slice()));
+    assert_eq!(d[0].1, Duration::from_secs(600));
+    assert_eq!(d[1].0.as_deref(), Some([401].as_slice()));
+    assert_eq!(cache_durations("any 1m").unwrap()[0].0, None);
+    assert_eq!(
+        cache_durations("30s").unwrap()[0].0.as_deref(),
+        Some([200, 301, 302].as_slice())
+    );
+    assert!(cache_durations("200 forever").is_err());
+    assert!(cache_durations("2000 1m").is_err());
+    assert!(cache_durations(" , ").is_err());
+}
