@@ -1023,7 +1023,9 @@ async fn upstream_hash_by_as_ingress_nginx() {
 /// beside a good one: by default a refused connection is retried on the good one (no request
 /// fails); `off` answers the one request that met the refused endpoint 503 (switchyard's status
 /// for a refused connection); with `timeout` a request the endpoint holds past
-/// `proxy-read-timeout` goes to the good one, with `error` alone it is answered 504.
+/// `proxy-read-timeout` goes to the good one, with `error` alone it is answered 504; and with
+/// `proxy-next-upstream-timeout` no longer than that wait, it is 504 too (no time left for
+/// another try).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_next_upstream_as_ingress_nginx() {
     let web = Backend::start("web").await;
@@ -1047,7 +1049,7 @@ async fn proxy_next_upstream_as_ingress_nginx() {
     let (refused_a, refused_b) = (DeadPort::new(), DeadPort::new());
     route("dflt", refused_a.port, &[]);
     route("off", refused_b.port, &[("proxy-next-upstream", "off")]);
-    for name in ["hang-a", "hang-b"] {
+    for name in ["hang-a", "hang-b", "hang-c"] {
         keep.push(
             Backend::builder(name)
                 .behaviour(Behaviour::Plain)
@@ -1072,6 +1074,15 @@ async fn proxy_next_upstream_as_ingress_nginx() {
             ("proxy-read-timeout", "1"),
         ],
     );
+    route(
+        "within",
+        keep[2].port,
+        &[
+            ("proxy-next-upstream", "error timeout"),
+            ("proxy-read-timeout", "1"),
+            ("proxy-next-upstream-timeout", "1"),
+        ],
+    );
     for engine in ENGINES {
         let sy = switchyard_on(objs.clone(), engine, &[]).await;
         for (host, want) in [
@@ -1079,6 +1090,7 @@ async fn proxy_next_upstream_as_ingress_nginx() {
             ("off.test", [200, 503]),
             ("timeout.test", [200, 200]),
             ("error.test", [200, 504]),
+            ("within.test", [200, 504]),
         ] {
             // Two requests: round robin sends one of them to the broken endpoint first.
             let mut got = Vec::new();

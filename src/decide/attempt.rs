@@ -361,6 +361,8 @@ pub struct Attempt {
     gate: Option<HealthGate>,
     /// When the current upstream connection was asked for.
     connect_started: Option<Instant>,
+    /// When the first endpoint was tried (`proxy-next-upstream-timeout` counts from it).
+    first_try: Option<Instant>,
     /// Time to open the upstream connection (none when a pooled one was reused).
     connect_time: Option<Duration>,
     /// When the current try's request header went to the endpoint.
@@ -844,6 +846,7 @@ impl Attempt {
         self.totals = totals;
         self.request_sent = None;
         self.connect_started = Some(now);
+        self.first_try.get_or_insert(now);
         self.connect_failed = false;
         self.reused = false;
         Some(addr)
@@ -918,7 +921,15 @@ impl Attempt {
         self.in_flight = None;
         // The route's own rule (an Ingress's `proxy-next-upstream`), else `--retries`'.
         let route = self.route_policy().and_then(|p| p.retry);
-        let tries = route.map_or(policy.tries, |r| r.tries.clamp(1, MAX_TRIES));
+        // Past the route's time for tries (`proxy-next-upstream-timeout`), this was the last.
+        let in_time = route
+            .and_then(|r| r.within)
+            .zip(self.first_try)
+            .is_none_or(|(within, first)| now.saturating_duration_since(first) < within);
+        let tries = match in_time {
+            true => route.map_or(policy.tries, |r| r.tries.clamp(1, MAX_TRIES)),
+            false => 1,
+        };
         let on_timeout = route.is_some_and(|r| r.on_timeout);
         let give_up = Verdict {
             retry: false,

@@ -132,6 +132,27 @@ pub struct Retry {
     /// A request whose endpoint did not answer in time goes to another too (`timeout`), when
     /// it may be sent again.
     pub on_timeout: bool,
+    /// No other endpoint is tried once this long has passed since the first was
+    /// (`proxy-next-upstream-timeout`; `None`: no limit, nginx's `0`).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        with = "crate::table::policy::secs"
+    )]
+    pub within: Option<Duration>,
+}
+
+/// An optional duration as whole seconds in the table's JSON.
+pub(crate) mod secs {
+    use std::time::Duration;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_u64(d.as_secs()),
+            None => s.serialize_none(),
+        }
+    }
 }
 
 /// Cross-origin resource sharing, as ingress-nginx (`enable-cors` and the `cors-allow-*`

@@ -187,6 +187,10 @@ pub mod ingress_annotation {
     pub const NGINX_PROXY_NEXT_UPSTREAM: &str = "nginx.ingress.kubernetes.io/proxy-next-upstream";
     pub const NGINX_PROXY_NEXT_UPSTREAM_TRIES: &str =
         "nginx.ingress.kubernetes.io/proxy-next-upstream-tries";
+    /// No other endpoint is tried once this long has passed since the first (seconds, or a
+    /// duration; `0`: no limit).
+    pub const NGINX_PROXY_NEXT_UPSTREAM_TIMEOUT: &str =
+        "nginx.ingress.kubernetes.io/proxy-next-upstream-timeout";
     /// The endpoint is picked by the hash of this key (nginx variables) of each request.
     pub const NGINX_UPSTREAM_HASH_BY: &str = "nginx.ingress.kubernetes.io/upstream-hash-by";
     /// `"true"`: the TLS connections of the Ingress's hosts are relayed unterminated.
@@ -1325,13 +1329,27 @@ impl<'a> Builder<'a> {
         let tries = map
             .get(ia::NGINX_PROXY_NEXT_UPSTREAM_TRIES)
             .map(|v| v.trim());
-        if cases.is_none() && tries.is_none() {
+        let within = map
+            .get(ia::NGINX_PROXY_NEXT_UPSTREAM_TIMEOUT)
+            .map(|v| v.trim());
+        if cases.is_none() && tries.is_none() && within.is_none() {
             return None;
         }
         let mut retry = Retry {
             tries: 3,
             on_timeout: true,
+            within: None,
         };
+        match within {
+            None | Some("0") => {}
+            Some(v) => match read_timeout(v) {
+                Ok(d) => retry.within = Some(d),
+                Err(why) => self.warn_ingress(
+                    who,
+                    format!("proxy-next-upstream-timeout: {} {why}; no limit", show(v)),
+                ),
+            },
+        }
         if let Some(t) = tries {
             match t.parse::<usize>() {
                 // The decision core bounds it to the most it tries.

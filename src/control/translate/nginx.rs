@@ -384,12 +384,7 @@ pub const CATALOG: &[(&str, Support)] = &[
              (warned): a response is never retried",
         ),
     ),
-    (
-        "proxy-next-upstream-timeout",
-        Support::Ignored(
-            "tries are bounded by their number and each try's timeouts, not by a total",
-        ),
-    ),
+    ("proxy-next-upstream-timeout", Support::Served),
     (
         "proxy-next-upstream-tries",
         Support::Differs("0 is the most switchyard tries (8), not unlimited"),

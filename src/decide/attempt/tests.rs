@@ -445,3 +445,51 @@ fn a_request_goes_again_only_whole_unanswered_and_idempotent_or_unprocessed() {
         assert_eq!(sent.replayable(), replayable, "{sent:?}");
     }
 }
+
+/// `proxy-next-upstream-timeout`: once the route's time for tries has passed since the first
+/// try, a failure is the last, whatever tries are left.
+#[test]
+fn no_endpoint_is_tried_past_the_route_s_time_for_tries() {
+    use crate::table::policy::{Retry, RoutePolicy};
+    let mut t = (*table(&["192.0.2.10:80", "192.0.2.11:80", "192.0.2.12:80"], false)).clone();
+    let mut http = (*t.http).clone();
+    http.any_host = {
+        let mut rules = PathRules::default();
+        rules.insert(PathRule {
+            prefix: "/web".into(),
+            strip: true,
+            ignore_case: false,
+            exact: false,
+            regex: None,
+            policy: Some(0),
+            target: 0,
+        });
+        rules
+    };
+    http.finish();
+    t.http = Arc::new(http);
+    t.policies = Arc::new(vec![RoutePolicy {
+        retry: Some(Retry {
+            tries: 3,
+            on_timeout: false,
+            within: Some(Duration::from_secs(1)),
+        }),
+        ..RoutePolicy::of("default/x")
+    }]);
+    let t = Arc::new(t);
+    let policy = Policy::new(3, DOWN_FOR, true);
+    let refused = Failure {
+        cause: Cause::ConnectRefused,
+        replayable: true,
+    };
+    let now = Instant::now();
+    let (mut a, _) = routed(&t, None);
+    a.next(now).unwrap();
+    assert!(a.failed(refused, &policy, now).retry, "in time: another");
+    a.next(now + Duration::from_millis(500)).unwrap();
+    let late = now + Duration::from_millis(1500);
+    assert!(
+        !a.failed(refused, &policy, late).retry,
+        "counted from the first try, not the second"
+    );
+}
