@@ -40,6 +40,8 @@ struct Counts {
     handshakes: Mutex<Vec<(Option<String>, bool)>>,
     /// Connections that carried a stream and have ended.
     ended: AtomicUsize,
+    /// Every stream is answered `503` (once its body has ended).
+    busy: std::sync::atomic::AtomicBool,
 }
 
 /// An h2c backend (routed at `/h2`, stripped): `/hold…` streams are never answered (each waits for its reset, 10 s at
@@ -168,6 +170,11 @@ async fn stream(
             .map(|v| format!(" {}", v.to_str().unwrap_or("?"))),
         _ => None,
     };
+    if c.busy.load(Ordering::Relaxed) {
+        let resp = http::Response::builder().status(503).body(()).unwrap();
+        let _ = respond.send_response(resp, true);
+        return;
+    }
     let resp = http::Response::builder().status(200).body(()).unwrap();
     if let Ok(mut send) = respond.send_response(resp, false) {
         let text = if parts.uri.path().contains("/fields") {
@@ -362,6 +369,59 @@ async fn http2_requests_reach_an_h2c_backend_on_both_engines() {
         answers.push((get, post));
     }
     assert_eq!(answers[0], answers[1], "the engines agree");
+}
+
+/// ingress-nginx's `proxy-next-upstream http_503` toward h2c backends on both engines: a
+/// stream the busy endpoint answers 503 goes to the other, a POST's body sent again (with
+/// `non_idempotent`); the busy endpoint was asked, and no client saw its 503. Without the
+/// status named, its 503 is relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_the_route_names_goes_to_another_h2c_endpoint() {
+    for engine in ENGINES {
+        for (cases, want) in [("error http_503 non_idempotent", 200), ("error", 503)] {
+            let good = H2Backend::start().await;
+            let busy = H2Backend::start().await;
+            busy.counts.busy.store(true, Ordering::Relaxed);
+            let objs = vec![
+                svc("h2", 80).app_protocol("h2c").into(),
+                slice("h2", "", good.port),
+                slice("h2", "", busy.port),
+                ingress_class("switchyard", false),
+                ing("retry")
+                    .ann("nginx.ingress.kubernetes.io/proxy-next-upstream", cases)
+                    .rule(Some("h2.test"), &[("/", "Prefix", "h2", 80)])
+                    .into(),
+            ];
+            let sy = switchyard(objs).args(engine).start().await;
+            let send = client(sy.http_port).await;
+            let mut statuses = Vec::new();
+            for i in 0..3 {
+                let get = exchange(&send, "GET", &format!("/a{i}"), b"")
+                    .await
+                    .unwrap();
+                let post = exchange(&send, "POST", "/b", b"hello").await.unwrap();
+                statuses.extend([get.status, post.status]);
+                if get.status == 200 {
+                    assert_eq!(Ok(get), answered(&format!("GET /a{i} 0")), "{engine:?}");
+                }
+                if post.status == 200 {
+                    assert_eq!(Ok(post), answered("POST /b 5"), "{engine:?}");
+                }
+            }
+            assert!(
+                busy.counts.streams.load(Ordering::Relaxed) > 0,
+                "{engine:?} {cases}: the busy endpoint was never asked"
+            );
+            if want == 200 {
+                assert!(
+                    statuses.iter().all(|&s| s == 200),
+                    "{engine:?}: {statuses:?}"
+                );
+            } else {
+                assert!(statuses.contains(&503), "{engine:?} {cases}: {statuses:?}");
+            }
+        }
+    }
 }
 
 /// A client's request trailers reach the h2c backend, after a body and with no body at all, on

@@ -1025,7 +1025,8 @@ async fn upstream_hash_by_as_ingress_nginx() {
 /// for a refused connection); with `timeout` a request the endpoint holds past
 /// `proxy-read-timeout` goes to the good one, with `error` alone it is answered 504; and with
 /// `proxy-next-upstream-timeout` no longer than that wait, it is 504 too (no time left for
-/// another try).
+/// another try). `http_503` sends a GET the busy endpoint answered 503 to the good one, and a
+/// POST only with `non_idempotent`; a status not named is relayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_next_upstream_as_ingress_nginx() {
     let web = Backend::start("web").await;
@@ -1083,6 +1084,29 @@ async fn proxy_next_upstream_as_ingress_nginx() {
             ("proxy-next-upstream-timeout", "1"),
         ],
     );
+    for name in ["busy-a", "busy-b", "busy-c"] {
+        keep.push(
+            Backend::builder(name)
+                .behaviour(Behaviour::Scripted(busy))
+                .start()
+                .await,
+        );
+    }
+    route(
+        "status",
+        keep[3].port,
+        &[("proxy-next-upstream", "error timeout http_503")],
+    );
+    route(
+        "anymethod",
+        keep[4].port,
+        &[("proxy-next-upstream", "error http_503 non_idempotent")],
+    );
+    route(
+        "other",
+        keep[5].port,
+        &[("proxy-next-upstream", "error http_502 http_504")],
+    );
     for engine in ENGINES {
         let sy = switchyard_on(objs.clone(), engine, &[]).await;
         for (host, want) in [
@@ -1091,6 +1115,9 @@ async fn proxy_next_upstream_as_ingress_nginx() {
             ("timeout.test", [200, 200]),
             ("error.test", [200, 504]),
             ("within.test", [200, 504]),
+            ("status.test", [200, 200]),
+            ("anymethod.test", [200, 200]),
+            ("other.test", [200, 503]),
         ] {
             // Two requests: round robin sends one of them to the broken endpoint first.
             let mut got = Vec::new();
@@ -1100,7 +1127,24 @@ async fn proxy_next_upstream_as_ingress_nginx() {
             got.sort_unstable();
             assert_eq!(got, want, "{engine} {host}");
         }
+        // A POST (Pingora's engine carries bodies): sent again only with `non_idempotent`.
+        for (host, want) in [("status.test", [200, 503]), ("anymethod.test", [200, 200])] {
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                got.push(post_status(sy.http_port, host, "/x", 4, false));
+            }
+            got.sort_unstable();
+            assert_eq!(got, want, "{engine} POST {host}");
+        }
     }
+}
+
+/// An endpoint that answers every request 503.
+fn busy(_head: &str, _body: &[u8]) -> (Vec<u8>, bool) {
+    (
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\nbusy".to_vec(),
+        false,
+    )
 }
 
 /// ingress-nginx's `proxy-send-timeout` on both engines: a request body to an endpoint that

@@ -209,6 +209,17 @@ pub(crate) trait Upstream<F: Front> {
         tls: Option<(&TlsChoice, &str)>,
     ) -> Result<Self::Answered, TryFailed>;
 
+    /// The status of the response whose header `answered` holds.
+    fn status(&self, answered: &Self::Answered) -> u16;
+
+    /// What a try that got the response header `answered` holds had sent, for whether its
+    /// request may go again.
+    fn sent(&self, call: &Self::Call, answered: &Self::Answered) -> Sent;
+
+    /// Drops a response that is not relayed (the request goes to another endpoint): its
+    /// connection or stream is not used again.
+    fn discard(&self, call: &mut Self::Call, answered: Self::Answered);
+
     /// Relays the response whose header `answered` holds, with the response edits carried
     /// out; `Ok(keep)`, or the cause of a failure once part of it may have gone out.
     async fn relay(
@@ -388,8 +399,20 @@ impl Exchange<'_> {
                 Err(end) => break Err(end),
                 Ok(addr) => match up.try_once(front, &mut call, &mut attempt, addr, tls).await {
                     Ok(answered) => {
-                        attempt.response_started(Instant::now());
-                        break Ok(answered);
+                        // A status the route sends elsewhere (`proxy-next-upstream http_*`).
+                        let (status, sent) = (up.status(&answered), up.sent(&call, &answered));
+                        let policy = &proxy.policy;
+                        match attempt.answered(status, sent, policy, Instant::now()) {
+                            Some(verdict) => {
+                                proxy.recorder.failure(&attempt, &verdict);
+                                up.discard(&mut call, answered);
+                                continue;
+                            }
+                            None => {
+                                attempt.response_started(Instant::now());
+                                break Ok(answered);
+                            }
+                        }
                     }
                     Err(failed) => failed,
                 },

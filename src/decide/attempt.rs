@@ -22,7 +22,7 @@ use crate::decide::hash_key::{Keyed, key_hash};
 use crate::decide::location::{Vars, expand, fill_location};
 use crate::decide::rate_limit::InProgress;
 use crate::table::balance::{Algorithm, Pick};
-use crate::table::client_validation::{CertVerdict, IngressCertAuth, Proved};
+use crate::table::cert_auth::{CertVerdict, IngressCertAuth, Proved};
 use crate::table::external_auth::{AuthTarget, ExternalAuth};
 use crate::table::gateway::{
     Action, Backend, Backends, BareRequest, GatewayMatch, GatewayRule, PathRewrite, RequestView,
@@ -30,6 +30,7 @@ use crate::table::gateway::{
 use crate::table::matcher::Strip;
 use crate::table::passthrough::passthrough_for;
 use crate::table::pattern::Pattern;
+use crate::table::policy::Retry;
 use crate::table::policy::{AllowOrigin, Cors, CorsFlavor, Location, RoutePolicy, canary_takes};
 use crate::table::sticky::{self, COOKIE_NAME};
 use crate::table::stream::{StreamServe, sni_route};
@@ -921,15 +922,7 @@ impl Attempt {
         self.in_flight = None;
         // The route's own rule (an Ingress's `proxy-next-upstream`), else `--retries`'.
         let route = self.route_policy().and_then(|p| p.retry);
-        // Past the route's time for tries (`proxy-next-upstream-timeout`), this was the last.
-        let in_time = route
-            .and_then(|r| r.within)
-            .zip(self.first_try)
-            .is_none_or(|(within, first)| now.saturating_duration_since(first) < within);
-        let tries = match in_time {
-            true => route.map_or(policy.tries, |r| r.tries.clamp(1, MAX_TRIES)),
-            false => 1,
-        };
+        let tries = self.tries_allowed(route, policy, now);
         let on_timeout = route.is_some_and(|r| r.on_timeout);
         let give_up = Verdict {
             retry: false,
@@ -982,6 +975,55 @@ impl Attempt {
             ejected,
             endpoint_fault: true,
         }
+    }
+
+    /// The endpoints this request may try in all: the route's rule (`proxy-next-upstream`),
+    /// else `--retries`'; past the route's time for tries (`proxy-next-upstream-timeout`), the
+    /// current one was the last.
+    fn tries_allowed(&self, route: Option<Retry>, policy: &Policy, now: Instant) -> usize {
+        let in_time = route
+            .and_then(|r| r.within)
+            .zip(self.first_try)
+            .is_none_or(|(within, first)| now.saturating_duration_since(first) < within);
+        match in_time {
+            true => route.map_or(policy.tries, |r| r.tries.clamp(1, MAX_TRIES)),
+            false => 1,
+        }
+    }
+
+    /// The current endpoint answered with `status`: `Some` when the route sends the request to
+    /// another endpoint instead (`proxy-next-upstream http_502`, ...), as nginx does while
+    /// the request may go again (`sent`; any method with `non_idempotent`), tries are left
+    /// and an endpoint has not been tried. The response is then dropped, never relayed; the
+    /// endpoint is not marked down (a status is not a broken connection; ingress-nginx's
+    /// balancer does not either). `None`: this is the response (also on the last try, as
+    /// nginx relays the last endpoint's answer).
+    pub fn answered(
+        &mut self,
+        status: u16,
+        sent: Sent,
+        policy: &Policy,
+        now: Instant,
+    ) -> Option<Verdict> {
+        let route = self.route_policy().and_then(|p| p.retry)?;
+        if !route.on_status.contains(status) {
+            return None;
+        }
+        let sent = Sent {
+            idempotent: sent.idempotent || route.non_idempotent,
+            ..sent
+        };
+        let tries = self.tries_allowed(Some(route), policy, now);
+        let entry = self.entry()?;
+        if !(sent.replayable() && self.n_tried < tries && self.any_untried(entry)) {
+            return None;
+        }
+        self.in_flight = None;
+        Some(Verdict {
+            retry: true,
+            ejected: false,
+            endpoint_fault: true,
+        })
     }
 
     /// Marks the current try's endpoint down; true when it was up until now.

@@ -634,6 +634,31 @@ impl<'v> Seen<'v> {
     }
 }
 
+/// A certificate in PEM, percent-encoded as nginx's `$ssl_client_escaped_cert` (everything
+/// but letters, digits and `-._~`).
+pub fn escaped_pem(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = String::with_capacity(b64.len() + b64.len() / 64 + 64);
+    pem.push_str("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    let mut out = String::with_capacity(pem.len() * 5 / 4);
+    for b in pem.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 15)]));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -751,6 +776,15 @@ mod tests {
         let e = request_edits(&fwd, None, hidden(false), || ClientCert::Absent);
         assert_eq!(set(&e, SSL_CLIENT_VERIFY).as_deref(), Some("NONE"));
         assert_eq!(set(&e, SSL_CLIENT_SUBJECT_DN).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_certificate_is_escaped_as_nginx_escapes_it() {
+        let escaped = escaped_pem(&[0xfb, 0xff, 0x00, 0x10]);
+        assert_eq!(
+            escaped,
+            "-----BEGIN%20CERTIFICATE-----%0A%2B%2F8AEA%3D%3D%0A-----END%20CERTIFICATE-----%0A"
+        );
     }
 
     #[test]

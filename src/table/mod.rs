@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod balance;
+pub mod cert_auth;
 pub mod cidr;
 pub mod client_validation;
 pub mod external_auth;

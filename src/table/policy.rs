@@ -100,7 +100,7 @@ pub struct RoutePolicy {
     /// can be shown, its routes judge a request as one without (over TLS the host's
     /// verification, `RoutingTable::client_validation`, judges it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub client_cert: Option<Arc<crate::table::client_validation::IngressCertAuth>>,
+    pub client_cert: Option<Arc<crate::table::cert_auth::IngressCertAuth>>,
     /// ingress-nginx's external authentication (`auth-url`): each request proxied only once
     /// the service allows it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +139,53 @@ pub struct Retry {
         with = "crate::table::policy::secs"
     )]
     pub within: Option<Duration>,
+    /// A response of one of these statuses is not relayed: the request goes to another
+    /// endpoint, when it may be sent again (`http_500`, `http_502`, ...).
+    pub on_status: RetryStatuses,
+    /// A request that is not idempotent may be sent again too (`non_idempotent`).
+    pub non_idempotent: bool,
+}
+
+/// The response statuses `proxy-next-upstream` can name, as a set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryStatuses(u8);
+
+impl RetryStatuses {
+    /// nginx's `http_*` cases, in bit order.
+    pub const NAMED: [u16; 7] = [500, 502, 503, 504, 403, 404, 429];
+
+    /// With `status`, if `proxy-next-upstream` can name it (false: it cannot).
+    pub fn insert(&mut self, status: u16) -> bool {
+        match Self::NAMED.iter().position(|&s| s == status) {
+            Some(i) => {
+                self.0 |= 1 << i;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn contains(self, status: u16) -> bool {
+        Self::NAMED
+            .iter()
+            .position(|&s| s == status)
+            .is_some_and(|i| self.0 & (1 << i) != 0)
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl Serialize for RetryStatuses {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let named: Vec<u16> = Self::NAMED
+            .iter()
+            .copied()
+            .filter(|&st| self.contains(st))
+            .collect();
+        named.serialize(s)
+    }
 }
 
 /// An optional duration as whole seconds in the table's JSON.

@@ -24,8 +24,9 @@ use super::nginx;
 use super::view::*;
 use crate::table::auth::BasicAuth;
 use crate::table::balance::Share;
+use crate::table::cert_auth::{IngressCertAuth, VerifyClient};
 use crate::table::cidr::Cidr;
-use crate::table::client_validation::{ClientValidation, IngressCertAuth, VerifyClient};
+use crate::table::client_validation::ClientValidation;
 use crate::table::external_auth::{
     AuthCache, AuthHost, AuthTarget, AuthUrl, CacheDurations, ExternalAuth, signin_with_redirect,
 };
@@ -34,7 +35,7 @@ use crate::table::matcher::{HostPattern, validate_host, validate_prefix};
 use crate::table::passthrough::Passthrough;
 use crate::table::pattern::{Flavor, Pattern};
 use crate::table::policy::{
-    Canary, Cors, CorsFlavor, Location, Origins, Redirect, Retry, RoutePolicy,
+    Canary, Cors, CorsFlavor, Location, Origins, Redirect, Retry, RetryStatuses, RoutePolicy,
 };
 use crate::table::rate_limit::RateLimit;
 use crate::table::sticky::CookieAffinity;
@@ -1339,6 +1340,8 @@ impl<'a> Builder<'a> {
             tries: 3,
             on_timeout: true,
             within: None,
+            on_status: RetryStatuses::default(),
+            non_idempotent: false,
         };
         match within {
             None | Some("0") => {}
@@ -1371,19 +1374,24 @@ impl<'a> Builder<'a> {
                 retry.tries = 1;
             }
             retry.on_timeout = words.contains(&"timeout");
-            let not_done: Vec<&str> = words
-                .iter()
-                .copied()
-                .filter(|w| !matches!(*w, "error" | "timeout" | "off" | "invalid_header"))
-                .collect();
+            retry.non_idempotent = words.contains(&"non_idempotent");
+            let mut not_done = Vec::new();
+            for w in words {
+                let status = w.strip_prefix("http_").and_then(|n| n.parse::<u16>().ok());
+                match (w, status) {
+                    ("error" | "timeout" | "off" | "invalid_header" | "non_idempotent", _) => {}
+                    (_, Some(status)) if retry.on_status.insert(status) => {}
+                    _ => not_done.push(w),
+                }
+            }
             if !not_done.is_empty() {
                 self.warnings.push(Warning {
                     object: who.clone(),
                     reason: WarningReason::InvalidAnnotation,
                     message: format!(
-                        "proxy-next-upstream: {} not carried out (a response is never \
-                         retried; a request that is not idempotent is not sent twice); \
-                         error and timeout are",
+                        "proxy-next-upstream: {} is not one of nginx's cases (error, timeout, \
+                         invalid_header, http_500, http_502, http_503, http_504, http_403, \
+                         http_404, http_429, non_idempotent, off); left out",
                         not_done.join(", ")
                     ),
                 });

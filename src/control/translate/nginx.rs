@@ -379,9 +379,10 @@ pub const CATALOG: &[(&str, Support)] = &[
     (
         "proxy-next-upstream",
         Support::Differs(
-            "error, timeout (a request that may be sent again, as nginx) and off are carried \
-             out; http_500..http_504, http_403, http_404, http_429 and non_idempotent are not \
-             (warned): a response is never retried",
+            "every case as nginx (a request that may be sent again: idempotent, or any with \
+             non_idempotent, its body still held); a response of an http_* status is dropped \
+             for another endpoint but on the last try, whose answer is relayed; the endpoint \
+             is not marked down for a status",
         ),
     ),
     ("proxy-next-upstream-timeout", Support::Served),

@@ -48,6 +48,9 @@ pub struct Connection {
     pub(super) upstream_buf: BytesMut,
     /// What is written next, to the backend or to the client.
     pub(super) out: Vec<u8>,
+    /// The backend's response header as the client gets it, until the relay writes it:
+    /// `out` keeps the request meanwhile, for another endpoint to be sent it.
+    pub(super) head: Vec<u8>,
     /// The header lines of the current request.
     pub(super) fields: Vec<Field>,
     /// The connection's TLS digest (its verified client certificate, for the request edits).
@@ -64,6 +67,7 @@ impl Connection {
         self.buf = BytesMut::new();
         self.upstream_buf = BytesMut::new();
         self.out = Vec::new();
+        self.head = Vec::new();
         self.fields = Vec::new();
     }
 
@@ -73,6 +77,7 @@ impl Connection {
         self.buf.capacity()
             + self.upstream_buf.capacity()
             + self.out.capacity()
+            + self.head.capacity()
             + self.fields.capacity() * std::mem::size_of::<Field>()
     }
 
@@ -147,6 +152,7 @@ impl FastPath {
             buf: BytesMut::new(),
             upstream_buf: BytesMut::new(),
             out: Vec::new(),
+            head: Vec::new(),
             fields: Vec::new(),
             ssl,
             server_timeout: self.proxy.timeouts.server_idle,

@@ -387,6 +387,7 @@ mod tests {
             buf: BytesMut::with_capacity(READ_SIZE),
             upstream_buf: BytesMut::with_capacity(READ_SIZE),
             out: Vec::with_capacity(READ_SIZE),
+            head: Vec::new(),
             fields: Vec::with_capacity(16),
             ssl: None,
             server_timeout: Duration::from_secs(60),
@@ -435,6 +436,7 @@ mod tests {
             conn.buffered()
         );
         assert!(conn.upstream_buf.capacity() == 0 && conn.out.capacity() == 0);
+        assert!(conn.head.capacity() == 0);
         let client = writer.await.unwrap();
         let mut total = n;
         while total < long_len {

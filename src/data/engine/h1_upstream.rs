@@ -60,7 +60,9 @@ pub(crate) struct Http1<'f>(pub(crate) &'f FastPath);
 
 impl<F: H1Client> Upstream<F> for Http1<'_> {
     type Call = ();
-    type Answered = (Conn, Key, ResponseHead);
+    /// The backend connection, its pool key, the response header, and whether an
+    /// informational response went to the client before it.
+    type Answered = (Conn, Key, ResponseHead, bool);
 
     fn takes(&self, front: &F, attempt: &Attempt) -> bool {
         // HTTP/2 to backends (h2c, h2, gRPC) is the relay's; a Gateway rule's filters are
@@ -129,7 +131,7 @@ impl<F: H1Client> Upstream<F> for Http1<'_> {
             .read_response(&mut up, stream, conn, head_only, &edits, close)
             .await
         {
-            Ok(resp) => Ok((up, key, resp)),
+            Ok((resp, informed)) => Ok((up, key, resp, informed)),
             Err(x) => Err(TryFailed {
                 cause: x.cause,
                 sent: sent(x.informed),
@@ -141,15 +143,17 @@ impl<F: H1Client> Upstream<F> for Http1<'_> {
         &self,
         front: &mut F,
         _call: &mut Self::Call,
-        (mut up, key, resp): Self::Answered,
+        (mut up, key, resp, _): Self::Answered,
         _attempt: &mut Attempt,
         tally: &mut Tally,
     ) -> Result<bool, Cause> {
         let fast = self.0;
-        // The response: its header is in `conn.out`, what followed it in `upstream_buf`.
+        // The response: its header is in `conn.head`, what followed it in `upstream_buf`;
+        // the request in `out` is no longer needed.
         tally.status = resp.status;
         tally.upstream_status = Some(resp.status);
         let (conn, stream) = front.parts();
+        std::mem::swap(&mut conn.out, &mut conn.head);
         match fast.relay_body(&mut up, stream, conn, resp.framing).await {
             Ok(body) => {
                 tally.bytes_out = body.bytes;
@@ -163,6 +167,26 @@ impl<F: H1Client> Upstream<F> for Http1<'_> {
                 Err(e.cause)
             }
         }
+    }
+
+    fn status(&self, (_, _, resp, _): &Self::Answered) -> u16 {
+        resp.status
+    }
+
+    fn sent(&self, _call: &Self::Call, (_, _, _, informed): &Self::Answered) -> Sent {
+        // This upstream carries only `GET` and `HEAD`, without a body.
+        Sent {
+            idempotent: true,
+            unprocessed: false,
+            body: BodyKept::All,
+            answered: *informed,
+        }
+    }
+
+    /// The backend connection is closed (its response is not read to its end); `out` still
+    /// holds the request for the next try.
+    fn discard(&self, _call: &mut Self::Call, answered: Self::Answered) {
+        drop(answered);
     }
 
     // A response cut short ends the client connection: nothing more to write.
@@ -310,8 +334,9 @@ impl FastPath {
         }
     }
 
-    /// Reads the response header and writes the client's version of it into `conn.out`.
-    /// Informational responses (1xx but 101) go to the client as they come.
+    /// Reads the response header and writes the client's version of it into `conn.head`
+    /// (`conn.out` keeps the request); says whether an informational response (1xx but 101)
+    /// went to the client, as they do when they come.
     async fn read_response<D: Downstream>(
         &self,
         up: &mut Conn,
@@ -320,11 +345,11 @@ impl FastPath {
         head_request: bool,
         edits: &Edits<'_>,
         close: bool,
-    ) -> Result<ResponseHead, Unanswered> {
+    ) -> Result<(ResponseHead, bool), Unanswered> {
         let mut informed = false;
         loop {
             if !conn.upstream_buf.is_empty() {
-                conn.out.clear();
+                conn.head.clear();
                 let invalid = Unanswered {
                     cause: Cause::InvalidResponse,
                     informed,
@@ -334,7 +359,7 @@ impl FastPath {
                     head_request,
                     close,
                     edits,
-                    &mut conn.out,
+                    &mut conn.head,
                 ) {
                     Head::Partial if conn.upstream_buf.len() > MAX_RESPONSE_HEAD => {
                         return Err(invalid);
@@ -354,7 +379,7 @@ impl FastPath {
                     }
                     Head::Final(resp) => {
                         conn.upstream_buf.advance(resp.len);
-                        return Ok(resp);
+                        return Ok((resp, informed));
                     }
                 }
             }

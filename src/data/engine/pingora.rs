@@ -82,6 +82,9 @@ pub struct Ctx {
     mirror_body: Option<BodyCopies>,
     /// The status of the endpoint's response header (1xx not counted), for the access log.
     upstream_status: Option<u16>,
+    /// The endpoint's response is dropped for another try (`proxy-next-upstream http_*`,
+    /// counted already): the error that carries it out is a retry, nothing more.
+    status_retry: bool,
 }
 
 impl Ctx {
@@ -255,6 +258,7 @@ impl ProxyHttp for HttpProxy {
             grpc_trailer: None,
             mirror_body: None,
             upstream_status: None,
+            status_retry: false,
         }
     }
 
@@ -478,6 +482,10 @@ impl ProxyHttp for HttpProxy {
         _client_reused: bool,
     ) -> Box<Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
+        if std::mem::take(&mut ctx.status_retry) {
+            e.set_retry(true);
+            return e;
+        }
         // A tunnel (101) that ends abruptly says nothing about the endpoint's health.
         let tunnel = session
             .response_written()
@@ -633,14 +641,40 @@ impl ProxyHttp for HttpProxy {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
         // Informational answers (100 Continue) are not the response.
         if !resp.status.is_informational() || resp.status == http::StatusCode::SWITCHING_PROTOCOLS {
+            // A status the route sends elsewhere (`proxy-next-upstream http_*`): an error
+            // that Pingora retries, before anything of this response went to the client.
+            let status = resp.status.as_u16();
+            let sent = Sent {
+                idempotent: session.req_header().method.is_idempotent(),
+                unprocessed: false,
+                body: if session.as_ref().retry_buffer_truncated() {
+                    BodyKept::Partly
+                } else {
+                    BodyKept::All
+                },
+                answered: session.response_written().is_some(),
+            };
+            if let Some(verdict) = ctx
+                .attempt
+                .answered(status, sent, &self.policy, Instant::now())
+            {
+                self.recorder.failure(&ctx.attempt, &verdict);
+                ctx.status_retry = true;
+                let mut e = Error::explain(
+                    ErrorType::HTTPStatus(status),
+                    "the route sends a response of this status to another endpoint",
+                );
+                e.set_retry(true);
+                return Err(e);
+            }
             ctx.attempt.response_started(Instant::now());
-            ctx.upstream_status = Some(resp.status.as_u16());
+            ctx.upstream_status = Some(status);
         }
         Ok(())
     }

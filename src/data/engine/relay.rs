@@ -267,6 +267,31 @@ impl<F: H2Client> Upstream<F> for Http2<'_> {
         })
     }
 
+    fn status(&self, (resp, _, _): &Self::Answered) -> u16 {
+        resp.status().as_u16()
+    }
+
+    fn sent(&self, call: &Self::Call, _answered: &Self::Answered) -> Sent {
+        Sent {
+            idempotent: call.idempotent,
+            unprocessed: false,
+            body: if call.kept.whole() {
+                BodyKept::All
+            } else {
+                BodyKept::Partly
+            },
+            // Interim responses are passed over, never relayed.
+            answered: false,
+        }
+    }
+
+    /// The backend's stream is reset (its response is not read); the connection stays, and
+    /// its lease ends with the stream.
+    fn discard(&self, _call: &mut Self::Call, (_, stream, lease): Self::Answered) {
+        stream.send_reset(h2::Reason::CANCEL);
+        drop((stream, lease));
+    }
+
     async fn relay(
         &self,
         front: &mut F,

@@ -446,11 +446,9 @@ fn a_request_goes_again_only_whole_unanswered_and_idempotent_or_unprocessed() {
     }
 }
 
-/// `proxy-next-upstream-timeout`: once the route's time for tries has passed since the first
-/// try, a failure is the last, whatever tries are left.
-#[test]
-fn no_endpoint_is_tried_past_the_route_s_time_for_tries() {
-    use crate::table::policy::{Retry, RoutePolicy};
+/// `table` with three endpoints, its route's retry rule `retry`.
+fn retrying(retry: crate::table::policy::Retry) -> Arc<RoutingTable> {
+    use crate::table::policy::RoutePolicy;
     let mut t = (*table(&["192.0.2.10:80", "192.0.2.11:80", "192.0.2.12:80"], false)).clone();
     let mut http = (*t.http).clone();
     http.any_host = {
@@ -469,14 +467,24 @@ fn no_endpoint_is_tried_past_the_route_s_time_for_tries() {
     http.finish();
     t.http = Arc::new(http);
     t.policies = Arc::new(vec![RoutePolicy {
-        retry: Some(Retry {
-            tries: 3,
-            on_timeout: false,
-            within: Some(Duration::from_secs(1)),
-        }),
+        retry: Some(retry),
         ..RoutePolicy::of("default/x")
     }]);
-    let t = Arc::new(t);
+    Arc::new(t)
+}
+
+/// `proxy-next-upstream-timeout`: once the route's time for tries has passed since the first
+/// try, a failure is the last, whatever tries are left.
+#[test]
+fn no_endpoint_is_tried_past_the_route_s_time_for_tries() {
+    use crate::table::policy::Retry;
+    let t = retrying(Retry {
+        tries: 3,
+        on_timeout: false,
+        within: Some(Duration::from_secs(1)),
+        on_status: Default::default(),
+        non_idempotent: false,
+    });
     let policy = Policy::new(3, DOWN_FOR, true);
     let refused = Failure {
         cause: Cause::ConnectRefused,
@@ -491,5 +499,61 @@ fn no_endpoint_is_tried_past_the_route_s_time_for_tries() {
     assert!(
         !a.failed(refused, &policy, late).retry,
         "counted from the first try, not the second"
+    );
+}
+
+/// `proxy-next-upstream http_503`: a 503 sends a request that may go again to another
+/// endpoint while tries and endpoints are left (the last endpoint's answer is relayed); a
+/// request that may not go again, or another status, is relayed; `non_idempotent` lets any
+/// method go again. The endpoint is not marked down.
+#[test]
+fn a_status_the_route_names_sends_the_request_to_another_endpoint() {
+    use crate::table::policy::{Retry, RetryStatuses};
+    let mut on_status = RetryStatuses::default();
+    assert!(on_status.insert(503) && !on_status.insert(418));
+    let rule = |non_idempotent| Retry {
+        tries: 3,
+        on_timeout: false,
+        within: None,
+        on_status,
+        non_idempotent,
+    };
+    let policy = Policy::new(3, DOWN_FOR, true);
+    let now = Instant::now();
+    let sent = |idempotent| Sent {
+        idempotent,
+        unprocessed: false,
+        body: BodyKept::All,
+        answered: false,
+    };
+    let t = retrying(rule(false));
+    let (mut a, _) = routed(&t, None);
+    let first = a.next(now).unwrap();
+    assert!(
+        a.answered(502, sent(true), &policy, now).is_none(),
+        "not named"
+    );
+    assert!(
+        a.answered(503, sent(false), &policy, now).is_none(),
+        "a POST"
+    );
+    let v = a.answered(503, sent(true), &policy, now).unwrap();
+    assert!(v.retry && !v.ejected);
+    let second = a.next(now).unwrap();
+    assert_ne!(first, second);
+    assert!(a.answered(503, sent(true), &policy, now).is_some());
+    a.next(now).unwrap();
+    assert!(
+        a.answered(503, sent(true), &policy, now).is_none(),
+        "the third and last try's answer is relayed"
+    );
+    let entry = &t.entries[0];
+    assert!((0..3).all(|i| !entry.endpoints[i].state.is_down(now)));
+    let t = retrying(rule(true));
+    let (mut a, _) = routed(&t, None);
+    a.next(now).unwrap();
+    assert!(
+        a.answered(503, sent(false), &policy, now).is_some(),
+        "non_idempotent"
     );
 }

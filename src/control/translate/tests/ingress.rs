@@ -1544,7 +1544,7 @@ fn a_canary_joins_its_main_route_and_is_never_the_main_one() {
 /// the Ingress; bad companions are warned about and read as nginx's defaults.
 #[test]
 fn client_certificates_are_verified_per_host() {
-    use crate::table::client_validation::VerifyClient;
+    use crate::table::cert_auth::VerifyClient;
     let (s, e) = svcs();
     let ca = |name: &str, key: &str| Secret {
         metadata: ObjectMeta {
