@@ -36,6 +36,7 @@ fn limit(rps: Option<u32>, connections: Option<u32>) -> RateLimit {
         burst_multiplier: 5,
         connections,
         allow: Vec::new(),
+        replicas: 1,
         state: Default::default(),
     }
 }

@@ -30,7 +30,6 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-/// How switchyard's own log lines (stderr) are written.
 /// How `--ingress-nginx-report` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReportFormat {
@@ -40,6 +39,17 @@ pub enum ReportFormat {
     Json,
 }
 
+/// Whom an Ingress's request limits count for (`--limit-scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LimitScope {
+    /// Each replica enforces the whole limit (ingress-nginx's `limit_req`).
+    #[default]
+    Replica,
+    /// Each replica enforces its share: the limit divided by the ready replicas.
+    Cluster,
+}
+
+/// How switchyard's own log lines (stderr) are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines; coloured only when stderr is a terminal and NO_COLOR is unset.
@@ -210,6 +220,20 @@ pub struct Args {
     #[arg(long, value_name = "CODE", default_value_t = 503, value_parser = clap::value_parser!(u16).range(400..=599),
           env = "SWITCHYARD_LIMIT_STATUS_CODE")]
     pub limit_status_code: u16,
+
+    /// Whom an Ingress's `limit-rps`, `limit-rpm` and `limit-connections` count for:
+    /// `replica`, each replica the whole limit (as ingress-nginx, whose users multiply by the
+    /// replica count by hand); `cluster`, each replica its share, the limit divided by the
+    /// ready endpoints of --limit-peers (rounded up), recounted as replicas come and go.
+    #[arg(long, value_name = "SCOPE", value_enum, default_value_t = LimitScope::Replica,
+          env = "SWITCHYARD_LIMIT_SCOPE")]
+    pub limit_scope: LimitScope,
+
+    /// The Service whose ready endpoints are switchyard's replicas (`namespace/name`), for
+    /// --limit-scope cluster; default: --publish-service.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_publish_service,
+          env = "SWITCHYARD_LIMIT_PEERS")]
+    pub limit_peers: Option<(String, String)>,
 
     /// Body for unmatched requests: a file:// or http(s):// URL, loaded once at startup (the URL
     /// must answer 200). A failed load is a warning and the built-in page is used.
@@ -772,6 +796,11 @@ pub struct Election {
 /// A configuration that parsed but cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error(
+        "--limit-scope cluster counts the replicas by the ready endpoints of their Service: set \
+         --limit-peers NAMESPACE/NAME (or --publish-service)"
+    )]
+    LimitPeers,
     #[error("--http-port and --admin-port are both {0}; each listener needs its own port")]
     PortClash(u16),
     #[error("--stats-port {0} is also the HTTP or admin port; each listener needs its own port")]
@@ -847,6 +876,15 @@ impl Config {
                 gateway_addresses.push(ip);
             }
         }
+        let limit_peers = match args.limit_scope {
+            LimitScope::Replica => None,
+            LimitScope::Cluster => Some(
+                args.limit_peers
+                    .clone()
+                    .or_else(|| args.publish_service.clone())
+                    .ok_or(ConfigError::LimitPeers)?,
+            ),
+        };
         let publish = match (args.publish_service, args.publish_status_address) {
             (Some((namespace, name)), _) => Some(Publish::Service { namespace, name }),
             (None, list) if !list.is_empty() => {
@@ -981,6 +1019,7 @@ impl Config {
                 controller_name: args.controller_name,
                 watch_ingress_without_class: args.watch_ingress_without_class,
                 ssl_passthrough: args.enable_ssl_passthrough,
+                limit_peers,
                 gateway_controller_name: args.gateway_controller_name,
                 gateway_http_port: args.gateway_http_port.unwrap_or(http_port),
                 gateway_https_port: args.gateway_https_port.unwrap_or(args.https_port),
@@ -1127,6 +1166,8 @@ const HEADINGS: &[(&str, &[&str])] = &[
             "balance_algorithm",
             "default_return_code",
             "limit_status_code",
+            "limit_scope",
+            "limit_peers",
             "error_page",
             "traffic_healthz",
             "fast_path",
@@ -1410,6 +1451,43 @@ mod tests {
         assert!(
             missing.is_empty(),
             "flags without their variable: {missing:#?}"
+        );
+    }
+
+    /// `--limit-scope cluster` shares limits among the ready endpoints of --limit-peers, or
+    /// of --publish-service; without either it cannot count the replicas.
+    #[test]
+    fn limit_scope_needs_a_service_of_replicas() {
+        let peers = |args: &[&str]| {
+            Config::from_args(parse(args).unwrap()).map(|c| c.translate.limit_peers)
+        };
+        assert_eq!(peers(&["--manifests=m"]).unwrap(), None);
+        assert_eq!(
+            peers(&[
+                "--manifests=m",
+                "--limit-scope=cluster",
+                "--limit-peers=sw/lb"
+            ])
+            .unwrap(),
+            Some(("sw".into(), "lb".into()))
+        );
+        assert_eq!(
+            peers(&[
+                "--kubeconfig=/k",
+                "--limit-scope=cluster",
+                "--publish-service=sw/pub"
+            ])
+            .unwrap(),
+            Some(("sw".into(), "pub".into()))
+        );
+        assert!(matches!(
+            peers(&["--manifests=m", "--limit-scope=cluster"]),
+            Err(ConfigError::LimitPeers)
+        ));
+        // Each replica the whole limit: the peers are not read.
+        assert_eq!(
+            peers(&["--manifests=m", "--limit-peers=sw/lb"]).unwrap(),
+            None
         );
     }
 

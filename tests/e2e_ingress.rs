@@ -756,6 +756,38 @@ async fn request_limits_as_ingress_nginx() {
             assert_eq!(r.status, 200, "{engine}: one at a time is served");
         }
     }
+    // `--limit-scope cluster`: with two ready replicas behind `default/switchyard` (and one
+    // not ready), each takes half: `limit-rpm: 2` is 1 a minute here, five at once.
+    let mut cluster = objs.clone();
+    cluster.push(svc("switchyard", 80).into());
+    cluster.push(serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "switchyard-1", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "switchyard"}},
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["10.9.0.1"], "conditions": {"ready": true}},
+            {"addresses": ["10.9.0.2"]},
+            {"addresses": ["10.9.0.3"], "conditions": {"ready": false}}],
+        "ports": [{"name": "", "port": 80, "protocol": "TCP"}]}));
+    for engine in ENGINES {
+        let args = [
+            "--limit-scope",
+            "cluster",
+            "--limit-peers",
+            "default/switchyard",
+        ];
+        let sy = switchyard_on(cluster.clone(), engine, &args).await;
+        let mut statuses = Vec::new();
+        for _ in 0..7 {
+            statuses.push(get_host_path(&sy, "rate.test", "/x", &[]).await.status);
+        }
+        assert_eq!(
+            statuses,
+            [[200; 5].as_slice(), [503; 2].as_slice()].concat(),
+            "{engine}: half the limit on each of two replicas"
+        );
+    }
     // The status is the operator's to choose (ingress-nginx's limit-req-status-code).
     let sy = switchyard_on(objs, ENGINES[0], &["--limit-status-code", "429"]).await;
     let mut statuses = Vec::new();

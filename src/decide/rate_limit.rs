@@ -187,6 +187,7 @@ mod tests {
             burst_multiplier: 5,
             connections,
             allow: vec!["10.9.0.0/16".parse::<Cidr>().unwrap()],
+            replicas: 1,
             state: Default::default(),
         }
     }

@@ -23,7 +23,8 @@ pub const MAX_CLIENTS: usize = 65_536;
 /// One Ingress's limits, per client address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RateLimit {
-    /// Requests per second (`limit-rps`), `burst_multiplier` times as many at once.
+    /// Requests per second (`limit-rps`), `burst_multiplier` times as many at once; with
+    /// `--limit-scope cluster`, this replica's share (here and below).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rps: Option<u32>,
     /// Requests per minute (`limit-rpm`), likewise.
@@ -37,6 +38,9 @@ pub struct RateLimit {
     /// Client networks no limit applies to (`limit-allowlist`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<Cidr>,
+    /// The replicas the Ingress's limits are shared by (`--limit-scope cluster`; 1: each
+    /// replica enforces them whole).
+    pub replicas: u32,
     /// What the limits have counted (not part of equality).
     #[serde(skip)]
     pub state: Shared<LimitState>,

@@ -131,6 +131,9 @@ pub(super) struct Builder<'a> {
     pub(super) trust: Trust<'a>,
     /// Hosts whose Ingress paths are regular expressions (ingress-nginx's `use-regex`).
     pub(super) regex_hosts: HashSet<Option<HostPattern>>,
+    /// The replicas an Ingress's request limits are shared by (`--limit-scope cluster`: the
+    /// ready endpoints of `--limit-peers`; 1 otherwise).
+    pub(super) replicas: u32,
     /// Ingress regular-expression paths: the previous table's, and those compiled so far.
     pub(super) patterns: Patterns,
     /// Canary Ingresses' offers, by the route key of the main route they join.
@@ -186,6 +189,7 @@ impl<'a> Builder<'a> {
             ingress_only: BTreeSet::new(),
             trust: Trust::default(),
             regex_hosts: HashSet::new(),
+            replicas: 1,
             canaries: HashMap::default(),
             passthrough: Vec::new(),
             streams: Streams::default(),

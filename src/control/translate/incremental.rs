@@ -58,6 +58,15 @@ pub(super) fn incremental(
         if key.0.is_empty() || key.1.is_empty() || memo.unserved.contains(key) {
             return None;
         }
+        // The replicas that share request limits may have changed: the Ingresses' limits
+        // are redone (`--limit-scope cluster`; any slice of their Service's namespace).
+        if options
+            .limit_peers
+            .as_ref()
+            .is_some_and(|(ns, _)| *ns == key.0)
+        {
+            return None;
+        }
         let old = memo.owner.get(key).copied();
         let was_unused = old.is_none() && memo.unused.contains(key);
         let now = slices.get(key);

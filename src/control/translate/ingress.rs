@@ -1284,9 +1284,12 @@ impl<'a> Builder<'a> {
                 }
             }
         };
-        let rps = number(ia::NGINX_LIMIT_RPS);
-        let rpm = number(ia::NGINX_LIMIT_RPM);
-        let connections = number(ia::NGINX_LIMIT_CONNECTIONS);
+        // With `--limit-scope cluster`, this replica's share of each (at least 1).
+        let replicas = self.replicas;
+        let share = |n: Option<u32>| n.map(|n| n.div_ceil(replicas).max(1));
+        let rps = share(number(ia::NGINX_LIMIT_RPS));
+        let rpm = share(number(ia::NGINX_LIMIT_RPM));
+        let connections = share(number(ia::NGINX_LIMIT_CONNECTIONS));
         let burst_multiplier = number(ia::NGINX_LIMIT_BURST_MULTIPLIER).unwrap_or(5);
         if rps.is_none() && rpm.is_none() && connections.is_none() {
             return None;
@@ -1312,6 +1315,7 @@ impl<'a> Builder<'a> {
             burst_multiplier,
             connections,
             allow,
+            replicas,
             state: Default::default(),
         };
         let origin = format!("{}/{}", who.namespace, who.name);
@@ -2399,6 +2403,18 @@ fn ingress_ref(ing: &Ingress) -> IngressRef {
 
 /// Whether an Ingress is a canary of another (`canary: "true"`, read as ingress-nginx reads a
 /// boolean).
+/// The ready endpoints of a Service's slices (each address once): the replicas behind it.
+/// An endpoint without a `ready` condition is ready, as Kubernetes reads it.
+pub(super) fn ready_endpoints(slices: &[&EndpointSlice]) -> u32 {
+    let ready: HashSet<&str> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .collect();
+    u32::try_from(ready.len()).unwrap_or(u32::MAX)
+}
+
 /// `auth-cache-duration` as nginx's `proxy_cache_valid` reads each of its comma-separated
 /// entries: status codes (or `any`) then a time; no code is `200 301 302`, as nginx's.
 pub(super) fn cache_durations(v: &str) -> Result<CacheDurations, String> {

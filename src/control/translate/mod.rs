@@ -172,6 +172,11 @@ fn full<'a>(
     let with_ingresses = !ingress.ingresses.is_empty() || !ingress.gateway.is_empty();
     // UDPRoutes' Services: their UDP ports are read from the slices, entry or not.
     let udp_backends = gateway::udp_backend_services(ingress.gateway.udp_routes);
+    // `--limit-scope cluster`: the replicas sharing the Ingresses' request limits.
+    if let Some((ns, name)) = &options.limit_peers {
+        let slices = index.by_service.get(&(ns.as_str(), name.as_str()));
+        b.replicas = slices.map_or(1, |s| ingress::ready_endpoints(s)).max(1);
+    }
     for svc in services {
         let before = b.warnings.len();
         let first = b.entries.len();

@@ -89,9 +89,9 @@ const REDIRECT_AS_WRITTEN: &str = "an http(s) URL or an absolute path; $scheme, 
                                    and $is_args are filled in, any other variable refuses the \
                                    value (warned, no redirect)";
 const CORS_WITH: &str = "read only with enable-cors: \"true\"";
-const GLOBAL_LIMIT: &str = "no limits shared between replicas (ingress-nginx keeps them in \
-                            memcached); limit-rps, limit-rpm and limit-connections count per \
-                            replica";
+const GLOBAL_LIMIT: &str = "no memcached: limit-rps, limit-rpm and limit-connections count per \
+                            replica, or with --limit-scope cluster each replica enforces its \
+                            share of them";
 const BANDWIDTH: &str = "response bandwidth is not limited";
 const BUFFERING: &str = "switchyard streams bodies and never buffers them to disk: nothing to \
                          set";

@@ -165,6 +165,10 @@ pub struct Options {
     pub watch_ingress_without_class: bool,
     /// `--enable-ssl-passthrough`: serve `ssl-passthrough` (else such Ingresses are refused).
     pub ssl_passthrough: bool,
+    /// `--limit-scope cluster`: the Service (`namespace`, `name`) whose ready endpoints are
+    /// the replicas, each enforcing its share of an Ingress's request limits (`None`: each
+    /// the whole limit).
+    pub limit_peers: Option<(String, String)>,
     /// `--gateway-controller-name`: GatewayClasses whose `spec.controllerName` is this are
     /// switchyard's.
     pub gateway_controller_name: String,
@@ -199,6 +203,7 @@ impl Default for Options {
             controller_name: DEFAULT_CONTROLLER_NAME.into(),
             watch_ingress_without_class: false,
             ssl_passthrough: true,
+            limit_peers: None,
             gateway_controller_name: DEFAULT_GATEWAY_CONTROLLER_NAME.into(),
             gateway_http_port: 80,
             gateway_https_port: 443,

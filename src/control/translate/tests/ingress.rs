@@ -1657,3 +1657,59 @@ fn auth_cache_durations_read_as_nginx_reads_them() {
     assert!(cache_durations("2000 1m").is_err());
     assert!(cache_durations(" , ").is_err());
 }
+
+/// `--limit-scope cluster`: each replica's share of an Ingress's limits is the limit divided
+/// by the ready endpoints of `--limit-peers` (rounded up, at least 1); a not-ready endpoint
+/// is not a replica; without the Service, one replica.
+#[test]
+fn cluster_scoped_limits_are_shared_by_the_ready_replicas() {
+    let (mut s, mut e) = svcs();
+    s.push(mk_service("ingress", "switchyard", &[80]));
+    e.push(mk_slice_with(
+        "ingress",
+        "switchyard",
+        "p80",
+        80,
+        vec![
+            ("10.1.0.1", None),
+            ("10.1.0.2", Some(true)),
+            ("10.1.0.3", Some(true)),
+            ("10.1.0.4", Some(false)),
+        ],
+    ));
+    let limited = |name: &str, host: &str| {
+        let i = ing(
+            "default",
+            name,
+            Some("switchyard"),
+            vec![rule(
+                Some(host),
+                vec![path("/", "Prefix", backend("web", 80))],
+            )],
+        );
+        let i = annotated(i, "nginx.ingress.kubernetes.io/limit-rps", "10");
+        let i = annotated(i, "nginx.ingress.kubernetes.io/limit-rpm", "2");
+        annotated(i, "nginx.ingress.kubernetes.io/limit-connections", "5")
+    };
+    let limit_of = |o: &Options| {
+        let (b, _) = build(&s, &e, &[limited("l", "l.test")], &[ours()], &[], o);
+        let hit = b.table.http.lookup(Some(b"l.test"), "/").unwrap();
+        let p = &b.table.policies[hit.policy.unwrap() as usize];
+        let l = p.rate_limit.as_deref().unwrap();
+        (l.rps, l.rpm, l.connections, l.replicas)
+    };
+    assert_eq!(
+        limit_of(&Options::default()),
+        (Some(10), Some(2), Some(5), 1)
+    );
+    let cluster = Options {
+        limit_peers: Some(("ingress".into(), "switchyard".into())),
+        ..Options::default()
+    };
+    assert_eq!(limit_of(&cluster), (Some(4), Some(1), Some(2), 3));
+    let missing = Options {
+        limit_peers: Some(("ingress".into(), "nowhere".into())),
+        ..Options::default()
+    };
+    assert_eq!(limit_of(&missing), (Some(10), Some(2), Some(5), 1));
+}
