@@ -92,6 +92,22 @@ async fn default_backend_and_a_missing_service() {
             .default_backend("web", 80)
             .into(),
     );
+    // ingress-nginx's `default-backend` annotation: the Ingress's routes whose Service has no
+    // endpoint (here none at all, or a Service that does not exist) are answered by it.
+    objs.push(svc("empty", 80).into());
+    objs.push(
+        ing("fallback")
+            .ann("nginx.ingress.kubernetes.io/default-backend", "api")
+            .rule(
+                Some("fb.test"),
+                &[
+                    ("/empty", "Prefix", "empty", 80),
+                    ("/missing", "Prefix", "nosuch", 80),
+                    ("/web", "Prefix", "web", 80),
+                ],
+            )
+            .into(),
+    );
     for engine in ENGINES {
         let sy = switchyard_on(objs.clone(), engine, &[]).await;
         expect_route(&sy, Some("site.test"), "/api/x", &api, "/api/x").await;
@@ -99,6 +115,10 @@ async fn default_backend_and_a_missing_service() {
         expect_route(&sy, Some("anything.test"), "/", &web, "/").await;
         let r = sy.get_host("site.test", "/gone").await;
         assert_eq!(r.status, 503, "a missing Service answers 503 ({engine})");
+        expect_route(&sy, Some("fb.test"), "/empty/x", &api, "/empty/x").await;
+        expect_route(&sy, Some("fb.test"), "/missing", &api, "/missing").await;
+        // A Service with endpoints serves its own requests.
+        expect_route(&sy, Some("fb.test"), "/web/x", &web, "/web/x").await;
         let log = sy.stderr();
         assert!(
             log.contains("Ingress default/site") && log.contains("default/nosuch does not exist"),

@@ -672,14 +672,24 @@ impl Attempt {
             _ => rule.strip.then(|| Strip::of(&rule.prefix)),
         };
         let cookie_name = affinity.as_deref().map(|a| &*a.name);
-        self.settle(table, target, cookies, cookie_name, policy, now)
-            .map(|available| {
-                if available {
-                    Route::Proxy { strip }
-                } else {
-                    Route::Unavailable
+        let fallback = route_policy.and_then(|p| p.fallback);
+        let available = match fallback {
+            None => self.settle(table, target, cookies, cookie_name, policy, now)?,
+            Some(fallback) => {
+                let again = Arc::clone(&table);
+                self.settle(table, target, cookies, cookie_name, policy, now)? || {
+                    // No endpoint takes it: the Ingress's `default-backend` answers instead,
+                    // without the route's stickiness (its endpoints are another Service's).
+                    self.affinity_path = None;
+                    self.settle(again, fallback, std::iter::empty(), None, policy, now)?
                 }
-            })
+            }
+        };
+        Ok(if available {
+            Route::Proxy { strip }
+        } else {
+            Route::Unavailable
+        })
     }
 
     /// The entry a TLS connection to `local` is passed through to, with client-IP affinity

@@ -96,6 +96,10 @@ pub struct RoutePolicy {
     /// basic`); others get 401.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<Arc<BasicAuth>>,
+    /// The entry that answers instead when the route's own has no endpoint to take the
+    /// request (ingress-nginx's `default-backend` annotation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<EntryId>,
     /// The Ingress verifies client certificates (`auth-tls-*`): over plain HTTP, where none
     /// can be shown, its routes judge a request as one without (over TLS the host's
     /// verification, `RoutingTable::client_validation`, judges it).
@@ -454,6 +458,7 @@ impl RoutePolicy {
             cors: None,
             basic_auth: None,
             client_cert: None,
+            fallback: None,
             external_auth: None,
             rate_limit: None,
             affinity: None,

@@ -13,7 +13,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{
-    HTTPIngressPath, Ingress, IngressBackend, IngressClass, IngressTLS,
+    HTTPIngressPath, Ingress, IngressBackend, IngressClass, IngressServiceBackend, IngressTLS,
+    ServiceBackendPort,
 };
 
 use self::ingress_annotation as ia;
@@ -148,6 +149,9 @@ pub mod ingress_annotation {
     /// they are asked for, checked and told (`auth-tls-verify-client`, `-verify-depth`,
     /// `-error-page`, `-pass-certificate-to-upstream`, `-match-cn`).
     pub const NGINX_AUTH_TLS_SECRET: &str = "nginx.ingress.kubernetes.io/auth-tls-secret";
+    /// A Service of the Ingress's namespace that answers its routes' requests when their own
+    /// Service has no endpoint to take them (its first port).
+    pub const NGINX_DEFAULT_BACKEND: &str = "nginx.ingress.kubernetes.io/default-backend";
     pub const NGINX_AUTH_TLS_VERIFY_CLIENT: &str =
         "nginx.ingress.kubernetes.io/auth-tls-verify-client";
     pub const NGINX_AUTH_TLS_VERIFY_DEPTH: &str =
@@ -577,6 +581,43 @@ impl<'a> Builder<'a> {
             }
             self.add_ingress(ing, &secrets, services, &mut entry_ids, access, client_cert);
         }
+    }
+
+    /// The entry of `default-backend`'s Service (of the Ingress's namespace, its first port):
+    /// `None`, warned, when it names none.
+    fn fallback(
+        &mut self,
+        who: &ObjectRef,
+        name: &str,
+        services: &HashMap<(&str, &str), (&Service, Vec<&EndpointSlice>)>,
+        entry_ids: &mut HashMap<EntryKey, EntryId>,
+    ) -> Option<EntryId> {
+        let port = services
+            .get(&(who.namespace.as_str(), name))
+            .and_then(|(svc, _)| svc.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
+        let Some(port) = port else {
+            self.warn_ingress(
+                who,
+                format!(
+                    "default-backend: Service {}/{} does not exist or has no port; requests \
+                     no endpoint takes are answered 503",
+                    who.namespace,
+                    show(name)
+                ),
+            );
+            return None;
+        };
+        let backend = IngressBackend {
+            service: Some(IngressServiceBackend {
+                name: name.to_string(),
+                port: Some(ServiceBackendPort {
+                    number: Some(port),
+                    name: None,
+                }),
+            }),
+            resource: None,
+        };
+        self.ingress_backend(who, &backend, services, entry_ids)
     }
 
     /// An Ingress's client-certificate verification (ingress-nginx's `auth-tls-*`): `None`
@@ -1038,6 +1079,12 @@ impl<'a> Builder<'a> {
                     .map(Arc::new)
             });
         }
+        let fallback = ing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ia::NGINX_DEFAULT_BACKEND))
+            .and_then(|name| self.fallback(&who, name.trim(), services, entry_ids));
         let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
             return;
@@ -1054,6 +1101,7 @@ impl<'a> Builder<'a> {
                     rewrite_path: settings.rewrite_path.clone(),
                     basic_auth: settings.basic_auth.clone(),
                     client_cert: cert_policy.clone(),
+                    fallback,
                     external_auth: settings.external_auth.clone(),
                     rate_limit: settings.rate_limit.clone(),
                     affinity: settings.affinity.clone(),

@@ -267,8 +267,10 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     (
         "default-backend",
-        Support::Ignored(
-            "a rule with no match answers switchyard's 404 page; route / to a Service for a catch-all",
+        Support::Differs(
+            "a Service of the Ingress's namespace (its first port) takes the requests of the \
+             Ingress's routes when their own Service has no endpoint to take them, as \
+             ingress-nginx's; it does not answer custom-http-errors (not carried out)",
         ),
     ),
     ("denylist-source-range", Support::Served),
