@@ -833,7 +833,16 @@ async fn cookie_affinity_as_ingress_nginx() {
     objs.push(
         ing("sticky")
             .ann("nginx.ingress.kubernetes.io/affinity", "cookie")
+            .ann("nginx.ingress.kubernetes.io/affinity-mode", "persistent")
             .rule(Some("sticky.test"), &[("/app", "Prefix", "pair", 80)])
+            .into(),
+    );
+    // ingress-nginx's default mode: the cookie holds a session key, the endpoint is the
+    // key's by consistent hashing.
+    objs.push(
+        ing("balanced")
+            .ann("nginx.ingress.kubernetes.io/affinity", "cookie")
+            .rule(Some("balanced.test"), &[("/", "Prefix", "pair", 80)])
             .into(),
     );
     objs.push(
@@ -888,6 +897,30 @@ async fn cookie_affinity_as_ingress_nginx() {
                 .is_some_and(|c| c.starts_with("INGRESSCOOKIE=")),
             "{engine}: a cookie naming no endpoint is replaced: {r:?}"
         );
+        // Balanced: each new session a key of its own (16 hex digits), kept with its endpoint;
+        // new sessions spread over both endpoints.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut keys = std::collections::BTreeSet::new();
+        for _ in 0..16 {
+            let r = get_host_path(&sy, "balanced.test", "/", &[]).await;
+            let set = r.header("set-cookie").expect("a cookie");
+            let (pair, _) = set.split_once("; ").unwrap();
+            let key = pair.strip_prefix("INGRESSCOOKIE=").unwrap().to_string();
+            assert!(
+                key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{engine}: {set}"
+            );
+            let backend = r.json()["backend"].as_str().unwrap().to_string();
+            for _ in 0..3 {
+                let r = get_host_path(&sy, "balanced.test", "/x", &[("cookie", pair)]).await;
+                assert_eq!(r.json()["backend"].as_str(), Some(backend.as_str()));
+                assert_eq!(r.header("set-cookie"), None, "{engine}: a key is kept");
+            }
+            seen.insert(backend);
+            keys.insert(key);
+        }
+        assert_eq!(seen.len(), 2, "{engine}: sessions spread: {seen:?}");
+        assert_eq!(keys.len(), 16, "{engine}: a key per session");
         let r = get_host_path(&sy, "named.test", "/", &[]).await;
         let set = r.header("set-cookie").expect("a cookie");
         let (pair, attributes) = set.split_once("; ").unwrap();

@@ -21,6 +21,7 @@ use crate::decide::gateway::HeaderOp;
 use crate::decide::hash_key::{Keyed, key_hash};
 use crate::decide::location::{Vars, expand, fill_location};
 use crate::decide::rate_limit::InProgress;
+use crate::table::balance::mix64;
 use crate::table::balance::{Algorithm, Pick};
 use crate::table::cert_auth::{CertVerdict, IngressCertAuth, Proved};
 use crate::table::external_auth::{AuthTarget, ExternalAuth};
@@ -247,6 +248,22 @@ fn pick(to: &Backends) -> Option<EntryId> {
     to.next().and_then(|(_, b)| b.entry)
 }
 
+/// The session key a balanced affinity cookie holds: the 16 hex digits switchyard writes
+/// (another value, an ingress-nginx cookie's, is not one: its client gets a new key).
+fn session_key(value: &[u8]) -> Option<u64> {
+    if value.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(value).ok()?, 16).ok()
+}
+
+/// A new session key: each `RandomState` is keyed apart (randomly per thread, then counted),
+/// so keys do not repeat or follow one another.
+fn new_session_key() -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::RandomState::new().hash_one(0u8)
+}
+
 /// The table is inconsistent (a bug in translate, never a client's fault).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
@@ -352,6 +369,9 @@ pub struct Attempt {
     /// The route's Ingress cookie affinity is on: its cookie's default path (the route's
     /// path), and whether the request came over TLS (its cookie is then `Secure`).
     affinity_path: Option<(Box<str>, bool)>,
+    /// The route's cookie affinity is balanced: the session key its cookie holds (or a new
+    /// one), and whether the request carried it.
+    balance: Option<(u64, bool)>,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -646,6 +666,15 @@ impl Attempt {
             };
             self.affinity_path = Some((path.into(), https));
         }
+        // ingress-nginx's balanced affinity: the cookie's session key picks the endpoint by
+        // consistent hashing (as `upstream-hash-by` does, which it overrides); a request
+        // without one gets a new key.
+        if let Some(a) = affinity.as_deref().filter(|a| a.balanced) {
+            let carried = req.cookie(&a.name).and_then(session_key);
+            let key = carried.unwrap_or_else(new_session_key);
+            self.key_hash = Some(mix64(key));
+            self.balance = Some((key, carried.is_some()));
+        }
         let strip = match route_policy {
             Some(RoutePolicy {
                 rewrite_path: Some(target),
@@ -671,7 +700,11 @@ impl Attempt {
             }
             _ => rule.strip.then(|| Strip::of(&rule.prefix)),
         };
-        let cookie_name = affinity.as_deref().map(|a| &*a.name);
+        // A balanced cookie holds a key, not an endpoint: nothing to pin by.
+        let cookie_name = affinity
+            .as_deref()
+            .filter(|a| !a.balanced)
+            .map(|a| &*a.name);
         let fallback = route_policy.and_then(|p| p.fallback);
         let available = match fallback {
             None => self.settle(table, target, cookies, cookie_name, policy, now)?,
@@ -1064,6 +1097,9 @@ impl Attempt {
             .map(|(a, (path, https))| (a, &**path, *https));
         if !entry.cookie_sticky && affinity.is_none() {
             return None;
+        }
+        if let (Some((key, carried)), Some(_)) = (self.balance, affinity) {
+            return (!carried).then_some(StickyCookie { id: key, affinity });
         }
         let i = self.current()?;
         if self.valid_cookie && self.pinned == Some(i) {

@@ -121,6 +121,10 @@ pub struct CookieAffinity {
     /// `session-cookie-domain`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<Box<str>>,
+    /// `affinity-mode: balanced` (ingress-nginx's default): the cookie holds a session key
+    /// and the endpoint is the key's by consistent hashing, so endpoints added take about
+    /// their share of sessions; `persistent`: the cookie names the endpoint.
+    pub balanced: bool,
 }
 
 impl CookieAffinity {

@@ -176,6 +176,9 @@ pub mod ingress_annotation {
     /// `cookie`: a cookie pins each client to an endpoint (`session-cookie-*` shape it).
     pub const NGINX_AFFINITY: &str = "nginx.ingress.kubernetes.io/affinity";
     pub const NGINX_SESSION_COOKIE_NAME: &str = "nginx.ingress.kubernetes.io/session-cookie-name";
+    /// `balanced` (the default) or `persistent`: whether endpoints added take a share of the
+    /// sessions.
+    pub const NGINX_AFFINITY_MODE: &str = "nginx.ingress.kubernetes.io/affinity-mode";
     pub const NGINX_SESSION_COOKIE_PATH: &str = "nginx.ingress.kubernetes.io/session-cookie-path";
     pub const NGINX_SESSION_COOKIE_MAX_AGE: &str =
         "nginx.ingress.kubernetes.io/session-cookie-max-age";
@@ -1529,6 +1532,18 @@ impl<'a> Builder<'a> {
         let max_age = seconds(ia::NGINX_SESSION_COOKIE_MAX_AGE)
             .or_else(|| seconds(ia::NGINX_SESSION_COOKIE_EXPIRES));
         let secure = get(ia::NGINX_SESSION_COOKIE_SECURE).and_then(parse_bool) == Some(true);
+        let balanced = match get(ia::NGINX_AFFINITY_MODE) {
+            None | Some("balanced") => true,
+            Some("persistent") => false,
+            Some(v) => {
+                warn(
+                    ia::NGINX_AFFINITY_MODE,
+                    v,
+                    "is neither balanced nor persistent",
+                );
+                true
+            }
+        };
         Some(Arc::new(CookieAffinity {
             name,
             path,
@@ -1536,6 +1551,7 @@ impl<'a> Builder<'a> {
             samesite,
             secure,
             domain,
+            balanced,
         }))
     }
 

@@ -110,8 +110,9 @@ pub const CATALOG: &[(&str, Support)] = &[
         "affinity",
         Support::Differs(
             "cookie: a client stays on its endpoint while that endpoint serves (the cookie \
-             holds switchyard's id of the endpoint); when it is gone or fails, the client is \
-             moved and given a new cookie",
+             holds a session key, or with affinity-mode persistent switchyard's id of the \
+             endpoint); when it is gone or fails, the client is moved (persistent: and given \
+             a new cookie)",
         ),
     ),
     (
@@ -123,8 +124,10 @@ pub const CATALOG: &[(&str, Support)] = &[
     (
         "affinity-mode",
         Support::Differs(
-            "persistent whatever the mode: balanced's moving of sessions when endpoints are \
-             added is not done",
+            "balanced (the default): the cookie holds a session key (16 hex digits) and the \
+             endpoint is the key's by rendezvous hashing, so an endpoint added takes about its \
+             share of sessions and no other moves; a cookie of ingress-nginx's is not a key \
+             (its client gets a new one); persistent: the cookie names the endpoint",
         ),
     ),
     ("allowlist-source-range", Support::Served),

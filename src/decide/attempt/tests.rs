@@ -557,3 +557,14 @@ fn a_status_the_route_names_sends_the_request_to_another_endpoint() {
         "non_idempotent"
     );
 }
+
+/// A balanced affinity cookie holds a session key of 16 hex digits; anything else is none,
+/// and new keys do not repeat.
+#[test]
+fn balanced_session_keys_are_read_and_made() {
+    assert_eq!(session_key(b"00000000000000ff"), Some(255));
+    assert_eq!(session_key(b"0123"), None);
+    assert_eq!(session_key(b"1645462341.123.4"), None);
+    let keys: std::collections::HashSet<u64> = (0..1000).map(|_| new_session_key()).collect();
+    assert_eq!(keys.len(), 1000);
+}
