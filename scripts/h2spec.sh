@@ -79,44 +79,35 @@ backend_port="$(free_port)"
 (cd "$work/www" && exec python3 -m http.server "$backend_port" --bind 127.0.0.1 \
   >"$work/backend.log" 2>&1) &
 pids+=($!)
-cat >"$work/manifest.yaml" <<EOF
+# One Service routing / to the backend, with its EndpointSlice: NAME, then an extra
+# annotation line (or none).
+service() {
+  cat <<EOF
 apiVersion: v1
 kind: Service
 metadata:
-  name: h2spec
+  name: $1
   annotations:
     serviceloadbalancer/lb.aclMatch: /
+$2
 spec:
   ports: [{name: http, port: 80}]
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
-  name: h2spec-1
-  labels: {kubernetes.io/service-name: h2spec}
-addressType: IPv4
-endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
-ports: [{name: http, port: $backend_port, protocol: TCP}]
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: h2spec-tls
-  annotations:
-    serviceloadbalancer/lb.sslTerm: "true"
-    serviceloadbalancer/lb.aclMatch: /
-spec:
-  ports: [{name: http, port: 80}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: h2spec-tls-1
-  labels: {kubernetes.io/service-name: h2spec-tls}
+  name: $1-1
+  labels: {kubernetes.io/service-name: $1}
 addressType: IPv4
 endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
 ports: [{name: http, port: $backend_port, protocol: TCP}]
 EOF
+}
+{
+  service h2spec ""
+  echo "---"
+  service h2spec-tls '    serviceloadbalancer/lb.sslTerm: "true"'
+} >"$work/manifest.yaml"
 openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 2 \
   -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 cat "$work/cert.pem" "$work/key.pem" >"$work/tls.pem"

@@ -1604,23 +1604,7 @@ async fn tls_secrets_are_served_by_sni_and_plain_http_redirects() {
         objs
     };
     for engine in ENGINES {
-        let port = free_port();
-        let sy = switchyard_on(
-            objs(&secure),
-            engine,
-            &[
-                "--https-port",
-                &port.to_string(),
-                "--ssl-cert",
-                default_file.to_str().unwrap(),
-            ],
-        )
-        .await;
-        let up = eventually(Duration::from_secs(10), || async {
-            TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-        })
-        .await;
-        assert!(up, "TLS port never opened:\n{}", sy.stderr());
+        let (sy, port) = with_tls_port(objs(&secure), engine, &default_file).await;
         // The Secret's certificate for its host; the default for others and for a host whose
         // Secret is missing.
         assert_eq!(sni("secure.test").presented(port).await, secure.der);
@@ -2012,23 +1996,7 @@ async fn client_certificates_per_host_as_ingress_nginx() {
             .into(),
     );
     for engine in ENGINES {
-        let port = free_port();
-        let sy = switchyard_on(
-            objs.clone(),
-            engine,
-            &[
-                "--https-port",
-                &port.to_string(),
-                "--ssl-cert",
-                default_file.to_str().unwrap(),
-            ],
-        )
-        .await;
-        let up = eventually(Duration::from_secs(10), || async {
-            TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-        })
-        .await;
-        assert!(up, "TLS port never opened:\n{}", sy.stderr());
+        let (sy, port) = with_tls_port(objs.clone(), engine, &default_file).await;
         let spoof = [
             ("ssl-client-verify", "SUCCESS"),
             ("ssl-client-subject-dn", "CN=admin"),
@@ -2128,4 +2096,28 @@ fn client<'a>(
         cert,
         h2,
     }
+}
+
+/// switchyard on `engine` serving `objs`, with a TLS port (on a free port, `default_file` its
+/// default certificate) open; and that port.
+async fn with_tls_port(
+    objs: Vec<Value>,
+    engine: &str,
+    default_file: &std::path::Path,
+) -> (Switchyard, u16) {
+    let port = free_port();
+    let port_text = port.to_string();
+    let args = [
+        "--https-port",
+        port_text.as_str(),
+        "--ssl-cert",
+        default_file.to_str().unwrap(),
+    ];
+    let sy = switchyard_on(objs, engine, &args).await;
+    let up = eventually(Duration::from_secs(10), || async {
+        TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    })
+    .await;
+    assert!(up, "TLS port never opened:\n{}", sy.stderr());
+    (sy, port)
 }
