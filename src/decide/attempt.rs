@@ -453,7 +453,12 @@ impl Attempt {
             presented: self.client_subject.is_some(),
             subject: self.client_subject.as_deref().unwrap_or(""),
         };
-        match auth.judge(ca, proved) {
+        // Explained as for a client whose subject `match-cn` finds: `/explain` has none.
+        let verdict = match auth.judge(ca, proved) {
+            CertVerdict::Unauthorized if self.dry_run => CertVerdict::Pass,
+            v => v,
+        };
+        match verdict {
             CertVerdict::Pass => {
                 self.ingress_cert = Some(auth.pass_certificate);
                 Ok(())

@@ -384,6 +384,24 @@ pub fn explain(table: &Arc<RoutingTable>, q: &Query, now: Instant, policy: &Poli
             table.client_validation((q.local, None), q.host.as_deref().map(str::as_bytes))
     {
         attempt.set_client_ca(Some(Arc::clone(&v.ca)));
+        if let Some(auth) = &v.ingress {
+            x.precedence.push(Step {
+                level: "client_certificate",
+                host: q.host.clone(),
+                matched_prefix: None,
+                note: format!(
+                    "the host verifies client certificates (Ingress {}, auth-tls-verify-client \
+                     {:?}): explained as for a client whose certificate verified{}",
+                    v.origin,
+                    auth.verify,
+                    if auth.match_cn.is_some() {
+                        " and whose subject auth-tls-match-cn finds"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
     }
     let policy = Policy {
         tries: 1,
@@ -1018,6 +1036,45 @@ mod tests {
             json["backend_ca_object"],
             serde_json::json!({"kind": "Secret", "namespace": "default", "name": "web-ca",
                 "key": "ca.crt", "resolved": false})
+        );
+    }
+
+    /// An Ingress host that verifies client certificates, `match-cn` too: explained as for a
+    /// client that passes, with a step saying so.
+    #[test]
+    fn an_ingress_host_verifying_clients_is_explained_for_one_that_passes() {
+        use crate::table::cert_auth::{IngressCertAuth, VerifyClient};
+        use crate::table::client_validation::{ClientValidation, ClientValidations, IngressHosts};
+        use crate::table::pattern::Pattern;
+        let mut t = table();
+        t.https = t.http.clone();
+        let v = std::sync::Arc::new(ClientValidation {
+            ca: std::sync::Arc::from(&b"ca"[..]),
+            insecure_fallback: false,
+            origin: "default/shop".into(),
+            ingress: Some(IngressCertAuth {
+                verify: VerifyClient::On,
+                depth: 1,
+                error_page: None,
+                pass_certificate: false,
+                match_cn: Some(Pattern::search("CN=alice").unwrap()),
+            }),
+        });
+        let hosts = IngressHosts::new(vec![("shop.example.com".into(), v)]);
+        t.client_validation =
+            std::sync::Arc::new(ClientValidations::default().with_ingress_hosts(hosts));
+        let query = Query {
+            frontend: Frontend::Https,
+            ..q(Some("shop.example.com"), "/api/x")
+        };
+        let x = explain(&std::sync::Arc::new(t), &query, Instant::now(), &POLICY);
+        assert_eq!(x.outcome, "proxy", "{x:?}");
+        assert!(
+            x.precedence
+                .iter()
+                .any(|s| s.level == "client_certificate" && s.note.contains("match-cn")),
+            "{:?}",
+            x.precedence
         );
     }
 
