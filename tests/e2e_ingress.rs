@@ -2121,3 +2121,62 @@ async fn with_tls_port(
     assert!(up, "TLS port never opened:\n{}", sy.stderr());
     (sy, port)
 }
+
+/// ingress-nginx's `custom-http-errors` with `default-backend`, on both engines: an endpoint's
+/// 503 is answered by the default backend, asked for `/` (the query kept) and told why
+/// (`X-Code`, `X-Original-URI`, `X-Format`, `X-Namespace`, `X-Ingress-Name`,
+/// `X-Service-Name`, `X-Service-Port`), a POST's body going along; a status not listed is
+/// relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_http_errors_are_answered_by_the_default_backend() {
+    let web = Backend::start("web").await;
+    let api = Backend::start("api").await;
+    let failing = Backend::builder("busy")
+        .behaviour(Behaviour::Scripted(busy))
+        .start()
+        .await;
+    let mut objs = services(&web, &api);
+    objs.push(svc("busy", 80).into());
+    objs.push(slice("busy", "", failing.port));
+    for (name, codes) in [("errors", "404, 503"), ("other", "404")] {
+        objs.push(
+            ing(name)
+                .ann("nginx.ingress.kubernetes.io/default-backend", "api")
+                .ann("nginx.ingress.kubernetes.io/custom-http-errors", codes)
+                .rule(
+                    Some(&format!("{name}.test")),
+                    &[("/", "Prefix", "busy", 80)],
+                )
+                .into(),
+        );
+    }
+    for engine in ENGINES {
+        let sy = switchyard_on(objs.clone(), engine, &[]).await;
+        let accept = [("accept", "application/json")];
+        let r = get_host_path(&sy, "errors.test", "/shop/item?id=7", &accept).await;
+        assert_eq!(r.status, 200, "{engine}: {r:?}");
+        assert_eq!(r.backend().as_deref(), Some("api"), "{engine}");
+        assert_eq!(r.uri(), "/?id=7", "{engine}");
+        for (name, value) in [
+            ("x-code", "503"),
+            ("x-original-uri", "/shop/item?id=7"),
+            ("x-format", "application/json"),
+            ("x-namespace", "default"),
+            ("x-ingress-name", "errors"),
+            ("x-service-name", "busy"),
+            ("x-service-port", "80"),
+        ] {
+            assert_eq!(
+                r.seen_header(name).as_deref(),
+                Some(value),
+                "{engine} {name}"
+            );
+        }
+        let r = get_host_path(&sy, "other.test", "/", &[]).await;
+        assert_eq!(r.status, 503, "{engine}: a status not listed is relayed");
+        assert_eq!(
+            post_status(sy.http_port, "errors.test", "/x", 4, false),
+            200
+        );
+    }
+}

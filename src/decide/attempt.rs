@@ -248,6 +248,35 @@ fn pick(to: &Backends) -> Option<EntryId> {
     to.next().and_then(|(_, b)| b.entry)
 }
 
+/// What ingress-nginx tells its default backend of an error it answers instead of the
+/// endpoint (`custom-http-errors`): the fields below, set on the request, and `/` as its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diverted {
+    /// `X-Code`: the endpoint's status.
+    pub code: Box<str>,
+    /// `X-Service-Name` and `X-Service-Port`: the route's own Service.
+    pub service: Box<str>,
+    pub port: Box<str>,
+    /// `X-Namespace` and `X-Ingress-Name`: the Ingress's.
+    pub namespace: Box<str>,
+    pub ingress: Box<str>,
+    /// `X-Original-URI`: the request's path and query as the client sent them.
+    pub original_uri: Box<str>,
+    /// `X-Format`: the request's `Accept`, when it had one.
+    pub format: Option<Box<str>>,
+    /// The default backend's target: `/`, with the request's query (nginx's
+    /// `rewrite (.*) / break`).
+    pub target: Box<str>,
+}
+
+pub const X_CODE: &str = "x-code";
+pub const X_SERVICE_NAME: &str = "x-service-name";
+pub const X_SERVICE_PORT: &str = "x-service-port";
+pub const X_NAMESPACE: &str = "x-namespace";
+pub const X_INGRESS_NAME: &str = "x-ingress-name";
+pub const X_ORIGINAL_URI: &str = "x-original-uri";
+pub const X_FORMAT: &str = "x-format";
+
 /// The session key a balanced affinity cookie holds: the 16 hex digits switchyard writes
 /// (another value, an ingress-nginx cookie's, is not one: its client gets a new key).
 fn session_key(value: &[u8]) -> Option<u64> {
@@ -304,6 +333,12 @@ pub struct Sent {
 }
 
 impl Sent {
+    /// The request can be sent again as it was, whatever its method: nothing was answered
+    /// yet and all of its body is at hand.
+    pub fn replayable_body(&self) -> bool {
+        !self.answered && self.body == BodyKept::All
+    }
+
     /// Every engine's rule for sending a request again once a backend may have seen it: only
     /// while the client has had nothing, all of the body sent is still at hand, and the request
     /// is idempotent or was not processed.
@@ -372,6 +407,9 @@ pub struct Attempt {
     /// The route's cookie affinity is balanced: the session key its cookie holds (or a new
     /// one), and whether the request carried it.
     balance: Option<(u64, bool)>,
+    /// The endpoint's response was an error the route's Ingress answers with its default
+    /// backend (`custom-http-errors`): what that backend is told.
+    diverted: Option<Box<Diverted>>,
     /// Endpoints tried so far, in order; the last is the current one.
     tried: [usize; MAX_TRIES],
     n_tried: usize,
@@ -1074,6 +1112,77 @@ impl Attempt {
         })
     }
 
+    /// The current endpoint answered `status`: `true` when the route's Ingress answers such
+    /// errors with its default backend (`custom-http-errors`) and that backend takes the
+    /// request. The response is then dropped, and the next try goes to the default backend,
+    /// told why (`diverted`); a default backend's own error is its answer (once only, as
+    /// nginx's `error_page` in a named location).
+    /// `request_uri` and `accept`: the client's request's path and query and its `Accept`.
+    pub fn divert(
+        &mut self,
+        status: u16,
+        (request_uri, accept): (&str, Option<&str>),
+        policy: &Policy,
+        now: Instant,
+    ) -> bool {
+        if self.diverted.is_some() {
+            return false;
+        }
+        let Some(p) = self.route_policy() else {
+            return false;
+        };
+        let (Some(codes), Some(fallback)) = (&p.custom_errors, p.fallback) else {
+            return false;
+        };
+        if !codes.contains(&status) {
+            return false;
+        }
+        let (namespace, ingress) = p.origin.split_once('/').unwrap_or(("", &p.origin));
+        let (namespace, ingress) = (Box::from(namespace), Box::from(ingress));
+        // The route's own Service and port.
+        let (service, port) = self
+            .entry()
+            .map(|e| (e.key.service.clone(), e.key.port.to_string()))
+            .unwrap_or_default();
+        let target = match request_uri.split_once('?') {
+            Some((_, query)) => format!("/?{query}").into(),
+            None => "/".into(),
+        };
+        let diverted = Diverted {
+            code: status.to_string().into(),
+            service: service.into_boxed_str(),
+            port: port.into_boxed_str(),
+            namespace,
+            ingress,
+            original_uri: request_uri.into(),
+            format: accept.map(Box::from),
+            target,
+        };
+        let Some(table) = self.table.clone() else {
+            return false;
+        };
+        self.in_flight = None;
+        self.n_tried = 0;
+        self.pinned = None;
+        self.valid_cookie = false;
+        self.key_hash = None;
+        self.balance = None;
+        self.affinity_path = None;
+        match self.settle(table, fallback, std::iter::empty(), None, policy, now) {
+            Ok(true) => {
+                self.diverted = Some(Box::new(diverted));
+                true
+            }
+            // The default backend takes nothing either: the endpoint's answer stands.
+            _ => false,
+        }
+    }
+
+    /// What the default backend is told of the error it answers (`divert`).
+    pub fn diverted(&self) -> Option<&Diverted> {
+        self.diverted.as_deref()
+    }
+
     /// Marks the current try's endpoint down; true when it was up until now.
     fn eject_current(&self, entry: &Entry, policy: &Policy, now: Instant) -> bool {
         let Some(i) = self.current() else {
@@ -1212,14 +1321,15 @@ impl Attempt {
 
     /// Whether the request or response must change beyond `decide::edits` (a Gateway rule's
     /// filters or timeouts, CORS fields, external authentication, an Ingress's
-    /// `upstream-vhost`): the fast path leaves such requests to Pingora.
+    /// `upstream-vhost` or `custom-http-errors`): the fast path leaves such requests to
+    /// Pingora.
     pub fn rewrites(&self) -> bool {
         self.gateway_rule().is_some_and(|(r, _)| r.rewrites())
             || self.cors.is_some()
             || self.external_auth().is_some()
             || self
                 .route_policy()
-                .is_some_and(|p| p.upstream_vhost.is_some())
+                .is_some_and(|p| p.upstream_vhost.is_some() || p.custom_errors.is_some())
     }
 
     /// The header operations a response of `status` gets on its way to the client beyond
@@ -1260,7 +1370,23 @@ impl Attempt {
             .and_then(|p| p.upstream_vhost.as_deref())
             .map(|h| HeaderOp::Set(HOST, h));
         let granted = self.granted.iter().flat_map(|g| g.request_ops());
-        filters.chain(gateway_host).chain(vhost).chain(granted)
+        let diverted = self.diverted.iter().flat_map(|d| {
+            [
+                HeaderOp::Set(X_CODE, &d.code),
+                HeaderOp::Set(X_SERVICE_NAME, &d.service),
+                HeaderOp::Set(X_SERVICE_PORT, &d.port),
+                HeaderOp::Set(X_NAMESPACE, &d.namespace),
+                HeaderOp::Set(X_INGRESS_NAME, &d.ingress),
+                HeaderOp::Set(X_ORIGINAL_URI, &d.original_uri),
+            ]
+            .into_iter()
+            .chain(d.format.as_deref().map(|f| HeaderOp::Set(X_FORMAT, f)))
+        });
+        filters
+            .chain(gateway_host)
+            .chain(vhost)
+            .chain(granted)
+            .chain(diverted)
     }
 
     /// How this request reaches the endpoints: the route's protocol when its Ingress sets

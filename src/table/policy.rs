@@ -100,6 +100,11 @@ pub struct RoutePolicy {
     /// request (ingress-nginx's `default-backend` annotation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<EntryId>,
+    /// ingress-nginx's `custom-http-errors`: an endpoint's response of one of these statuses
+    /// is not relayed; the request goes to `fallback` (the `default-backend`) instead, told
+    /// why (`X-Code`, ...), and its answer is the response.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom_errors: Option<Arc<[u16]>>,
     /// The Ingress verifies client certificates (`auth-tls-*`): over plain HTTP, where none
     /// can be shown, its routes judge a request as one without (over TLS the host's
     /// verification, `RoutingTable::client_validation`, judges it).
@@ -459,6 +464,7 @@ impl RoutePolicy {
             basic_auth: None,
             client_cert: None,
             fallback: None,
+            custom_errors: None,
             external_auth: None,
             rate_limit: None,
             affinity: None,

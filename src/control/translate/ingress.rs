@@ -152,6 +152,9 @@ pub mod ingress_annotation {
     /// A Service of the Ingress's namespace that answers its routes' requests when their own
     /// Service has no endpoint to take them (its first port).
     pub const NGINX_DEFAULT_BACKEND: &str = "nginx.ingress.kubernetes.io/default-backend";
+    /// Statuses (comma-separated) of the Ingress's endpoints' responses that its default
+    /// backend answers instead, told why (`X-Code`, `X-Original-URI`, ...).
+    pub const NGINX_CUSTOM_HTTP_ERRORS: &str = "nginx.ingress.kubernetes.io/custom-http-errors";
     pub const NGINX_AUTH_TLS_VERIFY_CLIENT: &str =
         "nginx.ingress.kubernetes.io/auth-tls-verify-client";
     pub const NGINX_AUTH_TLS_VERIFY_DEPTH: &str =
@@ -584,6 +587,36 @@ impl<'a> Builder<'a> {
             }
             self.add_ingress(ing, &secrets, services, &mut entry_ids, access, client_cert);
         }
+    }
+
+    /// `custom-http-errors`: the statuses (300-599) the Ingress's default backend answers
+    /// instead of its endpoints. Without a default backend (switchyard has no global one) or
+    /// with a value that is not such a list, warned about and `None`.
+    fn custom_errors(&mut self, who: &ObjectRef, v: &str, fallback: bool) -> Option<Arc<[u16]>> {
+        let codes: Result<Vec<u16>, _> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                c.parse::<u16>()
+                    .ok()
+                    .filter(|n| (300..=599).contains(n))
+                    .ok_or(c)
+            })
+            .collect();
+        let why = match (&codes, fallback) {
+            (Err(c), _) => format!("{} is not a status of 300-599", show(c)),
+            (Ok(c), _) if c.is_empty() => "names no status".to_string(),
+            (Ok(_), false) => "needs default-backend on the Ingress (switchyard has no \
+                               global default backend)"
+                .to_string(),
+            (Ok(c), true) => return Some(c.as_slice().into()),
+        };
+        self.warn_ingress(
+            who,
+            format!("custom-http-errors: {why}; the endpoints' answers are relayed"),
+        );
+        None
     }
 
     /// The entry of `default-backend`'s Service (of the Ingress's namespace, its first port):
@@ -1088,6 +1121,12 @@ impl<'a> Builder<'a> {
             .as_ref()
             .and_then(|a| a.get(ia::NGINX_DEFAULT_BACKEND))
             .and_then(|name| self.fallback(&who, name.trim(), services, entry_ids));
+        let custom_errors = ing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ia::NGINX_CUSTOM_HTTP_ERRORS))
+            .and_then(|v| self.custom_errors(&who, v, fallback.is_some()));
         let me = Arc::new(ingress_ref(ing));
         let Some(spec) = ing.spec.as_ref() else {
             return;
@@ -1105,6 +1144,7 @@ impl<'a> Builder<'a> {
                     basic_auth: settings.basic_auth.clone(),
                     client_cert: cert_policy.clone(),
                     fallback,
+                    custom_errors: custom_errors.clone(),
                     external_auth: settings.external_auth.clone(),
                     rate_limit: settings.rate_limit.clone(),
                     affinity: settings.affinity.clone(),

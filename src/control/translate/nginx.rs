@@ -264,8 +264,12 @@ pub const CATALOG: &[(&str, Support)] = &[
     ),
     (
         "custom-http-errors",
-        Support::Ignored(
-            "switchyard's own error pages (--error-page) answer its own failures; backend errors pass through",
+        Support::Differs(
+            "with default-backend on the Ingress (switchyard has no global default backend): \
+             an endpoint's response of a listed status is dropped and the request sent to the \
+             default backend at /, with X-Code, X-Format, X-Original-URI, X-Namespace, \
+             X-Ingress-Name, X-Service-Name and X-Service-Port, its answer relayed; \
+             switchyard's own failures (503 without endpoints, 502, 504) are not sent there",
         ),
     ),
     (
@@ -273,7 +277,7 @@ pub const CATALOG: &[(&str, Support)] = &[
         Support::Differs(
             "a Service of the Ingress's namespace (its first port) takes the requests of the \
              Ingress's routes when their own Service has no endpoint to take them, as \
-             ingress-nginx's; it does not answer custom-http-errors (not carried out)",
+             ingress-nginx's, and answers its custom-http-errors",
         ),
     ),
     ("denylist-source-range", Support::Served),

@@ -582,7 +582,12 @@ impl ProxyHttp for HttpProxy {
         req: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if let Some(uri) = ctx.rewrite.clone() {
+        // The default backend answering an error (`custom-http-errors`) is asked for `/`.
+        let diverted = ctx
+            .attempt
+            .diverted()
+            .and_then(|d| http::Uri::try_from(&*d.target).ok());
+        if let Some(uri) = diverted.or_else(|| ctx.rewrite.clone()) {
             let uri = if session.is_http2() {
                 keep_origin(&req.uri, uri)
             } else {
@@ -660,6 +665,28 @@ impl ProxyHttp for HttpProxy {
                 },
                 answered: session.response_written().is_some(),
             };
+            // An error the route's Ingress answers with its default backend
+            // (`custom-http-errors`): retried there, with the request's body still held.
+            let req = session.req_header();
+            let asked = (
+                req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+                req.headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok()),
+            );
+            if sent.replayable_body()
+                && ctx
+                    .attempt
+                    .divert(status, asked, &self.policy, Instant::now())
+            {
+                ctx.status_retry = true;
+                let mut e = Error::explain(
+                    ErrorType::HTTPStatus(status),
+                    "the Ingress answers a response of this status with its default backend",
+                );
+                e.set_retry(true);
+                return Err(e);
+            }
             if let Some(verdict) = ctx
                 .attempt
                 .answered(status, sent, &self.policy, Instant::now())

@@ -568,3 +568,48 @@ fn balanced_session_keys_are_read_and_made() {
     let keys: std::collections::HashSet<u64> = (0..1000).map(|_| new_session_key()).collect();
     assert_eq!(keys.len(), 1000);
 }
+
+/// `custom-http-errors`: a listed status sends the request to the default backend once, told
+/// why; another status, or the default backend's own error, is the answer.
+#[test]
+fn a_listed_error_is_answered_by_the_default_backend_once() {
+    use crate::table::policy::RoutePolicy;
+    let base = retrying(crate::table::policy::Retry {
+        tries: 1,
+        on_timeout: false,
+        within: None,
+        on_status: Default::default(),
+        non_idempotent: false,
+    });
+    let mut t = (*base).clone();
+    let mut entries = t.entries.clone();
+    entries.push(Arc::new(Entry::fixture(
+        "errors",
+        Frontend::Http,
+        &["192.0.2.99:80"],
+    )));
+    t.entries = entries;
+    t.policies = Arc::new(vec![RoutePolicy {
+        fallback: Some(1),
+        custom_errors: Some(Arc::from([404u16, 503].as_slice())),
+        ..RoutePolicy::of("shop/errors")
+    }]);
+    let t = Arc::new(t);
+    let policy = Policy::new(3, DOWN_FOR, true);
+    let now = Instant::now();
+    let (mut a, _) = routed(&t, None);
+    a.next(now).unwrap();
+    let asked = ("/cart?x=1", Some("text/html"));
+    assert!(!a.divert(500, asked, &policy, now), "not listed");
+    assert!(a.divert(503, asked, &policy, now));
+    let d = a.diverted().unwrap().clone();
+    assert_eq!(
+        (&*d.code, &*d.namespace, &*d.ingress, &*d.target),
+        ("503", "shop", "errors", "/?x=1")
+    );
+    assert_eq!(a.next(now), Some("192.0.2.99:80".parse().unwrap()));
+    assert!(!a.divert(503, asked, &policy, now), "once");
+    let ops: Vec<_> = a.request_ops().collect();
+    assert!(ops.contains(&HeaderOp::Set(X_CODE, "503")));
+    assert!(ops.contains(&HeaderOp::Set(X_FORMAT, "text/html")));
+}
