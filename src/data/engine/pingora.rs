@@ -27,7 +27,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, ProxyHttp, Session};
 use pingora::protocols::Digest;
 use pingora::protocols::Stream;
-use pingora::proxy::FailToProxy;
+use pingora::proxy::{FailToProxy, ProxyWarnLogContext};
 use pingora::server::ShutdownWatch;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use prometheus::IntGauge;
@@ -470,6 +470,20 @@ impl ProxyHttp for HttpProxy {
         }
         e.set_retry(verdict.retry);
         e
+    }
+
+    /// A response dropped for another try (`proxy-next-upstream http_*`, `custom-http-errors`)
+    /// is a decision, counted already, not a failure to warn of.
+    fn suppress_proxy_warn_log(
+        &self,
+        _session: &Session,
+        _ctx: &Ctx,
+        error: &Error,
+        context: ProxyWarnLogContext,
+    ) -> bool {
+        // Pingora's own errors of a status are not retried; these are this engine's.
+        matches!(context, ProxyWarnLogContext::UpstreamRetry)
+            && matches!(error.etype(), ErrorType::HTTPStatus(_))
     }
 
     /// A failure after connecting: `Attempt::failed` says whether to replay the request.
