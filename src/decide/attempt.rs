@@ -343,7 +343,7 @@ impl Sent {
     /// while the client has had nothing, all of the body sent is still at hand, and the request
     /// is idempotent or was not processed.
     pub fn replayable(&self) -> bool {
-        !self.answered && self.body == BodyKept::All && (self.idempotent || self.unprocessed)
+        self.replayable_body() && (self.idempotent || self.unprocessed)
     }
 }
 
@@ -1117,11 +1117,11 @@ impl Attempt {
     /// request. The response is then dropped, and the next try goes to the default backend,
     /// told why (`diverted`); a default backend's own error is its answer (once only, as
     /// nginx's `error_page` in a named location).
-    /// `request_uri` and `accept`: the client's request's path and query and its `Accept`.
-    pub fn divert(
+    /// `asked`: the client's request's path and query and its `Accept`, read only then.
+    pub fn divert<'r>(
         &mut self,
         status: u16,
-        (request_uri, accept): (&str, Option<&str>),
+        asked: impl FnOnce() -> (&'r str, Option<&'r str>),
         policy: &Policy,
         now: Instant,
     ) -> bool {
@@ -1137,6 +1137,7 @@ impl Attempt {
         if !codes.contains(&status) {
             return false;
         }
+        let (request_uri, accept) = asked();
         let (namespace, ingress) = p.origin.split_once('/').unwrap_or(("", &p.origin));
         let (namespace, ingress) = (Box::from(namespace), Box::from(ingress));
         // The route's own Service and port.

@@ -682,12 +682,14 @@ impl ProxyHttp for HttpProxy {
             // An error the route's Ingress answers with its default backend
             // (`custom-http-errors`): retried there, with the request's body still held.
             let req = session.req_header();
-            let asked = (
-                req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
-                req.headers
-                    .get(http::header::ACCEPT)
-                    .and_then(|v| v.to_str().ok()),
-            );
+            let asked = || {
+                (
+                    req.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+                    req.headers
+                        .get(http::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok()),
+                )
+            };
             if sent.replayable_body()
                 && ctx
                     .attempt

@@ -599,7 +599,7 @@ fn a_listed_error_is_answered_by_the_default_backend_once() {
     let now = Instant::now();
     let (mut a, _) = routed(&t, None);
     a.next(now).unwrap();
-    let asked = ("/cart?x=1", Some("text/html"));
+    let asked = || ("/cart?x=1", Some("text/html"));
     assert!(!a.divert(500, asked, &policy, now), "not listed");
     assert!(a.divert(503, asked, &policy, now));
     let d = a.diverted().unwrap().clone();
